@@ -1,0 +1,38 @@
+# Two commands do everything on a fresh machine: `make demo` and `make test`.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test lint typecheck pytest bench install java clean
+
+$(STAMP): pyproject.toml
+	@command -v java >/dev/null 2>&1 || $(MAKE) java
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade "pip>=25.1"
+	$(BIN)/python -m pip install -q -e ".[spark,progress]" --group test --group lint
+	touch $(STAMP)
+
+install: $(STAMP)
+
+# PySpark needs a JVM; install Debian's JRE when none is on the machine.
+java:
+	apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q openjdk-17-jre-headless
+
+demo: $(STAMP)
+	$(BIN)/hanet demo
+
+lint: $(STAMP)
+	$(BIN)/ruff check hanet handlers tests examples bench
+	$(BIN)/ruff format --check hanet handlers tests examples bench
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+pytest: $(STAMP)
+	$(BIN)/pytest -q
+
+test: lint typecheck pytest
+
+clean:
+	rm -rf $(VENV)

@@ -1,0 +1,3 @@
+"""RocketMQ-compatible commit log store (to be filled in)."""
+
+__all__: list[str] = []
