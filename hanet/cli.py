@@ -39,7 +39,9 @@ def build_parser() -> argparse.ArgumentParser:
     """Build the argument parser with every registered verb."""
     parser = argparse.ArgumentParser(
         prog="hanet",
-        description="Netty's pipeline on trio, RocketMQ-compatible HA replication, audits on Spark.",
+        description=(
+            "Netty's pipeline on trio, RocketMQ-compatible HA replication, audits on Spark."
+        ),
     )
     parser.add_argument(
         "--log-level",
@@ -69,11 +71,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         stream=sys.stderr,
     )
     handler = cast(Handler, args.func)
+    status = EXIT_INTERRUPTED
     try:
-        return trio.run(handler, args)
+        status = trio.run(handler, args)
     except* KeyboardInterrupt:
         print("interrupted, shut down cleanly", file=sys.stderr)
-        return EXIT_INTERRUPTED
+    return status
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -1,0 +1,124 @@
+"""The outbound buffer: queued writes, flush boundaries, coalescing and water marks."""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+
+from ._future import WriteFuture
+
+__all__ = ["OutboundBuffer", "WaterMarks"]
+
+
+def _check_marks(instance: WaterMarks, attribute: object, value: int) -> None:
+    if instance.low < 0:
+        raise ValueError(f"low water mark must be >= 0: {instance.low}")
+    if instance.high < instance.low:
+        raise ValueError(
+            f"write buffer's high water mark cannot be less than low water mark "
+            f"({instance.low}): {instance.high}"
+        )
+
+
+@attrs.frozen
+class WaterMarks:
+    """Back-pressure thresholds of queued bytes (Netty's defaults: 32 KiB / 64 KiB).
+
+    The channel becomes unwritable when queued bytes exceed ``high`` and writable again when
+    they fall below ``low``.
+    """
+
+    low: int = 32 * 1024
+    high: int = attrs.field(default=64 * 1024, validator=_check_marks)
+
+
+def message_size(msg: Any) -> int:
+    """Bytes a message counts for in the buffer: its length if bytes-like, else 0."""
+    if isinstance(msg, bytes | bytearray | memoryview):
+        return len(msg) if not isinstance(msg, memoryview) else msg.nbytes
+    return 0
+
+
+class OutboundBuffer:
+    """Written messages waiting for a flush, and flushed ones waiting for the transport.
+
+    ``on_writability`` is called (synchronously) each time ``is_writable`` flips.
+    """
+
+    def __init__(self, marks: WaterMarks, on_writability: Callable[[], None]) -> None:
+        self._marks = marks
+        self._on_writability = on_writability
+        self._unflushed: deque[tuple[Any, int, WriteFuture]] = deque()
+        self._flushed: deque[tuple[Any, int, WriteFuture]] = deque()
+        self._flushed_bytes = 0
+        self.pending_bytes = 0
+        self.is_writable = True
+
+    def add(self, msg: Any, future: WriteFuture) -> None:
+        """Queue a message (not yet flushed)."""
+        size = message_size(msg)
+        self._unflushed.append((msg, size, future))
+        self.pending_bytes += size
+        if self.is_writable and self.pending_bytes > self._marks.high:
+            self.is_writable = False
+            self._on_writability()
+
+    def add_flush(self) -> None:
+        """Mark everything queued so far as flushed."""
+        if self._unflushed:
+            for entry in self._unflushed:
+                self._flushed_bytes += entry[1]
+            self._flushed.extend(self._unflushed)
+            self._unflushed.clear()
+
+    @property
+    def has_flushed(self) -> bool:
+        return bool(self._flushed)
+
+    def take_bytes(self, max_bytes: int) -> tuple[bytes, list[WriteFuture], int]:
+        """Remove flushed messages up to ``max_bytes`` (at least one) and join them.
+
+        Returns the data to send, the futures to complete once it is sent, and the byte count.
+        """
+        flushed = self._flushed
+        msg, size, future = flushed.popleft()
+        if size >= max_bytes or not flushed:
+            self._flushed_bytes -= size
+            return msg, [future], size
+        parts = [msg]
+        futures = [future]
+        total = size
+        while flushed and total + flushed[0][1] <= max_bytes:
+            msg, size, future = flushed.popleft()
+            parts.append(msg)
+            futures.append(future)
+            total += size
+        self._flushed_bytes -= total
+        return b"".join(parts), futures, total
+
+    def take_all_flushed(self) -> list[tuple[Any, WriteFuture]]:
+        """Remove every flushed message (the embedded channel's 'socket')."""
+        out = [(msg, future) for msg, _, future in self._flushed]
+        self._flushed.clear()
+        self._flushed_bytes = 0
+        return out
+
+    def sent(self, nbytes: int) -> None:
+        """Account for ``nbytes`` that left the buffer."""
+        self.pending_bytes -= nbytes
+        if not self.is_writable and self.pending_bytes < self._marks.low:
+            self.is_writable = True
+            self._on_writability()
+
+    def fail_all(self, exc_factory: Callable[[], BaseException]) -> None:
+        """Fail every queued write (the channel closed)."""
+        entries = list(self._flushed) + list(self._unflushed)
+        self._flushed.clear()
+        self._unflushed.clear()
+        self._flushed_bytes = 0
+        self.pending_bytes = 0
+        for _, _, future in entries:
+            future.set_exception(exc_factory())

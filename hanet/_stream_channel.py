@@ -1,0 +1,253 @@
+"""StreamChannel: the async driver of a pipeline over any trio ``Stream``."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import trio
+
+from ._channel import Channel, ChannelConfig, _format_address
+from ._errors import ChannelClosedError
+
+__all__ = ["StreamChannel"]
+
+log = logging.getLogger("hanet.channel")
+
+
+def _socket_of(stream: trio.abc.Stream) -> Any:
+    while True:
+        sock = getattr(stream, "socket", None)
+        if sock is not None:
+            return sock
+        inner = getattr(stream, "transport_stream", None)
+        if inner is None:
+            return None
+        stream = inner
+
+
+class StreamChannel(Channel):
+    """A channel over a trio stream (a TCP ``SocketStream``, an ``SSLStream``, a memory stream).
+
+    :meth:`run` drives it: a reader task feeds received bytes into the pipeline, a writer task
+    drains the outbound buffer with ``send_all`` (coalescing what was flushed together), and a
+    timer task serves handlers' timers, all in the channel's own nursery. ``channel_active``
+    fires when :meth:`run` starts and ``channel_inactive`` exactly once when it ends, however it
+    ends (peer EOF, an error, ``close``, cancellation from outside). Nothing of the channel
+    outlives :meth:`run`.
+    """
+
+    def __init__(self, stream: trio.abc.Stream, config: ChannelConfig | None = None) -> None:
+        super().__init__(config)
+        self.stream = stream
+        self._nursery: trio.Nursery | None = None
+        self._pending_spawns: list[Callable[[], Awaitable[object]]] = []
+        self._close_requested = trio.Event()
+        self._closed = trio.Event()
+        self._writer_wakeup = trio.Event()
+        self._reader_wakeup = trio.Event()
+        self._timer_wakeup = trio.Event()
+        self._read_requested = False
+        self._timers.on_earlier = self._wake_timers
+        self._writable_event: trio.Event | None = None
+        sock = _socket_of(stream)
+        self._remote: object = None
+        self._local: object = None
+        if sock is not None:
+            try:
+                self._remote = sock.getpeername()
+                self._local = sock.getsockname()
+            except OSError:
+                pass
+
+    @property
+    def remote_address(self) -> object:
+        return self._remote
+
+    @property
+    def local_address(self) -> object:
+        return self._local
+
+    def now(self) -> float:
+        return trio.current_time()
+
+    def spawn(self, async_fn: Callable[[], Awaitable[object]]) -> None:
+        if self._nursery is None:
+            if not self._open:
+                return
+            self._pending_spawns.append(async_fn)
+        else:
+            self._nursery.start_soon(async_fn)
+
+    # -- life cycle -----------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Drive the channel until it closes; returns once ``channel_inactive`` has fired.
+
+        Cancelling the caller closes the channel the same way.
+        """
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                self._active = True
+                nursery.start_soon(self._reader)
+                nursery.start_soon(self._writer)
+                nursery.start_soon(self._timer_task)
+                for fn in self._pending_spawns:
+                    nursery.start_soon(fn)
+                self._pending_spawns.clear()
+                self.pipeline.fire_channel_active()
+                await self._close_requested.wait()
+                nursery.cancel_scope.cancel()
+        finally:
+            self._shutdown()
+            with trio.CancelScope(shield=True):
+                await trio.aclose_forcefully(self.stream)
+
+    def _shutdown(self) -> None:
+        self._open = False
+        self._nursery = None
+        was_active = self._active
+        self._active = False
+        self._timers.clear()
+        self._outbound.fail_all(lambda: ChannelClosedError(f"{self} closed"))
+        if self._writable_event is not None:
+            self._writable_event.set()
+        if was_active:
+            self.pipeline.fire_channel_inactive()
+        self.pipeline._destroy()
+        self._closed.set()
+        log.debug("%s: closed (%s)", self, self._close_reason or "closed")
+
+    async def close(self, reason: str | None = None) -> None:
+        """Close the channel and wait until it is closed. Idempotent."""
+        self.close_nowait(reason)
+        if self._nursery is None and not self._closed.is_set():
+            # Never ran: nothing to cancel.
+            self._open = False
+            self._closed.set()
+        await self._closed.wait()
+
+    async def wait_closed(self) -> None:
+        """Wait until the channel has closed."""
+        await self._closed.wait()
+
+    async def wait_writable(self) -> None:
+        """Wait while the channel is not writable; raises ChannelClosedError if it closes."""
+        while self._outbound.is_writable is False:
+            if not self._open:
+                break
+            if self._writable_event is None:
+                self._writable_event = trio.Event()
+            await self._writable_event.wait()
+        if not self._open:
+            raise ChannelClosedError(f"{self} is closed")
+        await trio.lowlevel.checkpoint()
+
+    async def write_and_flush(self, msg: Any) -> None:
+        """Write ``msg`` through the pipeline and wait until its bytes reached the kernel.
+
+        Waits first while the channel is not writable (back-pressure). Raises
+        :class:`ChannelClosedError` if the channel closes before the write completes.
+        """
+        await self.wait_writable()
+        await self.pipeline.write_and_flush(msg)
+
+    # -- transport -------------------------------------------------------------------------
+
+    def _transport_flush(self) -> None:
+        self._outbound.add_flush()
+        if self._outbound.has_flushed:
+            self._writer_wakeup.set()
+
+    def _transport_read(self) -> None:
+        self._read_requested = True
+        self._reader_wakeup.set()
+
+    def _transport_close(self) -> None:
+        if self._open:
+            self._open = False
+            self._close_requested.set()
+
+    def _writability_flipped(self) -> None:
+        if self._outbound.is_writable and self._writable_event is not None:
+            self._writable_event.set()
+            self._writable_event = None
+        super()._writability_flipped()
+
+    def _wake_timers(self) -> None:
+        self._timer_wakeup.set()
+
+    # -- tasks ---------------------------------------------------------------------------
+
+    async def _reader(self) -> None:
+        stream = self.stream
+        pipeline = self.pipeline
+        read_size = self.config.read_size
+        while True:
+            if not (self._auto_read or self._read_requested):
+                self._reader_wakeup = trio.Event()
+                await self._reader_wakeup.wait()
+                continue
+            self._read_requested = False
+            try:
+                data = await stream.receive_some(read_size)
+            except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+                self._lost(f"connection lost: {exc.__cause__ or exc!r}")
+                return
+            if not data:
+                self._lost("peer closed the connection")
+                return
+            self._reads += 1
+            self._bytes_read += len(data)
+            pipeline.fire_channel_read(data)
+            pipeline.fire_channel_read_complete()
+
+    async def _writer(self) -> None:
+        stream = self.stream
+        outbound = self._outbound
+        coalesce = self.config.write_coalesce
+        while True:
+            if not outbound.has_flushed:
+                self._writer_wakeup = trio.Event()
+                await self._writer_wakeup.wait()
+                continue
+            data, futures, nbytes = outbound.take_bytes(coalesce)
+            try:
+                await stream.send_all(data)
+            except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+                closed = ChannelClosedError(f"{self}: connection lost while sending")
+                closed.__cause__ = exc
+                for future in futures:
+                    future.set_exception(closed)
+                self._lost(f"connection lost while sending: {exc.__cause__ or exc!r}")
+                return
+            except BaseException:
+                for future in futures:
+                    future.set_exception(ChannelClosedError(f"{self} closed"))
+                raise
+            self._sends += 1
+            self._bytes_written += nbytes
+            outbound.sent(nbytes)
+            for future in futures:
+                future.set_result()
+
+    async def _timer_task(self) -> None:
+        timers = self._timers
+        while True:
+            self._timer_wakeup = trio.Event()
+            deadline = timers.next_deadline()
+            with trio.move_on_at(deadline):
+                await self._timer_wakeup.wait()
+            self._run_due_timers()
+
+    def _lost(self, reason: str) -> None:
+        self._set_close_reason(reason)
+        log.debug("%s: %s", self, reason)
+        self._transport_close()
+
+    def __str__(self) -> str:
+        if self._remote is None:
+            return f"channel #{self.id}"
+        return f"channel #{self.id} ({_format_address(self._remote)})"
