@@ -1,0 +1,694 @@
+"""The RocketMQ commit log record format: encode, decode, validate.
+
+A record (PROTOCOL.md §2) is a fixed header of 88 bytes with IPv4 hosts (+12 per IPv6 host),
+then the body, the topic and the properties::
+
+    TOTALSIZE i32 | MAGICCODE i32 | BODYCRC i32 | QUEUEID i32 | FLAG i32 | QUEUEOFFSET i64 |
+    PHYSICALOFFSET i64 | SYSFLAG i32 | BORNTIMESTAMP i64 | BORNHOST 4/16 + port i32 |
+    STORETIMESTAMP i64 | STOREHOST 4/16 + port i32 | RECONSUMETIMES i32 |
+    PREPAREDTRANSACTIONOFFSET i64 | BODY i32 + bytes | TOPIC i8 (V1) or i16 (V2) + bytes |
+    PROPERTIES i16 + bytes
+
+The header is read with one compiled :class:`struct.Struct` per host layout (``unpack_from`` on
+the caller's buffer, no per-field slicing), the body CRC is computed on a zero-copy memoryview.
+A file ends with a *blank record* (``i32 space left, i32 CB D4 31 94``) when the next record
+does not fit with 8 spare bytes.
+
+This module is pure and synchronous (no I/O, no trio): the store, the HA slave's validation and
+the Spark data source all use :func:`scan_records` / :func:`decode_record` on memoryviews of
+mapped files.
+"""
+
+from __future__ import annotations
+
+import enum
+import functools
+import ipaddress
+import struct
+import zlib
+from collections.abc import Iterator, Mapping
+from typing import NamedTuple
+
+import attrs
+
+from ._errors import CorruptRecordError
+
+__all__ = [
+    "BLANK_MAGIC",
+    "BLANK_RECORD_SIZE",
+    "BORN_HOST_V6_FLAG",
+    "MAGIC_V1",
+    "MAGIC_V2",
+    "MAX_PROPERTIES_SIZE",
+    "MAX_TOPIC_SIZE",
+    "MAX_TOPIC_SIZE_V1",
+    "MIN_RECORD_SIZE",
+    "STORE_HOST_V6_FLAG",
+    "MessageRecord",
+    "RecordScanner",
+    "ScanStop",
+    "StopReason",
+    "body_crc",
+    "decode_properties",
+    "decode_record",
+    "encode_blank",
+    "encode_properties",
+    "encode_record",
+    "format_host",
+    "java_string_hash",
+    "offset_msg_id",
+    "pack_blank_into",
+    "pack_record_into",
+    "parse_host",
+    "record_size",
+    "scan_records",
+]
+
+MAGIC_V1 = 0xDAA320A7
+"""Magic code of a V1 record (topic length is an ``i8``)."""
+MAGIC_V2 = 0xDAA320AB
+"""Magic code of a V2 record (topic length is an ``i16``)."""
+BLANK_MAGIC = 0xCBD43194
+"""Magic code of the end-of-file blank record."""
+BLANK_RECORD_SIZE = 8
+"""Bytes a blank record writes (its size field and its magic); the rest of the file stays."""
+BORN_HOST_V6_FLAG = 0x10
+"""SYSFLAG bit: the born host is an IPv6 address (16 bytes)."""
+STORE_HOST_V6_FLAG = 0x20
+"""SYSFLAG bit: the store host is an IPv6 address (16 bytes)."""
+MAX_PROPERTIES_SIZE = 32767
+"""Largest properties field (its length is an ``i16``)."""
+MAX_TOPIC_SIZE_V1 = 127
+"""Longest topic (UTF-8 bytes) a V1 record holds; longer topics use V2."""
+MAX_TOPIC_SIZE = 32767
+"""Longest topic (UTF-8 bytes) a V2 record holds."""
+
+_NAME_VALUE_SEPARATOR = "\x01"
+_PROPERTY_SEPARATOR = "\x02"
+
+# One struct per (born host, store host) layout; the index is (sys_flag & 0x30) >> 4.
+_HEADER_FORMAT = ">iIiiiqqiq{born}siq{store}siiqi"
+_HEADERS = tuple(
+    struct.Struct(_HEADER_FORMAT.format(born=born, store=store))
+    for born, store in ((4, 4), (16, 4), (4, 16), (16, 16))
+)
+_HEADER_V4 = _HEADERS[0]
+_PREFIX = struct.Struct(">iI")  # TOTALSIZE, MAGICCODE
+_I16 = struct.Struct(">h")
+_MSG_ID_V4 = struct.Struct(">4siq")
+_MSG_ID_V6 = struct.Struct(">16siq")
+_HOST_FLAGS = BORN_HOST_V6_FLAG | STORE_HOST_V6_FLAG
+
+MIN_RECORD_SIZE = _HEADER_V4.size + 1 + 2
+"""Size of the smallest V1 record (IPv4 hosts, empty body, topic and properties): 91."""
+
+
+def body_crc(body: bytes | memoryview) -> int:
+    """The BODYCRC field of a record: ``zlib.crc32(body) & 0x7FFFFFFF`` (0 for an empty body)."""
+    return zlib.crc32(body) & 0x7FFFFFFF
+
+
+def record_size(
+    sys_flag: int, body_len: int, topic_len: int, properties_len: int, *, v2: bool | None = None
+) -> int:
+    """Total size of a record with these field lengths.
+
+    ``v2`` says whether the record is V2 (2-byte topic length); by default it is when
+    ``topic_len`` > 127, as RocketMQ chooses.
+    """
+    size = _HEADERS[(sys_flag & _HOST_FLAGS) >> 4].size + body_len + topic_len + properties_len
+    if v2 is None:
+        v2 = topic_len > MAX_TOPIC_SIZE_V1
+    return size + (2 if v2 else 1) + 2
+
+
+@functools.lru_cache(maxsize=4096)
+def java_string_hash(text: str) -> int:
+    """Java's ``String.hashCode`` of ``text``: a signed 32-bit int over its UTF-16 code units.
+
+    Used for the tag hash of consume queue entries (``"TagA"`` -> 2598919).
+    """
+    units = text.encode("utf-16-be")
+    value = 0
+    for i in range(0, len(units), 2):
+        value = (31 * value + (units[i] << 8 | units[i + 1])) & 0xFFFFFFFF
+    return value - 0x100000000 if value & 0x80000000 else value
+
+
+def encode_properties(properties: Mapping[str, str]) -> bytes:
+    """Encode properties as RocketMQ does: ``name \\x01 value \\x02`` for each, in order."""
+    return "".join(
+        f"{name}{_NAME_VALUE_SEPARATOR}{value}{_PROPERTY_SEPARATOR}"
+        for name, value in properties.items()
+    ).encode()
+
+
+def decode_properties(raw: bytes | memoryview) -> dict[str, str]:
+    """Parse a properties field into a dict (raw order kept; items without ``\\x01`` skipped).
+
+    Invalid UTF-8 is replaced (U+FFFD), never an error: the raw bytes stay the reference.
+    """
+    result: dict[str, str] = {}
+    for item in bytes(raw).decode("utf-8", "replace").split(_PROPERTY_SEPARATOR):
+        name, sep, value = item.partition(_NAME_VALUE_SEPARATOR)
+        if sep:
+            result[name] = value
+    return result
+
+
+def format_host(address: bytes, port: int) -> str:
+    """``"192.168.1.20:10911"`` or ``"[::1]:10911"`` from a packed address and a port."""
+    if len(address) == 16:
+        return f"[{ipaddress.IPv6Address(address)}]:{port}"
+    return f"{ipaddress.IPv4Address(address)}:{port}"
+
+
+def parse_host(text: str) -> tuple[bytes, int]:
+    """Parse ``"host:port"`` (``"[v6]:port"`` for IPv6) into a packed address and a port.
+
+    Raises:
+        ValueError: ``text`` is not an IP address and port.
+    """
+    host, sep, port = text.rpartition(":")
+    if not sep:
+        raise ValueError(f"not host:port: {text!r}")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    return ipaddress.ip_address(host).packed, int(port)
+
+
+def offset_msg_id(store_host: bytes, store_port: int, physical_offset: int) -> str:
+    """RocketMQ's offset message id: store host, port and physical offset in upper hex."""
+    layout = _MSG_ID_V6 if len(store_host) == 16 else _MSG_ID_V4
+    return layout.pack(store_host, store_port, physical_offset).hex().upper()
+
+
+class MessageRecord(NamedTuple):
+    """One decoded commit log record; fields in the order of the format.
+
+    A :class:`typing.NamedTuple` rather than an attrs class on purpose: scanning builds one per
+    record and a frozen attrs ``__init__`` of 19 fields costs 1.7 µs, a tuple 0.1 µs
+    (measured; it was 45 % of the scan time). It is immutable all the same.
+
+    ``properties_raw`` is kept exactly as stored (its order is a Java HashMap's), so
+    :func:`encode_record` gives back the same bytes; :attr:`properties` parses it.
+    ``born_host`` / ``store_host`` are packed addresses (4 or 16 bytes, as SYSFLAG says).
+    Build a new record with :meth:`create`, which computes the CRC, magic, size and host flags.
+    """
+
+    size: int
+    magic: int
+    body_crc: int
+    queue_id: int
+    flag: int
+    queue_offset: int
+    physical_offset: int
+    sys_flag: int
+    born_timestamp: int
+    born_host: bytes
+    born_port: int
+    store_timestamp: int
+    store_host: bytes
+    store_port: int
+    reconsume_times: int
+    prepared_transaction_offset: int
+    body: bytes
+    topic: str
+    properties_raw: bytes
+
+    @classmethod
+    def create(
+        cls,
+        *,
+        topic: str,
+        body: bytes,
+        queue_id: int = 0,
+        flag: int = 0,
+        queue_offset: int = 0,
+        physical_offset: int = 0,
+        sys_flag: int = 0,
+        born_timestamp: int = 0,
+        born_host: bytes = b"\x7f\x00\x00\x01",
+        born_port: int = 0,
+        store_timestamp: int = 0,
+        store_host: bytes = b"\x7f\x00\x00\x01",
+        store_port: int = 10911,
+        reconsume_times: int = 0,
+        prepared_transaction_offset: int = 0,
+        properties: Mapping[str, str] | bytes = b"",
+    ) -> MessageRecord:
+        """A record with its size, magic (V2 for topics over 127 bytes), CRC and host flags set."""
+        raw = properties if isinstance(properties, bytes) else encode_properties(properties)
+        sys_flag &= ~_HOST_FLAGS
+        if len(born_host) == 16:
+            sys_flag |= BORN_HOST_V6_FLAG
+        if len(store_host) == 16:
+            sys_flag |= STORE_HOST_V6_FLAG
+        topic_len = len(topic.encode())
+        return cls(
+            size=record_size(sys_flag, len(body), topic_len, len(raw)),
+            magic=MAGIC_V2 if topic_len > MAX_TOPIC_SIZE_V1 else MAGIC_V1,
+            body_crc=body_crc(body),
+            queue_id=queue_id,
+            flag=flag,
+            queue_offset=queue_offset,
+            physical_offset=physical_offset,
+            sys_flag=sys_flag,
+            born_timestamp=born_timestamp,
+            born_host=born_host,
+            born_port=born_port,
+            store_timestamp=store_timestamp,
+            store_host=store_host,
+            store_port=store_port,
+            reconsume_times=reconsume_times,
+            prepared_transaction_offset=prepared_transaction_offset,
+            body=body,
+            topic=topic,
+            properties_raw=raw,
+        )
+
+    @property
+    def properties(self) -> dict[str, str]:
+        """The properties parsed into a new dict (in stored order)."""
+        return decode_properties(self.properties_raw)
+
+    @property
+    def tags(self) -> str | None:
+        """The ``TAGS`` property, or None."""
+        return self.properties.get("TAGS")
+
+    @property
+    def tags_hash(self) -> int:
+        """The consume queue tag hash: Java ``hashCode`` of TAGS, 0 without tags."""
+        tags = self.tags
+        return java_string_hash(tags) if tags else 0
+
+    @property
+    def msg_id(self) -> str:
+        """The offset message id (store host, port, physical offset)."""
+        return offset_msg_id(self.store_host, self.store_port, self.physical_offset)
+
+    @property
+    def crc_ok(self) -> bool:
+        """Whether BODYCRC matches the body."""
+        return body_crc(self.body) == self.body_crc
+
+    @property
+    def born_address(self) -> str:
+        """The born host as ``"ip:port"``."""
+        return format_host(self.born_host, self.born_port)
+
+    @property
+    def store_address(self) -> str:
+        """The store host as ``"ip:port"``."""
+        return format_host(self.store_host, self.store_port)
+
+
+def pack_record_into(
+    buf: bytearray | memoryview,
+    pos: int,
+    *,
+    size: int,
+    magic: int,
+    crc: int,
+    queue_id: int,
+    flag: int,
+    queue_offset: int,
+    physical_offset: int,
+    sys_flag: int,
+    born_timestamp: int,
+    born_host: bytes,
+    born_port: int,
+    store_timestamp: int,
+    store_host: bytes,
+    store_port: int,
+    reconsume_times: int,
+    prepared_transaction_offset: int,
+    body: bytes | memoryview,
+    topic: bytes,
+    properties_raw: bytes,
+) -> None:
+    """Write one record at ``buf[pos:pos + size]`` (the store's put path; no validation).
+
+    ``sys_flag``'s host bits must match the host lengths and ``size`` must equal
+    :func:`record_size`; ``topic`` is UTF-8 bytes.
+    """
+    header = _HEADERS[(sys_flag & _HOST_FLAGS) >> 4]
+    header.pack_into(
+        buf,
+        pos,
+        size,
+        magic,
+        crc,
+        queue_id,
+        flag,
+        queue_offset,
+        physical_offset,
+        sys_flag,
+        born_timestamp,
+        born_host,
+        born_port,
+        store_timestamp,
+        store_host,
+        store_port,
+        reconsume_times,
+        prepared_transaction_offset,
+        len(body),
+    )
+    p = pos + header.size
+    end = p + len(body)
+    buf[p:end] = body
+    if magic == MAGIC_V2:
+        _I16.pack_into(buf, end, len(topic))
+        p = end + 2
+    else:
+        buf[end] = len(topic)
+        p = end + 1
+    end = p + len(topic)
+    buf[p:end] = topic
+    _I16.pack_into(buf, end, len(properties_raw))
+    buf[end + 2 : end + 2 + len(properties_raw)] = properties_raw
+
+
+def encode_record(record: MessageRecord) -> bytes:
+    """Encode a record to its exact bytes (``record.size`` of them).
+
+    Raises:
+        ValueError: the record's size, host flags or lengths are inconsistent.
+    """
+    topic = record.topic.encode()
+    expected = record_size(
+        record.sys_flag,
+        len(record.body),
+        len(topic),
+        len(record.properties_raw),
+        v2=record.magic == MAGIC_V2,
+    )
+    if record.size != expected:
+        raise ValueError(f"record size {record.size} does not match its fields ({expected})")
+    if record.magic not in (MAGIC_V1, MAGIC_V2) or (
+        record.magic == MAGIC_V1 and len(topic) > MAX_TOPIC_SIZE_V1
+    ):
+        raise ValueError(f"bad magic 0x{record.magic:08X} for a topic of {len(topic)} bytes")
+    if len(record.born_host) != (16 if record.sys_flag & BORN_HOST_V6_FLAG else 4) or len(
+        record.store_host
+    ) != (16 if record.sys_flag & STORE_HOST_V6_FLAG else 4):
+        raise ValueError("host address lengths do not match SYSFLAG")
+    buf = bytearray(record.size)
+    pack_record_into(
+        buf,
+        0,
+        size=record.size,
+        magic=record.magic,
+        crc=record.body_crc,
+        queue_id=record.queue_id,
+        flag=record.flag,
+        queue_offset=record.queue_offset,
+        physical_offset=record.physical_offset,
+        sys_flag=record.sys_flag,
+        born_timestamp=record.born_timestamp,
+        born_host=record.born_host,
+        born_port=record.born_port,
+        store_timestamp=record.store_timestamp,
+        store_host=record.store_host,
+        store_port=record.store_port,
+        reconsume_times=record.reconsume_times,
+        prepared_transaction_offset=record.prepared_transaction_offset,
+        body=record.body,
+        topic=topic,
+        properties_raw=record.properties_raw,
+    )
+    return bytes(buf)
+
+
+def pack_blank_into(buf: bytearray | memoryview, pos: int, space_left: int) -> None:
+    """Write the end-of-file blank record (``space_left``, magic) at ``buf[pos:pos + 8]``."""
+    _PREFIX.pack_into(buf, pos, space_left, BLANK_MAGIC)
+
+
+def encode_blank(space_left: int) -> bytes:
+    """The 8 bytes of a blank record that fills ``space_left`` bytes of a file."""
+    return _PREFIX.pack(space_left, BLANK_MAGIC)
+
+
+class StopReason(enum.Enum):
+    """Why :class:`RecordScanner` stopped."""
+
+    END = "end"
+    """Scanning reached ``end`` exactly, on a record boundary."""
+    BLANK = "blank"
+    """An end-of-file blank record: the data goes on at the start of the next file."""
+    UNWRITTEN = "unwritten"
+    """A zero size and magic: the rest of the file was never written."""
+    INCOMPLETE = "incomplete"
+    """A record goes on past ``end`` (its rest has not been written or received yet)."""
+    INVALID = "invalid"
+    """A record failed validation: see :attr:`ScanStop.detail`."""
+
+
+@attrs.frozen
+class ScanStop:
+    """Where and why a scan stopped.
+
+    Attributes:
+        offset: physical offset of the stop (``base_offset`` + position in the buffer).
+        reason: a :class:`StopReason`.
+        detail: human-readable detail (the validation failure for ``INVALID``).
+        blank_size: the space-left field of a blank record (``BLANK`` only), else 0.
+    """
+
+    offset: int
+    reason: StopReason
+    detail: str = ""
+    blank_size: int = 0
+
+    def error(self) -> CorruptRecordError:
+        """This stop as a :class:`CorruptRecordError` (for raising)."""
+        return CorruptRecordError(self.offset, self.detail or self.reason.value)
+
+
+class RecordScanner:
+    """Iterates over the valid records of a buffer (a memoryview of a mapped file).
+
+    Iterating yields :class:`MessageRecord` objects in order and stops at the first thing that
+    is not a complete valid record; :attr:`stop` then says where and why, and
+    :attr:`position` is the buffer position right after the last yielded record. The scanner
+    never raises for bad data (a corrupt record is a stop with reason ``INVALID``), never reads
+    past ``len(buf)`` and never copies the buffer (only each body, topic and properties).
+
+    Validation, as RocketMQ's ``checkMessageAndReturnSize`` and recovery: the magic, TOTALSIZE
+    against the fields it sums and against the room left in the buffer, every length, UTF-8 of
+    the topic and (with ``check_crc``) the body CRC.
+
+    Args:
+        buf: the bytes, typically ``memoryview(mmap)`` of a whole file.
+        start: buffer position to start at (a record boundary).
+        end: buffer position up to which data was written (default ``len(buf)``). A record
+            that fits in ``buf`` but not before ``end`` is ``INCOMPLETE``; one that does not fit
+            in ``buf`` at all is ``INVALID``.
+        base_offset: physical offset of ``buf[0]`` (the file's start offset), used for
+            :attr:`ScanStop.offset` and :attr:`record_offset`.
+        check_crc: verify body CRCs (the default).
+    """
+
+    __slots__ = ("_buf", "_end", "base_offset", "check_crc", "position", "record_offset", "stop")
+
+    def __init__(
+        self,
+        buf: bytes | bytearray | memoryview,
+        start: int = 0,
+        end: int | None = None,
+        *,
+        base_offset: int = 0,
+        check_crc: bool = True,
+    ) -> None:
+        view = memoryview(buf)
+        if view.format != "B" or view.ndim != 1:
+            view = view.cast("B")
+        self._buf = view
+        self._end = len(view) if end is None else min(end, len(view))
+        self.base_offset = base_offset
+        self.check_crc = check_crc
+        self.position = start
+        """Buffer position after the last record yielded (the next record's start)."""
+        self.record_offset = base_offset + start
+        """Physical offset of the record last yielded."""
+        self.stop: ScanStop | None = None
+        """Set when iteration ends."""
+
+    def __iter__(self) -> Iterator[MessageRecord]:
+        return self._scan()
+
+    def _stop(self, pos: int, reason: StopReason, detail: str = "", blank: int = 0) -> None:
+        self.position = pos
+        self.stop = ScanStop(self.base_offset + pos, reason, detail, blank)
+
+    def _scan(self) -> Iterator[MessageRecord]:
+        buf = self._buf
+        end = self._end
+        limit = len(buf)
+        pos = self.position
+        check_crc = self.check_crc
+        base = self.base_offset
+        prefix_unpack = _PREFIX.unpack_from
+        header_v4_unpack = _HEADER_V4.unpack_from
+        v4_size = _HEADER_V4.size
+        crc32 = zlib.crc32
+        new_tuple = tuple.__new__
+        record = MessageRecord
+        while True:
+            if end - pos >= v4_size:
+                h = header_v4_unpack(buf, pos)
+                total = h[0]
+                magic = h[1]
+            elif end - pos < 8:
+                if pos >= end:
+                    self._stop(pos, StopReason.END)
+                else:
+                    self._stop(pos, StopReason.INCOMPLETE, "a partial record header")
+                return
+            else:
+                total, magic = prefix_unpack(buf, pos)
+                h = None
+            if magic in (MAGIC_V1, MAGIC_V2):
+                pass
+            elif magic == BLANK_MAGIC:
+                if total < BLANK_RECORD_SIZE or total > limit - pos:
+                    self._stop(pos, StopReason.INVALID, f"blank record of bad size {total}")
+                else:
+                    self._stop(pos, StopReason.BLANK, blank=total)
+                return
+            elif magic == 0 and total == 0:
+                self._stop(pos, StopReason.UNWRITTEN)
+                return
+            else:
+                self._stop(pos, StopReason.INVALID, f"unknown magic code 0x{magic:08X}")
+                return
+            if total < MIN_RECORD_SIZE:
+                self._stop(pos, StopReason.INVALID, f"total size {total} is too small")
+                return
+            if total > limit - pos:
+                self._stop(
+                    pos, StopReason.INVALID, f"total size {total} goes beyond the end of the file"
+                )
+                return
+            if total > end - pos:
+                self._stop(pos, StopReason.INCOMPLETE, f"a record of {total} bytes is partial")
+                return
+            rec_end = pos + total
+            if h is None:
+                h = header_v4_unpack(buf, pos)
+            sys_flag = h[7]
+            hsize = v4_size
+            if sys_flag & _HOST_FLAGS:
+                layout = _HEADERS[(sys_flag & _HOST_FLAGS) >> 4]
+                hsize = layout.size
+                if hsize + 3 > total:
+                    self._stop(pos, StopReason.INVALID, f"total size {total} is too small")
+                    return
+                h = layout.unpack_from(buf, pos)
+            body_len = h[16]
+            p = pos + hsize
+            if body_len < 0 or body_len > rec_end - p - 3:
+                self._stop(pos, StopReason.INVALID, f"body length {body_len} does not fit")
+                return
+            body_view = buf[p : p + body_len]
+            if check_crc and (crc32(body_view) & 0x7FFFFFFF) != h[2]:
+                self._stop(pos, StopReason.INVALID, "body CRC mismatch")
+                return
+            p += body_len
+            if magic == MAGIC_V1:
+                topic_len = buf[p]
+                p += 1
+            else:
+                (topic_len,) = _I16.unpack_from(buf, p)
+                p += 2
+            if topic_len < 0 or p + topic_len + 2 > rec_end:
+                self._stop(pos, StopReason.INVALID, f"topic length {topic_len} does not fit")
+                return
+            try:
+                topic = str(buf[p : p + topic_len], "utf-8")
+            except UnicodeDecodeError:
+                self._stop(pos, StopReason.INVALID, "topic is not UTF-8")
+                return
+            p += topic_len
+            (props_len,) = _I16.unpack_from(buf, p)
+            p += 2
+            if props_len < 0 or p + props_len != rec_end:
+                self._stop(
+                    pos,
+                    StopReason.INVALID,
+                    f"total size {total} does not match its fields (properties length {props_len})",
+                )
+                return
+            self.record_offset = base + pos
+            self.position = rec_end
+            yield new_tuple(
+                record,
+                (
+                    total,
+                    magic,
+                    h[2],
+                    h[3],
+                    h[4],
+                    h[5],
+                    h[6],
+                    sys_flag,
+                    h[8],
+                    h[9],
+                    h[10],
+                    h[11],
+                    h[12],
+                    h[13],
+                    h[14],
+                    h[15],
+                    bytes(body_view),
+                    topic,
+                    bytes(buf[p:rec_end]),
+                ),
+            )
+            pos = rec_end
+
+
+def scan_records(
+    buf: bytes | bytearray | memoryview,
+    start: int = 0,
+    end: int | None = None,
+    *,
+    base_offset: int = 0,
+    check_crc: bool = True,
+) -> RecordScanner:
+    """Scan the records of ``buf`` from ``start``; see :class:`RecordScanner`.
+
+    Example::
+
+        scanner = scan_records(memoryview(mm), base_offset=file_start)
+        for record in scanner:
+            print(scanner.record_offset, record.topic, record.queue_offset)
+        print(scanner.stop)  # ScanStop(offset=..., reason=StopReason.BLANK, ...)
+    """
+    return RecordScanner(buf, start, end, base_offset=base_offset, check_crc=check_crc)
+
+
+def decode_record(
+    buf: bytes | bytearray | memoryview,
+    pos: int = 0,
+    *,
+    base_offset: int = 0,
+    check_crc: bool = True,
+) -> MessageRecord:
+    """Decode and validate the one record at ``buf[pos:]``.
+
+    Raises:
+        CorruptRecordError: there is no complete valid record at ``pos`` (a blank record, a
+            bad magic, a bad length, a CRC mismatch, ...); its ``offset`` is
+            ``base_offset + pos``.
+    """
+    scanner = RecordScanner(buf, pos, base_offset=base_offset, check_crc=check_crc)
+    for record in scanner:
+        return record
+    stop = scanner.stop
+    assert stop is not None
+    if stop.reason is StopReason.BLANK:
+        raise CorruptRecordError(stop.offset, "end-of-file blank record, not a message")
+    raise stop.error()
