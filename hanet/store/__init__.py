@@ -1,7 +1,13 @@
 """RocketMQ-compatible commit log store.
 
-The message codec (:func:`scan_records`, :func:`decode_record`, :func:`encode_record`,
-:class:`MessageRecord`) is pure and synchronous; see ``hanet/store/_codec.py``.
+- The message codec (:func:`scan_records`, :func:`decode_record`, :func:`encode_record`,
+  :class:`MessageRecord`) is pure and synchronous (``_codec.py``).
+- :class:`MappedFile` / :class:`MappedFileQueue`: fixed-size preallocated, pre-faulted mapped
+  files named by their 20-digit start offset (``_mapped_file.py``, ``_mapped_queue.py``).
+- :class:`ConsumeQueue`: 20-byte entries per topic and queue (``_consume_queue.py``).
+- :class:`CommitLogStore`: puts, raw appends (HA slave), dispatch, flushing, recovery
+  (``_store.py``, ``_recovery.py``, ``_store_files.py``); its module docstring describes the
+  sync core / async durability split the HA layer relies on.
 """
 
 from ._codec import (
@@ -34,6 +40,19 @@ from ._codec import (
     record_size,
     scan_records,
 )
+from ._config import (
+    DEFAULT_CONSUME_QUEUE_FILE_SIZE,
+    DEFAULT_MAPPED_FILE_SIZE,
+    DEFAULT_MAX_MESSAGE_SIZE,
+    FlushDiskType,
+    Message,
+    PutResult,
+    PutStatus,
+    StoreConfig,
+    StoreRole,
+    StoreStatistics,
+)
+from ._consume_queue import CQ_ENTRY_SIZE, ConsumeQueue
 from ._errors import (
     CorruptRecordError,
     OffsetMismatchError,
@@ -42,11 +61,18 @@ from ._errors import (
     StoreLayoutError,
     StoreLockedError,
 )
+from ._mapped_file import MappedFile, file_name
+from ._mapped_queue import MappedFileQueue, list_mapped_files
+from ._store import CommitLogStore, Listener
 
 __all__ = [
     "BLANK_MAGIC",
     "BLANK_RECORD_SIZE",
     "BORN_HOST_V6_FLAG",
+    "CQ_ENTRY_SIZE",
+    "DEFAULT_CONSUME_QUEUE_FILE_SIZE",
+    "DEFAULT_MAPPED_FILE_SIZE",
+    "DEFAULT_MAX_MESSAGE_SIZE",
     "MAGIC_V1",
     "MAGIC_V2",
     "MAX_PROPERTIES_SIZE",
@@ -54,24 +80,38 @@ __all__ = [
     "MAX_TOPIC_SIZE_V1",
     "MIN_RECORD_SIZE",
     "STORE_HOST_V6_FLAG",
+    "CommitLogStore",
+    "ConsumeQueue",
     "CorruptRecordError",
+    "FlushDiskType",
+    "Listener",
+    "MappedFile",
+    "MappedFileQueue",
+    "Message",
     "MessageRecord",
     "OffsetMismatchError",
+    "PutResult",
+    "PutStatus",
     "RecordScanner",
     "ScanStop",
     "StopReason",
     "StoreClosedError",
+    "StoreConfig",
     "StoreError",
     "StoreLayoutError",
     "StoreLockedError",
+    "StoreRole",
+    "StoreStatistics",
     "body_crc",
     "decode_properties",
     "decode_record",
     "encode_blank",
     "encode_properties",
     "encode_record",
+    "file_name",
     "format_host",
     "java_string_hash",
+    "list_mapped_files",
     "offset_msg_id",
     "pack_blank_into",
     "pack_record_into",

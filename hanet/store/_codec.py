@@ -489,9 +489,21 @@ class RecordScanner:
         base_offset: physical offset of ``buf[0]`` (the file's start offset), used for
             :attr:`ScanStop.offset` and :attr:`record_offset`.
         check_crc: verify body CRCs (the default).
+        check_physical_offset: also require each record's PHYSICALOFFSET field to equal its
+            own offset (``base_offset`` + position): what a store checks, off by default so
+            that a lone record can be decoded from any buffer.
     """
 
-    __slots__ = ("_buf", "_end", "base_offset", "check_crc", "position", "record_offset", "stop")
+    __slots__ = (
+        "_buf",
+        "_end",
+        "base_offset",
+        "check_crc",
+        "check_physical_offset",
+        "position",
+        "record_offset",
+        "stop",
+    )
 
     def __init__(
         self,
@@ -501,6 +513,7 @@ class RecordScanner:
         *,
         base_offset: int = 0,
         check_crc: bool = True,
+        check_physical_offset: bool = False,
     ) -> None:
         view = memoryview(buf)
         if view.format != "B" or view.ndim != 1:
@@ -509,6 +522,7 @@ class RecordScanner:
         self._end = len(view) if end is None else min(end, len(view))
         self.base_offset = base_offset
         self.check_crc = check_crc
+        self.check_physical_offset = check_physical_offset
         self.position = start
         """Buffer position after the last record yielded (the next record's start)."""
         self.record_offset = base_offset + start
@@ -529,6 +543,7 @@ class RecordScanner:
         limit = len(buf)
         pos = self.position
         check_crc = self.check_crc
+        check_offset = self.check_physical_offset
         base = self.base_offset
         prefix_unpack = _PREFIX.unpack_from
         header_v4_unpack = _HEADER_V4.unpack_from
@@ -587,6 +602,13 @@ class RecordScanner:
                     self._stop(pos, StopReason.INVALID, f"total size {total} is too small")
                     return
                 h = layout.unpack_from(buf, pos)
+            if check_offset and h[6] != base + pos:
+                self._stop(
+                    pos,
+                    StopReason.INVALID,
+                    f"physical offset field {h[6]} does not match the record's offset",
+                )
+                return
             body_len = h[16]
             p = pos + hsize
             if body_len < 0 or body_len > rec_end - p - 3:
@@ -657,6 +679,7 @@ def scan_records(
     *,
     base_offset: int = 0,
     check_crc: bool = True,
+    check_physical_offset: bool = False,
 ) -> RecordScanner:
     """Scan the records of ``buf`` from ``start``; see :class:`RecordScanner`.
 
@@ -667,7 +690,14 @@ def scan_records(
             print(scanner.record_offset, record.topic, record.queue_offset)
         print(scanner.stop)  # ScanStop(offset=..., reason=StopReason.BLANK, ...)
     """
-    return RecordScanner(buf, start, end, base_offset=base_offset, check_crc=check_crc)
+    return RecordScanner(
+        buf,
+        start,
+        end,
+        base_offset=base_offset,
+        check_crc=check_crc,
+        check_physical_offset=check_physical_offset,
+    )
 
 
 def decode_record(

@@ -1,0 +1,203 @@
+"""Configuration, messages, put results and statistics of the commit log store."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+
+__all__ = [
+    "DEFAULT_CONSUME_QUEUE_FILE_SIZE",
+    "DEFAULT_MAPPED_FILE_SIZE",
+    "DEFAULT_MAX_MESSAGE_SIZE",
+    "FlushDiskType",
+    "Message",
+    "PutResult",
+    "PutStatus",
+    "StoreConfig",
+    "StoreRole",
+    "StoreStatistics",
+]
+
+DEFAULT_MAPPED_FILE_SIZE = 1024 * 1024 * 1024
+"""RocketMQ's commit log file size (1 GiB)."""
+DEFAULT_CONSUME_QUEUE_FILE_SIZE = 300_000 * 20
+"""RocketMQ's consume queue file size (300,000 entries)."""
+DEFAULT_MAX_MESSAGE_SIZE = 4 * 1024 * 1024
+"""RocketMQ's largest message body (4 MiB)."""
+
+
+class FlushDiskType(enum.Enum):
+    """When a put counts as durable on the local disk."""
+
+    ASYNC_FLUSH = "ASYNC_FLUSH"
+    """A flusher fsyncs every ``flush_interval``; puts answer at once."""
+    SYNC_FLUSH = "SYNC_FLUSH"
+    """``put_async`` answers once the bytes are fsynced (concurrent puts share one fsync)."""
+
+
+class StoreRole(enum.Enum):
+    """Who writes the commit log."""
+
+    MASTER = "MASTER"
+    """Producers put messages."""
+    SLAVE = "SLAVE"
+    """Only replayed bytes are appended (:meth:`CommitLogStore.append_raw`); puts are refused."""
+
+
+class PutStatus(enum.Enum):
+    """RocketMQ's ``PutMessageStatus`` (5.x order)."""
+
+    PUT_OK = "PUT_OK"
+    FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT"
+    FLUSH_SLAVE_TIMEOUT = "FLUSH_SLAVE_TIMEOUT"
+    SLAVE_NOT_AVAILABLE = "SLAVE_NOT_AVAILABLE"
+    SERVICE_NOT_AVAILABLE = "SERVICE_NOT_AVAILABLE"
+    CREATE_MAPPED_FILE_FAILED = "CREATE_MAPPED_FILE_FAILED"
+    MESSAGE_ILLEGAL = "MESSAGE_ILLEGAL"
+    PROPERTIES_SIZE_EXCEEDED = "PROPERTIES_SIZE_EXCEEDED"
+    OS_PAGE_CACHE_BUSY = "OS_PAGE_CACHE_BUSY"
+    UNKNOWN_ERROR = "UNKNOWN_ERROR"
+
+
+def _positive(instance: object, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if value <= 0:
+        raise ValueError(f"{attribute.name} must be > 0, got {value}")
+
+
+def _cq_size(instance: object, attribute: attrs.Attribute[Any], value: int) -> None:
+    if value <= 0 or value % 20:
+        raise ValueError(f"{attribute.name} must be a positive multiple of 20, got {value}")
+
+
+@attrs.frozen
+class StoreConfig:
+    """Settings of a :class:`CommitLogStore` (defaults as RocketMQ's).
+
+    Attributes:
+        mapped_file_size: commit log file size (1 GiB). Must match the files on disk.
+        consume_queue_file_size: consume queue file size (6,000,000 = 300,000 entries).
+        flush_disk_type: ASYNC_FLUSH or SYNC_FLUSH.
+        flush_interval: seconds between flushes of the ASYNC flusher (0.5).
+        sync_flush_timeout: seconds a SYNC_FLUSH put waits for its fsync before it answers
+            FLUSH_DISK_TIMEOUT (5, as RocketMQ's ``syncFlushTimeout``).
+        max_message_size: largest body accepted (4 MiB); larger is MESSAGE_ILLEGAL.
+        role: MASTER (puts) or SLAVE (raw appends only).
+        store_host: the ``ip:port`` written as STOREHOST into put records.
+        warm_mapped_files: pre-fault new files before writing them (True).
+    """
+
+    mapped_file_size: int = attrs.field(default=DEFAULT_MAPPED_FILE_SIZE, validator=_positive)
+    consume_queue_file_size: int = attrs.field(
+        default=DEFAULT_CONSUME_QUEUE_FILE_SIZE, validator=_cq_size
+    )
+    flush_disk_type: FlushDiskType = FlushDiskType.ASYNC_FLUSH
+    flush_interval: float = attrs.field(default=0.5, validator=_positive)
+    sync_flush_timeout: float = attrs.field(default=5.0, validator=_positive)
+    max_message_size: int = attrs.field(default=DEFAULT_MAX_MESSAGE_SIZE, validator=_positive)
+    role: StoreRole = StoreRole.MASTER
+    store_host: str = "127.0.0.1:10911"
+    warm_mapped_files: bool = True
+
+
+@attrs.frozen
+class Message:
+    """A message to put.
+
+    Attributes:
+        topic: ``[%|a-zA-Z0-9_-]+``, at most 32767 bytes (V2 records past 127).
+        body: the payload (at most ``max_message_size``).
+        queue_id: the queue within the topic (>= 0).
+        flag: the producer's flag.
+        properties: name -> value, written in this order (``TAGS``, ``KEYS``, ...).
+        sys_flag: SYSFLAG bits other than the host bits (which follow ``born_host``).
+        born_timestamp: ms since the epoch; 0 means "now" at put time.
+        born_host: packed IPv4 (4 bytes) or IPv6 (16 bytes) address of the producer.
+        born_port: the producer's port.
+        reconsume_times, prepared_transaction_offset: as RocketMQ's.
+    """
+
+    topic: str
+    body: bytes
+    queue_id: int = 0
+    flag: int = 0
+    properties: Mapping[str, str] = attrs.field(factory=dict, hash=False)
+    sys_flag: int = 0
+    born_timestamp: int = 0
+    born_host: bytes = b"\x7f\x00\x00\x01"
+    born_port: int = 0
+    reconsume_times: int = 0
+    prepared_transaction_offset: int = 0
+
+
+@attrs.frozen
+class PutResult:
+    """The answer to a put.
+
+    Attributes:
+        status: PUT_OK or why not. A message that is not PUT_OK wrote nothing, except the
+            statuses of a durability or replication wait (FLUSH_DISK_TIMEOUT, ...), where the
+            message is stored all the same.
+        wrote_offset: physical offset of the record (-1 when nothing was written).
+        wrote_size: its size in bytes (0 when nothing was written).
+        queue_offset: its queue offset (-1 when nothing was written).
+        msg_id: the offset message id ("" when nothing was written).
+        store_timestamp: its STORETIMESTAMP (ms).
+        detail: why it was refused, for humans.
+    """
+
+    status: PutStatus
+    wrote_offset: int = -1
+    wrote_size: int = 0
+    queue_offset: int = -1
+    msg_id: str = ""
+    store_timestamp: int = 0
+    detail: str = ""
+
+    @property
+    def ok(self) -> bool:
+        """Whether the status is PUT_OK."""
+        return self.status is PutStatus.PUT_OK
+
+    @property
+    def end_offset(self) -> int:
+        """The offset right after the record (what a durability or slave ack must reach)."""
+        return self.wrote_offset + self.wrote_size
+
+
+@attrs.frozen
+class StoreStatistics:
+    """A snapshot of a store's state (:meth:`CommitLogStore.statistics`).
+
+    Attributes:
+        min_offset, max_offset: the commit log's data range.
+        flushed_offset: data up to here is on disk.
+        dispatched_offset: records before here are in the consume queues.
+        mapped_files: how many commit log files.
+        consume_queues: how many (topic, queue) consume queues.
+        puts, put_bytes: messages and bytes put since open.
+        raw_appended_bytes: bytes appended by :meth:`CommitLogStore.append_raw` since open.
+        flushes: fsync rounds done since open.
+        dispatch_error: the first record that failed validation while dispatching (offset and
+            reason), or None.
+        recovered_abnormally: whether open found the ``abort`` file (a crash).
+        truncated_at: where recovery cut an invalid record off at open, or None.
+        closed: whether the store was closed.
+    """
+
+    min_offset: int
+    max_offset: int
+    flushed_offset: int
+    dispatched_offset: int
+    mapped_files: int
+    consume_queues: int
+    puts: int
+    put_bytes: int
+    raw_appended_bytes: int
+    flushes: int
+    dispatch_error: tuple[int, str] | None
+    recovered_abnormally: bool
+    truncated_at: int | None
+    closed: bool

@@ -1,0 +1,149 @@
+"""Consume queues: the per-(topic, queue id) index of a commit log, as RocketMQ's.
+
+``consumequeue/<topic>/<queueId>/`` holds mapped files (6,000,000 bytes by default, named by
+their byte offset) of 20-byte entries: ``i64`` commit log offset, ``i32`` size, ``i64`` tag
+hash. The entry of queue offset ``q`` is at byte ``q * 20``. A queue that starts past 0 (a
+slave that joined late) fills the start of its first file with blank entries
+(offset 0, size ``0x7FFFFFFF``, hash 0), as RocketMQ's ``fillPreBlank``.
+"""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+
+from ._mapped_queue import MappedFileQueue
+
+__all__ = ["CQ_ENTRY_SIZE", "ConsumeQueue"]
+
+CQ_ENTRY_SIZE = 20
+"""Bytes per consume queue entry."""
+
+_ENTRY = struct.Struct(">qiq")
+_BLANK_SIZE = 0x7FFFFFFF
+_BLANK_ENTRY = _ENTRY.pack(0, _BLANK_SIZE, 0)
+
+
+class ConsumeQueue:
+    """The consume queue of one topic and queue id.
+
+    Args:
+        directory: ``consumequeue/<topic>/<queueId>``.
+        topic, queue_id: what it indexes.
+        file_size: bytes per file, a multiple of 20 (RocketMQ: 6,000,000).
+        warm: pre-fault new files.
+    """
+
+    def __init__(
+        self, directory: Path, topic: str, queue_id: int, file_size: int, *, warm: bool = True
+    ) -> None:
+        if file_size % CQ_ENTRY_SIZE:
+            raise ValueError(f"consume queue file size {file_size} is not a multiple of 20")
+        self.topic = topic
+        self.queue_id = queue_id
+        self.files = MappedFileQueue(directory, file_size, warm=warm)
+        self.min_queue_offset = 0
+
+    def load(self) -> None:
+        """Map the existing files and find the end of the entries (the first zero entry).
+
+        Raises:
+            StoreLayoutError: wrong file size or a gap.
+        """
+        self.files.load()
+        if not self.files.files:
+            return
+        # Entries are written contiguously and truncation zeroes what it drops, so the end is
+        # the first entry whose size is 0: binary search over each file from the last one.
+        end = self.files.files[0].start_offset
+        for mapped in reversed(self.files.files):
+            count = self._count_entries(mapped.view, mapped.size // CQ_ENTRY_SIZE)
+            if count:
+                end = mapped.start_offset + count * CQ_ENTRY_SIZE
+                break
+        self.files.truncate(end)
+        self.min_queue_offset = self.files.files[0].start_offset // CQ_ENTRY_SIZE
+        first = self.files.files[0]
+        for i in range(first.wrote // CQ_ENTRY_SIZE):
+            if _ENTRY.unpack_from(first.view, i * CQ_ENTRY_SIZE)[1] != _BLANK_SIZE:
+                break
+            self.min_queue_offset += 1
+
+    @staticmethod
+    def _count_entries(view: memoryview, capacity: int) -> int:
+        lo, hi = 0, capacity
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if _ENTRY.unpack_from(view, mid * CQ_ENTRY_SIZE)[1] != 0:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
+
+    @property
+    def max_queue_offset(self) -> int:
+        """The queue offset the next message of this queue gets (entries held: ``[min, max)``)."""
+        return self.files.max_offset // CQ_ENTRY_SIZE
+
+    def append(self, queue_offset: int, physical_offset: int, size: int, tags_hash: int) -> None:
+        """Write the entry of ``queue_offset`` (must be :attr:`max_queue_offset`, or anything
+        for an empty queue, whose first file is then filled with blank entries up to it).
+
+        Raises:
+            OffsetMismatchError: a non-contiguous queue offset.
+        """
+        position = queue_offset * CQ_ENTRY_SIZE
+        if not self.files.files and queue_offset:
+            start = self.files.file_start(position)
+            if position > start:
+                self.files.append_raw(start, _BLANK_ENTRY * ((position - start) // CQ_ENTRY_SIZE))
+            self.min_queue_offset = queue_offset
+        self.files.append_raw(position, _ENTRY.pack(physical_offset, size, tags_hash))
+
+    def get(self, queue_offset: int) -> tuple[int, int, int] | None:
+        """``(physical offset, size, tag hash)`` of an entry, or None if not held."""
+        if not self.min_queue_offset <= queue_offset < self.max_queue_offset:
+            return None
+        position = queue_offset * CQ_ENTRY_SIZE
+        mapped = self.files.find(position)
+        if mapped is None:
+            return None
+        entry: tuple[int, int, int] = _ENTRY.unpack_from(
+            mapped.view, position - mapped.start_offset
+        )
+        return entry
+
+    def last_physical_end(self) -> int:
+        """The commit log offset right after the last entry's message (0 when empty)."""
+        if self.max_queue_offset <= self.min_queue_offset:
+            return 0
+        entry = self.get(self.max_queue_offset - 1)
+        return 0 if entry is None else entry[0] + entry[1]
+
+    def truncate_physical(self, physical_end: int) -> int:
+        """Drop the entries pointing at or past ``physical_end``; returns how many were dropped.
+
+        Entries grow with the physical offset, so it walks back from the last one.
+        """
+        q = self.max_queue_offset
+        while q > self.min_queue_offset:
+            entry = self.get(q - 1)
+            if entry is None or entry[0] + entry[1] <= physical_end:
+                break
+            q -= 1
+        dropped = self.max_queue_offset - q
+        if dropped:
+            if q <= self.min_queue_offset:
+                self.files.delete_all()
+                self.min_queue_offset = 0
+            else:
+                self.files.truncate(q * CQ_ENTRY_SIZE)
+        return dropped
+
+    def flush(self) -> None:
+        """``fdatasync`` the files (blocks: worker thread)."""
+        self.files.flush()
+
+    def close(self) -> None:
+        """Unmap the files."""
+        self.files.close()

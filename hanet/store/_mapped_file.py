@@ -1,0 +1,168 @@
+"""One fixed-size, preallocated, memory-mapped file of a commit log or consume queue.
+
+A :class:`MappedFile` is named by its 20-digit start offset, preallocated to its full size
+(``posix_fallocate``) and mapped shared. A new file is pre-faulted before it is written
+(``madvise(MADV_POPULATE_WRITE)``, or a write per page where the kernel lacks it): a cold
+mapping caps appends at about 0.65 GB/s on the reference machine, a warm one reaches ~10 GB/s.
+
+Writes are plain memory writes (synchronous, never blocking on the disk); :meth:`flush`
+(``fdatasync``, which also writes back pages dirtied through the mapping on Linux) is the only
+call that waits for the disk and is meant to run in a worker thread.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+from pathlib import Path
+
+import attrs
+
+from ._errors import StoreLayoutError
+
+__all__ = ["FILE_NAME_DIGITS", "MappedFile", "file_name"]
+
+FILE_NAME_DIGITS = 20
+"""Files are named by their start offset, zero padded to this many digits."""
+
+_MADV_POPULATE_WRITE = getattr(mmap, "MADV_POPULATE_WRITE", 23)
+_PAGE = mmap.PAGESIZE
+_ZERO_CHUNK = bytes(1 << 20)
+
+
+def file_name(start_offset: int) -> str:
+    """The file name of a file starting at ``start_offset``: 20 digits, zero padded."""
+    return f"{start_offset:0{FILE_NAME_DIGITS}d}"
+
+
+@attrs.define(eq=False)
+class MappedFile:
+    """A fixed-size file mapped into memory, with a write position.
+
+    Attributes:
+        path: the file's path.
+        start_offset: the offset of its first byte (its name).
+        size: its fixed size in bytes.
+        wrote: bytes written so far (the data end, relative to the file's start).
+        flushed: bytes known to be on disk (relative).
+        view: a writable memoryview of the whole mapping.
+    """
+
+    path: Path
+    start_offset: int
+    size: int
+    _fd: int
+    _mmap: mmap.mmap
+    view: memoryview
+    wrote: int = 0
+    flushed: int = 0
+
+    @classmethod
+    def create(cls, path: Path, start_offset: int, size: int, *, warm: bool = True) -> MappedFile:
+        """Create, preallocate, map and (with ``warm``) pre-fault a new file.
+
+        Raises:
+            StoreLayoutError: the file already exists.
+            OSError: the file cannot be created (disk full, permissions, ...).
+        """
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError as exc:
+            raise StoreLayoutError(f"{path} already exists") from exc
+        try:
+            try:
+                os.posix_fallocate(fd, 0, size)
+            except OSError:  # a file system without fallocate (tmpfs on old kernels, ...)
+                os.ftruncate(fd, size)
+            mapping = mmap.mmap(fd, size)
+        except BaseException:
+            os.close(fd)
+            path.unlink(missing_ok=True)
+            raise
+        mapped = cls(path, start_offset, size, fd, mapping, memoryview(mapping))
+        if warm:
+            mapped.prefault()
+        return mapped
+
+    @classmethod
+    def open(cls, path: Path, start_offset: int, size: int) -> MappedFile:
+        """Map an existing file; its write position is its full size until the caller sets it.
+
+        Raises:
+            StoreLayoutError: the file's size is not ``size``.
+        """
+        actual = path.stat().st_size
+        if actual != size:
+            raise StoreLayoutError(
+                f"{path} has {actual} bytes, expected {size} (the configured file size)"
+            )
+        fd = os.open(path, os.O_RDWR)
+        try:
+            mapping = mmap.mmap(fd, size)
+        except BaseException:
+            os.close(fd)
+            raise
+        return cls(path, start_offset, size, fd, mapping, memoryview(mapping), size, size)
+
+    @property
+    def end_offset(self) -> int:
+        """The offset right after the file's last byte."""
+        return self.start_offset + self.size
+
+    @property
+    def write_offset(self) -> int:
+        """The offset of the data end (``start_offset + wrote``)."""
+        return self.start_offset + self.wrote
+
+    @property
+    def is_full(self) -> bool:
+        """Whether nothing more can be written."""
+        return self.wrote >= self.size
+
+    def prefault(self) -> None:
+        """Fault every page of the mapping in for writing, so appends run at memory speed."""
+        try:
+            self._mmap.madvise(_MADV_POPULATE_WRITE)
+        except (OSError, ValueError):
+            view = self.view
+            for i in range(0, self.size, _PAGE):
+                view[i] = view[i]
+
+    def zero_from(self, position: int) -> None:
+        """Write zeros from ``position`` to the end of the file (truncating stale bytes)."""
+        view = self.view
+        chunk = len(_ZERO_CHUNK)
+        for i in range(position, self.size, chunk):
+            end = min(i + chunk, self.size)
+            zeros = _ZERO_CHUNK[: end - i]
+            if view[i:end].tobytes() != zeros:  # leave zero pages clean (no needless dirtying)
+                view[i:end] = zeros
+
+    def flush(self) -> int:
+        """``fdatasync`` the file; returns the write position that is now on disk.
+
+        Blocks on the disk: call it from a worker thread. Safe to run while the event loop
+        goes on writing into the mapping (later writes are simply not covered).
+        """
+        wrote = self.wrote
+        if self.flushed < wrote:
+            os.fdatasync(self._fd)
+            self.flushed = max(self.flushed, wrote)
+        return self.flushed
+
+    def close(self) -> None:
+        """Unmap and close the file (idempotent)."""
+        if self._fd < 0:
+            return
+        try:
+            self.view.release()
+            self._mmap.close()
+        except BufferError:
+            pass  # a caller still holds a view: the mapping goes away with the last one
+        os.close(self._fd)
+        self._fd = -1
+
+    def delete(self) -> None:
+        """Close and remove the file."""
+        self.close()
+        self.path.unlink(missing_ok=True)

@@ -1,0 +1,257 @@
+"""A directory of contiguous fixed-size mapped files: RocketMQ's ``MappedFileQueue``.
+
+Files are named by their 20-digit start offset and follow each other without gaps: file ``k``
+starts at ``first + k * file_size``. Offsets are absolute (physical offsets for the commit log,
+byte offsets for a consume queue). The queue knows its data range ``[min_offset, max_offset)``,
+reads slices that never cross a file, appends raw bytes at an exact offset (what an HA slave
+does) and truncates (what recovery does).
+
+Everything here is synchronous and in memory except :meth:`MappedFileQueue.flush`, which
+waits for the disk (run it in a worker thread).
+"""
+
+from __future__ import annotations
+
+import bisect
+import re
+from pathlib import Path
+
+from ._errors import OffsetMismatchError, StoreLayoutError
+from ._mapped_file import FILE_NAME_DIGITS, MappedFile, file_name
+
+__all__ = ["MappedFileQueue", "list_mapped_files"]
+
+_NAME = re.compile(rf"^\d{{{FILE_NAME_DIGITS}}}$")
+
+
+def list_mapped_files(directory: Path) -> list[tuple[int, Path]]:
+    """The ``(start offset, path)`` of the 20-digit files in ``directory``, in order."""
+    if not directory.is_dir():
+        return []
+    found = [(int(p.name), p) for p in directory.iterdir() if _NAME.match(p.name) and p.is_file()]
+    found.sort()
+    return found
+
+
+class MappedFileQueue:
+    """The mapped files of one directory, contiguous, all of ``file_size`` bytes.
+
+    Args:
+        directory: the directory (created on the first write if missing).
+        file_size: the size of every file.
+        warm: pre-fault new files before they are written (default True).
+
+    After :meth:`load`, every loaded file counts as fully written; recovery then calls
+    :meth:`truncate` with the end of the valid data.
+    """
+
+    def __init__(self, directory: Path, file_size: int, *, warm: bool = True) -> None:
+        if file_size <= 0:
+            raise ValueError(f"file_size must be > 0, got {file_size}")
+        self.directory = directory
+        self.file_size = file_size
+        self.warm = warm
+        self.files: list[MappedFile] = []
+        self._starts: list[int] = []
+        self._data_start = 0
+
+    # -- loading -----------------------------------------------------------------------------
+
+    def load(self) -> None:
+        """Map the existing files.
+
+        Raises:
+            StoreLayoutError: a file has another size than ``file_size``, a start offset that
+                is not a multiple of it, or the files leave a gap.
+        """
+        found = list_mapped_files(self.directory)
+        previous: int | None = None
+        for start, path in found:
+            if start % self.file_size:
+                raise StoreLayoutError(
+                    f"{path}: start offset {start} is not a multiple of the file size "
+                    f"{self.file_size}"
+                )
+            if previous is not None and start != previous + self.file_size:
+                raise StoreLayoutError(
+                    f"gap in {self.directory}: {file_name(previous)} is followed by {path.name}"
+                )
+            previous = start
+        try:
+            for start, path in found:
+                self._add(MappedFile.open(path, start, self.file_size))
+        except BaseException:
+            self.close()
+            raise
+        if self.files:
+            self._data_start = self.files[0].start_offset
+
+    def _add(self, mapped: MappedFile) -> None:
+        self.files.append(mapped)
+        self._starts.append(mapped.start_offset)
+
+    # -- offsets -----------------------------------------------------------------------------
+
+    @property
+    def min_offset(self) -> int:
+        """The first offset holding data (0 when there are no files)."""
+        if not self.files:
+            return 0
+        return max(self._data_start, self.files[0].start_offset)
+
+    @min_offset.setter
+    def min_offset(self, offset: int) -> None:
+        self._data_start = offset
+
+    @property
+    def max_offset(self) -> int:
+        """The offset right after the last written byte (0 when there are no files)."""
+        if not self.files:
+            return 0
+        return self.files[-1].write_offset
+
+    @property
+    def flushed_offset(self) -> int:
+        """The offset up to which data is known to be on disk."""
+        for mapped in reversed(self.files):
+            if mapped.flushed:
+                return mapped.start_offset + mapped.flushed
+        return self.min_offset
+
+    def find(self, offset: int) -> MappedFile | None:
+        """The file whose range holds ``offset``, or None."""
+        i = bisect.bisect_right(self._starts, offset) - 1
+        if i < 0:
+            return None
+        mapped = self.files[i]
+        return mapped if offset < mapped.end_offset else None
+
+    def file_start(self, offset: int) -> int:
+        """The start offset of the file that holds (or would hold) ``offset``."""
+        return offset - offset % self.file_size
+
+    # -- reading -----------------------------------------------------------------------------
+
+    def read(self, offset: int, max_bytes: int) -> bytes:
+        """Up to ``max_bytes`` written bytes from ``offset``, never crossing a file.
+
+        Returns b"" at or past the data end. The blank tail of a full file is data too (it is
+        shipped to slaves so they reach the same file boundary). The bytes are a copy, so they
+        stay valid whatever the store does next.
+
+        Raises:
+            ValueError: ``offset`` is below :attr:`min_offset` (deleted or never held).
+        """
+        if offset < self.min_offset:
+            raise ValueError(f"offset {offset} is below the min offset {self.min_offset}")
+        mapped = self.find(offset)
+        if mapped is None:
+            return b""
+        pos = offset - mapped.start_offset
+        end = min(mapped.wrote, pos + max_bytes)
+        if end <= pos:
+            return b""
+        return mapped.view[pos:end].tobytes()
+
+    # -- writing -----------------------------------------------------------------------------
+
+    def create_file(self, start_offset: int) -> MappedFile:
+        """Create the file starting at ``start_offset`` (the next one, or the first one)."""
+        if self.files and start_offset != self.files[-1].end_offset:
+            raise StoreLayoutError(
+                f"cannot create {file_name(start_offset)} after "
+                f"{file_name(self.files[-1].start_offset)}"
+            )
+        self.directory.mkdir(parents=True, exist_ok=True)
+        mapped = MappedFile.create(
+            self.directory / file_name(start_offset), start_offset, self.file_size, warm=self.warm
+        )
+        if not self.files:
+            self._data_start = start_offset
+        self._add(mapped)
+        return mapped
+
+    def last_file_for_write(self) -> MappedFile:
+        """The last file if it has room, else a new next file (or the first file at 0)."""
+        if not self.files:
+            return self.create_file(0)
+        last = self.files[-1]
+        if last.is_full:
+            return self.create_file(last.end_offset)
+        return last
+
+    def append_raw(self, offset: int, data: bytes | bytearray | memoryview) -> None:
+        """Write ``data`` at exactly ``offset``, which must be :attr:`max_offset`.
+
+        An empty queue accepts any offset: its first file is created at
+        ``offset - offset % file_size`` and its data starts at ``offset``. Data that reaches
+        the end of the last file goes on in a new next file.
+
+        Raises:
+            OffsetMismatchError: the queue is not empty and ``offset`` != :attr:`max_offset`.
+        """
+        if not self.files:
+            mapped = self.create_file(self.file_start(offset))
+            mapped.wrote = mapped.flushed = offset - mapped.start_offset
+            self._data_start = offset
+        elif offset != self.max_offset:
+            raise OffsetMismatchError(self.max_offset, offset)
+        view = memoryview(data).cast("B") if not isinstance(data, bytes) else data
+        done = 0
+        total = len(view)
+        while done < total:
+            mapped = self.last_file_for_write()
+            n = min(total - done, mapped.size - mapped.wrote)
+            mapped.view[mapped.wrote : mapped.wrote + n] = view[done : done + n]
+            mapped.wrote += n
+            done += n
+
+    def truncate(self, offset: int) -> None:
+        """Make ``offset`` the data end: later files are deleted, the rest of its file zeroed.
+
+        Zeroing matters: stale records after a truncation point must never look valid to a
+        later recovery. Truncating at or below :attr:`min_offset` keeps the file holding
+        ``offset`` (empty from there).
+        """
+        keep: list[MappedFile] = []
+        for mapped in self.files:
+            if mapped.start_offset > offset or (
+                mapped.start_offset == offset and keep and keep[-1].end_offset == offset
+            ):
+                mapped.delete()
+                continue
+            keep.append(mapped)
+        self.files = keep
+        self._starts = [m.start_offset for m in keep]
+        for mapped in keep:
+            pos = min(max(offset - mapped.start_offset, 0), mapped.size)
+            if pos < mapped.wrote or mapped is keep[-1]:
+                if pos < mapped.size:
+                    mapped.zero_from(pos)
+                mapped.wrote = pos
+                mapped.flushed = min(mapped.flushed, pos)
+        if keep and self._data_start > offset:
+            self._data_start = max(offset, keep[0].start_offset)
+
+    def delete_all(self) -> None:
+        """Delete every file (an empty queue again)."""
+        for mapped in self.files:
+            mapped.delete()
+        self.files = []
+        self._starts = []
+        self._data_start = 0
+
+    def flush(self) -> int:
+        """``fdatasync`` every file with unflushed data; returns :attr:`flushed_offset`.
+
+        Blocks on the disk: run it in a worker thread.
+        """
+        for mapped in list(self.files):
+            if mapped.flushed < mapped.wrote:
+                mapped.flush()
+        return self.flushed_offset
+
+    def close(self) -> None:
+        """Unmap every file."""
+        for mapped in self.files:
+            mapped.close()

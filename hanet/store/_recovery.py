@@ -1,0 +1,103 @@
+"""Finding the end of the valid data of a commit log at open (PROTOCOL.md §4).
+
+Recovery walks records from a safe starting file: after a clean exit the third-last file (as
+RocketMQ), after a crash the newest file whose first record was stored at least 3 s before the
+checkpoint's physical timestamp (else the first file). A valid record advances; a blank record
+jumps to the next file; anything else (unknown magic, zeros, a size beyond the file, a CRC
+mismatch, a PHYSICALOFFSET that is not the record's own offset) ends the valid data.
+
+This module only finds the end; the store truncates the commit log there, drops the consume
+queue entries at or past it, and re-dispatches from the walk's start (dispatch is idempotent).
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from ._codec import RecordScanner, ScanStop, StopReason, decode_record
+from ._errors import CorruptRecordError
+from ._mapped_queue import MappedFileQueue
+
+__all__ = ["RecoveryResult", "find_valid_end"]
+
+_CHECKPOINT_MARGIN_MS = 3000
+_NORMAL_RECOVERY_FILES = 3
+
+
+@attrs.frozen
+class RecoveryResult:
+    """The outcome of the recovery walk.
+
+    Attributes:
+        start_offset: where the walk began (records before it were trusted).
+        end_offset: the end of the valid data (the new max offset).
+        stop: why the walk stopped (None when it ran to the end of the last file).
+        records: how many valid records the walk read.
+    """
+
+    start_offset: int
+    end_offset: int
+    stop: ScanStop | None
+    records: int
+
+
+def _start_index(files: MappedFileQueue, abnormal: bool, checkpoint_timestamp: int) -> int:
+    count = len(files.files)
+    if not abnormal:
+        return max(0, count - _NORMAL_RECOVERY_FILES)
+    if checkpoint_timestamp <= 0:
+        return 0
+    limit = checkpoint_timestamp - _CHECKPOINT_MARGIN_MS
+    for i in range(count - 1, 0, -1):
+        mapped = files.files[i]
+        try:
+            first = decode_record(mapped.view, 0, base_offset=mapped.start_offset)
+        except CorruptRecordError:
+            continue
+        if 0 < first.store_timestamp <= limit:
+            return i
+    return 0
+
+
+def find_valid_end(
+    files: MappedFileQueue, *, abnormal: bool, checkpoint_timestamp: int
+) -> RecoveryResult:
+    """Walk the loaded commit log files and find where the valid data ends.
+
+    Args:
+        files: the commit log, loaded (every file counts as full).
+        abnormal: the last run crashed (the ``abort`` file was there).
+        checkpoint_timestamp: the checkpoint's physical message timestamp (ms).
+    """
+    if not files.files:
+        return RecoveryResult(0, 0, None, 0)
+    index = _start_index(files, abnormal, checkpoint_timestamp)
+    first = files.files[index]
+    position = max(files.min_offset - first.start_offset, 0) if index == 0 else 0
+    start = first.start_offset + position
+    records = 0
+    for mapped in files.files[index:]:
+        scanner = RecordScanner(
+            mapped.view,
+            position,
+            base_offset=mapped.start_offset,
+            check_physical_offset=True,
+        )
+        for _ in scanner:
+            records += 1
+        stop = scanner.stop
+        assert stop is not None
+        position = 0
+        if stop.reason is StopReason.BLANK:
+            if stop.offset + stop.blank_size != mapped.end_offset:
+                stop = attrs.evolve(
+                    stop,
+                    reason=StopReason.INVALID,
+                    detail=f"blank record of {stop.blank_size} bytes does not end the file",
+                )
+                return RecoveryResult(start, stop.offset, stop, records)
+            continue
+        if stop.reason is StopReason.END:  # records filled the file to its last byte
+            continue
+        return RecoveryResult(start, stop.offset, stop, records)
+    return RecoveryResult(start, files.files[-1].end_offset, None, records)

@@ -1,0 +1,741 @@
+"""The commit log store: puts, raw appends, dispatch to consume queues, flushing, recovery.
+
+Shape (what the HA layer relies on):
+
+- The core API is **synchronous and never blocks on the disk**: :meth:`CommitLogStore.put`,
+  :meth:`~CommitLogStore.put_batch` and :meth:`~CommitLogStore.append_raw` write into the
+  mapping, dispatch the new records into the consume queues and call the listeners, all
+  before they return. They are safe to call from a synchronous pipeline handler.
+- Durability waits are **async**: :meth:`~CommitLogStore.wait_flushed` (and
+  :meth:`~CommitLogStore.put_async`, which uses it under SYNC_FLUSH) fsync in a worker thread;
+  concurrent waiters share one fsync (group commit: the first waiter flushes everything written
+  so far, the others find their offset flushed when it is done).
+- :meth:`~CommitLogStore.run` is the flusher service for a nursery: under ASYNC_FLUSH it
+  fsyncs every ``flush_interval``; in every mode it writes the checkpoint and flushes the
+  consume queues. Without it, data reaches the disk at :meth:`~CommitLogStore.close` or
+  through :meth:`~CommitLogStore.wait_flushed`.
+- New data is announced to listeners (:meth:`~CommitLogStore.add_listener`), called
+  synchronously with the new max offset: the HA master turns that into a wake-up, no polling.
+- A record that fails validation while being dispatched (a slave replaying bad bytes) stops
+  dispatch there; :attr:`~CommitLogStore.dispatch_error` names its offset and reason.
+
+One process at a time: the ``lock`` file is ``flock``-ed, a second opener gets
+:class:`StoreLockedError`. The store is not thread-safe; use it from one trio run.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+
+import trio
+
+from ._codec import (
+    BLANK_RECORD_SIZE,
+    BORN_HOST_V6_FLAG,
+    MAGIC_V1,
+    MAGIC_V2,
+    MAX_PROPERTIES_SIZE,
+    MAX_TOPIC_SIZE,
+    MAX_TOPIC_SIZE_V1,
+    STORE_HOST_V6_FLAG,
+    MessageRecord,
+    RecordScanner,
+    StopReason,
+    body_crc,
+    decode_record,
+    encode_properties,
+    java_string_hash,
+    offset_msg_id,
+    pack_blank_into,
+    pack_record_into,
+    parse_host,
+    record_size,
+)
+from ._config import (
+    FlushDiskType,
+    Message,
+    PutResult,
+    PutStatus,
+    StoreConfig,
+    StoreRole,
+    StoreStatistics,
+)
+from ._consume_queue import ConsumeQueue
+from ._errors import CorruptRecordError, StoreClosedError
+from ._mapped_file import MappedFile
+from ._mapped_queue import MappedFileQueue
+from ._recovery import RecoveryResult, find_valid_end
+from ._store_files import Checkpoint, StoreLock, read_checkpoint, write_checkpoint
+
+__all__ = ["CommitLogStore", "Listener"]
+
+logger = logging.getLogger(__name__)
+
+Listener = Callable[[int], None]
+"""Called with the new max offset after data was added to the commit log."""
+
+_TOPIC = re.compile(r"^[%|a-zA-Z0-9_-]+$")
+_HOST_FLAGS = BORN_HOST_V6_FLAG | STORE_HOST_V6_FLAG
+
+
+class CommitLogStore:
+    """A RocketMQ-compatible store rooted at a directory. Open it with :meth:`open`.
+
+    Attributes:
+        root: the store root (``commitlog/``, ``consumequeue/``, ``checkpoint``, ...).
+        config: its :class:`StoreConfig`.
+        commit_log: the commit log files (a :class:`MappedFileQueue`).
+        recovery: what recovery found at open.
+    """
+
+    def __init__(self, root: Path, config: StoreConfig, lock: StoreLock) -> None:
+        self.root = root
+        self.config = config
+        self._lock = lock
+        self.commit_log = MappedFileQueue(
+            root / "commitlog", config.mapped_file_size, warm=config.warm_mapped_files
+        )
+        self._queues: dict[tuple[str, int], ConsumeQueue] = {}
+        self._listeners: list[Listener] = []
+        self._dispatched = 0
+        self._dispatch_error: CorruptRecordError | None = None
+        self._flushed = 0
+        self._flush_lock = trio.Lock()
+        self._last_store_timestamp = 0
+        self._flushed_store_timestamp = 0
+        self._closed = False
+        self._abnormal = False
+        self._puts = 0
+        self._put_bytes = 0
+        self._raw_bytes = 0
+        self._flushes = 0
+        self.recovery = RecoveryResult(0, 0, None, 0)
+        host, port = parse_host(config.store_host)
+        self._store_host = host
+        self._store_port = port
+        self._store_host_flag = STORE_HOST_V6_FLAG if len(host) == 16 else 0
+
+    # -- opening and closing -----------------------------------------------------------------
+
+    @classmethod
+    def open(cls, root: Path, config: StoreConfig | None = None) -> CommitLogStore:
+        """Open (or create) the store at ``root`` and recover it. Synchronous.
+
+        Raises:
+            StoreLockedError: another process (or another open store) holds it.
+            StoreLayoutError: files of another size than configured, a gap, ...
+        """
+        config = config or StoreConfig()
+        root.mkdir(parents=True, exist_ok=True)
+        lock = StoreLock(root / "lock")
+        store = cls(root, config, lock)
+        try:
+            store._recover()
+        except BaseException:
+            store.commit_log.close()
+            for queue in store._queues.values():
+                queue.close()
+            lock.release()
+            raise
+        return store
+
+    def _recover(self) -> None:
+        abort = self.root / "abort"
+        self._abnormal = abort.exists()
+        checkpoint = read_checkpoint(self.root / "checkpoint")
+        self.commit_log.load()
+        if self.commit_log.files and checkpoint.data_start_offset:
+            first = self.commit_log.files[0]
+            if first.start_offset < checkpoint.data_start_offset < first.end_offset:
+                self.commit_log.min_offset = checkpoint.data_start_offset
+        self._load_queues()
+        result = find_valid_end(
+            self.commit_log,
+            abnormal=self._abnormal,
+            checkpoint_timestamp=checkpoint.physic_msg_timestamp,
+        )
+        self.recovery = result
+        if result.stop is not None and result.stop.reason is StopReason.INVALID:
+            logger.warning(
+                "%s: truncating the commit log at %d: %s",
+                self.root,
+                result.end_offset,
+                result.stop.detail,
+            )
+        if self.commit_log.files:
+            self.commit_log.truncate(result.end_offset)
+            for mapped in self.commit_log.files:
+                mapped.flushed = mapped.wrote
+        for queue in self._queues.values():
+            dropped = queue.truncate_physical(result.end_offset)
+            if dropped:
+                logger.info(
+                    "%s: dropped %d entries of %s/%d past the valid data",
+                    self.root,
+                    dropped,
+                    queue.topic,
+                    queue.queue_id,
+                )
+        self._flushed = self.commit_log.max_offset
+        self._dispatched = result.start_offset
+        self.dispatch()
+        if self._dispatch_error is not None:  # pragma: no cover - recovery validated it
+            raise self._dispatch_error
+        self._last_store_timestamp = self._flushed_store_timestamp = checkpoint.physic_msg_timestamp
+        abort.touch()
+
+    def _load_queues(self) -> None:
+        directory = self.root / "consumequeue"
+        if not directory.is_dir():
+            return
+        for topic_dir in sorted(directory.iterdir()):
+            if not topic_dir.is_dir():
+                continue
+            for queue_dir in sorted(topic_dir.iterdir()):
+                if not (queue_dir.is_dir() and queue_dir.name.isdigit()):
+                    continue
+                queue = self._new_queue(topic_dir.name, int(queue_dir.name))
+                queue.load()
+
+    def _new_queue(self, topic: str, queue_id: int) -> ConsumeQueue:
+        queue = ConsumeQueue(
+            self.root / "consumequeue" / topic / str(queue_id),
+            topic,
+            queue_id,
+            self.config.consume_queue_file_size,
+            warm=self.config.warm_mapped_files,
+        )
+        self._queues[topic, queue_id] = queue
+        return queue
+
+    def close(self) -> None:
+        """Flush everything (blocks on the disk), write the checkpoint, remove ``abort``,
+        release the lock. Idempotent. Puts after it answer SERVICE_NOT_AVAILABLE."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._flush_all()
+        finally:
+            self.commit_log.close()
+            for queue in self._queues.values():
+                queue.close()
+            (self.root / "abort").unlink(missing_ok=True)
+            self._lock.release()
+
+    async def aclose(self) -> None:
+        """:meth:`close` with the final fsyncs in a worker thread."""
+        if self._closed:
+            return
+        async with self._flush_lock:
+            await trio.to_thread.run_sync(self._flush_all)
+        self.close()
+
+    def __enter__(self) -> CommitLogStore:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called."""
+        return self._closed
+
+    # -- offsets and reads -------------------------------------------------------------------
+
+    @property
+    def min_offset(self) -> int:
+        """The first physical offset holding data."""
+        return self.commit_log.min_offset
+
+    @property
+    def max_offset(self) -> int:
+        """The physical offset right after the last byte written (the next write's offset)."""
+        return self.commit_log.max_offset
+
+    @property
+    def flushed_offset(self) -> int:
+        """Data before this physical offset is on disk."""
+        return self._flushed
+
+    @property
+    def dispatched_offset(self) -> int:
+        """Records before this physical offset are in the consume queues."""
+        return self._dispatched
+
+    @property
+    def dispatch_error(self) -> CorruptRecordError | None:
+        """The first record that failed validation while dispatching, or None.
+
+        Its ``offset`` and ``reason`` say which and why; nothing after it is dispatched.
+        """
+        return self._dispatch_error
+
+    def read(self, offset: int, max_bytes: int) -> bytes:
+        """Up to ``max_bytes`` commit log bytes from ``offset``, never crossing a file.
+
+        What the HA master ships; b"" at or past :attr:`max_offset`; a copy (stays valid).
+
+        Raises:
+            ValueError: ``offset`` is below :attr:`min_offset`.
+        """
+        return self.commit_log.read(offset, max_bytes)
+
+    def read_record(self, offset: int) -> MessageRecord:
+        """Decode the record at a physical offset.
+
+        Raises:
+            CorruptRecordError: no valid record there.
+        """
+        mapped = self.commit_log.find(offset)
+        if mapped is None or offset >= mapped.write_offset:
+            raise CorruptRecordError(offset, "no data at this offset")
+        return decode_record(
+            mapped.view[: mapped.wrote],
+            offset - mapped.start_offset,
+            base_offset=mapped.start_offset,
+        )
+
+    def queues(self) -> list[tuple[str, int]]:
+        """The (topic, queue id) pairs that have a consume queue, sorted."""
+        return sorted(self._queues)
+
+    def max_queue_offset(self, topic: str, queue_id: int) -> int:
+        """The queue offset the next message of this queue gets (0 for an unknown queue)."""
+        queue = self._queues.get((topic, queue_id))
+        return 0 if queue is None else queue.max_queue_offset
+
+    def min_queue_offset(self, topic: str, queue_id: int) -> int:
+        """The first queue offset held (0 for an unknown queue)."""
+        queue = self._queues.get((topic, queue_id))
+        return 0 if queue is None else queue.min_queue_offset
+
+    def consume_queue_entry(
+        self, topic: str, queue_id: int, queue_offset: int
+    ) -> tuple[int, int, int] | None:
+        """``(physical offset, size, tag hash)`` of a consume queue entry, or None."""
+        queue = self._queues.get((topic, queue_id))
+        return None if queue is None else queue.get(queue_offset)
+
+    def get_message(self, topic: str, queue_id: int, queue_offset: int) -> MessageRecord | None:
+        """The message at a queue offset, or None when the queue does not hold it.
+
+        Raises:
+            CorruptRecordError: the entry points at bytes that are not a valid record.
+        """
+        entry = self.consume_queue_entry(topic, queue_id, queue_offset)
+        if entry is None or entry[1] == 0x7FFFFFFF:
+            return None
+        return self.read_record(entry[0])
+
+    def get_messages(
+        self, topic: str, queue_id: int, queue_offset: int, max_count: int = 32
+    ) -> list[MessageRecord]:
+        """Up to ``max_count`` messages from a queue offset on (fewer at the queue's end)."""
+        result = []
+        end = min(queue_offset + max_count, self.max_queue_offset(topic, queue_id))
+        for q in range(max(queue_offset, self.min_queue_offset(topic, queue_id)), end):
+            record = self.get_message(topic, queue_id, q)
+            if record is not None:
+                result.append(record)
+        return result
+
+    # -- listeners ---------------------------------------------------------------------------
+
+    def add_listener(self, listener: Listener) -> None:
+        """Call ``listener(max_offset)`` synchronously after every put, batch and raw append.
+
+        A listener must not block; an exception it raises is logged and swallowed.
+        """
+        self._listeners.append(listener)
+
+    def remove_listener(self, listener: Listener) -> None:
+        """Stop calling ``listener`` (no error if it was not added)."""
+        if listener in self._listeners:
+            self._listeners.remove(listener)
+
+    def _notify(self) -> None:
+        offset = self.commit_log.max_offset
+        for listener in list(self._listeners):
+            try:
+                listener(offset)
+            except Exception:
+                logger.exception("store listener %r failed", listener)
+
+    # -- puts --------------------------------------------------------------------------------
+
+    def put(self, message: Message) -> PutResult:
+        """Append one message; synchronous, in memory (see :meth:`put_async` for durability).
+
+        Assigns the queue offset, physical offset and store timestamp, dispatches the message
+        to its consume queue and wakes the listeners. A refused message writes nothing.
+        """
+        result = self._put(message, self._now())
+        if result.status is PutStatus.PUT_OK:
+            self._notify()
+        return result
+
+    def put_batch(self, messages: Iterable[Message]) -> list[PutResult]:
+        """:meth:`put` for many messages, with one timestamp and one listener call."""
+        now = self._now()
+        put = self._put
+        results = [put(message, now) for message in messages]
+        self._notify()
+        return results
+
+    async def put_async(self, message: Message) -> PutResult:
+        """:meth:`put`, then under SYNC_FLUSH wait until the message is fsynced.
+
+        Answers FLUSH_DISK_TIMEOUT (the message stays stored) when the fsync takes longer than
+        ``StoreConfig.sync_flush_timeout``. Always checkpoints. Cancellation leaves the message
+        stored (it may or may not be on disk yet).
+        """
+        result = self.put(message)
+        return await self._wait_durable(result, result.end_offset)
+
+    async def put_batch_async(self, messages: Sequence[Message]) -> list[PutResult]:
+        """:meth:`put_batch`, then under SYNC_FLUSH one wait for all of them."""
+        results = self.put_batch(messages)
+        ends = [r.end_offset for r in results if r.status is PutStatus.PUT_OK]
+        if not ends:
+            await trio.lowlevel.checkpoint()
+            return results
+        waited = await self._wait_durable(results[0], max(ends))
+        if waited.status is PutStatus.PUT_OK:
+            return results
+        return [
+            r.__class__(waited.status, *_tail(r)) if r.status is PutStatus.PUT_OK else r
+            for r in results
+        ]
+
+    async def _wait_durable(self, result: PutResult, offset: int) -> PutResult:
+        if (
+            result.status is not PutStatus.PUT_OK
+            or self.config.flush_disk_type is not FlushDiskType.SYNC_FLUSH
+        ):
+            await trio.lowlevel.checkpoint()
+            return result
+        with trio.move_on_after(self.config.sync_flush_timeout):
+            await self.wait_flushed(offset)
+            return result
+        return PutResult(PutStatus.FLUSH_DISK_TIMEOUT, *_tail(result))
+
+    def _now(self) -> int:
+        now = time.time_ns() // 1_000_000
+        return max(now, self._last_store_timestamp)
+
+    def _refuse(self, status: PutStatus, detail: str) -> PutResult:
+        return PutResult(status, detail=detail)
+
+    def _put(self, message: Message, now: int) -> PutResult:
+        if self._closed:
+            return self._refuse(PutStatus.SERVICE_NOT_AVAILABLE, "the store is closed")
+        if self.config.role is StoreRole.SLAVE:
+            return self._refuse(PutStatus.SERVICE_NOT_AVAILABLE, "a slave store refuses puts")
+        topic = message.topic
+        topic_bytes = topic.encode()
+        if (
+            not topic_bytes
+            or len(topic_bytes) > MAX_TOPIC_SIZE
+            or _TOPIC.match(topic) is None
+            or message.queue_id < 0
+        ):
+            return self._refuse(PutStatus.MESSAGE_ILLEGAL, f"bad topic or queue: {topic!r}")
+        body = message.body
+        if len(body) > self.config.max_message_size:
+            return self._refuse(
+                PutStatus.MESSAGE_ILLEGAL,
+                f"body of {len(body)} bytes is over the maximum {self.config.max_message_size}",
+            )
+        properties = message.properties
+        props = encode_properties(properties) if properties else b""
+        if len(props) > MAX_PROPERTIES_SIZE:
+            return self._refuse(
+                PutStatus.PROPERTIES_SIZE_EXCEEDED,
+                f"properties of {len(props)} bytes are over {MAX_PROPERTIES_SIZE}",
+            )
+        born_host = message.born_host
+        if len(born_host) not in (4, 16):
+            return self._refuse(PutStatus.MESSAGE_ILLEGAL, "born host is not 4 or 16 bytes")
+        sys_flag = (message.sys_flag & ~_HOST_FLAGS) | self._store_host_flag
+        if len(born_host) == 16:
+            sys_flag |= BORN_HOST_V6_FLAG
+        size = record_size(sys_flag, len(body), len(topic_bytes), len(props))
+        file_size = self.config.mapped_file_size
+        if size + BLANK_RECORD_SIZE > file_size:
+            return self._refuse(
+                PutStatus.MESSAGE_ILLEGAL,
+                f"a record of {size} bytes does not fit a file of {file_size}",
+            )
+        try:
+            mapped = self.commit_log.last_file_for_write()
+            if size + BLANK_RECORD_SIZE > mapped.size - mapped.wrote:
+                mapped = self._end_file(mapped)
+        except OSError as exc:
+            return self._refuse(PutStatus.CREATE_MAPPED_FILE_FAILED, str(exc))
+        queue = self._queues.get((topic, message.queue_id))
+        if queue is None:
+            queue = self._new_queue(topic, message.queue_id)
+        queue_offset = queue.max_queue_offset
+        physical_offset = mapped.start_offset + mapped.wrote
+        crc = body_crc(body)
+        pack_record_into(
+            mapped.view,
+            mapped.wrote,
+            size=size,
+            magic=MAGIC_V2 if len(topic_bytes) > MAX_TOPIC_SIZE_V1 else MAGIC_V1,
+            crc=crc,
+            queue_id=message.queue_id,
+            flag=message.flag,
+            queue_offset=queue_offset,
+            physical_offset=physical_offset,
+            sys_flag=sys_flag,
+            born_timestamp=message.born_timestamp or now,
+            born_host=born_host,
+            born_port=message.born_port,
+            store_timestamp=now,
+            store_host=self._store_host,
+            store_port=self._store_port,
+            reconsume_times=message.reconsume_times,
+            prepared_transaction_offset=message.prepared_transaction_offset,
+            body=body,
+            topic=topic_bytes,
+            properties_raw=props,
+        )
+        mapped.wrote += size
+        self._last_store_timestamp = now
+        self._puts += 1
+        self._put_bytes += size
+        if self._dispatched == physical_offset:  # fast path: dispatch what we just wrote
+            tags = properties.get("TAGS") if properties else None
+            queue.append(queue_offset, physical_offset, size, java_string_hash(tags) if tags else 0)
+            self._dispatched = physical_offset + size
+        else:  # pragma: no cover - a master's dispatch never lags its puts
+            self.dispatch()
+        return PutResult(
+            PutStatus.PUT_OK,
+            physical_offset,
+            size,
+            queue_offset,
+            offset_msg_id(self._store_host, self._store_port, physical_offset),
+            now,
+        )
+
+    def _end_file(self, mapped: MappedFile) -> MappedFile:
+        space = mapped.size - mapped.wrote
+        pack_blank_into(mapped.view, mapped.wrote, space)
+        if self._dispatched == mapped.write_offset:
+            self._dispatched = mapped.end_offset
+        mapped.wrote = mapped.size
+        return self.commit_log.last_file_for_write()
+
+    # -- raw appends (slave) -----------------------------------------------------------------
+
+    def append_raw(self, offset: int, data: bytes | bytearray | memoryview) -> None:
+        """Append replicated commit log bytes at exactly ``offset`` (what an HA slave does).
+
+        ``offset`` must be :attr:`max_offset`; an empty store accepts any offset (its first
+        file starts at ``offset - offset % mapped_file_size``). The next file is created when
+        the last is full. The complete records now present are validated and dispatched
+        (:attr:`dispatch_error` tells when one failed); listeners are called. Synchronous and
+        in memory.
+
+        Raises:
+            OffsetMismatchError: ``offset`` does not continue the commit log.
+            StoreClosedError: the store is closed.
+        """
+        if self._closed:
+            raise StoreClosedError("the store is closed")
+        empty = not self.commit_log.files
+        self.commit_log.append_raw(offset, data)
+        if empty:
+            self._dispatched = offset
+            if offset % self.config.mapped_file_size:
+                self._write_checkpoint(sync=True)
+        self._raw_bytes += len(data)
+        self.dispatch()
+        self._notify()
+
+    # -- dispatch ----------------------------------------------------------------------------
+
+    def dispatch(self) -> CorruptRecordError | None:
+        """Validate and dispatch every complete record past :attr:`dispatched_offset`.
+
+        Stops at the data end, at a partial record (waiting for its rest) or at the first
+        invalid record, which becomes :attr:`dispatch_error` (sticky: nothing past it is ever
+        dispatched). Re-dispatching a record already in its consume queue is a no-op.
+        Returns :attr:`dispatch_error`.
+        """
+        if self._dispatch_error is not None:
+            return self._dispatch_error
+        files = self.commit_log
+        while self._dispatched < files.max_offset:
+            mapped = files.find(self._dispatched)
+            if mapped is None:  # pragma: no cover - offsets inside the data always have a file
+                break
+            scanner = RecordScanner(
+                mapped.view,
+                self._dispatched - mapped.start_offset,
+                mapped.wrote,
+                base_offset=mapped.start_offset,
+                check_physical_offset=True,
+            )
+            for record in scanner:
+                self._dispatch_record(scanner.record_offset, record)
+            stop = scanner.stop
+            assert stop is not None
+            self._dispatched = mapped.start_offset + scanner.position
+            if stop.reason is StopReason.BLANK:
+                if stop.offset + stop.blank_size != mapped.end_offset:
+                    self._dispatch_error = CorruptRecordError(
+                        stop.offset,
+                        f"blank record of {stop.blank_size} bytes does not end the file",
+                    )
+                    break
+                if mapped.wrote < mapped.size:  # the rest of the blank tail is still to come
+                    break
+                self._dispatched = mapped.end_offset
+            elif stop.reason is StopReason.END:
+                if scanner.position < mapped.size:
+                    break
+                self._dispatched = mapped.end_offset
+            elif stop.reason is StopReason.INCOMPLETE:
+                break
+            else:
+                self._dispatch_error = stop.error()
+                logger.warning("%s: dispatch stopped: %s", self.root, self._dispatch_error)
+                break
+        return self._dispatch_error
+
+    def _dispatch_record(self, offset: int, record: MessageRecord) -> None:
+        key = (record.topic, record.queue_id)
+        queue = self._queues.get(key)
+        if queue is None:
+            queue = self._new_queue(*key)
+        if record.queue_offset < queue.max_queue_offset:
+            return  # already dispatched (recovery re-dispatches from a safe point)
+        queue.append(record.queue_offset, offset, record.size, record.tags_hash)
+        self._last_store_timestamp = max(self._last_store_timestamp, record.store_timestamp)
+
+    # -- durability --------------------------------------------------------------------------
+
+    async def wait_flushed(self, offset: int) -> None:
+        """Wait until commit log data before ``offset`` is fsynced (group commit).
+
+        The first waiter fsyncs everything written so far in a worker thread; waiters that
+        arrive meanwhile queue and usually find their offset covered. Always checkpoints.
+        Cancellation abandons the wait, not the fsync in progress.
+
+        Raises:
+            StoreClosedError: the store was closed before the data was flushed.
+        """
+        if self._flushed >= offset:
+            await trio.lowlevel.checkpoint()
+            return
+        async with self._flush_lock:
+            if self._flushed >= offset:
+                return
+            if self._closed:
+                raise StoreClosedError("the store was closed before the data was flushed")
+            await trio.to_thread.run_sync(self._flush_commit_log)
+
+    def _flush_commit_log(self) -> None:
+        timestamp = self._last_store_timestamp
+        target = self.commit_log.max_offset
+        self.commit_log.flush()
+        self._flushes += 1
+        if target > self._flushed:
+            self._flushed = target
+            self._flushed_store_timestamp = timestamp
+
+    def _flush_all(self) -> None:
+        self._flush_commit_log()
+        for queue in list(self._queues.values()):
+            queue.flush()
+        self._write_checkpoint(sync=True)
+
+    def flush(self) -> int:
+        """Fsync the commit log, consume queues and checkpoint now (blocks on the disk).
+
+        Returns the flushed offset. For tools and shutdown; services use :meth:`run`.
+        """
+        if self._closed:
+            raise StoreClosedError("the store is closed")
+        self._flush_all()
+        return self._flushed
+
+    def _write_checkpoint(self, *, sync: bool) -> None:
+        timestamp = self._flushed_store_timestamp
+        start = self.commit_log.min_offset
+        if self.commit_log.files and start == self.commit_log.files[0].start_offset:
+            start = 0
+        write_checkpoint(
+            self.root / "checkpoint",
+            Checkpoint(
+                physic_msg_timestamp=timestamp,
+                logics_msg_timestamp=timestamp,
+                index_msg_timestamp=timestamp,
+                master_flushed_offset=self._flushed,
+                confirm_phy_offset=self._dispatched,
+                data_start_offset=start,
+            ),
+            sync=sync,
+        )
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """The flusher service: run it in a nursery for the life of the store.
+
+        Every ``flush_interval`` it fsyncs the commit log (ASYNC_FLUSH; under SYNC_FLUSH the
+        puts' waits do that), the consume queues and the checkpoint, in a worker thread.
+        Returns when the store is closed; cancel it to stop (a flush in progress finishes).
+        """
+        task_status.started()
+        while not self._closed:
+            await trio.sleep(self.config.flush_interval)
+            async with self._flush_lock:
+                await trio.to_thread.run_sync(self._flush_if_open)
+
+    def _flush_if_open(self) -> None:
+        if not self._closed:
+            self._flush_all()
+
+    # -- statistics --------------------------------------------------------------------------
+
+    def statistics(self) -> StoreStatistics:
+        """A snapshot of the store's state."""
+        error = self._dispatch_error
+        return StoreStatistics(
+            min_offset=self.min_offset,
+            max_offset=self.max_offset,
+            flushed_offset=self._flushed,
+            dispatched_offset=self._dispatched,
+            mapped_files=len(self.commit_log.files),
+            consume_queues=len(self._queues),
+            puts=self._puts,
+            put_bytes=self._put_bytes,
+            raw_appended_bytes=self._raw_bytes,
+            flushes=self._flushes,
+            dispatch_error=None if error is None else (error.offset, error.reason),
+            recovered_abnormally=self._abnormal,
+            truncated_at=(
+                None
+                if self.recovery.stop is None or self.recovery.stop.reason is not StopReason.INVALID
+                else self.recovery.end_offset
+            ),
+            closed=self._closed,
+        )
+
+
+def _tail(result: PutResult) -> tuple[int, int, int, str, int]:
+    return (
+        result.wrote_offset,
+        result.wrote_size,
+        result.queue_offset,
+        result.msg_id,
+        result.store_timestamp,
+    )
