@@ -1,0 +1,146 @@
+"""Recovery of hanet.store.CommitLogStore (PROTOCOL.md §4): clean, torn tail, flipped bytes."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from hanet.cli import main
+from hanet.store import (
+    CommitLogStore,
+    Message,
+    PutResult,
+    StopReason,
+    StoreConfig,
+    file_name,
+)
+
+SMALL = StoreConfig(mapped_file_size=4096, consume_queue_file_size=200)
+
+
+def fill(root: Path, count: int, *, close: bool = True) -> tuple[CommitLogStore, list[PutResult]]:
+    store = CommitLogStore.open(root, SMALL)
+    results = [
+        store.put(Message("T", f"message {i}".encode() * 5, queue_id=i % 2)) for i in range(count)
+    ]
+    assert all(r.ok for r in results)
+    if close:
+        store.close()
+    return store, results
+
+
+def crash(store: CommitLogStore) -> None:
+    """Drop a store as a killed process would: no flush, abort file left, lock released."""
+    store.commit_log.close()
+    for key in store.queues():
+        store._queues[key].close()
+    store._lock.release()
+
+
+def test_clean_reopen_keeps_everything(tmp_path: Path) -> None:
+    _, results = fill(tmp_path, 100)
+    with CommitLogStore.open(tmp_path, SMALL) as store:
+        assert not store.statistics().recovered_abnormally
+        assert store.max_offset == results[-1].end_offset
+        assert store.max_queue_offset("T", 0) == 50
+        assert store.max_queue_offset("T", 1) == 50
+        assert store.put(Message("T", b"more")).queue_offset == 50
+        record = store.get_message("T", 1, 49)
+        assert record is not None
+        assert record.body == b"message 99" * 5
+
+
+def test_torn_tail_is_truncated_after_a_crash(tmp_path: Path) -> None:
+    store, results = fill(tmp_path, 30, close=False)
+    end = store.max_offset
+    last = store.commit_log.files[-1]
+    # half of a record, as a crash in the middle of a write leaves it
+    last.view[last.wrote : last.wrote + 40] = store.read(results[-1].wrote_offset, 40)
+    crash(store)
+    with CommitLogStore.open(tmp_path, SMALL) as again:
+        stats = again.statistics()
+        assert stats.recovered_abnormally
+        assert again.max_offset == end
+        assert again.recovery.stop is not None
+        assert again.recovery.stop.reason is StopReason.INVALID
+        assert again.recovery.stop.offset == end
+        assert again.read(end, 100) == b""
+        assert again.put(Message("T", b"after")).wrote_offset == end
+    with CommitLogStore.open(tmp_path, SMALL) as third:
+        assert not third.statistics().recovered_abnormally
+        assert third.max_queue_offset("T", 0) == 16
+
+
+def test_flipped_byte_verify_names_it_and_recovery_truncates_there(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _, results = fill(tmp_path, 80)
+    victim = results[40]
+    files = sorted((tmp_path / "commitlog").iterdir())
+    assert len(files) >= 3
+    path = tmp_path / "commitlog" / file_name(victim.wrote_offset - victim.wrote_offset % 4096)
+    data = bytearray(path.read_bytes())
+    data[victim.wrote_offset % 4096 + victim.wrote_size - 30] ^= 0x01  # in the body
+    path.write_bytes(bytes(data))
+
+    assert main(["verify", str(tmp_path)]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err == f"hanet: bad record at offset {victim.wrote_offset}: body CRC mismatch"
+
+    (tmp_path / "abort").touch()  # as after a crash: walk from the checkpoint
+    with CommitLogStore.open(tmp_path, SMALL) as store:
+        assert store.max_offset == victim.wrote_offset
+        assert store.statistics().truncated_at == victim.wrote_offset
+        assert store.max_queue_offset("T", 0) == 20  # entries of 40..79 dropped
+        assert store.get_message("T", 0, 20) is None
+        assert store.put(Message("T", b"new")).wrote_offset == victim.wrote_offset
+    assert main(["verify", str(tmp_path)]) == 0
+    assert capsys.readouterr().out.startswith("OK: 41 messages")
+
+
+def test_lost_consume_queues_are_rebuilt(tmp_path: Path) -> None:
+    _, results = fill(tmp_path, 40)
+    shutil.rmtree(tmp_path / "consumequeue")
+    (tmp_path / "abort").touch()
+    with CommitLogStore.open(tmp_path, SMALL) as store:
+        assert store.max_queue_offset("T", 0) == 20
+        assert store.consume_queue_entry("T", 1, 19) == (
+            results[39].wrote_offset,
+            results[39].wrote_size,
+            0,
+        )
+
+
+def test_consume_queue_ahead_of_commit_log_is_cut(tmp_path: Path) -> None:
+    store, results = fill(tmp_path, 20, close=False)
+    crash(store)
+    # lose the commit log's tail (an OS crash that kept the consume queue's pages only)
+    path = tmp_path / "commitlog" / file_name(0)
+    data = bytearray(path.read_bytes())
+    cut = results[15].wrote_offset
+    data[cut:] = bytes(len(data) - cut)
+    path.write_bytes(bytes(data))
+    with CommitLogStore.open(tmp_path, SMALL) as again:
+        assert again.max_offset == cut
+        assert again.max_queue_offset("T", 1) == 7  # message 15 had queue 1 offset 7
+        assert again.max_queue_offset("T", 0) == 8
+        assert again.put(Message("T", b"x", queue_id=1)).queue_offset == 7
+
+
+def test_garbage_between_files_ends_valid_data(tmp_path: Path) -> None:
+    _, results = fill(tmp_path, 60)
+    # turn the blank record that ends the first file into garbage
+    first_end = next(r.wrote_offset for r in results if r.wrote_offset >= 4096)
+    last_in_first = max(r.end_offset for r in results if r.end_offset <= 4096)
+    path = tmp_path / "commitlog" / file_name(0)
+    data = bytearray(path.read_bytes())
+    data[last_in_first + 4] ^= 0xFF
+    path.write_bytes(bytes(data))
+    (tmp_path / "abort").touch()
+    with CommitLogStore.open(tmp_path, SMALL) as store:
+        assert store.max_offset == last_in_first
+        assert store.max_offset < first_end
+        assert len(store.commit_log.files) == 1
+        assert not (tmp_path / "commitlog" / file_name(4096)).exists()
