@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 import attrs
 
@@ -132,9 +132,11 @@ class Message:
     prepared_transaction_offset: int = 0
 
 
-@attrs.frozen
-class PutResult:
+class PutResult(NamedTuple):
     """The answer to a put.
+
+    A :class:`typing.NamedTuple` rather than an attrs class: one is built per put on the hot
+    path, and a frozen attrs ``__init__`` costs about 1 µs here, a tuple a fifth of that.
 
     Attributes:
         status: PUT_OK or why not. A message that is not PUT_OK wrote nothing, except the

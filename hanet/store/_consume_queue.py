@@ -86,14 +86,25 @@ class ConsumeQueue:
         return self.files.max_offset // CQ_ENTRY_SIZE
 
     def append(self, queue_offset: int, physical_offset: int, size: int, tags_hash: int) -> None:
-        """Write the entry of ``queue_offset`` (must be :attr:`max_queue_offset`, or anything
-        for an empty queue, whose first file is then filled with blank entries up to it).
+        """Write the entry of ``queue_offset``: normally :attr:`max_queue_offset`; past it, the
+        gap (or, in an empty queue, the start of its first file) is filled with blank entries.
 
         Raises:
-            OffsetMismatchError: a non-contiguous queue offset.
+            OffsetMismatchError: ``queue_offset`` is below :attr:`max_queue_offset`.
         """
         position = queue_offset * CQ_ENTRY_SIZE
-        if not self.files.files and queue_offset:
+        files = self.files.files
+        if files:  # fast path: room in the last file, right at its end
+            last = files[-1]
+            wrote = last.wrote
+            if wrote < last.size and last.start_offset + wrote == position:
+                _ENTRY.pack_into(last.view, wrote, physical_offset, size, tags_hash)
+                last.wrote = wrote + CQ_ENTRY_SIZE
+                return
+            end = self.files.max_offset
+            if position > end:  # a gap (RocketMQ logs it and writes anyway): fill with blanks
+                self.files.append_raw(end, _BLANK_ENTRY * ((position - end) // CQ_ENTRY_SIZE))
+        elif queue_offset:
             start = self.files.file_start(position)
             if position > start:
                 self.files.append_raw(start, _BLANK_ENTRY * ((position - start) // CQ_ENTRY_SIZE))

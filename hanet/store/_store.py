@@ -34,26 +34,13 @@ from pathlib import Path
 import trio
 
 from ._codec import (
-    BLANK_RECORD_SIZE,
     BORN_HOST_V6_FLAG,
-    MAGIC_V1,
-    MAGIC_V2,
-    MAX_PROPERTIES_SIZE,
-    MAX_TOPIC_SIZE,
-    MAX_TOPIC_SIZE_V1,
     STORE_HOST_V6_FLAG,
     MessageRecord,
     RecordScanner,
     StopReason,
-    body_crc,
     decode_record,
-    encode_properties,
-    java_string_hash,
-    offset_msg_id,
-    pack_blank_into,
-    pack_record_into,
     parse_host,
-    record_size,
 )
 from ._config import (
     FlushDiskType,
@@ -66,10 +53,10 @@ from ._config import (
 )
 from ._consume_queue import ConsumeQueue
 from ._errors import CorruptRecordError, StoreClosedError
-from ._mapped_file import MappedFile
 from ._mapped_queue import MappedFileQueue
 from ._recovery import RecoveryResult, find_valid_end
 from ._store_files import Checkpoint, StoreLock, read_checkpoint, write_checkpoint
+from ._writer import RecordWriter
 
 __all__ = ["CommitLogStore", "Listener"]
 
@@ -105,19 +92,18 @@ class CommitLogStore:
         self._dispatch_error: CorruptRecordError | None = None
         self._flushed = 0
         self._flush_lock = trio.Lock()
+        self._flush_done: trio.Event | None = None
         self._last_store_timestamp = 0
         self._flushed_store_timestamp = 0
         self._closed = False
         self._abnormal = False
-        self._puts = 0
-        self._put_bytes = 0
         self._raw_bytes = 0
         self._flushes = 0
         self.recovery = RecoveryResult(0, 0, None, 0)
         host, port = parse_host(config.store_host)
         self._store_host = host
         self._store_port = port
-        self._store_host_flag = STORE_HOST_V6_FLAG if len(host) == 16 else 0
+        self._writer = RecordWriter(self.commit_log, config, host, port, self._queue_for)
 
     # -- opening and closing -----------------------------------------------------------------
 
@@ -200,6 +186,10 @@ class CommitLogStore:
                     continue
                 queue = self._new_queue(topic_dir.name, int(queue_dir.name))
                 queue.load()
+
+    def _queue_for(self, topic: str, queue_id: int) -> ConsumeQueue:
+        queue = self._queues.get((topic, queue_id))
+        return self._new_queue(topic, queue_id) if queue is None else queue
 
     def _new_queue(self, topic: str, queue_id: int) -> ConsumeQueue:
         queue = ConsumeQueue(
@@ -375,18 +365,12 @@ class CommitLogStore:
         Assigns the queue offset, physical offset and store timestamp, dispatches the message
         to its consume queue and wakes the listeners. A refused message writes nothing.
         """
-        result = self._put(message, self._now())
-        if result.status is PutStatus.PUT_OK:
-            self._notify()
+        (result,) = self._write((message,))
         return result
 
     def put_batch(self, messages: Iterable[Message]) -> list[PutResult]:
         """:meth:`put` for many messages, with one timestamp and one listener call."""
-        now = self._now()
-        put = self._put
-        results = [put(message, now) for message in messages]
-        self._notify()
-        return results
+        return self._write(messages)
 
     async def put_async(self, message: Message) -> PutResult:
         """:meth:`put`, then under SYNC_FLUSH wait until the message is fsynced.
@@ -408,10 +392,7 @@ class CommitLogStore:
         waited = await self._wait_durable(results[0], max(ends))
         if waited.status is PutStatus.PUT_OK:
             return results
-        return [
-            r.__class__(waited.status, *_tail(r)) if r.status is PutStatus.PUT_OK else r
-            for r in results
-        ]
+        return [r._replace(status=waited.status) if r.ok else r for r in results]
 
     async def _wait_durable(self, result: PutResult, offset: int) -> PutResult:
         if (
@@ -423,116 +404,25 @@ class CommitLogStore:
         with trio.move_on_after(self.config.sync_flush_timeout):
             await self.wait_flushed(offset)
             return result
-        return PutResult(PutStatus.FLUSH_DISK_TIMEOUT, *_tail(result))
+        return result._replace(status=PutStatus.FLUSH_DISK_TIMEOUT)
 
-    def _now(self) -> int:
-        now = time.time_ns() // 1_000_000
-        return max(now, self._last_store_timestamp)
-
-    def _refuse(self, status: PutStatus, detail: str) -> PutResult:
-        return PutResult(status, detail=detail)
-
-    def _put(self, message: Message, now: int) -> PutResult:
-        if self._closed:
-            return self._refuse(PutStatus.SERVICE_NOT_AVAILABLE, "the store is closed")
-        if self.config.role is StoreRole.SLAVE:
-            return self._refuse(PutStatus.SERVICE_NOT_AVAILABLE, "a slave store refuses puts")
-        topic = message.topic
-        topic_bytes = topic.encode()
-        if (
-            not topic_bytes
-            or len(topic_bytes) > MAX_TOPIC_SIZE
-            or _TOPIC.match(topic) is None
-            or message.queue_id < 0
-        ):
-            return self._refuse(PutStatus.MESSAGE_ILLEGAL, f"bad topic or queue: {topic!r}")
-        body = message.body
-        if len(body) > self.config.max_message_size:
-            return self._refuse(
-                PutStatus.MESSAGE_ILLEGAL,
-                f"body of {len(body)} bytes is over the maximum {self.config.max_message_size}",
-            )
-        properties = message.properties
-        props = encode_properties(properties) if properties else b""
-        if len(props) > MAX_PROPERTIES_SIZE:
-            return self._refuse(
-                PutStatus.PROPERTIES_SIZE_EXCEEDED,
-                f"properties of {len(props)} bytes are over {MAX_PROPERTIES_SIZE}",
-            )
-        born_host = message.born_host
-        if len(born_host) not in (4, 16):
-            return self._refuse(PutStatus.MESSAGE_ILLEGAL, "born host is not 4 or 16 bytes")
-        sys_flag = (message.sys_flag & ~_HOST_FLAGS) | self._store_host_flag
-        if len(born_host) == 16:
-            sys_flag |= BORN_HOST_V6_FLAG
-        size = record_size(sys_flag, len(body), len(topic_bytes), len(props))
-        file_size = self.config.mapped_file_size
-        if size + BLANK_RECORD_SIZE > file_size:
-            return self._refuse(
-                PutStatus.MESSAGE_ILLEGAL,
-                f"a record of {size} bytes does not fit a file of {file_size}",
-            )
-        try:
-            mapped = self.commit_log.last_file_for_write()
-            if size + BLANK_RECORD_SIZE > mapped.size - mapped.wrote:
-                mapped = self._end_file(mapped)
-        except OSError as exc:
-            return self._refuse(PutStatus.CREATE_MAPPED_FILE_FAILED, str(exc))
-        queue = self._queues.get((topic, message.queue_id))
-        if queue is None:
-            queue = self._new_queue(topic, message.queue_id)
-        queue_offset = queue.max_queue_offset
-        physical_offset = mapped.start_offset + mapped.wrote
-        crc = body_crc(body)
-        pack_record_into(
-            mapped.view,
-            mapped.wrote,
-            size=size,
-            magic=MAGIC_V2 if len(topic_bytes) > MAX_TOPIC_SIZE_V1 else MAGIC_V1,
-            crc=crc,
-            queue_id=message.queue_id,
-            flag=message.flag,
-            queue_offset=queue_offset,
-            physical_offset=physical_offset,
-            sys_flag=sys_flag,
-            born_timestamp=message.born_timestamp or now,
-            born_host=born_host,
-            born_port=message.born_port,
-            store_timestamp=now,
-            store_host=self._store_host,
-            store_port=self._store_port,
-            reconsume_times=message.reconsume_times,
-            prepared_transaction_offset=message.prepared_transaction_offset,
-            body=body,
-            topic=topic_bytes,
-            properties_raw=props,
-        )
-        mapped.wrote += size
-        self._last_store_timestamp = now
-        self._puts += 1
-        self._put_bytes += size
-        if self._dispatched == physical_offset:  # fast path: dispatch what we just wrote
-            tags = properties.get("TAGS") if properties else None
-            queue.append(queue_offset, physical_offset, size, java_string_hash(tags) if tags else 0)
-            self._dispatched = physical_offset + size
-        else:  # pragma: no cover - a master's dispatch never lags its puts
-            self.dispatch()
-        return PutResult(
-            PutStatus.PUT_OK,
-            physical_offset,
-            size,
-            queue_offset,
-            offset_msg_id(self._store_host, self._store_port, physical_offset),
-            now,
-        )
-
-    def _end_file(self, mapped: MappedFile) -> MappedFile:
-        space = mapped.size - mapped.wrote
-        pack_blank_into(mapped.view, mapped.wrote, space)
-        if self._dispatched == mapped.write_offset:
-            self._dispatched = mapped.end_offset
-        mapped.wrote = mapped.size
-        return self.commit_log.last_file_for_write()
+    def _write(self, messages: Iterable[Message]) -> list[PutResult]:
+        if self._closed or self.config.role is StoreRole.SLAVE:
+            detail = "the store is closed" if self._closed else "a slave store refuses puts"
+            refused = PutResult(PutStatus.SERVICE_NOT_AVAILABLE, detail=detail)
+            return [refused for _ in messages]
+        now = max(time.time_ns() // 1_000_000, self._last_store_timestamp)
+        in_step = self._dispatched == self.commit_log.max_offset
+        before = self.commit_log.max_offset
+        results = self._writer.write(messages, now, dispatch=in_step)
+        if self.commit_log.max_offset != before:
+            self._last_store_timestamp = now
+            if in_step:
+                self._dispatched = self.commit_log.max_offset
+            else:
+                self.dispatch()
+            self._notify()
+        return results
 
     # -- raw appends (slave) -----------------------------------------------------------------
 
@@ -628,7 +518,8 @@ class CommitLogStore:
         """Wait until commit log data before ``offset`` is fsynced (group commit).
 
         The first waiter fsyncs everything written so far in a worker thread; waiters that
-        arrive meanwhile queue and usually find their offset covered. Always checkpoints.
+        arrive meanwhile wait for that fsync (all woken at once), and the first of them whose
+        offset it did not cover starts the next one. Always checkpoints.
         Cancellation abandons the wait, not the fsync in progress.
 
         Raises:
@@ -637,12 +528,22 @@ class CommitLogStore:
         if self._flushed >= offset:
             await trio.lowlevel.checkpoint()
             return
-        async with self._flush_lock:
-            if self._flushed >= offset:
-                return
+        while self._flushed < offset:
             if self._closed:
                 raise StoreClosedError("the store was closed before the data was flushed")
-            await trio.to_thread.run_sync(self._flush_commit_log)
+            running = self._flush_done
+            if running is not None:  # join the fsync in flight, then look again
+                await running.wait()
+                continue
+            done = self._flush_done = trio.Event()
+            try:
+                # One scheduling round first: putters woken with us write their records and
+                # join this fsync instead of needing the next one.
+                await trio.lowlevel.cancel_shielded_checkpoint()
+                await trio.to_thread.run_sync(self._flush_commit_log)
+            finally:
+                self._flush_done = None
+                done.set()
 
     def _flush_commit_log(self) -> None:
         timestamp = self._last_store_timestamp
@@ -716,8 +617,8 @@ class CommitLogStore:
             dispatched_offset=self._dispatched,
             mapped_files=len(self.commit_log.files),
             consume_queues=len(self._queues),
-            puts=self._puts,
-            put_bytes=self._put_bytes,
+            puts=self._writer.puts,
+            put_bytes=self._writer.put_bytes,
             raw_appended_bytes=self._raw_bytes,
             flushes=self._flushes,
             dispatch_error=None if error is None else (error.offset, error.reason),
@@ -729,13 +630,3 @@ class CommitLogStore:
             ),
             closed=self._closed,
         )
-
-
-def _tail(result: PutResult) -> tuple[int, int, int, str, int]:
-    return (
-        result.wrote_offset,
-        result.wrote_size,
-        result.queue_offset,
-        result.msg_id,
-        result.store_timestamp,
-    )
