@@ -122,3 +122,17 @@ def test_truncate_deletes_later_files_and_zeroes(tmp_path: Path) -> None:
 def test_bad_file_size() -> None:
     with pytest.raises(ValueError):
         MappedFileQueue(Path("x"), 0)
+
+
+def test_leftover_of_a_crash_while_preallocating_is_removed(tmp_path: Path) -> None:
+    queue = MappedFileQueue(tmp_path, 100)
+    queue.append_raw(0, b"x" * 100)
+    queue.close()
+    (tmp_path / (file_name(100) + ".creating")).write_bytes(b"")
+    again = MappedFileQueue(tmp_path, 100)
+    again.load()
+    assert [m.start_offset for m in again.files] == [0]
+    assert not (tmp_path / (file_name(100) + ".creating")).exists()
+    again.append_raw(100, b"y")
+    assert again.read(100, 10) == b"y"
+    again.close()

@@ -1,7 +1,9 @@
 """RocketMQ-compatible commit log store.
 
-- The message codec (:func:`scan_records`, :func:`decode_record`, :func:`encode_record`,
-  :class:`MessageRecord`) is pure and synchronous (``_codec.py``).
+- The message codec (:class:`MessageRecord`, :func:`encode_record`, ...; ``_codec.py``) and
+  the fast scanner (:func:`scan_records`, :func:`decode_record`; ``_scanner.py``): pure and
+  synchronous, for the store, the HA slave's validation and the Spark data source.
+- :class:`CommitLogReader`: read-only walk over a ``commitlog/`` directory (``_reader.py``).
 - :class:`MappedFile` / :class:`MappedFileQueue`: fixed-size preallocated, pre-faulted mapped
   files named by their 20-digit start offset (``_mapped_file.py``, ``_mapped_queue.py``).
 - :class:`ConsumeQueue`: 20-byte entries per topic and queue (``_consume_queue.py``).
@@ -22,12 +24,8 @@ from ._codec import (
     MIN_RECORD_SIZE,
     STORE_HOST_V6_FLAG,
     MessageRecord,
-    RecordScanner,
-    ScanStop,
-    StopReason,
     body_crc,
     decode_properties,
-    decode_record,
     encode_blank,
     encode_properties,
     encode_record,
@@ -38,7 +36,6 @@ from ._codec import (
     pack_record_into,
     parse_host,
     record_size,
-    scan_records,
 )
 from ._config import (
     DEFAULT_CONSUME_QUEUE_FILE_SIZE,
@@ -63,6 +60,8 @@ from ._errors import (
 )
 from ._mapped_file import MappedFile, file_name
 from ._mapped_queue import MappedFileQueue, list_mapped_files
+from ._reader import CommitLogReader, resolve_store_dir
+from ._scanner import RecordScanner, ScanStop, StopReason, decode_record, scan_records
 from ._store import CommitLogStore, Listener
 
 __all__ = [
@@ -80,6 +79,7 @@ __all__ = [
     "MAX_TOPIC_SIZE_V1",
     "MIN_RECORD_SIZE",
     "STORE_HOST_V6_FLAG",
+    "CommitLogReader",
     "CommitLogStore",
     "ConsumeQueue",
     "CorruptRecordError",
@@ -117,5 +117,6 @@ __all__ = [
     "pack_record_into",
     "parse_host",
     "record_size",
+    "resolve_store_dir",
     "scan_records",
 ]

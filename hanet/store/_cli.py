@@ -21,11 +21,12 @@ import sys
 from pathlib import Path
 from typing import Any, TextIO
 
-from ._codec import MessageRecord, StopReason, format_host, java_string_hash
+from ._codec import MessageRecord, format_host, java_string_hash
 from ._consume_queue import CQ_ENTRY_SIZE
 from ._errors import StoreError
 from ._mapped_queue import list_mapped_files
 from ._reader import CommitLogReader, resolve_store_dir
+from ._scanner import StopReason
 
 __all__ = ["dump", "register", "verify"]
 

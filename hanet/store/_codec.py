@@ -14,24 +14,18 @@ the caller's buffer, no per-field slicing), the body CRC is computed on a zero-c
 A file ends with a *blank record* (``i32 space left, i32 CB D4 31 94``) when the next record
 does not fit with 8 spare bytes.
 
-This module is pure and synchronous (no I/O, no trio): the store, the HA slave's validation and
-the Spark data source all use :func:`scan_records` / :func:`decode_record` on memoryviews of
-mapped files.
+This module is pure and synchronous (no I/O, no trio). Decoding and validation live in
+``_scanner.py`` (:func:`scan_records`, :func:`decode_record`).
 """
 
 from __future__ import annotations
 
-import enum
 import functools
 import ipaddress
 import struct
 import zlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import NamedTuple
-
-import attrs
-
-from ._errors import CorruptRecordError
 
 __all__ = [
     "BLANK_MAGIC",
@@ -45,12 +39,8 @@ __all__ = [
     "MIN_RECORD_SIZE",
     "STORE_HOST_V6_FLAG",
     "MessageRecord",
-    "RecordScanner",
-    "ScanStop",
-    "StopReason",
     "body_crc",
     "decode_properties",
-    "decode_record",
     "encode_blank",
     "encode_properties",
     "encode_record",
@@ -61,7 +51,6 @@ __all__ = [
     "pack_record_into",
     "parse_host",
     "record_size",
-    "scan_records",
 ]
 
 MAGIC_V1 = 0xDAA320A7
@@ -86,20 +75,21 @@ MAX_TOPIC_SIZE = 32767
 _NAME_VALUE_SEPARATOR = "\x01"
 _PROPERTY_SEPARATOR = "\x02"
 
+# Shared with _scanner and _writer (not part of the public facade).
 # One struct per (born host, store host) layout; the index is (sys_flag & 0x30) >> 4.
 _HEADER_FORMAT = ">iIiiiqqiq{born}siq{store}siiqi"
-_HEADERS = tuple(
+HEADER_STRUCTS = tuple(
     struct.Struct(_HEADER_FORMAT.format(born=born, store=store))
     for born, store in ((4, 4), (16, 4), (4, 16), (16, 16))
 )
-_HEADER_V4 = _HEADERS[0]
-_PREFIX = struct.Struct(">iI")  # TOTALSIZE, MAGICCODE
-_I16 = struct.Struct(">h")
+HEADER_V4 = HEADER_STRUCTS[0]
+PREFIX_STRUCT = struct.Struct(">iI")  # TOTALSIZE, MAGICCODE
+I16_STRUCT = struct.Struct(">h")
 _MSG_ID_V4 = struct.Struct(">4siq")
 _MSG_ID_V6 = struct.Struct(">16siq")
-_HOST_FLAGS = BORN_HOST_V6_FLAG | STORE_HOST_V6_FLAG
+HOST_FLAGS = BORN_HOST_V6_FLAG | STORE_HOST_V6_FLAG
 
-MIN_RECORD_SIZE = _HEADER_V4.size + 1 + 2
+MIN_RECORD_SIZE = HEADER_V4.size + 1 + 2
 """Size of the smallest V1 record (IPv4 hosts, empty body, topic and properties): 91."""
 
 
@@ -116,7 +106,7 @@ def record_size(
     ``v2`` says whether the record is V2 (2-byte topic length); by default it is when
     ``topic_len`` > 127, as RocketMQ chooses.
     """
-    size = _HEADERS[(sys_flag & _HOST_FLAGS) >> 4].size + body_len + topic_len + properties_len
+    size = HEADER_STRUCTS[(sys_flag & HOST_FLAGS) >> 4].size + body_len + topic_len + properties_len
     if v2 is None:
         v2 = topic_len > MAX_TOPIC_SIZE_V1
     return size + (2 if v2 else 1) + 2
@@ -239,7 +229,7 @@ class MessageRecord(NamedTuple):
     ) -> MessageRecord:
         """A record with its size, magic (V2 for topics over 127 bytes), CRC and host flags set."""
         raw = properties if isinstance(properties, bytes) else encode_properties(properties)
-        sys_flag &= ~_HOST_FLAGS
+        sys_flag &= ~HOST_FLAGS
         if len(born_host) == 16:
             sys_flag |= BORN_HOST_V6_FLAG
         if len(store_host) == 16:
@@ -333,7 +323,7 @@ def pack_record_into(
     ``sys_flag``'s host bits must match the host lengths and ``size`` must equal
     :func:`record_size`; ``topic`` is UTF-8 bytes.
     """
-    header = _HEADERS[(sys_flag & _HOST_FLAGS) >> 4]
+    header = HEADER_STRUCTS[(sys_flag & HOST_FLAGS) >> 4]
     header.pack_into(
         buf,
         pos,
@@ -359,14 +349,14 @@ def pack_record_into(
     end = p + len(body)
     buf[p:end] = body
     if magic == MAGIC_V2:
-        _I16.pack_into(buf, end, len(topic))
+        I16_STRUCT.pack_into(buf, end, len(topic))
         p = end + 2
     else:
         buf[end] = len(topic)
         p = end + 1
     end = p + len(topic)
     buf[p:end] = topic
-    _I16.pack_into(buf, end, len(properties_raw))
+    I16_STRUCT.pack_into(buf, end, len(properties_raw))
     buf[end + 2 : end + 2 + len(properties_raw)] = properties_raw
 
 
@@ -423,302 +413,9 @@ def encode_record(record: MessageRecord) -> bytes:
 
 def pack_blank_into(buf: bytearray | memoryview, pos: int, space_left: int) -> None:
     """Write the end-of-file blank record (``space_left``, magic) at ``buf[pos:pos + 8]``."""
-    _PREFIX.pack_into(buf, pos, space_left, BLANK_MAGIC)
+    PREFIX_STRUCT.pack_into(buf, pos, space_left, BLANK_MAGIC)
 
 
 def encode_blank(space_left: int) -> bytes:
     """The 8 bytes of a blank record that fills ``space_left`` bytes of a file."""
-    return _PREFIX.pack(space_left, BLANK_MAGIC)
-
-
-class StopReason(enum.Enum):
-    """Why :class:`RecordScanner` stopped."""
-
-    END = "end"
-    """Scanning reached ``end`` exactly, on a record boundary."""
-    BLANK = "blank"
-    """An end-of-file blank record: the data goes on at the start of the next file."""
-    UNWRITTEN = "unwritten"
-    """A zero size and magic: the rest of the file was never written."""
-    INCOMPLETE = "incomplete"
-    """A record goes on past ``end`` (its rest has not been written or received yet)."""
-    INVALID = "invalid"
-    """A record failed validation: see :attr:`ScanStop.detail`."""
-
-
-@attrs.frozen
-class ScanStop:
-    """Where and why a scan stopped.
-
-    Attributes:
-        offset: physical offset of the stop (``base_offset`` + position in the buffer).
-        reason: a :class:`StopReason`.
-        detail: human-readable detail (the validation failure for ``INVALID``).
-        blank_size: the space-left field of a blank record (``BLANK`` only), else 0.
-    """
-
-    offset: int
-    reason: StopReason
-    detail: str = ""
-    blank_size: int = 0
-
-    def error(self) -> CorruptRecordError:
-        """This stop as a :class:`CorruptRecordError` (for raising)."""
-        return CorruptRecordError(self.offset, self.detail or self.reason.value)
-
-
-class RecordScanner:
-    """Iterates over the valid records of a buffer (a memoryview of a mapped file).
-
-    Iterating yields :class:`MessageRecord` objects in order and stops at the first thing that
-    is not a complete valid record; :attr:`stop` then says where and why, and
-    :attr:`position` is the buffer position right after the last yielded record. The scanner
-    never raises for bad data (a corrupt record is a stop with reason ``INVALID``), never reads
-    past ``len(buf)`` and never copies the buffer (only each body, topic and properties).
-
-    Validation, as RocketMQ's ``checkMessageAndReturnSize`` and recovery: the magic, TOTALSIZE
-    against the fields it sums and against the room left in the buffer, every length, UTF-8 of
-    the topic and (with ``check_crc``) the body CRC.
-
-    Args:
-        buf: the bytes, typically ``memoryview(mmap)`` of a whole file.
-        start: buffer position to start at (a record boundary).
-        end: buffer position up to which data was written (default ``len(buf)``). A record
-            that fits in ``buf`` but not before ``end`` is ``INCOMPLETE``; one that does not fit
-            in ``buf`` at all is ``INVALID``.
-        base_offset: physical offset of ``buf[0]`` (the file's start offset), used for
-            :attr:`ScanStop.offset` and :attr:`record_offset`.
-        check_crc: verify body CRCs (the default).
-        check_physical_offset: also require each record's PHYSICALOFFSET field to equal its
-            own offset (``base_offset`` + position): what a store checks, off by default so
-            that a lone record can be decoded from any buffer.
-    """
-
-    __slots__ = (
-        "_buf",
-        "_end",
-        "base_offset",
-        "check_crc",
-        "check_physical_offset",
-        "position",
-        "record_offset",
-        "stop",
-    )
-
-    def __init__(
-        self,
-        buf: bytes | bytearray | memoryview,
-        start: int = 0,
-        end: int | None = None,
-        *,
-        base_offset: int = 0,
-        check_crc: bool = True,
-        check_physical_offset: bool = False,
-    ) -> None:
-        view = memoryview(buf)
-        if view.format != "B" or view.ndim != 1:
-            view = view.cast("B")
-        self._buf = view
-        self._end = len(view) if end is None else min(end, len(view))
-        self.base_offset = base_offset
-        self.check_crc = check_crc
-        self.check_physical_offset = check_physical_offset
-        self.position = start
-        """Buffer position after the last record yielded (the next record's start)."""
-        self.record_offset = base_offset + start
-        """Physical offset of the record last yielded."""
-        self.stop: ScanStop | None = None
-        """Set when iteration ends."""
-
-    def __iter__(self) -> Iterator[MessageRecord]:
-        return self._scan()
-
-    def _stop(self, pos: int, reason: StopReason, detail: str = "", blank: int = 0) -> None:
-        self.position = pos
-        self.stop = ScanStop(self.base_offset + pos, reason, detail, blank)
-
-    def _scan(self) -> Iterator[MessageRecord]:
-        buf = self._buf
-        end = self._end
-        limit = len(buf)
-        pos = self.position
-        check_crc = self.check_crc
-        check_offset = self.check_physical_offset
-        base = self.base_offset
-        prefix_unpack = _PREFIX.unpack_from
-        header_v4_unpack = _HEADER_V4.unpack_from
-        v4_size = _HEADER_V4.size
-        crc32 = zlib.crc32
-        new_tuple = tuple.__new__
-        record = MessageRecord
-        while True:
-            if end - pos >= v4_size:
-                h = header_v4_unpack(buf, pos)
-                total = h[0]
-                magic = h[1]
-            elif end - pos < 8:
-                if pos >= end:
-                    self._stop(pos, StopReason.END)
-                else:
-                    self._stop(pos, StopReason.INCOMPLETE, "a partial record header")
-                return
-            else:
-                total, magic = prefix_unpack(buf, pos)
-                h = None
-            if magic in (MAGIC_V1, MAGIC_V2):
-                pass
-            elif magic == BLANK_MAGIC:
-                if total < BLANK_RECORD_SIZE or total > limit - pos:
-                    self._stop(pos, StopReason.INVALID, f"blank record of bad size {total}")
-                else:
-                    self._stop(pos, StopReason.BLANK, blank=total)
-                return
-            elif magic == 0 and total == 0:
-                self._stop(pos, StopReason.UNWRITTEN)
-                return
-            else:
-                self._stop(pos, StopReason.INVALID, f"unknown magic code 0x{magic:08X}")
-                return
-            if total < MIN_RECORD_SIZE:
-                self._stop(pos, StopReason.INVALID, f"total size {total} is too small")
-                return
-            if total > limit - pos:
-                self._stop(
-                    pos, StopReason.INVALID, f"total size {total} goes beyond the end of the file"
-                )
-                return
-            if total > end - pos:
-                self._stop(pos, StopReason.INCOMPLETE, f"a record of {total} bytes is partial")
-                return
-            rec_end = pos + total
-            if h is None:
-                h = header_v4_unpack(buf, pos)
-            sys_flag = h[7]
-            hsize = v4_size
-            if sys_flag & _HOST_FLAGS:
-                layout = _HEADERS[(sys_flag & _HOST_FLAGS) >> 4]
-                hsize = layout.size
-                if hsize + 3 > total:
-                    self._stop(pos, StopReason.INVALID, f"total size {total} is too small")
-                    return
-                h = layout.unpack_from(buf, pos)
-            if check_offset and h[6] != base + pos:
-                self._stop(
-                    pos,
-                    StopReason.INVALID,
-                    f"physical offset field {h[6]} does not match the record's offset",
-                )
-                return
-            body_len = h[16]
-            p = pos + hsize
-            if body_len < 0 or body_len > rec_end - p - 3:
-                self._stop(pos, StopReason.INVALID, f"body length {body_len} does not fit")
-                return
-            body_view = buf[p : p + body_len]
-            if check_crc and (crc32(body_view) & 0x7FFFFFFF) != h[2]:
-                self._stop(pos, StopReason.INVALID, "body CRC mismatch")
-                return
-            p += body_len
-            if magic == MAGIC_V1:
-                topic_len = buf[p]
-                p += 1
-            else:
-                (topic_len,) = _I16.unpack_from(buf, p)
-                p += 2
-            if topic_len < 0 or p + topic_len + 2 > rec_end:
-                self._stop(pos, StopReason.INVALID, f"topic length {topic_len} does not fit")
-                return
-            try:
-                topic = str(buf[p : p + topic_len], "utf-8")
-            except UnicodeDecodeError:
-                self._stop(pos, StopReason.INVALID, "topic is not UTF-8")
-                return
-            p += topic_len
-            (props_len,) = _I16.unpack_from(buf, p)
-            p += 2
-            if props_len < 0 or p + props_len != rec_end:
-                self._stop(
-                    pos,
-                    StopReason.INVALID,
-                    f"total size {total} does not match its fields (properties length {props_len})",
-                )
-                return
-            self.record_offset = base + pos
-            self.position = rec_end
-            yield new_tuple(
-                record,
-                (
-                    total,
-                    magic,
-                    h[2],
-                    h[3],
-                    h[4],
-                    h[5],
-                    h[6],
-                    sys_flag,
-                    h[8],
-                    h[9],
-                    h[10],
-                    h[11],
-                    h[12],
-                    h[13],
-                    h[14],
-                    h[15],
-                    bytes(body_view),
-                    topic,
-                    bytes(buf[p:rec_end]),
-                ),
-            )
-            pos = rec_end
-
-
-def scan_records(
-    buf: bytes | bytearray | memoryview,
-    start: int = 0,
-    end: int | None = None,
-    *,
-    base_offset: int = 0,
-    check_crc: bool = True,
-    check_physical_offset: bool = False,
-) -> RecordScanner:
-    """Scan the records of ``buf`` from ``start``; see :class:`RecordScanner`.
-
-    Example::
-
-        scanner = scan_records(memoryview(mm), base_offset=file_start)
-        for record in scanner:
-            print(scanner.record_offset, record.topic, record.queue_offset)
-        print(scanner.stop)  # ScanStop(offset=..., reason=StopReason.BLANK, ...)
-    """
-    return RecordScanner(
-        buf,
-        start,
-        end,
-        base_offset=base_offset,
-        check_crc=check_crc,
-        check_physical_offset=check_physical_offset,
-    )
-
-
-def decode_record(
-    buf: bytes | bytearray | memoryview,
-    pos: int = 0,
-    *,
-    base_offset: int = 0,
-    check_crc: bool = True,
-) -> MessageRecord:
-    """Decode and validate the one record at ``buf[pos:]``.
-
-    Raises:
-        CorruptRecordError: there is no complete valid record at ``pos`` (a blank record, a
-            bad magic, a bad length, a CRC mismatch, ...); its ``offset`` is
-            ``base_offset + pos``.
-    """
-    scanner = RecordScanner(buf, pos, base_offset=base_offset, check_crc=check_crc)
-    for record in scanner:
-        return record
-    stop = scanner.stop
-    assert stop is not None
-    if stop.reason is StopReason.BLANK:
-        raise CorruptRecordError(stop.offset, "end-of-file blank record, not a message")
-    raise stop.error()
+    return PREFIX_STRUCT.pack(space_left, BLANK_MAGIC)

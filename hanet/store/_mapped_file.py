@@ -20,10 +20,13 @@ import attrs
 
 from ._errors import StoreLayoutError
 
-__all__ = ["FILE_NAME_DIGITS", "MappedFile", "file_name"]
+__all__ = ["FILE_NAME_DIGITS", "TEMPORARY_SUFFIX", "MappedFile", "file_name"]
 
 FILE_NAME_DIGITS = 20
 """Files are named by their start offset, zero padded to this many digits."""
+
+TEMPORARY_SUFFIX = ".creating"
+"""Suffix of a file being preallocated; one left by a crash is removed at load."""
 
 _MADV_POPULATE_WRITE = getattr(mmap, "MADV_POPULATE_WRITE", 23)
 _PAGE = mmap.PAGESIZE
@@ -61,23 +64,28 @@ class MappedFile:
     def create(cls, path: Path, start_offset: int, size: int, *, warm: bool = True) -> MappedFile:
         """Create, preallocate, map and (with ``warm``) pre-fault a new file.
 
+        The file appears under its name only once fully preallocated.
+
         Raises:
             StoreLayoutError: the file already exists.
             OSError: the file cannot be created (disk full, permissions, ...).
         """
-        try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
-        except FileExistsError as exc:
-            raise StoreLayoutError(f"{path} already exists") from exc
+        if path.exists():
+            raise StoreLayoutError(f"{path} already exists")
+        # Preallocate under a temporary name and rename: a process killed half way through
+        # never leaves a short file under a real name (which would stop the store loading).
+        temporary = path.with_name(path.name + TEMPORARY_SUFFIX)
+        fd = os.open(temporary, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
             try:
                 os.posix_fallocate(fd, 0, size)
-            except OSError:  # a file system without fallocate (tmpfs on old kernels, ...)
+            except OSError:  # a file system without fallocate
                 os.ftruncate(fd, size)
             mapping = mmap.mmap(fd, size)
+            os.rename(temporary, path)
         except BaseException:
             os.close(fd)
-            path.unlink(missing_ok=True)
+            temporary.unlink(missing_ok=True)
             raise
         mapped = cls(path, start_offset, size, fd, mapping, memoryview(mapping))
         if warm:

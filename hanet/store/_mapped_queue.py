@@ -17,7 +17,7 @@ import re
 from pathlib import Path
 
 from ._errors import OffsetMismatchError, StoreLayoutError
-from ._mapped_file import FILE_NAME_DIGITS, MappedFile, file_name
+from ._mapped_file import FILE_NAME_DIGITS, TEMPORARY_SUFFIX, MappedFile, file_name
 
 __all__ = ["MappedFileQueue", "list_mapped_files"]
 
@@ -64,6 +64,9 @@ class MappedFileQueue:
             StoreLayoutError: a file has another size than ``file_size``, a start offset that
                 is not a multiple of it, or the files leave a gap.
         """
+        if self.directory.is_dir():
+            for leftover in self.directory.glob(f"*{TEMPORARY_SUFFIX}"):
+                leftover.unlink(missing_ok=True)  # a crash while preallocating
         found = list_mapped_files(self.directory)
         previous: int | None = None
         for start, path in found:

@@ -13,10 +13,11 @@ import os
 from collections.abc import Generator
 from pathlib import Path
 
-from ._codec import MessageRecord, RecordScanner, ScanStop, StopReason
+from ._codec import MessageRecord
 from ._errors import StoreLayoutError
 from ._mapped_file import file_name
 from ._mapped_queue import list_mapped_files
+from ._scanner import RecordScanner, ScanStop, StopReason
 
 __all__ = ["CommitLogReader", "resolve_store_dir"]
 

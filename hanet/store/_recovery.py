@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import attrs
 
-from ._codec import RecordScanner, ScanStop, StopReason, decode_record
 from ._errors import CorruptRecordError
 from ._mapped_queue import MappedFileQueue
+from ._scanner import RecordScanner, ScanStop, StopReason, decode_record
 
 __all__ = ["RecoveryResult", "find_valid_end"]
 

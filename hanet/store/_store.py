@@ -37,9 +37,6 @@ from ._codec import (
     BORN_HOST_V6_FLAG,
     STORE_HOST_V6_FLAG,
     MessageRecord,
-    RecordScanner,
-    StopReason,
-    decode_record,
     parse_host,
 )
 from ._config import (
@@ -55,6 +52,7 @@ from ._consume_queue import ConsumeQueue
 from ._errors import CorruptRecordError, StoreClosedError
 from ._mapped_queue import MappedFileQueue
 from ._recovery import RecoveryResult, find_valid_end
+from ._scanner import RecordScanner, StopReason, decode_record
 from ._store_files import Checkpoint, StoreLock, read_checkpoint, write_checkpoint
 from ._writer import RecordWriter
 
@@ -221,8 +219,10 @@ class CommitLogStore:
         """:meth:`close` with the final fsyncs in a worker thread."""
         if self._closed:
             return
+        while self._flush_done is not None:  # let a group commit in flight finish
+            await self._flush_done.wait()
         async with self._flush_lock:
-            await trio.to_thread.run_sync(self._flush_all)
+            await trio.to_thread.run_sync(self._flush_if_open)
         self.close()
 
     def __enter__(self) -> CommitLogStore:

@@ -14,10 +14,10 @@ import zlib
 from collections.abc import Callable, Iterable
 
 from ._codec import (
-    _HEADERS,
-    _I16,
     BLANK_RECORD_SIZE,
     BORN_HOST_V6_FLAG,
+    HEADER_STRUCTS,
+    I16_STRUCT,
     MAGIC_V1,
     MAGIC_V2,
     MAX_PROPERTIES_SIZE,
@@ -107,9 +107,9 @@ class RecordWriter:
         file_size = self._file_size
         queue_for = self._queue_for
         crc32 = zlib.crc32
-        headers = _HEADERS
-        header_sizes = [h.size for h in _HEADERS]
-        i16_pack_into = _I16.pack_into
+        headers = HEADER_STRUCTS
+        header_sizes = [h.size for h in HEADER_STRUCTS]
+        i16_pack_into = I16_STRUCT.pack_into
         new_result = tuple.__new__
         put_bytes = 0
         puts = 0
