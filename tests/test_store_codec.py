@@ -287,3 +287,13 @@ def test_round_trip(record: MessageRecord) -> None:
     assert list(scanner) == [record] * 3
     assert scanner.stop is not None
     assert scanner.stop.reason is StopReason.END
+
+
+@given(data=st.binary(max_size=600), start=st.integers(0, 50), check=st.booleans())
+def test_scanning_garbage_never_raises(data: bytes, start: int, check: bool) -> None:
+    scanner = scan_records(VECTOR_A + data, start, check_crc=check, check_physical_offset=check)
+    records = list(scanner)
+    assert scanner.stop is not None
+    assert scanner.position <= len(VECTOR_A) + len(data)
+    if start == 0 and not check:
+        assert records[0] == decode_record(VECTOR_A)

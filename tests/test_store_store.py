@@ -25,6 +25,7 @@ from hanet.store import (
     StoreRole,
     encode_record,
     file_name,
+    parse_host,
     record_size,
 )
 
@@ -346,3 +347,18 @@ async def test_async_flusher_runs_in_a_nursery(tmp_path: Path) -> None:
         assert store.flushed_offset >= result.end_offset
         await store.aclose()
     assert store.closed
+
+
+def test_ipv6_hosts(tmp_path: Path) -> None:
+    config = StoreConfig(mapped_file_size=4096, store_host="[::1]:10911")
+    with CommitLogStore.open(tmp_path, config) as store:
+        born = parse_host("[2001:db8::7]:4321")
+        result = store.put(Message("T", b"v6", born_host=born[0], born_port=born[1]))
+        assert result.ok
+        assert result.msg_id == "0" * 31 + "1" + "00002A9F" + "0" * 16
+        record = store.get_message("T", 0, 0)
+        assert record is not None
+        assert record.sys_flag & 0x30 == 0x30
+        assert record.born_address == "[2001:db8::7]:4321"
+        assert record.store_address == "[::1]:10911"
+        assert result.wrote_size == record_size(0x30, 2, 1, 0) == 91 + 2 + 1 + 24
