@@ -144,3 +144,27 @@ def test_garbage_between_files_ends_valid_data(tmp_path: Path) -> None:
         assert store.max_offset < first_end
         assert len(store.commit_log.files) == 1
         assert not (tmp_path / "commitlog" / file_name(4096)).exists()
+
+
+FIXTURE = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "rocketmq-store-8k"
+
+
+def test_open_a_copy_of_the_rocketmq_fixture(tmp_path: Path) -> None:
+    shutil.copytree(FIXTURE / "commitlog", tmp_path / "commitlog")
+    for path in (tmp_path / "commitlog").iterdir():
+        path.chmod(0o644)
+    config = StoreConfig(mapped_file_size=8192, consume_queue_file_size=200)
+    with CommitLogStore.open(tmp_path, config) as store:
+        assert store.max_offset == 8192  # the blank record fills the file to its end
+        assert store.max_queue_offset("abc", 0) == 47
+        assert store.consume_queue_entry("abc", 0, 46) == (
+            172 * 46,
+            172,
+            2567159,
+        )  # "TAG1".hashCode()
+        record = store.get_message("abc", 0, 46)
+        assert record is not None
+        assert record.body == b"Once, there was a chance for me!"
+        result = store.put(Message("abc", b"hanet was here", properties={"TAGS": "TAG1"}))
+        assert (result.wrote_offset, result.queue_offset) == (8192, 47)
+    assert main(["verify", str(tmp_path)]) == 0
