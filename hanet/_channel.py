@@ -56,6 +56,7 @@ class ChannelStatistics:
     bytes_written: int
     reads: int
     sends: int
+    #: Payload bytes written and not yet handed to the transport (flushed or not).
     queued_bytes: int
     is_writable: bool
     is_active: bool
@@ -101,6 +102,18 @@ class Channel:
         return self._outbound.is_writable
 
     @property
+    def bytes_before_unwritable(self) -> int:
+        """How many more bytes may be written before the channel turns unwritable (0 if it
+        is), counting each message's ``entry_overhead`` as the water marks do."""
+        return self._outbound.bytes_before_unwritable
+
+    @property
+    def bytes_before_writable(self) -> int:
+        """How many queued bytes must leave before the channel is writable again (0 if it
+        is)."""
+        return self._outbound.bytes_before_writable
+
+    @property
     def auto_read(self) -> bool:
         """Whether the channel reads continuously (else only on ``ctx.read()``)."""
         return self._auto_read
@@ -137,7 +150,7 @@ class Channel:
             bytes_written=self._bytes_written,
             reads=self._reads,
             sends=self._sends,
-            queued_bytes=self._outbound.pending_bytes,
+            queued_bytes=self._outbound.queued_bytes,
             is_writable=self._outbound.is_writable,
             is_active=self._active,
         )
@@ -166,7 +179,10 @@ class Channel:
         raise NotImplementedError
 
     def schedule(self, delay: float, callback: Callable[[], None]) -> TimerHandle:
-        """Run ``callback`` after ``delay`` seconds; the timer dies with the channel."""
+        """Run ``callback`` after ``delay`` seconds; the timer dies with the channel.
+
+        An exception it raises is fired into the pipeline from the head (``exception_caught``).
+        """
         return self._timers.schedule_at(self.now() + max(delay, 0.0), callback)
 
     def spawn(self, async_fn: Callable[[], Awaitable[object]]) -> None:
@@ -179,7 +195,12 @@ class Channel:
             callback = self._timers.pop_due(now)
             if callback is None:
                 return
-            callback()
+            try:
+                callback()
+            except Exception as exc:
+                # A timer set with channel.schedule (ctx.schedule routes its own errors to the
+                # handler): an error is the pipeline's, not the timer task's, to handle.
+                self.pipeline.fire_exception_caught(exc)
 
     # -- transport hooks (called by the head) -----------------------------------------------
 

@@ -11,6 +11,7 @@ from ._channel import Channel, ChannelConfig
 from ._errors import ChannelClosedError
 from ._future import WriteFuture
 from ._handler import ChannelHandler
+from ._outbound import message_size
 
 __all__ = ["EmbeddedChannel"]
 
@@ -189,9 +190,10 @@ class EmbeddedChannel(Channel):
     def _transport_flush(self) -> None:
         self._outbound.add_flush()
         for msg, future in self._outbound.take_all_flushed():
+            size = message_size(msg)
             self._outbound_msgs.append(msg)
-            self._bytes_written += len(msg) if isinstance(msg, bytes) else 0
-            self._outbound.sent(len(msg) if isinstance(msg, bytes) else 0)
+            self._bytes_written += size
+            self._outbound.sent(size)
             future.set_result()
 
     def _transport_read(self) -> None:

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Generator
 from typing import Any
 
 import trio
 
 __all__ = ["WriteFuture"]
+
+log = logging.getLogger("hanet.channel")
 
 _PENDING = object()
 
@@ -42,9 +45,13 @@ class WriteFuture:
         return self._exception
 
     def add_done_callback(self, callback: Callable[[WriteFuture], None]) -> None:
-        """Call ``callback(self)`` when done, at once if already done."""
+        """Call ``callback(self)`` when done, at once if already done.
+
+        An exception the callback raises is logged (as Netty logs a failing listener): it must
+        not break the channel's writer, which completes futures.
+        """
         if self._state is not _PENDING:
-            callback(self)
+            _call(callback, self)
             return
         if self._callbacks is None:
             self._callbacks = []
@@ -68,7 +75,7 @@ class WriteFuture:
         callbacks, self._callbacks = self._callbacks, None
         if callbacks:
             for callback in callbacks:
-                callback(self)
+                _call(callback, self)
         return True
 
     async def wait(self) -> None:
@@ -93,3 +100,10 @@ class WriteFuture:
         else:
             state = f"failed: {self._exception!r}"
         return f"<WriteFuture {state}>"
+
+
+def _call(callback: Callable[[WriteFuture], None], future: WriteFuture) -> None:
+    try:
+        callback(future)
+    except Exception as exc:
+        log.warning("a write future's callback %r raised %r", callback, exc, exc_info=exc)

@@ -23,16 +23,24 @@ def _check_marks(instance: WaterMarks, attribute: object, value: int) -> None:
         )
 
 
+def _check_overhead(instance: WaterMarks, attribute: object, value: int) -> None:
+    if value < 0:
+        raise ValueError(f"entry_overhead must be >= 0: {value}")
+
+
 @attrs.frozen
 class WaterMarks:
     """Back-pressure thresholds of queued bytes (Netty's defaults: 32 KiB / 64 KiB).
 
-    The channel becomes unwritable when queued bytes exceed ``high`` and writable again when
-    they fall below ``low``.
+    Each queued message counts for its length plus ``entry_overhead`` bytes (96, as Netty's
+    ``ChannelOutboundBuffer``), so many tiny writes are bounded too. The channel becomes
+    unwritable when the count exceeds ``high`` (strictly) and writable again when it falls
+    below ``low`` (strictly).
     """
 
     low: int = 32 * 1024
     high: int = attrs.field(default=64 * 1024, validator=_check_marks)
+    entry_overhead: int = attrs.field(default=96, validator=_check_overhead)
 
 
 def message_size(msg: Any) -> int:
@@ -49,20 +57,36 @@ class OutboundBuffer:
     """
 
     def __init__(self, marks: WaterMarks, on_writability: Callable[[], None]) -> None:
-        self._marks = marks
+        self._low = marks.low
+        self._high = marks.high
+        self._overhead = marks.entry_overhead
         self._on_writability = on_writability
         self._unflushed: deque[tuple[Any, int, WriteFuture]] = deque()
         self._flushed: deque[tuple[Any, int, WriteFuture]] = deque()
         self._flushed_bytes = 0
+        #: What the water marks compare: queued bytes plus ``entry_overhead`` per message.
         self.pending_bytes = 0
+        #: Queued payload bytes (flushed or not, until sent).
+        self.queued_bytes = 0
         self.is_writable = True
+
+    @property
+    def bytes_before_unwritable(self) -> int:
+        """How many more pending bytes keep the buffer writable (0 when unwritable)."""
+        return max(self._high - self.pending_bytes + 1, 0) if self.is_writable else 0
+
+    @property
+    def bytes_before_writable(self) -> int:
+        """How many pending bytes must leave before it is writable again (0 when writable)."""
+        return 0 if self.is_writable else max(self.pending_bytes - self._low + 1, 0)
 
     def add(self, msg: Any, future: WriteFuture) -> None:
         """Queue a message (not yet flushed)."""
         size = message_size(msg)
         self._unflushed.append((msg, size, future))
-        self.pending_bytes += size
-        if self.is_writable and self.pending_bytes > self._marks.high:
+        self.queued_bytes += size
+        self.pending_bytes += size + self._overhead
+        if self.is_writable and self.pending_bytes > self._high:
             self.is_writable = False
             self._on_writability()
 
@@ -106,10 +130,11 @@ class OutboundBuffer:
         self._flushed_bytes = 0
         return out
 
-    def sent(self, nbytes: int) -> None:
-        """Account for ``nbytes`` that left the buffer."""
-        self.pending_bytes -= nbytes
-        if not self.is_writable and self.pending_bytes < self._marks.low:
+    def sent(self, nbytes: int, entries: int = 1) -> None:
+        """Account for ``nbytes`` in ``entries`` messages that left the buffer."""
+        self.queued_bytes -= nbytes
+        self.pending_bytes -= nbytes + entries * self._overhead
+        if not self.is_writable and self.pending_bytes < self._low:
             self.is_writable = True
             self._on_writability()
 
@@ -120,5 +145,6 @@ class OutboundBuffer:
         self._unflushed.clear()
         self._flushed_bytes = 0
         self.pending_bytes = 0
+        self.queued_bytes = 0
         for _, _, future in entries:
             future.set_exception(exc_factory())

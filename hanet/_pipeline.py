@@ -19,7 +19,9 @@ __all__ = ["Pipeline"]
 
 log = logging.getLogger("hanet.pipeline")
 
-_added_once: weakref.WeakSet[h.ChannelHandler] = weakref.WeakSet()
+# Non-sharable handlers that were ever added, by id: a WeakSet would need them hashable, and
+# attrs' default ``define`` (eq=True) makes instances unhashable.
+_added_once: weakref.WeakValueDictionary[int, h.ChannelHandler] = weakref.WeakValueDictionary()
 
 
 class _HeadHandler(h.ChannelDuplexHandler):
@@ -98,13 +100,12 @@ class Pipeline:
     def _new_context(self, handler: h.ChannelHandler, name: str | None) -> HandlerContext:
         if not isinstance(handler, h.ChannelHandler):
             raise TypeError(f"not a ChannelHandler: {handler!r}")
-        if not type(handler).sharable:
-            if handler in _added_once:
-                raise ChannelPipelineError(
-                    f"{type(handler).__name__} is not a sharable handler, "
-                    "so it can't be added or removed multiple times"
-                )
-            _added_once.add(handler)
+        sharable = type(handler).sharable
+        if not sharable and _added_once.get(id(handler)) is handler:
+            raise ChannelPipelineError(
+                f"{type(handler).__name__} is not a sharable handler, "
+                "so it can't be added or removed multiple times"
+            )
         if name is None:
             base = type(handler).__name__
             i = 0
@@ -113,6 +114,9 @@ class Pipeline:
             name = f"{base}#{i}"
         elif name in self._names:
             raise ValueError(f"Duplicate handler name: {name}")
+        if not sharable:
+            # Only once every check passed: a refused handler was never added.
+            _added_once[id(handler)] = handler
         return HandlerContext(self, name, handler, h.event_mask(type(handler)))
 
     def _link_after(self, prev: HandlerContext, ctx: HandlerContext) -> None:

@@ -196,6 +196,10 @@ class StreamChannel(Channel):
             except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
                 self._lost(f"connection lost: {exc.__cause__ or exc!r}")
                 return
+            if not self._open:
+                # Closed while this read was under way: a socket read with bytes ready does
+                # not yield, so the close has not cancelled us yet. Drop them, as Netty does.
+                return
             if not data:
                 self._lost("peer closed the connection")
                 return
@@ -229,7 +233,7 @@ class StreamChannel(Channel):
                 raise
             self._sends += 1
             self._bytes_written += nbytes
-            outbound.sent(nbytes)
+            outbound.sent(nbytes, len(futures))
             for future in futures:
                 future.set_result()
 

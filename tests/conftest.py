@@ -1,0 +1,44 @@
+"""Shared fixtures and helpers for the core tests.
+
+Helpers live here (not in a package) because ``tests/`` has no ``__init__.py``; test modules
+use them through fixtures only.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+
+import pytest
+import trio
+
+
+def _open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def _live_tasks() -> int:
+    """Every task under trio's root task, walked recursively (the current one included)."""
+
+    def walk(task: trio.lowlevel.Task) -> int:
+        return 1 + sum(
+            walk(child) for nursery in task.child_nurseries for child in nursery.child_tasks
+        )
+
+    root = trio.lowlevel.current_root_task()
+    assert root is not None
+    return walk(root)
+
+
+@pytest.fixture
+def open_fds() -> Callable[[], int]:
+    """Count the process's open file descriptors (Linux ``/proc/self/fd``)."""
+    if not os.path.isdir("/proc/self/fd"):  # pragma: no cover - Linux only
+        pytest.skip("needs /proc/self/fd")
+    return _open_fds
+
+
+@pytest.fixture
+def live_tasks() -> Callable[[], int]:
+    """Count the live trio tasks of the current run (call it inside the run)."""
+    return _live_tasks
