@@ -69,6 +69,8 @@ class ReconnectingClient:
         connector: opens the stream for each attempt (re-evaluated each time, so it may follow
             a master address learned from discovery).
         initializer: builds each new channel's pipeline.
+        connect_timeout: seconds one attempt may take (a SYN to an unreachable host otherwise
+            waits for the kernel's timeout, minutes); a timeout counts as a failed attempt.
     """
 
     connector: Connector
@@ -79,6 +81,7 @@ class ReconnectingClient:
     on_disconnect: Callable[[StreamChannel], None] | None = None
     rng: random.Random = attrs.field(factory=random.Random)
     name: str = "client"
+    connect_timeout: float = 10.0
     _attempts: int = 0
     _connects: int = 0
     _failures: int = 0
@@ -103,7 +106,8 @@ class ReconnectingClient:
         max_attempts: float = math.inf,
         task_status: trio.TaskStatus[ReconnectingClient] = trio.TASK_STATUS_IGNORED,
     ) -> None:
-        """Run until cancelled (or ``max_attempts`` attempts were made).
+        """Run until cancelled (or until ``max_attempts`` attempts were made and the last
+        connection closed).
 
         Reports itself through ``task_status`` at once; wait for a connection with
         ``on_connect``.
@@ -113,17 +117,23 @@ class ReconnectingClient:
         while self._attempts < max_attempts:
             self._attempts += 1
             try:
-                stream = await self.connector()
-            except OSError as exc:
+                with trio.fail_after(self.connect_timeout):
+                    stream = await self.connector()
+            except (OSError, trio.TooSlowError) as exc:
                 self._failures += 1
                 consecutive_failures += 1
+                if self._attempts >= max_attempts:
+                    break
                 delay = self.policy.delay(consecutive_failures, self.rng)
-                log.info("%s: connect failed (%s); retrying in %.1f s", self.name, exc, delay)
+                reason = "timed out" if isinstance(exc, trio.TooSlowError) else str(exc)
+                log.info("%s: connect failed (%s); retrying in %.1f s", self.name, reason, delay)
                 await trio.sleep(delay)
                 continue
             consecutive_failures = 0
             self._connects += 1
             await self._run_one(stream)
+            if self._attempts >= max_attempts:
+                break
             delay = self.policy.delay(1, self.rng)
             log.info("%s: disconnected; reconnecting in %.1f s", self.name, delay)
             await trio.sleep(delay)
