@@ -61,14 +61,13 @@ async def run_channel(
         raise
     started = False
 
-    async def report() -> None:
+    def report() -> None:
         nonlocal started
         started = True
         task_status.started(channel)
 
-    channel.spawn(report)
-    await channel.run()
-    if not started:  # closed before its nursery ran anything
+    await channel.run(on_active=report)
+    if not started:  # closed before it became active
         task_status.started(channel)
 
 

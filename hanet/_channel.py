@@ -48,6 +48,9 @@ class ChannelConfig:
     auto_read: bool = True
 
 
+_DEFAULT_CONFIG = ChannelConfig()
+
+
 @attrs.frozen
 class ChannelStatistics:
     """A snapshot of a channel's counters."""
@@ -69,7 +72,7 @@ class Channel:
     """
 
     def __init__(self, config: ChannelConfig | None = None) -> None:
-        self.config = config if config is not None else ChannelConfig()
+        self.config = config if config is not None else _DEFAULT_CONFIG
         self.id = next(_ids)
         self.attributes: dict[str, Any] = {}
         self.pipeline = Pipeline(self)

@@ -116,16 +116,19 @@ class ReconnectingClient:
         consecutive_failures = 0
         while self._attempts < max_attempts:
             self._attempts += 1
+            reason = "timed out"
+            stream: trio.abc.Stream | None = None
             try:
-                with trio.fail_after(self.connect_timeout):
+                with trio.CancelScope(deadline=trio.current_time() + self.connect_timeout):
                     stream = await self.connector()
-            except (OSError, trio.TooSlowError) as exc:
+            except OSError as exc:
+                reason = str(exc)
+            if stream is None:
                 self._failures += 1
                 consecutive_failures += 1
                 if self._attempts >= max_attempts:
                     break
                 delay = self.policy.delay(consecutive_failures, self.rng)
-                reason = "timed out" if isinstance(exc, trio.TooSlowError) else str(exc)
                 log.info("%s: connect failed (%s); retrying in %.1f s", self.name, reason, delay)
                 await trio.sleep(delay)
                 continue
@@ -147,16 +150,17 @@ class ReconnectingClient:
                 await trio.aclose_forcefully(stream)
             raise
         self._channel = channel
-        if self.on_connect is not None:
-            on_connect = self.on_connect
+        connected = False
 
-            async def announce() -> None:
-                on_connect(channel)
+        def announce() -> None:
+            nonlocal connected
+            connected = True
+            if self.on_connect is not None:
+                self.on_connect(channel)
 
-            channel.spawn(announce)
         try:
-            await channel.run()
+            await channel.run(on_active=announce)
         finally:
             self._channel = None
-            if self.on_disconnect is not None:
+            if connected and self.on_disconnect is not None:
                 self.on_disconnect(channel)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -14,6 +15,11 @@ from ._errors import ChannelClosedError
 __all__ = ["StreamChannel"]
 
 log = logging.getLogger("hanet.channel")
+
+# An event that is already set: setting it again does nothing, so it stands in for a wake-up
+# event until a task that waits makes its own.
+_SET = trio.Event()
+_SET.set()
 
 
 def _socket_of(stream: trio.abc.Stream) -> Any:
@@ -30,9 +36,9 @@ def _socket_of(stream: trio.abc.Stream) -> Any:
 class StreamChannel(Channel):
     """A channel over a trio stream (a TCP ``SocketStream``, an ``SSLStream``, a memory stream).
 
-    :meth:`run` drives it: a reader task feeds received bytes into the pipeline, a writer task
-    drains the outbound buffer with ``send_all`` (coalescing what was flushed together), and a
-    timer task serves handlers' timers, all in the channel's own nursery. ``channel_active``
+    :meth:`run` drives it: its task reads and feeds received bytes into the pipeline, a writer
+    task drains the outbound buffer with ``send_all`` (coalescing what was flushed together),
+    and a timer task serves handlers' timers, in the channel's own nursery. ``channel_active``
     fires when :meth:`run` starts and ``channel_inactive`` exactly once when it ends, however it
     ends (peer EOF, an error, ``close``, cancellation from outside). Nothing of the channel
     outlives :meth:`run`.
@@ -43,11 +49,15 @@ class StreamChannel(Channel):
         self.stream = stream
         self._nursery: trio.Nursery | None = None
         self._pending_spawns: list[Callable[[], Awaitable[object]]] = []
-        self._close_requested = trio.Event()
         self._closed = trio.Event()
-        self._writer_wakeup = trio.Event()
-        self._reader_wakeup = trio.Event()
-        self._timer_wakeup = trio.Event()
+        # Each task makes its own wake-up event when it waits.
+        self._writer_wakeup = _SET
+        self._reader_wakeup = _SET
+        self._timer_wakeup = _SET
+        # The writer and timer tasks start on first use: a channel that never writes or sets
+        # a timer costs no task for them (a task costs ~25 us to start and cancel).
+        self._writer_started = False
+        self._timer_started = False
         self._read_requested = False
         self._timers.on_earlier = self._wake_timers
         self._writable_event: trio.Event | None = None
@@ -82,28 +92,49 @@ class StreamChannel(Channel):
 
     # -- life cycle -----------------------------------------------------------------------
 
-    async def run(self) -> None:
+    async def run(self, *, on_active: Callable[[], None] | None = None) -> None:
         """Drive the channel until it closes; returns once ``channel_inactive`` has fired.
 
-        Cancelling the caller closes the channel the same way.
+        The calling task is the reader; the writer, timer and spawned tasks run in the
+        channel's own nursery. ``on_active`` is called right after ``channel_active``.
+        Cancelling the caller closes the channel the same way; an exception that escapes the
+        channel's tasks (a bug, not bad input) closes it too and propagates. A channel closed
+        before it ran fires neither ``channel_active`` nor ``channel_inactive``.
         """
+        if self._closed.is_set():
+            await self._close_stream()
+            return
         try:
             async with trio.open_nursery() as nursery:
-                self._nursery = nursery
-                self._active = True
-                nursery.start_soon(self._reader)
-                nursery.start_soon(self._writer)
-                nursery.start_soon(self._timer_task)
-                for fn in self._pending_spawns:
-                    nursery.start_soon(fn)
-                self._pending_spawns.clear()
-                self.pipeline.fire_channel_active()
-                await self._close_requested.wait()
+                if self._open:
+                    self._nursery = nursery
+                    self._active = True
+                    for fn in self._pending_spawns:
+                        nursery.start_soon(fn)
+                    self._pending_spawns.clear()
+                    if self._outbound.has_flushed:
+                        self._start_writer()
+                    if self._timers.next_deadline() != math.inf:
+                        self._start_timers()
+                    self.pipeline.fire_channel_active()
+                    if on_active is not None:
+                        on_active()
+                    if self._open:
+                        await self._reader()
                 nursery.cancel_scope.cancel()
         finally:
             self._shutdown()
+            await self._close_stream()
+
+    async def _close_stream(self) -> None:
+        stream = self.stream
+        if type(stream) is trio.SocketStream:
+            # What SocketStream.aclose does, without its checkpoint: in a cancelled run that
+            # checkpoint would raise a Cancelled only to be swallowed (~50 us per connection).
+            stream.socket.close()
+        else:
             with trio.CancelScope(shield=True):
-                await trio.aclose_forcefully(self.stream)
+                await trio.aclose_forcefully(stream)
 
     def _shutdown(self) -> None:
         self._open = False
@@ -121,12 +152,13 @@ class StreamChannel(Channel):
         log.debug("%s: closed (%s)", self, self._close_reason or "closed")
 
     async def close(self, reason: str | None = None) -> None:
-        """Close the channel and wait until it is closed. Idempotent."""
+        """Close the channel and wait until it is closed (its stream too). Idempotent."""
         self.close_nowait(reason)
         if self._nursery is None and not self._closed.is_set():
-            # Never ran: nothing to cancel.
+            # Never ran: nothing to cancel; release what it holds now.
             self._open = False
-            self._closed.set()
+            self._shutdown()
+            await self._close_stream()
         await self._closed.wait()
 
     async def wait_closed(self) -> None:
@@ -159,7 +191,20 @@ class StreamChannel(Channel):
     def _transport_flush(self) -> None:
         self._outbound.add_flush()
         if self._outbound.has_flushed:
-            self._writer_wakeup.set()
+            if self._writer_started:
+                self._writer_wakeup.set()
+            elif self._nursery is not None:
+                self._start_writer()
+
+    def _start_writer(self) -> None:
+        assert self._nursery is not None
+        self._writer_started = True
+        self._nursery.start_soon(self._writer)
+
+    def _start_timers(self) -> None:
+        assert self._nursery is not None
+        self._timer_started = True
+        self._nursery.start_soon(self._timer_task)
 
     def _transport_read(self) -> None:
         self._read_requested = True
@@ -168,7 +213,8 @@ class StreamChannel(Channel):
     def _transport_close(self) -> None:
         if self._open:
             self._open = False
-            self._close_requested.set()
+            if self._nursery is not None:
+                self._nursery.cancel_scope.cancel()
 
     def _writability_flipped(self) -> None:
         if self._outbound.is_writable and self._writable_event is not None:
@@ -177,7 +223,10 @@ class StreamChannel(Channel):
         super()._writability_flipped()
 
     def _wake_timers(self) -> None:
-        self._timer_wakeup.set()
+        if self._timer_started:
+            self._timer_wakeup.set()
+        elif self._nursery is not None:
+            self._start_timers()
 
     # -- tasks ---------------------------------------------------------------------------
 

@@ -192,6 +192,78 @@ async def test_closed_before_run_fires_nothing_twice() -> None:
     assert isinstance(future.exception(), ChannelClosedError)
 
 
+async def test_closed_before_run_releases_the_stream() -> None:
+    rec = Recorder()
+    a, b = trio.testing.memory_stream_pair()
+    channel = StreamChannel(a)
+    channel.pipeline.add_last(rec)
+    future = channel.pipeline.write_and_flush(b"queued before run")
+    await channel.close()
+    assert await b.receive_some() == b""  # the stream is closed at once
+    assert isinstance(future.exception(), ChannelClosedError)
+    assert channel.pipeline.names() == []
+    await channel.run()  # running it afterwards does nothing
+    assert rec.events == []
+
+
+async def test_close_nowait_before_run_fires_no_events() -> None:
+    rec = Recorder()
+    a, b = trio.testing.memory_stream_pair()
+    channel = StreamChannel(a)
+    channel.pipeline.add_last(rec)
+    channel.close_nowait("changed my mind")
+    await channel.run()
+    assert rec.events == []
+    assert channel.close_reason == "changed my mind"
+    assert await b.receive_some() == b""
+
+
+async def test_writes_and_timers_before_run_are_served_once_running() -> None:
+    fired: list[str] = []
+    a, b = trio.testing.memory_stream_pair()
+    channel = StreamChannel(a)
+    channel.pipeline.write_and_flush(b"early")
+    channel.schedule(0, lambda: fired.append("timer"))
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(channel.run)
+        assert await b.receive_some() == b"early"
+        await trio.testing.wait_all_tasks_blocked()
+        assert fired == ["timer"]
+        await channel.close()
+
+
+async def test_on_active_runs_right_after_channel_active() -> None:
+    rec = Recorder()
+    order: list[str] = []
+    a, _b = trio.testing.memory_stream_pair()
+    channel = StreamChannel(a)
+    channel.pipeline.add_last(rec)
+
+    def on_active() -> None:
+        order.append(f"on_active after {rec.events}")
+        channel.close_nowait()
+
+    await channel.run(on_active=on_active)
+    assert order == ["on_active after ['active']"]
+    assert rec.events == ["active", "inactive"]
+
+
+async def test_idle_channel_runs_in_its_callers_task_only(live_tasks: Callable[[], int]) -> None:
+    """No writer or timer task until the channel writes or sets a timer."""
+    before = live_tasks()
+    a, b = trio.testing.memory_stream_pair()
+    async with trio.open_nursery() as nursery:
+        channel = await start(nursery, a)
+        await trio.testing.wait_all_tasks_blocked()
+        assert live_tasks() == before + 1  # the task running channel.run() reads
+        channel.schedule(100, lambda: None)
+        await channel.pipeline.write_and_flush(b"x")
+        assert live_tasks() == before + 3  # + writer + timers
+        assert await b.receive_some() == b"x"
+        await channel.close()
+    assert live_tasks() == before
+
+
 async def test_handlers_removed_when_closed() -> None:
     removed: list[str] = []
 
