@@ -63,7 +63,6 @@ class OutboundBuffer:
         self._on_writability = on_writability
         self._unflushed: deque[tuple[Any, int, WriteFuture]] = deque()
         self._flushed: deque[tuple[Any, int, WriteFuture]] = deque()
-        self._flushed_bytes = 0
         #: What the water marks compare: queued bytes plus ``entry_overhead`` per message.
         self.pending_bytes = 0
         #: Queued payload bytes (flushed or not, until sent).
@@ -93,8 +92,6 @@ class OutboundBuffer:
     def add_flush(self) -> None:
         """Mark everything queued so far as flushed."""
         if self._unflushed:
-            for entry in self._unflushed:
-                self._flushed_bytes += entry[1]
             self._flushed.extend(self._unflushed)
             self._unflushed.clear()
 
@@ -102,32 +99,38 @@ class OutboundBuffer:
     def has_flushed(self) -> bool:
         return bool(self._flushed)
 
-    def take_bytes(self, max_bytes: int) -> tuple[bytes, list[WriteFuture], int]:
-        """Remove flushed messages up to ``max_bytes`` (at least one) and join them.
+    def take(
+        self, max_bytes: int, max_parts: int = 1024
+    ) -> tuple[list[Any], list[WriteFuture], int]:
+        """Remove flushed messages, oldest first, up to ``max_bytes`` and ``max_parts`` (at
+        least one message, however large).
 
-        Returns the data to send, the futures to complete once it is sent, and the byte count.
+        Returns the messages (for one gathering write), the futures to complete once they are
+        sent, and their byte count.
         """
         flushed = self._flushed
-        msg, size, future = flushed.popleft()
-        if size >= max_bytes or not flushed:
-            self._flushed_bytes -= size
-            return msg, [future], size
+        msg, total, future = flushed.popleft()
         parts = [msg]
         futures = [future]
-        total = size
-        while flushed and total + flushed[0][1] <= max_bytes:
+        while flushed and len(parts) < max_parts:
+            size = flushed[0][1]
+            if total + size > max_bytes:
+                break
             msg, size, future = flushed.popleft()
             parts.append(msg)
             futures.append(future)
             total += size
-        self._flushed_bytes -= total
-        return b"".join(parts), futures, total
+        return parts, futures, total
+
+    def take_bytes(self, max_bytes: int) -> tuple[bytes, list[WriteFuture], int]:
+        """As :meth:`take`, with the messages joined into one bytes object."""
+        parts, futures, total = self.take(max_bytes)
+        return (parts[0] if len(parts) == 1 else b"".join(parts)), futures, total
 
     def take_all_flushed(self) -> list[tuple[Any, WriteFuture]]:
         """Remove every flushed message (the embedded channel's 'socket')."""
         out = [(msg, future) for msg, _, future in self._flushed]
         self._flushed.clear()
-        self._flushed_bytes = 0
         return out
 
     def sent(self, nbytes: int, entries: int = 1) -> None:
@@ -143,7 +146,6 @@ class OutboundBuffer:
         entries = list(self._flushed) + list(self._unflushed)
         self._flushed.clear()
         self._unflushed.clear()
-        self._flushed_bytes = 0
         self.pending_bytes = 0
         self.queued_bytes = 0
         for _, _, future in entries:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import logging
 import math
 from collections.abc import Awaitable, Callable
@@ -15,6 +16,37 @@ from ._errors import ChannelClosedError
 __all__ = ["StreamChannel"]
 
 log = logging.getLogger("hanet.channel")
+
+_IOV_MAX = 1024  # buffers per sendmsg (Linux's IOV_MAX)
+
+
+async def _sendmsg_all(sock: trio.socket.SocketType, parts: list[Any], nbytes: int) -> None:
+    """Send every byte of ``parts`` with as few ``sendmsg`` calls as the kernel allows.
+
+    OS errors become trio's stream errors, as ``SocketStream.send_all`` translates them.
+    """
+    if not nbytes:
+        await trio.lowlevel.checkpoint()
+        return
+    try:
+        while True:
+            sent = await sock.sendmsg(parts)
+            nbytes -= sent
+            if nbytes <= 0:
+                return
+            # A partial send: drop what left, keep the rest of a part cut in two.
+            i = 0
+            while sent >= len(parts[i]):
+                sent -= len(parts[i])
+                i += 1
+            parts = parts[i:]
+            if sent:
+                parts[0] = memoryview(parts[0])[sent:]
+    except OSError as exc:
+        if exc.errno == errno.EBADF:
+            raise trio.ClosedResourceError("the socket was closed") from exc
+        raise trio.BrokenResourceError(f"socket connection broken: {exc}") from exc
+
 
 # An event that is already set: setting it again does nothing, so it stands in for a wake-up
 # event until a task that waits makes its own.
@@ -261,14 +293,23 @@ class StreamChannel(Channel):
         stream = self.stream
         outbound = self._outbound
         coalesce = self.config.write_coalesce
+        # A TCP socket gets gathering writes (sendmsg): the messages flushed together leave in
+        # one system call without being joined first, as Netty's gathering writes. Any other
+        # stream gets them joined into one send_all.
+        sock = stream.socket if type(stream) is trio.SocketStream else None
+        if sock is not None and not hasattr(sock, "sendmsg"):  # pragma: no cover - Windows
+            sock = None
         while True:
             if not outbound.has_flushed:
                 self._writer_wakeup = trio.Event()
                 await self._writer_wakeup.wait()
                 continue
-            data, futures, nbytes = outbound.take_bytes(coalesce)
+            parts, futures, nbytes = outbound.take(coalesce, _IOV_MAX)
             try:
-                await stream.send_all(data)
+                if sock is not None:
+                    await _sendmsg_all(sock, parts, nbytes)
+                else:
+                    await stream.send_all(parts[0] if len(parts) == 1 else b"".join(parts))
             except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
                 closed = ChannelClosedError(f"{self}: connection lost while sending")
                 closed.__cause__ = exc

@@ -12,6 +12,7 @@ import trio
 import trio.testing
 
 from hanet import (
+    ChannelClosedError,
     ChannelConfig,
     ChannelHandler,
     ChannelInboundHandler,
@@ -248,3 +249,55 @@ async def test_server_keeps_serving_when_a_connection_fails(
         await second.aclose()
         nursery.cancel_scope.cancel()
     assert "initializer bug" in caplog.text
+
+
+async def test_gathering_writes_survive_partial_sends() -> None:
+    """Many messages flushed together leave in few sendmsg calls; a slow reader forces
+    partial sends that cut messages in two, and every byte still arrives in order."""
+    parts = [bytes([i % 251]) * (1 + (i * 7919) % 20_000) for i in range(600)]
+    expected = b"".join(parts)
+    async with trio.open_nursery() as nursery:
+        listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+        port = listeners[0].socket.getsockname()[1]
+        client: StreamChannel = await nursery.start(connect, "127.0.0.1", port, init_with())
+        peer = await listeners[0].accept()
+        futures = [client.pipeline.write(p) for p in parts]
+        client.pipeline.flush()
+        received = bytearray()
+        while len(received) < len(expected):
+            await trio.sleep(0.001)  # a slow reader: the socket buffers fill up
+            chunk = await peer.receive_some(65536)
+            assert chunk
+            received += chunk
+        await futures[-1]
+        assert all(f.succeeded() for f in futures)
+        assert bytes(received) == expected
+        stats = client.statistics()
+        assert stats.bytes_written == len(expected)
+        assert stats.sends < len(parts) // 4  # gathered, not one call per message
+        assert stats.queued_bytes == 0
+        await client.close()
+        await peer.aclose()
+        await listeners[0].aclose()
+
+
+async def test_send_to_a_vanished_peer_fails_the_writes() -> None:
+    async with trio.open_nursery() as nursery:
+        listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+        port = listeners[0].socket.getsockname()[1]
+        client: StreamChannel = await nursery.start(connect, "127.0.0.1", port, init_with())
+        peer = await listeners[0].accept()
+        peer.socket.setsockopt(trio.socket.SOL_SOCKET, trio.socket.SO_LINGER, b"\x01\0\0\0\0\0\0\0")
+        await peer.aclose()  # RST
+        await listeners[0].aclose()
+        with trio.fail_after(5):
+            while client.is_open:
+                try:
+                    await client.pipeline.write_and_flush(b"x" * 65536)
+                except ChannelClosedError:
+                    break
+            await client.wait_closed()
+        with pytest.raises(ChannelClosedError):
+            await client.pipeline.write_and_flush(b"late")
+    assert client.close_reason is not None
+    assert "connection lost" in client.close_reason or "peer closed" in client.close_reason
