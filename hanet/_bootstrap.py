@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
 
 import attrs
 import trio
@@ -183,7 +184,7 @@ async def serve_listeners(
     """As :func:`serve`, on listeners the caller opened (TCP, TLS, memory listeners)."""
     addresses: list[tuple[str, int]] = []
     for listener in listeners:
-        sock = getattr(listener, "socket", None)
+        sock = _listener_socket(listener)
         if sock is not None:
             name = sock.getsockname()
             addresses.append((name[0], name[1]))
@@ -199,6 +200,16 @@ async def serve_listeners(
             nursery.start_soon(_accept_loop, listener, handler, nursery)
         task_status.started(server)
         await trio.sleep(math.inf)
+
+
+def _listener_socket(listener: object) -> Any:
+    """The socket under a listener (a TLS listener wraps a TCP one), or None."""
+    while listener is not None:
+        sock = getattr(listener, "socket", None)
+        if sock is not None:
+            return sock
+        listener = getattr(listener, "transport_listener", None)
+    return None
 
 
 async def _accept_loop(

@@ -22,6 +22,7 @@ from hanet import (
     connect,
     run_channel,
     serve,
+    serve_listeners,
 )
 from hanet.testing import EmbeddedChannel
 
@@ -301,3 +302,48 @@ async def test_send_to_a_vanished_peer_fails_the_writes() -> None:
             await client.pipeline.write_and_flush(b"late")
     assert client.close_reason is not None
     assert "connection lost" in client.close_reason or "peer closed" in client.close_reason
+
+
+async def test_tls_echo_over_ssl_streams() -> None:
+    """Any trio stream: TLS on both ends (trustme certificates), addresses from the socket."""
+    import ssl
+
+    import trustme
+
+    ca = trustme.CA()
+    server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert("127.0.0.1").configure_cert(server_ctx)
+    client_ctx = ssl.create_default_context()
+    ca.configure_trust(client_ctx)
+
+    class Echo(ChannelInboundHandler):
+        def channel_read(self, ctx: HandlerContext, msg: Any) -> None:
+            ctx.write_and_flush(msg)
+
+    got: list[bytes] = []
+    all_back = trio.Event()
+
+    class Until(Collect):
+        def channel_read(self, ctx: HandlerContext, msg: Any) -> None:
+            super().channel_read(ctx, msg)
+            if b"".join(got) == b"secret 0secret 1secret 2":
+                all_back.set()
+
+    async with trio.open_nursery() as nursery:
+        tcp = await trio.open_tcp_listeners(0, host="127.0.0.1")
+        listeners = [trio.SSLListener(t, server_ctx) for t in tcp]
+        server: Server = await nursery.start(serve_listeners, init_with(Echo), listeners)
+        assert server.addresses == [("127.0.0.1", tcp[0].socket.getsockname()[1])]
+        stream = await trio.open_ssl_over_tcp_stream(
+            "127.0.0.1", server.port, ssl_context=client_ctx
+        )
+        client: StreamChannel = await nursery.start(
+            run_channel, stream, init_with(lambda: Until(got))
+        )
+        assert client.remote_address == ("127.0.0.1", server.port)
+        for i in range(3):
+            await client.write_and_flush(b"secret %d" % i)
+        with trio.fail_after(5):
+            await all_back.wait()
+        await client.close()
+        nursery.cancel_scope.cancel()
