@@ -57,8 +57,12 @@ class ChannelStatistics:
 
     bytes_read: int
     bytes_written: int
+    #: Calls to the transport's receive (one ``channel_read`` of raw bytes each).
     reads: int
+    #: Calls to the transport's send (one ``send_all`` or gathering ``sendmsg`` each).
     sends: int
+    #: Messages (frames) whose bytes were handed to the transport.
+    messages_written: int
     #: Payload bytes written and not yet handed to the transport (flushed or not).
     queued_bytes: int
     is_writable: bool
@@ -86,6 +90,7 @@ class Channel:
         self._bytes_written = 0
         self._reads = 0
         self._sends = 0
+        self._messages_written = 0
 
     # -- state -----------------------------------------------------------------------------
 
@@ -153,6 +158,7 @@ class Channel:
             bytes_written=self._bytes_written,
             reads=self._reads,
             sends=self._sends,
+            messages_written=self._messages_written,
             queued_bytes=self._outbound.queued_bytes,
             is_writable=self._outbound.is_writable,
             is_active=self._active,

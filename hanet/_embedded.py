@@ -193,6 +193,7 @@ class EmbeddedChannel(Channel):
             size = message_size(msg)
             self._outbound_msgs.append(msg)
             self._bytes_written += size
+            self._messages_written += 1
             self._outbound.sent(size)
             future.set_result()
 

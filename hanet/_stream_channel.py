@@ -322,6 +322,7 @@ class StreamChannel(Channel):
                     future.set_exception(ChannelClosedError(f"{self} closed"))
                 raise
             self._sends += 1
+            self._messages_written += len(futures)
             self._bytes_written += nbytes
             outbound.sent(nbytes, len(futures))
             for future in futures:

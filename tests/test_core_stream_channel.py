@@ -377,6 +377,7 @@ async def test_small_writes_coalesce_into_few_sends() -> None:
         await futures[-1]
         assert all(f.succeeded() for f in futures)
         assert channel.statistics().sends == 1
+        assert channel.statistics().messages_written == 1000
         received += await read_exactly(b, 4000)
         # With a 1 KiB coalescing limit, 4000 bytes leave in 4 sends.
         channel2 = await start(
