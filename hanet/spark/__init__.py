@@ -1,0 +1,134 @@
+"""Commit logs on Spark: PySpark data sources and the audit, diff and stats jobs.
+
+Behind the ``spark`` extra (``pip install 'hanet[spark]'``: pyspark 4, pyarrow). Importing
+``hanet.spark`` does not import pyspark; each name below imports its module on first use, so
+the ``hanet`` command line works without the extra.
+
+- :func:`register` adds the ``commitlog`` and ``consumequeue`` formats to a session
+  (:class:`CommitLogDataSource`, :class:`ConsumeQueueDataSource`; ``_source.py``).
+- :func:`spark_session` starts (or joins) a session with them registered (``_session.py``).
+- :func:`commit_log` / :func:`consume_queue` load one or more stores as one DataFrame.
+- Jobs returning DataFrames: :func:`audit` (``_audit.py``), :func:`diff` (``_diff.py``),
+  :func:`stats` (``_stats.py``); the ``hanet audit|diff|stats`` verbs print them
+  (``_cli.py``).
+- Without Spark: :func:`commit_log_batches` / :func:`consume_queue_batches` read one file
+  range as Arrow batches (``_arrow.py``); :func:`find_stores`, :func:`plan_commit_log` plan the
+  ranges (``_layout.py``).
+
+Example::
+
+    from hanet.spark import spark_session, audit
+
+    spark = spark_session("local[*]")
+    df = spark.read.format("commitlog").load("/data/store")
+    df.groupBy("topic").count().show()
+    audit(spark, ["/data/store"]).problems.show()
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ._arrow import (
+        commit_log_batches,
+        commit_log_schema,
+        consume_queue_batches,
+        consume_queue_schema,
+    )
+    from ._audit import PROBLEM_KINDS, AuditResult, audit
+    from ._diff import DiffResult, DiffSummary, diff
+    from ._frames import commit_log, consume_queue, java_string_hash
+    from ._layout import (
+        CommitLogRange,
+        ConsumeQueueFile,
+        StoreLocation,
+        find_stores,
+        plan_commit_log,
+        plan_consume_queues,
+    )
+    from ._session import SparkUnavailableError, describe, spark_session
+    from ._source import (
+        CommitLogDataSource,
+        ConsumeQueueDataSource,
+        commit_log_struct,
+        consume_queue_struct,
+        register,
+    )
+    from ._stats import StatsResult, stats
+
+__all__ = [
+    "PROBLEM_KINDS",
+    "AuditResult",
+    "CommitLogDataSource",
+    "CommitLogRange",
+    "ConsumeQueueDataSource",
+    "ConsumeQueueFile",
+    "DiffResult",
+    "DiffSummary",
+    "SparkUnavailableError",
+    "StatsResult",
+    "StoreLocation",
+    "audit",
+    "commit_log",
+    "commit_log_batches",
+    "commit_log_schema",
+    "commit_log_struct",
+    "consume_queue",
+    "consume_queue_batches",
+    "consume_queue_schema",
+    "consume_queue_struct",
+    "describe",
+    "diff",
+    "find_stores",
+    "java_string_hash",
+    "plan_commit_log",
+    "plan_consume_queues",
+    "register",
+    "spark_session",
+    "stats",
+]
+
+_HOMES = {
+    "_arrow": (
+        "commit_log_batches",
+        "commit_log_schema",
+        "consume_queue_batches",
+        "consume_queue_schema",
+    ),
+    "_audit": ("PROBLEM_KINDS", "AuditResult", "audit"),
+    "_diff": ("DiffResult", "DiffSummary", "diff"),
+    "_frames": ("commit_log", "consume_queue", "java_string_hash"),
+    "_layout": (
+        "CommitLogRange",
+        "ConsumeQueueFile",
+        "StoreLocation",
+        "find_stores",
+        "plan_commit_log",
+        "plan_consume_queues",
+    ),
+    "_session": ("SparkUnavailableError", "describe", "spark_session"),
+    "_source": (
+        "CommitLogDataSource",
+        "ConsumeQueueDataSource",
+        "commit_log_struct",
+        "consume_queue_struct",
+        "register",
+    ),
+    "_stats": ("StatsResult", "stats"),
+}
+_MODULE_OF = {name: module for module, names in _HOMES.items() for name in names}
+
+
+def __getattr__(name: str) -> Any:
+    module = _MODULE_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])

@@ -1,0 +1,68 @@
+"""DataFrames the jobs start from, and the Spark expressions they share."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import reduce
+
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+__all__ = ["commit_log", "consume_queue", "java_string_hash", "paths_of", "record_end"]
+
+
+def paths_of(stores: str | Sequence[str]) -> list[str]:
+    """One path as a list; a sequence of paths as a list."""
+    return [stores] if isinstance(stores, str) else list(stores)
+
+
+def commit_log(
+    spark: SparkSession, stores: str | Sequence[str], *, include_body: bool = False
+) -> DataFrame:
+    """The ``commitlog`` rows of one or more stores (each a path or a glob), as one DataFrame.
+
+    Raises:
+        ValueError: no path given.
+    """
+    paths = paths_of(stores)
+    if not paths:
+        raise ValueError("no store given")
+    reader = spark.read.format("commitlog").option("includeBody", str(include_body).lower())
+    return reduce(DataFrame.unionByName, (reader.load(p) for p in paths))
+
+
+def consume_queue(spark: SparkSession, stores: str | Sequence[str]) -> DataFrame:
+    """The ``consumequeue`` rows of one or more stores, as one DataFrame."""
+    paths = paths_of(stores)
+    if not paths:
+        raise ValueError("no store given")
+    reader = spark.read.format("consumequeue")
+    return reduce(DataFrame.unionByName, (reader.load(p) for p in paths))
+
+
+def record_end() -> Column:
+    """``physical_offset + size``: the offset right after a record."""
+    return F.col("physical_offset") + F.col("size").cast("bigint")
+
+
+def java_string_hash(column: Column) -> Column:
+    """Java's ``String.hashCode`` of a string column, in Spark SQL (0 for null or empty).
+
+    What RocketMQ writes as a consume queue entry's tag hash (the codec's
+    :func:`~hanet.store.java_string_hash`): ``s[0]*31^(n-1) + ... + s[n-1]`` over the UTF-16
+    code units, as a signed 32-bit int, widened to bigint.
+    """
+    units = F.encode(column, "UTF-16BE")
+    count = (F.octet_length(units) / 2).cast("int")
+    unsigned = F.aggregate(
+        F.sequence(F.lit(0), count - 1),
+        F.lit(0).cast("bigint"),
+        lambda acc, i: (
+            (acc * 31 + F.conv(F.hex(F.substring(units, i * 2 + 1, 2)), 16, 10).cast("bigint"))
+            % 4294967296
+        ),
+    )
+    signed = F.when(unsigned >= 2147483648, unsigned - 4294967296).otherwise(unsigned)
+    return F.when(column.isNull() | (F.length(column) == 0), F.lit(0).cast("bigint")).otherwise(
+        signed
+    )

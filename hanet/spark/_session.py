@@ -1,0 +1,116 @@
+"""Starting Spark for the hanet jobs: Java checked first, quiet logs, one line saying what runs.
+
+:func:`spark_session` returns ``SparkSession.builder.getOrCreate()`` with the ``commitlog``
+and ``consumequeue`` formats registered. Inside ``spark-submit`` (a session already exists) it
+reuses that session and its master; otherwise it starts one on ``master`` (``local[*]`` by
+default, any ``spark://``, ``yarn`` or ``k8s://`` master works the same way).
+
+For a local master it points Spark's Python workers at this interpreter (``PYSPARK_PYTHON``,
+unless set) so that they import this ``hanet``, and binds the driver to the loopback address
+(``SPARK_LOCAL_IP``, unless set). The driver JVM logs through ``log4j2.properties`` next to
+this module: warnings and errors only.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+
+from pyspark.errors import PySparkRuntimeError
+from pyspark.sql import SparkSession
+
+from hanet import HanetError
+
+from ._source import register
+
+__all__ = ["JAVA_HINT", "SparkUnavailableError", "describe", "java_problem", "spark_session"]
+
+JAVA_HINT = (
+    "Spark needs a Java runtime (17 or 21). Install one, e.g. "
+    "`sudo apt-get install openjdk-17-jre-headless` (Debian/Ubuntu), "
+    "`brew install openjdk@17` (macOS) or `make java` in the hanet checkout, "
+    "then make sure `java` is on PATH or JAVA_HOME points at it."
+)
+"""What to tell a user whose machine has no Java."""
+
+LOG4J_CONFIG = Path(__file__).with_name("log4j2.properties")
+
+
+class SparkUnavailableError(HanetError):
+    """Spark cannot start here (no Java, or the JVM did not come up)."""
+
+
+def java_problem(environ: Mapping[str, str] | None = None) -> str | None:
+    """Why Spark cannot find Java (with :data:`JAVA_HINT`), or None when it can."""
+    env = os.environ if environ is None else environ
+    java_home = env.get("JAVA_HOME")
+    if java_home:
+        if (Path(java_home) / "bin" / "java").exists():
+            return None
+        return f"JAVA_HOME={java_home} has no bin/java. {JAVA_HINT}"
+    if shutil.which("java", path=env.get("PATH")) is not None:
+        return None
+    return f"no `java` on PATH and JAVA_HOME is not set. {JAVA_HINT}"
+
+
+def spark_session(
+    master: str = "local[*]",
+    *,
+    app_name: str = "hanet",
+    config: Mapping[str, str] | None = None,
+) -> SparkSession:
+    """A Spark session for the hanet jobs, with the data sources registered.
+
+    Args:
+        master: the Spark master (ignored when a session already runs, e.g. in spark-submit).
+        app_name: the application name.
+        config: more Spark settings; they win over hanet's defaults (UTC session time zone,
+            console progress bar, shuffle partitions of twice the local cores).
+
+    Raises:
+        SparkUnavailableError: no Java, or the JVM did not start (the message says why).
+    """
+    running = SparkSession.getActiveSession()
+    if running is None:
+        problem = java_problem()
+        if problem is not None:
+            raise SparkUnavailableError(problem)
+        settings = {
+            "spark.ui.showConsoleProgress": "true",
+            "spark.sql.session.timeZone": "UTC",
+            "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={LOG4J_CONFIG.as_uri()}",
+        }
+        if master.startswith("local"):
+            os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+            os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+            settings["spark.sql.shuffle.partitions"] = str(2 * _local_cores(master))
+        settings.update(config or {})
+        builder = SparkSession.builder.master(master).appName(app_name)
+        for key, value in settings.items():
+            builder = builder.config(key, value)
+        try:
+            running = builder.getOrCreate()
+        except PySparkRuntimeError as exc:
+            raise SparkUnavailableError(f"Spark did not start: {exc}\n{JAVA_HINT}") from exc
+    running.sparkContext.setLogLevel("WARN")
+    logging.getLogger("py4j").setLevel(logging.WARNING)  # py4j logs every connection at INFO
+    register(running)
+    return running
+
+
+def _local_cores(master: str) -> int:
+    inside = master.partition("[")[2].partition("]")[0].partition(",")[0]
+    if inside.isdigit():
+        return max(1, int(inside))
+    return os.cpu_count() or 1
+
+
+def describe(spark: SparkSession) -> str:
+    """``Spark 4.3.0 on local[*] with 2 cores``: which Spark, where, how many cores."""
+    context = spark.sparkContext
+    cores = context.defaultParallelism
+    return f"Spark {spark.version} on {context.master} with {cores} core{'s' * (cores != 1)}"

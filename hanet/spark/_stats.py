@@ -1,0 +1,89 @@
+"""The stats job: traffic per topic per minute, store latency, the largest messages.
+
+:func:`stats` returns lazy DataFrames (:class:`StatsResult`) over the good records of one or
+more stores (STORETIMESTAMP decides the minute, in UTC):
+
+- ``per_minute``: ``topic, minute, messages, bytes``;
+- ``latency``: per topic, percentiles of STORETIMESTAMP - BORNTIMESTAMP in milliseconds (how
+  long a message took from the producer's clock to the broker's: network, queueing and the
+  clock skew between the two hosts);
+- ``largest``: the ``top`` largest records with where they are.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import attrs
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from ._frames import commit_log
+
+__all__ = ["LATENCY_PERCENTILES", "StatsResult", "stats"]
+
+LATENCY_PERCENTILES = (0.5, 0.9, 0.99)
+"""The latency percentiles reported (plus the maximum)."""
+
+
+@attrs.frozen
+class StatsResult:
+    """The stats tables (lazy DataFrames; see the module docstring)."""
+
+    per_minute: DataFrame
+    latency: DataFrame
+    largest: DataFrame
+    _scan: DataFrame
+
+    def unpersist(self) -> None:
+        """Drop the cached scan of the commit logs."""
+        self._scan.unpersist()
+
+
+def stats(spark: SparkSession, stores: str | Sequence[str], *, top: int = 10) -> StatsResult:
+    """Statistics of one or more stores (paths or globs); ``top`` largest messages."""
+    scan = (
+        commit_log(spark, stores)
+        .where(F.col("status") == "ok")
+        .select(
+            "store",
+            "topic",
+            "queue_id",
+            "physical_offset",
+            "size",
+            "born_timestamp",
+            "store_timestamp",
+            "msg_id",
+            "keys",
+        )
+        .cache()
+    )
+    per_minute = (
+        scan.groupBy(
+            "topic",
+            F.date_trunc("minute", F.timestamp_millis("store_timestamp")).alias("minute"),
+        )
+        .agg(F.count("*").alias("messages"), F.sum("size").alias("bytes"))
+        .orderBy("topic", "minute")
+    )
+    latency_ms = F.col("store_timestamp") - F.col("born_timestamp")
+    quantiles = F.percentile_approx(latency_ms, list(LATENCY_PERCENTILES))
+    latency = (
+        scan.groupBy("topic")
+        .agg(F.count("*").alias("messages"), quantiles.alias("q"), F.max(latency_ms).alias("max"))
+        .select(
+            "topic",
+            "messages",
+            *(
+                F.col("q")[i].alias(f"p{round(p * 100)}_ms")
+                for i, p in enumerate(LATENCY_PERCENTILES)
+            ),
+            F.col("max").alias("max_ms"),
+        )
+        .orderBy("topic")
+    )
+    largest = scan.orderBy(F.desc("size"), "store", "physical_offset").limit(top)
+    largest = largest.select(
+        "store", "topic", "queue_id", "physical_offset", "size", "msg_id", "keys"
+    )
+    return StatsResult(per_minute=per_minute, latency=latency, largest=largest, scan=scan)

@@ -1,0 +1,324 @@
+"""Tests of hanet.spark without a Spark session: planning, Arrow batches, CLI edges.
+
+The reader of a partition (``hanet.spark._arrow``) and the planner (``hanet.spark._layout``)
+run here directly on the RocketMQ fixture and on files written with the store's codec; the
+Spark side is in test_spark_pipeline.py.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from hanet.store import (
+    CommitLogReader,
+    CommitLogStore,
+    Message,
+    MessageRecord,
+    StoreConfig,
+    decode_properties,
+    encode_blank,
+    encode_properties,
+    encode_record,
+    file_name,
+)
+
+pa = pytest.importorskip("pyarrow")
+
+from hanet.spark import (  # noqa: E402  (after the importorskip)
+    commit_log_batches,
+    commit_log_schema,
+    consume_queue_batches,
+    find_stores,
+    plan_commit_log,
+    plan_consume_queues,
+)
+from hanet.spark._arrow import _properties  # noqa: E402
+from hanet.spark._layout import find_record_start  # noqa: E402
+
+FIXTURE = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "rocketmq-store-8k"
+FILE = 4096
+
+
+def rows_of(store: str | Path, **kwargs: Any) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    for location in find_stores(str(store)):
+        for part in plan_commit_log(location, **kwargs):
+            for batch in commit_log_batches(part):
+                assert batch.schema.equals(commit_log_schema())
+                rows.extend(batch.to_pylist())
+    return rows
+
+
+SIZE = 192  # of a record of topic T and a 100-byte body
+
+
+def record(offset: int, body: bytes = b"x" * 100, **kwargs: Any) -> bytes:
+    return encode_record(
+        MessageRecord.create(topic="T", body=body, physical_offset=offset, **kwargs)
+    )
+
+
+def write_file(directory: Path, start: int, *chunks: bytes, size: int = FILE) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    data = b"".join(chunks)
+    path = directory / file_name(start)
+    path.write_bytes(data + bytes(size - len(data)))
+    return path
+
+
+def test_fixture_batches_match_the_store_reader() -> None:
+    rows = rows_of(FIXTURE)
+    expected = list(CommitLogReader(FIXTURE / "commitlog").records())
+    assert len(rows) == len(expected) == 47
+    for row, (offset, rec) in zip(rows, expected, strict=True):
+        assert row["status"] == "ok"
+        assert row["error"] is None
+        assert row["crc_ok"] is True
+        assert row["store"] == str(FIXTURE)
+        assert row["file"] == file_name(0)
+        assert row["physical_offset"] == offset == 172 * rec.queue_offset
+        assert (row["size"], row["magic"], row["body_crc"]) == (rec.size, rec.magic, rec.body_crc)
+        assert (row["topic"], row["queue_id"], row["queue_offset"]) == ("abc", 0, rec.queue_offset)
+        assert (row["flag"], row["sys_flag"]) == (rec.flag, rec.sys_flag)
+        assert row["born_timestamp"] == rec.born_timestamp
+        assert row["store_timestamp"] == rec.store_timestamp
+        assert row["born_host"] == rec.born_address == "127.0.0.1:0"
+        assert row["store_host"] == rec.store_address == "192.168.71.1:8123"
+        assert row["reconsume_times"] == rec.reconsume_times
+        assert dict(row["properties"]) == rec.properties
+        assert row["tags"] == rec.tags
+        assert row["keys"] == rec.properties.get("KEYS")
+        assert row["msg_id"] == rec.msg_id
+
+
+def test_schema_is_what_spark_expects() -> None:
+    pytest.importorskip("pyspark")
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    from hanet.spark import commit_log_struct, consume_queue_schema, consume_queue_struct
+
+    for body in (False, True):
+        spark_side = to_arrow_schema(commit_log_struct(body), timezone="UTC")
+        assert spark_side.equals(commit_log_schema(body))
+    assert to_arrow_schema(consume_queue_struct(), timezone="UTC").equals(consume_queue_schema())
+
+
+def test_body_only_with_include_body() -> None:
+    (part,) = plan_commit_log(find_stores(str(FIXTURE))[0])
+    (batch,) = commit_log_batches(part, include_body=True)
+    assert batch.schema.names[-1] == "body"
+    bodies = [rec.body for _, rec in CommitLogReader(FIXTURE / "commitlog").records()]
+    assert batch.column("body").to_pylist() == bodies
+    assert "body" not in next(iter(commit_log_batches(part))).schema.names
+
+
+def test_paths_commitlog_dir_and_glob(tmp_path: Path) -> None:
+    (bare,) = find_stores(str(FIXTURE / "commitlog"))
+    assert (bare.name, bare.root) == (str(FIXTURE / "commitlog"), None)  # no consumequeue/
+    for name in ("a", "b"):
+        write_file(tmp_path / name / "commitlog", 0, record(0))
+    stores = find_stores(str(tmp_path / "*"))
+    assert [s.name for s in stores] == [str(tmp_path / "a"), str(tmp_path / "b")]
+    assert {r["store"] for r in rows_of(tmp_path / "*")} == {str(tmp_path / n) for n in "ab"}
+    from hanet.store import StoreLayoutError
+
+    with pytest.raises(StoreLayoutError, match="no store matches"):
+        find_stores(str(tmp_path / "zz*"))
+
+
+def test_flipped_header_byte_ends_the_file_with_a_corrupt_row(tmp_path: Path) -> None:
+    records = [record(i * SIZE) for i in range(5)]
+    assert all(len(r) == SIZE for r in records)
+    bad = bytearray(records[3])
+    bad[5] ^= 0xFF  # the magic code
+    write_file(tmp_path / "commitlog", 0, *records[:3], bytes(bad), records[4])
+    rows = rows_of(tmp_path)
+    assert [r["status"] for r in rows] == ["ok"] * 3 + ["corrupt"]
+    assert rows[-1]["physical_offset"] == 3 * SIZE
+    assert "magic" in rows[-1]["error"]
+    assert rows[-1]["topic"] is None
+
+
+def test_flipped_body_byte_is_a_crc_failure_and_the_scan_goes_on(tmp_path: Path) -> None:
+    records = [record(i * SIZE) for i in range(5)]
+    bad = bytearray(records[1])
+    bad[100] ^= 0x01  # inside the body
+    write_file(tmp_path / "commitlog", 0, records[0], bytes(bad), *records[2:])
+    rows = rows_of(tmp_path)
+    assert [r["status"] for r in rows] == ["ok"] * 5
+    assert [r["crc_ok"] for r in rows] == [True, False, True, True, True]
+    assert rows[1]["physical_offset"] == SIZE
+
+
+def test_torn_tail_and_misplaced_blank(tmp_path: Path) -> None:
+    records = [record(i * SIZE) for i in range(3)]
+    write_file(tmp_path / "torn" / "commitlog", 0, *records[:2], records[2][:120])
+    rows = rows_of(tmp_path / "torn")
+    assert [r["status"] for r in rows] == ["ok", "ok", "corrupt"]
+    assert rows[-1]["physical_offset"] == 2 * SIZE
+    write_file(tmp_path / "blank" / "commitlog", 0, records[0], encode_blank(100))
+    rows = rows_of(tmp_path / "blank")
+    assert [r["status"] for r in rows] == ["ok", "corrupt"]
+    assert "does not end the file" in rows[-1]["error"]
+
+
+def test_blank_record_ends_a_file_and_unwritten_ends_the_data(tmp_path: Path) -> None:
+    first = record(0)
+    write_file(tmp_path / "commitlog", 0, first, encode_blank(FILE - len(first)))
+    write_file(tmp_path / "commitlog", FILE, record(FILE))
+    rows = rows_of(tmp_path)
+    assert [(r["status"], r["physical_offset"]) for r in rows] == [("ok", 0), ("ok", FILE)]
+    # the first file unwritten after its record, but a file follows: data is missing
+    write_file(tmp_path / "commitlog", 0, first)
+    rows = rows_of(tmp_path)
+    assert [r["status"] for r in rows] == ["ok", "corrupt", "ok"]
+    assert "more files follow" in rows[1]["error"]
+
+
+def test_large_file_splits_at_record_boundaries(tmp_path: Path) -> None:
+    config = StoreConfig(mapped_file_size=64 * 1024, consume_queue_file_size=2000)
+    with CommitLogStore.open(tmp_path, config) as store:
+        for i in range(300):
+            body = bytes([i % 256]) * (50 + i * 7 % 400)
+            assert store.put(Message(f"T{i % 3}", body, queue_id=i % 2)).ok
+    whole = rows_of(tmp_path)
+    location = find_stores(str(tmp_path))[0]
+    ranges = plan_commit_log(location, 10_000)
+    assert len(ranges) > len(plan_commit_log(location))
+    for r in ranges:
+        starts = {row["physical_offset"] - r.file_start for row in whole}
+        assert r.start in starts or r.start == 0
+    split = rows_of(tmp_path, max_range_bytes=10_000)
+    assert split == whole
+    assert len(whole) == 300
+
+
+def test_find_record_start_skips_lookalikes() -> None:
+    inner = record(5000)  # a record whose PHYSICALOFFSET is not where it sits
+    outer = record(0, body=inner)
+    data = outer + record(len(outer)) + bytes(100)
+    assert find_record_start(data, 1, base_offset=0) == len(outer)
+    assert find_record_start(data, len(outer) + 1, base_offset=0) is None
+    assert find_record_start(bytes(10_000), 0, base_offset=0) is None
+
+
+def test_consume_queue_batches(tmp_path: Path) -> None:
+    with CommitLogStore.open(tmp_path, StoreConfig(mapped_file_size=FILE)) as store:
+        for i in range(7):
+            store.put(Message("T", b"x" * i, queue_id=i % 2, properties={"TAGS": "TagA"}))
+    parts = plan_consume_queues(find_stores(str(tmp_path))[0])
+    assert [(p.topic, p.queue_id) for p in parts] == [("T", 0), ("T", 1)]
+    rows = [row for p in parts for batch in consume_queue_batches(p) for row in batch.to_pylist()]
+    assert [(r["queue_id"], r["queue_offset"]) for r in rows] == [
+        (0, 0), (0, 1), (0, 2), (0, 3), (1, 0), (1, 1), (1, 2),
+    ]  # fmt: skip
+    assert {r["tag_hash"] for r in rows} == {2598919}
+    assert plan_consume_queues(find_stores(str(FIXTURE))[0]) == []
+
+
+def test_consume_queue_blank_entries_are_skipped(tmp_path: Path) -> None:
+    import struct
+
+    queue = tmp_path / "consumequeue" / "T" / "0"
+    entry = struct.Struct(">qiq")
+    data = entry.pack(0, 0x7FFFFFFF, 0) * 2 + entry.pack(300, 120, 5) + bytes(200)
+    write_file(queue, 0, data, size=len(data))
+    write_file(tmp_path / "commitlog", 0, record(0))
+    (part,) = plan_consume_queues(find_stores(str(tmp_path))[0])
+    (batch,) = consume_queue_batches(part)
+    assert batch.to_pylist() == [
+        {
+            "store": str(tmp_path),
+            "topic": "T",
+            "queue_id": 0,
+            "queue_offset": 2,
+            "physical_offset": 300,
+            "size": 120,
+            "tag_hash": 5,
+        }
+    ]
+
+
+_text = st.text(st.characters(exclude_characters="\x01\x02", exclude_categories=["Cs"]))
+
+
+@given(st.dictionaries(_text.filter(bool), _text, max_size=5))
+def test_properties_column_matches_the_codec(props: dict[str, str]) -> None:
+    raw = encode_properties(props)
+    column = _properties([raw, b"", b"junk\x02A\x01b"])
+    assert [dict(v) for v in column.to_pylist()] == [
+        decode_properties(raw),
+        {},
+        {"A": "b"},
+    ]
+
+
+def test_properties_with_invalid_utf8_fall_back_to_the_codec() -> None:
+    raw = [b"TAGS\x01\xff\xfe\x02", b"KEYS\x01k\x02"]
+    assert [dict(v) for v in _properties(raw).to_pylist()] == [decode_properties(r) for r in raw]
+
+
+def test_importing_hanet_spark_does_not_import_pyspark() -> None:
+    code = (
+        "import sys, hanet.spark, hanet.spark._cli, hanet.cli\n"
+        "hanet.cli.build_parser()\n"
+        "assert 'pyspark' not in sys.modules, 'pyspark imported'\n"
+        "assert 'pyarrow' not in sys.modules, 'pyarrow imported'\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_cli_without_pyspark_says_what_to_install(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from hanet.cli import main
+
+    for name in list(sys.modules):
+        if name.startswith(("pyspark", "hanet.spark._commands")):
+            monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "pyspark", None)
+    assert main(["audit", str(FIXTURE)]) == 2
+    err = capsys.readouterr().err
+    assert "pip install 'hanet[spark]'" in err
+    assert "Traceback" not in err
+
+
+def test_cli_bad_store_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    from hanet.cli import main
+
+    assert main(["stats", "/nonexistent/store"]) == 2
+    err = capsys.readouterr().err
+    assert err == "hanet: /nonexistent/store: no such directory\n"
+
+
+def test_java_missing_is_explained(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("pyspark")
+    from pyspark.sql import SparkSession
+
+    from hanet.cli import main
+    from hanet.spark import spark_session
+    from hanet.spark._session import JAVA_HINT, SparkUnavailableError, java_problem
+
+    assert java_problem({"PATH": str(tmp_path)}) == (
+        f"no `java` on PATH and JAVA_HOME is not set. {JAVA_HINT}"
+    )
+    assert "has no bin/java" in (java_problem({"JAVA_HOME": str(tmp_path)}) or "")
+    if SparkSession.getActiveSession() is not None:
+        pytest.skip("a Spark session already runs in this process")
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.delenv("JAVA_HOME", raising=False)
+    with pytest.raises(SparkUnavailableError, match="openjdk-17"):
+        spark_session()
+    assert main(["diff", str(FIXTURE), str(FIXTURE)]) == 2
+    err = capsys.readouterr().err
+    assert "needs a Java runtime" in err
+    assert "Traceback" not in err
