@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     )
     from ._audit import PROBLEM_KINDS, AuditResult, audit
     from ._diff import DiffResult, DiffSummary, diff
-    from ._frames import commit_log, consume_queue, java_string_hash
+    from ._frames import commit_log, consume_queue, java_string_hash_column
     from ._layout import (
         CommitLogRange,
         ConsumeQueueFile,
@@ -82,7 +82,7 @@ __all__ = [
     "describe",
     "diff",
     "find_stores",
-    "java_string_hash",
+    "java_string_hash_column",
     "plan_commit_log",
     "plan_consume_queues",
     "register",
@@ -99,7 +99,7 @@ _HOMES = {
     ),
     "_audit": ("PROBLEM_KINDS", "AuditResult", "audit"),
     "_diff": ("DiffResult", "DiffSummary", "diff"),
-    "_frames": ("commit_log", "consume_queue", "java_string_hash"),
+    "_frames": ("commit_log", "consume_queue", "java_string_hash_column"),
     "_layout": (
         "CommitLogRange",
         "ConsumeQueueFile",

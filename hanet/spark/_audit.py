@@ -24,7 +24,8 @@ import attrs
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
-from ._frames import commit_log, consume_queue, java_string_hash, record_end
+from ._frames import commit_log, consume_queue, java_string_hash_column, paths_of, record_end
+from ._layout import find_stores, plan_consume_queues
 
 __all__ = ["PROBLEM_KINDS", "AuditResult", "audit"]
 
@@ -94,10 +95,15 @@ def audit(
     )
     rows = scan.count()
     ok = scan.where(F.col("status") == "ok")
-    problems = _corrupt(scan).unionByName(_crc_failures(ok)).unionByName(_queue_offsets(ok))
-    if consume_queues:
-        problems = problems.unionByName(_consume_queue_problems(ok, consume_queue(spark, stores)))
+    problems = _record_problems(scan).unionByName(_queue_offsets(ok))
+    cached = [scan]
+    with_queues = _stores_with_consume_queues(stores) if consume_queues else []
+    if with_queues:
+        entries = consume_queue(spark, with_queues).cache()
+        cached.append(entries)
+        problems = problems.unionByName(_consume_queue_problems(ok, entries, with_queues))
     problems = problems.orderBy("store", "physical_offset", "kind").cache()
+    cached.append(problems)
     queues = (
         ok.groupBy("store", "topic", "queue_id")
         .agg(
@@ -127,71 +133,65 @@ def audit(
         .orderBy("store")
     )
     return AuditResult(
-        stores=store_table, queues=queues, problems=problems, rows=rows, cached=(scan, problems)
+        stores=store_table, queues=queues, problems=problems, rows=rows, cached=tuple(cached)
     )
 
 
-def _problem(
-    df: DataFrame,
-    kind: str,
-    detail: Column,
-    *,
-    physical_offset: Column | None = None,
-    keyed: bool = True,
-) -> DataFrame:
-    def key(name: str, spark_type: str) -> Column:
-        return F.col(name) if keyed else F.lit(None).cast(spark_type)
+def _stores_with_consume_queues(stores: str | Sequence[str]) -> list[str]:
+    """The stores (as their ``store`` column says) that have consume queue files."""
+    return [
+        location.name
+        for path in paths_of(stores)
+        for location in find_stores(path)
+        if plan_consume_queues(location)
+    ]
 
+
+def _select_problems(
+    df: DataFrame, kind: Column, detail: Column, physical_offset: Column | None = None
+) -> DataFrame:
+    """``df`` rows as problems: ``kind`` null means not a problem."""
     return df.select(
         "store",
-        F.lit(kind).alias("kind"),
+        kind.alias("kind"),
         (F.col("physical_offset") if physical_offset is None else physical_offset).alias(
             "physical_offset"
         ),
-        key("topic", "string").alias("topic"),
-        key("queue_id", "int").alias("queue_id"),
-        key("queue_offset", "bigint").alias("queue_offset"),
+        "topic",
+        "queue_id",
+        "queue_offset",
         detail.alias("detail"),
-    )
+    ).where(F.col("kind").isNotNull())
 
 
-def _corrupt(scan: DataFrame) -> DataFrame:
-    corrupt = scan.where(F.col("status") == "corrupt")
-    detail = F.concat(F.lit("file "), F.col("file"), F.lit(": "), F.col("error"))
-    return _problem(corrupt, "corrupt", detail, keyed=False)
-
-
-def _crc_failures(ok: DataFrame) -> DataFrame:
-    detail = F.format_string("body CRC %d does not match the body", F.col("body_crc"))
-    return _problem(ok.where(~F.col("crc_ok")), "crc", detail)
+def _record_problems(scan: DataFrame) -> DataFrame:
+    corrupt = F.col("status") == "corrupt"
+    kind = F.when(corrupt, "corrupt").when(~F.col("crc_ok"), "crc")
+    detail = F.when(
+        corrupt, F.concat(F.lit("file "), F.col("file"), F.lit(": "), F.col("error"))
+    ).otherwise(F.format_string("body CRC %d does not match the body", F.col("body_crc")))
+    return _select_problems(scan, kind, detail)
 
 
 def _queue_offsets(ok: DataFrame) -> DataFrame:
     order = Window.partitionBy("store", "topic", "queue_id").orderBy("physical_offset")
-    previous = F.lag("queue_offset").over(order)
-    steps = ok.withColumn("previous", previous).where(
-        F.col("previous").isNotNull() & (F.col("queue_offset") != F.col("previous") + 1)
-    )
-    gaps = steps.where(F.col("queue_offset") > F.col("previous") + 1)
-    repeats = steps.where(F.col("queue_offset") <= F.col("previous"))
-    gap_detail = F.format_string(
-        "queue offsets %d..%d missing", F.col("previous") + 1, F.col("queue_offset") - 1
-    )
-    repeat_detail = F.format_string(
-        "queue offset %d after %d", F.col("queue_offset"), F.col("previous")
-    )
-    return _problem(gaps, "queue_gap", gap_detail).unionByName(
-        _problem(repeats, "queue_repeat", repeat_detail)
-    )
+    previous = F.col("previous")
+    offset = F.col("queue_offset")
+    kind = F.when(offset > previous + 1, "queue_gap").when(offset <= previous, "queue_repeat")
+    detail = F.when(
+        offset > previous + 1,
+        F.format_string("queue offsets %d..%d missing", previous + 1, offset - 1),
+    ).otherwise(F.format_string("queue offset %d after %d", offset, previous))
+    with_previous = ok.withColumn("previous", F.lag("queue_offset").over(order))
+    return _select_problems(with_previous, kind, detail)
 
 
-def _consume_queue_problems(ok: DataFrame, entries: DataFrame) -> DataFrame:
-    with_queues = entries.select("store").distinct()
-    rebuilt = ok.join(with_queues, "store", "left_semi").select(
+def _consume_queue_problems(ok: DataFrame, entries: DataFrame, stores: list[str]) -> DataFrame:
+    rebuilt = ok.where(F.col("store").isin(stores)).select(
         *_QUEUE_KEY,
         F.col("physical_offset").alias("m_offset"),
         F.col("size").alias("m_size"),
-        java_string_hash(F.col("tags")).alias("m_hash"),
+        java_string_hash_column(F.col("tags")).alias("m_hash"),
     )
     on_disk = entries.select(
         *_QUEUE_KEY,
@@ -200,51 +200,39 @@ def _consume_queue_problems(ok: DataFrame, entries: DataFrame) -> DataFrame:
         F.col("tag_hash").alias("e_hash"),
     )
     both = rebuilt.join(on_disk, list(_QUEUE_KEY), "full_outer")
-    missing = both.where(F.col("e_offset").isNull())
-    extra = both.where(F.col("m_offset").isNull())
-    differ = both.where(
-        F.col("m_offset").isNotNull()
-        & F.col("e_offset").isNotNull()
-        & (
+    missing = F.col("e_offset").isNull()
+    extra = F.col("m_offset").isNull()
+    kind = (
+        F.when(missing, "cq_missing")
+        .when(extra, "cq_extra")
+        .when(
             (F.col("m_offset") != F.col("e_offset"))
             | (F.col("m_size") != F.col("e_size"))
-            | (F.col("m_hash") != F.col("e_hash"))
+            | (F.col("m_hash") != F.col("e_hash")),
+            "cq_mismatch",
         )
     )
-    return (
-        _problem(
-            missing,
-            "cq_missing",
-            F.lit("no consume queue entry for this message"),
-            physical_offset=F.col("m_offset"),
+    detail = (
+        F.when(missing, F.lit("no consume queue entry for this message"))
+        .when(
+            extra,
+            F.format_string(
+                "entry (size %d, tag hash %d) points at no message of this queue",
+                F.col("e_size"),
+                F.col("e_hash"),
+            ),
         )
-        .unionByName(
-            _problem(
-                extra,
-                "cq_extra",
-                F.format_string(
-                    "entry (size %d, tag hash %d) points at no message of this queue",
-                    F.col("e_size"),
-                    F.col("e_hash"),
-                ),
-                physical_offset=F.col("e_offset"),
-            )
-        )
-        .unionByName(
-            _problem(
-                differ,
-                "cq_mismatch",
-                F.format_string(
-                    "entry says offset %d size %d tag hash %d; the message: "
-                    "offset %d size %d tag hash %d",
-                    F.col("e_offset"),
-                    F.col("e_size"),
-                    F.col("e_hash"),
-                    F.col("m_offset"),
-                    F.col("m_size"),
-                    F.col("m_hash"),
-                ),
-                physical_offset=F.col("m_offset"),
+        .otherwise(
+            F.format_string(
+                "entry says offset %d size %d tag hash %d; the message: "
+                "offset %d size %d tag hash %d",
+                F.col("e_offset"),
+                F.col("e_size"),
+                F.col("e_hash"),
+                F.col("m_offset"),
+                F.col("m_size"),
+                F.col("m_hash"),
             )
         )
     )
+    return _select_problems(both, kind, detail, F.coalesce(F.col("m_offset"), F.col("e_offset")))

@@ -8,7 +8,7 @@ from functools import reduce
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-__all__ = ["commit_log", "consume_queue", "java_string_hash", "paths_of", "record_end"]
+__all__ = ["commit_log", "consume_queue", "java_string_hash_column", "paths_of", "record_end"]
 
 
 def paths_of(stores: str | Sequence[str]) -> list[str]:
@@ -45,7 +45,7 @@ def record_end() -> Column:
     return F.col("physical_offset") + F.col("size").cast("bigint")
 
 
-def java_string_hash(column: Column) -> Column:
+def java_string_hash_column(column: Column) -> Column:
     """Java's ``String.hashCode`` of a string column, in Spark SQL (0 for null or empty).
 
     What RocketMQ writes as a consume queue entry's tag hash (the codec's
