@@ -1,0 +1,227 @@
+"""ByteToMessageDecoder: accumulate received bytes and decode messages from them."""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any
+
+from hanet import ChannelInboundHandler, HandlerContext
+
+from ._errors import DecoderError
+
+__all__ = ["ByteCursor", "ByteToMessageDecoder"]
+
+_BYTES_LIKE = (bytes, bytearray, memoryview)
+
+
+class ByteCursor:
+    """The decoder's cumulation: ``data[pos:]`` are the bytes not yet consumed.
+
+    A ``decode`` implementation reads ``data`` from ``pos`` and advances ``pos`` past what it
+    consumed (Netty's reader index). It must not keep references into ``data``: copy what it
+    emits (``bytes(...)`` or ``memoryview(...).tobytes()``), since the buffer is compacted and
+    reused.
+    """
+
+    __slots__ = ("data", "pos")
+
+    def __init__(self, data: bytearray | None = None, pos: int = 0) -> None:
+        self.data = data if data is not None else bytearray()
+        self.pos = pos
+
+    @property
+    def readable(self) -> int:
+        """How many bytes are left to decode."""
+        return len(self.data) - self.pos
+
+    def __repr__(self) -> str:
+        return f"<ByteCursor {self.readable} readable>"
+
+
+class ByteToMessageDecoder(ChannelInboundHandler):
+    """Netty's ``ByteToMessageDecoder``: subclasses implement :meth:`decode`.
+
+    Received bytes-like messages are appended to one cumulation (amortised: appends extend a
+    ``bytearray``; consumed bytes are dropped once per read, so a frame split into many reads
+    costs no quadratic copying). :meth:`decode` is called in a loop while it makes progress; a
+    call that emits a message without consuming anything is a :class:`DecoderError`. Other
+    messages pass through untouched.
+
+    Messages decoded before an error are delivered before the error is fired (to this handler's
+    ``exception_caught``, which by default passes it on); unconsumed bytes stay for the next
+    read. When the channel closes, the remaining bytes are decoded once more and then offered to
+    :meth:`decode_last`; what is still left is dropped. When the decoder is removed from the
+    pipeline, its unconsumed bytes are passed on raw, followed by ``channel_read_complete``.
+
+    With ``channel.auto_read`` off, a read batch that produced no message asks for one more read
+    (``ctx.read()``), so a partial frame does not stall the channel.
+
+    Example::
+
+        class Int32Decoder(ByteToMessageDecoder):
+            def decode(self, ctx, buf, out):
+                if buf.readable >= 4:
+                    out.append(int.from_bytes(buf.data[buf.pos : buf.pos + 4], "big"))
+                    buf.pos += 4
+    """
+
+    #: Emit at most one message per read (the rest waits for the next read or the close).
+    single_decode: bool = False
+
+    def __init__(self) -> None:
+        self._cum: ByteCursor | None = None
+        self._decoding = False
+        self._removed_while_decoding = False
+        self._reentrant: deque[Any] = deque()
+        self._fired_read = False
+
+    # -- the subclass API ------------------------------------------------------------------
+
+    def decode(self, ctx: HandlerContext, buf: ByteCursor, out: list[Any]) -> None:
+        """Decode messages from ``buf.data[buf.pos:]`` into ``out``, advancing ``buf.pos``.
+
+        Return without consuming anything to wait for more bytes. Raise a
+        :class:`DecoderError` (after advancing ``buf.pos`` past what must be skipped) for bad
+        input; any other exception is wrapped in one.
+        """
+        raise NotImplementedError
+
+    def decode_last(self, ctx: HandlerContext, buf: ByteCursor, out: list[Any]) -> None:
+        """Called once when the channel closes; by default decodes what is left, if anything."""
+        if buf.readable:
+            self.decode(ctx, buf, out)
+
+    def handler_removed0(self, ctx: HandlerContext) -> None:
+        """Hook run after the decoder left the pipeline and passed on its bytes."""
+
+    @property
+    def actual_readable_bytes(self) -> int:
+        """Bytes received but not decoded yet."""
+        return self._cum.readable if self._cum is not None else 0
+
+    # -- the pipeline side -------------------------------------------------------------------
+
+    def channel_read(self, ctx: HandlerContext, msg: Any) -> None:
+        if not isinstance(msg, _BYTES_LIKE):
+            ctx.fire_channel_read(msg)
+            return
+        if self._decoding:
+            # Re-entered from inside decode (a nested write_inbound): handled after it.
+            self._reentrant.append(msg)
+            return
+        self._append(msg)
+        out: list[Any] = []
+        try:
+            self._call_decode(ctx, out)
+            while self._reentrant and not ctx.removed:
+                self._append(self._reentrant.popleft())
+                self._call_decode(ctx, out)
+        finally:
+            self._compact()
+            if out:
+                self._fired_read = True
+                self._fire(ctx, out)
+            if self._removed_while_decoding:
+                self._removed_while_decoding = False
+                self._pass_on_remaining(ctx)
+
+    def channel_read_complete(self, ctx: HandlerContext) -> None:
+        fired, self._fired_read = self._fired_read, False
+        if not fired and not ctx.channel.auto_read:
+            ctx.read()
+        ctx.fire_channel_read_complete()
+
+    def channel_inactive(self, ctx: HandlerContext) -> None:
+        out: list[Any] = []
+        try:
+            cum = self._cum
+            if cum is not None:
+                self._call_decode(ctx, out)
+            if not ctx.removed:
+                buf = self._cum if self._cum is not None else ByteCursor()
+                self._decoding = True
+                try:
+                    self.decode_last(ctx, buf, out)
+                except DecoderError:
+                    raise
+                except Exception as exc:
+                    raise DecoderError(f"{type(self).__name__}.decode_last(): {exc}") from exc
+                finally:
+                    self._decoding = False
+        finally:
+            self._cum = None
+            if out:
+                self._fire(ctx, out)
+                ctx.fire_channel_read_complete()
+            ctx.fire_channel_inactive()
+
+    def handler_removed(self, ctx: HandlerContext) -> None:
+        if self._decoding:
+            self._removed_while_decoding = True
+            return
+        self._pass_on_remaining(ctx)
+
+    # -- internals ---------------------------------------------------------------------------
+
+    def _append(self, msg: bytes | bytearray | memoryview) -> None:
+        cum = self._cum
+        if cum is None:
+            self._cum = ByteCursor(bytearray(msg))
+        else:
+            cum.data += msg
+
+    def _compact(self) -> None:
+        cum = self._cum
+        if cum is None:
+            return
+        if cum.pos >= len(cum.data):
+            self._cum = None
+        elif cum.pos:
+            del cum.data[: cum.pos]
+            cum.pos = 0
+
+    def _call_decode(self, ctx: HandlerContext, out: list[Any]) -> None:
+        cum = self._cum
+        assert cum is not None
+        single = self.single_decode
+        while cum.pos < len(cum.data):
+            if out:
+                self._fired_read = True
+                self._fire(ctx, out)
+                out.clear()
+                if ctx.removed:
+                    return
+            before = cum.pos
+            self._decoding = True
+            try:
+                self.decode(ctx, cum, out)
+            except DecoderError:
+                raise
+            except Exception as exc:
+                raise DecoderError(f"{type(self).__name__}.decode(): {exc!r}") from exc
+            finally:
+                self._decoding = False
+            if ctx.removed or self._removed_while_decoding:
+                return
+            if not out:
+                if cum.pos == before:
+                    return
+                continue
+            if cum.pos == before:
+                raise DecoderError(
+                    f"{type(self).__name__}.decode() did not read anything but decoded a message."
+                )
+            if single:
+                return
+
+    @staticmethod
+    def _fire(ctx: HandlerContext, out: list[Any]) -> None:
+        for msg in out:
+            ctx.fire_channel_read(msg)
+
+    def _pass_on_remaining(self, ctx: HandlerContext) -> None:
+        cum, self._cum = self._cum, None
+        if cum is not None and cum.readable:
+            ctx.fire_channel_read(bytes(memoryview(cum.data)[cum.pos :]))
+            ctx.fire_channel_read_complete()
+        self.handler_removed0(ctx)
