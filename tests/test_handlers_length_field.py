@@ -205,7 +205,7 @@ def test_d23_eight_byte_overflow_wraps_like_java() -> None:
 )
 def test_d24_constructor_validation(args: tuple[int, ...]) -> None:
     with pytest.raises(ValueError):
-        LengthFieldBasedFrameDecoder(*args)
+        LengthFieldBasedFrameDecoder(args[0], args[1], args[2], *args[3:])  # type: ignore[arg-type]
     LengthFieldBasedFrameDecoder(5, 2, 3)
 
 
