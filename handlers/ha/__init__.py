@@ -1,0 +1,37 @@
+"""Handlers of RocketMQ's classic master/slave replication (HA) protocol.
+
+Slave pipeline: ``IdleStateHandler(20, 5)`` -> :func:`transfer_frame_decoder` ->
+:class:`TransferFrameDecoder` -> :class:`OffsetVerifier` -> :class:`CommitLogReplayHandler` ->
+:class:`OffsetReporter`. Master pipeline (per slave): ``IdleStateHandler(reader_idle=20)`` ->
+:class:`OffsetReportDecoder` -> the master's ack handler, with :class:`TransferFrameEncoder`
+for what it pushes. They talk to the commit log through :class:`ReplicaLog`.
+"""
+
+from ._codec import (
+    HEADER_SIZE,
+    REPORT_SIZE,
+    OffsetReport,
+    OffsetReportDecoder,
+    OffsetReportEncoder,
+    TransferFrame,
+    TransferFrameDecoder,
+    TransferFrameEncoder,
+    transfer_frame_decoder,
+)
+from ._replica import CommitLogReplayHandler, OffsetReporter, OffsetVerifier, ReplicaLog
+
+__all__ = [
+    "HEADER_SIZE",
+    "REPORT_SIZE",
+    "CommitLogReplayHandler",
+    "OffsetReport",
+    "OffsetReportDecoder",
+    "OffsetReportEncoder",
+    "OffsetReporter",
+    "OffsetVerifier",
+    "ReplicaLog",
+    "TransferFrame",
+    "TransferFrameDecoder",
+    "TransferFrameEncoder",
+    "transfer_frame_decoder",
+]
