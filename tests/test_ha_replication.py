@@ -366,7 +366,7 @@ async def test_two_slaves_in_sync_replicas(
     try:
         async with trio.open_nursery() as nursery:
             await nursery.start(HASlave(stores[0], config, connector=Link(nursery, master)).run)
-            await wait_until(lambda: len(master.status().slaves) == 1)
+            await wait_until(lambda: [s.ack_offset >= 0 for s in master.status().slaves] == [True])
             end = put(master_store, 1)
             status = await master.wait_for_replicas(end)
             assert status is (PutStatus.PUT_OK if isr == 2 else PutStatus.SLAVE_NOT_AVAILABLE)
