@@ -85,6 +85,8 @@ class BrokerConfig:
         ha_max_bytes_per_second: optional cap on bytes pushed per second to each slave.
         mapped_file_size_commit_log: commit log file size (1 GiB).
         flush_disk_type: ASYNC_FLUSH or SYNC_FLUSH.
+        default_topic_queue_nums: queues a put with no queue id is spread over, round robin
+            per topic (4).
     """
 
     broker_role: BrokerRole = BrokerRole.ASYNC_MASTER
@@ -105,6 +107,7 @@ class BrokerConfig:
     ha_max_bytes_per_second: int | None = attrs.field(default=None, validator=_positive)
     mapped_file_size_commit_log: int = attrs.field(default=1024 * 1024 * 1024, validator=_positive)
     flush_disk_type: FlushDiskType = FlushDiskType.ASYNC_FLUSH
+    default_topic_queue_nums: int = attrs.field(default=4, validator=_positive)
 
     @property
     def ha_master_host_port(self) -> tuple[str, int]:
@@ -145,6 +148,7 @@ _PROPERTIES: dict[str, tuple[str, Any]] = {
     "mappedFileSizeCommitLog": ("mapped_file_size_commit_log", int),
     "flushDiskType": ("flush_disk_type", FlushDiskType),
     "brokerIP1": ("listen_host", str),
+    "defaultTopicQueueNums": ("default_topic_queue_nums", int),
 }
 
 # Keys of a real broker.conf that mean nothing to hanet; accepted and ignored.

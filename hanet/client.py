@@ -1,0 +1,458 @@
+"""A Python client of the broker port: put, pull and status, pipelined over one connection.
+
+Usage::
+
+    from hanet.client import BrokerClient
+
+    async with BrokerClient.connect("127.0.0.1", 10911) as client:
+        reply = await client.put("TopicTest", b"hello", tags="TagA")
+        print(reply.status, reply.msg_id)
+        batch = await client.put_batch([PutMessage("TopicTest", b"x%d" % i) for i in range(100)])
+        pulled = await client.pull("TopicTest", queue_id=reply.queue_id, offset=0)
+        status = await client.status()
+
+Any number of tasks may call the same client at once: each request gets an id and its own
+answer, and requests written together leave in one send (the channel coalesces them). At most
+``max_in_flight`` requests wait for answers; more callers wait for a slot (back-pressure).
+
+A put is answered with RocketMQ's status; a status other than PUT_OK is not an exception
+(FLUSH_SLAVE_TIMEOUT, for one, means stored on the master but not yet on a slave). Errors are
+typed: :class:`BrokerConnectionError` (cannot connect, or the connection was lost: every
+request in flight fails with it), :class:`BrokerTimeoutError`, :class:`BrokerRequestError` (the
+broker answered ERROR), :class:`BrokerProtocolError` (the broker sent something malformed; the
+connection is closed).
+
+The wire format is described in :mod:`hanet.ha._broker_protocol`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import math
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
+from functools import partial
+from typing import Any
+
+import attrs
+import trio
+
+from handlers import DecoderError, EncoderError, LengthFieldBasedFrameDecoder, LengthFieldPrepender
+from hanet import ChannelInboundHandler, HandlerContext, HanetError, StreamChannel, run_channel
+from hanet.ha._broker_protocol import (
+    AUTO_QUEUE,
+    DEFAULT_MAX_FRAME_LENGTH,
+    LENGTH_FIELD,
+    BrokerClientCodec,
+    ErrorCode,
+    ErrorResponse,
+    PullRequest,
+    PullResponse,
+    PullStatus,
+    PutMessage,
+    PutReply,
+    PutRequest,
+    PutResponse,
+    Request,
+    Response,
+    StatusRequest,
+    StatusResponse,
+)
+from hanet.store import CorruptRecordError, MessageRecord, PutStatus, decode_record
+
+__all__ = [
+    "AUTO_QUEUE",
+    "BrokerClient",
+    "BrokerConnectionError",
+    "BrokerError",
+    "BrokerProtocolError",
+    "BrokerRequestError",
+    "BrokerStatus",
+    "BrokerTimeoutError",
+    "ErrorCode",
+    "MasterLink",
+    "MessageRecord",
+    "PullResult",
+    "PullStatus",
+    "PutMessage",
+    "PutReply",
+    "PutStatus",
+    "SlaveInfo",
+]
+
+log = logging.getLogger("hanet.client")
+
+DEFAULT_MAX_IN_FLIGHT = 4096
+
+
+class BrokerError(HanetError):
+    """Base of the errors :class:`BrokerClient` raises."""
+
+
+class BrokerConnectionError(BrokerError, ConnectionError):
+    """Could not connect, or the connection closed before the answer came."""
+
+
+class BrokerTimeoutError(BrokerError, TimeoutError):
+    """No answer within the request timeout (the request may still take effect)."""
+
+
+class BrokerProtocolError(BrokerError):
+    """The broker sent something that is not a valid answer; the connection is closed."""
+
+
+class BrokerRequestError(BrokerError):
+    """The broker answered ERROR: it could not serve this request."""
+
+    def __init__(self, code: ErrorCode, message: str) -> None:
+        super().__init__(f"{code.name}: {message}")
+        self.code = code
+        self.message = message
+
+
+@attrs.frozen
+class PullResult:
+    """The answer to a pull.
+
+    Attributes:
+        status: FOUND, or why nothing was found (see :class:`PullStatus`).
+        next_offset: the queue offset to pull from next.
+        min_offset, max_offset: the queue's bounds (``max_offset``: the next message's offset).
+        messages: the messages found, decoded (their body CRC checked).
+    """
+
+    status: PullStatus
+    next_offset: int
+    min_offset: int
+    max_offset: int
+    messages: tuple[MessageRecord, ...] = ()
+
+
+@attrs.frozen
+class SlaveInfo:
+    """One slave as its master sees it."""
+
+    address: str
+    state: str
+    ack_offset: int
+    lag_bytes: int
+    bytes_per_second: float
+    request_offset: int = -1
+    next_offset: int = -1
+    bytes_sent: int = 0
+
+
+@attrs.frozen
+class MasterLink:
+    """A slave's link to its master."""
+
+    address: str
+    connected: bool
+    connects: int
+    attempts: int
+    last_close_reason: str | None
+
+
+@attrs.frozen
+class BrokerStatus:
+    """The answer to STATUS (``raw`` is the JSON object as the broker sent it).
+
+    Attributes:
+        role: ASYNC_MASTER, SYNC_MASTER or SLAVE.
+        min_offset, max_offset: the commit log's data range.
+        slaves: a master's connected slaves (ack offset, lag, speed, state).
+        master: a slave's link to its master.
+    """
+
+    role: str
+    broker_address: str | None
+    ha_address: str | None
+    min_offset: int
+    max_offset: int
+    flushed_offset: int
+    puts: int
+    replicated_offset: int | None
+    slaves: tuple[SlaveInfo, ...]
+    closed_slaves: tuple[SlaveInfo, ...]
+    master: MasterLink | None
+    raw: Mapping[str, Any] = attrs.field(hash=False, eq=False, repr=False)
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> BrokerStatus:
+        """Parse the broker's JSON object.
+
+        Raises:
+            BrokerProtocolError: it lacks a field or has one of the wrong type.
+        """
+
+        def slave(d: Mapping[str, Any]) -> SlaveInfo:
+            return SlaveInfo(
+                address=str(d["address"]),
+                state=str(d["state"]),
+                ack_offset=int(d["ack_offset"]),
+                lag_bytes=int(d["lag_bytes"]),
+                bytes_per_second=float(d["bytes_per_second"]),
+                request_offset=int(d.get("request_offset", -1)),
+                next_offset=int(d.get("next_offset", -1)),
+                bytes_sent=int(d.get("bytes_sent", 0)),
+            )
+
+        try:
+            master = raw.get("master")
+            replicated = raw.get("replicated_offset")
+            return cls(
+                role=str(raw["role"]),
+                broker_address=raw.get("broker_address"),
+                ha_address=raw.get("ha_address"),
+                min_offset=int(raw["min_offset"]),
+                max_offset=int(raw["max_offset"]),
+                flushed_offset=int(raw.get("flushed_offset", 0)),
+                puts=int(raw.get("puts", 0)),
+                replicated_offset=None if replicated is None else int(replicated),
+                slaves=tuple(slave(s) for s in raw.get("slaves", ())),
+                closed_slaves=tuple(slave(s) for s in raw.get("closed_slaves", ())),
+                master=None
+                if master is None
+                else MasterLink(
+                    address=str(master["address"]),
+                    connected=bool(master["connected"]),
+                    connects=int(master["connects"]),
+                    attempts=int(master["attempts"]),
+                    last_close_reason=master.get("last_close_reason"),
+                ),
+                raw=raw,
+            )
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise BrokerProtocolError(f"malformed status answer: {exc!r}") from exc
+
+
+class _Pending:
+    __slots__ = ("error", "event", "response")
+
+    def __init__(self) -> None:
+        self.event = trio.Event()
+        self.response: Response | None = None
+        self.error: BrokerError | None = None
+
+
+class _ResponseRouter(ChannelInboundHandler):
+    """Hands each answer to the request waiting for its id; fails them all on close."""
+
+    def __init__(self) -> None:
+        self.pending: dict[int, _Pending] = {}
+        self.closed_error: BrokerError | None = None
+
+    def channel_read(self, ctx: HandlerContext, msg: Any) -> None:
+        pending = self.pending.pop(msg.request_id, None)
+        if pending is None:
+            log.debug("answer to request %d that no one waits for (timed out)", msg.request_id)
+            return
+        pending.response = msg
+        pending.event.set()
+
+    def exception_caught(self, ctx: HandlerContext, exc: BaseException) -> None:
+        if isinstance(exc, DecoderError):
+            self.closed_error = BrokerProtocolError(f"malformed answer from the broker: {exc}")
+        ctx.close(f"{type(exc).__name__}: {exc}")
+
+    def channel_inactive(self, ctx: HandlerContext) -> None:
+        error = self.closed_error
+        if error is None:
+            reason = ctx.channel.close_reason or "closed"
+            error = self.closed_error = BrokerConnectionError(f"connection closed: {reason}")
+        for pending in self.pending.values():
+            pending.error = error
+            pending.event.set()
+        self.pending.clear()
+        ctx.fire_channel_inactive()
+
+
+class BrokerClient:
+    """A connection to a broker's port. Open it with :meth:`connect`.
+
+    Safe to share between tasks of one trio run; requests are pipelined.
+    """
+
+    def __init__(
+        self,
+        channel: StreamChannel,
+        router: _ResponseRouter,
+        address: tuple[str, int],
+        *,
+        request_timeout: float | None,
+        max_in_flight: int,
+    ) -> None:
+        self._channel = channel
+        self._router = router
+        self.address = address
+        self.request_timeout = request_timeout
+        self._slots = trio.Semaphore(max_in_flight)
+        self._ids = itertools.count(1)
+
+    @staticmethod
+    @asynccontextmanager
+    async def connect(
+        host: str,
+        port: int,
+        *,
+        connect_timeout: float = 10.0,
+        request_timeout: float | None = 30.0,
+        max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
+        max_frame_length: int = DEFAULT_MAX_FRAME_LENGTH,
+    ) -> AsyncIterator[BrokerClient]:
+        """Connect to ``host:port``; the connection closes when the block exits.
+
+        Args:
+            connect_timeout: seconds to connect before :class:`BrokerConnectionError`.
+            request_timeout: seconds each request may wait for its answer (None: forever).
+            max_in_flight: requests awaiting an answer at once (more callers wait).
+            max_frame_length: largest answer frame accepted.
+
+        Raises:
+            BrokerConnectionError: the connection could not be made.
+        """
+        try:
+            with trio.fail_after(connect_timeout):
+                stream = await trio.open_tcp_stream(host, port)
+        except (OSError, trio.TooSlowError) as exc:
+            detail = "timed out" if isinstance(exc, trio.TooSlowError) else str(exc)
+            raise BrokerConnectionError(f"cannot connect to {host}:{port}: {detail}") from exc
+        router = _ResponseRouter()
+
+        def initialize(channel: StreamChannel) -> None:
+            pipeline = channel.pipeline
+            pipeline.add_last(
+                LengthFieldBasedFrameDecoder(max_frame_length, 0, LENGTH_FIELD, 0, LENGTH_FIELD)
+            )
+            pipeline.add_last(LengthFieldPrepender(LENGTH_FIELD))
+            pipeline.add_last(BrokerClientCodec())
+            pipeline.add_last(router)
+
+        async with trio.open_nursery() as nursery:
+            channel: StreamChannel = await nursery.start(partial(run_channel, stream, initialize))
+            client = BrokerClient(
+                channel,
+                router,
+                (host, port),
+                request_timeout=request_timeout,
+                max_in_flight=max_in_flight,
+            )
+            try:
+                yield client
+            finally:
+                await channel.close("client closed")
+
+    @property
+    def is_connected(self) -> bool:
+        """False once the connection closed."""
+        return self._channel.is_open
+
+    async def aclose(self) -> None:
+        """Close the connection (requests in flight fail with BrokerConnectionError)."""
+        await self._channel.close("client closed")
+
+    async def _call(self, make: Any) -> Response:
+        async with self._slots:
+            router = self._router
+            if router.closed_error is not None:
+                raise router.closed_error
+            request_id = next(self._ids) & 0xFFFFFFFF
+            request: Request = make(request_id)
+            pending = _Pending()
+            router.pending[request_id] = pending
+            try:
+                await self._channel.wait_writable()
+            except HanetError:
+                router.pending.pop(request_id, None)
+                raise router.closed_error or BrokerConnectionError("connection closed") from None
+            future = self._channel.write_and_flush_nowait(request)
+            if future.done() and isinstance(future.exception(), EncoderError):
+                router.pending.pop(request_id, None)
+                raise ValueError(f"cannot encode the request: {future.exception()}")
+            timeout = math.inf if self.request_timeout is None else self.request_timeout
+            with trio.move_on_after(timeout):
+                await pending.event.wait()
+            if not pending.event.is_set():
+                router.pending.pop(request_id, None)
+                raise BrokerTimeoutError(f"no answer within {self.request_timeout:g} s")
+            if pending.error is not None:
+                raise pending.error
+            response = pending.response
+            assert response is not None
+            if isinstance(response, ErrorResponse):
+                raise BrokerRequestError(response.code, response.message)
+            return response
+
+    def _expect(self, response: Response, kind: type[Any]) -> Any:
+        if not isinstance(response, kind):
+            raise BrokerProtocolError(
+                f"expected {kind.__name__}, got {type(response).__name__} for the same request id"
+            )
+        return response
+
+    async def put(
+        self,
+        topic: str,
+        body: bytes,
+        *,
+        queue_id: int | None = None,
+        tags: str = "",
+        keys: str = "",
+        properties: Mapping[str, str] | None = None,
+        flag: int = 0,
+    ) -> PutReply:
+        """Put one message; ``queue_id`` None lets the broker pick one (round robin).
+
+        Returns RocketMQ's status with offsets and message id; a non-PUT_OK status is an
+        answer, not an exception.
+
+        Raises:
+            BrokerConnectionError, BrokerTimeoutError, BrokerRequestError.
+        """
+        message = PutMessage(
+            topic,
+            body,
+            AUTO_QUEUE if queue_id is None else queue_id,
+            tags,
+            keys,
+            tuple((properties or {}).items()),
+            flag,
+        )
+        (reply,) = await self.put_batch([message])
+        return reply
+
+    async def put_batch(self, messages: Sequence[PutMessage]) -> list[PutReply]:
+        """Put up to 1024 messages in one request (one store batch); one reply each."""
+        batch = tuple(messages)
+        response = await self._call(lambda rid: PutRequest(rid, batch))
+        put: PutResponse = self._expect(response, PutResponse)
+        if len(put.replies) != len(batch):
+            raise BrokerProtocolError(
+                f"{len(put.replies)} replies for a batch of {len(batch)} messages"
+            )
+        return list(put.replies)
+
+    async def pull(
+        self, topic: str, queue_id: int, offset: int = 0, max_messages: int = 32
+    ) -> PullResult:
+        """Up to ``max_messages`` messages of a queue from ``offset`` on, and the next offset.
+
+        Raises:
+            BrokerProtocolError: a record in the answer does not decode (or fails its CRC).
+        """
+        response = await self._call(
+            lambda rid: PullRequest(rid, topic, queue_id, offset, max_messages)
+        )
+        pull: PullResponse = self._expect(response, PullResponse)
+        try:
+            messages = tuple(decode_record(raw) for raw in pull.records)
+        except CorruptRecordError as exc:
+            raise BrokerProtocolError(f"a pulled record is corrupt: {exc}") from exc
+        return PullResult(pull.status, pull.next_offset, pull.min_offset, pull.max_offset, messages)
+
+    async def status(self) -> BrokerStatus:
+        """The broker's role, offsets and (masters) its slaves or (slaves) its master link."""
+        response = await self._call(StatusRequest)
+        answer: StatusResponse = self._expect(response, StatusResponse)
+        return BrokerStatus.from_json(answer.status)

@@ -1,0 +1,543 @@
+"""The broker: a store, its replication (master or slave) and the broker port, as one service.
+
+:class:`Broker` opens the store, runs its flusher, an :class:`HAMaster` (ASYNC_MASTER and
+SYNC_MASTER) or an :class:`HASlave` (SLAVE), and the broker port
+(:mod:`hanet.ha._broker_protocol`) in the caller's nursery, and closes the store cleanly
+(``abort`` removed) however it stops.
+
+Each broker port connection's pipeline::
+
+    LengthFieldBasedFrameDecoder(max_frame, 0, 4, 0, 4) -> LengthFieldPrepender(4)
+      -> BrokerServerCodec -> the request handler
+
+Puts are written to the store synchronously, in the order they arrive on a connection. Then:
+
+- ASYNC_MASTER + ASYNC_FLUSH: the answer is written at once;
+- SYNC_FLUSH: the answer waits for the group-commit fsync (FLUSH_DISK_TIMEOUT after
+  ``StoreConfig.sync_flush_timeout``);
+- SYNC_MASTER: the answer waits for :meth:`HAMaster.wait_for_replicas` (PUT_OK,
+  FLUSH_SLAVE_TIMEOUT or SLAVE_NOT_AVAILABLE; the message is stored on the master either way).
+
+A slave answers every put SERVICE_NOT_AVAILABLE and serves PULL and STATUS from its replica.
+
+Bounds: frames over ``max_frame_length`` close the connection; a pull answers at most
+:data:`MAX_PULL_MESSAGES` messages and about :data:`MAX_PULL_BYTES`; a connection with
+``max_in_flight`` puts waiting for their answers, or whose answers are not read by the client
+(the channel is not writable), is not read from until that drains (back-pressure, not
+buffering).
+
+The STATUS answer is a JSON object::
+
+    {"role": "SYNC_MASTER", "broker_address": "127.0.0.1:10911",
+     "ha_address": "127.0.0.1:10912" | null, "min_offset": 0, "max_offset": 4096,
+     "flushed_offset": 4096, "dispatched_offset": 4096, "puts": 12, "mapped_files": 1,
+     "uptime": 12.5,
+     "replicated_offset": 4096 | null,                    # masters
+     "slaves": [{"address", "state", "request_offset", "ack_offset", "next_offset",
+                 "lag_bytes", "bytes_sent", "bytes_per_second"}, ...],   # masters
+     "closed_slaves": [... the same, recently closed ...],               # masters
+     "master": {"address", "connected", "connects", "attempts",
+                "last_close_reason"} | null}                             # slaves
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import socket
+from collections.abc import Callable, Sequence
+from functools import partial
+from typing import Any
+
+import attrs
+import trio
+
+from handlers import DecoderError, LengthFieldBasedFrameDecoder, LengthFieldPrepender
+from hanet import (
+    ChannelHandler,
+    ChannelInboundHandler,
+    HandlerContext,
+    StreamChannel,
+    serve_listeners,
+)
+from hanet._channel import _format_address
+from hanet.store import (
+    CommitLogStore,
+    CorruptRecordError,
+    Message,
+    PutResult,
+    PutStatus,
+    StoreConfig,
+    StoreError,
+    StoreRole,
+)
+from hanet.store import FlushDiskType as StoreFlushDiskType
+
+from ._broker_protocol import (
+    AUTO_QUEUE,
+    DEFAULT_MAX_FRAME_LENGTH,
+    LENGTH_FIELD,
+    MAX_PULL_MESSAGES,
+    BrokerServerCodec,
+    ErrorCode,
+    ErrorResponse,
+    PullRequest,
+    PullResponse,
+    PullStatus,
+    PutMessage,
+    PutReply,
+    PutRequest,
+    PutResponse,
+    StatusRequest,
+    StatusResponse,
+)
+from ._config import BrokerConfig, BrokerRole, FlushDiskType
+from ._master import HAMaster
+from ._slave import HASlave
+
+__all__ = ["MAX_PULL_BYTES", "Broker", "BrokerAddresses"]
+
+log = logging.getLogger("hanet.broker")
+
+MAX_PULL_BYTES = 4 * 1024 * 1024
+"""A pull stops adding messages past this many record bytes (the first always goes)."""
+DEFAULT_MAX_IN_FLIGHT = 1024
+"""Puts of one connection waiting for their answer before the broker stops reading it."""
+_BLANK_ENTRY = 0x7FFFFFFF
+
+
+@attrs.frozen
+class BrokerAddresses:
+    """Where a running broker listens (reported by :meth:`Broker.run`).
+
+    Attributes:
+        broker: the broker port (None when not served).
+        ha: the HA port of a master (None on a slave).
+    """
+
+    broker: tuple[str, int] | None
+    ha: tuple[str, int] | None
+
+
+def _packed_host(address: object) -> tuple[bytes, int]:
+    """A peer address as the store's born host (packed IPv4/IPv6 address, port)."""
+    if isinstance(address, tuple) and len(address) >= 2:
+        host, port = address[0], address[1]
+        for family in (socket.AF_INET, socket.AF_INET6):
+            try:
+                return socket.inet_pton(family, str(host)), int(port)
+            except OSError:
+                continue
+    return b"\x7f\x00\x00\x01", 0
+
+
+class Broker:
+    """A broker: store + replication role + broker port, run with :meth:`run`.
+
+    Args:
+        config: the settings; ``broker_role`` picks master or slave, ``listen_host`` /
+            ``listen_port`` the broker port (port 0: any free one), ``ha_listen_*`` a
+            master's HA port, ``ha_master_address`` a slave's master.
+        serve_broker_port: False runs no broker port (a slave that only replicates).
+        max_frame_length: largest broker port frame accepted (8 MiB).
+        max_in_flight: per connection, puts awaiting their answer before reads pause.
+        slave_handlers: a slave's extra HA pipeline handlers, made per connection (see
+            :class:`HASlave`): metrics, logging, ... of one's own.
+        store_config: overrides the store settings derived from ``config``.
+    """
+
+    def __init__(
+        self,
+        config: BrokerConfig,
+        *,
+        serve_broker_port: bool = True,
+        max_frame_length: int = DEFAULT_MAX_FRAME_LENGTH,
+        max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
+        slave_handlers: Callable[[], Sequence[ChannelHandler]] | None = None,
+        store_config: StoreConfig | None = None,
+    ) -> None:
+        if config.broker_role is BrokerRole.SLAVE and not config.ha_master_address:
+            # Fail at construction, not inside the service.
+            config.ha_master_host_port  # noqa: B018 - raises ConfigError
+        self.config = config
+        self.serve_broker_port = serve_broker_port
+        self.max_frame_length = max_frame_length
+        self.max_in_flight = max_in_flight
+        self._slave_handlers = slave_handlers
+        self._store_config = store_config
+        self._store: CommitLogStore | None = None
+        self.master: HAMaster | None = None
+        self.slave: HASlave | None = None
+        self.addresses = BrokerAddresses(None, None)
+        self._queue_counters: dict[str, itertools.count[int]] = {}
+        self._started = 0.0
+        self._sync_master = config.broker_role is BrokerRole.SYNC_MASTER
+        self._sync_flush = config.flush_disk_type is FlushDiskType.SYNC_FLUSH
+
+    @property
+    def role(self) -> BrokerRole:
+        """The broker's role."""
+        return self.config.broker_role
+
+    @property
+    def store(self) -> CommitLogStore:
+        """The open store (only while :meth:`run` runs).
+
+        Raises:
+            RuntimeError: the broker is not running.
+        """
+        if self._store is None:
+            raise RuntimeError("the broker is not running")
+        return self._store
+
+    def _make_store_config(self, broker_address: tuple[str, int] | None) -> StoreConfig:
+        if self._store_config is not None:
+            return self._store_config
+        host, port = broker_address or (self.config.listen_host, self.config.listen_port)
+        if host in ("", "0.0.0.0", "::"):
+            host = "127.0.0.1"
+        return StoreConfig(
+            mapped_file_size=self.config.mapped_file_size_commit_log,
+            flush_disk_type=StoreFlushDiskType(self.config.flush_disk_type.value),
+            role=StoreRole.SLAVE if self.role is BrokerRole.SLAVE else StoreRole.MASTER,
+            store_host=f"[{host}]:{port}" if ":" in host else f"{host}:{port}",
+        )
+
+    # -- the service ----------------------------------------------------------------------------
+
+    async def run(
+        self, *, task_status: trio.TaskStatus[BrokerAddresses] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Open the store and serve until cancelled; reports the bound addresses.
+
+        Cancellation (Ctrl-C included) closes every connection, then the store: its data is
+        flushed, the checkpoint written and ``abort`` removed, so the next start recovers
+        normally.
+
+        Raises:
+            StoreError: the store cannot be opened (locked by another process, wrong file
+                size, ...).
+            OSError: a port cannot be bound.
+        """
+        config = self.config
+        listeners: list[trio.SocketListener] = []
+        broker_address: tuple[str, int] | None = None
+        if self.serve_broker_port:
+            listeners = await trio.open_tcp_listeners(config.listen_port, host=config.listen_host)
+            name = listeners[0].socket.getsockname()
+            broker_address = (name[0], name[1])
+        try:
+            store = CommitLogStore.open(
+                config.store_path_root_dir, self._make_store_config(broker_address)
+            )
+        except BaseException:
+            for listener in listeners:
+                await listener.aclose()
+            raise
+        self._store = store
+        self._started = trio.current_time()
+        try:
+            async with trio.open_nursery() as nursery:
+                await nursery.start(store.run)
+                ha_address: tuple[str, int] | None = None
+                if self.role is BrokerRole.SLAVE:
+                    self.slave = HASlave(store, config, extra_handlers=self._slave_handlers)
+                    await nursery.start(self.slave.run)
+                else:
+                    self.master = HAMaster(store, config)
+                    ha_address = await nursery.start(self.master.serve)
+                if listeners:
+                    await nursery.start(partial(serve_listeners, self._initialize, listeners))
+                    log.info(
+                        "%s broker port on %s",
+                        self.role.value,
+                        _format_address(broker_address),
+                    )
+                self.addresses = BrokerAddresses(broker_address, ha_address)
+                task_status.started(self.addresses)
+        finally:
+            with trio.CancelScope(shield=True):
+                await store.aclose()
+            self._store = None
+            log.info("store %s closed", config.store_path_root_dir)
+
+    def _initialize(self, channel: StreamChannel) -> None:
+        pipeline = channel.pipeline
+        pipeline.add_last(
+            LengthFieldBasedFrameDecoder(self.max_frame_length, 0, LENGTH_FIELD, 0, LENGTH_FIELD),
+            "frame-decoder",
+        )
+        pipeline.add_last(LengthFieldPrepender(LENGTH_FIELD), "frame-encoder")
+        pipeline.add_last(BrokerServerCodec(), "codec")
+        pipeline.add_last(_RequestHandler(self, channel), "requests")
+
+    # -- requests (usable in-process too) ---------------------------------------------------------
+
+    def _queue_for(self, topic: str) -> int:
+        counter = self._queue_counters.get(topic)
+        if counter is None:
+            counter = self._queue_counters[topic] = itertools.count()
+        return next(counter) % self.config.default_topic_queue_nums
+
+    def store_messages(
+        self, messages: Sequence[PutMessage], born: object = None
+    ) -> tuple[list[PutResult], list[int]]:
+        """Write messages to the store now (synchronous); returns results and queue ids.
+
+        ``born`` is the producer's address (the records' BORNHOST). A slave's store refuses
+        (SERVICE_NOT_AVAILABLE). Follow with :meth:`settle` for durability and replication.
+        """
+        born_host, born_port = _packed_host(born)
+        batch = []
+        queue_ids = []
+        for m in messages:
+            properties: dict[str, str] = {}
+            if m.tags:
+                properties["TAGS"] = m.tags
+            if m.keys:
+                properties["KEYS"] = m.keys
+            properties.update(m.properties)
+            queue_id = m.queue_id if m.queue_id != AUTO_QUEUE else self._queue_for(m.topic)
+            queue_ids.append(queue_id)
+            batch.append(
+                Message(
+                    topic=m.topic,
+                    body=m.body,
+                    queue_id=queue_id,
+                    flag=m.flag,
+                    properties=properties,
+                    born_host=born_host,
+                    born_port=born_port,
+                )
+            )
+        return self.store.put_batch(batch), queue_ids
+
+    @property
+    def answers_at_once(self) -> bool:
+        """Whether a stored put is answered without waiting (ASYNC_MASTER, ASYNC_FLUSH)."""
+        return not (self._sync_master or self._sync_flush)
+
+    async def settle(self, results: Sequence[PutResult]) -> PutStatus:
+        """Wait until stored messages count as put: fsynced under SYNC_FLUSH, acknowledged by
+        enough slaves under SYNC_MASTER. Returns the status for the stored ones.
+
+        A replication status other than PUT_OK (FLUSH_SLAVE_TIMEOUT, SLAVE_NOT_AVAILABLE)
+        wins over FLUSH_DISK_TIMEOUT, as in RocketMQ. Cancellation leaves the messages stored.
+        """
+        ends = [r.end_offset for r in results if r.status is PutStatus.PUT_OK]
+        if not ends:
+            await trio.lowlevel.checkpoint()
+            return PutStatus.PUT_OK
+        end = max(ends)
+        status = PutStatus.PUT_OK
+        store = self.store
+        if self._sync_flush:
+            with trio.move_on_after(store.config.sync_flush_timeout) as scope:
+                await store.wait_flushed(end)
+            if scope.cancelled_caught:
+                status = PutStatus.FLUSH_DISK_TIMEOUT
+        if self._sync_master and self.master is not None:
+            replicated = await self.master.wait_for_replicas(end)
+            if replicated is not PutStatus.PUT_OK:
+                status = replicated
+        await trio.lowlevel.checkpoint()
+        return status
+
+    async def put(self, messages: Sequence[PutMessage], born: object = None) -> list[PutReply]:
+        """Put messages as a broker port PUT does (store, then :meth:`settle`)."""
+        results, queue_ids = self.store_messages(messages, born)
+        status = await self.settle(results)
+        return _replies(results, queue_ids, status)
+
+    def pull(self, request: PullRequest) -> PullResponse:
+        """Serve a PULL from the consume queue (synchronous; reads memory-mapped files).
+
+        Raises:
+            CorruptRecordError: an entry points at bytes that are not a record.
+        """
+        store = self.store
+        topic, queue_id, offset = request.topic, request.queue_id, request.queue_offset
+        low = store.min_queue_offset(topic, queue_id)
+        high = store.max_queue_offset(topic, queue_id)
+
+        def answer(
+            status: PullStatus, next_offset: int, records: tuple[bytes, ...] = ()
+        ) -> PullResponse:
+            return PullResponse(request.request_id, status, next_offset, low, high, records)
+
+        if high <= low:
+            return answer(PullStatus.NO_MESSAGE_IN_QUEUE, 0 if high == 0 else high)
+        if offset < low:
+            return answer(PullStatus.OFFSET_TOO_SMALL, low)
+        if offset == high:
+            return answer(PullStatus.OFFSET_OVERFLOW_ONE, offset)
+        if offset > high:
+            return answer(PullStatus.OFFSET_OVERFLOW_BADLY, high)
+        records: list[bytes] = []
+        budget = MAX_PULL_BYTES
+        end = min(offset + min(request.max_messages, MAX_PULL_MESSAGES), high)
+        next_offset = offset
+        while next_offset < end:
+            entry = store.consume_queue_entry(topic, queue_id, next_offset)
+            if entry is None:
+                break
+            physical, size, _tags_hash = entry
+            if size == _BLANK_ENTRY:
+                next_offset += 1
+                continue
+            if records and size > budget:
+                break
+            record = store.read(physical, size)
+            if len(record) != size:
+                raise CorruptRecordError(physical, f"consume queue entry of {size} bytes")
+            records.append(record)
+            budget -= size
+            next_offset += 1
+        return answer(PullStatus.FOUND, next_offset, tuple(records))
+
+    def status(self) -> dict[str, Any]:
+        """The STATUS answer: role, offsets and replication state (see the module doc)."""
+        store = self.store
+        stats = store.statistics()
+        addresses = self.addresses
+        out: dict[str, Any] = {
+            "role": self.role.value,
+            "broker_address": _format_address(addresses.broker) if addresses.broker else None,
+            "ha_address": _format_address(addresses.ha) if addresses.ha else None,
+            "min_offset": stats.min_offset,
+            "max_offset": stats.max_offset,
+            "flushed_offset": stats.flushed_offset,
+            "dispatched_offset": stats.dispatched_offset,
+            "puts": stats.puts,
+            "mapped_files": stats.mapped_files,
+            "dispatch_error": list(stats.dispatch_error) if stats.dispatch_error else None,
+            "uptime": round(trio.current_time() - self._started, 3),
+            "replicated_offset": None,
+            "slaves": [],
+            "closed_slaves": [],
+            "master": None,
+        }
+        if self.master is not None:
+            master = self.master.status()
+            out["replicated_offset"] = master.replicated_offset
+            out["slaves"] = [attrs.asdict(s) for s in master.slaves]
+            out["closed_slaves"] = [attrs.asdict(s) for s in master.closed]
+        if self.slave is not None:
+            link = self.slave.status()
+            out["master"] = {
+                "address": link.master_address,
+                "connected": link.connected,
+                "connects": link.connects,
+                "attempts": link.attempts,
+                "last_close_reason": link.last_close_reason,
+            }
+        return out
+
+
+def _replies(
+    results: Sequence[PutResult], queue_ids: Sequence[int], status: PutStatus
+) -> list[PutReply]:
+    replies = []
+    for result, queue_id in zip(results, queue_ids, strict=True):
+        if result.status is PutStatus.PUT_OK:
+            replies.append(
+                PutReply(
+                    status,
+                    queue_id,
+                    result.queue_offset,
+                    result.wrote_offset,
+                    result.wrote_size,
+                    result.store_timestamp,
+                    result.msg_id,
+                    "",
+                )
+            )
+        else:
+            replies.append(PutReply(result.status, detail=result.detail))
+    return replies
+
+
+class _RequestHandler(ChannelInboundHandler):
+    """Serves one broker port connection: answers in any order, by request id."""
+
+    def __init__(self, broker: Broker, channel: StreamChannel) -> None:
+        self.broker = broker
+        self.channel = channel
+        peer = channel.remote_address
+        self.peer = _format_address(peer) if peer else str(channel)
+        self.in_flight = 0
+        self._paused = False
+
+    def channel_active(self, ctx: HandlerContext) -> None:
+        log.debug("client %s connected", self.peer)
+        ctx.fire_channel_active()
+
+    def channel_inactive(self, ctx: HandlerContext) -> None:
+        log.debug("client %s closed (%s)", self.peer, self.channel.close_reason or "closed")
+        ctx.fire_channel_inactive()
+
+    def channel_read(self, ctx: HandlerContext, msg: Any) -> None:
+        broker = self.broker
+        try:
+            if isinstance(msg, PutRequest):
+                results, queue_ids = broker.store_messages(
+                    msg.messages, self.channel.remote_address
+                )
+                if broker.answers_at_once:
+                    replies = _replies(results, queue_ids, PutStatus.PUT_OK)
+                    ctx.write(PutResponse(msg.request_id, tuple(replies)))
+                else:
+                    self.in_flight += 1
+                    self._update_reading()
+                    ctx.spawn(self._settle, ctx, msg.request_id, results, queue_ids)
+            elif isinstance(msg, PullRequest):
+                ctx.write(broker.pull(msg))
+            elif isinstance(msg, StatusRequest):
+                ctx.write(StatusResponse(msg.request_id, broker.status()))
+            else:
+                ctx.fire_channel_read(msg)
+        except StoreError as exc:
+            # A well-formed request the store could not serve: answer it, keep the connection.
+            log.warning("client %s: request failed: %s", self.peer, exc)
+            ctx.write(ErrorResponse(msg.request_id, ErrorCode.SYSTEM_ERROR, str(exc)))
+
+    def channel_read_complete(self, ctx: HandlerContext) -> None:
+        ctx.flush()  # answers given while reading leave together
+        ctx.fire_channel_read_complete()
+
+    async def _settle(
+        self,
+        ctx: HandlerContext,
+        request_id: int,
+        results: list[PutResult],
+        queue_ids: list[int],
+    ) -> None:
+        try:
+            status = await self.broker.settle(results)
+        finally:
+            self.in_flight -= 1
+            self._update_reading()
+        ctx.write_and_flush(PutResponse(request_id, tuple(_replies(results, queue_ids, status))))
+
+    def channel_writability_changed(self, ctx: HandlerContext) -> None:
+        self._update_reading()
+        ctx.fire_channel_writability_changed()
+
+    def _update_reading(self) -> None:
+        """Pause reading while too many puts wait or the client does not read its answers."""
+        channel = self.channel
+        if not channel.is_open:
+            return
+        pause = self.in_flight >= self.broker.max_in_flight or not channel.is_writable
+        if pause != self._paused:
+            self._paused = pause
+            channel.auto_read = not pause
+
+    def exception_caught(self, ctx: HandlerContext, exc: BaseException) -> None:
+        if isinstance(exc, DecoderError):
+            log.warning("client %s: closing: %s", self.peer, exc)
+        else:
+            log.error(
+                "client %s: closing after an internal error: %r", self.peer, exc, exc_info=exc
+            )
+        ctx.close(f"{type(exc).__name__}: {exc}")
