@@ -46,10 +46,16 @@ def _imports(path: Path) -> Iterator[str]:
                 yield f"{target}.{alias.name}"
 
 
+def _is_cli(path: Path) -> bool:
+    """The command line composes everything: ``hanet/cli.py``, ``hanet/__main__.py`` and the
+    ``_*cli.py`` verb modules are above every layer."""
+    return path.name in ("cli.py", "__main__.py") or path.name.endswith("cli.py")
+
+
 def _files(*globs: str) -> list[Path]:
     found: list[Path] = []
     for pattern in globs:
-        found.extend(sorted(ROOT.glob(pattern)))
+        found.extend(p for p in sorted(ROOT.glob(pattern)) if not _is_cli(p))
     return found
 
 
