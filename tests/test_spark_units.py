@@ -39,7 +39,7 @@ from hanet.spark import (  # noqa: E402  (after the importorskip)
     plan_commit_log,
     plan_consume_queues,
 )
-from hanet.spark._arrow import _properties  # noqa: E402
+from hanet.spark._arrow import _Properties, _properties  # noqa: E402
 from hanet.spark._layout import find_record_start  # noqa: E402
 
 FIXTURE = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "rocketmq-store-8k"
@@ -117,6 +117,25 @@ def test_body_only_with_include_body() -> None:
     bodies = [rec.body for _, rec in CommitLogReader(FIXTURE / "commitlog").records()]
     assert batch.column("body").to_pylist() == bodies
     assert "body" not in next(iter(commit_log_batches(part))).schema.names
+
+
+def test_columns_option_computes_only_those(tmp_path: Path) -> None:
+    (part,) = plan_commit_log(find_stores(str(FIXTURE))[0])
+    full = next(iter(commit_log_batches(part))).to_pylist()
+    wanted = ["msg_id", "tags", "physical_offset", "store_host"]
+    (batch,) = commit_log_batches(part, columns=wanted)
+    assert batch.schema.names == wanted
+    assert batch.to_pylist() == [{k: row[k] for k in wanted} for row in full]
+    (batch,) = commit_log_batches(part, columns=["size"], include_body=True)
+    assert batch.schema.names == ["size", "body"]
+    for bad in (["nope"], ["size", "size"], []):
+        with pytest.raises(ValueError, match="bad commit log columns"):
+            commit_log_schema(columns=bad or ["store", "no such"])
+    records = [record(0), b"garbage" + bytes(100)]
+    write_file(tmp_path / "commitlog", 0, *records)
+    (part,) = plan_commit_log(find_stores(str(tmp_path))[0])
+    rows = [r for b in commit_log_batches(part, columns=["status", "size"]) for r in b.to_pylist()]
+    assert rows == [{"status": "ok", "size": SIZE}, {"status": "corrupt", "size": None}]
 
 
 def test_paths_commitlog_dir_and_glob(tmp_path: Path) -> None:
@@ -260,9 +279,20 @@ def test_properties_column_matches_the_codec(props: dict[str, str]) -> None:
     ]
 
 
+@given(st.lists(st.dictionaries(st.sampled_from(["TAGS", "KEYS", "XTAGS", "A"]), _text)))
+def test_tags_and_keys_without_the_map_match_the_codec(batch: list[dict[str, str]]) -> None:
+    raw = [encode_properties(p) for p in batch]
+    for want_map in (False, True):
+        properties = _Properties(raw, want_map)
+        expected = [decode_properties(r) for r in raw]
+        assert properties.column("tags").to_pylist() == [p.get("TAGS") for p in expected]
+        assert properties.column("keys").to_pylist() == [p.get("KEYS") for p in expected]
+
+
 def test_properties_with_invalid_utf8_fall_back_to_the_codec() -> None:
     raw = [b"TAGS\x01\xff\xfe\x02", b"KEYS\x01k\x02"]
     assert [dict(v) for v in _properties(raw).to_pylist()] == [decode_properties(r) for r in raw]
+    assert _Properties(raw, False).column("tags").to_pylist() == ["\ufffd\ufffd", None]
 
 
 def test_importing_hanet_spark_does_not_import_pyspark() -> None:

@@ -23,9 +23,9 @@ from __future__ import annotations
 import gc
 import mmap
 import struct
-import zlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from operator import itemgetter
 from typing import Any
 
 import pyarrow as pa
@@ -110,12 +110,26 @@ _CQ_BLANK_SIZE = 0x7FFFFFFF
 _HEX_DIGITS = 16  # a physical offset in a message id
 
 
-def commit_log_schema(include_body: bool = False) -> pa.Schema:
-    """The Arrow schema of commit log batches."""
-    columns = list(COMMIT_LOG_COLUMNS)
-    if include_body:
-        columns.append(("body", pa.binary()))
-    return pa.schema(columns)
+def commit_log_schema(
+    include_body: bool = False, columns: Sequence[str] | None = None
+) -> pa.Schema:
+    """The Arrow schema of commit log batches: every column of :data:`COMMIT_LOG_COLUMNS`, or
+    only ``columns`` (in that order); ``body`` last with ``include_body`` (or when listed).
+
+    Raises:
+        ValueError: an unknown column name.
+    """
+    types = dict(COMMIT_LOG_COLUMNS)
+    types["body"] = pa.binary()
+    names = list(columns) if columns else [name for name, _ in COMMIT_LOG_COLUMNS]
+    if include_body and "body" not in names:
+        names.append("body")
+    unknown = [name for name in names if name not in types]
+    if unknown or len(set(names)) != len(names) or not names:
+        raise ValueError(
+            f"bad commit log columns {names!r}: each at most once, out of {', '.join(types)}"
+        )
+    return pa.schema([(name, types[name]) for name in names])
 
 
 def consume_queue_schema() -> pa.Schema:
@@ -140,18 +154,20 @@ def commit_log_batches(
     part: CommitLogRange,
     *,
     include_body: bool = False,
+    columns: Sequence[str] | None = None,
     batch_rows: int = DEFAULT_BATCH_ROWS,
     batch_bytes: int = DEFAULT_BATCH_BYTES,
 ) -> Iterator[pa.RecordBatch]:
-    """The rows of one commit log range as Arrow record batches.
+    """The rows of one commit log range as Arrow record batches (of
+    :func:`commit_log_schema` with ``include_body`` and ``columns``: the columns not asked for
+    are not computed).
 
     Good records give ``status = 'ok'`` rows (``crc_ok`` false for a body CRC mismatch); the
     scan ends at the range's end, at a blank record that ends the file, at unwritten zeros in
     the store's last file, or at anything else with one final ``status = 'corrupt'`` row.
     Never raises for bad data. The file is mapped read-only and unmapped before returning.
     """
-    schema = commit_log_schema(include_body)
-    converter = _BatchBuilder(part, schema, include_body)
+    converter = _BatchBuilder(part, commit_log_schema(include_body, columns))
     with open(part.path, "rb") as f:
         mapping = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
     view = memoryview(mapping)
@@ -242,12 +258,48 @@ def _judge_stop(stop: ScanStop, part: CommitLogRange, file_size: int) -> tuple[i
     return stop.offset, stop.detail or reason.value
 
 
-class _BatchBuilder:
-    """Builds batches of one range; caches host strings and message id prefixes."""
+_FIELD_GETTERS = {name: itemgetter(i) for i, name in enumerate(MessageRecord._fields)}
 
-    def __init__(self, part: CommitLogRange, schema: pa.Schema, include_body: bool) -> None:
+
+class _Fields(dict[str, list[Any]]):
+    """The values of one record field across a batch, extracted on first use (one ``map`` of
+    an ``itemgetter`` per field: ``zip(*records)`` of every field costs 20 times more)."""
+
+    def __init__(self, records: list[MessageRecord]) -> None:
+        super().__init__()
+        self._records = records
+
+    def __missing__(self, name: str) -> list[Any]:
+        values = list(map(_FIELD_GETTERS[name], self._records))
+        self[name] = values
+        return values
+
+
+_PLAIN_COLUMNS = {
+    "physical_offset": _LONG,
+    "size": _INT,
+    "magic": _LONG,
+    "topic": _STRING,
+    "queue_id": _INT,
+    "queue_offset": _LONG,
+    "flag": _INT,
+    "sys_flag": _INT,
+    "born_timestamp": _LONG,
+    "store_timestamp": _LONG,
+    "reconsume_times": _INT,
+    "body_crc": _INT,
+    "body": pa.binary(),
+}
+"""Columns that are a field of :class:`~hanet.store.MessageRecord` as it is."""
+
+
+class _BatchBuilder:
+    """Builds the batches of one range; caches host strings and message id prefixes."""
+
+    def __init__(self, part: CommitLogRange, schema: pa.Schema) -> None:
         self._schema = schema
-        self._include_body = include_body
+        self._names = tuple(schema.names)
+        self._want_map = "properties" in self._names
         self._store = pa.scalar(part.store, _STRING)
         self._file = pa.scalar(part.path.rsplit("/", 1)[-1], _STRING)
         self._ok = pa.scalar("ok", _STRING)
@@ -290,57 +342,42 @@ class _BatchBuilder:
 
     def build(self, records: list[MessageRecord], crc_ok: bool | None) -> pa.RecordBatch:
         """A batch of ``status = 'ok'`` rows; ``crc_ok`` None means all passed the check."""
-        n = len(records)
-        (
-            size,
-            magic,
-            body_crc,
-            queue_id,
-            flag,
-            queue_offset,
-            physical_offset,
-            sys_flag,
-            born_ts,
-            born_addr,
-            born_port,
-            store_ts,
-            store_addr,
-            store_port,
-            reconsume,
-            _prepared,
-            bodies,
-            topics,
-            raw_properties,
-        ) = zip(*records, strict=True)
-        properties = _properties(raw_properties)
-        arrays = [
-            pa.repeat(self._store, n),
-            pa.repeat(self._file, n),
-            pa.array(physical_offset, _LONG),
-            pa.array(size, _INT),
-            pa.array(magic, _LONG),
-            pa.array(topics, _STRING),
-            pa.array(queue_id, _INT),
-            pa.array(queue_offset, _LONG),
-            pa.array(flag, _INT),
-            pa.array(sys_flag, _INT),
-            pa.array(born_ts, _LONG),
-            self._host_column(born_addr, born_port),
-            pa.array(store_ts, _LONG),
-            self._host_column(store_addr, store_port),
-            pa.array(reconsume, _INT),
-            pa.array(body_crc, _INT),
-            pa.repeat(pa.scalar(True if crc_ok is None else crc_ok), n),
-            properties,
-            pc.map_lookup(properties, pa.scalar("TAGS", _STRING), "last"),
-            pc.map_lookup(properties, pa.scalar("KEYS", _STRING), "last"),
-            self._msg_ids(store_addr, store_port, physical_offset),
-            pa.repeat(self._ok, n),
-            pa.nulls(n, _STRING),
-        ]
-        if self._include_body:
-            arrays.append(pa.array(bodies, pa.binary()))
+        fields = _Fields(records)
+        properties: _Properties | None = None
+        arrays = []
+        for name in self._names:
+            plain = _PLAIN_COLUMNS.get(name)
+            if plain is not None:
+                arrays.append(pa.array(fields[name], plain))
+            elif name in _PROPERTY_KEYS:
+                if properties is None:
+                    properties = _Properties(fields["properties_raw"], self._want_map)
+                arrays.append(properties.column(name))
+            else:
+                arrays.append(self._derived(name, fields, len(records), crc_ok))
         return pa.RecordBatch.from_arrays(arrays, schema=self._schema)
+
+    def _derived(
+        self, name: str, fields: Mapping[str, Sequence[Any]], n: int, crc_ok: bool | None
+    ) -> pa.Array:
+        if name == "store":
+            return pa.repeat(self._store, n)
+        if name == "file":
+            return pa.repeat(self._file, n)
+        if name == "born_host":
+            return self._host_column(fields["born_host"], fields["born_port"])
+        if name == "store_host":
+            return self._host_column(fields["store_host"], fields["store_port"])
+        if name == "crc_ok":
+            return pa.repeat(pa.scalar(True if crc_ok is None else crc_ok), n)
+        if name == "msg_id":
+            return self._msg_ids(
+                fields["store_host"], fields["store_port"], fields["physical_offset"]
+            )
+        if name == "status":
+            return pa.repeat(self._ok, n)
+        assert name == "error", name
+        return pa.nulls(n, _STRING)
 
     def corrupt_row(self, physical_offset: int, reason: str) -> pa.RecordBatch:
         """The one-row batch that says where and why a scan stopped on bad data."""
@@ -353,6 +390,37 @@ class _BatchBuilder:
             error=reason,
         )
         return pa.RecordBatch.from_pylist([row], schema=self._schema)
+
+
+_PROPERTY_KEYS = {"properties": "", "tags": "TAGS", "keys": "KEYS"}
+
+
+class _Properties:
+    """The property columns of one batch: the whole map, or (when the map is not asked for)
+    ``tags`` / ``keys`` found with a regular expression, four times cheaper. RocketMQ writes
+    each name once (a Java map); were one repeated, the map keeps the last value (as
+    :func:`~hanet.store.decode_properties`) and the expression the first."""
+
+    def __init__(self, raw: Sequence[bytes], want_map: bool) -> None:
+        self._raw = raw
+        self._map: pa.Array | None = None
+        self._text: pa.Array | None = None
+        if not want_map:
+            try:
+                self._text = pa.array(raw, pa.binary()).cast(_STRING)
+            except pa.ArrowInvalid:  # invalid UTF-8 somewhere: the map path copes
+                pass
+
+    def column(self, name: str) -> pa.Array:
+        key = _PROPERTY_KEYS[name]
+        if self._text is not None:
+            pattern = f"(?:^|\x02){key}\x01(?P<v>[^\x02]*)"
+            return pc.struct_field(pc.extract_regex(self._text, pattern), "v")
+        if self._map is None:
+            self._map = _properties(self._raw)
+        if not key:
+            return self._map
+        return pc.map_lookup(self._map, pa.scalar(key, _STRING), "last")
 
 
 def _properties(raw: Sequence[bytes]) -> pa.Array:
@@ -376,11 +444,6 @@ def _properties(raw: Sequence[bytes]) -> pa.Array:
     return pa.MapArray.from_arrays(
         offsets, pc.list_element(pairs, 0), pc.list_element(pairs, 1), type=_MAP
     )
-
-
-def body_crc_ok(body: bytes, crc: int) -> bool:
-    """Whether ``crc`` is the BODYCRC of ``body``."""
-    return zlib.crc32(body) & 0x7FFFFFFF == crc
 
 
 def consume_queue_batches(

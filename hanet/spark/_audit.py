@@ -41,6 +41,20 @@ PROBLEM_KINDS = (
 """The ``kind`` values of the ``problems`` table, in the order the ``stores`` table counts them."""
 
 _QUEUE_KEY = ("store", "topic", "queue_id", "queue_offset")
+_COLUMNS = (
+    "store",
+    "file",
+    "physical_offset",
+    "size",
+    "topic",
+    "queue_id",
+    "queue_offset",
+    "body_crc",
+    "crc_ok",
+    "tags",
+    "status",
+    "error",
+)
 
 
 @attrs.frozen
@@ -75,24 +89,7 @@ def audit(
     Scans the commit logs once, here (a Spark job); the tables are computed from that cached
     scan when they are used.
     """
-    scan = (
-        commit_log(spark, stores)
-        .select(
-            "store",
-            "file",
-            "physical_offset",
-            "size",
-            "topic",
-            "queue_id",
-            "queue_offset",
-            "body_crc",
-            "crc_ok",
-            "tags",
-            "status",
-            "error",
-        )
-        .cache()
-    )
+    scan = commit_log(spark, stores, columns=_COLUMNS).cache()
     rows = scan.count()
     ok = scan.where(F.col("status") == "ok")
     problems = _record_problems(scan).unionByName(_queue_offsets(ok))

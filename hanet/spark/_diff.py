@@ -91,7 +91,8 @@ class DiffResult:
 
 def _side(spark: SparkSession, store: str, side: str) -> DataFrame:
     fingerprint = F.xxhash64(*_FINGERPRINT_COLUMNS, F.to_json("properties"))
-    return commit_log(spark, store).select(
+    columns = ("file", "physical_offset", "size", "status", "properties", *_FINGERPRINT_COLUMNS)
+    return commit_log(spark, store, columns=columns).select(
         F.lit(side).alias("side"),
         "file",
         "physical_offset",

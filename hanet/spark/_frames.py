@@ -17,9 +17,14 @@ def paths_of(stores: str | Sequence[str]) -> list[str]:
 
 
 def commit_log(
-    spark: SparkSession, stores: str | Sequence[str], *, include_body: bool = False
+    spark: SparkSession,
+    stores: str | Sequence[str],
+    *,
+    include_body: bool = False,
+    columns: Sequence[str] | None = None,
 ) -> DataFrame:
-    """The ``commitlog`` rows of one or more stores (each a path or a glob), as one DataFrame.
+    """The ``commitlog`` rows of one or more stores (each a path or a glob), as one DataFrame;
+    only ``columns`` when given (the others are not computed).
 
     Raises:
         ValueError: no path given.
@@ -28,6 +33,8 @@ def commit_log(
     if not paths:
         raise ValueError("no store given")
     reader = spark.read.format("commitlog").option("includeBody", str(include_body).lower())
+    if columns:
+        reader = reader.option("columns", ",".join(columns))
     return reduce(DataFrame.unionByName, (reader.load(p) for p in paths))
 
 

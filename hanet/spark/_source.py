@@ -16,7 +16,10 @@ record boundaries; one per consume queue file. Each partition is read in a Pytho
 the store paths from their own file system.
 
 Options (``commitlog``): ``includeBody`` (``true``/``false``, default false),
-``maxPartitionBytes`` (bytes, default 134217728), ``batchRows`` (rows per Arrow batch, 8192).
+``columns`` (comma-separated names: only these columns, in this order; Python data sources
+get no column pruning from Spark, so a job that needs few columns says so and the others are
+never computed nor shipped to the JVM), ``maxPartitionBytes`` (bytes, default 134217728),
+``batchRows`` (rows per Arrow batch, 8192).
 """
 
 from __future__ import annotations
@@ -91,9 +94,12 @@ def _struct(schema: pa.Schema) -> StructType:
     return StructType([StructField(f.name, _spark_type(f.type)) for f in schema])
 
 
-def commit_log_struct(include_body: bool = False) -> StructType:
-    """The Spark schema of the ``commitlog`` format (``body`` last with ``includeBody``)."""
-    return _struct(commit_log_schema(include_body))
+def commit_log_struct(
+    include_body: bool = False, columns: Sequence[str] | None = None
+) -> StructType:
+    """The Spark schema of the ``commitlog`` format (``body`` last with ``includeBody``; only
+    ``columns`` when given)."""
+    return _struct(commit_log_schema(include_body, columns))
 
 
 def consume_queue_struct() -> StructType:
@@ -129,15 +135,22 @@ class CommitLogDataSource(DataSource):
     def _include_body(self) -> bool:
         return str(self.options.get("includeBody", "false")).lower() in _TRUE
 
+    def _columns(self) -> list[str] | None:
+        value = self.options.get("columns")
+        if not value:
+            return None
+        return [name.strip() for name in str(value).split(",") if name.strip()]
+
     def schema(self) -> StructType:
-        """The columns; ``body`` only with ``includeBody``."""
-        return commit_log_struct(self._include_body())
+        """The columns; ``body`` only with ``includeBody``; only ``columns`` when given."""
+        return commit_log_struct(self._include_body(), self._columns())
 
     def reader(self, schema: StructType) -> DataSourceReader:
         """A reader planning one partition per file or file range."""
         return _CommitLogReader(
             path=_path(self.options),
             include_body=self._include_body(),
+            columns=self._columns(),
             max_range_bytes=_int_option(self.options, "maxPartitionBytes", DEFAULT_MAX_RANGE_BYTES),
             batch_rows=_int_option(self.options, "batchRows", DEFAULT_BATCH_ROWS),
         )
@@ -145,10 +158,17 @@ class CommitLogDataSource(DataSource):
 
 class _CommitLogReader(DataSourceReader):
     def __init__(
-        self, *, path: str, include_body: bool, max_range_bytes: int, batch_rows: int
+        self,
+        *,
+        path: str,
+        include_body: bool,
+        columns: list[str] | None,
+        max_range_bytes: int,
+        batch_rows: int,
     ) -> None:
         self.path = path
         self.include_body = include_body
+        self.columns = columns
         self.max_range_bytes = max_range_bytes
         self.batch_rows = batch_rows
 
@@ -164,7 +184,10 @@ class _CommitLogReader(DataSourceReader):
         if partition.value is None:  # Spark's stand-in when there is nothing to read
             return iter(())
         return commit_log_batches(
-            partition.value, include_body=self.include_body, batch_rows=self.batch_rows
+            partition.value,
+            include_body=self.include_body,
+            columns=self.columns,
+            batch_rows=self.batch_rows,
         )
 
 

@@ -42,22 +42,19 @@ class StatsResult:
 
 def stats(spark: SparkSession, stores: str | Sequence[str], *, top: int = 10) -> StatsResult:
     """Statistics of one or more stores (paths or globs); ``top`` largest messages."""
-    scan = (
-        commit_log(spark, stores)
-        .where(F.col("status") == "ok")
-        .select(
-            "store",
-            "topic",
-            "queue_id",
-            "physical_offset",
-            "size",
-            "born_timestamp",
-            "store_timestamp",
-            "msg_id",
-            "keys",
-        )
-        .cache()
+    columns = (
+        "store",
+        "topic",
+        "queue_id",
+        "physical_offset",
+        "size",
+        "born_timestamp",
+        "store_timestamp",
+        "msg_id",
+        "keys",
+        "status",
     )
+    scan = commit_log(spark, stores, columns=columns).where(F.col("status") == "ok").cache()
     per_minute = (
         scan.groupBy(
             "topic",
