@@ -320,12 +320,19 @@ def test_cli_without_pyspark_says_what_to_install(
     assert "Traceback" not in err
 
 
-def test_cli_bad_store_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_bad_store_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from hanet.cli import main
 
     assert main(["stats", "/nonexistent/store"]) == 2
     err = capsys.readouterr().err
     assert err == "hanet: /nonexistent/store: no such directory\n"
+    write_file(tmp_path / "a" / "commitlog", 0, record(0))
+    write_file(tmp_path / "a" / "commitlog", FILE, record(FILE), size=FILE + 1)
+    write_file(tmp_path / "b" / "commitlog", 0, record(0))
+    assert main(["audit", str(tmp_path / "a")]) == 2
+    assert "files of different sizes" in capsys.readouterr().err
+    assert main(["diff", str(tmp_path / "*"), str(tmp_path / "b")]) == 2
+    assert "one store with one store, not 2" in capsys.readouterr().err
 
 
 def test_java_missing_is_explained(

@@ -29,7 +29,7 @@ import sys
 import time
 from typing import Any
 
-from hanet.store import StoreError
+from hanet.store import CommitLogReader, StoreError
 
 from ._layout import find_stores
 
@@ -115,11 +115,20 @@ def _fail(message: str) -> int:
     return EXIT_ERROR
 
 
+def _check_stores(verb: str, paths: list[str]) -> None:
+    """Fail early, in one line, on paths that are not stores (rather than deep in Spark)."""
+    for path in paths:
+        stores = find_stores(path)
+        if verb == "diff" and len(stores) != 1:
+            raise StoreError(f"{path}: diff compares one store with one store, not {len(stores)}")
+        for store in stores:
+            CommitLogReader(store.commit_log_dir)  # file sizes, gaps
+
+
 def _run(verb: str, args: argparse.Namespace, paths: list[str]) -> int:
     started = time.monotonic()
     try:
-        for path in paths:
-            find_stores(path)
+        _check_stores(verb, paths)
     except StoreError as exc:
         return _fail(str(exc))
     try:

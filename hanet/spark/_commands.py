@@ -97,8 +97,10 @@ def store_line(row: Any) -> str:
 
 def _diff(spark: SparkSession, args: argparse.Namespace) -> int:
     print(f"comparing master {args.master} with slave {args.slave}", flush=True)
+    started = time.monotonic()
     result = diff(spark, args.master, args.slave)
     summary = result.summary
+    print(f"scanned and matched both in {time.monotonic() - started:.1f} s", flush=True)
     try:
         print(
             f"master: {summary.master_records} records, offsets "
@@ -123,7 +125,9 @@ def _diff(spark: SparkSession, args: argparse.Namespace) -> int:
 
 def _stats(spark: SparkSession, args: argparse.Namespace) -> int:
     print(f"statistics of {', '.join(args.stores)}", flush=True)
+    started = time.monotonic()
     result = stats(spark, args.stores, top=args.top)
+    print(f"scanned {result.rows} records in {time.monotonic() - started:.1f} s", flush=True)
     try:
         show("messages and bytes per topic per minute", result.per_minute, limit=args.limit)
         show("store - born latency per topic (ms)", result.latency, limit=args.limit)

@@ -28,11 +28,13 @@ LATENCY_PERCENTILES = (0.5, 0.9, 0.99)
 
 @attrs.frozen
 class StatsResult:
-    """The stats tables (lazy DataFrames; see the module docstring)."""
+    """The stats tables (lazy DataFrames; see the module docstring) and how many good records
+    the scan read (``rows``)."""
 
     per_minute: DataFrame
     latency: DataFrame
     largest: DataFrame
+    rows: int
     _scan: DataFrame
 
     def unpersist(self) -> None:
@@ -41,7 +43,11 @@ class StatsResult:
 
 
 def stats(spark: SparkSession, stores: str | Sequence[str], *, top: int = 10) -> StatsResult:
-    """Statistics of one or more stores (paths or globs); ``top`` largest messages."""
+    """Statistics of one or more stores (paths or globs); ``top`` largest messages.
+
+    Scans the commit logs once, here (a Spark job); the tables are computed from that cached
+    scan when they are used.
+    """
     columns = (
         "store",
         "topic",
@@ -55,6 +61,7 @@ def stats(spark: SparkSession, stores: str | Sequence[str], *, top: int = 10) ->
         "status",
     )
     scan = commit_log(spark, stores, columns=columns).where(F.col("status") == "ok").cache()
+    rows = scan.count()
     per_minute = (
         scan.groupBy(
             "topic",
@@ -83,4 +90,6 @@ def stats(spark: SparkSession, stores: str | Sequence[str], *, top: int = 10) ->
     largest = largest.select(
         "store", "topic", "queue_id", "physical_offset", "size", "msg_id", "keys"
     )
-    return StatsResult(per_minute=per_minute, latency=latency, largest=largest, scan=scan)
+    return StatsResult(
+        per_minute=per_minute, latency=latency, largest=largest, rows=rows, scan=scan
+    )
