@@ -45,6 +45,7 @@ from __future__ import annotations
 import itertools
 import logging
 import socket
+from collections import deque
 from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
@@ -119,6 +120,9 @@ class BrokerAddresses:
     ha: tuple[str, int] | None
 
 
+_LOCALHOST = (b"\x7f\x00\x00\x01", 0)
+
+
 def _packed_host(address: object) -> tuple[bytes, int]:
     """A peer address as the store's born host (packed IPv4/IPv6 address, port)."""
     if isinstance(address, tuple) and len(address) >= 2:
@@ -128,7 +132,7 @@ def _packed_host(address: object) -> tuple[bytes, int]:
                 return socket.inet_pton(family, str(host)), int(port)
             except OSError:
                 continue
-    return b"\x7f\x00\x00\x01", 0
+    return _LOCALHOST
 
 
 class Broker:
@@ -280,14 +284,15 @@ class Broker:
         return next(counter) % self.config.default_topic_queue_nums
 
     def store_messages(
-        self, messages: Sequence[PutMessage], born: object = None
+        self, messages: Sequence[PutMessage], born: tuple[bytes, int] = _LOCALHOST
     ) -> tuple[list[PutResult], list[int]]:
         """Write messages to the store now (synchronous); returns results and queue ids.
 
-        ``born`` is the producer's address (the records' BORNHOST). A slave's store refuses
-        (SERVICE_NOT_AVAILABLE). Follow with :meth:`settle` for durability and replication.
+        ``born`` is the producer's packed address and port (the records' BORNHOST). A slave's
+        store refuses (SERVICE_NOT_AVAILABLE). Follow with :meth:`settle` for durability and
+        replication, unless :attr:`answers_at_once`.
         """
-        born_host, born_port = _packed_host(born)
+        born_host, born_port = born
         batch = []
         queue_ids = []
         for m in messages:
@@ -317,37 +322,60 @@ class Broker:
         """Whether a stored put is answered without waiting (ASYNC_MASTER, ASYNC_FLUSH)."""
         return not (self._sync_master or self._sync_flush)
 
-    async def settle(self, results: Sequence[PutResult]) -> PutStatus:
-        """Wait until stored messages count as put: fsynced under SYNC_FLUSH, acknowledged by
-        enough slaves under SYNC_MASTER. Returns the status for the stored ones.
+    async def settle(self, end_offset: int, stored_at: float | None = None) -> PutStatus:
+        """Wait until data before ``end_offset`` counts as put: fsynced under SYNC_FLUSH,
+        acknowledged by enough slaves under SYNC_MASTER.
 
-        A replication status other than PUT_OK (FLUSH_SLAVE_TIMEOUT, SLAVE_NOT_AVAILABLE)
-        wins over FLUSH_DISK_TIMEOUT, as in RocketMQ. Cancellation leaves the messages stored.
+        Timeouts run from ``stored_at`` (trio time; default now): FLUSH_DISK_TIMEOUT after the
+        store's ``sync_flush_timeout``, FLUSH_SLAVE_TIMEOUT after ``slave_timeout``;
+        SLAVE_NOT_AVAILABLE at once without enough healthy slaves. A replication status other
+        than PUT_OK wins over FLUSH_DISK_TIMEOUT, as in RocketMQ. The data stays stored
+        whatever the answer; cancellation abandons only the wait.
         """
-        ends = [r.end_offset for r in results if r.status is PutStatus.PUT_OK]
-        if not ends:
-            await trio.lowlevel.checkpoint()
-            return PutStatus.PUT_OK
-        end = max(ends)
+        if stored_at is None:
+            stored_at = trio.current_time()
         status = PutStatus.PUT_OK
         store = self.store
-        if self._sync_flush:
-            with trio.move_on_after(store.config.sync_flush_timeout) as scope:
-                await store.wait_flushed(end)
-            if scope.cancelled_caught:
+        if self._sync_flush and store.flushed_offset < end_offset:
+            with trio.move_on_at(stored_at + store.config.sync_flush_timeout):
+                await store.wait_flushed(end_offset)
+            if store.flushed_offset < end_offset:
                 status = PutStatus.FLUSH_DISK_TIMEOUT
-        if self._sync_master and self.master is not None:
-            replicated = await self.master.wait_for_replicas(end)
+        master = self.master
+        if self._sync_master and master is not None and self._replicated() < end_offset:
+            replicated = PutStatus.FLUSH_SLAVE_TIMEOUT
+            with trio.move_on_at(stored_at + self.config.slave_timeout):
+                replicated = await master.wait_for_replicas(end_offset)
             if replicated is not PutStatus.PUT_OK:
                 status = replicated
         await trio.lowlevel.checkpoint()
         return status
 
+    def _replicated(self) -> int:
+        master = self.master
+        return -1 if master is None else master.status().replicated_offset
+
+    def settled_offset(self) -> int:
+        """Data before this offset needs no wait to count as put (see :meth:`settle`)."""
+        store = self.store
+        offset = store.max_offset
+        if self._sync_flush:
+            offset = min(offset, store.flushed_offset)
+        if self._sync_master:
+            offset = min(offset, self._replicated())
+        return offset
+
     async def put(self, messages: Sequence[PutMessage], born: object = None) -> list[PutReply]:
         """Put messages as a broker port PUT does (store, then :meth:`settle`)."""
-        results, queue_ids = self.store_messages(messages, born)
-        status = await self.settle(results)
-        return _replies(results, queue_ids, status)
+        stored_at = trio.current_time()
+        results, queue_ids = self.store_messages(messages, _packed_host(born))
+        ends = [r.end_offset for r in results if r.status is PutStatus.PUT_OK]
+        if ends and not self.answers_at_once:
+            status = await self.settle(max(ends), stored_at)
+        else:
+            await trio.lowlevel.checkpoint()
+            status = PutStatus.PUT_OK
+        return list(_replies(results, queue_ids, status))
 
     def pull(self, request: PullRequest) -> PullResponse:
         """Serve a PULL from the consume queue (synchronous; reads memory-mapped files).
@@ -435,8 +463,10 @@ class Broker:
 
 
 def _replies(
-    results: Sequence[PutResult], queue_ids: Sequence[int], status: PutStatus
-) -> list[PutReply]:
+    results: Sequence[PutResult],
+    queue_ids: Sequence[int],
+    status: PutStatus = PutStatus.PUT_OK,
+) -> tuple[PutReply, ...]:
     replies = []
     for result, queue_id in zip(results, queue_ids, strict=True):
         if result.status is PutStatus.PUT_OK:
@@ -454,18 +484,37 @@ def _replies(
             )
         else:
             replies.append(PutReply(result.status, detail=result.detail))
-    return replies
+    return tuple(replies)
+
+
+@attrs.define
+class _Waiting:
+    """A put stored and waiting for its answer (SYNC_FLUSH / SYNC_MASTER)."""
+
+    request_id: int
+    results: list[PutResult]
+    queue_ids: list[int]
+    end_offset: int
+    stored_at: float
 
 
 class _RequestHandler(ChannelInboundHandler):
-    """Serves one broker port connection: answers in any order, by request id."""
+    """Serves one broker port connection; answers by request id.
+
+    Puts that must wait (SYNC_FLUSH, SYNC_MASTER) queue in arrival order, which is also their
+    order in the commit log; one task per connection settles them: it waits for the oldest,
+    then answers every later one already covered by the flushed / replicated offset without
+    waiting again, so an ack that covers many puts answers them in one pass and one send.
+    """
 
     def __init__(self, broker: Broker, channel: StreamChannel) -> None:
         self.broker = broker
         self.channel = channel
         peer = channel.remote_address
         self.peer = _format_address(peer) if peer else str(channel)
-        self.in_flight = 0
+        self.born = _packed_host(peer)
+        self.waiting: deque[_Waiting] = deque()
+        self._settling = False
         self._paused = False
 
     def channel_active(self, ctx: HandlerContext) -> None:
@@ -480,16 +529,7 @@ class _RequestHandler(ChannelInboundHandler):
         broker = self.broker
         try:
             if isinstance(msg, PutRequest):
-                results, queue_ids = broker.store_messages(
-                    msg.messages, self.channel.remote_address
-                )
-                if broker.answers_at_once:
-                    replies = _replies(results, queue_ids, PutStatus.PUT_OK)
-                    ctx.write(PutResponse(msg.request_id, tuple(replies)))
-                else:
-                    self.in_flight += 1
-                    self._update_reading()
-                    ctx.spawn(self._settle, ctx, msg.request_id, results, queue_ids)
+                self._put(ctx, msg)
             elif isinstance(msg, PullRequest):
                 ctx.write(broker.pull(msg))
             elif isinstance(msg, StatusRequest):
@@ -501,23 +541,47 @@ class _RequestHandler(ChannelInboundHandler):
             log.warning("client %s: request failed: %s", self.peer, exc)
             ctx.write(ErrorResponse(msg.request_id, ErrorCode.SYSTEM_ERROR, str(exc)))
 
+    def _put(self, ctx: HandlerContext, request: PutRequest) -> None:
+        broker = self.broker
+        results, queue_ids = broker.store_messages(request.messages, self.born)
+        if broker.answers_at_once:
+            ctx.write(PutResponse(request.request_id, _replies(results, queue_ids)))
+            return
+        ends = [r.end_offset for r in results if r.status is PutStatus.PUT_OK]
+        if not ends:  # refused: nothing to wait for
+            ctx.write(PutResponse(request.request_id, _replies(results, queue_ids)))
+            return
+        self.waiting.append(
+            _Waiting(request.request_id, results, queue_ids, max(ends), trio.current_time())
+        )
+        self._update_reading()
+        if not self._settling:
+            self._settling = True
+            ctx.spawn(self._settle_all, ctx)
+
+    async def _settle_all(self, ctx: HandlerContext) -> None:
+        broker = self.broker
+        waiting = self.waiting
+        try:
+            while waiting:
+                head = waiting[0]
+                status = await broker.settle(head.end_offset, head.stored_at)
+                waiting.popleft()
+                ctx.write(
+                    PutResponse(head.request_id, _replies(head.results, head.queue_ids, status))
+                )
+                settled = broker.settled_offset()
+                while waiting and waiting[0].end_offset <= settled:
+                    done = waiting.popleft()
+                    ctx.write(PutResponse(done.request_id, _replies(done.results, done.queue_ids)))
+                ctx.flush()
+                self._update_reading()
+        finally:
+            self._settling = False
+
     def channel_read_complete(self, ctx: HandlerContext) -> None:
         ctx.flush()  # answers given while reading leave together
         ctx.fire_channel_read_complete()
-
-    async def _settle(
-        self,
-        ctx: HandlerContext,
-        request_id: int,
-        results: list[PutResult],
-        queue_ids: list[int],
-    ) -> None:
-        try:
-            status = await self.broker.settle(results)
-        finally:
-            self.in_flight -= 1
-            self._update_reading()
-        ctx.write_and_flush(PutResponse(request_id, tuple(_replies(results, queue_ids, status))))
 
     def channel_writability_changed(self, ctx: HandlerContext) -> None:
         self._update_reading()
@@ -528,7 +592,7 @@ class _RequestHandler(ChannelInboundHandler):
         channel = self.channel
         if not channel.is_open:
             return
-        pause = self.in_flight >= self.broker.max_in_flight or not channel.is_writable
+        pause = len(self.waiting) >= self.broker.max_in_flight or not channel.is_writable
         if pause != self._paused:
             self._paused = pause
             channel.auto_read = not pause

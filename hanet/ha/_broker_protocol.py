@@ -138,13 +138,6 @@ _PUT_STATUSES: tuple[PutStatus, ...] = (
 _PUT_STATUS_CODE = {status: code for code, status in enumerate(_PUT_STATUSES)}
 
 
-def _properties(
-    value: Mapping[str, str] | tuple[tuple[str, str], ...],
-) -> tuple[tuple[str, str], ...]:
-    items = value.items() if isinstance(value, Mapping) else value
-    return tuple((str(k), str(v)) for k, v in items)
-
-
 @attrs.frozen
 class PutMessage:
     """One message of a PUT request.
@@ -155,7 +148,8 @@ class PutMessage:
         queue_id: the queue, or :data:`AUTO_QUEUE` to let the broker pick one.
         tags: the ``TAGS`` property ("" for none).
         keys: the ``KEYS`` property, space separated ("" for none).
-        properties: more user properties, written after TAGS and KEYS.
+        properties: more user properties as ``(name, value)`` pairs, written after TAGS and
+            KEYS.
         flag: the producer's flag.
     """
 
@@ -164,7 +158,7 @@ class PutMessage:
     queue_id: int = AUTO_QUEUE
     tags: str = ""
     keys: str = ""
-    properties: tuple[tuple[str, str], ...] = attrs.field(default=(), converter=_properties)
+    properties: tuple[tuple[str, str], ...] = ()
     flag: int = 0
 
 

@@ -44,7 +44,7 @@ from hanet.store import list_mapped_files
 __all__ = ["CommitLogComparison", "compare_commit_logs", "register"]
 
 HOST = "127.0.0.1"
-HANET = (sys.executable, "-c", "import sys; from hanet.cli import main; sys.exit(main())")
+HANET = (sys.executable, "-m", "hanet")
 """The ``hanet`` command as a subprocess of this interpreter (no console script needed)."""
 _CHUNK = 1 << 20
 

@@ -1,0 +1,7 @@
+"""``python -m hanet``: the ``hanet`` command line."""
+
+import sys
+
+from hanet.cli import main
+
+sys.exit(main())
