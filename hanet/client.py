@@ -303,6 +303,8 @@ class BrokerClient:
     ) -> AsyncIterator[BrokerClient]:
         """Connect to ``host:port``; the connection closes when the block exits.
 
+        An exception raised in the block propagates as it is (not in an exception group).
+
         Args:
             connect_timeout: seconds to connect before :class:`BrokerConnectionError`.
             request_timeout: seconds each request may wait for its answer (None: forever).
@@ -329,6 +331,7 @@ class BrokerClient:
             pipeline.add_last(BrokerClientCodec())
             pipeline.add_last(router)
 
+        error: BaseException | None = None
         async with trio.open_nursery() as nursery:
             channel: StreamChannel = await nursery.start(partial(run_channel, stream, initialize))
             client = BrokerClient(
@@ -340,8 +343,14 @@ class BrokerClient:
             )
             try:
                 yield client
+            except BaseException as exc:
+                # Raised by the caller's block: re-raised as it is once the connection is
+                # closed, not wrapped in the nursery's exception group.
+                error = exc
             finally:
-                await channel.close("client closed")
+                channel.close_nowait("client closed")
+        if error is not None:
+            raise error
 
     @property
     def is_connected(self) -> bool:
