@@ -11,9 +11,9 @@ the ``hanet`` command line works without the extra.
 - Jobs returning DataFrames: :func:`audit` (``_audit.py``), :func:`diff` (``_diff.py``),
   :func:`stats` (``_stats.py``); the ``hanet audit|diff|stats`` verbs print them
   (``_cli.py``).
-- Without Spark: :func:`commit_log_batches` / :func:`consume_queue_batches` read one file
-  range as Arrow batches (``_arrow.py``); :func:`find_stores`, :func:`plan_commit_log` plan the
-  ranges (``_layout.py``).
+- Without Spark: :func:`commit_log_batches` reads one commit log range as Arrow batches
+  (``_arrow.py``), :func:`consume_queue_batches` one consume queue file (``_queues.py``);
+  :func:`find_stores`, :func:`plan_commit_log` plan the ranges (``_layout.py``).
 
 Example::
 
@@ -31,12 +31,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ._arrow import (
-        commit_log_batches,
-        commit_log_schema,
-        consume_queue_batches,
-        consume_queue_schema,
-    )
+    from ._arrow import commit_log_batches, commit_log_schema
     from ._audit import PROBLEM_KINDS, AuditResult, audit
     from ._diff import DiffResult, DiffSummary, diff
     from ._frames import commit_log, consume_queue, java_string_hash_column
@@ -48,6 +43,7 @@ if TYPE_CHECKING:
         plan_commit_log,
         plan_consume_queues,
     )
+    from ._queues import consume_queue_batches, consume_queue_schema
     from ._session import SparkUnavailableError, describe, spark_session
     from ._source import (
         CommitLogDataSource,
@@ -91,12 +87,7 @@ __all__ = [
 ]
 
 _HOMES = {
-    "_arrow": (
-        "commit_log_batches",
-        "commit_log_schema",
-        "consume_queue_batches",
-        "consume_queue_schema",
-    ),
+    "_arrow": ("commit_log_batches", "commit_log_schema"),
     "_audit": ("PROBLEM_KINDS", "AuditResult", "audit"),
     "_diff": ("DiffResult", "DiffSummary", "diff"),
     "_frames": ("commit_log", "consume_queue", "java_string_hash_column"),
@@ -108,6 +99,7 @@ _HOMES = {
         "plan_commit_log",
         "plan_consume_queues",
     ),
+    "_queues": ("consume_queue_batches", "consume_queue_schema"),
     "_session": ("SparkUnavailableError", "describe", "spark_session"),
     "_source": (
         "CommitLogDataSource",

@@ -82,7 +82,6 @@ class CommitLogRange:
         start: position in the file of the first record (a record boundary).
         end: position where the range ends (a record boundary, or the file size).
         last_file: the file is the last of its store (unwritten zeros there end the data).
-        last_range: the range ends the file.
     """
 
     store: str
@@ -91,7 +90,6 @@ class CommitLogRange:
     start: int
     end: int
     last_file: bool
-    last_range: bool
 
 
 @attrs.frozen
@@ -166,7 +164,6 @@ def plan_commit_log(
                     start=cuts[i],
                     end=cuts[i + 1],
                     last_file=last_file,
-                    last_range=i == len(cuts) - 2,
                 )
             )
     return ranges

@@ -46,19 +46,14 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from ._arrow import (
-    DEFAULT_BATCH_ROWS,
-    commit_log_batches,
-    commit_log_schema,
-    consume_queue_batches,
-    consume_queue_schema,
-)
+from ._arrow import DEFAULT_BATCH_ROWS, commit_log_batches, commit_log_schema
 from ._layout import (
     DEFAULT_MAX_RANGE_BYTES,
     find_stores,
     plan_commit_log,
     plan_consume_queues,
 )
+from ._queues import consume_queue_batches, consume_queue_schema
 
 __all__ = [
     "CommitLogDataSource",
