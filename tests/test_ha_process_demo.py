@@ -1,0 +1,77 @@
+"""``hanet demo`` end to end, and its clean-up when interrupted."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import trio
+
+pytestmark = pytest.mark.slow
+
+
+async def test_demo_end_to_end(tmp_path: Path) -> None:
+    work = tmp_path / "demo"
+    result = await trio.run_process(
+        [sys.executable, "-m", "hanet", "demo", "--messages", "4000", "--dir", str(work)],
+        capture_stdout=True,
+        capture_stderr=True,
+        check=False,
+    )
+    out = result.stdout.decode()
+    assert result.returncode == 0, out + result.stderr.decode()
+    assert out.count("bytes identical to the master's") == 2
+    assert "PUT_OK 4,000" in out and "OK" in out
+    for store in ("master", "slave1", "slave2"):
+        assert (work / store / "commitlog").is_dir()
+        assert not (work / store / "abort").exists()  # every broker shut down cleanly
+    assert len(list((work / "master" / "commitlog").iterdir())) > 3  # crossed files
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie still answers; it has exited all the same.
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+async def test_ctrl_c_stops_every_part_of_the_demo(tmp_path: Path) -> None:
+    work = tmp_path / "demo"
+    demo = await trio.lowlevel.open_process(
+        [sys.executable, "-m", "hanet", "demo", "--messages", "10000000", "--dir", str(work)],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    pids: list[int] = []
+    try:
+        with trio.fail_after(20):
+            while not (work / "producer.log").exists():  # noqa: ASYNC110 - another process
+                await trio.sleep(0.05)
+        for name in ("master", "slave1", "slave2"):
+            pids.append(json.loads((work / f"{name}.ready").read_text())["pid"])
+        assert all(_alive(pid) for pid in pids)
+        await trio.sleep(0.5)  # puts under way
+        demo.send_signal(signal.SIGINT)  # the demo only, not its process group
+        with trio.fail_after(20):
+            assert await demo.wait() == 130
+        assert not any(_alive(pid) for pid in pids)
+        for store in ("master", "slave1", "slave2"):
+            assert not (work / store / "abort").exists()  # stopped cleanly, not killed
+    finally:
+        if demo.returncode is None:
+            demo.kill()
+        for pid in pids:
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
