@@ -2,9 +2,11 @@
 
 :class:`HAMaster` serves slaves from a commit log store and answers SYNC puts;
 :class:`HASlave` replicates a master into its own store and reconnects forever, all in the
-caller's trio run.
+caller's trio run. :class:`Broker` composes a store, one of them and the broker port (the
+request/response protocol of :mod:`hanet.client`).
 """
 
+from ._broker import Broker, BrokerAddresses
 from ._config import (
     BrokerConfig,
     BrokerRole,
@@ -20,6 +22,8 @@ from ._status import MasterStatus, SlaveConnectionStatus, SlaveStatus
 from ._sync import ReplicaWaiters
 
 __all__ = [
+    "Broker",
+    "BrokerAddresses",
     "BrokerConfig",
     "BrokerRole",
     "ConfigError",
