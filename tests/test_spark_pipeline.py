@@ -48,7 +48,7 @@ TOPICS = ("Orders", "Payments", "Audit")
 def spark() -> Iterator[SparkSession]:
     session = spark_session(
         "local[2]",
-        config={"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "4"},
+        config={"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2"},
     )
     yield session
     session.stop()
