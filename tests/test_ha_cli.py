@@ -200,3 +200,22 @@ async def test_master_verb_serves_and_writes_its_ready_file(
     out = capsys.readouterr().out
     assert out.startswith("ASYNC_MASTER ready: store ") and f"broker port {data['broker']}" in out
     assert not (tmp_path / "m" / "abort").exists()
+
+
+async def test_slave_verb_from_a_config_file_serves_its_listen_port(tmp_path: Path) -> None:
+    conf = tmp_path / "slave.conf"
+    conf.write_text(
+        f"brokerRole=SLAVE\nstorePathRootDir={tmp_path / 's'}\nhaMasterAddress=127.0.0.1:1\n"
+        "listenPort=0\nmappedFileSizeCommitLog=65536\n",
+        encoding="utf-8",
+    )
+    ready = tmp_path / "ready.json"
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(verb, "slave", "--config", str(conf), "--ready-file", str(ready))
+        with trio.fail_after(10):
+            while not ready.exists():  # noqa: ASYNC110 - written by the verb
+                await trio.sleep(0.01)
+        data = json.loads(ready.read_text())
+        nursery.cancel_scope.cancel()
+    assert data["role"] == "SLAVE" and data["ha"] is None
+    assert data["broker"].startswith("127.0.0.1:")

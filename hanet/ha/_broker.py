@@ -518,11 +518,11 @@ class _RequestHandler(ChannelInboundHandler):
         self._paused = False
 
     def channel_active(self, ctx: HandlerContext) -> None:
-        log.debug("client %s connected", self.peer)
+        log.info("client %s connected", self.peer)
         ctx.fire_channel_active()
 
     def channel_inactive(self, ctx: HandlerContext) -> None:
-        log.debug("client %s closed (%s)", self.peer, self.channel.close_reason or "closed")
+        log.info("client %s closed (%s)", self.peer, self.channel.close_reason or "closed")
         ctx.fire_channel_inactive()
 
     def channel_read(self, ctx: HandlerContext, msg: Any) -> None:

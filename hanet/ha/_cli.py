@@ -58,6 +58,7 @@ from ._config import (
     BrokerRole,
     ConfigError,
     FlushDiskType,
+    _parse_lines,
     load_properties,
     parse_host_port,
 )
@@ -262,7 +263,7 @@ def register(subparsers: Any) -> None:
     )  # fmt: skip
     parser.add_argument(
         "--listen", type=_address, default=None, metavar="HOST:PORT",
-        help="serve the broker port here (none by default)",
+        help="serve the broker port here (none unless this or listenPort in --config)",
     )  # fmt: skip
     _add_flags(parser, _COMMON_FLAGS + _SLAVE_FLAGS)
     _add_service_flags(parser)
@@ -399,6 +400,13 @@ def _first_message(group: BaseExceptionGroup[Any]) -> str:
     return str(exc)
 
 
+def _config_keys(path: Path | None) -> set[str]:
+    """The keys a ``--config`` file sets (already validated by :func:`build_config`)."""
+    if path is None:
+        return set()
+    return set(_parse_lines(path.read_text(encoding="utf-8").splitlines(), str(path)))
+
+
 async def run_master(args: argparse.Namespace) -> int:
     """``hanet master``."""
     try:
@@ -416,7 +424,8 @@ async def run_slave(args: argparse.Namespace) -> int:
     try:
         config = build_config(args, BrokerRole.SLAVE)
         config.ha_master_host_port  # noqa: B018 - validates the address
-        broker = Broker(config, serve_broker_port=args.listen is not None)
+        listen = args.listen is not None or "listenPort" in _config_keys(args.config)
+        broker = Broker(config, serve_broker_port=listen)
     except (ConfigError, ValueError) as exc:
         return fail(str(exc))
     return await _serve(broker, args.ready_file)
