@@ -8,7 +8,8 @@
 - ``hanet stats STORE... [--top N]``: messages and bytes per topic per minute, store latency
   percentiles per topic, the largest messages.
 
-Common options: ``--spark-master`` (default ``local[*]``; any Spark master URL),
+Common options: ``--spark-master`` (default ``local[*]``, or spark-submit's ``--master`` when
+run as ``spark-submit path/to/hanet/__main__.py audit ...``; any Spark master URL),
 ``--out DIR`` with ``--format parquet|csv`` (each table to ``DIR/<table>``), ``--limit N``
 (rows printed per table). The first line printed names the Spark version, master and cores;
 Spark's stage progress bar runs on stderr; each table says how long it took and the last line
@@ -80,8 +81,8 @@ def register(subparsers: Any) -> None:
 
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--spark-master", default="local[*]", metavar="URL",
-        help="Spark master (default local[*]; ignored inside spark-submit)",
+        "--spark-master", default=None, metavar="URL",
+        help="Spark master (default local[*], or spark-submit's --master under spark-submit)",
     )  # fmt: skip
     parser.add_argument(
         "--out", default=None, metavar="DIR", help="also write every table to DIR/<table>"

@@ -1,9 +1,11 @@
 """Starting Spark for the hanet jobs: Java checked first, quiet logs, one line saying what runs.
 
 :func:`spark_session` returns ``SparkSession.builder.getOrCreate()`` with the ``commitlog``
-and ``consumequeue`` formats registered. Inside ``spark-submit`` (a session already exists) it
-reuses that session and its master; otherwise it starts one on ``master`` (``local[*]`` by
-default, any ``spark://``, ``yarn`` or ``k8s://`` master works the same way).
+and ``consumequeue`` formats registered. A session already running in the process is reused
+as it is. Under ``spark-submit`` (``PYSPARK_PYTHON=.venv/bin/python spark-submit --master URL
+path/to/hanet/__main__.py audit STORE``) the master and settings are spark-submit's;
+otherwise the session starts on ``master`` (``local[*]`` by default; ``spark://``, ``yarn``
+or ``k8s://`` masters work the same way).
 
 For a local master it points Spark's Python workers at this interpreter (``PYSPARK_PYTHON``,
 unless set) so that they import this ``hanet``, and binds the driver to the loopback address
@@ -58,7 +60,7 @@ def java_problem(environ: Mapping[str, str] | None = None) -> str | None:
 
 
 def spark_session(
-    master: str = "local[*]",
+    master: str | None = None,
     *,
     app_name: str = "hanet",
     config: Mapping[str, str] | None = None,
@@ -66,40 +68,52 @@ def spark_session(
     """A Spark session for the hanet jobs, with the data sources registered.
 
     Args:
-        master: the Spark master (ignored when a session already runs, e.g. in spark-submit).
+        master: the Spark master; None means spark-submit's under spark-submit, else
+            ``local[*]``. Ignored when a session already runs in this process.
         app_name: the application name.
         config: more Spark settings; they win over hanet's defaults (UTC session time zone,
-            console progress bar, shuffle partitions of twice the local cores).
+            console progress bar, quiet driver logs, shuffle partitions of twice the local
+            cores; none of them under spark-submit).
 
     Raises:
         SparkUnavailableError: no Java, or the JVM did not start (the message says why).
     """
     running = SparkSession.getActiveSession()
     if running is None:
+        running = _start(master, app_name, config or {})
+    running.sparkContext.setLogLevel("WARN")
+    logging.getLogger("py4j").setLevel(logging.WARNING)  # py4j logs every connection at INFO
+    register(running)
+    return running
+
+
+def _start(master: str | None, app_name: str, config: Mapping[str, str]) -> SparkSession:
+    submitted = "PYSPARK_GATEWAY_PORT" in os.environ  # inside spark-submit: its JVM runs
+    settings: dict[str, str] = {}
+    if not submitted:  # spark-submit's own settings (--master, --conf ...) stay as they are
         problem = java_problem()
         if problem is not None:
             raise SparkUnavailableError(problem)
+        master = master or "local[*]"
         settings = {
             "spark.ui.showConsoleProgress": "true",
             "spark.sql.session.timeZone": "UTC",
             "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={LOG4J_CONFIG.as_uri()}",
         }
-        if master.startswith("local"):
-            os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-            os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-            settings["spark.sql.shuffle.partitions"] = str(2 * _local_cores(master))
-        settings.update(config or {})
-        builder = SparkSession.builder.master(master).appName(app_name)
-        for key, value in settings.items():
-            builder = builder.config(key, value)
-        try:
-            running = builder.getOrCreate()
-        except PySparkRuntimeError as exc:
-            raise SparkUnavailableError(f"Spark did not start: {exc}\n{JAVA_HINT}") from exc
-    running.sparkContext.setLogLevel("WARN")
-    logging.getLogger("py4j").setLevel(logging.WARNING)  # py4j logs every connection at INFO
-    register(running)
-    return running
+    if master is not None and master.startswith("local"):
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        settings["spark.sql.shuffle.partitions"] = str(2 * _local_cores(master))
+    settings.update(config)
+    builder = SparkSession.builder.appName(app_name)
+    if master is not None:
+        builder = builder.master(master)
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    try:
+        return builder.getOrCreate()
+    except PySparkRuntimeError as exc:
+        raise SparkUnavailableError(f"Spark did not start: {exc}\n{JAVA_HINT}") from exc
 
 
 def _local_cores(master: str) -> int:
