@@ -362,36 +362,55 @@ class BrokerClient:
         await self._channel.close("client closed")
 
     async def _call(self, make: Any) -> Response:
-        async with self._slots:
-            router = self._router
-            if router.closed_error is not None:
-                raise router.closed_error
-            request_id = next(self._ids) & 0xFFFFFFFF
-            request: Request = make(request_id)
-            pending = _Pending()
-            router.pending[request_id] = pending
+        # The wait for the answer is this call's checkpoint: a free slot and a writable
+        # channel are taken without another trip through the scheduler.
+        try:
+            self._slots.acquire_nowait()
+        except trio.WouldBlock:
+            await self._slots.acquire()
+        try:
+            return await self._request(make)
+        finally:
+            self._slots.release()
+
+    async def _request(self, make: Any) -> Response:
+        router = self._router
+        if router.closed_error is not None:
+            await trio.lowlevel.checkpoint()
+            raise router.closed_error
+        request_id = next(self._ids) & 0xFFFFFFFF
+        request: Request = make(request_id)
+        pending = _Pending()
+        router.pending[request_id] = pending
+        if not self._channel.is_writable:
             try:
                 await self._channel.wait_writable()
             except HanetError:
                 router.pending.pop(request_id, None)
-                raise router.closed_error or BrokerConnectionError("connection closed") from None
-            future = self._channel.write_and_flush_nowait(request)
-            if future.done() and isinstance(future.exception(), EncoderError):
-                router.pending.pop(request_id, None)
-                raise ValueError(f"cannot encode the request: {future.exception()}")
-            timeout = math.inf if self.request_timeout is None else self.request_timeout
-            with trio.move_on_after(timeout):
-                await pending.event.wait()
-            if not pending.event.is_set():
-                router.pending.pop(request_id, None)
-                raise BrokerTimeoutError(f"no answer within {self.request_timeout:g} s")
-            if pending.error is not None:
-                raise pending.error
-            response = pending.response
-            assert response is not None
-            if isinstance(response, ErrorResponse):
-                raise BrokerRequestError(response.code, response.message)
-            return response
+                error = router.closed_error or BrokerConnectionError("connection closed")
+                raise error from None
+        future = self._channel.write_and_flush_nowait(request)
+        if future.done() and future.exception() is not None:
+            router.pending.pop(request_id, None)
+            await trio.lowlevel.checkpoint()
+            failure = future.exception()
+            if isinstance(failure, EncoderError):
+                raise ValueError(f"cannot encode the request: {failure}")
+            error = router.closed_error or BrokerConnectionError(f"connection closed: {failure}")
+            raise error from failure
+        timeout = math.inf if self.request_timeout is None else self.request_timeout
+        with trio.move_on_after(timeout):
+            await pending.event.wait()
+        if not pending.event.is_set():
+            router.pending.pop(request_id, None)
+            raise BrokerTimeoutError(f"no answer within {self.request_timeout:g} s")
+        if pending.error is not None:
+            raise pending.error
+        response = pending.response
+        assert response is not None
+        if isinstance(response, ErrorResponse):
+            raise BrokerRequestError(response.code, response.message)
+        return response
 
     def _expect(self, response: Response, kind: type[Any]) -> Any:
         if not isinstance(response, kind):
