@@ -259,7 +259,7 @@ async def test_sync_master_times_out_every_waiting_put_together(tmp_path: Path) 
                     nursery.start_soon(one)
             elapsed = trio.current_time() - start
     assert statuses == [PutStatus.FLUSH_SLAVE_TIMEOUT] * 10
-    assert 0.3 <= elapsed < 1.0
+    assert 0.3 <= elapsed < 2.5  # together: ten waits one after the other would take 3 s
 
 
 async def test_sync_flush_puts_are_on_disk_when_answered(tmp_path: Path) -> None:
