@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import errno
 import json
 import math
 import os
@@ -387,16 +388,26 @@ async def _serve(broker: Broker, ready_file: Path | None) -> int:
                     break
     except* (StoreError, ConfigError, OSError) as group:
         error = _first_message(group)
+        first = _first(group)
+        if isinstance(first, OSError) and first.errno == errno.EADDRINUSE:
+            ports = [f"broker port {config.listen_host}:{config.listen_port}"]
+            if broker.role is not BrokerRole.SLAVE:
+                ports.append(f"HA port {config.ha_listen_host}:{config.ha_listen_port}")
+            error = f"cannot listen: {error} ({', '.join(ports)})"
     return EXIT_OK if error is None else fail(error)
 
 
-def _first_message(group: BaseExceptionGroup[Any]) -> str:
+def _first(group: BaseExceptionGroup[Any]) -> BaseException:
     exc: BaseException = group
     while isinstance(exc, BaseExceptionGroup):
         exc = exc.exceptions[0]
+    return exc
+
+
+def _first_message(group: BaseExceptionGroup[Any]) -> str:
+    exc = _first(group)
     if isinstance(exc, OSError) and exc.strerror:
-        detail = exc.strerror + (f": {exc.filename}" if exc.filename else "")
-        return f"{detail}" if not isinstance(exc, trio.TooSlowError) else str(exc)
+        return exc.strerror + (f": {exc.filename}" if exc.filename else "")
     return str(exc)
 
 
