@@ -1,0 +1,240 @@
+"""Replication throughput: hanet master -> slave vs a raw trio per-frame copy, same bytes.
+
+Usage::
+
+    python bench/replication.py [--size-mib 1024] [--rounds 2]
+
+A master store of ``--size-mib`` of 1 KiB messages is generated once under ``bench/out/``.
+Each round, in alternating order:
+
+- hanet: a master process (``HAMaster`` over the store) and a slave process (``HASlave`` into a
+  fresh store that validates every record and builds its consume queues), full sync from the
+  first file; timed from the slave's connection to its last byte.
+- raw: the same files sent by a plain trio sender, one ``send_all`` per 12-byte header + 32 KiB
+  frame, to a plain trio receiver that counts bytes (no store, no checks).
+- iperf3 (if installed): the loopback ceiling.
+
+Prints a table, then as the last line one JSON object with the figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import struct
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import trio
+
+HERE = Path(__file__).resolve().parent
+OUT = HERE / "out" / "replication"
+FILE_SIZE = 64 * 1024 * 1024
+HEADER = struct.Struct(">qi")
+BATCH = 32 * 1024
+
+
+def build_master(size: int) -> Path:
+    from hanet.store import CommitLogStore, Message, StoreConfig
+
+    root = OUT / f"master-{size >> 20}m"
+    marker = root / "complete"
+    if marker.exists():
+        return root
+    shutil.rmtree(root, ignore_errors=True)
+    store = CommitLogStore.open(root, StoreConfig(mapped_file_size=FILE_SIZE))
+    body = bytes(range(256)) * 4
+    batch = [Message(topic=f"T{i % 4}", body=body, queue_id=i % 8) for i in range(256)]
+    while store.max_offset < size:
+        store.put_batch(batch)
+    store.close()
+    marker.touch()
+    return root
+
+
+# -- processes -------------------------------------------------------------------------------
+
+
+async def run_master(root: str) -> None:
+    from hanet.ha import BrokerConfig, HAMaster
+    from hanet.store import CommitLogStore, StoreConfig
+
+    store = CommitLogStore.open(Path(root), StoreConfig(mapped_file_size=FILE_SIZE))
+    config = BrokerConfig(ha_listen_port=0, full_sync=True)
+    master = HAMaster(store, config)
+    async with trio.open_nursery() as nursery:
+        _, port = await nursery.start(master.serve)
+        print(port, store.max_offset, flush=True)
+        await trio.to_thread.run_sync(sys.stdin.read)  # until the parent closes stdin
+        nursery.cancel_scope.cancel()
+    store.close()
+
+
+async def run_slave(root: str, port: int, end: int) -> None:
+    from hanet.ha import BrokerConfig, HASlave
+    from hanet.store import CommitLogStore, StoreConfig, StoreRole
+
+    shutil.rmtree(root, ignore_errors=True)
+    store = CommitLogStore.open(
+        Path(root), StoreConfig(mapped_file_size=FILE_SIZE, role=StoreRole.SLAVE)
+    )
+    done = trio.Event()
+    start = 0.0
+
+    def progress(offset: int) -> None:
+        nonlocal start
+        if not start:
+            start = time.perf_counter()
+        if offset >= end:
+            done.set()
+
+    store.add_listener(progress)
+    config = BrokerConfig(ha_master_address=f"127.0.0.1:{port}")
+    async with trio.open_nursery() as nursery:
+        await nursery.start(HASlave(store, config).run)
+        await done.wait()
+        elapsed = time.perf_counter() - start
+        nursery.cancel_scope.cancel()
+    ok = store.dispatch_error is None
+    store.close()
+    print(json.dumps({"seconds": elapsed, "bytes": end, "valid": ok}), flush=True)
+
+
+async def raw_sender(root: str, port: int) -> None:
+    listener = (await trio.open_tcp_listeners(port, host="127.0.0.1"))[0]
+    print(listener.socket.getsockname()[1], flush=True)
+    files = sorted(Path(root, "commitlog").iterdir())  # noqa: ASYNC240 - before timing
+    stream = await listener.accept()
+    offset = 0
+    for path in files:
+        data = path.read_bytes()
+        view = memoryview(data)
+        for pos in range(0, len(data), BATCH):
+            body = view[pos : pos + BATCH]
+            await stream.send_all(HEADER.pack(offset, len(body)))
+            await stream.send_all(body)
+            offset += len(body)
+    await stream.aclose()
+
+
+async def raw_receiver(port: int) -> None:
+    stream = await trio.open_tcp_stream("127.0.0.1", port)
+    total = 0
+    start = time.perf_counter()
+    while chunk := await stream.receive_some(256 * 1024):
+        total += len(chunk)
+    print(json.dumps({"seconds": time.perf_counter() - start, "bytes": total}), flush=True)
+
+
+# -- the driver ------------------------------------------------------------------------------
+
+
+def spawn(*args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, __file__, *args],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+
+
+def hanet_round(master_root: Path) -> float:
+    master = spawn("--role", "master", str(master_root))
+    assert master.stdout is not None and master.stdin is not None
+    port, end = master.stdout.readline().split()
+    slave = spawn("--role", "slave", str(OUT / "slave"), port, end)
+    out, _ = slave.communicate(timeout=1800)
+    master.stdin.close()
+    master.wait(timeout=60)
+    result = json.loads(out.strip().splitlines()[-1])
+    assert result["valid"], "the slave found invalid records"
+    return float(result["bytes"]) / float(result["seconds"])
+
+
+def raw_round(master_root: Path) -> float:
+    sender = spawn("--role", "raw-sender", str(master_root), "0")
+    assert sender.stdout is not None
+    port = sender.stdout.readline().strip()
+    receiver = spawn("--role", "raw-receiver", port)
+    out, _ = receiver.communicate(timeout=1800)
+    sender.wait(timeout=60)
+    result = json.loads(out.strip().splitlines()[-1])
+    return float(result["bytes"]) / float(result["seconds"])
+
+
+def iperf_round(size: int) -> float | None:
+    if shutil.which("iperf3") is None:
+        return None
+    server = subprocess.Popen(["iperf3", "-s", "-1", "-p", "5299"], stdout=subprocess.DEVNULL)
+    time.sleep(0.5)
+    try:
+        out = subprocess.run(
+            ["iperf3", "-c", "127.0.0.1", "-p", "5299", "-n", str(size), "-J"],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=600,
+        ).stdout
+    finally:
+        server.wait(timeout=30)
+    return float(json.loads(out)["end"]["sum_received"]["bits_per_second"]) / 8
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--size-mib", type=int, default=1024)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--role", nargs="+", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.role:
+        role, *rest = args.role
+        if role == "master":
+            trio.run(run_master, rest[0])
+        elif role == "slave":
+            trio.run(run_slave, rest[0], int(rest[1]), int(rest[2]))
+        elif role == "raw-sender":
+            trio.run(raw_sender, rest[0], int(rest[1]))
+        elif role == "raw-receiver":
+            trio.run(raw_receiver, int(rest[0]))
+        return
+    size = args.size_mib << 20
+    print(f"generating or reusing a {args.size_mib} MiB master store ...", flush=True)
+    master_root = build_master(size)
+    rates: dict[str, list[float]] = {"hanet": [], "raw": [], "iperf3": []}
+    for i in range(args.rounds):
+        order = ("hanet", "raw") if i % 2 == 0 else ("raw", "hanet")
+        for name in order:
+            rate = hanet_round(master_root) if name == "hanet" else raw_round(master_root)
+            rates[name].append(rate)
+            print(f"round {i + 1} {name:6s} {rate / 1e6:8.1f} MB/s", flush=True)
+        ip = iperf_round(size)
+        if ip is not None:
+            rates["iperf3"].append(ip)
+            print(f"round {i + 1} iperf3 {ip / 1e6:8.1f} MB/s", flush=True)
+    best = {k: max(v) for k, v in rates.items() if v}
+    print()
+    print(f"{'path':30s} {'MB/s':>10s} {'vs raw':>8s}")
+    for name, label in [
+        ("hanet", "hanet master -> slave (stores)"),
+        ("raw", "raw trio, send_all per frame"),
+        ("iperf3", "iperf3 (loopback ceiling)"),
+    ]:
+        if name in best:
+            print(f"{label:30s} {best[name] / 1e6:10.1f} {best[name] / best['raw']:8.2f}")
+    figures = {
+        "size_mib": args.size_mib,
+        "hanet_mb_s": round(best["hanet"] / 1e6, 1),
+        "raw_per_frame_mb_s": round(best["raw"] / 1e6, 1),
+        "ratio_vs_raw_per_frame": round(best["hanet"] / best["raw"], 3),
+    }
+    if "iperf3" in best:
+        figures["iperf3_mb_s"] = round(best["iperf3"] / 1e6, 1)
+        figures["ratio_vs_iperf3"] = round(best["hanet"] / best["iperf3"], 3)
+    print(json.dumps(figures))
+
+
+if __name__ == "__main__":
+    main()
