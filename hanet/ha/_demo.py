@@ -66,7 +66,7 @@ def register(subparsers: Any) -> None:
         "--dir", type=Path, default=None, metavar="DIR",
         help="work directory (kept); default: a temporary one, removed after a success",
     )  # fmt: skip
-    parser.add_argument("--messages", type=int, default=20_000, metavar="N", help="(20000)")
+    parser.add_argument("--messages", type=int, default=50_000, metavar="N", help="(50000)")
     parser.add_argument("--size", type=int, default=1024, metavar="BYTES", help="body (1024)")
     parser.add_argument(
         "--mapped-file-size", type=int, default=1 << 20, metavar="BYTES",
