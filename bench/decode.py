@@ -51,7 +51,7 @@ def run_hanet(reads: list[bytes], payload: int) -> tuple[float, int]:
 def run_twisted(reads: list[bytes], payload: int) -> tuple[float, int]:
     from twisted.protocols.basic import Int32StringReceiver
 
-    class Receiver(Int32StringReceiver):  # type: ignore[misc]
+    class Receiver(Int32StringReceiver):
         MAX_LENGTH = payload + 4
         frames = 0
 
