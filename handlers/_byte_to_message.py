@@ -216,8 +216,10 @@ class ByteToMessageDecoder(ChannelInboundHandler):
 
     @staticmethod
     def _fire(ctx: HandlerContext, out: list[Any]) -> None:
-        for msg in out:
-            ctx.fire_channel_read(msg)
+        if len(out) == 1:
+            ctx.fire_channel_read(out[0])
+        else:
+            ctx.fire_channel_reads(out)
 
     def _pass_on_remaining(self, ctx: HandlerContext) -> None:
         cum, self._cum = self._cum, None

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from . import _handler as h
@@ -85,6 +85,24 @@ class HandlerContext:
             ctx.handler.channel_read(ctx, msg)  # type: ignore[attr-defined]
         except Exception as exc:
             ctx._invoke_exception_caught(exc)
+
+    def fire_channel_reads(self, msgs: Iterable[Any]) -> None:
+        """Pass several messages on, one ``channel_read`` each, in order.
+
+        Equivalent to calling :meth:`fire_channel_read` for each, but the next handler is looked
+        up again only when the pipeline changed in between (decoders emit frames in batches).
+        """
+        pipeline = self.pipeline
+        version = -1
+        ctx = self
+        for msg in msgs:
+            if pipeline._version != version:
+                version = pipeline._version
+                ctx = self._next_inbound(h.READ)
+            try:
+                ctx.handler.channel_read(ctx, msg)  # type: ignore[attr-defined]
+            except Exception as exc:
+                ctx._invoke_exception_caught(exc)
 
     def fire_channel_read_complete(self) -> None:
         """Tell the next inbound handler that the current batch of reads is over."""

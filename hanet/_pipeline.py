@@ -94,6 +94,8 @@ class Pipeline:
         self._head.next = self._tail
         self._tail.prev = self._head
         self._names: dict[str, HandlerContext] = {}
+        # Bumped on every structural change: lets a batch of events resolve its target once.
+        self._version = 0
 
     # -- structure -------------------------------------------------------------------------
 
@@ -126,6 +128,7 @@ class Pipeline:
         prev.next = ctx
         nxt.prev = ctx
         self._names[ctx.name] = ctx
+        self._version += 1
 
     def _call_added(self, ctx: HandlerContext) -> None:
         try:
@@ -157,6 +160,7 @@ class Pipeline:
         # ctx keeps its own prev/next so an event in flight through it can still move on.
         ctx.removed = True
         del self._names[ctx.name]
+        self._version += 1
 
     def _context_of(self, ref: HandlerRef) -> HandlerContext:
         ctx = self.context(ref)
@@ -233,6 +237,7 @@ class Pipeline:
         prev.next = ctx
         nxt.prev = ctx
         self._names[ctx.name] = ctx
+        self._version += 1
         old_ctx.removed = True
         old_ctx.next = ctx  # events forwarded by the old handler reach the new one
         old_ctx.prev = ctx

@@ -220,3 +220,29 @@ def test_single_decode() -> None:
     assert drain(ch) == [b"a"]
     ch.write_inbound(b"")
     assert drain(ch) == [b"b"]
+
+
+def test_a_handler_added_during_a_batch_sees_the_rest_of_it() -> None:
+    seen: list[tuple[str, bytes]] = []
+
+    class Tag(ChannelInboundHandler):
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        def channel_read(self, ctx: HandlerContext, msg: Any) -> None:
+            seen.append((self.name, msg))
+            if self.name == "last" and msg == b"a":
+                ctx.pipeline.add_before("last", Tag("inserted"), "inserted")
+            elif self.name == "inserted":
+                ctx.fire_channel_read(msg)
+
+    ch = EmbeddedChannel(FixedLengthFrameDecoder(1))
+    ch.pipeline.add_last(Tag("last"), "last")
+    ch.write_inbound(b"abc")
+    assert seen == [
+        ("last", b"a"),
+        ("inserted", b"b"),
+        ("last", b"b"),
+        ("inserted", b"c"),
+        ("last", b"c"),
+    ]
