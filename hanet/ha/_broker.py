@@ -44,8 +44,6 @@ from __future__ import annotations
 
 import itertools
 import logging
-import socket
-from collections import deque
 from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
@@ -53,11 +51,9 @@ from typing import Any
 import attrs
 import trio
 
-from handlers import DecoderError, LengthFieldBasedFrameDecoder, LengthFieldPrepender
+from handlers import LengthFieldBasedFrameDecoder, LengthFieldPrepender
 from hanet import (
     ChannelHandler,
-    ChannelInboundHandler,
-    HandlerContext,
     StreamChannel,
     serve_listeners,
 )
@@ -69,28 +65,22 @@ from hanet.store import (
     PutResult,
     PutStatus,
     StoreConfig,
-    StoreError,
     StoreRole,
 )
 from hanet.store import FlushDiskType as StoreFlushDiskType
 
+from ._broker_handler import LOCALHOST, RequestHandler, packed_host, replies
 from ._broker_protocol import (
     AUTO_QUEUE,
     DEFAULT_MAX_FRAME_LENGTH,
     LENGTH_FIELD,
     MAX_PULL_MESSAGES,
     BrokerServerCodec,
-    ErrorCode,
-    ErrorResponse,
     PullRequest,
     PullResponse,
     PullStatus,
     PutMessage,
     PutReply,
-    PutRequest,
-    PutResponse,
-    StatusRequest,
-    StatusResponse,
 )
 from ._config import BrokerConfig, BrokerRole, FlushDiskType
 from ._master import HAMaster
@@ -118,21 +108,6 @@ class BrokerAddresses:
 
     broker: tuple[str, int] | None
     ha: tuple[str, int] | None
-
-
-_LOCALHOST = (b"\x7f\x00\x00\x01", 0)
-
-
-def _packed_host(address: object) -> tuple[bytes, int]:
-    """A peer address as the store's born host (packed IPv4/IPv6 address, port)."""
-    if isinstance(address, tuple) and len(address) >= 2:
-        host, port = address[0], address[1]
-        for family in (socket.AF_INET, socket.AF_INET6):
-            try:
-                return socket.inet_pton(family, str(host)), int(port)
-            except OSError:
-                continue
-    return _LOCALHOST
 
 
 class Broker:
@@ -273,7 +248,7 @@ class Broker:
         )
         pipeline.add_last(LengthFieldPrepender(LENGTH_FIELD), "frame-encoder")
         pipeline.add_last(BrokerServerCodec(), "codec")
-        pipeline.add_last(_RequestHandler(self, channel), "requests")
+        pipeline.add_last(RequestHandler(self, channel), "requests")
 
     # -- requests (usable in-process too) ---------------------------------------------------------
 
@@ -284,7 +259,7 @@ class Broker:
         return next(counter) % self.config.default_topic_queue_nums
 
     def store_messages(
-        self, messages: Sequence[PutMessage], born: tuple[bytes, int] = _LOCALHOST
+        self, messages: Sequence[PutMessage], born: tuple[bytes, int] = LOCALHOST
     ) -> tuple[list[PutResult], list[int]]:
         """Write messages to the store now (synchronous); returns results and queue ids.
 
@@ -368,14 +343,14 @@ class Broker:
     async def put(self, messages: Sequence[PutMessage], born: object = None) -> list[PutReply]:
         """Put messages as a broker port PUT does (store, then :meth:`settle`)."""
         stored_at = trio.current_time()
-        results, queue_ids = self.store_messages(messages, _packed_host(born))
+        results, queue_ids = self.store_messages(messages, packed_host(born))
         ends = [r.end_offset for r in results if r.status is PutStatus.PUT_OK]
         if ends and not self.answers_at_once:
             status = await self.settle(max(ends), stored_at)
         else:
             await trio.lowlevel.checkpoint()
             status = PutStatus.PUT_OK
-        return list(_replies(results, queue_ids, status))
+        return list(replies(results, queue_ids, status))
 
     def pull(self, request: PullRequest) -> PullResponse:
         """Serve a PULL from the consume queue (synchronous; reads memory-mapped files).
@@ -460,148 +435,3 @@ class Broker:
                 "last_close_reason": link.last_close_reason,
             }
         return out
-
-
-def _replies(
-    results: Sequence[PutResult],
-    queue_ids: Sequence[int],
-    status: PutStatus = PutStatus.PUT_OK,
-) -> tuple[PutReply, ...]:
-    replies = []
-    for result, queue_id in zip(results, queue_ids, strict=True):
-        if result.status is PutStatus.PUT_OK:
-            replies.append(
-                PutReply(
-                    status,
-                    queue_id,
-                    result.queue_offset,
-                    result.wrote_offset,
-                    result.wrote_size,
-                    result.store_timestamp,
-                    result.msg_id,
-                    "",
-                )
-            )
-        else:
-            replies.append(PutReply(result.status, detail=result.detail))
-    return tuple(replies)
-
-
-@attrs.define
-class _Waiting:
-    """A put stored and waiting for its answer (SYNC_FLUSH / SYNC_MASTER)."""
-
-    request_id: int
-    results: list[PutResult]
-    queue_ids: list[int]
-    end_offset: int
-    stored_at: float
-
-
-class _RequestHandler(ChannelInboundHandler):
-    """Serves one broker port connection; answers by request id.
-
-    Puts that must wait (SYNC_FLUSH, SYNC_MASTER) queue in arrival order, which is also their
-    order in the commit log; one task per connection settles them: it waits for the oldest,
-    then answers every later one already covered by the flushed / replicated offset without
-    waiting again, so an ack that covers many puts answers them in one pass and one send.
-    """
-
-    def __init__(self, broker: Broker, channel: StreamChannel) -> None:
-        self.broker = broker
-        self.channel = channel
-        peer = channel.remote_address
-        self.peer = _format_address(peer) if peer else str(channel)
-        self.born = _packed_host(peer)
-        self.waiting: deque[_Waiting] = deque()
-        self._settling = False
-        self._paused = False
-
-    def channel_active(self, ctx: HandlerContext) -> None:
-        log.info("client %s connected", self.peer)
-        ctx.fire_channel_active()
-
-    def channel_inactive(self, ctx: HandlerContext) -> None:
-        log.info("client %s closed (%s)", self.peer, self.channel.close_reason or "closed")
-        ctx.fire_channel_inactive()
-
-    def channel_read(self, ctx: HandlerContext, msg: Any) -> None:
-        broker = self.broker
-        try:
-            if isinstance(msg, PutRequest):
-                self._put(ctx, msg)
-            elif isinstance(msg, PullRequest):
-                ctx.write(broker.pull(msg))
-            elif isinstance(msg, StatusRequest):
-                ctx.write(StatusResponse(msg.request_id, broker.status()))
-            else:
-                ctx.fire_channel_read(msg)
-        except StoreError as exc:
-            # A well-formed request the store could not serve: answer it, keep the connection.
-            log.warning("client %s: request failed: %s", self.peer, exc)
-            ctx.write(ErrorResponse(msg.request_id, ErrorCode.SYSTEM_ERROR, str(exc)))
-
-    def _put(self, ctx: HandlerContext, request: PutRequest) -> None:
-        broker = self.broker
-        results, queue_ids = broker.store_messages(request.messages, self.born)
-        if broker.answers_at_once:
-            ctx.write(PutResponse(request.request_id, _replies(results, queue_ids)))
-            return
-        ends = [r.end_offset for r in results if r.status is PutStatus.PUT_OK]
-        if not ends:  # refused: nothing to wait for
-            ctx.write(PutResponse(request.request_id, _replies(results, queue_ids)))
-            return
-        self.waiting.append(
-            _Waiting(request.request_id, results, queue_ids, max(ends), trio.current_time())
-        )
-        self._update_reading()
-        if not self._settling:
-            self._settling = True
-            ctx.spawn(self._settle_all, ctx)
-
-    async def _settle_all(self, ctx: HandlerContext) -> None:
-        broker = self.broker
-        waiting = self.waiting
-        try:
-            while waiting:
-                head = waiting[0]
-                status = await broker.settle(head.end_offset, head.stored_at)
-                waiting.popleft()
-                ctx.write(
-                    PutResponse(head.request_id, _replies(head.results, head.queue_ids, status))
-                )
-                settled = broker.settled_offset()
-                while waiting and waiting[0].end_offset <= settled:
-                    done = waiting.popleft()
-                    ctx.write(PutResponse(done.request_id, _replies(done.results, done.queue_ids)))
-                ctx.flush()
-                self._update_reading()
-        finally:
-            self._settling = False
-
-    def channel_read_complete(self, ctx: HandlerContext) -> None:
-        ctx.flush()  # answers given while reading leave together
-        ctx.fire_channel_read_complete()
-
-    def channel_writability_changed(self, ctx: HandlerContext) -> None:
-        self._update_reading()
-        ctx.fire_channel_writability_changed()
-
-    def _update_reading(self) -> None:
-        """Pause reading while too many puts wait or the client does not read its answers."""
-        channel = self.channel
-        if not channel.is_open:
-            return
-        pause = len(self.waiting) >= self.broker.max_in_flight or not channel.is_writable
-        if pause != self._paused:
-            self._paused = pause
-            channel.auto_read = not pause
-
-    def exception_caught(self, ctx: HandlerContext, exc: BaseException) -> None:
-        if isinstance(exc, DecoderError):
-            log.warning("client %s: closing: %s", self.peer, exc)
-        else:
-            log.error(
-                "client %s: closing after an internal error: %r", self.peer, exc, exc_info=exc
-            )
-        ctx.close(f"{type(exc).__name__}: {exc}")
