@@ -10,7 +10,7 @@ $(STAMP): pyproject.toml
 	@command -v java >/dev/null 2>&1 || $(MAKE) java
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade "pip>=25.1"
-	$(BIN)/python -m pip install -q -e ".[spark,progress]" --group test --group lint
+	$(BIN)/python -m pip install -q -e ".[spark]" --group test --group lint
 	touch $(STAMP)
 
 install: $(STAMP)

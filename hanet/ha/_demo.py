@@ -281,7 +281,7 @@ async def _poll(clients: list[BrokerClient], view: _View) -> None:
 async def run_demo(args: argparse.Namespace) -> int:
     """``hanet demo``."""
     if not HAVE_RICH:  # pragma: no cover
-        print("hanet: the demo needs rich: pip install 'hanet[progress]'", file=sys.stderr)
+        print("hanet: the demo needs rich: pip install rich", file=sys.stderr)
         return 2
     if args.messages < 1 or args.size < 1 or args.mapped_file_size < 64 * 1024:
         print("hanet: --messages, --size >= 1; --mapped-file-size >= 65536", file=sys.stderr)
