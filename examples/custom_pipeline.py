@@ -25,7 +25,8 @@ import trio
 
 from handlers.ha import TransferFrame
 from hanet import ChannelInboundHandler, HandlerContext
-from hanet.ha import Broker, BrokerConfig, BrokerRole
+from hanet.broker import Broker
+from hanet.ha import BrokerConfig, BrokerRole
 
 
 class Metrics:

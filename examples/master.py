@@ -17,8 +17,9 @@ from pathlib import Path
 
 import trio
 
+from hanet.broker import Broker, BrokerAddresses
 from hanet.client import BrokerClient
-from hanet.ha import Broker, BrokerAddresses, BrokerConfig, BrokerRole
+from hanet.ha import BrokerConfig, BrokerRole
 
 
 async def main(args: argparse.Namespace) -> None:
@@ -44,10 +45,9 @@ async def main(args: argparse.Namespace) -> None:
             await trio.sleep(args.every)
             status = broker.status()
             slaves = ", ".join(
-                f"{s['address']} acked {s['ack_offset']} (lag {s['lag_bytes']} B)"
-                for s in status["slaves"]
+                f"{s.address} acked {s.ack_offset} (lag {s.lag_bytes} B)" for s in status.slaves
             )
-            print(f"max offset {status['max_offset']}; slaves: {slaves or 'none'}", flush=True)
+            print(f"max offset {status.max_offset}; slaves: {slaves or 'none'}", flush=True)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import trio
 
-from hanet.ha import Broker, BrokerConfig, BrokerRole
+from hanet.broker import Broker
+from hanet.ha import BrokerConfig, BrokerRole
 
 
 async def main(args: argparse.Namespace) -> None:
@@ -35,9 +36,9 @@ async def main(args: argparse.Namespace) -> None:
         while True:
             await trio.sleep(args.every)
             status = broker.status()
-            link = status["master"]
-            state = "connected" if link["connected"] else "reconnecting"
-            print(f"{state}; max offset {status['max_offset']}", flush=True)
+            link = status.master
+            state = "connected" if link is not None and link.connected else "reconnecting"
+            print(f"{state}; max offset {status.max_offset}", flush=True)
 
 
 if __name__ == "__main__":

@@ -14,10 +14,10 @@ from ._errors import (
     WriteTimeoutError,
 )
 from ._fixed_length import FixedLengthFrameDecoder
-from ._idle import IdleState, IdleStateEvent, IdleStateHandler, ReadTimeoutHandler
+from ._idle import IdleState, IdleStateEvent, IdleStateHandler
 from ._length_field import LengthFieldBasedFrameDecoder, LengthFieldPrepender
 from ._logging import LoggingHandler, hexdump
-from ._write_timeout import WriteTimeoutHandler
+from ._timeout import ReadTimeoutHandler, WriteTimeoutHandler
 
 __all__ = [
     "ByteCursor",

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import deque
 from typing import Any
 
-from hanet import ChannelInboundHandler, HandlerContext
+from hanet.channel import ChannelInboundHandler, HandlerContext
 
 from ._errors import DecoderError
 

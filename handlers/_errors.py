@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from hanet import HanetError
+from hanet.errors import HanetError
 
 __all__ = [
     "CorruptedFrameError",

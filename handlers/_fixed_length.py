@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hanet import HandlerContext
+from hanet.channel import HandlerContext
 
 from ._byte_to_message import ByteCursor, ByteToMessageDecoder
 

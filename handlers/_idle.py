@@ -1,4 +1,4 @@
-"""IdleStateHandler and the timeouts built on the same timers (Netty's semantics)."""
+"""IdleStateHandler: Netty's idle detection on the channel's timers."""
 
 from __future__ import annotations
 
@@ -8,15 +8,12 @@ from typing import Any
 
 import attrs
 
-from hanet import ChannelDuplexHandler, HandlerContext, TimerHandle, WriteFuture
-
-from ._errors import ReadTimeoutError
+from hanet.channel import ChannelDuplexHandler, HandlerContext, TimerHandle, WriteFuture
 
 __all__ = [
     "IdleState",
     "IdleStateEvent",
     "IdleStateHandler",
-    "ReadTimeoutHandler",
 ]
 
 
@@ -202,24 +199,3 @@ class IdleStateHandler(ChannelDuplexHandler):
     def channel_idle(self, ctx: HandlerContext, event: IdleStateEvent) -> None:
         """Called for each idle event; passes it to the next handler by default."""
         ctx.fire_user_event_triggered(event)
-
-
-class ReadTimeoutHandler(IdleStateHandler):
-    """Close the channel when nothing was read for ``timeout`` seconds (0 disables).
-
-    Fires :class:`ReadTimeoutError` to the next handler, then closes, once.
-    """
-
-    def __init__(self, timeout: float) -> None:
-        super().__init__(reader_idle=timeout)
-        self._closed = False
-
-    def channel_idle(self, ctx: HandlerContext, event: IdleStateEvent) -> None:
-        if event.state is IdleState.READER_IDLE and not self._closed:
-            self._closed = True
-            self.read_timed_out(ctx)
-
-    def read_timed_out(self, ctx: HandlerContext) -> None:
-        """Fire the error and close (override to do otherwise)."""
-        ctx.fire_exception_caught(ReadTimeoutError(f"nothing read for {self.reader_idle:g} s"))
-        ctx.close(f"read timeout ({self.reader_idle:g} s)")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import struct
 from typing import Any, Literal
 
-from hanet import ChannelOutboundHandler, HandlerContext, WriteFuture
+from hanet.channel import ChannelOutboundHandler, HandlerContext, WriteFuture
 
 from ._byte_to_message import ByteCursor, ByteToMessageDecoder
 from ._errors import CorruptedFrameError, EncoderError, TooLongFrameError

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from hanet import ChannelDuplexHandler, HandlerContext, WriteFuture
+from hanet.channel import ChannelDuplexHandler, HandlerContext, WriteFuture
 
 __all__ = ["LoggingHandler", "hexdump"]
 

@@ -22,7 +22,7 @@ request in flight fails with it), :class:`BrokerTimeoutError`, :class:`BrokerReq
 broker answered ERROR), :class:`BrokerProtocolError` (the broker sent something malformed; the
 connection is closed).
 
-The wire format is described in :mod:`hanet.ha._broker_protocol`.
+The wire format is described in :mod:`hanet.protocol`.
 """
 
 from __future__ import annotations
@@ -38,15 +38,18 @@ from typing import Any
 import attrs
 import trio
 
-from handlers import DecoderError, EncoderError, LengthFieldBasedFrameDecoder, LengthFieldPrepender
-from hanet import ChannelInboundHandler, HandlerContext, HanetError, StreamChannel, run_channel
-from hanet.ha._broker_protocol import (
+from handlers import DecoderError, EncoderError
+from hanet.boot import run_channel
+from hanet.channel import ChannelInboundHandler, HandlerContext, StreamChannel
+from hanet.errors import HanetError
+from hanet.protocol import (
     AUTO_QUEUE,
     DEFAULT_MAX_FRAME_LENGTH,
-    LENGTH_FIELD,
     BrokerClientCodec,
+    BrokerStatus,
     ErrorCode,
     ErrorResponse,
+    MasterLink,
     PullRequest,
     PullResponse,
     PullStatus,
@@ -56,8 +59,10 @@ from hanet.ha._broker_protocol import (
     PutResponse,
     Request,
     Response,
+    SlaveInfo,
     StatusRequest,
     StatusResponse,
+    broker_frame_codec,
 )
 from hanet.store import CorruptRecordError, MessageRecord, PutStatus, decode_record
 
@@ -127,104 +132,6 @@ class PullResult:
     min_offset: int
     max_offset: int
     messages: tuple[MessageRecord, ...] = ()
-
-
-@attrs.frozen
-class SlaveInfo:
-    """One slave as its master sees it."""
-
-    address: str
-    state: str
-    ack_offset: int
-    lag_bytes: int
-    bytes_per_second: float
-    request_offset: int = -1
-    next_offset: int = -1
-    bytes_sent: int = 0
-
-
-@attrs.frozen
-class MasterLink:
-    """A slave's link to its master."""
-
-    address: str
-    connected: bool
-    connects: int
-    attempts: int
-    last_close_reason: str | None
-
-
-@attrs.frozen
-class BrokerStatus:
-    """The answer to STATUS (``raw`` is the JSON object as the broker sent it).
-
-    Attributes:
-        role: ASYNC_MASTER, SYNC_MASTER or SLAVE.
-        min_offset, max_offset: the commit log's data range.
-        slaves: a master's connected slaves (ack offset, lag, speed, state).
-        master: a slave's link to its master.
-    """
-
-    role: str
-    broker_address: str | None
-    ha_address: str | None
-    min_offset: int
-    max_offset: int
-    flushed_offset: int
-    puts: int
-    replicated_offset: int | None
-    slaves: tuple[SlaveInfo, ...]
-    closed_slaves: tuple[SlaveInfo, ...]
-    master: MasterLink | None
-    raw: Mapping[str, Any] = attrs.field(hash=False, eq=False, repr=False)
-
-    @classmethod
-    def from_json(cls, raw: Mapping[str, Any]) -> BrokerStatus:
-        """Parse the broker's JSON object.
-
-        Raises:
-            BrokerProtocolError: it lacks a field or has one of the wrong type.
-        """
-
-        def slave(d: Mapping[str, Any]) -> SlaveInfo:
-            return SlaveInfo(
-                address=str(d["address"]),
-                state=str(d["state"]),
-                ack_offset=int(d["ack_offset"]),
-                lag_bytes=int(d["lag_bytes"]),
-                bytes_per_second=float(d["bytes_per_second"]),
-                request_offset=int(d.get("request_offset", -1)),
-                next_offset=int(d.get("next_offset", -1)),
-                bytes_sent=int(d.get("bytes_sent", 0)),
-            )
-
-        try:
-            master = raw.get("master")
-            replicated = raw.get("replicated_offset")
-            return cls(
-                role=str(raw["role"]),
-                broker_address=raw.get("broker_address"),
-                ha_address=raw.get("ha_address"),
-                min_offset=int(raw["min_offset"]),
-                max_offset=int(raw["max_offset"]),
-                flushed_offset=int(raw.get("flushed_offset", 0)),
-                puts=int(raw.get("puts", 0)),
-                replicated_offset=None if replicated is None else int(replicated),
-                slaves=tuple(slave(s) for s in raw.get("slaves", ())),
-                closed_slaves=tuple(slave(s) for s in raw.get("closed_slaves", ())),
-                master=None
-                if master is None
-                else MasterLink(
-                    address=str(master["address"]),
-                    connected=bool(master["connected"]),
-                    connects=int(master["connects"]),
-                    attempts=int(master["attempts"]),
-                    last_close_reason=master.get("last_close_reason"),
-                ),
-                raw=raw,
-            )
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            raise BrokerProtocolError(f"malformed status answer: {exc!r}") from exc
 
 
 class _Pending:
@@ -324,11 +231,8 @@ class BrokerClient:
 
         def initialize(channel: StreamChannel) -> None:
             pipeline = channel.pipeline
-            pipeline.add_last(
-                LengthFieldBasedFrameDecoder(max_frame_length, 0, LENGTH_FIELD, 0, LENGTH_FIELD)
-            )
-            pipeline.add_last(LengthFieldPrepender(LENGTH_FIELD))
-            pipeline.add_last(BrokerClientCodec())
+            for name, handler in broker_frame_codec(max_frame_length, BrokerClientCodec()):
+                pipeline.add_last(handler, name)
             pipeline.add_last(router)
 
         error: BaseException | None = None
@@ -483,4 +387,4 @@ class BrokerClient:
         """The broker's role, offsets and (masters) its slaves or (slaves) its master link."""
         response = await self._call(StatusRequest)
         answer: StatusResponse = self._expect(response, StatusResponse)
-        return BrokerStatus.from_json(answer.status)
+        return answer.status

@@ -1,5 +1,5 @@
 """Test utilities: :class:`EmbeddedChannel` drives handlers with no network and a manual clock."""
 
-from ._embedded import EmbeddedChannel
+from hanet.channel import EmbeddedChannel
 
 __all__ = ["EmbeddedChannel"]

@@ -37,7 +37,7 @@ from hanet.spark import audit, diff, java_string_hash_column, spark_session, sta
 
 pytestmark = pytest.mark.spark
 
-FIXTURE = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "rocketmq-store-8k"
+FIXTURE = Path(__file__).parent / "fixtures" / "rocketmq-store-8k"  # a real RocketMQ broker's
 FILE = 8192
 CONFIG = StoreConfig(mapped_file_size=FILE, consume_queue_file_size=400)
 SLAVE = StoreConfig(mapped_file_size=FILE, consume_queue_file_size=400, role=StoreRole.SLAVE)

@@ -32,17 +32,18 @@ from hanet.store import (
 pa = pytest.importorskip("pyarrow")
 
 from hanet.spark import (  # noqa: E402  (after the importorskip)
+    PropertyColumns,
     commit_log_batches,
     commit_log_schema,
     consume_queue_batches,
+    find_record_start,
     find_stores,
     plan_commit_log,
     plan_consume_queues,
+    properties_map_column,
 )
-from hanet.spark._arrow import _Properties, _properties  # noqa: E402
-from hanet.spark._layout import find_record_start  # noqa: E402
 
-FIXTURE = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "rocketmq-store-8k"
+FIXTURE = Path(__file__).parent / "fixtures" / "rocketmq-store-8k"  # a real RocketMQ broker's
 FILE = 4096
 
 
@@ -271,7 +272,7 @@ _text = st.text(st.characters(exclude_characters="\x01\x02", exclude_categories=
 @given(st.dictionaries(_text.filter(bool), _text, max_size=5))
 def test_properties_column_matches_the_codec(props: dict[str, str]) -> None:
     raw = encode_properties(props)
-    column = _properties([raw, b"", b"junk\x02A\x01b"])
+    column = properties_map_column([raw, b"", b"junk\x02A\x01b"])
     assert [dict(v) for v in column.to_pylist()] == [
         decode_properties(raw),
         {},
@@ -283,7 +284,7 @@ def test_properties_column_matches_the_codec(props: dict[str, str]) -> None:
 def test_tags_and_keys_without_the_map_match_the_codec(batch: list[dict[str, str]]) -> None:
     raw = [encode_properties(p) for p in batch]
     for want_map in (False, True):
-        properties = _Properties(raw, want_map)
+        properties = PropertyColumns(raw, want_map)
         expected = [decode_properties(r) for r in raw]
         assert properties.column("tags").to_pylist() == [p.get("TAGS") for p in expected]
         assert properties.column("keys").to_pylist() == [p.get("KEYS") for p in expected]
@@ -291,13 +292,15 @@ def test_tags_and_keys_without_the_map_match_the_codec(batch: list[dict[str, str
 
 def test_properties_with_invalid_utf8_fall_back_to_the_codec() -> None:
     raw = [b"TAGS\x01\xff\xfe\x02", b"KEYS\x01k\x02"]
-    assert [dict(v) for v in _properties(raw).to_pylist()] == [decode_properties(r) for r in raw]
-    assert _Properties(raw, False).column("tags").to_pylist() == ["\ufffd\ufffd", None]
+    assert [dict(v) for v in properties_map_column(raw).to_pylist()] == [
+        decode_properties(r) for r in raw
+    ]
+    assert PropertyColumns(raw, False).column("tags").to_pylist() == ["\ufffd\ufffd", None]
 
 
 def test_importing_hanet_spark_does_not_import_pyspark() -> None:
     code = (
-        "import sys, hanet.spark, hanet.spark._cli, hanet.cli\n"
+        "import sys, hanet.spark, hanet.cli._spark, hanet.cli\n"
         "hanet.cli.build_parser()\n"
         "assert 'pyspark' not in sys.modules, 'pyspark imported'\n"
         "assert 'pyarrow' not in sys.modules, 'pyarrow imported'\n"
@@ -311,7 +314,7 @@ def test_cli_without_pyspark_says_what_to_install(
     from hanet.cli import main
 
     for name in list(sys.modules):
-        if name.startswith(("pyspark", "hanet.spark._commands")):
+        if name.startswith(("pyspark", "hanet.cli._spark_jobs")):
             monkeypatch.delitem(sys.modules, name)
     monkeypatch.setitem(sys.modules, "pyspark", None)
     assert main(["audit", str(FIXTURE)]) == 2
@@ -342,8 +345,7 @@ def test_java_missing_is_explained(
     from pyspark.sql import SparkSession
 
     from hanet.cli import main
-    from hanet.spark import spark_session
-    from hanet.spark._session import JAVA_HINT, SparkUnavailableError, java_problem
+    from hanet.spark import JAVA_HINT, SparkUnavailableError, java_problem, spark_session
 
     assert java_problem({"PATH": str(tmp_path)}) == (
         f"no `java` on PATH and JAVA_HOME is not set. {JAVA_HINT}"

@@ -30,14 +30,7 @@ from hanet.store import (
     scan_records,
 )
 
-FIXTURE = (
-    Path(__file__).resolve().parents[2]
-    / "shared"
-    / "fixtures"
-    / "rocketmq-store-8k"
-    / "commitlog"
-    / "00000000000000000000"
-)
+FIXTURE = Path(__file__).parent / "fixtures" / "rocketmq-store-8k" / "commitlog" / ("0" * 20)
 
 VECTOR_A = bytes.fromhex(
     """

@@ -146,7 +146,7 @@ def test_garbage_between_files_ends_valid_data(tmp_path: Path) -> None:
         assert not (tmp_path / "commitlog" / file_name(4096)).exists()
 
 
-FIXTURE = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "rocketmq-store-8k"
+FIXTURE = Path(__file__).parent / "fixtures" / "rocketmq-store-8k"  # a real RocketMQ broker's
 
 
 def test_open_a_copy_of_the_rocketmq_fixture(tmp_path: Path) -> None:

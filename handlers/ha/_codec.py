@@ -7,7 +7,7 @@ from typing import Any
 
 import attrs
 
-from hanet import ChannelInboundHandler, ChannelOutboundHandler, HandlerContext, WriteFuture
+from hanet.channel import ChannelInboundHandler, ChannelOutboundHandler, HandlerContext, WriteFuture
 
 from .._byte_to_message import ByteCursor, ByteToMessageDecoder
 from .._errors import CorruptedFrameError
@@ -18,7 +18,6 @@ __all__ = [
     "REPORT_SIZE",
     "OffsetReport",
     "OffsetReportDecoder",
-    "OffsetReportEncoder",
     "TransferFrame",
     "TransferFrameDecoder",
     "TransferFrameEncoder",
@@ -73,26 +72,6 @@ class OffsetReportDecoder(ByteToMessageDecoder):
         out.append(OffsetReport(offset))
 
 
-class OffsetReportEncoder(ChannelOutboundHandler):
-    """Encode :class:`OffsetReport` (or a plain int) as 8 bytes."""
-
-    sharable = True
-
-    def write(self, ctx: HandlerContext, msg: Any, future: WriteFuture) -> None:
-        if isinstance(msg, OffsetReport):
-            msg = msg.offset
-        if isinstance(msg, int):
-            ctx.write(REPORT.pack(msg), future)
-        else:
-            ctx.write(msg, future)
-
-
-def transfer_frame_decoder(batch_size: int = 32 * 1024) -> LengthFieldBasedFrameDecoder:
-    """The frame decoder for transfers: body length at offset 8, 4 bytes, nothing stripped,
-    at most ``HEADER_SIZE + batch_size`` bytes a frame (a longer one closes the connection)."""
-    return LengthFieldBasedFrameDecoder(HEADER_SIZE + batch_size, 8, 4)
-
-
 class TransferFrameDecoder(ChannelInboundHandler):
     """Turn a whole frame (header + body, from :func:`transfer_frame_decoder`) into a
     :class:`TransferFrame`; the body is a zero-copy view of the frame."""
@@ -108,6 +87,12 @@ class TransferFrameDecoder(ChannelInboundHandler):
             raise CorruptedFrameError(f"negative transfer offset: {offset}")
         body = memoryview(msg)[HEADER_SIZE : HEADER_SIZE + size] if size else b""
         ctx.fire_channel_read(TransferFrame(offset, body))
+
+
+def transfer_frame_decoder(batch_size: int = 32 * 1024) -> LengthFieldBasedFrameDecoder:
+    """The frame decoder for transfers: body length at offset 8, 4 bytes, nothing stripped,
+    at most ``HEADER_SIZE + batch_size`` bytes a frame (a longer one closes the connection)."""
+    return LengthFieldBasedFrameDecoder(HEADER_SIZE + batch_size, 8, 4)
 
 
 class TransferFrameEncoder(ChannelOutboundHandler):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Protocol
 
-from hanet import ChannelInboundHandler, HandlerContext
+from hanet.channel import ChannelInboundHandler, HandlerContext
 
 from .._idle import IdleState, IdleStateEvent
 from ._codec import REPORT, TransferFrame

@@ -11,16 +11,15 @@ import trio
 
 from handlers import IdleState, IdleStateEvent, IdleStateHandler
 from handlers.ha import OffsetReport, OffsetReportDecoder, TransferFrame, TransferFrameEncoder
-from hanet import (
+from hanet.boot import run_channel, serve
+from hanet.channel import (
     ChannelConfig,
     ChannelInboundHandler,
     HandlerContext,
     StreamChannel,
     WaterMarks,
-    run_channel,
-    serve,
+    format_address,
 )
-from hanet._channel import _format_address
 from hanet.store import CommitLogStore, PutStatus
 
 from ._config import BrokerConfig
@@ -44,7 +43,7 @@ class _SlaveConnection(ChannelInboundHandler):
         self.master = master
         self.channel = channel
         peer = channel.remote_address
-        self.address = _format_address(peer) if peer else f"channel #{channel.id}"
+        self.address = format_address(peer) if peer else f"channel #{channel.id}"
         self.request_offset = -1
         self.ack_offset = -1
         self.next_offset = -1
@@ -218,7 +217,7 @@ class HAMaster:
                 )
             )
             self.address = server.addresses[0]
-            log.info("HA master listening on %s", _format_address(self.address))
+            log.info("HA master listening on %s", format_address(self.address))
             task_status.started(self.address)
 
     async def handle_stream(self, stream: trio.abc.Stream) -> None:

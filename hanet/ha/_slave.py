@@ -15,14 +15,8 @@ from handlers.ha import (
     TransferFrameDecoder,
     transfer_frame_decoder,
 )
-from hanet import (
-    ChannelHandler,
-    Connector,
-    ReconnectingClient,
-    RetryPolicy,
-    StreamChannel,
-    tcp_connector,
-)
+from hanet.boot import Connector, ReconnectingClient, RetryPolicy, tcp_connector
+from hanet.channel import ChannelHandler, StreamChannel
 from hanet.store import CommitLogStore
 
 from ._config import BrokerConfig

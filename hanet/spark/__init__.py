@@ -10,7 +10,7 @@ the ``hanet`` command line works without the extra.
 - :func:`commit_log` / :func:`consume_queue` load one or more stores as one DataFrame.
 - Jobs returning DataFrames: :func:`audit` (``_audit.py``), :func:`diff` (``_diff.py``),
   :func:`stats` (``_stats.py``); the ``hanet audit|diff|stats`` verbs print them
-  (``_cli.py``).
+  (:mod:`hanet.cli`).
 - Without Spark: :func:`commit_log_batches` reads one commit log range as Arrow batches
   (``_arrow.py``), :func:`consume_queue_batches` one consume queue file (``_queues.py``);
   :func:`find_stores`, :func:`plan_commit_log` plan the ranges (``_layout.py``).
@@ -31,7 +31,12 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ._arrow import commit_log_batches, commit_log_schema
+    from ._arrow import (
+        PropertyColumns,
+        commit_log_batches,
+        commit_log_schema,
+        properties_map_column,
+    )
     from ._audit import PROBLEM_KINDS, AuditResult, audit
     from ._diff import DiffResult, DiffSummary, diff
     from ._frames import commit_log, consume_queue, java_string_hash_column
@@ -39,12 +44,19 @@ if TYPE_CHECKING:
         CommitLogRange,
         ConsumeQueueFile,
         StoreLocation,
+        find_record_start,
         find_stores,
         plan_commit_log,
         plan_consume_queues,
     )
     from ._queues import consume_queue_batches, consume_queue_schema
-    from ._session import SparkUnavailableError, describe, spark_session
+    from ._session import (
+        JAVA_HINT,
+        SparkUnavailableError,
+        describe,
+        java_problem,
+        spark_session,
+    )
     from ._source import (
         CommitLogDataSource,
         ConsumeQueueDataSource,
@@ -55,6 +67,7 @@ if TYPE_CHECKING:
     from ._stats import StatsResult, stats
 
 __all__ = [
+    "JAVA_HINT",
     "PROBLEM_KINDS",
     "AuditResult",
     "CommitLogDataSource",
@@ -63,6 +76,7 @@ __all__ = [
     "ConsumeQueueFile",
     "DiffResult",
     "DiffSummary",
+    "PropertyColumns",
     "SparkUnavailableError",
     "StatsResult",
     "StoreLocation",
@@ -77,17 +91,25 @@ __all__ = [
     "consume_queue_struct",
     "describe",
     "diff",
+    "find_record_start",
     "find_stores",
+    "java_problem",
     "java_string_hash_column",
     "plan_commit_log",
     "plan_consume_queues",
+    "properties_map_column",
     "register",
     "spark_session",
     "stats",
 ]
 
 _HOMES = {
-    "_arrow": ("commit_log_batches", "commit_log_schema"),
+    "_arrow": (
+        "PropertyColumns",
+        "commit_log_batches",
+        "commit_log_schema",
+        "properties_map_column",
+    ),
     "_audit": ("PROBLEM_KINDS", "AuditResult", "audit"),
     "_diff": ("DiffResult", "DiffSummary", "diff"),
     "_frames": ("commit_log", "consume_queue", "java_string_hash_column"),
@@ -95,12 +117,13 @@ _HOMES = {
         "CommitLogRange",
         "ConsumeQueueFile",
         "StoreLocation",
+        "find_record_start",
         "find_stores",
         "plan_commit_log",
         "plan_consume_queues",
     ),
     "_queues": ("consume_queue_batches", "consume_queue_schema"),
-    "_session": ("SparkUnavailableError", "describe", "spark_session"),
+    "_session": ("JAVA_HINT", "SparkUnavailableError", "describe", "java_problem", "spark_session"),
     "_source": (
         "CommitLogDataSource",
         "ConsumeQueueDataSource",

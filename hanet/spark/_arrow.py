@@ -324,7 +324,7 @@ class _BatchBuilder:
     def build(self, records: list[MessageRecord], crc_ok: bool | None) -> pa.RecordBatch:
         """A batch of ``status = 'ok'`` rows; ``crc_ok`` None means all passed the check."""
         fields = _Fields(records)
-        properties: _Properties | None = None
+        properties: PropertyColumns | None = None
         arrays = []
         for name in self._names:
             plain = _PLAIN_COLUMNS.get(name)
@@ -332,7 +332,7 @@ class _BatchBuilder:
                 arrays.append(pa.array(fields[name], plain))
             elif name in _PROPERTY_KEYS:
                 if properties is None:
-                    properties = _Properties(fields["properties_raw"], self._want_map)
+                    properties = PropertyColumns(fields["properties_raw"], self._want_map)
                 arrays.append(properties.column(name))
             else:
                 arrays.append(self._derived(name, fields, len(records), crc_ok))
@@ -376,7 +376,7 @@ class _BatchBuilder:
 _PROPERTY_KEYS = {"properties": "", "tags": "TAGS", "keys": "KEYS"}
 
 
-class _Properties:
+class PropertyColumns:
     """The property columns of one batch: the whole map, or (when the map is not asked for)
     ``tags`` / ``keys`` found with a regular expression, four times cheaper. RocketMQ writes
     each name once (a Java map); were one repeated, the map keeps the last value (as
@@ -398,13 +398,13 @@ class _Properties:
             pattern = f"(?:^|\x02){key}\x01(?P<v>[^\x02]*)"
             return pc.struct_field(pc.extract_regex(self._text, pattern), "v")
         if self._map is None:
-            self._map = _properties(self._raw)
+            self._map = properties_map_column(self._raw)
         if not key:
             return self._map
         return pc.map_lookup(self._map, pa.scalar(key, _STRING), "last")
 
 
-def _properties(raw: Sequence[bytes]) -> pa.Array:
+def properties_map_column(raw: Sequence[bytes]) -> pa.Array:
     """RocketMQ property fields (``name \\x01 value \\x02`` ...) as a ``map<string,string>``.
 
     Items without ``\\x01`` are skipped, as :func:`~hanet.store.decode_properties` does; a

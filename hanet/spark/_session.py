@@ -25,7 +25,7 @@ from pathlib import Path
 from pyspark.errors import PySparkRuntimeError
 from pyspark.sql import SparkSession
 
-from hanet import HanetError
+from hanet.errors import HanetError
 
 from ._source import register
 

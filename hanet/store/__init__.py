@@ -7,6 +7,8 @@
 - :class:`MappedFile` / :class:`MappedFileQueue`: fixed-size preallocated, pre-faulted mapped
   files named by their 20-digit start offset (``_mapped_file.py``, ``_mapped_queue.py``).
 - :class:`ConsumeQueue`: 20-byte entries per topic and queue (``_consume_queue.py``).
+- :func:`record_to_json` (``_json.py``) and :func:`compare_commit_logs` (``_compare.py``): what
+  the command line prints and the demo and tests check.
 - :class:`CommitLogStore`: puts, raw appends (HA slave), dispatch, flushing, recovery
   (``_store.py``, ``_recovery.py``, ``_store_files.py``); its module docstring describes the
   sync core / async durability split the HA layer relies on.
@@ -37,6 +39,7 @@ from ._codec import (
     parse_host,
     record_size,
 )
+from ._compare import CommitLogComparison, compare_commit_logs
 from ._config import (
     DEFAULT_CONSUME_QUEUE_FILE_SIZE,
     DEFAULT_MAPPED_FILE_SIZE,
@@ -49,7 +52,7 @@ from ._config import (
     StoreRole,
     StoreStatistics,
 )
-from ._consume_queue import CQ_ENTRY_SIZE, ConsumeQueue
+from ._consume_queue import CQ_BLANK_SIZE, CQ_ENTRY_SIZE, ConsumeQueue
 from ._errors import (
     CorruptRecordError,
     OffsetMismatchError,
@@ -58,6 +61,7 @@ from ._errors import (
     StoreLayoutError,
     StoreLockedError,
 )
+from ._json import record_to_json
 from ._mapped_file import MappedFile, file_name
 from ._mapped_queue import MappedFileQueue, list_mapped_files
 from ._reader import CommitLogReader, resolve_store_dir
@@ -68,6 +72,7 @@ __all__ = [
     "BLANK_MAGIC",
     "BLANK_RECORD_SIZE",
     "BORN_HOST_V6_FLAG",
+    "CQ_BLANK_SIZE",
     "CQ_ENTRY_SIZE",
     "DEFAULT_CONSUME_QUEUE_FILE_SIZE",
     "DEFAULT_MAPPED_FILE_SIZE",
@@ -79,6 +84,7 @@ __all__ = [
     "MAX_TOPIC_SIZE_V1",
     "MIN_RECORD_SIZE",
     "STORE_HOST_V6_FLAG",
+    "CommitLogComparison",
     "CommitLogReader",
     "CommitLogStore",
     "ConsumeQueue",
@@ -103,6 +109,7 @@ __all__ = [
     "StoreRole",
     "StoreStatistics",
     "body_crc",
+    "compare_commit_logs",
     "decode_properties",
     "decode_record",
     "encode_blank",
@@ -117,6 +124,7 @@ __all__ = [
     "pack_record_into",
     "parse_host",
     "record_size",
+    "record_to_json",
     "resolve_store_dir",
     "scan_records",
 ]

@@ -14,14 +14,15 @@ from pathlib import Path
 
 from ._mapped_queue import MappedFileQueue
 
-__all__ = ["CQ_ENTRY_SIZE", "ConsumeQueue"]
+__all__ = ["CQ_BLANK_SIZE", "CQ_ENTRY_SIZE", "ConsumeQueue"]
 
 CQ_ENTRY_SIZE = 20
 """Bytes per consume queue entry."""
 
 _ENTRY = struct.Struct(">qiq")
-_BLANK_SIZE = 0x7FFFFFFF
-_BLANK_ENTRY = _ENTRY.pack(0, _BLANK_SIZE, 0)
+CQ_BLANK_SIZE = 0x7FFFFFFF
+"""The size field of a blank entry (RocketMQ's ``fillPreBlank``): no message behind it."""
+_BLANK_ENTRY = _ENTRY.pack(0, CQ_BLANK_SIZE, 0)
 
 
 class ConsumeQueue:
@@ -65,7 +66,7 @@ class ConsumeQueue:
         self.min_queue_offset = self.files.files[0].start_offset // CQ_ENTRY_SIZE
         first = self.files.files[0]
         for i in range(first.wrote // CQ_ENTRY_SIZE):
-            if _ENTRY.unpack_from(first.view, i * CQ_ENTRY_SIZE)[1] != _BLANK_SIZE:
+            if _ENTRY.unpack_from(first.view, i * CQ_ENTRY_SIZE)[1] != CQ_BLANK_SIZE:
                 break
             self.min_queue_offset += 1
 
@@ -123,13 +124,6 @@ class ConsumeQueue:
             mapped.view, position - mapped.start_offset
         )
         return entry
-
-    def last_physical_end(self) -> int:
-        """The commit log offset right after the last entry's message (0 when empty)."""
-        if self.max_queue_offset <= self.min_queue_offset:
-            return 0
-        entry = self.get(self.max_queue_offset - 1)
-        return 0 if entry is None else entry[0] + entry[1]
 
     def truncate_physical(self, physical_end: int) -> int:
         """Drop the entries pointing at or past ``physical_end``; returns how many were dropped.

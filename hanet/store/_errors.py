@@ -7,7 +7,7 @@ offset, so a caller (the HA slave, ``hanet verify``, the Spark audit) can name i
 
 from __future__ import annotations
 
-from hanet._errors import HanetError
+from hanet.errors import HanetError
 
 __all__ = [
     "CorruptRecordError",

@@ -26,19 +26,13 @@ One process at a time: the ``lock`` file is ``flock``-ed, a second opener gets
 from __future__ import annotations
 
 import logging
-import re
 import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 import trio
 
-from ._codec import (
-    BORN_HOST_V6_FLAG,
-    STORE_HOST_V6_FLAG,
-    MessageRecord,
-    parse_host,
-)
+from ._codec import MessageRecord, parse_host
 from ._config import (
     FlushDiskType,
     Message,
@@ -48,7 +42,7 @@ from ._config import (
     StoreRole,
     StoreStatistics,
 )
-from ._consume_queue import ConsumeQueue
+from ._consume_queue import CQ_BLANK_SIZE, ConsumeQueue
 from ._errors import CorruptRecordError, StoreClosedError
 from ._mapped_queue import MappedFileQueue
 from ._recovery import RecoveryResult, find_valid_end
@@ -62,9 +56,6 @@ logger = logging.getLogger(__name__)
 
 Listener = Callable[[int], None]
 """Called with the new max offset after data was added to the commit log."""
-
-_TOPIC = re.compile(r"^[%|a-zA-Z0-9_-]+$")
-_HOST_FLAGS = BORN_HOST_V6_FLAG | STORE_HOST_V6_FLAG
 
 
 class CommitLogStore:
@@ -319,7 +310,7 @@ class CommitLogStore:
             CorruptRecordError: the entry points at bytes that are not a valid record.
         """
         entry = self.consume_queue_entry(topic, queue_id, queue_offset)
-        if entry is None or entry[1] == 0x7FFFFFFF:
+        if entry is None or entry[1] == CQ_BLANK_SIZE:
             return None
         return self.read_record(entry[0])
 

@@ -1,0 +1,419 @@
+"""The broker: a store, its replication (master or slave) and the broker port, as one service.
+
+:class:`Broker` opens the store, runs its flusher, an :class:`HAMaster` (ASYNC_MASTER and
+SYNC_MASTER) or an :class:`HASlave` (SLAVE), and the broker port
+(:mod:`hanet.protocol`) in the caller's nursery, and closes the store cleanly
+(``abort`` removed) however it stops.
+
+Each broker port connection's pipeline::
+
+    LengthFieldBasedFrameDecoder(max_frame, 0, 4, 0, 4) -> LengthFieldPrepender(4)
+      -> BrokerServerCodec -> the request handler
+
+Puts are written to the store synchronously, in the order they arrive on a connection. Then:
+
+- ASYNC_MASTER + ASYNC_FLUSH: the answer is written at once;
+- SYNC_FLUSH: the answer waits for the group-commit fsync (FLUSH_DISK_TIMEOUT after
+  ``StoreConfig.sync_flush_timeout``);
+- SYNC_MASTER: the answer waits for :meth:`HAMaster.wait_for_replicas` (PUT_OK,
+  FLUSH_SLAVE_TIMEOUT or SLAVE_NOT_AVAILABLE; the message is stored on the master either way).
+
+A slave answers every put SERVICE_NOT_AVAILABLE and serves PULL and STATUS from its replica.
+
+Bounds: frames over ``max_frame_length`` close the connection; a pull answers at most
+:data:`MAX_PULL_MESSAGES` messages and about :data:`MAX_PULL_BYTES`; a connection with
+``max_in_flight`` puts waiting for their answers, or whose answers are not read by the client
+(the channel is not writable), is not read from until that drains (back-pressure, not
+buffering).
+
+The STATUS answer is :class:`hanet.protocol.BrokerStatus`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from collections.abc import Callable, Sequence
+from functools import partial
+
+import attrs
+import trio
+
+from hanet.boot import serve_listeners
+from hanet.channel import ChannelHandler, StreamChannel, format_address
+from hanet.ha import BrokerConfig, BrokerRole, HAMaster, HASlave
+from hanet.protocol import (
+    AUTO_QUEUE,
+    DEFAULT_MAX_FRAME_LENGTH,
+    MAX_PULL_MESSAGES,
+    BrokerServerCodec,
+    BrokerStatus,
+    DispatchError,
+    MasterLink,
+    PullRequest,
+    PullResponse,
+    PullStatus,
+    PutMessage,
+    PutReply,
+    SlaveInfo,
+    broker_frame_codec,
+)
+from hanet.store import (
+    CQ_BLANK_SIZE,
+    CommitLogStore,
+    CorruptRecordError,
+    FlushDiskType,
+    Message,
+    PutResult,
+    PutStatus,
+    StoreConfig,
+    StoreRole,
+)
+
+from ._handler import LOCALHOST, RequestHandler, packed_host, replies
+
+__all__ = ["MAX_PULL_BYTES", "Broker", "BrokerAddresses"]
+
+log = logging.getLogger("hanet.broker")
+
+MAX_PULL_BYTES = 4 * 1024 * 1024
+"""A pull stops adding messages past this many record bytes (the first always goes)."""
+DEFAULT_MAX_IN_FLIGHT = 1024
+"""Puts of one connection waiting for their answer before the broker stops reading it."""
+
+
+@attrs.frozen
+class BrokerAddresses:
+    """Where a running broker listens (reported by :meth:`Broker.run`).
+
+    Attributes:
+        broker: the broker port (None when not served).
+        ha: the HA port of a master (None on a slave).
+    """
+
+    broker: tuple[str, int] | None
+    ha: tuple[str, int] | None
+
+
+class Broker:
+    """A broker: store + replication role + broker port, run with :meth:`run`.
+
+    Args:
+        config: the settings; ``broker_role`` picks master or slave, ``listen_host`` /
+            ``listen_port`` the broker port (port 0: any free one), ``ha_listen_*`` a
+            master's HA port, ``ha_master_address`` a slave's master.
+        serve_broker_port: False runs no broker port (a slave that only replicates).
+        max_frame_length: largest broker port frame accepted (8 MiB).
+        max_in_flight: per connection, puts awaiting their answer before reads pause.
+        slave_handlers: a slave's extra HA pipeline handlers, made per connection (see
+            :class:`HASlave`): metrics, logging, ... of one's own.
+        store_config: overrides the store settings derived from ``config``.
+    """
+
+    def __init__(
+        self,
+        config: BrokerConfig,
+        *,
+        serve_broker_port: bool = True,
+        max_frame_length: int = DEFAULT_MAX_FRAME_LENGTH,
+        max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
+        slave_handlers: Callable[[], Sequence[ChannelHandler]] | None = None,
+        store_config: StoreConfig | None = None,
+    ) -> None:
+        if config.broker_role is BrokerRole.SLAVE and not config.ha_master_address:
+            # Fail at construction, not inside the service.
+            config.ha_master_host_port  # noqa: B018 - raises ConfigError
+        self.config = config
+        self.serve_broker_port = serve_broker_port
+        self.max_frame_length = max_frame_length
+        self.max_in_flight = max_in_flight
+        self._slave_handlers = slave_handlers
+        self._store_config = store_config
+        self._store: CommitLogStore | None = None
+        self.master: HAMaster | None = None
+        self.slave: HASlave | None = None
+        self.addresses = BrokerAddresses(None, None)
+        self._queue_counters: dict[str, itertools.count[int]] = {}
+        self._started = 0.0
+        self._sync_master = config.broker_role is BrokerRole.SYNC_MASTER
+        self._sync_flush = config.flush_disk_type is FlushDiskType.SYNC_FLUSH
+
+    @property
+    def role(self) -> BrokerRole:
+        """The broker's role."""
+        return self.config.broker_role
+
+    @property
+    def store(self) -> CommitLogStore:
+        """The open store (only while :meth:`run` runs).
+
+        Raises:
+            RuntimeError: the broker is not running.
+        """
+        if self._store is None:
+            raise RuntimeError("the broker is not running")
+        return self._store
+
+    def _make_store_config(self, broker_address: tuple[str, int] | None) -> StoreConfig:
+        if self._store_config is not None:
+            return self._store_config
+        host, port = broker_address or (self.config.listen_host, self.config.listen_port)
+        if host in ("", "0.0.0.0", "::"):
+            host = "127.0.0.1"
+        return StoreConfig(
+            mapped_file_size=self.config.mapped_file_size_commit_log,
+            flush_disk_type=self.config.flush_disk_type,
+            role=StoreRole.SLAVE if self.role is BrokerRole.SLAVE else StoreRole.MASTER,
+            store_host=f"[{host}]:{port}" if ":" in host else f"{host}:{port}",
+        )
+
+    # -- the service ----------------------------------------------------------------------------
+
+    async def run(
+        self, *, task_status: trio.TaskStatus[BrokerAddresses] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Open the store and serve until cancelled; reports the bound addresses.
+
+        Cancellation (Ctrl-C included) closes every connection, then the store: its data is
+        flushed, the checkpoint written and ``abort`` removed, so the next start recovers
+        normally.
+
+        Raises:
+            StoreError: the store cannot be opened (locked by another process, wrong file
+                size, ...).
+            OSError: a port cannot be bound.
+        """
+        config = self.config
+        listeners: list[trio.SocketListener] = []
+        broker_address: tuple[str, int] | None = None
+        if self.serve_broker_port:
+            listeners = await trio.open_tcp_listeners(config.listen_port, host=config.listen_host)
+            name = listeners[0].socket.getsockname()
+            broker_address = (name[0], name[1])
+        try:
+            store = CommitLogStore.open(
+                config.store_path_root_dir, self._make_store_config(broker_address)
+            )
+        except BaseException:
+            for listener in listeners:
+                await listener.aclose()
+            raise
+        self._store = store
+        self._started = trio.current_time()
+        try:
+            async with trio.open_nursery() as nursery:
+                await nursery.start(store.run)
+                ha_address: tuple[str, int] | None = None
+                if self.role is BrokerRole.SLAVE:
+                    self.slave = HASlave(store, config, extra_handlers=self._slave_handlers)
+                    await nursery.start(self.slave.run)
+                else:
+                    self.master = HAMaster(store, config)
+                    ha_address = await nursery.start(self.master.serve)
+                if listeners:
+                    await nursery.start(partial(serve_listeners, self._initialize, listeners))
+                    log.info(
+                        "%s broker port on %s",
+                        self.role.value,
+                        format_address(broker_address),
+                    )
+                self.addresses = BrokerAddresses(broker_address, ha_address)
+                task_status.started(self.addresses)
+        finally:
+            with trio.CancelScope(shield=True):
+                await store.aclose()
+            self._store = None
+            log.info("store %s closed", config.store_path_root_dir)
+
+    def _initialize(self, channel: StreamChannel) -> None:
+        pipeline = channel.pipeline
+        for name, handler in broker_frame_codec(self.max_frame_length, BrokerServerCodec()):
+            pipeline.add_last(handler, name)
+        pipeline.add_last(RequestHandler(self, channel), "requests")
+
+    # -- requests (usable in-process too) ---------------------------------------------------------
+
+    def _queue_for(self, topic: str) -> int:
+        counter = self._queue_counters.get(topic)
+        if counter is None:
+            counter = self._queue_counters[topic] = itertools.count()
+        return next(counter) % self.config.default_topic_queue_nums
+
+    def store_messages(
+        self, messages: Sequence[PutMessage], born: tuple[bytes, int] = LOCALHOST
+    ) -> tuple[list[PutResult], list[int]]:
+        """Write messages to the store now (synchronous); returns results and queue ids.
+
+        ``born`` is the producer's packed address and port (the records' BORNHOST). A slave's
+        store refuses (SERVICE_NOT_AVAILABLE). Follow with :meth:`settle` for durability and
+        replication, unless :attr:`answers_at_once`.
+        """
+        born_host, born_port = born
+        batch = []
+        queue_ids = []
+        for m in messages:
+            properties: dict[str, str] = {}
+            if m.tags:
+                properties["TAGS"] = m.tags
+            if m.keys:
+                properties["KEYS"] = m.keys
+            properties.update(m.properties)
+            queue_id = m.queue_id if m.queue_id != AUTO_QUEUE else self._queue_for(m.topic)
+            queue_ids.append(queue_id)
+            batch.append(
+                Message(
+                    topic=m.topic,
+                    body=m.body,
+                    queue_id=queue_id,
+                    flag=m.flag,
+                    properties=properties,
+                    born_host=born_host,
+                    born_port=born_port,
+                )
+            )
+        return self.store.put_batch(batch), queue_ids
+
+    @property
+    def answers_at_once(self) -> bool:
+        """Whether a stored put is answered without waiting (ASYNC_MASTER, ASYNC_FLUSH)."""
+        return not (self._sync_master or self._sync_flush)
+
+    async def settle(self, end_offset: int, stored_at: float | None = None) -> PutStatus:
+        """Wait until data before ``end_offset`` counts as put: fsynced under SYNC_FLUSH,
+        acknowledged by enough slaves under SYNC_MASTER.
+
+        Timeouts run from ``stored_at`` (trio time; default now): FLUSH_DISK_TIMEOUT after the
+        store's ``sync_flush_timeout``, FLUSH_SLAVE_TIMEOUT after ``slave_timeout``;
+        SLAVE_NOT_AVAILABLE at once without enough healthy slaves. A replication status other
+        than PUT_OK wins over FLUSH_DISK_TIMEOUT, as in RocketMQ. The data stays stored
+        whatever the answer; cancellation abandons only the wait.
+        """
+        if stored_at is None:
+            stored_at = trio.current_time()
+        status = PutStatus.PUT_OK
+        store = self.store
+        if self._sync_flush and store.flushed_offset < end_offset:
+            with trio.move_on_at(stored_at + store.config.sync_flush_timeout):
+                await store.wait_flushed(end_offset)
+            if store.flushed_offset < end_offset:
+                status = PutStatus.FLUSH_DISK_TIMEOUT
+        master = self.master
+        if self._sync_master and master is not None and self._replicated() < end_offset:
+            replicated = PutStatus.FLUSH_SLAVE_TIMEOUT
+            with trio.move_on_at(stored_at + self.config.slave_timeout):
+                replicated = await master.wait_for_replicas(end_offset)
+            if replicated is not PutStatus.PUT_OK:
+                status = replicated
+        await trio.lowlevel.checkpoint()
+        return status
+
+    def _replicated(self) -> int:
+        master = self.master
+        return -1 if master is None else master.status().replicated_offset
+
+    def settled_offset(self) -> int:
+        """Data before this offset needs no wait to count as put (see :meth:`settle`)."""
+        store = self.store
+        offset = store.max_offset
+        if self._sync_flush:
+            offset = min(offset, store.flushed_offset)
+        if self._sync_master:
+            offset = min(offset, self._replicated())
+        return offset
+
+    async def put(self, messages: Sequence[PutMessage], born: object = None) -> list[PutReply]:
+        """Put messages as a broker port PUT does (store, then :meth:`settle`)."""
+        stored_at = trio.current_time()
+        results, queue_ids = self.store_messages(messages, packed_host(born))
+        ends = [r.end_offset for r in results if r.status is PutStatus.PUT_OK]
+        if ends and not self.answers_at_once:
+            status = await self.settle(max(ends), stored_at)
+        else:
+            await trio.lowlevel.checkpoint()
+            status = PutStatus.PUT_OK
+        return list(replies(results, queue_ids, status))
+
+    def pull(self, request: PullRequest) -> PullResponse:
+        """Serve a PULL from the consume queue (synchronous; reads memory-mapped files).
+
+        Raises:
+            CorruptRecordError: an entry points at bytes that are not a record.
+        """
+        store = self.store
+        topic, queue_id, offset = request.topic, request.queue_id, request.queue_offset
+        low = store.min_queue_offset(topic, queue_id)
+        high = store.max_queue_offset(topic, queue_id)
+
+        def answer(
+            status: PullStatus, next_offset: int, records: tuple[bytes, ...] = ()
+        ) -> PullResponse:
+            return PullResponse(request.request_id, status, next_offset, low, high, records)
+
+        if high <= low:
+            return answer(PullStatus.NO_MESSAGE_IN_QUEUE, 0 if high == 0 else high)
+        if offset < low:
+            return answer(PullStatus.OFFSET_TOO_SMALL, low)
+        if offset == high:
+            return answer(PullStatus.OFFSET_OVERFLOW_ONE, offset)
+        if offset > high:
+            return answer(PullStatus.OFFSET_OVERFLOW_BADLY, high)
+        records: list[bytes] = []
+        budget = MAX_PULL_BYTES
+        end = min(offset + min(request.max_messages, MAX_PULL_MESSAGES), high)
+        next_offset = offset
+        while next_offset < end:
+            entry = store.consume_queue_entry(topic, queue_id, next_offset)
+            if entry is None:
+                break
+            physical, size, _tags_hash = entry
+            if size == CQ_BLANK_SIZE:
+                next_offset += 1
+                continue
+            if records and size > budget:
+                break
+            record = store.read(physical, size)
+            if len(record) != size:
+                raise CorruptRecordError(physical, f"consume queue entry of {size} bytes")
+            records.append(record)
+            budget -= size
+            next_offset += 1
+        return answer(PullStatus.FOUND, next_offset, tuple(records))
+
+    def status(self) -> BrokerStatus:
+        """The STATUS answer: role, offsets and replication state."""
+        stats = self.store.statistics()
+        addresses = self.addresses
+        status = BrokerStatus(
+            role=self.role.value,
+            broker_address=format_address(addresses.broker) if addresses.broker else None,
+            ha_address=format_address(addresses.ha) if addresses.ha else None,
+            min_offset=stats.min_offset,
+            max_offset=stats.max_offset,
+            flushed_offset=stats.flushed_offset,
+            dispatched_offset=stats.dispatched_offset,
+            puts=stats.puts,
+            mapped_files=stats.mapped_files,
+            dispatch_error=DispatchError(*stats.dispatch_error) if stats.dispatch_error else None,
+            uptime=round(trio.current_time() - self._started, 3),
+        )
+        if self.master is not None:
+            master = self.master.status()
+            status = attrs.evolve(
+                status,
+                replicated_offset=master.replicated_offset,
+                slaves=tuple(SlaveInfo(**attrs.asdict(s)) for s in master.slaves),
+                closed_slaves=tuple(SlaveInfo(**attrs.asdict(s)) for s in master.closed),
+            )
+        if self.slave is not None:
+            link = self.slave.status()
+            status = attrs.evolve(
+                status,
+                master=MasterLink(
+                    address=link.master_address,
+                    connected=link.connected,
+                    connects=link.connects,
+                    attempts=link.attempts,
+                    last_close_reason=link.last_close_reason,
+                ),
+            )
+        return status

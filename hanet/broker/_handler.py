@@ -1,0 +1,235 @@
+"""One broker port connection: decode requests, serve them through the Broker, answer by id.
+
+Puts that must wait (SYNC_FLUSH, SYNC_MASTER) queue in arrival order, which is also their order
+in the commit log; one task per connection settles them: it waits for the oldest, then answers
+every later one already covered by the flushed / replicated offset without waiting again, so
+one ack that covers many puts answers them in one pass and one send.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+from collections import deque
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+import attrs
+import trio
+
+from handlers import DecoderError
+from hanet.channel import ChannelInboundHandler, HandlerContext, StreamChannel, format_address
+from hanet.protocol import (
+    BrokerStatus,
+    ErrorCode,
+    ErrorResponse,
+    PullRequest,
+    PullResponse,
+    PutMessage,
+    PutReply,
+    PutRequest,
+    PutResponse,
+    StatusRequest,
+    StatusResponse,
+)
+from hanet.store import PutResult, PutStatus, StoreError
+
+__all__ = ["LOCALHOST", "RequestHandler", "RequestService", "packed_host", "replies"]
+
+log = logging.getLogger("hanet.broker")
+
+LOCALHOST = (b"\x7f\x00\x00\x01", 0)
+
+
+def packed_host(address: object) -> tuple[bytes, int]:
+    """A peer address as the store's born host (packed IPv4/IPv6 address, port)."""
+    if isinstance(address, tuple) and len(address) >= 2:
+        host, port = address[0], address[1]
+        for family in (socket.AF_INET, socket.AF_INET6):
+            try:
+                return socket.inet_pton(family, str(host)), int(port)
+            except OSError:
+                continue
+    return LOCALHOST
+
+
+def replies(
+    results: Sequence[PutResult],
+    queue_ids: Sequence[int],
+    status: PutStatus = PutStatus.PUT_OK,
+) -> tuple[PutReply, ...]:
+    """The PUT answer: each stored message gets ``status``, a refused one its own."""
+    out = []
+    for result, queue_id in zip(results, queue_ids, strict=True):
+        if result.status is PutStatus.PUT_OK:
+            out.append(
+                PutReply(
+                    status,
+                    queue_id,
+                    result.queue_offset,
+                    result.wrote_offset,
+                    result.wrote_size,
+                    result.store_timestamp,
+                    result.msg_id,
+                    "",
+                )
+            )
+        else:
+            out.append(PutReply(result.status, detail=result.detail))
+    return tuple(out)
+
+
+@attrs.define
+class _Waiting:
+    """A put stored and waiting for its answer (SYNC_FLUSH / SYNC_MASTER)."""
+
+    request_id: int
+    results: list[PutResult]
+    queue_ids: list[int]
+    end_offset: int
+    stored_at: float
+
+
+class RequestService(Protocol):
+    """What a connection's handler needs of the broker (:class:`~hanet.broker.Broker`)."""
+
+    @property
+    def answers_at_once(self) -> bool:
+        """True when a put's answer needs no wait (ASYNC_MASTER with ASYNC_FLUSH)."""
+        ...
+
+    @property
+    def max_in_flight(self) -> int:
+        """Puts waiting for answers before the connection stops being read."""
+        ...
+
+    def store_messages(
+        self, messages: Sequence[PutMessage], born: tuple[bytes, int]
+    ) -> tuple[list[PutResult], list[int]]:
+        """Validate and append a PUT's messages; results and the queue ids used."""
+        ...
+
+    async def settle(self, end_offset: int, stored_at: float | None = None) -> PutStatus:
+        """Wait until data up to ``end_offset`` is durable/replicated as the role requires."""
+        ...
+
+    def settled_offset(self) -> int:
+        """The offset up to which waiting puts can be answered without waiting."""
+        ...
+
+    def pull(self, request: PullRequest) -> PullResponse:
+        """Serve a PULL from the store (StoreError when a record is corrupt)."""
+        ...
+
+    def status(self) -> BrokerStatus:
+        """The STATUS document."""
+        ...
+
+
+class RequestHandler(ChannelInboundHandler):
+    """Serves one broker port connection; answers by request id.
+
+    Puts that must wait (SYNC_FLUSH, SYNC_MASTER) queue in arrival order, which is also their
+    order in the commit log; one task per connection settles them: it waits for the oldest,
+    then answers every later one already covered by the flushed / replicated offset without
+    waiting again, so an ack that covers many puts answers them in one pass and one send.
+    """
+
+    def __init__(self, broker: RequestService, channel: StreamChannel) -> None:
+        self.broker = broker
+        self.channel = channel
+        peer = channel.remote_address
+        self.peer = format_address(peer) if peer else str(channel)
+        self.born = packed_host(peer)
+        self.waiting: deque[_Waiting] = deque()
+        self._settling = False
+        self._paused = False
+
+    def channel_active(self, ctx: HandlerContext) -> None:
+        log.info("client %s connected", self.peer)
+        ctx.fire_channel_active()
+
+    def channel_inactive(self, ctx: HandlerContext) -> None:
+        log.info("client %s closed (%s)", self.peer, self.channel.close_reason or "closed")
+        ctx.fire_channel_inactive()
+
+    def channel_read(self, ctx: HandlerContext, msg: Any) -> None:
+        broker = self.broker
+        try:
+            if isinstance(msg, PutRequest):
+                self._put(ctx, msg)
+            elif isinstance(msg, PullRequest):
+                ctx.write(broker.pull(msg))
+            elif isinstance(msg, StatusRequest):
+                ctx.write(StatusResponse(msg.request_id, broker.status()))
+            else:
+                ctx.fire_channel_read(msg)
+        except StoreError as exc:
+            # A well-formed request the store could not serve: answer it, keep the connection.
+            log.warning("client %s: request failed: %s", self.peer, exc)
+            ctx.write(ErrorResponse(msg.request_id, ErrorCode.SYSTEM_ERROR, str(exc)))
+
+    def _put(self, ctx: HandlerContext, request: PutRequest) -> None:
+        broker = self.broker
+        results, queue_ids = broker.store_messages(request.messages, self.born)
+        if broker.answers_at_once:
+            ctx.write(PutResponse(request.request_id, replies(results, queue_ids)))
+            return
+        ends = [r.end_offset for r in results if r.status is PutStatus.PUT_OK]
+        if not ends:  # refused: nothing to wait for
+            ctx.write(PutResponse(request.request_id, replies(results, queue_ids)))
+            return
+        self.waiting.append(
+            _Waiting(request.request_id, results, queue_ids, max(ends), trio.current_time())
+        )
+        self._update_reading()
+        if not self._settling:
+            self._settling = True
+            ctx.spawn(self._settle_all, ctx)
+
+    async def _settle_all(self, ctx: HandlerContext) -> None:
+        broker = self.broker
+        waiting = self.waiting
+        try:
+            while waiting:
+                head = waiting[0]
+                status = await broker.settle(head.end_offset, head.stored_at)
+                waiting.popleft()
+                ctx.write(
+                    PutResponse(head.request_id, replies(head.results, head.queue_ids, status))
+                )
+                settled = broker.settled_offset()
+                while waiting and waiting[0].end_offset <= settled:
+                    done = waiting.popleft()
+                    ctx.write(PutResponse(done.request_id, replies(done.results, done.queue_ids)))
+                ctx.flush()
+                self._update_reading()
+        finally:
+            self._settling = False
+
+    def channel_read_complete(self, ctx: HandlerContext) -> None:
+        ctx.flush()  # answers given while reading leave together
+        ctx.fire_channel_read_complete()
+
+    def channel_writability_changed(self, ctx: HandlerContext) -> None:
+        self._update_reading()
+        ctx.fire_channel_writability_changed()
+
+    def _update_reading(self) -> None:
+        """Pause reading while too many puts wait or the client does not read its answers."""
+        channel = self.channel
+        if not channel.is_open:
+            return
+        pause = len(self.waiting) >= self.broker.max_in_flight or not channel.is_writable
+        if pause != self._paused:
+            self._paused = pause
+            channel.auto_read = not pause
+
+    def exception_caught(self, ctx: HandlerContext, exc: BaseException) -> None:
+        if isinstance(exc, DecoderError):
+            log.warning("client %s: closing: %s", self.peer, exc)
+        else:
+            log.error(
+                "client %s: closing after an internal error: %r", self.peer, exc, exc_info=exc
+            )
+        ctx.close(f"{type(exc).__name__}: {exc}")

@@ -1,0 +1,130 @@
+"""``broker.conf``: RocketMQ's properties file, read onto a :class:`~hanet.ha.BrokerConfig`.
+
+Keys are RocketMQ's names (``brokerRole``, ``haListenPort``, ...); durations are milliseconds
+as in RocketMQ and become seconds. RocketMQ keys that mean nothing to hanet are accepted and
+ignored; any other unknown key is a :class:`~hanet.errors.ConfigError`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from hanet.errors import ConfigError
+from hanet.ha import BrokerConfig, BrokerRole
+from hanet.store import FlushDiskType
+
+__all__ = ["apply_properties", "load_properties", "parse_properties"]
+
+
+# RocketMQ property name -> (field name, converter).
+def _ms(value: str) -> float:
+    return int(value) / 1000.0
+
+
+def _bool(value: str) -> bool:
+    lowered = value.strip().lower()
+    if lowered in ("true", "1", "yes"):
+        return True
+    if lowered in ("false", "0", "no"):
+        return False
+    raise ValueError(f"not a boolean: {value!r}")
+
+
+_PROPERTIES: dict[str, tuple[str, Any]] = {
+    "brokerRole": ("broker_role", BrokerRole),
+    "storePathRootDir": ("store_path_root_dir", Path),
+    "listenPort": ("listen_port", int),
+    "haListenPort": ("ha_listen_port", int),
+    "haMasterAddress": ("ha_master_address", str),
+    "haSendHeartbeatInterval": ("ha_send_heartbeat_interval", _ms),
+    "haHousekeepingInterval": ("ha_housekeeping_interval", _ms),
+    "haTransferBatchSize": ("ha_transfer_batch_size", int),
+    "haSlaveFallbehindMax": ("ha_slave_fallbehind_max", int),
+    "slaveTimeout": ("slave_timeout", _ms),
+    "inSyncReplicas": ("in_sync_replicas", int),
+    "haFullSync": ("full_sync", _bool),
+    "haMaxBytesPerSecond": ("ha_max_bytes_per_second", int),
+    "mappedFileSizeCommitLog": ("mapped_file_size_commit_log", int),
+    "flushDiskType": ("flush_disk_type", FlushDiskType),
+    "brokerIP1": ("listen_host", str),
+    "defaultTopicQueueNums": ("default_topic_queue_nums", int),
+}
+
+# Keys of a real broker.conf that mean nothing to hanet; accepted and ignored.
+_IGNORED = frozenset(
+    {
+        "brokerClusterName",
+        "brokerName",
+        "brokerId",
+        "namesrvAddr",
+        "deleteWhen",
+        "fileReservedTime",
+        "autoCreateTopicEnable",
+        "autoCreateSubscriptionGroup",
+        "storePathCommitLog",
+        "storePathConsumeQueue",
+        "mappedFileSizeConsumeQueue",
+        "brokerIP2",
+    }
+)
+
+
+def parse_properties(lines: Iterable[str], source: str) -> dict[str, str]:
+    """``key=value`` (or ``key: value``) lines as a dict; blank lines and ``#``/``!`` comments
+    skipped.
+
+    Raises:
+        ConfigError: a line that is neither, naming ``source`` and the line number.
+    """
+    values: dict[str, str] = {}
+    for number, raw in enumerate(lines, 1):
+        line = raw.strip()
+        if not line or line[0] in "#!":
+            continue
+        for sep in ("=", ":"):
+            if sep in line:
+                key, _, value = line.partition(sep)
+                break
+        else:
+            raise ConfigError(f"{source}:{number}: expected key=value, got {line!r}")
+        values[key.strip()] = value.strip()
+    return values
+
+
+def load_properties(path: Path, base: BrokerConfig | None = None) -> BrokerConfig:
+    """Read a ``broker.conf``-style file on top of ``base`` (defaults when None).
+
+    Durations are milliseconds as in RocketMQ. Unknown keys are a :class:`ConfigError`, except
+    RocketMQ keys that do not apply to hanet (``brokerName``, ``namesrvAddr``, ...).
+    """
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc.strerror or exc}") from exc
+    return apply_properties(parse_properties(text.splitlines(), str(path)), base, str(path))
+
+
+def apply_properties(
+    values: Mapping[str, str], base: BrokerConfig | None = None, source: str = "config"
+) -> BrokerConfig:
+    """Apply RocketMQ-named settings to ``base``."""
+    changes: dict[str, Any] = {}
+    for key, value in values.items():
+        if key in _IGNORED:
+            continue
+        entry = _PROPERTIES.get(key)
+        if entry is None:
+            raise ConfigError(f"{source}: unknown setting {key!r}")
+        name, convert = entry
+        try:
+            changes[name] = convert(value)
+        except ValueError as exc:
+            raise ConfigError(f"{source}: bad value for {key}: {value!r} ({exc})") from exc
+    try:
+        return attrs.evolve(base if base is not None else BrokerConfig(), **changes)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"{source}: {exc}") from exc

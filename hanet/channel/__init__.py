@@ -1,0 +1,50 @@
+"""The framework core: channels, pipelines, handler contexts and the handler base classes.
+
+Handlers are synchronous, sans-IO callbacks (Netty's ``ChannelInboundHandler`` /
+``ChannelOutboundHandler``) that a :class:`Pipeline` calls in order; a :class:`StreamChannel`
+drives a pipeline over any trio stream (one reader task, one writer task draining the
+coalescing :class:`~hanet.channel.WaterMarks`-bounded outbound buffer, timer tasks), and an
+:class:`EmbeddedChannel` drives one with no network and a manual clock. Nothing here knows
+about handlers, stores or services above it.
+"""
+
+from ._address import format_address, parse_address
+from ._channel import Channel, ChannelConfig, ChannelStatistics
+from ._context import HandlerContext
+from ._embedded import EmbeddedChannel
+from ._errors import ChannelClosedError, ChannelPipelineError
+from ._future import WriteFuture
+from ._handler import (
+    ChannelDuplexHandler,
+    ChannelHandler,
+    ChannelInboundHandler,
+    ChannelOutboundHandler,
+)
+from ._outbound import OutboundBuffer, WaterMarks, message_size
+from ._pipeline import Pipeline
+from ._stream_channel import StreamChannel
+from ._timers import TimerHandle, TimerQueue
+
+__all__ = [
+    "Channel",
+    "ChannelClosedError",
+    "ChannelConfig",
+    "ChannelDuplexHandler",
+    "ChannelHandler",
+    "ChannelInboundHandler",
+    "ChannelOutboundHandler",
+    "ChannelPipelineError",
+    "ChannelStatistics",
+    "EmbeddedChannel",
+    "HandlerContext",
+    "OutboundBuffer",
+    "Pipeline",
+    "StreamChannel",
+    "TimerHandle",
+    "TimerQueue",
+    "WaterMarks",
+    "WriteFuture",
+    "format_address",
+    "message_size",
+    "parse_address",
+]

@@ -1,0 +1,349 @@
+"""StreamChannel: the async driver of a pipeline over any trio ``Stream``."""
+
+from __future__ import annotations
+
+import errno
+import logging
+import math
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import trio
+
+from ._address import format_address
+from ._channel import Channel, ChannelConfig
+from ._errors import ChannelClosedError
+
+__all__ = ["StreamChannel"]
+
+log = logging.getLogger("hanet.channel")
+
+_IOV_MAX = 1024  # buffers per sendmsg (Linux's IOV_MAX)
+
+
+async def _sendmsg_all(sock: trio.socket.SocketType, parts: list[Any], nbytes: int) -> None:
+    """Send every byte of ``parts`` with as few ``sendmsg`` calls as the kernel allows.
+
+    OS errors become trio's stream errors, as ``SocketStream.send_all`` translates them.
+    """
+    if not nbytes:
+        await trio.lowlevel.checkpoint()
+        return
+    try:
+        while True:
+            sent = await sock.sendmsg(parts)
+            nbytes -= sent
+            if nbytes <= 0:
+                return
+            # A partial send: drop what left, keep the rest of a part cut in two.
+            i = 0
+            while sent >= len(parts[i]):
+                sent -= len(parts[i])
+                i += 1
+            parts = parts[i:]
+            if sent:
+                parts[0] = memoryview(parts[0])[sent:]
+    except OSError as exc:
+        if exc.errno == errno.EBADF:
+            raise trio.ClosedResourceError("the socket was closed") from exc
+        raise trio.BrokenResourceError(f"socket connection broken: {exc}") from exc
+
+
+# An event that is already set: setting it again does nothing, so it stands in for a wake-up
+# event until a task that waits makes its own.
+_SET = trio.Event()
+_SET.set()
+
+
+def _socket_of(stream: trio.abc.Stream) -> Any:
+    while True:
+        sock = getattr(stream, "socket", None)
+        if sock is not None:
+            return sock
+        inner = getattr(stream, "transport_stream", None)
+        if inner is None:
+            return None
+        stream = inner
+
+
+class StreamChannel(Channel):
+    """A channel over a trio stream (a TCP ``SocketStream``, an ``SSLStream``, a memory stream).
+
+    :meth:`run` drives it: its task reads and feeds received bytes into the pipeline, a writer
+    task drains the outbound buffer with ``send_all`` (coalescing what was flushed together),
+    and a timer task serves handlers' timers, in the channel's own nursery. ``channel_active``
+    fires when :meth:`run` starts and ``channel_inactive`` exactly once when it ends, however it
+    ends (peer EOF, an error, ``close``, cancellation from outside). Nothing of the channel
+    outlives :meth:`run`.
+    """
+
+    def __init__(self, stream: trio.abc.Stream, config: ChannelConfig | None = None) -> None:
+        super().__init__(config)
+        self.stream = stream
+        self._nursery: trio.Nursery | None = None
+        self._pending_spawns: list[Callable[[], Awaitable[object]]] = []
+        self._closed = trio.Event()
+        # Each task makes its own wake-up event when it waits.
+        self._writer_wakeup = _SET
+        self._reader_wakeup = _SET
+        self._timer_wakeup = _SET
+        # The writer and timer tasks start on first use: a channel that never writes or sets
+        # a timer costs no task for them (a task costs ~25 us to start and cancel).
+        self._writer_started = False
+        self._timer_started = False
+        self._read_requested = False
+        self._timers.on_earlier = self._wake_timers
+        self._writable_event: trio.Event | None = None
+        sock = _socket_of(stream)
+        self._remote: object = None
+        self._local: object = None
+        if sock is not None:
+            try:
+                self._remote = sock.getpeername()
+                self._local = sock.getsockname()
+            except OSError:
+                pass
+
+    @property
+    def remote_address(self) -> object:
+        return self._remote
+
+    @property
+    def local_address(self) -> object:
+        return self._local
+
+    def now(self) -> float:
+        return trio.current_time()
+
+    def spawn(self, async_fn: Callable[[], Awaitable[object]]) -> None:
+        if self._nursery is None:
+            if not self._open:
+                return
+            self._pending_spawns.append(async_fn)
+        else:
+            self._nursery.start_soon(async_fn)
+
+    # -- life cycle -----------------------------------------------------------------------
+
+    async def run(self, *, on_active: Callable[[], None] | None = None) -> None:
+        """Drive the channel until it closes; returns once ``channel_inactive`` has fired.
+
+        The calling task is the reader; the writer, timer and spawned tasks run in the
+        channel's own nursery. ``on_active`` is called right after ``channel_active``.
+        Cancelling the caller closes the channel the same way; an exception that escapes the
+        channel's tasks (a bug, not bad input) closes it too and propagates. A channel closed
+        before it ran fires neither ``channel_active`` nor ``channel_inactive``.
+        """
+        if self._closed.is_set():
+            await self._close_stream()
+            return
+        try:
+            async with trio.open_nursery() as nursery:
+                if self._open:
+                    self._nursery = nursery
+                    self._active = True
+                    for fn in self._pending_spawns:
+                        nursery.start_soon(fn)
+                    self._pending_spawns.clear()
+                    if self._outbound.has_flushed:
+                        self._start_writer()
+                    if self._timers.next_deadline() != math.inf:
+                        self._start_timers()
+                    self.pipeline.fire_channel_active()
+                    if on_active is not None:
+                        on_active()
+                    if self._open:
+                        await self._reader()
+                nursery.cancel_scope.cancel()
+        finally:
+            self._shutdown()
+            await self._close_stream()
+
+    async def _close_stream(self) -> None:
+        stream = self.stream
+        if type(stream) is trio.SocketStream:
+            # What SocketStream.aclose does, without its checkpoint: in a cancelled run that
+            # checkpoint would raise a Cancelled only to be swallowed (~50 us per connection).
+            stream.socket.close()
+        else:
+            with trio.CancelScope(shield=True):
+                await trio.aclose_forcefully(stream)
+
+    def _shutdown(self) -> None:
+        self._open = False
+        self._nursery = None
+        was_active = self._active
+        self._active = False
+        self._timers.clear()
+        self._outbound.fail_all(lambda: ChannelClosedError(f"{self} closed"))
+        if self._writable_event is not None:
+            self._writable_event.set()
+        if was_active:
+            self.pipeline.fire_channel_inactive()
+        self.pipeline._destroy()
+        self._closed.set()
+        log.debug("%s: closed (%s)", self, self._close_reason or "closed")
+
+    async def close(self, reason: str | None = None) -> None:
+        """Close the channel and wait until it is closed (its stream too). Idempotent."""
+        self.close_nowait(reason)
+        if self._nursery is None and not self._closed.is_set():
+            # Never ran: nothing to cancel; release what it holds now.
+            self._open = False
+            self._shutdown()
+            await self._close_stream()
+        await self._closed.wait()
+
+    async def wait_closed(self) -> None:
+        """Wait until the channel has closed."""
+        await self._closed.wait()
+
+    async def wait_writable(self) -> None:
+        """Wait while the channel is not writable; raises ChannelClosedError if it closes."""
+        while self._outbound.is_writable is False:
+            if not self._open:
+                break
+            if self._writable_event is None:
+                self._writable_event = trio.Event()
+            await self._writable_event.wait()
+        if not self._open:
+            raise ChannelClosedError(f"{self} is closed")
+        await trio.lowlevel.checkpoint()
+
+    async def write_and_flush(self, msg: Any) -> None:
+        """Write ``msg`` through the pipeline and wait until its bytes reached the kernel.
+
+        Waits first while the channel is not writable (back-pressure). Raises
+        :class:`ChannelClosedError` if the channel closes before the write completes.
+        """
+        await self.wait_writable()
+        await self.pipeline.write_and_flush(msg)
+
+    # -- transport -------------------------------------------------------------------------
+
+    def _transport_flush(self) -> None:
+        self._outbound.add_flush()
+        if self._outbound.has_flushed:
+            if self._writer_started:
+                self._writer_wakeup.set()
+            elif self._nursery is not None:
+                self._start_writer()
+
+    def _start_writer(self) -> None:
+        assert self._nursery is not None
+        self._writer_started = True
+        self._nursery.start_soon(self._writer)
+
+    def _start_timers(self) -> None:
+        assert self._nursery is not None
+        self._timer_started = True
+        self._nursery.start_soon(self._timer_task)
+
+    def _transport_read(self) -> None:
+        self._read_requested = True
+        self._reader_wakeup.set()
+
+    def _transport_close(self) -> None:
+        if self._open:
+            self._open = False
+            if self._nursery is not None:
+                self._nursery.cancel_scope.cancel()
+
+    def _writability_flipped(self) -> None:
+        if self._outbound.is_writable and self._writable_event is not None:
+            self._writable_event.set()
+            self._writable_event = None
+        super()._writability_flipped()
+
+    def _wake_timers(self) -> None:
+        if self._timer_started:
+            self._timer_wakeup.set()
+        elif self._nursery is not None:
+            self._start_timers()
+
+    # -- tasks ---------------------------------------------------------------------------
+
+    async def _reader(self) -> None:
+        stream = self.stream
+        pipeline = self.pipeline
+        read_size = self.config.read_size
+        while True:
+            if not (self._auto_read or self._read_requested):
+                self._reader_wakeup = trio.Event()
+                await self._reader_wakeup.wait()
+                continue
+            self._read_requested = False
+            try:
+                data = await stream.receive_some(read_size)
+            except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+                self._lost(f"connection lost: {exc.__cause__ or exc!r}")
+                return
+            if not self._open:
+                # Closed while this read was under way: a socket read with bytes ready does
+                # not yield, so the close has not cancelled us yet. Drop them, as Netty does.
+                return
+            if not data:
+                self._lost("peer closed the connection")
+                return
+            self._reads += 1
+            self._bytes_read += len(data)
+            pipeline.fire_channel_read(data)
+            pipeline.fire_channel_read_complete()
+
+    async def _writer(self) -> None:
+        stream = self.stream
+        outbound = self._outbound
+        coalesce = self.config.write_coalesce
+        # A TCP socket gets gathering writes (sendmsg): the messages flushed together leave in
+        # one system call without being joined first, as Netty's gathering writes. Any other
+        # stream gets them joined into one send_all.
+        sock = stream.socket if type(stream) is trio.SocketStream else None
+        if sock is not None and not hasattr(sock, "sendmsg"):  # pragma: no cover - Windows
+            sock = None
+        while True:
+            if not outbound.has_flushed:
+                self._writer_wakeup = trio.Event()
+                await self._writer_wakeup.wait()
+                continue
+            parts, futures, nbytes = outbound.take(coalesce, _IOV_MAX)
+            try:
+                if sock is not None:
+                    await _sendmsg_all(sock, parts, nbytes)
+                else:
+                    await stream.send_all(parts[0] if len(parts) == 1 else b"".join(parts))
+            except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+                closed = ChannelClosedError(f"{self}: connection lost while sending")
+                closed.__cause__ = exc
+                for future in futures:
+                    future.set_exception(closed)
+                self._lost(f"connection lost while sending: {exc.__cause__ or exc!r}")
+                return
+            except BaseException:
+                for future in futures:
+                    future.set_exception(ChannelClosedError(f"{self} closed"))
+                raise
+            self._sends += 1
+            self._messages_written += len(futures)
+            self._bytes_written += nbytes
+            outbound.sent(nbytes, len(futures))
+            for future in futures:
+                future.set_result()
+
+    async def _timer_task(self) -> None:
+        timers = self._timers
+        while True:
+            self._timer_wakeup = trio.Event()
+            deadline = timers.next_deadline()
+            with trio.move_on_at(deadline):
+                await self._timer_wakeup.wait()
+            self._run_due_timers()
+
+    def _lost(self, reason: str) -> None:
+        self._set_close_reason(reason)
+        log.debug("%s: %s", self, reason)
+        self._transport_close()
+
+    def __str__(self) -> str:
+        if self._remote is None:
+            return f"channel #{self.id}"
+        return f"channel #{self.id} ({format_address(self._remote)})"

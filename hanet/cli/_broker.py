@@ -1,0 +1,300 @@
+"""The broker verbs: ``hanet master``, ``slave``, ``put``, ``pull``, ``status`` (and ``demo``).
+
+- ``hanet master --store DIR --listen HOST:PORT --ha-listen HOST:PORT [--role ...]`` and
+  ``hanet slave --store DIR --master-ha HOST:PORT [--listen HOST:PORT]`` run a broker until
+  Ctrl-C (exit 130) or SIGTERM (exit 0), both shutting down cleanly (store closed, ``abort``
+  removed). Settings come from the defaults, then ``--config FILE`` (``broker.conf`` keys), then
+  the flags. ``--ready-file FILE`` writes the bound addresses as JSON once serving (port 0
+  picks free ports).
+- ``hanet put``, ``hanet pull``, ``hanet status`` are clients of the broker port
+  (:mod:`hanet.ha._client_cli`); ``hanet demo`` runs everything (:mod:`hanet.ha._demo`).
+
+Errors (bad flags or config, a store locked by another process, a refused connection) print one
+line on stderr and exit 2; a put run with statuses other than PUT_OK exits 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import json
+import os
+import signal
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import attrs
+import trio
+
+from hanet.broker import Broker, BrokerAddresses, load_properties, parse_properties
+from hanet.errors import ConfigError
+from hanet.ha import BrokerConfig, BrokerRole
+from hanet.store import FlushDiskType, StoreError
+
+from ._support import (
+    EXIT_OK,
+    fail,
+    first_error,
+    first_message,
+    parse_address,
+    parse_size,
+)
+
+__all__ = ["build_config", "register"]
+
+# -- broker settings ----------------------------------------------------------------------
+
+
+@attrs.frozen
+class _Flag:
+    flags: tuple[str, ...]
+    field: str
+    type: Callable[[str], Any]
+    help: str
+    metavar: str | None = None
+    choices: tuple[str, ...] | None = None
+
+
+_COMMON_FLAGS = (
+    _Flag(("--store",), "store_path_root_dir", Path, "store directory", "DIR"),
+    _Flag(
+        ("--mapped-file-size",), "mapped_file_size_commit_log", parse_size,
+        "commit log file size (1G; K/M/G suffixes)", "BYTES",
+    ),
+    _Flag(
+        ("--flush",), "flush_disk_type", FlushDiskType, "ASYNC_FLUSH (default) or SYNC_FLUSH",
+        choices=tuple(t.value for t in FlushDiskType),
+    ),
+    _Flag(
+        ("--heartbeat-interval", "--ha-send-heartbeat-interval"), "ha_send_heartbeat_interval",
+        float, "seconds of silence before an HA heartbeat (5)", "S",
+    ),
+    _Flag(
+        ("--housekeeping-interval", "--ha-housekeeping-interval"), "ha_housekeeping_interval",
+        float, "seconds without input before an HA connection is closed (20)", "S",
+    ),
+    _Flag(
+        ("--transfer-batch-size", "--ha-transfer-batch-size"), "ha_transfer_batch_size", parse_size,
+        "most bytes per HA transfer frame (32K)", "BYTES",
+    ),
+)  # fmt: skip
+
+_MASTER_FLAGS = (
+    _Flag(
+        ("--role",), "broker_role", BrokerRole, "ASYNC_MASTER (default) or SYNC_MASTER",
+        choices=(BrokerRole.ASYNC_MASTER.value, BrokerRole.SYNC_MASTER.value),
+    ),
+    _Flag(
+        ("--slave-timeout",), "slave_timeout", float,
+        "seconds a SYNC put waits for slaves before FLUSH_SLAVE_TIMEOUT (3)", "S",
+    ),
+    _Flag(
+        ("--in-sync-replicas",), "in_sync_replicas", int,
+        "copies a SYNC put needs, the master included (2)", "N",
+    ),
+    _Flag(
+        ("--fallbehind-max", "--ha-slave-fallbehind-max"), "ha_slave_fallbehind_max", parse_size,
+        "a slave further behind is not counted for SYNC puts (256M)", "BYTES",
+    ),
+    _Flag(
+        ("--max-bytes-per-second", "--ha-max-bytes-per-second"), "ha_max_bytes_per_second",
+        parse_size, "cap on bytes pushed per second to each slave (none)", "BYTES",
+    ),
+    _Flag(
+        ("--queues", "--default-topic-queue-nums"), "default_topic_queue_nums", int,
+        "queues a put without --queue is spread over (4)", "N",
+    ),
+)  # fmt: skip
+
+_SLAVE_FLAGS = (
+    _Flag(
+        ("--reconnect-interval",), "reconnect_interval", float,
+        "seconds between connection attempts to the master (5)", "S",
+    ),
+)  # fmt: skip
+
+
+def _add_flags(parser: argparse.ArgumentParser, flags: tuple[_Flag, ...]) -> None:
+    for flag in flags:
+        parser.add_argument(
+            *flag.flags,
+            dest=flag.field,
+            type=str if flag.choices else flag.type,
+            choices=flag.choices,
+            default=None,
+            metavar=flag.metavar,
+            help=flag.help,
+        )
+
+
+def _add_service_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--config", type=Path, default=None, metavar="FILE",
+        help="broker.conf-style properties (RocketMQ names); flags override it",
+    )  # fmt: skip
+    parser.add_argument(
+        "--ready-file", type=Path, default=None, metavar="FILE",
+        help="write the bound addresses here as JSON once serving",
+    )  # fmt: skip
+
+
+def build_config(args: argparse.Namespace, role: BrokerRole | None = None) -> BrokerConfig:
+    """Defaults, then ``--config FILE``, then the flags given.
+
+    Raises:
+        ConfigError: a bad file, key or value.
+    """
+    config = BrokerConfig()
+    if getattr(args, "config", None) is not None:
+        config = load_properties(args.config, config)
+    changes: dict[str, Any] = {}
+    for flag in (*_COMMON_FLAGS, *_MASTER_FLAGS, *_SLAVE_FLAGS):
+        value = getattr(args, flag.field, None)
+        if value is not None:
+            changes[flag.field] = flag.type(value) if flag.choices else value
+    listen = getattr(args, "listen", None)
+    if listen is not None:
+        changes["listen_host"], changes["listen_port"] = listen
+    ha_listen = getattr(args, "ha_listen", None)
+    if ha_listen is not None:
+        changes["ha_listen_host"], changes["ha_listen_port"] = ha_listen
+    master_ha = getattr(args, "master_ha", None)
+    if master_ha is not None:
+        changes["ha_master_address"] = master_ha
+    if getattr(args, "full_sync", False):
+        changes["full_sync"] = True
+    if role is not None:
+        changes["broker_role"] = role
+    elif config.broker_role is BrokerRole.SLAVE and "broker_role" not in changes:
+        changes["broker_role"] = BrokerRole.ASYNC_MASTER  # a master verb with a slave's conf
+    try:
+        return attrs.evolve(config, **changes)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(str(exc)) from exc
+
+
+def register(subparsers: Any) -> None:
+    """Add the broker verbs (and ``demo``) to the ``hanet`` parser."""
+    parser = subparsers.add_parser(
+        "master",
+        help="run a master broker: store, HA port for slaves, broker port for clients",
+        description="Run a master broker until Ctrl-C or SIGTERM.",
+    )
+    parser.add_argument(
+        "--listen", type=parse_address, default=None, metavar="HOST:PORT",
+        help="broker port for producers and consumers (127.0.0.1:10911; port 0: any)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--ha-listen", type=parse_address, default=None, metavar="HOST:PORT",
+        help="HA port slaves connect to (127.0.0.1:10912; port 0: any)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--full-sync", action="store_true",
+        help="a new slave starts from the first file, not the last",
+    )  # fmt: skip
+    _add_flags(parser, _COMMON_FLAGS + _MASTER_FLAGS)
+    _add_service_flags(parser)
+    parser.set_defaults(func=run_master)
+
+    parser = subparsers.add_parser(
+        "slave",
+        help="run a slave broker replicating a master",
+        description="Replicate a master into a store (reconnecting forever) until Ctrl-C or "
+        "SIGTERM; with --listen, serve PULL and STATUS (puts answer SERVICE_NOT_AVAILABLE).",
+    )
+    parser.add_argument(
+        "--master-ha", type=str, default=None, metavar="HOST:PORT",
+        help="the master's HA port",
+    )  # fmt: skip
+    parser.add_argument(
+        "--listen", type=parse_address, default=None, metavar="HOST:PORT",
+        help="serve the broker port here (none unless this or listenPort in --config)",
+    )  # fmt: skip
+    _add_flags(parser, _COMMON_FLAGS + _SLAVE_FLAGS)
+    _add_service_flags(parser)
+    parser.set_defaults(func=run_slave)
+
+
+# -- master and slave -----------------------------------------------------------------------
+
+
+def _write_ready(path: Path, broker: Broker, addresses: BrokerAddresses) -> None:
+    def fmt(address: tuple[str, int] | None) -> str | None:
+        return None if address is None else f"{address[0]}:{address[1]}"
+
+    data = {
+        "role": broker.role.value,
+        "broker": fmt(addresses.broker),
+        "ha": fmt(addresses.ha),
+        "store": str(broker.config.store_path_root_dir),
+        "pid": os.getpid(),
+    }
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data) + "\n", encoding="utf-8")
+    tmp.replace(path)
+
+
+async def _serve(broker: Broker, ready_file: Path | None) -> int:
+    """Run the broker until SIGTERM (0) or Ctrl-C (KeyboardInterrupt, 130 in main)."""
+    config = broker.config
+    error: str | None = None
+    try:
+        async with trio.open_nursery() as nursery:
+            addresses: BrokerAddresses = await nursery.start(broker.run)
+            parts = [f"store {config.store_path_root_dir}"]
+            if addresses.broker:
+                parts.append(f"broker port {addresses.broker[0]}:{addresses.broker[1]}")
+            if addresses.ha:
+                parts.append(f"HA port {addresses.ha[0]}:{addresses.ha[1]}")
+            if broker.slave is not None:
+                parts.append(f"master {broker.slave.master_address}")
+            print(f"{broker.role.value} ready: {', '.join(parts)}", flush=True)
+            if ready_file is not None:
+                _write_ready(ready_file, broker, addresses)
+            with trio.open_signal_receiver(signal.SIGTERM) as signals:
+                async for _ in signals:
+                    print("SIGTERM: shutting down", file=sys.stderr, flush=True)
+                    nursery.cancel_scope.cancel()
+                    break
+    except* (StoreError, ConfigError, OSError) as group:
+        error = first_message(group)
+        first = first_error(group)
+        if isinstance(first, OSError) and first.errno == errno.EADDRINUSE:
+            ports = [f"broker port {config.listen_host}:{config.listen_port}"]
+            if broker.role is not BrokerRole.SLAVE:
+                ports.append(f"HA port {config.ha_listen_host}:{config.ha_listen_port}")
+            error = f"cannot listen: {error} ({', '.join(ports)})"
+    return EXIT_OK if error is None else fail(error)
+
+
+def _config_keys(path: Path | None) -> set[str]:
+    """The keys a ``--config`` file sets (already validated by :func:`build_config`)."""
+    if path is None:
+        return set()
+    return set(parse_properties(path.read_text(encoding="utf-8").splitlines(), str(path)))
+
+
+async def run_master(args: argparse.Namespace) -> int:
+    """``hanet master``."""
+    try:
+        config = build_config(args)
+        if config.broker_role is BrokerRole.SLAVE:
+            raise ConfigError("hanet master cannot run the SLAVE role (use hanet slave)")
+        broker = Broker(config)
+    except (ConfigError, ValueError) as exc:
+        return fail(str(exc))
+    return await _serve(broker, args.ready_file)
+
+
+async def run_slave(args: argparse.Namespace) -> int:
+    """``hanet slave``."""
+    try:
+        config = build_config(args, BrokerRole.SLAVE)
+        config.ha_master_host_port  # noqa: B018 - validates the address
+        listen = args.listen is not None or "listenPort" in _config_keys(args.config)
+        broker = Broker(config, serve_broker_port=listen)
+    except (ConfigError, ValueError) as exc:
+        return fail(str(exc))
+    return await _serve(broker, args.ready_file)

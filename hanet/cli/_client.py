@@ -1,0 +1,432 @@
+"""The broker port verbs: ``hanet put``, ``hanet pull``, ``hanet status``.
+
+- ``hanet put --broker HOST:PORT --topic T (--body TEXT | --size BYTES --count N)`` puts with
+  ``--concurrency`` requests in flight (``--batch`` messages each) over one connection, shows a
+  progress bar on a terminal and prints a summary of statuses, rate and request latency
+  (``--json``: one object). Exit 1 when any status is not PUT_OK.
+- ``hanet pull --broker HOST:PORT --topic T --queue Q [--offset N] [--max M]`` prints messages
+  and the next offset.
+- ``hanet status --broker HOST:PORT [--json] [--watch]`` shows role, offsets, slaves (ack
+  offset, lag, speed, state) or a slave's master link.
+
+Connection errors print one line on stderr and exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from collections import Counter
+from typing import Any
+
+import attrs
+import trio
+from rich.console import Console, Group
+from rich.live import Live
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+from rich.table import Table
+
+from hanet.client import (
+    BrokerClient,
+    BrokerError,
+    BrokerStatus,
+    PullResult,
+    PullStatus,
+    PutMessage,
+    PutReply,
+)
+from hanet.ha import BrokerRole
+from hanet.store import record_to_json
+
+from ._support import (
+    EXIT_FAILED,
+    EXIT_OK,
+    fail,
+    first_message,
+    parse_address,
+    parse_size,
+)
+
+__all__ = ["register", "run_pull", "run_put", "run_status"]
+
+
+def register(subparsers: Any) -> None:
+    """Add ``put``, ``pull`` and ``status`` to the ``hanet`` parser."""
+    parser = subparsers.add_parser(
+        "put",
+        help="put messages through a broker port",
+        description="Put one message (--body) or --count messages (of --size bytes or --body) "
+        "with --concurrency requests in flight; print a summary of statuses and rate.",
+    )
+    _add_broker(parser)
+    parser.add_argument("--topic", required=True, help="the topic")
+    parser.add_argument("--tags", default="", help="the TAGS property")
+    parser.add_argument("--keys", default="", help="the KEYS property (space separated)")
+    parser.add_argument(
+        "--property", action="append", default=[], metavar="NAME=VALUE",
+        help="a user property (repeatable)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--queue", type=int, default=None, metavar="Q", help="queue id (default: round robin)"
+    )
+    body = parser.add_mutually_exclusive_group(required=True)
+    body.add_argument("--body", default=None, metavar="TEXT", help="the message body")
+    body.add_argument(
+        "--size", type=parse_size, default=None, metavar="BYTES",
+        help="generated bodies of this size (numbered)",
+    )  # fmt: skip
+    parser.add_argument("--count", type=int, default=1, metavar="N", help="messages (1)")
+    parser.add_argument(
+        "--concurrency", type=int, default=16, metavar="C", help="requests in flight (16)"
+    )
+    parser.add_argument(
+        "--batch", type=int, default=1, metavar="B", help="messages per request (1, max 1024)"
+    )
+    parser.add_argument("--json", action="store_true", help="print the summary as one JSON object")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    parser.set_defaults(func=run_put)
+
+    parser = subparsers.add_parser(
+        "pull",
+        help="pull messages of a queue through a broker port",
+        description="Print up to --max messages of a queue from --offset, then the next offset.",
+    )
+    _add_broker(parser)
+    parser.add_argument("--topic", required=True, help="the topic")
+    parser.add_argument("--queue", type=int, required=True, metavar="Q", help="queue id")
+    parser.add_argument("--offset", type=int, default=0, metavar="N", help="queue offset (0)")
+    parser.add_argument("--max", type=int, default=32, metavar="M", help="most messages (32)")
+    parser.add_argument("--json", action="store_true", help="one JSON object per message")
+    parser.set_defaults(func=run_pull)
+
+    parser = subparsers.add_parser(
+        "status",
+        help="show a broker's role, offsets and replication state",
+        description="Show role, offsets and, for a master, each slave's ack offset, lag, "
+        "transfer speed and state; for a slave, its link to the master.",
+    )
+    _add_broker(parser)
+    parser.add_argument("--json", action="store_true", help="print the JSON status object")
+    parser.add_argument("--watch", action="store_true", help="refresh until Ctrl-C")
+    parser.add_argument(
+        "--interval", type=float, default=1.0, metavar="S", help="--watch refresh seconds (1)"
+    )
+    parser.set_defaults(func=run_status)
+
+
+def _add_broker(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--broker", type=parse_address, default=("127.0.0.1", 10911), metavar="HOST:PORT",
+        help="the broker port (127.0.0.1:10911)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--timeout", type=float, default=30.0, metavar="S",
+        help="seconds to connect and per request (30)",
+    )  # fmt: skip
+
+
+# -- put ------------------------------------------------------------------------------------
+
+
+def _numbered_body(i: int, size: int) -> bytes:
+    head = b"%010d " % i
+    if size <= len(head):
+        return head[:size]
+    return head + b"x" * (size - len(head))
+
+
+@attrs.define
+class PutRun:
+    """What a put run did (the summary)."""
+
+    total: int
+    sent: int = 0
+    statuses: Counter[str] = attrs.field(factory=Counter)
+    bytes: int = 0
+    latencies: list[float] = attrs.field(factory=list)
+    elapsed: float = 0.0
+    first_error: str | None = None
+
+    def summary(self) -> dict[str, Any]:
+        latencies = sorted(self.latencies)
+
+        def pct(p: float) -> float | None:
+            if not latencies:
+                return None
+            return round(latencies[min(len(latencies) - 1, int(p * len(latencies)))] * 1e3, 3)
+
+        rate = self.sent / self.elapsed if self.elapsed else 0.0
+        return {
+            "messages": self.sent,
+            "requested": self.total,
+            "statuses": dict(sorted(self.statuses.items())),
+            "bytes": self.bytes,
+            "seconds": round(self.elapsed, 3),
+            "messages_per_second": round(rate, 1),
+            "mib_per_second": round(self.bytes / self.elapsed / (1 << 20), 2)
+            if self.elapsed
+            else 0,
+            "latency_ms_p50": pct(0.50),
+            "latency_ms_p99": pct(0.99),
+            "error": self.first_error,
+        }
+
+
+async def run_put(args: argparse.Namespace) -> int:
+    """``hanet put``."""
+    if args.count < 1 or args.concurrency < 1 or not 1 <= args.batch <= 1024:
+        return fail("--count and --concurrency must be >= 1, --batch 1 to 1024")
+    properties: list[tuple[str, str]] = []
+    for item in args.property:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            return fail(f"--property expects NAME=VALUE, got {item!r}")
+        properties.append((name, value))
+    queue = -1 if args.queue is None else args.queue
+    fixed = None if args.body is None else args.body.encode("utf-8")
+
+    def message(i: int) -> PutMessage:
+        body = fixed if fixed is not None else _numbered_body(i, args.size)
+        return PutMessage(args.topic, body, queue, args.tags, args.keys, tuple(properties))
+
+    run = PutRun(args.count)
+    progress = _Progress(args.count, enabled=args.count > 1 and not args.quiet and not args.json)
+    next_index = 0
+    host, port = args.broker
+
+    async def worker(client: BrokerClient) -> None:
+        nonlocal next_index
+        while next_index < args.count:
+            start = next_index
+            next_index = min(start + args.batch, args.count)
+            batch = [message(i) for i in range(start, next_index)]
+            t0 = time.perf_counter()
+            replies: list[PutReply] = await client.put_batch(batch)
+            run.latencies.append(time.perf_counter() - t0)
+            for m, reply in zip(batch, replies, strict=True):
+                run.statuses[reply.status.value] += 1
+                run.bytes += len(m.body)
+                if not reply.ok and run.first_error is None and reply.detail:
+                    run.first_error = reply.detail
+            run.sent += len(batch)
+            progress.advance(len(batch))
+
+    started = time.perf_counter()
+    failure: str | None = None
+    try:
+        async with BrokerClient.connect(
+            host, port, connect_timeout=args.timeout, request_timeout=args.timeout
+        ) as client:
+            with progress:
+                async with trio.open_nursery() as nursery:
+                    for _ in range(min(args.concurrency, math.ceil(args.count / args.batch))):
+                        nursery.start_soon(worker, client)
+    except* BrokerError as group:
+        failure = first_message(group)
+    run.elapsed = time.perf_counter() - started
+    if failure is not None:
+        run.first_error = failure
+        if args.json:
+            print(json.dumps(run.summary()), flush=True)
+        return fail(failure)
+    summary = run.summary()
+    if args.json:
+        print(json.dumps(summary), flush=True)
+    elif args.count == 1:
+        print(f"{reply_line(run)}", flush=True)
+    else:
+        _print_put_summary(summary)
+    return EXIT_OK if set(run.statuses) == {"PUT_OK"} else EXIT_FAILED
+
+
+def reply_line(run: PutRun) -> str:
+    """The one-line answer of a single put."""
+    (status,) = run.statuses
+    return status if run.first_error is None else f"{status}: {run.first_error}"
+
+
+class _Progress:
+    """A rich progress bar on stderr when it is a terminal (and rich is installed)."""
+
+    def __init__(self, total: int, *, enabled: bool) -> None:
+        self._bar: Any = None
+        self._task: Any = None
+        if not enabled or not sys.stderr.isatty():
+            return
+        self._bar = Progress(
+            "[progress.description]{task.description}",
+            BarColumn(),
+            MofNCompleteColumn(),
+            "[progress.percentage]{task.percentage:>3.0f}%",
+            TimeElapsedColumn(),
+            console=Console(stderr=True),
+            transient=True,
+        )
+        self._task = self._bar.add_task("put", total=total)
+
+    def __enter__(self) -> _Progress:
+        if self._bar is not None:
+            self._bar.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+
+    def advance(self, n: int) -> None:
+        if self._bar is not None:
+            self._bar.advance(self._task, n)
+
+
+def _print_put_summary(summary: dict[str, Any]) -> None:
+    statuses = ", ".join(f"{k} {v}" for k, v in summary["statuses"].items())
+    print(
+        f"put {summary['messages']} messages ({summary['bytes']} body bytes) in "
+        f"{summary['seconds']:.2f} s: {summary['messages_per_second']:,.0f} msg/s, "
+        f"{summary['mib_per_second']:.1f} MiB/s; request latency p50 "
+        f"{summary['latency_ms_p50']} ms, p99 {summary['latency_ms_p99']} ms",
+        flush=True,
+    )
+    print(f"statuses: {statuses}", flush=True)
+    if summary["error"]:
+        print(f"first refusal: {summary['error']}", flush=True)
+
+
+# -- pull -----------------------------------------------------------------------------------
+
+
+async def run_pull(args: argparse.Namespace) -> int:
+    """``hanet pull``."""
+    if args.queue < 0 or args.offset < 0 or args.max < 1:
+        return fail("--queue and --offset must be >= 0, --max >= 1")
+    host, port = args.broker
+    result: PullResult | None = None
+    failure: str | None = None
+    try:
+        async with BrokerClient.connect(
+            host, port, connect_timeout=args.timeout, request_timeout=args.timeout
+        ) as client:
+            result = await client.pull(args.topic, args.queue, args.offset, args.max)
+    except* BrokerError as group:
+        failure = first_message(group)
+    if result is None:
+        return fail(failure or "no answer")
+    for record in result.messages:
+        if args.json:
+            print(json.dumps(record_to_json(record)))
+            continue
+        body = record.body.decode("utf-8", "replace")
+        if len(body) > 60:
+            body = body[:57] + "..."
+        props = " ".join(f"{k}={v}" for k, v in record.properties.items())
+        print(
+            f"{record.queue_offset:>8} @{record.physical_offset:<12} {record.msg_id} "
+            f"{props} {body!r}"
+        )
+    trailer = {
+        "status": result.status.name,
+        "next_offset": result.next_offset,
+        "min_offset": result.min_offset,
+        "max_offset": result.max_offset,
+        "messages": len(result.messages),
+    }
+    if args.json:
+        print(json.dumps(trailer), flush=True)
+    else:
+        print(
+            f"{result.status.name}: {len(result.messages)} messages, next offset "
+            f"{result.next_offset} (queue holds {result.min_offset}..{result.max_offset})",
+            flush=True,
+        )
+    ok = result.status in (PullStatus.FOUND, PullStatus.OFFSET_OVERFLOW_ONE)
+    return EXIT_OK if ok or result.status is PullStatus.NO_MESSAGE_IN_QUEUE else EXIT_FAILED
+
+
+# -- status ---------------------------------------------------------------------------------
+
+
+def _human_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GiB"  # pragma: no cover
+
+
+def status_renderable(status: BrokerStatus) -> Any:
+    """A rich renderable of a status (a table per section)."""
+    head = Table(show_header=False, box=None, pad_edge=False)
+    head.add_row("role", status.role)
+    if status.broker_address:
+        head.add_row("broker port", status.broker_address)
+    if status.ha_address:
+        head.add_row("HA port", status.ha_address)
+    head.add_row("offsets", f"{status.min_offset} .. {status.max_offset}")
+    head.add_row("flushed", str(status.flushed_offset))
+    if status.role != BrokerRole.SLAVE.value:
+        head.add_row("puts", str(status.puts))
+        if status.replicated_offset is not None and status.replicated_offset >= 0:
+            head.add_row("replicated", str(status.replicated_offset))
+    parts: list[Any] = [head]
+    if status.master is not None:
+        link = status.master
+        state = "connected" if link.connected else "disconnected"
+        reason = f" (last close: {link.last_close_reason})" if link.last_close_reason else ""
+        head.add_row("master", f"{link.address} {state}, {link.connects} connects{reason}")
+    if status.role != BrokerRole.SLAVE.value:
+        table = Table(title="slaves", title_justify="left")
+        for column in ("address", "state", "ack offset", "lag", "speed"):
+            table.add_column(column, justify="right" if column != "state" else "left")
+        for s in status.slaves:
+            table.add_row(
+                s.address,
+                s.state,
+                str(s.ack_offset),
+                _human_bytes(s.lag_bytes),
+                f"{_human_bytes(s.bytes_per_second)}/s",
+            )
+        if not status.slaves:
+            table.add_row("(none connected)", "", "", "", "")
+        parts.append(table)
+    return Group(*parts)
+
+
+async def run_status(args: argparse.Namespace) -> int:
+    """``hanet status``."""
+    host, port = args.broker
+    failure: str | None = None
+    try:
+        async with BrokerClient.connect(
+            host, port, connect_timeout=args.timeout, request_timeout=args.timeout
+        ) as client:
+            if not args.watch:
+                status = await client.status()
+                if args.json:
+                    print(json.dumps(status.to_json(), indent=2), flush=True)
+                else:
+                    _print_status(status)
+                return EXIT_OK
+            if args.json:
+                while True:
+                    status = await client.status()
+                    print(json.dumps(status.to_json()), flush=True)
+                    await trio.sleep(args.interval)
+            await _watch(client, args.interval)
+    except* BrokerError as group:
+        failure = first_message(group)
+    return EXIT_OK if failure is None else fail(failure)
+
+
+def _print_status(status: BrokerStatus) -> None:
+    Console().print(status_renderable(status))
+
+
+async def _watch(client: BrokerClient, interval: float) -> None:
+    status = await client.status()
+    with Live(status_renderable(status), refresh_per_second=4) as live:
+        while True:
+            await trio.sleep(interval)
+            live.update(status_renderable(await client.status()))

@@ -1,0 +1,135 @@
+"""``hanet audit``, ``hanet diff`` and ``hanet stats``: the Spark jobs on the command line.
+
+- ``hanet audit STORE... [--no-consume-queues]``: per store and queue counts, then every
+  problem (corrupt data, CRC failures, queue offset gaps and repeats, consume queue entries
+  that do not match the commit log). Exit status 1 when there is a problem.
+- ``hanet diff MASTER SLAVE``: records that differ or that one side lacks, one-sided ranges,
+  and a verdict line. Exit status 1 when the slave diverges.
+- ``hanet stats STORE... [--top N]``: messages and bytes per topic per minute, store latency
+  percentiles per topic, the largest messages.
+
+Common options: ``--spark-master`` (default ``local[*]``, or spark-submit's ``--master`` when
+run as ``spark-submit path/to/hanet/__main__.py audit ...``; any Spark master URL),
+``--out DIR`` with ``--format parquet|csv`` (each table to ``DIR/<table>``), ``--limit N``
+(rows printed per table). The first line printed names the Spark version, master and cores;
+Spark's stage progress bar runs on stderr; each table says how long it took and the last line
+how long the whole job did. A STORE is a store root, a ``commitlog/`` directory or a quoted
+glob of stores.
+
+pyspark is imported inside the handlers, so ``hanet --help`` works without it; a missing
+pyspark or Java gives a one-line message saying what to install (exit status 2). Spark's calls
+block: the handlers run them synchronously inside the trio run that ``hanet.cli`` starts
+(nothing else runs in it), and Ctrl-C interrupts the driver as a KeyboardInterrupt.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import time
+from typing import Any
+
+from hanet.spark import find_stores
+from hanet.store import CommitLogReader, StoreError
+
+from ._support import fail
+
+__all__ = ["audit_command", "diff_command", "register", "stats_command"]
+
+SPARK_HINT = "this command needs the spark extra: pip install 'hanet[spark]' (pyspark, pyarrow)"
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``audit``, ``diff`` and ``stats`` verbs to the ``hanet`` parser."""
+    parser = subparsers.add_parser(
+        "audit",
+        help="audit stores on Spark: counts, corrupt data, CRCs, queue offsets, consume queues",
+        description="Audit one or more stores on Spark. Exit status 1 when a problem is found.",
+    )
+    parser.add_argument("stores", nargs="+", metavar="STORE", help="store, commitlog/ or glob")
+    parser.add_argument(
+        "--no-consume-queues", action="store_true",
+        help="skip rebuilding the consume queues and comparing them",
+    )  # fmt: skip
+    _common(parser)
+    parser.set_defaults(func=audit_command)
+
+    parser = subparsers.add_parser(
+        "diff",
+        help="compare a slave's commit log with its master's on Spark",
+        description="Find where a slave's commit log differs from its master's. Exit status 1 "
+        "when the slave diverges.",
+    )
+    parser.add_argument("master", metavar="MASTER_STORE")
+    parser.add_argument("slave", metavar="SLAVE_STORE")
+    _common(parser)
+    parser.set_defaults(func=diff_command)
+
+    parser = subparsers.add_parser(
+        "stats",
+        help="per-topic traffic, latency and largest messages of stores on Spark",
+        description="Messages and bytes per topic per minute, store-minus-born latency "
+        "percentiles per topic, largest messages.",
+    )
+    parser.add_argument("stores", nargs="+", metavar="STORE", help="store, commitlog/ or glob")
+    parser.add_argument("--top", type=int, default=10, metavar="N", help="largest messages shown")
+    _common(parser)
+    parser.set_defaults(func=stats_command)
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--spark-master", default=None, metavar="URL",
+        help="Spark master (default local[*], or spark-submit's --master under spark-submit)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--out", default=None, metavar="DIR", help="also write every table to DIR/<table>"
+    )
+    parser.add_argument(
+        "--format", dest="out_format", choices=("parquet", "csv"), default="parquet",
+        help="format of --out (default parquet)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--limit", type=int, default=20, metavar="N", help="rows printed per table (default 20)"
+    )
+
+
+async def audit_command(args: argparse.Namespace) -> int:
+    """``hanet audit``: see the module docstring."""
+    return _run("audit", args, list(args.stores))
+
+
+async def diff_command(args: argparse.Namespace) -> int:
+    """``hanet diff``: see the module docstring."""
+    return _run("diff", args, [args.master, args.slave])
+
+
+async def stats_command(args: argparse.Namespace) -> int:
+    """``hanet stats``: see the module docstring."""
+    return _run("stats", args, list(args.stores))
+
+
+def _check_stores(verb: str, paths: list[str]) -> None:
+    """Fail early, in one line, on paths that are not stores (rather than deep in Spark)."""
+    for path in paths:
+        stores = find_stores(path)
+        if verb == "diff" and len(stores) != 1:
+            raise StoreError(f"{path}: diff compares one store with one store, not {len(stores)}")
+        for store in stores:
+            CommitLogReader(store.commit_log_dir)  # file sizes, gaps
+
+
+def _run(verb: str, args: argparse.Namespace, paths: list[str]) -> int:
+    started = time.monotonic()
+    try:
+        _check_stores(verb, paths)
+    except StoreError as exc:
+        return fail(str(exc))
+    try:
+        commands = importlib.import_module("hanet.cli._spark_jobs")  # imports pyspark
+    except ModuleNotFoundError as exc:
+        if exc.name and exc.name.split(".")[0] in ("pyspark", "pyarrow", "py4j"):
+            return fail(SPARK_HINT)
+        raise
+    status: int = commands.run(verb, args, started)
+    return status

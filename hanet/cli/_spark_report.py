@@ -1,0 +1,108 @@
+"""Showing the jobs' tables in the terminal and writing them out (Parquet or CSV)."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any, TextIO
+
+from pyspark.sql import DataFrame
+from rich import box
+from rich.console import Console
+from rich.table import Table
+
+__all__ = ["OUT_FORMATS", "format_table", "show", "write_tables"]
+
+OUT_FORMATS = ("parquet", "csv")
+"""What ``--out`` writes."""
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return f"{value:.1f}"
+    return str(value)
+
+
+def format_table(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """A plain text table: a header, a rule, one line per row; numbers right-aligned."""
+    cells = [[_cell(v) for v in row] for row in rows]
+    numeric = [
+        all(isinstance(row[i], int | float) or row[i] is None for row in rows) and bool(rows)
+        for i in range(len(columns))
+    ]
+    widths = [max([len(c), *(len(r[i]) for r in cells)]) for i, c in enumerate(columns)]
+
+    def line(values: Sequence[str]) -> str:
+        parts = [
+            v.rjust(w) if num else v.ljust(w)
+            for v, w, num in zip(values, widths, numeric, strict=True)
+        ]
+        return "  ".join(parts).rstrip()
+
+    rule = "  ".join("-" * w for w in widths)
+    return "\n".join([line(list(columns)), rule, *(line(r) for r in cells)])
+
+
+def show(
+    title: str, df: DataFrame, *, limit: int, total: int | None = None, out: TextIO | None = None
+) -> list[Any]:
+    """Print ``title`` and the first ``limit`` rows of ``df`` as a table; returns those rows.
+
+    ``total`` (the row count, when known) is printed with the title when rows were left out.
+    On a terminal, rich renders the table when it is installed (the ``progress`` extra);
+    otherwise (a pipe, a file, no rich) it is plain text, never truncated.
+    """
+    out = out or sys.stdout
+    started = time.monotonic()
+    rows = df.limit(limit + 1).collect() if total is None else df.limit(limit).collect()
+    more = len(rows) > limit if total is None else total > limit
+    rows = rows[:limit]
+    elapsed = time.monotonic() - started
+    count = f"first {limit} of {total}" if more and total is not None else (
+        f"first {limit}" if more else f"{len(rows)} row{'s' * (len(rows) != 1)}"
+    )  # fmt: skip
+    heading = f"{title} ({count}, {elapsed:.1f} s)"
+    columns = list(df.columns)
+    if not (out.isatty() and _rich_table(heading, columns, rows, out)):
+        print(f"\n{heading}", file=out)
+        if rows:
+            print(format_table(columns, rows), file=out)
+    out.flush()
+    return rows
+
+
+def _rich_table(heading: str, columns: list[str], rows: list[Any], out: TextIO) -> bool:
+    cells = [[_cell(v) for v in row] for row in rows]
+    needed = sum(max([len(c), *(len(r[i]) for r in cells)]) + 3 for i, c in enumerate(columns))
+    width = max(needed, len(heading), shutil.get_terminal_size((120, 24)).columns)
+    console = Console(file=out, width=width, highlight=False, soft_wrap=False)
+    table = Table(title=heading, title_justify="left", box=box.SIMPLE_HEAD, show_edge=False)
+    for i, name in enumerate(columns):
+        numeric = bool(rows) and all(isinstance(r[i], int | float) or r[i] is None for r in rows)
+        table.add_column(name, justify="right" if numeric else "left", no_wrap=True)
+    for row in cells:
+        table.add_row(*row)
+    console.print()
+    console.print(table)
+    return True
+
+
+def write_tables(tables: Mapping[str, DataFrame], out: str, fmt: str) -> list[str]:
+    """Write each table to ``out/<name>`` (a Spark output directory) as Parquet or CSV with a
+    header, replacing what was there; returns the directories written."""
+    if fmt not in OUT_FORMATS:
+        raise ValueError(f"unknown output format {fmt!r} (one of {', '.join(OUT_FORMATS)})")
+    written = []
+    for name, df in tables.items():
+        target = f"{out.rstrip('/')}/{name}"
+        writer = df.write.mode("overwrite")
+        if fmt == "csv":
+            writer.option("header", "true").csv(target)
+        else:
+            writer.parquet(target)
+        written.append(target)
+    return written

@@ -1,0 +1,217 @@
+"""``hanet dump`` and ``hanet verify``: read-only tools for a store or a ``commitlog/`` dir.
+
+- ``hanet dump STORE_DIR [--json] [--from OFFSET] [--limit N] [--mapped-file-size BYTES]``
+  prints one line per message (with ``--json`` one JSON object per line).
+- ``hanet verify STORE_DIR [--mapped-file-size BYTES]`` checks every record (magic, lengths,
+  CRC, PHYSICALOFFSET, blank records ending their files) and every consume queue entry, and
+  exits 0 when all hold, 1 naming the first bad offset and why.
+
+Bad input (a missing directory, a wrong file size, garbage) gives a one-line error on stderr
+and exit status 2 (1 for a failed verification), never a traceback. Neither tool writes to the
+store, so they work on read-only copies and next to a running broker.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import struct
+import sys
+from pathlib import Path
+from typing import Any, TextIO
+
+from hanet.store import (
+    CQ_BLANK_SIZE,
+    CQ_ENTRY_SIZE,
+    CommitLogReader,
+    MessageRecord,
+    StopReason,
+    StoreError,
+    java_string_hash,
+    list_mapped_files,
+    record_to_json,
+    resolve_store_dir,
+)
+
+from ._support import EXIT_FAILED, EXIT_OK, fail
+
+__all__ = ["dump", "register", "verify"]
+
+_ENTRY = struct.Struct(">qiq")
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``dump`` and ``verify`` verbs to the ``hanet`` parser."""
+    parser = subparsers.add_parser(
+        "dump",
+        help="print the messages of a commit log",
+        description="Print one line per message of a store (or its commitlog/ directory).",
+    )
+    parser.add_argument("store_dir", type=Path, metavar="STORE_DIR")
+    parser.add_argument("--json", action="store_true", help="one JSON object per message")
+    parser.add_argument(
+        "--from", dest="from_offset", type=int, default=None, metavar="OFFSET",
+        help="start at this physical offset (a record boundary)",
+    )  # fmt: skip
+    parser.add_argument("--limit", type=int, default=None, metavar="N", help="at most N messages")
+    _add_file_size(parser)
+    parser.set_defaults(func=dump)
+
+    parser = subparsers.add_parser(
+        "verify",
+        help="check every record and consume queue entry of a store",
+        description="Exit 0 when every record and consume queue entry holds, else 1 naming "
+        "the first bad offset.",
+    )
+    parser.add_argument("store_dir", type=Path, metavar="STORE_DIR")
+    _add_file_size(parser)
+    parser.set_defaults(func=verify)
+
+
+def _add_file_size(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--mapped-file-size", type=int, default=None, metavar="BYTES",
+        help="commit log file size (default: taken from the files)",
+    )  # fmt: skip
+
+
+def _open(args: argparse.Namespace) -> tuple[CommitLogReader, Path | None]:
+    commit_dir, root = resolve_store_dir(args.store_dir)
+    return CommitLogReader(commit_dir, args.mapped_file_size), root
+
+
+def _text_line(offset: int, record: MessageRecord) -> str:
+    body = record.body.decode("utf-8", "replace")
+    if len(body) > 60:
+        body = body[:57] + "..."
+    properties = " ".join(f"{k}={v}" for k, v in record.properties.items())
+    return (
+        f"{offset:>12} size={record.size} topic={record.topic} queue={record.queue_id} "
+        f"qoffset={record.queue_offset} stored={record.store_timestamp} "
+        f"crc={'ok' if record.crc_ok else 'BAD'} {properties} body={body!r}"
+    )
+
+
+async def dump(args: argparse.Namespace) -> int:
+    """``hanet dump``: print the messages, then stop on the data end or a bad record."""
+    try:
+        reader, _ = _open(args)
+        return _dump(reader, args, sys.stdout)
+    except StoreError as exc:
+        return fail(str(exc))
+    except OSError as exc:
+        return fail(f"{args.store_dir}: {exc.strerror or exc}")
+    except BrokenPipeError:  # pragma: no cover - `hanet dump | head`
+        return EXIT_OK
+
+
+def _dump(reader: CommitLogReader, args: argparse.Namespace, out: TextIO) -> int:
+    limit = args.limit
+    if limit is not None and limit <= 0:
+        return EXIT_OK
+    records = reader.records(args.from_offset, check_crc=False)
+    for count, (offset, record) in enumerate(records, 1):
+        if args.json:
+            out.write(json.dumps(record_to_json(record), ensure_ascii=False) + "\n")
+        else:
+            out.write(_text_line(offset, record) + "\n")
+        if limit is not None and count >= limit:
+            records.close()
+            return EXIT_OK
+    stop = reader.stop
+    if stop is not None and stop.reason is StopReason.INVALID:
+        return fail(f"stopped at offset {stop.offset}: {stop.detail}", EXIT_FAILED)
+    return EXIT_OK
+
+
+async def verify(args: argparse.Namespace) -> int:
+    """``hanet verify``: exit 0 when every record and consume queue entry holds."""
+    try:
+        reader, root = _open(args)
+        return _verify(reader, root)
+    except StoreError as exc:
+        return fail(str(exc))
+    except OSError as exc:
+        return fail(f"{args.store_dir}: {exc.strerror or exc}")
+
+
+def _read_consume_queues(
+    root: Path,
+) -> dict[tuple[str, int], tuple[int, list[tuple[int, int, int]]]]:
+    """``(topic, queue) -> (first queue offset, entries)``, up to the first zero entry."""
+    queues: dict[tuple[str, int], tuple[int, list[tuple[int, int, int]]]] = {}
+    directory = root / "consumequeue"
+    if not directory.is_dir():
+        return queues
+    for topic_dir in sorted(p for p in directory.iterdir() if p.is_dir()):
+        for queue_dir in sorted(p for p in topic_dir.iterdir() if p.is_dir()):
+            if not queue_dir.name.isdigit():
+                continue
+            files = list_mapped_files(queue_dir)
+            if not files:
+                continue
+            data = b"".join(path.read_bytes() for _, path in files)
+            entries = []
+            for i in range(0, len(data) - CQ_ENTRY_SIZE + 1, CQ_ENTRY_SIZE):
+                entry: tuple[int, int, int] = _ENTRY.unpack_from(data, i)
+                if entry[1] == 0:
+                    break
+                entries.append(entry)
+            queues[topic_dir.name, int(queue_dir.name)] = (files[0][0] // CQ_ENTRY_SIZE, entries)
+    return queues
+
+
+def _verify(reader: CommitLogReader, root: Path | None) -> int:
+    check_queues = root is not None and (root / "consumequeue").is_dir()
+    queues = _read_consume_queues(root) if root is not None and check_queues else {}
+    seen: dict[tuple[str, int], int] = {}
+    count = 0
+    end = reader.min_offset
+    for offset, record in reader.records():
+        count += 1
+        end = offset + record.size
+        key = (record.topic, record.queue_id)
+        seen[key] = max(seen.get(key, 0), record.queue_offset + 1)
+        if not check_queues:
+            continue
+        first, entries = queues.get(key, (0, []))
+        index = record.queue_offset - first
+        if not 0 <= index < len(entries):
+            return fail(
+                f"record at offset {offset} ({record.topic}/{record.queue_id} queue offset "
+                f"{record.queue_offset}) has no consume queue entry",
+                EXIT_FAILED,
+            )
+        tags = record.tags
+        expected = (offset, record.size, java_string_hash(tags) if tags else 0)
+        if entries[index] != expected:
+            return fail(
+                f"consume queue {record.topic}/{record.queue_id} entry {record.queue_offset} "
+                f"is {entries[index]}, expected {expected} for the record at offset {offset}",
+                EXIT_FAILED,
+            )
+    stop = reader.stop
+    assert stop is not None
+    if stop.reason is StopReason.INVALID:
+        return fail(f"bad record at offset {stop.offset}: {stop.detail}", EXIT_FAILED)
+    data_end = end
+    if stop.reason is StopReason.BLANK:
+        end = stop.offset + stop.blank_size
+    for key, (first, entries) in sorted(queues.items()):
+        for index, (offset, size, _) in enumerate(entries):
+            if size == CQ_BLANK_SIZE:
+                continue
+            if first + index >= seen.get(key, 0) or offset + size > end:
+                return fail(
+                    f"consume queue {key[0]}/{key[1]} entry {first + index} points at "
+                    f"{offset} (+{size}), past the valid data",
+                    EXIT_FAILED,
+                )
+    where = "" if check_queues else " (no consume queues to check)"
+    blank = f", end-of-file blank record at {data_end}" if end != data_end else ""
+    print(
+        f"OK: {count} messages, offsets {reader.min_offset}..{data_end}{blank}, "
+        f"{len(reader.files)} file(s) of {reader.file_size} bytes, "
+        f"{len(queues)} consume queue(s){where}"
+    )
+    return EXIT_OK

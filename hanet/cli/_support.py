@@ -1,0 +1,75 @@
+"""What every verb shares: exit statuses, one-line errors, argument types."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from hanet.channel import parse_address as _split_address
+from hanet.errors import ConfigError
+
+__all__ = [
+    "EXIT_ERROR",
+    "EXIT_FAILED",
+    "EXIT_INTERRUPTED",
+    "EXIT_OK",
+    "fail",
+    "first_error",
+    "first_message",
+    "parse_address",
+    "parse_size",
+]
+
+EXIT_OK = 0
+"""Success."""
+EXIT_FAILED = 1
+"""The command ran and found a problem (a bad record, a refused put, a diverging slave)."""
+EXIT_ERROR = 2
+"""The command could not run (bad arguments, an unreadable store, no connection)."""
+EXIT_INTERRUPTED = 130
+"""Ctrl-C: shut down cleanly."""
+
+
+def fail(message: str, status: int = EXIT_ERROR) -> int:
+    """Print ``hanet: message`` on stderr; return ``status``."""
+    print(f"hanet: {message}", file=sys.stderr, flush=True)
+    return status
+
+
+def parse_size(text: str) -> int:
+    """An integer byte count, with an optional K/M/G suffix (binary)."""
+    units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+    text = text.strip().lower().removesuffix("ib").removesuffix("b")
+    scale = units.get(text[-1:], 1)
+    if scale != 1:
+        text = text[:-1]
+    try:
+        value = int(text) * scale
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a byte count: {text!r}") from None
+    return value
+
+
+def parse_address(text: str) -> tuple[str, int]:
+    """``HOST:PORT`` as an argparse type."""
+    try:
+        return _split_address(text)
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def first_error(group: BaseExceptionGroup[Any]) -> BaseException:
+    """The first leaf exception of a (nested) exception group."""
+    exc: BaseException = group
+    while isinstance(exc, BaseExceptionGroup):
+        exc = exc.exceptions[0]
+    return exc
+
+
+def first_message(group: BaseExceptionGroup[Any]) -> str:
+    """A one-line message for the first leaf exception (an OS error by its strerror)."""
+    exc = first_error(group)
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror + (f": {exc.filename}" if exc.filename else "")
+    return str(exc)

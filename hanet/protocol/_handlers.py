@@ -1,0 +1,81 @@
+"""The broker port's pipeline codecs: frames to message objects and back."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from handlers import LengthFieldBasedFrameDecoder, LengthFieldPrepender
+from hanet.channel import ChannelDuplexHandler, ChannelHandler, HandlerContext, WriteFuture
+
+from ._codec import decode_request, decode_response, encode_request, encode_response
+from ._messages import (
+    LENGTH_FIELD,
+    ErrorResponse,
+    PullRequest,
+    PullResponse,
+    PutRequest,
+    PutResponse,
+    StatusRequest,
+    StatusResponse,
+)
+
+__all__ = ["BrokerClientCodec", "BrokerServerCodec", "broker_frame_codec"]
+
+
+class BrokerServerCodec(ChannelDuplexHandler):
+    """Server side: frames in -> request objects; response objects out -> frames.
+
+    Sits after a ``LengthFieldBasedFrameDecoder(max, 0, 4, 0, 4)`` and before a
+    ``LengthFieldPrepender(4)``. A malformed frame raises :class:`CorruptedFrameError` into
+    the pipeline (``exception_caught``). Stateless and sharable.
+    """
+
+    sharable = True
+
+    def channel_read(self, ctx: HandlerContext, msg: Any) -> None:
+        if isinstance(msg, bytes | bytearray | memoryview):
+            ctx.fire_channel_read(decode_request(msg))
+        else:
+            ctx.fire_channel_read(msg)
+
+    def write(self, ctx: HandlerContext, msg: Any, future: WriteFuture) -> None:
+        if isinstance(msg, PutResponse | PullResponse | StatusResponse | ErrorResponse):
+            ctx.write(encode_response(msg), future)
+        else:
+            ctx.write(msg, future)
+
+
+class BrokerClientCodec(ChannelDuplexHandler):
+    """Client side: frames in -> response objects; request objects out -> frames."""
+
+    sharable = True
+
+    def channel_read(self, ctx: HandlerContext, msg: Any) -> None:
+        if isinstance(msg, bytes | bytearray | memoryview):
+            ctx.fire_channel_read(decode_response(msg))
+        else:
+            ctx.fire_channel_read(msg)
+
+    def write(self, ctx: HandlerContext, msg: Any, future: WriteFuture) -> None:
+        if isinstance(msg, PutRequest | PullRequest | StatusRequest):
+            ctx.write(encode_request(msg), future)
+        else:
+            ctx.write(msg, future)
+
+
+def broker_frame_codec(
+    max_frame_length: int, codec: BrokerServerCodec | BrokerClientCodec
+) -> list[tuple[str, ChannelHandler]]:
+    """The named handlers of a broker port pipeline, in order, for either side.
+
+    ``frame-decoder`` (u32 length prefix, stripped; a frame over ``max_frame_length`` closes the
+    connection), ``frame-encoder`` (adds the prefix) and ``codec``.
+    """
+    return [
+        (
+            "frame-decoder",
+            LengthFieldBasedFrameDecoder(max_frame_length, 0, LENGTH_FIELD, 0, LENGTH_FIELD),
+        ),
+        ("frame-encoder", LengthFieldPrepender(LENGTH_FIELD)),
+        ("codec", codec),
+    ]

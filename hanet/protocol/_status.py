@@ -1,0 +1,186 @@
+"""The STATUS document: one definition, with its JSON form both ways.
+
+The broker builds a :class:`BrokerStatus` from its store and replication services and sends
+:meth:`BrokerStatus.to_json` in a STATUS_OK frame; clients read it back with
+:meth:`BrokerStatus.from_json`. ``hanet status --json`` prints exactly that JSON object::
+
+    {"role": "SYNC_MASTER", "broker_address": "127.0.0.1:10911", "ha_address": "127.0.0.1:10912",
+     "min_offset": 0, "max_offset": 4096, "flushed_offset": 4096, "dispatched_offset": 4096,
+     "puts": 12, "mapped_files": 1, "dispatch_error": null, "uptime": 12.5,
+     "replicated_offset": 4096,
+     "slaves": [{"address": "127.0.0.1:53512", "state": "transferring", "request_offset": 0,
+                 "ack_offset": 4096, "next_offset": 4096, "lag_bytes": 0, "bytes_sent": 4096,
+                 "bytes_per_second": 1024.0}],
+     "closed_slaves": [], "master": null}
+
+A slave has ``"master": {"address", "connected", "connects", "attempts",
+"last_close_reason"}`` and empty ``slaves``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+
+from handlers import CorruptedFrameError
+
+__all__ = ["BrokerStatus", "DispatchError", "MasterLink", "SlaveInfo"]
+
+
+@attrs.frozen
+class SlaveInfo:
+    """One slave as its master sees it.
+
+    Attributes:
+        address: the slave's ``host:port``.
+        state: its connection state (``waiting for report``, ``transferring``, a close
+            reason for a closed one, ...).
+        request_offset: the offset of its first report (where the transfer started).
+        ack_offset: the last offset it acknowledged.
+        next_offset: the offset of the next byte to push to it.
+        lag_bytes: the master's max offset minus ``ack_offset``.
+        bytes_sent: body bytes pushed on this connection.
+        bytes_per_second: its recent transfer rate.
+    """
+
+    address: str
+    state: str
+    request_offset: int
+    ack_offset: int
+    next_offset: int
+    lag_bytes: int
+    bytes_sent: int
+    bytes_per_second: float
+
+
+@attrs.frozen
+class MasterLink:
+    """A slave's link to its master."""
+
+    address: str
+    connected: bool
+    connects: int
+    attempts: int
+    last_close_reason: str | None
+
+
+@attrs.frozen
+class DispatchError:
+    """The first record that failed while being dispatched to the consume queues."""
+
+    offset: int
+    reason: str
+
+
+@attrs.frozen
+class BrokerStatus:
+    """A broker's role, offsets and replication state (the STATUS answer).
+
+    Attributes:
+        role: ASYNC_MASTER, SYNC_MASTER or SLAVE.
+        broker_address, ha_address: where it listens (None when it does not).
+        min_offset, max_offset: the commit log's data range.
+        flushed_offset: data up to here is on disk.
+        dispatched_offset: records before here are in the consume queues.
+        puts: messages put since start.
+        mapped_files: commit log files.
+        dispatch_error: why dispatch stopped, or None.
+        uptime: seconds since the broker started.
+        replicated_offset: a master's offset acknowledged by enough replicas (None on a slave).
+        slaves, closed_slaves: a master's connected and recently closed slaves.
+        master: a slave's link to its master (None on a master).
+    """
+
+    role: str
+    broker_address: str | None
+    ha_address: str | None
+    min_offset: int
+    max_offset: int
+    flushed_offset: int
+    dispatched_offset: int
+    puts: int
+    mapped_files: int
+    dispatch_error: DispatchError | None
+    uptime: float
+    replicated_offset: int | None = None
+    slaves: tuple[SlaveInfo, ...] = ()
+    closed_slaves: tuple[SlaveInfo, ...] = ()
+    master: MasterLink | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON object (nested objects as dicts, tuples as lists)."""
+        return attrs.asdict(self, value_serializer=_lists)
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> BrokerStatus:
+        """Read the JSON object back, checking every field's type.
+
+        Raises:
+            CorruptedFrameError: a field is missing, unknown, or of the wrong type.
+        """
+        try:
+            status: BrokerStatus = _build(cls, raw)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise CorruptedFrameError(f"malformed status document: {exc}") from exc
+        return status
+
+
+def _lists(instance: object, field: object, value: Any) -> Any:
+    return list(value) if isinstance(value, tuple) else value
+
+
+_NESTED: dict[str, type] = {
+    "dispatch_error": DispatchError,
+    "master": MasterLink,
+    "slaves": SlaveInfo,
+    "closed_slaves": SlaveInfo,
+}
+_LISTS = frozenset({"slaves", "closed_slaves"})
+_SCALARS: dict[str, tuple[type, ...]] = {
+    "str": (str,),
+    "int": (int,),
+    "float": (int, float),
+    "bool": (bool,),
+}
+
+
+def _build(cls: type[Any], raw: Mapping[str, Any]) -> Any:
+    if not isinstance(raw, Mapping):
+        raise TypeError(f"{cls.__name__} must be an object, got {type(raw).__name__}")
+    fields = attrs.fields_dict(cls)
+    unknown = set(raw) - set(fields)
+    if unknown:
+        raise ValueError(f"unknown field(s) {sorted(unknown)} in {cls.__name__}")
+    values: dict[str, Any] = {}
+    for name, field in fields.items():
+        if name not in raw:
+            if field.default is attrs.NOTHING:
+                raise KeyError(f"{cls.__name__}.{name}")
+            continue
+        value = raw[name]
+        nested = _NESTED.get(name)
+        if nested is not None and name in _LISTS:
+            if not isinstance(value, list):
+                raise TypeError(f"{cls.__name__}.{name} must be a list")
+            values[name] = tuple(_build(nested, item) for item in value)
+            continue
+        if nested is not None:
+            values[name] = None if value is None else _build(nested, value)
+            continue
+        values[name] = _scalar(f"{cls.__name__}.{name}", str(field.type), value)
+    return cls(**values)
+
+
+def _scalar(where: str, annotation: str, value: Any) -> Any:
+    optional = annotation.endswith(" | None")
+    if value is None:
+        if optional:
+            return None
+        raise TypeError(f"{where} must not be null")
+    kind = annotation.removesuffix(" | None")
+    accepted = _SCALARS[kind]
+    if not isinstance(value, accepted) or (kind != "bool" and isinstance(value, bool)):
+        raise TypeError(f"{where} must be {kind}, got {type(value).__name__}")
+    return float(value) if isinstance(value, int | float) and kind == "float" else value

@@ -1,0 +1,221 @@
+"""The broker verbs in-process: settings precedence, one-line errors, put/pull/status output."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import pytest
+import trio
+
+from hanet.broker import Broker, BrokerAddresses
+from hanet.cli import build_config, build_parser, main
+from hanet.ha import BrokerConfig, BrokerRole
+from hanet.store import FlushDiskType
+
+FILE = 64 * 1024
+
+
+def test_settings_come_from_defaults_then_the_config_file_then_the_flags(tmp_path: Path) -> None:
+    conf = tmp_path / "broker.conf"
+    conf.write_text(
+        "# RocketMQ names\n"
+        "brokerClusterName=DefaultCluster\n"
+        "brokerRole=SYNC_MASTER\n"
+        "haListenPort=20912\n"
+        "listenPort=20911\n"
+        "mappedFileSizeCommitLog=1048576\n"
+        "flushDiskType=SYNC_FLUSH\n"
+        "haSendHeartbeatInterval=2000\n"
+        "slaveTimeout=1500\n",
+        encoding="utf-8",
+    )
+    args = build_parser().parse_args(
+        ["master", "--config", str(conf), "--store", str(tmp_path / "s"),
+         "--ha-listen", "0.0.0.0:30912", "--mapped-file-size", "2M", "--heartbeat-interval", "1"]
+    )  # fmt: skip
+    config = build_config(args)
+    assert config.broker_role is BrokerRole.SYNC_MASTER  # file
+    assert config.flush_disk_type is FlushDiskType.SYNC_FLUSH  # file
+    assert config.slave_timeout == 1.5  # file, milliseconds
+    assert config.listen_port == 20911  # file
+    assert (config.ha_listen_host, config.ha_listen_port) == ("0.0.0.0", 30912)  # flag
+    assert config.mapped_file_size_commit_log == 2 * 1024 * 1024  # flag
+    assert config.ha_send_heartbeat_interval == 1.0  # flag
+    assert config.store_path_root_dir == tmp_path / "s"  # flag
+    defaults = build_config(build_parser().parse_args(["master"]))
+    assert defaults == BrokerConfig()
+
+
+def test_slave_settings(tmp_path: Path) -> None:
+    args = build_parser().parse_args(
+        ["slave", "--store", str(tmp_path), "--master-ha", "10.0.0.1:10912",
+         "--reconnect-interval", "0.5", "--housekeeping-interval", "3"]
+    )  # fmt: skip
+    config = build_config(args, BrokerRole.SLAVE)
+    assert config.broker_role is BrokerRole.SLAVE
+    assert config.ha_master_host_port == ("10.0.0.1", 10912)
+    assert (config.reconnect_interval, config.ha_housekeeping_interval) == (0.5, 3.0)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["master", "--config", "/nonexistent/broker.conf"], "cannot read config file"),
+        (["slave", "--store", "{tmp}"], "haMasterAddress"),
+        (["slave", "--store", "{tmp}", "--master-ha", "nowhere"], "expected HOST:PORT"),
+        (["master", "--store", "{tmp}", "--heartbeat-interval", "0"], "must be > 0"),
+        (["master", "--store", "{file}", "--listen", "127.0.0.1:0"], "store"),
+        (["put", "--broker", "127.0.0.1:1", "--topic", "T", "--body", "x"], "cannot connect"),
+        (["pull", "--broker", "127.0.0.1:1", "--topic", "T", "--queue", "0"], "cannot connect"),
+        (["status", "--broker", "127.0.0.1:1"], "cannot connect"),
+        (["put", "--topic", "T", "--size", "10", "--count", "0"], "--count"),
+        (["put", "--topic", "T", "--body", "x", "--property", "novalue"], "NAME=VALUE"),
+    ],
+)
+def test_errors_are_one_line_on_stderr(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str], message: str
+) -> None:
+    a_file = tmp_path / "a-file"
+    a_file.write_text("not a directory")
+    argv = [a.format(tmp=tmp_path / "store", file=a_file / "store") for a in argv]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    assert err[0].startswith("hanet: ") and message in err[0]
+    assert "Traceback" not in err[0]
+
+
+def test_bad_flags_are_argparse_errors(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["master", "--role", "SLAVE"])
+    assert exit_info.value.code == 2
+    assert "invalid choice" in capsys.readouterr().err
+
+
+@asynccontextmanager
+async def broker(tmp_path: Path, **changes: object) -> AsyncIterator[tuple[Broker, str]]:
+    config = BrokerConfig(
+        store_path_root_dir=tmp_path / "store",
+        listen_port=0,
+        ha_listen_port=0,
+        mapped_file_size_commit_log=FILE,
+        **changes,  # type: ignore[arg-type]
+    )
+    async with trio.open_nursery() as nursery:
+        b = Broker(config)
+        addresses: BrokerAddresses = await nursery.start(b.run)
+        assert addresses.broker is not None
+        yield b, f"127.0.0.1:{addresses.broker[1]}"
+        nursery.cancel_scope.cancel()
+
+
+async def verb(*argv: str) -> int:
+    args = build_parser().parse_args(list(argv))
+    status: int = await args.func(args)
+    return status
+
+
+async def test_put_pull_status_verbs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    async with broker(tmp_path) as (b, address):
+        put = ("put", "--broker", address, "--topic", "T")
+        assert await verb(*put, "--body", "hello", "--tags", "TagA", "--keys", "k1",
+                          "--property", "a=b", "--queue", "2") == 0  # fmt: skip
+        assert capsys.readouterr().out.strip() == "PUT_OK"
+        assert await verb(*put, "--size", "100", "--count", "50", "--batch", "7",
+                          "--concurrency", "3", "--json") == 0  # fmt: skip
+        summary = json.loads(capsys.readouterr().out)
+        assert summary["statuses"] == {"PUT_OK": 50} and summary["messages"] == 50
+        assert summary["bytes"] == 5000 and summary["latency_ms_p99"] is not None
+        assert await verb("put", "--broker", address, "--topic", "T", "--size", "10",
+                          "--count", "4", "--quiet") == 0  # fmt: skip
+        out = capsys.readouterr().out
+        assert "put 4 messages" in out and "statuses: PUT_OK 4" in out
+
+        assert await verb("pull", "--broker", address, "--topic", "T", "--queue", "2") == 0
+        pulled = capsys.readouterr().out.splitlines()
+        assert "TAGS=TagA KEYS=k1 a=b 'hello'" in pulled[0]
+        assert pulled[-1].startswith("FOUND: ")
+        assert await verb("pull", "--broker", address, "--topic", "T", "--queue", "0",
+                          "--offset", "3", "--max", "2", "--json") == 0  # fmt: skip
+        lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+        assert [m["queue_offset"] for m in lines[:-1]] == [3, 4]
+        assert lines[0]["body"].startswith("0000000")  # generated, numbered bodies
+        assert lines[-1]["next_offset"] == 5 and lines[-1]["status"] == "FOUND"
+        assert await verb("pull", "--broker", address, "--topic", "T", "--queue", "0",
+                          "--offset", "999") == 1  # fmt: skip
+        assert "OFFSET_OVERFLOW_BADLY" in capsys.readouterr().out
+
+        assert await verb("status", "--broker", address) == 0
+        out = capsys.readouterr().out
+        assert "ASYNC_MASTER" in out and "(none connected)" in out
+        assert await verb("status", "--broker", address, "--json") == 0
+        status = json.loads(capsys.readouterr().out)
+        assert status["max_offset"] == b.store.max_offset and status["puts"] == 55
+        with trio.move_on_after(0.35):
+            await verb("status", "--broker", address, "--json", "--watch", "--interval", "0.1")
+        watched = capsys.readouterr().out.splitlines()
+        assert len(watched) >= 2 and all(json.loads(w)["role"] == "ASYNC_MASTER" for w in watched)
+
+
+async def test_refused_puts_exit_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    async with broker(tmp_path, broker_role=BrokerRole.SYNC_MASTER) as (_, address):
+        assert await verb("put", "--broker", address, "--topic", "T", "--body", "x") == 1
+        assert capsys.readouterr().out.startswith("SLAVE_NOT_AVAILABLE")
+        assert await verb("put", "--broker", address, "--topic", "bad topic", "--size", "1",
+                          "--count", "2", "--json") == 1  # fmt: skip
+        summary = json.loads(capsys.readouterr().out)
+        assert summary["statuses"] == {"MESSAGE_ILLEGAL": 2} and "topic" in summary["error"]
+
+
+async def test_a_second_master_on_a_store_in_use_fails_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    async with broker(tmp_path):
+        status = await verb("master", "--store", str(tmp_path / "store"),
+                            "--listen", "127.0.0.1:0", "--ha-listen", "127.0.0.1:0")  # fmt: skip
+    assert status == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"hanet: the store at {tmp_path / 'store'} is in use by another process "
+                   f"(lock file {tmp_path / 'store' / 'lock'})"]  # fmt: skip
+
+
+async def test_master_verb_serves_and_writes_its_ready_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ready = tmp_path / "ready.json"
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(
+            verb, "master", "--store", str(tmp_path / "m"), "--listen", "127.0.0.1:0",
+            "--ha-listen", "127.0.0.1:0", "--mapped-file-size", "64K", "--ready-file", str(ready),
+        )  # fmt: skip
+        with trio.fail_after(10):
+            while not ready.exists():  # noqa: ASYNC110 - written by the verb
+                await trio.sleep(0.01)
+        data = json.loads(ready.read_text())
+        assert data["role"] == "ASYNC_MASTER" and data["ha"].startswith("127.0.0.1:")
+        nursery.cancel_scope.cancel()
+    out = capsys.readouterr().out
+    assert out.startswith("ASYNC_MASTER ready: store ") and f"broker port {data['broker']}" in out
+    assert not (tmp_path / "m" / "abort").exists()
+
+
+async def test_slave_verb_from_a_config_file_serves_its_listen_port(tmp_path: Path) -> None:
+    conf = tmp_path / "slave.conf"
+    conf.write_text(
+        f"brokerRole=SLAVE\nstorePathRootDir={tmp_path / 's'}\nhaMasterAddress=127.0.0.1:1\n"
+        "listenPort=0\nmappedFileSizeCommitLog=65536\n",
+        encoding="utf-8",
+    )
+    ready = tmp_path / "ready.json"
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(verb, "slave", "--config", str(conf), "--ready-file", str(ready))
+        with trio.fail_after(10):
+            while not ready.exists():  # noqa: ASYNC110 - written by the verb
+                await trio.sleep(0.01)
+        data = json.loads(ready.read_text())
+        nursery.cancel_scope.cancel()
+    assert data["role"] == "SLAVE" and data["ha"] is None
+    assert data["broker"].startswith("127.0.0.1:")
