@@ -12,7 +12,7 @@ cycles of:
 
 Reported: connects per second of each, their ratio (hanet / raw), and the process's open file
 descriptors and live trio tasks before and after the hanet rounds (goal: both deltas 0, the
-point of NETTY.md §7). A table for humans, then the last line is one JSON object.
+point of docs/netty.md §7). A table for humans, then the last line is one JSON object.
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ def _field_struct(length: int, byteorder: Byteorder) -> struct.Struct | None:
 class LengthFieldBasedFrameDecoder(ByteToMessageDecoder):
     """Split a byte stream into frames by a length field in each frame's header.
 
-    Netty's semantics exactly (see NETTY.md §1): the frame length is ``field value +
+    Netty's semantics exactly (see docs/netty.md §1): the frame length is ``field value +
     length_adjustment + length_field_offset + length_field_length`` bytes from the frame's first
     byte; 1, 2, 3 and 4-byte fields are unsigned, 8-byte fields signed; ``initial_bytes_to_strip``
     bytes are removed from the front of each frame; frames come out as ``bytes``.
@@ -132,7 +132,7 @@ class LengthFieldBasedFrameDecoder(ByteToMessageDecoder):
                         raise CorruptedFrameError(f"negative pre-adjustment length field: {value}")
                     frame_length = value + adjustment + end_offset
                     if self.length_field_length == 8 and not -(1 << 63) <= frame_length < 1 << 63:
-                        # Java's long arithmetic wraps; so does the check below (NETTY.md 1.6-c).
+                        # Java's long arithmetic wraps, so does the check below (netty.md 1.6-c)
                         frame_length = (frame_length + (1 << 63)) % _INT64 - (1 << 63)
                     if frame_length < end_offset:
                         buf.pos = pos + end_offset

@@ -2,8 +2,8 @@
 server stopped and restarted every 200 cycles; nothing leaks (file descriptors, tasks).
 
 This is the answer to the 'failed to open a new selector / Too many open files' failure behind
-the project (NETTY.md §7): a reconnect is a new channel in the same run, and nothing of a closed
-connection survives it.
+the project (docs/netty.md §7): a reconnect is a new channel in the same run, and nothing of a
+closed connection survives it.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The tail of the pipeline (NETTY.md §5.4) and what every channel has, over loopback TCP."""
+"""The tail of the pipeline (docs/netty.md §5.4) and what every channel has, over loopback TCP."""
 
 from __future__ import annotations
 

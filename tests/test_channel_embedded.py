@@ -1,4 +1,4 @@
-"""EmbeddedChannel (DESIGN.md 'Public surface', NETTY.md §6.2-6.3 adapted)."""
+"""EmbeddedChannel (the README's EmbeddedChannel surface, docs/netty.md §6.2-6.3 adapted)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The outbound buffer: flush boundaries, coalescing, water marks (NETTY.md §5.5)."""
+"""The outbound buffer: flush boundaries, coalescing, water marks (docs/netty.md §5.5)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Pipeline structure, event direction and mutation (NETTY.md §5.1-5.3, §5.8), embedded."""
+"""Pipeline structure, event direction and mutation (docs/netty.md §5.1-5.3, §5.8), embedded."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Wire compatibility over real loopback TCP, against peers written from PROTOCOL.md alone.
+"""Wire compatibility over real loopback TCP, against peers written from docs/protocol.md alone.
 
 The peers use plain blocking sockets (in a worker thread) and ``struct``: no hanet code. One
 plays RocketMQ's slave against our master, the other RocketMQ's master against our slave.

@@ -1,4 +1,4 @@
-"""ByteToMessageDecoder and FixedLengthFrameDecoder against NETTY.md §4's facts."""
+"""ByteToMessageDecoder and FixedLengthFrameDecoder against docs/netty.md §4's facts."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""IdleStateHandler, ReadTimeoutHandler and WriteTimeoutHandler (NETTY.md §3)."""
+"""IdleStateHandler, ReadTimeoutHandler and WriteTimeoutHandler (docs/netty.md §3)."""
 
 from __future__ import annotations
 

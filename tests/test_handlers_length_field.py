@@ -1,4 +1,4 @@
-"""LengthFieldBasedFrameDecoder and LengthFieldPrepender against NETTY.md's vectors."""
+"""LengthFieldBasedFrameDecoder and LengthFieldPrepender against docs/netty.md's vectors."""
 
 from __future__ import annotations
 

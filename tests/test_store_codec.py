@@ -1,4 +1,4 @@
-"""Tests of hanet.store._codec: PROTOCOL.md vector A, the real RocketMQ fixture, round-trips."""
+"""Tests of the record codec: docs/protocol.md vector A, the real RocketMQ fixture, round-trips."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Recovery of hanet.store.CommitLogStore (PROTOCOL.md §4): clean, torn tail, flipped bytes."""
+"""Recovery of hanet.store.CommitLogStore (docs/protocol.md §4): clean, torn tail, flipped bytes."""
 
 from __future__ import annotations
 

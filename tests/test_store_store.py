@@ -29,7 +29,7 @@ from hanet.store import (
     record_size,
 )
 
-# PROTOCOL.md vector A (also in test_store_codec.py).
+# docs/protocol.md vector A (also in test_store_codec.py).
 VECTOR_A = bytes.fromhex(
     "00000094daa320a769c865ed0000000300000000000000000000000700000000"
     "40001000000000000000018bcfe56800c0a8010a0000cfdb0000018bcfe5687b"

@@ -1,4 +1,4 @@
-"""The broker verbs: ``hanet master``, ``slave``, ``put``, ``pull``, ``status`` (and ``demo``).
+"""The broker verbs: ``hanet master`` and ``hanet slave``.
 
 - ``hanet master --store DIR --listen HOST:PORT --ha-listen HOST:PORT [--role ...]`` and
   ``hanet slave --store DIR --master-ha HOST:PORT [--listen HOST:PORT]`` run a broker until
@@ -7,7 +7,7 @@
   the flags. ``--ready-file FILE`` writes the bound addresses as JSON once serving (port 0
   picks free ports).
 - ``hanet put``, ``hanet pull``, ``hanet status`` are clients of the broker port
-  (:mod:`hanet.ha._client_cli`); ``hanet demo`` runs everything (:mod:`hanet.ha._demo`).
+  (:mod:`hanet.cli._client`); ``hanet demo`` runs everything (:mod:`hanet.cli._demo`).
 
 Errors (bad flags or config, a store locked by another process, a refused connection) print one
 line on stderr and exit 2; a put run with statuses other than PUT_OK exits 1.

@@ -45,7 +45,7 @@ def _at_least_one(instance: object, attribute: attrs.Attribute[Any], value: int)
 
 @attrs.frozen
 class BrokerConfig:
-    """One broker's settings (defaults as RocketMQ's, see PROTOCOL.md).
+    """One broker's settings (defaults as RocketMQ's, see docs/protocol.md).
 
     Attributes:
         broker_role: ASYNC_MASTER, SYNC_MASTER or SLAVE.

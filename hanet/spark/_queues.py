@@ -3,7 +3,7 @@ of the ``consumequeue`` data source does.
 
 A consume queue file holds 20-byte entries (``i64`` commit log offset, ``i32`` size, ``i64``
 tag hash); the entry of queue offset ``q`` is at byte ``q * 20`` of the queue, files are named
-by their start byte (PROTOCOL.md section 3).
+by their start byte (docs/protocol.md section 3).
 """
 
 from __future__ import annotations
