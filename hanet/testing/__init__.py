@@ -1,0 +1,12 @@
+"""Test utilities.
+
+- :class:`EmbeddedChannel` drives handlers with no network and a manual clock.
+- :class:`FaultProxy` / :func:`relay` with :class:`Faults`: delay, throttle, cut, black-hole or
+  flip bytes between two peers, over loopback TCP or any pair of trio streams.
+"""
+
+from hanet.channel import EmbeddedChannel
+
+from ._faults import FaultProxy, Faults, RelayStatistics, relay
+
+__all__ = ["EmbeddedChannel", "FaultProxy", "Faults", "RelayStatistics", "relay"]

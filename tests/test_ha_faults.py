@@ -1,0 +1,170 @@
+"""Replication through injected faults: a black-holed master and a flipped header byte in
+virtual time; a partition during SYNC puts over loopback TCP through a FaultProxy."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import attrs
+import trio
+import trio.testing
+
+from hanet.broker import Broker, BrokerAddresses
+from hanet.client import BrokerClient, PutStatus
+from hanet.ha import BrokerConfig, BrokerRole, HAMaster, HASlave
+from hanet.store import (
+    CommitLogStore,
+    Message,
+    StoreConfig,
+    StoreRole,
+    compare_commit_logs,
+)
+from hanet.testing import FaultProxy, Faults, relay
+
+FILE = 64 * 1024
+
+
+class FaultyLink:
+    """A slave connector: each connection is a relay to the master through ``to_slave``."""
+
+    def __init__(self, nursery: trio.Nursery, master: HAMaster) -> None:
+        self.nursery = nursery
+        self.master = master
+        self.to_slave = Faults()
+        self.to_master = Faults()
+        self.connects = 0
+
+    async def __call__(self) -> trio.abc.Stream:
+        self.connects += 1
+        slave_end, near = trio.testing.memory_stream_pair()
+        far, master_end = trio.testing.memory_stream_pair()
+        self.nursery.start_soon(relay, near, far, self.to_master, self.to_slave)
+        self.nursery.start_soon(self.master.handle_stream, master_end)
+        return slave_end
+
+
+def stores(tmp_path: Path) -> tuple[CommitLogStore, CommitLogStore]:
+    master = CommitLogStore.open(tmp_path / "m", StoreConfig(mapped_file_size=FILE))
+    slave = CommitLogStore.open(
+        tmp_path / "s", StoreConfig(mapped_file_size=FILE, role=StoreRole.SLAVE)
+    )
+    return master, slave
+
+
+def put(store: CommitLogStore, n: int) -> None:
+    for i in range(n):
+        store.put(Message(topic="T", body=bytes([i % 251]) * 300, queue_id=i % 2))
+
+
+async def wait_until(predicate: Callable[[], object], seconds: float = 120) -> None:
+    with trio.fail_after(seconds):
+        while not predicate():  # noqa: ASYNC110 - polls another service's state
+            await trio.sleep(0.05)
+
+
+async def test_black_holed_master_is_dropped_after_housekeeping(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    master_store, slave_store = stores(tmp_path)
+    put(master_store, 20)
+    config = BrokerConfig(mapped_file_size_commit_log=FILE, reconnect_interval=1.0)
+    async with trio.open_nursery() as nursery:
+        master = HAMaster(master_store, config)
+        link = FaultyLink(nursery, master)
+        slave = HASlave(slave_store, config, connector=link)
+        nursery.start_soon(slave.run)
+        await wait_until(lambda: slave_store.max_offset == master_store.max_offset)
+        link.to_slave.black_hole = True  # the master's bytes vanish; nothing closes
+        silenced = trio.current_time()
+        await wait_until(lambda: link.connects == 2)
+        waited = trio.current_time() - silenced
+        assert 20.0 <= waited <= 20.0 + 5.0 + 1.5  # housekeeping, +heartbeat slack, +reconnect
+        assert "nothing received" in (slave.status().last_close_reason or "")
+        link.to_slave.black_hole = False
+        put(master_store, 5)
+        await wait_until(lambda: slave_store.max_offset == master_store.max_offset)
+        nursery.cancel_scope.cancel()
+    master_store.close()
+    slave_store.close()
+    assert compare_commit_logs(tmp_path / "m", tmp_path / "s").identical
+
+
+async def test_flipped_header_byte_in_transit_is_refetched(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    master_store, slave_store = stores(tmp_path)
+    put(master_store, 200)  # ~60 KiB: several 32 KiB transfers
+    config = BrokerConfig(mapped_file_size_commit_log=FILE, reconnect_interval=0.5, full_sync=True)
+    async with trio.open_nursery() as nursery:
+        master = HAMaster(master_store, config)
+        link = FaultyLink(nursery, master)
+        # Inside the second transfer header's offset field (the first frame is a 12-byte
+        # header and 32 KiB of body).
+        link.to_slave.flip(12 + 32 * 1024 + 5)
+        slave = HASlave(slave_store, config, connector=link)
+        nursery.start_soon(slave.run)
+        await wait_until(lambda: slave_store.max_offset == master_store.max_offset)
+        assert link.connects >= 2  # the bad header closed the first connection
+        nursery.cancel_scope.cancel()
+    master_store.close()
+    slave_store.close()
+    assert compare_commit_logs(tmp_path / "m", tmp_path / "s").identical
+
+
+def broker_config(root: Path, **changes: object) -> BrokerConfig:
+    base = BrokerConfig(
+        store_path_root_dir=root,
+        listen_port=0,
+        ha_listen_port=0,
+        mapped_file_size_commit_log=FILE,
+        ha_send_heartbeat_interval=0.2,
+        ha_housekeeping_interval=1.5,
+        reconnect_interval=0.2,
+        slave_timeout=0.5,
+    )
+    return attrs.evolve(base, **changes)
+
+
+async def test_partition_during_sync_puts_then_catch_up(tmp_path: Path) -> None:
+    master = Broker(broker_config(tmp_path / "m", broker_role=BrokerRole.SYNC_MASTER))
+    async with trio.open_nursery() as nursery:
+        addresses: BrokerAddresses = await nursery.start(master.run)
+        assert addresses.ha is not None and addresses.broker is not None
+        proxy = FaultProxy(addresses.ha)
+        proxy_address = await nursery.start(proxy.run)
+        slave = Broker(
+            broker_config(
+                tmp_path / "s",
+                broker_role=BrokerRole.SLAVE,
+                ha_master_address=f"127.0.0.1:{proxy_address[1]}",
+            ),
+            serve_broker_port=False,
+        )
+        await nursery.start(slave.run)
+        async with BrokerClient.connect(*addresses.broker) as client:
+            statuses: list[PutStatus] = []
+            with trio.fail_after(20):
+                while (await client.put("T", b"warm-up")).status is not PutStatus.PUT_OK:  # noqa: ASYNC110
+                    await trio.sleep(0.05)  # until the slave has connected
+                for i in range(20):
+                    statuses.append((await client.put("T", b"before %d" % i)).status)
+                assert set(statuses) == {PutStatus.PUT_OK}
+
+                proxy.partition()
+                during = [(await client.put("T", b"during %d" % i)).status for i in range(3)]
+                assert during[0] is PutStatus.FLUSH_SLAVE_TIMEOUT
+                # the master's housekeeping drops the silent slave: refused at once after that
+                alone = PutStatus.SLAVE_NOT_AVAILABLE
+                while (await client.put("T", b"alone")).status is not alone:  # noqa: ASYNC110
+                    await trio.sleep(0.1)
+
+                proxy.heal()
+                while (await client.put("T", b"after")).status is not PutStatus.PUT_OK:  # noqa: ASYNC110
+                    await trio.sleep(0.1)
+                status = await client.status()
+                max_offset = status.max_offset
+                while slave.store.max_offset < max_offset:  # noqa: ASYNC110
+                    await trio.sleep(0.05)
+        nursery.cancel_scope.cancel()
+    assert compare_commit_logs(tmp_path / "m", tmp_path / "s").identical
