@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import attrs
 import trio
@@ -112,7 +113,7 @@ async def test_flipped_header_byte_in_transit_is_refetched(
     assert compare_commit_logs(tmp_path / "m", tmp_path / "s").identical
 
 
-def broker_config(root: Path, **changes: object) -> BrokerConfig:
+def broker_config(root: Path, **changes: Any) -> BrokerConfig:
     base = BrokerConfig(
         store_path_root_dir=root,
         listen_port=0,
