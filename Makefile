@@ -15,6 +15,13 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
+# The benchmarks' extras: Twisted (bench/decode.py's baseline) and iperf3 (bench/bulk.py,
+# bench/replication.py compare against it when it is installed).
+bench: $(STAMP)
+	$(BIN)/python -m pip install -q --group bench
+	@command -v iperf3 >/dev/null 2>&1 || (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q iperf3) || echo "iperf3 not installed: its columns are skipped"
+	@echo "benchmarks ready: the commands are in the README's Benchmarks table"
+
 # PySpark needs a JVM; install Debian's JRE when none is on the machine.
 java:
 	apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q openjdk-17-jre-headless

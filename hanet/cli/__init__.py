@@ -12,10 +12,13 @@ their nurseries, and the process exits with status 130.
 from __future__ import annotations
 
 import argparse
+import datetime
+import importlib.metadata
+import json
 import logging
 import sys
 from collections.abc import Awaitable, Callable, Sequence
-from typing import cast
+from typing import Any, cast
 
 import trio
 
@@ -23,13 +26,50 @@ from . import _broker, _client, _demo, _echo, _spark, _store
 from ._broker import build_config
 from ._support import EXIT_INTERRUPTED
 
-__all__ = ["Handler", "build_config", "build_parser", "main"]
+__all__ = [
+    "Handler",
+    "JsonFormatter",
+    "build_config",
+    "build_parser",
+    "configure_logging",
+    "main",
+    "version",
+]
 
 Handler = Callable[[argparse.Namespace], Awaitable[int]]
 
 # Verb families in the order ``hanet --help`` lists them. The Spark verbs load pyspark only
 # when they run, and explain what to install when it is missing.
 _VERB_MODULES = (_store, _broker, _client, _demo, _spark, _echo)
+
+
+def _logging_options(parser: argparse.ArgumentParser, default: Any) -> None:
+    parser.add_argument(
+        "--log-level",
+        default=default if default is argparse.SUPPRESS else "INFO",
+        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+        help="logging level (INFO)",
+    )
+    parser.add_argument(
+        "--log-format",
+        default=default if default is argparse.SUPPRESS else "text",
+        choices=["text", "json"],
+        help="log lines as text or one JSON object each (text)",
+    )
+
+
+class _Verbs:
+    """The sub-parser registry handed to each verb module: every verb also accepts the logging
+    options after its name (``hanet master --log-level DEBUG``)."""
+
+    def __init__(self, subparsers: Any, common: argparse.ArgumentParser) -> None:
+        self._subparsers = subparsers
+        self._common = common
+
+    def add_parser(self, name: str, **kwargs: Any) -> argparse.ArgumentParser:
+        kwargs["parents"] = [*kwargs.get("parents", ()), self._common]
+        parser: argparse.ArgumentParser = self._subparsers.add_parser(name, **kwargs)
+        return parser
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -40,27 +80,57 @@ def build_parser() -> argparse.ArgumentParser:
             "Netty's pipeline on trio, RocketMQ-compatible HA replication, audits on Spark."
         ),
     )
-    parser.add_argument(
-        "--log-level",
-        default="INFO",
-        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
-        help="logging level (default INFO)",
-    )
+    parser.add_argument("--version", action="version", version=f"hanet {version()}")
+    _logging_options(parser, None)
+    common = argparse.ArgumentParser(add_help=False)
+    _logging_options(common, argparse.SUPPRESS)
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    verbs = _Verbs(subparsers, common)
     for module in _VERB_MODULES:
-        module.register(subparsers)
+        module.register(verbs)
     return parser
+
+
+def version() -> str:
+    """The installed package's version."""
+    try:
+        return importlib.metadata.version("hanet")
+    except importlib.metadata.PackageNotFoundError:  # pragma: no cover - not installed
+        return "unknown"
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object a line: time (ISO 8601, UTC), level, logger, message, exception."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        out: dict[str, Any] = {
+            "time": datetime.datetime.fromtimestamp(record.created, datetime.UTC).isoformat(
+                timespec="milliseconds"
+            ),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        if record.exc_info:
+            out["exception"] = self.formatException(record.exc_info)
+        return json.dumps(out, ensure_ascii=False)
+
+
+def configure_logging(level: str, form: str) -> None:
+    """Everything a command logs goes to stderr, as text lines or JSON objects."""
+    handler = logging.StreamHandler(sys.stderr)
+    if form == "json":
+        handler.setFormatter(JsonFormatter())
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)-7s %(name)s: %(message)s"))
+    logging.basicConfig(level=getattr(logging, level), handlers=[handler], force=True)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one ``hanet`` command; returns the process exit status."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=getattr(logging, args.log_level),
-        format="%(asctime)s %(levelname)-7s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    configure_logging(args.log_level, args.log_format)
     handler = cast(Handler, args.func)
     status = EXIT_INTERRUPTED
     try:
