@@ -347,10 +347,11 @@ class BrokerClient:
         answer, not an exception.
 
         Raises:
-            InvalidMessageError: (a ValueError) no broker accepts this message: a topic not of
-                1 to :data:`~hanet.store.MAX_TOPIC_LENGTH` characters of ``[%|a-zA-Z0-9_-]``,
-                a negative queue id, ``\\x01`` / ``\\x02`` in tags, keys or properties, an
-                empty property name. Nothing is sent.
+            InvalidMessageError: (a ValueError) no broker accepts this message: an empty
+                topic or one over :data:`~hanet.store.MAX_TOPIC_LENGTH` characters, a queue
+                id below -1, ``\\x01`` / ``\\x02`` in tags, keys or properties, an
+                empty property name. Nothing is sent. (A topic with characters outside
+                ``[%|a-zA-Z0-9_-]`` is sent: the broker answers MESSAGE_ILLEGAL.)
             BrokerConnectionError, BrokerTimeoutError, BrokerRequestError.
         """
         message = PutMessage(
@@ -374,10 +375,10 @@ class BrokerClient:
         """
         batch = tuple(messages)
         for index, message in enumerate(batch):
-            problem = message_problem(message)
+            problem = message_problem(message, topic_characters=False)
             if problem is not None:
                 await trio.lowlevel.checkpoint()
-                raise InvalidMessageError(f"message {index} of the batch: {problem}")
+                raise InvalidMessageError(f"cannot encode message {index} of the batch: {problem}")
         response = await self._call(lambda rid: PutRequest(rid, batch))
         put: PutResponse = self._expect(response, PutResponse)
         if len(put.replies) != len(batch):

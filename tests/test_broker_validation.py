@@ -290,7 +290,7 @@ async def test_the_client_refuses_property_injection_before_sending(
     ("topic", "queue_id", "match"),
     [
         ("T" * 128, 0, "127"),
-        ("bad topic", 0, "topic"),
+        ("T" * 65_535, 0, "127"),
         ("", 0, "topic"),
         ("T", -2, "queue"),
     ],
@@ -302,6 +302,12 @@ async def test_the_client_checks_topics_and_queue_ids(
         with pytest.raises(InvalidMessageError, match=match):
             await c.put(topic, b"x", queue_id=queue_id)
         assert (await c.status()).puts == 0
+
+
+async def test_the_client_leaves_the_topic_characters_to_the_broker(tmp_path: Path) -> None:
+    async with running(config(tmp_path)) as (_, addresses), client(addresses) as c:
+        reply = await c.put("bad topic", b"x")
+        assert illegal(reply, "topic", "characters")
 
 
 # -- answers that fail to encode ----------------------------------------------------------------

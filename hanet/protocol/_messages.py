@@ -154,17 +154,19 @@ class PutMessage:
     flag: int = 0
 
 
-def message_problem(message: PutMessage) -> str | None:
+def message_problem(message: PutMessage, *, topic_characters: bool = True) -> str | None:
     """Why ``message`` may not be put whatever the broker's settings, or None.
 
-    The topic (:func:`hanet.store.topic_problem`: at most
-    :data:`~hanet.store.MAX_TOPIC_LENGTH` characters of ``[%|a-zA-Z0-9_-]``), the queue id
-    (>= 0 or :data:`AUTO_QUEUE`), and tags, keys and properties
-    (:func:`hanet.store.property_problem`: no ``\\x01`` / ``\\x02``, no empty name). The
-    client checks this before sending; the broker also checks what depends on its settings
-    (queue count, body and properties sizes). The reason is short whatever the message.
+    The topic (:func:`hanet.store.topic_problem`: 1 to
+    :data:`~hanet.store.MAX_TOPIC_LENGTH` characters of ``[%|a-zA-Z0-9_-]``; with
+    ``topic_characters=False`` only its length), the queue id (>= 0 or :data:`AUTO_QUEUE`),
+    and tags, keys and properties (:func:`hanet.store.property_problem`: no ``\\x01`` /
+    ``\\x02``, no empty name). The broker checks all of it and what depends on its settings
+    (queue count, body and properties sizes); the client checks it before sending, but
+    leaves the topic's characters to the broker (a MESSAGE_ILLEGAL answer). The reason is
+    short whatever the message.
     """
-    problem = topic_problem(message.topic)
+    problem = topic_problem(message.topic, characters=topic_characters)
     if problem is not None:
         return problem
     if message.queue_id < AUTO_QUEUE:

@@ -94,17 +94,18 @@ def _shown(text: str) -> str:
     return f"{text[:_SHOWN]!r}... ({len(text)} characters)"
 
 
-def topic_problem(topic: str) -> str | None:
+def topic_problem(topic: str, *, characters: bool = True) -> str | None:
     """Why a producer may not put to ``topic``, or None when it may.
 
     RocketMQ's ``TopicValidator``: 1 to :data:`MAX_TOPIC_LENGTH` characters of
-    ``[%|a-zA-Z0-9_-]``. The reason is short whatever the topic's length.
+    ``[%|a-zA-Z0-9_-]`` (``characters=False``: only the length). The reason is short whatever
+    the topic's length.
     """
     if not topic:
         return "the topic is empty"
     if len(topic) > MAX_TOPIC_LENGTH:
         return f"the topic is {len(topic)} characters long, over {MAX_TOPIC_LENGTH}"
-    if _TOPIC_CHARACTERS.fullmatch(topic) is None:
+    if characters and _TOPIC_CHARACTERS.fullmatch(topic) is None:
         return f"the topic {_shown(topic)} has characters outside [%|a-zA-Z0-9_-]"
     return None
 
