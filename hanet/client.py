@@ -63,6 +63,7 @@ from hanet.protocol import (
     StatusRequest,
     StatusResponse,
     broker_frame_codec,
+    message_problem,
 )
 from hanet.store import CorruptRecordError, MessageRecord, PutStatus, decode_record
 
@@ -76,6 +77,7 @@ __all__ = [
     "BrokerStatus",
     "BrokerTimeoutError",
     "ErrorCode",
+    "InvalidMessageError",
     "MasterLink",
     "MessageRecord",
     "PullResult",
@@ -105,6 +107,11 @@ class BrokerTimeoutError(BrokerError, TimeoutError):
 
 class BrokerProtocolError(BrokerError):
     """The broker sent something that is not a valid answer; the connection is closed."""
+
+
+class InvalidMessageError(BrokerError, ValueError):
+    """A message that no broker accepts (bad topic, queue id, tags, keys or properties);
+    raised before anything is sent."""
 
 
 class BrokerRequestError(BrokerError):
@@ -340,6 +347,11 @@ class BrokerClient:
         answer, not an exception.
 
         Raises:
+            InvalidMessageError: (a ValueError) no broker accepts this message: an empty
+                topic or one over :data:`~hanet.store.MAX_TOPIC_LENGTH` characters, a queue
+                id below -1, ``\\x01`` / ``\\x02`` in tags, keys or properties, an
+                empty property name. Nothing is sent. (A topic with characters outside
+                ``[%|a-zA-Z0-9_-]`` is sent: the broker answers MESSAGE_ILLEGAL.)
             BrokerConnectionError, BrokerTimeoutError, BrokerRequestError.
         """
         message = PutMessage(
@@ -355,8 +367,18 @@ class BrokerClient:
         return reply
 
     async def put_batch(self, messages: Sequence[PutMessage]) -> list[PutReply]:
-        """Put up to 1024 messages in one request (one store batch); one reply each."""
+        """Put up to 1024 messages in one request (one store batch); one reply each.
+
+        Raises:
+            InvalidMessageError: a message no broker accepts (see :meth:`put`); nothing of
+                the batch is sent.
+        """
         batch = tuple(messages)
+        for index, message in enumerate(batch):
+            problem = message_problem(message, topic_characters=False)
+            if problem is not None:
+                await trio.lowlevel.checkpoint()
+                raise InvalidMessageError(f"cannot encode message {index} of the batch: {problem}")
         response = await self._call(lambda rid: PutRequest(rid, batch))
         put: PutResponse = self._expect(response, PutResponse)
         if len(put.replies) != len(batch):

@@ -45,8 +45,9 @@ from hanet.protocol import (
     decode_response,
     encode_request,
     encode_response,
+    message_problem,
 )
-from hanet.store import PutStatus
+from hanet.store import MAX_TOPIC_LENGTH, PutStatus
 from hanet.testing import EmbeddedChannel
 
 # -- byte layouts (the README table) ---------------------------------------------------------
@@ -251,6 +252,46 @@ def test_unknown_error_code_reads_as_system_error() -> None:
 def test_unencodable_requests(request_: Request) -> None:
     with pytest.raises(EncoderError):
         encode_request(request_)
+
+
+@pytest.mark.parametrize(
+    "response",
+    [
+        PutResponse(1, (PutReply(PutStatus.MESSAGE_ILLEGAL, detail="d" * 70_000),)),
+        PutResponse(1, (PutReply(PutStatus.PUT_OK, queue_offset=2**63),)),
+        PullResponse(1, PullStatus.FOUND, 2**63, 0, 0),
+        ErrorResponse(2**32, ErrorCode.SYSTEM_ERROR, ""),
+    ],
+)
+def test_unencodable_responses_raise_encoder_errors(response: Response) -> None:
+    with pytest.raises(EncoderError):
+        encode_response(response)
+
+
+@pytest.mark.parametrize(
+    ("message", "words"),
+    [
+        (PutMessage("T" * (MAX_TOPIC_LENGTH + 1), b""), "over 127"),
+        (PutMessage("", b""), "empty"),
+        (PutMessage("a b", b""), "characters"),
+        (PutMessage("T", b"", queue_id=-2), "queue id -2"),
+        (PutMessage("T", b"", tags="a\x02b"), "TAGS"),
+        (PutMessage("T", b"", keys="a\x01b"), "KEYS"),
+        (PutMessage("T", b"", properties=(("n", "a\x02b"),)), "value"),
+        (PutMessage("T", b"", properties=(("", "v"),)), "empty"),
+    ],
+)
+def test_message_problems(message: PutMessage, words: str) -> None:
+    problem = message_problem(message)
+    assert problem is not None and words in problem
+
+
+def test_message_problem_accepts_good_messages_and_names_topics_briefly() -> None:
+    good = PutMessage("%|aZ09_-" + "t" * 119, b"x", 3, "TagA", "k1 k2", (("p", "v=w"),))
+    assert message_problem(good) is None
+    assert message_problem(PutMessage("a b", b""), topic_characters=False) is None
+    problem = message_problem(PutMessage("\u00e9" * 100, b""))
+    assert problem is not None and len(problem) < 200
 
 
 # -- the pipeline handlers -------------------------------------------------------------------

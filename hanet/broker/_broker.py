@@ -57,9 +57,11 @@ from hanet.protocol import (
     PutReply,
     SlaveInfo,
     broker_frame_codec,
+    message_problem,
 )
 from hanet.store import (
     CQ_BLANK_SIZE,
+    MAX_PROPERTIES_SIZE,
     CommitLogStore,
     CorruptRecordError,
     FlushDiskType,
@@ -68,6 +70,7 @@ from hanet.store import (
     PutStatus,
     StoreConfig,
     StoreRole,
+    encode_properties,
 )
 
 from ._handler import LOCALHOST, RequestHandler, packed_host, replies
@@ -239,18 +242,46 @@ class Broker:
             counter = self._queue_counters[topic] = itertools.count()
         return next(counter) % self.config.default_topic_queue_nums
 
+    def _refusal(self, message: PutMessage, properties: dict[str, str]) -> PutResult | None:
+        """Why this broker refuses ``message`` (a MESSAGE_ILLEGAL or PROPERTIES_SIZE_EXCEEDED
+        result), or None: the checks of :func:`message_problem`, then the queue id against
+        ``default_topic_queue_nums``, the body against the store's ``max_message_size`` and
+        the encoded properties against :data:`MAX_PROPERTIES_SIZE`."""
+        problem = message_problem(message)
+        queues = self.config.default_topic_queue_nums
+        if problem is None and message.queue_id != AUTO_QUEUE and message.queue_id >= queues:
+            problem = f"queue id {message.queue_id} is out of range: this broker has {queues}"
+        if problem is None:
+            limit = self.store.config.max_message_size
+            if len(message.body) > limit:
+                problem = f"body of {len(message.body)} bytes is over the maximum {limit}"
+        if problem is not None:
+            return PutResult(PutStatus.MESSAGE_ILLEGAL, detail=problem)
+        size = len(encode_properties(properties))
+        if size > MAX_PROPERTIES_SIZE:
+            return PutResult(
+                PutStatus.PROPERTIES_SIZE_EXCEEDED,
+                detail=f"properties of {size} bytes are over {MAX_PROPERTIES_SIZE}",
+            )
+        return None
+
     def store_messages(
         self, messages: Sequence[PutMessage], born: tuple[bytes, int] = LOCALHOST
     ) -> tuple[list[PutResult], list[int]]:
-        """Write messages to the store now (synchronous); returns results and queue ids.
+        """Validate messages, then write the valid ones to the store now (synchronous);
+        returns a result and a queue id for each message, in order.
 
-        ``born`` is the producer's packed address and port (the records' BORNHOST). A slave's
-        store refuses (SERVICE_NOT_AVAILABLE). Follow with :meth:`settle` for durability and
-        replication, unless :attr:`answers_at_once`.
+        Every message is checked (see :meth:`_refusal`) before any is stored; a refused one
+        gets MESSAGE_ILLEGAL (or PROPERTIES_SIZE_EXCEEDED) with the reason in ``detail``,
+        writes nothing and takes no turn of the round robin (queue id -1); the others are
+        stored as one batch. ``born`` is the producer's packed address and port (the records'
+        BORNHOST). A slave's store refuses (SERVICE_NOT_AVAILABLE). Follow with :meth:`settle`
+        for durability and replication, unless :attr:`answers_at_once`.
         """
         born_host, born_port = born
         batch = []
         queue_ids = []
+        refused: list[PutResult | None] = []
         for m in messages:
             properties: dict[str, str] = {}
             if m.tags:
@@ -258,6 +289,11 @@ class Broker:
             if m.keys:
                 properties["KEYS"] = m.keys
             properties.update(m.properties)
+            refusal = self._refusal(m, properties)
+            refused.append(refusal)
+            if refusal is not None:
+                queue_ids.append(-1)
+                continue
             queue_id = m.queue_id if m.queue_id != AUTO_QUEUE else self._queue_for(m.topic)
             queue_ids.append(queue_id)
             batch.append(
@@ -271,7 +307,11 @@ class Broker:
                     born_port=born_port,
                 )
             )
-        return self.store.put_batch(batch), queue_ids
+        stored = self.store.put_batch(batch) if batch else []
+        if len(stored) == len(refused):  # nothing refused: the common case
+            return stored, queue_ids
+        written = iter(stored)
+        return [r if r is not None else next(written) for r in refused], queue_ids
 
     @property
     def answers_at_once(self) -> bool:
@@ -335,6 +375,9 @@ class Broker:
 
     def pull(self, request: PullRequest) -> PullResponse:
         """Serve a PULL from the consume queue (synchronous; reads memory-mapped files).
+
+        Only looks queues up: a pull of a queue that does not exist (a queue id out of range,
+        a topic no put may use) answers NO_MESSAGE_IN_QUEUE and creates nothing.
 
         Raises:
             CorruptRecordError: an entry points at bytes that are not a record.

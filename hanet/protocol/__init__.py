@@ -34,6 +34,7 @@ from ._messages import (
     Response,
     StatusRequest,
     StatusResponse,
+    message_problem,
 )
 from ._status import BrokerStatus, DispatchError, MasterLink, SlaveInfo
 
@@ -69,4 +70,5 @@ __all__ = [
     "decode_response",
     "encode_request",
     "encode_response",
+    "message_problem",
 ]

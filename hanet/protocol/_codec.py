@@ -108,7 +108,18 @@ def encode_request(request: Request) -> bytearray:
 
 
 def encode_response(response: Response) -> bytearray:
-    """The frame body of a response, without the length field."""
+    """The frame body of a response, without the length field.
+
+    Raises:
+        EncoderError: a field does not fit (a string over 65535 bytes, a number out of range).
+    """
+    try:
+        return _encode_response(response)
+    except struct.error as exc:
+        raise EncoderError(f"a field of the answer is out of range: {exc}") from exc
+
+
+def _encode_response(response: Response) -> bytearray:
     if isinstance(response, PutResponse):
         out = _start(Opcode.PUT_OK, response.request_id)
         out += _U16.pack(len(response.replies))

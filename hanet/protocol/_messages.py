@@ -38,7 +38,7 @@ import enum
 
 import attrs
 
-from hanet.store import PutStatus
+from hanet.store import PutStatus, property_problem, topic_problem
 
 from ._status import BrokerStatus
 
@@ -63,6 +63,7 @@ __all__ = [
     "Response",
     "StatusRequest",
     "StatusResponse",
+    "message_problem",
 ]
 
 AUTO_QUEUE = -1
@@ -151,6 +152,38 @@ class PutMessage:
     keys: str = ""
     properties: tuple[tuple[str, str], ...] = ()
     flag: int = 0
+
+
+def message_problem(message: PutMessage, *, topic_characters: bool = True) -> str | None:
+    """Why ``message`` may not be put whatever the broker's settings, or None.
+
+    The topic (:func:`hanet.store.topic_problem`: 1 to
+    :data:`~hanet.store.MAX_TOPIC_LENGTH` characters of ``[%|a-zA-Z0-9_-]``; with
+    ``topic_characters=False`` only its length), the queue id (>= 0 or :data:`AUTO_QUEUE`),
+    and tags, keys and properties (:func:`hanet.store.property_problem`: no ``\\x01`` /
+    ``\\x02``, no empty name). The broker checks all of it and what depends on its settings
+    (queue count, body and properties sizes); the client checks it before sending, but
+    leaves the topic's characters to the broker (a MESSAGE_ILLEGAL answer). The reason is
+    short whatever the message.
+    """
+    problem = topic_problem(message.topic, characters=topic_characters)
+    if problem is not None:
+        return problem
+    if message.queue_id < AUTO_QUEUE:
+        return f"bad queue id {message.queue_id}"
+    if message.tags:
+        problem = property_problem("TAGS", message.tags)
+        if problem is not None:
+            return problem
+    if message.keys:
+        problem = property_problem("KEYS", message.keys)
+        if problem is not None:
+            return problem
+    for name, value in message.properties:
+        problem = property_problem(name, value)
+        if problem is not None:
+            return problem
+    return None
 
 
 @attrs.frozen

@@ -21,6 +21,7 @@ from ._codec import (
     MAGIC_V1,
     MAGIC_V2,
     MAX_PROPERTIES_SIZE,
+    MAX_TOPIC_LENGTH,
     MAX_TOPIC_SIZE,
     MAX_TOPIC_SIZE_V1,
     MIN_RECORD_SIZE,
@@ -37,7 +38,9 @@ from ._codec import (
     pack_blank_into,
     pack_record_into,
     parse_host,
+    property_problem,
     record_size,
+    topic_problem,
 )
 from ._compare import CommitLogComparison, compare_commit_logs
 from ._config import (
@@ -80,6 +83,7 @@ __all__ = [
     "MAGIC_V1",
     "MAGIC_V2",
     "MAX_PROPERTIES_SIZE",
+    "MAX_TOPIC_LENGTH",
     "MAX_TOPIC_SIZE",
     "MAX_TOPIC_SIZE_V1",
     "MIN_RECORD_SIZE",
@@ -123,8 +127,10 @@ __all__ = [
     "pack_blank_into",
     "pack_record_into",
     "parse_host",
+    "property_problem",
     "record_size",
     "record_to_json",
     "resolve_store_dir",
     "scan_records",
+    "topic_problem",
 ]

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import functools
 import ipaddress
+import re
 import struct
 import zlib
 from collections.abc import Mapping
@@ -34,6 +35,7 @@ __all__ = [
     "MAGIC_V1",
     "MAGIC_V2",
     "MAX_PROPERTIES_SIZE",
+    "MAX_TOPIC_LENGTH",
     "MAX_TOPIC_SIZE",
     "MAX_TOPIC_SIZE_V1",
     "MIN_RECORD_SIZE",
@@ -50,7 +52,9 @@ __all__ = [
     "pack_blank_into",
     "pack_record_into",
     "parse_host",
+    "property_problem",
     "record_size",
+    "topic_problem",
 ]
 
 MAGIC_V1 = 0xDAA320A7
@@ -71,9 +75,55 @@ MAX_TOPIC_SIZE_V1 = 127
 """Longest topic (UTF-8 bytes) a V1 record holds; longer topics use V2."""
 MAX_TOPIC_SIZE = 32767
 """Longest topic (UTF-8 bytes) a V2 record holds."""
+MAX_TOPIC_LENGTH = 127
+"""Longest topic a producer may put to (RocketMQ's ``TopicValidator.TOPIC_MAX_LENGTH``).
+
+The broker and the client refuse longer topics; the record format itself holds up to
+:data:`MAX_TOPIC_SIZE` bytes (records replayed from elsewhere)."""
 
 _NAME_VALUE_SEPARATOR = "\x01"
 _PROPERTY_SEPARATOR = "\x02"
+_TOPIC_CHARACTERS = re.compile(r"[%|a-zA-Z0-9_-]+")
+_SHOWN = 40  # characters of a refused value quoted in a reason
+
+
+def _shown(text: str) -> str:
+    """``text`` quoted for a reason, cut to a few characters (a reason stays short)."""
+    if len(text) <= _SHOWN:
+        return repr(text)
+    return f"{text[:_SHOWN]!r}... ({len(text)} characters)"
+
+
+def topic_problem(topic: str, *, characters: bool = True) -> str | None:
+    """Why a producer may not put to ``topic``, or None when it may.
+
+    RocketMQ's ``TopicValidator``: 1 to :data:`MAX_TOPIC_LENGTH` characters of
+    ``[%|a-zA-Z0-9_-]`` (``characters=False``: only the length). The reason is short whatever
+    the topic's length.
+    """
+    if not topic:
+        return "the topic is empty"
+    if len(topic) > MAX_TOPIC_LENGTH:
+        return f"the topic is {len(topic)} characters long, over {MAX_TOPIC_LENGTH}"
+    if characters and _TOPIC_CHARACTERS.fullmatch(topic) is None:
+        return f"the topic {_shown(topic)} has characters outside [%|a-zA-Z0-9_-]"
+    return None
+
+
+def property_problem(name: str, value: str) -> str | None:
+    """Why the property ``name=value`` cannot be stored as it is, or None when it can.
+
+    A name must not be empty, and neither a name nor a value may hold the separators
+    ``\\x01`` / ``\\x02`` of the properties field (they would forge properties of their own:
+    ``UNIQ_KEY``, ``DELAY``, ...). TAGS and KEYS are properties too.
+    """
+    if not name:
+        return f"a property name is empty (value {_shown(value)})"
+    for text, what in ((name, "name"), (value, "value")):
+        if _NAME_VALUE_SEPARATOR in text or _PROPERTY_SEPARATOR in text:
+            return f"property {_shown(name)}: its {what} holds \\x01 or \\x02"
+    return None
+
 
 # Shared with _scanner and _writer (not part of the public facade).
 # One struct per (born host, store host) layout; the index is (sys_flag & 0x30) >> 4.

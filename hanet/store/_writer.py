@@ -36,7 +36,7 @@ from ._mapped_queue import MappedFileQueue
 
 __all__ = ["RecordWriter"]
 
-_TOPIC = re.compile(r"^[%|a-zA-Z0-9_-]+$")
+_TOPIC = re.compile(r"[%|a-zA-Z0-9_-]+\Z")  # not "$": it would let a trailing newline in
 _HOST_FLAGS = BORN_HOST_V6_FLAG | STORE_HOST_V6_FLAG
 _PUT_OK = PutStatus.PUT_OK
 
@@ -73,7 +73,10 @@ class RecordWriter:
         topic = message.topic
         size = len(topic.encode())
         if not size or size > MAX_TOPIC_SIZE or _TOPIC.match(topic) is None:
-            return PutResult(PutStatus.MESSAGE_ILLEGAL, detail=f"bad topic {topic!r}")
+            shown = (
+                repr(topic) if len(topic) <= 40 else f"{topic[:40]!r}... ({len(topic)} characters)"
+            )
+            return PutResult(PutStatus.MESSAGE_ILLEGAL, detail=f"bad topic {shown}")
         if message.queue_id < 0:
             return PutResult(PutStatus.MESSAGE_ILLEGAL, detail=f"bad queue id {message.queue_id}")
         if len(message.body) > self._max_body:
