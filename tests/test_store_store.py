@@ -102,6 +102,9 @@ def test_failing_listener_does_not_break_puts(store: CommitLogStore) -> None:
     [
         (Message("bad/topic", b"x"), PutStatus.MESSAGE_ILLEGAL),
         (Message("", b"x"), PutStatus.MESSAGE_ILLEGAL),
+        (Message("T" * 128, b"x"), PutStatus.MESSAGE_ILLEGAL),  # RocketMQ's limit is 127
+        (Message("T" * 300, b"x"), PutStatus.MESSAGE_ILLEGAL),  # a directory name too long
+        (Message("T\n", b"x"), PutStatus.MESSAGE_ILLEGAL),
         (Message("T", b"x", queue_id=-1), PutStatus.MESSAGE_ILLEGAL),
         (Message("T", b"x", born_host=b"12345"), PutStatus.MESSAGE_ILLEGAL),
         (Message("T", b"x" * 5000), PutStatus.MESSAGE_ILLEGAL),  # larger than a file

@@ -21,13 +21,13 @@ from ._codec import (
     MAGIC_V1,
     MAGIC_V2,
     MAX_PROPERTIES_SIZE,
-    MAX_TOPIC_SIZE,
     MAX_TOPIC_SIZE_V1,
     STORE_HOST_V6_FLAG,
     encode_properties,
     java_string_hash,
     offset_msg_id,
     pack_blank_into,
+    topic_problem,
 )
 from ._config import Message, PutResult, PutStatus, StoreConfig
 from ._consume_queue import ConsumeQueue
@@ -70,13 +70,11 @@ class RecordWriter:
         self.put_bytes = 0
 
     def _check(self, message: Message) -> PutResult | None:
-        topic = message.topic
-        size = len(topic.encode())
-        if not size or size > MAX_TOPIC_SIZE or _TOPIC.match(topic) is None:
-            shown = (
-                repr(topic) if len(topic) <= 40 else f"{topic[:40]!r}... ({len(topic)} characters)"
-            )
-            return PutResult(PutStatus.MESSAGE_ILLEGAL, detail=f"bad topic {shown}")
+        # RocketMQ's limit (127), not the record format's (32767): a consume queue is a
+        # directory named after its topic.
+        problem = topic_problem(message.topic)
+        if problem is not None:
+            return PutResult(PutStatus.MESSAGE_ILLEGAL, detail=f"bad topic: {problem}")
         if message.queue_id < 0:
             return PutResult(PutStatus.MESSAGE_ILLEGAL, detail=f"bad queue id {message.queue_id}")
         if len(message.body) > self._max_body:
