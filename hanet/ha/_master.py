@@ -175,8 +175,9 @@ class HAMaster:
 
     Puts wake every transfer task at once through a store listener (no polling). A SYNC put
     waits with :meth:`wait_for_replicas`. Each slave connection is a channel whose pipeline is
-    ``IdleStateHandler(reader_idle=housekeeping)`` -> ``OffsetReportDecoder`` -> the ack handler,
-    with ``TransferFrameEncoder`` for the frames pushed; a connection's failure closes only it.
+    ``OffsetReportDecoder`` -> ``IdleStateHandler(reader_idle=housekeeping)`` -> the ack handler,
+    with ``TransferFrameEncoder`` for the frames pushed; the idle handler sits after the decoder so
+    that only complete reports count as life. A connection's failure closes only it.
     """
 
     def __init__(self, store: CommitLogStore, config: BrokerConfig) -> None:
@@ -196,9 +197,13 @@ class HAMaster:
     def initialize(self, channel: StreamChannel) -> None:
         """Build a slave connection's pipeline (the channel initializer)."""
         pipeline = channel.pipeline
-        pipeline.add_last(IdleStateHandler(reader_idle=self.config.ha_housekeeping_interval))
         pipeline.add_last(TransferFrameEncoder(), "transfer-encoder")
         pipeline.add_last(OffsetReportDecoder(), "report-decoder")
+        # After the decoder: only a complete report counts as a read. Bytes that never make a
+        # report (one byte every 15 s) do not keep the connection alive.
+        pipeline.add_last(
+            IdleStateHandler(reader_idle=self.config.ha_housekeeping_interval), "housekeeping"
+        )
         pipeline.add_last(_SlaveConnection(self, channel), "slave")
 
     async def serve(
