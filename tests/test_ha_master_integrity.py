@@ -3,6 +3,7 @@ middle of a record, and counts only complete reports as a sign of life (virtual 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import struct
@@ -90,8 +91,9 @@ async def read_until_eof(stream: trio.abc.Stream) -> list[tuple[int, bytes]]:
                 offset, body = await read_frame(stream)
                 if body:
                     frames.append((offset, body))
-                    await stream.send_all(REPORT.pack(offset + len(body)))
-    except (EOFError, trio.BrokenResourceError, trio.ClosedResourceError):
+                    with contextlib.suppress(trio.BrokenResourceError):
+                        await stream.send_all(REPORT.pack(offset + len(body)))
+    except EOFError:
         pass
     return frames
 
