@@ -15,7 +15,16 @@ import trio
 import trio.testing
 
 from hanet.ha import BrokerConfig, HAMaster, HASlave
-from hanet.store import CommitLogStore, Message, PutStatus, StoreConfig, StoreRole, file_name
+from hanet.store import (
+    CommitLogStore,
+    Message,
+    PutStatus,
+    StopReason,
+    StoreConfig,
+    StoreRole,
+    file_name,
+    scan_records,
+)
 
 FILE = 8192
 REPORT = struct.Struct(">q")
@@ -237,7 +246,7 @@ async def test_a_request_inside_a_record_is_refused_and_shown(
     assert "request offset 7 is not a record boundary" in caplog.text
 
 
-@pytest.mark.parametrize("where", ["record", "file start", "data end"])
+@pytest.mark.parametrize("where", ["record", "file start", "data end", "blank tail"])
 async def test_a_request_at_a_boundary_is_served(
     autojump_clock: trio.testing.MockClock, master_store: CommitLogStore, peer: Peer, where: str
 ) -> None:
@@ -245,10 +254,17 @@ async def test_a_request_at_a_boundary_is_served(
     end = put(master_store, 200)
     entry = master_store.consume_queue_entry("T", 0, 40)
     assert entry is not None
-    offset = {"record": entry[0], "file start": 2 * FILE, "data end": end}[where]
-    await stream.send_all(REPORT.pack(offset))
-    frame_offset, _ = await read_frame(stream)
-    assert frame_offset == offset
+    scanner = scan_records(master_store.read(FILE, FILE), base_offset=FILE)
+    for _ in scanner:
+        pass
+    assert scanner.stop is not None and scanner.stop.reason is StopReason.BLANK
+    in_tail = scanner.stop.offset + 9  # a slave may stop inside a tail shipped in pieces
+    offset = {"record": entry[0], "file start": 2 * FILE, "data end": end, "blank tail": in_tail}
+    await stream.send_all(REPORT.pack(offset[where]))
+    frame_offset, body = await read_frame(stream)
+    assert frame_offset == offset[where]
+    if where == "blank tail":
+        assert body == bytes(2 * FILE - in_tail)
     assert master.status().slaves[0].state == "transferring"
 
 
