@@ -2,9 +2,10 @@
 
 Slave pipeline: ``IdleStateHandler(20, 5)`` -> :func:`transfer_frame_decoder` ->
 :class:`TransferFrameDecoder` -> :class:`OffsetVerifier` -> :class:`CommitLogReplayHandler` ->
-:class:`OffsetReporter`. Master pipeline (per slave): ``IdleStateHandler(reader_idle=20)`` ->
-:class:`OffsetReportDecoder` -> the master's ack handler, with :class:`TransferFrameEncoder`
-for what it pushes. They talk to the commit log through :class:`ReplicaLog`.
+:class:`OffsetReporter`. Master pipeline (per slave): :class:`OffsetReportDecoder` ->
+``IdleStateHandler(reader_idle=20)`` (after the decoder: only complete reports count as reads)
+-> the master's ack handler, with :class:`TransferFrameEncoder` for what it pushes. They talk
+to the commit log through :class:`ReplicaLog`.
 """
 
 from ._codec import (

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import struct
 from collections import deque
 from functools import partial
 from typing import Any
@@ -18,9 +19,21 @@ from hanet.channel import (
     HandlerContext,
     StreamChannel,
     WaterMarks,
+    WriteFuture,
     format_address,
 )
-from hanet.store import CommitLogStore, PutStatus
+from hanet.store import (
+    BLANK_MAGIC,
+    BLANK_RECORD_SIZE,
+    MAGIC_V1,
+    MAGIC_V2,
+    MIN_RECORD_SIZE,
+    CommitLogStore,
+    CorruptRecordError,
+    PutStatus,
+    RecordScanner,
+    StopReason,
+)
 
 from ._config import BrokerConfig
 from ._status import MasterStatus, SlaveConnectionStatus
@@ -34,6 +47,28 @@ log = logging.getLogger("hanet.ha.master")
 # coalesced 256 KiB sends instead of two frames at a time.
 HA_CHANNEL_CONFIG = ChannelConfig(water_marks=WaterMarks(low=512 * 1024, high=1024 * 1024))
 _RECENTLY_CLOSED = 16
+_PREFIX = struct.Struct(">iI")  # a record's TOTALSIZE and MAGICCODE
+# A record larger than a batch is read whole to be validated; its size field is trusted up to
+# the largest record a put can write (max body + topic + properties + header) plus slack, so
+# that a corrupt size field cannot make the master copy a whole file.
+_RECORD_OVERHEAD_MAX = 2 * 32 * 1024 + 64 * 1024
+_EMPTY = memoryview(b"")
+
+
+def _scan(buf: bytes, offset: int) -> RecordScanner:
+    """Scan ``buf`` (commit log bytes starting at physical ``offset``) to its first stop."""
+    scanner = RecordScanner(buf, base_offset=offset, check_physical_offset=True)
+    for _ in scanner:
+        pass
+    return scanner
+
+
+def _stop_reason(scanner: RecordScanner) -> str:
+    stop = scanner.stop
+    assert stop is not None
+    if stop.reason is StopReason.UNWRITTEN:
+        return "zero size and magic inside the written data"
+    return stop.detail or stop.reason.value
 
 
 class _SlaveConnection(ChannelInboundHandler):
@@ -49,6 +84,11 @@ class _SlaveConnection(ChannelInboundHandler):
         self.next_offset = -1
         self.bytes_sent = 0
         self.state = "waiting for the first report"
+        # Bytes before _valid_end (from the transfer start on) are whole records that passed
+        # validation, or the blank tail of a file; _pending holds validated bytes read at
+        # next_offset and not sent yet.
+        self._valid_end = -1
+        self._pending = _EMPTY
         self._started = trio.current_time()
 
     # -- inbound: reports ---------------------------------------------------------------
@@ -94,15 +134,93 @@ class _SlaveConnection(ChannelInboundHandler):
                 start = high - high % store.config.mapped_file_size
         elif low <= offset <= high:
             start = offset
+            problem = self._check_boundary(offset)
+            if problem is not None:
+                self._refuse(ctx, f"request offset {offset} is not a record boundary: {problem}")
+                return
         else:
             self._refuse(ctx, f"request offset {offset} is outside the master's [{low}, {high}]")
             return
         self.ack_offset = offset
         self.next_offset = start
+        self._valid_end = max(self._valid_end, start)
+        self._pending = _EMPTY
         self.state = "transferring"
         log.info("slave %s requests offset %d; transfer starts at %d", self.address, offset, start)
         self.master._ack_changed()
         ctx.spawn(self._transfer, ctx)
+
+    def _check_boundary(self, offset: int) -> str | None:
+        """None when ``offset`` (within the data) is a place a transfer may start: the data
+        end, a file start, the start of a valid record, or inside the blank tail of a file
+        (where a slave may have stopped while the tail was being shipped). Otherwise why not.
+        """
+        store = self.master.store
+        file_size = store.config.mapped_file_size
+        if offset == store.max_offset or offset % file_size == 0:
+            return None
+        try:
+            if self._validate(offset):
+                return None
+            return "the record there is not complete"
+        except CorruptRecordError as exc:
+            file_end = offset - offset % file_size + file_size
+            tail = store.read(offset, file_end - offset)
+            if len(tail) == file_end - offset and tail.count(0) == len(tail):
+                self._valid_end = file_end  # zeros up to the file end: a blank tail
+                return None
+            return exc.reason
+
+    def _validate(self, offset: int) -> memoryview:
+        """Validated bytes from ``offset`` (usually at most a batch, a whole record when one is
+        larger): whole valid records, or a file's blank tail. Empty when nothing at ``offset``
+        can be sent yet (no data, or a record whose end is not written yet).
+
+        Raises:
+            CorruptRecordError: the record at the first byte not yet validated is invalid.
+        """
+        store = self.master.store
+        batch = self.master.config.ha_transfer_batch_size
+        file_size = store.config.mapped_file_size
+        file_end = offset - offset % file_size + file_size
+        if offset < self._valid_end:
+            return memoryview(store.read(offset, min(batch, self._valid_end - offset)))
+        chunk = store.read(offset, batch)
+        if not chunk:
+            return _EMPTY
+        scanner = _scan(chunk, offset)
+        if scanner.position:  # whole valid records: send them, check what follows next time
+            self._valid_end = offset + scanner.position
+            return memoryview(chunk)[: scanner.position]
+        # The first thing at offset is not a whole valid record within this chunk.
+        if len(chunk) < _PREFIX.size:
+            if offset + len(chunk) < file_end:
+                return _EMPTY  # a partial header at the data end: wait for the rest
+            raise CorruptRecordError(offset, "a partial record header at the end of the file")
+        total, magic = _PREFIX.unpack_from(chunk, 0)
+        if magic == BLANK_MAGIC:
+            if total >= BLANK_RECORD_SIZE and offset + total == file_end:
+                self._valid_end = file_end
+                return memoryview(chunk)  # the blank tail, shipped as it is
+            raise CorruptRecordError(offset, f"blank record of {total} bytes does not end the file")
+        if (
+            magic in (MAGIC_V1, MAGIC_V2)
+            and len(chunk) < total <= file_end - offset
+            and total >= MIN_RECORD_SIZE
+        ):
+            limit = store.config.max_message_size + _RECORD_OVERHEAD_MAX
+            if total > limit:
+                raise CorruptRecordError(
+                    offset, f"total size {total} is larger than any record ({limit})"
+                )
+            whole = store.read(offset, total)  # a record larger than the chunk: check it whole
+            if len(whole) < total:
+                return _EMPTY  # its end is not written yet
+            scanner = _scan(whole, offset)
+            if scanner.position == total:
+                self._valid_end = offset + total
+                return memoryview(whole)
+        raise CorruptRecordError(offset, _stop_reason(scanner))
 
     def _refuse(self, ctx: HandlerContext, reason: str) -> None:
         log.warning("slave %s: %s; closing", self.address, reason)
@@ -125,13 +243,18 @@ class _SlaveConnection(ChannelInboundHandler):
         cap = config.ha_max_bytes_per_second
         channel = self.channel
         last_sent = trio.current_time()
+        last_write: WriteFuture | None = None
         while True:
             sent = 0
             while channel.is_writable and self.next_offset < store.max_offset:
-                body = store.read(self.next_offset, batch)
+                try:
+                    body = self._next_body(batch)
+                except CorruptRecordError as exc:
+                    await self._stop_at_corrupt_record(ctx, exc, last_write)
+                    return
                 if not body:
                     break
-                ctx.write(TransferFrame(self.next_offset, body))
+                last_write = ctx.write(TransferFrame(self.next_offset, body))
                 self.next_offset += len(body)
                 sent += len(body)
                 if cap is not None:
@@ -155,6 +278,35 @@ class _SlaveConnection(ChannelInboundHandler):
             ctx.write_and_flush(TransferFrame(self.next_offset, b""))
             last_sent = trio.current_time()
 
+    def _next_body(self, batch: int) -> memoryview:
+        """At most ``batch`` validated bytes at :attr:`next_offset` (empty: none yet)."""
+        if not self._pending:
+            self._pending = self._validate(self.next_offset)
+        body = self._pending[:batch]
+        self._pending = self._pending[batch:]
+        return body
+
+    async def _stop_at_corrupt_record(
+        self, ctx: HandlerContext, exc: CorruptRecordError, last_write: WriteFuture | None
+    ) -> None:
+        """Never push a bad record: let the valid bytes already written go out, then close."""
+        reason = f"corrupt record at offset {exc.offset}: {exc.reason}"
+        log.error(
+            "slave %s: %s; the master's commit log is damaged there, transfer stopped at %d",
+            self.address,
+            reason,
+            self.next_offset,
+        )
+        self.state = f"stopping: {reason}"
+        ctx.flush()
+        if last_write is not None:
+            with trio.move_on_after(self.master.config.ha_housekeeping_interval):
+                try:
+                    await last_write
+                except Exception:  # closed meanwhile: nothing more to do
+                    pass
+        ctx.close(reason)
+
     def status(self) -> SlaveConnectionStatus:
         elapsed = max(trio.current_time() - self._started, 1e-9)
         max_offset = self.master.store.max_offset
@@ -175,8 +327,9 @@ class HAMaster:
 
     Puts wake every transfer task at once through a store listener (no polling). A SYNC put
     waits with :meth:`wait_for_replicas`. Each slave connection is a channel whose pipeline is
-    ``IdleStateHandler(reader_idle=housekeeping)`` -> ``OffsetReportDecoder`` -> the ack handler,
-    with ``TransferFrameEncoder`` for the frames pushed; a connection's failure closes only it.
+    ``OffsetReportDecoder`` -> ``IdleStateHandler(reader_idle=housekeeping)`` -> the ack handler,
+    with ``TransferFrameEncoder`` for the frames pushed; the idle handler sits after the decoder so
+    that only complete reports count as life. A connection's failure closes only it.
     """
 
     def __init__(self, store: CommitLogStore, config: BrokerConfig) -> None:
@@ -196,9 +349,13 @@ class HAMaster:
     def initialize(self, channel: StreamChannel) -> None:
         """Build a slave connection's pipeline (the channel initializer)."""
         pipeline = channel.pipeline
-        pipeline.add_last(IdleStateHandler(reader_idle=self.config.ha_housekeeping_interval))
         pipeline.add_last(TransferFrameEncoder(), "transfer-encoder")
         pipeline.add_last(OffsetReportDecoder(), "report-decoder")
+        # After the decoder: only a complete report counts as a read. Bytes that never make a
+        # report (one byte every 15 s) do not keep the connection alive.
+        pipeline.add_last(
+            IdleStateHandler(reader_idle=self.config.ha_housekeeping_interval), "housekeeping"
+        )
         pipeline.add_last(_SlaveConnection(self, channel), "slave")
 
     async def serve(
