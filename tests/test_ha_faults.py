@@ -4,6 +4,7 @@ virtual time; a partition during SYNC puts over loopback TCP through a FaultProx
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -35,14 +36,22 @@ class FaultyLink:
         self.to_slave = Faults()
         self.to_master = Faults()
         self.connects = 0
+        self.scope = trio.CancelScope()
 
     async def __call__(self) -> trio.abc.Stream:
         self.connects += 1
         slave_end, near = trio.testing.memory_stream_pair()
         far, master_end = trio.testing.memory_stream_pair()
-        self.nursery.start_soon(relay, near, far, self.to_master, self.to_slave)
+        self.scope = trio.CancelScope()
+        self.nursery.start_soon(
+            partial(relay, near, far, self.to_master, self.to_slave, cancel_scope=self.scope)
+        )
         self.nursery.start_soon(self.master.handle_stream, master_end)
         return slave_end
+
+    def cut(self) -> None:
+        """Close the current connection (both ends see EOF)."""
+        self.scope.cancel()
 
 
 def stores(tmp_path: Path) -> tuple[CommitLogStore, CommitLogStore]:
@@ -95,18 +104,23 @@ async def test_flipped_header_byte_in_transit_is_refetched(
     tmp_path: Path, autojump_clock: trio.testing.MockClock
 ) -> None:
     master_store, slave_store = stores(tmp_path)
-    put(master_store, 200)  # ~60 KiB: several 32 KiB transfers
-    config = BrokerConfig(mapped_file_size_commit_log=FILE, reconnect_interval=0.5, full_sync=True)
+    put(master_store, 50)
+    config = BrokerConfig(mapped_file_size_commit_log=FILE, reconnect_interval=0.5)
     async with trio.open_nursery() as nursery:
         master = HAMaster(master_store, config)
         link = FaultyLink(nursery, master)
-        # Inside the second transfer header's offset field (the first frame is a 12-byte
-        # header and 32 KiB of body).
-        link.to_slave.flip(12 + 32 * 1024 + 5)
         slave = HASlave(slave_store, config, connector=link)
         nursery.start_soon(slave.run)
         await wait_until(lambda: slave_store.max_offset == master_store.max_offset)
-        assert link.connects >= 2  # the bad header closed the first connection
+        # The next connection's first header gets a flipped byte in its offset field: the
+        # slave (not empty, so it knows the offset to expect) refuses it and reconnects.
+        link.to_slave.flip(3)
+        link.cut()
+        await wait_until(lambda: link.connects == 2)
+        put(master_store, 150)
+        await wait_until(lambda: slave_store.max_offset == master_store.max_offset)
+        assert link.connects >= 3  # the bad header closed the second connection
+        assert "not equal" in (slave.status().last_close_reason or "")
         nursery.cancel_scope.cancel()
     master_store.close()
     slave_store.close()

@@ -305,3 +305,32 @@ async def test_a_byte_every_15_s_does_not_keep_the_connection_alive(
         nursery.cancel_scope.cancel()
     assert closed_at and 20 <= closed_at[0] < 21
     assert "housekeeping" in master.status().closed[0].state
+
+
+@pytest.mark.parametrize(("piece", "served"), [(1000, True), (2000, True), (1500, False)])
+async def test_a_slave_cut_inside_a_large_record_resumes_at_a_piece_boundary(
+    autojump_clock: trio.testing.MockClock,
+    master_store: CommitLogStore,
+    piece: int,
+    served: bool,
+) -> None:
+    put(master_store, 3)
+    big = master_store.max_offset
+    end = put(master_store, 1, size=3000)  # sent as pieces of 1000 bytes from ``big`` on
+    master = HAMaster(master_store, SMALL_BATCH)
+    async with trio.open_nursery() as nursery:
+        stream, master_end = trio.testing.memory_stream_pair()
+        nursery.start_soon(master.handle_stream, master_end)
+        await stream.send_all(REPORT.pack(big + piece))
+        if served:
+            frames: list[tuple[int, bytes]] = []
+            while check_frames(frames, big + piece) < end:
+                frames.append(await read_frame(stream))
+            assert frames[0][0] == big + piece
+            assert b"".join(b for _, b in frames) == commit_log_bytes(
+                master_store, big + piece, end
+            )
+        else:
+            assert await read_until_eof(stream) == []
+            assert "not a record boundary" in master.status().closed[0].state
+        nursery.cancel_scope.cancel()

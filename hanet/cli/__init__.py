@@ -123,7 +123,7 @@ def configure_logging(level: str, form: str) -> None:
         handler.setFormatter(JsonFormatter())
     else:
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)-7s %(name)s: %(message)s"))
-    logging.basicConfig(level=getattr(logging, level), handlers=[handler], force=True)
+    logging.basicConfig(level=getattr(logging, level), handlers=[handler])
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -164,12 +164,43 @@ class _SlaveConnection(ChannelInboundHandler):
                 return None
             return "the record there is not complete"
         except CorruptRecordError as exc:
+            if self._inside_large_record(offset):
+                return None
             file_end = offset - offset % file_size + file_size
             tail = store.read(offset, file_end - offset)
             if len(tail) == file_end - offset and tail.count(0) == len(tail):
                 self._valid_end = file_end  # zeros up to the file end: a blank tail
                 return None
             return exc.reason
+
+    def _inside_large_record(self, offset: int) -> bool:
+        """Whether ``offset`` is where a transfer of a record larger than a batch was cut.
+
+        Such a record goes out in batch-sized pieces, so a slave (RocketMQ's too) that lost
+        its connection in the middle of one asks for ``record start + k * batch``. Found by
+        scanning the offset's file from its start (once, at connect); the record must be
+        valid and is then shipped from ``offset`` on.
+        """
+        store = self.master.store
+        batch = self.master.config.ha_transfer_batch_size
+        position = offset - offset % store.config.mapped_file_size
+        while position < offset:
+            size = store.read(position, _PREFIX.size)
+            if len(size) < _PREFIX.size:
+                return False
+            total, magic = _PREFIX.unpack_from(size, 0)
+            if magic not in (MAGIC_V1, MAGIC_V2) or total < MIN_RECORD_SIZE:
+                return False
+            if position + total > offset:
+                if total <= batch or (offset - position) % batch:
+                    return False
+                whole = store.read(position, total)
+                if len(whole) < total or _scan(whole, position).position != total:
+                    return False
+                self._valid_end = position + total
+                return True
+            position += total
+        return False
 
     def _validate(self, offset: int) -> memoryview:
         """Validated bytes from ``offset`` (usually at most a batch, a whole record when one is
