@@ -103,11 +103,16 @@ class RecordScanner:
         check_physical_offset: also require each record's PHYSICALOFFSET field to equal its
             own offset (``base_offset`` + position): what a store checks, off by default so
             that a lone record can be decoded from any buffer.
+        limit: buffer position where the file ends (default ``len(buf)``): a record or blank
+            record going past it is ``INVALID``, one going past ``end`` but not past it is
+            ``INCOMPLETE``. Lets a buffer holding only the start of a file's remaining room
+            (replicated bytes not yet copied into the file) be validated as that file.
     """
 
     __slots__ = (
         "_buf",
         "_end",
+        "_limit",
         "base_offset",
         "check_crc",
         "check_physical_offset",
@@ -125,12 +130,14 @@ class RecordScanner:
         base_offset: int = 0,
         check_crc: bool = True,
         check_physical_offset: bool = False,
+        limit: int | None = None,
     ) -> None:
         view = memoryview(buf)
         if view.format != "B" or view.ndim != 1:
             view = view.cast("B")
         self._buf = view
         self._end = len(view) if end is None else min(end, len(view))
+        self._limit = len(view) if limit is None else limit
         self.base_offset = base_offset
         self.check_crc = check_crc
         self.check_physical_offset = check_physical_offset
@@ -151,7 +158,7 @@ class RecordScanner:
     def _scan(self) -> Iterator[MessageRecord]:
         buf = self._buf
         end = self._end
-        limit = len(buf)
+        limit = self._limit
         pos = self.position
         check_crc = self.check_crc
         check_offset = self.check_physical_offset

@@ -16,8 +16,15 @@ Shape (what the HA layer relies on):
   through :meth:`~CommitLogStore.wait_flushed`.
 - New data is announced to listeners (:meth:`~CommitLogStore.add_listener`), called
   synchronously with the new max offset: the HA master turns that into a wake-up, no polling.
-- A record that fails validation while being dispatched (a slave replaying bad bytes) stops
-  dispatch there; :attr:`~CommitLogStore.dispatch_error` names its offset and reason.
+- Replicated bytes are validated **before** they are copied into the commit log
+  (:meth:`~CommitLogStore.append_raw`): a bad record is never kept, the log ends at the last
+  valid record and :attr:`~CommitLogStore.dispatch_error` says where and why (until the next
+  transfer is appended).
+  :attr:`~CommitLogStore.validated_offset` is the end of the last complete valid record (what
+  an HA slave may report); a trailing partial record may lie past it until its rest arrives,
+  and :meth:`~CommitLogStore.truncate_to` drops it.
+- A record that fails validation while being dispatched stops dispatch there;
+  :attr:`~CommitLogStore.dispatch_error` names its offset and reason.
 
 One process at a time: the ``lock`` file is ``flock``-ed, a second opener gets
 :class:`StoreLockedError`. The store is not thread-safe; use it from one trio run.
@@ -43,7 +50,7 @@ from ._config import (
     StoreStatistics,
 )
 from ._consume_queue import CQ_BLANK_SIZE, ConsumeQueue
-from ._errors import CorruptRecordError, StoreClosedError
+from ._errors import CorruptRecordError, OffsetMismatchError, StoreClosedError
 from ._mapped_queue import MappedFileQueue
 from ._recovery import RecoveryResult, find_valid_end
 from ._scanner import RecordScanner, StopReason, decode_record
@@ -78,7 +85,9 @@ class CommitLogStore:
         self._queues: dict[tuple[str, int], ConsumeQueue] = {}
         self._listeners: list[Listener] = []
         self._dispatched = 0
+        self._validated = 0
         self._dispatch_error: CorruptRecordError | None = None
+        self._replica_error: CorruptRecordError | None = None
         self._flushed = 0
         self._flush_lock = trio.Lock()
         self._flush_done: trio.Event | None = None
@@ -155,7 +164,7 @@ class CommitLogStore:
                     queue.topic,
                     queue.queue_id,
                 )
-        self._flushed = self.commit_log.max_offset
+        self._flushed = self._validated = self.commit_log.max_offset
         self._dispatched = result.start_offset
         self.dispatch()
         if self._dispatch_error is not None:  # pragma: no cover - recovery validated it
@@ -198,6 +207,8 @@ class CommitLogStore:
             return
         self._closed = True
         try:
+            if self.commit_log.max_offset > self._validated:  # a partial replicated record
+                self.commit_log.truncate(self._validated)
             self._flush_all()
         finally:
             self.commit_log.close()
@@ -240,6 +251,15 @@ class CommitLogStore:
         return self.commit_log.max_offset
 
     @property
+    def validated_offset(self) -> int:
+        """The end of the last complete record known valid: what an HA slave reports.
+
+        Equal to :attr:`max_offset` except on a slave holding the start of a record whose rest
+        has not arrived yet (see :meth:`append_raw`).
+        """
+        return self._validated
+
+    @property
     def flushed_offset(self) -> int:
         """Data before this physical offset is on disk."""
         return self._flushed
@@ -251,11 +271,12 @@ class CommitLogStore:
 
     @property
     def dispatch_error(self) -> CorruptRecordError | None:
-        """The first record that failed validation while dispatching, or None.
+        """The first record that failed validation while dispatching, or the record of the
+        last :meth:`append_raw` that failed validation (not kept), or None.
 
         Its ``offset`` and ``reason`` say which and why; nothing after it is dispatched.
         """
-        return self._dispatch_error
+        return self._dispatch_error or self._replica_error
 
     def read(self, offset: int, max_bytes: int) -> bytes:
         """Up to ``max_bytes`` commit log bytes from ``offset``, never crossing a file.
@@ -407,6 +428,7 @@ class CommitLogStore:
         before = self.commit_log.max_offset
         results = self._writer.write(messages, now, dispatch=in_step)
         if self.commit_log.max_offset != before:
+            self._validated = self.commit_log.max_offset
             self._last_store_timestamp = now
             if in_step:
                 self._dispatched = self.commit_log.max_offset
@@ -418,13 +440,23 @@ class CommitLogStore:
     # -- raw appends (slave) -----------------------------------------------------------------
 
     def append_raw(self, offset: int, data: bytes | bytearray | memoryview) -> None:
-        """Append replicated commit log bytes at exactly ``offset`` (what an HA slave does).
+        """Validate, then append replicated commit log bytes at exactly ``offset`` (what an
+        HA slave does).
 
         ``offset`` must be :attr:`max_offset`; an empty store accepts any offset (its first
         file starts at ``offset - offset % mapped_file_size``). The next file is created when
-        the last is full. The complete records now present are validated and dispatched
-        (:attr:`dispatch_error` tells when one failed); listeners are called. Synchronous and
-        in memory.
+        the last is full. Every complete record the bytes hold (with a partial record already
+        in the log before them) is validated *before* anything is copied: magic, sizes, body
+        CRC, the physical offset field against its position, blank records only at a file's
+        end. A trailing partial record is appended but stays past :attr:`validated_offset`
+        until its rest arrives. Then the new records are dispatched and listeners are called.
+        Synchronous and in memory.
+
+        A record that fails validation is never kept: the valid records before it are appended,
+        the commit log then ends at the bad record's offset (a partial record held before is
+        dropped if it was the bad one) and :attr:`dispatch_error` names the offset and reason
+        until the next call. So the caller can tell: all of ``data`` was kept exactly when
+        :attr:`max_offset` is ``offset + len(data)`` afterwards.
 
         Raises:
             OffsetMismatchError: ``offset`` does not continue the commit log.
@@ -432,15 +464,125 @@ class CommitLogStore:
         """
         if self._closed:
             raise StoreClosedError("the store is closed")
-        empty = not self.commit_log.files
-        self.commit_log.append_raw(offset, data)
-        if empty:
-            self._dispatched = offset
-            if offset % self.config.mapped_file_size:
-                self._write_checkpoint(sync=True)
-        self._raw_bytes += len(data)
-        self.dispatch()
-        self._notify()
+        files = self.commit_log
+        empty = not files.files
+        if not empty and offset != files.max_offset:
+            raise OffsetMismatchError(files.max_offset, offset)
+        view = memoryview(data).cast("B") if not isinstance(data, bytes) else data
+        self._replica_error = None
+        start = offset if empty else self._validated
+        if start < offset:  # a partial record already in the log: validate it with the new bytes
+            pending = bytearray()
+            position = start
+            while position < offset:
+                chunk = files.read(position, offset - position)
+                pending += chunk
+                position += len(chunk)
+            pending += view
+            valid_end, error = self._validate_raw(start, memoryview(pending))
+        else:
+            valid_end, error = self._validate_raw(start, memoryview(view))
+        keep = len(view) if error is None else max(valid_end - offset, 0)
+        if keep:
+            files.append_raw(offset, view[:keep])
+            if empty:
+                self._dispatched = offset
+                if offset % self.config.mapped_file_size:
+                    self._write_checkpoint(sync=True)
+            self._raw_bytes += keep
+        if error is not None and files.max_offset > valid_end:
+            self.truncate_to(valid_end)
+        if files.files:
+            self._validated = valid_end
+        if keep:
+            self.dispatch()
+            self._notify()
+        if error is not None:
+            logger.warning(
+                "%s: replicated bytes failed validation: %s; the commit log ends at %d",
+                self.root,
+                error,
+                files.max_offset,
+            )
+            self._replica_error = error
+
+    def _validate_raw(self, start: int, buf: memoryview) -> tuple[int, CorruptRecordError | None]:
+        """Validate ``buf``, commit log bytes from the record boundary ``start``.
+
+        Returns the end of the last complete valid record (or blank tail) and the first error.
+        """
+        size = self.config.mapped_file_size
+        end = start + len(buf)
+        position = start
+        while position < end:
+            file_end = position - position % size + size
+            segment_end = min(end, file_end)
+            index = position - start
+            scanner = RecordScanner(
+                buf[index : index + segment_end - position],
+                base_offset=position,
+                check_physical_offset=True,
+                limit=file_end - position,
+            )
+            for _ in scanner:
+                pass
+            stop = scanner.stop
+            assert stop is not None
+            reached = position + scanner.position
+            if stop.reason is StopReason.BLANK:
+                if stop.offset + stop.blank_size != file_end:
+                    return reached, CorruptRecordError(
+                        stop.offset,
+                        f"blank record of {stop.blank_size} bytes does not end the file",
+                    )
+                if segment_end < file_end:  # the rest of the blank tail is still to come
+                    return reached, None
+            elif stop.reason is StopReason.END:
+                if segment_end < file_end:
+                    return reached, None
+            elif stop.reason is StopReason.INCOMPLETE:
+                return reached, None
+            elif stop.reason is StopReason.UNWRITTEN:
+                return reached, CorruptRecordError(stop.offset, "zeros where a record should start")
+            else:
+                return reached, stop.error()
+            position = file_end
+        return end, None
+
+    def truncate_to(self, offset: int) -> None:
+        """Make ``offset`` the end of the commit log (an HA slave dropping bad or partial bytes).
+
+        The commit log is truncated there (the rest of its file zeroed, later files deleted),
+        consume queue entries at or past it are dropped, a :attr:`dispatch_error` at or past
+        it is forgotten and the checkpoint is rewritten. Synchronous; the checkpoint write
+        waits for the disk.
+
+        Raises:
+            ValueError: ``offset`` is outside [:attr:`min_offset`, :attr:`max_offset`].
+            StoreClosedError: the store is closed.
+        """
+        if self._closed:
+            raise StoreClosedError("the store is closed")
+        files = self.commit_log
+        if not files.files and offset == 0:
+            return
+        if not files.min_offset <= offset <= files.max_offset:
+            low, high = files.min_offset, files.max_offset
+            raise ValueError(f"cannot truncate at {offset}: the data is [{low}, {high}]")
+        dropped = files.max_offset - offset
+        files.truncate(offset)
+        for queue in self._queues.values():
+            queue.truncate_physical(offset)
+        self._validated = min(self._validated, offset)
+        self._dispatched = min(self._dispatched, offset)
+        self._flushed = min(self._flushed, offset)
+        error = self._dispatch_error
+        if error is not None and error.offset >= offset:
+            self._dispatch_error = None
+        self._replica_error = None
+        self._write_checkpoint(sync=True)
+        if dropped:
+            logger.info("%s: truncated the commit log at %d (%d bytes)", self.root, offset, dropped)
 
     # -- dispatch ----------------------------------------------------------------------------
 
@@ -453,7 +595,7 @@ class CommitLogStore:
         Returns :attr:`dispatch_error`.
         """
         if self._dispatch_error is not None:
-            return self._dispatch_error
+            return self.dispatch_error
         files = self.commit_log
         while self._dispatched < files.max_offset:
             mapped = files.find(self._dispatched)
@@ -491,7 +633,7 @@ class CommitLogStore:
                 self._dispatch_error = stop.error()
                 logger.warning("%s: dispatch stopped: %s", self.root, self._dispatch_error)
                 break
-        return self._dispatch_error
+        return self.dispatch_error
 
     def _dispatch_record(self, offset: int, record: MessageRecord) -> None:
         key = (record.topic, record.queue_id)
@@ -600,7 +742,7 @@ class CommitLogStore:
 
     def statistics(self) -> StoreStatistics:
         """A snapshot of the store's state."""
-        error = self._dispatch_error
+        error = self.dispatch_error
         return StoreStatistics(
             min_offset=self.min_offset,
             max_offset=self.max_offset,
