@@ -39,7 +39,16 @@ from ._codec import (
 )
 from ._errors import CorruptRecordError
 
-__all__ = ["RecordScanner", "ScanStop", "StopReason", "decode_record", "scan_records"]
+__all__ = [
+    "RecordScanner",
+    "ScanStop",
+    "StopReason",
+    "decode_record",
+    "first_nonzero",
+    "scan_records",
+]
+
+_ZEROS = bytes(1 << 20)
 
 
 class StopReason(enum.Enum):
@@ -316,6 +325,24 @@ def scan_records(
         check_crc=check_crc,
         check_physical_offset=check_physical_offset,
     )
+
+
+def first_nonzero(buf: bytes | bytearray | memoryview, start: int = 0) -> int | None:
+    """The position of the first non-zero byte of ``buf`` at or after ``start``, or None.
+
+    What tells a zeroed hole (data follows it) from the unwritten tail of a file. Reads in
+    1 MiB chunks compared against zeros, so a zero tail costs a memcmp, not a Python loop.
+    """
+    view = memoryview(buf)
+    if view.format != "B" or view.ndim != 1:
+        view = view.cast("B")
+    chunk = len(_ZEROS)
+    for i in range(start, len(view), chunk):
+        part = view[i : i + chunk]
+        if part != _ZEROS[: len(part)]:
+            data = part.tobytes()
+            return i + len(data) - len(data.lstrip(b"\0"))
+    return None
 
 
 def decode_record(

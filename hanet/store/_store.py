@@ -50,19 +50,34 @@ from ._config import (
     StoreStatistics,
 )
 from ._consume_queue import CQ_BLANK_SIZE, ConsumeQueue
-from ._errors import CorruptRecordError, OffsetMismatchError, StoreClosedError
+from ._errors import CorruptRecordError, OffsetMismatchError, StoreClosedError, StoreError
 from ._mapped_queue import MappedFileQueue
 from ._recovery import RecoveryResult, find_valid_end
 from ._scanner import RecordScanner, StopReason, decode_record
 from ._store_files import Checkpoint, StoreLock, read_checkpoint, write_checkpoint
 from ._writer import RecordWriter
 
-__all__ = ["CommitLogStore", "Listener"]
+__all__ = ["CommitLogStore", "DispatchError", "Listener"]
 
 logger = logging.getLogger(__name__)
 
 Listener = Callable[[int], None]
 """Called with the new max offset after data was added to the commit log."""
+
+
+class DispatchError(StoreError):
+    """A valid record could not be dispatched (its consume queue could not be written: an
+    ``OSError`` such as ENAMETOOLONG, ENOSPC, a file in the way, ...).
+
+    Attributes:
+        offset: the physical offset of the record that could not be dispatched.
+        reason: what failed, e.g. ``"consume queue T/0: [Errno 20] Not a directory: ..."``.
+    """
+
+    def __init__(self, offset: int, reason: str) -> None:
+        super().__init__(f"dispatch failed at offset {offset}: {reason}")
+        self.offset = offset
+        self.reason = reason
 
 
 class CommitLogStore:
@@ -86,7 +101,7 @@ class CommitLogStore:
         self._listeners: list[Listener] = []
         self._dispatched = 0
         self._validated = 0
-        self._dispatch_error: CorruptRecordError | None = None
+        self._dispatch_error: CorruptRecordError | DispatchError | None = None
         self._replica_error: CorruptRecordError | None = None
         self._flushed = 0
         self._flush_lock = trio.Lock()
@@ -130,7 +145,9 @@ class CommitLogStore:
     def _recover(self) -> None:
         abort = self.root / "abort"
         self._abnormal = abort.exists()
-        checkpoint = read_checkpoint(self.root / "checkpoint")
+        checkpoint_path = self.root / "checkpoint"
+        had_checkpoint = checkpoint_path.exists()
+        checkpoint = read_checkpoint(checkpoint_path)
         self.commit_log.load()
         if self.commit_log.files and checkpoint.data_start_offset:
             first = self.commit_log.files[0]
@@ -143,13 +160,7 @@ class CommitLogStore:
             checkpoint_timestamp=checkpoint.physic_msg_timestamp,
         )
         self.recovery = result
-        if result.stop is not None and result.stop.reason is StopReason.INVALID:
-            logger.warning(
-                "%s: truncating the commit log at %d: %s",
-                self.root,
-                result.end_offset,
-                result.stop.detail,
-            )
+        self._log_recovery(result, had_checkpoint, checkpoint.physic_msg_timestamp)
         if self.commit_log.files:
             self.commit_log.truncate(result.end_offset)
             for mapped in self.commit_log.files:
@@ -167,10 +178,66 @@ class CommitLogStore:
         self._flushed = self._validated = self.commit_log.max_offset
         self._dispatched = result.start_offset
         self.dispatch()
-        if self._dispatch_error is not None:  # pragma: no cover - recovery validated it
-            raise self._dispatch_error
+        if isinstance(self._dispatch_error, CorruptRecordError):  # pragma: no cover
+            raise self._dispatch_error  # recovery validated the records
         self._last_store_timestamp = self._flushed_store_timestamp = checkpoint.physic_msg_timestamp
         abort.touch()
+
+    def _log_recovery(self, result: RecoveryResult, had_checkpoint: bool, timestamp: int) -> None:
+        if not self.commit_log.files:
+            return
+        stop = result.stop
+        if result.data_after is not None:
+            logger.warning(
+                "%s: a zeroed hole at offset %d: non-zero data follows at %d; the commit log "
+                "ends at the hole (the data after it is dropped)",
+                self.root,
+                result.end_offset,
+                result.data_after,
+            )
+        if stop is not None and stop.reason is StopReason.INVALID:
+            logger.warning(
+                "%s: truncating the commit log at %d: %s",
+                self.root,
+                result.end_offset,
+                stop.detail,
+            )
+        if self._abnormal or not had_checkpoint:
+            why = []
+            if self._abnormal:
+                why.append("abort file present (the last run did not close the store)")
+            if not had_checkpoint:
+                why.append("no checkpoint file")
+            how = (
+                f"recovering from the checkpoint's timestamp {timestamp}"
+                if self._abnormal and timestamp > 0
+                else "recovering from the first file"
+                if self._abnormal
+                else "recovering from the last files"
+            )
+            written = self.commit_log.files[-1].end_offset
+            level = logging.WARNING if self._abnormal else logging.INFO
+            logger.log(
+                level,
+                "%s: %s: %s, walk from offset %d; valid data ends at %d (%d records, stop: %s); "
+                "truncated %d bytes of file space, %d later file(s) deleted",
+                self.root,
+                "; ".join(why),
+                how,
+                result.start_offset,
+                result.end_offset,
+                result.records,
+                "end of the last file" if stop is None else stop.reason.value,
+                written - result.end_offset,
+                result.later_files,
+            )
+        else:
+            logger.info(
+                "%s: recovered after a clean exit: walk from offset %d; valid data ends at %d",
+                self.root,
+                result.start_offset,
+                result.end_offset,
+            )
 
     def _load_queues(self) -> None:
         directory = self.root / "consumequeue"
@@ -270,11 +337,14 @@ class CommitLogStore:
         return self._dispatched
 
     @property
-    def dispatch_error(self) -> CorruptRecordError | None:
-        """The first record that failed validation while dispatching, or the record of the
+    def dispatch_error(self) -> CorruptRecordError | DispatchError | None:
+        """The first record that failed validation or could not be dispatched (a
+        :class:`DispatchError`: its consume queue could not be written), or the record of the
         last :meth:`append_raw` that failed validation (not kept), or None.
 
-        Its ``offset`` and ``reason`` say which and why; nothing after it is dispatched.
+        Its ``offset`` and ``reason`` say which and why. A dispatch failure is sticky: nothing
+        after it is dispatched and puts are refused (SERVICE_NOT_AVAILABLE, with the reason in
+        the detail); reads, raw appends and so replication go on.
         """
         return self._dispatch_error or self._replica_error
 
@@ -419,14 +489,27 @@ class CommitLogStore:
         return result._replace(status=PutStatus.FLUSH_DISK_TIMEOUT)
 
     def _write(self, messages: Iterable[Message]) -> list[PutResult]:
-        if self._closed or self.config.role is StoreRole.SLAVE:
-            detail = "the store is closed" if self._closed else "a slave store refuses puts"
+        error = self._dispatch_error
+        if self._closed or self.config.role is StoreRole.SLAVE or error is not None:
+            if self._closed:
+                detail = "the store is closed"
+            elif error is not None:
+                detail = f"the store refuses puts: {error}"
+            else:
+                detail = "a slave store refuses puts"
             refused = PutResult(PutStatus.SERVICE_NOT_AVAILABLE, detail=detail)
             return [refused for _ in messages]
+        if not isinstance(messages, (list, tuple)):
+            messages = list(messages)
         now = max(time.time_ns() // 1_000_000, self._last_store_timestamp)
         in_step = self._dispatched == self.commit_log.max_offset
         before = self.commit_log.max_offset
-        results = self._writer.write(messages, now, dispatch=in_step)
+        try:
+            results = self._writer.write(messages, now, dispatch=in_step)
+        except Exception as exc:  # a consume queue could not be written: undo the batch
+            self._undo_write(before)
+            self._fail_dispatch(before, None, exc)
+            return self._write(messages)  # refused, with the reason
         if self.commit_log.max_offset != before:
             self._validated = self.commit_log.max_offset
             self._last_store_timestamp = now
@@ -436,6 +519,14 @@ class CommitLogStore:
                 self.dispatch()
             self._notify()
         return results
+
+    def _undo_write(self, offset: int) -> None:
+        files = self.commit_log
+        if files.max_offset > offset:
+            files.truncate(offset)
+        for queue in self._queues.values():
+            queue.truncate_physical(offset)
+        self._dispatched = min(self._dispatched, offset)
 
     # -- raw appends (slave) -----------------------------------------------------------------
 
@@ -586,7 +677,7 @@ class CommitLogStore:
 
     # -- dispatch ----------------------------------------------------------------------------
 
-    def dispatch(self) -> CorruptRecordError | None:
+    def dispatch(self) -> CorruptRecordError | DispatchError | None:
         """Validate and dispatch every complete record past :attr:`dispatched_offset`.
 
         Stops at the data end, at a partial record (waiting for its rest) or at the first
@@ -608,8 +699,14 @@ class CommitLogStore:
                 base_offset=mapped.start_offset,
                 check_physical_offset=True,
             )
-            for record in scanner:
-                self._dispatch_record(scanner.record_offset, record)
+            record: MessageRecord | None = None
+            try:
+                for record in scanner:
+                    self._dispatch_record(scanner.record_offset, record)
+            except Exception as exc:  # a consume queue could not be written
+                self._dispatched = scanner.record_offset
+                self._fail_dispatch(scanner.record_offset, record, exc)
+                break
             stop = scanner.stop
             assert stop is not None
             self._dispatched = mapped.start_offset + scanner.position
@@ -634,6 +731,14 @@ class CommitLogStore:
                 logger.warning("%s: dispatch stopped: %s", self.root, self._dispatch_error)
                 break
         return self.dispatch_error
+
+    def _fail_dispatch(self, offset: int, record: MessageRecord | None, exc: Exception) -> None:
+        where = "" if record is None else f"consume queue {record.topic}/{record.queue_id}: "
+        error = DispatchError(offset, f"{where}{exc}")
+        self._dispatch_error = error
+        logger.error(
+            "%s: %s; puts are refused from now on (reads and replication go on)", self.root, error
+        )
 
     def _dispatch_record(self, offset: int, record: MessageRecord) -> None:
         key = (record.topic, record.queue_id)
