@@ -148,3 +148,17 @@ def test_empty_commit_log_dir(tmp_path: Path, capsys: Capture) -> None:
     status, _, err = run(capsys, "verify", str(tmp_path))
     assert status == 2
     assert "no commit log files" in err
+
+
+def test_verify_fails_on_a_zeroed_hole_followed_by_data(tmp_path: Path, capsys: Capture) -> None:
+    with CommitLogStore.open(tmp_path, StoreConfig(mapped_file_size=4096)) as store:
+        results = [store.put(Message("T", b"x" * 40)) for _ in range(10)]
+    hole = results[4].wrote_offset
+    path = tmp_path / "commitlog" / file_name(0)
+    data = bytearray(path.read_bytes())
+    data[hole : hole + results[4].wrote_size] = bytes(results[4].wrote_size)
+    path.write_bytes(bytes(data))
+    status, out, err = run(capsys, "verify", str(tmp_path))
+    assert status == 1, out
+    assert f"offset {hole}" in err
+    assert "hole" in err

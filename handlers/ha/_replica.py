@@ -26,7 +26,12 @@ class ReplicaLog(Protocol):
     @property
     def max_offset(self) -> int: ...
 
+    @property
+    def validated_offset(self) -> int: ...
+
     def append_raw(self, offset: int, data: bytes | bytearray | memoryview) -> None: ...
+
+    def truncate_to(self, offset: int) -> None: ...
 
     @property
     def dispatch_error(self) -> Exception | None: ...
@@ -56,20 +61,41 @@ class OffsetVerifier(ChannelInboundHandler):
 
 
 class CommitLogReplayHandler(ChannelInboundHandler):
-    """Append each transfer's body at its offset; the log validates and dispatches the records
-    it completes. A record that fails validation closes the channel with its offset and reason
-    (the master never inspects what it pushes). Frames are passed on after they were applied.
+    """Append each transfer's body at its offset; the log validates the records before it
+    keeps them. A record that fails validation (``append_raw`` then keeps only the records
+    before it, and ``dispatch_error`` says why) is logged as an ERROR with its offset and
+    reason and closes the channel: the slave reconnects reporting that offset (the master
+    never inspects what it pushes). Frames are passed on after they were applied.
+
+    When the channel becomes active, bytes of a partial record left past the validated offset
+    by an earlier connection are dropped, so the offset reported is where the log ends.
     """
 
     def __init__(self, replica: ReplicaLog) -> None:
         self.replica = replica
 
+    def channel_active(self, ctx: HandlerContext) -> None:
+        replica = self.replica
+        valid = replica.validated_offset
+        if replica.max_offset > valid:
+            log.info(
+                "%s: dropping %d bytes of a partial record past offset %d",
+                ctx.channel,
+                replica.max_offset - valid,
+                valid,
+            )
+            replica.truncate_to(valid)
+        ctx.fire_channel_active()
+
     def channel_read(self, ctx: HandlerContext, msg: Any) -> None:
         if isinstance(msg, TransferFrame) and not msg.is_heartbeat:
-            self.replica.append_raw(msg.offset, msg.body)
-            error = self.replica.dispatch_error
-            if error is not None:
-                reason = f"replicated data failed validation: {error}"
+            replica = self.replica
+            replica.append_raw(msg.offset, msg.body)
+            if replica.max_offset != msg.offset + len(msg.body):  # not all kept: a bad record
+                reason = (
+                    f"replicated data failed validation: {replica.dispatch_error}; "
+                    f"the commit log ends at {replica.max_offset}"
+                )
                 log.error("%s: %s", ctx.channel, reason)
                 ctx.close(reason)
                 return
@@ -77,7 +103,8 @@ class CommitLogReplayHandler(ChannelInboundHandler):
 
 
 class OffsetReporter(ChannelInboundHandler):
-    """Report the local max offset to the master: at once when the channel becomes active,
+    """Report the local validated offset (the end of the last complete valid record, never
+    bytes that could still turn out invalid) to the master: at once when the channel becomes active,
     after each read batch that applied data, and on every writer-idle event (the heartbeat).
     A reader-idle event (nothing from the master for the housekeeping interval) closes.
 
@@ -90,9 +117,9 @@ class OffsetReporter(ChannelInboundHandler):
         self.reports = 0
 
     def report(self, ctx: HandlerContext) -> None:
-        """Write and flush one report of the current max offset."""
+        """Write and flush one report of the current validated offset."""
         self.reports += 1
-        ctx.write_and_flush(REPORT.pack(self.replica.max_offset))
+        ctx.write_and_flush(REPORT.pack(self.replica.validated_offset))
 
     def channel_active(self, ctx: HandlerContext) -> None:
         self.report(ctx)

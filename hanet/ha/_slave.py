@@ -100,7 +100,7 @@ class HASlave:
         log.info(
             "connected to master %s; reporting max offset %d",
             self.master_address,
-            self.store.max_offset,
+            self.store.validated_offset,
         )
 
     def _disconnected(self, channel: StreamChannel) -> None:

@@ -69,7 +69,7 @@ from ._mapped_file import MappedFile, file_name
 from ._mapped_queue import MappedFileQueue, list_mapped_files
 from ._reader import CommitLogReader, resolve_store_dir
 from ._scanner import RecordScanner, ScanStop, StopReason, decode_record, scan_records
-from ._store import CommitLogStore, Listener
+from ._store import CommitLogStore, DispatchError, Listener
 
 __all__ = [
     "BLANK_MAGIC",
@@ -93,6 +93,7 @@ __all__ = [
     "CommitLogStore",
     "ConsumeQueue",
     "CorruptRecordError",
+    "DispatchError",
     "FlushDiskType",
     "Listener",
     "MappedFile",

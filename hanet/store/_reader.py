@@ -17,7 +17,7 @@ from ._codec import MessageRecord
 from ._errors import StoreLayoutError
 from ._mapped_file import file_name
 from ._mapped_queue import list_mapped_files
-from ._scanner import RecordScanner, ScanStop, StopReason
+from ._scanner import RecordScanner, ScanStop, StopReason, first_nonzero
 
 __all__ = ["CommitLogReader", "resolve_store_dir"]
 
@@ -142,6 +142,15 @@ class CommitLogReader:
                     yield scanner.record_offset, record
                 stop = scanner.stop
                 del scanner
+                if stop is not None and stop.reason is StopReason.UNWRITTEN:
+                    following = first_nonzero(view, stop.offset - start)
+                    if following is not None:  # not the end of the data: a zeroed hole
+                        stop = ScanStop(
+                            stop.offset,
+                            StopReason.INVALID,
+                            f"a zeroed hole at offset {stop.offset}: non-zero data follows "
+                            f"at {start + following}",
+                        )
             finally:
                 try:
                     view.release()

@@ -16,7 +16,7 @@ import attrs
 
 from ._errors import CorruptRecordError
 from ._mapped_queue import MappedFileQueue
-from ._scanner import RecordScanner, ScanStop, StopReason, decode_record
+from ._scanner import RecordScanner, ScanStop, StopReason, decode_record, first_nonzero
 
 __all__ = ["RecoveryResult", "find_valid_end"]
 
@@ -33,12 +33,19 @@ class RecoveryResult:
         end_offset: the end of the valid data (the new max offset).
         stop: why the walk stopped (None when it ran to the end of the last file).
         records: how many valid records the walk read.
+        data_after: when the walk stopped at zeros (``UNWRITTEN``): the offset of non-zero
+            data after them (the rest of that file, or a later file), i.e. the zeros are a
+            hole and not the end of the data; else None.
+        later_files: how many files follow the one where the walk stopped (they hold no
+            valid data and are deleted).
     """
 
     start_offset: int
     end_offset: int
     stop: ScanStop | None
     records: int
+    data_after: int | None = None
+    later_files: int = 0
 
 
 def _start_index(files: MappedFileQueue, abnormal: bool, checkpoint_timestamp: int) -> int:
@@ -76,7 +83,8 @@ def find_valid_end(
     position = max(files.min_offset - first.start_offset, 0) if index == 0 else 0
     start = first.start_offset + position
     records = 0
-    for mapped in files.files[index:]:
+    for i, mapped in enumerate(files.files[index:], index):
+        later = len(files.files) - i - 1
         scanner = RecordScanner(
             mapped.view,
             position,
@@ -95,9 +103,19 @@ def find_valid_end(
                     reason=StopReason.INVALID,
                     detail=f"blank record of {stop.blank_size} bytes does not end the file",
                 )
-                return RecoveryResult(start, stop.offset, stop, records)
+                return RecoveryResult(start, stop.offset, stop, records, later_files=later)
             continue
         if stop.reason is StopReason.END:  # records filled the file to its last byte
             continue
-        return RecoveryResult(start, stop.offset, stop, records)
+        data_after = None
+        if stop.reason is StopReason.UNWRITTEN:
+            following = first_nonzero(mapped.view, stop.offset - mapped.start_offset)
+            if following is not None:
+                data_after = mapped.start_offset + following
+            else:
+                for after in files.files[i + 1 :]:
+                    if first_nonzero(after.view[:4096]) is not None:
+                        data_after = after.start_offset
+                        break
+        return RecoveryResult(start, stop.offset, stop, records, data_after, later)
     return RecoveryResult(start, files.files[-1].end_offset, None, records)

@@ -39,7 +39,16 @@ from ._codec import (
 )
 from ._errors import CorruptRecordError
 
-__all__ = ["RecordScanner", "ScanStop", "StopReason", "decode_record", "scan_records"]
+__all__ = [
+    "RecordScanner",
+    "ScanStop",
+    "StopReason",
+    "decode_record",
+    "first_nonzero",
+    "scan_records",
+]
+
+_ZEROS = bytes(1 << 20)
 
 
 class StopReason(enum.Enum):
@@ -103,11 +112,16 @@ class RecordScanner:
         check_physical_offset: also require each record's PHYSICALOFFSET field to equal its
             own offset (``base_offset`` + position): what a store checks, off by default so
             that a lone record can be decoded from any buffer.
+        limit: buffer position where the file ends (default ``len(buf)``): a record or blank
+            record going past it is ``INVALID``, one going past ``end`` but not past it is
+            ``INCOMPLETE``. Lets a buffer holding only the start of a file's remaining room
+            (replicated bytes not yet copied into the file) be validated as that file.
     """
 
     __slots__ = (
         "_buf",
         "_end",
+        "_limit",
         "base_offset",
         "check_crc",
         "check_physical_offset",
@@ -125,12 +139,14 @@ class RecordScanner:
         base_offset: int = 0,
         check_crc: bool = True,
         check_physical_offset: bool = False,
+        limit: int | None = None,
     ) -> None:
         view = memoryview(buf)
         if view.format != "B" or view.ndim != 1:
             view = view.cast("B")
         self._buf = view
         self._end = len(view) if end is None else min(end, len(view))
+        self._limit = len(view) if limit is None else limit
         self.base_offset = base_offset
         self.check_crc = check_crc
         self.check_physical_offset = check_physical_offset
@@ -151,7 +167,7 @@ class RecordScanner:
     def _scan(self) -> Iterator[MessageRecord]:
         buf = self._buf
         end = self._end
-        limit = len(buf)
+        limit = self._limit
         pos = self.position
         check_crc = self.check_crc
         check_offset = self.check_physical_offset
@@ -309,6 +325,24 @@ def scan_records(
         check_crc=check_crc,
         check_physical_offset=check_physical_offset,
     )
+
+
+def first_nonzero(buf: bytes | bytearray | memoryview, start: int = 0) -> int | None:
+    """The position of the first non-zero byte of ``buf`` at or after ``start``, or None.
+
+    What tells a zeroed hole (data follows it) from the unwritten tail of a file. Reads in
+    1 MiB chunks compared against zeros, so a zero tail costs a memcmp, not a Python loop.
+    """
+    view = memoryview(buf)
+    if view.format != "B" or view.ndim != 1:
+        view = view.cast("B")
+    chunk = len(_ZEROS)
+    for i in range(start, len(view), chunk):
+        part = view[i : i + chunk]
+        if part != _ZEROS[: len(part)]:
+            data = part.tobytes()
+            return i + len(data) - len(data.lstrip(b"\0"))
+    return None
 
 
 def decode_record(

@@ -16,8 +16,15 @@ Shape (what the HA layer relies on):
   through :meth:`~CommitLogStore.wait_flushed`.
 - New data is announced to listeners (:meth:`~CommitLogStore.add_listener`), called
   synchronously with the new max offset: the HA master turns that into a wake-up, no polling.
-- A record that fails validation while being dispatched (a slave replaying bad bytes) stops
-  dispatch there; :attr:`~CommitLogStore.dispatch_error` names its offset and reason.
+- Replicated bytes are validated **before** they are copied into the commit log
+  (:meth:`~CommitLogStore.append_raw`): a bad record is never kept, the log ends at the last
+  valid record and :attr:`~CommitLogStore.dispatch_error` says where and why (until the next
+  transfer is appended).
+  :attr:`~CommitLogStore.validated_offset` is the end of the last complete valid record (what
+  an HA slave may report); a trailing partial record may lie past it until its rest arrives,
+  and :meth:`~CommitLogStore.truncate_to` drops it.
+- A record that fails validation while being dispatched stops dispatch there;
+  :attr:`~CommitLogStore.dispatch_error` names its offset and reason.
 
 One process at a time: the ``lock`` file is ``flock``-ed, a second opener gets
 :class:`StoreLockedError`. The store is not thread-safe; use it from one trio run.
@@ -43,19 +50,34 @@ from ._config import (
     StoreStatistics,
 )
 from ._consume_queue import CQ_BLANK_SIZE, ConsumeQueue
-from ._errors import CorruptRecordError, StoreClosedError
+from ._errors import CorruptRecordError, OffsetMismatchError, StoreClosedError, StoreError
 from ._mapped_queue import MappedFileQueue
 from ._recovery import RecoveryResult, find_valid_end
 from ._scanner import RecordScanner, StopReason, decode_record
 from ._store_files import Checkpoint, StoreLock, read_checkpoint, write_checkpoint
 from ._writer import RecordWriter
 
-__all__ = ["CommitLogStore", "Listener"]
+__all__ = ["CommitLogStore", "DispatchError", "Listener"]
 
 logger = logging.getLogger(__name__)
 
 Listener = Callable[[int], None]
 """Called with the new max offset after data was added to the commit log."""
+
+
+class DispatchError(StoreError):
+    """A valid record could not be dispatched (its consume queue could not be written: an
+    ``OSError`` such as ENAMETOOLONG, ENOSPC, a file in the way, ...).
+
+    Attributes:
+        offset: the physical offset of the record that could not be dispatched.
+        reason: what failed, e.g. ``"consume queue T/0: [Errno 20] Not a directory: ..."``.
+    """
+
+    def __init__(self, offset: int, reason: str) -> None:
+        super().__init__(f"dispatch failed at offset {offset}: {reason}")
+        self.offset = offset
+        self.reason = reason
 
 
 class CommitLogStore:
@@ -78,7 +100,9 @@ class CommitLogStore:
         self._queues: dict[tuple[str, int], ConsumeQueue] = {}
         self._listeners: list[Listener] = []
         self._dispatched = 0
-        self._dispatch_error: CorruptRecordError | None = None
+        self._validated = 0
+        self._dispatch_error: CorruptRecordError | DispatchError | None = None
+        self._replica_error: CorruptRecordError | None = None
         self._flushed = 0
         self._flush_lock = trio.Lock()
         self._flush_done: trio.Event | None = None
@@ -121,7 +145,9 @@ class CommitLogStore:
     def _recover(self) -> None:
         abort = self.root / "abort"
         self._abnormal = abort.exists()
-        checkpoint = read_checkpoint(self.root / "checkpoint")
+        checkpoint_path = self.root / "checkpoint"
+        had_checkpoint = checkpoint_path.exists()
+        checkpoint = read_checkpoint(checkpoint_path)
         self.commit_log.load()
         if self.commit_log.files and checkpoint.data_start_offset:
             first = self.commit_log.files[0]
@@ -134,13 +160,7 @@ class CommitLogStore:
             checkpoint_timestamp=checkpoint.physic_msg_timestamp,
         )
         self.recovery = result
-        if result.stop is not None and result.stop.reason is StopReason.INVALID:
-            logger.warning(
-                "%s: truncating the commit log at %d: %s",
-                self.root,
-                result.end_offset,
-                result.stop.detail,
-            )
+        self._log_recovery(result, had_checkpoint, checkpoint.physic_msg_timestamp)
         if self.commit_log.files:
             self.commit_log.truncate(result.end_offset)
             for mapped in self.commit_log.files:
@@ -155,13 +175,69 @@ class CommitLogStore:
                     queue.topic,
                     queue.queue_id,
                 )
-        self._flushed = self.commit_log.max_offset
+        self._flushed = self._validated = self.commit_log.max_offset
         self._dispatched = result.start_offset
         self.dispatch()
-        if self._dispatch_error is not None:  # pragma: no cover - recovery validated it
-            raise self._dispatch_error
+        if isinstance(self._dispatch_error, CorruptRecordError):  # pragma: no cover
+            raise self._dispatch_error  # recovery validated the records
         self._last_store_timestamp = self._flushed_store_timestamp = checkpoint.physic_msg_timestamp
         abort.touch()
+
+    def _log_recovery(self, result: RecoveryResult, had_checkpoint: bool, timestamp: int) -> None:
+        if not self.commit_log.files:
+            return
+        stop = result.stop
+        if result.data_after is not None:
+            logger.warning(
+                "%s: a zeroed hole at offset %d: non-zero data follows at %d; the commit log "
+                "ends at the hole (the data after it is dropped)",
+                self.root,
+                result.end_offset,
+                result.data_after,
+            )
+        if stop is not None and stop.reason is StopReason.INVALID:
+            logger.warning(
+                "%s: truncating the commit log at %d: %s",
+                self.root,
+                result.end_offset,
+                stop.detail,
+            )
+        if self._abnormal or not had_checkpoint:
+            why = []
+            if self._abnormal:
+                why.append("abort file present (the last run did not close the store)")
+            if not had_checkpoint:
+                why.append("no checkpoint file")
+            how = (
+                f"recovering from the checkpoint's timestamp {timestamp}"
+                if self._abnormal and timestamp > 0
+                else "recovering from the first file"
+                if self._abnormal
+                else "recovering from the last files"
+            )
+            written = self.commit_log.files[-1].end_offset
+            level = logging.WARNING if self._abnormal else logging.INFO
+            logger.log(
+                level,
+                "%s: %s: %s, walk from offset %d; valid data ends at %d (%d records, stop: %s); "
+                "truncated %d bytes of file space, %d later file(s) deleted",
+                self.root,
+                "; ".join(why),
+                how,
+                result.start_offset,
+                result.end_offset,
+                result.records,
+                "end of the last file" if stop is None else stop.reason.value,
+                written - result.end_offset,
+                result.later_files,
+            )
+        else:
+            logger.info(
+                "%s: recovered after a clean exit: walk from offset %d; valid data ends at %d",
+                self.root,
+                result.start_offset,
+                result.end_offset,
+            )
 
     def _load_queues(self) -> None:
         directory = self.root / "consumequeue"
@@ -198,6 +274,8 @@ class CommitLogStore:
             return
         self._closed = True
         try:
+            if self.commit_log.max_offset > self._validated:  # a partial replicated record
+                self.commit_log.truncate(self._validated)
             self._flush_all()
         finally:
             self.commit_log.close()
@@ -240,6 +318,15 @@ class CommitLogStore:
         return self.commit_log.max_offset
 
     @property
+    def validated_offset(self) -> int:
+        """The end of the last complete record known valid: what an HA slave reports.
+
+        Equal to :attr:`max_offset` except on a slave holding the start of a record whose rest
+        has not arrived yet (see :meth:`append_raw`).
+        """
+        return self._validated
+
+    @property
     def flushed_offset(self) -> int:
         """Data before this physical offset is on disk."""
         return self._flushed
@@ -250,12 +337,16 @@ class CommitLogStore:
         return self._dispatched
 
     @property
-    def dispatch_error(self) -> CorruptRecordError | None:
-        """The first record that failed validation while dispatching, or None.
+    def dispatch_error(self) -> CorruptRecordError | DispatchError | None:
+        """The first record that failed validation or could not be dispatched (a
+        :class:`DispatchError`: its consume queue could not be written), or the record of the
+        last :meth:`append_raw` that failed validation (not kept), or None.
 
-        Its ``offset`` and ``reason`` say which and why; nothing after it is dispatched.
+        Its ``offset`` and ``reason`` say which and why. A dispatch failure is sticky: nothing
+        after it is dispatched and puts are refused (SERVICE_NOT_AVAILABLE, with the reason in
+        the detail); reads, raw appends and so replication go on.
         """
-        return self._dispatch_error
+        return self._dispatch_error or self._replica_error
 
     def read(self, offset: int, max_bytes: int) -> bytes:
         """Up to ``max_bytes`` commit log bytes from ``offset``, never crossing a file.
@@ -398,15 +489,29 @@ class CommitLogStore:
         return result._replace(status=PutStatus.FLUSH_DISK_TIMEOUT)
 
     def _write(self, messages: Iterable[Message]) -> list[PutResult]:
-        if self._closed or self.config.role is StoreRole.SLAVE:
-            detail = "the store is closed" if self._closed else "a slave store refuses puts"
+        error = self._dispatch_error
+        if self._closed or self.config.role is StoreRole.SLAVE or error is not None:
+            if self._closed:
+                detail = "the store is closed"
+            elif error is not None:
+                detail = f"the store refuses puts: {error}"
+            else:
+                detail = "a slave store refuses puts"
             refused = PutResult(PutStatus.SERVICE_NOT_AVAILABLE, detail=detail)
             return [refused for _ in messages]
+        if not isinstance(messages, (list, tuple)):
+            messages = list(messages)
         now = max(time.time_ns() // 1_000_000, self._last_store_timestamp)
         in_step = self._dispatched == self.commit_log.max_offset
         before = self.commit_log.max_offset
-        results = self._writer.write(messages, now, dispatch=in_step)
+        try:
+            results = self._writer.write(messages, now, dispatch=in_step)
+        except Exception as exc:  # a consume queue could not be written: undo the batch
+            self._undo_write(before)
+            self._fail_dispatch(before, None, exc)
+            return self._write(messages)  # refused, with the reason
         if self.commit_log.max_offset != before:
+            self._validated = self.commit_log.max_offset
             self._last_store_timestamp = now
             if in_step:
                 self._dispatched = self.commit_log.max_offset
@@ -415,16 +520,34 @@ class CommitLogStore:
             self._notify()
         return results
 
+    def _undo_write(self, offset: int) -> None:
+        files = self.commit_log
+        if files.max_offset > offset:
+            files.truncate(offset)
+        for queue in self._queues.values():
+            queue.truncate_physical(offset)
+        self._dispatched = min(self._dispatched, offset)
+
     # -- raw appends (slave) -----------------------------------------------------------------
 
     def append_raw(self, offset: int, data: bytes | bytearray | memoryview) -> None:
-        """Append replicated commit log bytes at exactly ``offset`` (what an HA slave does).
+        """Validate, then append replicated commit log bytes at exactly ``offset`` (what an
+        HA slave does).
 
         ``offset`` must be :attr:`max_offset`; an empty store accepts any offset (its first
         file starts at ``offset - offset % mapped_file_size``). The next file is created when
-        the last is full. The complete records now present are validated and dispatched
-        (:attr:`dispatch_error` tells when one failed); listeners are called. Synchronous and
-        in memory.
+        the last is full. Every complete record the bytes hold (with a partial record already
+        in the log before them) is validated *before* anything is copied: magic, sizes, body
+        CRC, the physical offset field against its position, blank records only at a file's
+        end. A trailing partial record is appended but stays past :attr:`validated_offset`
+        until its rest arrives. Then the new records are dispatched and listeners are called.
+        Synchronous and in memory.
+
+        A record that fails validation is never kept: the valid records before it are appended,
+        the commit log then ends at the bad record's offset (a partial record held before is
+        dropped if it was the bad one) and :attr:`dispatch_error` names the offset and reason
+        until the next call. So the caller can tell: all of ``data`` was kept exactly when
+        :attr:`max_offset` is ``offset + len(data)`` afterwards.
 
         Raises:
             OffsetMismatchError: ``offset`` does not continue the commit log.
@@ -432,19 +555,129 @@ class CommitLogStore:
         """
         if self._closed:
             raise StoreClosedError("the store is closed")
-        empty = not self.commit_log.files
-        self.commit_log.append_raw(offset, data)
-        if empty:
-            self._dispatched = offset
-            if offset % self.config.mapped_file_size:
-                self._write_checkpoint(sync=True)
-        self._raw_bytes += len(data)
-        self.dispatch()
-        self._notify()
+        files = self.commit_log
+        empty = not files.files
+        if not empty and offset != files.max_offset:
+            raise OffsetMismatchError(files.max_offset, offset)
+        view = memoryview(data).cast("B") if not isinstance(data, bytes) else data
+        self._replica_error = None
+        start = offset if empty else self._validated
+        if start < offset:  # a partial record already in the log: validate it with the new bytes
+            pending = bytearray()
+            position = start
+            while position < offset:
+                chunk = files.read(position, offset - position)
+                pending += chunk
+                position += len(chunk)
+            pending += view
+            valid_end, error = self._validate_raw(start, memoryview(pending))
+        else:
+            valid_end, error = self._validate_raw(start, memoryview(view))
+        keep = len(view) if error is None else max(valid_end - offset, 0)
+        if keep:
+            files.append_raw(offset, view[:keep])
+            if empty:
+                self._dispatched = offset
+                if offset % self.config.mapped_file_size:
+                    self._write_checkpoint(sync=True)
+            self._raw_bytes += keep
+        if error is not None and files.max_offset > valid_end:
+            self.truncate_to(valid_end)
+        if files.files:
+            self._validated = valid_end
+        if keep:
+            self.dispatch()
+            self._notify()
+        if error is not None:
+            logger.warning(
+                "%s: replicated bytes failed validation: %s; the commit log ends at %d",
+                self.root,
+                error,
+                files.max_offset,
+            )
+            self._replica_error = error
+
+    def _validate_raw(self, start: int, buf: memoryview) -> tuple[int, CorruptRecordError | None]:
+        """Validate ``buf``, commit log bytes from the record boundary ``start``.
+
+        Returns the end of the last complete valid record (or blank tail) and the first error.
+        """
+        size = self.config.mapped_file_size
+        end = start + len(buf)
+        position = start
+        while position < end:
+            file_end = position - position % size + size
+            segment_end = min(end, file_end)
+            index = position - start
+            scanner = RecordScanner(
+                buf[index : index + segment_end - position],
+                base_offset=position,
+                check_physical_offset=True,
+                limit=file_end - position,
+            )
+            for _ in scanner:
+                pass
+            stop = scanner.stop
+            assert stop is not None
+            reached = position + scanner.position
+            if stop.reason is StopReason.BLANK:
+                if stop.offset + stop.blank_size != file_end:
+                    return reached, CorruptRecordError(
+                        stop.offset,
+                        f"blank record of {stop.blank_size} bytes does not end the file",
+                    )
+                if segment_end < file_end:  # the rest of the blank tail is still to come
+                    return reached, None
+            elif stop.reason is StopReason.END:
+                if segment_end < file_end:
+                    return reached, None
+            elif stop.reason is StopReason.INCOMPLETE:
+                return reached, None
+            elif stop.reason is StopReason.UNWRITTEN:
+                return reached, CorruptRecordError(stop.offset, "zeros where a record should start")
+            else:
+                return reached, stop.error()
+            position = file_end
+        return end, None
+
+    def truncate_to(self, offset: int) -> None:
+        """Make ``offset`` the end of the commit log (an HA slave dropping bad or partial bytes).
+
+        The commit log is truncated there (the rest of its file zeroed, later files deleted),
+        consume queue entries at or past it are dropped, a :attr:`dispatch_error` at or past
+        it is forgotten and the checkpoint is rewritten. Synchronous; the checkpoint write
+        waits for the disk.
+
+        Raises:
+            ValueError: ``offset`` is outside [:attr:`min_offset`, :attr:`max_offset`].
+            StoreClosedError: the store is closed.
+        """
+        if self._closed:
+            raise StoreClosedError("the store is closed")
+        files = self.commit_log
+        if not files.files and offset == 0:
+            return
+        if not files.min_offset <= offset <= files.max_offset:
+            low, high = files.min_offset, files.max_offset
+            raise ValueError(f"cannot truncate at {offset}: the data is [{low}, {high}]")
+        dropped = files.max_offset - offset
+        files.truncate(offset)
+        for queue in self._queues.values():
+            queue.truncate_physical(offset)
+        self._validated = min(self._validated, offset)
+        self._dispatched = min(self._dispatched, offset)
+        self._flushed = min(self._flushed, offset)
+        error = self._dispatch_error
+        if error is not None and error.offset >= offset:
+            self._dispatch_error = None
+        self._replica_error = None
+        self._write_checkpoint(sync=True)
+        if dropped:
+            logger.info("%s: truncated the commit log at %d (%d bytes)", self.root, offset, dropped)
 
     # -- dispatch ----------------------------------------------------------------------------
 
-    def dispatch(self) -> CorruptRecordError | None:
+    def dispatch(self) -> CorruptRecordError | DispatchError | None:
         """Validate and dispatch every complete record past :attr:`dispatched_offset`.
 
         Stops at the data end, at a partial record (waiting for its rest) or at the first
@@ -453,7 +686,7 @@ class CommitLogStore:
         Returns :attr:`dispatch_error`.
         """
         if self._dispatch_error is not None:
-            return self._dispatch_error
+            return self.dispatch_error
         files = self.commit_log
         while self._dispatched < files.max_offset:
             mapped = files.find(self._dispatched)
@@ -466,8 +699,14 @@ class CommitLogStore:
                 base_offset=mapped.start_offset,
                 check_physical_offset=True,
             )
-            for record in scanner:
-                self._dispatch_record(scanner.record_offset, record)
+            record: MessageRecord | None = None
+            try:
+                for record in scanner:
+                    self._dispatch_record(scanner.record_offset, record)
+            except Exception as exc:  # a consume queue could not be written
+                self._dispatched = scanner.record_offset
+                self._fail_dispatch(scanner.record_offset, record, exc)
+                break
             stop = scanner.stop
             assert stop is not None
             self._dispatched = mapped.start_offset + scanner.position
@@ -491,7 +730,15 @@ class CommitLogStore:
                 self._dispatch_error = stop.error()
                 logger.warning("%s: dispatch stopped: %s", self.root, self._dispatch_error)
                 break
-        return self._dispatch_error
+        return self.dispatch_error
+
+    def _fail_dispatch(self, offset: int, record: MessageRecord | None, exc: Exception) -> None:
+        where = "" if record is None else f"consume queue {record.topic}/{record.queue_id}: "
+        error = DispatchError(offset, f"{where}{exc}")
+        self._dispatch_error = error
+        logger.error(
+            "%s: %s; puts are refused from now on (reads and replication go on)", self.root, error
+        )
 
     def _dispatch_record(self, offset: int, record: MessageRecord) -> None:
         key = (record.topic, record.queue_id)
@@ -600,7 +847,7 @@ class CommitLogStore:
 
     def statistics(self) -> StoreStatistics:
         """A snapshot of the store's state."""
-        error = self._dispatch_error
+        error = self.dispatch_error
         return StoreStatistics(
             min_offset=self.min_offset,
             max_offset=self.max_offset,
