@@ -183,3 +183,44 @@ async def test_partition_during_sync_puts_then_catch_up(tmp_path: Path) -> None:
                     await trio.sleep(0.05)
         nursery.cancel_scope.cancel()
     assert compare_commit_logs(tmp_path / "m", tmp_path / "s").identical
+
+
+async def test_flipped_body_byte_in_transit_is_refetched(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    master_store, slave_store = stores(tmp_path)
+    put(master_store, 200)
+    config = BrokerConfig(mapped_file_size_commit_log=FILE, reconnect_interval=0.5, full_sync=True)
+    async with trio.open_nursery() as nursery:
+        master = HAMaster(master_store, config)
+        link = FaultyLink(nursery, master)
+        link.to_slave.flip(12 + 5000)  # a body byte of the first transfer
+        slave = HASlave(slave_store, config, connector=link)
+        nursery.start_soon(slave.run)
+        await wait_until(lambda: slave_store.max_offset == master_store.max_offset)
+        assert link.connects >= 2
+        assert "failed validation" in (slave.status().last_close_reason or "")
+        nursery.cancel_scope.cancel()
+    master_store.close()
+    slave_store.close()
+    assert compare_commit_logs(tmp_path / "m", tmp_path / "s").identical
+
+
+async def test_an_empty_slave_given_a_corrupt_first_header_starts_over(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    master_store, slave_store = stores(tmp_path)
+    put(master_store, 100)
+    config = BrokerConfig(mapped_file_size_commit_log=FILE, reconnect_interval=0.5, full_sync=True)
+    async with trio.open_nursery() as nursery:
+        master = HAMaster(master_store, config)
+        link = FaultyLink(nursery, master)
+        link.to_slave.flip(3)  # the first header's offset: 0 becomes 0xFF00000000
+        slave = HASlave(slave_store, config, connector=link)
+        nursery.start_soon(slave.run)
+        await wait_until(lambda: slave_store.max_offset == master_store.max_offset)
+        assert link.connects >= 2
+        nursery.cancel_scope.cancel()
+    master_store.close()
+    slave_store.close()
+    assert compare_commit_logs(tmp_path / "m", tmp_path / "s").identical

@@ -41,6 +41,8 @@ class OffsetVerifier(ChannelInboundHandler):
     """Every frame's offset (heartbeats included) must equal the local max offset, unless the
     local log is empty (max offset 0: a new slave accepts any start). Otherwise the mismatch is
     logged with both values and the channel closed, so the slave reconnects and reports again.
+    Once the channel is closing (this or a later handler refused a frame), the frames still
+    decoded from the same read are dropped: none of them may reach the log.
     """
 
     def __init__(self, replica: ReplicaLog) -> None:
@@ -48,6 +50,8 @@ class OffsetVerifier(ChannelInboundHandler):
 
     def channel_read(self, ctx: HandlerContext, msg: Any) -> None:
         if isinstance(msg, TransferFrame):
+            if not ctx.channel.is_open:
+                return  # closing after a bad frame: later frames of the same read are dropped
             local = self.replica.max_offset
             if local not in (0, msg.offset):  # an empty slave accepts any start
                 reason = (
@@ -89,6 +93,8 @@ class CommitLogReplayHandler(ChannelInboundHandler):
 
     def channel_read(self, ctx: HandlerContext, msg: Any) -> None:
         if isinstance(msg, TransferFrame) and not msg.is_heartbeat:
+            if not ctx.channel.is_open:
+                return  # closing after a bad frame
             replica = self.replica
             replica.append_raw(msg.offset, msg.body)
             if replica.max_offset != msg.offset + len(msg.body):  # not all kept: a bad record
