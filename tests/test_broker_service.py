@@ -19,6 +19,7 @@ from hanet.client import (
     BrokerClient,
     BrokerConnectionError,
     BrokerProtocolError,
+    BrokerRequestError,
     BrokerTimeoutError,
     PullStatus,
     PutMessage,
@@ -373,3 +374,21 @@ async def test_client_rejects_unencodable_requests(tmp_path: Path) -> None:
         with pytest.raises(ValueError, match="cannot encode"):
             await c.put("T" * 70_000, b"x")
         assert (await c.put("T", b"fine")).ok
+
+
+async def test_a_pull_never_serves_a_record_that_fails_its_crc(tmp_path: Path) -> None:
+    async with running(config(tmp_path)) as (broker, addresses), client(addresses) as c:
+        replies = [await c.put("T", b"payload %d" % i, queue_id=0) for i in range(3)]
+        bad = replies[1].wrote_offset
+        body_at = bad + replies[1].wrote_size - (1 + 1 + 2) - 1  # after the body: topic, props
+        path = tmp_path / "commitlog" / ("0" * 20)
+        with path.open("r+b") as f:  # a byte flipped on disk, under the live mapping
+            f.seek(body_at)
+            byte = f.read(1)
+            f.seek(body_at)
+            f.write(bytes([byte[0] ^ 0xFF]))
+        first = await c.pull("T", 0, 0, max_messages=1)
+        assert [m.body for m in first.messages] == [b"payload 0"]
+        with pytest.raises(BrokerRequestError, match=f"invalid record at offset {bad}: body CRC"):
+            await c.pull("T", 0, 1)
+        assert broker.store.max_offset == replies[2].wrote_offset + replies[2].wrote_size

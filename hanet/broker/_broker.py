@@ -71,6 +71,7 @@ from hanet.store import (
     StoreConfig,
     StoreRole,
     encode_properties,
+    scan_records,
 )
 
 from ._handler import LOCALHOST, RequestHandler, packed_host, replies
@@ -414,10 +415,7 @@ class Broker:
                 continue
             if records and size > budget:
                 break
-            record = store.read(physical, size)
-            if len(record) != size:
-                raise CorruptRecordError(physical, f"consume queue entry of {size} bytes")
-            records.append(record)
+            records.append(_validated(store.read(physical, size), physical, size))
             budget -= size
             next_offset += 1
         return answer(PullStatus.FOUND, next_offset, tuple(records))
@@ -460,3 +458,19 @@ class Broker:
                 ),
             )
         return status
+
+
+def _validated(record: bytes, physical: int, size: int) -> bytes:
+    """``record`` when it is the whole valid record its consume queue entry points at.
+
+    A pull never serves bytes that fail their checks (a byte flipped on disk, an entry that
+    points at the wrong place): the error names the record's physical offset.
+    """
+    scanner = scan_records(record, base_offset=physical, check_physical_offset=True)
+    for _ in scanner:
+        if scanner.position == size:
+            return record
+        break
+    stop = scanner.stop
+    reason = stop.detail if stop is not None and stop.detail else f"not a {size}-byte record"
+    raise CorruptRecordError(physical, reason)
