@@ -3,6 +3,8 @@
 :func:`serve` accepts connections and runs a :class:`~hanet.channel.StreamChannel` per
 connection; :func:`connect` / :func:`run_channel` open one; :class:`ReconnectingClient` keeps a
 connection up with a :class:`RetryPolicy`, each attempt a new connection in the same trio run.
+:class:`TlsConfig` and :class:`AllowList` decide who may connect to a server (TLS, mutual TLS,
+source networks).
 """
 
 from ._bootstrap import (
@@ -17,8 +19,21 @@ from ._bootstrap import (
     tcp_connector,
 )
 from ._reconnect import ReconnectingClient, ReconnectStatistics, RetryPolicy
+from ._security import (
+    HANDSHAKE_TIMEOUT,
+    AllowList,
+    TlsConfig,
+    TlsHandshakeError,
+    certificate_names,
+    open_tls_stream,
+    peer_address,
+    peer_identity,
+    secure_stream,
+)
 
 __all__ = [
+    "HANDSHAKE_TIMEOUT",
+    "AllowList",
     "ChannelInitializer",
     "Connector",
     "ReconnectStatistics",
@@ -26,8 +41,15 @@ __all__ = [
     "RetryPolicy",
     "Server",
     "ServerStatistics",
+    "TlsConfig",
+    "TlsHandshakeError",
+    "certificate_names",
     "connect",
+    "open_tls_stream",
+    "peer_address",
+    "peer_identity",
     "run_channel",
+    "secure_stream",
     "serve",
     "serve_listeners",
     "tcp_connector",

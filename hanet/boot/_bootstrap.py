@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import math
+import ssl
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
@@ -11,6 +12,8 @@ import attrs
 import trio
 
 from hanet.channel import ChannelConfig, StreamChannel, format_address
+
+from ._security import AllowList, open_tls_stream, secure_stream
 
 __all__ = [
     "ChannelInitializer",
@@ -32,10 +35,15 @@ Connector = Callable[[], Awaitable[trio.abc.Stream]]
 """Opens a new stream to the peer (a TCP connection, a memory stream in tests, ...)."""
 
 
-def tcp_connector(host: str, port: int) -> Connector:
-    """A connector that opens a TCP connection to ``host:port``."""
+def tcp_connector(
+    host: str, port: int, *, tls: ssl.SSLContext | None = None, server_hostname: str | None = None
+) -> Connector:
+    """A connector that opens a TCP connection to ``host:port``, with a TLS handshake when
+    ``tls`` is given (:class:`~hanet.boot.TlsHandshakeError` when it fails)."""
 
     async def open_stream() -> trio.abc.Stream:
+        if tls is not None:
+            return await open_tls_stream(host, port, tls, server_hostname)
         return await trio.open_tcp_stream(host, port)
 
     return open_stream
@@ -95,6 +103,7 @@ class ServerStatistics:
     connections_accepted: int
     connections_open: int
     connections_failed: int
+    connections_refused: int
     bytes_read: int
     bytes_written: int
 
@@ -107,6 +116,7 @@ class Server:
     _channels: set[StreamChannel] = attrs.field(factory=set)
     _accepted: int = 0
     _failed: int = 0
+    _refused: int = 0
     _closed_bytes_read: int = 0
     _closed_bytes_written: int = 0
 
@@ -127,6 +137,7 @@ class Server:
             connections_accepted=self._accepted,
             connections_open=len(self._channels),
             connections_failed=self._failed,
+            connections_refused=self._refused,
             bytes_read=self._closed_bytes_read + open_read,
             bytes_written=self._closed_bytes_written + open_written,
         )
@@ -160,6 +171,9 @@ async def serve(
     host: str | None = None,
     config: ChannelConfig | None = None,
     backlog: int | None = None,
+    tls: ssl.SSLContext | None = None,
+    allow: AllowList | None = None,
+    name: str = "server",
     task_status: trio.TaskStatus[Server] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Accept TCP connections on ``host:port`` forever, one channel per connection.
@@ -167,10 +181,21 @@ async def serve(
     Reports a :class:`Server` (with the bound addresses; port 0 picks a free one) through
     ``task_status``. Each connection's pipeline is built by ``initializer``; a connection that
     fails is logged and closed, and the server goes on. Cancel the surrounding scope to stop;
-    every open channel closes with it.
+    every open channel closes with it. With ``allow``, other addresses are closed at accept;
+    with ``tls``, each connection completes a TLS handshake (mutual when the context requires
+    client certificates) before its channel exists: a refused peer never reaches the pipeline
+    (see :func:`~hanet.boot.secure_stream`; ``name`` says which port in the log).
     """
     listeners = await trio.open_tcp_listeners(port, host=host, backlog=backlog)
-    await serve_listeners(initializer, listeners, config=config, task_status=task_status)
+    await serve_listeners(
+        initializer,
+        listeners,
+        config=config,
+        tls=tls,
+        allow=allow,
+        name=name,
+        task_status=task_status,
+    )
 
 
 async def serve_listeners(
@@ -178,20 +203,29 @@ async def serve_listeners(
     listeners: Sequence[trio.abc.Listener[trio.abc.Stream]],
     *,
     config: ChannelConfig | None = None,
+    tls: ssl.SSLContext | None = None,
+    allow: AllowList | None = None,
+    name: str = "server",
     task_status: trio.TaskStatus[Server] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """As :func:`serve`, on listeners the caller opened (TCP, TLS, memory listeners)."""
+    """As :func:`serve`, on listeners the caller opened (TCP or memory listeners)."""
     addresses: list[tuple[str, int]] = []
     for listener in listeners:
         sock = _listener_socket(listener)
         if sock is not None:
-            name = sock.getsockname()
-            addresses.append((name[0], name[1]))
+            bound = sock.getsockname()
+            addresses.append((bound[0], bound[1]))
     server = Server(addresses)
     if addresses:
         log.info("listening on %s", ", ".join(format_address(a) for a in addresses))
 
     async def handler(stream: trio.abc.Stream) -> None:
+        if tls is not None or allow:
+            secured = await secure_stream(stream, tls=tls, allow=allow, what=name)
+            if secured is None:
+                server._refused += 1
+                return
+            stream = secured
         await server._handle(stream, initializer, config)
 
     async with trio.open_nursery() as nursery:
