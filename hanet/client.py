@@ -30,6 +30,7 @@ from __future__ import annotations
 import itertools
 import logging
 import math
+import ssl
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from functools import partial
@@ -39,7 +40,7 @@ import attrs
 import trio
 
 from handlers import DecoderError, EncoderError
-from hanet.boot import run_channel
+from hanet.boot import open_tls_stream, run_channel
 from hanet.channel import ChannelInboundHandler, HandlerContext, StreamChannel
 from hanet.errors import HanetError
 from hanet.protocol import (
@@ -214,6 +215,8 @@ class BrokerClient:
         request_timeout: float | None = 30.0,
         max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
         max_frame_length: int = DEFAULT_MAX_FRAME_LENGTH,
+        tls: ssl.SSLContext | None = None,
+        server_hostname: str | None = None,
     ) -> AsyncIterator[BrokerClient]:
         """Connect to ``host:port``; the connection closes when the block exits.
 
@@ -224,13 +227,22 @@ class BrokerClient:
             request_timeout: seconds each request may wait for its answer (None: forever).
             max_in_flight: requests awaiting an answer at once (more callers wait).
             max_frame_length: largest answer frame accepted.
+            tls: talk TLS (see :meth:`hanet.boot.TlsConfig.client_context`): the broker's
+                certificate is checked, and this side's presented when the context has one.
+            server_hostname: the name to check in the broker's certificate (default ``host``).
 
         Raises:
-            BrokerConnectionError: the connection could not be made.
+            BrokerConnectionError: the connection could not be made (a refused TLS handshake
+                included, with its reason).
         """
         try:
             with trio.fail_after(connect_timeout):
-                stream = await trio.open_tcp_stream(host, port)
+                if tls is not None:
+                    stream: trio.abc.Stream = await open_tls_stream(
+                        host, port, tls, server_hostname
+                    )
+                else:
+                    stream = await trio.open_tcp_stream(host, port)
         except (OSError, trio.TooSlowError) as exc:
             detail = "timed out" if isinstance(exc, trio.TooSlowError) else str(exc)
             raise BrokerConnectionError(f"cannot connect to {host}:{port}: {detail}") from exc
