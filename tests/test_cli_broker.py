@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import json
+import socket
+import struct
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
+import attrs
 import pytest
 import trio
 
@@ -96,13 +100,15 @@ def test_bad_flags_are_argparse_errors(capsys: pytest.CaptureFixture[str]) -> No
 
 
 @asynccontextmanager
-async def broker(tmp_path: Path, **changes: object) -> AsyncIterator[tuple[Broker, str]]:
-    config = BrokerConfig(
-        store_path_root_dir=tmp_path / "store",
-        listen_port=0,
-        ha_listen_port=0,
-        mapped_file_size_commit_log=FILE,
-        **changes,  # type: ignore[arg-type]
+async def broker(tmp_path: Path, **changes: Any) -> AsyncIterator[tuple[Broker, str]]:
+    config = attrs.evolve(
+        BrokerConfig(
+            store_path_root_dir=tmp_path / "store",
+            listen_port=0,
+            ha_listen_port=0,
+            mapped_file_size_commit_log=FILE,
+        ),
+        **changes,
     )
     async with trio.open_nursery() as nursery:
         b = Broker(config)
@@ -219,3 +225,39 @@ async def test_slave_verb_from_a_config_file_serves_its_listen_port(tmp_path: Pa
         nursery.cancel_scope.cancel()
     assert data["role"] == "SLAVE" and data["ha"] is None
     assert data["broker"].startswith("127.0.0.1:")
+
+
+async def test_status_watch_prints_a_line_per_interval_and_survives_a_restart(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    watch = ("status", "--broker", f"127.0.0.1:{port}", "--watch", "--interval", "0.1", "--json")
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(verb, *watch)
+        await trio.sleep(0.35)  # nothing listens yet: retried, not fatal
+        assert "retrying every 0.1 s" in capsys.readouterr().err
+        async with broker(tmp_path, listen_port=port):
+            await trio.sleep(0.5)
+        lines = capsys.readouterr().out.splitlines()
+        assert len(lines) >= 3
+        assert all(json.loads(line)["role"] == "ASYNC_MASTER" for line in lines)
+        await trio.sleep(0.3)  # the broker is gone again: still watching
+        assert "retrying" in capsys.readouterr().err
+        nursery.cancel_scope.cancel()
+
+
+async def test_status_table_shows_why_a_slave_was_closed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    async with broker(tmp_path) as (b, address):
+        assert b.addresses.ha is not None
+        with trio.fail_after(5):
+            stream = await trio.open_tcp_stream(*b.addresses.ha)
+            await stream.send_all(struct.pack(">q", 10**9))  # beyond the master's data
+            assert await stream.receive_some(100) == b""
+        assert await verb("status", "--broker", address) == 0
+    out = capsys.readouterr().out  # the reason is folded over lines of the state column
+    words = " ".join(line.split("│")[2] for line in out.splitlines() if line.count("│") > 2)
+    assert "request offset 1000000000 is outside the master's" in " ".join(words.split())

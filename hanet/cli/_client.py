@@ -15,6 +15,7 @@ Connection errors print one line on stderr and exit 2.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import sys
@@ -366,6 +367,10 @@ def status_renderable(status: BrokerStatus) -> Any:
         head.add_row("HA port", status.ha_address)
     head.add_row("offsets", f"{status.min_offset} .. {status.max_offset}")
     head.add_row("flushed", str(status.flushed_offset))
+    head.add_row("dispatched", str(status.dispatched_offset))
+    if status.dispatch_error is not None:
+        error = status.dispatch_error
+        head.add_row("dispatch stopped", f"at {error.offset}: {error.reason}")
     if status.role != BrokerRole.SLAVE.value:
         head.add_row("puts", str(status.puts))
         if status.replicated_offset is not None and status.replicated_offset >= 0:
@@ -379,7 +384,10 @@ def status_renderable(status: BrokerStatus) -> Any:
     if status.role != BrokerRole.SLAVE.value:
         table = Table(title="slaves", title_justify="left")
         for column in ("address", "state", "ack offset", "lag", "speed"):
-            table.add_column(column, justify="right" if column != "state" else "left")
+            if column == "state":  # a close reason is shown whole, folded over lines
+                table.add_column(column, justify="left", overflow="fold", ratio=1)
+            else:
+                table.add_column(column, justify="right", no_wrap=True)
         for s in status.slaves:
             table.add_row(
                 s.address,
@@ -388,45 +396,57 @@ def status_renderable(status: BrokerStatus) -> Any:
                 _human_bytes(s.lag_bytes),
                 f"{_human_bytes(s.bytes_per_second)}/s",
             )
-        if not status.slaves:
+        for s in status.closed_slaves:
+            table.add_row(s.address, f"[dim]{s.state}[/dim]", str(s.ack_offset), "", "")
+        if not status.slaves and not status.closed_slaves:
             table.add_row("(none connected)", "", "", "", "")
         parts.append(table)
     return Group(*parts)
 
 
 async def run_status(args: argparse.Namespace) -> int:
-    """``hanet status``."""
-    host, port = args.broker
-    failure: str | None = None
-    try:
-        async with BrokerClient.connect(
-            host, port, connect_timeout=args.timeout, request_timeout=args.timeout
-        ) as client:
-            if not args.watch:
-                status = await client.status()
-                if args.json:
-                    print(json.dumps(status.to_json(), indent=2), flush=True)
-                else:
-                    _print_status(status)
-                return EXIT_OK
-            if args.json:
-                while True:
-                    status = await client.status()
-                    print(json.dumps(status.to_json()), flush=True)
-                    await trio.sleep(args.interval)
-            await _watch(client, args.interval)
-    except* BrokerError as group:
-        failure = first_message(group)
-    return EXIT_OK if failure is None else fail(failure)
+    """``hanet status``: once, or with ``--watch`` every interval until Ctrl-C.
 
-
-def _print_status(status: BrokerStatus) -> None:
-    Console().print(status_renderable(status))
-
-
-async def _watch(client: BrokerClient, interval: float) -> None:
-    status = await client.status()
-    with Live(status_renderable(status), refresh_per_second=4) as live:
+    Watching keeps going across a broker restart: a lost connection is reported and retried
+    every interval. On a terminal the table is redrawn in place; otherwise (a pipe, a log
+    file) one table, or one JSON line with ``--json``, is printed per interval.
+    """
+    if not args.watch:
+        failure: str | None = None
+        try:
+            async with _status_client(args) as client:
+                _show(await client.status(), args, live=None)
+        except* BrokerError as group:
+            failure = first_message(group)
+        return EXIT_OK if failure is None else fail(failure)
+    live = Live(refresh_per_second=4) if sys.stdout.isatty() and not args.json else None
+    with live if live is not None else contextlib.nullcontext():
         while True:
-            await trio.sleep(interval)
-            live.update(status_renderable(await client.status()))
+            try:
+                async with _status_client(args) as client:
+                    while True:
+                        _show(await client.status(), args, live)
+                        await trio.sleep(args.interval)
+            except* BrokerError as group:
+                message = f"hanet: {first_message(group)}; retrying every {args.interval:g} s"
+                if live is not None:
+                    live.update(message)
+                else:
+                    print(message, file=sys.stderr, flush=True)
+            await trio.sleep(args.interval)
+
+
+def _status_client(args: argparse.Namespace) -> Any:
+    host, port = args.broker
+    return BrokerClient.connect(
+        host, port, connect_timeout=args.timeout, request_timeout=args.timeout
+    )
+
+
+def _show(status: BrokerStatus, args: argparse.Namespace, live: Live | None) -> None:
+    if args.json:
+        print(json.dumps(status.to_json(), indent=None if args.watch else 2), flush=True)
+    elif live is not None:
+        live.update(status_renderable(status))
+    else:
+        Console().print(status_renderable(status))
