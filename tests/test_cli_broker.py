@@ -129,7 +129,14 @@ async def test_put_pull_status_verbs(tmp_path: Path, capsys: pytest.CaptureFixtu
         put = ("put", "--broker", address, "--topic", "T")
         assert await verb(*put, "--body", "hello", "--tags", "TagA", "--keys", "k1",
                           "--property", "a=b", "--queue", "2") == 0  # fmt: skip
-        assert capsys.readouterr().out.strip() == "PUT_OK"
+        line = capsys.readouterr().out.strip()
+        assert line.startswith("PUT_OK msg_id=") and line.endswith(
+            "queue=2 queue_offset=0 offset=0"
+        )
+        assert await verb(*put, "--body", "again", "--queue", "2", "--json") == 0
+        reply = json.loads(capsys.readouterr().out)["reply"]
+        assert (reply["queue_id"], reply["queue_offset"], reply["status"]) == (2, 1, "PUT_OK")
+        assert len(reply["msg_id"]) == 32
         assert await verb(*put, "--size", "100", "--count", "50", "--batch", "7",
                           "--concurrency", "3", "--json") == 0  # fmt: skip
         summary = json.loads(capsys.readouterr().out)
@@ -159,7 +166,7 @@ async def test_put_pull_status_verbs(tmp_path: Path, capsys: pytest.CaptureFixtu
         assert "ASYNC_MASTER" in out and "(none connected)" in out
         assert await verb("status", "--broker", address, "--json") == 0
         status = json.loads(capsys.readouterr().out)
-        assert status["max_offset"] == b.store.max_offset and status["puts"] == 55
+        assert status["max_offset"] == b.store.max_offset and status["puts"] == 56
         with trio.move_on_after(0.35):
             await verb("status", "--broker", address, "--json", "--watch", "--interval", "0.1")
         watched = capsys.readouterr().out.splitlines()

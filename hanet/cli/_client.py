@@ -150,6 +150,7 @@ class PutRun:
     latencies: list[float] = attrs.field(factory=list)
     elapsed: float = 0.0
     first_error: str | None = None
+    last_reply: PutReply | None = None
 
     def summary(self) -> dict[str, Any]:
         latencies = sorted(self.latencies)
@@ -173,7 +174,24 @@ class PutRun:
             "latency_ms_p50": pct(0.50),
             "latency_ms_p99": pct(0.99),
             "error": self.first_error,
+            **(
+                {"reply": _reply_json(self.last_reply)}
+                if self.total == 1 and self.last_reply
+                else {}
+            ),
         }
+
+
+def _reply_json(reply: PutReply) -> dict[str, Any]:
+    return {
+        "status": reply.status.value,
+        "msg_id": reply.msg_id,
+        "queue_id": reply.queue_id,
+        "queue_offset": reply.queue_offset,
+        "wrote_offset": reply.wrote_offset,
+        "wrote_size": reply.wrote_size,
+        "detail": reply.detail,
+    }
 
 
 async def run_put(args: argparse.Namespace) -> int:
@@ -208,6 +226,7 @@ async def run_put(args: argparse.Namespace) -> int:
             replies: list[PutReply] = await client.put_batch(batch)
             run.latencies.append(time.perf_counter() - t0)
             for m, reply in zip(batch, replies, strict=True):
+                run.last_reply = reply
                 run.statuses[reply.status.value] += 1
                 run.bytes += len(m.body)
                 if not reply.ok and run.first_error is None and reply.detail:
@@ -229,9 +248,12 @@ async def run_put(args: argparse.Namespace) -> int:
         failure = first_message(group)
     run.elapsed = time.perf_counter() - started
     if failure is not None:
+        # What was acknowledged before the connection went is still worth knowing.
         run.first_error = failure
         if args.json:
             print(json.dumps(run.summary()), flush=True)
+        elif run.sent:
+            _print_put_summary(run.summary())
         return fail(failure)
     summary = run.summary()
     if args.json:
@@ -244,9 +266,17 @@ async def run_put(args: argparse.Namespace) -> int:
 
 
 def reply_line(run: PutRun) -> str:
-    """The one-line answer of a single put."""
+    """The one-line answer of a single put: its status, and where it went, or why not."""
     (status,) = run.statuses
-    return status if run.first_error is None else f"{status}: {run.first_error}"
+    reply = run.last_reply
+    if run.first_error is not None:
+        return f"{status}: {run.first_error}"
+    if reply is None or not reply.stored:
+        return status
+    return (
+        f"{status} msg_id={reply.msg_id} queue={reply.queue_id} "
+        f"queue_offset={reply.queue_offset} offset={reply.wrote_offset}"
+    )
 
 
 class _Progress:
