@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -162,3 +164,19 @@ def test_verify_fails_on_a_zeroed_hole_followed_by_data(tmp_path: Path, capsys: 
     assert status == 1, out
     assert f"offset {hole}" in err
     assert "hole" in err
+
+
+def test_dump_into_a_closed_pipe_exits_quietly(tmp_path: Path) -> None:
+    with CommitLogStore.open(tmp_path / "s", StoreConfig(mapped_file_size=1 << 20)) as store:
+        for _ in range(5000):
+            store.put(Message("T", b"x" * 100))
+    out = subprocess.run(
+        f"{sys.executable} -m hanet dump {tmp_path / 's'} | head -1",
+        shell=True,
+        capture_output=True,
+        text=True,
+        check=True,
+        executable="/bin/bash",
+    )
+    assert out.stdout.startswith("           0 size=")
+    assert out.stderr == ""

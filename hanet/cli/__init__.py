@@ -16,6 +16,7 @@ import datetime
 import importlib.metadata
 import json
 import logging
+import os
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, cast
@@ -24,7 +25,7 @@ import trio
 
 from . import _broker, _client, _demo, _echo, _spark, _store
 from ._broker import build_config
-from ._support import EXIT_INTERRUPTED
+from ._support import EXIT_BROKEN_PIPE, EXIT_INTERRUPTED
 
 __all__ = [
     "Handler",
@@ -137,6 +138,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         status = trio.run(handler, args)
     except* KeyboardInterrupt:
         print("interrupted, shut down cleanly", file=sys.stderr)
+    except* BrokenPipeError:
+        # The reader went away (``hanet dump | head``): stop quietly, as a process killed by
+        # SIGPIPE would, and keep Python from complaining when it flushes stdout at exit.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        status = EXIT_BROKEN_PIPE
     return status
 
 

@@ -99,10 +99,10 @@ async def dump(args: argparse.Namespace) -> int:
         return _dump(reader, args, sys.stdout)
     except StoreError as exc:
         return fail(str(exc))
+    except BrokenPipeError:
+        raise  # `hanet dump | head`: the command line ends quietly
     except OSError as exc:
         return fail(f"{args.store_dir}: {exc.strerror or exc}")
-    except BrokenPipeError:  # pragma: no cover - `hanet dump | head`
-        return EXIT_OK
 
 
 def _dump(reader: CommitLogReader, args: argparse.Namespace, out: TextIO) -> int:

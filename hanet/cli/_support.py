@@ -10,6 +10,7 @@ from hanet.channel import parse_address as _split_address
 from hanet.errors import ConfigError
 
 __all__ = [
+    "EXIT_BROKEN_PIPE",
     "EXIT_ERROR",
     "EXIT_FAILED",
     "EXIT_INTERRUPTED",
@@ -29,6 +30,8 @@ EXIT_ERROR = 2
 """The command could not run (bad arguments, an unreadable store, no connection)."""
 EXIT_INTERRUPTED = 130
 """Ctrl-C: shut down cleanly."""
+EXIT_BROKEN_PIPE = 141
+"""stdout's reader went away (``| head``): what a process ended by SIGPIPE reports."""
 
 
 def fail(message: str, status: int = EXIT_ERROR) -> int:
