@@ -180,3 +180,15 @@ def test_dump_into_a_closed_pipe_exits_quietly(tmp_path: Path) -> None:
     )
     assert out.stdout.startswith("           0 size=")
     assert out.stderr == ""
+
+
+def test_file_size_flag_takes_suffixes_and_a_mismatch_names_the_right_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with CommitLogStore.open(tmp_path / "s", StoreConfig(mapped_file_size=64 * 1024)) as store:
+        store.put(Message("T", b"x"))
+    assert main(["verify", str(tmp_path / "s"), "--mapped-file-size", "64K"]) == 0
+    assert main(["verify", str(tmp_path / "s"), "--mapped-file-size", "1M"]) == 2
+    err = capsys.readouterr().err
+    assert "has 65536 bytes, not the file size 1048576" in err
+    assert "--mapped-file-size 65536" in err

@@ -33,7 +33,7 @@ from hanet.store import (
     resolve_store_dir,
 )
 
-from ._support import EXIT_FAILED, EXIT_OK, fail
+from ._support import EXIT_FAILED, EXIT_OK, fail, parse_size
 
 __all__ = ["dump", "register", "verify"]
 
@@ -70,8 +70,8 @@ def register(subparsers: Any) -> None:
 
 def _add_file_size(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--mapped-file-size", type=int, default=None, metavar="BYTES",
-        help="commit log file size (default: taken from the files)",
+        "--mapped-file-size", type=parse_size, default=None, metavar="BYTES",
+        help="commit log file size, K/M/G suffixes (default: taken from the files)",
     )  # fmt: skip
 
 

@@ -69,7 +69,12 @@ class CommitLogReader:
             actual = path.stat().st_size
             if actual != file_size:
                 raise StoreLayoutError(
-                    f"{path} has {actual} bytes, expected {file_size} (the file size)"
+                    f"{path} has {actual} bytes, not the file size {file_size}"
+                    + (
+                        f" (this store's files: --mapped-file-size {actual})"
+                        if len(sizes) == 1
+                        else ""
+                    )
                 )
         if file_size <= 0:
             raise StoreLayoutError(f"{directory}: empty commit log files")
