@@ -8,15 +8,18 @@ protocol; one :class:`RequestHandler` per connection) in the caller's nursery.
 
 from ._broker import MAX_PULL_BYTES, Broker, BrokerAddresses
 from ._handler import RequestHandler, RequestService
+from ._metrics import BrokerMetrics, serve_metrics
 from ._properties import apply_properties, load_properties, parse_properties
 
 __all__ = [
     "MAX_PULL_BYTES",
     "Broker",
     "BrokerAddresses",
+    "BrokerMetrics",
     "RequestHandler",
     "RequestService",
     "apply_properties",
     "load_properties",
     "parse_properties",
+    "serve_metrics",
 ]

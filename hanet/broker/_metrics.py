@@ -1,0 +1,206 @@
+"""Prometheus metrics of a broker, served on ``--metrics-listen HOST:PORT``.
+
+:class:`BrokerMetrics` holds the counters the request path updates (puts by status, put
+latency, connection events by reason) and, at each scrape, reads the broker's status for the
+gauges: offsets, dispatch lag, and per slave its ack offset, lag, state and bytes pushed (a
+master), or the link to the master (a slave). The text exposition comes from
+``prometheus-client``; :func:`serve_metrics` answers ``GET /metrics`` over plain HTTP/1.1 in the
+broker's own trio run (no thread).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator
+
+import trio
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from hanet.channel import format_address
+from hanet.protocol import BrokerStatus
+
+__all__ = ["CONTENT_TYPE", "BrokerMetrics", "serve_metrics"]
+
+log = logging.getLogger("hanet.metrics")
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+_MAX_REQUEST = 8192
+_REQUEST_TIMEOUT = 10.0
+_LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 3, 5, 10)
+
+
+class _StatusCollector(Collector):
+    """Gauges read from the broker's status at each scrape."""
+
+    def __init__(self, status: Callable[[], BrokerStatus | None]) -> None:
+        self._status = status
+
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        status = self._status()
+        if status is None:
+            return
+        offsets = GaugeMetricFamily("hanet_commitlog_offset", "Commit log offsets", labels=["kind"])
+        for kind, value in (
+            ("min", status.min_offset),
+            ("max", status.max_offset),
+            ("flushed", status.flushed_offset),
+            ("dispatched", status.dispatched_offset),
+        ):
+            offsets.add_metric([kind], value)
+        yield offsets
+        yield GaugeMetricFamily(
+            "hanet_dispatch_lag_bytes",
+            "Commit log bytes not yet in the consume queues",
+            value=max(status.max_offset - status.dispatched_offset, 0),
+        )
+        yield GaugeMetricFamily(
+            "hanet_dispatch_stopped",
+            "1 when dispatch stopped at a record it could not dispatch",
+            value=0 if status.dispatch_error is None else 1,
+        )
+        if status.replicated_offset is not None:
+            yield GaugeMetricFamily(
+                "hanet_replicated_offset",
+                "Offset acknowledged by enough replicas for SYNC puts",
+                value=status.replicated_offset,
+            )
+        ack = GaugeMetricFamily(
+            "hanet_slave_ack_offset", "A slave's acknowledged offset", labels=["slave"]
+        )
+        lag = GaugeMetricFamily(
+            "hanet_slave_lag_bytes", "Bytes a slave is behind the master", labels=["slave"]
+        )
+        state = GaugeMetricFamily(
+            "hanet_slave_state", "1 for a slave's current state", labels=["slave", "state"]
+        )
+        sent = CounterMetricFamily(
+            "hanet_slave_bytes_sent", "Bytes pushed to a slave's connection", labels=["slave"]
+        )
+        for slave in status.slaves:
+            ack.add_metric([slave.address], slave.ack_offset)
+            lag.add_metric([slave.address], slave.lag_bytes)
+            state.add_metric([slave.address, slave.state.split(":")[0]], 1)
+            sent.add_metric([slave.address], slave.bytes_sent)
+        yield from (ack, lag, state, sent)
+        yield GaugeMetricFamily(
+            "hanet_slaves_connected", "Slaves connected to this master", value=len(status.slaves)
+        )
+        if status.master is not None:
+            link = status.master
+            yield GaugeMetricFamily(
+                "hanet_master_connected",
+                "1 while this slave is connected to its master",
+                value=1 if link.connected else 0,
+            )
+            yield CounterMetricFamily(
+                "hanet_master_connects", "Connections made to the master", value=link.connects
+            )
+
+
+class BrokerMetrics:
+    """The metrics of one broker, in a registry of its own.
+
+    Args:
+        status: returns the broker's current status (None while it is not running).
+    """
+
+    def __init__(self, status: Callable[[], BrokerStatus | None]) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.puts = Counter(
+            "hanet_puts", "Messages put, by the status answered", ["status"], registry=self.registry
+        )
+        self.put_latency = Histogram(
+            "hanet_put_latency_seconds",
+            "Time from a PUT request's arrival to its answer",
+            buckets=_LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.connections = Counter(
+            "hanet_connection_events",
+            "Connections opened and closed, by port and reason",
+            ["port", "event"],
+            registry=self.registry,
+        )
+        self.registry.register(_StatusCollector(status))
+
+    def observe_put(self, statuses: list[str], seconds: float) -> None:
+        """One answered PUT request: the status of each of its messages and its latency."""
+        for status in statuses:
+            self.puts.labels(status).inc()
+        self.put_latency.observe(max(seconds, 0.0))
+
+    def connection_event(self, port: str, event: str) -> None:
+        """A connection ``opened`` or closed (``event`` is a short reason) on ``port``."""
+        self.connections.labels(port, event).inc()
+
+    def exposition(self) -> bytes:
+        """The text exposition of every metric."""
+        return generate_latest(self.registry)
+
+
+async def serve_metrics(
+    metrics: BrokerMetrics,
+    host: str,
+    port: int,
+    *,
+    task_status: trio.TaskStatus[tuple[str, int]] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Answer ``GET /metrics`` (and ``GET /``) on ``host:port`` until cancelled; reports the
+    bound address. Requests are bounded (8 KiB of headers, 10 s); anything else gets 404/405."""
+    listeners = await trio.open_tcp_listeners(port, host=host)
+    name = listeners[0].socket.getsockname()
+    address = (name[0], name[1])
+    log.info("metrics on http://%s/metrics", format_address(address))
+
+    async def handle(stream: trio.SocketStream) -> None:
+        try:
+            with trio.move_on_after(_REQUEST_TIMEOUT):
+                request = await _read_request(stream)
+                if request is None:
+                    return
+                method, path = request
+                if method != "GET":
+                    await _respond(stream, 405, b"only GET\n", "text/plain")
+                elif path.split("?")[0] not in ("/metrics", "/"):
+                    await _respond(stream, 404, b"try /metrics\n", "text/plain")
+                else:
+                    await _respond(stream, 200, metrics.exposition(), CONTENT_TYPE)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+        finally:
+            await trio.aclose_forcefully(stream)
+
+    async with trio.open_nursery() as nursery:
+        task_status.started(address)
+        await trio.serve_listeners(handle, listeners, handler_nursery=nursery)
+
+
+async def _read_request(stream: trio.SocketStream) -> tuple[str, str] | None:
+    data = bytearray()
+    while b"\r\n\r\n" not in data and b"\n\n" not in data:
+        if len(data) > _MAX_REQUEST:
+            await _respond(stream, 431, b"request too large\n", "text/plain")
+            return None
+        chunk = await stream.receive_some(4096)
+        if not chunk:
+            return None
+        data += chunk
+    line = bytes(data).split(b"\n", 1)[0].decode("latin-1").strip()
+    parts = line.split()
+    if len(parts) != 3 or not parts[2].startswith("HTTP/"):
+        await _respond(stream, 400, b"bad request\n", "text/plain")
+        return None
+    return parts[0], parts[1]
+
+
+async def _respond(stream: trio.SocketStream, code: int, body: bytes, content_type: str) -> None:
+    reason = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed"}.get(
+        code, "Request Header Fields Too Large"
+    )
+    head = (
+        f"HTTP/1.1 {code} {reason}\r\nContent-Type: {content_type}\r\n"
+        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+    ).encode("latin-1")
+    await stream.send_all(head + body)

@@ -1,0 +1,86 @@
+"""Prometheus metrics of a broker: the exposition and its HTTP endpoint."""
+
+from __future__ import annotations
+
+from functools import partial
+
+import attrs
+import trio
+
+from hanet.broker import BrokerMetrics, serve_metrics
+from hanet.protocol import BrokerStatus, MasterLink, SlaveInfo
+
+STATUS = BrokerStatus(
+    role="SYNC_MASTER",
+    broker_address="127.0.0.1:10911",
+    ha_address="127.0.0.1:10912",
+    min_offset=0,
+    max_offset=5000,
+    flushed_offset=5000,
+    dispatched_offset=4000,
+    puts=10,
+    mapped_files=1,
+    dispatch_error=None,
+    uptime=3.0,
+    replicated_offset=4500,
+    slaves=(SlaveInfo("127.0.0.1:5555", "transferring", 0, 4500, 5000, 500, 4500, 10.0),),
+)
+
+
+def sample(text: str, line_start: str) -> float:
+    (line,) = [line for line in text.splitlines() if line.startswith(line_start)]
+    return float(line.rsplit(" ", 1)[1])
+
+
+def test_exposition_has_counters_and_status_gauges() -> None:
+    current: list[BrokerStatus | None] = [STATUS]
+    metrics = BrokerMetrics(lambda: current[0])
+    metrics.observe_put(["PUT_OK", "PUT_OK", "FLUSH_SLAVE_TIMEOUT"], 0.004)
+    metrics.connection_event("broker", "opened")
+    text = metrics.exposition().decode()
+    assert sample(text, 'hanet_puts_total{status="PUT_OK"}') == 2
+    assert sample(text, 'hanet_puts_total{status="FLUSH_SLAVE_TIMEOUT"}') == 1
+    assert sample(text, "hanet_put_latency_seconds_count") == 1
+    assert sample(text, 'hanet_put_latency_seconds_bucket{le="0.005"}') == 1
+    assert sample(text, 'hanet_commitlog_offset{kind="max"}') == 5000
+    assert sample(text, "hanet_dispatch_lag_bytes") == 1000
+    assert sample(text, 'hanet_slave_lag_bytes{slave="127.0.0.1:5555"}') == 500
+    assert sample(text, 'hanet_slave_state{slave="127.0.0.1:5555",state="transferring"}') == 1
+    assert sample(text, 'hanet_connection_events_total{event="opened",port="broker"}') == 1
+    current[0] = None  # not running: only the counters
+    assert "hanet_commitlog_offset" not in metrics.exposition().decode()
+
+
+def test_a_slave_shows_its_master_link() -> None:
+    link = MasterLink("127.0.0.1:10912", True, 3, 4, None)
+    slave = attrs.evolve(STATUS, role="SLAVE", slaves=(), master=link, replicated_offset=None)
+    metrics = BrokerMetrics(lambda: slave)
+    text = metrics.exposition().decode()
+    assert sample(text, "hanet_master_connected") == 1
+    assert sample(text, "hanet_master_connects_total") == 3
+
+
+async def http_get(port: int, request: bytes) -> bytes:
+    stream = await trio.open_tcp_stream("127.0.0.1", port)
+    await stream.send_all(request)
+    out = bytearray()
+    with trio.fail_after(5):
+        while chunk := await stream.receive_some(65536):
+            out += chunk
+    return bytes(out)
+
+
+async def test_http_endpoint() -> None:
+    metrics = BrokerMetrics(lambda: STATUS)
+    async with trio.open_nursery() as nursery:
+        _host, port = await nursery.start(partial(serve_metrics, metrics, "127.0.0.1", 0))
+        ok = await http_get(port, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        head, _, body = ok.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 200 OK")
+        assert b"text/plain; version=0.0.4" in head
+        assert b"hanet_commitlog_offset" in body
+        assert (await http_get(port, b"GET /nope HTTP/1.1\r\n\r\n")).startswith(b"HTTP/1.1 404")
+        assert (await http_get(port, b"POST /metrics HTTP/1.1\r\n\r\n")).startswith(b"HTTP/1.1 405")
+        assert (await http_get(port, b"garbage\r\n\r\n")).startswith(b"HTTP/1.1 400")
+        assert (await http_get(port, b"G" * 10000)).startswith(b"HTTP/1.1 431")
+        nursery.cancel_scope.cancel()
