@@ -96,7 +96,7 @@ def test_dump_binary_body_is_base64_and_bad_crc_is_shown(tmp_path: Path, capsys:
         (["verify", "/nonexistent/store"], "no such directory"),
         (["dump", "/nonexistent/store"], "no such directory"),
         (["verify", str(FIXTURE), "--mapped-file-size", "4096"], "not the file size 4096"),
-        (["dump", str(FIXTURE), "--mapped-file-size", "1073741824"], "not the file size 1073741824"),
+        (["dump", str(FIXTURE), "--mapped-file-size", "1G"], "not the file size 1073741824"),
     ],
 )
 def test_bad_input_is_one_line(capsys: Capture, argv: list[str], message: str) -> None:
