@@ -157,8 +157,10 @@ class _ResponseRouter(ChannelInboundHandler):
     def __init__(self) -> None:
         self.pending: dict[int, _Pending] = {}
         self.closed_error: BrokerError | None = None
+        self.answers = 0
 
     def channel_read(self, ctx: HandlerContext, msg: Any) -> None:
+        self.answers += 1
         pending = self.pending.pop(msg.request_id, None)
         if pending is None:
             log.debug("answer to request %d that no one waits for (timed out)", msg.request_id)
@@ -175,6 +177,10 @@ class _ResponseRouter(ChannelInboundHandler):
         error = self.closed_error
         if error is None:
             reason = ctx.channel.close_reason or "closed"
+            if self.answers == 0 and self.pending:
+                # Closed at the first request without a word: what an HA port does with a
+                # broker request (it reads it as an offset report out of range).
+                reason += " before any answer (is this the broker port, not an HA port?)"
             error = self.closed_error = BrokerConnectionError(f"connection closed: {reason}")
         for pending in self.pending.values():
             pending.error = error

@@ -392,3 +392,25 @@ async def test_a_pull_never_serves_a_record_that_fails_its_crc(tmp_path: Path) -
         with pytest.raises(BrokerRequestError, match=f"invalid record at offset {bad}: body CRC"):
             await c.pull("T", 0, 1)
         assert broker.store.max_offset == replies[2].wrote_offset + replies[2].wrote_size
+
+
+async def test_a_client_pointed_at_the_ha_port_says_which_port_it_reached(
+    tmp_path: Path,
+) -> None:
+    async with running(config(tmp_path)) as (_, addresses):
+        assert addresses.ha is not None
+        async with BrokerClient.connect(*addresses.ha, request_timeout=5) as c:
+            with pytest.raises(BrokerConnectionError, match="not an HA port"):
+                await c.status()
+
+
+async def test_a_slave_pointed_at_the_broker_port_is_named_in_the_log(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    async with running(config(tmp_path)) as (_, addresses):
+        assert addresses.broker is not None
+        stream = await trio.open_tcp_stream(*addresses.broker)
+        await stream.send_all(struct.pack(">q", 0))  # a new slave's first report
+        with trio.fail_after(5):
+            assert await stream.receive_some(100) == b""
+    assert "an HA slave pointed at the broker port?" in caplog.text

@@ -144,6 +144,7 @@ class RequestHandler(ChannelInboundHandler):
         self.waiting: deque[_Waiting] = deque()
         self._settling = False
         self._paused = False
+        self._requests = 0
 
     def channel_active(self, ctx: HandlerContext) -> None:
         log.info("client %s connected", self.peer)
@@ -155,6 +156,7 @@ class RequestHandler(ChannelInboundHandler):
 
     def channel_read(self, ctx: HandlerContext, msg: Any) -> None:
         broker = self.broker
+        self._requests += 1
         try:
             if isinstance(msg, PutRequest):
                 self._put(ctx, msg)
@@ -227,7 +229,10 @@ class RequestHandler(ChannelInboundHandler):
 
     def exception_caught(self, ctx: HandlerContext, exc: BaseException) -> None:
         if isinstance(exc, DecoderError):
-            log.warning("client %s: closing: %s", self.peer, exc)
+            hint = ""
+            if self._requests == 0:
+                hint = " (not a broker request: an HA slave pointed at the broker port?)"
+            log.warning("client %s: closing: %s%s", self.peer, exc, hint)
         else:
             log.error(
                 "client %s: closing after an internal error: %r", self.peer, exc, exc_info=exc
