@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import struct
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from hanet.channel import ChannelInboundHandler, HandlerContext
@@ -18,6 +20,12 @@ __all__ = [
 ]
 
 log = logging.getLogger("hanet.ha.slave")
+
+# A commit log record's TOTALSIZE and MAGICCODE, and the magic of the blank record that fills
+# the end of every file (protocol §3.2; the same value as ``hanet.store.BLANK_MAGIC``, which
+# handlers may not import).
+_PREFIX = struct.Struct(">iI")
+BLANK_MAGIC = 0xCBD43194
 
 
 class ReplicaLog(Protocol):
@@ -47,9 +55,11 @@ class OffsetVerifier(ChannelInboundHandler):
 
     def __init__(self, replica: ReplicaLog) -> None:
         self.replica = replica
+        self.frames = 0  # frames received (heartbeats included)
 
     def channel_read(self, ctx: HandlerContext, msg: Any) -> None:
         if isinstance(msg, TransferFrame):
+            self.frames += 1
             if not ctx.channel.is_open:
                 return  # closing after a bad frame: later frames of the same read are dropped
             local = self.replica.max_offset
@@ -73,10 +83,25 @@ class CommitLogReplayHandler(ChannelInboundHandler):
 
     When the channel becomes active, bytes of a partial record left past the validated offset
     by an earlier connection are dropped, so the offset reported is where the log ends.
+
+    With ``file_size`` (the slave's commit log file size) it also checks that the master's
+    files are the same size, as far as the stream shows: a master never sends a frame across
+    its own file end, and ends every file with a blank record followed by zeros. So a frame
+    across one of the slave's file ends, or such a blank tail that does not end a slave file,
+    means the files differ (a ``--mapped-file-size`` mismatch, protocol §1.2). Nothing of that
+    frame is kept, the reason is logged as an ERROR and passed to ``on_file_size_mismatch``
+    (which should stop the slave: reconnecting cannot help), and the channel is closed.
     """
 
-    def __init__(self, replica: ReplicaLog) -> None:
+    def __init__(
+        self,
+        replica: ReplicaLog,
+        file_size: int | None = None,
+        on_file_size_mismatch: Callable[[str], None] | None = None,
+    ) -> None:
         self.replica = replica
+        self.file_size = file_size
+        self.on_file_size_mismatch = on_file_size_mismatch
 
     def channel_active(self, ctx: HandlerContext) -> None:
         replica = self.replica
@@ -96,8 +121,25 @@ class CommitLogReplayHandler(ChannelInboundHandler):
             if not ctx.channel.is_open:
                 return  # closing after a bad frame
             replica = self.replica
+            size = self.file_size
+            if size is not None:
+                file_end = msg.offset - msg.offset % size + size
+                if msg.end_offset > file_end:
+                    self._file_size_mismatch(
+                        ctx,
+                        f"the master sent [{msg.offset}, {msg.end_offset}) in one frame, across "
+                        f"this slave's file end at {file_end}: a master never sends across its "
+                        "own file end, so its files are larger",
+                    )
+                    return
             replica.append_raw(msg.offset, msg.body)
             if replica.max_offset != msg.offset + len(msg.body):  # not all kept: a bad record
+                problem = self._misplaced_blank(msg)
+                if problem is not None:
+                    if replica.max_offset > msg.offset:
+                        replica.truncate_to(msg.offset)  # keep nothing of this frame
+                    self._file_size_mismatch(ctx, problem)
+                    return
                 reason = (
                     f"replicated data failed validation: {replica.dispatch_error}; "
                     f"the commit log ends at {replica.max_offset}"
@@ -106,6 +148,51 @@ class CommitLogReplayHandler(ChannelInboundHandler):
                 ctx.close(reason)
                 return
         ctx.fire_channel_read(msg)
+
+    def _misplaced_blank(self, msg: TransferFrame) -> str | None:
+        """After a refused append: why, when the refused record is a blank record that ends
+        somewhere other than a slave file end (the master's file end: sizes differ)."""
+        size = self.file_size
+        error = getattr(self.replica.dispatch_error, "offset", None)
+        if size is None or not isinstance(error, int):
+            return None
+        index = error - msg.offset
+        if not 0 <= index <= len(msg.body) - _PREFIX.size:
+            return None
+        total, magic = _PREFIX.unpack_from(msg.body, index)
+        if magic != BLANK_MAGIC or total <= 0:
+            return None
+        end = error + total
+        file_end = error - error % size + size
+        if end == file_end:
+            return None
+        # A master's blank tail is the blank header then zeros up to its file end, and no frame
+        # goes past that end. Anything else is a damaged record, not another file size (at
+        # least 8 zero bytes, or all of the tail, must be in sight to tell).
+        seen = msg.end_offset
+        if seen > end or seen < min(end, error + 2 * _PREFIX.size):
+            return None
+        tail = msg.body[index + _PREFIX.size : seen - msg.offset]
+        if any(tail):
+            return None
+        guess = end & -end  # the largest power of two dividing the master's file end
+        likely = f"; they are probably {guess} bytes" if guess != size and guess >= 1024 else ""
+        return (
+            f"a master file ends at offset {end} (a blank end-of-file record of {total} bytes at "
+            f"{error}), not at this slave's file end {file_end}{likely}"
+        )
+
+    def _file_size_mismatch(self, ctx: HandlerContext, problem: str) -> None:
+        size = self.file_size
+        reason = (
+            f"commit log file size mismatch: this slave's files are {size} bytes, the master's "
+            f"are not ({problem}); start the slave with the master's --mapped-file-size "
+            "(mappedFileSizeCommitLog) on an empty store"
+        )
+        log.error("%s: %s", ctx.channel, reason)
+        if self.on_file_size_mismatch is not None:
+            self.on_file_size_mismatch(reason)
+        ctx.close(reason)
 
 
 class OffsetReporter(ChannelInboundHandler):
@@ -121,11 +208,13 @@ class OffsetReporter(ChannelInboundHandler):
         self.replica = replica
         self._applied = False
         self.reports = 0
+        self.last_offset: int | None = None  # the offset of the last report sent
 
     def report(self, ctx: HandlerContext) -> None:
         """Write and flush one report of the current validated offset."""
         self.reports += 1
-        ctx.write_and_flush(REPORT.pack(self.replica.validated_offset))
+        self.last_offset = self.replica.validated_offset
+        ctx.write_and_flush(REPORT.pack(self.last_offset))
 
     def channel_active(self, ctx: HandlerContext) -> None:
         self.report(ctx)

@@ -6,6 +6,9 @@
   removed). Settings come from the defaults, then ``--config FILE`` (``broker.conf`` keys), then
   the flags. ``--ready-file FILE`` writes the bound addresses as JSON once serving (port 0
   picks free ports).
+- ``hanet slave --truncate-to OFFSET`` or ``--resync`` first truncates or empties the slave's
+  store (a slave ahead of its master, after the master lost data), prints what it did, then
+  replicates; a commit log file size other than the master's stops the slave (exit 2).
 - ``hanet put``, ``hanet pull``, ``hanet status`` are clients of the broker port
   (:mod:`hanet.cli._client`); ``hanet demo`` runs everything (:mod:`hanet.cli._demo`).
 
@@ -30,8 +33,8 @@ import trio
 
 from hanet.broker import Broker, BrokerAddresses, load_properties, parse_properties
 from hanet.errors import ConfigError
-from hanet.ha import BrokerConfig, BrokerRole
-from hanet.store import FlushDiskType, StoreError
+from hanet.ha import BrokerConfig, BrokerRole, HASlave
+from hanet.store import CommitLogStore, FlushDiskType, StoreConfig, StoreError, StoreRole
 
 from ._support import (
     EXIT_OK,
@@ -212,9 +215,29 @@ def register(subparsers: Any) -> None:
         "--listen", type=parse_address, default=None, metavar="HOST:PORT",
         help="serve the broker port here (none unless this or listenPort in --config)",
     )  # fmt: skip
+    start = parser.add_mutually_exclusive_group()
+    start.add_argument(
+        "--truncate-to", type=_offset, default=None, metavar="OFFSET",
+        help="first truncate the store's commit log to OFFSET (a record boundary), e.g. the "
+        "max offset of a master that lost its tail and took no puts since",
+    )  # fmt: skip
+    start.add_argument(
+        "--resync", action="store_true",
+        help="first delete the store's commit log and consume queues: start over as a new slave",
+    )  # fmt: skip
     _add_flags(parser, _COMMON_FLAGS + _SLAVE_FLAGS)
     _add_service_flags(parser)
     parser.set_defaults(func=run_slave)
+
+
+def _offset(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an offset: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"an offset is >= 0, got {value}")
+    return value
 
 
 # -- master and slave -----------------------------------------------------------------------
@@ -288,6 +311,31 @@ async def run_master(args: argparse.Namespace) -> int:
     return await _serve(broker, args.ready_file)
 
 
+def _prepare_slave_store(config: BrokerConfig, truncate_to: int | None, resync: bool) -> None:
+    """``--truncate-to`` / ``--resync``: open the store, change it, close it; prints what it
+    did.
+
+    Raises:
+        StoreError: the store cannot be opened (locked, another file size, ...).
+        ValueError: the offset is not a record boundary inside the data.
+    """
+    store_config = StoreConfig(
+        mapped_file_size=config.mapped_file_size_commit_log,
+        flush_disk_type=config.flush_disk_type,
+        role=StoreRole.SLAVE,
+    )
+    root = config.store_path_root_dir
+    with CommitLogStore.open(root, store_config) as store:
+        before = f"[{store.min_offset}, {store.max_offset})"
+        if resync:
+            done = HASlave.empty_store(store)
+        else:
+            assert truncate_to is not None
+            done = HASlave.truncate_store(store, truncate_to)
+    flag = "--resync" if resync else f"--truncate-to {truncate_to}"
+    print(f"{flag}: store {root}, commit log {before}: {done}", flush=True)
+
+
 async def run_slave(args: argparse.Namespace) -> int:
     """``hanet slave``."""
     try:
@@ -297,4 +345,9 @@ async def run_slave(args: argparse.Namespace) -> int:
         broker = Broker(config, serve_broker_port=listen)
     except (ConfigError, ValueError) as exc:
         return fail(str(exc))
+    if args.truncate_to is not None or args.resync:
+        try:
+            _prepare_slave_store(config, args.truncate_to, args.resync)
+        except (StoreError, ValueError) as exc:
+            return fail(str(exc))
     return await _serve(broker, args.ready_file)

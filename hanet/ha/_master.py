@@ -47,6 +47,8 @@ log = logging.getLogger("hanet.ha.master")
 # coalesced 256 KiB sends instead of two frames at a time.
 HA_CHANNEL_CONFIG = ChannelConfig(water_marks=WaterMarks(low=512 * 1024, high=1024 * 1024))
 _RECENTLY_CLOSED = 16
+# A diverged slave reconnects every few seconds: its ERROR is repeated at most this often.
+_DIVERGENCE_LOG_INTERVAL = 60.0
 _PREFIX = struct.Struct(">iI")  # a record's TOTALSIZE and MAGICCODE
 # A record larger than a batch is read whole to be validated; its size field is trusted up to
 # the largest record a put can write (max body + topic + properties + header) plus slack, so
@@ -139,7 +141,7 @@ class _SlaveConnection(ChannelInboundHandler):
                 self._refuse(ctx, f"request offset {offset} is not a record boundary: {problem}")
                 return
         else:
-            self._refuse(ctx, f"request offset {offset} is outside the master's [{low}, {high}]")
+            self._refuse_diverged(ctx, offset, low, high)
             return
         self.ack_offset = offset
         self.next_offset = start
@@ -257,6 +259,33 @@ class _SlaveConnection(ChannelInboundHandler):
         log.warning("slave %s: %s; closing", self.address, reason)
         ctx.close(reason)
 
+    def _refuse_diverged(self, ctx: HandlerContext, offset: int, low: int, high: int) -> None:
+        """Refuse a first report outside ``[low, high]``: a slave that can never follow.
+
+        Ahead (``offset > high``): the master lost or truncated data the slave still holds.
+        Behind (``offset < low``): the master no longer has the data the slave needs next.
+        The wire protocol has no error message, so the connection is closed without a frame
+        (the slave notices it from that); the master's log and status are the authoritative
+        word. The ERROR is logged once a minute per slave host and offset (the slave reconnects
+        every few seconds), repeats at WARNING.
+        """
+        where = f"request offset {offset} is outside the master's [{low}, {high}]"
+        if offset > high:
+            advice = (
+                f"the master's log ends at {high}, this slave's at {offset}: the slave is ahead "
+                f"by {offset - high} bytes; run `hanet slave --truncate-to {high}` (if the master "
+                "took no puts since it lost its tail) or `hanet slave --resync` to follow it"
+            )
+        else:
+            advice = (
+                f"the master's log starts at {low}, this slave's ends at {offset}: the slave is "
+                f"behind the master's oldest data by {low - offset} bytes; run "
+                "`hanet slave --resync` to start over"
+            )
+        reason = f"diverged: {where}: {advice}"
+        self.master._log_divergence(self.address, offset, reason)
+        ctx.close(reason)
+
     def user_event_triggered(self, ctx: HandlerContext, event: object) -> None:
         if isinstance(event, IdleStateEvent) and event.state is IdleState.READER_IDLE:
             idle = self.master.config.ha_housekeeping_interval
@@ -371,7 +400,25 @@ class HAMaster:
         self._waiters = ReplicaWaiters()
         self._new_data = trio.Event()
         self.address: tuple[str, int] | None = None
+        # (slave host, request offset) -> when its divergence was last logged at ERROR
+        self._divergence_logged: dict[tuple[str, int], float] = {}
         store.add_listener(self._on_new_data)
+
+    def _log_divergence(self, address: str, offset: int, reason: str) -> None:
+        """ERROR once per :data:`_DIVERGENCE_LOG_INTERVAL` per slave host and request offset
+        (the port changes on every reconnect), WARNING for the repeats in between."""
+        host = address.rpartition(":")[0] if ":" in address else "(no address)"
+        key = (host, offset)
+        now = trio.current_time()
+        last = self._divergence_logged.get(key)
+        if last is None or now - last >= _DIVERGENCE_LOG_INTERVAL:
+            self._divergence_logged[key] = now
+            if len(self._divergence_logged) > 1024:  # forget the oldest
+                oldest = min(self._divergence_logged, key=self._divergence_logged.__getitem__)
+                del self._divergence_logged[oldest]
+            log.error("slave %s: %s; closing", address, reason)
+        else:
+            log.warning("slave %s (again): %s; closing", address, reason)
 
     def _on_new_data(self, max_offset: int) -> None:
         self._new_data.set()

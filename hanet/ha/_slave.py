@@ -17,7 +17,8 @@ from handlers.ha import (
 )
 from hanet.boot import Connector, ReconnectingClient, RetryPolicy, tcp_connector
 from hanet.channel import ChannelHandler, StreamChannel
-from hanet.store import CommitLogStore
+from hanet.errors import ConfigError
+from hanet.store import CommitLogStore, RecordScanner, StopReason
 
 from ._config import BrokerConfig
 from ._status import SlaveStatus
@@ -25,6 +26,12 @@ from ._status import SlaveStatus
 __all__ = ["HASlave"]
 
 log = logging.getLogger("hanet.ha.slave")
+
+# The master closed right after our report, without a frame, this many times in a row with the
+# same offset: it refuses that offset (a diverged slave, or the wrong master).
+_REFUSALS_TO_REPORT = 2
+# A refused slave reconnects every few seconds: its ERROR is repeated at most this often.
+_REFUSAL_LOG_INTERVAL = 60.0
 
 
 class HASlave:
@@ -36,6 +43,20 @@ class HASlave:
     ``extra_handlers()`` returns (metrics, logging, ... of one's own). Reconnects every
     ``reconnect_interval`` seconds, forever, inside the caller's trio run: every connection is
     a new channel in the same nursery, nothing of a closed one survives it.
+
+    Two dead ends are recognised:
+
+    - The master closes the connection right after our report, without sending a single
+      frame, twice in a row for the same offset: it refuses that offset (hanet's master does
+      so when the slave is ahead of it, after the master lost or truncated data, or behind its
+      oldest data; the classic protocol has no error message, so the master's log and status
+      are the authoritative word). Logged as an ERROR (then once a minute) and shown in
+      :meth:`status` (``diverged``, ``refused_offset``); the slave keeps reconnecting, so it
+      follows again once the master has the data. The way out is :meth:`truncate_store` or
+      :meth:`empty_store` (``hanet slave --truncate-to`` / ``--resync``).
+    - The master's commit log files are not the size of this slave's (``--mapped-file-size``):
+      a configuration error, so :meth:`run` stops with a :class:`hanet.errors.ConfigError`
+      saying so instead of reconnecting.
 
     Args:
         store: the slave's store (opened with the SLAVE role).
@@ -62,6 +83,13 @@ class HASlave:
             self.master_address = config.ha_master_address or "(custom connector)"
         self._extra = extra_handlers
         self._last_reason: str | None = None
+        self._verifier: OffsetVerifier | None = None
+        self._reporter: OffsetReporter | None = None
+        self._refused_offset: int | None = None
+        self._refusals = 0
+        self._refusal_logged: float | None = None
+        self._fatal: str | None = None
+        self._cancel: trio.CancelScope | None = None
         self._client = ReconnectingClient(
             connector,
             self.initialize,
@@ -89,9 +117,16 @@ class HASlave:
         )
         pipeline.add_last(transfer_frame_decoder(config.ha_transfer_batch_size), "frame-decoder")
         pipeline.add_last(TransferFrameDecoder(), "transfer-decoder")
-        pipeline.add_last(OffsetVerifier(self.store), "offset-verifier")
-        pipeline.add_last(CommitLogReplayHandler(self.store), "replay")
-        pipeline.add_last(OffsetReporter(self.store), "reporter")
+        self._verifier = OffsetVerifier(self.store)
+        self._reporter = OffsetReporter(self.store)
+        pipeline.add_last(self._verifier, "offset-verifier")
+        replay = CommitLogReplayHandler(
+            self.store,
+            file_size=self.store.config.mapped_file_size,
+            on_file_size_mismatch=self._stop,
+        )
+        pipeline.add_last(replay, "replay")
+        pipeline.add_last(self._reporter, "reporter")
         if self._extra is not None:
             for handler in self._extra():
                 pipeline.add_last(handler)
@@ -104,21 +139,73 @@ class HASlave:
         )
 
     def _disconnected(self, channel: StreamChannel) -> None:
+        reason = channel.close_reason or "closed"
         self._last_reason = channel.close_reason
         log.info(
             "disconnected from master %s (%s); max offset %d",
             self.master_address,
-            channel.close_reason or "closed",
+            reason,
             self.store.max_offset,
         )
+        self._check_refusal(reason)
+
+    def _check_refusal(self, reason: str) -> None:
+        """Count the connections the master closed right after our report, without a frame."""
+        verifier, reporter = self._verifier, self._reporter
+        reported = None if reporter is None else reporter.last_offset
+        by_master = reason.startswith(("peer closed", "connection lost"))
+        if verifier is None or verifier.frames or reported is None or not by_master:
+            self._refused_offset, self._refusals = None, 0
+            return
+        if reported == self._refused_offset:
+            self._refusals += 1
+        else:
+            self._refused_offset, self._refusals = reported, 1
+        if self._refusals < _REFUSALS_TO_REPORT:
+            return
+        now = trio.current_time()
+        if self._refusals == _REFUSALS_TO_REPORT or (
+            self._refusal_logged is not None and now - self._refusal_logged >= _REFUSAL_LOG_INTERVAL
+        ):
+            self._refusal_logged = now
+            log.error(
+                "master %s closed the connection right after our report of offset %d, %d times "
+                "in a row, without sending anything: it refuses that offset. Is this slave ahead "
+                "of the master (the master lost or truncated data), behind its oldest data, or "
+                "connected to the wrong master? The master's log and status say which, with its "
+                "offsets; to follow it, run `hanet slave --truncate-to OFFSET` (the master's max "
+                "offset, if the master took no puts since it lost data) or `hanet slave --resync`",
+                self.master_address,
+                reported,
+                self._refusals,
+            )
+
+    def _stop(self, reason: str) -> None:
+        """Stop for good (a configuration error): :meth:`run` raises it as a ConfigError."""
+        if self._fatal is None:
+            self._fatal = reason
+        if self._cancel is not None:
+            self._cancel.cancel()
 
     async def run(
         self, *, task_status: trio.TaskStatus[HASlave] = trio.TASK_STATUS_IGNORED
     ) -> None:
         """Replicate until cancelled; reports itself at once (connecting goes on in the
-        background)."""
+        background).
+
+        Raises:
+            ConfigError: the master's commit log files are not the size of this slave's; the
+                message says what was seen (also in :meth:`status` as ``error``).
+        """
         task_status.started(self)
-        await self._client.run()
+        with trio.CancelScope() as scope:
+            self._cancel = scope
+            if self._fatal is None:
+                await self._client.run()
+        self._cancel = None
+        if self._fatal is not None:
+            log.error("slave of %s stopped: %s", self.master_address, self._fatal)
+            raise ConfigError(self._fatal)
 
     @property
     def channel(self) -> StreamChannel | None:
@@ -134,4 +221,88 @@ class HASlave:
             connects=stats.connects,
             attempts=stats.attempts,
             last_close_reason=self._last_reason,
+            diverged=self._refusals >= _REFUSALS_TO_REPORT,
+            refused_offset=self._refused_offset if self._refusals else None,
+            refusals=self._refusals,
+            error=self._fatal,
+        )
+
+    # -- the operator's way out of a divergence ------------------------------------------------
+
+    @staticmethod
+    def truncate_store(store: CommitLogStore, offset: int) -> str:
+        """Make ``offset`` the end of a slave's commit log (``hanet slave --truncate-to``), so
+        that it follows a master whose log ends there; returns what was done, in one line.
+
+        ``offset`` must be a record boundary of the slave's log: its end, a file start, the
+        start of a record or of a file's blank tail. Truncating to 0 empties the store
+        (:meth:`empty_store`). Only right when the master's log is a prefix of the slave's
+        (the master lost or cut its tail and took no puts since): the protocol never compares
+        the bytes before the offset a slave reports.
+
+        Raises:
+            ValueError: ``offset`` is not a record boundary inside the slave's data.
+        """
+        low, high = store.min_offset, store.max_offset
+        if offset == 0:
+            return HASlave.empty_store(store)
+        if offset > high:
+            raise ValueError(
+                f"cannot truncate to {offset}: this slave's commit log ends at {high} already"
+            )
+        if offset < low:
+            raise ValueError(
+                f"cannot truncate to {offset}: this slave's commit log starts at {low} "
+                "(use --resync to start over)"
+            )
+        if offset == high:
+            return f"the commit log already ends at {offset}: nothing to truncate"
+        problem = HASlave._boundary_problem(store, offset)
+        if problem is not None:
+            raise ValueError(f"cannot truncate to {offset}: {problem}")
+        store.truncate_to(offset)
+        return (
+            f"truncated the commit log from {high} to {offset} ({high - offset} bytes dropped); "
+            "replication resumes from there"
+        )
+
+    @staticmethod
+    def _boundary_problem(store: CommitLogStore, offset: int) -> str | None:
+        size = store.config.mapped_file_size
+        start = max(offset - offset % size, store.min_offset)
+        if offset == start:
+            return None
+        data = bytearray()
+        while start + len(data) < offset:
+            chunk = store.read(start + len(data), offset - start - len(data))
+            if not chunk:  # pragma: no cover - offset is inside the data
+                break
+            data += chunk
+        scanner = RecordScanner(bytes(data), base_offset=start, check_physical_offset=True)
+        for _ in scanner:
+            pass
+        stop = scanner.stop
+        reached = start + scanner.position
+        if reached == offset and stop is not None and stop.reason is StopReason.END:
+            return None
+        if stop is not None and stop.reason is StopReason.BLANK and stop.offset == offset:
+            return None  # pragma: no cover - a blank is only seen past the offset
+        if stop is not None and stop.reason is StopReason.INCOMPLETE:
+            return f"it is inside the record at {reached}, not a record boundary"
+        return f"it is not a record boundary (the records from {start} stop at {reached})"
+
+    @staticmethod
+    def empty_store(store: CommitLogStore) -> str:
+        """Drop a slave's whole commit log and consume queues (``hanet slave --resync``): it
+        starts over as a new slave (the master's last file, or all of it with ``full_sync``);
+        returns what was done, in one line. Close and reopen the store before replicating
+        into it."""
+        low, high = store.min_offset, store.max_offset
+        if not store.commit_log.files:
+            return "the commit log is empty already: a full sync follows"
+        store.truncate_to(low)  # drops every consume queue entry
+        store.commit_log.delete_all()
+        return (
+            f"deleted the commit log [{low}, {high}) ({high - low} bytes) and its consume "
+            "queues: the slave starts over as a new one"
         )

@@ -34,7 +34,16 @@ class MasterStatus:
 
 @attrs.frozen
 class SlaveStatus:
-    """A slave's link to its master."""
+    """A slave's link to its master.
+
+    Attributes:
+        diverged: the master closed the connection right after our report, without a frame,
+            at least twice in a row: it refuses ``refused_offset`` (the slave is ahead of it or
+            behind its oldest data, or it is the wrong master; the master's status says which).
+        refused_offset: the offset the master closed on (after one such close already).
+        refusals: how many times in a row.
+        error: why the slave stopped for good (a commit log file size mismatch), or None.
+    """
 
     master_address: str
     connected: bool
@@ -42,3 +51,7 @@ class SlaveStatus:
     connects: int
     attempts: int
     last_close_reason: str | None
+    diverged: bool = False
+    refused_offset: int | None = None
+    refusals: int = 0
+    error: str | None = None
