@@ -284,15 +284,22 @@ def test_slave_divergence_is_found(
         result.unpersist()
 
 
-def test_stats(spark: SparkSession, generated: tuple[Path, Counter[tuple[str, int]]]) -> None:
+def test_stats_counts_each_store_on_its_own(
+    spark: SparkSession, generated: tuple[Path, Counter[tuple[str, int]]], tmp_path: Path
+) -> None:
     root, put = generated
-    result = stats(spark, str(root), top=3)
+    copy = tmp_path / "slave"
+    shutil.copytree(root, copy)  # a slave holding the same records: counted for itself
+    result = stats(spark, [str(root), str(copy)], top=3)
     try:
         per_minute = result.per_minute.collect()
-        assert sum(r["messages"] for r in per_minute) == sum(put.values())
-        assert {r["topic"] for r in per_minute} == set(TOPICS)
-        latency = {r["topic"]: r for r in result.latency.collect()}
-        assert sum(r["messages"] for r in latency.values()) == sum(put.values())
+        for store in (str(root), str(copy)):
+            mine = [r for r in per_minute if r["store"] == store]
+            assert sum(r["messages"] for r in mine) == sum(put.values())
+            assert {r["topic"] for r in mine} == set(TOPICS)
+        latency = {(r["store"], r["topic"]): r for r in result.latency.collect()}
+        assert len(latency) == 2 * len(TOPICS)
+        assert sum(r["messages"] for r in latency.values()) == 2 * sum(put.values())
         assert all(0 < r["p50_ms"] <= r["p99_ms"] <= r["max_ms"] for r in latency.values())
         largest = result.largest.collect()
         assert len(largest) == 3
