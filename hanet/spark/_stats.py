@@ -5,9 +5,9 @@ more stores (STORETIMESTAMP decides the minute, in UTC). Counts are per store: a
 its slave given together are two stores with their own rows, not one topic counted twice.
 
 - ``per_minute``: ``store, topic, minute, messages, bytes``;
-- ``latency``: per store and topic, percentiles of STORETIMESTAMP - BORNTIMESTAMP in milliseconds (how
-  long a message took from the producer's clock to the broker's: network, queueing and the
-  clock skew between the two hosts);
+- ``latency``: per store and topic, percentiles of STORETIMESTAMP - BORNTIMESTAMP in
+  milliseconds (how long a message took from the producer's clock to the broker's: network,
+  queueing and the clock skew between the two hosts);
 - ``largest``: the ``top`` largest records with where they are.
 """
 
