@@ -40,6 +40,7 @@ def hanet(*argv: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     env.pop("PYSPARK_GATEWAY_PORT", None)
     return subprocess.run(
         [sys.executable, "-m", "hanet", *argv],
+        check=False,
         capture_output=True,
         text=True,
         env=env,

@@ -274,12 +274,21 @@ def test_slave_divergence_is_found(
     result = diff(spark, str(master), str(tmp_path / "slave"))
     try:
         assert result.summary.first_difference == at
+        # another body: its CRC (at +8, before the body) is the first byte that differs
+        byte = result.summary.first_diff_offset
+        assert byte is not None and at + 8 <= byte < at + 12
+        assert result.summary.first_diff_field == "body_crc"
         assert result.summary.verdict == (
-            f"slave diverges from the master at {at}: the records there differ"
+            f"slave diverges from the master at {at}: the records there differ, "
+            f"first at byte {byte} (body_crc)"
         )
         (row,) = result.records.where("kind = 'differs'").collect()
         assert (row["physical_offset"], row["master_size"], row["slave_size"]) == (at, size, size)
         assert row["master_body_crc"] != row["slave_body_crc"]
+        assert (row["first_diff_offset"], row["first_diff_field"]) == (byte, "body_crc")
+        assert row["differing_fields"] == "body_crc,body"
+        one_sided = result.records.where("kind != 'differs'").collect()
+        assert one_sided and all(r["first_diff_offset"] is None for r in one_sided)
     finally:
         result.unpersist()
 
