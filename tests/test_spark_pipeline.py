@@ -6,6 +6,7 @@ made by editing the closed files.
 
 from __future__ import annotations
 
+import json
 import shutil
 import struct
 from collections import Counter
@@ -248,7 +249,10 @@ def test_slave_prefix_verdict(
 
 
 def test_slave_divergence_is_found(
-    spark: SparkSession, generated: tuple[Path, Counter[tuple[str, int]]], tmp_path: Path
+    spark: SparkSession,
+    generated: tuple[Path, Counter[tuple[str, int]]],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     master = generated[0]
     records = record_offsets(master)
@@ -291,6 +295,22 @@ def test_slave_divergence_is_found(
         assert one_sided and all(r["first_diff_offset"] is None for r in one_sided)
     finally:
         result.unpersist()
+    out = tmp_path / "out"
+    argv = ["diff", str(master), str(tmp_path / "slave"), "--json", "--out", str(out)]
+    status, lines = run_cli(capsys, *argv, "--format", "json")
+    assert status == 1
+    report = json.loads("\n".join(lines))
+    assert (report["command"], report["ok"], report["first_difference"]) == ("diff", False, at)
+    assert (report["first_diff_offset"], report["first_diff_field"]) == (byte, "body_crc")
+    assert report["verdict"] == result.summary.verdict
+    (differs,) = [r for r in report["records"] if r["kind"] == "differs"]
+    assert differs["first_diff_field"] == "body_crc"
+    assert differs["differing_fields"] == "body_crc,body"
+    assert report["ranges"] == [
+        {"side": "master", "start": at, "end": sum(records[-1]), "records": len(records) - 77}
+    ]
+    assert json.loads((out / "records.json").read_text()) == report["records"]
+    assert json.loads((out / "summary.json").read_text())["verdict"] == report["verdict"]
 
 
 def test_stats_counts_each_store_on_its_own(
@@ -372,3 +392,11 @@ def test_cli_diff_and_stats(
     status, lines = run_cli(capsys, "audit", str(FIXTURE / "commitlog"), "--no-consume-queues")
     assert status == 0
     assert f"{FIXTURE / 'commitlog'}: 47 messages, 8084 bytes in 1 file, no problems" in lines
+    status, lines = run_cli(capsys, "audit", str(FIXTURE), "--json", "--limit", "1")
+    assert status == 0
+    report = json.loads("\n".join(lines))
+    assert (report["command"], report["ok"], report["problem_count"]) == ("audit", True, 0)
+    assert report["verdicts"] == [f"{FIXTURE}: 47 messages, 8084 bytes in 1 file, no problems"]
+    (store,) = report["stores"]
+    assert (store["store"], store["messages"], store["crc"]) == (str(FIXTURE), 47, 0)
+    assert len(report["queues"]) == 1 and report["problems"] == []
