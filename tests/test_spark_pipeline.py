@@ -6,6 +6,7 @@ made by editing the closed files.
 
 from __future__ import annotations
 
+import json
 import shutil
 import struct
 from collections import Counter
@@ -248,7 +249,10 @@ def test_slave_prefix_verdict(
 
 
 def test_slave_divergence_is_found(
-    spark: SparkSession, generated: tuple[Path, Counter[tuple[str, int]]], tmp_path: Path
+    spark: SparkSession,
+    generated: tuple[Path, Counter[tuple[str, int]]],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     master = generated[0]
     records = record_offsets(master)
@@ -274,25 +278,62 @@ def test_slave_divergence_is_found(
     result = diff(spark, str(master), str(tmp_path / "slave"))
     try:
         assert result.summary.first_difference == at
+        # another body: its CRC (at +8, before the body) is the first byte that differs
+        byte = result.summary.first_diff_offset
+        assert byte is not None and at + 8 <= byte < at + 12
+        assert result.summary.first_diff_field == "body_crc"
         assert result.summary.verdict == (
-            f"slave diverges from the master at {at}: the records there differ"
+            f"slave diverges from the master at {at}: the records there differ, "
+            f"first at byte {byte} (body_crc)"
         )
         (row,) = result.records.where("kind = 'differs'").collect()
         assert (row["physical_offset"], row["master_size"], row["slave_size"]) == (at, size, size)
         assert row["master_body_crc"] != row["slave_body_crc"]
+        assert (row["first_diff_offset"], row["first_diff_field"]) == (byte, "body_crc")
+        assert row["differing_fields"] == "body_crc,body"
+        one_sided = result.records.where("kind != 'differs'").collect()
+        assert one_sided and all(r["first_diff_offset"] is None for r in one_sided)
     finally:
         result.unpersist()
+    out = tmp_path / "out"
+    argv = ["diff", str(master), str(tmp_path / "slave"), "--json", "--out", str(out)]
+    status, lines = run_cli(capsys, *argv, "--format", "json")
+    assert status == 1
+    report = json.loads("\n".join(lines))
+    assert (report["command"], report["ok"], report["first_difference"]) == ("diff", False, at)
+    assert (report["first_diff_offset"], report["first_diff_field"]) == (byte, "body_crc")
+    assert report["verdict"] == result.summary.verdict
+    (differs,) = [r for r in report["records"] if r["kind"] == "differs"]
+    assert differs["first_diff_field"] == "body_crc"
+    assert differs["differing_fields"] == "body_crc,body"
+    assert report["ranges"] == [  # the record at `at` is on both sides (it differs)
+        {
+            "side": "master",
+            "start": at + size,
+            "end": sum(records[-1]),
+            "records": len(records) - 78,
+        }
+    ]
+    assert json.loads((out / "records.json").read_text()) == report["records"]
+    assert json.loads((out / "summary.json").read_text())["verdict"] == report["verdict"]
 
 
-def test_stats(spark: SparkSession, generated: tuple[Path, Counter[tuple[str, int]]]) -> None:
+def test_stats_counts_each_store_on_its_own(
+    spark: SparkSession, generated: tuple[Path, Counter[tuple[str, int]]], tmp_path: Path
+) -> None:
     root, put = generated
-    result = stats(spark, str(root), top=3)
+    copy = tmp_path / "slave"
+    shutil.copytree(root, copy)  # a slave holding the same records: counted for itself
+    result = stats(spark, [str(root), str(copy)], top=3)
     try:
         per_minute = result.per_minute.collect()
-        assert sum(r["messages"] for r in per_minute) == sum(put.values())
-        assert {r["topic"] for r in per_minute} == set(TOPICS)
-        latency = {r["topic"]: r for r in result.latency.collect()}
-        assert sum(r["messages"] for r in latency.values()) == sum(put.values())
+        for store in (str(root), str(copy)):
+            mine = [r for r in per_minute if r["store"] == store]
+            assert sum(r["messages"] for r in mine) == sum(put.values())
+            assert {r["topic"] for r in mine} == set(TOPICS)
+        latency = {(r["store"], r["topic"]): r for r in result.latency.collect()}
+        assert len(latency) == 2 * len(TOPICS)
+        assert sum(r["messages"] for r in latency.values()) == 2 * sum(put.values())
         assert all(0 < r["p50_ms"] <= r["p99_ms"] <= r["max_ms"] for r in latency.values())
         largest = result.largest.collect()
         assert len(largest) == 3
@@ -356,3 +397,11 @@ def test_cli_diff_and_stats(
     status, lines = run_cli(capsys, "audit", str(FIXTURE / "commitlog"), "--no-consume-queues")
     assert status == 0
     assert f"{FIXTURE / 'commitlog'}: 47 messages, 8084 bytes in 1 file, no problems" in lines
+    status, lines = run_cli(capsys, "audit", str(FIXTURE), "--json", "--limit", "1")
+    assert status == 0
+    report = json.loads("\n".join(lines))
+    assert (report["command"], report["ok"], report["problem_count"]) == ("audit", True, 0)
+    assert report["verdicts"] == [f"{FIXTURE}: 47 messages, 8084 bytes in 1 file, no problems"]
+    (store,) = report["stores"]
+    assert (store["store"], store["messages"], store["crc"]) == (str(FIXTURE), 47, 0)
+    assert len(report["queues"]) == 1 and report["problems"] == []

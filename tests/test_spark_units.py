@@ -33,14 +33,17 @@ pa = pytest.importorskip("pyarrow")
 
 from hanet.spark import (  # noqa: E402  (after the importorskip)
     PropertyColumns,
+    RecordDifference,
     commit_log_batches,
     commit_log_schema,
+    compare_records,
     consume_queue_batches,
     find_record_start,
     find_stores,
     plan_commit_log,
     plan_consume_queues,
     properties_map_column,
+    record_spans,
 )
 
 FIXTURE = Path(__file__).parent / "fixtures" / "rocketmq-store-8k"  # a real RocketMQ broker's
@@ -296,6 +299,57 @@ def test_properties_with_invalid_utf8_fall_back_to_the_codec() -> None:
         decode_properties(r) for r in raw
     ]
     assert PropertyColumns(raw, False).column("tags").to_pylist() == ["\ufffd\ufffd", None]
+
+
+def test_record_spans_follow_the_protocol_table() -> None:
+    rec = MessageRecord.create(topic="TopicTest", body=b"Hello", properties={"TAGS": "a"})
+    spans = {name: (start, end) for name, start, end in record_spans(rec)}
+    assert spans["body_crc"] == (8, 12)
+    assert spans["queue_offset"] == (20, 28)
+    assert spans["store_timestamp"] == (56, 64)
+    assert spans["body_length"] == (84, 88)
+    assert spans["body"] == (88, 93)
+    assert spans["topic"] == (94, 103)
+    assert spans["properties"][1] == rec.size == len(encode_record(rec))
+    v6 = rec._replace(born_host=bytes(16), sys_flag=0x10, size=rec.size + 12)
+    assert {n: (a, b) for n, a, b in record_spans(v6)}["store_timestamp"] == (68, 76)
+
+
+def made(body: bytes = b"x" * 20, keys: str = "k1", **fields: int) -> MessageRecord:
+    return MessageRecord.create(
+        topic="T",
+        body=body,
+        queue_offset=fields.get("queue_offset", 5),
+        physical_offset=4096,
+        store_timestamp=fields.get("store_timestamp", 1000),
+        properties={"KEYS": keys},
+    )
+
+
+def test_compare_records_names_the_first_differing_field() -> None:
+    a = made()
+    raw = encode_record(a)
+    assert compare_records(raw, raw, 4096) is None
+    cases = {
+        "store_timestamp": made(store_timestamp=1001),
+        "queue_offset": made(queue_offset=6),
+        "properties": made(keys="k2"),
+    }
+    for field, b in cases.items():
+        found = compare_records(raw, encode_record(b), 4096)
+        assert found is not None
+        assert (found.field, found.fields) == (field, (field,))
+        start = {n: s for n, s, _ in record_spans(a)}[field]
+        assert 4096 + start <= found.offset < 4096 + start + 8
+    found = compare_records(raw, encode_record(made(body=b"y" * 20)), 4096)
+    assert found is not None
+    assert (found.field, found.fields) == ("body_crc", ("body_crc", "body"))
+    assert compare_records(raw, encode_record(made(body=b"x" * 21)), 4096) == RecordDifference(
+        offset=4096 + 3, field="size", fields=("size", "body_crc", "body")
+    )
+    garbage = compare_records(raw, raw[:30] + bytes(b ^ 0xFF for b in raw[30:]), 4096)
+    assert garbage is not None
+    assert (garbage.offset, garbage.field, garbage.fields) == (4096 + 30, "physical_offset", ())
 
 
 def test_importing_hanet_spark_does_not_import_pyspark() -> None:

@@ -9,12 +9,36 @@
   percentiles per topic, the largest messages.
 
 Common options: ``--spark-master`` (default ``local[*]``, or spark-submit's ``--master`` when
-run as ``spark-submit path/to/hanet/__main__.py audit ...``; any Spark master URL),
-``--out DIR`` with ``--format parquet|csv`` (each table to ``DIR/<table>``), ``--limit N``
-(rows printed per table). The first line printed names the Spark version, master and cores;
-Spark's stage progress bar runs on stderr; each table says how long it took and the last line
-how long the whole job did. A STORE is a store root, a ``commitlog/`` directory or a quoted
-glob of stores.
+run as ``spark-submit path/to/hanet/__main__.py audit ...``; any Spark master URL; a
+``spark://`` master that does not accept a connection within 5 s is an error at once),
+``--json`` (see below), ``--out DIR`` with ``--format parquet|csv|json`` (each table to
+``DIR/<table>``, a Spark output directory, for Parquet and CSV; to one file
+``DIR/<table>.json`` holding a JSON array of row objects, plus ``DIR/summary.json`` with the
+other fields of the JSON document, for JSON), ``--limit N`` (rows printed per table, default
+20; with ``--json``, rows per list, default all). The first line printed names the Spark
+version, master and cores; each table says how long it took and the last line how long the
+whole job did. Spark's stage progress bar runs on stderr when stdout and stderr are terminals;
+otherwise Spark is quiet (errors only). A STORE is a store root, a ``commitlog/`` directory or
+a quoted glob of stores.
+
+With ``--json`` stdout is one JSON document and nothing else: an object with ``command``
+(the verb), ``ok`` (false exactly when the exit status is 1), ``spark`` (the Spark line),
+``seconds`` (how long the job took), one key per table holding a list of row objects (keys
+are the column names; timestamps are ISO 8601 strings in UTC), and the verdict fields:
+
+- audit: tables ``stores``, ``queues``, ``problems``; ``scanned`` (commit log rows read),
+  ``problem_count`` (all problems, also those past ``--limit``), ``verdicts`` (each store's
+  one-line verdict);
+- diff: tables ``records`` (with ``first_diff_offset``, ``first_diff_field`` and
+  ``differing_fields`` for records that differ), ``ranges``; the summary's fields
+  ``first_difference``, ``first_diff_offset``, ``first_diff_field``, ``master_records``,
+  ``slave_records``, ``master_start``, ``master_end``, ``slave_start``, ``slave_end``,
+  ``differing``, ``master_only``, ``slave_only``, ``master_corrupt``, ``slave_corrupt``,
+  ``verdict``;
+- stats: tables ``per_minute``, ``latency``, ``largest`` (each with the ``store`` column);
+  ``scanned`` (good records read).
+
+Errors stay one ``hanet: ...`` line on stderr with exit status 2.
 
 pyspark is imported inside the handlers, so ``hanet --help`` works without it; a missing
 pyspark or Java gives a one-line message saying what to install (exit status 2). Spark's calls
@@ -83,15 +107,20 @@ def _common(parser: argparse.ArgumentParser) -> None:
         help="Spark master (default local[*], or spark-submit's --master under spark-submit)",
     )  # fmt: skip
     parser.add_argument(
+        "--json", action="store_true",
+        help="print the report as one JSON document on stdout instead of tables",
+    )  # fmt: skip
+    parser.add_argument(
         "--out", default=None, metavar="DIR", help="also write every table to DIR/<table>"
     )
     parser.add_argument(
-        "--format", dest="out_format", choices=("parquet", "csv"), default="parquet",
+        "--format", dest="out_format", choices=("parquet", "csv", "json"), default="parquet",
         help="format of --out (default parquet)",
     )  # fmt: skip
     parser.add_argument(
-        "--limit", type=int, default=20, metavar="N", help="rows printed per table (default 20)"
-    )
+        "--limit", type=int, default=None, metavar="N",
+        help="rows printed per table (default 20; with --json, default all)",
+    )  # fmt: skip
 
 
 async def audit_command(args: argparse.Namespace) -> int:

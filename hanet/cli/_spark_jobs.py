@@ -3,18 +3,22 @@
 ``hanet.cli._spark`` parses the arguments, checks the store paths and imports this module only
 then, so that the ``hanet`` command line works without pyspark. :func:`run` starts (or joins)
 the Spark session, prints which Spark runs, runs the job, prints its tables and how long it
-took, and stops the session if it started it.
+took, and stops the session if it started it. With ``--json`` it prints the one JSON document
+the ``hanet.cli._spark`` docstring describes instead, and nothing else.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
-from pyspark.sql import SparkSession
+import attrs
+from pyspark.sql import DataFrame, SparkSession
 
 from hanet.spark import (
     PROBLEM_KINDS,
@@ -26,12 +30,14 @@ from hanet.spark import (
     stats,
 )
 
-from ._spark_report import show, write_tables
+from ._spark_report import json_rows, show, write_json, write_tables
 from ._support import EXIT_ERROR, EXIT_FAILED, EXIT_OK
 
 __all__ = ["run"]
 
-Job = Callable[[SparkSession, argparse.Namespace], int]
+Job = Callable[[SparkSession, argparse.Namespace], "tuple[int, dict[str, Any]]"]
+PRINTED_ROWS = 20
+"""Rows printed per table without ``--limit``."""
 
 
 def run(verb: str, args: argparse.Namespace, started: float) -> int:
@@ -48,43 +54,81 @@ def run(verb: str, args: argparse.Namespace, started: float) -> int:
         print(f"hanet: {exc}", file=sys.stderr)
         return EXIT_ERROR
     try:
-        print(f"{describe(spark)} (ready in {time.monotonic() - started:.1f} s)", flush=True)
-        status = job(spark, args)
-        print(f"{verb} took {time.monotonic() - started:.1f} s")
+        line = describe(spark)
+        _say(args, f"{line} (ready in {time.monotonic() - started:.1f} s)")
+        status, fields = job(spark, args)
+        elapsed = time.monotonic() - started
+        if args.json:
+            head = {"command": verb, "ok": status == EXIT_OK, "spark": line}
+            document = {**head, "seconds": round(elapsed, 3), **fields}
+            print(json.dumps(document, indent=1), flush=True)
+        else:
+            print(f"{verb} took {elapsed:.1f} s")
         return status
     finally:
         if owned:
             spark.stop()
 
 
-def _write(args: argparse.Namespace, tables: dict[str, Any]) -> None:
-    if args.out is None:
-        return
-    started = time.monotonic()
-    written = write_tables(tables, args.out, args.out_format)
-    elapsed = time.monotonic() - started
-    print(f"wrote {', '.join(written)} ({args.out_format}, {elapsed:.1f} s)")
+def _say(args: argparse.Namespace, *lines: str) -> None:
+    """Print progress lines for a person: not with ``--json`` (stdout is the document)."""
+    if not args.json:
+        for line in lines:
+            print(line, flush=True)
 
 
-def _audit(spark: SparkSession, args: argparse.Namespace) -> int:
-    print(f"auditing {', '.join(args.stores)}", flush=True)
+def _printed(args: argparse.Namespace) -> int:
+    return PRINTED_ROWS if args.limit is None else args.limit
+
+
+def _tables(
+    args: argparse.Namespace,
+    tables: dict[str, DataFrame],
+    fields: dict[str, Any],
+    printed: Callable[[], None],
+) -> dict[str, Any]:
+    """Print the tables (``printed``) or collect them for the JSON document; write ``--out``;
+    the document's fields (the tables as lists with ``--json``, then ``fields``)."""
+    document: dict[str, Any] = {}
+    if args.json:
+        document = {name: json_rows(df, args.limit) for name, df in tables.items()}
+    else:
+        printed()
+    if args.out is not None:
+        started = time.monotonic()
+        written = write_tables(tables, args.out, args.out_format)
+        if args.out_format == "json":
+            target = Path(args.out) / "summary.json"
+            write_json(target, fields)
+            written.append(str(target))
+        elapsed = time.monotonic() - started
+        _say(args, f"wrote {', '.join(written)} ({args.out_format}, {elapsed:.1f} s)")
+    return {**fields, **document}
+
+
+def _audit(spark: SparkSession, args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
+    _say(args, f"auditing {', '.join(args.stores)}")
     started = time.monotonic()
     result = audit(spark, args.stores, consume_queues=not args.no_consume_queues)
-    print(f"scanned {result.rows} rows in {time.monotonic() - started:.1f} s", flush=True)
+    _say(args, f"scanned {result.rows} rows in {time.monotonic() - started:.1f} s")
     try:
-        store_rows = show("stores", result.stores, limit=max(args.limit, 1000))
-        show("queues", result.queues, limit=args.limit)
+        store_rows = result.stores.collect()
         total = sum(row["problems"] for row in store_rows)
-        show("problems", result.problems, limit=args.limit, total=total)
-        _write(
-            args, {"stores": result.stores, "queues": result.queues, "problems": result.problems}
-        )
-        print()
-        for row in store_rows:
-            print(store_line(row))
+        verdicts = [store_line(row) for row in store_rows]
+
+        def printed() -> None:
+            limit = _printed(args)
+            show("stores", result.stores, limit=max(limit, 1000))
+            show("queues", result.queues, limit=limit)
+            show("problems", result.problems, limit=limit, total=total)
+
+        fields = {"scanned": result.rows, "problem_count": total, "verdicts": verdicts}
+        tables = {"stores": result.stores, "queues": result.queues, "problems": result.problems}
+        document = _tables(args, tables, fields, printed)
+        _say(args, "", *verdicts)
     finally:
         result.unpersist()
-    return EXIT_FAILED if total else EXIT_OK
+    return (EXIT_FAILED if total else EXIT_OK), document
 
 
 def store_line(row: Any) -> str:
@@ -97,47 +141,51 @@ def store_line(row: Any) -> str:
     return f"{head}, {row['problems']} problems ({kinds})"
 
 
-def _diff(spark: SparkSession, args: argparse.Namespace) -> int:
-    print(f"comparing master {args.master} with slave {args.slave}", flush=True)
+def _diff(spark: SparkSession, args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
+    _say(args, f"comparing master {args.master} with slave {args.slave}")
     started = time.monotonic()
     result = diff(spark, args.master, args.slave)
     summary = result.summary
-    print(f"scanned and matched both in {time.monotonic() - started:.1f} s", flush=True)
+    _say(args, f"scanned and matched both in {time.monotonic() - started:.1f} s")
     try:
-        print(
+        _say(
+            args,
             f"master: {summary.master_records} records, offsets "
             f"{summary.master_start}..{summary.master_end}; slave: {summary.slave_records} "
-            f"records, offsets {summary.slave_start}..{summary.slave_end}"
+            f"records, offsets {summary.slave_start}..{summary.slave_end}",
         )
         differing = summary.differing + summary.master_only + summary.slave_only
-        show(
-            "records that differ or one side lacks",
-            result.records,
-            limit=args.limit,
-            total=differing,
-        )
-        show("one-sided ranges", result.ranges, limit=args.limit)
-        _write(args, {"records": result.records, "ranges": result.ranges})
-        print()
-        print(summary.verdict)
+
+        def printed() -> None:
+            limit = _printed(args)
+            title = "records that differ or one side lacks"
+            show(title, result.records, limit=limit, total=differing)
+            show("one-sided ranges", result.ranges, limit=limit)
+
+        tables = {"records": result.records, "ranges": result.ranges}
+        document = _tables(args, tables, attrs.asdict(summary), printed)
+        _say(args, "", summary.verdict)
     finally:
         result.unpersist()
-    return EXIT_OK if summary.first_difference is None else EXIT_FAILED
+    return (EXIT_OK if summary.first_difference is None else EXIT_FAILED), document
 
 
-def _stats(spark: SparkSession, args: argparse.Namespace) -> int:
-    print(f"statistics of {', '.join(args.stores)}", flush=True)
+def _stats(spark: SparkSession, args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
+    _say(args, f"statistics of {', '.join(args.stores)}")
     started = time.monotonic()
     result = stats(spark, args.stores, top=args.top)
-    print(f"scanned {result.rows} records in {time.monotonic() - started:.1f} s", flush=True)
+    _say(args, f"scanned {result.rows} records in {time.monotonic() - started:.1f} s")
     try:
-        show("messages and bytes per topic per minute", result.per_minute, limit=args.limit)
-        show("store - born latency per topic (ms)", result.latency, limit=args.limit)
-        show("largest messages", result.largest, limit=args.top)
-        _write(
-            args,
-            {"per_minute": result.per_minute, "latency": result.latency, "largest": result.largest},
-        )
+
+        def printed() -> None:
+            limit = _printed(args)
+            show("messages and bytes per store, topic and minute", result.per_minute, limit=limit)
+            show("store - born latency per store and topic (ms)", result.latency, limit=limit)
+            show("largest messages", result.largest, limit=args.top)
+
+        tables = {"per_minute": result.per_minute, "latency": result.latency}
+        tables["largest"] = result.largest
+        document = _tables(args, tables, {"scanned": result.rows}, printed)
     finally:
         result.unpersist()
-    return EXIT_OK
+    return EXIT_OK, document

@@ -1,11 +1,16 @@
-"""Showing the jobs' tables in the terminal and writing them out (Parquet or CSV)."""
+"""Showing the jobs' tables in the terminal, as JSON, and writing them out (Parquet, CSV or
+JSON)."""
 
 from __future__ import annotations
 
+import datetime
+import decimal
+import json
 import shutil
 import sys
 import time
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any, TextIO
 
 from pyspark.sql import DataFrame
@@ -13,9 +18,17 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-__all__ = ["OUT_FORMATS", "format_table", "show", "write_tables"]
+__all__ = [
+    "OUT_FORMATS",
+    "format_table",
+    "json_rows",
+    "json_value",
+    "show",
+    "write_json",
+    "write_tables",
+]
 
-OUT_FORMATS = ("parquet", "csv")
+OUT_FORMATS = ("parquet", "csv", "json")
 """What ``--out`` writes."""
 
 
@@ -91,14 +104,52 @@ def _rich_table(heading: str, columns: list[str], rows: list[Any], out: TextIO) 
     return True
 
 
+def json_value(value: Any) -> Any:
+    """A cell as JSON: timestamps as ISO 8601 in UTC, bytes as hex, rows and maps as objects."""
+    if isinstance(value, datetime.datetime):
+        # pyspark gives a naive local time for a TimestampType; astimezone reads it so
+        return value.astimezone(datetime.UTC).isoformat()
+    if isinstance(value, datetime.date):
+        return value.isoformat()
+    if isinstance(value, decimal.Decimal):
+        return int(value) if value == value.to_integral_value() else float(value)
+    if isinstance(value, bytes | bytearray):
+        return bytes(value).hex()
+    if isinstance(value, Mapping):
+        return {str(k): json_value(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        if hasattr(value, "asDict"):  # a Row
+            return json_value(value.asDict())
+        return [json_value(v) for v in value]
+    return value
+
+
+def json_rows(df: DataFrame, limit: int | None = None) -> list[dict[str, Any]]:
+    """The rows of ``df`` (the first ``limit`` when given) as JSON objects, keys in column
+    order."""
+    rows = (df if limit is None else df.limit(limit)).collect()
+    return [{k: json_value(v) for k, v in row.asDict().items()} for row in rows]
+
+
+def write_json(path: Path, document: Any) -> None:
+    """Write ``document`` to ``path`` as indented JSON (creating the directory)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(document, indent=1) + "\n", encoding="utf-8")
+
+
 def write_tables(tables: Mapping[str, DataFrame], out: str, fmt: str) -> list[str]:
     """Write each table to ``out/<name>`` (a Spark output directory) as Parquet or CSV with a
-    header, replacing what was there; returns the directories written."""
+    header, or to the one file ``out/<name>.json`` (a JSON array of row objects, collected on
+    the driver), replacing what was there; returns the paths written."""
     if fmt not in OUT_FORMATS:
         raise ValueError(f"unknown output format {fmt!r} (one of {', '.join(OUT_FORMATS)})")
     written = []
     for name, df in tables.items():
         target = f"{out.rstrip('/')}/{name}"
+        if fmt == "json":
+            write_json(Path(f"{target}.json"), json_rows(df))
+            written.append(f"{target}.json")
+            continue
         writer = df.write.mode("overwrite")
         if fmt == "csv":
             writer.option("header", "true").csv(target)

@@ -13,7 +13,8 @@ the ``hanet`` command line works without the extra.
   (:mod:`hanet.cli`).
 - Without Spark: :func:`commit_log_batches` reads one commit log range as Arrow batches
   (``_arrow.py``), :func:`consume_queue_batches` one consume queue file (``_queues.py``);
-  :func:`find_stores`, :func:`plan_commit_log` plan the ranges (``_layout.py``).
+  :func:`find_stores`, :func:`plan_commit_log` plan the ranges (``_layout.py``);
+  :func:`compare_records` says where two records' bytes differ (``_fields.py``).
 
 Example::
 
@@ -39,6 +40,7 @@ if TYPE_CHECKING:
     )
     from ._audit import PROBLEM_KINDS, AuditResult, audit
     from ._diff import DiffResult, DiffSummary, diff
+    from ._fields import RecordDifference, compare_records, record_spans
     from ._frames import commit_log, consume_queue, java_string_hash_column
     from ._layout import (
         CommitLogRange,
@@ -77,6 +79,7 @@ __all__ = [
     "DiffResult",
     "DiffSummary",
     "PropertyColumns",
+    "RecordDifference",
     "SparkUnavailableError",
     "StatsResult",
     "StoreLocation",
@@ -85,6 +88,7 @@ __all__ = [
     "commit_log_batches",
     "commit_log_schema",
     "commit_log_struct",
+    "compare_records",
     "consume_queue",
     "consume_queue_batches",
     "consume_queue_schema",
@@ -98,6 +102,7 @@ __all__ = [
     "plan_commit_log",
     "plan_consume_queues",
     "properties_map_column",
+    "record_spans",
     "register",
     "spark_session",
     "stats",
@@ -112,6 +117,7 @@ _HOMES = {
     ),
     "_audit": ("PROBLEM_KINDS", "AuditResult", "audit"),
     "_diff": ("DiffResult", "DiffSummary", "diff"),
+    "_fields": ("RecordDifference", "compare_records", "record_spans"),
     "_frames": ("commit_log", "consume_queue", "java_string_hash_column"),
     "_layout": (
         "CommitLogRange",

@@ -6,7 +6,12 @@ properties, body CRC and whether it holds) are equal: byte-identical except for 
 31-bit CRC collides. :func:`diff` returns a :class:`DiffResult`:
 
 - ``records``: one row per record that differs (same offset, other size or fields) or that
-  only one side has (``kind`` ``differs``, ``master_only``, ``slave_only``);
+  only one side has (``kind`` ``differs``, ``master_only``, ``slave_only``). For a record that
+  differs, ``first_diff_offset`` is the physical offset of the first byte that differs,
+  ``first_diff_field`` the field it falls in (``body_crc``, ``store_timestamp``, ``properties``,
+  ...) and ``differing_fields`` every decoded field that differs (comma-separated): both sides'
+  bytes of the record are read again in a Python worker and compared
+  (:func:`hanet.spark._fields.compare_records`); null for one-sided records;
 - ``ranges``: the one-sided records collapsed into contiguous ranges per side;
 - ``summary``: the first physical offset where they differ and a verdict line, e.g.
   ``slave is a byte-identical prefix of the master up to 98304``.
@@ -18,11 +23,16 @@ holds past the slave's end (the slave is behind) are one-sided ranges, not diver
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from pathlib import Path
+
 import attrs
-from pyspark.sql import DataFrame, SparkSession, Window
+from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
+from ._fields import compare_records
 from ._frames import commit_log, record_end
+from ._layout import find_stores
 
 __all__ = ["DiffResult", "DiffSummary", "diff"]
 
@@ -58,6 +68,9 @@ class DiffSummary:
         master_only, slave_only: records only one side has.
         master_corrupt, slave_corrupt: the first corrupt-row offset of each side, or None.
         verdict: the verdict line.
+        first_diff_offset, first_diff_field: when the first difference is a record that
+            differs, the physical offset of its first differing byte and the field that byte
+            falls in; else None.
     """
 
     first_difference: int | None
@@ -73,6 +86,8 @@ class DiffSummary:
     master_corrupt: int | None
     slave_corrupt: int | None
     verdict: str
+    first_diff_offset: int | None = None
+    first_diff_field: str | None = None
 
 
 @attrs.frozen
@@ -124,6 +139,8 @@ def diff(spark: SparkSession, master: str, slave: str) -> DiffResult:
             "physical_offset",
             kind.alias("kind"),
             F.coalesce(F.col("m.file"), F.col("s.file")).alias("file"),
+            F.col("m.file").alias("master_file"),
+            F.col("s.file").alias("slave_file"),
             F.col("m.size").alias("master_size"),
             F.col("s.size").alias("slave_size"),
             F.col("m.body_crc").alias("master_body_crc"),
@@ -161,9 +178,10 @@ def diff(spark: SparkSession, master: str, slave: str) -> DiffResult:
         F.count(F.when(F.col("kind") == "slave_only", 1)).alias("slave_only"),
     ).collect()[0]
     first = counts_row["first"]
-    first_kind = None
+    table = _with_differences(records, _commit_log_dir(master), _commit_log_dir(slave))
+    first_row = None
     if first is not None:
-        first_kind = records.where(F.col("physical_offset") == first).first()
+        first_row = table.where(F.col("physical_offset") == first).first()
     summary = DiffSummary(
         first_difference=first,
         master_records=m_records,
@@ -178,10 +196,12 @@ def diff(spark: SparkSession, master: str, slave: str) -> DiffResult:
         master_corrupt=first_corrupt.get("master"),
         slave_corrupt=first_corrupt.get("slave"),
         verdict="",
+        first_diff_offset=None if first_row is None else first_row["first_diff_offset"],
+        first_diff_field=None if first_row is None else first_row["first_diff_field"],
     )
-    verdict = _verdict(summary, None if first_kind is None else first_kind["kind"])
+    verdict = _verdict(summary, None if first_row is None else first_row["kind"])
     return DiffResult(
-        records=records.orderBy("physical_offset"),
+        records=table.orderBy("physical_offset"),
         ranges=_ranges(records),
         summary=attrs.evolve(summary, verdict=verdict),
         scan=scan,
@@ -196,6 +216,8 @@ def _verdict(s: DiffSummary, first_kind: str | None) -> str:
             "slave_only": "only the slave has a record there",
         }.get(first_kind or "", "")
         line = f"slave diverges from the master at {s.first_difference}: {what}"
+        if s.first_diff_offset is not None:
+            line += f", first at byte {s.first_diff_offset} ({s.first_diff_field or 'unknown'})"
     elif s.slave_records == 0:
         line = f"slave holds no records; the master holds {s.master_records}"
     elif s.master_records == 0:
@@ -217,6 +239,80 @@ def _verdict(s: DiffSummary, first_kind: str | None) -> str:
     if s.master_corrupt is not None:
         line += f"; the master's scan stopped on bad data at {s.master_corrupt}"
     return line
+
+
+_DIFFERENCE = "struct<offset:bigint,field:string,fields:string>"
+_COLUMNS = (
+    "physical_offset",
+    "kind",
+    "file",
+    "master_size",
+    "slave_size",
+    "master_body_crc",
+    "slave_body_crc",
+)
+
+
+def _commit_log_dir(store: str) -> str | None:
+    """The commit log directory of the one store a diff side names (None for several)."""
+    found = find_stores(store)
+    return str(found[0].commit_log_dir) if len(found) == 1 else None
+
+
+def _read_record(directory: str, file: str, physical_offset: int, size: int) -> bytes:
+    with open(Path(directory) / file, "rb") as f:
+        f.seek(physical_offset - int(file))
+        return f.read(size)
+
+
+def _difference_udf(
+    master_dir: str, slave_dir: str
+) -> Callable[[Column, Column, Column, Column, Column], Column]:
+    """A Python UDF reading one record from each side and comparing the bytes."""
+
+    def compare(
+        m_file: str, s_file: str, physical_offset: int, m_size: int, s_size: int
+    ) -> tuple[int, str | None, str] | None:
+        try:
+            master = _read_record(master_dir, m_file, physical_offset, m_size)
+            slave = _read_record(slave_dir, s_file, physical_offset, s_size)
+        except OSError:
+            return None  # the files changed since the scan
+        found = compare_records(master, slave, physical_offset)
+        if found is None:
+            return None
+        return found.offset, found.field, ",".join(found.fields)
+
+    return F.udf(compare, _DIFFERENCE, useArrow=False)  # pickled rows: no pandas needed
+
+
+def _with_differences(
+    records: DataFrame, master_dir: str | None, slave_dir: str | None
+) -> DataFrame:
+    """``records`` with ``first_diff_offset``, ``first_diff_field`` and ``differing_fields``,
+    computed (by reading both records again) only for the records that differ."""
+    null = F.lit(None).cast(_DIFFERENCE)
+    differs = records.where(F.col("kind") == "differs")
+    if master_dir is not None and slave_dir is not None:
+        compare = _difference_udf(master_dir, slave_dir)
+        found = compare(
+            F.col("master_file"),
+            F.col("slave_file"),
+            F.col("physical_offset"),
+            F.col("master_size"),
+            F.col("slave_size"),
+        )
+    else:
+        found = null
+    both = differs.withColumn("d", found).unionByName(
+        records.where(F.col("kind") != "differs").withColumn("d", null)
+    )
+    return both.select(
+        *_COLUMNS,
+        F.col("d.offset").alias("first_diff_offset"),
+        F.col("d.field").alias("first_diff_field"),
+        F.col("d.fields").alias("differing_fields"),
+    )
 
 
 def _ranges(records: DataFrame) -> DataFrame:

@@ -10,7 +10,16 @@ or ``k8s://`` masters work the same way).
 For a local master it points Spark's Python workers at this interpreter (``PYSPARK_PYTHON``,
 unless set) so that they import this ``hanet``, and binds the driver to the loopback address
 (``SPARK_LOCAL_IP``, unless set). The driver JVM logs through ``log4j2.properties`` next to
-this module: warnings and errors only.
+this module: warnings and errors on a terminal.
+
+When stdout or stderr is not a terminal (a pipe, a file, a CI log) it is quiet: no console
+progress bar (``spark.ui.showConsoleProgress`` false), the JVM logs errors only, and the JVM's
+own start-up notice (``WARNING: Using incubator modules``, which Spark's launcher always asks
+for) is dropped from its stderr, which is otherwise passed on as it is.
+
+A ``spark://`` master is checked with a plain TCP connect (:data:`MASTER_CONNECT_TIMEOUT`)
+before the JVM starts: Spark's standalone client would otherwise retry an unreachable master
+for a minute before giving up.
 """
 
 from __future__ import annotations
@@ -18,18 +27,31 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import socket
 import sys
+import threading
 from collections.abc import Mapping
 from pathlib import Path
 
-from pyspark.errors import PySparkRuntimeError
+from py4j.protocol import Py4JError  # type: ignore[import-untyped]
+from pyspark import SparkConf, SparkContext
+from pyspark.errors import PySparkException
+from pyspark.java_gateway import launch_gateway
 from pyspark.sql import SparkSession
 
 from hanet.errors import HanetError
 
 from ._source import register
 
-__all__ = ["JAVA_HINT", "SparkUnavailableError", "describe", "java_problem", "spark_session"]
+__all__ = [
+    "JAVA_HINT",
+    "MASTER_CONNECT_TIMEOUT",
+    "SparkUnavailableError",
+    "check_master",
+    "describe",
+    "java_problem",
+    "spark_session",
+]
 
 JAVA_HINT = (
     "Spark needs a Java runtime (17 or 21). Install one, e.g. "
@@ -40,6 +62,9 @@ JAVA_HINT = (
 """What to tell a user whose machine has no Java."""
 
 LOG4J_CONFIG = Path(__file__).with_name("log4j2.properties")
+MASTER_CONNECT_TIMEOUT = 5.0
+"""Seconds :func:`check_master` waits for a ``spark://`` master to accept a connection."""
+_JVM_NOTICES = (b"WARNING: Using incubator modules",)
 
 
 class SparkUnavailableError(HanetError):
@@ -72,16 +97,17 @@ def spark_session(
             ``local[*]``. Ignored when a session already runs in this process.
         app_name: the application name.
         config: more Spark settings; they win over hanet's defaults (UTC session time zone,
-            console progress bar, quiet driver logs, shuffle partitions of twice the local
-            cores; none of them under spark-submit).
+            console progress bar on a terminal only, quiet driver logs, shuffle partitions of
+            twice the local cores; none of them under spark-submit).
 
     Raises:
-        SparkUnavailableError: no Java, or the JVM did not start (the message says why).
+        SparkUnavailableError: no Java, an unreachable ``spark://`` master, or the JVM did not
+            start (the message says why).
     """
     running = SparkSession.getActiveSession()
     if running is None:
         running = _start(master, app_name, config or {})
-    running.sparkContext.setLogLevel("WARN")
+    running.sparkContext.setLogLevel("WARN" if _interactive() else "ERROR")
     logging.getLogger("py4j").setLevel(logging.WARNING)  # py4j logs every connection at INFO
     register(running)
     return running
@@ -95,10 +121,14 @@ def _start(master: str | None, app_name: str, config: Mapping[str, str]) -> Spar
         if problem is not None:
             raise SparkUnavailableError(problem)
         master = master or "local[*]"
+        check_master(master)
+        level = "warn" if _interactive() else "error"
         settings = {
-            "spark.ui.showConsoleProgress": "true",
+            "spark.ui.showConsoleProgress": str(_interactive()).lower(),
             "spark.sql.session.timeZone": "UTC",
-            "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={LOG4J_CONFIG.as_uri()}",
+            "spark.driver.extraJavaOptions": (
+                f"-Dlog4j2.configurationFile={LOG4J_CONFIG.as_uri()} -Dhanet.spark.log={level}"
+            ),
         }
     if master is not None and master.startswith("local"):
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -111,9 +141,72 @@ def _start(master: str | None, app_name: str, config: Mapping[str, str]) -> Spar
     for key, value in settings.items():
         builder = builder.config(key, value)
     try:
+        if not submitted and not _interactive() and _no_jvm_yet():
+            conf = SparkConf().setAppName(app_name).setAll(list(settings.items()))
+            if master is not None:
+                conf.setMaster(master)
+            SparkContext(conf=conf, gateway=_launch_filtered(conf))
         return builder.getOrCreate()
-    except PySparkRuntimeError as exc:
+    except PySparkException as exc:
         raise SparkUnavailableError(f"Spark did not start: {exc}\n{JAVA_HINT}") from exc
+    except Py4JError as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise SparkUnavailableError(f"Spark did not start on {master}: {first}") from exc
+
+
+def check_master(master: str, timeout: float = MASTER_CONNECT_TIMEOUT) -> None:
+    """Fail fast on a ``spark://host:port[,host:port...]`` master none of whose hosts accepts a
+    TCP connection within ``timeout`` seconds; other masters are not checked.
+
+    Raises:
+        SparkUnavailableError: no host of the master could be reached (the message says why).
+    """
+    if not master.startswith("spark://"):
+        return
+    reasons = []
+    for address in master.removeprefix("spark://").split(","):
+        host, _, port = address.rpartition(":")
+        host = host.strip("[]")
+        if not host or not port.isdigit():
+            raise SparkUnavailableError(f"bad Spark master {master!r}: want spark://HOST:PORT")
+        try:
+            with socket.create_connection((host, int(port)), timeout=timeout):
+                return
+        except OSError as exc:
+            reasons.append(f"{address}: {exc.strerror or exc or type(exc).__name__}")
+    raise SparkUnavailableError(f"cannot reach the Spark master {master} ({'; '.join(reasons)})")
+
+
+def _interactive() -> bool:
+    """Both stdout and stderr are terminals (a progress bar and warnings are for a person)."""
+    streams = (sys.stdout, sys.stderr)
+    return all(stream is not None and stream.isatty() for stream in streams)
+
+
+def _no_jvm_yet() -> bool:
+    """No Spark JVM runs in this process yet (a stopped session leaves its JVM up)."""
+    return getattr(SparkContext, "_gateway", None) is None
+
+
+def _launch_filtered(conf: SparkConf) -> object:
+    """Start Spark's JVM with its stderr passed on by a thread that drops the start-up notices
+    (:data:`_JVM_NOTICES`); the gateway, as ``pyspark.java_gateway.launch_gateway`` returns."""
+    read_end, write_end = os.pipe()
+    thread = threading.Thread(
+        target=_pass_on, args=(read_end,), name="hanet-spark-stderr", daemon=True
+    )
+    thread.start()
+    try:
+        return launch_gateway(conf, popen_kwargs={"stderr": write_end})  # type: ignore[no-untyped-call]
+    finally:
+        os.close(write_end)  # the JVM holds its own copy; EOF when it exits
+
+
+def _pass_on(fd: int) -> None:
+    with open(fd, "rb") as source:
+        for line in iter(source.readline, b""):
+            if not line.startswith(_JVM_NOTICES):
+                os.write(2, line)
 
 
 def _local_cores(master: str) -> int:

@@ -1,12 +1,13 @@
 """The stats job: traffic per topic per minute, store latency, the largest messages.
 
 :func:`stats` returns lazy DataFrames (:class:`StatsResult`) over the good records of one or
-more stores (STORETIMESTAMP decides the minute, in UTC):
+more stores (STORETIMESTAMP decides the minute, in UTC). Counts are per store: a master and
+its slave given together are two stores with their own rows, not one topic counted twice.
 
-- ``per_minute``: ``topic, minute, messages, bytes``;
-- ``latency``: per topic, percentiles of STORETIMESTAMP - BORNTIMESTAMP in milliseconds (how
-  long a message took from the producer's clock to the broker's: network, queueing and the
-  clock skew between the two hosts);
+- ``per_minute``: ``store, topic, minute, messages, bytes``;
+- ``latency``: per store and topic, percentiles of STORETIMESTAMP - BORNTIMESTAMP in
+  milliseconds (how long a message took from the producer's clock to the broker's: network,
+  queueing and the clock skew between the two hosts);
 - ``largest``: the ``top`` largest records with where they are.
 """
 
@@ -64,18 +65,20 @@ def stats(spark: SparkSession, stores: str | Sequence[str], *, top: int = 10) ->
     rows = scan.count()
     per_minute = (
         scan.groupBy(
+            "store",
             "topic",
             F.date_trunc("minute", F.timestamp_millis("store_timestamp")).alias("minute"),
         )
         .agg(F.count("*").alias("messages"), F.sum("size").alias("bytes"))
-        .orderBy("topic", "minute")
+        .orderBy("store", "topic", "minute")
     )
     latency_ms = F.col("store_timestamp") - F.col("born_timestamp")
     quantiles = F.percentile_approx(latency_ms, list(LATENCY_PERCENTILES))
     latency = (
-        scan.groupBy("topic")
+        scan.groupBy("store", "topic")
         .agg(F.count("*").alias("messages"), quantiles.alias("q"), F.max(latency_ms).alias("max"))
         .select(
+            "store",
             "topic",
             "messages",
             *(
@@ -84,7 +87,7 @@ def stats(spark: SparkSession, stores: str | Sequence[str], *, top: int = 10) ->
             ),
             F.col("max").alias("max_ms"),
         )
-        .orderBy("topic")
+        .orderBy("store", "topic")
     )
     largest = scan.orderBy(F.desc("size"), "store", "physical_offset").limit(top)
     largest = largest.select(
