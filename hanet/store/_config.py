@@ -98,6 +98,8 @@ class StoreConfig:
         disk_max_used_space_ratio: puts are refused (SERVICE_NOT_AVAILABLE, "disk full") while
             the store's file system is more than this percentage used (75, RocketMQ's
             ``diskMaxUsedSpaceRatio``; 1..100).
+        disk_check_interval: seconds a reading of the file system's usage is reused before a
+            put reads it again (1).
     """
 
     mapped_file_size: int = attrs.field(default=DEFAULT_MAPPED_FILE_SIZE, validator=_positive)
@@ -114,6 +116,7 @@ class StoreConfig:
     disk_max_used_space_ratio: int = attrs.field(
         default=DEFAULT_DISK_MAX_USED_SPACE_RATIO, validator=_percent
     )
+    disk_check_interval: float = attrs.field(default=1.0, validator=_positive)
 
 
 @attrs.frozen

@@ -25,6 +25,12 @@ Shape (what the HA layer relies on):
   and :meth:`~CommitLogStore.truncate_to` drops it.
 - A record that fails validation while being dispatched stops dispatch there;
   :attr:`~CommitLogStore.dispatch_error` names its offset and reason.
+- A full disk is never fatal: every file is reserved before it is mapped, so a commit log or
+  consume queue file the disk cannot hold is a :class:`CreateMappedFileError` at creation
+  (puts that need it answer CREATE_MAPPED_FILE_FAILED, raw appends raise it having kept
+  nothing, dispatch waits and retries), logged once. While the file system is used past
+  ``disk_max_used_space_ratio`` (read at most once a second), puts answer
+  SERVICE_NOT_AVAILABLE ("disk full ..."). Reads and replication of the data held go on.
 
 One process at a time: the ``lock`` file is ``flock``-ed, a second opener gets
 :class:`StoreLockedError`. The store is not thread-safe; use it from one trio run.
@@ -70,9 +76,6 @@ logger = logging.getLogger(__name__)
 
 Listener = Callable[[int], None]
 """Called with the new max offset after data was added to the commit log."""
-
-DISK_CHECK_INTERVAL = 1.0
-"""Seconds a reading of the file system's usage is reused before puts read it again."""
 
 
 class DispatchError(StoreError):
@@ -128,7 +131,7 @@ class CommitLogStore:
         self._flushes = 0
         self._disk_full = False
         self._disk_used_ratio: float | None = None
-        self._disk_checked_at = -DISK_CHECK_INTERVAL
+        self._disk_checked_at = -config.disk_check_interval
         self._create_error: str | None = None
         self._created_at_error = 0
         self.recovery = RecoveryResult(0, 0, None, 0)
@@ -520,7 +523,7 @@ class CommitLogStore:
                 detail = "a slave store refuses puts"
             refused = PutResult(PutStatus.SERVICE_NOT_AVAILABLE, detail=detail)
             return [refused for _ in messages]
-        if time.monotonic() - self._disk_checked_at >= DISK_CHECK_INTERVAL:
+        if time.monotonic() - self._disk_checked_at >= self.config.disk_check_interval:
             self.check_disk()
         if self._disk_full:
             refused = PutResult(PutStatus.SERVICE_NOT_AVAILABLE, detail=self._disk_detail())
@@ -583,10 +586,10 @@ class CommitLogStore:
     def check_disk(self) -> bool:
         """Read the store file system's usage now; returns whether puts are refused for it.
 
-        Puts read it at most every :data:`DISK_CHECK_INTERVAL` seconds by themselves. When more
-        than ``disk_max_used_space_ratio`` percent is used (RocketMQ's used ratio: total minus
-        free, over total), puts answer SERVICE_NOT_AVAILABLE with the disk detail until usage
-        drops again. Logs a WARNING when that starts and an INFO when it ends.
+        Puts read it at most every ``disk_check_interval`` seconds by themselves. When more
+        than ``disk_max_used_space_ratio`` percent is used (RocketMQ's and ``df``'s ratio: used
+        over used plus available), puts answer SERVICE_NOT_AVAILABLE with the disk detail until
+        usage drops again. Logs a WARNING when that starts and an INFO when it ends.
         """
         self._disk_checked_at = time.monotonic()
         try:
@@ -595,7 +598,10 @@ class CommitLogStore:
             logger.debug("%s: cannot read the disk usage: %s", self.root, exc)
             self._disk_used_ratio = None
             return self._disk_full
-        ratio = (usage.total - usage.free) / usage.total if usage.total > 0 else 0.0
+        # RocketMQ's (and df's) used percentage: used / (used + available to us); the blocks
+        # reserved for root count as neither.
+        entire = usage.used + usage.free
+        ratio = usage.used / entire if entire > 0 else 0.0
         self._disk_used_ratio = ratio
         full = ratio * 100 > self.config.disk_max_used_space_ratio
         if full and not self._disk_full:
@@ -972,8 +978,8 @@ class CommitLogStore:
 
     def statistics(self) -> StoreStatistics:
         """A snapshot of the store's state (reads the disk usage if the last reading is older
-        than :data:`DISK_CHECK_INTERVAL`)."""
-        if time.monotonic() - self._disk_checked_at >= DISK_CHECK_INTERVAL:
+        than ``disk_check_interval``)."""
+        if time.monotonic() - self._disk_checked_at >= self.config.disk_check_interval:
             self.check_disk()
         error = self.dispatch_error
         return StoreStatistics(
