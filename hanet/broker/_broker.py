@@ -20,6 +20,13 @@ Puts are written to the store synchronously, in the order they arrive on a conne
 
 A slave answers every put SERVICE_NOT_AVAILABLE and serves PULL and STATUS from its replica.
 
+A full disk never stops the broker: while the store's file system is used past
+``disk_max_used_space_ratio`` (75 %) puts answer SERVICE_NOT_AVAILABLE ("disk full: disk used
+91 % > diskMaxUsedSpaceRatio 75 %"); a put that needs a new commit log or consume queue file
+the disk cannot hold answers CREATE_MAPPED_FILE_FAILED naming the file and errno. Pulls,
+STATUS and replication of the data held go on; STATUS shows ``disk_full``, ``disk_used_ratio``
+and ``create_error``.
+
 Bounds: frames over ``max_frame_length`` close the connection; a pull answers at most
 :data:`MAX_PULL_MESSAGES` messages and about :data:`MAX_PULL_BYTES`; a connection with
 ``max_in_flight`` puts waiting for their answers, or whose answers are not read by the client
@@ -169,6 +176,7 @@ class Broker:
             flush_disk_type=self.config.flush_disk_type,
             role=StoreRole.SLAVE if self.role is BrokerRole.SLAVE else StoreRole.MASTER,
             store_host=f"[{host}]:{port}" if ":" in host else f"{host}:{port}",
+            disk_max_used_space_ratio=self.config.disk_max_used_space_ratio,
         )
 
     # -- the service ----------------------------------------------------------------------------
@@ -421,7 +429,8 @@ class Broker:
         return answer(PullStatus.FOUND, next_offset, tuple(records))
 
     def status(self) -> BrokerStatus:
-        """The STATUS answer: role, offsets and replication state."""
+        """The STATUS answer: role, offsets, replication state and the disk (``disk_full``,
+        ``disk_used_ratio``, ``create_error``)."""
         stats = self.store.statistics()
         addresses = self.addresses
         status = BrokerStatus(
@@ -436,6 +445,11 @@ class Broker:
             mapped_files=stats.mapped_files,
             dispatch_error=DispatchError(*stats.dispatch_error) if stats.dispatch_error else None,
             uptime=round(trio.current_time() - self._started, 3),
+            disk_full=stats.disk_full,
+            disk_used_ratio=(
+                None if stats.disk_used_ratio is None else round(stats.disk_used_ratio, 4)
+            ),
+            create_error=stats.create_error,
         )
         if self.master is not None:
             master = self.master.status()

@@ -52,6 +52,7 @@ _PROPERTIES: dict[str, tuple[str, Any]] = {
     "flushDiskType": ("flush_disk_type", FlushDiskType),
     "brokerIP1": ("listen_host", str),
     "defaultTopicQueueNums": ("default_topic_queue_nums", int),
+    "diskMaxUsedSpaceRatio": ("disk_max_used_space_ratio", int),
 }
 
 # Keys of a real broker.conf that mean nothing to hanet; accepted and ignored.

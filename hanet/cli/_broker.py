@@ -82,6 +82,10 @@ _COMMON_FLAGS = (
         ("--transfer-batch-size", "--ha-transfer-batch-size"), "ha_transfer_batch_size", parse_size,
         "most bytes per HA transfer frame (32K)", "BYTES",
     ),
+    _Flag(
+        ("--disk-max-used-space-ratio",), "disk_max_used_space_ratio", int,
+        "refuse puts while the store's disk is used past this percentage (75; 1..100)", "PERCENT",
+    ),
 )  # fmt: skip
 
 _MASTER_FLAGS = (

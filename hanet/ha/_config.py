@@ -38,6 +38,11 @@ def _non_negative(instance: object, attribute: attrs.Attribute[Any], value: Any)
         raise ConfigError(f"{attribute.name} must be >= 0, got {value}")
 
 
+def _percent(instance: object, attribute: attrs.Attribute[Any], value: int) -> None:
+    if not 1 <= value <= 100:
+        raise ConfigError(f"{attribute.name} must be a percentage in 1..100, got {value}")
+
+
 def _at_least_one(instance: object, attribute: attrs.Attribute[Any], value: int) -> None:
     if value < 1:
         raise ConfigError(f"{attribute.name} must be >= 1 (the master itself), got {value}")
@@ -67,6 +72,8 @@ class BrokerConfig:
         flush_disk_type: ASYNC_FLUSH or SYNC_FLUSH.
         default_topic_queue_nums: queues a put with no queue id is spread over, round robin
             per topic (4).
+        disk_max_used_space_ratio: puts are refused (SERVICE_NOT_AVAILABLE, disk full) while
+            the store's file system is used past this percentage (75; 1..100).
     """
 
     broker_role: BrokerRole = BrokerRole.ASYNC_MASTER
@@ -88,6 +95,7 @@ class BrokerConfig:
     mapped_file_size_commit_log: int = attrs.field(default=1024 * 1024 * 1024, validator=_positive)
     flush_disk_type: FlushDiskType = FlushDiskType.ASYNC_FLUSH
     default_topic_queue_nums: int = attrs.field(default=4, validator=_positive)
+    disk_max_used_space_ratio: int = attrs.field(default=75, validator=_percent)
 
     @property
     def ha_master_host_port(self) -> tuple[str, int]:

@@ -11,7 +11,8 @@ The broker builds a :class:`BrokerStatus` from its store and replication service
      "slaves": [{"address": "127.0.0.1:53512", "state": "transferring", "request_offset": 0,
                  "ack_offset": 4096, "next_offset": 4096, "lag_bytes": 0, "bytes_sent": 4096,
                  "bytes_per_second": 1024.0}],
-     "closed_slaves": [], "master": null}
+     "closed_slaves": [], "master": null,
+     "disk_full": false, "disk_used_ratio": 0.42, "create_error": null}
 
 A slave has ``"master": {"address", "connected", "connects", "attempts",
 "last_close_reason"}`` and empty ``slaves``.
@@ -91,6 +92,11 @@ class BrokerStatus:
         replicated_offset: a master's offset acknowledged by enough replicas (None on a slave).
         slaves, closed_slaves: a master's connected and recently closed slaves.
         master: a slave's link to its master (None on a master).
+        disk_full: puts are refused because the store's disk is used past
+            ``diskMaxUsedSpaceRatio``.
+        disk_used_ratio: the store's file system used fraction (0.0..1.0), None when unknown.
+        create_error: why the last new commit log or consume queue file could not be created
+            (puts needing one answer CREATE_MAPPED_FILE_FAILED), None when files can be made.
     """
 
     role: str
@@ -108,6 +114,9 @@ class BrokerStatus:
     slaves: tuple[SlaveInfo, ...] = ()
     closed_slaves: tuple[SlaveInfo, ...] = ()
     master: MasterLink | None = None
+    disk_full: bool = False
+    disk_used_ratio: float | None = None
+    create_error: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The JSON object (nested objects as dicts, tuples as lists)."""

@@ -45,6 +45,7 @@ from ._codec import (
 from ._compare import CommitLogComparison, compare_commit_logs
 from ._config import (
     DEFAULT_CONSUME_QUEUE_FILE_SIZE,
+    DEFAULT_DISK_MAX_USED_SPACE_RATIO,
     DEFAULT_MAPPED_FILE_SIZE,
     DEFAULT_MAX_MESSAGE_SIZE,
     FlushDiskType,
@@ -58,6 +59,7 @@ from ._config import (
 from ._consume_queue import CQ_BLANK_SIZE, CQ_ENTRY_SIZE, ConsumeQueue
 from ._errors import (
     CorruptRecordError,
+    CreateMappedFileError,
     OffsetMismatchError,
     StoreClosedError,
     StoreError,
@@ -78,6 +80,7 @@ __all__ = [
     "CQ_BLANK_SIZE",
     "CQ_ENTRY_SIZE",
     "DEFAULT_CONSUME_QUEUE_FILE_SIZE",
+    "DEFAULT_DISK_MAX_USED_SPACE_RATIO",
     "DEFAULT_MAPPED_FILE_SIZE",
     "DEFAULT_MAX_MESSAGE_SIZE",
     "MAGIC_V1",
@@ -93,6 +96,7 @@ __all__ = [
     "CommitLogStore",
     "ConsumeQueue",
     "CorruptRecordError",
+    "CreateMappedFileError",
     "DispatchError",
     "FlushDiskType",
     "Listener",

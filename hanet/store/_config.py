@@ -10,6 +10,7 @@ import attrs
 
 __all__ = [
     "DEFAULT_CONSUME_QUEUE_FILE_SIZE",
+    "DEFAULT_DISK_MAX_USED_SPACE_RATIO",
     "DEFAULT_MAPPED_FILE_SIZE",
     "DEFAULT_MAX_MESSAGE_SIZE",
     "FlushDiskType",
@@ -27,6 +28,8 @@ DEFAULT_CONSUME_QUEUE_FILE_SIZE = 300_000 * 20
 """RocketMQ's consume queue file size (300,000 entries)."""
 DEFAULT_MAX_MESSAGE_SIZE = 4 * 1024 * 1024
 """RocketMQ's largest message body (4 MiB)."""
+DEFAULT_DISK_MAX_USED_SPACE_RATIO = 75
+"""RocketMQ's ``diskMaxUsedSpaceRatio``: puts are refused past this percentage of the disk used."""
 
 
 class FlushDiskType(enum.Enum):
@@ -67,6 +70,11 @@ def _positive(instance: object, attribute: attrs.Attribute[Any], value: Any) -> 
         raise ValueError(f"{attribute.name} must be > 0, got {value}")
 
 
+def _percent(instance: object, attribute: attrs.Attribute[Any], value: int) -> None:
+    if not 1 <= value <= 100:
+        raise ValueError(f"{attribute.name} must be a percentage in 1..100, got {value}")
+
+
 def _cq_size(instance: object, attribute: attrs.Attribute[Any], value: int) -> None:
     if value <= 0 or value % 20:
         raise ValueError(f"{attribute.name} must be a positive multiple of 20, got {value}")
@@ -87,6 +95,11 @@ class StoreConfig:
         role: MASTER (puts) or SLAVE (raw appends only).
         store_host: the ``ip:port`` written as STOREHOST into put records.
         warm_mapped_files: pre-fault new files before writing them (True).
+        disk_max_used_space_ratio: puts are refused (SERVICE_NOT_AVAILABLE, "disk full") while
+            the store's file system is more than this percentage used (75, RocketMQ's
+            ``diskMaxUsedSpaceRatio``; 1..100).
+        disk_check_interval: seconds a reading of the file system's usage is reused before a
+            put reads it again (1).
     """
 
     mapped_file_size: int = attrs.field(default=DEFAULT_MAPPED_FILE_SIZE, validator=_positive)
@@ -100,6 +113,10 @@ class StoreConfig:
     role: StoreRole = StoreRole.MASTER
     store_host: str = "127.0.0.1:10911"
     warm_mapped_files: bool = True
+    disk_max_used_space_ratio: int = attrs.field(
+        default=DEFAULT_DISK_MAX_USED_SPACE_RATIO, validator=_percent
+    )
+    disk_check_interval: float = attrs.field(default=1.0, validator=_positive)
 
 
 @attrs.frozen
@@ -187,6 +204,12 @@ class StoreStatistics:
         recovered_abnormally: whether open found the ``abort`` file (a crash).
         truncated_at: where recovery cut an invalid record off at open, or None.
         closed: whether the store was closed.
+        disk_full: whether puts are refused because the file system is used past
+            ``disk_max_used_space_ratio``.
+        disk_used_ratio: the file system's used fraction (0.0..1.0) at the last check, or None
+            when it could not be read.
+        create_error: why the last new commit log or consume queue file could not be created
+            (puts needing it answer CREATE_MAPPED_FILE_FAILED), or None once one was created.
     """
 
     min_offset: int
@@ -203,3 +226,6 @@ class StoreStatistics:
     recovered_abnormally: bool
     truncated_at: int | None
     closed: bool
+    disk_full: bool = False
+    disk_used_ratio: float | None = None
+    create_error: str | None = None

@@ -7,10 +7,13 @@ offset, so a caller (the HA slave, ``hanet verify``, the Spark audit) can name i
 
 from __future__ import annotations
 
+import errno
+
 from hanet.errors import HanetError
 
 __all__ = [
     "CorruptRecordError",
+    "CreateMappedFileError",
     "OffsetMismatchError",
     "StoreClosedError",
     "StoreError",
@@ -51,6 +54,39 @@ class OffsetMismatchError(StoreError, ValueError):
         )
         self.expected = expected
         self.actual = actual
+
+
+class CreateMappedFileError(StoreError, OSError):
+    """A new commit log or consume queue file could not be created: the disk is full
+    (ENOSPC), a quota is reached (EDQUOT), the directory is not writable, ...
+
+    Raised before anything is mapped: no mapping exists and no half-created file is left
+    behind. A put that needs the file answers CREATE_MAPPED_FILE_FAILED (RocketMQ's status)
+    with this message as its detail (``cannot create PATH: [Errno 28 ENOSPC] No space left on
+    device``). Also an :class:`OSError` carrying the failure's ``errno``.
+
+    Attributes:
+        path: the file that could not be created.
+        errno: the operating system's error number (None when unknown).
+        reason: the operating system's message.
+    """
+
+    def __init__(self, path: object, cause: OSError) -> None:
+        code = cause.errno
+        name = _errno_name(code)
+        why = cause.strerror or str(cause)
+        super().__init__(code, f"cannot create {path}: [Errno {code}{name}] {why}")
+        self.path = path
+        self.reason = why
+
+    def __str__(self) -> str:
+        return str(self.strerror)
+
+
+def _errno_name(code: int | None) -> str:
+    """`` ENOSPC`` for 28, "" when unknown (a suffix for messages)."""
+    name = errno.errorcode.get(code) if code is not None else None
+    return f" {name}" if name else ""
 
 
 class StoreLayoutError(StoreError):

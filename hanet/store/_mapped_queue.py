@@ -13,14 +13,16 @@ waits for the disk (run it in a worker thread).
 from __future__ import annotations
 
 import bisect
+import errno
 import re
 from pathlib import Path
 
-from ._errors import OffsetMismatchError, StoreLayoutError
+from ._errors import CreateMappedFileError, OffsetMismatchError, StoreLayoutError
 from ._mapped_file import FILE_NAME_DIGITS, TEMPORARY_SUFFIX, MappedFile, file_name
 
 __all__ = ["MappedFileQueue", "list_mapped_files"]
 
+_NO_SPACE = frozenset({errno.ENOSPC, errno.EDQUOT})
 _NAME = re.compile(rf"^\d{{{FILE_NAME_DIGITS}}}$")
 
 
@@ -54,6 +56,8 @@ class MappedFileQueue:
         self.files: list[MappedFile] = []
         self._starts: list[int] = []
         self._data_start = 0
+        self.created = 0
+        """Files :meth:`create_file` created (since the queue was made)."""
 
     # -- loading -----------------------------------------------------------------------------
 
@@ -159,19 +163,30 @@ class MappedFileQueue:
     # -- writing -----------------------------------------------------------------------------
 
     def create_file(self, start_offset: int) -> MappedFile:
-        """Create the file starting at ``start_offset`` (the next one, or the first one)."""
+        """Create the file starting at ``start_offset`` (the next one, or the first one).
+
+        Raises:
+            CreateMappedFileError: it cannot be created (disk full, ...); nothing changed.
+            OSError: its directory cannot be made for another reason than a full disk (a file
+                in the way, permissions, ...).
+        """
         if self.files and start_offset != self.files[-1].end_offset:
             raise StoreLayoutError(
                 f"cannot create {file_name(start_offset)} after "
                 f"{file_name(self.files[-1].start_offset)}"
             )
-        self.directory.mkdir(parents=True, exist_ok=True)
-        mapped = MappedFile.create(
-            self.directory / file_name(start_offset), start_offset, self.file_size, warm=self.warm
-        )
+        path = self.directory / file_name(start_offset)
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            if exc.errno in _NO_SPACE:  # a full disk; anything else (a file in the way, ...)
+                raise CreateMappedFileError(path, exc) from exc  # is a layout problem
+            raise
+        mapped = MappedFile.create(path, start_offset, self.file_size, warm=self.warm)
         if not self.files:
             self._data_start = start_offset
         self._add(mapped)
+        self.created += 1
         return mapped
 
     def last_file_for_write(self) -> MappedFile:
@@ -188,26 +203,51 @@ class MappedFileQueue:
 
         An empty queue accepts any offset: its first file is created at
         ``offset - offset % file_size`` and its data starts at ``offset``. Data that reaches
-        the end of the last file goes on in a new next file.
+        the end of the last file goes on in a new next file. Every file the data needs is
+        created before a byte is written, so a failure changes nothing.
 
         Raises:
             OffsetMismatchError: the queue is not empty and ``offset`` != :attr:`max_offset`.
+            CreateMappedFileError: a file it needs cannot be created (disk full, ...): nothing
+                was written and the files created for it are removed again.
         """
-        if not self.files:
-            mapped = self.create_file(self.file_start(offset))
-            mapped.wrote = mapped.flushed = offset - mapped.start_offset
-            self._data_start = offset
-        elif offset != self.max_offset:
+        empty = not self.files
+        if not empty and offset != self.max_offset:
             raise OffsetMismatchError(self.max_offset, offset)
         view = memoryview(data).cast("B") if not isinstance(data, bytes) else data
-        done = 0
         total = len(view)
+        self._reserve_files(offset, offset + total)
+        if empty:
+            first = self.files[0]
+            first.wrote = first.flushed = offset - first.start_offset
+            self._data_start = offset
+        done = 0
+        i = bisect.bisect_right(self._starts, offset) - 1
         while done < total:
-            mapped = self.last_file_for_write()
+            mapped = self.files[i]
             n = min(total - done, mapped.size - mapped.wrote)
             mapped.view[mapped.wrote : mapped.wrote + n] = view[done : done + n]
             mapped.wrote += n
             done += n
+            i += 1
+
+    def _reserve_files(self, start: int, end: int) -> None:
+        """Create the files that ``[start, end)`` needs past the last one (all or none)."""
+        created: list[MappedFile] = []
+        try:
+            if not self.files:
+                created.append(self.create_file(self.file_start(start)))
+            # Data ending exactly at a file's end needs no next file (the next write creates it).
+            while self.files[-1].end_offset < end:
+                created.append(self.create_file(self.files[-1].end_offset))
+        except BaseException:
+            for mapped in created:
+                mapped.delete()
+            del self.files[len(self.files) - len(created) :]
+            del self._starts[len(self._starts) - len(created) :]
+            if not self.files:
+                self._data_start = 0
+            raise
 
     def truncate(self, offset: int) -> None:
         """Make ``offset`` the data end: later files are deleted, the rest of its file zeroed.

@@ -25,6 +25,12 @@ Shape (what the HA layer relies on):
   and :meth:`~CommitLogStore.truncate_to` drops it.
 - A record that fails validation while being dispatched stops dispatch there;
   :attr:`~CommitLogStore.dispatch_error` names its offset and reason.
+- A full disk is never fatal: every file is reserved before it is mapped, so a commit log or
+  consume queue file the disk cannot hold is a :class:`CreateMappedFileError` at creation
+  (puts that need it answer CREATE_MAPPED_FILE_FAILED, raw appends raise it having kept
+  nothing, dispatch waits and retries), logged once. While the file system is used past
+  ``disk_max_used_space_ratio`` (read at most once a second), puts answer
+  SERVICE_NOT_AVAILABLE ("disk full ..."). Reads and replication of the data held go on.
 
 One process at a time: the ``lock`` file is ``flock``-ed, a second opener gets
 :class:`StoreLockedError`. The store is not thread-safe; use it from one trio run.
@@ -33,6 +39,7 @@ One process at a time: the ``lock`` file is ``flock``-ed, a second opener gets
 from __future__ import annotations
 
 import logging
+import shutil
 import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
@@ -50,7 +57,13 @@ from ._config import (
     StoreStatistics,
 )
 from ._consume_queue import CQ_BLANK_SIZE, ConsumeQueue
-from ._errors import CorruptRecordError, OffsetMismatchError, StoreClosedError, StoreError
+from ._errors import (
+    CorruptRecordError,
+    CreateMappedFileError,
+    OffsetMismatchError,
+    StoreClosedError,
+    StoreError,
+)
 from ._mapped_queue import MappedFileQueue
 from ._recovery import RecoveryResult, find_valid_end
 from ._scanner import RecordScanner, StopReason, decode_record
@@ -72,12 +85,16 @@ class DispatchError(StoreError):
     Attributes:
         offset: the physical offset of the record that could not be dispatched.
         reason: what failed, e.g. ``"consume queue T/0: [Errno 20] Not a directory: ..."``.
+        retryable: the failure was a consume queue file that could not be created (disk full,
+            a :class:`CreateMappedFileError`): dispatch tries again at the next put or raw
+            append instead of staying stopped.
     """
 
-    def __init__(self, offset: int, reason: str) -> None:
+    def __init__(self, offset: int, reason: str, *, retryable: bool = False) -> None:
         super().__init__(f"dispatch failed at offset {offset}: {reason}")
         self.offset = offset
         self.reason = reason
+        self.retryable = retryable
 
 
 class CommitLogStore:
@@ -112,6 +129,11 @@ class CommitLogStore:
         self._abnormal = False
         self._raw_bytes = 0
         self._flushes = 0
+        self._disk_full = False
+        self._disk_used_ratio: float | None = None
+        self._disk_checked_at = -config.disk_check_interval
+        self._create_error: str | None = None
+        self._created_at_error = 0
         self.recovery = RecoveryResult(0, 0, None, 0)
         host, port = parse_host(config.store_host)
         self._store_host = host
@@ -490,6 +512,8 @@ class CommitLogStore:
 
     def _write(self, messages: Iterable[Message]) -> list[PutResult]:
         error = self._dispatch_error
+        if isinstance(error, DispatchError) and error.retryable and not self._closed:
+            error = self.dispatch()  # a consume queue file could not be created: try again
         if self._closed or self.config.role is StoreRole.SLAVE or error is not None:
             if self._closed:
                 detail = "the store is closed"
@@ -499,17 +523,26 @@ class CommitLogStore:
                 detail = "a slave store refuses puts"
             refused = PutResult(PutStatus.SERVICE_NOT_AVAILABLE, detail=detail)
             return [refused for _ in messages]
+        if time.monotonic() - self._disk_checked_at >= self.config.disk_check_interval:
+            self.check_disk()
+        if self._disk_full:
+            refused = PutResult(PutStatus.SERVICE_NOT_AVAILABLE, detail=self._disk_detail())
+            return [refused for _ in messages]
         if not isinstance(messages, (list, tuple)):
             messages = list(messages)
         now = max(time.time_ns() // 1_000_000, self._last_store_timestamp)
         in_step = self._dispatched == self.commit_log.max_offset
         before = self.commit_log.max_offset
+        writer = self._writer
         try:
-            results = self._writer.write(messages, now, dispatch=in_step)
+            results = writer.write(messages, now, dispatch=in_step)
         except Exception as exc:  # a consume queue could not be written: undo the batch
             self._undo_write(before)
             self._fail_dispatch(before, None, exc)
             return self._write(messages)  # refused, with the reason
+        if writer.create_error is not None or self._create_error is not None:
+            self._note_create_error(writer.create_error)
+            writer.create_error = None
         if self.commit_log.max_offset != before:
             self._validated = self.commit_log.max_offset
             self._last_store_timestamp = now
@@ -527,6 +560,82 @@ class CommitLogStore:
         for queue in self._queues.values():
             queue.truncate_physical(offset)
         self._dispatched = min(self._dispatched, offset)
+
+    def _files_created(self) -> int:
+        return self.commit_log.created + sum(q.files.created for q in self._queues.values())
+
+    def _note_create_error(self, reason: str | None) -> None:
+        """Log a new file that could not be created (an ERROR once, until a file is created
+        again: then an INFO)."""
+        if reason is not None:
+            if self._create_error is None:
+                logger.error(
+                    "%s: %s; puts that need a new file answer CREATE_MAPPED_FILE_FAILED "
+                    "(reads and replication of the data held go on)",
+                    self.root,
+                    reason,
+                )
+            self._create_error = reason
+            self._created_at_error = self._files_created()
+        elif self._create_error is not None and self._files_created() > self._created_at_error:
+            logger.info("%s: new files can be created again", self.root)
+            self._create_error = None
+
+    # -- the disk ------------------------------------------------------------------------------
+
+    def check_disk(self) -> bool:
+        """Read the store file system's usage now; returns whether puts are refused for it.
+
+        Puts read it at most every ``disk_check_interval`` seconds by themselves. When more
+        than ``disk_max_used_space_ratio`` percent is used (RocketMQ's and ``df``'s ratio: used
+        over used plus available), puts answer SERVICE_NOT_AVAILABLE with the disk detail until
+        usage drops again. Logs a WARNING when that starts and an INFO when it ends.
+        """
+        self._disk_checked_at = time.monotonic()
+        try:
+            usage = shutil.disk_usage(self.root)
+        except OSError as exc:
+            logger.debug("%s: cannot read the disk usage: %s", self.root, exc)
+            self._disk_used_ratio = None
+            return self._disk_full
+        # RocketMQ's (and df's) used percentage: used / (used + available to us); the blocks
+        # reserved for root count as neither.
+        entire = usage.used + usage.free
+        ratio = usage.used / entire if entire > 0 else 0.0
+        self._disk_used_ratio = ratio
+        full = ratio * 100 > self.config.disk_max_used_space_ratio
+        if full and not self._disk_full:
+            logger.warning("%s: %s: puts are refused", self.root, self._disk_detail())
+        elif self._disk_full and not full:
+            logger.info(
+                "%s: disk used %s %% <= diskMaxUsedSpaceRatio %d %%: puts are accepted again",
+                self.root,
+                self._percent(ratio),
+                self.config.disk_max_used_space_ratio,
+            )
+        self._disk_full = full
+        return full
+
+    @property
+    def disk_full(self) -> bool:
+        """Whether puts are refused because the disk is used past ``disk_max_used_space_ratio``
+        (as of the last :meth:`check_disk`)."""
+        return self._disk_full
+
+    def _percent(self, ratio: float) -> str:
+        percent = ratio * 100
+        shown = f"{percent:.0f}"
+        limit = self.config.disk_max_used_space_ratio
+        if (int(shown) > limit) != (percent > limit):  # rounding would hide the comparison
+            shown = f"{percent:.2f}"
+        return shown
+
+    def _disk_detail(self) -> str:
+        ratio = self._disk_used_ratio or 0.0
+        return (
+            f"disk full: disk used {self._percent(ratio)} % > diskMaxUsedSpaceRatio "
+            f"{self.config.disk_max_used_space_ratio} %"
+        )
 
     # -- raw appends (slave) -----------------------------------------------------------------
 
@@ -575,7 +684,13 @@ class CommitLogStore:
             valid_end, error = self._validate_raw(start, memoryview(view))
         keep = len(view) if error is None else max(valid_end - offset, 0)
         if keep:
-            files.append_raw(offset, view[:keep])
+            try:
+                files.append_raw(offset, view[:keep])
+            except CreateMappedFileError as exc:  # nothing was appended
+                self._note_create_error(f"commit log: {exc}")
+                raise
+            if self._create_error is not None:
+                self._note_create_error(None)
             if empty:
                 self._dispatched = offset
                 if offset % self.config.mapped_file_size:
@@ -685,7 +800,10 @@ class CommitLogStore:
         dispatched). Re-dispatching a record already in its consume queue is a no-op.
         Returns :attr:`dispatch_error`.
         """
-        if self._dispatch_error is not None:
+        error = self._dispatch_error
+        if isinstance(error, DispatchError) and error.retryable:
+            self._dispatch_error = None  # a file could not be created: try again
+        elif error is not None:
             return self.dispatch_error
         files = self.commit_log
         while self._dispatched < files.max_offset:
@@ -734,6 +852,19 @@ class CommitLogStore:
 
     def _fail_dispatch(self, offset: int, record: MessageRecord | None, exc: Exception) -> None:
         where = "" if record is None else f"consume queue {record.topic}/{record.queue_id}: "
+        if isinstance(exc, CreateMappedFileError):
+            error = DispatchError(offset, f"{where}{exc}", retryable=True)
+            self._dispatch_error = error
+            if self._create_error is None:
+                logger.error(
+                    "%s: %s; dispatch and puts wait until the file can be created (reads and "
+                    "replication go on)",
+                    self.root,
+                    error,
+                )
+            self._create_error = error.reason
+            self._created_at_error = self._files_created()
+            return
         error = DispatchError(offset, f"{where}{exc}")
         self._dispatch_error = error
         logger.error(
@@ -846,7 +977,10 @@ class CommitLogStore:
     # -- statistics --------------------------------------------------------------------------
 
     def statistics(self) -> StoreStatistics:
-        """A snapshot of the store's state."""
+        """A snapshot of the store's state (reads the disk usage if the last reading is older
+        than ``disk_check_interval``)."""
+        if time.monotonic() - self._disk_checked_at >= self.config.disk_check_interval:
+            self.check_disk()
         error = self.dispatch_error
         return StoreStatistics(
             min_offset=self.min_offset,
@@ -867,4 +1001,7 @@ class CommitLogStore:
                 else self.recovery.end_offset
             ),
             closed=self._closed,
+            disk_full=self._disk_full,
+            disk_used_ratio=self._disk_used_ratio,
+            create_error=self._create_error,
         )

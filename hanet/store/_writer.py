@@ -3,7 +3,9 @@
 :class:`RecordWriter` validates each message (statuses as RocketMQ's), assigns its queue
 offset, physical offset and store timestamp, writes the record straight into the last mapped
 file with :func:`pack_record_into`, ends a file with a blank record when the record does not fit
-with 8 spare bytes, and appends the consume queue entry. It is the put hot path: one loop per
+with 8 spare bytes, and appends the consume queue entry (before the record: a consume queue
+file that cannot be created refuses the message, CREATE_MAPPED_FILE_FAILED, as a commit log
+file that cannot be created does). It is the put hot path: one loop per
 batch, everything looked up once per batch, no intermediate bytes objects but the properties.
 """
 
@@ -31,6 +33,7 @@ from ._codec import (
 )
 from ._config import Message, PutResult, PutStatus, StoreConfig
 from ._consume_queue import ConsumeQueue
+from ._errors import CreateMappedFileError
 from ._mapped_file import MappedFile
 from ._mapped_queue import MappedFileQueue
 
@@ -68,6 +71,9 @@ class RecordWriter:
         self._queue_for = queue_for
         self.puts = 0
         self.put_bytes = 0
+        self.create_error: str | None = None
+        """Why the last batch could not create a file it needed (set by :meth:`write`; the
+        store reads and clears it)."""
 
     def _check(self, message: Message) -> PutResult | None:
         # RocketMQ's limit (127), not the record format's (32767): a consume queue is a
@@ -115,6 +121,7 @@ class RecordWriter:
         put_bytes = 0
         puts = 0
         pending: dict[tuple[str, int], int] = {}
+        create_failed: PutResult | None = None
         try:
             for message in messages:
                 topic = message.topic
@@ -168,16 +175,23 @@ class RecordWriter:
                         continue
                     if mapped is not None:
                         mapped.wrote = wrote
+                    if create_failed is not None:  # not again in this batch
+                        append(create_failed)
+                        continue
                     try:
                         mapped = commit_log.last_file_for_write()
                         if size + BLANK_RECORD_SIZE > mapped.size - mapped.wrote:
                             pack_blank_into(mapped.view, mapped.wrote, mapped.size - mapped.wrote)
                             mapped.wrote = mapped.size
                             mapped = commit_log.last_file_for_write()
-                    except OSError as exc:
+                    except OSError as exc:  # CreateMappedFileError: disk full, ...
                         mapped = None
                         space = 0
-                        append(PutResult(PutStatus.CREATE_MAPPED_FILE_FAILED, detail=str(exc)))
+                        create_failed = PutResult(
+                            PutStatus.CREATE_MAPPED_FILE_FAILED, detail=f"commit log: {exc}"
+                        )
+                        self.create_error = create_failed.detail
+                        append(create_failed)
                         continue
                     view = mapped.view
                     wrote = mapped.wrote
@@ -191,6 +205,22 @@ class RecordWriter:
                     queue_offset = pending.get(key, queue.max_queue_offset)
                     pending[key] = queue_offset + 1
                 physical_offset = start + wrote
+                if dispatch:
+                    # The entry first: a consume queue file that cannot be created (disk full)
+                    # refuses this message before its record is written.
+                    tags = properties.get("TAGS") if properties else None
+                    try:
+                        queue.append(
+                            queue_offset,
+                            physical_offset,
+                            size,
+                            java_string_hash(tags) if tags else 0,
+                        )
+                    except CreateMappedFileError as exc:
+                        detail = f"consume queue {topic}/{message.queue_id}: {exc}"
+                        self.create_error = detail
+                        append(PutResult(PutStatus.CREATE_MAPPED_FILE_FAILED, detail=detail))
+                        continue
                 # pack_record_into, inlined: this loop is the put hot path
                 header = headers[sys_flag_index]
                 header.pack_into(
@@ -231,11 +261,6 @@ class RecordWriter:
                 space -= size
                 put_bytes += size
                 puts += 1
-                if dispatch:
-                    tags = properties.get("TAGS") if properties else None
-                    queue.append(
-                        queue_offset, physical_offset, size, java_string_hash(tags) if tags else 0
-                    )
                 append(
                     new_result(
                         PutResult,
