@@ -414,3 +414,28 @@ async def test_a_slave_pointed_at_the_broker_port_is_named_in_the_log(
         with trio.fail_after(5):
             assert await stream.receive_some(100) == b""
     assert "an HA slave pointed at the broker port?" in caplog.text
+
+
+async def test_a_diverged_slave_says_so_in_its_status(tmp_path: Path) -> None:
+    from hanet.store import CommitLogStore, Message, StoreConfig
+
+    with CommitLogStore.open(tmp_path / "s", StoreConfig(mapped_file_size=FILE)) as ahead:
+        ahead.put(Message("T", b"only on the slave"))
+    master_cfg = config(tmp_path / "m", ha_send_heartbeat_interval=0.2)
+    async with running(master_cfg) as (_, m_addr):
+        assert m_addr.ha is not None
+        slave_cfg = config(
+            tmp_path / "s",
+            broker_role=BrokerRole.SLAVE,
+            ha_master_address=f"127.0.0.1:{m_addr.ha[1]}",
+            reconnect_interval=0.05,
+        )
+        async with running(slave_cfg) as (_, s_addr), client(s_addr) as c:
+
+            async def diverged() -> bool:
+                link = (await c.status()).master
+                return link is not None and link.diverged
+
+            await wait_until(diverged)
+            link = (await c.status()).master
+            assert link is not None and link.refused_offset == ahead.max_offset

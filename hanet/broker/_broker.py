@@ -469,6 +469,9 @@ class Broker:
                     connects=link.connects,
                     attempts=link.attempts,
                     last_close_reason=link.last_close_reason,
+                    diverged=link.diverged,
+                    refused_offset=link.refused_offset,
+                    error=link.error,
                 ),
             )
         return status

@@ -411,6 +411,14 @@ def status_renderable(status: BrokerStatus) -> Any:
         state = "connected" if link.connected else "disconnected"
         reason = f" (last close: {link.last_close_reason})" if link.last_close_reason else ""
         head.add_row("master", f"{link.address} {state}, {link.connects} connects{reason}")
+        if link.diverged:
+            head.add_row(
+                "diverged",
+                f"the master refuses offset {link.refused_offset}: "
+                "hanet slave --truncate-to OFFSET or --resync",
+            )
+        if link.error:
+            head.add_row("stopped", link.error)
     if status.role != BrokerRole.SLAVE.value:
         table = Table(title="slaves", title_justify="left")
         for column in ("address", "state", "ack offset", "lag", "speed"):

@@ -58,13 +58,24 @@ class SlaveInfo:
 
 @attrs.frozen
 class MasterLink:
-    """A slave's link to its master."""
+    """A slave's link to its master.
+
+    Attributes:
+        diverged: the master keeps refusing this slave's offset (ahead of the master, behind
+            its oldest data, or the wrong master): ``hanet slave --truncate-to`` or
+            ``--resync`` is the way out; the master's status says which.
+        refused_offset: the offset the master refuses.
+        error: why the slave stopped for good (a commit log file size mismatch), or None.
+    """
 
     address: str
     connected: bool
     connects: int
     attempts: int
     last_close_reason: str | None
+    diverged: bool = False
+    refused_offset: int | None = None
+    error: str | None = None
 
 
 @attrs.frozen
