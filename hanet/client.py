@@ -154,10 +154,27 @@ class _Pending:
 class _ResponseRouter(ChannelInboundHandler):
     """Hands each answer to the request waiting for its id; fails them all on close."""
 
-    def __init__(self) -> None:
+    def __init__(self, tls: bool = False) -> None:
         self.pending: dict[int, _Pending] = {}
         self.closed_error: BrokerError | None = None
         self.answers = 0
+        self.tls = tls
+
+    def explain(self, reason: str, *, waiting: bool) -> str:
+        """``reason`` with a hint when the connection closed before its first answer while a
+        request was ``waiting`` for it."""
+        if self.answers or not waiting:
+            return reason
+        if self.tls:
+            # TLS 1.3: a broker that refuses our certificate (or the lack of one) does so
+            # after our side of the handshake completed; we learn it here.
+            return reason + (
+                " before any answer (did the broker refuse our certificate? a broker with "
+                "mutual TLS needs --tls-cert and --tls-key signed by its CA)"
+            )
+        # Closed at the first request without a word: what an HA port does with a broker
+        # request (it reads it as an offset report out of range).
+        return reason + " before any answer (is this the broker port, not an HA port?)"
 
     def channel_read(self, ctx: HandlerContext, msg: Any) -> None:
         self.answers += 1
@@ -176,11 +193,7 @@ class _ResponseRouter(ChannelInboundHandler):
     def channel_inactive(self, ctx: HandlerContext) -> None:
         error = self.closed_error
         if error is None:
-            reason = ctx.channel.close_reason or "closed"
-            if self.answers == 0 and self.pending:
-                # Closed at the first request without a word: what an HA port does with a
-                # broker request (it reads it as an offset report out of range).
-                reason += " before any answer (is this the broker port, not an HA port?)"
+            reason = self.explain(ctx.channel.close_reason or "closed", waiting=bool(self.pending))
             error = self.closed_error = BrokerConnectionError(f"connection closed: {reason}")
         for pending in self.pending.values():
             pending.error = error
@@ -252,7 +265,7 @@ class BrokerClient:
         except (OSError, trio.TooSlowError) as exc:
             detail = "timed out" if isinstance(exc, trio.TooSlowError) else str(exc)
             raise BrokerConnectionError(f"cannot connect to {host}:{port}: {detail}") from exc
-        router = _ResponseRouter()
+        router = _ResponseRouter(tls=tls is not None)
 
         def initialize(channel: StreamChannel) -> None:
             pipeline = channel.pipeline
@@ -325,7 +338,10 @@ class BrokerClient:
             failure = future.exception()
             if isinstance(failure, EncoderError):
                 raise ValueError(f"cannot encode the request: {failure}")
-            error = router.closed_error or BrokerConnectionError(f"connection closed: {failure}")
+            # Closed and not yet torn down: the channel's close reason says why (a TLS alert,
+            # the peer closing), the write's failure only that it is closed.
+            reason = router.explain(self._channel.close_reason or str(failure), waiting=True)
+            error = router.closed_error or BrokerConnectionError(f"connection closed: {reason}")
             raise error from failure
         timeout = math.inf if self.request_timeout is None else self.request_timeout
         with trio.move_on_after(timeout):

@@ -46,8 +46,8 @@ from functools import partial
 import attrs
 import trio
 
-from hanet.boot import serve_listeners
-from hanet.channel import ChannelHandler, StreamChannel, format_address
+from hanet.boot import AllowList, serve_listeners
+from hanet.channel import ChannelHandler, StreamChannel, format_address, parse_address
 from hanet.ha import BrokerConfig, BrokerRole, HAMaster, HASlave
 from hanet.protocol import (
     AUTO_QUEUE,
@@ -82,6 +82,7 @@ from hanet.store import (
 )
 
 from ._handler import LOCALHOST, RequestHandler, packed_host, replies
+from ._metrics import BrokerMetrics, serve_metrics
 
 __all__ = ["MAX_PULL_BYTES", "Broker", "BrokerAddresses"]
 
@@ -147,6 +148,8 @@ class Broker:
         self._queue_counters: dict[str, itertools.count[int]] = {}
         self._started = 0.0
         self._sync_master = config.broker_role is BrokerRole.SYNC_MASTER
+        self.metrics = BrokerMetrics(lambda: self.status() if self._store is not None else None)
+        """Prometheus metrics (served on ``metrics_listen`` when it is set)."""
         self._sync_flush = config.flush_disk_type is FlushDiskType.SYNC_FLUSH
 
     @property
@@ -223,7 +226,21 @@ class Broker:
                     self.master = HAMaster(store, config)
                     ha_address = await nursery.start(self.master.serve)
                 if listeners:
-                    await nursery.start(partial(serve_listeners, self._initialize, listeners))
+                    await nursery.start(
+                        partial(
+                            serve_listeners,
+                            self._initialize,
+                            listeners,
+                            tls=config.server_tls(),
+                            allow=AllowList.parse(config.listen_allow)
+                            if config.listen_allow
+                            else None,
+                            name="broker port",
+                        )
+                    )
+                if config.metrics_listen:
+                    host, port = parse_address(config.metrics_listen)
+                    await nursery.start(serve_metrics, self.metrics, host, port)
                     log.info(
                         "%s broker port on %s",
                         self.role.value,
@@ -321,6 +338,14 @@ class Broker:
             return stored, queue_ids
         written = iter(stored)
         return [r if r is not None else next(written) for r in refused], queue_ids
+
+    def observe_put(self, statuses: Sequence[PutStatus], seconds: float) -> None:
+        """A PUT request was answered: count its statuses and its latency."""
+        self.metrics.observe_put([status.value for status in statuses], seconds)
+
+    def connection_event(self, event: str) -> None:
+        """A broker port connection ``opened`` or closed (``event``: why, shortly)."""
+        self.metrics.connection_event("broker", event)
 
     @property
     def answers_at_once(self) -> bool:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import socket
+import time
 from collections import deque
 from collections.abc import Sequence
 from typing import Any, Protocol
@@ -125,6 +126,14 @@ class RequestService(Protocol):
         """The STATUS document."""
         ...
 
+    def observe_put(self, statuses: Sequence[PutStatus], seconds: float) -> None:
+        """A PUT request was answered with these statuses after ``seconds``."""
+        ...
+
+    def connection_event(self, event: str) -> None:
+        """A connection opened or closed (metrics)."""
+        ...
+
 
 class RequestHandler(ChannelInboundHandler):
     """Serves one broker port connection; answers by request id.
@@ -148,10 +157,13 @@ class RequestHandler(ChannelInboundHandler):
 
     def channel_active(self, ctx: HandlerContext) -> None:
         log.info("client %s connected", self.peer)
+        self.broker.connection_event("opened")
         ctx.fire_channel_active()
 
     def channel_inactive(self, ctx: HandlerContext) -> None:
-        log.info("client %s closed (%s)", self.peer, self.channel.close_reason or "closed")
+        reason = self.channel.close_reason or "closed"
+        log.info("client %s closed (%s)", self.peer, reason)
+        self.broker.connection_event(_event_of(reason))
         ctx.fire_channel_inactive()
 
     def channel_read(self, ctx: HandlerContext, msg: Any) -> None:
@@ -173,13 +185,14 @@ class RequestHandler(ChannelInboundHandler):
 
     def _put(self, ctx: HandlerContext, request: PutRequest) -> None:
         broker = self.broker
+        started = time.perf_counter()
         results, queue_ids = broker.store_messages(request.messages, self.born)
         if broker.answers_at_once:
-            ctx.write(PutResponse(request.request_id, replies(results, queue_ids)))
+            self._answer(ctx, request.request_id, replies(results, queue_ids), _since(started))
             return
         ends = [r.end_offset for r in results if r.status is PutStatus.PUT_OK]
         if not ends:  # refused: nothing to wait for
-            ctx.write(PutResponse(request.request_id, replies(results, queue_ids)))
+            self._answer(ctx, request.request_id, replies(results, queue_ids), _since(started))
             return
         self.waiting.append(
             _Waiting(request.request_id, results, queue_ids, max(ends), trio.current_time())
@@ -197,17 +210,24 @@ class RequestHandler(ChannelInboundHandler):
                 head = waiting[0]
                 status = await broker.settle(head.end_offset, head.stored_at)
                 waiting.popleft()
-                ctx.write(
-                    PutResponse(head.request_id, replies(head.results, head.queue_ids, status))
-                )
+                answer = replies(head.results, head.queue_ids, status)
+                self._answer(ctx, head.request_id, answer, trio.current_time() - head.stored_at)
                 settled = broker.settled_offset()
                 while waiting and waiting[0].end_offset <= settled:
                     done = waiting.popleft()
-                    ctx.write(PutResponse(done.request_id, replies(done.results, done.queue_ids)))
+                    answer = replies(done.results, done.queue_ids)
+                    self._answer(ctx, done.request_id, answer, trio.current_time() - done.stored_at)
                 ctx.flush()
                 self._update_reading()
         finally:
             self._settling = False
+
+    def _answer(
+        self, ctx: HandlerContext, request_id: int, answer: Sequence[PutReply], seconds: float
+    ) -> None:
+        """Write a PUT answer and count it (``seconds``: from the request to its answer)."""
+        ctx.write(PutResponse(request_id, tuple(answer)))
+        self.broker.observe_put([r.status for r in answer], seconds)
 
     def channel_read_complete(self, ctx: HandlerContext) -> None:
         ctx.flush()  # answers given while reading leave together
@@ -238,3 +258,16 @@ class RequestHandler(ChannelInboundHandler):
                 "client %s: closing after an internal error: %r", self.peer, exc, exc_info=exc
             )
         ctx.close(f"{type(exc).__name__}: {exc}")
+
+
+def _since(started: float) -> float:
+    return time.perf_counter() - started
+
+
+def _event_of(reason: str) -> str:
+    """A short, bounded label for why a connection closed (metrics)."""
+    lowered = reason.lower()
+    for word in ("peer closed", "decoder", "corrupt", "too long", "timeout", "lost", "internal"):
+        if word in lowered:
+            return "closed: " + word
+    return "closed: other"

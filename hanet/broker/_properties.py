@@ -7,6 +7,7 @@ ignored; any other unknown key is a :class:`~hanet.errors.ConfigError`.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,8 @@ from hanet.ha import BrokerConfig, BrokerRole
 from hanet.store import FlushDiskType
 
 __all__ = ["apply_properties", "load_properties", "parse_properties"]
+
+log = logging.getLogger("hanet.broker")
 
 
 # RocketMQ property name -> (field name, converter).
@@ -53,9 +56,17 @@ _PROPERTIES: dict[str, tuple[str, Any]] = {
     "brokerIP1": ("listen_host", str),
     "defaultTopicQueueNums": ("default_topic_queue_nums", int),
     "diskMaxUsedSpaceRatio": ("disk_max_used_space_ratio", int),
+    "tlsCertPath": ("tls_cert", Path),
+    "tlsKeyPath": ("tls_key", Path),
+    "tlsTrustCertPath": ("tls_ca", Path),
+    "tlsReplicaPattern": ("tls_replica_pattern", str),
+    "haAllow": ("ha_allow", str),
+    "listenAllow": ("listen_allow", str),
+    "metricsListen": ("metrics_listen", str),
 }
 
-# Keys of a real broker.conf that mean nothing to hanet; accepted and ignored.
+# Keys of a real broker.conf that mean nothing to hanet; accepted and ignored quietly. Other
+# unknown keys are accepted with one warning listing them (RocketMQ has hundreds of settings).
 _IGNORED = frozenset(
     {
         "brokerClusterName",
@@ -99,8 +110,9 @@ def parse_properties(lines: Iterable[str], source: str) -> dict[str, str]:
 def load_properties(path: Path, base: BrokerConfig | None = None) -> BrokerConfig:
     """Read a ``broker.conf``-style file on top of ``base`` (defaults when None).
 
-    Durations are milliseconds as in RocketMQ. Unknown keys are a :class:`ConfigError`, except
-    RocketMQ keys that do not apply to hanet (``brokerName``, ``namesrvAddr``, ...).
+    Durations are milliseconds as in RocketMQ. Keys hanet does not use (RocketMQ has hundreds:
+    ``sendMessageThreadPoolNums``, ...) are accepted with one WARNING listing them. As in
+    RocketMQ, ``haListenPort`` defaults to ``listenPort + 1``.
     """
     try:
         text = path.read_text(encoding="utf-8")
@@ -112,19 +124,25 @@ def load_properties(path: Path, base: BrokerConfig | None = None) -> BrokerConfi
 def apply_properties(
     values: Mapping[str, str], base: BrokerConfig | None = None, source: str = "config"
 ) -> BrokerConfig:
-    """Apply RocketMQ-named settings to ``base``."""
+    """Apply RocketMQ-named settings to ``base`` (see :func:`load_properties`)."""
     changes: dict[str, Any] = {}
+    unused: list[str] = []
     for key, value in values.items():
         if key in _IGNORED:
             continue
         entry = _PROPERTIES.get(key)
         if entry is None:
-            raise ConfigError(f"{source}: unknown setting {key!r}")
+            unused.append(key)
+            continue
         name, convert = entry
         try:
             changes[name] = convert(value)
         except ValueError as exc:
             raise ConfigError(f"{source}: bad value for {key}: {value!r} ({exc})") from exc
+    if unused:
+        log.warning("%s: settings hanet does not use, ignored: %s", source, ", ".join(unused))
+    if "listen_port" in changes and "ha_listen_port" not in changes and changes["listen_port"]:
+        changes["ha_listen_port"] = changes["listen_port"] + 1
     try:
         return attrs.evolve(base if base is not None else BrokerConfig(), **changes)
     except (TypeError, ValueError) as exc:

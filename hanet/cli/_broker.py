@@ -86,6 +86,25 @@ _COMMON_FLAGS = (
         ("--disk-max-used-space-ratio",), "disk_max_used_space_ratio", int,
         "refuse puts while the store's disk is used past this percentage (75; 1..100)", "PERCENT",
     ),
+    _Flag(
+        ("--tls-cert",), "tls_cert", Path,
+        "this broker's certificate (PEM): serve TLS, present it to the master (none: plain TCP)",
+        "FILE",
+    ),
+    _Flag(("--tls-key",), "tls_key", Path, "the private key of --tls-cert (PEM)", "FILE"),
+    _Flag(
+        ("--tls-ca",), "tls_ca", Path,
+        "trust this CA; the ports then require client certificates it signed (mutual TLS)",
+        "FILE",
+    ),
+    _Flag(
+        ("--listen-allow",), "listen_allow", str,
+        "networks the broker port accepts, e.g. 10.0.0.0/8,127.0.0.1 (any)", "CIDR[,CIDR...]",
+    ),
+    _Flag(
+        ("--metrics-listen",), "metrics_listen", str,
+        "serve Prometheus metrics on http://HOST:PORT/metrics (none)", "HOST:PORT",
+    ),
 )  # fmt: skip
 
 _MASTER_FLAGS = (
@@ -112,6 +131,15 @@ _MASTER_FLAGS = (
     _Flag(
         ("--queues", "--default-topic-queue-nums"), "default_topic_queue_nums", int,
         "queues a put without --queue is spread over (4)", "N",
+    ),
+    _Flag(
+        ("--ha-allow",), "ha_allow", str,
+        "networks the HA port accepts slaves from (any)", "CIDR[,CIDR...]",
+    ),
+    _Flag(
+        ("--tls-replica-pattern",), "tls_replica_pattern", str,
+        "with mutual TLS, only slaves whose certificate name matches this regular expression "
+        "count for SYNC puts (any certificate of the CA)", "REGEX",
     ),
 )  # fmt: skip
 

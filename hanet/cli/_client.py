@@ -21,6 +21,7 @@ import math
 import sys
 import time
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import attrs
@@ -30,8 +31,10 @@ from rich.live import Live
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 from rich.table import Table
 
+from hanet.boot import TlsConfig
 from hanet.client import (
     BrokerClient,
+    BrokerConnectionError,
     BrokerError,
     BrokerStatus,
     PullResult,
@@ -39,6 +42,7 @@ from hanet.client import (
     PutMessage,
     PutReply,
 )
+from hanet.errors import ConfigError
 from hanet.ha import BrokerRole
 from hanet.store import record_to_json
 
@@ -127,6 +131,35 @@ def _add_broker(parser: argparse.ArgumentParser) -> None:
         "--timeout", type=float, default=30.0, metavar="S",
         help="seconds to connect and per request (30)",
     )  # fmt: skip
+    parser.add_argument(
+        "--tls-ca", type=Path, default=None, metavar="FILE",
+        help="talk TLS, trusting this CA for the broker's certificate (plain TCP without it)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--tls-cert", type=Path, default=None, metavar="FILE",
+        help="present this certificate (PEM) to a broker that requires one (mutual TLS)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--tls-key", type=Path, default=None, metavar="FILE", help="the key of --tls-cert",
+    )  # fmt: skip
+
+
+def broker_client(args: argparse.Namespace) -> Any:
+    """``BrokerClient.connect`` with the verb's ``--broker``, ``--timeout`` and TLS flags.
+
+    Raises:
+        BrokerConnectionError: a TLS file that does not load (as any failure to connect).
+    """
+    host, port = args.broker
+    tls = None
+    if args.tls_ca is not None or args.tls_cert is not None:
+        try:
+            tls = TlsConfig(cert=args.tls_cert, key=args.tls_key, ca=args.tls_ca).client_context()
+        except ConfigError as exc:
+            raise BrokerConnectionError(str(exc)) from exc
+    return BrokerClient.connect(
+        host, port, connect_timeout=args.timeout, request_timeout=args.timeout, tls=tls
+    )
 
 
 # -- put ------------------------------------------------------------------------------------
@@ -214,7 +247,6 @@ async def run_put(args: argparse.Namespace) -> int:
     run = PutRun(args.count)
     progress = _Progress(args.count, enabled=args.count > 1 and not args.quiet and not args.json)
     next_index = 0
-    host, port = args.broker
 
     async def worker(client: BrokerClient) -> None:
         nonlocal next_index
@@ -237,9 +269,7 @@ async def run_put(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     failure: str | None = None
     try:
-        async with BrokerClient.connect(
-            host, port, connect_timeout=args.timeout, request_timeout=args.timeout
-        ) as client:
+        async with broker_client(args) as client:
             with progress:
                 async with trio.open_nursery() as nursery:
                     for _ in range(min(args.concurrency, math.ceil(args.count / args.batch))):
@@ -333,13 +363,10 @@ async def run_pull(args: argparse.Namespace) -> int:
     """``hanet pull``."""
     if args.queue < 0 or args.offset < 0 or args.max < 1:
         return fail("--queue and --offset must be >= 0, --max >= 1")
-    host, port = args.broker
     result: PullResult | None = None
     failure: str | None = None
     try:
-        async with BrokerClient.connect(
-            host, port, connect_timeout=args.timeout, request_timeout=args.timeout
-        ) as client:
+        async with broker_client(args) as client:
             result = await client.pull(args.topic, args.queue, args.offset, args.max)
     except* BrokerError as group:
         failure = first_message(group)
@@ -475,10 +502,7 @@ async def run_status(args: argparse.Namespace) -> int:
 
 
 def _status_client(args: argparse.Namespace) -> Any:
-    host, port = args.broker
-    return BrokerClient.connect(
-        host, port, connect_timeout=args.timeout, request_timeout=args.timeout
-    )
+    return broker_client(args)
 
 
 def _show(status: BrokerStatus, args: argparse.Namespace, live: Live | None) -> None:

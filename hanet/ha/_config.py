@@ -8,11 +8,15 @@ by :mod:`hanet.broker`). Durations are seconds here; RocketMQ writes them in mil
 from __future__ import annotations
 
 import enum
+import re
+import ssl
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import attrs
 
+from hanet.boot import AllowList, TlsConfig
 from hanet.channel import parse_address
 from hanet.errors import ConfigError
 from hanet.store import FlushDiskType
@@ -41,6 +45,28 @@ def _non_negative(instance: object, attribute: attrs.Attribute[Any], value: Any)
 def _percent(instance: object, attribute: attrs.Attribute[Any], value: int) -> None:
     if not 1 <= value <= 100:
         raise ConfigError(f"{attribute.name} must be a percentage in 1..100, got {value}")
+
+
+def _optional_path(value: str | Path | None) -> Path | None:
+    return None if value is None or value == "" else Path(value)
+
+
+def _regex(instance: object, attribute: attrs.Attribute[Any], value: str | None) -> None:
+    if value is not None:
+        try:
+            re.compile(value)
+        except re.error as exc:
+            raise ConfigError(f"{attribute.name}: not a regular expression: {exc}") from None
+
+
+def _networks(instance: object, attribute: attrs.Attribute[Any], value: str | None) -> None:
+    if value is not None:
+        AllowList.parse(value)  # raises ConfigError naming the bad part
+
+
+def _address(instance: object, attribute: attrs.Attribute[Any], value: str | None) -> None:
+    if value is not None:
+        parse_address(value)
 
 
 def _at_least_one(instance: object, attribute: attrs.Attribute[Any], value: int) -> None:
@@ -74,6 +100,16 @@ class BrokerConfig:
             per topic (4).
         disk_max_used_space_ratio: puts are refused (SERVICE_NOT_AVAILABLE, disk full) while
             the store's file system is used past this percentage (75; 1..100).
+        tls_cert, tls_key: this broker's certificate and key (PEM): with them the HA port and
+            the broker port speak TLS, and a slave presents them to its master.
+        tls_ca: the CA to trust. A server then requires client certificates signed by it
+            (mutual TLS); a slave checks its master's certificate against it.
+        tls_replica_pattern: with mutual TLS, only slaves whose certificate has a name (subject
+            CN or a SAN) matching this regular expression count as replicas for SYNC puts
+            (default: any certificate of the CA).
+        ha_allow, listen_allow: comma-separated networks (CIDR) the HA port and the broker
+            port accept connections from (default: any).
+        metrics_listen: ``HOST:PORT`` of the Prometheus endpoint (none by default).
     """
 
     broker_role: BrokerRole = BrokerRole.ASYNC_MASTER
@@ -96,6 +132,46 @@ class BrokerConfig:
     flush_disk_type: FlushDiskType = FlushDiskType.ASYNC_FLUSH
     default_topic_queue_nums: int = attrs.field(default=4, validator=_positive)
     disk_max_used_space_ratio: int = attrs.field(default=75, validator=_percent)
+    tls_cert: Path | None = attrs.field(default=None, converter=_optional_path)
+    tls_key: Path | None = attrs.field(default=None, converter=_optional_path)
+    tls_ca: Path | None = attrs.field(default=None, converter=_optional_path)
+    tls_replica_pattern: str | None = attrs.field(default=None, validator=_regex)
+    ha_allow: str | None = attrs.field(default=None, validator=_networks)
+    listen_allow: str | None = attrs.field(default=None, validator=_networks)
+    metrics_listen: str | None = attrs.field(default=None, validator=_address)
+
+    @property
+    def tls(self) -> TlsConfig | None:
+        """The TLS settings, or None for plain TCP (RocketMQ's wire, unauthenticated).
+
+        Raises:
+            ConfigError: a key without a certificate or the reverse, or a missing file.
+        """
+        if self.tls_cert is None and self.tls_key is None and self.tls_ca is None:
+            return None
+        return TlsConfig(cert=self.tls_cert, key=self.tls_key, ca=self.tls_ca)
+
+    def server_tls(self) -> ssl.SSLContext | None:
+        """The context of this broker's ports: TLS when it has a certificate (mutual TLS when
+        it also has a CA), None for plain TCP."""
+        tls = self.tls
+        return tls.server_context() if tls is not None and tls.cert is not None else None
+
+    def client_tls(self) -> ssl.SSLContext | None:
+        """The context a slave connects to its master with (None: plain TCP)."""
+        tls = self.tls
+        return tls.client_context() if tls is not None else None
+
+    def is_replica(self, names: Sequence[str]) -> bool:
+        """Whether a slave whose certificate carries ``names`` counts toward
+        ``in_sync_replicas``: any slave without mutual TLS, otherwise one with a certificate
+        (whose name matches :attr:`tls_replica_pattern` when it is set)."""
+        if self.tls_ca is None:
+            return True
+        if not names:
+            return False
+        pattern = self.tls_replica_pattern
+        return pattern is None or any(re.fullmatch(pattern, name) for name in names)
 
     @property
     def ha_master_host_port(self) -> tuple[str, int]:

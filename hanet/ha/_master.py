@@ -12,7 +12,7 @@ import trio
 
 from handlers import IdleState, IdleStateEvent, IdleStateHandler
 from handlers.ha import OffsetReport, OffsetReportDecoder, TransferFrame, TransferFrameEncoder
-from hanet.boot import run_channel, serve
+from hanet.boot import AllowList, certificate_names, run_channel, serve
 from hanet.channel import (
     ChannelConfig,
     ChannelInboundHandler,
@@ -47,6 +47,7 @@ log = logging.getLogger("hanet.ha.master")
 # coalesced 256 KiB sends instead of two frames at a time.
 HA_CHANNEL_CONFIG = ChannelConfig(water_marks=WaterMarks(low=512 * 1024, high=1024 * 1024))
 _RECENTLY_CLOSED = 16
+_RATE_WINDOW = 5.0  # seconds the "speed" of a slave is measured over
 # A diverged slave reconnects every few seconds: its ERROR is repeated at most this often.
 _DIVERGENCE_LOG_INTERVAL = 60.0
 _PREFIX = struct.Struct(">iI")  # a record's TOTALSIZE and MAGICCODE
@@ -92,6 +93,12 @@ class _SlaveConnection(ChannelInboundHandler):
         self._valid_end = -1
         self._pending = _EMPTY
         self._started = trio.current_time()
+        self._rate_samples: deque[tuple[float, int]] = deque([(self._started, 0)])
+        names = certificate_names(channel.stream)
+        self.identity = names[0] if names else None
+        self.replica = master.config.is_replica(names)
+        """Whether this slave's acks count toward ``in_sync_replicas`` (mutual TLS with a
+        replica pattern: only certificates that name a replica)."""
 
     # -- inbound: reports ---------------------------------------------------------------
 
@@ -367,8 +374,17 @@ class _SlaveConnection(ChannelInboundHandler):
                     pass
         ctx.close(reason)
 
+    def recent_rate(self) -> float:
+        """Bytes per second pushed over about the last :data:`_RATE_WINDOW` seconds."""
+        now = trio.current_time()
+        samples = self._rate_samples
+        samples.append((now, self.bytes_sent))
+        while len(samples) > 2 and samples[1][0] <= now - _RATE_WINDOW:
+            samples.popleft()
+        then, sent = samples[0]
+        return (self.bytes_sent - sent) / max(now - then, 1e-9)
+
     def status(self) -> SlaveConnectionStatus:
-        elapsed = max(trio.current_time() - self._started, 1e-9)
         max_offset = self.master.store.max_offset
         return SlaveConnectionStatus(
             address=self.address,
@@ -378,7 +394,9 @@ class _SlaveConnection(ChannelInboundHandler):
             next_offset=self.next_offset,
             lag_bytes=max(max_offset - max(self.ack_offset, 0), 0),
             bytes_sent=self.bytes_sent,
-            bytes_per_second=self.bytes_sent / elapsed,
+            bytes_per_second=self.recent_rate(),
+            identity=self.identity,
+            replica=self.replica,
         )
 
 
@@ -441,6 +459,7 @@ class HAMaster:
     ) -> None:
         """Accept slaves on ``config.ha_listen_host:ha_listen_port`` until cancelled; reports
         the bound address (port 0 picks a free port)."""
+        allow = self.config.ha_allow
         async with trio.open_nursery() as nursery:
             server = await nursery.start(
                 partial(
@@ -449,6 +468,9 @@ class HAMaster:
                     self.config.ha_listen_port,
                     host=self.config.ha_listen_host,
                     config=HA_CHANNEL_CONFIG,
+                    tls=self.config.server_tls(),
+                    allow=AllowList.parse(allow) if allow else None,
+                    name="HA port",
                 )
             )
             self.address = server.addresses[0]
@@ -466,14 +488,19 @@ class HAMaster:
         max_offset = self.store.max_offset
         limit = self.config.ha_slave_fallbehind_max
         return [
-            c for c in self._connections if c.ack_offset >= 0 and max_offset - c.ack_offset < limit
+            c
+            for c in self._connections
+            if c.replica and c.ack_offset >= 0 and max_offset - c.ack_offset < limit
         ]
 
     def _ack_changed(self) -> None:
         needed = self.config.in_sync_replicas - 1
         if needed <= 0:
             return
-        acks = sorted((c.ack_offset for c in self._connections if c.ack_offset >= 0), reverse=True)
+        acks = sorted(
+            (c.ack_offset for c in self._connections if c.replica and c.ack_offset >= 0),
+            reverse=True,
+        )
         if len(acks) >= needed:
             self._waiters.advance(acks[needed - 1])
 

@@ -77,7 +77,7 @@ class HASlave:
         self.config = config
         if connector is None:
             host, port = config.ha_master_host_port
-            connector = tcp_connector(host, port)
+            connector = tcp_connector(host, port, tls=config.client_tls())
             self.master_address = f"{host}:{port}"
         else:
             self.master_address = config.ha_master_address or "(custom connector)"

@@ -9,7 +9,13 @@ __all__ = ["MasterStatus", "SlaveConnectionStatus", "SlaveStatus"]
 
 @attrs.frozen
 class SlaveConnectionStatus:
-    """One slave as the master sees it."""
+    """One slave as the master sees it.
+
+    Attributes:
+        bytes_per_second: the rate over about the last 5 s.
+        identity: the name in the slave's TLS certificate (None without TLS).
+        replica: whether its acks count toward ``in_sync_replicas``.
+    """
 
     address: str
     state: str
@@ -19,6 +25,8 @@ class SlaveConnectionStatus:
     lag_bytes: int
     bytes_sent: int
     bytes_per_second: float
+    identity: str | None = None
+    replica: bool = True
 
 
 @attrs.frozen

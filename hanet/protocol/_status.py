@@ -43,7 +43,10 @@ class SlaveInfo:
         next_offset: the offset of the next byte to push to it.
         lag_bytes: the master's max offset minus ``ack_offset``.
         bytes_sent: body bytes pushed on this connection.
-        bytes_per_second: its recent transfer rate.
+        bytes_per_second: its transfer rate over about the last 5 s.
+        identity: the name in its TLS certificate (None without TLS).
+        replica: whether its acks count for SYNC puts (mutual TLS: only certificates that
+            name a replica).
     """
 
     address: str
@@ -54,6 +57,8 @@ class SlaveInfo:
     lag_bytes: int
     bytes_sent: int
     bytes_per_second: float
+    identity: str | None = None
+    replica: bool = True
 
 
 @attrs.frozen
