@@ -2,7 +2,7 @@
 
 Usage::
 
-    python bench/replication.py [--size-mib 1024] [--rounds 2]
+    python bench/replication.py [--size-mib 1024] [--rounds 2] [--tls]
 
 A master store of ``--size-mib`` of 1 KiB messages is generated once under ``bench/out/``.
 Each round, in alternating order:
@@ -13,6 +13,8 @@ Each round, in alternating order:
 - raw: the same files sent by a plain trio sender, one ``send_all`` per 12-byte header + 32 KiB
   frame, to a plain trio receiver that counts bytes (no store, no checks).
 - iperf3 (if installed): the loopback ceiling.
+- with ``--tls``: hanet again over mutual TLS (certificates of a throw-away trustme CA), as a
+  ratio of hanet over plain TCP in the same run.
 
 Prints a table, then as the last line one JSON object with the figures.
 """
@@ -27,6 +29,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import trio
 
@@ -58,12 +61,38 @@ def build_master(size: int) -> Path:
 # -- processes -------------------------------------------------------------------------------
 
 
-async def run_master(root: str) -> None:
+def make_certificates() -> Path:
+    """A throw-away CA and a certificate each for the master and the slave."""
+    import trustme
+
+    root = OUT / "tls"
+    root.mkdir(parents=True, exist_ok=True)
+    ca = trustme.CA()
+    ca.cert_pem.write_to_path(str(root / "ca.pem"))
+    for name, hosts in (("master", ("127.0.0.1",)), ("slave", ("slave.example",))):
+        leaf = ca.issue_cert(*hosts, common_name=name)
+        leaf.private_key_and_cert_chain_pem.write_to_path(str(root / f"{name}.crt"))
+        leaf.private_key_pem.write_to_path(str(root / f"{name}.key"))
+    return root
+
+
+def tls_settings(tls_dir: str, name: str) -> dict[str, Any]:
+    if not tls_dir:
+        return {}
+    root = Path(tls_dir)
+    return {
+        "tls_cert": root / f"{name}.crt",
+        "tls_key": root / f"{name}.key",
+        "tls_ca": root / "ca.pem",
+    }
+
+
+async def run_master(root: str, tls_dir: str = "") -> None:
     from hanet.ha import BrokerConfig, HAMaster
     from hanet.store import CommitLogStore, StoreConfig
 
     store = CommitLogStore.open(Path(root), StoreConfig(mapped_file_size=FILE_SIZE))
-    config = BrokerConfig(ha_listen_port=0, full_sync=True)
+    config = BrokerConfig(ha_listen_port=0, full_sync=True, **tls_settings(tls_dir, "master"))
     master = HAMaster(store, config)
     async with trio.open_nursery() as nursery:
         _, port = await nursery.start(master.serve)
@@ -73,7 +102,7 @@ async def run_master(root: str) -> None:
     store.close()
 
 
-async def run_slave(root: str, port: int, end: int) -> None:
+async def run_slave(root: str, port: int, end: int, tls_dir: str = "") -> None:
     from hanet.ha import BrokerConfig, HASlave
     from hanet.store import CommitLogStore, StoreConfig, StoreRole
 
@@ -92,7 +121,7 @@ async def run_slave(root: str, port: int, end: int) -> None:
             done.set()
 
     store.add_listener(progress)
-    config = BrokerConfig(ha_master_address=f"127.0.0.1:{port}")
+    config = BrokerConfig(ha_master_address=f"127.0.0.1:{port}", **tls_settings(tls_dir, "slave"))
     async with trio.open_nursery() as nursery:
         await nursery.start(HASlave(store, config).run)
         await done.wait()
@@ -141,11 +170,12 @@ def spawn(*args: str) -> subprocess.Popen[str]:
     )
 
 
-def hanet_round(master_root: Path) -> float:
-    master = spawn("--role", "master", str(master_root))
+def hanet_round(master_root: Path, tls_dir: Path | None = None) -> float:
+    tls = str(tls_dir) if tls_dir is not None else ""
+    master = spawn("--role", "master", str(master_root), tls)
     assert master.stdout is not None and master.stdin is not None
     port, end = master.stdout.readline().split()
-    slave = spawn("--role", "slave", str(OUT / "slave"), port, end)
+    slave = spawn("--role", "slave", str(OUT / "slave"), port, end, tls)
     out, _ = slave.communicate(timeout=1800)
     master.stdin.close()
     master.wait(timeout=60)
@@ -187,14 +217,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--size-mib", type=int, default=1024)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--tls", action="store_true", help="also measure over mutual TLS")
     parser.add_argument("--role", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.role:
         role, *rest = args.role
         if role == "master":
-            trio.run(run_master, rest[0])
+            trio.run(run_master, rest[0], rest[1] if len(rest) > 1 else "")
         elif role == "slave":
-            trio.run(run_slave, rest[0], int(rest[1]), int(rest[2]))
+            trio.run(
+                run_slave, rest[0], int(rest[1]), int(rest[2]), rest[3] if len(rest) > 3 else ""
+            )
         elif role == "raw-sender":
             trio.run(raw_sender, rest[0], int(rest[1]))
         elif role == "raw-receiver":
@@ -203,11 +236,17 @@ def main() -> None:
     size = args.size_mib << 20
     print(f"generating or reusing a {args.size_mib} MiB master store ...", flush=True)
     master_root = build_master(size)
-    rates: dict[str, list[float]] = {"hanet": [], "raw": [], "iperf3": []}
+    tls_dir = make_certificates() if args.tls else None
+    rates: dict[str, list[float]] = {"hanet": [], "raw": [], "iperf3": [], "tls": []}
     for i in range(args.rounds):
-        order = ("hanet", "raw") if i % 2 == 0 else ("raw", "hanet")
+        order = ["hanet", "raw", *(["tls"] if args.tls else [])]
+        if i % 2:
+            order.reverse()
         for name in order:
-            rate = hanet_round(master_root) if name == "hanet" else raw_round(master_root)
+            if name == "raw":
+                rate = raw_round(master_root)
+            else:
+                rate = hanet_round(master_root, tls_dir if name == "tls" else None)
             rates[name].append(rate)
             print(f"round {i + 1} {name:6s} {rate / 1e6:8.1f} MB/s", flush=True)
         ip = iperf_round(size)
@@ -221,6 +260,7 @@ def main() -> None:
         ("hanet", "hanet master -> slave (stores)"),
         ("raw", "raw trio, send_all per frame"),
         ("iperf3", "iperf3 (loopback ceiling)"),
+        ("tls", "hanet over mutual TLS"),
     ]:
         if name in best:
             print(f"{label:30s} {best[name] / 1e6:10.1f} {best[name] / best['raw']:8.2f}")
@@ -233,6 +273,9 @@ def main() -> None:
     if "iperf3" in best:
         figures["iperf3_mb_s"] = round(best["iperf3"] / 1e6, 1)
         figures["ratio_vs_iperf3"] = round(best["hanet"] / best["iperf3"], 3)
+    if "tls" in best:
+        figures["tls_mb_s"] = round(best["tls"] / 1e6, 1)
+        figures["tls_ratio_vs_plain"] = round(best["tls"] / best["hanet"], 3)
     print(json.dumps(figures))
 
 
