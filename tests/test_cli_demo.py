@@ -33,6 +33,21 @@ async def test_demo_end_to_end(tmp_path: Path) -> None:
     assert len(list((work / "master" / "commitlog").iterdir())) > 3  # crossed files
 
 
+async def test_demo_over_mutual_tls(tmp_path: Path) -> None:
+    work = tmp_path / "demo"
+    result = await trio.run_process(
+        [sys.executable, "-m", "hanet", "demo", "--tls", "--messages", "2000", "--dir", str(work)],
+        capture_stdout=True,
+        capture_stderr=True,
+        check=False,
+    )
+    out = result.stdout.decode()
+    assert result.returncode == 0, out + result.stderr.decode()
+    assert "mutual TLS everywhere" in out
+    assert out.count("bytes identical to the master's") == 2 and "PUT_OK 2,000" in out
+    assert (work / "tls" / "ca.pem").exists()
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)

@@ -17,6 +17,7 @@ import contextlib
 import json
 import shutil
 import signal
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -27,11 +28,13 @@ from typing import Any
 
 import attrs
 import trio
+import trustme
 from rich.console import Console, Group
 from rich.live import Live
 from rich.progress_bar import ProgressBar
 from rich.table import Table
 
+from hanet.boot import TlsConfig
 from hanet.client import BrokerClient, BrokerError, BrokerStatus
 from hanet.store import compare_commit_logs
 
@@ -74,7 +77,34 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--timeout", type=float, default=50.0, metavar="S", help="give up after S seconds (50)"
     )
+    parser.add_argument(
+        "--tls", action="store_true",
+        help="mutual TLS between all three brokers and the producer (a throw-away CA)",
+    )  # fmt: skip
     parser.set_defaults(func=run_demo)
+
+
+class _Certificates:
+    """A throw-away CA and a certificate per process, as PEM files in ``root``."""
+
+    def __init__(self, root: Path) -> None:
+        root.mkdir(parents=True, exist_ok=True)
+        self.root = root
+        self._ca = trustme.CA(organization_name="hanet demo")
+        self.ca = root / "ca.pem"
+        self._ca.cert_pem.write_to_path(str(self.ca))
+
+    def flags(self, name: str) -> list[str]:
+        """``--tls-cert/--tls-key/--tls-ca`` for a new certificate named ``name``."""
+        leaf = self._ca.issue_cert(HOST, f"{name}.hanet.demo", common_name=name)
+        cert, key = self.root / f"{name}.crt", self.root / f"{name}.key"
+        leaf.private_key_and_cert_chain_pem.write_to_path(str(cert))
+        leaf.private_key_pem.write_to_path(str(key))
+        return ["--tls-cert", str(cert), "--tls-key", str(key), "--tls-ca", str(self.ca)]
+
+    def client_context(self, name: str) -> ssl.SSLContext:
+        flags = self.flags(name)
+        return TlsConfig(cert=Path(flags[1]), key=Path(flags[3]), ca=self.ca).client_context()
 
 
 # -- processes ------------------------------------------------------------------------------
@@ -150,12 +180,15 @@ class _Parts:
 
 
 @contextlib.asynccontextmanager
-async def _clients(*addresses: str) -> AsyncIterator[list[BrokerClient]]:
+async def _clients(
+    *addresses: str, tls: ssl.SSLContext | None = None
+) -> AsyncIterator[list[BrokerClient]]:
     async with contextlib.AsyncExitStack() as stack:
         clients = []
         for address in addresses:
             host, _, port = address.rpartition(":")
-            clients.append(await stack.enter_async_context(BrokerClient.connect(host, int(port))))
+            client = BrokerClient.connect(host, int(port), tls=tls)
+            clients.append(await stack.enter_async_context(client))
         yield clients
 
 
@@ -200,7 +233,7 @@ class _View:
         for i, link in enumerate(sorted(seen, key=lambda s: s.address)):
             own = self.slaves[i] if i < len(self.slaves) else None
             table.add_row(
-                link.address,
+                f"{link.identity} ({link.address})" if link.identity else link.address,
                 f"{link.ack_offset:,}",
                 f"{link.lag_bytes / 1024:,.1f} KiB",
                 f"{link.bytes_per_second / (1 << 20):,.1f} MiB/s",
@@ -259,16 +292,23 @@ def _first(group: BaseExceptionGroup[Any]) -> BaseException:
 async def _run(args: argparse.Namespace, workdir: Path, parts: _Parts) -> bool:
     console = Console(highlight=False, width=None if sys.stdout.isatty() else 110)
     common = ["--mapped-file-size", str(args.mapped_file_size), "--listen", f"{HOST}:0"]
+    certificates = _Certificates(workdir / "tls") if args.tls else None
+
+    def tls(name: str) -> list[str]:
+        return certificates.flags(name) if certificates is not None else []
+
     console.print(
         f"[bold]hanet demo[/] in {workdir}: {args.role}, two slaves, {args.messages:,} "
         f"messages of {args.size} bytes, {args.mapped_file_size:,}-byte files"
+        + (", mutual TLS everywhere (throw-away CA)" if certificates is not None else "")
     )
     master = await parts.start(
         "master",
         [
             "master", "--store", str(workdir / "master"), *common,
             "--ha-listen", f"{HOST}:0", "--role", args.role, "--full-sync",
-            "--ready-file", str(workdir / "master.ready"),
+            "--ready-file", str(workdir / "master.ready"), *tls("master"),
+            *(["--tls-replica-pattern", "replica-[0-9]+"] if certificates else []),
         ],
     )  # fmt: skip
     master_ready = await parts.wait_ready(master, workdir / "master.ready")
@@ -280,14 +320,16 @@ async def _run(args: argparse.Namespace, workdir: Path, parts: _Parts) -> bool:
             [
                 "slave", "--store", str(workdir / f"slave{n}"), *common,
                 "--master-ha", master_ready["ha"], "--reconnect-interval", "0.2",
-                "--ready-file", str(workdir / f"slave{n}.ready"),
+                "--ready-file", str(workdir / f"slave{n}.ready"), *tls(f"replica-{n}"),
             ],
         )  # fmt: skip
         slaves.append(await parts.wait_ready(slave, workdir / f"slave{n}.ready"))
         console.print(f"slave{n}  broker {slaves[-1]['broker']}  replicating {master_ready['ha']}")
 
     view = _View(args.messages)
-    async with _clients(master_ready["broker"], *(s["broker"] for s in slaves)) as clients:
+    console_tls = certificates.client_context("console") if certificates is not None else None
+    brokers = (master_ready["broker"], *(s["broker"] for s in slaves))
+    async with _clients(*brokers, tls=console_tls) as clients:
         # Both slaves connected before the first put.
         while True:
             await _poll(clients, view)
@@ -302,7 +344,7 @@ async def _run(args: argparse.Namespace, workdir: Path, parts: _Parts) -> bool:
                 "put", "--broker", master_ready["broker"], "--topic", "DemoTopic",
                 "--tags", "demo", "--size", str(args.size), "--count", str(args.messages),
                 "--concurrency", str(args.concurrency), "--batch", str(args.batch),
-                "--json", "--quiet",
+                "--json", "--quiet", *tls("producer"),
             ],
             stdout=producer_out,
         )  # fmt: skip
