@@ -1,0 +1,1 @@
+"""DLedger (Raft) mode: work in progress."""
