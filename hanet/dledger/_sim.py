@@ -148,7 +148,7 @@ class SimResult:
 class _SimNode:
     node_id: str
     log: InMemoryLog
-    hard: HardState = HardState()
+    hard: HardState = attrs.field(factory=HardState)
     raft: RaftNode | None = None
     incarnation: int = 0
     tick_at: float = math.inf
@@ -276,9 +276,7 @@ class _Simulation:
         )
         raft.on_role_change(
             lambda role, term: (
-                self.check.on_leader(node.node_id, term, node.log)
-                if role is Role.LEADER
-                else None
+                self.check.on_leader(node.node_id, term, node.log) if role is Role.LEADER else None
             )
         )
         node.raft = raft
@@ -377,7 +375,11 @@ class _Simulation:
         while self.queue and self.queue[0][0] <= end:
             self.now, _, kind, payload = heapq.heappop(self.queue)
             self.counts["events"] += 1
-            self.step(kind, payload)
+            try:
+                self.step(kind, payload)
+            except Exception as exc:  # a core invariant broke: report it with the seed
+                self.check.fail(f"at {self.now:.4f} ({kind}): {type(exc).__name__}: {exc}")
+                return self.result(settled=False)
         self.check.check_logs({i: n.log for i, n in self.nodes.items()})
         return self.result()
 
@@ -386,10 +388,10 @@ class _Simulation:
             self.deliver(payload)
         elif kind == "tick":
             node, incarnation = payload
-            if node.raft is not None and node.incarnation == incarnation:
-                if self.now >= node.tick_at:
-                    node.tick_at = math.inf
-                    self.handle(node, node.raft.tick(self.now))
+            alive = node.raft is not None and node.incarnation == incarnation
+            if alive and self.now >= node.tick_at:
+                node.tick_at = math.inf
+                self.handle(node, node.raft.tick(self.now))
         elif kind == "propose":
             self.propose()
         elif kind == "crash":
@@ -418,9 +420,7 @@ class _Simulation:
 
     def settled(self) -> bool:
         leaders = [
-            n.raft
-            for n in self.nodes.values()
-            if n.raft is not None and n.raft.role is Role.LEADER
+            n.raft for n in self.nodes.values() if n.raft is not None and n.raft.role is Role.LEADER
         ]
         if len(leaders) != 1:
             return False
@@ -430,13 +430,13 @@ class _Simulation:
         prefix = self.nodes[leader.node_id].log.snapshot()[: leader.commit_index]
         return all(n.log.snapshot()[: len(prefix)] == prefix for n in self.nodes.values())
 
-    def result(self) -> SimResult:
+    def result(self, settled: bool | None = None) -> SimResult:
         counts = self.counts
         return SimResult(
             seed=self.seed,
             nodes=len(self.ids),
             violations=tuple(self.check.violations),
-            settled=self.settled(),
+            settled=self.settled() if settled is None else settled,
             leaders=len(self.check.leaders),
             max_term=max((n.hard.term for n in self.nodes.values()), default=0),
             committed=len(self.check.committed),
