@@ -299,7 +299,8 @@ class _Peer:
 
     next_index: int
     match_index: int = 0
-    inflight: list[int] = attrs.field(factory=list)  # last index of each append in flight
+    # (first, last) index of each append with entries in flight, oldest first
+    inflight: list[tuple[int, int]] = attrs.field(factory=list)
     probing: bool = True  # one append at a time until the follower's position is known
     last_progress: float = 0.0
     last_heard: float = -math.inf
@@ -493,8 +494,8 @@ class RaftNode:
 
     def _start_election(self, now: float) -> None:
         self._prevote_term = None
-        self._set_role(Role.CANDIDATE)
         self._term += 1
+        self._set_role(Role.CANDIDATE)
         self._voted_for = self.node_id
         self._leader_id = None
         self._votes = {self.node_id}
@@ -648,7 +649,7 @@ class RaftNode:
             if response.match_index > peer.match_index:
                 peer.match_index = response.match_index
                 peer.last_progress = now
-            peer.inflight = [end for end in peer.inflight if end > peer.match_index]
+            peer.inflight = [sent for sent in peer.inflight if sent[1] > peer.match_index]
             peer.next_index = max(peer.next_index, peer.match_index + 1)
             if peer.probing and peer.match_index + 1 >= peer.next_index:
                 peer.probing = False
@@ -679,7 +680,7 @@ class RaftNode:
             if not peer.inflight:
                 peer.last_progress = now
             peer.next_index += len(entries)
-            peer.inflight.append(entries[-1].index)
+            peer.inflight.append((entries[0].index, entries[-1].index))
         self._send(
             target,
             AppendRequest(self._term, self.node_id, prev, prev_term, entries, self._commit_index),
@@ -699,7 +700,8 @@ class RaftNode:
         for target in self.peers:
             peer = self._progress[target]
             if peer.inflight and now - peer.last_progress >= self.config.retransmit_timeout:
-                peer.next_index = peer.match_index + 1  # go back: something was lost
+                # go back to the oldest append not acknowledged: something was lost
+                peer.next_index = max(peer.inflight[0][0], peer.match_index + 1)
                 peer.inflight.clear()
                 peer.probing = True
             if peer.probing and not peer.inflight:
