@@ -23,7 +23,6 @@ from hanet.dledger import (
     Envelope,
     HardState,
     InMemoryLog,
-    RaftConfig,
     RaftNode,
     Role,
     VoteRequest,
