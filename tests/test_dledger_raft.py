@@ -8,6 +8,8 @@ pre-vote, and fast back-off by term.
 from __future__ import annotations
 
 import random
+import subprocess
+import sys
 from collections.abc import Callable
 
 import attrs
@@ -312,3 +314,13 @@ def test_fast_back_off_skips_a_term_per_round_trip(terms: int) -> None:
     long = _refusals_until_match(terms, run=200)
     assert short == long  # proportional to the divergent terms, not to the entries
     assert long <= terms + 2
+
+
+def test_the_core_is_sans_io() -> None:
+    code = (
+        "import sys, hanet.dledger; "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('trio', 'socket', 'hanet')"
+        " and not m.startswith(('hanet.dledger', 'hanet.errors')) and m != 'hanet'))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

@@ -33,6 +33,7 @@ import attrs
 
 from ._log import InMemoryLog, LogEntry
 from ._raft import (
+    AppendResult,
     AppendStatus,
     Envelope,
     HardState,
@@ -488,7 +489,7 @@ class Cluster:
         self.logs: dict[str, InMemoryLog] = {}
         self.commits: dict[str, int] = {}
         self.nodes: dict[str, RaftNode] = {}
-        self.results: list[Any] = []
+        self.results: list[AppendResult] = []
         for node_id in self.ids:
             entries = [
                 LogEntry(k + 1, term, body)
