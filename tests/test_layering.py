@@ -4,7 +4,8 @@ Each layer is a package; a module may import its own layer and the layers its ru
 nothing else of hanet. Arrows point one way:
 
     errors <- channel <- boot; handlers -> channel; store -> errors;
-    protocol -> handlers, store; ha -> handlers, boot, store; broker -> ha, protocol, boot, store;
+    protocol -> handlers, store; ha -> handlers, boot, store; dledger -> handlers, boot, store;
+    broker -> ha, dledger, protocol, boot, store;
     client -> protocol, boot, store; spark -> store; cli -> anything;
     only ``hanet/__main__.py`` imports the cli.
 
@@ -36,7 +37,8 @@ ARROWS: dict[str, set[str]] = {
     "store": {"errors"},
     "protocol": {"handlers", "store"},
     "ha": {"handlers", "boot", "store"},
-    "broker": {"ha", "protocol", "boot", "store"},
+    "dledger": {"handlers", "boot", "store"},
+    "broker": {"ha", "dledger", "protocol", "boot", "store"},
     "client": {"protocol", "boot", "store"},
     "spark": {"store"},
     "cli": set(),  # anything: see test_cli_is_imported_by_main_only

@@ -1,0 +1,112 @@
+"""DLedger mode: Raft replication of the commit log (the foundation, sans-IO).
+
+What is here:
+
+- the entry and index entry formats of DLedger's files (:class:`DLedgerEntry`,
+  :func:`encode_entry`, :func:`decode_entry`, :class:`IndexEntry`, ...; ``_entry.py``);
+- the log the Raft core works on (:class:`RaftLog`, a Protocol, and :class:`InMemoryLog`;
+  ``_log.py``);
+- the Raft state machine of one node (:class:`RaftNode`; ``_raft.py``): pure, no I/O and no
+  trio, driven by :meth:`RaftNode.tick`, :meth:`RaftNode.receive` and
+  :meth:`RaftNode.propose`, each returning an :class:`Output` the driver acts on (persist the
+  hard state, then send). Pre-vote, check quorum, fast back-off by term, commit of
+  current-term entries only (a no-op opens each term), pipelined appends;
+- a deterministic simulation (:func:`simulate`, :class:`Cluster`; ``_sim.py``) that checks
+  Raft's safety properties under seeded crashes, partitions, delays, loss and reordering.
+
+Not built yet: the networked node (a trio driver running :class:`RaftNode` over channels, with
+a wire codec for the messages), the file-backed log in DLedger's data and index files (the
+formats of ``_entry.py``: Raft index ``i`` is DLedger index ``i - 1``, and a no-op needs a
+marking in the entry), persistence of the hard state, applying committed entries to the
+commit log store, membership changes, leadership transfer, and the command line.
+"""
+
+from ._entry import (
+    BLANK_MAGIC,
+    ENTRY_HEADER_SIZE,
+    ENTRY_MAGIC,
+    INDEX_ENTRY_SIZE,
+    DLedgerEntry,
+    IndexEntry,
+    decode_entry,
+    decode_index_entry,
+    encode_blank,
+    encode_entry,
+    encode_index_entry,
+    entry_body_crc,
+    index_entry_offset,
+)
+from ._errors import (
+    BodyCrcError,
+    DLedgerError,
+    EntryFormatError,
+    IllegalTransitionError,
+    TruncatedEntryError,
+)
+from ._log import InMemoryLog, LogEntry, RaftLog
+from ._raft import (
+    TRANSITIONS,
+    AppendRequest,
+    AppendResponse,
+    AppendResult,
+    AppendStatus,
+    Envelope,
+    HardState,
+    Message,
+    Output,
+    PreVoteRequest,
+    PreVoteResponse,
+    RaftConfig,
+    RaftNode,
+    RandomSource,
+    Role,
+    VoteRequest,
+    VoteResponse,
+)
+from ._sim import SIM_RAFT_CONFIG, Cluster, SimConfig, SimResult, simulate
+
+__all__ = [
+    "BLANK_MAGIC",
+    "ENTRY_HEADER_SIZE",
+    "ENTRY_MAGIC",
+    "INDEX_ENTRY_SIZE",
+    "SIM_RAFT_CONFIG",
+    "TRANSITIONS",
+    "AppendRequest",
+    "AppendResponse",
+    "AppendResult",
+    "AppendStatus",
+    "BodyCrcError",
+    "Cluster",
+    "DLedgerEntry",
+    "DLedgerError",
+    "EntryFormatError",
+    "Envelope",
+    "HardState",
+    "IllegalTransitionError",
+    "InMemoryLog",
+    "IndexEntry",
+    "LogEntry",
+    "Message",
+    "Output",
+    "PreVoteRequest",
+    "PreVoteResponse",
+    "RaftConfig",
+    "RaftLog",
+    "RaftNode",
+    "RandomSource",
+    "Role",
+    "SimConfig",
+    "SimResult",
+    "TruncatedEntryError",
+    "VoteRequest",
+    "VoteResponse",
+    "decode_entry",
+    "decode_index_entry",
+    "encode_blank",
+    "encode_entry",
+    "encode_index_entry",
+    "entry_body_crc",
+    "index_entry_offset",
+    "simulate",
+]

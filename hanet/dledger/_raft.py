@@ -1,0 +1,831 @@
+"""The Raft state machine of one DLedger node, sans-IO.
+
+:class:`RaftNode` is driven by three calls, each given the current time (a float of seconds
+from any monotonic clock) and returning an :class:`Output`:
+
+- :meth:`RaftNode.tick`: timers (election timeout, heartbeats, append deadlines, quorum check);
+- :meth:`RaftNode.receive`: a message from a peer;
+- :meth:`RaftNode.propose`: a client append.
+
+The driver then, **in this order**: persists ``output.hard_state`` when it is not None (the term
+and vote the messages depend on: a vote granted and forgotten by a crash could be granted
+twice), sends ``output.messages``, applies the log up to ``output.commit_index``, answers
+``output.results``, and calls :meth:`RaftNode.tick` again at ``output.next_deadline``. The log
+itself (:class:`hanet.dledger.RaftLog`) is durable when ``append`` returns.
+
+What this core does beyond DLedger's:
+
+- pre-vote: a node whose election timer fires first asks "would you vote for me in term
+  T+1?" without bumping its term; peers that heard from a leader within the minimum election
+  timeout say no, so a node rejoining after a partition cannot depose a healthy leader;
+- the commit index only moves to an entry of the leader's current term stored on a majority
+  (Figure 8 of the Raft paper); a new leader appends a no-op at the start of its term;
+- fast back-off: a follower refusing an append answers the conflicting term and its first
+  index (or its last index when its log is too short); the leader skips a whole term per round
+  trip;
+- check quorum: a leader that has not heard from a majority for an election timeout steps
+  down (its pending appends end with WAIT_QUORUM_ACK_TIMEOUT).
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Callable, Iterable
+from typing import Protocol
+
+import attrs
+
+from ._errors import IllegalTransitionError
+from ._log import LogEntry, RaftLog
+
+__all__ = [
+    "TRANSITIONS",
+    "AppendRequest",
+    "AppendResponse",
+    "AppendResult",
+    "AppendStatus",
+    "Envelope",
+    "HardState",
+    "Message",
+    "Output",
+    "PreVoteRequest",
+    "PreVoteResponse",
+    "RaftConfig",
+    "RaftNode",
+    "RandomSource",
+    "Role",
+    "VoteRequest",
+    "VoteResponse",
+]
+
+
+class Role(enum.Enum):
+    """The role of a node in its current term."""
+
+    FOLLOWER = "follower"
+    CANDIDATE = "candidate"
+    LEADER = "leader"
+
+
+TRANSITIONS: frozenset[tuple[Role, Role]] = frozenset(
+    {
+        # a newer term seen, or a pre-vote round restarted: still a follower
+        (Role.FOLLOWER, Role.FOLLOWER),
+        # the pre-vote won (or pre-vote is off): an election in term + 1
+        (Role.FOLLOWER, Role.CANDIDATE),
+        # pre-vote off: the election timed out, another one in term + 1
+        (Role.CANDIDATE, Role.CANDIDATE),
+        # a majority of votes
+        (Role.CANDIDATE, Role.LEADER),
+        # a leader of this term, a newer term, or (pre-vote on) the election timed out
+        (Role.CANDIDATE, Role.FOLLOWER),
+        # a newer term, or check quorum failed
+        (Role.LEADER, Role.FOLLOWER),
+    }
+)
+"""The allowed role changes, ``(from, to)``; :class:`RaftNode` checks every change."""
+
+
+class RandomSource(Protocol):
+    """Where election timeouts get their randomness (``random.Random`` fits)."""
+
+    def random(self) -> float:
+        """A float in [0, 1)."""
+        ...
+
+
+@attrs.frozen
+class RaftConfig:
+    """Timers and limits of a node (seconds and counts).
+
+    Attributes:
+        election_timeout: the minimum election timeout; each one is drawn from
+            ``[election_timeout, 2 * election_timeout)``. Also the pre-vote lease and the
+            check-quorum period.
+        heartbeat_interval: how often a leader sends each follower an append (empty or not).
+        retransmit_timeout: a follower with appends in flight and no progress for this long is
+            sent everything again from its match index.
+        max_inflight: pipelined appends carrying entries in flight per follower.
+        max_batch: entries per append.
+        max_pending: client appends the leader holds waiting for a quorum; more are refused
+            with LEADER_PENDING_FULL.
+        append_timeout: a client append not committed within this ends with
+            WAIT_QUORUM_ACK_TIMEOUT (outcome unknown).
+        pre_vote: run a pre-vote before each election.
+        check_quorum: a leader steps down after an election timeout without a majority.
+    """
+
+    election_timeout: float = 1.0
+    heartbeat_interval: float = 0.1
+    retransmit_timeout: float = 0.3
+    max_inflight: int = 4
+    max_batch: int = 64
+    max_pending: int = 10_000
+    append_timeout: float = 3.0
+    pre_vote: bool = True
+    check_quorum: bool = True
+
+    def __attrs_post_init__(self) -> None:
+        if not 0 < self.heartbeat_interval < self.election_timeout:
+            raise ValueError("need 0 < heartbeat_interval < election_timeout")
+        if self.retransmit_timeout <= 0 or self.append_timeout <= 0:
+            raise ValueError("timeouts must be positive")
+        if self.max_inflight < 1 or self.max_batch < 1 or self.max_pending < 1:
+            raise ValueError("max_inflight, max_batch and max_pending must be >= 1")
+
+
+@attrs.frozen
+class HardState:
+    """What a node must persist before sending the messages that depend on it.
+
+    Attributes:
+        term: the current term.
+        voted_for: the candidate this node voted for in ``term``, if any.
+    """
+
+    term: int = 0
+    voted_for: str | None = None
+
+
+# ---------------------------------------------------------------------------------- messages
+
+
+@attrs.frozen
+class PreVoteRequest:
+    """Would you vote for me in ``term`` (the sender's term + 1, not adopted by anyone)?"""
+
+    term: int
+    candidate: str
+    last_log_index: int
+    last_log_term: int
+
+
+@attrs.frozen
+class PreVoteResponse:
+    """The answer to a pre-vote for ``for_term``; ``term`` is the responder's current term."""
+
+    term: int
+    for_term: int
+    granted: bool
+
+
+@attrs.frozen
+class VoteRequest:
+    """RequestVote: the candidate's term and the position of its last entry."""
+
+    term: int
+    candidate: str
+    last_log_index: int
+    last_log_term: int
+
+
+@attrs.frozen
+class VoteResponse:
+    """The answer to a vote request; ``term`` is the responder's (possibly new) term."""
+
+    term: int
+    granted: bool
+
+
+@attrs.frozen
+class AppendRequest:
+    """AppendEntries: entries following ``prev_index`` / ``prev_term`` (none: a heartbeat)."""
+
+    term: int
+    leader: str
+    prev_index: int
+    prev_term: int
+    entries: tuple[LogEntry, ...]
+    commit_index: int
+
+
+@attrs.frozen
+class AppendResponse:
+    """The answer to an append.
+
+    Attributes:
+        term: the responder's current term.
+        success: the responder's log matched at ``prev_index`` and now holds the entries.
+        prev_index: the request's ``prev_index`` (echoed).
+        match_index: on success, the last index known to match the leader's log.
+        conflict_term: on refusal, the responder's term at ``prev_index`` (None: its log is
+            shorter than ``prev_index``).
+        conflict_index: on refusal, the first index of ``conflict_term`` in the responder's
+            log, or its last index + 1 when the log is too short.
+    """
+
+    term: int
+    success: bool
+    prev_index: int
+    match_index: int = 0
+    conflict_term: int | None = None
+    conflict_index: int = 0
+
+
+Message = (
+    PreVoteRequest | PreVoteResponse | VoteRequest | VoteResponse | AppendRequest | AppendResponse
+)
+"""Any message nodes exchange."""
+
+
+@attrs.frozen
+class Envelope:
+    """A message with its sender and its addressee."""
+
+    source: str
+    target: str
+    message: Message
+
+
+class AppendStatus(enum.Enum):
+    """How a client append ended.
+
+    NOT_LEADER and LEADER_PENDING_FULL: the entry was not appended, retrying is safe.
+    WAIT_QUORUM_ACK_TIMEOUT: the entry was appended, then the deadline passed or the leader
+    stepped down first: it may or may not be committed (outcome unknown).
+    """
+
+    SUCCESS = "success"
+    NOT_LEADER = "not_leader"
+    LEADER_PENDING_FULL = "leader_pending_full"
+    WAIT_QUORUM_ACK_TIMEOUT = "wait_quorum_ack_timeout"
+
+
+@attrs.frozen
+class AppendResult:
+    """The answer to one client append.
+
+    Attributes:
+        request_id: the caller's id of the append.
+        status: how it ended.
+        index: where the entry was appended (0 when it was not).
+        term: the term it was appended in (0 when it was not).
+        leader_id: with NOT_LEADER, the leader this node knows of (None: unknown).
+    """
+
+    request_id: int
+    status: AppendStatus
+    index: int = 0
+    term: int = 0
+    leader_id: str | None = None
+
+
+@attrs.frozen
+class Output:
+    """What the driver does after a call, in this order.
+
+    Attributes:
+        hard_state: persist this first (None: unchanged since the previous call).
+        messages: then send these.
+        commit_index: the new commit index, to apply the log up to (None: unchanged).
+        results: client appends that ended.
+        next_deadline: call :meth:`RaftNode.tick` at this time (or earlier).
+    """
+
+    hard_state: HardState | None
+    messages: tuple[Envelope, ...]
+    commit_index: int | None
+    results: tuple[AppendResult, ...]
+    next_deadline: float
+
+
+# ------------------------------------------------------------------------------------- node
+
+
+@attrs.define
+class _Peer:
+    """The leader's view of one follower."""
+
+    next_index: int
+    match_index: int = 0
+    # (first, last) index of each append with entries in flight, oldest first
+    inflight: list[tuple[int, int]] = attrs.field(factory=list)
+    probing: bool = True  # one append at a time until the follower's position is known
+    last_progress: float = 0.0
+    last_heard: float = -math.inf
+
+
+@attrs.define
+class _Pending:
+    request_id: int
+    deadline: float
+
+
+class RaftNode:
+    """One node's Raft state machine (no I/O; see the module docstring for the driver's loop).
+
+    Args:
+        node_id: this node's id.
+        peers: the ids of the other members of the group.
+        log: the node's durable log.
+        hard_state: the persisted term and vote (``HardState()`` for a new node).
+        now: the current time.
+        random: the randomness of election timeouts (inject a seeded one for determinism).
+        config: timers and limits.
+    """
+
+    def __init__(
+        self,
+        node_id: str,
+        peers: Iterable[str],
+        log: RaftLog,
+        hard_state: HardState,
+        now: float,
+        random: RandomSource,
+        config: RaftConfig | None = None,
+    ) -> None:
+        self.node_id = node_id
+        self.peers: tuple[str, ...] = tuple(sorted(p for p in set(peers) if p != node_id))
+        self.log = log
+        self.config = config or RaftConfig()
+        self._random = random
+        self._role = Role.FOLLOWER
+        self._term = hard_state.term
+        self._voted_for = hard_state.voted_for
+        self._persisted = hard_state
+        self._leader_id: str | None = None
+        self._commit_index = 0
+        self._reported_commit = 0
+        self._last_leader_contact = -math.inf
+        self._election_deadline = math.inf
+        self._heartbeat_deadline = math.inf
+        self._quorum_deadline = math.inf
+        self._prevote_term: int | None = None
+        self._votes: set[str] = set()
+        self._progress: dict[str, _Peer] = {}
+        self._pending: dict[int, _Pending] = {}
+        self._messages: list[Envelope] = []
+        self._results: list[AppendResult] = []
+        self._listeners: list[Callable[[Role, int], None]] = []
+        self._reset_election_timer(now)
+
+    # ------------------------------------------------------------------ public properties
+
+    @property
+    def role(self) -> Role:
+        """The node's role."""
+        return self._role
+
+    @property
+    def term(self) -> int:
+        """The current term (maybe not yet persisted: see :attr:`Output.hard_state`)."""
+        return self._term
+
+    @property
+    def voted_for(self) -> str | None:
+        """The candidate voted for in the current term."""
+        return self._voted_for
+
+    @property
+    def hard_state(self) -> HardState:
+        """The term and vote as they are now."""
+        return HardState(self._term, self._voted_for)
+
+    @property
+    def leader_id(self) -> str | None:
+        """The leader of the current term this node knows of (itself when leader)."""
+        return self._leader_id
+
+    @property
+    def commit_index(self) -> int:
+        """The highest index known to be committed."""
+        return self._commit_index
+
+    @property
+    def quorum(self) -> int:
+        """Votes or copies that make a majority of the group."""
+        return (len(self.peers) + 1) // 2 + 1
+
+    def match_index(self, peer: str) -> int:
+        """As leader, the last index known to match ``peer``'s log (0 otherwise)."""
+        progress = self._progress.get(peer)
+        return progress.match_index if progress else 0
+
+    def on_role_change(self, listener: Callable[[Role, int], None]) -> None:
+        """Call ``listener(role, term)`` after each role change (tests, metrics)."""
+        self._listeners.append(listener)
+
+    # ------------------------------------------------------------------------- the calls
+
+    def tick(self, now: float) -> Output:
+        """Run the timers that are due at ``now``."""
+        if self._role is Role.LEADER:
+            if now >= self._quorum_deadline:
+                self._check_quorum(now)
+            if self._role is Role.LEADER:
+                self._expire_pending(now)
+                if now >= self._heartbeat_deadline:
+                    self._heartbeat(now)
+        elif now >= self._election_deadline:
+            self._on_election_timeout(now)
+        return self._output()
+
+    def receive(self, now: float, source: str, message: Message) -> Output:
+        """Handle ``message`` from ``source``."""
+        if source in self.peers:
+            self._dispatch(now, source, message)
+        return self._output()
+
+    def propose(self, now: float, request_id: int, body: bytes) -> Output:
+        """Append ``body`` as a client entry; its :class:`AppendResult` comes in some output.
+
+        Refused at once with NOT_LEADER (not the leader) or LEADER_PENDING_FULL.
+        """
+        if self._role is not Role.LEADER:
+            self._results.append(
+                AppendResult(request_id, AppendStatus.NOT_LEADER, leader_id=self._leader_id)
+            )
+        elif len(self._pending) >= self.config.max_pending:
+            self._results.append(
+                AppendResult(request_id, AppendStatus.LEADER_PENDING_FULL, leader_id=self.node_id)
+            )
+        else:
+            index = self.log.last_index + 1
+            self.log.append([LogEntry(index, self._term, body)])
+            self._pending[index] = _Pending(request_id, now + self.config.append_timeout)
+            for peer in self.peers:
+                self._replicate(now, peer)
+            self._advance_commit()
+        return self._output()
+
+    # ----------------------------------------------------------------------- role changes
+
+    def _set_role(self, role: Role) -> None:
+        if (self._role, role) not in TRANSITIONS:
+            raise IllegalTransitionError(f"{self.node_id}: {self._role.name} -> {role.name}")
+        self._role = role
+        for listener in self._listeners:
+            listener(role, self._term)
+
+    def _become_follower(self, now: float, term: int, leader: str | None) -> None:
+        if term > self._term:
+            self._term = term
+            self._voted_for = None
+        if self._role is Role.LEADER:
+            self._fail_pending()
+        self._set_role(Role.FOLLOWER)
+        self._leader_id = leader
+        self._prevote_term = None
+        self._votes = set()
+        self._progress = {}
+        self._heartbeat_deadline = self._quorum_deadline = math.inf
+        self._reset_election_timer(now)
+
+    def _on_election_timeout(self, now: float) -> None:
+        if self.config.pre_vote:
+            if self._role is Role.CANDIDATE:
+                self._set_role(Role.FOLLOWER)
+            self._start_prevote(now)
+        else:
+            self._start_election(now)
+
+    def _start_prevote(self, now: float) -> None:
+        self._leader_id = None
+        self._prevote_term = self._term + 1
+        self._votes = {self.node_id}
+        self._reset_election_timer(now)
+        request = PreVoteRequest(
+            self._prevote_term, self.node_id, self.log.last_index, self.log.last_term
+        )
+        self._broadcast(request)
+        if len(self._votes) >= self.quorum:
+            self._start_election(now)
+
+    def _start_election(self, now: float) -> None:
+        self._prevote_term = None
+        self._term += 1
+        self._set_role(Role.CANDIDATE)
+        self._voted_for = self.node_id
+        self._leader_id = None
+        self._votes = {self.node_id}
+        self._reset_election_timer(now)
+        self._broadcast(
+            VoteRequest(self._term, self.node_id, self.log.last_index, self.log.last_term)
+        )
+        if len(self._votes) >= self.quorum:
+            self._become_leader(now)
+
+    def _become_leader(self, now: float) -> None:
+        self._set_role(Role.LEADER)
+        self._leader_id = self.node_id
+        self._election_deadline = math.inf
+        first_new = self.log.last_index + 1
+        self._progress = {
+            peer: _Peer(next_index=first_new, last_progress=now, last_heard=now)
+            for peer in self.peers
+        }
+        # the no-op of this term: commits what earlier terms left (current-term commit rule)
+        self.log.append([LogEntry(first_new, self._term, b"", noop=True)])
+        self._quorum_deadline = now + self.config.election_timeout
+        self._heartbeat(now)
+        self._advance_commit()
+
+    # -------------------------------------------------------------------------- messages
+
+    def _dispatch(self, now: float, source: str, message: Message) -> None:
+        if isinstance(message, PreVoteRequest):
+            self._on_prevote_request(now, source, message)
+            return
+        if isinstance(message, PreVoteResponse):
+            self._on_prevote_response(now, source, message)
+            return
+        if message.term > self._term:
+            leader = source if isinstance(message, AppendRequest) else None
+            self._become_follower(now, message.term, leader)
+        if isinstance(message, VoteRequest):
+            self._on_vote_request(now, source, message)
+        elif isinstance(message, VoteResponse):
+            self._on_vote_response(now, source, message)
+        elif isinstance(message, AppendRequest):
+            self._on_append_request(now, source, message)
+        else:
+            self._on_append_response(now, source, message)
+
+    def _log_is_current(self, last_index: int, last_term: int) -> bool:
+        """Is a log ending at (last_index, last_term) at least as up to date as ours?"""
+        mine = self.log.last_term
+        return last_term > mine or (last_term == mine and last_index >= self.log.last_index)
+
+    def _on_prevote_request(self, now: float, source: str, request: PreVoteRequest) -> None:
+        in_lease = (
+            self._role is Role.LEADER
+            or now - self._last_leader_contact < self.config.election_timeout
+        )
+        granted = (
+            request.term > self._term
+            and not in_lease
+            and self._log_is_current(request.last_log_index, request.last_log_term)
+        )
+        self._send(source, PreVoteResponse(self._term, request.term, granted))
+
+    def _on_prevote_response(self, now: float, source: str, response: PreVoteResponse) -> None:
+        if response.term > self._term and not response.granted:
+            self._become_follower(now, response.term, None)
+            return
+        if self._prevote_term is None or response.for_term != self._prevote_term:
+            return
+        if response.granted:
+            self._votes.add(source)
+            if len(self._votes) >= self.quorum:
+                self._start_election(now)
+
+    def _on_vote_request(self, now: float, source: str, request: VoteRequest) -> None:
+        granted = (
+            request.term == self._term
+            and self._voted_for in (None, request.candidate)
+            and self._log_is_current(request.last_log_index, request.last_log_term)
+        )
+        if granted:
+            self._voted_for = request.candidate
+            self._reset_election_timer(now)
+        self._send(source, VoteResponse(self._term, granted))
+
+    def _on_vote_response(self, now: float, source: str, response: VoteResponse) -> None:
+        if self._role is not Role.CANDIDATE or response.term != self._term:
+            return
+        if response.granted:
+            self._votes.add(source)
+            if len(self._votes) >= self.quorum:
+                self._become_leader(now)
+
+    def _on_append_request(self, now: float, source: str, request: AppendRequest) -> None:
+        if request.term < self._term:
+            self._send(source, AppendResponse(self._term, False, request.prev_index))
+            return
+        if self._role is not Role.FOLLOWER:  # a candidate of this term: the leader won
+            self._become_follower(now, request.term, source)
+        self._leader_id = source
+        self._last_leader_contact = now
+        self._prevote_term = None
+        self._reset_election_timer(now)
+        log = self.log
+        prev_term = log.term_at(request.prev_index)
+        if prev_term is None:
+            self._send(
+                source,
+                AppendResponse(
+                    self._term, False, request.prev_index, conflict_index=log.last_index + 1
+                ),
+            )
+            return
+        if prev_term != request.prev_term:
+            first = self._first_index_of_term(prev_term, request.prev_index)
+            self._send(
+                source,
+                AppendResponse(
+                    self._term,
+                    False,
+                    request.prev_index,
+                    conflict_term=prev_term,
+                    conflict_index=first,
+                ),
+            )
+            return
+        entries = request.entries
+        for position, entry in enumerate(entries):
+            mine = log.term_at(entry.index)
+            if mine == entry.term:
+                continue
+            if mine is not None:
+                if entry.index <= self._commit_index:
+                    raise AssertionError(
+                        f"{self.node_id}: leader {source} overwrites committed index {entry.index}"
+                    )
+                log.truncate_from(entry.index)
+            log.append(entries[position:])
+            break
+        match = request.prev_index + len(entries)
+        new_commit = min(request.commit_index, match)
+        self._commit_index = max(self._commit_index, new_commit)
+        self._send(source, AppendResponse(self._term, True, request.prev_index, match_index=match))
+
+    def _on_append_response(self, now: float, source: str, response: AppendResponse) -> None:
+        if self._role is not Role.LEADER or response.term != self._term:
+            return
+        peer = self._progress[source]
+        peer.last_heard = now
+        if response.success:
+            if response.match_index > peer.match_index:
+                peer.match_index = response.match_index
+                peer.last_progress = now
+            peer.inflight = [sent for sent in peer.inflight if sent[1] > peer.match_index]
+            peer.next_index = max(peer.next_index, peer.match_index + 1)
+            if peer.probing and peer.match_index + 1 >= peer.next_index:
+                peer.probing = False
+            self._advance_commit()
+        elif response.prev_index >= peer.match_index:  # else stale: it matches beyond that
+            target = response.conflict_index
+            if response.conflict_term is not None:
+                last = self._last_index_of_term(response.conflict_term, response.prev_index)
+                if last is not None:
+                    target = last + 1
+            target = min(target, response.prev_index, peer.next_index)
+            peer.next_index = max(target, peer.match_index + 1)
+            peer.inflight.clear()
+            peer.probing = True
+            peer.last_progress = now
+            self._send_append(peer, source, now)
+        self._replicate(now, source)
+
+    # ------------------------------------------------------------------------ replication
+
+    def _send_append(self, peer: _Peer, target: str, now: float) -> None:
+        """Send entries from ``peer.next_index`` (none when caught up), advancing next."""
+        prev = peer.next_index - 1
+        prev_term = self.log.term_at(prev)
+        assert prev_term is not None
+        entries = tuple(self.log.entries_from(peer.next_index, self.config.max_batch))
+        if entries:
+            if not peer.inflight:
+                peer.last_progress = now
+            peer.next_index += len(entries)
+            peer.inflight.append((entries[0].index, entries[-1].index))
+        self._send(
+            target,
+            AppendRequest(self._term, self.node_id, prev, prev_term, entries, self._commit_index),
+        )
+
+    def _replicate(self, now: float, target: str) -> None:
+        """Fill the pipeline to ``target`` with what it lacks."""
+        if self._role is not Role.LEADER:
+            return
+        peer = self._progress[target]
+        limit = 1 if peer.probing else self.config.max_inflight
+        while len(peer.inflight) < limit and peer.next_index <= self.log.last_index:
+            self._send_append(peer, target, now)
+
+    def _heartbeat(self, now: float) -> None:
+        self._heartbeat_deadline = now + self.config.heartbeat_interval
+        for target in self.peers:
+            peer = self._progress[target]
+            if peer.inflight and now - peer.last_progress >= self.config.retransmit_timeout:
+                # go back to the oldest append not acknowledged: something was lost
+                peer.next_index = max(peer.inflight[0][0], peer.match_index + 1)
+                peer.inflight.clear()
+                peer.probing = True
+            if peer.probing and not peer.inflight:
+                self._send_append(peer, target, now)
+            else:  # an empty append at the known match: never disturbs the pipeline
+                prev_term = self.log.term_at(peer.match_index)
+                assert prev_term is not None
+                self._send(
+                    target,
+                    AppendRequest(
+                        self._term,
+                        self.node_id,
+                        peer.match_index,
+                        prev_term,
+                        (),
+                        min(self._commit_index, peer.match_index),
+                    ),
+                )
+            self._replicate(now, target)
+
+    def _advance_commit(self) -> None:
+        if self._role is not Role.LEADER:
+            return
+        matches = sorted(
+            [self.log.last_index, *(p.match_index for p in self._progress.values())],
+            reverse=True,
+        )
+        candidate = matches[self.quorum - 1]
+        # only an entry of the current term commits by counting copies (Raft §5.4.2)
+        if candidate > self._commit_index and self.log.term_at(candidate) == self._term:
+            self._commit_index = candidate
+            for index in sorted(i for i in self._pending if i <= candidate):
+                pending = self._pending.pop(index)
+                self._results.append(
+                    AppendResult(pending.request_id, AppendStatus.SUCCESS, index, self._term)
+                )
+
+    def _check_quorum(self, now: float) -> None:
+        self._quorum_deadline = now + self.config.election_timeout
+        if not self.config.check_quorum:
+            return
+        horizon = now - self.config.election_timeout
+        active = 1 + sum(1 for p in self._progress.values() if p.last_heard >= horizon)
+        if active < self.quorum:
+            self._become_follower(now, self._term, None)
+
+    def _expire_pending(self, now: float) -> None:
+        # appended in index order with the same timeout: deadlines increase along the dict
+        expired = []
+        for index, pending in self._pending.items():
+            if pending.deadline > now:
+                break
+            expired.append(index)
+        for index in expired:
+            pending = self._pending.pop(index)
+            self._results.append(
+                AppendResult(
+                    pending.request_id, AppendStatus.WAIT_QUORUM_ACK_TIMEOUT, index, self._term
+                )
+            )
+
+    def _fail_pending(self) -> None:
+        for index in sorted(self._pending):
+            pending = self._pending[index]
+            self._results.append(
+                AppendResult(
+                    pending.request_id, AppendStatus.WAIT_QUORUM_ACK_TIMEOUT, index, self._term
+                )
+            )
+        self._pending.clear()
+
+    # ---------------------------------------------------------------------------- helpers
+
+    def _first_index_of_term(self, term: int, known: int) -> int:
+        """The first index holding ``term``, given that ``known`` holds it (binary search)."""
+        low, high = 1, known
+        while low < high:
+            middle = (low + high) // 2
+            middle_term = self.log.term_at(middle)
+            assert middle_term is not None
+            if middle_term < term:
+                low = middle + 1
+            else:
+                high = middle
+        return low
+
+    def _last_index_of_term(self, term: int, below: int) -> int | None:
+        """The last index <= ``below`` holding ``term`` in our log, or None."""
+        low, high = 0, min(below, self.log.last_index)
+        while low < high:  # the last index whose term is <= term
+            middle = (low + high + 1) // 2
+            middle_term = self.log.term_at(middle)
+            assert middle_term is not None
+            if middle_term <= term:
+                low = middle
+            else:
+                high = middle - 1
+        return low if low > 0 and self.log.term_at(low) == term else None
+
+    def _reset_election_timer(self, now: float) -> None:
+        timeout = self.config.election_timeout
+        self._election_deadline = now + timeout * (1.0 + self._random.random())
+
+    def _send(self, target: str, message: Message) -> None:
+        self._messages.append(Envelope(self.node_id, target, message))
+
+    def _broadcast(self, message: Message) -> None:
+        for peer in self.peers:
+            self._send(peer, message)
+
+    def _output(self) -> Output:
+        hard = self.hard_state
+        changed = hard if hard != self._persisted else None
+        self._persisted = hard
+        commit: int | None = None
+        if self._commit_index != self._reported_commit:
+            commit = self._reported_commit = self._commit_index
+        if self._role is Role.LEADER:
+            deadline = min(self._heartbeat_deadline, self._quorum_deadline)
+            if self._pending:
+                deadline = min(deadline, next(iter(self._pending.values())).deadline)
+        else:
+            deadline = self._election_deadline
+        output = Output(changed, tuple(self._messages), commit, tuple(self._results), deadline)
+        self._messages.clear()
+        self._results.clear()
+        return output
