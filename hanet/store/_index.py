@@ -35,12 +35,15 @@ from ._scanner import RecordScanner, ScanStop, StopReason
 __all__ = [
     "NATIVE_SCANNER",
     "ROW",
+    "SCAN_WINDOW",
     "STOP_REASONS",
     "ScanFunction",
     "ScanResult",
     "scan_index",
     "scan_index_py",
     "scan_stop",
+    "scan_totals",
+    "scan_windows",
     "topic_names",
 ]
 
@@ -147,7 +150,7 @@ def _select() -> tuple[ScanFunction, bool]:
     if os.environ.get("HANET_NO_EXTENSIONS"):
         return scan_index_py, False
     try:
-        from ._speedups import scan
+        from ._speedups import scan  # noqa: PLC0415 - optional, only when allowed
     except ImportError:
         return scan_index_py, False
     return scan, True
@@ -156,3 +159,72 @@ def _select() -> tuple[ScanFunction, bool]:
 scan_index, NATIVE_SCANNER = _select()
 """The native scan when the extension imports and ``HANET_NO_EXTENSIONS`` is unset, else
 :func:`scan_index_py`; :data:`NATIVE_SCANNER` is True for the native one."""
+
+
+SCAN_WINDOW = 16 << 20
+"""Bytes :func:`scan_windows` validates per call (bounds the rows held at once)."""
+
+
+def scan_windows(
+    buf: Buffer,
+    start: int = 0,
+    end: int | None = None,
+    base_offset: int = 0,
+    limit: int | None = None,
+    check_crc: bool = True,
+    check_physical_offset: bool = False,
+    *,
+    window: int = SCAN_WINDOW,
+    scan: ScanFunction | None = None,
+) -> Iterator[ScanResult]:
+    """:data:`scan_index` over ``buf[start:end]`` in windows of about ``window`` bytes.
+
+    Yields one result per window; their rows together are the rows of one whole scan, and the
+    **last** result's stop is the whole scan's stop (a window's own END or INCOMPLETE at its
+    edge is not a stop: the next window starts at its position, and a record larger than the
+    window widens it). Topic ids are numbered per window. A scan's checks do not depend on
+    ``end`` except for END and INCOMPLETE, so the outcome is the one of a single call.
+    ``scan``: the implementation (default :data:`scan_index`).
+    """
+    scan_function = scan_index if scan is None else scan
+    length = len(buf) if not isinstance(buf, memoryview) else buf.nbytes
+    stop_end = length if end is None else min(end, length)
+    position = start
+    size = window
+    while True:
+        window_end = min(stop_end, position + size)
+        result = scan_function(
+            buf, position, window_end, base_offset, limit, check_crc, check_physical_offset
+        )
+        reached, code = result[0], result[1]
+        if window_end >= stop_end or STOP_REASONS[code] not in (
+            StopReason.END,
+            StopReason.INCOMPLETE,
+        ):
+            yield result
+            return
+        if result[4]:
+            yield result
+        size = size * 2 if reached == position else window
+        position = reached
+
+
+def scan_totals(
+    buf: Buffer,
+    start: int = 0,
+    end: int | None = None,
+    base_offset: int = 0,
+    limit: int | None = None,
+    check_crc: bool = True,
+    check_physical_offset: bool = False,
+) -> tuple[ScanResult, int]:
+    """:func:`scan_windows` for its outcome only: the last result (the stop) and the number of
+    valid records."""
+    count = 0
+    result: ScanResult | None = None
+    for result in scan_windows(
+        buf, start, end, base_offset, limit, check_crc, check_physical_offset
+    ):
+        count += result[4]
+    assert result is not None
+    return result, count
