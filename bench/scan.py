@@ -6,7 +6,7 @@ For 1 KiB and 100-byte bodies, a commit log file of ``--mib`` MiB is written (re
 their own physical offsets, TAGS and KEYS properties, 8 queues), mapped and pre-faulted, and
 scanned with every check on (magic, sizes, UTF-8, body CRC, PHYSICALOFFSET) by:
 
-- ``native``: ``hanet.store._speedups.scan`` (one call, packed rows);
+- ``native``: ``hanet.store.native_scan`` (``_speedups.c``: one call, packed rows);
 - ``python``: ``scan_index_py``, the reference with the identical output (RecordScanner and
   the tags hash of each record);
 - ``RecordScanner``: bare iteration over the records (what validation cost before, with no
@@ -35,6 +35,7 @@ from hanet.store import (
     RecordScanner,
     encode_blank,
     encode_record,
+    native_scan,
     scan_index_py,
 )
 
@@ -80,10 +81,7 @@ def bench_file(path: Path, count: int, repeat: int) -> dict[str, Any]:
         copy = bytearray(len(view))
         copy[:] = view  # pre-fault: the mapping is warm from here on
         figures: dict[str, Any] = {"records": count, "bytes": len(view)}
-        try:
-            from hanet.store._speedups import scan as native
-        except ImportError:
-            native = None
+        native = native_scan
         if native is not None:
             result = native(view, 0, None, 0, None, True, True)
             assert result[4] == count and result[1] == 1, result[:5]

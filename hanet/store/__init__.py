@@ -68,8 +68,14 @@ from ._errors import (
     StoreLayoutError,
     StoreLockedError,
 )
-from ._index import NATIVE_SCANNER, scan_index, scan_index_py
+from ._index import NATIVE_SCANNER, native_scan, scan_index, scan_index_py
 from ._index import ROW as INDEX_ROW
+from ._index import STOP_REASONS as INDEX_STOP_REASONS
+from ._index import ScanFunction as IndexScanFunction
+from ._index import ScanResult as IndexScanResult
+from ._index import scan_stop as index_scan_stop
+from ._index import scan_windows as scan_index_windows
+from ._index import topic_names as index_topic_names
 from ._json import record_to_json
 from ._mapped_file import MappedFile, file_name
 from ._mapped_queue import MappedFileQueue, list_mapped_files
@@ -87,6 +93,7 @@ __all__ = [
     "DEFAULT_MAPPED_FILE_SIZE",
     "DEFAULT_MAX_MESSAGE_SIZE",
     "INDEX_ROW",
+    "INDEX_STOP_REASONS",
     "MAGIC_V1",
     "MAGIC_V2",
     "MAX_PROPERTIES_SIZE",
@@ -103,6 +110,8 @@ __all__ = [
     "CorruptRecordError",
     "DispatchError",
     "FlushDiskType",
+    "IndexScanFunction",
+    "IndexScanResult",
     "Listener",
     "MappedFile",
     "MappedFileQueue",
@@ -130,8 +139,11 @@ __all__ = [
     "encode_record",
     "file_name",
     "format_host",
+    "index_scan_stop",
+    "index_topic_names",
     "java_string_hash",
     "list_mapped_files",
+    "native_scan",
     "offset_msg_id",
     "pack_blank_into",
     "pack_record_into",
@@ -142,6 +154,7 @@ __all__ = [
     "resolve_store_dir",
     "scan_index",
     "scan_index_py",
+    "scan_index_windows",
     "scan_records",
     "topic_problem",
 ]

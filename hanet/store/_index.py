@@ -39,6 +39,7 @@ __all__ = [
     "STOP_REASONS",
     "ScanFunction",
     "ScanResult",
+    "native_scan",
     "scan_index",
     "scan_index_py",
     "scan_stop",
@@ -146,19 +147,22 @@ def topic_names(buf: Buffer, rows: bytes) -> Iterator[str]:
             yield str(view[start : start + length], "utf-8")
 
 
-def _select() -> tuple[ScanFunction, bool]:
-    if os.environ.get("HANET_NO_EXTENSIONS"):
-        return scan_index_py, False
+def _native() -> ScanFunction | None:
     try:
-        from ._speedups import scan  # noqa: PLC0415 - optional, only when allowed
+        from ._speedups import scan  # noqa: PLC0415 - optional: built by pip install -e .
     except ImportError:
-        return scan_index_py, False
-    return scan, True
+        return None
+    return scan
 
 
-scan_index, NATIVE_SCANNER = _select()
-"""The native scan when the extension imports and ``HANET_NO_EXTENSIONS`` is unset, else
-:func:`scan_index_py`; :data:`NATIVE_SCANNER` is True for the native one."""
+native_scan = _native()
+"""``hanet.store._speedups.scan``, or None when the extension is not built."""
+NATIVE_SCANNER = native_scan is not None and not os.environ.get("HANET_NO_EXTENSIONS")
+"""Whether :data:`scan_index` is the native scan (built, and ``HANET_NO_EXTENSIONS`` unset)."""
+scan_index: ScanFunction = (
+    native_scan if native_scan is not None and NATIVE_SCANNER else scan_index_py
+)
+"""The native scan when :data:`NATIVE_SCANNER`, else :func:`scan_index_py`."""
 
 
 SCAN_WINDOW = 16 << 20

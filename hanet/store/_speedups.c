@@ -24,8 +24,15 @@
 #include <Python.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <zlib.h>
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <cpuid.h>
+#include <immintrin.h>
+#define HAVE_CLMUL_CRC 1
+#endif
 
 #define MAGIC_V1 0xDAA320A7u
 #define MAGIC_V2 0xDAA320ABu
@@ -50,6 +57,105 @@ static inline int16_t rd_i16(const unsigned char *p) {
 }
 static inline int64_t rd_i64(const unsigned char *p) {
     return (int64_t)(((uint64_t)rd_u32(p) << 32) | rd_u32(p + 4));
+}
+
+#ifdef HAVE_CLMUL_CRC
+/* CRC-32 (zlib's) of len bytes, len >= 64 and a multiple of 16, by carry-less multiplication
+ * folding (Intel's "Fast CRC Computation for Generic Polynomials Using PCLMULQDQ", as in
+ * Chromium's zlib crc32_simd.c). crc is the running CRC, pre- and post-inverted by the caller;
+ * zlib finishes any tail. Checked against zlib by the differential tests. */
+__attribute__((target("pclmul,sse4.1"))) static uint32_t crc32_clmul(const unsigned char *buf,
+                                                                       size_t len,
+                                                                       uint32_t crc) {
+    static const uint64_t __attribute__((aligned(16))) k1k2[] = {0x0154442bd4, 0x01c6e41596};
+    static const uint64_t __attribute__((aligned(16))) k3k4[] = {0x01751997d0, 0x00ccaa009e};
+    static const uint64_t __attribute__((aligned(16))) k5k0[] = {0x0163cd6124, 0x0000000000};
+    static const uint64_t __attribute__((aligned(16))) poly[] = {0x01db710641, 0x01f7011641};
+    __m128i x0, x1, x2, x3, x4, x5, x6, x7, x8, y5, y6, y7, y8;
+
+    x1 = _mm_loadu_si128((const __m128i *)(buf + 0x00));
+    x2 = _mm_loadu_si128((const __m128i *)(buf + 0x10));
+    x3 = _mm_loadu_si128((const __m128i *)(buf + 0x20));
+    x4 = _mm_loadu_si128((const __m128i *)(buf + 0x30));
+    x1 = _mm_xor_si128(x1, _mm_cvtsi32_si128((int)crc));
+    x0 = _mm_load_si128((const __m128i *)k1k2);
+    buf += 64;
+    len -= 64;
+    while (len >= 64) {
+        x5 = _mm_clmulepi64_si128(x1, x0, 0x00);
+        x6 = _mm_clmulepi64_si128(x2, x0, 0x00);
+        x7 = _mm_clmulepi64_si128(x3, x0, 0x00);
+        x8 = _mm_clmulepi64_si128(x4, x0, 0x00);
+        x1 = _mm_clmulepi64_si128(x1, x0, 0x11);
+        x2 = _mm_clmulepi64_si128(x2, x0, 0x11);
+        x3 = _mm_clmulepi64_si128(x3, x0, 0x11);
+        x4 = _mm_clmulepi64_si128(x4, x0, 0x11);
+        y5 = _mm_loadu_si128((const __m128i *)(buf + 0x00));
+        y6 = _mm_loadu_si128((const __m128i *)(buf + 0x10));
+        y7 = _mm_loadu_si128((const __m128i *)(buf + 0x20));
+        y8 = _mm_loadu_si128((const __m128i *)(buf + 0x30));
+        x1 = _mm_xor_si128(_mm_xor_si128(x1, x5), y5);
+        x2 = _mm_xor_si128(_mm_xor_si128(x2, x6), y6);
+        x3 = _mm_xor_si128(_mm_xor_si128(x3, x7), y7);
+        x4 = _mm_xor_si128(_mm_xor_si128(x4, x8), y8);
+        buf += 64;
+        len -= 64;
+    }
+    /* Fold the four lanes into one. */
+    x0 = _mm_load_si128((const __m128i *)k3k4);
+    x5 = _mm_clmulepi64_si128(x1, x0, 0x00);
+    x1 = _mm_clmulepi64_si128(x1, x0, 0x11);
+    x1 = _mm_xor_si128(_mm_xor_si128(x1, x2), x5);
+    x5 = _mm_clmulepi64_si128(x1, x0, 0x00);
+    x1 = _mm_clmulepi64_si128(x1, x0, 0x11);
+    x1 = _mm_xor_si128(_mm_xor_si128(x1, x3), x5);
+    x5 = _mm_clmulepi64_si128(x1, x0, 0x00);
+    x1 = _mm_clmulepi64_si128(x1, x0, 0x11);
+    x1 = _mm_xor_si128(_mm_xor_si128(x1, x4), x5);
+    while (len >= 16) {
+        x2 = _mm_loadu_si128((const __m128i *)buf);
+        x5 = _mm_clmulepi64_si128(x1, x0, 0x00);
+        x1 = _mm_clmulepi64_si128(x1, x0, 0x11);
+        x1 = _mm_xor_si128(_mm_xor_si128(x1, x2), x5);
+        buf += 16;
+        len -= 16;
+    }
+    /* 128 bits to 64, then Barrett reduction to 32. */
+    x2 = _mm_clmulepi64_si128(x1, x0, 0x10);
+    x3 = _mm_setr_epi32(~0, 0, ~0, 0);
+    x1 = _mm_srli_si128(x1, 8);
+    x1 = _mm_xor_si128(x1, x2);
+    x0 = _mm_loadl_epi64((const __m128i *)k5k0);
+    x2 = _mm_srli_si128(x1, 4);
+    x1 = _mm_and_si128(x1, x3);
+    x1 = _mm_clmulepi64_si128(x1, x0, 0x00);
+    x1 = _mm_xor_si128(x1, x2);
+    x0 = _mm_load_si128((const __m128i *)poly);
+    x2 = _mm_and_si128(x1, x3);
+    x2 = _mm_clmulepi64_si128(x2, x0, 0x10);
+    x2 = _mm_and_si128(x2, x3);
+    x2 = _mm_clmulepi64_si128(x2, x0, 0x00);
+    x1 = _mm_xor_si128(x1, x2);
+    return (uint32_t)_mm_extract_epi32(x1, 1);
+}
+
+static int have_clmul = 0;
+#endif
+
+/* zlib's crc32 of buf[:len]: carry-less multiplication for the 16-byte blocks when the CPU
+ * has it (zlib's table CRC is the memory-bandwidth floor of a scan otherwise). */
+static uint32_t body_crc32(const unsigned char *buf, size_t len) {
+    uint32_t crc = 0;
+#ifdef HAVE_CLMUL_CRC
+    if (have_clmul && len >= 64) {
+        size_t blocks = len & ~(size_t)15;
+        crc = ~crc32_clmul(buf, blocks, ~(uint32_t)0);
+        buf += blocks;
+        len -= blocks;
+        if (len == 0) return crc;
+    }
+#endif
+    return (uint32_t)crc32(crc, buf, (uInt)len);
 }
 
 /* Strict UTF-8, exactly what Python's "strict" decoder accepts. */
@@ -364,7 +470,7 @@ static PyObject *scan(PyObject *Py_UNUSED(self), PyObject *args, PyObject *kwarg
             break;
         }
         if (check_crc) {
-            uint32_t crc = (uint32_t)crc32(0L, buf + p, (uInt)body_len) & 0x7FFFFFFFu;
+            uint32_t crc = body_crc32(buf + p, (size_t)body_len) & 0x7FFFFFFFu;
             if ((int64_t)crc != (int64_t)body_crc) {
                 reason = R_INVALID;
                 strcpy(detail, "body CRC mismatch");
@@ -462,8 +568,23 @@ static struct PyModuleDef module = {
 };
 
 PyMODINIT_FUNC PyInit__speedups(void) {
+#ifdef HAVE_CLMUL_CRC
+    unsigned int a, b, c, d;
+    if (__get_cpuid(1, &a, &b, &c, &d)) have_clmul = (c & bit_PCLMUL) && (c & bit_SSE4_1);
+    if (getenv("HANET_NO_CLMUL")) have_clmul = 0;
+#endif
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;
+    if (PyModule_AddIntConstant(m, "CLMUL_CRC",
+#ifdef HAVE_CLMUL_CRC
+                                have_clmul
+#else
+                                0
+#endif
+                                ) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
     if (PyModule_AddIntConstant(m, "ROW_SIZE", ROW_SIZE) < 0) {
         Py_DECREF(m);
         return NULL;
