@@ -13,8 +13,9 @@ scanned with every check on (magic, sizes, UTF-8, body CRC, PHYSICALOFFSET) by:
   tags hash): a stricter baseline.
 
 Figures: records/s, the ratio native / python (goal >= 15x) and native / RecordScanner, and
-native validation MB/s as a fraction of reading the same bytes from the warm mapping (a copy
-of the whole mapping into a preallocated buffer: the memory-bandwidth ceiling). Best of
+native validation MB/s as a fraction of reading the same bytes from the warm mapping (copying
+it 256 KiB at a time into one buffer that stays in the CPU cache: the mapping's read
+bandwidth, with no write traffic to memory). Best of
 ``--repeat`` runs. A table, then the last line is one JSON object.
 """
 
@@ -78,8 +79,10 @@ def best(repeat: int, run: Callable[[], object]) -> float:
 def bench_file(path: Path, count: int, repeat: int) -> dict[str, Any]:
     with path.open("rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mapping:
         view = memoryview(mapping)
-        copy = bytearray(len(view))
-        copy[:] = view  # pre-fault: the mapping is warm from here on
+        chunk = 256 * 1024
+        small = bytearray(chunk)  # stays in the cache: reading costs the mapping's reads only
+        for i in range(0, len(view), chunk):  # pre-fault: the mapping is warm from here on
+            small[: len(view[i : i + chunk])] = view[i : i + chunk]
         figures: dict[str, Any] = {"records": count, "bytes": len(view)}
         native = native_scan
         if native is not None:
@@ -103,7 +106,8 @@ def bench_file(path: Path, count: int, repeat: int) -> dict[str, Any]:
         figures["recordscanner_records_s"] = count / bare_s
 
         def read() -> None:
-            copy[:] = view
+            for i in range(0, len(view), chunk):
+                small[:] = view[i : i + chunk]
 
         read_s = best(repeat * 3, read)
         figures["read_mb_s"] = len(view) / read_s / 1e6
