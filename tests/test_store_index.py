@@ -429,6 +429,33 @@ def test_native_scan_survives_random_bytes_under_dev_mode(seed: int) -> None:
     assert out.stdout.strip() == "20000"
 
 
+@needs_native
+def test_the_zlib_crc_path_agrees_too() -> None:
+    """``HANET_NO_CLMUL=1`` makes the native scan use zlib's CRC for every body."""
+    code = textwrap.dedent(
+        """
+        from hanet.store import MessageRecord, encode_record, native_scan
+        from hanet.store._speedups import CLMUL_CRC
+        assert native_scan is not None and CLMUL_CRC == 0
+        for n in (0, 1, 63, 64, 65, 1000, 4096):
+            body = (bytes(range(256)) * 17)[:n]
+            data = encode_record(MessageRecord.create(topic="t", body=body))
+            assert native_scan(data)[4] == 1
+        print("ok")
+        """
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "HANET_NO_CLMUL": "1"},
+    )
+    assert out.stdout.strip() == "ok", out.stderr
+
+
 # -- the store without the extension ---------------------------------------------------------
 
 

@@ -1,6 +1,7 @@
 """Types of the native record scanner (``_speedups.c``); see ``hanet.store._index``."""
 
 ROW_SIZE: int
+CLMUL_CRC: int  # 1 when body CRCs use carry-less multiplication (HANET_NO_CLMUL=1: zlib)
 
 def scan(
     buf: bytes | bytearray | memoryview,
