@@ -4,10 +4,11 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck pytest bench install java clean
+.PHONY: demo test lint typecheck pytest bench install java compiler clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml hanet/store/_speedups.c
 	@command -v java >/dev/null 2>&1 || $(MAKE) java
+	@(command -v cc >/dev/null 2>&1 && test -f /usr/include/zlib.h) || $(MAKE) compiler
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade "pip>=25.1"
 	$(BIN)/python -m pip install -q -e ".[spark]" --group test --group lint
@@ -25,6 +26,11 @@ bench: $(STAMP)
 # PySpark needs a JVM; install Debian's JRE when none is on the machine.
 java:
 	apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q openjdk-17-jre-headless
+
+# The native record scanner (hanet/store/_speedups.c) needs a C compiler, Python's headers and
+# zlib's; install Debian's when missing (without them the install still works, pure Python).
+compiler:
+	apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q gcc python3-dev zlib1g-dev || echo "no compiler: hanet falls back to the pure-Python scanner"
 
 demo: $(STAMP)
 	$(BIN)/hanet demo

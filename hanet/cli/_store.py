@@ -23,11 +23,11 @@ from typing import Any, TextIO
 from hanet.store import (
     CQ_BLANK_SIZE,
     CQ_ENTRY_SIZE,
+    INDEX_ROW,
     CommitLogReader,
     MessageRecord,
     StopReason,
     StoreError,
-    java_string_hash,
     list_mapped_files,
     record_to_json,
     resolve_store_dir,
@@ -167,29 +167,32 @@ def _verify(reader: CommitLogReader, root: Path | None) -> int:
     seen: dict[tuple[str, int], int] = {}
     count = 0
     end = reader.min_offset
-    for offset, record in reader.records():
-        count += 1
-        end = offset + record.size
-        key = (record.topic, record.queue_id)
-        seen[key] = max(seen.get(key, 0), record.queue_offset + 1)
-        if not check_queues:
-            continue
-        first, entries = queues.get(key, (0, []))
-        index = record.queue_offset - first
-        if not 0 <= index < len(entries):
-            return fail(
-                f"record at offset {offset} ({record.topic}/{record.queue_id} queue offset "
-                f"{record.queue_offset}) has no consume queue entry",
-                EXIT_FAILED,
-            )
-        tags = record.tags
-        expected = (offset, record.size, java_string_hash(tags) if tags else 0)
-        if entries[index] != expected:
-            return fail(
-                f"consume queue {record.topic}/{record.queue_id} entry {record.queue_offset} "
-                f"is {entries[index]}, expected {expected} for the record at offset {offset}",
-                EXIT_FAILED,
-            )
+    for topics, rows in reader.index():
+        for offset, size, queue_id, queue_offset, tags_hash, *_, topic_id in INDEX_ROW.iter_unpack(
+            rows
+        ):
+            count += 1
+            end = offset + size
+            topic = topics[topic_id]
+            key = (topic, queue_id)
+            seen[key] = max(seen.get(key, 0), queue_offset + 1)
+            if not check_queues:
+                continue
+            first, entries = queues.get(key, (0, []))
+            index = queue_offset - first
+            if not 0 <= index < len(entries):
+                return fail(
+                    f"record at offset {offset} ({topic}/{queue_id} queue offset "
+                    f"{queue_offset}) has no consume queue entry",
+                    EXIT_FAILED,
+                )
+            expected = (offset, size, tags_hash)
+            if entries[index] != expected:
+                return fail(
+                    f"consume queue {topic}/{queue_id} entry {queue_offset} "
+                    f"is {entries[index]}, expected {expected} for the record at offset {offset}",
+                    EXIT_FAILED,
+                )
     stop = reader.stop
     assert stop is not None
     if stop.reason is StopReason.INVALID:

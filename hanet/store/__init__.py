@@ -3,6 +3,10 @@
 - The message codec (:class:`MessageRecord`, :func:`encode_record`, ...; ``_codec.py``) and
   the fast scanner (:func:`scan_records`, :func:`decode_record`; ``_scanner.py``): pure and
   synchronous, for the store, the HA slave's validation and the Spark data source.
+- The record index (``_index.py``): :func:`scan_index` validates a whole region in one call
+  and returns packed rows (:data:`INDEX_ROW`) instead of record objects: the native scanner
+  (``_speedups.c``) when built and ``HANET_NO_EXTENSIONS`` is unset (:data:`NATIVE_SCANNER`),
+  else :func:`scan_index_py`, the pure-Python reference on :class:`RecordScanner`.
 - :class:`CommitLogReader`: read-only walk over a ``commitlog/`` directory (``_reader.py``).
 - :class:`MappedFile` / :class:`MappedFileQueue`: fixed-size preallocated, pre-faulted mapped
   files named by their 20-digit start offset (``_mapped_file.py``, ``_mapped_queue.py``).
@@ -66,6 +70,14 @@ from ._errors import (
     StoreLayoutError,
     StoreLockedError,
 )
+from ._index import NATIVE_SCANNER, native_scan, scan_index, scan_index_py
+from ._index import ROW as INDEX_ROW
+from ._index import STOP_REASONS as INDEX_STOP_REASONS
+from ._index import ScanFunction as IndexScanFunction
+from ._index import ScanResult as IndexScanResult
+from ._index import scan_stop as index_scan_stop
+from ._index import scan_windows as scan_index_windows
+from ._index import topic_names as index_topic_names
 from ._json import record_to_json
 from ._mapped_file import MappedFile, file_name
 from ._mapped_queue import MappedFileQueue, list_mapped_files
@@ -83,6 +95,8 @@ __all__ = [
     "DEFAULT_DISK_MAX_USED_SPACE_RATIO",
     "DEFAULT_MAPPED_FILE_SIZE",
     "DEFAULT_MAX_MESSAGE_SIZE",
+    "INDEX_ROW",
+    "INDEX_STOP_REASONS",
     "MAGIC_V1",
     "MAGIC_V2",
     "MAX_PROPERTIES_SIZE",
@@ -90,6 +104,7 @@ __all__ = [
     "MAX_TOPIC_SIZE",
     "MAX_TOPIC_SIZE_V1",
     "MIN_RECORD_SIZE",
+    "NATIVE_SCANNER",
     "STORE_HOST_V6_FLAG",
     "CommitLogComparison",
     "CommitLogReader",
@@ -99,6 +114,8 @@ __all__ = [
     "CreateMappedFileError",
     "DispatchError",
     "FlushDiskType",
+    "IndexScanFunction",
+    "IndexScanResult",
     "Listener",
     "MappedFile",
     "MappedFileQueue",
@@ -126,8 +143,11 @@ __all__ = [
     "encode_record",
     "file_name",
     "format_host",
+    "index_scan_stop",
+    "index_topic_names",
     "java_string_hash",
     "list_mapped_files",
+    "native_scan",
     "offset_msg_id",
     "pack_blank_into",
     "pack_record_into",
@@ -136,6 +156,9 @@ __all__ = [
     "record_size",
     "record_to_json",
     "resolve_store_dir",
+    "scan_index",
+    "scan_index_py",
+    "scan_index_windows",
     "scan_records",
     "topic_problem",
 ]

@@ -10,16 +10,20 @@ from __future__ import annotations
 
 import mmap
 import os
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from pathlib import Path
+from typing import TypeVar
 
 from ._codec import MessageRecord
 from ._errors import StoreLayoutError
+from ._index import ScanResult, scan_stop, scan_windows, topic_names
 from ._mapped_file import file_name
 from ._mapped_queue import list_mapped_files
 from ._scanner import RecordScanner, ScanStop, StopReason, first_nonzero
 
 __all__ = ["CommitLogReader", "resolve_store_dir"]
+
+T = TypeVar("T")
 
 
 def resolve_store_dir(path: Path) -> tuple[Path, Path | None]:
@@ -118,6 +122,47 @@ class CommitLogReader:
         ``INCOMPLETE`` in a file that is not the last is turned into ``INVALID`` (data goes on
         in the next file, so this one must end with a blank record).
         """
+
+        def scan_file(
+            view: memoryview, position: int, start: int
+        ) -> Generator[tuple[int, MessageRecord], None, ScanStop | None]:
+            scanner = RecordScanner(
+                view, position, base_offset=start, check_crc=check_crc, check_physical_offset=True
+            )
+            for record in scanner:
+                yield scanner.record_offset, record
+            return scanner.stop
+
+        return self._walk(start_offset, scan_file)
+
+    def index(
+        self,
+        start_offset: int | None = None,
+        *,
+        check_crc: bool = True,
+    ) -> Generator[tuple[list[str], bytes], None, None]:
+        """:meth:`records` as the rows of the record index (``_index.py``): yields
+        ``(topics, rows)`` per scanned window, ``rows`` packed :data:`~._index.ROW` structs
+        whose topic id indexes ``topics``. Same walk, same :attr:`stop`; no record objects.
+        """
+
+        def scan_file(
+            view: memoryview, position: int, start: int
+        ) -> Generator[tuple[list[str], bytes], None, ScanStop | None]:
+            result: ScanResult | None = None
+            for result in scan_windows(view, position, None, start, None, check_crc, True):
+                if result[4]:
+                    yield list(topic_names(view, result[5])), result[5]
+            assert result is not None
+            return scan_stop(result, start)
+
+        return self._walk(start_offset, scan_file)
+
+    def _walk(
+        self,
+        start_offset: int | None,
+        scan_file: Callable[[memoryview, int, int], Generator[T, None, ScanStop | None]],
+    ) -> Generator[T, None, None]:
         self.stop = None
         offset = self.min_offset if start_offset is None else start_offset
         if not self.min_offset <= offset < self.end_offset:
@@ -136,17 +181,7 @@ class CommitLogReader:
             self.files_read += 1
             view = memoryview(mapping)
             try:
-                scanner = RecordScanner(
-                    view,
-                    position,
-                    base_offset=start,
-                    check_crc=check_crc,
-                    check_physical_offset=True,
-                )
-                for record in scanner:
-                    yield scanner.record_offset, record
-                stop = scanner.stop
-                del scanner
+                stop = yield from scan_file(view, position, start)
                 if stop is not None and stop.reason is StopReason.UNWRITTEN:
                     following = first_nonzero(view, stop.offset - start)
                     if following is not None:  # not the end of the data: a zeroed hole

@@ -15,8 +15,9 @@ from __future__ import annotations
 import attrs
 
 from ._errors import CorruptRecordError
+from ._index import scan_stop, scan_totals
 from ._mapped_queue import MappedFileQueue
-from ._scanner import RecordScanner, ScanStop, StopReason, decode_record, first_nonzero
+from ._scanner import ScanStop, StopReason, decode_record, first_nonzero
 
 __all__ = ["RecoveryResult", "find_valid_end"]
 
@@ -85,16 +86,11 @@ def find_valid_end(
     records = 0
     for i, mapped in enumerate(files.files[index:], index):
         later = len(files.files) - i - 1
-        scanner = RecordScanner(
-            mapped.view,
-            position,
-            base_offset=mapped.start_offset,
-            check_physical_offset=True,
+        result, count = scan_totals(
+            mapped.view, position, None, mapped.start_offset, None, True, True
         )
-        for _ in scanner:
-            records += 1
-        stop = scanner.stop
-        assert stop is not None
+        records += count
+        stop = scan_stop(result, mapped.start_offset)
         position = 0
         if stop.reason is StopReason.BLANK:
             if stop.offset + stop.blank_size != mapped.end_offset:

@@ -64,9 +64,10 @@ from ._errors import (
     StoreClosedError,
     StoreError,
 )
+from ._index import ROW, ScanResult, scan_stop, scan_totals, scan_windows
 from ._mapped_queue import MappedFileQueue
 from ._recovery import RecoveryResult, find_valid_end
-from ._scanner import RecordScanner, StopReason, decode_record
+from ._scanner import StopReason, decode_record
 from ._store_files import Checkpoint, StoreLock, read_checkpoint, write_checkpoint
 from ._writer import RecordWriter
 
@@ -724,17 +725,10 @@ class CommitLogStore:
             file_end = position - position % size + size
             segment_end = min(end, file_end)
             index = position - start
-            scanner = RecordScanner(
-                buf[index : index + segment_end - position],
-                base_offset=position,
-                check_physical_offset=True,
-                limit=file_end - position,
-            )
-            for _ in scanner:
-                pass
-            stop = scanner.stop
-            assert stop is not None
-            reached = position + scanner.position
+            segment = buf[index : index + segment_end - position]
+            result, _ = scan_totals(segment, 0, None, position, file_end - position, True, True)
+            stop = scan_stop(result, position)
+            reached = position + result[0]
             if stop.reason is StopReason.BLANK:
                 if stop.offset + stop.blank_size != file_end:
                     return reached, CorruptRecordError(
@@ -810,24 +804,22 @@ class CommitLogStore:
             mapped = files.find(self._dispatched)
             if mapped is None:  # pragma: no cover - offsets inside the data always have a file
                 break
-            scanner = RecordScanner(
-                mapped.view,
-                self._dispatched - mapped.start_offset,
-                mapped.wrote,
-                base_offset=mapped.start_offset,
-                check_physical_offset=True,
-            )
-            record: MessageRecord | None = None
-            try:
-                for record in scanner:
-                    self._dispatch_record(scanner.record_offset, record)
-            except Exception as exc:  # a consume queue could not be written
-                self._dispatched = scanner.record_offset
-                self._fail_dispatch(scanner.record_offset, record, exc)
+            base = mapped.start_offset
+            view = mapped.view
+            result: ScanResult | None = None
+            failed = False
+            for result in scan_windows(
+                view, self._dispatched - base, mapped.wrote, base, None, True, True
+            ):
+                if result[4] and not self._dispatch_rows(view, result[5]):
+                    failed = True
+                    break
+            if failed:
                 break
-            stop = scanner.stop
-            assert stop is not None
-            self._dispatched = mapped.start_offset + scanner.position
+            assert result is not None
+            stop = scan_stop(result, base)
+            position = result[0]
+            self._dispatched = base + position
             if stop.reason is StopReason.BLANK:
                 if stop.offset + stop.blank_size != mapped.end_offset:
                     self._dispatch_error = CorruptRecordError(
@@ -839,7 +831,7 @@ class CommitLogStore:
                     break
                 self._dispatched = mapped.end_offset
             elif stop.reason is StopReason.END:
-                if scanner.position < mapped.size:
+                if position < mapped.size:
                     break
                 self._dispatched = mapped.end_offset
             elif stop.reason is StopReason.INCOMPLETE:
@@ -850,8 +842,8 @@ class CommitLogStore:
                 break
         return self.dispatch_error
 
-    def _fail_dispatch(self, offset: int, record: MessageRecord | None, exc: Exception) -> None:
-        where = "" if record is None else f"consume queue {record.topic}/{record.queue_id}: "
+    def _fail_dispatch(self, offset: int, queue: tuple[str, int] | None, exc: Exception) -> None:
+        where = "" if queue is None else f"consume queue {queue[0]}/{queue[1]}: "
         if isinstance(exc, CreateMappedFileError):
             error = DispatchError(offset, f"{where}{exc}", retryable=True)
             self._dispatch_error = error
@@ -871,15 +863,45 @@ class CommitLogStore:
             "%s: %s; puts are refused from now on (reads and replication go on)", self.root, error
         )
 
-    def _dispatch_record(self, offset: int, record: MessageRecord) -> None:
-        key = (record.topic, record.queue_id)
-        queue = self._queues.get(key)
-        if queue is None:
-            queue = self._new_queue(*key)
-        if record.queue_offset < queue.max_queue_offset:
-            return  # already dispatched (recovery re-dispatches from a safe point)
-        queue.append(record.queue_offset, offset, record.size, record.tags_hash)
-        self._last_store_timestamp = max(self._last_store_timestamp, record.store_timestamp)
+    def _dispatch_rows(self, view: memoryview, rows: bytes) -> bool:
+        """Append the consume queue entries of ``rows`` (one scan of ``view``; see
+        ``_index.py``); a record already in its queue is skipped (recovery re-dispatches from
+        a safe point). False when a consume queue could not be written: :attr:`dispatch_error`
+        names the record, :attr:`dispatched_offset` is its offset."""
+        queues = self._queues
+        topics: list[str] = []
+        last_stored = self._last_store_timestamp
+        offset = 0
+        key: tuple[str, int] | None = None
+        try:
+            for (
+                offset,
+                size,
+                queue_id,
+                queue_offset,
+                tags_hash,
+                stored,
+                start,
+                length,
+                tid,
+            ) in ROW.iter_unpack(rows):
+                if tid == len(topics):
+                    topics.append(str(view[start : start + length], "utf-8"))
+                key = (topics[tid], queue_id)
+                queue = queues.get(key)
+                if queue is None:
+                    queue = self._new_queue(*key)
+                if queue_offset < queue.max_queue_offset:
+                    continue
+                queue.append(queue_offset, offset, size, tags_hash)
+                last_stored = max(last_stored, stored)
+        except Exception as exc:  # a consume queue could not be written
+            self._last_store_timestamp = last_stored
+            self._dispatched = offset
+            self._fail_dispatch(offset, key, exc)
+            return False
+        self._last_store_timestamp = last_stored
+        return True
 
     # -- durability --------------------------------------------------------------------------
 

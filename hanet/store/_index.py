@@ -1,0 +1,234 @@
+"""Validate a whole region of commit log bytes in one call: the record index.
+
+:func:`scan_index` walks ``buf[start:end]`` exactly as :class:`~._scanner.RecordScanner` does
+(same validation, same stops, same details) but, instead of one :class:`MessageRecord` per
+record, returns what the store needs about each record as packed rows (:data:`ROW`)::
+
+    position, reason, detail, blank_size, count, rows = scan_index(view, 0, wrote, base)
+    for physical, size, queue_id, queue_offset, tags_hash, stored, t_start, t_len, t_id in (
+        ROW.iter_unpack(rows)
+    ): ...
+
+- ``position``: buffer position of the stop (right after the last valid record);
+  ``reason``: an index into :data:`STOP_REASONS`; ``detail`` and ``blank_size``: as
+  :class:`~._scanner.ScanStop`'s; ``count``: how many rows.
+- Each row: physical offset, TOTALSIZE, queue id, queue offset, tags hash (Java
+  ``String.hashCode`` of TAGS, 0 without tags, as :attr:`MessageRecord.tags_hash`), store
+  timestamp, the topic's UTF-8 bytes as (start, length) in ``buf``, and a topic id: distinct
+  topic bytes numbered 0, 1, ... in the order they first appear, so a caller decodes each
+  topic once (:func:`topic_names`).
+
+Two implementations with the same signature and output: ``hanet.store._speedups.scan`` (C,
+built by ``pip install -e .``) and :func:`scan_index_py`, built on ``RecordScanner`` (the
+reference, and the fallback when the extension is missing). :data:`scan_index` is the native
+one when it imports and ``HANET_NO_EXTENSIONS`` is not set; :data:`NATIVE_SCANNER` says which.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from collections.abc import Callable, Iterator
+
+from ._scanner import RecordScanner, ScanStop, StopReason
+
+__all__ = [
+    "NATIVE_SCANNER",
+    "ROW",
+    "SCAN_WINDOW",
+    "STOP_REASONS",
+    "ScanFunction",
+    "ScanResult",
+    "native_scan",
+    "scan_index",
+    "scan_index_py",
+    "scan_stop",
+    "scan_totals",
+    "scan_windows",
+    "topic_names",
+]
+
+ROW = struct.Struct("=qiiqiqqii")
+"""One row: physical offset, size, queue id, queue offset, tags hash, store timestamp,
+topic start, topic length, topic id (native byte order, no padding: 52 bytes)."""
+
+STOP_REASONS = (
+    StopReason.END,
+    StopReason.BLANK,
+    StopReason.UNWRITTEN,
+    StopReason.INCOMPLETE,
+    StopReason.INVALID,
+)
+"""The stop reason of each code a scan returns."""
+_CODES = {reason: code for code, reason in enumerate(STOP_REASONS)}
+_I64_MAX = 2**63 - 1
+
+ScanResult = tuple[int, int, str, int, int, bytes]
+"""``(position, reason code, detail, blank_size, count, rows)``."""
+
+Buffer = bytes | bytearray | memoryview
+ScanFunction = Callable[..., ScanResult]
+
+
+def scan_index_py(
+    buf: Buffer,
+    start: int = 0,
+    end: int | None = None,
+    base_offset: int = 0,
+    limit: int | None = None,
+    check_crc: bool = True,
+    check_physical_offset: bool = False,
+) -> ScanResult:
+    """The pure-Python :func:`scan_index`: :class:`RecordScanner` and a row per record.
+
+    Raises:
+        ValueError: ``start`` is negative, or ``base_offset`` is negative or so large that an
+            offset in ``buf`` would not fit in an ``i64``.
+    """
+    view = memoryview(buf)
+    if view.format != "B" or view.ndim != 1:
+        view = view.cast("B")
+    if start < 0:
+        raise ValueError("start must not be negative")
+    if base_offset < 0 or base_offset > _I64_MAX - len(view):
+        raise ValueError("base_offset out of range")
+    scanner = RecordScanner(
+        view,
+        start,
+        end,
+        base_offset=base_offset,
+        check_crc=check_crc,
+        check_physical_offset=check_physical_offset,
+        limit=limit,
+    )
+    rows = bytearray()
+    pack = ROW.pack
+    topic_ids: dict[str, int] = {}
+    count = 0
+    for record in scanner:
+        offset = scanner.record_offset
+        topic_len = len(record.topic.encode())
+        topic_start = (
+            offset - base_offset + record.size - 2 - len(record.properties_raw) - topic_len
+        )
+        topic_id = topic_ids.setdefault(record.topic, len(topic_ids))
+        rows += pack(
+            offset,
+            record.size,
+            record.queue_id,
+            record.queue_offset,
+            record.tags_hash,
+            record.store_timestamp,
+            topic_start,
+            topic_len,
+            topic_id,
+        )
+        count += 1
+    stop = scanner.stop
+    assert stop is not None
+    return scanner.position, _CODES[stop.reason], stop.detail, stop.blank_size, count, bytes(rows)
+
+
+def scan_stop(result: ScanResult, base_offset: int) -> ScanStop:
+    """The :class:`ScanStop` of a scan of a buffer whose byte 0 is at ``base_offset``."""
+    position, code, detail, blank, _, _ = result
+    return ScanStop(base_offset + position, STOP_REASONS[code], detail, blank)
+
+
+def topic_names(buf: Buffer, rows: bytes) -> Iterator[str]:
+    """The distinct topics of ``rows`` (rows of a scan of ``buf``), in topic id order."""
+    view = memoryview(buf)
+    if view.format != "B" or view.ndim != 1:
+        view = view.cast("B")
+    seen = 0
+    for *_, start, length, topic_id in ROW.iter_unpack(rows):
+        if topic_id == seen:
+            seen += 1
+            yield str(view[start : start + length], "utf-8")
+
+
+def _native() -> ScanFunction | None:
+    try:
+        from ._speedups import scan  # noqa: PLC0415 - optional: built by pip install -e .
+    except ImportError:
+        return None
+    return scan
+
+
+native_scan = _native()
+"""``hanet.store._speedups.scan``, or None when the extension is not built."""
+NATIVE_SCANNER = native_scan is not None and not os.environ.get("HANET_NO_EXTENSIONS")
+"""Whether :data:`scan_index` is the native scan (built, and ``HANET_NO_EXTENSIONS`` unset)."""
+scan_index: ScanFunction = (
+    native_scan if native_scan is not None and NATIVE_SCANNER else scan_index_py
+)
+"""The native scan when :data:`NATIVE_SCANNER`, else :func:`scan_index_py`."""
+
+
+SCAN_WINDOW = 16 << 20
+"""Bytes :func:`scan_windows` validates per call (bounds the rows held at once)."""
+
+
+def scan_windows(
+    buf: Buffer,
+    start: int = 0,
+    end: int | None = None,
+    base_offset: int = 0,
+    limit: int | None = None,
+    check_crc: bool = True,
+    check_physical_offset: bool = False,
+    *,
+    window: int = SCAN_WINDOW,
+    scan: ScanFunction | None = None,
+) -> Iterator[ScanResult]:
+    """:data:`scan_index` over ``buf[start:end]`` in windows of about ``window`` bytes.
+
+    Yields one result per window; their rows together are the rows of one whole scan, and the
+    **last** result's stop is the whole scan's stop (a window's own END or INCOMPLETE at its
+    edge is not a stop: the next window starts at its position, and a record larger than the
+    window widens it). Topic ids are numbered per window. A scan's checks do not depend on
+    ``end`` except for END and INCOMPLETE, so the outcome is the one of a single call.
+    ``scan``: the implementation (default :data:`scan_index`).
+    """
+    scan_function = scan_index if scan is None else scan
+    length = len(buf) if not isinstance(buf, memoryview) else buf.nbytes
+    stop_end = length if end is None else min(end, length)
+    position = start
+    size = window
+    while True:
+        window_end = min(stop_end, position + size)
+        result = scan_function(
+            buf, position, window_end, base_offset, limit, check_crc, check_physical_offset
+        )
+        reached, code = result[0], result[1]
+        if window_end >= stop_end or STOP_REASONS[code] not in (
+            StopReason.END,
+            StopReason.INCOMPLETE,
+        ):
+            yield result
+            return
+        if result[4]:
+            yield result
+        size = size * 2 if reached == position else window
+        position = reached
+
+
+def scan_totals(
+    buf: Buffer,
+    start: int = 0,
+    end: int | None = None,
+    base_offset: int = 0,
+    limit: int | None = None,
+    check_crc: bool = True,
+    check_physical_offset: bool = False,
+) -> tuple[ScanResult, int]:
+    """:func:`scan_windows` for its outcome only: the last result (the stop) and the number of
+    valid records."""
+    count = 0
+    result: ScanResult | None = None
+    for result in scan_windows(
+        buf, start, end, base_offset, limit, check_crc, check_physical_offset
+    ):
+        count += result[4]
+    assert result is not None
+    return result, count

@@ -1,0 +1,14 @@
+"""Types of the native record scanner (``_speedups.c``); see ``hanet.store._index``."""
+
+ROW_SIZE: int
+CLMUL_CRC: int  # 1 when body CRCs use carry-less multiplication (HANET_NO_CLMUL=1: zlib)
+
+def scan(
+    buf: bytes | bytearray | memoryview,
+    start: int = 0,
+    end: int | None = None,
+    base_offset: int = 0,
+    limit: int | None = None,
+    check_crc: bool = True,
+    check_physical_offset: bool = False,
+) -> tuple[int, int, str, int, int, bytes]: ...

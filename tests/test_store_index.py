@@ -1,0 +1,487 @@
+"""The record index (``hanet.store._index``): the native scanner (``_speedups.c``) and the
+pure-Python reference (``scan_index_py`` on ``RecordScanner``) give the same rows, stop
+reason, stop offset and detail, on the scanner's own vectors and on generated and mutated
+regions (hypothesis); the native one survives random bytes under ``python -X dev``; and the
+store tests pass with ``HANET_NO_EXTENSIONS=1`` too."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from hanet.store import (
+    BLANK_MAGIC,
+    INDEX_ROW,
+    INDEX_STOP_REASONS,
+    NATIVE_SCANNER,
+    IndexScanFunction,
+    IndexScanResult,
+    MessageRecord,
+    RecordScanner,
+    StopReason,
+    encode_blank,
+    encode_record,
+    index_scan_stop,
+    index_topic_names,
+    java_string_hash,
+    native_scan,
+    parse_host,
+    scan_index_py,
+    scan_index_windows,
+)
+
+ROW = INDEX_ROW
+STOP_REASONS = INDEX_STOP_REASONS
+ScanFunction = IndexScanFunction
+ScanResult = IndexScanResult
+scan_stop = index_scan_stop
+scan_windows = scan_index_windows
+topic_names = index_topic_names
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURE = ROOT / "tests" / "fixtures" / "rocketmq-store-8k" / "commitlog" / ("0" * 20)
+VECTOR_A = encode_record(  # docs/protocol.md §2.6
+    MessageRecord.create(
+        topic="TopicTest",
+        body=b"Hello RocketMQ",
+        queue_id=3,
+        queue_offset=7,
+        physical_offset=0x40001000,
+        born_timestamp=1700000000000,
+        born_host=parse_host("192.168.1.10:53211")[0],
+        born_port=53211,
+        store_timestamp=1700000000123,
+        store_host=parse_host("192.168.1.20:10911")[0],
+        store_port=10911,
+        properties={"TAGS": "TagA", "KEYS": "order-42", "WAIT": "true"},
+    )
+)
+
+IMPLEMENTATIONS = ["python", "native"]
+
+
+@pytest.fixture(params=IMPLEMENTATIONS)
+def scan(request: pytest.FixtureRequest) -> ScanFunction:
+    """Each implementation in turn (native skipped when the extension is not built)."""
+    if request.param == "python":
+        return scan_index_py
+    if native_scan is None:  # pragma: no cover
+        pytest.skip("hanet.store._speedups is not built")
+    return native_scan
+
+
+def rows(result: ScanResult) -> list[tuple[int, ...]]:
+    return list(ROW.iter_unpack(result[5]))
+
+
+def reason(result: ScanResult) -> StopReason:
+    return STOP_REASONS[result[1]]
+
+
+# -- the scanner's vectors, for both implementations -----------------------------------------
+
+
+def test_the_native_scanner_is_selected_when_built() -> None:
+    wanted = native_scan is not None and not os.environ.get("HANET_NO_EXTENSIONS")
+    assert wanted == NATIVE_SCANNER
+
+
+def test_vector_a(scan: ScanFunction) -> None:
+    result = scan(VECTOR_A, 0, None, 0x40001000, None, True, True)
+    assert result[:5] == (148, 0, "", 0, 1)
+    assert rows(result) == [(0x40001000, 148, 3, 7, 2598919, 1700000000123, 0x67, 9, 0)]
+    assert list(topic_names(VECTOR_A, result[5])) == ["TopicTest"]
+
+
+def test_fixture_has_47_messages_then_a_blank_record(scan: ScanFunction) -> None:
+    data = FIXTURE.read_bytes()
+    result = scan(data)
+    assert result[:5] == (8084, 1, "", 108, 47)
+    table = rows(result)
+    assert [row[0] for row in table] == [172 * i for i in range(47)]
+    assert {row[1] for row in table} == {172}
+    assert [row[3] for row in table] == list(range(47))
+    assert {row[8] for row in table} == {0}
+    assert list(topic_names(data, result[5])) == ["abc"]
+    expected = [(172 * i, r) for i, r in enumerate(RecordScanner(data))]
+    assert [row[4] for row in table] == [r.tags_hash for _, r in expected]
+    assert [row[5] for row in table] == [r.store_timestamp for _, r in expected]
+
+
+def test_base_offset_and_start(scan: ScanFunction) -> None:
+    data = FIXTURE.read_bytes()
+    result = scan(memoryview(data), 172 * 3, None, 8192 * 5)
+    assert rows(result)[0][0] == 8192 * 5 + 516
+    assert scan_stop(result, 8192 * 5).offset == 8192 * 5 + 8084
+
+
+@pytest.mark.parametrize("cut", [1, 7, 8, 50, 88, 171])
+def test_incomplete_tail(scan: ScanFunction, cut: int) -> None:
+    result = scan(FIXTURE.read_bytes(), 0, 172 + cut)
+    assert result[0] == 172
+    assert reason(result) is StopReason.INCOMPLETE
+    assert result[4] == 1
+    assert result[2] == (
+        "a partial record header" if cut < 8 else "a record of 172 bytes is partial"
+    )
+
+
+def test_end_on_a_boundary_and_past_it(scan: ScanFunction) -> None:
+    data = FIXTURE.read_bytes()
+    assert scan(data, 0, 344)[:5] == (344, 0, "", 0, 2)
+    assert scan(data, 9000)[:5] == (9000, 0, "", 0, 0)  # start past the buffer
+    assert scan(data, 10, 5)[:5] == (10, 0, "", 0, 0)  # start past end
+
+
+def test_unwritten_zeros(scan: ScanFunction) -> None:
+    assert scan(VECTOR_A + bytes(100))[:5] == (148, 2, "", 0, 1)
+
+
+@pytest.mark.parametrize(
+    ("position", "detail"),
+    [
+        (4, "unknown magic code 0x9AA320A7"),
+        (0, "total size 1073741972 goes beyond the end of the file"),
+        (100, "body CRC mismatch"),
+        (0x57, "body length 78 does not fit"),
+        (0x66, "topic length 73 does not fit"),
+        (0x71, "total size 148 does not match its fields (properties length 98)"),
+    ],
+)
+def test_flipped_bytes(scan: ScanFunction, position: int, detail: str) -> None:
+    buf = bytearray(VECTOR_A * 2)
+    buf[148 + position] ^= 0x40
+    result = scan(buf, 0, None, 1000)
+    assert result[:5] == (148, 4, detail, 0, 1)
+    assert scan_stop(result, 1000).offset == 1148
+    assert result == scan_index_py(buf, 0, None, 1000)
+
+
+def test_physical_offset_check(scan: ScanFunction) -> None:
+    assert scan(VECTOR_A, 0, None, 0x40001000, None, True, True)[4] == 1
+    assert scan(VECTOR_A, 0, None, 0, None, True, True)[:5] == (
+        0,
+        4,
+        "physical offset field 1073745920 does not match the record's offset",
+        0,
+        0,
+    )
+
+
+def test_crc_check_can_be_skipped(scan: ScanFunction) -> None:
+    buf = bytearray(VECTOR_A)
+    buf[100] ^= 1
+    assert scan(buf, 0, None, 0, None, False)[4] == 1
+    assert scan(buf)[2] == "body CRC mismatch"
+
+
+def test_blank_records_and_limit(scan: ScanFunction) -> None:
+    assert scan(encode_blank(8))[:5] == (0, 1, "", 8, 0)
+    assert scan(encode_blank(9))[:5] == (0, 4, "blank record of bad size 9", 0, 0)
+    assert scan(encode_blank(9), limit=9)[:5] == (0, 1, "", 9, 0)  # the file goes on
+    assert scan(encode_blank(7))[:3] == (0, 4, "blank record of bad size 7")
+    # A record that fits the file (limit) but not the data (end) is incomplete, not invalid.
+    assert scan(VECTOR_A[:100], limit=148)[:3] == (0, 3, "a record of 148 bytes is partial")
+    assert scan(VECTOR_A[:100], limit=147)[:3] == (
+        0,
+        4,
+        "total size 148 goes beyond the end of the file",
+    )
+
+
+def test_ipv6_hosts_v2_topics_and_tags(scan: ScanFunction) -> None:
+    records = [
+        MessageRecord.create(topic="t" * 200, body=b"x", born_host=bytes(16), store_timestamp=5),
+        MessageRecord.create(topic="ü", body=b"", store_host=bytes(16), properties={"TAGS": "é😀"}),
+        MessageRecord.create(topic="t" * 200, body=b"y" * 50, properties=b"TAGS\x01\xff\xfeA\x02"),
+        MessageRecord.create(topic="a", body=b"", properties=b"TAGS\x01x\x02TAGS\x01\x02"),
+    ]
+    data = b"".join(encode_record(r) for r in records)
+    result = scan(data)
+    assert result[:5] == (len(data), 0, "", 0, 4)
+    table = rows(result)
+    assert [row[8] for row in table] == [0, 1, 0, 2]
+    assert list(topic_names(data, result[5])) == ["t" * 200, "ü", "a"]
+    assert table[1][4] == java_string_hash("é😀")
+    assert table[2][4] == java_string_hash("\ufffd\ufffdA")
+    assert table[3][4] == 0  # the last TAGS wins, and it is empty
+    assert [row[4] for row in table] == [r.tags_hash for r in RecordScanner(data)]
+
+
+@pytest.mark.parametrize("length", [*range(0, 200, 7), 255, 256, 1023, 1024, 4097, 65536 + 5])
+def test_body_crc_of_every_length(scan: ScanFunction, length: int) -> None:
+    """The native CRC folds 16-byte blocks with carry-less multiplication and leaves the tail
+    to zlib: every length, and a flip in any part of the body, agrees with zlib."""
+    body = bytes((i * 7 + length) % 251 for i in range(length))
+    data = encode_record(MessageRecord.create(topic="t", body=body))
+    assert scan(data)[:5] == (len(data), 0, "", 0, 1)
+    for at in {0, length // 2, length - 1} if length else set():
+        damaged = bytearray(data)
+        damaged[88 + at] ^= 0x01
+        assert scan(damaged)[2] == "body CRC mismatch"
+
+
+def test_arguments(scan: ScanFunction) -> None:
+    with pytest.raises(ValueError):
+        scan(VECTOR_A, -1)
+    with pytest.raises(ValueError):
+        scan(VECTOR_A, 0, None, -1)
+    with pytest.raises(ValueError):
+        scan(VECTOR_A, 0, None, 2**63 - 10)
+    assert scan(bytearray(VECTOR_A))[4] == scan(memoryview(VECTOR_A))[4] == 1
+
+
+def test_windows_give_the_scan_of_one_call(scan: ScanFunction) -> None:
+    data = FIXTURE.read_bytes()
+    whole = scan(data)
+    for window in (1, 100, 172, 500, 8192):
+        results = list(scan_windows(data, 0, None, 0, None, True, False, window=window, scan=scan))
+        assert [row[:6] for r in results for row in ROW.iter_unpack(r[5])] == [
+            row[:6] for row in rows(whole)
+        ]
+        assert results[-1][:4] == whole[:4]
+
+
+# -- differential: generated and mutated regions ---------------------------------------------
+
+i32 = st.integers(-(2**31), 2**31 - 1)
+i64 = st.integers(-(2**63), 2**63 - 1)
+hosts = st.one_of(st.binary(min_size=4, max_size=4), st.binary(min_size=16, max_size=16))
+texts = st.text(alphabet=st.characters(exclude_characters="\x01\x02", codec="utf-8"), max_size=12)
+raw_properties = st.one_of(
+    st.dictionaries(st.sampled_from(["TAGS", "KEYS", "WAIT", "TAG", "TAGSX"]), texts, max_size=4),
+    st.lists(
+        st.tuples(st.sampled_from([b"TAGS", b"KEYS", b"", b"T\xffAGS"]), st.binary(max_size=10)),
+        max_size=4,
+    ).map(lambda items: b"".join(k + b"\x01" + v + b"\x02" for k, v in items)),
+    st.binary(max_size=40),
+)
+topics = st.one_of(
+    st.sampled_from(["TopicTest", "a", "ü", "%|_-9"]),
+    st.text(max_size=140, alphabet=st.characters(codec="utf-8")),
+)
+
+
+@st.composite
+def regions(draw: st.DrawFn) -> bytes:
+    """Records at their own physical offsets, maybe a blank record or zeros after them."""
+    data = bytearray()
+    for _ in range(draw(st.integers(0, 5))):
+        record = MessageRecord.create(
+            topic=draw(topics),
+            body=draw(st.binary(max_size=200)),
+            queue_id=draw(i32),
+            queue_offset=draw(i64),
+            physical_offset=len(data),
+            sys_flag=draw(st.integers(0, 0x3FF)),
+            born_host=draw(hosts),
+            store_host=draw(hosts),
+            store_timestamp=draw(i64),
+            properties=draw(raw_properties),
+        )
+        data += encode_record(record)
+    tail = draw(st.sampled_from(["none", "blank", "zeros"]))
+    if tail == "blank":  # a valid blank record: it fills the rest of the buffer
+        spare = draw(st.integers(0, 40))
+        data += encode_blank(8 + spare) + bytes(spare)
+    elif tail == "zeros":
+        data += bytes(draw(st.integers(0, 100)))
+    return bytes(data)
+
+
+@st.composite
+def mutated(draw: st.DrawFn) -> bytes:
+    data = bytearray(draw(regions()))
+    for _ in range(draw(st.integers(0, 3))):
+        if not data:
+            break
+        kind = draw(st.sampled_from(["flip", "length", "magic", "cut"]))
+        at = draw(st.integers(0, len(data) - 1))
+        if kind == "flip":
+            data[at] ^= draw(st.integers(1, 255))
+        elif kind == "length":  # a bogus i32 / i16 / i8 anywhere (sizes, lengths)
+            width = draw(st.sampled_from([1, 2, 4]))
+            value = draw(st.integers(0, 256**width - 1))
+            data[at : at + width] = value.to_bytes(width, "big")[: len(data) - at]
+        elif kind == "magic":
+            magic = draw(st.sampled_from([0xDAA320A7, 0xDAA320AB, BLANK_MAGIC, 0]))
+            data[at : at + 4] = magic.to_bytes(4, "big")[: len(data) - at]
+        else:
+            del data[at:]
+    return bytes(data)
+
+
+DIFFERENTIAL = settings(
+    max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+
+
+def _both(data: bytes, *args: object) -> ScanResult:
+    assert native_scan is not None
+    python = scan_index_py(data, *args)  # type: ignore[arg-type]
+    native = native_scan(data, *args)
+    assert native == python
+    return native
+
+
+needs_native = pytest.mark.skipif(native_scan is None, reason="hanet.store._speedups not built")
+
+
+@needs_native
+@DIFFERENTIAL
+@given(
+    data=regions(),
+    check=st.booleans(),
+    extra=st.integers(0, 64),
+    base=st.integers(0, 2**40),
+)
+def test_generated_regions_scan_the_same(data: bytes, check: bool, extra: int, base: int) -> None:
+    result = _both(data, 0, None, 0, None, True, True)
+    assert reason(result) is not StopReason.INVALID
+    _both(data, 0, None, base, len(data) + extra, check, check)
+    for row, record in zip(rows(result), RecordScanner(data), strict=True):
+        assert row[4] == record.tags_hash
+
+
+@needs_native
+@DIFFERENTIAL
+@given(
+    data=mutated(),
+    start=st.integers(0, 300),
+    end=st.one_of(st.none(), st.integers(-5, 2000)),
+    limit=st.one_of(st.none(), st.integers(-5, 2000)),
+    check_crc=st.booleans(),
+    check_offset=st.booleans(),
+    base=st.sampled_from([0, 1, 4096]),
+)
+def test_mutated_regions_scan_the_same(
+    data: bytes,
+    start: int,
+    end: int | None,
+    limit: int | None,
+    check_crc: bool,
+    check_offset: bool,
+    base: int,
+) -> None:
+    _both(data, start, end, base, limit, check_crc, check_offset)
+    _both(data, 0, None, 0, None, check_crc, check_offset)
+
+
+@needs_native
+@DIFFERENTIAL
+@given(data=st.binary(max_size=600), start=st.integers(0, 50), check=st.booleans())
+def test_garbage_after_a_record_scans_the_same(data: bytes, start: int, check: bool) -> None:
+    _both(VECTOR_A + data, start, None, 0, None, check, check)
+
+
+# -- the native scanner on random bytes, under python -X dev ---------------------------------
+
+_FUZZ = textwrap.dedent(
+    """
+    import random, struct, sys
+    from hanet.store._speedups import scan
+    rng = random.Random(int(sys.argv[1]))
+    magics = [b"\\xda\\xa3\\x20\\xa7", b"\\xda\\xa3\\x20\\xab", b"\\xcb\\xd4\\x31\\x94"]
+    runs = 0
+    for _ in range(20000):
+        n = rng.randrange(0, 400)
+        data = bytearray(rng.randbytes(n))
+        for _ in range(rng.randrange(0, 4)):  # plausible prefixes make it past the magic
+            at = rng.randrange(0, max(n - 8, 1))
+            if n >= at + 8:
+                data[at : at + 8] = struct.pack(">i", rng.randrange(-8, n + 8)) + rng.choice(magics)
+        if n > 40 and rng.random() < 0.5:
+            data[36:40] = struct.pack(">i", rng.choice([0, 0x10, 0x20, 0x30, -1]))
+        buf = rng.choice([bytes, bytearray, memoryview])(data)
+        start = rng.randrange(0, n + 2)
+        end = rng.choice([None, rng.randrange(-2, n + 20)])
+        limit = rng.choice([None, rng.randrange(-2, n + 20), 2**40])
+        result = scan(buf, start, end, rng.randrange(0, 2**40), limit, rng.random() < 0.5,
+                      rng.random() < 0.5)
+        assert len(result[5]) == 52 * result[4]
+        assert 0 <= result[1] <= 4
+        runs += 1
+    print(runs)
+    """
+)
+
+
+@needs_native
+@pytest.mark.parametrize("seed", [1, 2])
+def test_native_scan_survives_random_bytes_under_dev_mode(seed: int) -> None:
+    out = subprocess.run(
+        [sys.executable, "-X", "dev", "-c", _FUZZ, str(seed)],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "PYTHONMALLOC": "debug"},
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "20000"
+
+
+@needs_native
+def test_the_zlib_crc_path_agrees_too() -> None:
+    """``HANET_NO_CLMUL=1`` makes the native scan use zlib's CRC for every body."""
+    code = textwrap.dedent(
+        """
+        from hanet.store import MessageRecord, encode_record, native_scan
+        from hanet.store._speedups import CLMUL_CRC
+        assert native_scan is not None and CLMUL_CRC == 0
+        for n in (0, 1, 63, 64, 65, 1000, 4096):
+            body = (bytes(range(256)) * 17)[:n]
+            data = encode_record(MessageRecord.create(topic="t", body=body))
+            assert native_scan(data)[4] == 1
+        print("ok")
+        """
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "HANET_NO_CLMUL": "1"},
+    )
+    assert out.stdout.strip() == "ok", out.stderr
+
+
+# -- the store without the extension ---------------------------------------------------------
+
+
+@pytest.mark.slow
+@needs_native
+def test_store_tests_pass_with_the_pure_python_scanner() -> None:
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "tests/test_store_store.py",
+            "tests/test_store_recovery.py",
+            "tests/test_store_integrity.py",
+            "tests/test_cli_store.py",
+            "tests/test_ha_slave_integrity.py",
+            "tests/test_store_index.py::test_the_native_scanner_is_selected_when_built",
+        ],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "HANET_NO_EXTENSIONS": "1"},
+    )
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
