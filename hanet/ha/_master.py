@@ -8,6 +8,7 @@ from collections import deque
 from functools import partial
 from typing import Any
 
+import attrs
 import trio
 
 from handlers import IdleState, IdleStateEvent, IdleStateHandler
@@ -31,8 +32,10 @@ from hanet.store import (
     CommitLogStore,
     CorruptRecordError,
     PutStatus,
-    RecordScanner,
+    ScanStop,
     StopReason,
+    index_scan_stop,
+    scan_index,
 )
 
 from ._config import BrokerConfig
@@ -58,17 +61,22 @@ _RECORD_OVERHEAD_MAX = 2 * 32 * 1024 + 64 * 1024
 _EMPTY = memoryview(b"")
 
 
-def _scan(buf: bytes, offset: int) -> RecordScanner:
-    """Scan ``buf`` (commit log bytes starting at physical ``offset``) to its first stop."""
-    scanner = RecordScanner(buf, base_offset=offset, check_physical_offset=True)
-    for _ in scanner:
-        pass
-    return scanner
+@attrs.frozen
+class _Scanned:
+    position: int
+    """Where the whole valid records of the buffer end."""
+    stop: ScanStop
 
 
-def _stop_reason(scanner: RecordScanner) -> str:
+def _scan(buf: bytes | memoryview, offset: int) -> _Scanned:
+    """Validate ``buf`` (commit log bytes starting at physical ``offset``) in one call of the
+    store's record index (native when built) up to its first stop."""
+    result = scan_index(buf, 0, len(buf), offset, None, True, True)
+    return _Scanned(result[0], index_scan_stop(result, offset))
+
+
+def _stop_reason(scanner: _Scanned) -> str:
     stop = scanner.stop
-    assert stop is not None
     if stop.reason is StopReason.UNWRITTEN:
         return "zero size and magic inside the written data"
     return stop.detail or stop.reason.value
