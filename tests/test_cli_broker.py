@@ -268,3 +268,26 @@ async def test_status_table_shows_why_a_slave_was_closed(
     out = capsys.readouterr().out  # the reason is folded over lines of the state column
     words = " ".join(line.split("│")[2] for line in out.splitlines() if line.count("│") > 2)
     assert "request offset 1000000000 is outside the master's" in " ".join(words.split())
+
+
+async def test_a_start_that_fails_leaves_no_files(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        store = tmp_path / "new-store"
+        status = await verb("master", "--store", str(store), "--listen", "127.0.0.1:0",
+                            "--ha-listen", f"127.0.0.1:{port}")  # fmt: skip
+    assert status == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("hanet: cannot listen:") and f"HA port 127.0.0.1:{port}" in line
+    assert not store.exists()
+
+
+def test_help_shows_the_defaults(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["master", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "store directory (./store)" in out and "(127.0.0.1:10911; port 0: any)" in out

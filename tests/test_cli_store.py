@@ -192,3 +192,16 @@ def test_file_size_flag_takes_suffixes_and_a_mismatch_names_the_right_one(
     err = capsys.readouterr().err
     assert "has 65536 bytes, not the file size 1048576" in err
     assert "--mapped-file-size 65536" in err
+
+
+def test_verify_on_a_live_slave_counts_undispatched_tail(tmp_path: Path, capsys: Capture) -> None:
+    with CommitLogStore.open(tmp_path, StoreConfig(mapped_file_size=4096)) as store:
+        for i in range(20):
+            store.put(Message("T", b"x" * i, queue_id=0))
+    cq = tmp_path / "consumequeue" / "T" / "0" / file_name(0)
+    data = bytearray(cq.read_bytes())
+    data[17 * 20 : 20 * 20] = bytes(60)  # the last three entries not written yet
+    cq.write_bytes(bytes(data))
+    status, out, _ = run(capsys, "verify", str(tmp_path))
+    assert status == 0, out
+    assert "20 messages" in out and "3 message(s) past" in out and "not dispatched yet" in out

@@ -22,6 +22,7 @@ import argparse
 import errno
 import json
 import os
+import shutil
 import signal
 import sys
 from collections.abc import Callable
@@ -61,7 +62,7 @@ class _Flag:
 
 
 _COMMON_FLAGS = (
-    _Flag(("--store",), "store_path_root_dir", Path, "store directory", "DIR"),
+    _Flag(("--store",), "store_path_root_dir", Path, "store directory (./store)", "DIR"),
     _Flag(
         ("--mapped-file-size",), "mapped_file_size_commit_log", parse_size,
         "commit log file size (1G; K/M/G suffixes)", "BYTES",
@@ -295,9 +296,13 @@ async def _serve(broker: Broker, ready_file: Path | None) -> int:
     """Run the broker until SIGTERM (0) or Ctrl-C (KeyboardInterrupt, 130 in main)."""
     config = broker.config
     error: str | None = None
+    root = config.store_path_root_dir
+    new_store = not root.exists()
+    serving = False
     try:
         async with trio.open_nursery() as nursery:
             addresses: BrokerAddresses = await nursery.start(broker.run)
+            serving = True
             parts = [f"store {config.store_path_root_dir}"]
             if addresses.broker:
                 parts.append(f"broker port {addresses.broker[0]}:{addresses.broker[1]}")
@@ -321,6 +326,8 @@ async def _serve(broker: Broker, ready_file: Path | None) -> int:
             if broker.role is not BrokerRole.SLAVE:
                 ports.append(f"HA port {config.ha_listen_host}:{config.ha_listen_port}")
             error = f"cannot listen: {error} ({', '.join(ports)})"
+    if error is not None and new_store and not serving:
+        shutil.rmtree(root, ignore_errors=True)  # a failed start leaves no files behind
     return EXIT_OK if error is None else fail(error)
 
 
