@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from functools import partial
+from pathlib import Path
 
 import attrs
 import trio
 
-from hanet.broker import BrokerMetrics, serve_metrics
+from hanet.broker import Broker, BrokerAddresses, BrokerMetrics, serve_metrics
+from hanet.client import BrokerClient
+from hanet.ha import BrokerConfig
 from hanet.protocol import BrokerStatus, MasterLink, SlaveInfo
 
 STATUS = BrokerStatus(
@@ -83,4 +86,36 @@ async def test_http_endpoint() -> None:
         assert (await http_get(port, b"POST /metrics HTTP/1.1\r\n\r\n")).startswith(b"HTTP/1.1 405")
         assert (await http_get(port, b"garbage\r\n\r\n")).startswith(b"HTTP/1.1 400")
         assert (await http_get(port, b"G" * 10000)).startswith(b"HTTP/1.1 431")
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_running_broker_serves_metrics_that_move(tmp_path: Path) -> None:
+    config = BrokerConfig(
+        store_path_root_dir=tmp_path,
+        listen_port=0,
+        ha_listen_port=0,
+        mapped_file_size_commit_log=64 * 1024,
+        metrics_listen="127.0.0.1:0",
+    )
+    async with trio.open_nursery() as nursery:
+        addresses: BrokerAddresses = await nursery.start(Broker(config).run)
+        assert addresses.metrics is not None and addresses.broker is not None
+        port = addresses.metrics[1]
+
+        async def scrape() -> str:
+            reply = await http_get(port, b"GET /metrics HTTP/1.1\r\n\r\n")
+            return reply.partition(b"\r\n\r\n")[2].decode()
+
+        before = await scrape()
+        assert sample(before, 'hanet_commitlog_offset{kind="max"}') == 0
+        async with BrokerClient.connect(*addresses.broker) as client:
+            for i in range(5):
+                await client.put("T", b"m%d" % i)
+            await client.put("bad topic!", b"x")
+        after = await scrape()
+        assert sample(after, 'hanet_puts_total{status="PUT_OK"}') == 5
+        assert sample(after, 'hanet_puts_total{status="MESSAGE_ILLEGAL"}') == 1
+        assert sample(after, "hanet_put_latency_seconds_count") == 6
+        assert sample(after, 'hanet_commitlog_offset{kind="max"}') > 0
+        assert sample(after, 'hanet_connection_events_total{event="opened",port="broker"}') == 1
         nursery.cancel_scope.cancel()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import socket
 import struct
 from collections.abc import AsyncIterator
@@ -51,6 +52,25 @@ def test_settings_come_from_defaults_then_the_config_file_then_the_flags(tmp_pat
     assert config.store_path_root_dir == tmp_path / "s"  # flag
     defaults = build_config(build_parser().parse_args(["master"]))
     assert defaults == BrokerConfig()
+
+
+def test_a_real_broker_conf_is_accepted_with_one_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    conf = tmp_path / "broker.conf"
+    conf.write_text(
+        "brokerClusterName=DefaultCluster\nbrokerName=broker-a\nbrokerId=0\n"
+        "listenPort=30911\nsendMessageThreadPoolNums=16\nuseReentrantLockWhenPutMessage=true\n"
+        "tlsCertPath=/etc/hanet/m.crt\ndiskMaxUsedSpaceRatio=88\n",
+        encoding="utf-8",
+    )
+    config = build_config(build_parser().parse_args(["master", "--config", str(conf)]))
+    assert config.listen_port == 30911
+    assert config.ha_listen_port == 30912  # listenPort + 1, as RocketMQ
+    assert config.disk_max_used_space_ratio == 88
+    assert config.tls_cert == Path("/etc/hanet/m.crt")
+    (warning,) = [r.getMessage() for r in caplog.records if "does not use" in r.getMessage()]
+    assert warning.endswith("sendMessageThreadPoolNums, useReentrantLockWhenPutMessage")
 
 
 def test_slave_settings(tmp_path: Path) -> None:
@@ -196,8 +216,9 @@ async def test_a_second_master_on_a_store_in_use_fails_in_one_line(
 
 
 async def test_master_verb_serves_and_writes_its_ready_file(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.INFO, logger="hanet.broker")
     ready = tmp_path / "ready.json"
     async with trio.open_nursery() as nursery:
         nursery.start_soon(
@@ -210,8 +231,9 @@ async def test_master_verb_serves_and_writes_its_ready_file(
         data = json.loads(ready.read_text())
         assert data["role"] == "ASYNC_MASTER" and data["ha"].startswith("127.0.0.1:")
         nursery.cancel_scope.cancel()
-    out = capsys.readouterr().out
-    assert out.startswith("ASYNC_MASTER ready: store ") and f"broker port {data['broker']}" in out
+    ready_lines = [r.getMessage() for r in caplog.records if "ready: store" in r.getMessage()]
+    assert ready_lines[0].startswith("ASYNC_MASTER ready: store ")
+    assert f"broker port {data['broker']}" in ready_lines[0]
     assert not (tmp_path / "m" / "abort").exists()
 
 

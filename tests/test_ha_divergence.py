@@ -304,8 +304,9 @@ def test_truncate_to_and_resync_flags(tmp_path: Path, capsys: pytest.CaptureFixt
 
 
 async def test_the_slave_verb_truncates_then_replicates(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.INFO, logger="hanet.broker")
     with open_store(tmp_path / "s", StoreRole.MASTER, size=64 * 1024) as store:
         put(store, 20)
         cut = record_boundary(store, 12)
@@ -322,7 +323,7 @@ async def test_the_slave_verb_truncates_then_replicates(
             while not ready.exists():  # noqa: ASYNC110 - written by the verb
                 await trio.sleep(0.01)
         nursery.cancel_scope.cancel()
-    out = capsys.readouterr().out.splitlines()
+    out = [r.getMessage() for r in caplog.records if r.name == "hanet.broker"]
     assert out[0] == (
         f"--truncate-to {cut}: store {tmp_path / 's'}, commit log [0, {end}): truncated the "
         f"commit log from {end} to {cut} ({end - cut} bytes dropped); replication resumes from "

@@ -129,7 +129,7 @@ class ReconnectingClient:
                 if self._attempts >= max_attempts:
                     break
                 delay = self.policy.delay(consecutive_failures, self.rng)
-                log.info("%s: connect failed (%s); retrying in %.1f s", self.name, reason, delay)
+                log.warning("%s: connect failed (%s); retrying in %.1f s", self.name, reason, delay)
                 await trio.sleep(delay)
                 continue
             consecutive_failures = 0
@@ -138,7 +138,7 @@ class ReconnectingClient:
             if self._attempts >= max_attempts:
                 break
             delay = self.policy.delay(1, self.rng)
-            log.info("%s: disconnected; reconnecting in %.1f s", self.name, delay)
+            log.warning("%s: disconnected; reconnecting in %.1f s", self.name, delay)
             await trio.sleep(delay)
 
     async def _run_one(self, stream: trio.abc.Stream) -> None:

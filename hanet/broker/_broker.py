@@ -101,10 +101,12 @@ class BrokerAddresses:
     Attributes:
         broker: the broker port (None when not served).
         ha: the HA port of a master (None on a slave).
+        metrics: the Prometheus endpoint (None unless ``metrics_listen`` is set).
     """
 
     broker: tuple[str, int] | None
     ha: tuple[str, int] | None
+    metrics: tuple[str, int] | None = None
 
 
 class Broker:
@@ -238,15 +240,16 @@ class Broker:
                             name="broker port",
                         )
                     )
+                metrics_address: tuple[str, int] | None = None
                 if config.metrics_listen:
                     host, port = parse_address(config.metrics_listen)
-                    await nursery.start(serve_metrics, self.metrics, host, port)
+                    metrics_address = await nursery.start(serve_metrics, self.metrics, host, port)
                     log.info(
                         "%s broker port on %s",
                         self.role.value,
                         format_address(broker_address),
                     )
-                self.addresses = BrokerAddresses(broker_address, ha_address)
+                self.addresses = BrokerAddresses(broker_address, ha_address, metrics_address)
                 task_status.started(self.addresses)
         finally:
             with trio.CancelScope(shield=True):

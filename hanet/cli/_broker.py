@@ -21,10 +21,10 @@ from __future__ import annotations
 import argparse
 import errno
 import json
+import logging
 import os
 import shutil
 import signal
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -47,6 +47,8 @@ from ._support import (
 )
 
 __all__ = ["build_config", "register"]
+
+log = logging.getLogger("hanet.broker")
 
 # -- broker settings ----------------------------------------------------------------------
 
@@ -284,6 +286,7 @@ def _write_ready(path: Path, broker: Broker, addresses: BrokerAddresses) -> None
         "role": broker.role.value,
         "broker": fmt(addresses.broker),
         "ha": fmt(addresses.ha),
+        "metrics": fmt(addresses.metrics),
         "store": str(broker.config.store_path_root_dir),
         "pid": os.getpid(),
     }
@@ -310,12 +313,12 @@ async def _serve(broker: Broker, ready_file: Path | None) -> int:
                 parts.append(f"HA port {addresses.ha[0]}:{addresses.ha[1]}")
             if broker.slave is not None:
                 parts.append(f"master {broker.slave.master_address}")
-            print(f"{broker.role.value} ready: {', '.join(parts)}", flush=True)
+            log.info("%s ready: %s", broker.role.value, ", ".join(parts))
             if ready_file is not None:
                 _write_ready(ready_file, broker, addresses)
             with trio.open_signal_receiver(signal.SIGTERM) as signals:
                 async for _ in signals:
-                    print("SIGTERM: shutting down", file=sys.stderr, flush=True)
+                    log.info("SIGTERM: shutting down")
                     nursery.cancel_scope.cancel()
                     break
     except* (StoreError, ConfigError, OSError) as group:
@@ -372,7 +375,7 @@ def _prepare_slave_store(config: BrokerConfig, truncate_to: int | None, resync: 
             assert truncate_to is not None
             done = HASlave.truncate_store(store, truncate_to)
     flag = "--resync" if resync else f"--truncate-to {truncate_to}"
-    print(f"{flag}: store {root}, commit log {before}: {done}", flush=True)
+    log.warning("%s: store %s, commit log %s: %s", flag, root, before, done)
 
 
 async def run_slave(args: argparse.Namespace) -> int:
