@@ -120,10 +120,12 @@ async def test_many_concurrent_requests_pipelined_over_one_connection(tmp_path: 
 
 async def test_pull_statuses_and_bounds(tmp_path: Path) -> None:
     async with running(config(tmp_path)) as (_, addresses), client(addresses) as c:
-        empty = await c.pull("T", 0)
-        assert (empty.status, empty.next_offset) == (PullStatus.NO_MESSAGE_IN_QUEUE, 0)
+        unknown = await c.pull("T", 0)
+        assert (unknown.status, unknown.next_offset) == (PullStatus.TOPIC_NOT_EXIST, 0)
         for start in range(0, 1100, 550):
             await c.put_batch([PutMessage("T", b"m%d" % i, 0) for i in range(start, start + 550)])
+        empty = await c.pull("T", 1)  # a queue of the topic that holds nothing yet
+        assert (empty.status, empty.next_offset) == (PullStatus.NO_MESSAGE_IN_QUEUE, 0)
         most = await c.pull("T", 0, 0, max_messages=5000)
         assert len(most.messages) == 1024 and most.next_offset == 1024
         assert [m.queue_offset for m in most.messages] == list(range(1024))

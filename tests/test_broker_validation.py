@@ -215,13 +215,13 @@ async def test_pull_of_a_queue_out_of_range_creates_nothing(tmp_path: Path, queu
         before = consume_queue_files(tmp_path)
         pulled = await c.pull("T", queue_id)
         assert (pulled.status, pulled.next_offset, pulled.messages) == (
-            PullStatus.NO_MESSAGE_IN_QUEUE,
+            PullStatus.NO_MATCHED_LOGIC_QUEUE,
             0,
             (),
         )
         weird = await raw_call(addresses, PullRequest(3, "T" * 300, queue_id, 0))
         assert isinstance(weird, PullResponse)
-        assert weird.status is PullStatus.NO_MESSAGE_IN_QUEUE
+        assert weird.status is PullStatus.TOPIC_NOT_EXIST
         assert consume_queue_files(tmp_path) == before
 
 

@@ -180,6 +180,10 @@ async def test_put_pull_status_verbs(tmp_path: Path, capsys: pytest.CaptureFixtu
         assert await verb("pull", "--broker", address, "--topic", "T", "--queue", "0",
                           "--offset", "999") == 1  # fmt: skip
         assert "OFFSET_OVERFLOW_BADLY" in capsys.readouterr().out
+        assert await verb("pull", "--broker", address, "--topic", "Nope", "--queue", "0") == 1
+        assert "TOPIC_NOT_EXIST" in capsys.readouterr().out
+        assert await verb("pull", "--broker", address, "--topic", "T", "--queue", "9") == 1
+        assert "NO_MATCHED_LOGIC_QUEUE" in capsys.readouterr().out
 
         assert await verb("status", "--broker", address) == 0
         out = capsys.readouterr().out

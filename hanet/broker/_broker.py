@@ -413,8 +413,9 @@ class Broker:
     def pull(self, request: PullRequest) -> PullResponse:
         """Serve a PULL from the consume queue (synchronous; reads memory-mapped files).
 
-        Only looks queues up: a pull of a queue that does not exist (a queue id out of range,
-        a topic no put may use) answers NO_MESSAGE_IN_QUEUE and creates nothing.
+        Only looks queues up and creates nothing: a topic never stored here answers
+        TOPIC_NOT_EXIST, a queue id beyond the topic's queues NO_MATCHED_LOGIC_QUEUE, an
+        empty queue NO_MESSAGE_IN_QUEUE.
 
         Raises:
             CorruptRecordError: an entry points at bytes that are not a record.
@@ -430,6 +431,14 @@ class Broker:
             return PullResponse(request.request_id, status, next_offset, low, high, records)
 
         if high <= low:
+            if high == 0:  # an empty or unknown queue: which one (the rare path)
+                queues = store.queues()
+                if (topic, queue_id) not in queues:
+                    known = [q for t, q in queues if t == topic]
+                    if not known:
+                        return answer(PullStatus.TOPIC_NOT_EXIST, 0)
+                    if not 0 <= queue_id < self.config.default_topic_queue_nums:
+                        return answer(PullStatus.NO_MATCHED_LOGIC_QUEUE, 0)
             return answer(PullStatus.NO_MESSAGE_IN_QUEUE, 0 if high == 0 else high)
         if offset < low:
             return answer(PullStatus.OFFSET_TOO_SMALL, low)

@@ -103,6 +103,10 @@ class PullStatus(enum.IntEnum):
     """The offset is past the queue's end; next offset = the end."""
     OFFSET_TOO_SMALL = 4
     """The offset is before the queue's first message; next offset = that first message."""
+    NO_MATCHED_LOGIC_QUEUE = 5
+    """The topic exists but has no such queue (a queue id out of its range)."""
+    TOPIC_NOT_EXIST = 6
+    """No message of this topic was ever stored here (RocketMQ's TOPIC_NOT_EXIST)."""
 
 
 class ErrorCode(enum.IntEnum):
