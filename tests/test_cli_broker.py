@@ -317,3 +317,29 @@ def test_help_shows_the_defaults(capsys: pytest.CaptureFixture[str]) -> None:
         main(["master", "--help"])
     out = " ".join(capsys.readouterr().out.split())
     assert "store directory (./store)" in out and "(127.0.0.1:10911; port 0: any)" in out
+
+
+async def test_a_put_run_cut_short_still_says_what_was_acknowledged(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    result: list[int] = []
+    async with trio.open_nursery() as outer:
+        async with broker(tmp_path) as (b, address):
+            argv = ["put", "--broker", address, "--topic", "T", "--size", "100"]
+            argv += ["--count", "1000000", "--concurrency", "2", "--quiet"]
+
+            async def run() -> None:
+                result.append(await verb(*argv))
+
+            outer.start_soon(run)
+            with trio.fail_after(20):
+                while b.store.max_offset < 50_000:  # noqa: ASYNC110 - until puts flow
+                    await trio.sleep(0.01)
+        # the broker is gone: the run ends
+        with trio.fail_after(20):
+            while not result:  # noqa: ASYNC110
+                await trio.sleep(0.01)
+    assert result == [2]
+    captured = capsys.readouterr()
+    assert "put " in captured.out and "statuses: PUT_OK" in captured.out
+    assert captured.err.startswith("hanet: ")
