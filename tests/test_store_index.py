@@ -12,6 +12,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -393,7 +394,7 @@ def test_garbage_after_a_record_scans_the_same(data: bytes, start: int, check: b
 ALL_COLUMNS = [*INDEX_FIXED_COLUMNS, *INDEX_VAR_COLUMNS]
 
 
-def _columns_both(data: bytes, rows: bytes, base: int, names: list[str]) -> list[object]:
+def _columns_both(data: bytes, rows: bytes, base: int, names: list[str]) -> list[Any]:
     python = record_columns_py(data, rows, base, names)
     if native_columns is not None:
         assert native_columns(data, rows, base, names) == python
@@ -455,7 +456,7 @@ def test_bad_rows_raise_in_both(data: bytes, junk: bytes, cut: int) -> None:
     assert native_columns is not None
     result = scan_index_py(data)
     for rows in (junk[: len(junk) // 52 * 52], result[5] + junk[:cut]):
-        outcomes = []
+        outcomes: list[tuple[str, object]] = []
         for function in (record_columns_py, native_columns):
             try:
                 outcomes.append(("ok", function(data, rows, 0, ALL_COLUMNS)))
