@@ -118,6 +118,52 @@ def test_fixture_is_47_good_records_of_one_store(spark: SparkSession) -> None:
     assert bytes(body["body"]) == b"Once, there was a chance for me!"
 
 
+_PURE_PYTHON_READ = """
+import json, sys
+from hanet.spark import spark_session
+from hanet.store import NATIVE_SCANNER
+spark = spark_session("local[1]", config={"spark.ui.enabled": "false"})
+try:
+    workers = spark.sparkContext.parallelize([0], 1).map(
+        lambda _: __import__("hanet.store").store.NATIVE_SCANNER
+    ).collect()
+    df = spark.read.format("commitlog").option("includeBody", "true").load(sys.argv[1])
+    rows = [r.asDict() for r in df.orderBy("physical_offset").collect()]
+    for r in rows:
+        r["body"] = bytes(r["body"]).hex()
+    print(json.dumps({"native": [NATIVE_SCANNER, *workers], "rows": rows}, sort_keys=True))
+finally:
+    spark.stop()
+"""
+
+
+def test_the_source_gives_the_same_rows_with_the_pure_python_scanner(
+    spark: SparkSession,
+) -> None:
+    """``HANET_NO_EXTENSIONS=1`` (inherited by Spark's Python workers) reads the same rows."""
+    import os
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [sys.executable, "-c", _PURE_PYTHON_READ, str(FIXTURE)],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "HANET_NO_EXTENSIONS": "1"},
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    found = json.loads(out.stdout.strip().splitlines()[-1])
+    assert found["native"] == [False, False]
+    df = spark.read.format("commitlog").option("includeBody", "true").load(str(FIXTURE))
+    rows = [r.asDict() for r in df.orderBy("physical_offset").collect()]
+    for r in rows:
+        r["body"] = bytes(r["body"]).hex()
+    assert len(rows) == 47
+    assert json.loads(json.dumps(rows, sort_keys=True)) == found["rows"]
+
+
 def test_generated_store_counts_per_queue(
     spark: SparkSession, generated: tuple[Path, Counter[tuple[str, int]]]
 ) -> None:

@@ -27,6 +27,9 @@ from hanet.store import (
     encode_properties,
     encode_record,
     file_name,
+    native_columns,
+    record_columns_py,
+    scan_index_py,
 )
 
 pa = pytest.importorskip("pyarrow")
@@ -48,6 +51,19 @@ from hanet.spark import (  # noqa: E402  (after the importorskip)
 
 FIXTURE = Path(__file__).parent / "fixtures" / "rocketmq-store-8k"  # a real RocketMQ broker's
 FILE = 4096
+
+
+@pytest.fixture(autouse=True, params=["native", "python"])
+def implementation(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every test once with the native scanner and columns (when built) and once with the
+    pure-Python references (what ``HANET_NO_EXTENSIONS=1`` selects)."""
+    if request.param == "python":
+        monkeypatch.setattr("hanet.spark._arrow.record_columns", record_columns_py)
+        monkeypatch.setattr("hanet.spark._arrow.scan_index", scan_index_py)
+        monkeypatch.setattr("hanet.store._index.scan_index", scan_index_py)
+    elif native_columns is None:  # pragma: no cover
+        pytest.skip("hanet.store._speedups is not built")
+    return str(request.param)
 
 
 def rows_of(store: str | Path, **kwargs: Any) -> list[dict[str, Any]]:
@@ -100,6 +116,44 @@ def test_fixture_batches_match_the_store_reader() -> None:
         assert row["tags"] == rec.tags
         assert row["keys"] == rec.properties.get("KEYS")
         assert row["msg_id"] == rec.msg_id
+
+
+def test_mixed_hosts_v2_topics_and_odd_properties_match_the_codec(tmp_path: Path) -> None:
+    v6 = bytes(range(16))
+    made = [
+        MessageRecord.create(
+            topic="T" * 200, body=b"a", store_host=v6, store_port=9, properties={"TAGS": "x"}
+        ),
+        MessageRecord.create(topic="ü", body=b"", born_host=v6, properties={"KEYS": "k"}),
+        MessageRecord.create(topic="T", body=b"b" * 70, properties=b"TAGS\x01\xff\x02"),
+        MessageRecord.create(topic="T", body=b"c", properties=b"TAGS\x01a\x02TAGS\x01b"),
+    ]
+    data = b""
+    for rec in made:
+        data += encode_record(rec._replace(physical_offset=len(data)))
+    write_file(tmp_path / "commitlog", 0, data)
+    rows = rows_of(tmp_path)
+    assert [r["status"] for r in rows] == ["ok"] * 4
+    for row, (offset, rec) in zip(
+        rows, CommitLogReader(tmp_path / "commitlog").records(), strict=True
+    ):
+        assert row["physical_offset"] == offset
+        assert (row["topic"], row["magic"], row["sys_flag"]) == (rec.topic, rec.magic, rec.sys_flag)
+        assert (row["born_host"], row["store_host"]) == (rec.born_address, rec.store_address)
+        assert row["msg_id"] == rec.msg_id
+        assert dict(row["properties"]) == rec.properties
+        assert row["tags"] == rec.properties.get("TAGS")
+        assert row["keys"] == rec.properties.get("KEYS")
+    only = [
+        b
+        for part in plan_commit_log(find_stores(str(tmp_path))[0])
+        for b in commit_log_batches(part, columns=["tags", "keys", "body"])
+    ]
+    assert pa.Table.from_batches(only).to_pydict() == {
+        "tags": ["x", None, "\ufffd", "b"],
+        "keys": [None, "k", None, None],
+        "body": [b"a", b"", b"b" * 70, b"c"],
+    }
 
 
 def test_schema_is_what_spark_expects() -> None:

@@ -7,10 +7,12 @@ store tests pass with ``HANET_NO_EXTENSIONS=1`` too."""
 from __future__ import annotations
 
 import os
+import struct
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -18,21 +20,27 @@ from hypothesis import strategies as st
 
 from hanet.store import (
     BLANK_MAGIC,
+    INDEX_FIXED_COLUMNS,
     INDEX_ROW,
     INDEX_STOP_REASONS,
+    INDEX_VAR_COLUMNS,
     NATIVE_SCANNER,
     IndexScanFunction,
     IndexScanResult,
     MessageRecord,
     RecordScanner,
     StopReason,
+    decode_properties,
     encode_blank,
     encode_record,
     index_scan_stop,
     index_topic_names,
     java_string_hash,
+    native_columns,
     native_scan,
+    offset_msg_id,
     parse_host,
+    record_columns_py,
     scan_index_py,
     scan_index_windows,
 )
@@ -381,12 +389,102 @@ def test_garbage_after_a_record_scans_the_same(data: bytes, start: int, check: b
     _both(VECTOR_A + data, start, None, 0, None, check, check)
 
 
+# -- columns(): per-column buffers of the rows (the Spark source's batches) -------------------
+
+ALL_COLUMNS = [*INDEX_FIXED_COLUMNS, *INDEX_VAR_COLUMNS]
+
+
+def _columns_both(data: bytes, rows: bytes, base: int, names: list[str]) -> list[Any]:
+    python = record_columns_py(data, rows, base, names)
+    if native_columns is not None:
+        assert native_columns(data, rows, base, names) == python
+    return python
+
+
+def _values(column: object) -> list[bytes | None]:
+    assert isinstance(column, tuple)
+    offsets_raw, data, validity, nulls = column
+    offsets = [v for (v,) in struct.iter_unpack("=i", offsets_raw)]
+    out: list[bytes | None] = []
+    for i in range(len(offsets) - 1):
+        valid = validity is None or validity[i >> 3] >> (i & 7) & 1
+        out.append(data[offsets[i] : offsets[i + 1]] if valid else None)
+    assert out.count(None) == nulls
+    return out
+
+
+def test_columns_of_vector_a_are_its_fields() -> None:
+    result = scan_index_py(VECTOR_A, 0, None, 0x40001000, None, True, True)
+    cols = dict(
+        zip(ALL_COLUMNS, _columns_both(VECTOR_A, result[5], 0x40001000, ALL_COLUMNS), strict=True)
+    )
+    record = next(iter(RecordScanner(VECTOR_A)))
+    for name, code in INDEX_FIXED_COLUMNS.items():
+        (value,) = struct.unpack("=" + code, cols[name])
+        field = {"physical_offset": 0x40001000, "topic_id": 0}.get(name)
+        expected = field if field is not None else getattr(record, name)
+        assert value == expected, name
+    assert _values(cols["topic"]) == [b"TopicTest"]
+    assert _values(cols["body"]) == [b"Hello RocketMQ"]
+    assert _values(cols["properties"]) == [record.properties_raw]
+    assert _values(cols["tags"]) == [b"TagA"]
+    assert _values(cols["keys"]) == [b"order-42"]
+    assert _values(cols["store_host"]) == [record.store_host + struct.pack(">i", 10911)]
+    assert _values(cols["born_host"]) == [record.born_host + struct.pack(">i", 53211)]
+    msg_id = offset_msg_id(record.store_host, record.store_port, 0x40001000)
+    assert _values(cols["msg_id"]) == [msg_id.encode()]
+
+
+@DIFFERENTIAL
+@given(data=regions(), base=st.integers(0, 2**40), pick=st.lists(st.sampled_from(ALL_COLUMNS)))
+def test_generated_columns_are_the_same(data: bytes, base: int, pick: list[str]) -> None:
+    result = scan_index_py(data, 0, None, base)
+    cols = dict(zip(ALL_COLUMNS, _columns_both(data, result[5], base, ALL_COLUMNS), strict=True))
+    records = list(RecordScanner(data, base_offset=base))
+    assert _values(cols["body"]) == [r.body for r in records]
+    assert _values(cols["topic"]) == [r.topic.encode() for r in records]
+    props = [decode_properties(r.properties_raw) for r in records]
+    tags = [None if v is None else v.decode("utf-8", "replace") for v in _values(cols["tags"])]
+    assert tags == [p.get("TAGS") for p in props]
+    _columns_both(data, result[5], base, pick)
+
+
+@needs_native
+@DIFFERENTIAL
+@given(data=regions(), junk=st.binary(min_size=52, max_size=52 * 3), cut=st.integers(0, 51))
+def test_bad_rows_raise_in_both(data: bytes, junk: bytes, cut: int) -> None:
+    assert native_columns is not None
+    result = scan_index_py(data)
+    for rows in (junk[: len(junk) // 52 * 52], result[5] + junk[:cut]):
+        outcomes: list[tuple[str, object]] = []
+        for function in (record_columns_py, native_columns):
+            try:
+                outcomes.append(("ok", function(data, rows, 0, ALL_COLUMNS)))
+            except ValueError:
+                outcomes.append(("error", None))
+        assert outcomes[0] == outcomes[1]
+
+
+def test_columns_arguments() -> None:
+    functions = [record_columns_py] + ([native_columns] if native_columns else [])
+    for function in functions:
+        with pytest.raises(ValueError, match="unknown column"):
+            function(VECTOR_A, b"", 0, ["nope"])
+        with pytest.raises(ValueError):
+            function(VECTOR_A, b"\0" * 51, 0, ["size"])
+        with pytest.raises(ValueError):
+            function(VECTOR_A, b"", -1, ["size"])
+        assert function(VECTOR_A, b"", 0, ["size", "tags"]) == [b"", (b"\0" * 4, b"", None, 0)]
+
+
 # -- the native scanner on random bytes, under python -X dev ---------------------------------
 
 _FUZZ = textwrap.dedent(
     """
     import random, struct, sys
-    from hanet.store._speedups import scan
+    from hanet.store._speedups import columns, scan
+    from hanet.store import INDEX_FIXED_COLUMNS, INDEX_VAR_COLUMNS
+    names = [*INDEX_FIXED_COLUMNS, *INDEX_VAR_COLUMNS]
     rng = random.Random(int(sys.argv[1]))
     magics = [b"\\xda\\xa3\\x20\\xa7", b"\\xda\\xa3\\x20\\xab", b"\\xcb\\xd4\\x31\\x94"]
     runs = 0
@@ -403,10 +501,19 @@ _FUZZ = textwrap.dedent(
         start = rng.randrange(0, n + 2)
         end = rng.choice([None, rng.randrange(-2, n + 20)])
         limit = rng.choice([None, rng.randrange(-2, n + 20), 2**40])
-        result = scan(buf, start, end, rng.randrange(0, 2**40), limit, rng.random() < 0.5,
-                      rng.random() < 0.5)
+        base = rng.randrange(0, 2**40)
+        result = scan(buf, start, end, base, limit, rng.random() < 0.5, rng.random() < 0.5)
         assert len(result[5]) == 52 * result[4]
         assert 0 <= result[1] <= 4
+        columns(buf, result[5], base, names)  # rows of this buffer: never raises
+        junk = bytearray(result[5] + rng.randbytes(52 * rng.randrange(0, 3)))
+        for _ in range(rng.randrange(0, 3)):
+            if junk:
+                junk[rng.randrange(len(junk))] ^= 1 << rng.randrange(8)
+        try:
+            columns(buf, bytes(junk), base, names)
+        except ValueError:
+            pass
         runs += 1
     print(runs)
     """
@@ -415,7 +522,7 @@ _FUZZ = textwrap.dedent(
 
 @needs_native
 @pytest.mark.parametrize("seed", [1, 2])
-def test_native_scan_survives_random_bytes_under_dev_mode(seed: int) -> None:
+def test_native_scan_and_columns_survive_random_bytes_under_dev_mode(seed: int) -> None:
     out = subprocess.run(
         [sys.executable, "-X", "dev", "-c", _FUZZ, str(seed)],
         check=False,

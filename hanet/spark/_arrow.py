@@ -1,18 +1,21 @@
 """Commit log ranges as Arrow record batches (pyarrow only, no pyspark).
 
 What a partition of the ``commitlog`` data source does, usable without Spark (the benchmark's
-baseline and the unit tests call it directly). Records are decoded and validated by the
-store's own scanner (:class:`hanet.store.RecordScanner`); this module only turns batches of
-its tuples into columns, computing only the columns asked for:
+baseline and the unit tests call it directly). Records are validated by the store's record
+index (:func:`hanet.store.scan_index`: the native scanner when built, one call per window of
+the file, packed rows instead of record objects); columns come from those rows with
+:func:`hanet.store.record_columns` (one native call per batch for all the columns asked for,
+already in Arrow's buffer layout: no Python per record), computing only the columns asked for:
 
-- each field is pulled out of a batch with one ``map(itemgetter(i), records)`` (a
-  ``zip(*records)`` of every field costs 20 times more) and ``pa.array`` builds the column;
+- fixed-width columns and ``topic``, ``body``, ``tags``, ``keys``, ``msg_id`` are Arrow arrays
+  over the returned buffers (``pa.Array.from_buffers``);
 - properties are split into a ``map<string,string>`` with Arrow compute kernels
-  (``split_pattern`` on ``\\x02`` then ``\\x01``); ``tags`` / ``keys`` alone come from a
-  regular expression over the raw properties;
-- message ids and host strings come from the codec (:func:`~hanet.store.offset_msg_id`,
-  :func:`~hanet.store.format_host`) once per distinct store host, the per-record part of a
-  message id (the physical offset in hex) from one ``struct.pack`` per batch.
+  (``split_pattern`` on ``\\x02`` then ``\\x01``) over the raw properties column;
+- host strings come from the codec (:func:`~hanet.store.format_host`) once per distinct
+  raw host (``pc.unique``), then ``pc.take``.
+
+With ``HANET_NO_EXTENSIONS=1`` the same code runs on the pure-Python references
+(:func:`~hanet.store.scan_index_py`, :func:`~hanet.store.record_columns_py`).
 
 A record whose only fault is its body CRC becomes a row with ``crc_ok = false`` and the scan
 goes on after it. Anything else that is not a record (garbage, a torn tail, a blank record that
@@ -22,27 +25,31 @@ range with one row of ``status = 'corrupt'`` naming the offset and the reason.
 
 from __future__ import annotations
 
-import gc
 import mmap
-import struct
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
-from operator import itemgetter
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from hanet.store import (
+    INDEX_ROW as ROW,
+)
+from hanet.store import (
+    INDEX_SCAN_WINDOW as SCAN_WINDOW,
+)
+from hanet.store import (
     CorruptRecordError,
-    MessageRecord,
-    RecordScanner,
+    IndexScanResult,
     ScanStop,
     StopReason,
     decode_properties,
     decode_record,
     format_host,
-    offset_msg_id,
+    index_scan_stop,
+    record_columns,
+    scan_index,
+    scan_index_windows,
 )
 
 from ._layout import CommitLogRange
@@ -93,8 +100,6 @@ COMMIT_LOG_COLUMNS: tuple[tuple[str, Any], ...] = (
 """Name and Arrow type of each commit log column (``body``, binary, follows with
 ``includeBody``). Timestamps are RocketMQ's milliseconds since the epoch."""
 
-_HEX_DIGITS = 16  # a physical offset in a message id
-
 
 def commit_log_schema(
     include_body: bool = False, columns: Sequence[str] | None = None
@@ -118,19 +123,6 @@ def commit_log_schema(
     return pa.schema([(name, types[name]) for name in names])
 
 
-@contextmanager
-def _gc_paused() -> Iterator[None]:
-    # A batch is thousands of freshly built tuples kept alive: the cyclic collector would walk
-    # them again and again (measured: a third of the conversion time). None of them has cycles.
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
-
-
 def commit_log_batches(
     part: CommitLogRange,
     *,
@@ -152,75 +144,58 @@ def commit_log_batches(
     with open(part.path, "rb") as f:
         mapping = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
     view = memoryview(mapping)
-    scanner: RecordScanner | None = None
-    records: Iterator[MessageRecord] | None = None
+    rows_step = max(1, batch_rows) * ROW.size
+    window = max(1, min(SCAN_WINDOW, batch_bytes))
     try:
         position = part.start
         while True:
-            scanner = RecordScanner(
-                view,
-                position,
-                part.end,
-                base_offset=part.file_start,
-                check_crc=True,
-                check_physical_offset=True,
-            )
-            records = iter(scanner)
-            while True:
-                with _gc_paused():
-                    batch = _take(records, batch_rows, batch_bytes)
-                    if not batch:
-                        break
-                    built = converter.build(batch, None)
-                yield built
-            stop = scanner.stop
-            assert stop is not None
+            result: IndexScanResult | None = None
+            # One scan call per window (native when built): rows, not records; each batch's
+            # columns come from those rows in a few calls (record_columns), no Python per row.
+            for result in scan_index_windows(
+                view, position, part.end, part.file_start, None, True, True, window=window
+            ):
+                rows = result[5]
+                for at in range(0, len(rows), rows_step):
+                    yield converter.build(view, rows[at : at + rows_step], None)
+            assert result is not None
+            stop = index_scan_stop(result, part.file_start)
             bad_crc = _crc_failure(view, stop, part.file_start) if _is_invalid(stop) else None
             if bad_crc is None:
                 corrupt = _judge_stop(stop, part, len(view))
                 if corrupt is not None:
                     yield converter.corrupt_row(*corrupt)
                 return
-            yield converter.build([bad_crc], False)
-            position = stop.offset - part.file_start + bad_crc.size
+            yield converter.build(view, bad_crc, False)
+            position = stop.offset - part.file_start + ROW.unpack(bad_crc)[1]
     finally:
-        # The scanner's views of the mapping must go before the mapping can close (they do
-        # unless the caller abandoned the generator mid-batch: then the GC unmaps it later).
-        scanner = records = None
         try:
             view.release()
             mapping.close()
-        except BufferError:  # pragma: no cover
+        except BufferError:  # pragma: no cover - a caller kept a view of a batch's buffer
             pass
-
-
-def _take(records: Iterator[MessageRecord], rows: int, max_bytes: int) -> list[MessageRecord]:
-    batch: list[MessageRecord] = []
-    append = batch.append
-    total = 0
-    for record in records:
-        append(record)
-        total += record[0]
-        if len(batch) >= rows or total >= max_bytes:
-            break
-    return batch
 
 
 def _is_invalid(stop: ScanStop) -> bool:
     return stop.reason is StopReason.INVALID
 
 
-def _crc_failure(view: memoryview, stop: ScanStop, file_start: int) -> MessageRecord | None:
-    """The record at an INVALID stop if its only fault is the body CRC, else None."""
+def _crc_failure(view: memoryview, stop: ScanStop, file_start: int) -> bytes | None:
+    """The row of the record at an INVALID stop if its only fault is the body CRC, else None."""
+    position = stop.offset - file_start
+    result = scan_index(view, position, None, file_start, None, False, True)
+    if result[4] == 0:
+        return None
+    row = result[5][: ROW.size]
     try:
         record = decode_record(
-            view, stop.offset - file_start, base_offset=file_start, check_crc=False
+            view[position : position + ROW.unpack(row)[1]],
+            base_offset=stop.offset,
+            check_crc=False,
         )
-    except CorruptRecordError:
+    except CorruptRecordError:  # pragma: no cover - the scan without the CRC found a record
         return None
-    if record.physical_offset != stop.offset or record.crc_ok:
-        return None
-    return record
+    return None if record.crc_ok else row
 
 
 def _judge_stop(stop: ScanStop, part: CommitLogRange, file_size: int) -> tuple[int, str] | None:
@@ -239,28 +214,10 @@ def _judge_stop(stop: ScanStop, part: CommitLogRange, file_size: int) -> tuple[i
     return stop.offset, stop.detail or reason.value
 
 
-_FIELD_GETTERS = {name: itemgetter(i) for i, name in enumerate(MessageRecord._fields)}
-
-
-class _Fields(dict[str, list[Any]]):
-    """The values of one record field across a batch, extracted on first use (one ``map`` of
-    an ``itemgetter`` per field: ``zip(*records)`` of every field costs 20 times more)."""
-
-    def __init__(self, records: list[MessageRecord]) -> None:
-        super().__init__()
-        self._records = records
-
-    def __missing__(self, name: str) -> list[Any]:
-        values = list(map(_FIELD_GETTERS[name], self._records))
-        self[name] = values
-        return values
-
-
-_PLAIN_COLUMNS = {
+_NATIVE_COLUMNS = {
     "physical_offset": _LONG,
     "size": _INT,
     "magic": _LONG,
-    "topic": _STRING,
     "queue_id": _INT,
     "queue_offset": _LONG,
     "flag": _INT,
@@ -269,92 +226,96 @@ _PLAIN_COLUMNS = {
     "store_timestamp": _LONG,
     "reconsume_times": _INT,
     "body_crc": _INT,
+    "topic": _STRING,
     "body": pa.binary(),
+    "tags": _STRING,
+    "keys": _STRING,
+    "msg_id": _STRING,
 }
-"""Columns that are a field of :class:`~hanet.store.MessageRecord` as it is."""
+"""Columns built as they come out of :func:`~hanet.store.record_columns`."""
+_FROM_ROWS = frozenset({"born_host", "store_host", "properties"})
+"""Columns built from a :func:`~hanet.store.record_columns` column with Arrow kernels."""
+_VALIDATE_UTF8 = frozenset({"tags", "keys"})
+"""String columns whose bytes no scan checked (a topic is checked UTF-8 by the scan; a message
+id is hex): invalid UTF-8 is replaced, as :func:`~hanet.store.decode_properties` does."""
+
+
+def _arrow_column(value: Any, arrow_type: Any, n: int) -> pa.Array:
+    if isinstance(value, bytes):
+        return pa.Array.from_buffers(arrow_type, n, [None, pa.py_buffer(value)])
+    offsets, data, validity, nulls = value
+    buffers = [
+        None if validity is None else pa.py_buffer(validity),
+        pa.py_buffer(offsets),
+        pa.py_buffer(data),
+    ]
+    return pa.Array.from_buffers(arrow_type, n, buffers, null_count=nulls)
+
+
+def _utf8_or_replaced(array: pa.Array) -> pa.Array:
+    """A string array of unchecked bytes, or (invalid UTF-8 somewhere) one decoded with
+    replacement characters."""
+    try:
+        array.validate(full=True)
+    except pa.ArrowInvalid:
+        raw = array.view(pa.binary()).to_pylist()
+        return pa.array([None if v is None else v.decode("utf-8", "replace") for v in raw])
+    return array
 
 
 class _BatchBuilder:
-    """Builds the batches of one range; caches host strings and message id prefixes."""
+    """Builds the batches of one range from scan rows; caches host strings."""
 
     def __init__(self, part: CommitLogRange, schema: pa.Schema) -> None:
         self._schema = schema
         self._names = tuple(schema.names)
-        self._want_map = "properties" in self._names
+        self._base = part.file_start
         self._store = pa.scalar(part.store, _STRING)
         self._file = pa.scalar(part.path.rsplit("/", 1)[-1], _STRING)
         self._ok = pa.scalar("ok", _STRING)
-        self._hosts: dict[tuple[bytes, int], str] = {}
-        self._id_prefixes: dict[tuple[bytes, int], str] = {}
+        self._hosts: dict[bytes, str] = {}
+        self._wanted = [n for n in self._names if n in _NATIVE_COLUMNS or n in _FROM_ROWS]
 
-    def _host_column(self, addresses: Sequence[bytes], ports: Sequence[int]) -> pa.Array:
+    def _host_column(self, raw: pa.Array) -> pa.Array:
+        """Host strings from raw address + port bytes: each distinct host formatted once."""
         cache = self._hosts
-        if len(set(addresses)) == 1 and len(set(ports)) == 1:  # the usual case: one host
-            key = (addresses[0], ports[0])
-            if key not in cache:
-                cache[key] = format_host(*key)
-            return pa.repeat(pa.scalar(cache[key], _STRING), len(addresses))
-        keys = list(zip(addresses, ports, strict=True))
-        for key in set(keys).difference(cache):
-            cache[key] = format_host(*key)
-        return pa.array(list(map(cache.__getitem__, keys)), _STRING)
+        distinct = pc.unique(raw)
+        for value in distinct.to_pylist():
+            if value not in cache:
+                cache[value] = format_host(value[:-4], int.from_bytes(value[-4:], signed=True))
+        if len(distinct) == 1:
+            return pa.repeat(pa.scalar(cache[distinct[0].as_py()], _STRING), len(raw))
+        strings = pa.array([cache[value] for value in distinct.to_pylist()], _STRING)
+        return pc.take(strings, pc.index_in(raw, distinct))
 
-    def _msg_ids(
-        self, addresses: Sequence[bytes], ports: Sequence[int], offsets: Sequence[int]
-    ) -> pa.Array:
-        n = len(offsets)
-        cache = self._id_prefixes
-        prefix: Any
-        if len(set(addresses)) == 1 and len(set(ports)) == 1:
-            key = (addresses[0], ports[0])
-            if key not in cache:
-                cache[key] = offset_msg_id(key[0], key[1], 0)[:-_HEX_DIGITS]
-            prefix = pa.scalar(cache[key], _STRING)
-        else:
-            keys = list(zip(addresses, ports, strict=True))
-            for key in set(keys).difference(cache):
-                cache[key] = offset_msg_id(key[0], key[1], 0)[:-_HEX_DIGITS]
-            prefix = pa.array(list(map(cache.__getitem__, keys)), _STRING)
-        # The offset part of every id at once: one pack, one hex(), one string buffer.
-        digits = struct.pack(f">{n}q", *offsets).hex().upper().encode()
-        value_offsets = pa.array(range(0, _HEX_DIGITS * (n + 1), _HEX_DIGITS), _INT)
-        tails = pa.StringArray.from_buffers(n, value_offsets.buffers()[1], pa.py_buffer(digits))
-        return pc.binary_join_element_wise(prefix, tails, "")
-
-    def build(self, records: list[MessageRecord], crc_ok: bool | None) -> pa.RecordBatch:
-        """A batch of ``status = 'ok'`` rows; ``crc_ok`` None means all passed the check."""
-        fields = _Fields(records)
-        properties: PropertyColumns | None = None
+    def build(self, view: memoryview, rows: bytes, crc_ok: bool | None) -> pa.RecordBatch:
+        """A batch of ``status = 'ok'`` rows, the records of scan ``rows`` of ``view``;
+        ``crc_ok`` None means all passed the check."""
+        n = len(rows) // ROW.size
+        computed = dict(
+            zip(self._wanted, record_columns(view, rows, self._base, self._wanted), strict=True)
+        )
         arrays = []
         for name in self._names:
-            plain = _PLAIN_COLUMNS.get(name)
-            if plain is not None:
-                arrays.append(pa.array(fields[name], plain))
-            elif name in _PROPERTY_KEYS:
-                if properties is None:
-                    properties = PropertyColumns(fields["properties_raw"], self._want_map)
-                arrays.append(properties.column(name))
+            value = computed.get(name)
+            if name in _NATIVE_COLUMNS:
+                array = _arrow_column(value, _NATIVE_COLUMNS[name], n)
+                arrays.append(_utf8_or_replaced(array) if name in _VALIDATE_UTF8 else array)
+            elif name == "properties":
+                arrays.append(properties_map_column(_arrow_column(value, pa.binary(), n)))
+            elif name in ("born_host", "store_host"):
+                arrays.append(self._host_column(_arrow_column(value, pa.binary(), n)))
             else:
-                arrays.append(self._derived(name, fields, len(records), crc_ok))
+                arrays.append(self._derived(name, n, crc_ok))
         return pa.RecordBatch.from_arrays(arrays, schema=self._schema)
 
-    def _derived(
-        self, name: str, fields: Mapping[str, Sequence[Any]], n: int, crc_ok: bool | None
-    ) -> pa.Array:
+    def _derived(self, name: str, n: int, crc_ok: bool | None) -> pa.Array:
         if name == "store":
             return pa.repeat(self._store, n)
         if name == "file":
             return pa.repeat(self._file, n)
-        if name == "born_host":
-            return self._host_column(fields["born_host"], fields["born_port"])
-        if name == "store_host":
-            return self._host_column(fields["store_host"], fields["store_port"])
         if name == "crc_ok":
             return pa.repeat(pa.scalar(True if crc_ok is None else crc_ok), n)
-        if name == "msg_id":
-            return self._msg_ids(
-                fields["store_host"], fields["store_port"], fields["physical_offset"]
-            )
         if name == "status":
             return pa.repeat(self._ok, n)
         assert name == "error", name
@@ -404,16 +365,17 @@ class PropertyColumns:
         return pc.map_lookup(self._map, pa.scalar(key, _STRING), "last")
 
 
-def properties_map_column(raw: Sequence[bytes]) -> pa.Array:
+def properties_map_column(raw: Sequence[bytes] | pa.Array) -> pa.Array:
     """RocketMQ property fields (``name \\x01 value \\x02`` ...) as a ``map<string,string>``.
 
     Items without ``\\x01`` are skipped, as :func:`~hanet.store.decode_properties` does; a
     batch with invalid UTF-8 somewhere goes through that function record by record instead.
     """
+    binary = raw if isinstance(raw, pa.Array) else pa.array(raw, pa.binary())
     try:
-        text = pa.array(raw, pa.binary()).cast(_STRING)
+        text = binary.cast(_STRING)
     except pa.ArrowInvalid:
-        return pa.array([decode_properties(p) for p in raw], _MAP)
+        return pa.array([decode_properties(p) for p in binary.to_pylist()], _MAP)
     items = pc.split_pattern(text, "\x02")
     pairs = pc.split_pattern(pc.list_flatten(items), "\x01", max_splits=1)
     keep = pc.equal(pc.list_value_length(pairs), 2)

@@ -6,7 +6,9 @@
 - The record index (``_index.py``): :func:`scan_index` validates a whole region in one call
   and returns packed rows (:data:`INDEX_ROW`) instead of record objects: the native scanner
   (``_speedups.c``) when built and ``HANET_NO_EXTENSIONS`` is unset (:data:`NATIVE_SCANNER`),
-  else :func:`scan_index_py`, the pure-Python reference on :class:`RecordScanner`.
+  else :func:`scan_index_py`, the pure-Python reference on :class:`RecordScanner`;
+  :func:`record_columns` turns its rows into per-column buffers (Arrow's layout) for
+  ``hanet.spark`` (native ``columns`` or :func:`record_columns_py`).
 - :class:`CommitLogReader`: read-only walk over a ``commitlog/`` directory (``_reader.py``).
 - :class:`MappedFile` / :class:`MappedFileQueue`: fixed-size preallocated, pre-faulted mapped
   files named by their 20-digit start offset (``_mapped_file.py``, ``_mapped_queue.py``).
@@ -70,9 +72,20 @@ from ._errors import (
     StoreLayoutError,
     StoreLockedError,
 )
-from ._index import NATIVE_SCANNER, native_scan, scan_index, scan_index_py
+from ._index import FIXED_COLUMNS as INDEX_FIXED_COLUMNS
+from ._index import (
+    NATIVE_SCANNER,
+    native_columns,
+    native_scan,
+    record_columns,
+    record_columns_py,
+    scan_index,
+    scan_index_py,
+)
 from ._index import ROW as INDEX_ROW
+from ._index import SCAN_WINDOW as INDEX_SCAN_WINDOW
 from ._index import STOP_REASONS as INDEX_STOP_REASONS
+from ._index import VAR_COLUMNS as INDEX_VAR_COLUMNS
 from ._index import ScanFunction as IndexScanFunction
 from ._index import ScanResult as IndexScanResult
 from ._index import scan_stop as index_scan_stop
@@ -95,8 +108,11 @@ __all__ = [
     "DEFAULT_DISK_MAX_USED_SPACE_RATIO",
     "DEFAULT_MAPPED_FILE_SIZE",
     "DEFAULT_MAX_MESSAGE_SIZE",
+    "INDEX_FIXED_COLUMNS",
     "INDEX_ROW",
+    "INDEX_SCAN_WINDOW",
     "INDEX_STOP_REASONS",
+    "INDEX_VAR_COLUMNS",
     "MAGIC_V1",
     "MAGIC_V2",
     "MAX_PROPERTIES_SIZE",
@@ -147,12 +163,15 @@ __all__ = [
     "index_topic_names",
     "java_string_hash",
     "list_mapped_files",
+    "native_columns",
     "native_scan",
     "offset_msg_id",
     "pack_blank_into",
     "pack_record_into",
     "parse_host",
     "property_problem",
+    "record_columns",
+    "record_columns_py",
     "record_size",
     "record_to_json",
     "resolve_store_dir",

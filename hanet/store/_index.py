@@ -28,18 +28,24 @@ from __future__ import annotations
 
 import os
 import struct
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 from ._scanner import RecordScanner, ScanStop, StopReason
 
 __all__ = [
+    "FIXED_COLUMNS",
     "NATIVE_SCANNER",
     "ROW",
     "SCAN_WINDOW",
     "STOP_REASONS",
+    "VAR_COLUMNS",
     "ScanFunction",
     "ScanResult",
+    "native_columns",
     "native_scan",
+    "record_columns",
+    "record_columns_py",
     "scan_index",
     "scan_index_py",
     "scan_stop",
@@ -232,3 +238,189 @@ def scan_totals(
         count += result[4]
     assert result is not None
     return result, count
+
+
+FIXED_COLUMNS: dict[str, str] = {
+    "physical_offset": "q",
+    "size": "i",
+    "queue_id": "i",
+    "queue_offset": "q",
+    "tags_hash": "i",
+    "store_timestamp": "q",
+    "topic_id": "i",
+    "magic": "q",
+    "body_crc": "i",
+    "flag": "i",
+    "sys_flag": "i",
+    "born_timestamp": "q",
+    "reconsume_times": "i",
+}
+"""The fixed-width columns of :func:`record_columns` and their struct codes (int64 / int32)."""
+VAR_COLUMNS = (
+    "topic",
+    "body",
+    "properties",
+    "tags",
+    "keys",
+    "born_host",
+    "store_host",
+    "msg_id",
+)
+"""The variable-width columns of :func:`record_columns` (Arrow string/binary layout)."""
+
+ColumnValue = bytes | tuple[bytes, bytes, bytes | None, int]
+_ROW_FIELDS = (
+    "physical_offset",
+    "size",
+    "queue_id",
+    "queue_offset",
+    "tags_hash",
+    "store_timestamp",
+    "topic_start",
+    "topic_len",
+    "topic_id",
+)
+_I32 = struct.Struct(">i")
+_I64 = struct.Struct(">q")
+_U32 = struct.Struct(">I")
+_I16 = struct.Struct(">h")
+_HEADER_V4 = 88
+_MIN_RECORD_SIZE = 91
+_MAGIC_V1 = 0xDAA320A7
+
+
+def _property_value(props: bytes, key: bytes) -> bytes | None:
+    """The last value of ``key`` in a raw properties field (items without \\x01 skipped)."""
+    found = None
+    for item in props.split(b"\x02"):
+        name, sep, value = item.partition(b"\x01")
+        if sep and name == key:
+            found = value
+    return found
+
+
+def record_columns_py(
+    buf: Buffer, rows: bytes, base_offset: int, names: Sequence[str]
+) -> list[ColumnValue]:
+    """The pure-Python ``hanet.store._speedups.columns``: per-column buffers of a scan's rows.
+
+    ``rows``: rows of a scan of ``buf`` with ``base_offset``. For each name, a fixed-width
+    column (:data:`FIXED_COLUMNS`) is ``bytes`` of native-endian int64/int32 values, one per
+    row; a variable-width one (:data:`VAR_COLUMNS`) is ``(offsets, data, validity,
+    null_count)`` in Arrow's string/binary layout: int32 offsets, ``validity`` None or an
+    LSB-first bitmap. ``topic``, ``body``, ``properties`` (raw): the fields' bytes; ``tags`` /
+    ``keys``: the property's last value (null without it); ``born_host`` / ``store_host``: the
+    raw address and port (8 or 20 bytes); ``msg_id``: RocketMQ's offset message id (upper hex).
+
+    Raises:
+        ValueError: an unknown name, ``rows`` not whole rows, or a row that is not a record of
+            ``buf``.
+    """
+    view = memoryview(buf)
+    if view.format != "B" or view.ndim != 1:
+        view = view.cast("B")
+    if len(rows) % ROW.size:
+        raise ValueError("rows is not a whole number of rows")
+    if base_offset < 0 or base_offset > _I64_MAX - len(view):
+        raise ValueError("base_offset out of range")
+    unknown = [n for n in names if n not in FIXED_COLUMNS and n not in VAR_COLUMNS]
+    if unknown:
+        raise ValueError(f"unknown column {unknown[0]!r}")
+    located = [_locate(view, row, base_offset, i) for i, row in enumerate(ROW.iter_unpack(rows))]
+    out: list[ColumnValue] = []
+    for name in names:
+        code = FIXED_COLUMNS.get(name)
+        if code is not None:
+            values = [fields[name] for fields in located]
+            out.append(struct.pack(f"={len(values)}{code}", *values))
+        else:
+            out.append(_var_column([fields[name] for fields in located]))
+    return out
+
+
+def _var_column(values: list[bytes | None]) -> tuple[bytes, bytes, bytes | None, int]:
+    offsets = [0]
+    data = bytearray()
+    bits = bytearray((len(values) + 7) // 8)
+    nulls = 0
+    for i, value in enumerate(values):
+        if value is None:
+            nulls += 1
+        else:
+            bits[i >> 3] |= 1 << (i & 7)
+            data += value
+        offsets.append(len(data))
+    validity = bytes(bits) if nulls else None
+    return struct.pack(f"={len(offsets)}i", *offsets), bytes(data), validity, nulls
+
+
+def _locate(view: memoryview, row: tuple[int, ...], base: int, i: int) -> dict[str, Any]:
+    fields: dict[str, Any] = dict(zip(_ROW_FIELDS, row, strict=True))
+    size = fields["size"]
+    pos = fields["physical_offset"] - base
+    bad = ValueError(f"row {i} does not describe a record of the buffer")
+    if pos < 0 or size < _MIN_RECORD_SIZE or pos > len(view) - size:
+        raise bad
+    r = bytes(view[pos : pos + size])
+    sys_flag = _I32.unpack_from(r, 36)[0]
+    born6 = 12 if sys_flag & 0x10 else 0
+    store6 = 12 if sys_flag & 0x20 else 0
+    hsize = _HEADER_V4 + born6 + store6
+    if hsize + 3 > size:
+        raise bad
+    body_len = _I32.unpack_from(r, hsize - 4)[0]
+    if body_len < 0 or body_len > size - hsize - 3:
+        raise bad
+    p = hsize + body_len
+    magic = _U32.unpack_from(r, 4)[0]
+    if magic == _MAGIC_V1:
+        topic_len = r[p]
+        p += 1
+    else:
+        topic_len = _I16.unpack_from(r, p)[0]
+        p += 2
+    if topic_len < 0 or p + topic_len + 2 > size:
+        raise bad
+    if fields["topic_start"] != pos + p or fields["topic_len"] != topic_len:
+        raise bad
+    topic = r[p : p + topic_len]
+    p += topic_len
+    props_len = _I16.unpack_from(r, p)[0]
+    p += 2
+    if props_len < 0 or p + props_len != size:
+        raise bad
+    props = r[p:]
+    store_host = r[64 + born6 : 64 + born6 + 8 + store6]
+    fields.update(
+        magic=magic,
+        body_crc=_I32.unpack_from(r, 8)[0],
+        flag=_I32.unpack_from(r, 16)[0],
+        sys_flag=sys_flag,
+        born_timestamp=_I64.unpack_from(r, 40)[0],
+        reconsume_times=_I32.unpack_from(r, 72 + born6 + store6)[0],
+        topic=topic,
+        body=r[hsize : hsize + body_len],
+        properties=props,
+        tags=_property_value(props, b"TAGS"),
+        keys=_property_value(props, b"KEYS"),
+        born_host=r[48 : 48 + 8 + born6],
+        store_host=store_host,
+        msg_id=(store_host + _I64.pack(fields["physical_offset"])).hex().upper().encode(),
+    )
+    return fields
+
+
+def _native_columns() -> Callable[..., list[ColumnValue]] | None:
+    try:
+        from ._speedups import columns  # noqa: PLC0415 - optional, as native_scan
+    except ImportError:
+        return None
+    return columns
+
+
+native_columns = _native_columns()
+"""``hanet.store._speedups.columns``, or None when the extension is not built."""
+record_columns: Callable[..., list[ColumnValue]] = (
+    native_columns if native_columns is not None and NATIVE_SCANNER else record_columns_py
+)
+"""The native ``columns`` when :data:`NATIVE_SCANNER`, else :func:`record_columns_py`."""

@@ -331,16 +331,16 @@ def first_nonzero(buf: bytes | bytearray | memoryview, start: int = 0) -> int | 
     """The position of the first non-zero byte of ``buf`` at or after ``start``, or None.
 
     What tells a zeroed hole (data follows it) from the unwritten tail of a file. Reads in
-    1 MiB chunks compared against zeros, so a zero tail costs a memcmp, not a Python loop.
+    1 MiB chunks copied out and compared as ``bytes`` (a memcpy and a memcmp: several GB/s;
+    comparing the memoryviews themselves goes item by item, 5-10 times slower).
     """
     view = memoryview(buf)
     if view.format != "B" or view.ndim != 1:
         view = view.cast("B")
     chunk = len(_ZEROS)
     for i in range(start, len(view), chunk):
-        part = view[i : i + chunk]
-        if part != _ZEROS[: len(part)]:
-            data = part.tobytes()
+        data = view[i : i + chunk].tobytes()
+        if data != _ZEROS[: len(data)]:
             return i + len(data) - len(data.lstrip(b"\0"))
     return None
 

@@ -553,11 +553,330 @@ done:
     return result;
 }
 
+/* ---- columns(): per-column buffers from a scan's rows (hanet.spark's Arrow batches) ----
+ *
+ *     columns(buf, rows, base_offset, names) -> list, one item per name
+ *
+ * rows: rows of a scan of buf with this base_offset (ROW_SIZE bytes each). Fixed-width
+ * columns are bytes of native-endian values, one per row: "physical_offset" "queue_offset"
+ * "store_timestamp" "born_timestamp" "magic" (int64); "size" "queue_id" "tags_hash"
+ * "topic_id" "body_crc" "flag" "sys_flag" "reconsume_times" (int32). Variable-width columns
+ * are Arrow's string/binary layout, (offsets, data, validity, null_count): offsets int32
+ * (count + 1 of them), validity None or an LSB-first bitmap: "topic" "body" "properties"
+ * (the raw field) "tags" "keys" (the property's value, the last one; null without it)
+ * "born_host" "store_host" (the raw address and port: 8 or 20 bytes) "msg_id" (RocketMQ's
+ * offset message id, upper hex). The reference is hanet.store._index.record_columns_py.
+ * Every read is bounds checked: a row that does not describe a record of buf raises
+ * ValueError. */
+
+enum {
+    C_PHYSICAL, C_SIZE, C_QUEUE_ID, C_QUEUE_OFFSET, C_TAGS_HASH, C_STORE_TS, C_TOPIC_ID,
+    C_MAGIC, C_BODY_CRC, C_FLAG, C_SYS_FLAG, C_BORN_TS, C_RECONSUME,
+    C_FIXED_END,
+    C_TOPIC = C_FIXED_END, C_BODY, C_PROPERTIES, C_TAGS, C_KEYS, C_BORN_HOST, C_STORE_HOST,
+    C_MSG_ID,
+};
+
+static const struct {
+    const char *name;
+    int code;
+    int width;
+} column_names[] = {
+    {"physical_offset", C_PHYSICAL, 8}, {"size", C_SIZE, 4},
+    {"queue_id", C_QUEUE_ID, 4},        {"queue_offset", C_QUEUE_OFFSET, 8},
+    {"tags_hash", C_TAGS_HASH, 4},      {"store_timestamp", C_STORE_TS, 8},
+    {"topic_id", C_TOPIC_ID, 4},        {"magic", C_MAGIC, 8},
+    {"body_crc", C_BODY_CRC, 4},        {"flag", C_FLAG, 4},
+    {"sys_flag", C_SYS_FLAG, 4},        {"born_timestamp", C_BORN_TS, 8},
+    {"reconsume_times", C_RECONSUME, 4}, {"topic", C_TOPIC, 0},
+    {"body", C_BODY, 0},                {"properties", C_PROPERTIES, 0},
+    {"tags", C_TAGS, 0},                {"keys", C_KEYS, 0},
+    {"born_host", C_BORN_HOST, 0},      {"store_host", C_STORE_HOST, 0},
+    {"msg_id", C_MSG_ID, 0},            {NULL, 0, 0},
+};
+
+/* One row and where its record's fields are in buf. */
+typedef struct {
+    int64_t physical, queue_offset, store_ts, topic_start, pos, body_start, props_start;
+    int32_t size, queue_id, tags_hash, topic_len, topic_id, born6, store6, body_len, props_len;
+    const unsigned char *r;
+} col_row;
+
+static inline int64_t row_i64(const unsigned char *p) {
+    int64_t v;
+    memcpy(&v, p, 8);
+    return v;
+}
+static inline int32_t row_i32(const unsigned char *p) {
+    int32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+/* Fill *c from row i; 0 (ValueError set) when the row is not a record of buf. */
+static int col_locate(const unsigned char *buf, int64_t n, const unsigned char *row,
+                      int64_t base, Py_ssize_t i, col_row *c) {
+    c->physical = row_i64(row);
+    c->size = row_i32(row + 8);
+    c->queue_id = row_i32(row + 12);
+    c->queue_offset = row_i64(row + 16);
+    c->tags_hash = row_i32(row + 24);
+    c->store_ts = row_i64(row + 28);
+    c->topic_start = row_i64(row + 36);
+    c->topic_len = row_i32(row + 44);
+    c->topic_id = row_i32(row + 48);
+    int64_t pos = c->physical - base;
+    if (c->physical < base || c->size < MIN_RECORD_SIZE || pos > n - c->size) goto bad;
+    const unsigned char *r = buf + pos;
+    int64_t rec_end = pos + c->size;
+    int32_t sys_flag = rd_i32(r + 36);
+    c->born6 = (sys_flag & BORN_V6) ? 12 : 0;
+    c->store6 = (sys_flag & STORE_V6) ? 12 : 0;
+    int64_t hsize = HEADER_V4 + c->born6 + c->store6;
+    if (hsize + 3 > c->size) goto bad;
+    int32_t body_len = rd_i32(r + hsize - 4);
+    int64_t p = pos + hsize;
+    if (body_len < 0 || (int64_t)body_len > rec_end - p - 3) goto bad;
+    c->body_start = p;
+    c->body_len = body_len;
+    p += body_len;
+    int32_t topic_len;
+    if (rd_u32(r + 4) == MAGIC_V1) {
+        topic_len = buf[p];
+        p += 1;
+    } else {
+        topic_len = rd_i16(buf + p);
+        p += 2;
+    }
+    if (topic_len < 0 || p + topic_len + 2 > rec_end) goto bad;
+    if (c->topic_start != p || c->topic_len != topic_len) goto bad;
+    p += topic_len;
+    int32_t props_len = rd_i16(buf + p);
+    p += 2;
+    if (props_len < 0 || p + props_len != rec_end) goto bad;
+    c->props_start = p;
+    c->props_len = props_len;
+    c->pos = pos;
+    c->r = r;
+    return 1;
+bad:
+    PyErr_Format(PyExc_ValueError, "row %zd does not describe a record of the buffer", i);
+    return 0;
+}
+
+/* The last value of property key (klen bytes) in p[:n]: its start, or -1 without it. */
+static int64_t property_value(const unsigned char *p, int32_t n, const char *key, int32_t klen,
+                              int32_t *vlen) {
+    int64_t found = -1;
+    int32_t i = 0;
+    while (i <= n) {
+        const unsigned char *piece = p + i;
+        const unsigned char *stop = memchr(piece, 0x02, (size_t)(n - i));
+        int32_t len = stop ? (int32_t)(stop - piece) : n - i;
+        const unsigned char *sep = memchr(piece, 0x01, (size_t)len);
+        if (sep && sep - piece == klen && memcmp(piece, key, (size_t)klen) == 0) {
+            found = i + klen + 1;
+            *vlen = len - klen - 1;
+        }
+        i += len + 1;
+    }
+    return found;
+}
+
+static PyObject *fixed_column(const unsigned char *buf, int64_t n, const unsigned char *rows,
+                              Py_ssize_t count, int64_t base, int code, int width) {
+    PyObject *out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)count * width);
+    if (out == NULL) return NULL;
+    unsigned char *o = (unsigned char *)PyBytes_AS_STRING(out);
+    col_row c = {0};
+    for (Py_ssize_t i = 0; i < count; i++) {
+        const unsigned char *row = rows + (size_t)i * ROW_SIZE;
+        int64_t v64 = 0;
+        int32_t v32 = 0;
+        if (code >= C_MAGIC) {
+            if (!col_locate(buf, n, row, base, i, &c)) {
+                Py_DECREF(out);
+                return NULL;
+            }
+        }
+        switch (code) {
+        case C_PHYSICAL: v64 = row_i64(row); break;
+        case C_SIZE: v32 = row_i32(row + 8); break;
+        case C_QUEUE_ID: v32 = row_i32(row + 12); break;
+        case C_QUEUE_OFFSET: v64 = row_i64(row + 16); break;
+        case C_TAGS_HASH: v32 = row_i32(row + 24); break;
+        case C_STORE_TS: v64 = row_i64(row + 28); break;
+        case C_TOPIC_ID: v32 = row_i32(row + 48); break;
+        case C_MAGIC: v64 = (int64_t)rd_u32(c.r + 4); break;
+        case C_BODY_CRC: v32 = rd_i32(c.r + 8); break;
+        case C_FLAG: v32 = rd_i32(c.r + 16); break;
+        case C_SYS_FLAG: v32 = rd_i32(c.r + 36); break;
+        case C_BORN_TS: v64 = rd_i64(c.r + 40); break;
+        case C_RECONSUME: v32 = rd_i32(c.r + 72 + c.born6 + c.store6); break;
+        }
+        if (width == 8) memcpy(o + (size_t)i * 8, &v64, 8);
+        else memcpy(o + (size_t)i * 4, &v32, 4);
+    }
+    return out;
+}
+
+static const char HEX_UPPER[] = "0123456789ABCDEF";
+
+static PyObject *var_column(const unsigned char *buf, int64_t n, const unsigned char *rows,
+                            Py_ssize_t count, int64_t base, int code) {
+    PyObject *offsets = NULL, *data = NULL, *validity = NULL, *result = NULL;
+    int64_t *spans = PyMem_Malloc(((size_t)count * 2 + 1) * sizeof(int64_t));
+    if (spans == NULL) return PyErr_NoMemory();
+    offsets = PyBytes_FromStringAndSize(NULL, ((Py_ssize_t)count + 1) * 4);
+    if (offsets == NULL) goto done;
+    int32_t *off = (int32_t *)PyBytes_AS_STRING(offsets);
+    Py_ssize_t nulls = 0;
+    int64_t total = 0;
+    col_row c = {0};
+    /* Pass 1: each value's (start in buf, length); -1 start: null. */
+    for (Py_ssize_t i = 0; i < count; i++) {
+        if (!col_locate(buf, n, rows + (size_t)i * ROW_SIZE, base, i, &c)) goto done;
+        int64_t start = -1;
+        int32_t len = 0;
+        switch (code) {
+        case C_TOPIC: start = c.topic_start; len = c.topic_len; break;
+        case C_BODY: start = c.body_start; len = c.body_len; break;
+        case C_PROPERTIES: start = c.props_start; len = c.props_len; break;
+        case C_TAGS:
+        case C_KEYS: {
+            int64_t at = property_value(buf + c.props_start, c.props_len,
+                                        code == C_TAGS ? "TAGS" : "KEYS", 4, &len);
+            start = at < 0 ? -1 : c.props_start + at;
+            if (at < 0) len = 0;
+            break;
+        }
+        case C_BORN_HOST: start = c.pos + 48; len = c.born6 ? 20 : 8; break;
+        case C_STORE_HOST: start = c.pos + 64 + c.born6; len = c.store6 ? 20 : 8; break;
+        case C_MSG_ID: start = c.pos + 64 + c.born6; len = (c.store6 ? 20 + 8 : 8 + 8) * 2; break;
+        }
+        if (start < 0) nulls++;
+        spans[2 * i] = start;
+        spans[2 * i + 1] = len;
+        total += len;
+    }
+    if (total > INT32_MAX) {
+        PyErr_SetString(PyExc_OverflowError, "more than 2 GiB of values in one column");
+        goto done;
+    }
+    data = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)total);
+    if (data == NULL) goto done;
+    unsigned char *d = (unsigned char *)PyBytes_AS_STRING(data);
+    unsigned char *bits = NULL;
+    if (nulls) {
+        validity = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(count + 7) / 8);
+        if (validity == NULL) goto done;
+        bits = (unsigned char *)PyBytes_AS_STRING(validity);
+        memset(bits, 0, (size_t)(count + 7) / 8);
+    }
+    int32_t at = 0;
+    off[0] = 0;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        int64_t start = spans[2 * i];
+        int32_t len = (int32_t)spans[2 * i + 1];
+        if (start >= 0) {
+            if (bits) bits[i >> 3] |= (unsigned char)(1u << (i & 7));
+            if (code == C_MSG_ID) {
+                /* host bytes (address + port) then the physical offset, big-endian, hex */
+                int32_t host_len = len / 2 - 8;
+                const unsigned char *h = buf + start;
+                for (int32_t k = 0; k < host_len; k++) {
+                    d[at + 2 * k] = (unsigned char)HEX_UPPER[h[k] >> 4];
+                    d[at + 2 * k + 1] = (unsigned char)HEX_UPPER[h[k] & 15];
+                }
+                uint64_t physical = (uint64_t)row_i64(rows + (size_t)i * ROW_SIZE);
+                for (int k = 0; k < 16; k++)
+                    d[at + 2 * host_len + k] = (unsigned char)HEX_UPPER[(physical >> (60 - 4 * k)) & 15];
+            } else {
+                memcpy(d + at, buf + start, (size_t)len);
+            }
+            at += len;
+        }
+        off[i + 1] = at;
+    }
+    if (validity == NULL) {
+        validity = Py_None;
+        Py_INCREF(validity);
+    }
+    result = Py_BuildValue("(OOOn)", offsets, data, validity, nulls);
+done:
+    PyMem_Free(spans);
+    Py_XDECREF(offsets);
+    Py_XDECREF(data);
+    Py_XDECREF(validity);
+    return result;
+}
+
+static PyObject *columns(PyObject *Py_UNUSED(self), PyObject *args, PyObject *kwargs) {
+    static char *kwlist[] = {"buf", "rows", "base_offset", "names", NULL};
+    Py_buffer view, rows;
+    long long base = 0;
+    PyObject *names;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "y*y*LO:columns", kwlist, &view, &rows, &base,
+                                     &names))
+        return NULL;
+    PyObject *result = NULL, *seq = NULL;
+    if (rows.len % ROW_SIZE) {
+        PyErr_SetString(PyExc_ValueError, "rows is not a whole number of rows");
+        goto done;
+    }
+    if (base < 0 || base > INT64_MAX - view.len) {
+        PyErr_SetString(PyExc_ValueError, "base_offset out of range");
+        goto done;
+    }
+    seq = PySequence_Fast(names, "names must be a sequence of column names");
+    if (seq == NULL) goto done;
+    Py_ssize_t k = PySequence_Fast_GET_SIZE(seq);
+    Py_ssize_t count = rows.len / ROW_SIZE;
+    result = PyList_New(k);
+    if (result == NULL) goto done;
+    for (Py_ssize_t j = 0; j < k; j++) {
+        const char *name = PyUnicode_Check(PySequence_Fast_GET_ITEM(seq, j))
+                               ? PyUnicode_AsUTF8(PySequence_Fast_GET_ITEM(seq, j))
+                               : NULL;
+        int found = -1;
+        for (int t = 0; name && column_names[t].name; t++)
+            if (strcmp(column_names[t].name, name) == 0) found = t;
+        if (found < 0) {
+            if (!PyErr_Occurred())
+                PyErr_Format(PyExc_ValueError, "unknown column %R",
+                             PySequence_Fast_GET_ITEM(seq, j));
+            Py_CLEAR(result);
+            goto done;
+        }
+        int code = column_names[found].code;
+        PyObject *item =
+            code < C_FIXED_END
+                ? fixed_column(view.buf, view.len, rows.buf, count, base, code,
+                               column_names[found].width)
+                : var_column(view.buf, view.len, rows.buf, count, base, code);
+        if (item == NULL) {
+            Py_CLEAR(result);
+            goto done;
+        }
+        PyList_SET_ITEM(result, j, item);
+    }
+done:
+    Py_XDECREF(seq);
+    PyBuffer_Release(&rows);
+    PyBuffer_Release(&view);
+    return result;
+}
+/* ---- end of columns() ---- */
+
 static PyMethodDef methods[] = {
     {"scan", (PyCFunction)(void (*)(void))scan, METH_VARARGS | METH_KEYWORDS,
      "scan(buf, start=0, end=None, base_offset=0, limit=None, check_crc=True, "
      "check_physical_offset=False)\n--\n\n"
      "Validate the records of buf[start:end] in one call; see hanet.store._index."},
+    /* columns(): the Arrow column block above */
+    {"columns", (PyCFunction)(void (*)(void))columns, METH_VARARGS | METH_KEYWORDS,
+     "columns(buf, rows, base_offset, names)\n--\n\n"
+     "Per-column buffers of a scan's rows; see hanet.store._index.record_columns_py."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -1,5 +1,7 @@
 """Types of the native record scanner (``_speedups.c``); see ``hanet.store._index``."""
 
+from collections.abc import Sequence
+
 ROW_SIZE: int
 CLMUL_CRC: int  # 1 when body CRCs use carry-less multiplication (HANET_NO_CLMUL=1: zlib)
 
@@ -12,3 +14,9 @@ def scan(
     check_crc: bool = True,
     check_physical_offset: bool = False,
 ) -> tuple[int, int, str, int, int, bytes]: ...
+def columns(
+    buf: bytes | bytearray | memoryview,
+    rows: bytes,
+    base_offset: int,
+    names: Sequence[str],
+) -> list[bytes | tuple[bytes, bytes, bytes | None, int]]: ...
