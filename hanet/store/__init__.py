@@ -73,8 +73,12 @@ from ._errors import (
 from ._index import NATIVE_SCANNER, native_scan, scan_index, scan_index_py
 from ._index import ROW as INDEX_ROW
 from ._index import STOP_REASONS as INDEX_STOP_REASONS
+from ._index import EntryGroup as IndexEntryGroup
 from ._index import ScanFunction as IndexScanFunction
 from ._index import ScanResult as IndexScanResult
+from ._index import group_entries as index_group_entries
+from ._index import group_entries_py as index_group_entries_py
+from ._index import native_group_entries as native_index_group_entries
 from ._index import scan_stop as index_scan_stop
 from ._index import scan_windows as scan_index_windows
 from ._index import topic_names as index_topic_names
@@ -114,6 +118,7 @@ __all__ = [
     "CreateMappedFileError",
     "DispatchError",
     "FlushDiskType",
+    "IndexEntryGroup",
     "IndexScanFunction",
     "IndexScanResult",
     "Listener",
@@ -143,10 +148,13 @@ __all__ = [
     "encode_record",
     "file_name",
     "format_host",
+    "index_group_entries",
+    "index_group_entries_py",
     "index_scan_stop",
     "index_topic_names",
     "java_string_hash",
     "list_mapped_files",
+    "native_index_group_entries",
     "native_scan",
     "offset_msg_id",
     "pack_blank_into",

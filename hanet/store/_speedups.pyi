@@ -12,3 +12,6 @@ def scan(
     check_crc: bool = True,
     check_physical_offset: bool = False,
 ) -> tuple[int, int, str, int, int, bytes]: ...
+def group_entries(
+    rows: bytes | bytearray | memoryview,
+) -> list[tuple[int, int, int, int, int, int, bytes, int]]: ...

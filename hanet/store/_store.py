@@ -56,7 +56,7 @@ from ._config import (
     StoreRole,
     StoreStatistics,
 )
-from ._consume_queue import CQ_BLANK_SIZE, ConsumeQueue
+from ._consume_queue import CQ_BLANK_SIZE, CQ_ENTRY_SIZE, ConsumeQueue
 from ._errors import (
     CorruptRecordError,
     CreateMappedFileError,
@@ -64,7 +64,7 @@ from ._errors import (
     StoreClosedError,
     StoreError,
 )
-from ._index import ROW, ScanResult, scan_stop, scan_totals, scan_windows
+from ._index import ROW, ScanResult, group_entries, scan_stop, scan_totals, scan_windows
 from ._mapped_queue import MappedFileQueue
 from ._recovery import RecoveryResult, find_valid_end
 from ._scanner import StopReason, decode_record
@@ -119,6 +119,7 @@ class CommitLogStore:
         self._listeners: list[Listener] = []
         self._dispatched = 0
         self._validated = 0
+        self._notify_pending = False  # raw appends not announced yet (dispatch=False)
         self._dispatch_error: CorruptRecordError | DispatchError | None = None
         self._replica_error: CorruptRecordError | None = None
         self._flushed = 0
@@ -640,7 +641,9 @@ class CommitLogStore:
 
     # -- raw appends (slave) -----------------------------------------------------------------
 
-    def append_raw(self, offset: int, data: bytes | bytearray | memoryview) -> None:
+    def append_raw(
+        self, offset: int, data: bytes | bytearray | memoryview, *, dispatch: bool = True
+    ) -> None:
         """Validate, then append replicated commit log bytes at exactly ``offset`` (what an
         HA slave does).
 
@@ -652,6 +655,11 @@ class CommitLogStore:
         end. A trailing partial record is appended but stays past :attr:`validated_offset`
         until its rest arrives. Then the new records are dispatched and listeners are called.
         Synchronous and in memory.
+
+        With ``dispatch=False`` (an HA slave: validate, copy, report first) the new records
+        are left for the next :meth:`dispatch`, which dispatches everything appended since in
+        one batch and then calls the listeners (so they hear of records once consumers can
+        see them, as RocketMQ's dispatch service notifies message arrival).
 
         A record that fails validation is never kept: the valid records before it are appended,
         the commit log then ends at the bad record's offset (a partial record held before is
@@ -702,8 +710,11 @@ class CommitLogStore:
         if files.files:
             self._validated = valid_end
         if keep:
-            self.dispatch()
-            self._notify()
+            if dispatch:
+                self.dispatch()
+                self._notify()
+            else:
+                self._notify_pending = True
         if error is not None:
             logger.warning(
                 "%s: replicated bytes failed validation: %s; the commit log ends at %d",
@@ -792,8 +803,17 @@ class CommitLogStore:
         Stops at the data end, at a partial record (waiting for its rest) or at the first
         invalid record, which becomes :attr:`dispatch_error` (sticky: nothing past it is ever
         dispatched). Re-dispatching a record already in its consume queue is a no-op.
-        Returns :attr:`dispatch_error`.
+        Then, if raw appends with ``dispatch=False`` were made since the last call, calls the
+        listeners. Returns :attr:`dispatch_error`.
         """
+        try:
+            return self._dispatch()
+        finally:
+            if self._notify_pending:
+                self._notify_pending = False
+                self._notify()
+
+    def _dispatch(self) -> CorruptRecordError | DispatchError | None:
         error = self._dispatch_error
         if isinstance(error, DispatchError) and error.retryable:
             self._dispatch_error = None  # a file could not be created: try again
@@ -865,43 +885,70 @@ class CommitLogStore:
 
     def _dispatch_rows(self, view: memoryview, rows: bytes) -> bool:
         """Append the consume queue entries of ``rows`` (one scan of ``view``; see
-        ``_index.py``); a record already in its queue is skipped (recovery re-dispatches from
-        a safe point). False when a consume queue could not be written: :attr:`dispatch_error`
-        names the record, :attr:`dispatched_offset` is its offset."""
+        ``_index.py``): one write per queue (per run of consecutive queue offsets), as
+        :func:`group_entries` groups them. A record already in its queue is skipped (recovery
+        re-dispatches from a safe point). False when a consume queue could not be written:
+        :attr:`dispatch_error` names the record, :attr:`dispatched_offset` is its offset and
+        the queues hold exactly the records before it (as a record-by-record dispatch)."""
         queues = self._queues
         topics: list[str] = []
         last_stored = self._last_store_timestamp
-        offset = 0
+        skipped = False
+        highs: dict[tuple[int, int], int] = {}  # (topic id, queue id) -> max queue offset before
+        floors: dict[tuple[str, int], int] = {}  # queues written -> their max queue offset before
         key: tuple[str, int] | None = None
+        entries: bytes | memoryview = b""
         try:
-            for (
-                offset,
-                size,
-                queue_id,
-                queue_offset,
-                tags_hash,
-                stored,
-                start,
-                length,
-                tid,
-            ) in ROW.iter_unpack(rows):
+            for tid, start, length, queue_id, first, count, entries, stored in group_entries(rows):
                 if tid == len(topics):
                     topics.append(str(view[start : start + length], "utf-8"))
                 key = (topics[tid], queue_id)
                 queue = queues.get(key)
                 if queue is None:
                     queue = self._new_queue(*key)
-                if queue_offset < queue.max_queue_offset:
-                    continue
-                queue.append(queue_offset, offset, size, tags_hash)
+                high = queue.max_queue_offset
+                if key not in floors:
+                    highs[tid, queue_id] = floors[key] = high
+                if first < high:  # already (partly) in the queue: skip what it holds
+                    skipped = True
+                    if first + count <= high:
+                        continue
+                    entries = memoryview(entries)[(high - first) * CQ_ENTRY_SIZE :]
+                    first = high
+                queue.append_entries(first, entries)
                 last_stored = max(last_stored, stored)
         except Exception as exc:  # a consume queue could not be written
-            self._last_store_timestamp = last_stored
+            offset = (
+                int.from_bytes(entries[:8], "big", signed=True)
+                if len(entries) >= 8
+                else self._dispatched
+            )
+            for written, floor in floors.items():  # undo what a record-by-record dispatch
+                queues[written].drop_tail(offset, floor)  # would not have written yet
+            self._last_store_timestamp = self._stored_before(rows, highs, offset)
             self._dispatched = offset
             self._fail_dispatch(offset, key, exc)
             return False
+        if skipped:  # the exact record-by-record rule: skipped records do not count
+            last_stored = self._stored_before(rows, highs, None)
         self._last_store_timestamp = last_stored
         return True
+
+    def _stored_before(
+        self, rows: bytes, highs: dict[tuple[int, int], int], end: int | None
+    ) -> int:
+        """The store timestamp a record-by-record dispatch of ``rows`` (up to the record at
+        ``end``) leaves: records already in their queues (below ``highs``, each queue's max
+        queue offset before) do not count."""
+        last = self._last_store_timestamp
+        running = dict(highs)
+        for offset, _, queue_id, queue_offset, _, stored, _, _, tid in ROW.iter_unpack(rows):
+            if end is not None and offset >= end:
+                break
+            if queue_offset >= running.get((tid, queue_id), 0):
+                running[tid, queue_id] = queue_offset + 1
+                last = max(last, stored)
+        return last
 
     # -- durability --------------------------------------------------------------------------
 
