@@ -899,7 +899,10 @@ class CommitLogStore:
         key: tuple[str, int] | None = None
         entries: bytes | memoryview = b""
         try:
-            for tid, start, length, queue_id, first, count, entries, stored in group_entries(rows):
+            for tid, start, length, queue_id, queue_offset, count, packed, stored in group_entries(
+                rows
+            ):
+                first, entries = queue_offset, packed
                 if tid == len(topics):
                     topics.append(str(view[start : start + length], "utf-8"))
                 key = (topics[tid], queue_id)
