@@ -28,10 +28,10 @@ from hanet.store import (
     scan_index_py,
 )
 from hanet.store._consume_queue import CQ_BLANK_SIZE, CQ_ENTRY_SIZE
+from hanet.store._index import GroupFunction
 
 ROW = INDEX_ROW
 ENTRY = struct.Struct(">qiq")
-GroupFunction = type(index_group_entries_py)
 
 IMPLEMENTATIONS = ["python", "native"]
 needs_native = pytest.mark.skipif(
@@ -45,7 +45,7 @@ def group(request: pytest.FixtureRequest) -> GroupFunction:
         return index_group_entries_py
     if native_index_group_entries is None:  # pragma: no cover
         pytest.skip("hanet.store._speedups is not built")
-    return native_index_group_entries  # type: ignore[return-value]
+    return native_index_group_entries
 
 
 def row(physical: int, queue_id: int, queue_offset: int, tid: int = 0, stored: int = 0) -> bytes:
