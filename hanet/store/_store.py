@@ -64,7 +64,17 @@ from ._errors import (
     StoreClosedError,
     StoreError,
 )
-from ._index import ROW, ScanResult, group_entries, scan_stop, scan_totals, scan_windows
+from ._index import (
+    ROW,
+    SCAN_WINDOW,
+    STOP_REASONS,
+    ScanResult,
+    group_entries,
+    scan_index,
+    scan_stop,
+    scan_totals,
+    scan_windows,
+)
 from ._mapped_queue import MappedFileQueue
 from ._recovery import RecoveryResult, find_valid_end
 from ._scanner import StopReason, decode_record
@@ -74,6 +84,11 @@ from ._writer import RecordWriter
 __all__ = ["CommitLogStore", "DispatchError", "Listener"]
 
 logger = logging.getLogger(__name__)
+
+_END, _BLANK, _UNWRITTEN, _INCOMPLETE = (
+    STOP_REASONS.index(reason)
+    for reason in (StopReason.END, StopReason.BLANK, StopReason.UNWRITTEN, StopReason.INCOMPLETE)
+)
 
 Listener = Callable[[int], None]
 """Called with the new max offset after data was added to the commit log."""
@@ -675,8 +690,10 @@ class CommitLogStore:
             raise StoreClosedError("the store is closed")
         files = self.commit_log
         empty = not files.files
-        if not empty and offset != files.max_offset:
-            raise OffsetMismatchError(files.max_offset, offset)
+        if not empty:
+            end = files.max_offset
+            if offset != end:
+                raise OffsetMismatchError(end, offset)
         view = memoryview(data).cast("B") if not isinstance(data, bytes) else data
         self._replica_error = None
         start = offset if empty else self._validated
@@ -694,7 +711,7 @@ class CommitLogStore:
         keep = len(view) if error is None else max(valid_end - offset, 0)
         if keep:
             try:
-                files.append_raw(offset, view[:keep])
+                files.append_raw(offset, view if keep == len(view) else view[:keep])
             except CreateMappedFileError as exc:  # nothing was appended
                 self._note_create_error(f"commit log: {exc}")
                 raise
@@ -737,26 +754,31 @@ class CommitLogStore:
             segment_end = min(end, file_end)
             index = position - start
             segment = buf[index : index + segment_end - position]
-            result, _ = scan_totals(segment, 0, None, position, file_end - position, True, True)
-            stop = scan_stop(result, position)
+            limit = file_end - position
+            if len(segment) <= SCAN_WINDOW:  # one call (what scan_totals makes of it)
+                result = scan_index(segment, 0, None, position, limit, True, True)
+            else:
+                result, _ = scan_totals(segment, 0, None, position, limit, True, True)
+            code = result[1]
             reached = position + result[0]
-            if stop.reason is StopReason.BLANK:
-                if stop.offset + stop.blank_size != file_end:
+            if code == _BLANK:
+                blank_size = result[3]
+                if reached + blank_size != file_end:
                     return reached, CorruptRecordError(
-                        stop.offset,
-                        f"blank record of {stop.blank_size} bytes does not end the file",
+                        reached,
+                        f"blank record of {blank_size} bytes does not end the file",
                     )
                 if segment_end < file_end:  # the rest of the blank tail is still to come
                     return reached, None
-            elif stop.reason is StopReason.END:
+            elif code == _END:
                 if segment_end < file_end:
                     return reached, None
-            elif stop.reason is StopReason.INCOMPLETE:
+            elif code == _INCOMPLETE:
                 return reached, None
-            elif stop.reason is StopReason.UNWRITTEN:
-                return reached, CorruptRecordError(stop.offset, "zeros where a record should start")
+            elif code == _UNWRITTEN:
+                return reached, CorruptRecordError(reached, "zeros where a record should start")
             else:
-                return reached, stop.error()
+                return reached, scan_stop(result, position).error()
             position = file_end
         return end, None
 
