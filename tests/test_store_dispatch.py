@@ -246,3 +246,26 @@ def test_redispatch_is_a_no_op_and_resumes_mid_queue(tmp_path: Path) -> None:
         assert total == 60
         for key, high in before.items():
             assert store.max_queue_offset(*key) >= high
+
+
+def test_a_failed_batch_leaves_the_queues_of_a_record_by_record_dispatch(tmp_path: Path) -> None:
+    """Queue B cannot be created (a file in the way): the batch stops at B's first record and
+    queue A keeps only the records before it, as a record-by-record dispatch leaves it."""
+    config = StoreConfig(mapped_file_size=1 << 16, warm_mapped_files=False)
+    with CommitLogStore.open(tmp_path / "master", config) as master:
+        topics = ["A", "A", "B", "A", "B", "A"]
+        results = master.put_batch([Message(topic=t, body=b"x" * 30) for t in topics])
+        data = master.read(0, master.max_offset)
+    with CommitLogStore.open(tmp_path / "slave", slave_config(1 << 16)) as store:
+        (tmp_path / "slave" / "consumequeue").mkdir()
+        (tmp_path / "slave" / "consumequeue" / "B").write_bytes(b"in the way")
+        store.append_raw(0, data)
+        error = store.dispatch_error
+        assert error is not None and error.offset == results[2].wrote_offset
+        assert store.dispatched_offset == results[2].wrote_offset
+        assert store.max_queue_offset("A", 0) == 2
+        assert store.consume_queue_entry("A", 0, 1) == (
+            results[1].wrote_offset,
+            results[1].wrote_size,
+            0,
+        )
