@@ -269,3 +269,15 @@ def test_a_failed_batch_leaves_the_queues_of_a_record_by_record_dispatch(tmp_pat
             results[1].wrote_size,
             0,
         )
+
+
+def test_close_dispatches_what_was_left(tmp_path: Path) -> None:
+    data = master_bytes(tmp_path, 30)
+    store = CommitLogStore.open(tmp_path / "slave", slave_config())
+    store.append_raw(0, data, dispatch=False)
+    assert store.dispatched_offset == 0
+    store.close()
+    queues = tmp_path / "slave" / "consumequeue"
+    assert sorted(p.name for p in queues.iterdir()) == ["T0", "T1", "T2"]  # written at close
+    with CommitLogStore.open(tmp_path / "slave", slave_config()) as reopened:
+        assert sum(reopened.max_queue_offset(*key) for key in reopened.queues()) == 30

@@ -5,7 +5,11 @@ Shape (what the HA layer relies on):
 - The core API is **synchronous and never blocks on the disk**: :meth:`CommitLogStore.put`,
   :meth:`~CommitLogStore.put_batch` and :meth:`~CommitLogStore.append_raw` write into the
   mapping, dispatch the new records into the consume queues and call the listeners, all
-  before they return. They are safe to call from a synchronous pipeline handler.
+  before they return. They are safe to call from a synchronous pipeline handler. An HA slave
+  appends with ``append_raw(..., dispatch=False)`` (validate, copy, report) and runs
+  :meth:`~CommitLogStore.dispatch` behind its report: one batch for everything appended
+  since, one consume queue write per queue, then the listeners (RocketMQ's
+  ReputMessageService). :attr:`~CommitLogStore.dispatched_offset` says how far it got.
 - Durability waits are **async**: :meth:`~CommitLogStore.wait_flushed` (and
   :meth:`~CommitLogStore.put_async`, which uses it under SYNC_FLUSH) fsync in a worker thread;
   concurrent waiters share one fsync (group commit: the first waiter flushes everything written
@@ -91,7 +95,8 @@ _END, _BLANK, _UNWRITTEN, _INCOMPLETE = (
 )
 
 Listener = Callable[[int], None]
-"""Called with the new max offset after data was added to the commit log."""
+"""Called with the new max offset after data was added to the commit log (after raw appends
+with ``dispatch=False``: once :meth:`CommitLogStore.dispatch` dispatched them)."""
 
 
 class DispatchError(StoreError):
@@ -315,6 +320,9 @@ class CommitLogStore:
         try:
             if self.commit_log.max_offset > self._validated:  # a partial replicated record
                 self.commit_log.truncate(self._validated)
+            if self._notify_pending:  # raw appends left for a dispatch that never came
+                self._notify_pending = False
+                self._dispatch()
             self._flush_all()
         finally:
             self.commit_log.close()
