@@ -281,3 +281,53 @@ def test_close_dispatches_what_was_left(tmp_path: Path) -> None:
     assert sorted(p.name for p in queues.iterdir()) == ["T0", "T1", "T2"]  # written at close
     with CommitLogStore.open(tmp_path / "slave", slave_config()) as reopened:
         assert sum(reopened.max_queue_offset(*key) for key in reopened.queues()) == 30
+
+
+# -- validating a transfer that completes a partial record -----------------------------------
+
+
+@pytest.fixture(scope="module")
+def small_log(tmp_path_factory: pytest.TempPathFactory) -> bytes:
+    return master_bytes(tmp_path_factory.mktemp("log"), 40, file_size=4096)
+
+
+def outcome(result: tuple[int, Exception | None]) -> tuple[int, str | None]:
+    return result[0], None if result[1] is None else str(result[1])
+
+
+@settings(
+    max_examples=150,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(
+    cut=st.integers(1, 4000),
+    length=st.integers(0, 3000),
+    flips=st.lists(st.tuples(st.integers(0, 2999), st.integers(1, 255)), max_size=2),
+)
+def test_a_continued_record_validates_as_the_whole_bytes(
+    tmp_path_factory: pytest.TempPathFactory,
+    small_log: bytes,
+    cut: int,
+    length: int,
+    flips: list[tuple[int, int]],
+) -> None:
+    """The head of a partial record in the log + the next transfer: validating the record
+    alone, then the rest in place, gives what validating all of it together gives."""
+    data = small_log[: len(small_log) - len(small_log) % 4096 or None]
+    cut = min(cut, len(data) - 1)
+    root = tmp_path_factory.mktemp("slave")
+    with CommitLogStore.open(root, slave_config(4096)) as store:
+        store.append_raw(0, data[:cut], dispatch=False)
+        start = store.validated_offset
+        if start == cut:  # the cut is a record boundary: nothing partial
+            return
+        chunk = bytearray(data[cut : cut + length])
+        for at, bits in flips:
+            if at < len(chunk):
+                chunk[at] ^= bits
+        whole = memoryview(bytes(data[start:cut]) + bytes(chunk))
+        expected = outcome(store._validate_raw(start, whole))
+        assert outcome(store._validate_continued(start, cut, memoryview(bytes(chunk)))) == (
+            expected
+        )

@@ -706,14 +706,7 @@ class CommitLogStore:
         self._replica_error = None
         start = offset if empty else self._validated
         if start < offset:  # a partial record already in the log: validate it with the new bytes
-            pending = bytearray()
-            position = start
-            while position < offset:
-                chunk = files.read(position, offset - position)
-                pending += chunk
-                position += len(chunk)
-            pending += view
-            valid_end, error = self._validate_raw(start, memoryview(pending))
+            valid_end, error = self._validate_continued(start, offset, memoryview(view))
         else:
             valid_end, error = self._validate_raw(start, memoryview(view))
         keep = len(view) if error is None else max(valid_end - offset, 0)
@@ -748,6 +741,31 @@ class CommitLogStore:
                 files.max_offset,
             )
             self._replica_error = error
+
+    def _validate_continued(
+        self, start: int, offset: int, view: memoryview
+    ) -> tuple[int, CorruptRecordError | None]:
+        """:meth:`_validate_raw` of the log's bytes ``[start, offset)`` (the head of a partial
+        record) followed by ``view``. When ``view`` completes that record, only the record is
+        copied together and the rest of ``view`` is validated in place (the same outcome: a
+        scan validates each record by its own bytes and position); otherwise all of it."""
+        files = self.commit_log
+        pending = bytearray()
+        position = start
+        while position < offset:
+            chunk = files.read(position, offset - position)
+            pending += chunk
+            position += len(chunk)
+        if len(pending) >= 4:
+            need = int.from_bytes(pending[:4], "big", signed=True) - len(pending)
+            if 0 < need <= len(view):
+                pending += view[:need]
+                record_end, error = self._validate_raw(start, memoryview(pending))
+                if error is None and record_end == offset + need:  # that record is valid
+                    return self._validate_raw(record_end, view[need:])
+                del pending[offset - start :]
+        pending += view
+        return self._validate_raw(start, memoryview(pending))
 
     def _validate_raw(self, start: int, buf: memoryview) -> tuple[int, CorruptRecordError | None]:
         """Validate ``buf``, commit log bytes from the record boundary ``start``.
