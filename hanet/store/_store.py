@@ -961,9 +961,9 @@ class CommitLogStore:
                 if key not in floors:
                     highs[tid, queue_id] = floors[key] = high
                 if first < high:  # already (partly) in the queue: skip what it holds
-                    skipped = True
                     if first + count <= high:
                         continue
+                    skipped = True  # part of the group: its max timestamp may not count
                     entries = memoryview(entries)[(high - first) * CQ_ENTRY_SIZE :]
                     first = high
                 queue.append_entries(first, entries)
