@@ -13,10 +13,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hanet.store import (
+    CQ_BLANK_SIZE,
+    CQ_ENTRY_SIZE,
     INDEX_ROW,
     CommitLogStore,
     ConsumeQueue,
     IndexEntryGroup,
+    IndexGroupFunction,
     Message,
     MessageRecord,
     OffsetMismatchError,
@@ -27,8 +30,6 @@ from hanet.store import (
     native_index_group_entries,
     scan_index_py,
 )
-from hanet.store._consume_queue import CQ_BLANK_SIZE, CQ_ENTRY_SIZE
-from hanet.store._index import GroupFunction
 
 ROW = INDEX_ROW
 ENTRY = struct.Struct(">qiq")
@@ -40,7 +41,7 @@ needs_native = pytest.mark.skipif(
 
 
 @pytest.fixture(params=IMPLEMENTATIONS)
-def group(request: pytest.FixtureRequest) -> GroupFunction:
+def group(request: pytest.FixtureRequest) -> IndexGroupFunction:
     if request.param == "python":
         return index_group_entries_py
     if native_index_group_entries is None:  # pragma: no cover
@@ -55,7 +56,7 @@ def row(physical: int, queue_id: int, queue_offset: int, tid: int = 0, stored: i
 # -- group_entries ---------------------------------------------------------------------------
 
 
-def test_groups_per_queue_in_order_of_first_row(group: GroupFunction) -> None:
+def test_groups_per_queue_in_order_of_first_row(group: IndexGroupFunction) -> None:
     rows = row(0, 0, 5) + row(100, 1, 0) + row(200, 0, 6, stored=9) + row(300, 0, 0, tid=1)
     groups = group(rows)
     assert [(g[0], g[3], g[4], g[5], g[7]) for g in groups] == [
@@ -67,18 +68,18 @@ def test_groups_per_queue_in_order_of_first_row(group: GroupFunction) -> None:
     assert groups[2][1:3] == (11, 1)
 
 
-def test_gaps_and_repeats_start_a_new_group(group: GroupFunction) -> None:
+def test_gaps_and_repeats_start_a_new_group(group: IndexGroupFunction) -> None:
     rows = row(0, 0, 5) + row(100, 0, 7) + row(200, 0, 7) + row(300, 0, 3) + row(400, 0, 4)
     assert [(g[4], g[5]) for g in group(rows)] == [(5, 1), (7, 1), (7, 1), (3, 2)]
 
 
-def test_empty_and_bad_rows(group: GroupFunction) -> None:
+def test_empty_and_bad_rows(group: IndexGroupFunction) -> None:
     assert group(b"") == []
     with pytest.raises(ValueError, match="whole number"):
         group(b"\0" * (ROW.size + 1))
 
 
-def test_the_largest_queue_offset_ends_a_group(group: GroupFunction) -> None:
+def test_the_largest_queue_offset_ends_a_group(group: IndexGroupFunction) -> None:
     top = 2**63 - 1
     rows = row(0, 0, top - 1) + row(100, 0, top) + row(200, 0, -(2**63))
     assert [(g[4], g[5]) for g in group(rows)] == [(top - 1, 2), (-(2**63), 1)]

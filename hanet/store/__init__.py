@@ -74,6 +74,7 @@ from ._index import NATIVE_SCANNER, native_scan, scan_index, scan_index_py
 from ._index import ROW as INDEX_ROW
 from ._index import STOP_REASONS as INDEX_STOP_REASONS
 from ._index import EntryGroup as IndexEntryGroup
+from ._index import GroupFunction as IndexGroupFunction
 from ._index import ScanFunction as IndexScanFunction
 from ._index import ScanResult as IndexScanResult
 from ._index import group_entries as index_group_entries
@@ -119,6 +120,7 @@ __all__ = [
     "DispatchError",
     "FlushDiskType",
     "IndexEntryGroup",
+    "IndexGroupFunction",
     "IndexScanFunction",
     "IndexScanResult",
     "Listener",
