@@ -40,7 +40,11 @@ class HASlave:
     Each connection's pipeline: ``IdleStateHandler(reader_idle=housekeeping,
     writer_idle=heartbeat)`` -> transfer frame decoder -> ``TransferFrameDecoder`` ->
     ``OffsetVerifier`` -> ``CommitLogReplayHandler`` -> ``OffsetReporter`` -> the handlers
-    ``extra_handlers()`` returns (metrics, logging, ... of one's own). Reconnects every
+    ``extra_handlers()`` returns (metrics, logging, ... of one's own). The replay handler only
+    validates and copies (``append_raw(..., dispatch=False)``); the consume queues are built
+    behind the reports by a dispatcher task that :meth:`run` starts, one batch per report
+    (the store's ``dispatched_offset`` says how far; consumers of this slave see a message
+    once it is dispatched). Reconnects every
     ``reconnect_interval`` seconds, forever, inside the caller's trio run: every connection is
     a new channel in the same nursery, nothing of a closed one survives it.
 
