@@ -211,3 +211,67 @@ async def test_partial_record_is_not_reported_and_dropped_on_reconnect(
         await wait_until(lambda: again.values[-1] == end)
         nursery.cancel_scope.cancel()
     assert commit_log_bytes(slave_store) == good
+
+
+async def test_dispatch_runs_behind_the_report_in_batches(
+    autojump_clock: trio.testing.MockClock,
+    master_store: CommitLogStore,
+    slave_store: CommitLogStore,
+) -> None:
+    """The slave validates, copies and reports each read; the consume queues follow after the
+    report, and listeners (consumers' wake-ups) hear of the records once they are dispatched."""
+    for i in range(40):
+        assert master_store.put(Message(topic=f"T{i % 2}", body=bytes([i]) * 90)).ok
+    end = master_store.max_offset
+    good = master_store.read(0, end)
+    heard: list[tuple[int, int, int]] = []
+    slave_store.add_listener(
+        lambda offset: heard.append(
+            (offset, slave_store.dispatched_offset, slave_store.max_queue_offset("T0", 0))
+        )
+    )
+    async with trio.open_nursery() as nursery:
+        fake = FakeMaster()
+        slave = HASlave(slave_store, CONFIG, connector=fake)
+        await nursery.start(slave.run)
+        await wait_until(lambda: fake.peers)
+        reports = Reports()
+        nursery.start_soon(reports.run, fake.peers[0])
+        await wait_until(lambda: reports.values)
+        for offset in range(0, end, 1000):
+            body = good[offset : offset + 1000]
+            await fake.peers[0].send_all(HEADER.pack(offset, len(body)) + body)
+            await trio.sleep(0.01)
+        await wait_until(lambda: reports.values[-1] == end)
+        await wait_until(lambda: slave_store.dispatched_offset == end)
+        nursery.cancel_scope.cancel()
+    assert slave_store.dispatch_error is None
+    assert slave_store.max_queue_offset("T0", 0) == slave_store.max_queue_offset("T1", 0) == 20
+    for q in range(20):
+        assert slave_store.consume_queue_entry("T1", 0, q) == master_store.consume_queue_entry(
+            "T1", 0, q
+        )
+    assert heard and heard[-1] == (end, end, 20)
+    # Every listener call came after a dispatch: the records it announces are in the queues.
+    assert all(dispatched >= offset - 1000 for offset, dispatched, _ in heard)
+    assert slave_store.statistics().dispatched_offset == end
+
+
+async def test_the_dispatcher_dispatches_what_is_left_when_the_slave_stops(
+    autojump_clock: trio.testing.MockClock,
+    master_store: CommitLogStore,
+    slave_store: CommitLogStore,
+) -> None:
+    for i in range(10):
+        assert master_store.put(Message(topic="T", body=bytes([i]) * 90)).ok
+    end = master_store.max_offset
+    good = master_store.read(0, end)
+    async with trio.open_nursery() as nursery:
+        fake = FakeMaster()
+        await nursery.start(HASlave(slave_store, CONFIG, connector=fake).run)
+        await wait_until(lambda: fake.peers)
+        await fake.peers[0].send_all(HEADER.pack(0, end) + good)
+        await wait_until(lambda: slave_store.max_offset == end)
+        nursery.cancel_scope.cancel()  # maybe before the dispatcher ran: it finishes on exit
+    assert slave_store.dispatched_offset == end
+    assert slave_store.max_queue_offset("T", 0) == 10

@@ -580,6 +580,8 @@ def test_store_tests_pass_with_the_pure_python_scanner() -> None:
             "tests/test_store_store.py",
             "tests/test_store_recovery.py",
             "tests/test_store_integrity.py",
+            "tests/test_store_dispatch.py",
+            "tests/test_store_disk.py",
             "tests/test_cli_store.py",
             "tests/test_ha_slave_integrity.py",
             "tests/test_store_index.py::test_the_native_scanner_is_selected_when_built",

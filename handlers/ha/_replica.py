@@ -37,7 +37,9 @@ class ReplicaLog(Protocol):
     @property
     def validated_offset(self) -> int: ...
 
-    def append_raw(self, offset: int, data: bytes | bytearray | memoryview) -> None: ...
+    def append_raw(
+        self, offset: int, data: bytes | bytearray | memoryview, *, dispatch: bool = True
+    ) -> None: ...
 
     def truncate_to(self, offset: int) -> None: ...
 
@@ -91,6 +93,10 @@ class CommitLogReplayHandler(ChannelInboundHandler):
     means the files differ (a ``--mapped-file-size`` mismatch, protocol §1.2). Nothing of that
     frame is kept, the reason is logged as an ERROR and passed to ``on_file_size_mismatch``
     (which should stop the slave: reconnecting cannot help), and the channel is closed.
+
+    With ``defer_dispatch`` the records are appended with ``dispatch=False``: validated and
+    copied only, their consume queue dispatch left to a later ``replica.dispatch()`` (the
+    slave runs it after the report, see :class:`OffsetReporter`'s ``on_report``).
     """
 
     def __init__(
@@ -98,10 +104,13 @@ class CommitLogReplayHandler(ChannelInboundHandler):
         replica: ReplicaLog,
         file_size: int | None = None,
         on_file_size_mismatch: Callable[[str], None] | None = None,
+        *,
+        defer_dispatch: bool = False,
     ) -> None:
         self.replica = replica
         self.file_size = file_size
         self.on_file_size_mismatch = on_file_size_mismatch
+        self.defer_dispatch = defer_dispatch
 
     def channel_active(self, ctx: HandlerContext) -> None:
         replica = self.replica
@@ -132,7 +141,10 @@ class CommitLogReplayHandler(ChannelInboundHandler):
                         "own file end, so its files are larger",
                     )
                     return
-            replica.append_raw(msg.offset, msg.body)
+            if self.defer_dispatch:
+                replica.append_raw(msg.offset, msg.body, dispatch=False)
+            else:
+                replica.append_raw(msg.offset, msg.body)
             if replica.max_offset != msg.offset + len(msg.body):  # not all kept: a bad record
                 problem = self._misplaced_blank(msg)
                 if problem is not None:
@@ -202,10 +214,14 @@ class OffsetReporter(ChannelInboundHandler):
     A reader-idle event (nothing from the master for the housekeeping interval) closes.
 
     Place an ``IdleStateHandler(reader_idle=20, writer_idle=5)`` first in the pipeline.
+
+    ``on_report`` is called after every report was written (the slave wakes its consume queue
+    dispatch with it: dispatch runs behind the report, off the ack path).
     """
 
-    def __init__(self, replica: ReplicaLog) -> None:
+    def __init__(self, replica: ReplicaLog, on_report: Callable[[], None] | None = None) -> None:
         self.replica = replica
+        self.on_report = on_report
         self._applied = False
         self.reports = 0
         self.last_offset: int | None = None  # the offset of the last report sent
@@ -215,6 +231,8 @@ class OffsetReporter(ChannelInboundHandler):
         self.reports += 1
         self.last_offset = self.replica.validated_offset
         ctx.write_and_flush(REPORT.pack(self.last_offset))
+        if self.on_report is not None:
+            self.on_report()
 
     def channel_active(self, ctx: HandlerContext) -> None:
         self.report(ctx)

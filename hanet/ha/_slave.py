@@ -40,7 +40,11 @@ class HASlave:
     Each connection's pipeline: ``IdleStateHandler(reader_idle=housekeeping,
     writer_idle=heartbeat)`` -> transfer frame decoder -> ``TransferFrameDecoder`` ->
     ``OffsetVerifier`` -> ``CommitLogReplayHandler`` -> ``OffsetReporter`` -> the handlers
-    ``extra_handlers()`` returns (metrics, logging, ... of one's own). Reconnects every
+    ``extra_handlers()`` returns (metrics, logging, ... of one's own). The replay handler only
+    validates and copies (``append_raw(..., dispatch=False)``); the consume queues are built
+    behind the reports by a dispatcher task that :meth:`run` starts, one batch per report
+    (the store's ``dispatched_offset`` says how far; consumers of this slave see a message
+    once it is dispatched). Reconnects every
     ``reconnect_interval`` seconds, forever, inside the caller's trio run: every connection is
     a new channel in the same nursery, nothing of a closed one survives it.
 
@@ -90,6 +94,7 @@ class HASlave:
         self._refusal_logged: float | None = None
         self._fatal: str | None = None
         self._cancel: trio.CancelScope | None = None
+        self._dispatch_wanted: trio.Event | None = None  # set while the dispatcher runs
         self._client = ReconnectingClient(
             connector,
             self.initialize,
@@ -118,18 +123,46 @@ class HASlave:
         pipeline.add_last(transfer_frame_decoder(config.ha_transfer_batch_size), "frame-decoder")
         pipeline.add_last(TransferFrameDecoder(), "transfer-decoder")
         self._verifier = OffsetVerifier(self.store)
-        self._reporter = OffsetReporter(self.store)
+        self._reporter = OffsetReporter(self.store, on_report=self._reported)
         pipeline.add_last(self._verifier, "offset-verifier")
         replay = CommitLogReplayHandler(
             self.store,
             file_size=self.store.config.mapped_file_size,
             on_file_size_mismatch=self._stop,
+            defer_dispatch=True,
         )
         pipeline.add_last(replay, "replay")
         pipeline.add_last(self._reporter, "reporter")
         if self._extra is not None:
             for handler in self._extra():
                 pipeline.add_last(handler)
+
+    def _reported(self) -> None:
+        """After each report: wake the dispatcher (or, without one, dispatch now)."""
+        wanted = self._dispatch_wanted
+        if wanted is not None:
+            wanted.set()
+        elif not self.store.closed:
+            self.store.dispatch()
+
+    async def _dispatcher(self) -> None:
+        """Dispatch the records appended since the last report into the consume queues, in
+        one batch each time a report went out (RocketMQ's ReputMessageService): validation,
+        the copy into the commit log and the report come first, off this path."""
+        store = self.store
+        self._dispatch_wanted = trio.Event()
+        try:
+            while True:
+                await self._dispatch_wanted.wait()
+                # One scheduling round: the writer sends the report before we dispatch.
+                await trio.lowlevel.checkpoint()
+                self._dispatch_wanted = trio.Event()  # reports from now on wake us again
+                if not store.closed:
+                    store.dispatch()
+        finally:
+            self._dispatch_wanted = None
+            if not store.closed:
+                store.dispatch()  # what the last reports left
 
     def _connected(self, channel: StreamChannel) -> None:
         log.info(
@@ -201,7 +234,10 @@ class HASlave:
         with trio.CancelScope() as scope:
             self._cancel = scope
             if self._fatal is None:
-                await self._client.run()
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(self._dispatcher)
+                    await self._client.run()
+                    nursery.cancel_scope.cancel()  # pragma: no cover - run() runs forever
         self._cancel = None
         if self._fatal is not None:
             log.error("slave of %s stopped: %s", self.master_address, self._fatal)

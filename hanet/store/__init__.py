@@ -86,8 +86,13 @@ from ._index import ROW as INDEX_ROW
 from ._index import SCAN_WINDOW as INDEX_SCAN_WINDOW
 from ._index import STOP_REASONS as INDEX_STOP_REASONS
 from ._index import VAR_COLUMNS as INDEX_VAR_COLUMNS
+from ._index import EntryGroup as IndexEntryGroup
+from ._index import GroupFunction as IndexGroupFunction
 from ._index import ScanFunction as IndexScanFunction
 from ._index import ScanResult as IndexScanResult
+from ._index import group_entries as index_group_entries
+from ._index import group_entries_py as index_group_entries_py
+from ._index import native_group_entries as native_index_group_entries
 from ._index import scan_stop as index_scan_stop
 from ._index import scan_windows as scan_index_windows
 from ._index import topic_names as index_topic_names
@@ -130,6 +135,8 @@ __all__ = [
     "CreateMappedFileError",
     "DispatchError",
     "FlushDiskType",
+    "IndexEntryGroup",
+    "IndexGroupFunction",
     "IndexScanFunction",
     "IndexScanResult",
     "Listener",
@@ -159,11 +166,14 @@ __all__ = [
     "encode_record",
     "file_name",
     "format_host",
+    "index_group_entries",
+    "index_group_entries_py",
     "index_scan_stop",
     "index_topic_names",
     "java_string_hash",
     "list_mapped_files",
     "native_columns",
+    "native_index_group_entries",
     "native_scan",
     "offset_msg_id",
     "pack_blank_into",

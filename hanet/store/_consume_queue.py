@@ -112,6 +112,47 @@ class ConsumeQueue:
             self.min_queue_offset = queue_offset
         self.files.append_raw(position, _ENTRY.pack(physical_offset, size, tags_hash))
 
+    def append_entries(self, queue_offset: int, entries: bytes | bytearray | memoryview) -> None:
+        """Write packed 20-byte entries (``>qiq`` each) from ``queue_offset`` on, in one write:
+        :meth:`append` for each of them in turn, with the same blank fill before a gap (or, in
+        an empty queue, from the start of its first file). Entries that reach the end of a file
+        go on in the next one. All or nothing: a file that cannot be created writes nothing.
+
+        Raises:
+            OffsetMismatchError: ``queue_offset`` is below :attr:`max_queue_offset`.
+            ValueError: ``entries`` is not a whole number of entries.
+            CreateMappedFileError: a file the entries need cannot be created.
+        """
+        length = len(entries)
+        if length % CQ_ENTRY_SIZE:
+            raise ValueError(f"{length} bytes are not a whole number of 20-byte entries")
+        if not length:
+            return
+        position = queue_offset * CQ_ENTRY_SIZE
+        queue = self.files
+        files = queue.files
+        if files:
+            last = files[-1]
+            wrote = last.wrote
+            end = last.start_offset + wrote
+            if end == position and wrote + length <= last.size:  # fast path: room in the last
+                last.view[wrote : wrote + length] = entries
+                last.wrote = wrote + length
+                return
+            if position > end:  # a gap: blanks first, as append
+                gap = _BLANK_ENTRY * ((position - end) // CQ_ENTRY_SIZE)
+                queue.append_raw(end, b"".join((gap, entries)))
+                return
+            queue.append_raw(position, entries)  # at the end, or OffsetMismatchError below it
+            return
+        start = queue.file_start(position)
+        if position > start:
+            gap = _BLANK_ENTRY * ((position - start) // CQ_ENTRY_SIZE)
+            queue.append_raw(start, b"".join((gap, entries)))
+        else:
+            queue.append_raw(position, entries)
+        self.min_queue_offset = queue_offset
+
     def get(self, queue_offset: int) -> tuple[int, int, int] | None:
         """``(physical offset, size, tag hash)`` of an entry, or None if not held."""
         if not self.min_queue_offset <= queue_offset < self.max_queue_offset:
@@ -144,6 +185,23 @@ class ConsumeQueue:
             else:
                 self.files.truncate(q * CQ_ENTRY_SIZE)
         return dropped
+
+    def drop_tail(self, physical_end: int, floor: int) -> None:
+        """Undo the tail of a batch written from queue offset ``floor`` on: drop the entries
+        from ``floor`` on that point at or past ``physical_end``, with the blank entries just
+        before them (they filled the gap before a dropped entry)."""
+        q = self.max_queue_offset
+        while q > max(floor, self.min_queue_offset):
+            entry = self.get(q - 1)
+            if entry is None or (entry[1] != CQ_BLANK_SIZE and entry[0] + entry[1] <= physical_end):
+                break
+            q -= 1
+        if q < self.max_queue_offset:
+            if q <= self.min_queue_offset:
+                self.files.delete_all()
+                self.min_queue_offset = 0
+            else:
+                self.files.truncate(q * CQ_ENTRY_SIZE)
 
     def flush(self) -> None:
         """``fdatasync`` the files (blocks: worker thread)."""

@@ -40,9 +40,14 @@ __all__ = [
     "SCAN_WINDOW",
     "STOP_REASONS",
     "VAR_COLUMNS",
+    "EntryGroup",
+    "GroupFunction",
     "ScanFunction",
     "ScanResult",
+    "group_entries",
+    "group_entries_py",
     "native_columns",
+    "native_group_entries",
     "native_scan",
     "record_columns",
     "record_columns_py",
@@ -153,12 +158,75 @@ def topic_names(buf: Buffer, rows: bytes) -> Iterator[str]:
             yield str(view[start : start + length], "utf-8")
 
 
+EntryGroup = tuple[int, int, int, int, int, int, bytes, int]
+"""``(topic id, topic start, topic length, queue id, first queue offset, count, entries,
+max store timestamp)``: see :func:`group_entries_py`."""
+GroupFunction = Callable[[Buffer], list[EntryGroup]]
+
+_CQ_ENTRY = struct.Struct(">qiq")
+
+
+def group_entries_py(rows: Buffer) -> list[EntryGroup]:
+    """The consume queue entries of a scan's ``rows``, grouped for one write per queue.
+
+    One group per run of consecutive queue offsets of one (topic id, queue id), in the order
+    of each group's first row (so of their first physical offsets); a row whose queue offset
+    does not follow the previous row of its queue (a gap or a repeat) starts a new group of
+    that queue, so a caller can treat those exactly as a per-record dispatch would.
+    ``entries``: ``count`` packed 20-byte consume queue entries (big-endian ``i64`` physical
+    offset, ``i32`` size, ``i64`` tags hash) in row order; topic start and length: the topic
+    bytes of the group's first row; the max store timestamp of the group's rows.
+
+    The pure-Python reference of ``hanet.store._speedups.group_entries``.
+
+    Raises:
+        ValueError: ``rows`` is not a whole number of rows.
+    """
+    data = memoryview(rows).cast("B")
+    if len(data) % ROW.size:
+        raise ValueError("rows: not a whole number of rows")
+    groups: list[list[Any]] = []
+    open_groups: dict[tuple[int, int], list[Any]] = {}
+    pack = _CQ_ENTRY.pack
+    for (
+        physical,
+        size,
+        queue_id,
+        queue_offset,
+        tags_hash,
+        stored,
+        start,
+        length,
+        tid,
+    ) in ROW.iter_unpack(data):
+        group = open_groups.get((tid, queue_id))
+        if group is None or group[4] + group[5] != queue_offset:
+            group = [tid, start, length, queue_id, queue_offset, 0, bytearray(), stored]
+            groups.append(group)
+            open_groups[tid, queue_id] = group
+        group[5] += 1
+        group[6] += pack(physical, size, tags_hash)
+        group[7] = max(group[7], stored)
+    return [
+        (tid, start, length, queue_id, first, count, bytes(entries), stored)
+        for tid, start, length, queue_id, first, count, entries, stored in groups
+    ]
+
+
 def _native() -> ScanFunction | None:
     try:
         from ._speedups import scan  # noqa: PLC0415 - optional: built by pip install -e .
     except ImportError:
         return None
     return scan
+
+
+def _native_group() -> GroupFunction | None:
+    try:
+        from ._speedups import group_entries  # noqa: PLC0415 - optional, as scan
+    except ImportError:
+        return None
+    return group_entries
 
 
 native_scan = _native()
@@ -169,6 +237,14 @@ scan_index: ScanFunction = (
     native_scan if native_scan is not None and NATIVE_SCANNER else scan_index_py
 )
 """The native scan when :data:`NATIVE_SCANNER`, else :func:`scan_index_py`."""
+native_group_entries = _native_group()
+"""``hanet.store._speedups.group_entries``, or None when the extension is not built."""
+group_entries: GroupFunction = (
+    native_group_entries
+    if native_group_entries is not None and NATIVE_SCANNER
+    else group_entries_py
+)
+"""The native grouping when :data:`NATIVE_SCANNER`, else :func:`group_entries_py`."""
 
 
 SCAN_WINDOW = 16 << 20

@@ -113,9 +113,11 @@ class MappedFileQueue:
     @property
     def max_offset(self) -> int:
         """The offset right after the last written byte (0 when there are no files)."""
-        if not self.files:
+        files = self.files
+        if not files:
             return 0
-        return self.files[-1].write_offset
+        last = files[-1]
+        return last.start_offset + last.wrote
 
     @property
     def flushed_offset(self) -> int:
@@ -211,11 +213,19 @@ class MappedFileQueue:
             CreateMappedFileError: a file it needs cannot be created (disk full, ...): nothing
                 was written and the files created for it are removed again.
         """
-        empty = not self.files
-        if not empty and offset != self.max_offset:
-            raise OffsetMismatchError(self.max_offset, offset)
+        files = self.files
+        empty = not files
         view = memoryview(data).cast("B") if not isinstance(data, bytes) else data
         total = len(view)
+        if not empty:
+            last = files[-1]
+            wrote = last.wrote
+            if offset != last.start_offset + wrote:
+                raise OffsetMismatchError(last.start_offset + wrote, offset)
+            if wrote + total <= last.size:  # fast path: it fits in the last file
+                last.view[wrote : wrote + total] = view
+                last.wrote = wrote + total
+                return
         self._reserve_files(offset, offset + total)
         if empty:
             first = self.files[0]

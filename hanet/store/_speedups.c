@@ -868,6 +868,174 @@ done:
 }
 /* ---- end of columns() ---- */
 
+/* group_entries(rows) -> [(topic_id, topic_start, topic_length, queue_id, first_queue_offset,
+ *                          count, entries, max_store_timestamp), ...]
+ *
+ * The consume queue entries of a scan's rows, grouped per (topic id, queue id): one group per
+ * run of consecutive queue offsets of one queue, in the order of each group's first row (so
+ * in the order of their first physical offsets). A row whose queue offset does not follow the
+ * previous row of its queue (a gap or a repeat) starts a new group of that queue. entries:
+ * count packed 20-byte consume queue entries (big-endian i64 physical offset, i32 size, i64
+ * tags hash), in row order; topic_start/topic_length: the topic bytes of the group's first
+ * row; max_store_timestamp: the largest store timestamp of the group's rows. */
+typedef struct {
+    int32_t tid, qid, tlen, has_next;
+    int64_t tstart, first_q, next_q, max_stored;
+    Py_ssize_t count;
+    unsigned char *out;
+} entry_group;
+
+typedef struct {
+    uint64_t key;
+    Py_ssize_t group; /* -1: empty */
+} group_slot;
+
+static inline uint64_t group_key(int32_t tid, int32_t qid) {
+    return ((uint64_t)(uint32_t)tid << 32) | (uint64_t)(uint32_t)qid;
+}
+
+static inline size_t group_hash(uint64_t key, size_t cap) {
+    return (size_t)((key * 0x9E3779B97F4A7C15ull) >> 17) & (cap - 1);
+}
+
+static int group_slots_grow(group_slot **slots, size_t *cap) {
+    size_t ncap = *cap ? *cap * 2 : 64;
+    group_slot *n = PyMem_RawMalloc(ncap * sizeof(group_slot));
+    if (n == NULL) return 0;
+    for (size_t i = 0; i < ncap; i++) n[i].group = -1;
+    for (size_t i = 0; i < *cap; i++) {
+        if ((*slots)[i].group < 0) continue;
+        size_t j = group_hash((*slots)[i].key, ncap);
+        while (n[j].group >= 0) j = (j + 1) & (ncap - 1);
+        n[j] = (*slots)[i];
+    }
+    PyMem_RawFree(*slots);
+    *slots = n;
+    *cap = ncap;
+    return 1;
+}
+
+static inline void put_be64(unsigned char *p, uint64_t v) {
+    for (int i = 7; i >= 0; i--) {
+        p[i] = (unsigned char)v;
+        v >>= 8;
+    }
+}
+
+static inline void put_be32(unsigned char *p, uint32_t v) {
+    p[0] = (unsigned char)(v >> 24);
+    p[1] = (unsigned char)(v >> 16);
+    p[2] = (unsigned char)(v >> 8);
+    p[3] = (unsigned char)v;
+}
+
+#define CQ_ENTRY 20
+
+static PyObject *group_entries(PyObject *Py_UNUSED(self), PyObject *arg) {
+    Py_buffer view;
+    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0) return NULL;
+    PyObject *result = NULL;
+    entry_group *groups = NULL;
+    Py_ssize_t *group_of = NULL;
+    group_slot *slots = NULL;
+    size_t cap = 0;
+    Py_ssize_t ngroups = 0, gcap = 0;
+    if (view.len % ROW_SIZE) {
+        PyErr_SetString(PyExc_ValueError, "rows: not a whole number of rows");
+        goto done;
+    }
+    const unsigned char *rows = view.buf;
+    Py_ssize_t n = view.len / ROW_SIZE;
+    if (n > 0 && (group_of = PyMem_RawMalloc((size_t)n * sizeof(Py_ssize_t))) == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const unsigned char *row = rows + i * ROW_SIZE;
+        int32_t qid, tid, tlen;
+        int64_t q, stored, tstart;
+        memcpy(&qid, row + 12, 4);
+        memcpy(&q, row + 16, 8);
+        memcpy(&stored, row + 28, 8);
+        memcpy(&tstart, row + 36, 8);
+        memcpy(&tlen, row + 44, 4);
+        memcpy(&tid, row + 48, 4);
+        if ((size_t)(ngroups + 1) * 2 > cap && !group_slots_grow(&slots, &cap)) {
+            PyErr_NoMemory();
+            goto done;
+        }
+        uint64_t key = group_key(tid, qid);
+        size_t j = group_hash(key, cap);
+        while (slots[j].group >= 0 && slots[j].key != key) j = (j + 1) & (cap - 1);
+        Py_ssize_t g = slots[j].group;
+        if (g < 0 || !groups[g].has_next || groups[g].next_q != q) {
+            if (ngroups == gcap) {
+                Py_ssize_t ncap = gcap ? gcap * 2 : 16;
+                entry_group *ng = PyMem_RawRealloc(groups, (size_t)ncap * sizeof(entry_group));
+                if (ng == NULL) {
+                    PyErr_NoMemory();
+                    goto done;
+                }
+                groups = ng;
+                gcap = ncap;
+            }
+            g = ngroups++;
+            entry_group *e = &groups[g];
+            e->tid = tid;
+            e->qid = qid;
+            e->tstart = tstart;
+            e->tlen = tlen;
+            e->first_q = q;
+            e->count = 0;
+            e->max_stored = stored;
+            e->out = NULL;
+            slots[j].key = key;
+            slots[j].group = g;
+        }
+        entry_group *e = &groups[g];
+        e->has_next = q != INT64_MAX; /* no queue offset follows INT64_MAX */
+        e->next_q = e->has_next ? q + 1 : q;
+        e->count++;
+        if (stored > e->max_stored) e->max_stored = stored;
+        group_of[i] = g;
+    }
+    result = PyList_New(ngroups);
+    if (result == NULL) goto done;
+    for (Py_ssize_t g = 0; g < ngroups; g++) {
+        entry_group *e = &groups[g];
+        PyObject *entries = PyBytes_FromStringAndSize(NULL, e->count * CQ_ENTRY);
+        if (entries == NULL) goto fail;
+        e->out = (unsigned char *)PyBytes_AS_STRING(entries);
+        PyObject *item = Py_BuildValue("(iLiiLnNL)", e->tid, (long long)e->tstart, e->tlen, e->qid,
+                                       (long long)e->first_q, e->count, entries,
+                                       (long long)e->max_stored);
+        if (item == NULL) goto fail;
+        PyList_SET_ITEM(result, g, item);
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const unsigned char *row = rows + i * ROW_SIZE;
+        entry_group *e = &groups[group_of[i]];
+        int64_t physical;
+        int32_t size, tags;
+        memcpy(&physical, row, 8);
+        memcpy(&size, row + 8, 4);
+        memcpy(&tags, row + 24, 4);
+        put_be64(e->out, (uint64_t)physical);
+        put_be32(e->out + 8, (uint32_t)size);
+        put_be64(e->out + 12, (uint64_t)(int64_t)tags);
+        e->out += CQ_ENTRY;
+    }
+    goto done;
+fail:
+    Py_CLEAR(result);
+done:
+    PyMem_RawFree(groups);
+    PyMem_RawFree(group_of);
+    PyMem_RawFree(slots);
+    PyBuffer_Release(&view);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"scan", (PyCFunction)(void (*)(void))scan, METH_VARARGS | METH_KEYWORDS,
      "scan(buf, start=0, end=None, base_offset=0, limit=None, check_crc=True, "
@@ -877,6 +1045,10 @@ static PyMethodDef methods[] = {
     {"columns", (PyCFunction)(void (*)(void))columns, METH_VARARGS | METH_KEYWORDS,
      "columns(buf, rows, base_offset, names)\n--\n\n"
      "Per-column buffers of a scan's rows; see hanet.store._index.record_columns_py."},
+    {"group_entries", (PyCFunction)group_entries, METH_O,
+     "group_entries(rows)\n--\n\n"
+     "The consume queue entries of scan rows, one packed blob per run of consecutive queue "
+     "offsets of one queue; see hanet.store._index."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -20,3 +20,6 @@ def columns(
     base_offset: int,
     names: Sequence[str],
 ) -> list[bytes | tuple[bytes, bytes, bytes | None, int]]: ...
+def group_entries(
+    rows: bytes | bytearray | memoryview,
+) -> list[tuple[int, int, int, int, int, int, bytes, int]]: ...

@@ -5,7 +5,11 @@ Shape (what the HA layer relies on):
 - The core API is **synchronous and never blocks on the disk**: :meth:`CommitLogStore.put`,
   :meth:`~CommitLogStore.put_batch` and :meth:`~CommitLogStore.append_raw` write into the
   mapping, dispatch the new records into the consume queues and call the listeners, all
-  before they return. They are safe to call from a synchronous pipeline handler.
+  before they return. They are safe to call from a synchronous pipeline handler. An HA slave
+  appends with ``append_raw(..., dispatch=False)`` (validate, copy, report) and runs
+  :meth:`~CommitLogStore.dispatch` behind its report: one batch for everything appended
+  since, one consume queue write per queue, then the listeners (RocketMQ's
+  ReputMessageService). :attr:`~CommitLogStore.dispatched_offset` says how far it got.
 - Durability waits are **async**: :meth:`~CommitLogStore.wait_flushed` (and
   :meth:`~CommitLogStore.put_async`, which uses it under SYNC_FLUSH) fsync in a worker thread;
   concurrent waiters share one fsync (group commit: the first waiter flushes everything written
@@ -56,7 +60,7 @@ from ._config import (
     StoreRole,
     StoreStatistics,
 )
-from ._consume_queue import CQ_BLANK_SIZE, ConsumeQueue
+from ._consume_queue import CQ_BLANK_SIZE, CQ_ENTRY_SIZE, ConsumeQueue
 from ._errors import (
     CorruptRecordError,
     CreateMappedFileError,
@@ -64,7 +68,17 @@ from ._errors import (
     StoreClosedError,
     StoreError,
 )
-from ._index import ROW, ScanResult, scan_stop, scan_totals, scan_windows
+from ._index import (
+    ROW,
+    SCAN_WINDOW,
+    STOP_REASONS,
+    ScanResult,
+    group_entries,
+    scan_index,
+    scan_stop,
+    scan_totals,
+    scan_windows,
+)
 from ._mapped_queue import MappedFileQueue
 from ._recovery import RecoveryResult, find_valid_end
 from ._scanner import StopReason, decode_record
@@ -75,8 +89,14 @@ __all__ = ["CommitLogStore", "DispatchError", "Listener"]
 
 logger = logging.getLogger(__name__)
 
+_END, _BLANK, _UNWRITTEN, _INCOMPLETE = (
+    STOP_REASONS.index(reason)
+    for reason in (StopReason.END, StopReason.BLANK, StopReason.UNWRITTEN, StopReason.INCOMPLETE)
+)
+
 Listener = Callable[[int], None]
-"""Called with the new max offset after data was added to the commit log."""
+"""Called with the new max offset after data was added to the commit log (after raw appends
+with ``dispatch=False``: once :meth:`CommitLogStore.dispatch` dispatched them)."""
 
 
 class DispatchError(StoreError):
@@ -119,6 +139,7 @@ class CommitLogStore:
         self._listeners: list[Listener] = []
         self._dispatched = 0
         self._validated = 0
+        self._notify_pending = False  # raw appends not announced yet (dispatch=False)
         self._dispatch_error: CorruptRecordError | DispatchError | None = None
         self._replica_error: CorruptRecordError | None = None
         self._flushed = 0
@@ -299,6 +320,9 @@ class CommitLogStore:
         try:
             if self.commit_log.max_offset > self._validated:  # a partial replicated record
                 self.commit_log.truncate(self._validated)
+            if self._notify_pending:  # raw appends left for a dispatch that never came
+                self._notify_pending = False
+                self._dispatch()
             self._flush_all()
         finally:
             self.commit_log.close()
@@ -640,7 +664,9 @@ class CommitLogStore:
 
     # -- raw appends (slave) -----------------------------------------------------------------
 
-    def append_raw(self, offset: int, data: bytes | bytearray | memoryview) -> None:
+    def append_raw(
+        self, offset: int, data: bytes | bytearray | memoryview, *, dispatch: bool = True
+    ) -> None:
         """Validate, then append replicated commit log bytes at exactly ``offset`` (what an
         HA slave does).
 
@@ -652,6 +678,11 @@ class CommitLogStore:
         end. A trailing partial record is appended but stays past :attr:`validated_offset`
         until its rest arrives. Then the new records are dispatched and listeners are called.
         Synchronous and in memory.
+
+        With ``dispatch=False`` (an HA slave: validate, copy, report first) the new records
+        are left for the next :meth:`dispatch`, which dispatches everything appended since in
+        one batch and then calls the listeners (so they hear of records once consumers can
+        see them, as RocketMQ's dispatch service notifies message arrival).
 
         A record that fails validation is never kept: the valid records before it are appended,
         the commit log then ends at the bad record's offset (a partial record held before is
@@ -667,26 +698,21 @@ class CommitLogStore:
             raise StoreClosedError("the store is closed")
         files = self.commit_log
         empty = not files.files
-        if not empty and offset != files.max_offset:
-            raise OffsetMismatchError(files.max_offset, offset)
+        if not empty:
+            end = files.max_offset
+            if offset != end:
+                raise OffsetMismatchError(end, offset)
         view = memoryview(data).cast("B") if not isinstance(data, bytes) else data
         self._replica_error = None
         start = offset if empty else self._validated
         if start < offset:  # a partial record already in the log: validate it with the new bytes
-            pending = bytearray()
-            position = start
-            while position < offset:
-                chunk = files.read(position, offset - position)
-                pending += chunk
-                position += len(chunk)
-            pending += view
-            valid_end, error = self._validate_raw(start, memoryview(pending))
+            valid_end, error = self._validate_continued(start, offset, memoryview(view))
         else:
             valid_end, error = self._validate_raw(start, memoryview(view))
         keep = len(view) if error is None else max(valid_end - offset, 0)
         if keep:
             try:
-                files.append_raw(offset, view[:keep])
+                files.append_raw(offset, view if keep == len(view) else view[:keep])
             except CreateMappedFileError as exc:  # nothing was appended
                 self._note_create_error(f"commit log: {exc}")
                 raise
@@ -702,8 +728,11 @@ class CommitLogStore:
         if files.files:
             self._validated = valid_end
         if keep:
-            self.dispatch()
-            self._notify()
+            if dispatch:
+                self.dispatch()
+                self._notify()
+            else:
+                self._notify_pending = True
         if error is not None:
             logger.warning(
                 "%s: replicated bytes failed validation: %s; the commit log ends at %d",
@@ -712,6 +741,31 @@ class CommitLogStore:
                 files.max_offset,
             )
             self._replica_error = error
+
+    def _validate_continued(
+        self, start: int, offset: int, view: memoryview
+    ) -> tuple[int, CorruptRecordError | None]:
+        """:meth:`_validate_raw` of the log's bytes ``[start, offset)`` (the head of a partial
+        record) followed by ``view``. When ``view`` completes that record, only the record is
+        copied together and the rest of ``view`` is validated in place (the same outcome: a
+        scan validates each record by its own bytes and position); otherwise all of it."""
+        files = self.commit_log
+        pending = bytearray()
+        position = start
+        while position < offset:
+            chunk = files.read(position, offset - position)
+            pending += chunk
+            position += len(chunk)
+        if len(pending) >= 4:
+            need = int.from_bytes(pending[:4], "big", signed=True) - len(pending)
+            if 0 < need <= len(view):
+                pending += view[:need]
+                record_end, error = self._validate_raw(start, memoryview(pending))
+                if error is None and record_end == offset + need:  # that record is valid
+                    return self._validate_raw(record_end, view[need:])
+                del pending[offset - start :]
+        pending += view
+        return self._validate_raw(start, memoryview(pending))
 
     def _validate_raw(self, start: int, buf: memoryview) -> tuple[int, CorruptRecordError | None]:
         """Validate ``buf``, commit log bytes from the record boundary ``start``.
@@ -726,26 +780,31 @@ class CommitLogStore:
             segment_end = min(end, file_end)
             index = position - start
             segment = buf[index : index + segment_end - position]
-            result, _ = scan_totals(segment, 0, None, position, file_end - position, True, True)
-            stop = scan_stop(result, position)
+            limit = file_end - position
+            if len(segment) <= SCAN_WINDOW:  # one call (what scan_totals makes of it)
+                result = scan_index(segment, 0, None, position, limit, True, True)
+            else:
+                result, _ = scan_totals(segment, 0, None, position, limit, True, True)
+            code = result[1]
             reached = position + result[0]
-            if stop.reason is StopReason.BLANK:
-                if stop.offset + stop.blank_size != file_end:
+            if code == _BLANK:
+                blank_size = result[3]
+                if reached + blank_size != file_end:
                     return reached, CorruptRecordError(
-                        stop.offset,
-                        f"blank record of {stop.blank_size} bytes does not end the file",
+                        reached,
+                        f"blank record of {blank_size} bytes does not end the file",
                     )
                 if segment_end < file_end:  # the rest of the blank tail is still to come
                     return reached, None
-            elif stop.reason is StopReason.END:
+            elif code == _END:
                 if segment_end < file_end:
                     return reached, None
-            elif stop.reason is StopReason.INCOMPLETE:
+            elif code == _INCOMPLETE:
                 return reached, None
-            elif stop.reason is StopReason.UNWRITTEN:
-                return reached, CorruptRecordError(stop.offset, "zeros where a record should start")
+            elif code == _UNWRITTEN:
+                return reached, CorruptRecordError(reached, "zeros where a record should start")
             else:
-                return reached, stop.error()
+                return reached, scan_stop(result, position).error()
             position = file_end
         return end, None
 
@@ -792,8 +851,17 @@ class CommitLogStore:
         Stops at the data end, at a partial record (waiting for its rest) or at the first
         invalid record, which becomes :attr:`dispatch_error` (sticky: nothing past it is ever
         dispatched). Re-dispatching a record already in its consume queue is a no-op.
-        Returns :attr:`dispatch_error`.
+        Then, if raw appends with ``dispatch=False`` were made since the last call, calls the
+        listeners. Returns :attr:`dispatch_error`.
         """
+        try:
+            return self._dispatch()
+        finally:
+            if self._notify_pending:
+                self._notify_pending = False
+                self._notify()
+
+    def _dispatch(self) -> CorruptRecordError | DispatchError | None:
         error = self._dispatch_error
         if isinstance(error, DispatchError) and error.retryable:
             self._dispatch_error = None  # a file could not be created: try again
@@ -865,43 +933,73 @@ class CommitLogStore:
 
     def _dispatch_rows(self, view: memoryview, rows: bytes) -> bool:
         """Append the consume queue entries of ``rows`` (one scan of ``view``; see
-        ``_index.py``); a record already in its queue is skipped (recovery re-dispatches from
-        a safe point). False when a consume queue could not be written: :attr:`dispatch_error`
-        names the record, :attr:`dispatched_offset` is its offset."""
+        ``_index.py``): one write per queue (per run of consecutive queue offsets), as
+        :func:`group_entries` groups them. A record already in its queue is skipped (recovery
+        re-dispatches from a safe point). False when a consume queue could not be written:
+        :attr:`dispatch_error` names the record, :attr:`dispatched_offset` is its offset and
+        the queues hold exactly the records before it (as a record-by-record dispatch)."""
         queues = self._queues
         topics: list[str] = []
         last_stored = self._last_store_timestamp
-        offset = 0
+        skipped = False
+        highs: dict[tuple[int, int], int] = {}  # (topic id, queue id) -> max queue offset before
+        floors: dict[tuple[str, int], int] = {}  # queues written -> their max queue offset before
         key: tuple[str, int] | None = None
+        entries: bytes | memoryview = b""
         try:
-            for (
-                offset,
-                size,
-                queue_id,
-                queue_offset,
-                tags_hash,
-                stored,
-                start,
-                length,
-                tid,
-            ) in ROW.iter_unpack(rows):
+            for tid, start, length, queue_id, queue_offset, count, packed, stored in group_entries(
+                rows
+            ):
+                first, entries = queue_offset, packed
                 if tid == len(topics):
                     topics.append(str(view[start : start + length], "utf-8"))
                 key = (topics[tid], queue_id)
                 queue = queues.get(key)
                 if queue is None:
                     queue = self._new_queue(*key)
-                if queue_offset < queue.max_queue_offset:
-                    continue
-                queue.append(queue_offset, offset, size, tags_hash)
+                high = queue.max_queue_offset
+                if key not in floors:
+                    highs[tid, queue_id] = floors[key] = high
+                if first < high:  # already (partly) in the queue: skip what it holds
+                    if first + count <= high:
+                        continue
+                    skipped = True  # part of the group: its max timestamp may not count
+                    entries = memoryview(entries)[(high - first) * CQ_ENTRY_SIZE :]
+                    first = high
+                queue.append_entries(first, entries)
                 last_stored = max(last_stored, stored)
         except Exception as exc:  # a consume queue could not be written
-            self._last_store_timestamp = last_stored
+            offset = (
+                int.from_bytes(entries[:8], "big", signed=True)
+                if len(entries) >= 8
+                else self._dispatched
+            )
+            for written, floor in floors.items():  # undo what a record-by-record dispatch
+                queues[written].drop_tail(offset, floor)  # would not have written yet
+            self._last_store_timestamp = self._stored_before(rows, highs, offset)
             self._dispatched = offset
             self._fail_dispatch(offset, key, exc)
             return False
+        if skipped:  # the exact record-by-record rule: skipped records do not count
+            last_stored = self._stored_before(rows, highs, None)
         self._last_store_timestamp = last_stored
         return True
+
+    def _stored_before(
+        self, rows: bytes, highs: dict[tuple[int, int], int], end: int | None
+    ) -> int:
+        """The store timestamp a record-by-record dispatch of ``rows`` (up to the record at
+        ``end``) leaves: records already in their queues (below ``highs``, each queue's max
+        queue offset before) do not count."""
+        last = self._last_store_timestamp
+        running = dict(highs)
+        for offset, _, queue_id, queue_offset, _, stored, _, _, tid in ROW.iter_unpack(rows):
+            if end is not None and offset >= end:
+                break
+            if queue_offset >= running.get((tid, queue_id), 0):
+                running[tid, queue_id] = queue_offset + 1
+                last = max(last, stored)
+        return last
 
     # -- durability --------------------------------------------------------------------------
 
