@@ -43,6 +43,7 @@ from ._errors import (
     IllegalTransitionError,
     TruncatedEntryError,
 )
+from ._filelog import DEFAULT_DATA_FILE_SIZE, DEFAULT_INDEX_FILE_SIZE, FileLog, LogRecovery
 from ._log import InMemoryLog, LogEntry, RaftLog
 from ._raft import (
     TRANSITIONS,
@@ -67,6 +68,8 @@ from ._sim import SIM_RAFT_CONFIG, Cluster, SimConfig, SimResult, simulate
 
 __all__ = [
     "BLANK_MAGIC",
+    "DEFAULT_DATA_FILE_SIZE",
+    "DEFAULT_INDEX_FILE_SIZE",
     "ENTRY_HEADER_SIZE",
     "ENTRY_MAGIC",
     "INDEX_ENTRY_SIZE",
@@ -82,11 +85,13 @@ __all__ = [
     "DLedgerError",
     "EntryFormatError",
     "Envelope",
+    "FileLog",
     "HardState",
     "IllegalTransitionError",
     "InMemoryLog",
     "IndexEntry",
     "LogEntry",
+    "LogRecovery",
     "Message",
     "Output",
     "PreVoteRequest",
