@@ -21,6 +21,13 @@ marking in the entry), persistence of the hard state, applying committed entries
 commit log store, membership changes, leadership transfer, and the command line.
 """
 
+from ._codec import (
+    DEFAULT_MAX_PEER_FRAME,
+    PeerCodec,
+    decode_envelope,
+    encode_envelope,
+    peer_frame_handlers,
+)
 from ._entry import (
     BLANK_MAGIC,
     ENTRY_HEADER_SIZE,
@@ -45,6 +52,15 @@ from ._errors import (
 )
 from ._filelog import DEFAULT_DATA_FILE_SIZE, DEFAULT_INDEX_FILE_SIZE, FileLog, LogRecovery
 from ._log import InMemoryLog, LogEntry, RaftLog
+from ._node import (
+    DLedgerNode,
+    MemoryNetwork,
+    NodeConfig,
+    NodeStatus,
+    PeerStatus,
+    PutOutcome,
+    parse_peers,
+)
 from ._raft import (
     TRANSITIONS,
     AppendRequest,
@@ -70,6 +86,7 @@ __all__ = [
     "BLANK_MAGIC",
     "DEFAULT_DATA_FILE_SIZE",
     "DEFAULT_INDEX_FILE_SIZE",
+    "DEFAULT_MAX_PEER_FRAME",
     "ENTRY_HEADER_SIZE",
     "ENTRY_MAGIC",
     "INDEX_ENTRY_SIZE",
@@ -83,6 +100,7 @@ __all__ = [
     "Cluster",
     "DLedgerEntry",
     "DLedgerError",
+    "DLedgerNode",
     "EntryFormatError",
     "Envelope",
     "FileLog",
@@ -92,10 +110,16 @@ __all__ = [
     "IndexEntry",
     "LogEntry",
     "LogRecovery",
+    "MemoryNetwork",
     "Message",
+    "NodeConfig",
+    "NodeStatus",
     "Output",
+    "PeerCodec",
+    "PeerStatus",
     "PreVoteRequest",
     "PreVoteResponse",
+    "PutOutcome",
     "RaftConfig",
     "RaftLog",
     "RaftNode",
@@ -107,11 +131,15 @@ __all__ = [
     "VoteRequest",
     "VoteResponse",
     "decode_entry",
+    "decode_envelope",
     "decode_index_entry",
     "encode_blank",
     "encode_entry",
+    "encode_envelope",
     "encode_index_entry",
     "entry_body_crc",
     "index_entry_offset",
+    "parse_peers",
+    "peer_frame_handlers",
     "simulate",
 ]
