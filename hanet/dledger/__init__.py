@@ -23,6 +23,7 @@ commit log store, membership changes, leadership transfer, and the command line.
 
 from ._codec import (
     DEFAULT_MAX_PEER_FRAME,
+    Hello,
     PeerCodec,
     decode_envelope,
     encode_envelope,
@@ -105,6 +106,7 @@ __all__ = [
     "Envelope",
     "FileLog",
     "HardState",
+    "Hello",
     "IllegalTransitionError",
     "InMemoryLog",
     "IndexEntry",

@@ -14,6 +14,8 @@ Each frame follows a u32 length prefix (``LengthFieldBasedFrameDecoder(max, 0, 4
                     | u32 count | count x (i64 index | i64 term | u8 noop | blob body)
     6 APPEND_OK     i64 term | u8 success | i64 prev_index | i64 match_index
                     | i64 conflict_term (-1: none) | i64 conflict_index
+    7 HELLO         str broker_address (the sender's broker port; first on a connection,
+                    so followers can name the leader's broker port in NOT_LEADER answers)
 
 A frame that does not decode raises :class:`handlers.CorruptedFrameError` (the connection
 closes); frames over the maximum length close it with :class:`handlers.TooLongFrameError`.
@@ -24,6 +26,8 @@ from __future__ import annotations
 
 import struct
 from typing import Any
+
+import attrs
 
 from handlers import (
     CorruptedFrameError,
@@ -46,6 +50,7 @@ from ._raft import (
 
 __all__ = [
     "DEFAULT_MAX_PEER_FRAME",
+    "Hello",
     "PeerCodec",
     "decode_envelope",
     "encode_envelope",
@@ -66,6 +71,16 @@ _APPEND = struct.Struct(">qqq")  # prev_index, prev_term, commit_index
 _ENTRY = struct.Struct(">qqB")
 _APPEND_OK = struct.Struct(">qBqqqq")
 
+
+@attrs.frozen
+class Hello:
+    """The first frame on a peer connection: who is calling and where its broker port is."""
+
+    source: str
+    target: str
+    broker_address: str
+
+
 _KINDS: dict[type, int] = {
     PreVoteRequest: 1,
     PreVoteResponse: 2,
@@ -84,7 +99,7 @@ def _str(out: bytearray, text: str) -> None:
     out += raw
 
 
-def encode_envelope(envelope: Envelope) -> bytearray:
+def encode_envelope(envelope: Envelope | Hello) -> bytearray:
     """The frame (without its length prefix) of ``envelope``.
 
     Raises:
@@ -96,7 +111,13 @@ def encode_envelope(envelope: Envelope) -> bytearray:
         raise EncoderError(f"a field does not fit: {exc}") from exc
 
 
-def _encode(envelope: Envelope) -> bytearray:
+def _encode(envelope: Envelope | Hello) -> bytearray:
+    if isinstance(envelope, Hello):
+        out = bytearray(_U8.pack(7))
+        _str(out, envelope.source)
+        _str(out, envelope.target)
+        _str(out, envelope.broker_address)
+        return out
     m = envelope.message
     out = bytearray(_U8.pack(_KINDS[type(m)]))
     _str(out, envelope.source)
@@ -162,7 +183,7 @@ class _Reader:
         return bool(value)
 
 
-def decode_envelope(frame: bytes | bytearray | memoryview) -> Envelope:
+def decode_envelope(frame: bytes | bytearray | memoryview) -> Envelope | Hello:
     """Decode a frame (after the length prefix).
 
     Raises:
@@ -206,15 +227,20 @@ def decode_envelope(frame: bytes | bytearray | memoryview) -> Envelope:
             None if conflict < 0 else conflict,
             conflict_index,
         )
+    elif kind == 7:
+        message = r.str()
     else:
         raise CorruptedFrameError(f"unknown peer frame kind {kind}")
     if r.pos != len(r.buf):
         raise CorruptedFrameError(f"{len(r.buf) - r.pos} trailing bytes in a peer frame")
+    if kind == 7:
+        return Hello(source, target, message)
     return Envelope(source, target, message)
 
 
 class PeerCodec(ChannelDuplexHandler):
-    """Frames in -> :class:`~hanet.dledger.Envelope`; envelopes out -> frames. Sharable."""
+    """Frames in -> :class:`~hanet.dledger.Envelope` (or :class:`Hello`); out the other way.
+    Sharable."""
 
     sharable = True
 
@@ -225,7 +251,7 @@ class PeerCodec(ChannelDuplexHandler):
             ctx.fire_channel_read(msg)
 
     def write(self, ctx: HandlerContext, msg: Any, future: WriteFuture) -> None:
-        if isinstance(msg, Envelope):
+        if isinstance(msg, Envelope | Hello):
             ctx.write(encode_envelope(msg), future)
         else:
             ctx.write(msg, future)

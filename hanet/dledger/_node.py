@@ -43,7 +43,7 @@ import math
 import os
 import random
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -76,7 +76,7 @@ from hanet.store import (
     parse_host,
 )
 
-from ._codec import DEFAULT_MAX_PEER_FRAME, peer_frame_handlers
+from ._codec import DEFAULT_MAX_PEER_FRAME, Hello, peer_frame_handlers
 from ._entry import ENTRY_HEADER_SIZE
 from ._filelog import DEFAULT_DATA_FILE_SIZE, DEFAULT_INDEX_FILE_SIZE, FileLog
 from ._raft import (
@@ -238,6 +238,9 @@ class _Inbound(ChannelInboundHandler):
     def channel_read(self, ctx: HandlerContext, msg: Any) -> None:
         if isinstance(msg, Envelope):
             self.node._deliver(msg)
+        elif isinstance(msg, Hello):
+            if msg.target == self.node.config.node_id and msg.broker_address:
+                self.node.broker_addresses[msg.source] = msg.broker_address
         else:
             ctx.fire_channel_read(msg)
 
@@ -280,6 +283,8 @@ class DLedgerNode:
         self._ready = trio.Event()
         self._role_changed = trio.Event()
         self.peer_address: tuple[str, int] | None = None
+        self.broker_addresses: dict[str, str] = dict(config.broker_addresses)
+        """Member id -> broker port: from the config, then from each peer's HELLO."""
 
     # -- public ---------------------------------------------------------------------------
 
@@ -312,20 +317,32 @@ class DLedgerNode:
 
         Cancellation abandons the wait, not the entry.
         """
-        request = _Put(message)
-        request_id = next(self._ids)
-        self._puts[request_id] = request
+        (outcome,) = await self.put_many([message])
+        return outcome
+
+    async def put_many(self, messages: Sequence[Message]) -> list[PutOutcome]:
+        """:meth:`put` for several messages, appended in this order (one entry each)."""
+        requests: list[tuple[int, _Put]] = []
+        for message in messages:
+            request = _Put(message)
+            request_id = next(self._ids)
+            try:
+                self._send_inbox.send_nowait(("put", request_id))
+            except trio.WouldBlock:
+                request.outcome = PutOutcome(AppendStatus.LEADER_PENDING_FULL)
+                request.done.set()
+            else:
+                self._puts[request_id] = request
+            requests.append((request_id, request))
         try:
-            self._send_inbox.send_nowait(("put", request_id))
-        except trio.WouldBlock:
-            del self._puts[request_id]
-            return PutOutcome(AppendStatus.LEADER_PENDING_FULL)
-        try:
-            await request.done.wait()
+            for _, request in requests:
+                await request.done.wait()
         finally:
-            self._puts.pop(request_id, None)
-        assert request.outcome is not None
-        return request.outcome
+            for request_id, _ in requests:
+                self._puts.pop(request_id, None)
+        outcomes = [request.outcome for _, request in requests]
+        assert all(o is not None for o in outcomes)
+        return outcomes  # type: ignore[return-value]
 
     def status(self) -> NodeStatus:
         """The node's Raft state (role, term, leader, indexes, peers)."""
@@ -351,7 +368,7 @@ class DLedgerNode:
             role=raft.role.name,
             term=raft.term,
             leader=leader,
-            leader_address=cfg.broker_addresses.get(leader) if leader else None,
+            leader_address=self.broker_addresses.get(leader) if leader else None,
             commit_index=raft.commit_index,
             applied_index=self._applied,
             last_index=raft.log.last_index,
@@ -387,7 +404,7 @@ class DLedgerNode:
                 await listener.aclose()
             raise
         try:
-            host_text = cfg.broker_addresses.get(cfg.node_id, "127.0.0.1:0")
+            host_text = self.broker_addresses.get(cfg.node_id, "127.0.0.1:0")
             self.store = CommitLogStore.open(
                 cfg.store_dir,
                 StoreConfig(
@@ -434,6 +451,7 @@ class DLedgerNode:
                         policy=cfg.retry,
                         rng=self._rng,
                         name=f"{cfg.node_id}->{peer}",
+                        on_connect=functools.partial(self._hello, peer),
                         connect_timeout=max(cfg.raft.election_timeout, 1.0),
                     )
                     self._clients[peer] = client
@@ -456,6 +474,10 @@ class DLedgerNode:
                 await self.store.aclose()
                 self.log.close()
                 self._raft = None
+
+    def _hello(self, peer: str, channel: StreamChannel) -> None:
+        mine = self.broker_addresses.get(self.config.node_id, "")
+        channel.pipeline.write_and_flush(Hello(self.config.node_id, peer, mine))
 
     def _fail_all(self) -> None:
         for request in list(self._puts.values()):
@@ -601,7 +623,7 @@ class DLedgerNode:
             return PutOutcome(
                 status,
                 leader_id=leader,
-                leader_address=self.config.broker_addresses.get(leader) if leader else None,
+                leader_address=self.broker_addresses.get(leader) if leader else None,
             )
         return PutOutcome(status, index=index)
 
