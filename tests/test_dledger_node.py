@@ -19,6 +19,7 @@ from hanet.dledger import (
     AppendStatus,
     DLedgerNode,
     Envelope,
+    Hello,
     LogEntry,
     MemoryNetwork,
     NodeConfig,
@@ -45,6 +46,7 @@ RAFT = RaftConfig(
     max_batch=16,
 )
 IDS = ("n0", "n1", "n2")
+BROKERS = {i: f"127.0.0.{k + 1}:1091{k}" for k, i in enumerate(IDS)}
 
 # -- codec ------------------------------------------------------------------------------------
 
@@ -59,6 +61,11 @@ MESSAGES: list[RaftMessage] = [
     AppendResponse(5, False, 7, conflict_term=3, conflict_index=5),
     AppendResponse(5, False, 7, conflict_term=None, conflict_index=2),
 ]
+
+
+def test_hello_round_trips() -> None:
+    hello = Hello("n0", "n1", "127.0.0.1:10911")
+    assert decode_envelope(encode_envelope(hello)) == hello
 
 
 @pytest.mark.parametrize("message", MESSAGES)
@@ -112,7 +119,8 @@ class Group:
             node_id=node_id,
             peers={i: f"{i}:0" for i in IDS},
             store_dir=self.root / node_id,
-            broker_addresses={i: f"127.0.0.{k + 1}:1091{k}" for k, i in enumerate(IDS)},
+            # only its own: the others' come in their HELLO frames
+            broker_addresses={node_id: BROKERS[node_id]},
             raft=RAFT,
             data_file_size=64 * 1024,
             index_file_size=32 * 256,
@@ -220,7 +228,7 @@ async def test_election_replication_and_identical_views(
     refused = await follower.put(Message(topic="T", body=b"x"))
     assert refused.status is AppendStatus.NOT_LEADER
     assert refused.leader_id == leader.config.node_id
-    assert refused.leader_address == leader.config.broker_addresses[leader.config.node_id]
+    assert refused.leader_address == BROKERS[leader.config.node_id]
     # the entry's record says offset = pos + 48, as DLedger
     entry = leader.raft.log.read_entry(2)  # type: ignore[attr-defined]
     assert decode_record(entry.body).physical_offset == entry.pos + 48
@@ -291,3 +299,21 @@ async def test_a_lone_node_elects_itself_and_commits(
         assert outcome.status is AppendStatus.SUCCESS and outcome.wrote_offset == 0
         assert node.status().role == Role.LEADER.name
         nursery.cancel_scope.cancel()
+
+
+async def test_without_a_quorum_a_put_has_an_unknown_outcome(
+    autojump_clock: trio.testing.MockClock, group: Group
+) -> None:
+    for node_id in IDS:
+        await group.start(node_id)
+    await group.put(0)
+    leader = await group.leader()
+    followers = [i for i in IDS if i != leader.config.node_id]
+    for node_id in followers:
+        group.network.unregister(node_id)
+        group.scopes[node_id].cancel()
+    outcome = await leader.put(Message(topic="T", body=b"lonely"))
+    assert outcome.status is AppendStatus.WAIT_QUORUM_ACK_TIMEOUT
+    assert outcome.index > 0  # appended: it may still commit later
+    refused = await leader.put(Message(topic="T", body=b"later"))
+    assert refused.status is AppendStatus.NOT_LEADER  # check quorum: it stepped down

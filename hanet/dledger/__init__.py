@@ -12,13 +12,24 @@ What is here:
   hard state, then send). Pre-vote, check quorum, fast back-off by term, commit of
   current-term entries only (a no-op opens each term), pipelined appends;
 - a deterministic simulation (:func:`simulate`, :class:`Cluster`; ``_sim.py``) that checks
-  Raft's safety properties under seeded crashes, partitions, delays, loss and reordering.
+  Raft's safety properties under seeded crashes, partitions, delays, loss and reordering;
+- the file-backed log (:class:`FileLog`; ``_filelog.py``): DLedger's data and index files
+  (Raft index ``i`` is DLedger index ``i - 1``; a no-op is an entry with an empty body), the
+  term and vote persisted atomically, recovery that checks each entry's body CRC and the
+  RocketMQ record inside it and drops a torn tail;
+- the peer wire format (:func:`encode_envelope`, :func:`decode_envelope`, :class:`PeerCodec`,
+  :class:`Hello`; ``_codec.py``) behind the framework's length-field framing;
+- the networked node (:class:`DLedgerNode`, :class:`NodeConfig`; ``_node.py``): one trio
+  task drives a :class:`RaftNode` (persist, then send, apply, answer), one reconnecting
+  connection per peer, committed entries applied to a :class:`hanet.store.CommitLogStore`
+  view (consume queues, ``hanet pull`` / ``dump`` / ``verify`` work on it);
+  :class:`MemoryNetwork` runs nodes over memory streams in tests.
 
-Not built yet: the networked node (a trio driver running :class:`RaftNode` over channels, with
-a wire codec for the messages), the file-backed log in DLedger's data and index files (the
-formats of ``_entry.py``: Raft index ``i`` is DLedger index ``i - 1``, and a no-op needs a
-marking in the entry), persistence of the hard state, applying committed entries to the
-commit log store, membership changes, leadership transfer, and the command line.
+The broker port of a node (``hanet dledger``) lives in the command line
+(``hanet/cli/_dledger.py``): it speaks :mod:`hanet.protocol`, which this layer may not import.
+
+Not built yet: membership changes, leadership transfer, snapshots / log compaction,
+``hanet demo --dledger``, ``bench/failover.py`` and ``bench/dledger_put.py``.
 """
 
 from ._codec import (
