@@ -552,6 +552,9 @@ class FailoverClient:
 
     async def _client(self, prefer: tuple[str, int] | None = None) -> BrokerClient:
         """The current connection, or a new one (to ``prefer`` first, then in order)."""
+        current = self._current
+        if current is not None and current.is_connected and prefer in (None, current.address):
+            return current  # no checkpoint: the request leaves as BrokerClient's would
         async with self._lock:
             current = self._current
             if current is not None and current.is_connected and prefer in (None, current.address):

@@ -32,14 +32,9 @@ Not built yet: membership changes, leadership transfer, snapshots / log compacti
 ``hanet demo --dledger``, ``bench/failover.py`` and ``bench/dledger_put.py``.
 """
 
-from ._codec import (
-    DEFAULT_MAX_PEER_FRAME,
-    Hello,
-    PeerCodec,
-    decode_envelope,
-    encode_envelope,
-    peer_frame_handlers,
-)
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from ._entry import (
     BLANK_MAGIC,
     ENTRY_HEADER_SIZE,
@@ -62,17 +57,7 @@ from ._errors import (
     IllegalTransitionError,
     TruncatedEntryError,
 )
-from ._filelog import DEFAULT_DATA_FILE_SIZE, DEFAULT_INDEX_FILE_SIZE, FileLog, LogRecovery
 from ._log import InMemoryLog, LogEntry, RaftLog
-from ._node import (
-    DLedgerNode,
-    MemoryNetwork,
-    NodeConfig,
-    NodeStatus,
-    PeerStatus,
-    PutOutcome,
-    parse_peers,
-)
 from ._raft import (
     TRANSITIONS,
     AppendRequest,
@@ -93,6 +78,26 @@ from ._raft import (
     VoteResponse,
 )
 from ._sim import SIM_RAFT_CONFIG, Cluster, SimConfig, SimResult, simulate
+
+if TYPE_CHECKING:
+    from ._codec import (
+        DEFAULT_MAX_PEER_FRAME,
+        Hello,
+        PeerCodec,
+        decode_envelope,
+        encode_envelope,
+        peer_frame_handlers,
+    )
+    from ._filelog import DEFAULT_DATA_FILE_SIZE, DEFAULT_INDEX_FILE_SIZE, FileLog, LogRecovery
+    from ._node import (
+        DLedgerNode,
+        MemoryNetwork,
+        NodeConfig,
+        NodeStatus,
+        PeerStatus,
+        PutOutcome,
+        parse_peers,
+    )
 
 __all__ = [
     "BLANK_MAGIC",
@@ -156,3 +161,38 @@ __all__ = [
     "peer_frame_handlers",
     "simulate",
 ]
+
+# The file log, the peer codec and the networked node load on first use: ``import
+# hanet.dledger`` stays sans-IO (no trio, no store, no channels) for the Raft core's users.
+_LAZY: dict[str, str] = {
+    "DEFAULT_DATA_FILE_SIZE": "._filelog",
+    "DEFAULT_INDEX_FILE_SIZE": "._filelog",
+    "FileLog": "._filelog",
+    "LogRecovery": "._filelog",
+    "DEFAULT_MAX_PEER_FRAME": "._codec",
+    "Hello": "._codec",
+    "PeerCodec": "._codec",
+    "decode_envelope": "._codec",
+    "encode_envelope": "._codec",
+    "peer_frame_handlers": "._codec",
+    "DLedgerNode": "._node",
+    "MemoryNetwork": "._node",
+    "NodeConfig": "._node",
+    "NodeStatus": "._node",
+    "PeerStatus": "._node",
+    "PutOutcome": "._node",
+    "parse_peers": "._node",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'hanet.dledger' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])
