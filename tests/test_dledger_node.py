@@ -321,3 +321,24 @@ async def test_without_a_quorum_a_put_has_an_unknown_outcome(
     assert outcome.index > 0  # appended: it may still commit later
     refused = await leader.put(Message(topic="T", body=b"later"))
     assert refused.status is AppendStatus.NOT_LEADER  # check quorum: it stepped down
+
+
+@pytest.mark.parametrize("applied", ['{"index": 0, "offset": 0}', "garbage"])
+async def test_a_view_past_its_checkpoint_is_applied_again(
+    autojump_clock: trio.testing.MockClock, group: Group, tmp_path: Path, applied: str
+) -> None:
+    for node_id in IDS:
+        await group.start(node_id)
+    for n in range(12):
+        await group.put(n)
+    await group.converged()
+    follower = next(i for i, n in group.nodes.items() if not n.is_leader)
+    await group.kill(follower)
+    # as after a crash right after applying, before the checkpoint
+    (tmp_path / follower / "dledger" / "applied").write_text(applied)
+    await group.start(follower)
+    await group.put(12)
+    await group.converged()
+    assert view_records(tmp_path / follower) == [f"m{n}".encode() for n in range(13)]
+    leader = next(i for i, n in group.nodes.items() if n.is_leader)
+    assert compare_commit_logs(tmp_path / leader, tmp_path / follower).identical

@@ -26,8 +26,10 @@ blank record ends a file as the store itself does). Every node applies the same 
 entries in the same order, so every node's view is byte-identical, and consume queues,
 ``hanet pull`` / ``dump`` / ``verify`` and the Spark sources work on it unchanged. A PUT's
 answer (offset, queue offset, message id) is the message's place in that view. The view is
-derived: ``applied`` (JSON: last applied index and the view's end) is rewritten after each
-apply; at start a view that does not match it is rebuilt from the log.
+derived: every ``flush_interval`` (and at shutdown) the view is fsynced, then ``applied``
+(JSON: the last applied index and the view's end) is replaced; at start a view that goes past
+it is cut back there and re-applied, and one that does not reach it (or a log that lost the
+entries it names) is rebuilt from the log.
 
 Layout of a node's ``--store`` directory: ``dledger/`` (the :class:`FileLog`), and the store's
 ``commitlog/``, ``consumequeue/``, ``checkpoint``, ... at the top.
@@ -280,6 +282,7 @@ class DLedgerNode:
         self._puts: dict[int, _Put] = {}
         self._by_index: dict[int, _Put] = {}
         self._applied = 0
+        self._saved = (-1, -1)
         self._ready = trio.Event()
         self._role_changed = trio.Event()
         self.peer_address: tuple[str, int] | None = None
@@ -456,8 +459,7 @@ class DLedgerNode:
                     )
                     self._clients[peer] = client
                     await nursery.start(client.run)
-                if cfg.flush is FlushDiskType.ASYNC_FLUSH:
-                    nursery.start_soon(self._flusher)
+                nursery.start_soon(self._flusher)
                 log.info(
                     "dledger %s/%s: term %d, %d entries, applied %d",
                     cfg.group,
@@ -471,6 +473,8 @@ class DLedgerNode:
         finally:
             with trio.CancelScope(shield=True):
                 self._fail_all()
+                if self._raft is not None and not self.store.closed:
+                    self._checkpoint_view()
                 await self.store.aclose()
                 self.log.close()
                 self._raft = None
@@ -507,10 +511,23 @@ class DLedgerNode:
             pass  # overloaded: Raft retransmits
 
     async def _flusher(self) -> None:
+        """Every ``flush_interval``: fsync the log (ASYNC_FLUSH) and checkpoint the view."""
         assert self.log is not None
         while True:
             await trio.sleep(self.config.flush_interval)
-            self.log.flush()
+            if self.config.flush is FlushDiskType.ASYNC_FLUSH:
+                self.log.flush()
+            self._checkpoint_view()
+
+    def _checkpoint_view(self) -> None:
+        """fsync the view, then record how far it goes (so the record never runs ahead)."""
+        store = self.store
+        assert store is not None
+        if self._saved == (self._applied, store.max_offset):
+            return
+        state = (self._applied, store.max_offset)
+        store.flush()
+        self._save_applied(*state)
 
     async def _loop(self) -> None:
         raft = self.raft
@@ -654,6 +671,9 @@ class DLedgerNode:
         except (ValueError, KeyError, TypeError) as exc:
             log.warning("%s: unreadable (%s): rebuilding the commit log view", path, exc)
             index, offset = 0, -1
+        if offset >= 0 and store.min_offset <= offset < store.max_offset:
+            # the view went on past its last checkpoint: drop that part, it is applied again
+            store.truncate_to(offset)
         if index > log_.last_index or offset != store.max_offset:
             if store.max_offset > 0 or index > 0:
                 log.warning(
@@ -671,15 +691,14 @@ class DLedgerNode:
                     raise RuntimeError(f"{store.root}: cannot empty the commit log view")
             index = 0
         self._applied = index
+        self._saved = (index, store.max_offset)
 
-    def _save_applied(self) -> None:
-        assert self.store is not None
+    def _save_applied(self, index: int, offset: int) -> None:
         path = self.config.store_dir / "dledger" / _APPLIED
         temp = path.with_name(_APPLIED + ".tmp")
-        temp.write_text(
-            json.dumps({"index": self._applied, "offset": self.store.max_offset}), encoding="utf-8"
-        )
+        temp.write_text(json.dumps({"index": index, "offset": offset}), encoding="utf-8")
         os.replace(temp, path)
+        self._saved = (index, offset)
 
     def _apply(self, commit_index: int) -> None:
         store, log_ = self.store, self.log
@@ -728,7 +747,6 @@ class DLedgerNode:
                     f"{store.dispatch_error}"
                 )
         self._applied = commit_index
-        self._save_applied()
 
 
 def _split(address: str) -> tuple[str, int]:
