@@ -36,7 +36,7 @@ from hanet.dledger import (
 from hanet.dledger import (
     Message as RaftMessage,
 )
-from hanet.store import CommitLogReader, Message, compare_commit_logs, decode_record
+from hanet.store import CommitLogReader, FlushDiskType, Message, compare_commit_logs, decode_record
 
 RAFT = RaftConfig(
     election_timeout=0.3,
@@ -112,6 +112,7 @@ class Group:
         self.scopes: dict[str, trio.CancelScope] = {}
         self.stopped: dict[str, trio.Event] = {}
         self.seed = 0
+        self.flush = FlushDiskType.ASYNC_FLUSH
 
     def config(self, node_id: str) -> NodeConfig:
         return NodeConfig(
@@ -125,6 +126,7 @@ class Group:
             data_file_size=64 * 1024,
             index_file_size=32 * 256,
             mapped_file_size=64 * 1024,
+            flush=self.flush,
         )
 
     async def start(self, node_id: str) -> DLedgerNode:
@@ -342,3 +344,18 @@ async def test_a_view_past_its_checkpoint_is_applied_again(
     assert view_records(tmp_path / follower) == [f"m{n}".encode() for n in range(13)]
     leader = next(i for i, n in group.nodes.items() if n.is_leader)
     assert compare_commit_logs(tmp_path / leader, tmp_path / follower).identical
+
+
+async def test_sync_flush_group_commit(
+    autojump_clock: trio.testing.MockClock, group: Group, tmp_path: Path
+) -> None:
+    group.flush = FlushDiskType.SYNC_FLUSH
+    for node_id in IDS:
+        await group.start(node_id)
+    leader = await group.leader()
+    async with trio.open_nursery() as nursery:  # concurrent puts share fsyncs
+        for n in range(40):
+            nursery.start_soon(group.put, n)
+    await group.converged()
+    assert leader.raft.log.sync_on_append is False  # type: ignore[attr-defined]
+    assert sorted(view_records(tmp_path / "n0")) == sorted(f"m{n}".encode() for n in range(40))

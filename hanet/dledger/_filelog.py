@@ -18,12 +18,14 @@ does not fit the rest of its data file starts the next file; the rest is a *blan
 body (body length 0). A client entry always carries a RocketMQ message record (never empty), so
 an empty body reads back as ``LogEntry(noop=True)``; empty client bodies are refused.
 
-**Durability**: with ``flush=SYNC_FLUSH`` :meth:`FileLog.append` fsyncs the data and index bytes
-it wrote before it returns (an entry counts toward a quorum only once on disk); with
+**Durability**: with ``flush=SYNC_FLUSH`` :meth:`FileLog.append` fsyncs the data and index
+bytes it wrote before it returns (an entry counts toward a quorum only once on disk); with
 ``ASYNC_FLUSH`` a flusher calls :meth:`FileLog.flush` (as DLedger's default: a crash may lose
-the last acknowledged entries of one node). :meth:`FileLog.truncate_from` and
-:meth:`FileLog.save_hard_state` are always durable on return; the hard state goes through a
-temporary file, fsync, rename and an fsync of the directory.
+the last acknowledged entries of one node). A driver may take the SYNC_FLUSH fsync upon itself
+(:attr:`FileLog.sync_on_append` False): :class:`~hanet.dledger.DLedgerNode` fsyncs once per
+batch of inputs, before any message or answer of that batch leaves (a group commit).
+:meth:`FileLog.truncate_from` and :meth:`FileLog.save_hard_state` are always durable on return;
+the hard state goes through a temporary file, fsync, rename and an fsync of the directory.
 
 **Recovery** (:meth:`FileLog.open`): the data files are the truth. Each entry is decoded in
 order: magic, sizes, index and position in sequence, terms not decreasing, the body CRC (0 is
@@ -229,6 +231,9 @@ class FileLog:
         self.data_file_size = data_file_size
         self.index_file_size = index_file_size
         self.flush_mode = flush
+        self.sync_on_append = True
+        """Under SYNC_FLUSH, fsync in :meth:`append`. A driver that calls :meth:`flush` itself
+        before anything depends on the entries (a group commit) sets it to False."""
         directory.mkdir(parents=True, exist_ok=True)
         self._data = _Files(directory / "data", data_file_size)
         self._index = _Files(directory / "index", index_file_size)
@@ -406,7 +411,7 @@ class FileLog:
             self._positions.append(pos)
             self._sizes.append(length)
             self._end = pos + length
-        if self.flush_mode is FlushDiskType.SYNC_FLUSH:
+        if self.flush_mode is FlushDiskType.SYNC_FLUSH and self.sync_on_append:
             self.flush()
 
     def truncate_from(self, index: int) -> None:

@@ -2,11 +2,13 @@
 peer connections, a :class:`~hanet.dledger.FileLog` and a commit log view.
 
 **The loop.** Every input (a peer message, a client put, a timer) goes through one task, in
-order. For each :class:`~hanet.dledger.Output` it: persists the hard state
-(:meth:`FileLog.save_hard_state`: fsynced, atomic) -- the entries were already written by the
-log's ``append`` (fsynced there under SYNC_FLUSH) -- *then* sends the messages, applies the
-newly committed entries, and answers the puts that ended. Timers come from trio's clock, so
-tests run in virtual time (``MockClock``).
+order, in batches of what arrived together. For each :class:`~hanet.dledger.Output` it:
+persists the hard state (:meth:`FileLog.save_hard_state`: fsynced, atomic), *then* writes the
+messages, applies the newly committed entries, and marks the puts that ended. Under SYNC_FLUSH
+the entries a batch appended are fsynced once at its end (a group commit), before the batch's
+messages are flushed to the network and before any put's answer can leave (the answers are
+written by the put's own task, which runs only after the loop yields). Timers come from trio's
+clock, so tests run in virtual time (``MockClock``).
 
 **Peers.** Each node listens on its peer address; towards each peer it keeps one outgoing
 connection (:class:`hanet.boot.ReconnectingClient`, short retry delays) and sends every message
@@ -423,6 +425,8 @@ class DLedgerNode:
                 await listener.aclose()
             raise
         self._store_host = parse_host(host_text)
+        # SYNC_FLUSH as a group commit: one fsync per batch of inputs, before it is acted on
+        self.log.sync_on_append = False
         try:
             self._load_applied()
             hard = self.log.load_hard_state()
@@ -558,7 +562,14 @@ class DLedgerNode:
                 touched |= self._act(output, flush=False)
             output = raft.tick(trio.current_time())
             touched |= self._act(output, flush=False)
+            self._sync_log()
             self._flush(touched)
+
+    def _sync_log(self) -> None:
+        """Under SYNC_FLUSH, fsync the entries appended so far (before anything leaves)."""
+        assert self.log is not None
+        if self.config.flush is FlushDiskType.SYNC_FLUSH:
+            self.log.flush()
 
     def _propose(self, now: float, request_id: int) -> Output:
         raft = self.raft
@@ -604,6 +615,8 @@ class DLedgerNode:
         assert self.log is not None
         if output.hard_state is not None:
             self.log.save_hard_state(output.hard_state)
+        if flush:
+            self._sync_log()
         touched = set()
         for envelope in output.messages:
             client = self._clients.get(envelope.target)
