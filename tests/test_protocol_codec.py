@@ -25,6 +25,8 @@ from hanet.protocol import (
     BrokerServerCodec,
     BrokerStatus,
     DispatchError,
+    DLedgerInfo,
+    DLedgerPeer,
     ErrorCode,
     ErrorResponse,
     MasterLink,
@@ -385,3 +387,51 @@ def test_malformed_status_documents_are_corrupted_frames(
     frame = b"\x83\x00\x00\x00\x01" + json.dumps(raw).encode()
     with pytest.raises(CorruptedFrameError):
         decode_response(frame)
+
+
+# -- DLedger additions ------------------------------------------------------------------------
+
+
+def test_not_leader_errors_carry_the_leader_address() -> None:
+    answer = ErrorResponse(9, ErrorCode.NOT_LEADER, "not the leader", "127.0.0.1:10921")
+    frame = bytes(encode_response(answer))
+    assert decode_response(frame) == answer
+    # the address follows the message; without it the frame is the old layout
+    old = bytes(encode_response(ErrorResponse(9, ErrorCode.NOT_LEADER, "not the leader")))
+    assert frame == old + b"\x00\x0f127.0.0.1:10921"
+    assert decode_response(old) == ErrorResponse(9, ErrorCode.NOT_LEADER, "not the leader")
+    with pytest.raises(CorruptedFrameError):
+        decode_response(old + b"\x00")
+    codes = [(c.name, int(c)) for c in ErrorCode]
+    assert codes[2:] == [
+        ("NOT_LEADER", 3),
+        ("LEADER_PENDING_FULL", 4),
+        ("WAIT_QUORUM_ACK_TIMEOUT", 5),
+    ]
+
+
+def test_status_document_with_a_dledger_section() -> None:
+    info = DLedgerInfo(
+        group="g",
+        id="n0",
+        role="LEADER",
+        term=3,
+        leader="n0",
+        commit_index=12,
+        applied_index=12,
+        last_index=13,
+        leader_address="127.0.0.1:10911",
+        peers=(DLedgerPeer("n1", "127.0.0.1:40912", True, 13, 0),),
+    )
+    status = attrs.evolve(_status(), role="LEADER", dledger=info)
+    raw = json.loads(json.dumps(status.to_json()))
+    assert raw["dledger"]["role"] == "LEADER" and raw["dledger"]["peers"][0]["lag"] == 0
+    assert BrokerStatus.from_json(raw) == status
+    frame = bytes(encode_response(StatusResponse(1, status)))
+    assert decode_response(frame) == StatusResponse(1, status)
+    # documents of older brokers have no "dledger" key
+    old = _status().to_json()
+    del old["dledger"]
+    assert BrokerStatus.from_json(old).dledger is None
+    with pytest.raises(CorruptedFrameError, match="DLedgerPeer"):
+        BrokerStatus.from_json({**raw, "dledger": {**raw["dledger"], "peers": [{"id": "x"}]}})

@@ -33,10 +33,10 @@ from rich.table import Table
 
 from hanet.boot import TlsConfig
 from hanet.client import (
-    BrokerClient,
     BrokerConnectionError,
     BrokerError,
     BrokerStatus,
+    FailoverClient,
     PullResult,
     PullStatus,
     PutMessage,
@@ -124,8 +124,10 @@ def register(subparsers: Any) -> None:
 
 def _add_broker(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--broker", type=parse_address, default=("127.0.0.1", 10911), metavar="HOST:PORT",
-        help="the broker port (127.0.0.1:10911)",
+        "--broker", type=_parse_addresses, default=[("127.0.0.1", 10911)],
+        metavar="HOST:PORT[,HOST:PORT...]",
+        help="the broker port (127.0.0.1:10911); several, comma-separated (a DLedger group): "
+        "the next is tried when one is down, and NOT_LEADER answers are followed to the leader",
     )  # fmt: skip
     parser.add_argument(
         "--timeout", type=float, default=30.0, metavar="S",
@@ -144,21 +146,33 @@ def _add_broker(parser: argparse.ArgumentParser) -> None:
     )  # fmt: skip
 
 
+def _parse_addresses(text: str) -> list[tuple[str, int]]:
+    """``HOST:PORT[,HOST:PORT...]`` as an argparse type."""
+    addresses = [parse_address(part.strip()) for part in text.split(",") if part.strip()]
+    if not addresses:
+        raise argparse.ArgumentTypeError("no address")
+    return addresses
+
+
 def broker_client(args: argparse.Namespace) -> Any:
-    """``BrokerClient.connect`` with the verb's ``--broker``, ``--timeout`` and TLS flags.
+    """``FailoverClient.connect`` with the verb's ``--broker`` list, ``--timeout`` and TLS
+    flags (one address: a :class:`BrokerClient` that follows NOT_LEADER answers).
 
     Raises:
         BrokerConnectionError: a TLS file that does not load (as any failure to connect).
     """
-    host, port = args.broker
     tls = None
     if args.tls_ca is not None or args.tls_cert is not None:
         try:
             tls = TlsConfig(cert=args.tls_cert, key=args.tls_key, ca=args.tls_ca).client_context()
         except ConfigError as exc:
             raise BrokerConnectionError(str(exc)) from exc
-    return BrokerClient.connect(
-        host, port, connect_timeout=args.timeout, request_timeout=args.timeout, tls=tls
+    return FailoverClient.connect(
+        args.broker,
+        retry_for=args.timeout,
+        connect_timeout=args.timeout,
+        request_timeout=args.timeout,
+        tls=tls,
     )
 
 
@@ -248,7 +262,7 @@ async def run_put(args: argparse.Namespace) -> int:
     progress = _Progress(args.count, enabled=args.count > 1 and not args.quiet and not args.json)
     next_index = 0
 
-    async def worker(client: BrokerClient) -> None:
+    async def worker(client: FailoverClient) -> None:
         nonlocal next_index
         while next_index < args.count:
             start = next_index
@@ -414,6 +428,30 @@ def _human_bytes(n: float) -> str:
     return f"{n:.1f} GiB"  # pragma: no cover
 
 
+def _dledger_table(status: BrokerStatus) -> Any:
+    """The DLedger section: group, id, term, leader, commit index, peers' match index and lag."""
+    info = status.dledger
+    assert info is not None
+    head = Table(show_header=False, box=None, pad_edge=False, title="dledger")
+    head.add_row("group", info.group)
+    head.add_row("id", info.id)
+    head.add_row("term", str(info.term))
+    leader = info.leader or "(unknown)"
+    if info.leader_address:
+        leader += f" (broker port {info.leader_address})"
+    head.add_row("leader", leader)
+    head.add_row("commit index", str(info.commit_index))
+    head.add_row("applied / last", f"{info.applied_index} / {info.last_index}")
+    table = Table(title="peers", title_justify="left")
+    for column in ("id", "address", "connected", "match index", "lag"):
+        table.add_column(column, justify="left" if column in ("id", "address") else "right")
+    for p in info.peers:
+        table.add_row(
+            p.id, p.address, "yes" if p.connected else "no", str(p.match_index), str(p.lag)
+        )
+    return Group(head, table)
+
+
 def status_renderable(status: BrokerStatus) -> Any:
     """A rich renderable of a status (a table per section)."""
     head = Table(show_header=False, box=None, pad_edge=False)
@@ -433,6 +471,8 @@ def status_renderable(status: BrokerStatus) -> Any:
         if status.replicated_offset is not None and status.replicated_offset >= 0:
             head.add_row("replicated", str(status.replicated_offset))
     parts: list[Any] = [head]
+    if status.dledger is not None:
+        return Group(*parts, _dledger_table(status))
     if status.master is not None:
         link = status.master
         state = "connected" if link.connected else "disconnected"

@@ -12,14 +12,28 @@ What is here:
   hard state, then send). Pre-vote, check quorum, fast back-off by term, commit of
   current-term entries only (a no-op opens each term), pipelined appends;
 - a deterministic simulation (:func:`simulate`, :class:`Cluster`; ``_sim.py``) that checks
-  Raft's safety properties under seeded crashes, partitions, delays, loss and reordering.
+  Raft's safety properties under seeded crashes, partitions, delays, loss and reordering;
+- the file-backed log (:class:`FileLog`; ``_filelog.py``): DLedger's data and index files
+  (Raft index ``i`` is DLedger index ``i - 1``; a no-op is an entry with an empty body), the
+  term and vote persisted atomically, recovery that checks each entry's body CRC and the
+  RocketMQ record inside it and drops a torn tail;
+- the peer wire format (:func:`encode_envelope`, :func:`decode_envelope`, :class:`PeerCodec`,
+  :class:`Hello`; ``_codec.py``) behind the framework's length-field framing;
+- the networked node (:class:`DLedgerNode`, :class:`NodeConfig`; ``_node.py``): one trio
+  task drives a :class:`RaftNode` (persist, then send, apply, answer), one reconnecting
+  connection per peer, committed entries applied to a :class:`hanet.store.CommitLogStore`
+  view (consume queues, ``hanet pull`` / ``dump`` / ``verify`` work on it);
+  :class:`MemoryNetwork` runs nodes over memory streams in tests.
 
-Not built yet: the networked node (a trio driver running :class:`RaftNode` over channels, with
-a wire codec for the messages), the file-backed log in DLedger's data and index files (the
-formats of ``_entry.py``: Raft index ``i`` is DLedger index ``i - 1``, and a no-op needs a
-marking in the entry), persistence of the hard state, applying committed entries to the
-commit log store, membership changes, leadership transfer, and the command line.
+The broker port of a node (``hanet dledger``) lives in the command line
+(``hanet/cli/_dledger.py``): it speaks :mod:`hanet.protocol`, which this layer may not import.
+
+Not built yet: membership changes, leadership transfer, snapshots / log compaction,
+``hanet demo --dledger``, ``bench/failover.py`` and ``bench/dledger_put.py``.
 """
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 from ._entry import (
     BLANK_MAGIC,
@@ -65,8 +79,31 @@ from ._raft import (
 )
 from ._sim import SIM_RAFT_CONFIG, Cluster, SimConfig, SimResult, simulate
 
+if TYPE_CHECKING:
+    from ._codec import (
+        DEFAULT_MAX_PEER_FRAME,
+        Hello,
+        PeerCodec,
+        decode_envelope,
+        encode_envelope,
+        peer_frame_handlers,
+    )
+    from ._filelog import DEFAULT_DATA_FILE_SIZE, DEFAULT_INDEX_FILE_SIZE, FileLog, LogRecovery
+    from ._node import (
+        DLedgerNode,
+        MemoryNetwork,
+        NodeConfig,
+        NodeStatus,
+        PeerStatus,
+        PutOutcome,
+        parse_peers,
+    )
+
 __all__ = [
     "BLANK_MAGIC",
+    "DEFAULT_DATA_FILE_SIZE",
+    "DEFAULT_INDEX_FILE_SIZE",
+    "DEFAULT_MAX_PEER_FRAME",
     "ENTRY_HEADER_SIZE",
     "ENTRY_MAGIC",
     "INDEX_ENTRY_SIZE",
@@ -80,17 +117,27 @@ __all__ = [
     "Cluster",
     "DLedgerEntry",
     "DLedgerError",
+    "DLedgerNode",
     "EntryFormatError",
     "Envelope",
+    "FileLog",
     "HardState",
+    "Hello",
     "IllegalTransitionError",
     "InMemoryLog",
     "IndexEntry",
     "LogEntry",
+    "LogRecovery",
+    "MemoryNetwork",
     "Message",
+    "NodeConfig",
+    "NodeStatus",
     "Output",
+    "PeerCodec",
+    "PeerStatus",
     "PreVoteRequest",
     "PreVoteResponse",
+    "PutOutcome",
     "RaftConfig",
     "RaftLog",
     "RaftNode",
@@ -102,11 +149,50 @@ __all__ = [
     "VoteRequest",
     "VoteResponse",
     "decode_entry",
+    "decode_envelope",
     "decode_index_entry",
     "encode_blank",
     "encode_entry",
+    "encode_envelope",
     "encode_index_entry",
     "entry_body_crc",
     "index_entry_offset",
+    "parse_peers",
+    "peer_frame_handlers",
     "simulate",
 ]
+
+# The file log, the peer codec and the networked node load on first use: ``import
+# hanet.dledger`` stays sans-IO (no trio, no store, no channels) for the Raft core's users.
+_LAZY: dict[str, str] = {
+    "DEFAULT_DATA_FILE_SIZE": "._filelog",
+    "DEFAULT_INDEX_FILE_SIZE": "._filelog",
+    "FileLog": "._filelog",
+    "LogRecovery": "._filelog",
+    "DEFAULT_MAX_PEER_FRAME": "._codec",
+    "Hello": "._codec",
+    "PeerCodec": "._codec",
+    "decode_envelope": "._codec",
+    "encode_envelope": "._codec",
+    "peer_frame_handlers": "._codec",
+    "DLedgerNode": "._node",
+    "MemoryNetwork": "._node",
+    "NodeConfig": "._node",
+    "NodeStatus": "._node",
+    "PeerStatus": "._node",
+    "PutOutcome": "._node",
+    "parse_peers": "._node",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'hanet.dledger' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])

@@ -36,7 +36,7 @@ from ._messages import (
     StatusResponse,
     message_problem,
 )
-from ._status import BrokerStatus, DispatchError, MasterLink, SlaveInfo
+from ._status import BrokerStatus, DispatchError, DLedgerInfo, DLedgerPeer, MasterLink, SlaveInfo
 
 __all__ = [
     "AUTO_QUEUE",
@@ -48,6 +48,8 @@ __all__ = [
     "BrokerClientCodec",
     "BrokerServerCodec",
     "BrokerStatus",
+    "DLedgerInfo",
+    "DLedgerPeer",
     "DispatchError",
     "ErrorCode",
     "ErrorResponse",

@@ -154,6 +154,8 @@ def _encode_response(response: Response) -> bytearray:
     out = _start(Opcode.ERROR, response.request_id)
     out += _ERROR.pack(response.code)
     _put_str(out, response.message)
+    if response.leader_address is not None:
+        _put_str(out, response.leader_address)
     return out
 
 
@@ -307,10 +309,11 @@ def decode_response(frame: bytes | bytearray | memoryview) -> Response:
         r = _Reader(frame, "ERROR")
         (code,) = r.unpack(_ERROR)
         message = r.str()
+        leader = r.str() if r.pos < len(r.buf) else None
         r.end()
         try:
             error_code = ErrorCode(code)
         except ValueError:
             error_code = ErrorCode.SYSTEM_ERROR
-        return ErrorResponse(request_id, error_code, message)
+        return ErrorResponse(request_id, error_code, message, leader)
     raise CorruptedFrameError(f"malformed frame: unknown response opcode 0x{opcode:02X}")

@@ -21,7 +21,8 @@ bytes::
                     | u32 count | count x blob record (RocketMQ commit log record bytes)
     STATUS    0x03  (empty)
     STATUS_OK 0x83  a UTF-8 JSON object (:class:`~hanet.protocol.BrokerStatus`)
-    ERROR     0xFF  u16 code | str message (the request could not be served)
+    ERROR     0xFF  u16 code | str message [| str leader_address] (the request could not be
+                    served; the leader's broker address follows with NOT_LEADER when known)
 
 Put statuses are RocketMQ's ``PutMessageStatus`` in 5.x order (``PUT_OK`` = 0, ...,
 ``UNKNOWN_ERROR`` = 9); pull statuses are RocketMQ's ``GetMessageStatus`` names we use.
@@ -116,6 +117,14 @@ class ErrorCode(enum.IntEnum):
     """The broker failed serving it (a corrupt record, a bug); the message says what."""
     NOT_AVAILABLE = 2
     """The broker is shutting down or not ready."""
+    NOT_LEADER = 3
+    """A DLedger follower or candidate: put to the leader (``leader_address`` when known;
+    nothing was appended, retrying elsewhere is safe)."""
+    LEADER_PENDING_FULL = 4
+    """A DLedger leader with too many puts waiting for their quorum (nothing appended)."""
+    WAIT_QUORUM_ACK_TIMEOUT = 5
+    """A DLedger leader appended the messages but no quorum acknowledged them in time (or it
+    lost leadership): the outcome is unknown, they may still be committed."""
 
 
 # The wire value of each put status: RocketMQ 5.x's order, frozen here so that a change of
@@ -291,11 +300,16 @@ class StatusResponse:
 
 @attrs.frozen
 class ErrorResponse:
-    """ERROR: the request was well-formed but could not be served."""
+    """ERROR: the request was well-formed but could not be served.
+
+    ``leader_address``: with NOT_LEADER, the leader's broker port (``host:port``) when known.
+    It is sent only when set, so frames without it (older brokers) still decode.
+    """
 
     request_id: int
     code: ErrorCode
     message: str
+    leader_address: str | None = None
 
 
 Response = PutResponse | PullResponse | StatusResponse | ErrorResponse

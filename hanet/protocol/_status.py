@@ -15,7 +15,10 @@ The broker builds a :class:`BrokerStatus` from its store and replication service
      "disk_full": false, "disk_used_ratio": 0.42, "create_error": null}
 
 A slave has ``"master": {"address", "connected", "connects", "attempts",
-"last_close_reason"}`` and empty ``slaves``.
+"last_close_reason"}`` and empty ``slaves``. A DLedger node (``hanet dledger``) has ``role``
+LEADER, FOLLOWER or CANDIDATE and ``"dledger": {"group", "id", "role", "term", "leader",
+"commit_index", "applied_index", "last_index", "leader_address", "peers": [{"id", "address",
+"connected", "match_index", "lag"}]}``; other brokers have ``"dledger": null`` (or no key).
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ import attrs
 
 from handlers import CorruptedFrameError
 
-__all__ = ["BrokerStatus", "DispatchError", "MasterLink", "SlaveInfo"]
+__all__ = ["BrokerStatus", "DLedgerInfo", "DLedgerPeer", "DispatchError", "MasterLink", "SlaveInfo"]
 
 
 @attrs.frozen
@@ -84,6 +87,53 @@ class MasterLink:
 
 
 @attrs.frozen
+class DLedgerPeer:
+    """Another member of a DLedger group as this node sees it.
+
+    Attributes:
+        id: its node id.
+        address: its peer address.
+        connected: this node's connection to it is up.
+        match_index: on the leader, the last index known to match its log (0 elsewhere).
+        lag: on the leader, entries it lacks (the leader's last index - ``match_index``).
+    """
+
+    id: str
+    address: str
+    connected: bool
+    match_index: int
+    lag: int
+
+
+@attrs.frozen
+class DLedgerInfo:
+    """The Raft state of a DLedger node (``hanet dledger``).
+
+    Attributes:
+        group, id: the group's name and this node's id.
+        role: LEADER, FOLLOWER or CANDIDATE.
+        term: the current term.
+        leader: the leader's id this node knows of (None: unknown).
+        leader_address: the leader's broker port when known.
+        commit_index: the highest index known committed.
+        applied_index: entries applied to the commit log view.
+        last_index: the last index of this node's log.
+        peers: the other members.
+    """
+
+    group: str
+    id: str
+    role: str
+    term: int
+    leader: str | None
+    commit_index: int
+    applied_index: int
+    last_index: int
+    leader_address: str | None = None
+    peers: tuple[DLedgerPeer, ...] = ()
+
+
+@attrs.frozen
 class DispatchError:
     """The first record that failed while being dispatched to the consume queues."""
 
@@ -113,6 +163,8 @@ class BrokerStatus:
         disk_used_ratio: the store's file system used fraction (0.0..1.0), None when unknown.
         create_error: why the last new commit log or consume queue file could not be created
             (puts needing one answer CREATE_MAPPED_FILE_FAILED), None when files can be made.
+        dledger: a DLedger node's Raft state (None on a classic broker); its ``role`` is
+            also the document's ``role``.
     """
 
     role: str
@@ -133,6 +185,7 @@ class BrokerStatus:
     disk_full: bool = False
     disk_used_ratio: float | None = None
     create_error: str | None = None
+    dledger: DLedgerInfo | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The JSON object (nested objects as dicts, tuples as lists)."""
@@ -161,8 +214,10 @@ _NESTED: dict[str, type] = {
     "master": MasterLink,
     "slaves": SlaveInfo,
     "closed_slaves": SlaveInfo,
+    "dledger": DLedgerInfo,
+    "peers": DLedgerPeer,
 }
-_LISTS = frozenset({"slaves", "closed_slaves"})
+_LISTS = frozenset({"slaves", "closed_slaves", "peers"})
 _SCALARS: dict[str, tuple[type, ...]] = {
     "str": (str,),
     "int": (int,),

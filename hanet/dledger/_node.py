@@ -1,0 +1,827 @@
+"""A networked DLedger node: one trio task drives a :class:`~hanet.dledger.RaftNode` over
+peer connections, a :class:`~hanet.dledger.FileLog` and a commit log view.
+
+**The loop.** Every input (a peer message, a client put, a timer) goes through one task, in
+order, in batches of what arrived together. For each :class:`~hanet.dledger.Output` it:
+persists the hard state (:meth:`FileLog.save_hard_state`: fsynced, atomic), *then* writes the
+messages, applies the newly committed entries, and marks the puts that ended. Under SYNC_FLUSH
+the entries a batch appended are fsynced once at its end (a group commit), before the batch's
+messages are flushed to the network and before any put's answer can leave (the answers are
+written by the put's own task, which runs only after the loop yields). Timers come from trio's
+clock, so tests run in virtual time (``MockClock``).
+
+**Peers.** Each node listens on its peer address; towards each peer it keeps one outgoing
+connection (:class:`hanet.boot.ReconnectingClient`, short retry delays) and sends every message
+for that peer on it; answers come back on the peer's own outgoing connection. The pipeline is
+the framework's: ``LengthFieldBasedFrameDecoder`` / ``LengthFieldPrepender`` and
+:class:`~hanet.dledger.PeerCodec`. A message for a peer that is not connected, or whose
+connection does not drain (not writable), is dropped: Raft retransmits.
+
+**Entries and the commit log view.** A put's message is encoded as a RocketMQ commit log record
+by the leader (store timestamp, store host = the leader's broker address) with
+``PHYSICALOFFSET`` = the entry's position + 48, as DLedger's commit log does (the queue offset
+field is left 0 in the entry). Committed entries are *applied* to a
+:class:`hanet.store.CommitLogStore` in the node's store directory (role SLAVE, so only these
+raw appends write to it): each record is re-stamped with its offset in that store and its
+consume queue offset, and appended with :meth:`~hanet.store.CommitLogStore.append_raw` (a
+blank record ends a file as the store itself does). Every node applies the same committed
+entries in the same order, so every node's view is byte-identical, and consume queues,
+``hanet pull`` / ``dump`` / ``verify`` and the Spark sources work on it unchanged. A PUT's
+answer (offset, queue offset, message id) is the message's place in that view. The view is
+derived: every ``flush_interval`` (and at shutdown) the view is fsynced, then ``applied``
+(JSON: the last applied index and the view's end) is replaced; at start a view that goes past
+it is cut back there and re-applied, and one that does not reach it (or a log that lost the
+entries it names) is rebuilt from the log.
+
+Layout of a node's ``--store`` directory: ``dledger/`` (the :class:`FileLog`), and the store's
+``commitlog/``, ``consumequeue/``, ``checkpoint``, ... at the top.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import json
+import logging
+import math
+import os
+import random
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import attrs
+import trio
+import trio.testing
+
+from hanet.boot import (
+    ChannelInitializer,
+    Connector,
+    ReconnectingClient,
+    RetryPolicy,
+    run_channel,
+    serve_listeners,
+    tcp_connector,
+)
+from hanet.channel import ChannelInboundHandler, HandlerContext, StreamChannel
+from hanet.store import (
+    BLANK_RECORD_SIZE,
+    CommitLogStore,
+    FlushDiskType,
+    Message,
+    MessageRecord,
+    StoreConfig,
+    StoreRole,
+    decode_record,
+    encode_blank,
+    encode_properties,
+    encode_record,
+    parse_host,
+)
+
+from ._codec import DEFAULT_MAX_PEER_FRAME, Hello, peer_frame_handlers
+from ._entry import ENTRY_HEADER_SIZE
+from ._filelog import DEFAULT_DATA_FILE_SIZE, DEFAULT_INDEX_FILE_SIZE, FileLog
+from ._raft import (
+    AppendStatus,
+    Envelope,
+    Output,
+    RaftConfig,
+    RaftNode,
+    Role,
+)
+
+__all__ = [
+    "DLedgerNode",
+    "MemoryNetwork",
+    "NodeConfig",
+    "NodeStatus",
+    "PeerStatus",
+    "PutOutcome",
+    "parse_peers",
+]
+
+log = logging.getLogger("hanet.dledger")
+
+_APPLIED = "applied"
+_INBOX = 10_000
+
+
+def parse_peers(text: str) -> dict[str, str]:
+    """``n0=127.0.0.1:40911,n1=...`` -> ``{"n0": "127.0.0.1:40911", ...}``.
+
+    Raises:
+        ValueError: an item without ``=``, an empty id or address, a repeated id.
+    """
+    peers: dict[str, str] = {}
+    for raw in text.split(","):
+        item = raw.strip()
+        if not item:
+            continue
+        node_id, sep, address = item.partition("=")
+        node_id, address = node_id.strip(), address.strip()
+        if not sep or not node_id or not address:
+            raise ValueError(f"bad peer {item!r}: expected ID=HOST:PORT")
+        if node_id in peers:
+            raise ValueError(f"peer {node_id!r} given twice")
+        peers[node_id] = address
+    if not peers:
+        raise ValueError("no peers")
+    return peers
+
+
+@attrs.frozen
+class NodeConfig:
+    """One node's settings.
+
+    Attributes:
+        group: the DLedger group's name.
+        node_id: this node's id (a key of ``peers``).
+        peers: every member's id -> peer address (``host:port``), this node included.
+        store_dir: the store directory (``dledger/`` and the commit log view).
+        broker_addresses: member id -> broker port address, for NOT_LEADER answers and
+            the records' store host (defaults: unknown).
+        flush: SYNC_FLUSH fsyncs entries before they count; ASYNC_FLUSH flushes every
+            ``flush_interval``.
+        raft: timers and limits of the Raft core.
+        data_file_size, index_file_size: the log's file sizes.
+        mapped_file_size: the commit log view's file size.
+        flush_interval: seconds between flushes of the log (ASYNC_FLUSH) and the view.
+        max_frame_length: the largest peer frame accepted.
+        retry: reconnect delays towards peers.
+    """
+
+    group: str
+    node_id: str
+    peers: Mapping[str, str]
+    store_dir: Path
+    broker_addresses: Mapping[str, str] = attrs.field(factory=dict)
+    flush: FlushDiskType = FlushDiskType.ASYNC_FLUSH
+    raft: RaftConfig = attrs.field(factory=RaftConfig)
+    data_file_size: int = DEFAULT_DATA_FILE_SIZE
+    index_file_size: int = DEFAULT_INDEX_FILE_SIZE
+    mapped_file_size: int = 1024 * 1024 * 1024
+    flush_interval: float = 0.2
+    max_frame_length: int = DEFAULT_MAX_PEER_FRAME
+    retry: RetryPolicy = attrs.field(
+        factory=lambda: RetryPolicy(initial_delay=0.05, max_delay=0.5, multiplier=2.0)
+    )
+
+    def __attrs_post_init__(self) -> None:
+        if self.node_id not in self.peers:
+            raise ValueError(f"node id {self.node_id!r} is not one of the peers")
+
+
+@attrs.frozen
+class PutOutcome:
+    """How a put ended.
+
+    Attributes:
+        status: SUCCESS (committed and applied), NOT_LEADER, LEADER_PENDING_FULL or
+            WAIT_QUORUM_ACK_TIMEOUT (appended, outcome unknown).
+        leader_id: the leader this node knows of (NOT_LEADER), else None.
+        leader_address: that leader's broker address when known.
+        index: the entry's index (0 when not appended).
+        wrote_offset, wrote_size, queue_offset, store_timestamp, msg_id: the message in the
+            commit log view (SUCCESS only).
+        queue_id: the message's queue.
+    """
+
+    status: AppendStatus
+    leader_id: str | None = None
+    leader_address: str | None = None
+    index: int = 0
+    wrote_offset: int = -1
+    wrote_size: int = 0
+    queue_id: int = -1
+    queue_offset: int = -1
+    store_timestamp: int = 0
+    msg_id: str = ""
+
+
+@attrs.frozen
+class PeerStatus:
+    """A peer as the leader sees it (match index and lag 0 elsewhere)."""
+
+    id: str
+    address: str
+    connected: bool
+    match_index: int
+    lag: int
+
+
+@attrs.frozen
+class NodeStatus:
+    """A node's Raft state."""
+
+    group: str
+    id: str
+    role: str
+    term: int
+    leader: str | None
+    leader_address: str | None
+    commit_index: int
+    applied_index: int
+    last_index: int
+    peers: tuple[PeerStatus, ...]
+
+
+@attrs.define
+class _Put:
+    message: Message
+    done: trio.Event = attrs.field(factory=trio.Event)
+    outcome: PutOutcome | None = None
+    applied: PutOutcome | None = None
+
+
+class _Inbound(ChannelInboundHandler):
+    def __init__(self, node: DLedgerNode) -> None:
+        self.node = node
+
+    def channel_read(self, ctx: HandlerContext, msg: Any) -> None:
+        if isinstance(msg, Envelope):
+            self.node._deliver(msg)
+        elif isinstance(msg, Hello):
+            if msg.target == self.node.config.node_id and msg.broker_address:
+                self.node.broker_addresses[msg.source] = msg.broker_address
+        else:
+            ctx.fire_channel_read(msg)
+
+    def exception_caught(self, ctx: HandlerContext, exc: BaseException) -> None:
+        log.warning("%s: peer connection closed: %s", self.node.config.node_id, exc)
+        ctx.close(f"{type(exc).__name__}: {exc}")
+
+
+class DLedgerNode:
+    """A DLedger node; run it with :meth:`run` in a nursery (see the module docstring).
+
+    Args:
+        config: the node's settings.
+        connector: how to reach a peer, given its id (default: TCP to its peer address).
+        listen: serve the peer port (False: peers arrive through :meth:`accept`).
+        rng: the randomness of election timeouts.
+    """
+
+    def __init__(
+        self,
+        config: NodeConfig,
+        *,
+        connector: Callable[[str], Connector] | None = None,
+        listen: bool = True,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.config = config
+        self._connector = connector or self._tcp_connector
+        self._listen = listen
+        self._rng = rng or random.Random()
+        self._send_inbox, self._inbox = trio.open_memory_channel[Any](_INBOX)
+        self._raft: RaftNode | None = None
+        self.log: FileLog | None = None
+        self.store: CommitLogStore | None = None
+        self._clients: dict[str, ReconnectingClient] = {}
+        self._ids = itertools.count(1)
+        self._puts: dict[int, _Put] = {}
+        self._by_index: dict[int, _Put] = {}
+        self._applied = 0
+        self._saved = (-1, -1)
+        self._ready = trio.Event()
+        self._role_changed = trio.Event()
+        self.peer_address: tuple[str, int] | None = None
+        self.broker_addresses: dict[str, str] = dict(config.broker_addresses)
+        """Member id -> broker port: from the config, then from each peer's HELLO."""
+
+    # -- public ---------------------------------------------------------------------------
+
+    @property
+    def raft(self) -> RaftNode:
+        """The Raft core (only while running)."""
+        if self._raft is None:
+            raise RuntimeError("the node is not running")
+        return self._raft
+
+    @property
+    def role(self) -> Role:
+        return self.raft.role
+
+    @property
+    def is_leader(self) -> bool:
+        return self._raft is not None and self._raft.role is Role.LEADER
+
+    @property
+    def applied_index(self) -> int:
+        return self._applied
+
+    async def wait_role_change(self) -> None:
+        """Wait until the node's role or leader changes."""
+        await self._role_changed.wait()
+
+    async def put(self, message: Message) -> PutOutcome:
+        """Append ``message`` through Raft; answers once committed and applied (SUCCESS), or
+        at once when refused (NOT_LEADER, LEADER_PENDING_FULL), or WAIT_QUORUM_ACK_TIMEOUT.
+
+        Cancellation abandons the wait, not the entry.
+        """
+        (outcome,) = await self.put_many([message])
+        return outcome
+
+    async def put_many(self, messages: Sequence[Message]) -> list[PutOutcome]:
+        """:meth:`put` for several messages, appended in this order (one entry each)."""
+        requests: list[tuple[int, _Put]] = []
+        for message in messages:
+            request = _Put(message)
+            request_id = next(self._ids)
+            try:
+                self._send_inbox.send_nowait(("put", request_id))
+            except trio.WouldBlock:
+                request.outcome = PutOutcome(AppendStatus.LEADER_PENDING_FULL)
+                request.done.set()
+            else:
+                self._puts[request_id] = request
+            requests.append((request_id, request))
+        try:
+            for _, request in requests:
+                await request.done.wait()
+        finally:
+            for request_id, _ in requests:
+                self._puts.pop(request_id, None)
+        outcomes = [request.outcome for _, request in requests]
+        assert all(o is not None for o in outcomes)
+        return outcomes  # type: ignore[return-value]
+
+    def status(self) -> NodeStatus:
+        """The node's Raft state (role, term, leader, indexes, peers)."""
+        raft = self.raft
+        cfg = self.config
+        leader = raft.leader_id
+        peers = []
+        for peer in raft.peers:
+            match = raft.match_index(peer) if raft.role is Role.LEADER else 0
+            client = self._clients.get(peer)
+            peers.append(
+                PeerStatus(
+                    id=peer,
+                    address=cfg.peers[peer],
+                    connected=client is not None and client.channel is not None,
+                    match_index=match,
+                    lag=raft.log.last_index - match if raft.role is Role.LEADER else 0,
+                )
+            )
+        return NodeStatus(
+            group=cfg.group,
+            id=cfg.node_id,
+            role=raft.role.name,
+            term=raft.term,
+            leader=leader,
+            leader_address=self.broker_addresses.get(leader) if leader else None,
+            commit_index=raft.commit_index,
+            applied_index=self._applied,
+            last_index=raft.log.last_index,
+            peers=tuple(peers),
+        )
+
+    async def accept(self, stream: trio.abc.Stream) -> None:
+        """Serve an incoming peer stream until it closes (memory networks)."""
+        await run_channel(stream, self._initializer)
+
+    # -- running --------------------------------------------------------------------------
+
+    async def run(
+        self, *, task_status: trio.TaskStatus[DLedgerNode] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Open the log and the view, connect to peers and serve until cancelled."""
+        cfg = self.config
+        listeners: list[trio.SocketListener] = []
+        if self._listen:
+            host, port = _split(cfg.peers[cfg.node_id])
+            listeners = await trio.open_tcp_listeners(port, host=host)
+            name = listeners[0].socket.getsockname()
+            self.peer_address = (name[0], name[1])
+        try:
+            self.log = FileLog.open(
+                cfg.store_dir / "dledger",
+                data_file_size=cfg.data_file_size,
+                index_file_size=cfg.index_file_size,
+                flush=cfg.flush,
+            )
+        except BaseException:
+            for listener in listeners:
+                await listener.aclose()
+            raise
+        try:
+            host_text = self.broker_addresses.get(cfg.node_id, "127.0.0.1:0")
+            self.store = CommitLogStore.open(
+                cfg.store_dir,
+                StoreConfig(
+                    mapped_file_size=cfg.mapped_file_size,
+                    role=StoreRole.SLAVE,
+                    store_host=host_text,
+                    flush_interval=cfg.flush_interval,
+                ),
+            )
+        except BaseException:
+            self.log.close()
+            for listener in listeners:
+                await listener.aclose()
+            raise
+        self._store_host = parse_host(host_text)
+        # SYNC_FLUSH as a group commit: one fsync per batch of inputs, before it is acted on
+        self.log.sync_on_append = False
+        try:
+            self._load_applied()
+            hard = self.log.load_hard_state()
+            self._raft = RaftNode(
+                cfg.node_id,
+                cfg.peers,
+                self.log,
+                hard,
+                trio.current_time(),
+                self._rng,
+                cfg.raft,
+            )
+            self._raft.on_role_change(self._on_role_change)
+            async with trio.open_nursery() as nursery:
+                await nursery.start(self.store.run)
+                if listeners:
+                    await nursery.start(
+                        functools.partial(
+                            serve_listeners,
+                            self._initializer,
+                            listeners,
+                            name="dledger peer port",
+                        )
+                    )
+                for peer in self._raft.peers:
+                    client = ReconnectingClient(
+                        connector=self._connector(peer),
+                        initializer=self._initializer,
+                        policy=cfg.retry,
+                        rng=self._rng,
+                        name=f"{cfg.node_id}->{peer}",
+                        on_connect=functools.partial(self._hello, peer),
+                        connect_timeout=max(cfg.raft.election_timeout, 1.0),
+                    )
+                    self._clients[peer] = client
+                    await nursery.start(client.run)
+                nursery.start_soon(self._flusher)
+                log.info(
+                    "dledger %s/%s: term %d, %d entries, applied %d",
+                    cfg.group,
+                    cfg.node_id,
+                    self._raft.term,
+                    self.log.last_index,
+                    self._applied,
+                )
+                task_status.started(self)
+                await self._loop()
+        finally:
+            with trio.CancelScope(shield=True):
+                self._fail_all()
+                if self._raft is not None and not self.store.closed:
+                    self._checkpoint_view()
+                await self.store.aclose()
+                self.log.close()
+                self._raft = None
+
+    def _hello(self, peer: str, channel: StreamChannel) -> None:
+        mine = self.broker_addresses.get(self.config.node_id, "")
+        channel.pipeline.write_and_flush(Hello(self.config.node_id, peer, mine))
+
+    def _fail_all(self) -> None:
+        for request in list(self._puts.values()):
+            if request.outcome is None:
+                request.outcome = PutOutcome(AppendStatus.WAIT_QUORUM_ACK_TIMEOUT)
+                request.done.set()
+
+    def _tcp_connector(self, peer: str) -> Connector:
+        host, port = _split(self.config.peers[peer])
+        return tcp_connector(host, port)
+
+    @property
+    def _initializer(self) -> ChannelInitializer:
+        def init(channel: StreamChannel) -> None:
+            for name, handler in peer_frame_handlers(self.config.max_frame_length):
+                channel.pipeline.add_last(handler, name)
+            channel.pipeline.add_last(_Inbound(self), "raft")
+
+        return init
+
+    def _deliver(self, envelope: Envelope) -> None:
+        if envelope.target != self.config.node_id:
+            return
+        try:
+            self._send_inbox.send_nowait(("msg", envelope))
+        except trio.WouldBlock:
+            pass  # overloaded: Raft retransmits
+
+    async def _flusher(self) -> None:
+        """Every ``flush_interval``: fsync the log (ASYNC_FLUSH) and checkpoint the view."""
+        assert self.log is not None
+        while True:
+            await trio.sleep(self.config.flush_interval)
+            if self.config.flush is FlushDiskType.ASYNC_FLUSH:
+                self.log.flush()
+            self._checkpoint_view()
+
+    def _checkpoint_view(self) -> None:
+        """fsync the view, then record how far it goes (so the record never runs ahead)."""
+        store = self.store
+        assert store is not None
+        if self._saved == (self._applied, store.max_offset):
+            return
+        state = (self._applied, store.max_offset)
+        store.flush()
+        self._save_applied(*state)
+
+    async def _loop(self) -> None:
+        raft = self.raft
+        output = raft.tick(trio.current_time())
+        self._act(output)
+        while True:
+            item: Any = None
+            deadline = output.next_deadline
+            if deadline > trio.current_time():
+                with trio.move_on_at(deadline if math.isfinite(deadline) else math.inf):
+                    item = await self._inbox.receive()
+            else:
+                await trio.lowlevel.checkpoint()
+            batch = [item] if item is not None else []
+            while len(batch) < 256:
+                try:
+                    batch.append(self._inbox.receive_nowait())
+                except trio.WouldBlock:
+                    break
+            touched: set[str] = set()
+            for entry in batch:
+                now = trio.current_time()
+                kind, value = entry
+                if kind == "msg":
+                    output = raft.receive(now, value.source, value.message)
+                else:
+                    output = self._propose(now, value)
+                touched |= self._act(output, flush=False)
+            output = raft.tick(trio.current_time())
+            touched |= self._act(output, flush=False)
+            self._sync_log()
+            self._flush(touched)
+
+    def _sync_log(self) -> None:
+        """Under SYNC_FLUSH, fsync the entries appended so far (before anything leaves)."""
+        assert self.log is not None
+        if self.config.flush is FlushDiskType.SYNC_FLUSH:
+            self.log.flush()
+
+    def _propose(self, now: float, request_id: int) -> Output:
+        raft = self.raft
+        request = self._puts.get(request_id)
+        if request is None:  # abandoned before it was read
+            return raft.tick(now)
+        body = b""
+        if raft.role is Role.LEADER:
+            assert self.log is not None
+            body = self._encode(request.message)
+            before = raft.log.last_index
+            output = raft.propose(now, request_id, body)
+            if raft.log.last_index > before:
+                self._by_index[raft.log.last_index] = request
+            return output
+        return raft.propose(now, request_id, b"x")  # answered NOT_LEADER at once
+
+    def _encode(self, message: Message) -> bytes:
+        assert self.log is not None
+        host, port = self._store_host
+        born = message.born_timestamp or time.time_ns() // 1_000_000
+        record = MessageRecord.create(
+            topic=message.topic,
+            body=message.body,
+            queue_id=message.queue_id,
+            flag=message.flag,
+            sys_flag=message.sys_flag,
+            born_timestamp=born,
+            born_host=message.born_host,
+            born_port=message.born_port,
+            store_timestamp=time.time_ns() // 1_000_000,
+            store_host=host,
+            store_port=port,
+            reconsume_times=message.reconsume_times,
+            prepared_transaction_offset=message.prepared_transaction_offset,
+            properties=encode_properties(message.properties) if message.properties else b"",
+        )
+        pos = self.log.next_entry_pos(record.size)
+        return encode_record(record._replace(physical_offset=pos + ENTRY_HEADER_SIZE))
+
+    def _act(self, output: Output, *, flush: bool = True) -> set[str]:
+        """Persist, send, apply, answer: in this order."""
+        assert self.log is not None
+        if output.hard_state is not None:
+            self.log.save_hard_state(output.hard_state)
+        if flush:
+            self._sync_log()
+        touched = set()
+        for envelope in output.messages:
+            client = self._clients.get(envelope.target)
+            channel = client.channel if client is not None else None
+            if channel is None or not channel.is_open or not channel.is_writable:
+                continue
+            channel.pipeline.write(envelope)
+            touched.add(envelope.target)
+        if output.commit_index is not None:
+            self._apply(output.commit_index)
+        for result in output.results:
+            request = self._puts.get(result.request_id)
+            if request is None:
+                self._by_index.pop(result.index, None)
+                continue
+            self._by_index.pop(result.index, None)
+            if request.outcome is None:
+                request.outcome = self._outcome(
+                    request, result.status, result.index, result.leader_id
+                )
+                request.done.set()
+        if flush:
+            self._flush(touched)
+        return touched
+
+    def _outcome(
+        self, request: _Put, status: AppendStatus, index: int, leader: str | None
+    ) -> PutOutcome:
+        if status is AppendStatus.SUCCESS:
+            if request.applied is not None:
+                return attrs.evolve(request.applied, index=index)
+            return PutOutcome(status, index=index)
+        if status is AppendStatus.NOT_LEADER:
+            return PutOutcome(
+                status,
+                leader_id=leader,
+                leader_address=self.broker_addresses.get(leader) if leader else None,
+            )
+        return PutOutcome(status, index=index)
+
+    def _flush(self, targets: set[str]) -> None:
+        for target in targets:
+            client = self._clients.get(target)
+            channel = client.channel if client is not None else None
+            if channel is not None and channel.is_open:
+                channel.pipeline.flush()
+
+    def _on_role_change(self, role: Role, term: int) -> None:
+        log.info("dledger %s: %s in term %d", self.config.node_id, role.name, term)
+        self._role_changed.set()
+        self._role_changed = trio.Event()
+
+    # -- the commit log view --------------------------------------------------------------
+
+    def _load_applied(self) -> None:
+        store, log_ = self.store, self.log
+        assert store is not None and log_ is not None
+        path = self.config.store_dir / "dledger" / _APPLIED
+        index, offset = 0, 0
+        try:
+            raw = json.loads(path.read_text(encoding="utf-8"))
+            index, offset = int(raw["index"]), int(raw["offset"])
+        except FileNotFoundError:
+            pass
+        except (ValueError, KeyError, TypeError) as exc:
+            log.warning("%s: unreadable (%s): rebuilding the commit log view", path, exc)
+            index, offset = 0, -1
+        if offset >= 0 and store.min_offset <= offset < store.max_offset:
+            # the view went on past its last checkpoint: drop that part, it is applied again
+            store.truncate_to(offset)
+        if index > log_.last_index or offset != store.max_offset:
+            if store.max_offset > 0 or index > 0:
+                log.warning(
+                    "%s: the commit log view (end %d) does not match %s (index %d, end %d): "
+                    "rebuilding it from the log",
+                    self.config.node_id,
+                    store.max_offset,
+                    path,
+                    index,
+                    offset,
+                )
+            if store.max_offset > 0:
+                store.truncate_to(store.min_offset)
+                if store.max_offset > 0:
+                    raise RuntimeError(f"{store.root}: cannot empty the commit log view")
+            index = 0
+        self._applied = index
+        self._saved = (index, store.max_offset)
+
+    def _save_applied(self, index: int, offset: int) -> None:
+        path = self.config.store_dir / "dledger" / _APPLIED
+        temp = path.with_name(_APPLIED + ".tmp")
+        temp.write_text(json.dumps({"index": index, "offset": offset}), encoding="utf-8")
+        os.replace(temp, path)
+        self._saved = (index, offset)
+
+    def _apply(self, commit_index: int) -> None:
+        store, log_ = self.store, self.log
+        assert store is not None and log_ is not None
+        if commit_index <= self._applied:
+            return
+        file_size = store.config.mapped_file_size
+        start = store.max_offset
+        offset = start
+        buf = bytearray()
+        queues: dict[tuple[str, int], int] = {}
+        for entry in log_.iter_entries(self._applied + 1, commit_index):
+            index = entry.index + 1
+            if not entry.body:
+                continue
+            record = decode_record(entry.body, base_offset=log_.position(index) + ENTRY_HEADER_SIZE)
+            space = file_size - offset % file_size
+            if record.size + BLANK_RECORD_SIZE > space:
+                buf += encode_blank(space)
+                buf += bytes(space - BLANK_RECORD_SIZE)
+                offset += space
+            key = (record.topic, record.queue_id)
+            queue_offset = queues.get(key)
+            if queue_offset is None:
+                queue_offset = store.max_queue_offset(*key)
+            queues[key] = queue_offset + 1
+            stamped = record._replace(physical_offset=offset, queue_offset=queue_offset)
+            buf += encode_record(stamped)
+            request = self._by_index.get(index)
+            if request is not None:
+                request.applied = PutOutcome(
+                    AppendStatus.SUCCESS,
+                    wrote_offset=offset,
+                    wrote_size=record.size,
+                    queue_id=record.queue_id,
+                    queue_offset=queue_offset,
+                    store_timestamp=record.store_timestamp,
+                    msg_id=stamped.msg_id,
+                )
+            offset += record.size
+        if buf:
+            store.append_raw(start, bytes(buf))
+            if store.max_offset != offset:
+                raise RuntimeError(
+                    f"{self.config.node_id}: the commit log view refused committed entries: "
+                    f"{store.dispatch_error}"
+                )
+        self._applied = commit_index
+
+
+def _split(address: str) -> tuple[str, int]:
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        raise ValueError(f"bad address {address!r}: expected HOST:PORT")
+    return host.strip("[]"), int(port)
+
+
+class MemoryNetwork:
+    """Peers over trio memory streams, for tests: nodes are registered by id; a connection
+    to a node that is down or cut off fails with ``OSError``.
+
+    Use ``DLedgerNode(config, connector=network.connector_for(node_id), listen=False)`` and
+    :meth:`register` each running node; :meth:`cut` / :meth:`heal` partition two nodes.
+    """
+
+    def __init__(self) -> None:
+        self._nodes: dict[str, tuple[DLedgerNode, trio.Nursery]] = {}
+        self._cut: set[frozenset[str]] = set()
+        self._streams: dict[frozenset[str], list[trio.abc.Stream]] = {}
+
+    def register(self, node: DLedgerNode, nursery: trio.Nursery) -> None:
+        """Make ``node`` reachable; its incoming connections run in ``nursery``."""
+        self._nodes[node.config.node_id] = (node, nursery)
+
+    def unregister(self, node_id: str) -> None:
+        """Make ``node_id`` unreachable."""
+        self._nodes.pop(node_id, None)
+
+    def cut(self, a: str, b: str) -> None:
+        """Partition ``a`` from ``b``: existing connections between them close."""
+        key = frozenset((a, b))
+        self._cut.add(key)
+        for stream in self._streams.pop(key, []):
+            _close_nowait(stream)
+
+    def heal(self, a: str, b: str) -> None:
+        self._cut.discard(frozenset((a, b)))
+
+    def connector_for(self, source: str) -> Callable[[str], Connector]:
+        """The connector factory of node ``source``."""
+
+        def factory(target: str) -> Connector:
+            async def connect() -> trio.abc.Stream:
+                await trio.lowlevel.checkpoint()
+                key = frozenset((source, target))
+                entry = self._nodes.get(target)
+                if entry is None or key in self._cut:
+                    raise OSError(f"{target} is unreachable from {source}")
+                node, nursery = entry
+                left, right = trio.testing.memory_stream_pair()
+                self._streams.setdefault(key, []).extend([left, right])
+                nursery.start_soon(node.accept, right)
+                return left
+
+            return connect
+
+        return factory
+
+
+def _close_nowait(stream: trio.abc.Stream) -> None:
+    for half in (getattr(stream, "send_stream", None), getattr(stream, "receive_stream", None)):
+        if half is not None:
+            half.close()

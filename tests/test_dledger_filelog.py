@@ -1,0 +1,178 @@
+"""The file-backed Raft log in DLedger's data and index files."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from hanet.dledger import (
+    ENTRY_HEADER_SIZE,
+    INDEX_ENTRY_SIZE,
+    FileLog,
+    HardState,
+    LogEntry,
+    decode_entry,
+    decode_index_entry,
+    entry_body_crc,
+)
+from hanet.store import FlushDiskType, MessageRecord, encode_record
+
+DATA = 4096
+INDEX = 32 * 16
+
+
+def record(n: int, size: int = 20) -> bytes:
+    body = f"message-{n:06d}".encode().ljust(size, b".")
+    return encode_record(MessageRecord.create(topic="T", body=body, queue_offset=n))
+
+
+def entries(first: int, count: int, term: int = 1) -> list[LogEntry]:
+    return [LogEntry(i, term, record(i)) for i in range(first, first + count)]
+
+
+def open_log(path: Path, **kwargs: object) -> FileLog:
+    return FileLog.open(path, data_file_size=DATA, index_file_size=INDEX, **kwargs)  # type: ignore[arg-type]
+
+
+def test_round_trip_and_layout(tmp_path: Path) -> None:
+    with open_log(tmp_path, flush=FlushDiskType.SYNC_FLUSH) as log:
+        log.append([LogEntry(1, 1, b"", noop=True), *entries(2, 3)])
+        assert (log.last_index, log.last_term) == (4, 1)
+        assert log.term_at(0) == 0 and log.term_at(4) == 1 and log.term_at(5) is None
+        got = log.entries_from(1, 10)
+        assert got[0] == LogEntry(1, 1, b"", noop=True)
+        assert got[1:] == entries(2, 3)
+        assert log.entries_from(3, 1) == entries(3, 1)
+    data = (tmp_path / "data" / "00000000000000000000").read_bytes()
+    assert len(data) == DATA
+    first = decode_entry(data)
+    assert (first.index, first.term, first.pos, first.body) == (0, 1, 0, b"")
+    second = decode_entry(data, ENTRY_HEADER_SIZE)
+    assert (second.index, second.pos, second.body) == (1, ENTRY_HEADER_SIZE, record(2))
+    index = (tmp_path / "index" / "00000000000000000000").read_bytes()
+    ie = decode_index_entry(index, 2 * INDEX_ENTRY_SIZE)
+    assert (ie.index, ie.term, ie.pos) == (2, 1, second.pos + second.size)
+
+
+def test_reopen_keeps_everything(tmp_path: Path) -> None:
+    with open_log(tmp_path) as log:
+        log.append(entries(1, 5, term=1) + entries(6, 5, term=3))
+        log.save_hard_state(HardState(3, "n1"))
+    with open_log(tmp_path) as log:
+        assert log.recovery.truncated_at is None
+        assert (log.last_index, log.last_term) == (10, 3)
+        assert log.entries_from(1, 20) == entries(1, 5, term=1) + entries(6, 5, term=3)
+        assert log.load_hard_state() == HardState(3, "n1")
+        log.append(entries(11, 1, term=3))
+        assert log.last_index == 11
+
+
+def test_hard_state_is_replaced_atomically(tmp_path: Path) -> None:
+    with open_log(tmp_path) as log:
+        assert log.load_hard_state() == HardState()
+        log.save_hard_state(HardState(1, None))
+        log.save_hard_state(HardState(2, "n0"))
+        assert not (tmp_path / "hardstate.tmp").exists()
+        assert json.loads((tmp_path / "hardstate").read_text()) == {"term": 2, "voted_for": "n0"}
+
+
+def test_blank_fill_and_many_files(tmp_path: Path) -> None:
+    with open_log(tmp_path) as log:
+        log.append(entries(1, 60))
+        files = sorted(p.name for p in (tmp_path / "data").iterdir())
+        assert len(files) > 1 and all(len(name) == 20 for name in files)
+        assert files[1] == f"{DATA:020d}"
+        # the entry that did not fit starts the next file; a blank fills the rest
+        per_file = DATA // (ENTRY_HEADER_SIZE + len(record(1)))
+        assert log.position(per_file + 1) == DATA
+        raw = (tmp_path / "data" / files[0]).read_bytes()
+        tail = per_file * (ENTRY_HEADER_SIZE + len(record(1)))
+        assert int.from_bytes(raw[tail : tail + 4], "big", signed=True) == -1
+        assert int.from_bytes(raw[tail + 4 : tail + 8], "big") == DATA - tail
+    with open_log(tmp_path) as log:
+        assert log.last_index == 60 and log.entries_from(1, 100) == entries(1, 60)
+        # index files roll too: 16 entries per index file here
+        assert len(list((tmp_path / "index").iterdir())) == 4
+
+
+def test_torn_tail_is_dropped(tmp_path: Path) -> None:
+    with open_log(tmp_path) as log:
+        log.append(entries(1, 5))
+        end = log.end_pos
+    path = tmp_path / "data" / "00000000000000000000"
+    with path.open("r+b") as f:  # a torn entry: header and half of its body
+        f.seek(end)
+        f.write(
+            (1).to_bytes(4, "big") + (200).to_bytes(4, "big") + (5).to_bytes(8, "big") + b"\x01"
+        )
+    with open_log(tmp_path) as log:
+        assert log.recovery.truncated_at == end
+        assert log.last_index == 5 and log.end_pos == end
+        log.append(entries(6, 1))
+    with open_log(tmp_path) as log:
+        assert log.recovery.truncated_at is None and log.entries_from(1, 9) == entries(1, 6)
+
+
+@pytest.mark.parametrize("where", ["entry body", "message body"])
+def test_crc_failure_truncates(tmp_path: Path, where: str) -> None:
+    with open_log(tmp_path) as log:
+        log.append(entries(1, 6))
+        third = log.position(3)
+    path = tmp_path / "data" / "00000000000000000000"
+    raw = bytearray(path.read_bytes())
+    if where == "entry body":
+        raw[third + ENTRY_HEADER_SIZE + 30] ^= 0xFF  # the message CRC would fail too
+    else:
+        # a valid entry CRC over a message whose own body CRC is wrong
+        bad = bytearray(record(3))
+        bad[-10] ^= 0xFF  # inside the message body
+        entry_crc = entry_body_crc(bytes(bad))
+        raw[third + ENTRY_HEADER_SIZE : third + ENTRY_HEADER_SIZE + len(bad)] = bad
+        raw[third + 40 : third + 44] = entry_crc.to_bytes(4, "big")
+    path.write_bytes(bytes(raw))
+    with open_log(tmp_path) as log:
+        assert log.recovery.truncated_at == third
+        assert log.last_index == 2
+        assert log.entries_from(1, 9) == entries(1, 2)
+        index = (tmp_path / "index" / "00000000000000000000").read_bytes()
+        assert index[2 * INDEX_ENTRY_SIZE :] == bytes(len(index) - 2 * INDEX_ENTRY_SIZE)
+
+
+def test_truncate_from_across_files(tmp_path: Path) -> None:
+    with open_log(tmp_path) as log:
+        log.append(entries(1, 60, term=1))
+        log.truncate_from(10)
+        assert log.last_index == 9 and log.term_at(10) is None
+        assert len(list((tmp_path / "data").iterdir())) == 1
+        assert len(list((tmp_path / "index").iterdir())) == 1
+        log.append(entries(10, 30, term=2))
+    with open_log(tmp_path) as log:
+        assert log.recovery.truncated_at is None
+        assert log.entries_from(1, 100) == entries(1, 9, term=1) + entries(10, 30, term=2)
+        log.truncate_from(1)
+        assert log.last_index == 0 and log.last_term == 0
+    with open_log(tmp_path) as log:
+        assert log.last_index == 0 and log.end_pos == 0
+
+
+def test_append_checks(tmp_path: Path) -> None:
+    with open_log(tmp_path) as log:
+        log.append(entries(1, 1, term=2))
+        with pytest.raises(ValueError, match="index"):
+            log.append(entries(3, 1, term=2))
+        with pytest.raises(ValueError, match="term"):
+            log.append(entries(2, 1, term=1))
+        with pytest.raises(ValueError, match="no-op"):
+            log.append([LogEntry(2, 2, b"")])
+        assert log.next_entry_pos(10) == log.end_pos
+
+
+def test_a_file_of_another_size_is_refused(tmp_path: Path) -> None:
+    with open_log(tmp_path) as log:
+        log.append(entries(1, 1))
+    with pytest.raises(Exception, match="expected 8192"):
+        FileLog.open(tmp_path, data_file_size=2 * DATA, index_file_size=INDEX)
+    assert os.path.exists(tmp_path / "data" / "00000000000000000000")
