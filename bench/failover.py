@@ -1,0 +1,84 @@
+"""DLedger failover: time from SIGKILL of the leader to the first successful put.
+
+Three ``hanet dledger`` processes on loopback; each round puts through a ``FailoverClient``
+(it follows NOT_LEADER and tries the next address), kills the leader with SIGKILL, and times
+until a put succeeds again; the killed node is restarted before the next round.
+
+    .venv/bin/python bench/failover.py --kills 20 --election-timeout 0.5
+
+A table, then the last line one JSON object (goal: p99 <= 2 x the election timeout).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import trio
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from dledger_group import Group
+
+from hanet.client import FailoverClient, PutStatus
+
+
+async def run(args: argparse.Namespace, root: Path) -> list[float]:
+    group = Group(root, 3, election_timeout=args.election_timeout)
+    group.start_all()
+    times: list[float] = []
+    try:
+        await group.leader()
+        addresses = list(group.brokers.values())
+        async with FailoverClient.connect(addresses, retry_for=30, request_timeout=2) as client:
+            for kill in range(args.kills):
+                old = await group.leader()
+                for _ in range(20):
+                    assert (await client.put("T", b"before")).status is PutStatus.PUT_OK
+                group.kill(old)
+                killed = time.monotonic()
+                while True:
+                    try:
+                        if (await client.put("T", b"after")).status is PutStatus.PUT_OK:
+                            break
+                    except Exception:
+                        await trio.sleep(0.01)
+                times.append(time.monotonic() - killed)
+                print(f"kill {kill + 1:>3}: {old} -> first put after {times[-1]:.3f} s", flush=True)
+                group.start(old)
+                await trio.sleep(3 * args.election_timeout)
+    finally:
+        group.stop_all()
+    return times
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--kills", type=int, default=20)
+    parser.add_argument("--election-timeout", type=float, default=0.5)
+    args = parser.parse_args()
+    root = Path(tempfile.mkdtemp(prefix="hanet-failover-"))
+    try:
+        times = sorted(trio.run(run, args, root))
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    p50 = times[len(times) // 2]
+    p99 = times[min(len(times) - 1, int(len(times) * 0.99))]
+    goal = 2 * args.election_timeout
+    print(f"{len(times)} kills: p50 {p50:.3f} s, p99 {p99:.3f} s, max {times[-1]:.3f} s "
+          f"(goal p99 <= {goal:g} s: {'met' if p99 <= goal else 'missed'})")  # fmt: skip
+    print(json.dumps({
+        "kills": len(times), "election_timeout": args.election_timeout,
+        "p50_s": round(p50, 3), "p99_s": round(p99, 3), "max_s": round(times[-1], 3),
+        "p99_over_election_timeout": round(p99 / args.election_timeout, 2),
+    }))  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
