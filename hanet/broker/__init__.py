@@ -4,22 +4,32 @@
 :class:`~hanet.ha.HASlave`, and the broker port (the :mod:`hanet.protocol` request/response
 protocol; one :class:`RequestHandler` per connection) in the caller's nursery.
 :func:`load_properties` reads a RocketMQ ``broker.conf`` onto a :class:`~hanet.ha.BrokerConfig`.
+:class:`DLedgerBrokerService` is the broker port of a Raft node (:mod:`hanet.dledger`); both
+modes check puts with :func:`refusal` and serve pulls with :func:`serve_pull`.
 """
 
-from ._broker import MAX_PULL_BYTES, Broker, BrokerAddresses
+from ._admission import message_properties, refusal
+from ._broker import Broker, BrokerAddresses
+from ._dledger import DEFAULT_QUEUES, DLedgerBrokerService
 from ._handler import RequestHandler, RequestService
 from ._metrics import BrokerMetrics, serve_metrics
 from ._properties import apply_properties, load_properties, parse_properties
+from ._pull import MAX_PULL_BYTES, serve_pull
 
 __all__ = [
+    "DEFAULT_QUEUES",
     "MAX_PULL_BYTES",
     "Broker",
     "BrokerAddresses",
     "BrokerMetrics",
+    "DLedgerBrokerService",
     "RequestHandler",
     "RequestService",
     "apply_properties",
     "load_properties",
+    "message_properties",
     "parse_properties",
+    "refusal",
     "serve_metrics",
+    "serve_pull",
 ]

@@ -52,44 +52,36 @@ from hanet.ha import BrokerConfig, BrokerRole, HAMaster, HASlave
 from hanet.protocol import (
     AUTO_QUEUE,
     DEFAULT_MAX_FRAME_LENGTH,
-    MAX_PULL_MESSAGES,
     BrokerServerCodec,
     BrokerStatus,
     DispatchError,
     MasterLink,
     PullRequest,
     PullResponse,
-    PullStatus,
     PutMessage,
     PutReply,
     SlaveInfo,
     broker_frame_codec,
-    message_problem,
 )
 from hanet.store import (
-    CQ_BLANK_SIZE,
-    MAX_PROPERTIES_SIZE,
     CommitLogStore,
-    CorruptRecordError,
     FlushDiskType,
     Message,
     PutResult,
     PutStatus,
     StoreConfig,
     StoreRole,
-    encode_properties,
-    scan_records,
 )
 
+from ._admission import message_properties, refusal
 from ._handler import LOCALHOST, RequestHandler, packed_host, replies
 from ._metrics import BrokerMetrics, serve_metrics
+from ._pull import serve_pull
 
-__all__ = ["MAX_PULL_BYTES", "Broker", "BrokerAddresses"]
+__all__ = ["Broker", "BrokerAddresses"]
 
 log = logging.getLogger("hanet.broker")
 
-MAX_PULL_BYTES = 4 * 1024 * 1024
-"""A pull stops adding messages past this many record bytes (the first always goes)."""
 DEFAULT_MAX_IN_FLIGHT = 1024
 """Puts of one connection waiting for their answer before the broker stops reading it."""
 
@@ -271,38 +263,16 @@ class Broker:
             counter = self._queue_counters[topic] = itertools.count()
         return next(counter) % self.config.default_topic_queue_nums
 
-    def _refusal(self, message: PutMessage, properties: dict[str, str]) -> PutResult | None:
-        """Why this broker refuses ``message`` (a MESSAGE_ILLEGAL or PROPERTIES_SIZE_EXCEEDED
-        result), or None: the checks of :func:`message_problem`, then the queue id against
-        ``default_topic_queue_nums``, the body against the store's ``max_message_size`` and
-        the encoded properties against :data:`MAX_PROPERTIES_SIZE`."""
-        problem = message_problem(message)
-        queues = self.config.default_topic_queue_nums
-        if problem is None and message.queue_id != AUTO_QUEUE and message.queue_id >= queues:
-            problem = f"queue id {message.queue_id} is out of range: this broker has {queues}"
-        if problem is None:
-            limit = self.store.config.max_message_size
-            if len(message.body) > limit:
-                problem = f"body of {len(message.body)} bytes is over the maximum {limit}"
-        if problem is not None:
-            return PutResult(PutStatus.MESSAGE_ILLEGAL, detail=problem)
-        size = len(encode_properties(properties))
-        if size > MAX_PROPERTIES_SIZE:
-            return PutResult(
-                PutStatus.PROPERTIES_SIZE_EXCEEDED,
-                detail=f"properties of {size} bytes are over {MAX_PROPERTIES_SIZE}",
-            )
-        return None
-
     def store_messages(
         self, messages: Sequence[PutMessage], born: tuple[bytes, int] = LOCALHOST
     ) -> tuple[list[PutResult], list[int]]:
         """Validate messages, then write the valid ones to the store now (synchronous);
         returns a result and a queue id for each message, in order.
 
-        Every message is checked (see :meth:`_refusal`) before any is stored; a refused one
-        gets MESSAGE_ILLEGAL (or PROPERTIES_SIZE_EXCEEDED) with the reason in ``detail``,
-        writes nothing and takes no turn of the round robin (queue id -1); the others are
+        Every message is checked (see :func:`~hanet.broker.refusal`) before any is stored; a
+        refused one gets MESSAGE_ILLEGAL (or PROPERTIES_SIZE_EXCEEDED) with the reason in
+        ``detail``, writes nothing and takes no turn of the round robin (queue id -1); the
+        others are
         stored as one batch. ``born`` is the producer's packed address and port (the records'
         BORNHOST). A slave's store refuses (SERVICE_NOT_AVAILABLE). Follow with :meth:`settle`
         for durability and replication, unless :attr:`answers_at_once`.
@@ -311,16 +281,13 @@ class Broker:
         batch = []
         queue_ids = []
         refused: list[PutResult | None] = []
+        queues = self.config.default_topic_queue_nums
+        max_body = self.store.config.max_message_size
         for m in messages:
-            properties: dict[str, str] = {}
-            if m.tags:
-                properties["TAGS"] = m.tags
-            if m.keys:
-                properties["KEYS"] = m.keys
-            properties.update(m.properties)
-            refusal = self._refusal(m, properties)
-            refused.append(refusal)
-            if refusal is not None:
+            properties = message_properties(m)
+            refused_by = refusal(m, properties, queues=queues, max_body=max_body)
+            refused.append(refused_by)
+            if refused_by is not None:
                 queue_ids.append(-1)
                 continue
             queue_id = m.queue_id if m.queue_id != AUTO_QUEUE else self._queue_for(m.topic)
@@ -411,59 +378,8 @@ class Broker:
         return list(replies(results, queue_ids, status))
 
     def pull(self, request: PullRequest) -> PullResponse:
-        """Serve a PULL from the consume queue (synchronous; reads memory-mapped files).
-
-        Only looks queues up and creates nothing: a topic never stored here answers
-        TOPIC_NOT_EXIST, a queue id beyond the topic's queues NO_MATCHED_LOGIC_QUEUE, an
-        empty queue NO_MESSAGE_IN_QUEUE.
-
-        Raises:
-            CorruptRecordError: an entry points at bytes that are not a record.
-        """
-        store = self.store
-        topic, queue_id, offset = request.topic, request.queue_id, request.queue_offset
-        low = store.min_queue_offset(topic, queue_id)
-        high = store.max_queue_offset(topic, queue_id)
-
-        def answer(
-            status: PullStatus, next_offset: int, records: tuple[bytes, ...] = ()
-        ) -> PullResponse:
-            return PullResponse(request.request_id, status, next_offset, low, high, records)
-
-        if high <= low:
-            if high == 0:  # an empty or unknown queue: which one (the rare path)
-                queues = store.queues()
-                if (topic, queue_id) not in queues:
-                    known = [q for t, q in queues if t == topic]
-                    if not known:
-                        return answer(PullStatus.TOPIC_NOT_EXIST, 0)
-                    if not 0 <= queue_id < self.config.default_topic_queue_nums:
-                        return answer(PullStatus.NO_MATCHED_LOGIC_QUEUE, 0)
-            return answer(PullStatus.NO_MESSAGE_IN_QUEUE, 0 if high == 0 else high)
-        if offset < low:
-            return answer(PullStatus.OFFSET_TOO_SMALL, low)
-        if offset == high:
-            return answer(PullStatus.OFFSET_OVERFLOW_ONE, offset)
-        if offset > high:
-            return answer(PullStatus.OFFSET_OVERFLOW_BADLY, high)
-        records: list[bytes] = []
-        budget = MAX_PULL_BYTES
-        end = min(offset + min(request.max_messages, MAX_PULL_MESSAGES), high)
-        next_offset = offset
-        while next_offset < end:
-            entry = store.consume_queue_entry(topic, queue_id, next_offset)
-            if entry is None:
-                break
-            physical, size, _tags_hash = entry
-            if size == CQ_BLANK_SIZE:
-                next_offset += 1
-                continue
-            if records and size > budget:
-                break
-            records.append(_validated(store.read(physical, size), physical, size))
-            budget -= size
-            next_offset += 1
-        return answer(PullStatus.FOUND, next_offset, tuple(records))
+        """Serve a PULL from the consume queue (see :func:`~hanet.broker.serve_pull`)."""
+        return serve_pull(self.store, request, self.config.default_topic_queue_nums)
 
     def status(self) -> BrokerStatus:
         """The STATUS answer: role, offsets, replication state and the disk (``disk_full``,
@@ -512,19 +428,3 @@ class Broker:
                 ),
             )
         return status
-
-
-def _validated(record: bytes, physical: int, size: int) -> bytes:
-    """``record`` when it is the whole valid record its consume queue entry points at.
-
-    A pull never serves bytes that fail their checks (a byte flipped on disk, an entry that
-    points at the wrong place): the error names the record's physical offset.
-    """
-    scanner = scan_records(record, base_offset=physical, check_physical_offset=True)
-    for _ in scanner:
-        if scanner.position == size:
-            return record
-        break
-    stop = scanner.stop
-    reason = stop.detail if stop is not None and stop.detail else f"not a {size}-byte record"
-    raise CorruptRecordError(physical, reason)

@@ -1,0 +1,227 @@
+"""The broker port of a DLedger node: PUT through Raft, PULL and STATUS from its view.
+
+A follower or candidate answers a PUT with ERROR NOT_LEADER (with the leader's broker address
+when it knows it); WAIT_QUORUM_ACK_TIMEOUT means the outcome is unknown (the entry may still
+commit). Messages are checked as the classic broker checks them (:func:`refusal`) and pulls
+are served by the same code (:func:`serve_pull`).
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import trio
+
+from hanet.channel import ChannelInboundHandler, HandlerContext, StreamChannel
+from hanet.dledger import AppendStatus, DLedgerNode, PutOutcome
+from hanet.protocol import (
+    AUTO_QUEUE,
+    DEFAULT_MAX_FRAME_LENGTH,
+    BrokerServerCodec,
+    BrokerStatus,
+    DispatchError,
+    DLedgerInfo,
+    DLedgerPeer,
+    ErrorCode,
+    ErrorResponse,
+    PullRequest,
+    PullResponse,
+    PullStatus,
+    PutReply,
+    PutRequest,
+    PutResponse,
+    StatusRequest,
+    StatusResponse,
+    broker_frame_codec,
+)
+from hanet.store import CommitLogStore, Message, PutResult, PutStatus, StoreError
+
+from ._admission import message_properties, refusal
+from ._handler import packed_host
+from ._pull import serve_pull
+
+__all__ = ["DEFAULT_QUEUES", "DLedgerBrokerService"]
+
+DEFAULT_QUEUES = 4
+"""Queues per topic for puts without a queue id (RocketMQ's defaultTopicQueueNums)."""
+_WAIT_DETAIL = (
+    "WAIT_QUORUM_ACK_TIMEOUT: appended but not acknowledged by a quorum in time: "
+    "the outcome is unknown (it may still be committed)"
+)
+
+
+class DLedgerBrokerService:
+    """The broker port of a DLedger node: PUT through Raft, PULL and STATUS from the view."""
+
+    def __init__(
+        self,
+        node: DLedgerNode,
+        *,
+        queues: int = DEFAULT_QUEUES,
+        max_frame_length: int = DEFAULT_MAX_FRAME_LENGTH,
+    ) -> None:
+        self.node = node
+        self.queues = queues
+        self.max_frame_length = max_frame_length
+        self.broker_address: str | None = None
+        self._counters: dict[str, itertools.count[int]] = {}
+        self._started = trio.current_time()
+        self.puts = 0
+
+    def initialize(self, channel: StreamChannel) -> None:
+        """The pipeline of a broker port connection."""
+        pipeline = channel.pipeline
+        for name, handler in broker_frame_codec(self.max_frame_length, BrokerServerCodec()):
+            pipeline.add_last(handler, name)
+        pipeline.add_last(_Requests(self, channel), "requests")
+
+    async def put(
+        self, request: PutRequest, born: tuple[bytes, int]
+    ) -> PutResponse | ErrorResponse:
+        """Serve a PUT (see the module docstring)."""
+        refused: list[PutResult | None] = []
+        messages: list[Message] = []
+        store = self.node.store
+        max_body = store.config.max_message_size if store is not None else 4 * 1024 * 1024
+        for m in request.messages:
+            properties = message_properties(m)
+            problem = refusal(m, properties, queues=self.queues, max_body=max_body)
+            refused.append(problem)
+            if problem is not None:
+                continue
+            queue_id = m.queue_id
+            if queue_id == AUTO_QUEUE:
+                counter = self._counters.setdefault(m.topic, itertools.count())
+                queue_id = next(counter) % self.queues
+            messages.append(
+                Message(
+                    topic=m.topic,
+                    body=m.body,
+                    queue_id=queue_id,
+                    flag=m.flag,
+                    properties=properties,
+                    born_host=born[0],
+                    born_port=born[1],
+                )
+            )
+        outcomes = await self.node.put_many(messages) if messages else []
+        statuses = {o.status for o in outcomes}
+        if outcomes and len(outcomes) == len(refused) and len(statuses) == 1:
+            (status,) = statuses
+            if status is not AppendStatus.SUCCESS:
+                return self._error(request.request_id, status, outcomes[0])
+        answers = iter(outcomes)
+        replies = []
+        for problem in refused:
+            if problem is not None:
+                replies.append(PutReply(problem.status, detail=problem.detail))
+            else:
+                replies.append(_reply(next(answers)))
+        self.puts += sum(1 for o in outcomes if o.status is AppendStatus.SUCCESS)
+        return PutResponse(request.request_id, tuple(replies))
+
+    def _error(self, request_id: int, status: AppendStatus, outcome: PutOutcome) -> ErrorResponse:
+        if status is AppendStatus.NOT_LEADER:
+            leader = outcome.leader_id
+            text = f"not the leader; the leader is {leader}" if leader else "no leader known"
+            return ErrorResponse(request_id, ErrorCode.NOT_LEADER, text, outcome.leader_address)
+        if status is AppendStatus.LEADER_PENDING_FULL:
+            return ErrorResponse(
+                request_id, ErrorCode.LEADER_PENDING_FULL, "too many puts waiting for a quorum"
+            )
+        return ErrorResponse(request_id, ErrorCode.WAIT_QUORUM_ACK_TIMEOUT, _WAIT_DETAIL)
+
+    def pull(self, request: PullRequest) -> PullResponse:
+        """Serve a PULL from the commit log view (as the classic broker does)."""
+        store = self.node.store
+        if store is None:
+            return PullResponse(request.request_id, PullStatus.NO_MESSAGE_IN_QUEUE, 0, 0, 0)
+        return serve_pull(store, request, self.queues)
+
+    def status(self) -> BrokerStatus:
+        """The STATUS document: the view's offsets, ``role`` and the ``dledger`` section."""
+        node = self.node
+        store: CommitLogStore | None = node.store
+        state = node.status()
+        info = DLedgerInfo(
+            group=state.group,
+            id=state.id,
+            role=state.role,
+            term=state.term,
+            leader=state.leader,
+            commit_index=state.commit_index,
+            applied_index=state.applied_index,
+            last_index=state.last_index,
+            leader_address=state.leader_address,
+            peers=tuple(
+                DLedgerPeer(p.id, p.address, p.connected, p.match_index, p.lag) for p in state.peers
+            ),
+        )
+        assert store is not None
+        stats = store.statistics()
+        return BrokerStatus(
+            role=state.role,
+            broker_address=self.broker_address,
+            ha_address=None,
+            min_offset=stats.min_offset,
+            max_offset=stats.max_offset,
+            flushed_offset=stats.flushed_offset,
+            dispatched_offset=stats.dispatched_offset,
+            puts=self.puts,
+            mapped_files=stats.mapped_files,
+            dispatch_error=DispatchError(*stats.dispatch_error) if stats.dispatch_error else None,
+            uptime=round(trio.current_time() - self._started, 3),
+            disk_full=stats.disk_full,
+            disk_used_ratio=(
+                None if stats.disk_used_ratio is None else round(stats.disk_used_ratio, 4)
+            ),
+            create_error=stats.create_error,
+            dledger=info,
+        )
+
+
+def _reply(outcome: PutOutcome) -> PutReply:
+    if outcome.status is AppendStatus.SUCCESS:
+        return PutReply(
+            PutStatus.PUT_OK,
+            outcome.queue_id,
+            outcome.queue_offset,
+            outcome.wrote_offset,
+            outcome.wrote_size,
+            outcome.store_timestamp,
+            outcome.msg_id,
+        )
+    if outcome.status is AppendStatus.WAIT_QUORUM_ACK_TIMEOUT:
+        return PutReply(PutStatus.FLUSH_SLAVE_TIMEOUT, detail=_WAIT_DETAIL)
+    return PutReply(PutStatus.SERVICE_NOT_AVAILABLE, detail=f"{outcome.status.name}: not appended")
+
+
+class _Requests(ChannelInboundHandler):
+    def __init__(self, service: DLedgerBrokerService, channel: StreamChannel) -> None:
+        self.service = service
+        self.born = packed_host(channel.remote_address)
+
+    def channel_read(self, ctx: HandlerContext, msg: Any) -> None:
+        try:
+            if isinstance(msg, PutRequest):
+                ctx.spawn(self._put, ctx, msg)
+            elif isinstance(msg, PullRequest):
+                ctx.write(self.service.pull(msg))
+            elif isinstance(msg, StatusRequest):
+                ctx.write(StatusResponse(msg.request_id, self.service.status()))
+            else:
+                ctx.fire_channel_read(msg)
+        except StoreError as exc:
+            ctx.write(ErrorResponse(msg.request_id, ErrorCode.SYSTEM_ERROR, str(exc)))
+
+    async def _put(self, ctx: HandlerContext, request: PutRequest) -> None:
+        answer = await self.service.put(request, self.born)
+        ctx.write_and_flush(answer)
+
+    def channel_read_complete(self, ctx: HandlerContext) -> None:
+        ctx.flush()
+        ctx.fire_channel_read_complete()
+
+    def exception_caught(self, ctx: HandlerContext, exc: BaseException) -> None:
+        ctx.close(f"{type(exc).__name__}: {exc}")
