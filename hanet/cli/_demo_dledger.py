@@ -18,6 +18,7 @@ a process could not start. The processes are stopped however the demo ends, Ctrl
 from __future__ import annotations
 
 import argparse
+import hashlib
 import itertools
 import shutil
 import socket
@@ -42,6 +43,7 @@ from hanet.client import (
     PutMessage,
     PutStatus,
 )
+from hanet.dledger import INDEX_ENTRY_SIZE, DLedgerError, decode_index_entry, index_entry_offset
 from hanet.protocol import DLedgerInfo
 from hanet.store import CommitLogReader, StoreError, compare_commit_logs
 
@@ -403,6 +405,34 @@ def _bodies(root: Path, file_size: int) -> tuple[list[bytes], str | None]:
     return bodies, None
 
 
+def _committed_data(root: Path, commit_index: int) -> tuple[int, str]:
+    """The length and SHA-256 of the DLedger data files up to the end of entry ``commit_index``
+    (a Raft index: DLedger index ``commit_index - 1``), read through the index files."""
+    if commit_index < 1:
+        return 0, hashlib.sha256().hexdigest()
+    at = index_entry_offset(commit_index - 1)
+    index_files = sorted((root / "dledger" / "index").iterdir())
+    index_file_size = index_files[0].stat().st_size
+    name = f"{at - at % index_file_size:020d}"
+    with (root / "dledger" / "index" / name).open("rb") as f:
+        f.seek(at % index_file_size)
+        entry = decode_index_entry(f.read(INDEX_ENTRY_SIZE))
+    end = entry.pos + entry.size
+    digest = hashlib.sha256()
+    left = end
+    for path in sorted((root / "dledger" / "data").iterdir()):
+        with path.open("rb") as f:
+            while left > 0:
+                chunk = f.read(min(left, 1 << 20))
+                if not chunk:
+                    break
+                digest.update(chunk)
+                left -= len(chunk)
+    if left:
+        raise OSError(f"the data files end {left} bytes before entry {commit_index - 1}")
+    return end, digest.hexdigest()
+
+
 def _check(
     args: argparse.Namespace,
     demo: _Demo,
@@ -441,6 +471,7 @@ def _check(
         )
     root = demo.workdir
     reference: list[bytes] | None = None
+    data: dict[str, tuple[int, str]] = {}
     for name in IDS:
         bodies, error = _bodies(root / name, args.mapped_file_size)
         info = final.get(name)
@@ -454,6 +485,9 @@ def _check(
             f"{commit}{len(bodies):,} messages, "
             f"{len(demo.acked) - missing:,}/{len(demo.acked):,} acknowledged present"
         )
+        duplicates = len(bodies) - len(set(bodies))
+        if duplicates:
+            verdict += f" ({duplicates:,} stored twice: resent after a lost connection)"
         if missing:
             verdict += f", [red]{missing:,} MISSING[/]"
             good = False
@@ -462,12 +496,23 @@ def _check(
         elif bodies != reference:
             verdict += f", [red]messages differ from {IDS[0]}'s[/]"
             good = False
+        if info is not None:
+            try:
+                data[name] = _committed_data(root / name, info.commit_index)
+            except (DLedgerError, OSError, IndexError) as exc:
+                verdict += f"; [red]cannot read the DLedger files: {exc}[/]"
+                good = False
         if name != IDS[0]:
             comparison = compare_commit_logs(root / IDS[0], root / name)
-            if comparison.identical:
-                verdict += f"; committed log identical to {IDS[0]}'s ({comparison.bytes:,} bytes)"
+            same_data = name in data and data.get(IDS[0]) == data[name]
+            if comparison.identical and same_data:
+                verdict += (
+                    f"; committed log identical to {IDS[0]}'s (DLedger data "
+                    f"{data[name][0]:,} bytes, commit log view {comparison.bytes:,} bytes)"
+                )
             else:
-                verdict += f"; [red]committed log NOT identical: {comparison.mismatch}[/]"
+                problem = comparison.mismatch or "the DLedger data files differ"
+                verdict += f"; [red]committed log NOT identical: {problem}[/]"
                 good = False
         table.add_row(name, verdict)
     if view.acked != args.messages:
