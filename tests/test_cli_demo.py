@@ -90,3 +90,54 @@ async def test_ctrl_c_stops_every_part_of_the_demo(tmp_path: Path) -> None:
         for pid in pids:
             if _alive(pid):
                 os.kill(pid, signal.SIGKILL)
+
+
+async def test_dledger_demo_kills_the_leader_and_checks_every_node(tmp_path: Path) -> None:
+    work = tmp_path / "demo"
+    result = await trio.run_process(
+        [sys.executable, "-m", "hanet", "demo", "--dledger", "--messages", "2000",
+         "--dir", str(work)],
+        capture_stdout=True,
+        capture_stderr=True,
+        check=False,
+    )  # fmt: skip
+    out = result.stdout.decode()
+    assert result.returncode == 0, out + result.stderr.decode()
+    assert "killed (SIGKILL)" in out and "new leader n" in out
+    assert "2,000/2,000 acknowledged present" in out
+    assert out.count("identical to n0's") == 2
+    assert "OK: every acknowledged message is on all three nodes" in out
+    for node in ("n0", "n1", "n2"):
+        assert (work / node / "dledger" / "data").is_dir()
+        assert (work / node / "commitlog").is_dir()
+    assert len(list(work.glob("*-restart1.ready"))) == 1  # the killed leader came back
+
+
+async def test_ctrl_c_stops_every_dledger_node(tmp_path: Path) -> None:
+    work = tmp_path / "demo"
+    demo = await trio.lowlevel.open_process(
+        [sys.executable, "-m", "hanet", "demo", "--dledger", "--messages", "10000000",
+         "--dir", str(work)],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    pids: list[int] = []
+    try:
+        with trio.fail_after(20):
+            while not (work / "n2.ready").exists():  # noqa: ASYNC110 - another process
+                await trio.sleep(0.05)
+        for name in ("n0", "n1", "n2"):
+            pids.append(json.loads((work / f"{name}.ready").read_text())["pid"])
+        assert all(_alive(pid) for pid in pids)
+        await trio.sleep(1.0)  # puts under way
+        demo.send_signal(signal.SIGINT)
+        with trio.fail_after(20):
+            assert await demo.wait() == 130
+        assert not any(_alive(pid) for pid in pids)
+    finally:
+        if demo.returncode is None:
+            demo.kill()
+        for pid in pids:
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)

@@ -62,7 +62,9 @@ def register(subparsers: Any) -> None:
         "--dir", type=Path, default=None, metavar="DIR",
         help="work directory (kept); default: a temporary one, removed after a success",
     )  # fmt: skip
-    parser.add_argument("--messages", type=int, default=50_000, metavar="N", help="(50000)")
+    parser.add_argument(
+        "--messages", type=int, default=None, metavar="N", help="(50000; 10000 with --dledger)"
+    )
     parser.add_argument("--size", type=int, default=1024, metavar="BYTES", help="body (1024)")
     parser.add_argument(
         "--mapped-file-size", type=int, default=1 << 20, metavar="BYTES",
@@ -80,6 +82,10 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--tls", action="store_true",
         help="mutual TLS between all three brokers and the producer (a throw-away CA)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--dledger", action="store_true",
+        help="three DLedger (Raft) nodes instead; the leader is killed half-way",
     )  # fmt: skip
     parser.set_defaults(func=run_demo)
 
@@ -253,7 +259,13 @@ async def _poll(clients: list[BrokerClient], view: _View) -> None:
 
 
 async def run_demo(args: argparse.Namespace) -> int:
-    """``hanet demo``."""
+    """``hanet demo`` (``--dledger``: :mod:`hanet.cli._demo_dledger`)."""
+    if args.messages is None:
+        args.messages = 10_000 if args.dledger else 50_000
+    if args.dledger:
+        from ._demo_dledger import run_dledger_demo  # noqa: PLC0415 - it imports this module
+
+        return await run_dledger_demo(args)
     if args.messages < 1 or args.size < 1 or args.mapped_file_size < 64 * 1024:
         print("hanet: --messages, --size >= 1; --mapped-file-size >= 65536", file=sys.stderr)
         return 2

@@ -28,8 +28,7 @@ What is here:
 The broker port of a node (``hanet dledger``) lives in the command line
 (``hanet/cli/_dledger.py``): it speaks :mod:`hanet.protocol`, which this layer may not import.
 
-Not built yet: membership changes, leadership transfer, snapshots / log compaction,
-``hanet demo --dledger``, ``bench/failover.py`` and ``bench/dledger_put.py``.
+Not built yet: membership changes, leadership transfer, snapshots / log compaction.
 """
 
 import importlib
