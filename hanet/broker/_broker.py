@@ -54,7 +54,6 @@ from hanet.protocol import (
     DEFAULT_MAX_FRAME_LENGTH,
     BrokerServerCodec,
     BrokerStatus,
-    DispatchError,
     MasterLink,
     PullRequest,
     PullResponse,
@@ -77,6 +76,7 @@ from ._admission import message_properties, refusal
 from ._handler import LOCALHOST, RequestHandler, packed_host, replies
 from ._metrics import BrokerMetrics, serve_metrics
 from ._pull import serve_pull
+from ._status import store_status
 
 __all__ = ["Broker", "BrokerAddresses"]
 
@@ -386,23 +386,13 @@ class Broker:
         ``disk_used_ratio``, ``create_error``)."""
         stats = self.store.statistics()
         addresses = self.addresses
-        status = BrokerStatus(
+        status = store_status(
+            stats,
             role=self.role.value,
             broker_address=format_address(addresses.broker) if addresses.broker else None,
             ha_address=format_address(addresses.ha) if addresses.ha else None,
-            min_offset=stats.min_offset,
-            max_offset=stats.max_offset,
-            flushed_offset=stats.flushed_offset,
-            dispatched_offset=stats.dispatched_offset,
             puts=stats.puts,
-            mapped_files=stats.mapped_files,
-            dispatch_error=DispatchError(*stats.dispatch_error) if stats.dispatch_error else None,
             uptime=round(trio.current_time() - self._started, 3),
-            disk_full=stats.disk_full,
-            disk_used_ratio=(
-                None if stats.disk_used_ratio is None else round(stats.disk_used_ratio, 4)
-            ),
-            create_error=stats.create_error,
         )
         if self.master is not None:
             master = self.master.status()

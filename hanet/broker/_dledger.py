@@ -20,7 +20,6 @@ from hanet.protocol import (
     DEFAULT_MAX_FRAME_LENGTH,
     BrokerServerCodec,
     BrokerStatus,
-    DispatchError,
     DLedgerInfo,
     DLedgerPeer,
     ErrorCode,
@@ -40,6 +39,7 @@ from hanet.store import CommitLogStore, Message, PutResult, PutStatus, StoreErro
 from ._admission import message_properties, refusal
 from ._handler import packed_host
 from ._pull import serve_pull
+from ._status import store_status
 
 __all__ = ["DEFAULT_QUEUES", "DLedgerBrokerService"]
 
@@ -160,23 +160,13 @@ class DLedgerBrokerService:
         )
         assert store is not None
         stats = store.statistics()
-        return BrokerStatus(
+        return store_status(
+            stats,
             role=state.role,
             broker_address=self.broker_address,
             ha_address=None,
-            min_offset=stats.min_offset,
-            max_offset=stats.max_offset,
-            flushed_offset=stats.flushed_offset,
-            dispatched_offset=stats.dispatched_offset,
             puts=self.puts,
-            mapped_files=stats.mapped_files,
-            dispatch_error=DispatchError(*stats.dispatch_error) if stats.dispatch_error else None,
             uptime=round(trio.current_time() - self._started, 3),
-            disk_full=stats.disk_full,
-            disk_used_ratio=(
-                None if stats.disk_used_ratio is None else round(stats.disk_used_ratio, 4)
-            ),
-            create_error=stats.create_error,
             dledger=info,
         )
 

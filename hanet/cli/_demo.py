@@ -22,7 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -269,6 +269,16 @@ async def run_demo(args: argparse.Namespace) -> int:
     if args.messages < 1 or args.size < 1 or args.mapped_file_size < 64 * 1024:
         print("hanet: --messages, --size >= 1; --mapped-file-size >= 65536", file=sys.stderr)
         return 2
+    return await run_parts(args, _run, lost="a broker went away")
+
+
+Runner = Callable[[argparse.Namespace, Path, "_Parts"], Awaitable[bool]]
+
+
+async def run_parts(args: argparse.Namespace, run: Runner, *, lost: str) -> int:
+    """Run a demo's processes in a work directory, whatever happens stop them all, keep the
+    directory when the demo failed: 0 when ``run`` says OK, 1 when not (or too slow), 2 when
+    a process could not start (``lost``: how a vanished process is reported)."""
     workdir = args.dir if args.dir is not None else Path(tempfile.mkdtemp(prefix="hanet-demo-"))
     workdir.mkdir(parents=True, exist_ok=True)
     parts = _Parts(workdir)
@@ -276,7 +286,7 @@ async def run_demo(args: argparse.Namespace) -> int:
     status = 1
     try:
         with trio.fail_after(args.timeout):
-            ok = await _run(args, workdir, parts)
+            ok = await run(args, workdir, parts)
         status = 0 if ok else 1
     except* trio.TooSlowError:
         print(f"hanet: the demo did not finish in {args.timeout:g} s", file=sys.stderr)
@@ -284,7 +294,7 @@ async def run_demo(args: argparse.Namespace) -> int:
         print(f"hanet: {_first(group)}", file=sys.stderr)
         status = 2
     except* BrokerError as group:
-        print(f"hanet: a broker went away: {_first(group)}", file=sys.stderr)
+        print(f"hanet: {lost}: {_first(group)}", file=sys.stderr)
     finally:
         await parts.stop_all()
         if ok and args.dir is None:

@@ -20,10 +20,8 @@ from __future__ import annotations
 import argparse
 import hashlib
 import itertools
-import shutil
 import socket
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -47,7 +45,7 @@ from hanet.dledger import INDEX_ENTRY_SIZE, DLedgerError, decode_index_entry, in
 from hanet.protocol import DLedgerInfo
 from hanet.store import CommitLogReader, StoreError, compare_commit_logs
 
-from ._demo import HOST, DemoError, _first, _Part, _Parts
+from ._demo import HOST, _Part, _Parts, run_parts
 
 __all__ = ["run_dledger_demo"]
 
@@ -186,29 +184,7 @@ async def run_dledger_demo(args: argparse.Namespace) -> int:
     if args.tls:
         print("hanet: --tls is not available with --dledger", file=sys.stderr)
         return 2
-    workdir = args.dir if args.dir is not None else Path(tempfile.mkdtemp(prefix="hanet-demo-"))
-    workdir.mkdir(parents=True, exist_ok=True)
-    parts = _Parts(workdir)
-    ok = False
-    status = 1
-    try:
-        with trio.fail_after(args.timeout):
-            ok = await _run(args, workdir, parts)
-        status = 0 if ok else 1
-    except* trio.TooSlowError:
-        print(f"hanet: the demo did not finish in {args.timeout:g} s", file=sys.stderr)
-    except* DemoError as group:
-        print(f"hanet: {_first(group)}", file=sys.stderr)
-        status = 2
-    except* BrokerError as group:
-        print(f"hanet: the group went away: {_first(group)}", file=sys.stderr)
-    finally:
-        await parts.stop_all()
-        if ok and args.dir is None:
-            shutil.rmtree(workdir, ignore_errors=True)
-        elif not ok:
-            print(f"logs and stores kept in {workdir}", file=sys.stderr)
-    return status
+    return await run_parts(args, _run, lost="the group went away")
 
 
 class _Demo:
