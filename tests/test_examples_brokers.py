@@ -14,6 +14,7 @@ import trio
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[1]
+WAIT = 30  # seconds; generous: these are processes on a loaded 2-core machine
 
 
 def free_port() -> int:
@@ -39,9 +40,10 @@ class Script:
             self.changed = trio.Event()
 
     async def wait_for(self, predicate_text: str) -> None:
-        with trio.fail_after(15):
+        with trio.move_on_after(WAIT):
             while predicate_text not in self.out:
                 await self.changed.wait()
+        assert predicate_text in self.out, f"no {predicate_text!r} within {WAIT} s in:\n{self.out}"
 
 
 async def test_master_slave_and_custom_pipeline_examples(tmp_path: Path) -> None:
@@ -80,11 +82,15 @@ async def test_master_slave_and_custom_pipeline_examples(tmp_path: Path) -> None
             await slave.wait_for("connected; max offset ")
             await metrics.wait_for("connections 1  frames 1  bytes ")
             await master.wait_for("lag 0 B")
-            with trio.fail_after(15):
+            with trio.move_on_after(WAIT):
                 while slave.out.count("connected; max offset 0\n") == slave.out.count(
                     "connected; max offset "
                 ):
                     await slave.changed.wait()
+            replicated = slave.out.count("connected; max offset ") - slave.out.count(
+                "connected; max offset 0\n"
+            )
+            assert replicated, f"the slave never replicated:\n{slave.out}\nmaster:\n{master.out}"
             for script in scripts:
                 script.process.send_signal(signal.SIGINT)
             with trio.fail_after(15):
