@@ -301,7 +301,8 @@ async def test_ctrl_c_shuts_a_broker_down_cleanly(tmp_path: Path) -> None:
         async with connect(master) as client:
             assert (await client.put("T", b"x")).ok
         assert (tmp_path / "master" / "abort").exists()
-        assert await c.stop(master, signal.SIGINT) == 130
+        status = await c.stop(master, signal.SIGINT)
+        assert status == 130, master.text()
     assert not (tmp_path / "master" / "abort").exists()
     assert "interrupted, shut down cleanly" in master.text()
     assert "Traceback" not in master.text()
