@@ -24,7 +24,6 @@ import json
 import logging
 import os
 import shutil
-import signal
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -42,8 +41,10 @@ from ._support import (
     fail,
     first_error,
     first_message,
+    interrupted,
     parse_address,
     parse_size,
+    wait_for_stop_signal,
 )
 
 __all__ = ["build_config", "register"]
@@ -302,6 +303,7 @@ async def _serve(broker: Broker, ready_file: Path | None) -> int:
     root = config.store_path_root_dir
     new_store = not root.exists()
     serving = False
+    stopped = EXIT_OK
     try:
         async with trio.open_nursery() as nursery:
             addresses: BrokerAddresses = await nursery.start(broker.run)
@@ -316,11 +318,8 @@ async def _serve(broker: Broker, ready_file: Path | None) -> int:
             log.info("%s ready: %s", broker.role.value, ", ".join(parts))
             if ready_file is not None:
                 _write_ready(ready_file, broker, addresses)
-            with trio.open_signal_receiver(signal.SIGTERM) as signals:
-                async for _ in signals:
-                    log.info("SIGTERM: shutting down")
-                    nursery.cancel_scope.cancel()
-                    break
+            stopped = await wait_for_stop_signal(broker.role.value)
+            nursery.cancel_scope.cancel()
     except* (StoreError, ConfigError, OSError) as group:
         error = first_message(group)
         first = first_error(group)
@@ -331,7 +330,7 @@ async def _serve(broker: Broker, ready_file: Path | None) -> int:
             error = f"cannot listen: {error} ({', '.join(ports)})"
     if error is not None and new_store and not serving:
         shutil.rmtree(root, ignore_errors=True)  # a failed start leaves no files behind
-    return EXIT_OK if error is None else fail(error)
+    return interrupted(stopped) if error is None else fail(error)
 
 
 def _config_keys(path: Path | None) -> set[str]:

@@ -25,8 +25,6 @@ import argparse
 import errno
 import json
 import os
-import signal
-import sys
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -52,7 +50,16 @@ from hanet.store import (
     StoreError,
 )
 
-from ._support import EXIT_OK, fail, first_error, first_message, parse_address, parse_size
+from ._support import (
+    EXIT_OK,
+    fail,
+    first_error,
+    first_message,
+    interrupted,
+    parse_address,
+    parse_size,
+    wait_for_stop_signal,
+)
 
 __all__ = ["register", "run_dledger"]
 
@@ -162,6 +169,7 @@ async def run_dledger(args: argparse.Namespace) -> int:
             await listener.aclose()
         return fail(str(exc))
     node = DLedgerNode(config)
+    stopped = EXIT_OK
     try:
         async with trio.open_nursery() as nursery:
             await nursery.start(node.run)
@@ -190,14 +198,11 @@ async def run_dledger(args: argparse.Namespace) -> int:
                         "pid": os.getpid(),
                     },
                 )
-            with trio.open_signal_receiver(signal.SIGTERM) as signals:
-                async for _ in signals:
-                    print("SIGTERM: shutting down", file=sys.stderr, flush=True)
-                    nursery.cancel_scope.cancel()
-                    break
+            stopped = await wait_for_stop_signal(f"dledger {args.group}/{args.node_id}")
+            nursery.cancel_scope.cancel()
     except* (StoreError, DLedgerError, OSError, ValueError) as group:
         error = first_message(group)
         first = first_error(group)
         if isinstance(first, OSError) and first.errno == errno.EADDRINUSE:
             error = f"cannot listen on the peer port {peers[args.node_id]}: {error}"
-    return EXIT_OK if error is None else fail(error)
+    return interrupted(stopped) if error is None else fail(error)

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import logging
+import signal
 import sys
 from typing import Any
+
+import trio
 
 from hanet.channel import parse_address as _split_address
 from hanet.errors import ConfigError
@@ -18,8 +22,10 @@ __all__ = [
     "fail",
     "first_error",
     "first_message",
+    "interrupted",
     "parse_address",
     "parse_size",
+    "wait_for_stop_signal",
 ]
 
 EXIT_OK = 0
@@ -76,3 +82,27 @@ def first_message(group: BaseExceptionGroup[Any]) -> str:
     if isinstance(exc, OSError) and exc.strerror:
         return exc.strerror + (f": {exc.filename}" if exc.filename else "")
     return str(exc)
+
+
+async def wait_for_stop_signal(what: str) -> int:
+    """Wait for SIGTERM or SIGINT (Ctrl-C) and say so; returns the exit status the service
+    ends with (0 for SIGTERM, :data:`EXIT_INTERRUPTED` for Ctrl-C).
+
+    A running service takes Ctrl-C as a signal here rather than as a ``KeyboardInterrupt``
+    that trio may raise anywhere in its tasks (even inside a nursery's exit), so the shutdown
+    is an ordinary cancellation.
+    """
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async for signum in signals:
+            name = "Ctrl-C" if signum == signal.SIGINT else "SIGTERM"
+            logging.getLogger("hanet").info("%s: %s shutting down", name, what)
+            return EXIT_INTERRUPTED if signum == signal.SIGINT else EXIT_OK
+    return EXIT_OK  # pragma: no cover - the receiver never ends by itself
+
+
+def interrupted(status: int) -> int:
+    """Say that a service stopped by Ctrl-C shut down cleanly (what the command line says for
+    an interrupted command); returns ``status``."""
+    if status == EXIT_INTERRUPTED:
+        print("interrupted, shut down cleanly", file=sys.stderr, flush=True)
+    return status
