@@ -18,6 +18,7 @@ Run (with ``examples/master.py`` running)::
 from __future__ import annotations
 
 import argparse
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -86,11 +87,20 @@ async def main(args: argparse.Namespace) -> None:
             )
 
 
+async def until_stopped(args: argparse.Namespace) -> None:
+    """Run :func:`main` until Ctrl-C or SIGTERM. Taking Ctrl-C as a signal (rather than as a
+    KeyboardInterrupt trio may raise anywhere) makes stopping an ordinary cancellation."""
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(main, args)
+            async for _ in signals:
+                nursery.cancel_scope.cancel()
+                break
+    print("stopped", flush=True)
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description="A slave with a metrics handler of its own.")
     parser.add_argument("--store", default="/tmp/hanet-metrics-slave", help="store directory")
     parser.add_argument("--master", default="127.0.0.1:10912", help="the master's HA address")
-    try:
-        trio.run(main, parser.parse_args())
-    except* KeyboardInterrupt:
-        print("stopped")
+    trio.run(until_stopped, parser.parse_args())

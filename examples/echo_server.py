@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import functools
 import logging
+import signal
 import sys
 from typing import Any
 
@@ -102,12 +103,26 @@ def cli(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
-    status = 130  # unless main returns: Ctrl-C arrives as an exception group
-    try:
-        trio.run(main, args)
-        status = 0
-    except* KeyboardInterrupt:
-        log.info("stopped")
+    return trio.run(until_stopped, args)
+
+
+async def until_stopped(args: argparse.Namespace) -> int:
+    """Serve until ``--seconds`` pass (0) or Ctrl-C / SIGTERM (130). Ctrl-C is taken as a
+    signal, not as a KeyboardInterrupt trio may raise anywhere: stopping is a cancellation."""
+    status = 0
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async with trio.open_nursery() as nursery:
+
+            async def serve_then_stop() -> None:
+                await main(args)
+                nursery.cancel_scope.cancel()
+
+            nursery.start_soon(serve_then_stop)
+            async for _ in signals:
+                status = 130
+                nursery.cancel_scope.cancel()
+                break
+    log.info("stopped")
     return status
 
 

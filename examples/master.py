@@ -13,6 +13,7 @@ stops it cleanly (the store is flushed and closed).
 from __future__ import annotations
 
 import argparse
+import signal
 from pathlib import Path
 
 import trio
@@ -50,6 +51,18 @@ async def main(args: argparse.Namespace) -> None:
             print(f"max offset {status.max_offset}; slaves: {slaves or 'none'}", flush=True)
 
 
+async def until_stopped(args: argparse.Namespace) -> None:
+    """Run :func:`main` until Ctrl-C or SIGTERM. Taking Ctrl-C as a signal (rather than as a
+    KeyboardInterrupt trio may raise anywhere) makes stopping an ordinary cancellation."""
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(main, args)
+            async for _ in signals:
+                nursery.cancel_scope.cancel()
+                break
+    print("stopped", flush=True)
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description="Run a hanet master broker.")
     parser.add_argument("--store", default="/tmp/hanet-master", help="store directory")
@@ -57,7 +70,4 @@ if __name__ == "__main__":
     parser.add_argument("--ha-port", type=int, default=10912, help="HA port (10912)")
     parser.add_argument("--sync", action="store_true", help="SYNC_MASTER instead of ASYNC")
     parser.add_argument("--every", type=float, default=5.0, help="seconds between status lines")
-    try:
-        trio.run(main, parser.parse_args())
-    except* KeyboardInterrupt:
-        print("stopped")
+    trio.run(until_stopped, parser.parse_args())

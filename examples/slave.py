@@ -12,6 +12,7 @@ Ctrl-C stops it cleanly; started again, it resumes from where its store ends.
 from __future__ import annotations
 
 import argparse
+import signal
 from pathlib import Path
 
 import trio
@@ -41,6 +42,18 @@ async def main(args: argparse.Namespace) -> None:
             print(f"{state}; max offset {status.max_offset}", flush=True)
 
 
+async def until_stopped(args: argparse.Namespace) -> None:
+    """Run :func:`main` until Ctrl-C or SIGTERM. Taking Ctrl-C as a signal (rather than as a
+    KeyboardInterrupt trio may raise anywhere) makes stopping an ordinary cancellation."""
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(main, args)
+            async for _ in signals:
+                nursery.cancel_scope.cancel()
+                break
+    print("stopped", flush=True)
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description="Run a hanet slave broker.")
     parser.add_argument("--store", default="/tmp/hanet-slave", help="store directory")
@@ -48,7 +61,4 @@ if __name__ == "__main__":
     parser.add_argument("--port", type=int, default=10921, help="broker port (10921)")
     parser.add_argument("--reconnect", type=float, default=5.0, help="reconnect wait (5 s)")
     parser.add_argument("--every", type=float, default=5.0, help="seconds between status lines")
-    try:
-        trio.run(main, parser.parse_args())
-    except* KeyboardInterrupt:
-        print("stopped")
+    trio.run(until_stopped, parser.parse_args())
