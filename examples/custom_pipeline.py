@@ -18,7 +18,6 @@ Run (with ``examples/master.py`` running)::
 from __future__ import annotations
 
 import argparse
-import signal
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +25,7 @@ import trio
 
 from handlers.ha import TransferFrame
 from hanet import ChannelInboundHandler, HandlerContext
+from hanet.boot import run_until_stopped
 from hanet.broker import Broker
 from hanet.ha import BrokerConfig, BrokerRole
 
@@ -88,14 +88,8 @@ async def main(args: argparse.Namespace) -> None:
 
 
 async def until_stopped(args: argparse.Namespace) -> None:
-    """Run :func:`main` until Ctrl-C or SIGTERM. Taking Ctrl-C as a signal (rather than as a
-    KeyboardInterrupt trio may raise anywhere) makes stopping an ordinary cancellation."""
-    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(main, args)
-            async for _ in signals:
-                nursery.cancel_scope.cancel()
-                break
+    """:func:`main` until Ctrl-C or SIGTERM, taken as a cancellation (see run_until_stopped)."""
+    await run_until_stopped(main, args)
     print("stopped", flush=True)
 
 

@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import functools
 import logging
-import signal
 import sys
 from typing import Any
 
@@ -36,6 +35,7 @@ from handlers import (
     LengthFieldPrepender,
 )
 from hanet import ChannelInboundHandler, HandlerContext, Server, StreamChannel, serve
+from hanet.boot import run_until_stopped
 
 MAX_FRAME = 1024 * 1024
 log = logging.getLogger("echo_server")
@@ -107,23 +107,11 @@ def cli(argv: list[str] | None = None) -> int:
 
 
 async def until_stopped(args: argparse.Namespace) -> int:
-    """Serve until ``--seconds`` pass (0) or Ctrl-C / SIGTERM (130). Ctrl-C is taken as a
-    signal, not as a KeyboardInterrupt trio may raise anywhere: stopping is a cancellation."""
-    status = 0
-    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        async with trio.open_nursery() as nursery:
-
-            async def serve_then_stop() -> None:
-                await main(args)
-                nursery.cancel_scope.cancel()
-
-            nursery.start_soon(serve_then_stop)
-            async for _ in signals:
-                status = 130
-                nursery.cancel_scope.cancel()
-                break
+    """Serve until ``--seconds`` pass (0) or Ctrl-C / SIGTERM (130), taken as a cancellation
+    (see :func:`hanet.boot.run_until_stopped`)."""
+    received = await run_until_stopped(main, args)
     log.info("stopped")
-    return status
+    return 0 if received is None else 130
 
 
 if __name__ == "__main__":

@@ -30,9 +30,11 @@ from ._security import (
     peer_identity,
     secure_stream,
 )
+from ._signals import STOP_SIGNALS, run_until_stopped
 
 __all__ = [
     "HANDSHAKE_TIMEOUT",
+    "STOP_SIGNALS",
     "AllowList",
     "ChannelInitializer",
     "Connector",
@@ -49,6 +51,7 @@ __all__ = [
     "peer_address",
     "peer_identity",
     "run_channel",
+    "run_until_stopped",
     "secure_stream",
     "serve",
     "serve_listeners",

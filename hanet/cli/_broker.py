@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import errno
-import json
 import logging
 import os
 import shutil
@@ -31,6 +30,7 @@ from typing import Any
 import attrs
 import trio
 
+from hanet.boot import run_until_stopped
 from hanet.broker import Broker, BrokerAddresses, load_properties, parse_properties
 from hanet.errors import ConfigError
 from hanet.ha import BrokerConfig, BrokerRole, HASlave
@@ -44,7 +44,8 @@ from ._support import (
     interrupted,
     parse_address,
     parse_size,
-    wait_for_stop_signal,
+    stop_status,
+    write_ready_file,
 )
 
 __all__ = ["build_config", "register"]
@@ -279,11 +280,11 @@ def _offset(text: str) -> int:
 # -- master and slave -----------------------------------------------------------------------
 
 
-def _write_ready(path: Path, broker: Broker, addresses: BrokerAddresses) -> None:
+def _ready_data(broker: Broker, addresses: BrokerAddresses) -> dict[str, Any]:
     def fmt(address: tuple[str, int] | None) -> str | None:
         return None if address is None else f"{address[0]}:{address[1]}"
 
-    data = {
+    return {
         "role": broker.role.value,
         "broker": fmt(addresses.broker),
         "ha": fmt(addresses.ha),
@@ -291,20 +292,19 @@ def _write_ready(path: Path, broker: Broker, addresses: BrokerAddresses) -> None
         "store": str(broker.config.store_path_root_dir),
         "pid": os.getpid(),
     }
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data) + "\n", encoding="utf-8")
-    tmp.replace(path)
 
 
 async def _serve(broker: Broker, ready_file: Path | None) -> int:
-    """Run the broker until SIGTERM (0) or Ctrl-C (KeyboardInterrupt, 130 in main)."""
+    """Run the broker until SIGTERM (0) or Ctrl-C (130), both a clean shutdown."""
     config = broker.config
     error: str | None = None
     root = config.store_path_root_dir
     new_store = not root.exists()
     serving = False
     stopped = EXIT_OK
-    try:
+
+    async def serve() -> None:
+        nonlocal serving
         async with trio.open_nursery() as nursery:
             addresses: BrokerAddresses = await nursery.start(broker.run)
             serving = True
@@ -317,9 +317,10 @@ async def _serve(broker: Broker, ready_file: Path | None) -> int:
                 parts.append(f"master {broker.slave.master_address}")
             log.info("%s ready: %s", broker.role.value, ", ".join(parts))
             if ready_file is not None:
-                _write_ready(ready_file, broker, addresses)
-            stopped = await wait_for_stop_signal(broker.role.value)
-            nursery.cancel_scope.cancel()
+                write_ready_file(ready_file, _ready_data(broker, addresses))
+
+    try:
+        stopped = stop_status(await run_until_stopped(serve))
     except* (StoreError, ConfigError, OSError) as group:
         error = first_message(group)
         first = first_error(group)

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import errno
-import json
 import os
 from functools import partial
 from pathlib import Path
@@ -31,7 +30,7 @@ from typing import Any
 
 import trio
 
-from hanet.boot import serve_listeners
+from hanet.boot import run_until_stopped, serve_listeners
 from hanet.broker import DEFAULT_QUEUES, DLedgerBrokerService
 from hanet.channel import (
     format_address,
@@ -58,7 +57,8 @@ from ._support import (
     interrupted,
     parse_address,
     parse_size,
-    wait_for_stop_signal,
+    stop_status,
+    write_ready_file,
 )
 
 __all__ = ["register", "run_dledger"]
@@ -119,12 +119,6 @@ def register(subparsers: Any) -> None:
     parser.set_defaults(func=run_dledger)
 
 
-def _write_ready(path: Path, data: dict[str, Any]) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data) + "\n", encoding="utf-8")
-    tmp.replace(path)
-
-
 async def run_dledger(args: argparse.Namespace) -> int:
     """``hanet dledger``: run until SIGTERM (0) or Ctrl-C."""
     try:
@@ -170,7 +164,8 @@ async def run_dledger(args: argparse.Namespace) -> int:
         return fail(str(exc))
     node = DLedgerNode(config)
     stopped = EXIT_OK
-    try:
+
+    async def serve() -> None:
         async with trio.open_nursery() as nursery:
             await nursery.start(node.run)
             service = DLedgerBrokerService(node, queues=args.queues)
@@ -186,7 +181,7 @@ async def run_dledger(args: argparse.Namespace) -> int:
                 flush=True,
             )
             if args.ready_file is not None:
-                _write_ready(
+                write_ready_file(
                     args.ready_file,
                     {
                         "role": "DLEDGER",
@@ -198,8 +193,9 @@ async def run_dledger(args: argparse.Namespace) -> int:
                         "pid": os.getpid(),
                     },
                 )
-            stopped = await wait_for_stop_signal(f"dledger {args.group}/{args.node_id}")
-            nursery.cancel_scope.cancel()
+
+    try:
+        stopped = stop_status(await run_until_stopped(serve))
     except* (StoreError, DLedgerError, OSError, ValueError) as group:
         error = first_message(group)
         first = first_error(group)

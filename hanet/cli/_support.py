@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import logging
+import json
 import signal
 import sys
+from pathlib import Path
 from typing import Any
-
-import trio
 
 from hanet.channel import parse_address as _split_address
 from hanet.errors import ConfigError
@@ -25,7 +24,8 @@ __all__ = [
     "interrupted",
     "parse_address",
     "parse_size",
-    "wait_for_stop_signal",
+    "stop_status",
+    "write_ready_file",
 ]
 
 EXIT_OK = 0
@@ -84,20 +84,17 @@ def first_message(group: BaseExceptionGroup[Any]) -> str:
     return str(exc)
 
 
-async def wait_for_stop_signal(what: str) -> int:
-    """Wait for SIGTERM or SIGINT (Ctrl-C) and say so; returns the exit status the service
-    ends with (0 for SIGTERM, :data:`EXIT_INTERRUPTED` for Ctrl-C).
+def stop_status(received: signal.Signals | None) -> int:
+    """The exit status of a service stopped by ``received`` (see
+    :func:`hanet.boot.run_until_stopped`): :data:`EXIT_INTERRUPTED` for Ctrl-C, else 0."""
+    return EXIT_INTERRUPTED if received == signal.SIGINT else EXIT_OK
 
-    A running service takes Ctrl-C as a signal here rather than as a ``KeyboardInterrupt``
-    that trio may raise anywhere in its tasks (even inside a nursery's exit), so the shutdown
-    is an ordinary cancellation.
-    """
-    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-        async for signum in signals:
-            name = "Ctrl-C" if signum == signal.SIGINT else "SIGTERM"
-            logging.getLogger("hanet").info("%s: %s shutting down", name, what)
-            return EXIT_INTERRUPTED if signum == signal.SIGINT else EXIT_OK
-    return EXIT_OK  # pragma: no cover - the receiver never ends by itself
+
+def write_ready_file(path: Path, data: dict[str, Any]) -> None:
+    """Write a service's ``--ready-file`` (JSON) atomically: a reader never sees half of it."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data) + "\n", encoding="utf-8")
+    tmp.replace(path)
 
 
 def interrupted(status: int) -> int:
