@@ -519,7 +519,7 @@ async def run_status(args: argparse.Namespace) -> int:
     if not args.watch:
         failure: str | None = None
         try:
-            async with _status_client(args) as client:
+            async with broker_client(args) as client:
                 _show(await client.status(), args, live=None)
         except* BrokerError as group:
             failure = first_message(group)
@@ -528,7 +528,7 @@ async def run_status(args: argparse.Namespace) -> int:
     with live if live is not None else contextlib.nullcontext():
         while True:
             try:
-                async with _status_client(args) as client:
+                async with broker_client(args) as client:
                     while True:
                         _show(await client.status(), args, live)
                         await trio.sleep(args.interval)
@@ -539,10 +539,6 @@ async def run_status(args: argparse.Namespace) -> int:
                 else:
                     print(message, file=sys.stderr, flush=True)
             await trio.sleep(args.interval)
-
-
-def _status_client(args: argparse.Namespace) -> Any:
-    return broker_client(args)
 
 
 def _show(status: BrokerStatus, args: argparse.Namespace, live: Live | None) -> None:
