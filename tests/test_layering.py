@@ -38,8 +38,9 @@ ARROWS: dict[str, set[str]] = {
     "protocol": {"handlers", "store"},
     "ha": {"handlers", "boot", "store"},
     "dledger": {"handlers", "boot", "store"},
-    "broker": {"ha", "dledger", "protocol", "boot", "store"},
+    "broker": {"ha", "dledger", "protocol", "client", "boot", "store"},
     "client": {"protocol", "boot", "store"},
+    "namesrv": {"protocol", "boot"},
     "spark": {"store"},
     "cli": set(),  # anything: see test_cli_is_imported_by_main_only
     "main": {"cli"},

@@ -100,10 +100,11 @@ def test_pull_layouts() -> None:
     assert bytes(encode_request(PullRequest(1, "T", 2, 3, 4))) == (
         b"\x02\x00\x00\x00\x01" + b"\x00\x01T" + struct.pack(">iqi", 2, 3, 4)
     )
-    response = PullResponse(1, PullStatus.FOUND, 5, 0, 9, (b"rec",))
+    response = PullResponse(1, PullStatus.FOUND, 5, 0, 9, (b"rec",), suggested_broker_id=1)
     assert bytes(encode_response(response)) == (
-        b"\x82\x00\x00\x00\x01" + struct.pack(">BqqqI", 0, 5, 0, 9, 1) + b"\x00\x00\x00\x03rec"
+        b"\x82\x00\x00\x00\x01" + struct.pack(">BqqqqI", 0, 5, 0, 9, 1, 1) + b"\x00\x00\x00\x03rec"
     )
+    assert decode_response(encode_response(response)) == response
 
 
 def test_status_and_error_layouts() -> None:
@@ -225,7 +226,7 @@ def test_malformed_requests(frame: bytes, match: str) -> None:
     [
         (b"\x01\x00\x00\x00\x01", "unknown response opcode"),
         (b"\x81\x00\x00\x00\x01\x00\x01" + struct.pack(">Biqqiq", 99, 0, 0, 0, 0, 0), "status 99"),
-        (b"\x82\x00\x00\x00\x01" + struct.pack(">BqqqI", 42, 0, 0, 0, 0), "pull status 42"),
+        (b"\x82\x00\x00\x00\x01" + struct.pack(">BqqqqI", 42, 0, 0, 0, 0, 0), "pull status 42"),
         (b"\x83\x00\x00\x00\x01[1]", "not a JSON object"),
         (b"\x83\x00\x00\x00\x01{", "not a JSON object"),
     ],
@@ -359,7 +360,8 @@ def test_codecs_pass_other_messages_through() -> None:
 
 
 def test_opcodes() -> None:
-    assert [int(o) for o in Opcode] == [0x01, 0x02, 0x03, 0x81, 0x82, 0x83, 0xFF]
+    requests = [0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x10, 0x11, 0x12, 0x13]
+    assert [int(o) for o in Opcode] == [*requests, *(r | 0x80 for r in requests), 0xFF]
 
 
 def test_status_document_round_trips_through_json() -> None:
@@ -407,6 +409,8 @@ def test_not_leader_errors_carry_the_leader_address() -> None:
         ("NOT_LEADER", 3),
         ("LEADER_PENDING_FULL", 4),
         ("WAIT_QUORUM_ACK_TIMEOUT", 5),
+        ("TOPIC_NOT_EXIST", 6),
+        ("NOT_SUPPORTED", 7),
     ]
 
 

@@ -3,6 +3,8 @@
 - :mod:`~hanet.protocol._messages`: the frame layout, the request and response objects.
 - :mod:`~hanet.protocol._codec`: :func:`encode_request` / :func:`decode_request` and the same
   for responses.
+- :mod:`~hanet.protocol._cluster`: consumer offsets, a slave's metadata sync and the name
+  server's requests (same framing and codec).
 - :mod:`~hanet.protocol._status`: :class:`BrokerStatus`, the STATUS document, with its JSON.
 - :mod:`~hanet.protocol._handlers`: :class:`BrokerServerCodec` and :class:`BrokerClientCodec`,
   the pipeline handlers both sides put behind a length-field frame decoder.
@@ -11,6 +13,32 @@ The broker (:mod:`hanet.broker`) and the client (:mod:`hanet.client`) both impor
 and nothing of each other.
 """
 
+from ._cluster import (
+    MASTER_ID,
+    BrokerLiveInfo,
+    BrokerMetadata,
+    BrokerRegistration,
+    ClusterInfo,
+    ClusterRequest,
+    ClusterResponse,
+    CommitOffsetRequest,
+    CommitOffsetResponse,
+    MetadataError,
+    MetadataRequest,
+    MetadataResponse,
+    QueryOffsetRequest,
+    QueryOffsetResponse,
+    RegisterBrokerRequest,
+    RegisterBrokerResponse,
+    RouteBroker,
+    RouteRequest,
+    RouteResponse,
+    TopicRoute,
+    UnregisterBrokerRequest,
+    UnregisterBrokerResponse,
+    offsets_from_json,
+    offsets_to_json,
+)
 from ._codec import decode_request, decode_response, encode_request, encode_response
 from ._handlers import BrokerClientCodec, BrokerServerCodec, broker_frame_codec
 from ._messages import (
@@ -42,18 +70,30 @@ __all__ = [
     "AUTO_QUEUE",
     "DEFAULT_MAX_FRAME_LENGTH",
     "LENGTH_FIELD",
+    "MASTER_ID",
     "MAX_PULL_MESSAGES",
     "MAX_PUT_BATCH",
     "PUT_STATUS_WIRE_ORDER",
     "BrokerClientCodec",
+    "BrokerLiveInfo",
+    "BrokerMetadata",
+    "BrokerRegistration",
     "BrokerServerCodec",
     "BrokerStatus",
+    "ClusterInfo",
+    "ClusterRequest",
+    "ClusterResponse",
+    "CommitOffsetRequest",
+    "CommitOffsetResponse",
     "DLedgerInfo",
     "DLedgerPeer",
     "DispatchError",
     "ErrorCode",
     "ErrorResponse",
     "MasterLink",
+    "MetadataError",
+    "MetadataRequest",
+    "MetadataResponse",
     "Opcode",
     "PullRequest",
     "PullResponse",
@@ -62,15 +102,27 @@ __all__ = [
     "PutReply",
     "PutRequest",
     "PutResponse",
+    "QueryOffsetRequest",
+    "QueryOffsetResponse",
+    "RegisterBrokerRequest",
+    "RegisterBrokerResponse",
     "Request",
     "Response",
+    "RouteBroker",
+    "RouteRequest",
+    "RouteResponse",
     "SlaveInfo",
     "StatusRequest",
     "StatusResponse",
+    "TopicRoute",
+    "UnregisterBrokerRequest",
+    "UnregisterBrokerResponse",
     "broker_frame_codec",
     "decode_request",
     "decode_response",
     "encode_request",
     "encode_response",
     "message_problem",
+    "offsets_from_json",
+    "offsets_to_json",
 ]

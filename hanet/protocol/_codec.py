@@ -15,6 +15,27 @@ from typing import Any
 
 from handlers import CorruptedFrameError, EncoderError
 
+from ._cluster import (
+    BrokerMetadata,
+    BrokerRegistration,
+    ClusterInfo,
+    ClusterRequest,
+    ClusterResponse,
+    CommitOffsetRequest,
+    CommitOffsetResponse,
+    MetadataRequest,
+    MetadataResponse,
+    QueryOffsetRequest,
+    QueryOffsetResponse,
+    RegisterBrokerRequest,
+    RegisterBrokerResponse,
+    RouteBroker,
+    RouteRequest,
+    RouteResponse,
+    TopicRoute,
+    UnregisterBrokerRequest,
+    UnregisterBrokerResponse,
+)
 from ._messages import (
     AUTO_QUEUE,
     MAX_PUT_BATCH,
@@ -47,7 +68,10 @@ _U32 = struct.Struct(">I")
 _MSG_HEAD = struct.Struct(">ii")  # queue_id, flag
 _REPLY = struct.Struct(">Biqqiq")  # status, queue_id, queue_offset, wrote_offset, size, stamp
 _PULL = struct.Struct(">iqi")  # queue_id, queue_offset, max_messages
-_PULL_HEAD = struct.Struct(">BqqqI")  # status, next, min, max, count
+_PULL_HEAD = struct.Struct(">BqqqqI")  # status, next, min, max, suggested broker, count
+_I32 = struct.Struct(">i")
+_I64 = struct.Struct(">q")
+_OFFSET = struct.Struct(">iq")  # queue_id, offset
 _ERROR = struct.Struct(">H")
 
 
@@ -104,7 +128,57 @@ def encode_request(request: Request) -> bytearray:
         except struct.error as exc:
             raise EncoderError(f"pull field out of range: {exc}") from exc
         return out
-    return _start(Opcode.STATUS, request.request_id)
+    if isinstance(request, StatusRequest):
+        return _start(Opcode.STATUS, request.request_id)
+    try:
+        return _encode_cluster_request(request)
+    except struct.error as exc:
+        raise EncoderError(f"a field of the request is out of range: {exc}") from exc
+
+
+def _encode_cluster_request(request: Request) -> bytearray:
+    if isinstance(request, CommitOffsetRequest):
+        out = _start(Opcode.COMMIT_OFFSET, request.request_id)
+        _put_str(out, request.group)
+        _put_str(out, request.topic)
+        out += _OFFSET.pack(request.queue_id, request.offset)
+        return out
+    if isinstance(request, QueryOffsetRequest):
+        out = _start(Opcode.QUERY_OFFSET, request.request_id)
+        _put_str(out, request.group)
+        _put_str(out, request.topic)
+        out += _I32.pack(request.queue_id)
+        return out
+    if isinstance(request, MetadataRequest):
+        return _start(Opcode.SYNC_METADATA, request.request_id)
+    if isinstance(request, RegisterBrokerRequest):
+        r = request.registration
+        out = _start(Opcode.REGISTER_BROKER, request.request_id)
+        _put_str(out, r.cluster)
+        _put_str(out, r.broker_name)
+        out += _I64.pack(r.broker_id)
+        _put_str(out, r.role)
+        _put_str(out, r.broker_address)
+        _put_str(out, r.ha_address)
+        out += _U32.pack(len(r.topics))
+        for topic, queues in r.topics:
+            _put_str(out, topic)
+            out += _I32.pack(queues)
+        return out
+    if isinstance(request, UnregisterBrokerRequest):
+        out = _start(Opcode.UNREGISTER_BROKER, request.request_id)
+        _put_str(out, request.cluster)
+        _put_str(out, request.broker_name)
+        out += _I64.pack(request.broker_id)
+        _put_str(out, request.broker_address)
+        return out
+    if isinstance(request, RouteRequest):
+        out = _start(Opcode.GET_ROUTE, request.request_id)
+        _put_str(out, request.topic)
+        return out
+    if isinstance(request, ClusterRequest):
+        return _start(Opcode.GET_CLUSTER, request.request_id)
+    raise EncoderError(f"not a request: {type(request).__name__}")
 
 
 def encode_response(response: Response) -> bytearray:
@@ -142,6 +216,7 @@ def _encode_response(response: Response) -> bytearray:
             response.next_offset,
             response.min_offset,
             response.max_offset,
+            response.suggested_broker_id,
             len(response.records),
         )
         for record in response.records:
@@ -151,12 +226,56 @@ def _encode_response(response: Response) -> bytearray:
         out = _start(Opcode.STATUS_OK, response.request_id)
         out += json.dumps(response.status.to_json(), separators=(",", ":")).encode("utf-8")
         return out
+    if not isinstance(response, ErrorResponse):
+        return _encode_cluster_response(response)
     out = _start(Opcode.ERROR, response.request_id)
     out += _ERROR.pack(response.code)
     _put_str(out, response.message)
     if response.leader_address is not None:
         _put_str(out, response.leader_address)
     return out
+
+
+def _encode_cluster_response(response: Response) -> bytearray:
+    if isinstance(response, CommitOffsetResponse):
+        return _start(Opcode.COMMIT_OFFSET_OK, response.request_id)
+    if isinstance(response, QueryOffsetResponse):
+        out = _start(Opcode.QUERY_OFFSET_OK, response.request_id)
+        out += _I64.pack(response.offset)
+        return out
+    if isinstance(response, MetadataResponse):
+        out = _start(Opcode.SYNC_METADATA_OK, response.request_id)
+        out += _json(response.metadata.to_json())
+        return out
+    if isinstance(response, RegisterBrokerResponse):
+        out = _start(Opcode.REGISTER_BROKER_OK, response.request_id)
+        _put_str(out, response.master_address or "")
+        _put_str(out, response.master_ha_address or "")
+        return out
+    if isinstance(response, UnregisterBrokerResponse):
+        return _start(Opcode.UNREGISTER_OK, response.request_id)
+    if isinstance(response, RouteResponse):
+        route = response.route
+        out = _start(Opcode.GET_ROUTE_OK, response.request_id)
+        _put_str(out, route.topic)
+        out += _U16.pack(len(route.brokers))
+        for broker in route.brokers:
+            _put_str(out, broker.broker_name)
+            out += _I32.pack(broker.queues)
+            out += _U16.pack(len(broker.addresses))
+            for broker_id, address in broker.addresses:
+                out += _I64.pack(broker_id)
+                _put_str(out, address)
+        return out
+    if isinstance(response, ClusterResponse):
+        out = _start(Opcode.GET_CLUSTER_OK, response.request_id)
+        out += _json(response.cluster.to_json())
+        return out
+    raise EncoderError(f"not a response: {type(response).__name__}")
+
+
+def _json(document: dict[str, Any]) -> bytes:
+    return json.dumps(document, separators=(",", ":")).encode("utf-8")
 
 
 # -- decoding ---------------------------------------------------------------------------------
@@ -190,6 +309,16 @@ class _Reader:
         data = self.buf[self.pos : end].tobytes()
         self.pos = end
         return data
+
+    def json_object(self) -> dict[str, Any]:
+        """The rest of the frame as a UTF-8 JSON object."""
+        try:
+            document = json.loads(self.take(len(self.buf) - self.pos).decode("utf-8"))
+        except (UnicodeDecodeError, ValueError) as exc:
+            raise self.fail(f"not a JSON object ({exc})") from None
+        if not isinstance(document, dict):
+            raise self.fail("not a JSON object")
+        return document
 
     def str(self) -> str:
         (n,) = self.unpack(_U16)
@@ -252,6 +381,68 @@ def decode_request(frame: bytes | bytearray | memoryview) -> Request:
     if opcode == Opcode.STATUS:
         _Reader(frame, "STATUS").end()
         return StatusRequest(request_id)
+    return _decode_cluster_request(frame, opcode, request_id)
+
+
+def _decode_cluster_request(
+    frame: bytes | bytearray | memoryview, opcode: int, rid: int
+) -> Request:
+    if opcode == Opcode.COMMIT_OFFSET:
+        r = _Reader(frame, "COMMIT_OFFSET")
+        group, topic = r.str(), r.str()
+        queue_id, offset = r.unpack(_OFFSET)
+        r.end()
+        if queue_id < 0 or offset < 0:
+            raise r.fail(f"queue {queue_id}, offset {offset}")
+        return CommitOffsetRequest(rid, group, topic, queue_id, offset)
+    if opcode == Opcode.QUERY_OFFSET:
+        r = _Reader(frame, "QUERY_OFFSET")
+        group, topic = r.str(), r.str()
+        (queue_id,) = r.unpack(_I32)
+        r.end()
+        if queue_id < 0:
+            raise r.fail(f"queue {queue_id}")
+        return QueryOffsetRequest(rid, group, topic, queue_id)
+    if opcode == Opcode.SYNC_METADATA:
+        _Reader(frame, "SYNC_METADATA").end()
+        return MetadataRequest(rid)
+    if opcode == Opcode.REGISTER_BROKER:
+        r = _Reader(frame, "REGISTER_BROKER")
+        cluster, name = r.str(), r.str()
+        (broker_id,) = r.unpack(_I64)
+        role, address, ha_address = r.str(), r.str(), r.str()
+        (count,) = r.unpack(_U32)
+        if count > len(frame):  # each topic takes at least 6 bytes: a cheap bound first
+            raise r.fail(f"{count} topics in {len(frame)} bytes")
+        topics = []
+        for _ in range(count):
+            topic = r.str()
+            (queues,) = r.unpack(_I32)
+            if queues < 0:
+                raise r.fail(f"topic {topic!r} with {queues} queues")
+            topics.append((topic, queues))
+        r.end()
+        if broker_id < 0:
+            raise r.fail(f"broker id {broker_id}")
+        registration = BrokerRegistration(
+            cluster, name, broker_id, role, address, ha_address, tuple(topics)
+        )
+        return RegisterBrokerRequest(rid, registration)
+    if opcode == Opcode.UNREGISTER_BROKER:
+        r = _Reader(frame, "UNREGISTER_BROKER")
+        cluster, name = r.str(), r.str()
+        (broker_id,) = r.unpack(_I64)
+        address = r.str()
+        r.end()
+        return UnregisterBrokerRequest(rid, cluster, name, broker_id, address)
+    if opcode == Opcode.GET_ROUTE:
+        r = _Reader(frame, "GET_ROUTE")
+        topic = r.str()
+        r.end()
+        return RouteRequest(rid, topic)
+    if opcode == Opcode.GET_CLUSTER:
+        _Reader(frame, "GET_CLUSTER").end()
+        return ClusterRequest(rid)
     raise CorruptedFrameError(f"malformed frame: unknown request opcode 0x{opcode:02X}")
 
 
@@ -288,23 +479,17 @@ def decode_response(frame: bytes | bytearray | memoryview) -> Response:
         return PutResponse(request_id, tuple(replies))
     if opcode == Opcode.PULL_OK:
         r = _Reader(frame, "PULL_OK")
-        code, next_offset, low, high, count = r.unpack(_PULL_HEAD)
+        code, next_offset, low, high, suggested, count = r.unpack(_PULL_HEAD)
         try:
             status = PullStatus(code)
         except ValueError:
             raise r.fail(f"unknown pull status {code}") from None
         records = tuple(r.blob() for _ in range(count))
         r.end()
-        return PullResponse(request_id, status, next_offset, low, high, records)
+        return PullResponse(request_id, status, next_offset, low, high, records, suggested)
     if opcode == Opcode.STATUS_OK:
         r = _Reader(frame, "STATUS_OK")
-        try:
-            status = json.loads(r.take(len(frame) - r.pos).decode("utf-8"))
-        except (UnicodeDecodeError, ValueError) as exc:
-            raise r.fail(f"not a JSON object ({exc})") from None
-        if not isinstance(status, dict):
-            raise r.fail("not a JSON object")
-        return StatusResponse(request_id, BrokerStatus.from_json(status))
+        return StatusResponse(request_id, BrokerStatus.from_json(r.json_object()))
     if opcode == Opcode.ERROR:
         r = _Reader(frame, "ERROR")
         (code,) = r.unpack(_ERROR)
@@ -316,4 +501,56 @@ def decode_response(frame: bytes | bytearray | memoryview) -> Response:
         except ValueError:
             error_code = ErrorCode.SYSTEM_ERROR
         return ErrorResponse(request_id, error_code, message, leader)
+    return _decode_cluster_response(frame, opcode, request_id)
+
+
+def _decode_cluster_response(
+    frame: bytes | bytearray | memoryview, opcode: int, rid: int
+) -> Response:
+    if opcode == Opcode.COMMIT_OFFSET_OK:
+        _Reader(frame, "COMMIT_OFFSET_OK").end()
+        return CommitOffsetResponse(rid)
+    if opcode == Opcode.QUERY_OFFSET_OK:
+        r = _Reader(frame, "QUERY_OFFSET_OK")
+        (offset,) = r.unpack(_I64)
+        r.end()
+        return QueryOffsetResponse(rid, offset)
+    if opcode == Opcode.SYNC_METADATA_OK:
+        r = _Reader(frame, "SYNC_METADATA_OK")
+        document = r.json_object()
+        try:
+            return MetadataResponse(rid, BrokerMetadata.from_json(document))
+        except ValueError as exc:
+            raise r.fail(str(exc)) from None
+    if opcode == Opcode.REGISTER_BROKER_OK:
+        r = _Reader(frame, "REGISTER_BROKER_OK")
+        master, master_ha = r.str(), r.str()
+        r.end()
+        return RegisterBrokerResponse(rid, master or None, master_ha or None)
+    if opcode == Opcode.UNREGISTER_OK:
+        _Reader(frame, "UNREGISTER_OK").end()
+        return UnregisterBrokerResponse(rid)
+    if opcode == Opcode.GET_ROUTE_OK:
+        r = _Reader(frame, "GET_ROUTE_OK")
+        topic = r.str()
+        (count,) = r.unpack(_U16)
+        brokers = []
+        for _ in range(count):
+            name = r.str()
+            (queues,) = r.unpack(_I32)
+            (members,) = r.unpack(_U16)
+            addresses = []
+            for _ in range(members):
+                (broker_id,) = r.unpack(_I64)
+                addresses.append((broker_id, r.str()))
+            brokers.append(RouteBroker(name, queues, tuple(addresses)))
+        r.end()
+        return RouteResponse(rid, TopicRoute(topic, tuple(brokers)))
+    if opcode == Opcode.GET_CLUSTER_OK:
+        r = _Reader(frame, "GET_CLUSTER_OK")
+        document = r.json_object()
+        try:
+            return ClusterResponse(rid, ClusterInfo.from_json(document))
+        except ValueError as exc:
+            raise r.fail(str(exc)) from None
     raise CorruptedFrameError(f"malformed frame: unknown response opcode 0x{opcode:02X}")

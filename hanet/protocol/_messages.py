@@ -18,9 +18,12 @@ bytes::
                     | str detail)
     PULL      0x02  str topic | i32 queue_id | i64 queue_offset | i32 max_messages (>= 1)
     PULL_OK   0x82  u8 pull status | i64 next_offset | i64 min_offset | i64 max_offset
-                    | u32 count | count x blob record (RocketMQ commit log record bytes)
+                    | i64 suggested_broker_id | u32 count
+                    | count x blob record (RocketMQ commit log record bytes)
     STATUS    0x03  (empty)
     STATUS_OK 0x83  a UTF-8 JSON object (:class:`~hanet.protocol.BrokerStatus`)
+    (0x04..0x06, 0x10..0x13 and their answers: consumer offsets, metadata sync and the name
+    server, in :mod:`hanet.protocol._cluster`)
     ERROR     0xFF  u16 code | str message [| str leader_address] (the request could not be
                     served; the leader's broker address follows with NOT_LEADER when known)
 
@@ -41,6 +44,22 @@ import attrs
 
 from hanet.store import PutStatus, property_problem, topic_problem
 
+from ._cluster import (
+    ClusterRequest,
+    ClusterResponse,
+    CommitOffsetRequest,
+    CommitOffsetResponse,
+    MetadataRequest,
+    MetadataResponse,
+    QueryOffsetRequest,
+    QueryOffsetResponse,
+    RegisterBrokerRequest,
+    RegisterBrokerResponse,
+    RouteRequest,
+    RouteResponse,
+    UnregisterBrokerRequest,
+    UnregisterBrokerResponse,
+)
 from ._status import BrokerStatus
 
 __all__ = [
@@ -86,9 +105,23 @@ class Opcode(enum.IntEnum):
     PUT = 0x01
     PULL = 0x02
     STATUS = 0x03
+    COMMIT_OFFSET = 0x04
+    QUERY_OFFSET = 0x05
+    SYNC_METADATA = 0x06
+    REGISTER_BROKER = 0x10
+    UNREGISTER_BROKER = 0x11
+    GET_ROUTE = 0x12
+    GET_CLUSTER = 0x13
     PUT_OK = 0x81
     PULL_OK = 0x82
     STATUS_OK = 0x83
+    COMMIT_OFFSET_OK = 0x84
+    QUERY_OFFSET_OK = 0x85
+    SYNC_METADATA_OK = 0x86
+    REGISTER_BROKER_OK = 0x90
+    UNREGISTER_OK = 0x91
+    GET_ROUTE_OK = 0x92
+    GET_CLUSTER_OK = 0x93
     ERROR = 0xFF
 
 
@@ -125,6 +158,11 @@ class ErrorCode(enum.IntEnum):
     WAIT_QUORUM_ACK_TIMEOUT = 5
     """A DLedger leader appended the messages but no quorum acknowledged them in time (or it
     lost leadership): the outcome is unknown, they may still be committed."""
+    TOPIC_NOT_EXIST = 6
+    """The name server knows no live broker holding the topic."""
+    NOT_SUPPORTED = 7
+    """This port does not serve the request (a name server request sent to a broker, or the
+    reverse; RocketMQ's REQUEST_CODE_NOT_SUPPORTED)."""
 
 
 # The wire value of each put status: RocketMQ 5.x's order, frozen here so that a change of
@@ -225,7 +263,18 @@ class StatusRequest:
     request_id: int
 
 
-Request = PutRequest | PullRequest | StatusRequest
+Request = (
+    PutRequest
+    | PullRequest
+    | StatusRequest
+    | CommitOffsetRequest
+    | QueryOffsetRequest
+    | MetadataRequest
+    | RegisterBrokerRequest
+    | UnregisterBrokerRequest
+    | RouteRequest
+    | ClusterRequest
+)
 
 
 @attrs.frozen
@@ -279,7 +328,9 @@ class PullResponse:
 
     ``records`` are RocketMQ commit log records exactly as stored (decode them with
     :func:`hanet.store.decode_record`). ``min_offset``/``max_offset`` are the queue's bounds
-    (``max_offset`` is the offset the next message will get).
+    (``max_offset`` is the offset the next message will get). ``suggested_broker_id`` is the
+    member of the broker name to pull from next (RocketMQ's ``suggestWhichBrokerId``: 0 the
+    master, 1 and up a slave).
     """
 
     request_id: int
@@ -288,6 +339,7 @@ class PullResponse:
     min_offset: int
     max_offset: int
     records: tuple[bytes, ...] = ()
+    suggested_broker_id: int = 0
 
 
 @attrs.frozen
@@ -312,4 +364,16 @@ class ErrorResponse:
     leader_address: str | None = None
 
 
-Response = PutResponse | PullResponse | StatusResponse | ErrorResponse
+Response = (
+    PutResponse
+    | PullResponse
+    | StatusResponse
+    | CommitOffsetResponse
+    | QueryOffsetResponse
+    | MetadataResponse
+    | RegisterBrokerResponse
+    | UnregisterBrokerResponse
+    | RouteResponse
+    | ClusterResponse
+    | ErrorResponse
+)

@@ -1,33 +1,4 @@
-"""A Python client of the broker port: put, pull and status, pipelined over one connection.
-
-Usage::
-
-    from hanet.client import BrokerClient
-
-    async with BrokerClient.connect("127.0.0.1", 10911) as client:
-        reply = await client.put("TopicTest", b"hello", tags="TagA")
-        print(reply.status, reply.msg_id)
-        batch = await client.put_batch([PutMessage("TopicTest", b"x%d" % i) for i in range(100)])
-        pulled = await client.pull("TopicTest", queue_id=reply.queue_id, offset=0)
-        status = await client.status()
-
-Any number of tasks may call the same client at once: each request gets an id and its own
-answer, and requests written together leave in one send (the channel coalesces them). At most
-``max_in_flight`` requests wait for answers; more callers wait for a slot (back-pressure).
-
-:class:`FailoverClient` takes several broker addresses (a DLedger group): it connects to the
-first that answers, follows NOT_LEADER answers to the leader, and tries the next address when
-one is down.
-
-A put is answered with RocketMQ's status; a status other than PUT_OK is not an exception
-(FLUSH_SLAVE_TIMEOUT, for one, means stored on the master but not yet on a slave). Errors are
-typed: :class:`BrokerConnectionError` (cannot connect, or the connection was lost: every
-request in flight fails with it), :class:`BrokerTimeoutError`, :class:`BrokerRequestError` (the
-broker answered ERROR), :class:`BrokerProtocolError` (the broker sent something malformed; the
-connection is closed).
-
-The wire format is described in :mod:`hanet.protocol`.
-"""
+"""A connection to a broker's port (or a name server's): requests pipelined by id."""
 
 from __future__ import annotations
 
@@ -38,7 +9,7 @@ import ssl
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from functools import partial
-from typing import Any
+from typing import Any, Self
 
 import attrs
 import trio
@@ -51,10 +22,14 @@ from hanet.protocol import (
     AUTO_QUEUE,
     DEFAULT_MAX_FRAME_LENGTH,
     BrokerClientCodec,
+    BrokerMetadata,
     BrokerStatus,
+    CommitOffsetRequest,
+    CommitOffsetResponse,
     ErrorCode,
     ErrorResponse,
-    MasterLink,
+    MetadataRequest,
+    MetadataResponse,
     PullRequest,
     PullResponse,
     PullStatus,
@@ -62,36 +37,28 @@ from hanet.protocol import (
     PutReply,
     PutRequest,
     PutResponse,
+    QueryOffsetRequest,
+    QueryOffsetResponse,
     Request,
     Response,
-    SlaveInfo,
     StatusRequest,
     StatusResponse,
     broker_frame_codec,
     message_problem,
 )
-from hanet.store import CorruptRecordError, MessageRecord, PutStatus, decode_record
+from hanet.store import CorruptRecordError, MessageRecord, decode_record
 
 __all__ = [
-    "AUTO_QUEUE",
+    "DEFAULT_MAX_IN_FLIGHT",
     "BrokerClient",
     "BrokerConnectionError",
     "BrokerError",
     "BrokerProtocolError",
     "BrokerRequestError",
-    "BrokerStatus",
     "BrokerTimeoutError",
-    "ErrorCode",
-    "FailoverClient",
     "InvalidMessageError",
-    "MasterLink",
-    "MessageRecord",
     "PullResult",
-    "PullStatus",
-    "PutMessage",
-    "PutReply",
-    "PutStatus",
-    "SlaveInfo",
+    "RequestConnection",
 ]
 
 log = logging.getLogger("hanet.client")
@@ -148,6 +115,8 @@ class PullResult:
         next_offset: the queue offset to pull from next.
         min_offset, max_offset: the queue's bounds (``max_offset``: the next message's offset).
         messages: the messages found, decoded (their body CRC checked).
+        suggested_broker_id: the member of the broker name to pull from next (0: the master,
+            1 and up: a slave), as the broker suggests (RocketMQ's ``suggestWhichBrokerId``).
     """
 
     status: PullStatus
@@ -155,6 +124,7 @@ class PullResult:
     min_offset: int
     max_offset: int
     messages: tuple[MessageRecord, ...] = ()
+    suggested_broker_id: int = 0
 
 
 class _Pending:
@@ -217,10 +187,13 @@ class _ResponseRouter(ChannelInboundHandler):
         ctx.fire_channel_inactive()
 
 
-class BrokerClient:
-    """A connection to a broker's port. Open it with :meth:`connect`.
+class RequestConnection:
+    """A connection speaking the broker port protocol (:mod:`hanet.protocol`): requests
+    pipelined by id, answers matched to them. Open one with :meth:`connect`.
 
-    Safe to share between tasks of one trio run; requests are pipelined.
+    :class:`BrokerClient` (a broker port) and
+    :class:`~hanet.client.NameServerConnection` (a name server) add their requests.
+    Safe to share between tasks of one trio run.
     """
 
     def __init__(
@@ -239,9 +212,10 @@ class BrokerClient:
         self._slots = trio.Semaphore(max_in_flight)
         self._ids = itertools.count(1)
 
-    @staticmethod
+    @classmethod
     @asynccontextmanager
     async def connect(
+        cls,
         host: str,
         port: int,
         *,
@@ -251,7 +225,7 @@ class BrokerClient:
         max_frame_length: int = DEFAULT_MAX_FRAME_LENGTH,
         tls: ssl.SSLContext | None = None,
         server_hostname: str | None = None,
-    ) -> AsyncIterator[BrokerClient]:
+    ) -> AsyncIterator[Self]:
         """Connect to ``host:port``; the connection closes when the block exits.
 
         An exception raised in the block propagates as it is (not in an exception group).
@@ -291,7 +265,7 @@ class BrokerClient:
         error: BaseException | None = None
         async with trio.open_nursery() as nursery:
             channel: StreamChannel = await nursery.start(partial(run_channel, stream, initialize))
-            client = BrokerClient(
+            client = cls(
                 channel,
                 router,
                 (host, port),
@@ -379,6 +353,13 @@ class BrokerClient:
             )
         return response
 
+
+class BrokerClient(RequestConnection):
+    """A connection to a broker's port. Open it with :meth:`connect`.
+
+    Safe to share between tasks of one trio run; requests are pipelined.
+    """
+
     async def put(
         self,
         topic: str,
@@ -452,7 +433,14 @@ class BrokerClient:
             messages = tuple(decode_record(raw) for raw in pull.records)
         except CorruptRecordError as exc:
             raise BrokerProtocolError(f"a pulled record is corrupt: {exc}") from exc
-        return PullResult(pull.status, pull.next_offset, pull.min_offset, pull.max_offset, messages)
+        return PullResult(
+            pull.status,
+            pull.next_offset,
+            pull.min_offset,
+            pull.max_offset,
+            messages,
+            pull.suggested_broker_id,
+        )
 
     async def status(self) -> BrokerStatus:
         """The broker's role, offsets and (masters) its slaves or (slaves) its master link."""
@@ -460,195 +448,22 @@ class BrokerClient:
         answer: StatusResponse = self._expect(response, StatusResponse)
         return answer.status
 
-
-class FailoverClient:
-    """A client of several broker ports (a DLedger group, or one broker): open it with
-    :meth:`connect`; it has :class:`BrokerClient`'s ``put``, ``put_batch``, ``pull`` and
-    ``status``.
-
-    - It connects to the first address that accepts, in the order given.
-    - A put answered NOT_LEADER is sent again to the leader the answer names (nothing was
-      appended), or, while no leader is known (an election), to the next address after a short
-      pause, until ``retry_for`` seconds have passed. LEADER_PENDING_FULL is retried the same
-      way.
-    - With more than one address, a lost or refused connection moves on to the next address and
-      the request is sent again: a put whose connection was lost may then be stored twice (at
-      least once), never silently lost. WAIT_QUORUM_ACK_TIMEOUT is raised as it is
-      (:class:`BrokerRequestError`): the outcome is unknown.
-
-    Safe to share between tasks of one trio run.
-    """
-
-    def __init__(
-        self,
-        nursery: trio.Nursery,
-        addresses: Sequence[tuple[str, int]],
-        options: dict[str, Any],
-        retry_for: float,
-    ) -> None:
-        if not addresses:
-            raise ValueError("no broker address")
-        self._nursery = nursery
-        self.addresses = list(addresses)
-        self._options = options
-        self.retry_for = retry_for
-        self._next = 0
-        self._current: BrokerClient | None = None
-        self._stops: dict[int, trio.Event] = {}
-        self._lock = trio.Lock()
-        self.redirects = 0
-        """NOT_LEADER answers followed (for tests and tools)."""
-
-    @staticmethod
-    @asynccontextmanager
-    async def connect(
-        addresses: Sequence[tuple[str, int]],
-        *,
-        retry_for: float = 30.0,
-        **options: Any,
-    ) -> AsyncIterator[FailoverClient]:
-        """Connect to the first of ``addresses`` that accepts (``options``: those of
-        :meth:`BrokerClient.connect`); everything closes when the block exits.
-
-        Raises:
-            BrokerConnectionError: no address accepts (the last failure's message).
-        """
-        error: BaseException | None = None
-        async with trio.open_nursery() as nursery:
-            client = FailoverClient(nursery, addresses, dict(options), retry_for)
-            try:
-                await client._client()
-                yield client
-            except BaseException as exc:
-                error = exc
-            finally:
-                nursery.cancel_scope.cancel()
-        if error is not None:
-            raise error
-
-    @property
-    def address(self) -> tuple[str, int] | None:
-        """The address connected to now, if any."""
-        return self._current.address if self._current is not None else None
-
-    async def _hold(
-        self, address: tuple[str, int], task_status: trio.TaskStatus[BrokerClient]
-    ) -> None:
-        stop = trio.Event()
-        async with BrokerClient.connect(address[0], address[1], **self._options) as client:
-            self._stops[id(client)] = stop
-            task_status.started(client)
-            try:
-                await stop.wait()
-            finally:
-                self._stops.pop(id(client), None)
-
-    def _drop(self, client: BrokerClient) -> None:
-        if self._current is client:
-            self._current = None
-        stop = self._stops.get(id(client))
-        if stop is not None:
-            stop.set()
-
-    async def _client(self, prefer: tuple[str, int] | None = None) -> BrokerClient:
-        """The current connection, or a new one (to ``prefer`` first, then in order)."""
-        current = self._current
-        if current is not None and current.is_connected and prefer in (None, current.address):
-            return current  # no checkpoint: the request leaves as BrokerClient's would
-        async with self._lock:
-            current = self._current
-            if current is not None and current.is_connected and prefer in (None, current.address):
-                return current
-            if current is not None:
-                self._drop(current)
-            order = [
-                self.addresses[(self._next + i) % len(self.addresses)]
-                for i in range(len(self.addresses))
-            ]
-            if prefer is not None:
-                order = [prefer, *(a for a in order if a != prefer)]
-            last: BrokerError | None = None
-            for address in order:
-                try:
-                    client: BrokerClient = await self._nursery.start(self._hold, address)
-                except BrokerError as exc:
-                    last = exc
-                    continue
-                self._current = client
-                if address in self.addresses:
-                    self._next = self.addresses.index(address)
-                return client
-            assert last is not None
-            raise last
-
-    def _advance(self, client: BrokerClient) -> None:
-        self._drop(client)
-        if client.address in self.addresses:
-            self._next = (self.addresses.index(client.address) + 1) % len(self.addresses)
-
-    async def _retrying(self, call: Any) -> Any:
-        deadline = trio.current_time() + self.retry_for
-        prefer: tuple[str, int] | None = None
-        while True:
-            try:
-                client = await self._client(prefer)
-            except BrokerConnectionError:
-                if len(self.addresses) == 1 or trio.current_time() >= deadline:
-                    raise
-                await trio.sleep(0.1)
-                continue
-            prefer = None
-            try:
-                return await call(client)
-            except BrokerRequestError as exc:
-                if trio.current_time() >= deadline:
-                    raise
-                if exc.code is ErrorCode.NOT_LEADER:
-                    self.redirects += 1
-                    target = _parse(exc.leader_address) if exc.leader_address else None
-                    if target is not None and target != client.address:
-                        prefer = target
-                        continue
-                    self._advance(client)
-                    await trio.sleep(0.1)
-                    continue
-                if exc.code is ErrorCode.LEADER_PENDING_FULL:
-                    await trio.sleep(0.05)
-                    continue
-                raise
-            except BrokerConnectionError:
-                if len(self.addresses) == 1 or trio.current_time() >= deadline:
-                    raise
-                self._advance(client)
-                await trio.sleep(0.05)
-
-    async def put(self, topic: str, body: bytes, **kwargs: Any) -> PutReply:
-        """:meth:`BrokerClient.put` on the leader (see the class docstring)."""
-        reply: PutReply = await self._retrying(lambda c: c.put(topic, body, **kwargs))
-        return reply
-
-    async def put_batch(self, messages: Sequence[PutMessage]) -> list[PutReply]:
-        """:meth:`BrokerClient.put_batch` on the leader (see the class docstring)."""
-        replies: list[PutReply] = await self._retrying(lambda c: c.put_batch(messages))
-        return replies
-
-    async def pull(
-        self, topic: str, queue_id: int, offset: int = 0, max_messages: int = 32
-    ) -> PullResult:
-        """:meth:`BrokerClient.pull` on the current broker."""
-        result: PullResult = await self._retrying(
-            lambda c: c.pull(topic, queue_id, offset, max_messages)
+    async def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        """Record that ``group`` consumed ``topic``'s queue up to ``offset`` (the next offset
+        to read). The broker persists it within its flush interval (5 s) and at shutdown."""
+        response = await self._call(
+            lambda rid: CommitOffsetRequest(rid, group, topic, queue_id, offset)
         )
-        return result
+        self._expect(response, CommitOffsetResponse)
 
-    async def status(self) -> BrokerStatus:
-        """:meth:`BrokerClient.status` of the current broker."""
-        status: BrokerStatus = await self._retrying(lambda c: c.status())
-        return status
+    async def query_offset(self, group: str, topic: str, queue_id: int) -> int | None:
+        """The offset ``group`` committed for the queue, or None when it never committed."""
+        response = await self._call(lambda rid: QueryOffsetRequest(rid, group, topic, queue_id))
+        answer: QueryOffsetResponse = self._expect(response, QueryOffsetResponse)
+        return None if answer.offset < 0 else answer.offset
 
-
-def _parse(address: str) -> tuple[str, int] | None:
-    host, _, port = address.rpartition(":")
-    if not host or not port.isdigit():
-        return None
-    return host.strip("[]"), int(port)
+    async def metadata(self) -> BrokerMetadata:
+        """The broker's topic config and consumer offsets (what a slave copies)."""
+        response = await self._call(MetadataRequest)
+        answer: MetadataResponse = self._expect(response, MetadataResponse)
+        return answer.metadata

@@ -1,0 +1,217 @@
+"""A client of several broker ports that follows the leader (a DLedger group)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from typing import Any
+
+import trio
+
+from hanet.protocol import BrokerStatus, ErrorCode, PutMessage, PutReply
+
+from ._broker import (
+    BrokerClient,
+    BrokerConnectionError,
+    BrokerError,
+    BrokerRequestError,
+    PullResult,
+)
+
+__all__ = ["FailoverClient", "parse_broker_address"]
+
+
+class FailoverClient:
+    """A client of several broker ports (a DLedger group, or one broker): open it with
+    :meth:`connect`; it has :class:`BrokerClient`'s ``put``, ``put_batch``, ``pull`` and
+    ``status``.
+
+    - It connects to the first address that accepts, in the order given.
+    - A put answered NOT_LEADER is sent again to the leader the answer names (nothing was
+      appended), or, while no leader is known (an election), to the next address after a short
+      pause, until ``retry_for`` seconds have passed. LEADER_PENDING_FULL is retried the same
+      way.
+    - With more than one address, a lost or refused connection moves on to the next address and
+      the request is sent again: a put whose connection was lost may then be stored twice (at
+      least once), never silently lost. WAIT_QUORUM_ACK_TIMEOUT is raised as it is
+      (:class:`BrokerRequestError`): the outcome is unknown.
+
+    Safe to share between tasks of one trio run.
+    """
+
+    def __init__(
+        self,
+        nursery: trio.Nursery,
+        addresses: Sequence[tuple[str, int]],
+        options: dict[str, Any],
+        retry_for: float,
+    ) -> None:
+        if not addresses:
+            raise ValueError("no broker address")
+        self._nursery = nursery
+        self.addresses = list(addresses)
+        self._options = options
+        self.retry_for = retry_for
+        self._next = 0
+        self._current: BrokerClient | None = None
+        self._stops: dict[int, trio.Event] = {}
+        self._lock = trio.Lock()
+        self.redirects = 0
+        """NOT_LEADER answers followed (for tests and tools)."""
+
+    @staticmethod
+    @asynccontextmanager
+    async def connect(
+        addresses: Sequence[tuple[str, int]],
+        *,
+        retry_for: float = 30.0,
+        **options: Any,
+    ) -> AsyncIterator[FailoverClient]:
+        """Connect to the first of ``addresses`` that accepts (``options``: those of
+        :meth:`BrokerClient.connect`); everything closes when the block exits.
+
+        Raises:
+            BrokerConnectionError: no address accepts (the last failure's message).
+        """
+        error: BaseException | None = None
+        async with trio.open_nursery() as nursery:
+            client = FailoverClient(nursery, addresses, dict(options), retry_for)
+            try:
+                await client._client()
+                yield client
+            except BaseException as exc:
+                error = exc
+            finally:
+                nursery.cancel_scope.cancel()
+        if error is not None:
+            raise error
+
+    @property
+    def address(self) -> tuple[str, int] | None:
+        """The address connected to now, if any."""
+        return self._current.address if self._current is not None else None
+
+    async def _hold(
+        self, address: tuple[str, int], task_status: trio.TaskStatus[BrokerClient]
+    ) -> None:
+        stop = trio.Event()
+        async with BrokerClient.connect(address[0], address[1], **self._options) as client:
+            self._stops[id(client)] = stop
+            task_status.started(client)
+            try:
+                await stop.wait()
+            finally:
+                self._stops.pop(id(client), None)
+
+    def _drop(self, client: BrokerClient) -> None:
+        if self._current is client:
+            self._current = None
+        stop = self._stops.get(id(client))
+        if stop is not None:
+            stop.set()
+
+    async def _client(self, prefer: tuple[str, int] | None = None) -> BrokerClient:
+        """The current connection, or a new one (to ``prefer`` first, then in order)."""
+        current = self._current
+        if current is not None and current.is_connected and prefer in (None, current.address):
+            return current  # no checkpoint: the request leaves as BrokerClient's would
+        async with self._lock:
+            current = self._current
+            if current is not None and current.is_connected and prefer in (None, current.address):
+                return current
+            if current is not None:
+                self._drop(current)
+            order = [
+                self.addresses[(self._next + i) % len(self.addresses)]
+                for i in range(len(self.addresses))
+            ]
+            if prefer is not None:
+                order = [prefer, *(a for a in order if a != prefer)]
+            last: BrokerError | None = None
+            for address in order:
+                try:
+                    client: BrokerClient = await self._nursery.start(self._hold, address)
+                except BrokerError as exc:
+                    last = exc
+                    continue
+                self._current = client
+                if address in self.addresses:
+                    self._next = self.addresses.index(address)
+                return client
+            assert last is not None
+            raise last
+
+    def _advance(self, client: BrokerClient) -> None:
+        self._drop(client)
+        if client.address in self.addresses:
+            self._next = (self.addresses.index(client.address) + 1) % len(self.addresses)
+
+    async def _retrying(self, call: Any) -> Any:
+        deadline = trio.current_time() + self.retry_for
+        prefer: tuple[str, int] | None = None
+        while True:
+            try:
+                client = await self._client(prefer)
+            except BrokerConnectionError:
+                if len(self.addresses) == 1 or trio.current_time() >= deadline:
+                    raise
+                await trio.sleep(0.1)
+                continue
+            prefer = None
+            try:
+                return await call(client)
+            except BrokerRequestError as exc:
+                if trio.current_time() >= deadline:
+                    raise
+                if exc.code is ErrorCode.NOT_LEADER:
+                    self.redirects += 1
+                    target = (
+                        parse_broker_address(exc.leader_address) if exc.leader_address else None
+                    )
+                    if target is not None and target != client.address:
+                        prefer = target
+                        continue
+                    self._advance(client)
+                    await trio.sleep(0.1)
+                    continue
+                if exc.code is ErrorCode.LEADER_PENDING_FULL:
+                    await trio.sleep(0.05)
+                    continue
+                raise
+            except BrokerConnectionError:
+                if len(self.addresses) == 1 or trio.current_time() >= deadline:
+                    raise
+                self._advance(client)
+                await trio.sleep(0.05)
+
+    async def put(self, topic: str, body: bytes, **kwargs: Any) -> PutReply:
+        """:meth:`BrokerClient.put` on the leader (see the class docstring)."""
+        reply: PutReply = await self._retrying(lambda c: c.put(topic, body, **kwargs))
+        return reply
+
+    async def put_batch(self, messages: Sequence[PutMessage]) -> list[PutReply]:
+        """:meth:`BrokerClient.put_batch` on the leader (see the class docstring)."""
+        replies: list[PutReply] = await self._retrying(lambda c: c.put_batch(messages))
+        return replies
+
+    async def pull(
+        self, topic: str, queue_id: int, offset: int = 0, max_messages: int = 32
+    ) -> PullResult:
+        """:meth:`BrokerClient.pull` on the current broker."""
+        result: PullResult = await self._retrying(
+            lambda c: c.pull(topic, queue_id, offset, max_messages)
+        )
+        return result
+
+    async def status(self) -> BrokerStatus:
+        """:meth:`BrokerClient.status` of the current broker."""
+        status: BrokerStatus = await self._retrying(lambda c: c.status())
+        return status
+
+
+def parse_broker_address(address: str) -> tuple[str, int] | None:
+    """``host:port`` (``[v6]:port`` too) split, or None when it is not one."""
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        return None
+    return host.strip("[]"), int(port)

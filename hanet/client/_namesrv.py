@@ -1,0 +1,161 @@
+"""Clients of the name server: one connection, and the client of a list of name servers."""
+
+from __future__ import annotations
+
+import logging
+import ssl
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TypeVar
+
+import attrs
+import trio
+
+from hanet.protocol import (
+    BrokerRegistration,
+    ClusterInfo,
+    ClusterRequest,
+    ClusterResponse,
+    RegisterBrokerRequest,
+    RegisterBrokerResponse,
+    RouteRequest,
+    RouteResponse,
+    TopicRoute,
+    UnregisterBrokerRequest,
+    UnregisterBrokerResponse,
+)
+
+from ._broker import BrokerConnectionError, BrokerError, BrokerTimeoutError, RequestConnection
+
+__all__ = ["NameServerClient", "NameServerConnection"]
+
+log = logging.getLogger("hanet.client")
+
+T = TypeVar("T")
+
+
+class NameServerConnection(RequestConnection):
+    """A connection to one name server (``hanet namesrv``). Open it with :meth:`connect`."""
+
+    async def register_broker(self, registration: BrokerRegistration) -> RegisterBrokerResponse:
+        """Register (or renew) a broker; a slave's answer names its master when known."""
+        response = await self._call(lambda rid: RegisterBrokerRequest(rid, registration))
+        answer: RegisterBrokerResponse = self._expect(response, RegisterBrokerResponse)
+        return answer
+
+    async def unregister_broker(self, registration: BrokerRegistration) -> None:
+        """Remove a broker at once (a clean shutdown)."""
+        r = registration
+        response = await self._call(
+            lambda rid: UnregisterBrokerRequest(
+                rid, r.cluster, r.broker_name, r.broker_id, r.broker_address
+            )
+        )
+        self._expect(response, UnregisterBrokerResponse)
+
+    async def route(self, topic: str) -> TopicRoute:
+        """The brokers holding ``topic``.
+
+        Raises:
+            BrokerRequestError: TOPIC_NOT_EXIST when no live broker holds it.
+        """
+        response = await self._call(lambda rid: RouteRequest(rid, topic))
+        answer: RouteResponse = self._expect(response, RouteResponse)
+        return answer.route
+
+    async def cluster(self) -> ClusterInfo:
+        """Every live broker, with its last registration."""
+        response = await self._call(ClusterRequest)
+        answer: ClusterResponse = self._expect(response, ClusterResponse)
+        return answer.cluster
+
+
+@attrs.define
+class NameServerClient:
+    """The client of a list of name servers (``--namesrv A,B``), one short connection a call.
+
+    Registration goes to every name server (as RocketMQ's brokers do); a lookup asks them in
+    order until one answers. Connection failures are logged and the next is tried; when none
+    answers, the last :class:`BrokerConnectionError` (or timeout) is raised.
+
+    Attributes:
+        addresses: ``(host, port)`` of each name server.
+        tls: the TLS context to connect with (None: plain TCP).
+        timeout: seconds for connecting and for each answer.
+    """
+
+    addresses: Sequence[tuple[str, int]]
+    tls: ssl.SSLContext | None = None
+    timeout: float = 3.0
+
+    def __attrs_post_init__(self) -> None:
+        if not self.addresses:
+            raise ValueError("no name server address")
+
+    async def _on(
+        self, address: tuple[str, int], call: Callable[[NameServerConnection], Awaitable[T]]
+    ) -> T:
+        async with NameServerConnection.connect(
+            address[0],
+            address[1],
+            connect_timeout=self.timeout,
+            request_timeout=self.timeout,
+            tls=self.tls,
+        ) as connection:
+            return await call(connection)
+
+    async def _first(self, call: Callable[[NameServerConnection], Awaitable[T]]) -> T:
+        last: BrokerError | None = None
+        for address in self.addresses:
+            try:
+                return await self._on(address, call)
+            except (BrokerConnectionError, BrokerTimeoutError) as exc:
+                log.debug("name server %s:%d: %s", address[0], address[1], exc)
+                last = exc
+        assert last is not None
+        raise last
+
+    async def register_broker(self, registration: BrokerRegistration) -> RegisterBrokerResponse:
+        """Register with every name server; the answer that names a master wins.
+
+        Raises:
+            BrokerConnectionError: no name server could be reached.
+        """
+        answers: list[RegisterBrokerResponse] = []
+        errors: list[BrokerError] = []
+
+        async def one(address: tuple[str, int]) -> None:
+            try:
+                answers.append(await self._on(address, lambda c: c.register_broker(registration)))
+            except (BrokerConnectionError, BrokerTimeoutError) as exc:
+                errors.append(exc)
+
+        async with trio.open_nursery() as nursery:
+            for address in self.addresses:
+                nursery.start_soon(one, address)
+        if not answers:
+            raise errors[-1]
+        for answer in answers:
+            if answer.master_ha_address is not None:
+                return answer
+        return answers[0]
+
+    async def unregister_broker(self, registration: BrokerRegistration) -> None:
+        """Unregister from every name server that can be reached (best effort)."""
+        for address in self.addresses:
+            try:
+                await self._on(address, lambda c: c.unregister_broker(registration))
+            except (BrokerConnectionError, BrokerTimeoutError) as exc:
+                log.debug("unregister at %s:%d: %s", address[0], address[1], exc)
+
+    async def route(self, topic: str) -> TopicRoute:
+        """The topic's route from the first name server that answers.
+
+        Raises:
+            BrokerRequestError: TOPIC_NOT_EXIST (no live broker holds it).
+            BrokerConnectionError: no name server could be reached.
+        """
+        return await self._first(lambda c: c.route(topic))
+
+    async def cluster(self) -> ClusterInfo:
+        """The live brokers, from the first name server that answers."""
+        return await self._first(lambda c: c.cluster())
