@@ -19,6 +19,9 @@ answer, and requests written together leave in one send (the channel coalesces t
 - :class:`FailoverClient` takes several broker addresses (a DLedger group): it connects to the
   first that answers, follows NOT_LEADER answers to the leader, and tries the next address
   when one is down.
+- :class:`Consumer` consumes a topic for a group: it follows the topic's route, pulls every
+  queue (from a slave when the master suggests it or cannot be reached), and commits offsets
+  (to the master, else a slave): at least once across a master's loss.
 - :class:`NameServerClient` talks to the name servers (``hanet namesrv``): registration,
   topic routes, the cluster list.
 
@@ -60,6 +63,17 @@ from ._broker import (
     PullResult,
     RequestConnection,
 )
+from ._consumer import (
+    BrokerLink,
+    Connector,
+    ConsumedMessage,
+    Consumer,
+    ConsumerStats,
+    QueueKey,
+    QueuePosition,
+    RouteSource,
+    broker_connector,
+)
 from ._failover import FailoverClient, parse_broker_address
 from ._namesrv import NameServerClient, NameServerConnection
 
@@ -68,6 +82,7 @@ __all__ = [
     "BrokerClient",
     "BrokerConnectionError",
     "BrokerError",
+    "BrokerLink",
     "BrokerMetadata",
     "BrokerProtocolError",
     "BrokerRegistration",
@@ -75,6 +90,10 @@ __all__ = [
     "BrokerStatus",
     "BrokerTimeoutError",
     "ClusterInfo",
+    "Connector",
+    "ConsumedMessage",
+    "Consumer",
+    "ConsumerStats",
     "ErrorCode",
     "FailoverClient",
     "InvalidMessageError",
@@ -87,9 +106,13 @@ __all__ = [
     "PutMessage",
     "PutReply",
     "PutStatus",
+    "QueueKey",
+    "QueuePosition",
     "RequestConnection",
     "RouteBroker",
+    "RouteSource",
     "SlaveInfo",
     "TopicRoute",
+    "broker_connector",
     "parse_broker_address",
 ]

@@ -1,0 +1,659 @@
+"""A pull consumer of a topic: every queue of every broker name, offsets committed for a group.
+
+The consumer looks the topic's route up through the name servers, pulls all its queues in one
+loop, hands the messages to the caller, and commits how far the group got. What it does when
+a broker goes away follows RocketMQ's ``DefaultMQPushConsumer`` (without rebalancing: one
+consumer of the group takes every queue):
+
+- **Route.** Looked up at the start, every ``route_interval`` seconds (30, RocketMQ's
+  ``pollNameServerInterval``) and after a broker's connection failed (at most once every
+  ``retry_interval``). Until the topic has a route (no broker holds it yet) it asks every
+  second. Queues that appear (a broker name joins) are pulled too; queues of a broker name
+  that left the route are not pulled but keep their offsets.
+- **Where it starts.** The group's committed offset of the queue (``query_offset``: the master,
+  or a slave when the master cannot be reached). With none: the queue's first message with
+  ``from_beginning``, else the queue's end as a pull learns it (RocketMQ's
+  ``CONSUME_FROM_LAST_OFFSET``: only messages stored from now on). Either start is committed
+  at the next commit, so a restart resumes from it rather than from a newer end.
+- **Which member it pulls from.** The one the last answer of the queue suggested
+  (``suggested_broker_id``: 0 the master, 1 and up a slave), else the master. A member whose
+  connection failed is skipped for ``retry_interval`` seconds: the pull goes to the master,
+  else to a slave (lowest id first). After that time the member is tried again, so the
+  consumer goes back to the master once it answers (and the route still lists it).
+- **Offsets it keeps.** For each queue, where the next pull starts, and how far the caller
+  consumed. A pull's ``next_offset`` is followed on FOUND and on answers saying the offset is
+  before the queue's start; an answer saying it is past the end is followed only from the
+  master (a slave that is behind keeps the offset until it catches up); nothing else moves
+  it. It may move back (a member that has less): messages are then delivered again, never
+  skipped.
+- **Commits.** Every ``commit_interval`` seconds (5, RocketMQ's
+  ``persistConsumerOffsetInterval``) and when the consumer closes, each queue consumed further
+  since its last commit is committed to its master, or to a slave when the master cannot be
+  reached; an offset a slave took is committed again to the master once it answers.
+
+Delivery is at least once: a message counts as consumed when the caller asks for the next one
+(or calls :meth:`Consumer.ack`); the last one also when the ``async with`` block exits
+without an exception. A consumer that stops before committing, or a failover that makes a
+member hand out what was already delivered, delivers those messages again; none is skipped.
+
+Usage::
+
+    names = NameServerClient([("127.0.0.1", 9876)])
+    async with Consumer.open(names, "my-group", "TopicTest", from_beginning=True) as consumer:
+        async for message in consumer:
+            print(message.queue_id, message.queue_offset, message.body)
+"""
+
+from __future__ import annotations
+
+import logging
+import ssl
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import Protocol, Self
+
+import attrs
+import trio
+
+from hanet.protocol import MASTER_ID, ErrorCode, PullStatus, RouteBroker, TopicRoute
+from hanet.store import MessageRecord
+
+from ._broker import (
+    BrokerClient,
+    BrokerConnectionError,
+    BrokerError,
+    BrokerRequestError,
+    BrokerTimeoutError,
+    PullResult,
+)
+from ._failover import parse_broker_address
+
+__all__ = [
+    "BrokerLink",
+    "Connector",
+    "ConsumedMessage",
+    "Consumer",
+    "ConsumerStats",
+    "QueueKey",
+    "QueuePosition",
+    "RouteSource",
+    "broker_connector",
+]
+
+log = logging.getLogger("hanet.client.consumer")
+
+QueueKey = tuple[str, int]
+"""A queue of the topic: ``(broker_name, queue_id)``."""
+
+
+class BrokerLink(Protocol):
+    """What the consumer asks of a broker connection (:class:`BrokerClient` has it)."""
+
+    async def pull(
+        self, topic: str, queue_id: int, offset: int = 0, max_messages: int = 32
+    ) -> PullResult: ...
+
+    async def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None: ...
+
+    async def query_offset(self, group: str, topic: str, queue_id: int) -> int | None: ...
+
+
+class RouteSource(Protocol):
+    """Where routes come from (:class:`~hanet.client.NameServerClient` is one)."""
+
+    async def route(self, topic: str) -> TopicRoute: ...
+
+
+Connector = Callable[[str], AbstractAsyncContextManager[BrokerLink]]
+"""Opens a connection to a broker port given as ``host:port``; raises
+:class:`BrokerConnectionError` when it cannot."""
+
+_LINK_ERRORS = (BrokerConnectionError, BrokerTimeoutError)
+"""Failures that say a member cannot be reached (it is skipped for a while)."""
+
+
+@attrs.frozen
+class ConsumedMessage:
+    """A message handed to the caller.
+
+    Attributes:
+        record: the message as stored (decoded, CRC checked).
+        broker_name: the broker name whose queue holds it.
+        broker_id: the member it was pulled from (0: the master, 1 and up: a slave).
+    """
+
+    record: MessageRecord
+    broker_name: str
+    broker_id: int
+
+    @property
+    def key(self) -> QueueKey:
+        """Its queue: ``(broker_name, queue_id)``."""
+        return (self.broker_name, self.record.queue_id)
+
+    @property
+    def queue_id(self) -> int:
+        """The queue id within its broker name."""
+        return self.record.queue_id
+
+    @property
+    def queue_offset(self) -> int:
+        """Its offset in the queue."""
+        return self.record.queue_offset
+
+    @property
+    def body(self) -> bytes:
+        """The message body."""
+        return self.record.body
+
+
+@attrs.define
+class ConsumerStats:
+    """What a consumer did so far (for tools and tests).
+
+    Attributes:
+        delivered: messages handed to the caller.
+        pulls: pull requests answered.
+        slave_pulls: of which answered by a slave.
+        failovers: pulls or commits that went to another member because one failed.
+        commits: offsets committed (one per queue and commit).
+        slave_commits: of which committed to a slave.
+        commit_failures: commits no member took (retried at the next commit).
+        route_lookups: routes looked up.
+    """
+
+    delivered: int = 0
+    pulls: int = 0
+    slave_pulls: int = 0
+    failovers: int = 0
+    commits: int = 0
+    slave_commits: int = 0
+    commit_failures: int = 0
+    route_lookups: int = 0
+
+
+@attrs.define
+class QueuePosition:
+    """The consumer's state of one queue.
+
+    Attributes:
+        pull_offset: where the next pull starts (None: not started yet).
+        consumed: the offset after the last message the caller consumed (what is committed).
+        committed: the offset last committed (None: never, or not known).
+        committed_to: the member that took (or answered) it: a commit that went to a slave
+            is made again on the master once it answers.
+        suggested_broker_id: the member the last answer suggested.
+        started: whether the committed offset was looked up.
+    """
+
+    pull_offset: int | None = None
+    consumed: int | None = None
+    committed: int | None = None
+    committed_to: int | None = None
+    suggested_broker_id: int = MASTER_ID
+    started: bool = False
+
+
+class _Links:
+    """One connection per broker address, held open in a nursery; failed addresses are
+    skipped for ``retry_interval`` seconds."""
+
+    def __init__(self, nursery: trio.Nursery, connector: Connector, retry_interval: float) -> None:
+        self._nursery = nursery
+        self._connector = connector
+        self.retry_interval = retry_interval
+        self._links: dict[str, BrokerLink] = {}
+        self._stops: dict[str, trio.Event] = {}
+        self._down_until: dict[str, float] = {}
+        self._lock = trio.Lock()
+
+    def has_failed(self, address: str) -> bool:
+        """True when the last connection to ``address`` failed (it has not answered since)."""
+        return address in self._down_until
+
+    def is_down(self, address: str) -> bool:
+        """True while a failed address is being skipped."""
+        return self._down_until.get(address, -1.0) > trio.current_time()
+
+    async def _hold(self, address: str, task_status: trio.TaskStatus[BrokerLink]) -> None:
+        started = False
+        stop = trio.Event()
+        try:
+            async with self._connector(address) as link:
+                self._stops[address] = stop
+                task_status.started(link)
+                started = True
+                await stop.wait()
+        except BrokerError as exc:
+            if not started:
+                raise
+            log.debug("connection to %s ended: %s", address, exc)
+        finally:
+            if self._stops.get(address) is stop:
+                del self._stops[address]
+
+    async def get(self, address: str) -> BrokerLink:
+        """The connection to ``address``, opened when there is none.
+
+        Raises:
+            BrokerConnectionError: the address is being skipped, or does not accept.
+        """
+        link = self._links.get(address)
+        if link is not None:
+            return link
+        async with self._lock:
+            link = self._links.get(address)
+            if link is not None:
+                return link
+            if self.is_down(address):
+                raise BrokerConnectionError(f"{address} failed recently; skipped for now")
+            try:
+                opened: BrokerLink = await self._nursery.start(self._hold, address)
+            except BrokerError:
+                self.failed(address)
+                raise
+            self._links[address] = opened
+            if self._down_until.pop(address, None) is not None:
+                log.info("%s answers again", address)
+            return opened
+
+    def failed(self, address: str) -> None:
+        """Close the connection to ``address`` and skip it for ``retry_interval`` seconds."""
+        self._links.pop(address, None)
+        stop = self._stops.pop(address, None)
+        if stop is not None:
+            stop.set()
+        self._down_until[address] = trio.current_time() + self.retry_interval
+
+
+def broker_connector(*, tls: ssl.SSLContext | None = None, timeout: float = 5.0) -> Connector:
+    """A :data:`Connector` opening :class:`BrokerClient` connections (``timeout``: seconds
+    to connect and per request)."""
+
+    def connect(address: str) -> AbstractAsyncContextManager[BrokerLink]:
+        parsed = parse_broker_address(address)
+        if parsed is None:
+            raise BrokerConnectionError(f"not a broker address: {address!r}")
+        return BrokerClient.connect(
+            parsed[0], parsed[1], connect_timeout=timeout, request_timeout=timeout, tls=tls
+        )
+
+    return connect
+
+
+class Consumer:
+    """A consumer of one topic for one group; open it with :meth:`open` and iterate it.
+
+    See the module docstring for how it follows the route, picks members, keeps and commits
+    offsets. Iterate it from one task.
+    """
+
+    def __init__(
+        self,
+        nursery: trio.Nursery,
+        names: RouteSource,
+        group: str,
+        topic: str,
+        *,
+        from_beginning: bool,
+        connector: Connector,
+        pull_batch: int,
+        poll_interval: float,
+        commit_interval: float,
+        route_interval: float,
+        retry_interval: float,
+        buffer: int,
+    ) -> None:
+        self.group = group
+        self.topic = topic
+        self.from_beginning = from_beginning
+        self.pull_batch = pull_batch
+        self.poll_interval = poll_interval
+        self.commit_interval = commit_interval
+        self.route_interval = route_interval
+        self.retry_interval = retry_interval
+        self.stats = ConsumerStats()
+        self.route: TopicRoute | None = None
+        """The route last looked up (None: none yet)."""
+        self._names = names
+        self._links = _Links(nursery, connector, retry_interval)
+        self._brokers: dict[str, RouteBroker] = {}
+        self._queues: dict[QueueKey, QueuePosition] = {}
+        self._route_due = -1.0
+        self._send, self._receive = trio.open_memory_channel[ConsumedMessage](buffer)
+        self._last: ConsumedMessage | None = None
+        self._commit_lock = trio.Lock()
+
+    @classmethod
+    @asynccontextmanager
+    async def open(
+        cls,
+        names: RouteSource,
+        group: str,
+        topic: str,
+        *,
+        from_beginning: bool = False,
+        connector: Connector | None = None,
+        tls: ssl.SSLContext | None = None,
+        request_timeout: float = 5.0,
+        pull_batch: int = 32,
+        poll_interval: float = 0.2,
+        commit_interval: float = 5.0,
+        route_interval: float = 30.0,
+        retry_interval: float = 5.0,
+        buffer: int = 64,
+    ) -> AsyncIterator[Self]:
+        """Start consuming ``topic`` for ``group``; at the block's exit, pulling stops and the
+        offsets consumed are committed (within ``request_timeout`` seconds).
+
+        An exception raised in the block propagates as it is (not in an exception group).
+
+        Args:
+            names: the name servers (:class:`~hanet.client.NameServerClient`).
+            from_beginning: where a queue the group never committed starts: its first message
+                (True) or its end (False, RocketMQ's CONSUME_FROM_LAST_OFFSET).
+            connector: opens broker connections (default: :class:`BrokerClient` with ``tls``
+                and ``request_timeout``).
+            request_timeout: seconds to connect and per request.
+            pull_batch: most messages a pull asks for.
+            poll_interval: seconds to wait after a round of pulls that found nothing.
+            commit_interval: seconds between commits.
+            route_interval: seconds between route lookups.
+            retry_interval: seconds a member whose connection failed is skipped.
+            buffer: messages pulled ahead of the caller.
+        """
+        if pull_batch < 1 or buffer < 0:
+            raise ValueError("pull_batch must be >= 1, buffer >= 0")
+        if connector is None:
+            connector = broker_connector(tls=tls, timeout=request_timeout)
+        error: BaseException | None = None
+        async with trio.open_nursery() as links:
+            consumer = cls(
+                links,
+                names,
+                group,
+                topic,
+                from_beginning=from_beginning,
+                connector=connector,
+                pull_batch=pull_batch,
+                poll_interval=poll_interval,
+                commit_interval=commit_interval,
+                route_interval=route_interval,
+                retry_interval=retry_interval,
+                buffer=buffer,
+            )
+            try:
+                async with trio.open_nursery() as loops:
+                    loops.start_soon(consumer._pull_loop)
+                    loops.start_soon(consumer._commit_loop)
+                    try:
+                        yield consumer
+                    except BaseException as exc:
+                        # Raised by the caller's block: re-raised as it is once everything
+                        # is closed, not wrapped in the nurseries' exception groups.
+                        error = exc
+                    finally:
+                        loops.cancel_scope.cancel()
+                if error is None:
+                    consumer.ack()
+                with trio.CancelScope(shield=True), trio.move_on_after(request_timeout):
+                    await consumer.commit()
+            finally:
+                links.cancel_scope.cancel()
+        if error is not None:
+            raise error
+
+    # -- the caller's side ------------------------------------------------------------------
+
+    def __aiter__(self) -> Self:
+        return self
+
+    async def __anext__(self) -> ConsumedMessage:
+        """The next message; the one before counts as consumed."""
+        self.ack()
+        try:
+            message = await self._receive.receive()
+        except (trio.EndOfChannel, trio.ClosedResourceError):
+            raise StopAsyncIteration from None
+        self._last = message
+        self.stats.delivered += 1
+        return message
+
+    def ack(self) -> None:
+        """Count the last message handed out as consumed (its offset is committed at the
+        next commit). Asking for the next message does it too."""
+        message, self._last = self._last, None
+        if message is None:
+            return
+        position = self._queues.get(message.key)
+        if position is None:  # pragma: no cover - a queue is never forgotten
+            return
+        after = message.queue_offset + 1
+        if position.consumed is None or after > position.consumed:
+            position.consumed = after
+
+    def positions(self) -> dict[QueueKey, QueuePosition]:
+        """Each queue's state (a copy), by ``(broker_name, queue_id)``."""
+        return {key: attrs.evolve(position) for key, position in sorted(self._queues.items())}
+
+    # -- the route ---------------------------------------------------------------------------
+
+    async def refresh_route(self) -> None:
+        """Look the route up now; a failure keeps the last route (and is retried soon)."""
+        self.stats.route_lookups += 1
+        try:
+            route = await self._names.route(self.topic)
+        except BrokerRequestError as exc:
+            if exc.code is not ErrorCode.TOPIC_NOT_EXIST:
+                log.warning("route of %s: %s", self.topic, exc)
+            else:
+                log.debug("no broker holds %s yet", self.topic)
+            self._route_due = trio.current_time() + min(1.0, self.retry_interval)
+            return
+        except BrokerError as exc:
+            log.warning("route of %s: no name server answers: %s", self.topic, exc)
+            self._route_due = trio.current_time() + min(1.0, self.retry_interval)
+            return
+        if route != self.route:
+            log.info("route of %s: %s", self.topic, _describe(route))
+        self.route = route
+        self._brokers = {broker.broker_name: broker for broker in route.brokers}
+        for broker in route.brokers:
+            for queue_id in range(broker.queues):
+                self._queues.setdefault((broker.broker_name, queue_id), QueuePosition())
+        self._route_due = trio.current_time() + self.route_interval
+
+    def _route_failed(self) -> None:
+        """A member failed: look the route up again soon (not more than once a retry)."""
+        self._route_due = min(self._route_due, trio.current_time() + min(1.0, self.retry_interval))
+
+    def _live_queues(self) -> list[QueueKey]:
+        return [
+            key
+            for key in self._queues
+            if key[0] in self._brokers and key[1] < self._brokers[key[0]].queues
+        ]
+
+    def _members(self, broker: RouteBroker, first: int) -> Iterator[tuple[int, str]]:
+        """The members to try, in order: ``first``, the master, the slaves by id; those
+        being skipped after a failure left out."""
+        order = sorted(broker.addresses, key=lambda m: (m[0] != first, m[0] != MASTER_ID, m[0]))
+        for broker_id, address in order:
+            if not self._links.is_down(address):
+                yield broker_id, address
+
+    # -- pulling -----------------------------------------------------------------------------
+
+    async def _pull_loop(self) -> None:
+        while True:
+            if trio.current_time() >= self._route_due:
+                await self.refresh_route()
+            found = False
+            for key in self._live_queues():
+                if await self._pull_queue(key):
+                    found = True
+            if not found:
+                await trio.sleep(self.poll_interval)
+
+    async def _pull_queue(self, key: QueueKey) -> bool:
+        """Pull one batch of ``key`` and hand it to the caller; True when it found messages."""
+        broker = self._brokers[key[0]]
+        position = self._queues[key]
+        if not position.started:
+            try:
+                await self._start(key, broker, position)
+            except _LINK_ERRORS as exc:
+                log.debug("%s queue %d: no member answers the offset query: %s", *key, exc)
+                return False
+        tried = 0
+        for broker_id, address in self._members(broker, position.suggested_broker_id):
+            tried += 1
+            try:
+                link = await self._links.get(address)
+                offset = position.pull_offset
+                if offset is None:
+                    # CONSUME_FROM_LAST_OFFSET: the queue's end, as this member knows it.
+                    probe = await link.pull(self.topic, key[1], 0, 1)
+                    offset = self._begin(key, position, probe.max_offset)
+                result = await link.pull(self.topic, key[1], offset, self.pull_batch)
+            except _LINK_ERRORS as exc:
+                self._member_failed(key, broker_id, address, exc)
+                continue
+            except BrokerError as exc:
+                log.warning("pull %s queue %d from %s: %s", key[0], key[1], address, exc)
+                return False
+            if tried > 1:
+                self.stats.failovers += 1
+            return await self._take(key, broker_id, position, offset, result)
+        return False
+
+    def _member_failed(
+        self, key: QueueKey, broker_id: int, address: str, exc: BaseException
+    ) -> None:
+        role = "master" if broker_id == MASTER_ID else f"slave {broker_id}"
+        # Said once; retried every retry interval until it answers again.
+        level = logging.DEBUG if self._links.has_failed(address) else logging.WARNING
+        log.log(
+            level, "%s %s (%s) failed: %s; using another member, retrying every %g s",
+            key[0], role, address, exc, self.retry_interval,
+        )  # fmt: skip
+        self._links.failed(address)
+        self._route_failed()
+
+    async def _start(self, key: QueueKey, broker: RouteBroker, position: QueuePosition) -> None:
+        """Set where ``key`` starts: the committed offset (master first), else per
+        ``from_beginning`` (the end is left to the first pull: ``pull_offset`` stays None).
+
+        Raises:
+            BrokerConnectionError: no member answered.
+        """
+        last: BrokerError | None = None
+        for broker_id, address in self._members(broker, MASTER_ID):
+            try:
+                link = await self._links.get(address)
+                committed = await link.query_offset(self.group, self.topic, key[1])
+            except _LINK_ERRORS as exc:
+                self._member_failed(key, broker_id, address, exc)
+                last = exc
+                continue
+            position.started = True
+            if committed is not None:
+                position.committed, position.committed_to = committed, broker_id
+                self._begin(key, position, committed, "the committed offset")
+            elif self.from_beginning:
+                self._begin(key, position, 0, "the beginning")
+            return
+        raise last if last is not None else BrokerConnectionError(f"no member of {key[0]}")
+
+    def _begin(self, key: QueueKey, position: QueuePosition, offset: int, why: str = "") -> int:
+        position.pull_offset = offset
+        position.consumed = offset
+        log.info(
+            "%s queue %d of %s: starting at %d (%s)",
+            key[0], key[1], self.topic, offset, why or "the queue's end",
+        )  # fmt: skip
+        return offset
+
+    async def _take(
+        self,
+        key: QueueKey,
+        broker_id: int,
+        position: QueuePosition,
+        offset: int,
+        result: PullResult,
+    ) -> bool:
+        self.stats.pulls += 1
+        if broker_id != MASTER_ID:
+            self.stats.slave_pulls += 1
+        position.suggested_broker_id = result.suggested_broker_id
+        status = result.status
+        if status is PullStatus.FOUND:
+            position.pull_offset = result.next_offset
+            for record in result.messages:
+                await self._send.send(ConsumedMessage(record, key[0], broker_id))
+            return bool(result.messages)
+        if status in (PullStatus.OFFSET_TOO_SMALL, PullStatus.NO_MESSAGE_IN_QUEUE):
+            # Messages before the queue's start are gone: move up to it (never back).
+            position.pull_offset = max(offset, result.next_offset)
+        elif status is PullStatus.OFFSET_OVERFLOW_BADLY and broker_id == MASTER_ID:
+            log.warning(
+                "%s queue %d: offset %d is past the master's end %d; pulling from there",
+                key[0], key[1], offset, result.next_offset,
+            )  # fmt: skip
+            position.pull_offset = result.next_offset
+        return False
+
+    # -- committing --------------------------------------------------------------------------
+
+    async def _commit_loop(self) -> None:
+        while True:
+            await trio.sleep(self.commit_interval)
+            await self.commit()
+
+    async def commit(self) -> None:
+        """Commit now every queue consumed further since its last commit (or whose last
+        commit went to a slave): to its master, or to a slave when the master cannot be
+        reached. A queue no member takes is retried at the next commit."""
+        async with self._commit_lock:
+            for key, position in list(self._queues.items()):
+                consumed = position.consumed
+                if consumed is None or (
+                    consumed == position.committed and position.committed_to == MASTER_ID
+                ):
+                    continue
+                broker = self._brokers.get(key[0])
+                taken_by = None if broker is None else await self._commit_one(key, broker, consumed)
+                if taken_by is None:
+                    self.stats.commit_failures += 1
+                    continue
+                position.committed, position.committed_to = consumed, taken_by
+
+    async def _commit_one(self, key: QueueKey, broker: RouteBroker, offset: int) -> int | None:
+        """Commit to the master, else a slave; the member that took it, or None."""
+        tried = 0
+        for broker_id, address in self._members(broker, MASTER_ID):
+            tried += 1
+            try:
+                link = await self._links.get(address)
+                await link.commit_offset(self.group, self.topic, key[1], offset)
+            except _LINK_ERRORS as exc:
+                self._member_failed(key, broker_id, address, exc)
+                continue
+            except BrokerError as exc:
+                log.warning("commit %s queue %d to %s: %s", key[0], key[1], address, exc)
+                continue
+            self.stats.commits += 1
+            if broker_id != MASTER_ID:
+                self.stats.slave_commits += 1
+            if tried > 1:
+                self.stats.failovers += 1
+            return broker_id
+        return None
+
+
+def _describe(route: TopicRoute) -> str:
+    parts = []
+    for broker in route.brokers:
+        members = ", ".join(f"{i}={address}" for i, address in broker.addresses)
+        parts.append(f"{broker.broker_name} ({broker.queues} queues: {members or 'no member'})")
+    return "; ".join(parts) or "no broker"

@@ -1,0 +1,399 @@
+"""The pull consumer against fake brokers and a fake name server (virtual time): where it
+starts, following the pull suggestion, failing over to the slave and back, committing to the
+slave and back to the master, at least once across a lost connection."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import Any
+
+import attrs
+import pytest
+import trio
+import trio.testing
+
+from hanet.client import (
+    BrokerConnectionError,
+    BrokerLink,
+    BrokerRequestError,
+    ConsumedMessage,
+    Consumer,
+    ErrorCode,
+    PullResult,
+    PullStatus,
+    RouteBroker,
+    TopicRoute,
+)
+from hanet.store import MessageRecord
+
+TOPIC = "T"
+GROUP = "G"
+MASTER = "10.0.0.1:10911"
+SLAVE = "10.0.0.2:10911"
+
+Queues = dict[int, list[MessageRecord]]
+
+
+@attrs.define(eq=False)
+class FakeBroker:
+    """One member: its queues (shared with the other member when fully replicated), its
+    offset table, what it was asked."""
+
+    address: str
+    queues: Queues
+    suggest: int = 0
+    alive: bool = True
+    epoch: int = 0
+    connects: int = 0
+    offsets: dict[tuple[str, str, int], int] = attrs.field(factory=dict)
+    pulls: list[tuple[int, int]] = attrs.field(factory=list)
+    commits: list[tuple[int, int]] = attrs.field(factory=list)
+
+    def kill(self) -> None:
+        self.alive = False
+        self.epoch += 1
+
+    def check(self, epoch: int) -> None:
+        if not self.alive or epoch != self.epoch:
+            raise BrokerConnectionError(f"connection closed: {self.address} is gone")
+
+
+@attrs.define(eq=False)
+class FakeLink:
+    broker: FakeBroker
+    epoch: int
+
+    async def pull(
+        self, topic: str, queue_id: int, offset: int = 0, max_messages: int = 32
+    ) -> PullResult:
+        await trio.sleep(0.001)
+        self.broker.check(self.epoch)
+        self.broker.pulls.append((queue_id, offset))
+        records = self.broker.queues.get(queue_id)
+        suggest = self.broker.suggest
+        if records is None:
+            return PullResult(PullStatus.TOPIC_NOT_EXIST, 0, 0, 0, (), suggest)
+        high = len(records)
+        if high == 0:
+            return PullResult(PullStatus.NO_MESSAGE_IN_QUEUE, 0, 0, 0, (), suggest)
+        if offset == high:
+            return PullResult(PullStatus.OFFSET_OVERFLOW_ONE, offset, 0, high, (), suggest)
+        if offset > high:
+            return PullResult(PullStatus.OFFSET_OVERFLOW_BADLY, high, 0, high, (), suggest)
+        found = tuple(records[offset : offset + max_messages])
+        return PullResult(PullStatus.FOUND, offset + len(found), 0, high, found, suggest)
+
+    async def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        await trio.sleep(0.001)
+        self.broker.check(self.epoch)
+        self.broker.offsets[(group, topic, queue_id)] = offset
+        self.broker.commits.append((queue_id, offset))
+
+    async def query_offset(self, group: str, topic: str, queue_id: int) -> int | None:
+        await trio.sleep(0.001)
+        self.broker.check(self.epoch)
+        return self.broker.offsets.get((group, topic, queue_id))
+
+
+@attrs.define(eq=False)
+class FakeCluster:
+    """A broker name ``broker-a`` (a master and a slave) behind a fake name server."""
+
+    queues: int = 2
+    brokers: dict[str, FakeBroker] = attrs.field(factory=dict)
+    route: TopicRoute | None = None
+    lookups: int = 0
+
+    def __attrs_post_init__(self) -> None:
+        shared: Queues = {q: [] for q in range(self.queues)}
+        self.brokers[MASTER] = FakeBroker(MASTER, shared)
+        self.brokers[SLAVE] = FakeBroker(SLAVE, shared)
+        self.route = TopicRoute(
+            TOPIC, (RouteBroker("broker-a", self.queues, ((0, MASTER), (1, SLAVE))),)
+        )
+
+    @property
+    def master(self) -> FakeBroker:
+        return self.brokers[MASTER]
+
+    @property
+    def slave(self) -> FakeBroker:
+        return self.brokers[SLAVE]
+
+    def produce(self, count: int, start: int = 0) -> list[bytes]:
+        """Append ``count`` numbered bodies round robin over the queues."""
+        bodies = []
+        for i in range(start, start + count):
+            queue = self.master.queues[i % self.queues]
+            body = b"m%d" % i
+            queue.append(
+                MessageRecord.create(
+                    topic=TOPIC, body=body, queue_id=i % self.queues, queue_offset=len(queue)
+                )
+            )
+            bodies.append(body)
+        return bodies
+
+    async def route_of(self, topic: str) -> TopicRoute:
+        await trio.sleep(0.001)
+        self.lookups += 1
+        if self.route is None:
+            raise BrokerRequestError(ErrorCode.TOPIC_NOT_EXIST, f"no route for {topic}")
+        return self.route
+
+    def connector(self, address: str) -> AbstractAsyncContextManager[BrokerLink]:
+        @asynccontextmanager
+        async def connect() -> AsyncIterator[BrokerLink]:
+            await trio.sleep(0.001)
+            broker = self.brokers[address]
+            if not broker.alive:
+                raise BrokerConnectionError(f"cannot connect to {address}: refused")
+            broker.connects += 1
+            yield FakeLink(broker, broker.epoch)
+
+        return connect()
+
+
+class _Names:
+    def __init__(self, cluster: FakeCluster) -> None:
+        self.cluster = cluster
+
+    async def route(self, topic: str) -> TopicRoute:
+        return await self.cluster.route_of(topic)
+
+
+def open_consumer(
+    cluster: FakeCluster, group: str = GROUP, **options: Any
+) -> AbstractAsyncContextManager[Consumer]:
+    options.setdefault("from_beginning", True)
+    return Consumer.open(_Names(cluster), group, TOPIC, connector=cluster.connector, **options)
+
+
+async def take(consumer: Consumer, count: int) -> list[ConsumedMessage]:
+    out: list[ConsumedMessage] = []
+    with trio.fail_after(60):
+        async for message in consumer:
+            out.append(message)
+            if len(out) == count:
+                break
+    return out
+
+
+def bodies(messages: list[ConsumedMessage]) -> list[bytes]:
+    return sorted(m.body for m in messages)
+
+
+@pytest.fixture
+def cluster() -> FakeCluster:
+    return FakeCluster()
+
+
+async def test_consumes_every_queue_and_commits_to_the_master_at_exit(
+    autojump_clock: trio.testing.MockClock, cluster: FakeCluster
+) -> None:
+    produced = cluster.produce(10)
+    async with open_consumer(cluster) as consumer:
+        got = await take(consumer, 10)
+    assert bodies(got) == sorted(produced)
+    assert {m.broker_name for m in got} == {"broker-a"}
+    assert {m.broker_id for m in got} == {0}
+    assert cluster.master.offsets == {(GROUP, TOPIC, 0): 5, (GROUP, TOPIC, 1): 5}
+    assert consumer.stats.delivered == 10
+    assert consumer.stats.slave_pulls == 0
+
+    # The same group resumes from its commits: only what is new.
+    more = cluster.produce(4, start=10)
+    async with open_consumer(cluster) as consumer:
+        again = await take(consumer, 4)
+    assert bodies(again) == sorted(more)
+
+
+async def test_commits_every_interval_while_consuming(
+    autojump_clock: trio.testing.MockClock, cluster: FakeCluster
+) -> None:
+    cluster.produce(6)
+    async with open_consumer(cluster, commit_interval=5.0) as consumer:
+        await take(consumer, 6)
+        await trio.sleep(5.5)
+        # Taken and acknowledged up to the one before the last; the last counts at exit.
+        assert sum(cluster.master.offsets.values()) == 5
+    assert sum(cluster.master.offsets.values()) == 6
+
+
+async def test_a_message_is_consumed_only_once_the_next_is_asked_for(
+    autojump_clock: trio.testing.MockClock, cluster: FakeCluster
+) -> None:
+    produced = cluster.produce(6)
+    with pytest.raises(RuntimeError, match="crash"):
+        async with open_consumer(cluster) as consumer:
+            got = await take(consumer, 4)
+            raise RuntimeError("crash while handling the fourth message")
+    # The fourth was not acknowledged: it is delivered again (at least once), nothing lost.
+    async with open_consumer(cluster) as consumer:
+        rest = await take(consumer, 3)
+    assert got[-1].body in {m.body for m in rest}
+    assert set(bodies(got)) | set(bodies(rest)) == set(produced)
+
+
+async def test_without_a_commit_a_new_group_starts_at_the_queues_end(
+    autojump_clock: trio.testing.MockClock, cluster: FakeCluster
+) -> None:
+    cluster.produce(6)
+    async with open_consumer(cluster, from_beginning=False) as consumer:
+        await trio.sleep(1)
+        assert consumer.stats.delivered == 0
+        new = cluster.produce(4, start=6)
+        got = await take(consumer, 4)
+    assert bodies(got) == sorted(new)
+    assert cluster.master.offsets == {(GROUP, TOPIC, 0): 5, (GROUP, TOPIC, 1): 5}
+
+
+async def test_the_start_at_the_end_is_committed_before_anything_is_consumed(
+    autojump_clock: trio.testing.MockClock, cluster: FakeCluster
+) -> None:
+    cluster.produce(6)
+    async with open_consumer(cluster, from_beginning=False) as consumer:
+        await trio.sleep(1)
+    assert consumer.stats.delivered == 0
+    assert cluster.master.offsets == {(GROUP, TOPIC, 0): 3, (GROUP, TOPIC, 1): 3}
+    # Stored while no consumer ran: the restarted group resumes where it started, not at
+    # the newer end.
+    missed = cluster.produce(2, start=6)
+    async with open_consumer(cluster, from_beginning=False) as consumer:
+        got = await take(consumer, 2)
+    assert bodies(got) == sorted(missed)
+
+
+async def test_follows_the_suggested_broker_id(autojump_clock: trio.testing.MockClock) -> None:
+    cluster = FakeCluster(queues=1)
+    cluster.produce(100)
+    cluster.master.suggest = 1  # "you are behind: read from slave 1"
+    async with open_consumer(cluster, pull_batch=10) as consumer:
+        await take(consumer, 30)
+        assert cluster.master.pulls[:1] == [(0, 0)]
+        assert cluster.slave.pulls[:1] == [(0, 10)]
+        # The slave suggests the master: the next pull goes back there.
+        cluster.slave.suggest = 0
+        cluster.master.suggest = 0
+        pulls = len(cluster.master.pulls)
+        await take(consumer, 50)
+        assert len(cluster.master.pulls) > pulls
+    assert consumer.stats.slave_pulls >= 1
+    assert consumer.stats.failovers == 0
+    assert not cluster.slave.commits  # commits still go to the master
+
+
+async def test_fails_over_to_the_slave_when_the_master_dies_and_comes_back(
+    autojump_clock: trio.testing.MockClock, cluster: FakeCluster
+) -> None:
+    produced = cluster.produce(20)
+    async with open_consumer(cluster, commit_interval=2.0, retry_interval=5.0) as consumer:
+        got = await take(consumer, 10)
+        await trio.sleep(2.5)  # one commit to the master
+        assert cluster.master.commits
+
+        cluster.master.kill()
+        produced += cluster.produce(20, start=20)  # replicated: the slave has them too
+        got += await take(consumer, 30)
+        assert bodies(got) == sorted(produced)
+        assert consumer.stats.slave_pulls > 0
+        assert consumer.stats.failovers >= 1
+
+        # Commits go to the slave while the master is down.
+        await trio.sleep(2.5)
+        # 40 taken, the last not yet acknowledged (it is when the next is asked for).
+        assert sum(cluster.slave.offsets.values()) == 39
+        assert consumer.stats.slave_commits > 0
+
+        # The master returns: after the retry interval, pulls and commits go to it again
+        # (the offsets the slave took are committed to the master as well).
+        cluster.master.alive = True
+        master_pulls = len(cluster.master.pulls)
+        produced += cluster.produce(4, start=40)
+        got += await take(consumer, 4)
+        await trio.sleep(12)
+        assert len(cluster.master.pulls) > master_pulls
+        assert sum(cluster.master.offsets.values()) == 43
+        slave_pulls = consumer.stats.slave_pulls
+        await trio.sleep(5)
+        assert consumer.stats.slave_pulls == slave_pulls  # back on the master for good
+    assert bodies(got) == sorted(produced)
+    assert cluster.master.offsets == {(GROUP, TOPIC, 0): 22, (GROUP, TOPIC, 1): 22}
+
+
+async def test_starts_from_the_offset_the_slave_holds_when_the_master_is_down(
+    autojump_clock: trio.testing.MockClock, cluster: FakeCluster
+) -> None:
+    produced = cluster.produce(10)
+    cluster.slave.offsets = {(GROUP, TOPIC, 0): 3, (GROUP, TOPIC, 1): 4}
+    cluster.master.kill()
+    async with open_consumer(cluster) as consumer:
+        got = await take(consumer, 3)
+    assert bodies(got) == sorted([produced[6], produced[8], produced[9]])
+    assert {m.broker_id for m in got} == {1}
+    assert cluster.slave.offsets == {(GROUP, TOPIC, 0): 5, (GROUP, TOPIC, 1): 5}
+
+
+async def test_at_least_once_across_a_lost_connection(
+    autojump_clock: trio.testing.MockClock, cluster: FakeCluster
+) -> None:
+    produced: list[bytes] = []
+    got: list[ConsumedMessage] = []
+
+    async def produce() -> None:
+        for round_ in range(20):
+            produced.extend(cluster.produce(5, start=round_ * 5))
+            if round_ in (5, 12):
+                cluster.master.kill()  # every connection to it drops; it restarts at once
+                cluster.master.alive = True
+            await trio.sleep(0.3)
+
+    async with open_consumer(cluster, retry_interval=1.0) as consumer, trio.open_nursery() as n:
+        n.start_soon(produce)
+        got = await take(consumer, 100)
+    assert set(bodies(got)) == set(produced)
+    assert cluster.master.connects >= 3
+
+
+async def test_a_slave_behind_never_makes_it_skip_or_rewind(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    cluster = FakeCluster(queues=1)
+    produced = cluster.produce(10)
+    lagging: Queues = {0: list(cluster.master.queues[0][:4])}
+    cluster.slave.queues = lagging
+    async with open_consumer(cluster) as consumer:
+        got = await take(consumer, 10)
+        cluster.master.kill()
+        await trio.sleep(3)  # the slave answers OFFSET_OVERFLOW_BADLY: the offset stays
+        assert consumer.positions()[("broker-a", 0)].pull_offset == 10
+        produced += cluster.produce(2, start=10)
+        lagging[0] = list(cluster.master.queues[0])  # caught up
+        got += await take(consumer, 2)
+    assert sorted(m.body for m in got) == sorted(produced)  # no duplicate, none lost
+
+
+async def test_waits_for_the_topic_and_picks_up_new_broker_names(
+    autojump_clock: trio.testing.MockClock, cluster: FakeCluster
+) -> None:
+    route = cluster.route
+    assert route is not None
+    cluster.route = None  # no broker holds the topic yet
+    async with open_consumer(cluster, route_interval=30.0) as consumer:
+        await trio.sleep(3)
+        assert cluster.lookups >= 3  # asked every second until it exists
+        cluster.route = route
+        produced = cluster.produce(4)
+        got = await take(consumer, 4)
+        assert bodies(got) == sorted(produced)
+
+        other = FakeBroker("10.0.0.3:10911", {0: []})
+        cluster.brokers[other.address] = other
+        other.queues[0].append(MessageRecord.create(topic=TOPIC, body=b"b0", queue_id=0))
+        cluster.route = TopicRoute(
+            TOPIC, (*route.brokers, RouteBroker("broker-b", 1, ((0, other.address),)))
+        )
+        (message,) = await take(consumer, 1)  # within the route interval
+    assert (message.broker_name, message.body) == ("broker-b", b"b0")
+    assert other.offsets == {(GROUP, TOPIC, 0): 1}
