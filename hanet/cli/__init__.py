@@ -2,11 +2,12 @@
 
 Every verb is an ``async def handler(args) -> int`` registered by the ``register(subparsers)``
 function of one module per verb family (``_store``: dump/verify; ``_broker``: master/slave;
-``_client``: put/pull/status; ``_demo``; ``_spark``: audit/diff/stats; ``_echo``); ``_support``
-holds what they share. :func:`main` parses the arguments and calls ``trio.run`` exactly once
-for the life of the process. Ctrl-C arrives inside trio as a ``KeyboardInterrupt`` (wrapped in an
-exception group when it hits a nursery); it cancels everything, the services shut down through
-their nurseries, and the process exits with status 130.
+``_client``: put/pull/status; ``_consume``; ``_demo``; ``_spark``: audit/diff/stats;
+``_echo``); ``_support`` holds what they share. :func:`main` parses the arguments and calls
+``trio.run`` exactly once for the life of the process. Ctrl-C arrives inside trio as a
+``KeyboardInterrupt`` (wrapped in an exception group when it hits a nursery); it cancels
+everything, the services shut down through their nurseries, and the process exits with status
+130.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from typing import Any, cast
 
 import trio
 
-from . import _broker, _client, _demo, _dledger, _echo, _spark, _store
+from . import _broker, _client, _consume, _demo, _dledger, _echo, _spark, _store
 from ._broker import build_config
 from ._support import EXIT_BROKEN_PIPE, EXIT_INTERRUPTED
 
@@ -41,7 +42,7 @@ Handler = Callable[[argparse.Namespace], Awaitable[int]]
 
 # Verb families in the order ``hanet --help`` lists them. The Spark verbs load pyspark only
 # when they run, and explain what to install when it is missing.
-_VERB_MODULES = (_store, _broker, _dledger, _client, _demo, _spark, _echo)
+_VERB_MODULES = (_store, _broker, _dledger, _client, _consume, _demo, _spark, _echo)
 
 
 def _logging_options(parser: argparse.ArgumentParser, default: Any) -> None:

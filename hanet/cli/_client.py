@@ -9,6 +9,12 @@
 - ``hanet status --broker HOST:PORT [--json] [--watch]`` shows role, offsets, slaves (ack
   offset, lag, speed, state) or a slave's master link.
 
+With ``--namesrv HOST:PORT[,HOST:PORT...]`` instead of ``--broker``, the topic's route is looked
+up on the name servers: puts go to a master (a topic no broker holds yet: any registered
+master, which creates it), a pull to the master of the queue's broker name (``--broker-name``,
+default the route's first) or to a slave while the master is down; ``hanet status --namesrv``
+lists the cluster (brokers, roles, addresses, last heartbeat) as a table or ``--json``.
+
 Connection errors print one line on stderr and exit 2.
 """
 
@@ -18,9 +24,11 @@ import argparse
 import contextlib
 import json
 import math
+import ssl
 import sys
 import time
 from collections import Counter
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -35,15 +43,21 @@ from hanet.boot import TlsConfig
 from hanet.client import (
     BrokerConnectionError,
     BrokerError,
+    BrokerRequestError,
     BrokerStatus,
+    ClusterInfo,
+    ErrorCode,
     FailoverClient,
+    NameServerClient,
     PullResult,
     PullStatus,
     PutMessage,
     PutReply,
+    parse_broker_address,
 )
 from hanet.errors import ConfigError
 from hanet.ha import BrokerRole
+from hanet.protocol import MASTER_ID
 from hanet.store import record_to_json
 
 from ._support import (
@@ -55,7 +69,16 @@ from ._support import (
     parse_size,
 )
 
-__all__ = ["register", "run_pull", "run_put", "run_status"]
+__all__ = [
+    "broker_client",
+    "client_tls",
+    "cluster_renderable",
+    "name_server_client",
+    "register",
+    "run_pull",
+    "run_put",
+    "run_status",
+]
 
 
 def register(subparsers: Any) -> None:
@@ -101,6 +124,10 @@ def register(subparsers: Any) -> None:
     )
     _add_broker(parser)
     parser.add_argument("--topic", required=True, help="the topic")
+    parser.add_argument(
+        "--broker-name", default=None, metavar="NAME",
+        help="with --namesrv: the broker name whose queue to pull (default: the route's first)",
+    )  # fmt: skip
     parser.add_argument("--queue", type=int, required=True, metavar="Q", help="queue id")
     parser.add_argument("--offset", type=int, default=0, metavar="N", help="queue offset (0)")
     parser.add_argument("--max", type=int, default=32, metavar="M", help="most messages (32)")
@@ -109,9 +136,10 @@ def register(subparsers: Any) -> None:
 
     parser = subparsers.add_parser(
         "status",
-        help="show a broker's role, offsets and replication state",
+        help="show a broker's role, offsets and replication state (--namesrv: the cluster)",
         description="Show role, offsets and, for a master, each slave's ack offset, lag, "
-        "transfer speed and state; for a slave, its link to the master.",
+        "transfer speed and state; for a slave, its link to the master. With --namesrv: the "
+        "cluster's brokers, roles, addresses and last heartbeats.",
     )
     _add_broker(parser)
     parser.add_argument("--json", action="store_true", help="print the JSON status object")
@@ -129,6 +157,7 @@ def _add_broker(parser: argparse.ArgumentParser) -> None:
         help="the broker port (127.0.0.1:10911); several, comma-separated (a DLedger group): "
         "the next is tried when one is down, and NOT_LEADER answers are followed to the leader",
     )  # fmt: skip
+    add_namesrv(parser, required=False)
     parser.add_argument(
         "--timeout", type=float, default=30.0, metavar="S",
         help="seconds to connect and per request (30)",
@@ -154,26 +183,94 @@ def _parse_addresses(text: str) -> list[tuple[str, int]]:
     return addresses
 
 
-def broker_client(args: argparse.Namespace) -> Any:
-    """``FailoverClient.connect`` with the verb's ``--broker`` list, ``--timeout`` and TLS
-    flags (one address: a :class:`BrokerClient` that follows NOT_LEADER answers).
+def add_namesrv(parser: argparse.ArgumentParser, *, required: bool) -> None:
+    """The ``--namesrv`` flag (a comma-separated list of name server addresses)."""
+    parser.add_argument(
+        "--namesrv", type=_parse_addresses, default=None, required=required,
+        metavar="HOST:PORT[,HOST:PORT...]",
+        help="the name servers: look the topic's route up there"
+        + ("" if required else " instead of using --broker"),
+    )  # fmt: skip
+
+
+def client_tls(args: argparse.Namespace) -> ssl.SSLContext | None:
+    """The client TLS context of ``--tls-ca/--tls-cert/--tls-key`` (None: plain TCP).
 
     Raises:
         BrokerConnectionError: a TLS file that does not load (as any failure to connect).
     """
-    tls = None
-    if args.tls_ca is not None or args.tls_cert is not None:
-        try:
-            tls = TlsConfig(cert=args.tls_cert, key=args.tls_key, ca=args.tls_ca).client_context()
-        except ConfigError as exc:
-            raise BrokerConnectionError(str(exc)) from exc
-    return FailoverClient.connect(
-        args.broker,
+    if args.tls_ca is None and args.tls_cert is None:
+        return None
+    try:
+        return TlsConfig(cert=args.tls_cert, key=args.tls_key, ca=args.tls_ca).client_context()
+    except ConfigError as exc:
+        raise BrokerConnectionError(str(exc)) from exc
+
+
+def name_server_client(args: argparse.Namespace) -> NameServerClient:
+    """A client of ``--namesrv`` (TLS flags and ``--timeout``, at most 5 s, apply)."""
+    return NameServerClient(args.namesrv, tls=client_tls(args), timeout=min(args.timeout, 5.0))
+
+
+async def _routed(args: argparse.Namespace, *, put: bool) -> list[tuple[str, int]]:
+    """The broker ports ``--namesrv`` names for the verb: masters for a put; the master,
+    then the slaves, of ``--broker-name`` for a pull."""
+    names = name_server_client(args)
+    try:
+        route = await names.route(args.topic)
+    except BrokerRequestError as exc:
+        if not put or exc.code is not ErrorCode.TOPIC_NOT_EXIST:
+            raise
+        # A new topic: any master creates it on the first put (RocketMQ's autoCreateTopic).
+        cluster = await names.cluster()
+        members = [
+            b.registration.broker_address
+            for b in sorted(cluster.brokers, key=lambda b: b.registration.broker_name)
+            if b.registration.broker_id == MASTER_ID
+        ]
+        if not members:
+            raise BrokerConnectionError("no master is registered with the name server") from exc
+    else:
+        if put:
+            members = [b.master_address for b in route.brokers if b.master_address is not None]
+            if not members:
+                raise BrokerConnectionError(f"no master of {args.topic} is registered")
+        else:
+            wanted = getattr(args, "broker_name", None)
+            chosen = [b for b in route.brokers if wanted in (None, b.broker_name)]
+            if not chosen:
+                names_seen = ", ".join(b.broker_name for b in route.brokers)
+                raise BrokerConnectionError(
+                    f"no broker name {wanted!r} holds {args.topic} (route: {names_seen})"
+                )
+            members = [address for _, address in sorted(chosen[0].addresses)]
+    addresses = [parse_broker_address(a) for a in members]
+    return [a for a in addresses if a is not None]
+
+
+@contextlib.asynccontextmanager
+async def broker_client(
+    args: argparse.Namespace, *, put: bool = False
+) -> AsyncIterator[FailoverClient]:
+    """``FailoverClient.connect`` with the verb's ``--broker`` list (or the brokers
+    ``--namesrv`` routes the topic to: see :func:`_routed`), ``--timeout`` and TLS flags (one
+    address: a :class:`BrokerClient` that follows NOT_LEADER answers).
+
+    Raises:
+        BrokerConnectionError: a TLS file that does not load (as any failure to connect).
+    """
+    tls = client_tls(args)
+    addresses = args.broker
+    if getattr(args, "namesrv", None) is not None:
+        addresses = await _routed(args, put=put)
+    async with FailoverClient.connect(
+        addresses,
         retry_for=args.timeout,
         connect_timeout=args.timeout,
         request_timeout=args.timeout,
         tls=tls,
-    )
+    ) as client:
+        yield client
 
 
 # -- put ------------------------------------------------------------------------------------
@@ -283,7 +380,7 @@ async def run_put(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     failure: str | None = None
     try:
-        async with broker_client(args) as client:
+        async with broker_client(args, put=True) as client:
             with progress:
                 async with trio.open_nursery() as nursery:
                     for _ in range(min(args.concurrency, math.ceil(args.count / args.batch))):
@@ -515,7 +612,11 @@ async def run_status(args: argparse.Namespace) -> int:
     Watching keeps going across a broker restart: a lost connection is reported and retried
     every interval. On a terminal the table is redrawn in place; otherwise (a pipe, a log
     file) one table, or one JSON line with ``--json``, is printed per interval.
+
+    With ``--namesrv``: the cluster as the name servers list it (:func:`cluster_renderable`).
     """
+    if args.namesrv is not None:
+        return await _run_cluster_status(args)
     if not args.watch:
         failure: str | None = None
         try:
@@ -548,3 +649,66 @@ def _show(status: BrokerStatus, args: argparse.Namespace, live: Live | None) -> 
         live.update(status_renderable(status))
     else:
         Console().print(status_renderable(status))
+
+
+# -- the cluster (status --namesrv) --------------------------------------------------------
+
+
+def cluster_renderable(cluster: ClusterInfo, now_ms: int | None = None) -> Any:
+    """A table of the live brokers: cluster, broker name, id, role, broker and HA port,
+    topics and how long ago each last registered (its heartbeat)."""
+    now = int(time.time() * 1000) if now_ms is None else now_ms
+    table = Table(title="cluster (from the name server)", title_justify="left")
+    for column in ("cluster", "broker name", "id", "role", "address", "HA", "topics", "heartbeat"):
+        table.add_column(column, justify="right" if column in ("id", "heartbeat") else "left")
+
+    def order(live: Any) -> tuple[str, str, int]:
+        r = live.registration
+        return (r.cluster, r.broker_name, r.broker_id)
+
+    for live in sorted(cluster.brokers, key=order):
+        r = live.registration
+        age = max(0, now - live.last_update) / 1000
+        table.add_row(
+            r.cluster,
+            r.broker_name,
+            str(r.broker_id),
+            r.role,
+            r.broker_address,
+            r.ha_address or "-",
+            ", ".join(f"{topic}({queues})" for topic, queues in sorted(r.topics)) or "-",
+            f"{age:.1f} s ago",
+        )
+    if not cluster.brokers:
+        table.add_row("(no broker registered)", "", "", "", "", "", "", "")
+    return table
+
+
+async def _run_cluster_status(args: argparse.Namespace) -> int:
+    """``hanet status --namesrv``: the cluster once, or every interval with ``--watch``."""
+    live = (
+        Live(refresh_per_second=4) if args.watch and sys.stdout.isatty() and not args.json else None
+    )
+    with live if live is not None else contextlib.nullcontext():
+        while True:
+            try:
+                cluster = await name_server_client(args).cluster()
+            except BrokerError as exc:
+                if not args.watch:
+                    return fail(str(exc))
+                message = f"hanet: {exc}; retrying every {args.interval:g} s"
+                if live is not None:
+                    live.update(message)
+                else:
+                    print(message, file=sys.stderr, flush=True)
+            else:
+                if args.json:
+                    document = cluster.to_json()
+                    print(json.dumps(document, indent=None if args.watch else 2), flush=True)
+                elif live is not None:
+                    live.update(cluster_renderable(cluster))
+                else:
+                    Console().print(cluster_renderable(cluster))
+                if not args.watch:
+                    return EXIT_OK
+            await trio.sleep(args.interval)

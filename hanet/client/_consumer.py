@@ -432,6 +432,11 @@ class Consumer:
         if position.consumed is None or after > position.consumed:
             position.consumed = after
 
+    @property
+    def buffered(self) -> int:
+        """Messages pulled and not yet handed out."""
+        return self._receive.statistics().current_buffer_used
+
     def positions(self) -> dict[QueueKey, QueuePosition]:
         """Each queue's state (a copy), by ``(broker_name, queue_id)``."""
         return {key: attrs.evolve(position) for key, position in sorted(self._queues.items())}

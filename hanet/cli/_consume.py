@@ -1,0 +1,169 @@
+"""``hanet consume``: a consumer group member that pulls every queue of a topic.
+
+``hanet consume --namesrv HOST:PORT --group G --topic T`` looks the topic's route up on the
+name servers, pulls all its queues (:class:`~hanet.client.Consumer`), prints each message (one
+line, or one JSON object with ``--json``: the record's fields plus ``broker_name`` and
+``broker_id``, the member it came from) and commits the group's offsets every
+``--commit-interval`` seconds and at exit. It keeps going across a master's loss by reading
+from a slave (from the last committed offset on a restart). A group that never committed
+starts at each queue's end unless ``--from-beginning``.
+
+It runs until Ctrl-C or SIGTERM (offsets committed, exit 130 or 0), ``--max-messages N``
+messages, or ``--idle-exit S`` seconds without a message; then prints a summary line on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from hanet.boot import run_until_stopped
+from hanet.client import (
+    BrokerError,
+    ConsumedMessage,
+    Consumer,
+    ConsumerStats,
+    broker_connector,
+)
+from hanet.store import record_to_json
+
+from ._client import add_namesrv, client_tls, name_server_client
+from ._support import EXIT_OK, fail, first_message, interrupted, stop_status
+
+__all__ = ["message_json", "register", "run_consume"]
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``consume`` verb."""
+    parser = subparsers.add_parser(
+        "consume",
+        help="consume a topic for a group: every queue, offsets committed, slave failover",
+        description="Pull every queue of --topic for --group through the route the name "
+        "servers give, print the messages, commit offsets (to the master, to a slave while it "
+        "is down) and keep going across a master's loss by reading from a slave.",
+    )
+    add_namesrv(parser, required=True)
+    parser.add_argument("--group", required=True, help="the consumer group")
+    parser.add_argument("--topic", required=True, help="the topic")
+    parser.add_argument(
+        "--from-beginning", action="store_true",
+        help="a queue the group never committed starts at its first message (default: its end)",
+    )  # fmt: skip
+    parser.add_argument("--json", action="store_true", help="one JSON object per message")
+    parser.add_argument(
+        "--max-messages", type=int, default=None, metavar="N", help="stop after N messages"
+    )
+    parser.add_argument(
+        "--idle-exit", type=float, default=None, metavar="S",
+        help="stop after S seconds without a message",
+    )  # fmt: skip
+    parser.add_argument(
+        "--commit-interval", type=float, default=5.0, metavar="S",
+        help="seconds between commits (5)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--retry-interval", type=float, default=5.0, metavar="S",
+        help="seconds a broker whose connection failed is skipped before it is tried again (5)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--pull-batch", type=int, default=32, metavar="N", help="most messages per pull (32)"
+    )
+    parser.add_argument(
+        "--timeout", type=float, default=5.0, metavar="S",
+        help="seconds to connect and per request (5)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--tls-ca", type=Path, default=None, metavar="FILE",
+        help="talk TLS (brokers and name servers), trusting this CA (plain TCP without it)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--tls-cert", type=Path, default=None, metavar="FILE",
+        help="present this certificate (PEM) to brokers that require one (mutual TLS)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--tls-key", type=Path, default=None, metavar="FILE", help="the key of --tls-cert"
+    )
+    parser.set_defaults(func=run_consume)
+
+
+def message_json(message: ConsumedMessage) -> dict[str, Any]:
+    """A consumed message as printed by ``--json``: the record's fields, its broker name and
+    the member (broker id) it was pulled from."""
+    return {
+        "broker_name": message.broker_name,
+        "broker_id": message.broker_id,
+        **record_to_json(message.record),
+    }
+
+
+def _line(message: ConsumedMessage) -> str:
+    record = message.record
+    body = record.body.decode("utf-8", "replace")
+    if len(body) > 60:
+        body = body[:57] + "..."
+    member = "master" if message.broker_id == 0 else f"slave {message.broker_id}"
+    props = " ".join(f"{k}={v}" for k, v in record.properties.items())
+    return (
+        f"{message.broker_name}/{record.queue_id} @{record.queue_offset:<8} ({member}) "
+        f"{record.msg_id} {props} {body!r}"
+    )
+
+
+def summary_line(stats: ConsumerStats) -> str:
+    """What a consumer did, in one line."""
+    return (
+        f"consumed {stats.delivered} messages ({stats.slave_pulls} of {stats.pulls} pulls "
+        f"answered by a slave, {stats.failovers} failovers); {stats.commits} offsets committed "
+        f"({stats.slave_commits} to a slave, {stats.commit_failures} retried)"
+    )
+
+
+async def run_consume(args: argparse.Namespace) -> int:
+    """``hanet consume``."""
+    if args.max_messages is not None and args.max_messages < 1:
+        return fail("--max-messages must be >= 1")
+    if args.pull_batch < 1 or args.commit_interval <= 0 or args.retry_interval <= 0:
+        return fail("--pull-batch must be >= 1, --commit-interval and --retry-interval > 0")
+    stats: list[ConsumerStats] = []
+
+    async def consume() -> None:
+        tls = client_tls(args)
+        async with Consumer.open(
+            name_server_client(args),
+            args.group,
+            args.topic,
+            from_beginning=args.from_beginning,
+            connector=broker_connector(tls=tls, timeout=args.timeout),
+            request_timeout=args.timeout,
+            pull_batch=args.pull_batch,
+            commit_interval=args.commit_interval,
+            retry_interval=args.retry_interval,
+        ) as consumer:
+            stats.append(consumer.stats)
+            idle = math.inf if args.idle_exit is None else args.idle_exit
+            while args.max_messages is None or consumer.stats.delivered < args.max_messages:
+                message = None
+                with trio.move_on_after(idle):
+                    message = await anext(consumer)
+                if message is None:
+                    break
+                print(json.dumps(message_json(message)) if args.json else _line(message))
+                if consumer.stats.delivered % 64 == 0 or not consumer.buffered:
+                    sys.stdout.flush()
+
+    failure: str | None = None
+    status = EXIT_OK
+    try:
+        status = stop_status(await run_until_stopped(consume))
+    except* (BrokerError, OSError) as group:
+        failure = first_message(group)
+    sys.stdout.flush()
+    if stats:
+        print(f"hanet: {summary_line(stats[0])}", file=sys.stderr, flush=True)
+    return interrupted(status) if failure is None else fail(failure)
