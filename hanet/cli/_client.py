@@ -57,7 +57,7 @@ from hanet.client import (
 )
 from hanet.errors import ConfigError
 from hanet.ha import BrokerRole
-from hanet.protocol import MASTER_ID
+from hanet.protocol import MASTER_ID, BrokerLiveInfo
 from hanet.store import record_to_json
 
 from ._support import (
@@ -655,33 +655,40 @@ def _show(status: BrokerStatus, args: argparse.Namespace, live: Live | None) -> 
 
 
 def cluster_renderable(cluster: ClusterInfo, now_ms: int | None = None) -> Any:
-    """A table of the live brokers: cluster, broker name, id, role, broker and HA port,
-    topics and how long ago each last registered (its heartbeat)."""
+    """A table per cluster of its live brokers: broker name, id, role, broker and HA port,
+    topics (with their queues) and how long ago each last registered (its heartbeat)."""
     now = int(time.time() * 1000) if now_ms is None else now_ms
-    table = Table(title="cluster (from the name server)", title_justify="left")
-    for column in ("cluster", "broker name", "id", "role", "address", "HA", "topics", "heartbeat"):
-        table.add_column(column, justify="right" if column in ("id", "heartbeat") else "left")
-
-    def order(live: Any) -> tuple[str, str, int]:
-        r = live.registration
-        return (r.cluster, r.broker_name, r.broker_id)
-
-    for live in sorted(cluster.brokers, key=order):
-        r = live.registration
-        age = max(0, now - live.last_update) / 1000
-        table.add_row(
-            r.cluster,
-            r.broker_name,
-            str(r.broker_id),
-            r.role,
-            r.broker_address,
-            r.ha_address or "-",
-            ", ".join(f"{topic}({queues})" for topic, queues in sorted(r.topics)) or "-",
-            f"{age:.1f} s ago",
-        )
-    if not cluster.brokers:
-        table.add_row("(no broker registered)", "", "", "", "", "", "", "")
-    return table
+    by_cluster: dict[str, list[BrokerLiveInfo]] = {}
+    for live in cluster.brokers:
+        by_cluster.setdefault(live.registration.cluster, []).append(live)
+    if not by_cluster:
+        return "no broker is registered with the name server"
+    tables = []
+    for name, members in sorted(by_cluster.items()):
+        table = Table(title=f"cluster {name}", title_justify="left")
+        for column in ("broker name", "id", "role", "address", "HA port", "topics", "last seen"):
+            table.add_column(
+                column,
+                justify="right" if column in ("id", "last seen") else "left",
+                no_wrap=column != "topics",
+                overflow="fold",
+            )
+        for live in sorted(
+            members, key=lambda m: (m.registration.broker_name, m.registration.broker_id)
+        ):
+            r = live.registration
+            age = max(0, now - live.last_update) / 1000
+            table.add_row(
+                r.broker_name,
+                str(r.broker_id),
+                r.role,
+                r.broker_address,
+                r.ha_address or "-",
+                ", ".join(f"{topic}({queues})" for topic, queues in sorted(r.topics)) or "-",
+                f"{age:.1f} s ago",
+            )
+        tables.append(table)
+    return Group(*tables)
 
 
 async def _run_cluster_status(args: argparse.Namespace) -> int:
@@ -708,7 +715,8 @@ async def _run_cluster_status(args: argparse.Namespace) -> int:
                 elif live is not None:
                     live.update(cluster_renderable(cluster))
                 else:
-                    Console().print(cluster_renderable(cluster))
+                    width = None if sys.stdout.isatty() else 120
+                    Console(width=width).print(cluster_renderable(cluster))
                 if not args.watch:
                     return EXIT_OK
             await trio.sleep(args.interval)
