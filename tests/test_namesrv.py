@@ -1,9 +1,15 @@
 """The name server: the registry in virtual time, the server over loopback TCP with
-:class:`NameServerClient`."""
+:class:`NameServerClient`, and ``hanet namesrv`` as a real process."""
 
 from __future__ import annotations
 
+import json
 import logging
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
 
 import attrs
 import pytest
@@ -11,6 +17,7 @@ import trio
 import trio.testing
 
 from hanet.channel import EmbeddedChannel
+from hanet.cli import main
 from hanet.client import (
     BrokerClient,
     BrokerConnectionError,
@@ -443,3 +450,74 @@ async def test_no_name_server_reachable() -> None:
     client = NameServerClient([("127.0.0.1", port)], timeout=2)
     with pytest.raises(BrokerConnectionError):
         await client.cluster()
+
+
+# -- hanet namesrv, a real process -------------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("stop", "status"), [(signal.SIGTERM, 0), (signal.SIGINT, 130)])
+async def test_hanet_namesrv_process(tmp_path: Path, stop: signal.Signals, status: int) -> None:
+    ready = tmp_path / "namesrv.ready"
+    log_path = tmp_path / "namesrv.log"
+    with log_path.open("wb") as out:
+        process = await trio.lowlevel.open_process(
+            [
+                sys.executable, "-m", "hanet", "namesrv", "--listen", "127.0.0.1:0",
+                "--expire-after", "60", "--ready-file", str(ready),
+            ],
+            stdin=subprocess.DEVNULL, stdout=out, stderr=out,
+        )  # fmt: skip
+    try:
+        with trio.fail_after(15):
+            while not ready.exists():
+                assert process.returncode is None, log_path.read_text()
+                await trio.sleep(0.02)
+        data = json.loads(ready.read_text())
+        host, _, port = data["namesrv"].rpartition(":")
+        assert data["expire_after"] == 60
+        client = NameServerClient([(host, int(port))])
+        await client.register_broker(MASTER_A)
+        answer = await client.register_broker(SLAVE_A)
+        assert answer.master_ha_address == "10.0.0.1:10912"
+        assert len((await client.cluster()).brokers) == 2
+        process.send_signal(stop)
+        with trio.fail_after(10):
+            assert await process.wait() == status
+    finally:
+        if process.returncode is None:
+            process.kill()
+        with trio.CancelScope(shield=True):
+            await process.wait()
+    text = log_path.read_text()
+    assert "new broker DefaultCluster/broker-a/0" in text
+    assert f"{stop.name}: stopping" in text
+    assert "Traceback" not in text
+
+
+def test_namesrv_port_in_use(capsys: pytest.CaptureFixture[str]) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert main(["namesrv", "--listen", f"127.0.0.1:{port}"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("hanet: cannot listen: ")
+    assert f"(127.0.0.1:{port})" in err
+
+
+@pytest.mark.parametrize("value", ["0", "-5", "soon"])
+def test_namesrv_refuses_a_bad_expiry(value: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as raised:
+        main(["namesrv", "--expire-after", value])
+    assert raised.value.code == 2
+    assert "--expire-after" in capsys.readouterr().err
+
+
+def test_namesrv_refuses_half_a_tls_setup(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cert = tmp_path / "cert.pem"
+    cert.write_text("x")
+    assert main(["namesrv", "--tls-cert", str(cert)]) == 2
+    assert "--tls-cert and --tls-key go together" in capsys.readouterr().err

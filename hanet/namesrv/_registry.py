@@ -180,12 +180,13 @@ class Registry:
                 )
         if old is None:
             log.info(
-                "new broker %s: %s at %s%s, %d topics",
+                "new broker %s: %s at %s%s, %d topic%s",
                 _name(r),
                 r.role,
                 r.broker_address,
                 f" (HA {r.ha_address})" if r.ha_address else "",
                 len(r.topics),
+                "" if len(r.topics) == 1 else "s",
             )
         else:
             o = old.registration
