@@ -16,6 +16,7 @@ import pytest
 import trio
 import trio.testing
 
+from hanet.boot import AllowList
 from hanet.channel import EmbeddedChannel
 from hanet.cli import main
 from hanet.client import (
@@ -303,8 +304,11 @@ def test_handle_answers_other_requests_not_supported() -> None:
     assert answer.message == "a name server does not serve Put requests"
 
 
-async def _start(nursery: trio.Nursery, **kwargs: object) -> tuple[NameServer, NameServerClient]:
-    server = NameServer(("127.0.0.1", 0), **kwargs)  # type: ignore[arg-type]
+async def _start(
+    nursery: trio.Nursery, server: NameServer | None = None
+) -> tuple[NameServer, NameServerClient]:
+    """Run ``server`` (default: one on a free loopback port); a client of it."""
+    server = server or NameServer(("127.0.0.1", 0))
     address = await nursery.start(server.run)
     return server, NameServerClient([address])
 
@@ -421,17 +425,25 @@ async def test_broker_requests_answer_not_supported() -> None:
         nursery.cancel_scope.cancel()
 
 
+@pytest.mark.parametrize(
+    ("frame", "reason"),
+    [
+        (b"\x00\x00\x00\x05\x7e\x00\x00\x00\x01", "opcode"),  # unknown opcode 0x7e
+        (b"\x00\x00\x00\x07\x12\x00\x00\x00\x01\x00\x09", "GET_ROUTE"),  # truncated
+        (b"\x00\x10\x00\x00\x12", "exceeds"),  # 1 MiB > the 4 KiB maximum
+    ],
+)
 async def test_a_malformed_frame_closes_only_its_connection(
-    caplog: pytest.LogCaptureFixture,
+    frame: bytes, reason: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     async with trio.open_nursery() as nursery:
-        server, client = await _start(nursery)
+        server, client = await _start(nursery, NameServer(("127.0.0.1", 0), max_frame_length=4096))
         assert server.address is not None
         host, port = server.address
         async with NameServerConnection.connect(host, port) as good:
             await good.register_broker(MASTER_A)
             bad = await trio.open_tcp_stream(host, port)
-            await bad.send_all(b"\x00\x00\x00\x05\x7e\x00\x00\x00\x01")  # unknown opcode 0x7e
+            await bad.send_all(frame)
             with trio.fail_after(5):
                 while await bad.receive_some(1024):
                     pass  # the server closes it
@@ -439,7 +451,16 @@ async def test_a_malformed_frame_closes_only_its_connection(
             assert len((await good.cluster()).brokers) == 1
         assert len((await client.cluster()).brokers) == 1
         warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
-        assert any("closing" in w and "opcode" in w for w in warnings), warnings
+        assert any("closing" in w and reason in w for w in warnings), warnings
+        nursery.cancel_scope.cancel()
+
+
+async def test_the_allow_list_refuses_other_networks() -> None:
+    async with trio.open_nursery() as nursery:
+        server = NameServer(("127.0.0.1", 0), allow=AllowList.parse("10.0.0.0/8"))
+        _, client = await _start(nursery, server)
+        with pytest.raises(BrokerConnectionError):
+            await client.cluster()
         nursery.cancel_scope.cancel()
 
 
