@@ -409,6 +409,18 @@ async def test_a_bad_registration_is_answered_and_the_connection_stays_open(
         nursery.cancel_scope.cancel()
 
 
+async def test_the_client_of_several_name_servers_raises_a_refusal_as_it_is() -> None:
+    async with trio.open_nursery() as nursery:
+        server, _ = await _start(nursery)
+        assert server.address is not None
+        client = NameServerClient([server.address, ("127.0.0.1", 1)], timeout=2.0)
+        with pytest.raises(BrokerRequestError, match="registration refused"):
+            await client.register_broker(attrs.evolve(MASTER_A, role="SLAVE"))
+        answer = await client.register_broker(MASTER_A)  # one name server down: still fine
+        assert answer.master_ha_address is None
+        nursery.cancel_scope.cancel()
+
+
 async def test_broker_requests_answer_not_supported() -> None:
     async with trio.open_nursery() as nursery:
         server, _ = await _start(nursery)
