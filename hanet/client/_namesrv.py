@@ -24,7 +24,13 @@ from hanet.protocol import (
     UnregisterBrokerResponse,
 )
 
-from ._broker import BrokerConnectionError, BrokerError, BrokerTimeoutError, RequestConnection
+from ._broker import (
+    BrokerConnectionError,
+    BrokerError,
+    BrokerRequestError,
+    BrokerTimeoutError,
+    RequestConnection,
+)
 
 __all__ = ["NameServerClient", "NameServerConnection"]
 
@@ -118,6 +124,7 @@ class NameServerClient:
         """Register with every name server; the answer that names a master wins.
 
         Raises:
+            BrokerRequestError: a name server refused the registration (its reason).
             BrokerConnectionError: no name server could be reached.
         """
         answers: list[RegisterBrokerResponse] = []
@@ -126,12 +133,15 @@ class NameServerClient:
         async def one(address: tuple[str, int]) -> None:
             try:
                 answers.append(await self._on(address, lambda c: c.register_broker(registration)))
-            except (BrokerConnectionError, BrokerTimeoutError) as exc:
+            except BrokerError as exc:  # unreachable, or the registration refused (ERROR)
                 errors.append(exc)
 
         async with trio.open_nursery() as nursery:
             for address in self.addresses:
                 nursery.start_soon(one, address)
+        refused = [e for e in errors if isinstance(e, BrokerRequestError)]
+        if refused:
+            raise refused[0]
         if not answers:
             raise errors[-1]
         for answer in answers:
