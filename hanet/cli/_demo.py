@@ -63,8 +63,9 @@ def register(subparsers: Any) -> None:
         help="work directory (kept); default: a temporary one, removed after a success",
     )  # fmt: skip
     parser.add_argument(
-        "--messages", type=int, default=None, metavar="N", help="(50000; 10000 with --dledger)"
-    )
+        "--messages", type=int, default=None, metavar="N",
+        help="(50000; 10000 with --dledger, 5000 with --consumers)",
+    )  # fmt: skip
     parser.add_argument("--size", type=int, default=1024, metavar="BYTES", help="body (1024)")
     parser.add_argument(
         "--mapped-file-size", type=int, default=1 << 20, metavar="BYTES",
@@ -86,6 +87,11 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--dledger", action="store_true",
         help="three DLedger (Raft) nodes instead; the leader is killed half-way",
+    )  # fmt: skip
+    parser.add_argument(
+        "--consumers", action="store_true",
+        help="a name server, a master, its slave, a producer and a consumer group instead; the "
+        "master is killed half-way and the consumer goes on from the slave",
     )  # fmt: skip
     parser.set_defaults(func=run_demo)
 
@@ -259,9 +265,14 @@ async def _poll(clients: list[BrokerClient], view: _View) -> None:
 
 
 async def run_demo(args: argparse.Namespace) -> int:
-    """``hanet demo`` (``--dledger``: :mod:`hanet.cli._demo_dledger`)."""
+    """``hanet demo`` (``--dledger``: :mod:`hanet.cli._demo_dledger`; ``--consumers``:
+    :mod:`hanet.cli._demo_consumers`)."""
     if args.messages is None:
-        args.messages = 10_000 if args.dledger else 50_000
+        args.messages = 10_000 if args.dledger else 5_000 if args.consumers else 50_000
+    if args.consumers:
+        from ._demo_consumers import run_consumers_demo  # noqa: PLC0415 - it imports this module
+
+        return await run_consumers_demo(args)
     if args.dledger:
         from ._demo_dledger import run_dledger_demo  # noqa: PLC0415 - it imports this module
 
