@@ -397,3 +397,16 @@ async def test_waits_for_the_topic_and_picks_up_new_broker_names(
         (message,) = await take(consumer, 1)  # within the route interval
     assert (message.broker_name, message.body) == ("broker-b", b"b0")
     assert other.offsets == {(GROUP, TOPIC, 0): 1}
+
+
+async def test_a_cancelled_consumer_still_commits_what_was_consumed(
+    autojump_clock: trio.testing.MockClock, cluster: FakeCluster
+) -> None:
+    cluster.produce(10)
+    with trio.CancelScope() as scope:
+        async with open_consumer(cluster, commit_interval=60.0) as consumer:
+            await take(consumer, 5)
+            scope.cancel()  # SIGTERM in ``hanet consume``
+            await trio.sleep(1)
+    # Four acknowledged (the fifth was being handled when the cancellation came).
+    assert sum(cluster.master.offsets.values()) == 4

@@ -205,6 +205,7 @@ class _Links:
         self._links: dict[str, BrokerLink] = {}
         self._stops: dict[str, trio.Event] = {}
         self._down_until: dict[str, float] = {}
+        self._scopes: set[trio.CancelScope] = set()
         self._lock = trio.Lock()
 
     def has_failed(self, address: str) -> bool:
@@ -218,19 +219,30 @@ class _Links:
     async def _hold(self, address: str, task_status: trio.TaskStatus[BrokerLink]) -> None:
         started = False
         stop = trio.Event()
-        try:
-            async with self._connector(address) as link:
-                self._stops[address] = stop
-                task_status.started(link)
-                started = True
-                await stop.wait()
-        except BrokerError as exc:
-            if not started:
-                raise
-            log.debug("connection to %s ended: %s", address, exc)
-        finally:
-            if self._stops.get(address) is stop:
-                del self._stops[address]
+        # Shielded: a cancellation of the consumer leaves the connections open for the last
+        # commit; :meth:`close` ends them (connecting is bounded by the connect timeout).
+        with trio.CancelScope(shield=True) as scope:
+            self._scopes.add(scope)
+            try:
+                async with self._connector(address) as link:
+                    self._stops[address] = stop
+                    task_status.started(link)
+                    started = True
+                    await stop.wait()
+            except BrokerError as exc:
+                if not started:
+                    raise
+                log.debug("connection to %s ended: %s", address, exc)
+            finally:
+                self._scopes.discard(scope)
+                if self._stops.get(address) is stop:
+                    del self._stops[address]
+
+    def close(self) -> None:
+        """Close every connection."""
+        self._links.clear()
+        for scope in list(self._scopes):
+            scope.cancel()
 
     async def get(self, address: str) -> BrokerLink:
         """The connection to ``address``, opened when there is none.
@@ -382,23 +394,29 @@ class Consumer:
                 retry_interval=retry_interval,
                 buffer=buffer,
             )
+            clean = False
             try:
                 async with trio.open_nursery() as loops:
                     loops.start_soon(consumer._pull_loop)
                     loops.start_soon(consumer._commit_loop)
                     try:
                         yield consumer
+                        clean = True
                     except BaseException as exc:
                         # Raised by the caller's block: re-raised as it is once everything
                         # is closed, not wrapped in the nurseries' exception groups.
                         error = exc
                     finally:
                         loops.cancel_scope.cancel()
-                if error is None:
-                    consumer.ack()
-                with trio.CancelScope(shield=True), trio.move_on_after(request_timeout):
-                    await consumer.commit()
             finally:
+                # However the block ended (a cancellation included: SIGTERM), what was
+                # consumed is committed; the connections outlive a cancellation for that.
+                with trio.CancelScope(shield=True):
+                    if clean:
+                        consumer.ack()
+                    with trio.move_on_after(request_timeout):
+                        await consumer.commit()
+                consumer._links.close()
                 links.cancel_scope.cancel()
         if error is not None:
             raise error
