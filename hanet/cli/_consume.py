@@ -8,8 +8,9 @@ line, or one JSON object with ``--json``: the record's fields plus ``broker_name
 from a slave (from the last committed offset on a restart). A group that never committed
 starts at each queue's end unless ``--from-beginning``.
 
-It runs until Ctrl-C or SIGTERM (offsets committed, exit 130 or 0), ``--max-messages N``
-messages, or ``--idle-exit S`` seconds without a message; then prints a summary line on stderr.
+``--rate N`` makes it a slow consumer (at most N messages a second). It runs until Ctrl-C or
+SIGTERM (offsets committed, exit 130 or 0), ``--max-messages N`` messages, or ``--idle-exit S``
+seconds without a message; then prints a summary line on stderr.
 """
 
 from __future__ import annotations
@@ -75,6 +76,10 @@ def register(subparsers: Any) -> None:
         "--pull-batch", type=int, default=32, metavar="N", help="most messages per pull (32)"
     )
     parser.add_argument(
+        "--rate", type=float, default=None, metavar="N",
+        help="consume at most N messages a second (a slow consumer, for demos)",
+    )  # fmt: skip
+    parser.add_argument(
         "--timeout", type=float, default=5.0, metavar="S",
         help="seconds to connect and per request (5)",
     )  # fmt: skip
@@ -130,6 +135,8 @@ async def run_consume(args: argparse.Namespace) -> int:
         return fail("--max-messages must be >= 1")
     if args.pull_batch < 1 or args.commit_interval <= 0 or args.retry_interval <= 0:
         return fail("--pull-batch must be >= 1, --commit-interval and --retry-interval > 0")
+    if args.rate is not None and args.rate <= 0:
+        return fail("--rate must be > 0")
     stats: list[ConsumerStats] = []
 
     async def consume() -> None:
@@ -147,6 +154,7 @@ async def run_consume(args: argparse.Namespace) -> int:
         ) as consumer:
             stats.append(consumer.stats)
             idle = math.inf if args.idle_exit is None else args.idle_exit
+            started = trio.current_time()
             while args.max_messages is None or consumer.stats.delivered < args.max_messages:
                 message = None
                 with trio.move_on_after(idle):
@@ -154,6 +162,9 @@ async def run_consume(args: argparse.Namespace) -> int:
                 if message is None:
                     break
                 print(json.dumps(message_json(message)) if args.json else _line(message))
+                if args.rate:
+                    sys.stdout.flush()
+                    await trio.sleep_until(started + consumer.stats.delivered / args.rate)
                 if consumer.stats.delivered % 64 == 0 or not consumer.buffered:
                     sys.stdout.flush()
 

@@ -4,7 +4,8 @@ is killed.
 Real processes of this interpreter on free loopback ports, in a temporary directory (or
 ``--dir``): a name server (``hanet namesrv``), a SYNC_MASTER and its slave (``hanet master`` /
 ``hanet slave`` registered with it, ``--slave-read-enable``) and a consumer
-(``hanet consume --from-beginning --json``, its output in ``consumer.jsonl``). A producer in
+(``hanet consume --from-beginning --json --rate``, slow on purpose: about 6 s for all the
+messages; its output in ``consumer.jsonl``). A producer in
 this process puts ``--messages`` numbered messages to the master the name server names
 (``--concurrency`` tasks of ``--batch`` messages) and keeps which were PUT_OK (a SYNC_MASTER's
 PUT_OK: the slave has it too). Once the consumer has consumed half of them the master is
@@ -50,6 +51,7 @@ __all__ = ["run_consumers_demo"]
 TOPIC = "DemoTopic"
 GROUP = "demo-group"
 BROKER_NAME = "broker-a"
+CONSUME_SECONDS = 6.0
 
 
 def _body(seq: int, size: int) -> bytes:
@@ -231,12 +233,16 @@ async def _run(args: argparse.Namespace, workdir: Path, parts: _Parts) -> bool:
     await _wait_registered(names, 2)
 
     view = _View(args.messages)
+    # A consumer slower than the producer (about CONSUME_SECONDS for all): a backlog is left
+    # on the slave when the master is killed.
+    rate = max(20, round(args.messages / CONSUME_SECONDS))
     output = _ConsumerOutput(workdir / "consumer.jsonl")
     consumer = await parts.start(
         "consumer",
         [
             "consume", "--namesrv", ns, "--group", GROUP, "--topic", TOPIC, "--from-beginning",
             "--json", "--retry-interval", "1", "--commit-interval", "1", "--timeout", "3",
+            "--rate", str(rate),
         ],
         stdout=output.path,
     )  # fmt: skip
