@@ -9,17 +9,7 @@ from handlers import EncoderError, LengthFieldBasedFrameDecoder, LengthFieldPrep
 from hanet.channel import ChannelDuplexHandler, ChannelHandler, HandlerContext, WriteFuture
 
 from ._codec import decode_request, decode_response, encode_request, encode_response
-from ._messages import (
-    LENGTH_FIELD,
-    ErrorCode,
-    ErrorResponse,
-    PullRequest,
-    PullResponse,
-    PutRequest,
-    PutResponse,
-    StatusRequest,
-    StatusResponse,
-)
+from ._messages import LENGTH_FIELD, ErrorCode, ErrorResponse, Request, Response
 
 __all__ = ["BrokerClientCodec", "BrokerServerCodec", "broker_frame_codec"]
 
@@ -48,7 +38,7 @@ class BrokerServerCodec(ChannelDuplexHandler):
             ctx.fire_channel_read(msg)
 
     def write(self, ctx: HandlerContext, msg: Any, future: WriteFuture) -> None:
-        if isinstance(msg, PutResponse | PullResponse | StatusResponse | ErrorResponse):
+        if isinstance(msg, Response):
             try:
                 frame = encode_response(msg)
             except EncoderError as exc:
@@ -75,7 +65,7 @@ class BrokerClientCodec(ChannelDuplexHandler):
             ctx.fire_channel_read(msg)
 
     def write(self, ctx: HandlerContext, msg: Any, future: WriteFuture) -> None:
-        if isinstance(msg, PutRequest | PullRequest | StatusRequest):
+        if isinstance(msg, Request):
             ctx.write(encode_request(msg), future)
         else:
             ctx.write(msg, future)
