@@ -52,6 +52,7 @@ from hanet.ha import BrokerConfig, BrokerRole, HAMaster, HASlave
 from hanet.protocol import (
     AUTO_QUEUE,
     DEFAULT_MAX_FRAME_LENGTH,
+    BrokerMetadata,
     BrokerServerCodec,
     BrokerStatus,
     MasterLink,
@@ -75,6 +76,7 @@ from hanet.store import (
 from ._admission import message_properties, refusal
 from ._handler import LOCALHOST, RequestHandler, packed_host, replies
 from ._metrics import BrokerMetrics, serve_metrics
+from ._offsets import OFFSETS_FILE, ConsumerOffsets
 from ._pull import serve_pull
 from ._status import store_status
 
@@ -136,6 +138,7 @@ class Broker:
         self._slave_handlers = slave_handlers
         self._store_config = store_config
         self._store: CommitLogStore | None = None
+        self._offsets: ConsumerOffsets | None = None
         self.master: HAMaster | None = None
         self.slave: HASlave | None = None
         self.addresses = BrokerAddresses(None, None)
@@ -162,6 +165,17 @@ class Broker:
             raise RuntimeError("the broker is not running")
         return self._store
 
+    @property
+    def offsets(self) -> ConsumerOffsets:
+        """The consumer offsets (only while :meth:`run` runs).
+
+        Raises:
+            RuntimeError: the broker is not running.
+        """
+        if self._offsets is None:
+            raise RuntimeError("the broker is not running")
+        return self._offsets
+
     def _make_store_config(self, broker_address: tuple[str, int] | None) -> StoreConfig:
         if self._store_config is not None:
             return self._store_config
@@ -183,13 +197,17 @@ class Broker:
     ) -> None:
         """Open the store and serve until cancelled; reports the bound addresses.
 
-        Cancellation (Ctrl-C included) closes every connection, then the store: its data is
-        flushed, the checkpoint written and ``abort`` removed, so the next start recovers
-        normally.
+        Cancellation (Ctrl-C included) closes every connection, writes the consumer offsets,
+        then closes the store: its data is flushed, the checkpoint written and ``abort``
+        removed, so the next start recovers normally.
+
+        Consumer offsets live in ``<store>/config/consumerOffset.json`` (see
+        :class:`ConsumerOffsets`), written every ``flush_consumer_offset_interval`` seconds.
 
         Raises:
             StoreError: the store cannot be opened (locked by another process, wrong file
                 size, ...).
+            ConfigFileError: ``consumerOffset.json`` and its ``.bak`` are both unusable.
             OSError: a port cannot be bound.
         """
         config = self.config
@@ -210,8 +228,10 @@ class Broker:
         self._store = store
         self._started = trio.current_time()
         try:
+            self._offsets = ConsumerOffsets.load(config.store_path_root_dir / OFFSETS_FILE)
             async with trio.open_nursery() as nursery:
                 await nursery.start(store.run)
+                await nursery.start(self._offsets.run, config.flush_consumer_offset_interval)
                 ha_address: tuple[str, int] | None = None
                 if self.role is BrokerRole.SLAVE:
                     self.slave = HASlave(store, config, extra_handlers=self._slave_handlers)
@@ -244,7 +264,10 @@ class Broker:
                 self.addresses = BrokerAddresses(broker_address, ha_address, metrics_address)
                 task_status.started(self.addresses)
         finally:
+            self._offsets = None  # persisted when its flusher stopped
             with trio.CancelScope(shield=True):
+                for listener in listeners:
+                    await listener.aclose()  # closed already unless the offsets did not load
                 await store.aclose()
             self._store = None
             log.info("store %s closed", config.store_path_root_dir)
@@ -380,6 +403,28 @@ class Broker:
     def pull(self, request: PullRequest) -> PullResponse:
         """Serve a PULL from the consume queue (see :func:`~hanet.broker.serve_pull`)."""
         return serve_pull(self.store, request, self.config.default_topic_queue_nums)
+
+    def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        """Record a consumer group's offset of a queue (a slave takes commits too: consumers
+        commit there while the master is unreachable)."""
+        self.offsets.commit(group, topic, queue_id, offset)
+
+    def query_offset(self, group: str, topic: str, queue_id: int) -> int:
+        """A consumer group's committed offset of a queue, -1 when it has none."""
+        return self.offsets.query(group, topic, queue_id)
+
+    def topics(self) -> dict[str, int]:
+        """The topics of the store, each with its number of queues (at least
+        ``default_topic_queue_nums``: the queues a put may use)."""
+        topics: dict[str, int] = {}
+        for topic, queue_id in self.store.queues():
+            topics[topic] = max(topics.get(topic, 0), queue_id + 1)
+        default = self.config.default_topic_queue_nums
+        return {topic: max(queues, default) for topic, queues in topics.items()}
+
+    def metadata(self) -> BrokerMetadata:
+        """What a slave copies (SYNC_METADATA): :meth:`topics` and the consumer offsets."""
+        return BrokerMetadata(self.topics(), self.offsets.table())
 
     def status(self) -> BrokerStatus:
         """The STATUS answer: role, offsets, replication state and the disk (``disk_full``,

@@ -31,7 +31,13 @@ import attrs
 import trio
 
 from hanet.boot import run_until_stopped
-from hanet.broker import Broker, BrokerAddresses, load_properties, parse_properties
+from hanet.broker import (
+    Broker,
+    BrokerAddresses,
+    ConfigFileError,
+    load_properties,
+    parse_properties,
+)
 from hanet.errors import ConfigError
 from hanet.ha import BrokerConfig, BrokerRole, HASlave
 from hanet.store import CommitLogStore, FlushDiskType, StoreConfig, StoreError, StoreRole
@@ -321,7 +327,7 @@ async def _serve(broker: Broker, ready_file: Path | None) -> int:
 
     try:
         stopped = stop_status(await run_until_stopped(serve))
-    except* (StoreError, ConfigError, OSError) as group:
+    except* (StoreError, ConfigError, ConfigFileError, OSError) as group:
         error = first_message(group)
         first = first_error(group)
         if isinstance(first, OSError) and first.errno == errno.EADDRINUSE:
