@@ -223,6 +223,10 @@ class RequestHandler(ChannelInboundHandler):
                 ctx.write(QueryOffsetResponse(msg.request_id, offset))
             elif isinstance(msg, MetadataRequest):
                 ctx.write(MetadataResponse(msg.request_id, broker.metadata()))
+            elif isinstance(msg, Request):
+                answer = not_supported(msg)
+                log.info("client %s: %s", self.peer, answer.message)
+                ctx.write(answer)
             else:
                 ctx.fire_channel_read(msg)
         except StoreError as exc:
