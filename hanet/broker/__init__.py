@@ -18,7 +18,7 @@ from ._handler import RequestHandler, RequestService
 from ._metrics import BrokerMetrics, serve_metrics
 from ._offsets import OFFSETS_FILE, ConsumerOffsets
 from ._properties import apply_properties, load_properties, parse_properties
-from ._pull import MAX_PULL_BYTES, serve_pull
+from ._pull import MAX_PULL_BYTES, serve_pull, suggest_broker_id
 
 __all__ = [
     "DEFAULT_QUEUES",
@@ -40,5 +40,6 @@ __all__ = [
     "refusal",
     "serve_metrics",
     "serve_pull",
+    "suggest_broker_id",
     "write_config_file",
 ]

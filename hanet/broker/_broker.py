@@ -77,7 +77,7 @@ from ._admission import message_properties, refusal
 from ._handler import LOCALHOST, RequestHandler, packed_host, replies
 from ._metrics import BrokerMetrics, serve_metrics
 from ._offsets import OFFSETS_FILE, ConsumerOffsets
-from ._pull import serve_pull
+from ._pull import serve_pull, suggest_broker_id
 from ._status import store_status
 
 __all__ = ["Broker", "BrokerAddresses"]
@@ -148,6 +148,12 @@ class Broker:
         self.metrics = BrokerMetrics(lambda: self.status() if self._store is not None else None)
         """Prometheus metrics (served on ``metrics_listen`` when it is set)."""
         self._sync_flush = config.flush_disk_type is FlushDiskType.SYNC_FLUSH
+        self._suggest = partial(
+            suggest_broker_id,
+            memory=config.memory_bytes * config.access_message_in_memory_max_ratio // 100,
+            slave_read_enable=config.slave_read_enable,
+            which_broker=config.which_broker_when_consume_slowly,
+        )
 
     @property
     def role(self) -> BrokerRole:
@@ -401,8 +407,12 @@ class Broker:
         return list(replies(results, queue_ids, status))
 
     def pull(self, request: PullRequest) -> PullResponse:
-        """Serve a PULL from the consume queue (see :func:`~hanet.broker.serve_pull`)."""
-        return serve_pull(self.store, request, self.config.default_topic_queue_nums)
+        """Serve a PULL from the consume queue (see :func:`~hanet.broker.serve_pull`); the
+        answer suggests a slave to a consumer far behind when ``slave_read_enable`` (see
+        :func:`~hanet.broker.suggest_broker_id`)."""
+        return serve_pull(
+            self.store, request, self.config.default_topic_queue_nums, suggest=self._suggest
+        )
 
     def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         """Record a consumer group's offset of a queue (a slave takes commits too: consumers
