@@ -3,7 +3,9 @@ registration with name servers (in-process; a fake name server where one is need
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import json
+import logging
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from functools import partial
 from pathlib import Path
@@ -15,18 +17,35 @@ import trio
 import trio.testing
 
 from hanet.boot import serve_listeners
-from hanet.broker import Broker, BrokerAddresses, DLedgerBrokerService, suggest_broker_id
+from hanet.broker import (
+    OFFSETS_FILE,
+    TOPICS_FILE,
+    Broker,
+    BrokerAddresses,
+    ConsumerOffsets,
+    DLedgerBrokerService,
+    SlaveSync,
+    suggest_broker_id,
+)
+from hanet.channel import ChannelInboundHandler, HandlerContext, StreamChannel
 from hanet.client import BrokerClient, BrokerRequestError, NameServerConnection
 from hanet.dledger import DLedgerNode, MemoryNetwork, NodeConfig, RaftConfig
+from hanet.errors import ConfigError
 from hanet.ha import BrokerConfig, BrokerRole
 from hanet.protocol import (
     MASTER_ID,
     BrokerRegistration,
+    BrokerServerCodec,
     ErrorCode,
     PullRequest,
     PullResponse,
     PullStatus,
     PutMessage,
+    RegisterBrokerRequest,
+    RegisterBrokerResponse,
+    UnregisterBrokerRequest,
+    UnregisterBrokerResponse,
+    broker_frame_codec,
 )
 from hanet.store import PutStatus
 
@@ -176,3 +195,230 @@ async def test_a_slave_suggests_itself_only_with_slave_read_enable(tmp_path: Pat
             assert reads.pull(PullRequest(1, "T", 0, 49, 1)).suggested_broker_id == MASTER_ID
             assert refuses.pull(request).status is PullStatus.FOUND
             assert refuses.pull(request).suggested_broker_id == MASTER_ID
+
+
+# -- a slave's metadata sync -------------------------------------------------------------------
+
+
+def fmt(address: tuple[str, int] | None) -> str:
+    assert address is not None
+    return f"{address[0]}:{address[1]}"
+
+
+async def wait_for(predicate: Callable[[], bool], seconds: float = 10) -> None:
+    with trio.fail_after(seconds):
+        while not predicate():  # noqa: ASYNC110 - polls another service's state
+            await trio.sleep(0.01)
+
+
+async def test_a_slave_copies_topics_and_offsets_at_connect_and_every_interval(
+    tmp_path: Path,
+) -> None:
+    async with running(config(tmp_path / "m")) as (master, m):
+        await master.put([PutMessage("A", b"a", queue_id=5 % 4)])
+        master.commit_offset("g", "A", 1, 1)
+        slave_cfg = config(
+            tmp_path / "s",
+            broker_role=BrokerRole.SLAVE,
+            ha_master_address=fmt(m.ha),
+            master_broker_address=fmt(m.broker),
+            slave_sync_interval=0.3,
+        )
+        async with running(slave_cfg, serve_broker_port=False) as (slave, _):
+            sync = slave.sync
+            assert sync is not None
+            await wait_for(lambda: sync.syncs >= 1)  # at connect, not after the interval
+            assert sync.topics == {"A": 4}
+            assert slave.offsets.table() == {("A", "g"): {1: 1}}
+            # Changes on the master arrive with the next round.
+            await master.put([PutMessage("B", b"b", queue_id=0)])
+            master.commit_offset("g", "A", 1, 2)
+            master.commit_offset("h", "B", 0, 1)
+            rounds = sync.syncs
+            await wait_for(lambda: sync.syncs >= rounds + 2)
+            assert sync.topics == {"A": 4, "B": 4}
+            assert slave.topics() == {"A": 4, "B": 4}
+            assert slave.offsets.table() == {("A", "g"): {1: 2}, ("B", "h"): {0: 1}}
+    topics = json.loads((tmp_path / "s" / TOPICS_FILE).read_text())
+    assert topics == {
+        "topicConfigTable": {
+            "A": {"topicName": "A", "readQueueNums": 4, "writeQueueNums": 4},
+            "B": {"topicName": "B", "readQueueNums": 4, "writeQueueNums": 4},
+        }
+    }
+    offsets = json.loads((tmp_path / "s" / OFFSETS_FILE).read_text())
+    assert offsets == {"offsetTable": {"A@g": {"1": 2}, "B@h": {"0": 1}}}
+    # A restarted slave knows its topics before any sync.
+    async with running(slave_cfg, serve_broker_port=False) as (slave, _):
+        assert slave.topics() == {"A": 4, "B": 4}
+        assert slave.query_offset("h", "B", 0) == 1
+
+
+async def test_a_failed_sync_is_logged_and_retried(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    offsets = ConsumerOffsets(tmp_path / "o.json")
+    dead = trio.socket.socket()
+    await dead.bind(("127.0.0.1", 0))
+    sync = SlaveSync(
+        offsets, tmp_path / "topics.json", master_address=fmt(dead.getsockname()), interval=0.05
+    )
+    dead.close()
+    with caplog.at_level(logging.WARNING, "hanet.broker"):
+        assert not await sync.sync_logged()
+    assert "metadata sync from master 127.0.0.1:" in caplog.text
+    assert sync.last_error is not None and "cannot connect" in sync.last_error
+    async with running(config(tmp_path / "m")) as (master, m), trio.open_nursery() as nursery:
+        master.commit_offset("g", "T", 0, 3)
+        await nursery.start(sync.run)
+        sync.set_master_address(fmt(m.broker))
+        await wait_for(lambda: sync.syncs == 1 and sync.last_error is None)
+        assert offsets.table() == {("T", "g"): {0: 3}}
+        nursery.cancel_scope.cancel()
+
+
+# -- registration with the name servers --------------------------------------------------------
+
+
+@attrs.define
+class FakeNameServer:
+    """Answers REGISTER_BROKER with ``master`` (broker address, HA address) for slaves, and
+    records every registration and unregistration."""
+
+    master: tuple[str, str] | None = None
+    registrations: list[BrokerRegistration] = attrs.Factory(list)
+    unregistered: list[tuple[str, int]] = attrs.Factory(list)
+
+    def initialize(self, channel: StreamChannel) -> None:
+        for name, handler in broker_frame_codec(1 << 20, BrokerServerCodec()):
+            channel.pipeline.add_last(handler, name)
+        channel.pipeline.add_last(_FakeNameServerHandler(self))
+
+
+class _FakeNameServerHandler(ChannelInboundHandler):
+    def __init__(self, server: FakeNameServer) -> None:
+        self.server = server
+
+    def channel_read(self, ctx: HandlerContext, msg: Any) -> None:
+        server = self.server
+        if isinstance(msg, RegisterBrokerRequest):
+            server.registrations.append(msg.registration)
+            master = server.master if msg.registration.broker_id != MASTER_ID else None
+            answer = RegisterBrokerResponse(msg.request_id, *(master or (None, None)))
+            ctx.write_and_flush(answer)
+        elif isinstance(msg, UnregisterBrokerRequest):
+            server.unregistered.append((msg.broker_name, msg.broker_id))
+            ctx.write_and_flush(UnregisterBrokerResponse(msg.request_id))
+
+
+@asynccontextmanager
+async def name_server() -> AsyncIterator[tuple[FakeNameServer, str]]:
+    server = FakeNameServer()
+    async with trio.open_nursery() as nursery:
+        listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+        address = fmt(listeners[0].socket.getsockname())
+        await nursery.start(partial(serve_listeners, server.initialize, listeners))
+        yield server, address
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_master_registers_at_start_and_every_interval_and_leaves_on_shutdown(
+    tmp_path: Path,
+) -> None:
+    async with name_server() as (ns, ns_address), name_server() as (ns2, ns2_address):
+        cfg = config(
+            tmp_path,
+            namesrv_addr=f"{ns_address},{ns2_address}",
+            broker_cluster_name="C1",
+            broker_name="broker-x",
+            register_broker_interval=0.2,
+        )
+        async with running(cfg) as (broker, addresses):
+            await wait_for(lambda: len(ns.registrations) >= 1 and len(ns2.registrations) >= 1)
+            first = ns.registrations[0]
+            assert first == BrokerRegistration(
+                "C1", "broker-x", 0, "ASYNC_MASTER", fmt(addresses.broker), fmt(addresses.ha), ()
+            )
+            await broker.put([PutMessage("T", b"x", queue_id=0)])
+            await wait_for(lambda: len(ns.registrations) >= 3)
+            assert ns.registrations[-1].topics == (("T", 4),)
+            assert broker.registrar is not None and broker.registrar.last_error is None
+        assert ns.unregistered == [("broker-x", 0)] and ns2.unregistered == [("broker-x", 0)]
+
+
+async def test_registration_failures_are_logged_once_and_retried(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    dead = trio.socket.socket()
+    await dead.bind(("127.0.0.1", 0))
+    address = fmt(dead.getsockname())
+    dead.close()
+    cfg = config(tmp_path, namesrv_addr=address, register_broker_interval=0.05)
+    with caplog.at_level(logging.WARNING, "hanet.broker"):
+        async with running(cfg, serve_broker_port=False) as (broker, _):
+            registrar = broker.registrar
+            assert registrar is not None
+            await wait_for(lambda: registrar.last_error is not None)
+            await trio.sleep(0.3)
+    assert registrar.registrations == 0
+    assert caplog.text.count("cannot register") == 1
+
+
+async def test_a_slave_learns_its_master_from_the_name_server_and_follows_a_change(
+    tmp_path: Path,
+) -> None:
+    async with (
+        name_server() as (ns, ns_address),
+        running(config(tmp_path / "a")) as (master_a, a),
+        running(config(tmp_path / "b")) as (master_b, b),
+    ):
+        slave_cfg = config(
+            tmp_path / "s",
+            broker_role=BrokerRole.SLAVE,
+            namesrv_addr=ns_address,
+            register_broker_interval=0.1,
+        )
+        async with running(slave_cfg) as (slave, s):
+            ha = slave.slave
+            assert ha is not None and slave.sync is not None
+            # No master registered yet: the slave waits, connecting nowhere.
+            await wait_for(lambda: len(ns.registrations) >= 2)
+            assert ns.registrations[0].broker_id == 1 and ns.registrations[0].role == "SLAVE"
+            assert ns.registrations[0].ha_address == ""
+            assert ns.registrations[0].broker_address == fmt(s.broker)
+            assert ha.status().master_address == "" and ha.status().attempts == 0
+            link = slave.status().master
+            assert link is not None and link.address == "" and not link.connected
+            master_a.commit_offset("g", "T", 0, 1)
+            ns.master = (fmt(a.broker), fmt(a.ha))
+            await wait_for(lambda: ha.status().connected)
+            assert ha.status().master_address == fmt(a.ha)
+            await wait_for(lambda: slave.offsets.query("g", "T", 0) == 1)  # synced at connect
+            assert slave.sync.master_address == fmt(a.broker)
+            # The master moves: the slave drops A and follows B.
+            ns.master = (fmt(b.broker), fmt(b.ha))
+            await wait_for(lambda: ha.status().master_address == fmt(b.ha))
+            await wait_for(lambda: ha.status().connected)
+            (reply,) = await master_b.put([PutMessage("T", b"from b", queue_id=0)])
+            await wait_for(
+                lambda: slave.store.dispatched_offset == reply.wrote_offset + reply.wrote_size
+            )
+            assert master_a.status().slaves == ()
+            assert len(master_b.status().slaves) == 1
+        assert ns.unregistered == [("broker-a", 1)]
+
+
+def test_a_slave_needs_a_master_address_or_a_name_server(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="haMasterAddress"):
+        Broker(config(tmp_path, broker_role=BrokerRole.SLAVE))
+    Broker(config(tmp_path, broker_role=BrokerRole.SLAVE, namesrv_addr="127.0.0.1:9876"))
+    with pytest.raises(ConfigError, match="brokerId"):
+        config(tmp_path, broker_role=BrokerRole.SLAVE, broker_id=0)
+    with pytest.raises(ConfigError, match="brokerId is 0"):
+        config(tmp_path, broker_id=2)
+    assert config(tmp_path, broker_role=BrokerRole.SLAVE).effective_broker_id == 1
+    assert config(tmp_path, broker_role=BrokerRole.SLAVE, broker_id=3).effective_broker_id == 3
+    assert config(tmp_path).effective_broker_id == 0
+    assert config(tmp_path, namesrv_addr="a:1, b:2").namesrv_addresses == [("a", 1), ("b", 2)]
+    with pytest.raises(ConfigError):
+        config(tmp_path, namesrv_addr="a:1,,b:2")

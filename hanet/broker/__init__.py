@@ -19,21 +19,27 @@ from ._metrics import BrokerMetrics, serve_metrics
 from ._offsets import OFFSETS_FILE, ConsumerOffsets
 from ._properties import apply_properties, load_properties, parse_properties
 from ._pull import MAX_PULL_BYTES, serve_pull, suggest_broker_id
+from ._registration import NameServerRegistrar
+from ._slave_sync import TOPICS_FILE, SlaveSync, load_topics
 
 __all__ = [
     "DEFAULT_QUEUES",
     "MAX_PULL_BYTES",
     "OFFSETS_FILE",
+    "TOPICS_FILE",
     "Broker",
     "BrokerAddresses",
     "BrokerMetrics",
     "ConfigFileError",
     "ConsumerOffsets",
     "DLedgerBrokerService",
+    "NameServerRegistrar",
     "RequestHandler",
     "RequestService",
+    "SlaveSync",
     "apply_properties",
     "load_properties",
+    "load_topics",
     "message_properties",
     "parse_properties",
     "read_config_file",

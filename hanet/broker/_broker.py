@@ -48,11 +48,13 @@ import trio
 
 from hanet.boot import AllowList, serve_listeners
 from hanet.channel import ChannelHandler, StreamChannel, format_address, parse_address
+from hanet.client import NameServerClient
 from hanet.ha import BrokerConfig, BrokerRole, HAMaster, HASlave
 from hanet.protocol import (
     AUTO_QUEUE,
     DEFAULT_MAX_FRAME_LENGTH,
     BrokerMetadata,
+    BrokerRegistration,
     BrokerServerCodec,
     BrokerStatus,
     MasterLink,
@@ -60,6 +62,7 @@ from hanet.protocol import (
     PullResponse,
     PutMessage,
     PutReply,
+    RegisterBrokerResponse,
     SlaveInfo,
     broker_frame_codec,
 )
@@ -78,6 +81,8 @@ from ._handler import LOCALHOST, RequestHandler, packed_host, replies
 from ._metrics import BrokerMetrics, serve_metrics
 from ._offsets import OFFSETS_FILE, ConsumerOffsets
 from ._pull import serve_pull, suggest_broker_id
+from ._registration import NameServerRegistrar
+from ._slave_sync import TOPICS_FILE, SlaveSync, load_topics
 from ._status import store_status
 
 __all__ = ["Broker", "BrokerAddresses"]
@@ -128,7 +133,11 @@ class Broker:
         slave_handlers: Callable[[], Sequence[ChannelHandler]] | None = None,
         store_config: StoreConfig | None = None,
     ) -> None:
-        if config.broker_role is BrokerRole.SLAVE and not config.ha_master_address:
+        if (
+            config.broker_role is BrokerRole.SLAVE
+            and not config.ha_master_address
+            and not config.namesrv_addr
+        ):
             # Fail at construction, not inside the service.
             config.ha_master_host_port  # noqa: B018 - raises ConfigError
         self.config = config
@@ -141,6 +150,10 @@ class Broker:
         self._offsets: ConsumerOffsets | None = None
         self.master: HAMaster | None = None
         self.slave: HASlave | None = None
+        self.sync: SlaveSync | None = None
+        """A slave's copy of its master's topics and consumer offsets (None on a master)."""
+        self.registrar: NameServerRegistrar | None = None
+        """The registration with the name servers (None without ``namesrv_addr``)."""
         self.addresses = BrokerAddresses(None, None)
         self._queue_counters: dict[str, itertools.count[int]] = {}
         self._started = 0.0
@@ -240,7 +253,22 @@ class Broker:
                 await nursery.start(self._offsets.run, config.flush_consumer_offset_interval)
                 ha_address: tuple[str, int] | None = None
                 if self.role is BrokerRole.SLAVE:
-                    self.slave = HASlave(store, config, extra_handlers=self._slave_handlers)
+                    topics_path = config.store_path_root_dir / TOPICS_FILE
+                    self.sync = SlaveSync(
+                        self._offsets,
+                        topics_path,
+                        master_address=config.master_broker_address,
+                        interval=config.slave_sync_interval,
+                        tls=config.client_tls(),
+                    )
+                    self.sync.topics = load_topics(topics_path)
+                    await nursery.start(self.sync.run)
+                    self.slave = HASlave(
+                        store,
+                        config,
+                        extra_handlers=self._slave_handlers,
+                        on_connect=self.sync.trigger,
+                    )
                     await nursery.start(self.slave.run)
                 else:
                     self.master = HAMaster(store, config)
@@ -268,6 +296,14 @@ class Broker:
                         format_address(broker_address),
                     )
                 self.addresses = BrokerAddresses(broker_address, ha_address, metrics_address)
+                if config.namesrv_addr:
+                    self.registrar = NameServerRegistrar(
+                        NameServerClient(config.namesrv_addresses, tls=config.client_tls()),
+                        self.registration,
+                        interval=config.register_broker_interval,
+                        on_answer=self._registered,
+                    )
+                    nursery.start_soon(self.registrar.run)
                 task_status.started(self.addresses)
         finally:
             self._offsets = None  # persisted when its flusher stopped
@@ -425,12 +461,40 @@ class Broker:
 
     def topics(self) -> dict[str, int]:
         """The topics of the store, each with its number of queues (at least
-        ``default_topic_queue_nums``: the queues a put may use)."""
+        ``default_topic_queue_nums``: the queues a put may use); a slave adds the topics
+        copied from its master."""
         topics: dict[str, int] = {}
         for topic, queue_id in self.store.queues():
             topics[topic] = max(topics.get(topic, 0), queue_id + 1)
         default = self.config.default_topic_queue_nums
-        return {topic: max(queues, default) for topic, queues in topics.items()}
+        topics = {topic: max(queues, default) for topic, queues in topics.items()}
+        if self.sync is not None:
+            for topic, queues in self.sync.topics.items():
+                topics[topic] = max(topics.get(topic, 0), queues)
+        return topics
+
+    def registration(self) -> BrokerRegistration:
+        """What this broker registers with the name servers: cluster, names, id, role, its
+        broker port and (a master) HA port, its :meth:`topics`."""
+        config = self.config
+        addresses = self.addresses
+        return BrokerRegistration(
+            cluster=config.broker_cluster_name,
+            broker_name=config.broker_name,
+            broker_id=config.effective_broker_id,
+            role=self.role.value,
+            broker_address=_advertised(addresses.broker),
+            ha_address=_advertised(addresses.ha),
+            topics=tuple(sorted(self.topics().items())) if self._store is not None else (),
+        )
+
+    def _registered(self, answer: RegisterBrokerResponse) -> None:
+        """A slave follows the master the name server names, unless configured with one."""
+        config = self.config
+        if self.slave is not None and answer.master_ha_address and not config.ha_master_address:
+            self.slave.set_master_address(answer.master_ha_address)
+        if self.sync is not None and answer.master_address and not config.master_broker_address:
+            self.sync.set_master_address(answer.master_address)
 
     def metadata(self) -> BrokerMetadata:
         """What a slave copies (SYNC_METADATA): :meth:`topics` and the consumer offsets."""
@@ -473,3 +537,14 @@ class Broker:
                 ),
             )
         return status
+
+
+def _advertised(address: tuple[str, int] | None) -> str:
+    """``host:port`` others reach a bound address at ("" for none; a wildcard host becomes
+    127.0.0.1, as in the records' store host)."""
+    if address is None:
+        return ""
+    host, port = address
+    if host in ("", "0.0.0.0", "::"):
+        host = "127.0.0.1"
+    return format_address((host, port))
