@@ -20,6 +20,21 @@ Puts are written to the store synchronously, in the order they arrive on a conne
 
 A slave answers every put SERVICE_NOT_AVAILABLE and serves PULL and STATUS from its replica.
 
+In a cluster (RocketMQ's behaviour throughout):
+
+- Consumer offsets: COMMIT_OFFSET / QUERY_OFFSET on masters and slaves alike (consumers commit
+  to a slave while the master is unreachable), kept in ``<store>/config/consumerOffset.json``
+  (:class:`ConsumerOffsets`: written every ``flush_consumer_offset_interval`` and at shutdown).
+- Pull answers suggest a broker id (:func:`suggest_broker_id`): a slave to a consumer far
+  behind when ``slave_read_enable``.
+- A slave copies its master's topics and offsets (SYNC_METADATA, :class:`SlaveSync`) at each
+  connection to the master and every ``slave_sync_interval``, from the master's broker port
+  the name server names (or ``master_broker_address``).
+- With ``namesrv_addr`` the broker registers every ``register_broker_interval``
+  (:class:`NameServerRegistrar`) and unregisters on a clean shutdown; a slave without
+  ``ha_master_address`` follows the master HA address the registration answer names.
+- Requests of the name server answer ERROR NOT_SUPPORTED.
+
 A full disk never stops the broker: while the store's file system is used past
 ``disk_max_used_space_ratio`` (75 %) puts answer SERVICE_NOT_AVAILABLE ("disk full: disk used
 91 % > diskMaxUsedSpaceRatio 75 %"); a put that needs a new commit log or consume queue file
