@@ -20,6 +20,21 @@ Puts are written to the store synchronously, in the order they arrive on a conne
 
 A slave answers every put SERVICE_NOT_AVAILABLE and serves PULL and STATUS from its replica.
 
+In a cluster (RocketMQ's behaviour throughout):
+
+- Consumer offsets: COMMIT_OFFSET / QUERY_OFFSET on masters and slaves alike (consumers commit
+  to a slave while the master is unreachable), kept in ``<store>/config/consumerOffset.json``
+  (:class:`ConsumerOffsets`: written every ``flush_consumer_offset_interval`` and at shutdown).
+- Pull answers suggest a broker id (:func:`suggest_broker_id`): a slave to a consumer far
+  behind when ``slave_read_enable``.
+- A slave copies its master's topics and offsets (SYNC_METADATA, :class:`SlaveSync`) at each
+  connection to the master and every ``slave_sync_interval``, from the master's broker port
+  the name server names (or ``master_broker_address``).
+- With ``namesrv_addr`` the broker registers every ``register_broker_interval``
+  (:class:`NameServerRegistrar`) and unregisters on a clean shutdown; a slave without
+  ``ha_master_address`` follows the master HA address the registration answer names.
+- Requests of the name server answer ERROR NOT_SUPPORTED.
+
 A full disk never stops the broker: while the store's file system is used past
 ``disk_max_used_space_ratio`` (75 %) puts answer SERVICE_NOT_AVAILABLE ("disk full: disk used
 91 % > diskMaxUsedSpaceRatio 75 %"); a put that needs a new commit log or consume queue file
@@ -48,10 +63,13 @@ import trio
 
 from hanet.boot import AllowList, serve_listeners
 from hanet.channel import ChannelHandler, StreamChannel, format_address, parse_address
+from hanet.client import NameServerClient
 from hanet.ha import BrokerConfig, BrokerRole, HAMaster, HASlave
 from hanet.protocol import (
     AUTO_QUEUE,
     DEFAULT_MAX_FRAME_LENGTH,
+    BrokerMetadata,
+    BrokerRegistration,
     BrokerServerCodec,
     BrokerStatus,
     MasterLink,
@@ -59,6 +77,7 @@ from hanet.protocol import (
     PullResponse,
     PutMessage,
     PutReply,
+    RegisterBrokerResponse,
     SlaveInfo,
     broker_frame_codec,
 )
@@ -75,7 +94,10 @@ from hanet.store import (
 from ._admission import message_properties, refusal
 from ._handler import LOCALHOST, RequestHandler, packed_host, replies
 from ._metrics import BrokerMetrics, serve_metrics
-from ._pull import serve_pull
+from ._offsets import OFFSETS_FILE, ConsumerOffsets
+from ._pull import serve_pull, suggest_broker_id
+from ._registration import NameServerRegistrar
+from ._slave_sync import TOPICS_FILE, SlaveSync, load_topics
 from ._status import store_status
 
 __all__ = ["Broker", "BrokerAddresses"]
@@ -126,7 +148,11 @@ class Broker:
         slave_handlers: Callable[[], Sequence[ChannelHandler]] | None = None,
         store_config: StoreConfig | None = None,
     ) -> None:
-        if config.broker_role is BrokerRole.SLAVE and not config.ha_master_address:
+        if (
+            config.broker_role is BrokerRole.SLAVE
+            and not config.ha_master_address
+            and not config.namesrv_addr
+        ):
             # Fail at construction, not inside the service.
             config.ha_master_host_port  # noqa: B018 - raises ConfigError
         self.config = config
@@ -136,8 +162,13 @@ class Broker:
         self._slave_handlers = slave_handlers
         self._store_config = store_config
         self._store: CommitLogStore | None = None
+        self._offsets: ConsumerOffsets | None = None
         self.master: HAMaster | None = None
         self.slave: HASlave | None = None
+        self.sync: SlaveSync | None = None
+        """A slave's copy of its master's topics and consumer offsets (None on a master)."""
+        self.registrar: NameServerRegistrar | None = None
+        """The registration with the name servers (None without ``namesrv_addr``)."""
         self.addresses = BrokerAddresses(None, None)
         self._queue_counters: dict[str, itertools.count[int]] = {}
         self._started = 0.0
@@ -145,6 +176,12 @@ class Broker:
         self.metrics = BrokerMetrics(lambda: self.status() if self._store is not None else None)
         """Prometheus metrics (served on ``metrics_listen`` when it is set)."""
         self._sync_flush = config.flush_disk_type is FlushDiskType.SYNC_FLUSH
+        self._suggest = partial(
+            suggest_broker_id,
+            memory=config.memory_bytes * config.access_message_in_memory_max_ratio // 100,
+            slave_read_enable=config.slave_read_enable,
+            which_broker=config.which_broker_when_consume_slowly,
+        )
 
     @property
     def role(self) -> BrokerRole:
@@ -161,6 +198,17 @@ class Broker:
         if self._store is None:
             raise RuntimeError("the broker is not running")
         return self._store
+
+    @property
+    def offsets(self) -> ConsumerOffsets:
+        """The consumer offsets (only while :meth:`run` runs).
+
+        Raises:
+            RuntimeError: the broker is not running.
+        """
+        if self._offsets is None:
+            raise RuntimeError("the broker is not running")
+        return self._offsets
 
     def _make_store_config(self, broker_address: tuple[str, int] | None) -> StoreConfig:
         if self._store_config is not None:
@@ -183,13 +231,17 @@ class Broker:
     ) -> None:
         """Open the store and serve until cancelled; reports the bound addresses.
 
-        Cancellation (Ctrl-C included) closes every connection, then the store: its data is
-        flushed, the checkpoint written and ``abort`` removed, so the next start recovers
-        normally.
+        Cancellation (Ctrl-C included) closes every connection, writes the consumer offsets,
+        then closes the store: its data is flushed, the checkpoint written and ``abort``
+        removed, so the next start recovers normally.
+
+        Consumer offsets live in ``<store>/config/consumerOffset.json`` (see
+        :class:`ConsumerOffsets`), written every ``flush_consumer_offset_interval`` seconds.
 
         Raises:
             StoreError: the store cannot be opened (locked by another process, wrong file
                 size, ...).
+            ConfigFileError: ``consumerOffset.json`` and its ``.bak`` are both unusable.
             OSError: a port cannot be bound.
         """
         config = self.config
@@ -210,11 +262,28 @@ class Broker:
         self._store = store
         self._started = trio.current_time()
         try:
+            self._offsets = ConsumerOffsets.load(config.store_path_root_dir / OFFSETS_FILE)
             async with trio.open_nursery() as nursery:
                 await nursery.start(store.run)
+                await nursery.start(self._offsets.run, config.flush_consumer_offset_interval)
                 ha_address: tuple[str, int] | None = None
                 if self.role is BrokerRole.SLAVE:
-                    self.slave = HASlave(store, config, extra_handlers=self._slave_handlers)
+                    topics_path = config.store_path_root_dir / TOPICS_FILE
+                    self.sync = SlaveSync(
+                        self._offsets,
+                        topics_path,
+                        master_address=config.master_broker_address,
+                        interval=config.slave_sync_interval,
+                        tls=config.client_tls(),
+                    )
+                    self.sync.topics = load_topics(topics_path)
+                    await nursery.start(self.sync.run)
+                    self.slave = HASlave(
+                        store,
+                        config,
+                        extra_handlers=self._slave_handlers,
+                        on_connect=self.sync.trigger,
+                    )
                     await nursery.start(self.slave.run)
                 else:
                     self.master = HAMaster(store, config)
@@ -242,9 +311,20 @@ class Broker:
                         format_address(broker_address),
                     )
                 self.addresses = BrokerAddresses(broker_address, ha_address, metrics_address)
+                if config.namesrv_addr:
+                    self.registrar = NameServerRegistrar(
+                        NameServerClient(config.namesrv_addresses, tls=config.client_tls()),
+                        self.registration,
+                        interval=config.register_broker_interval,
+                        on_answer=self._registered,
+                    )
+                    nursery.start_soon(self.registrar.run)
                 task_status.started(self.addresses)
         finally:
+            self._offsets = None  # persisted when its flusher stopped
             with trio.CancelScope(shield=True):
+                for listener in listeners:
+                    await listener.aclose()  # closed already unless the offsets did not load
                 await store.aclose()
             self._store = None
             log.info("store %s closed", config.store_path_root_dir)
@@ -378,8 +458,62 @@ class Broker:
         return list(replies(results, queue_ids, status))
 
     def pull(self, request: PullRequest) -> PullResponse:
-        """Serve a PULL from the consume queue (see :func:`~hanet.broker.serve_pull`)."""
-        return serve_pull(self.store, request, self.config.default_topic_queue_nums)
+        """Serve a PULL from the consume queue (see :func:`~hanet.broker.serve_pull`); the
+        answer suggests a slave to a consumer far behind when ``slave_read_enable`` (see
+        :func:`~hanet.broker.suggest_broker_id`)."""
+        return serve_pull(
+            self.store, request, self.config.default_topic_queue_nums, suggest=self._suggest
+        )
+
+    def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        """Record a consumer group's offset of a queue (a slave takes commits too: consumers
+        commit there while the master is unreachable)."""
+        self.offsets.commit(group, topic, queue_id, offset)
+
+    def query_offset(self, group: str, topic: str, queue_id: int) -> int:
+        """A consumer group's committed offset of a queue, -1 when it has none."""
+        return self.offsets.query(group, topic, queue_id)
+
+    def topics(self) -> dict[str, int]:
+        """The topics of the store, each with its number of queues (at least
+        ``default_topic_queue_nums``: the queues a put may use); a slave adds the topics
+        copied from its master."""
+        topics: dict[str, int] = {}
+        for topic, queue_id in self.store.queues():
+            topics[topic] = max(topics.get(topic, 0), queue_id + 1)
+        default = self.config.default_topic_queue_nums
+        topics = {topic: max(queues, default) for topic, queues in topics.items()}
+        if self.sync is not None:
+            for topic, queues in self.sync.topics.items():
+                topics[topic] = max(topics.get(topic, 0), queues)
+        return topics
+
+    def registration(self) -> BrokerRegistration:
+        """What this broker registers with the name servers: cluster, names, id, role, its
+        broker port and (a master) HA port, its :meth:`topics`."""
+        config = self.config
+        addresses = self.addresses
+        return BrokerRegistration(
+            cluster=config.broker_cluster_name,
+            broker_name=config.broker_name,
+            broker_id=config.effective_broker_id,
+            role=self.role.value,
+            broker_address=_advertised(addresses.broker),
+            ha_address=_advertised(addresses.ha),
+            topics=tuple(sorted(self.topics().items())) if self._store is not None else (),
+        )
+
+    def _registered(self, answer: RegisterBrokerResponse) -> None:
+        """A slave follows the master the name server names, unless configured with one."""
+        config = self.config
+        if self.slave is not None and answer.master_ha_address and not config.ha_master_address:
+            self.slave.set_master_address(answer.master_ha_address)
+        if self.sync is not None and answer.master_address and not config.master_broker_address:
+            self.sync.set_master_address(answer.master_address)
+
+    def metadata(self) -> BrokerMetadata:
+        """What a slave copies (SYNC_METADATA): :meth:`topics` and the consumer offsets."""
+        return BrokerMetadata(self.topics(), self.offsets.table())
 
     def status(self) -> BrokerStatus:
         """The STATUS answer: role, offsets, replication state and the disk (``disk_full``,
@@ -418,3 +552,14 @@ class Broker:
                 ),
             )
         return status
+
+
+def _advertised(address: tuple[str, int] | None) -> str:
+    """``host:port`` others reach a bound address at ("" for none; a wildcard host becomes
+    127.0.0.1, as in the records' store host)."""
+    if address is None:
+        return ""
+    host, port = address
+    if host in ("", "0.0.0.0", "::"):
+        host = "127.0.0.1"
+    return format_address((host, port))

@@ -4,6 +4,11 @@ A follower or candidate answers a PUT with ERROR NOT_LEADER (with the leader's b
 when it knows it); WAIT_QUORUM_ACK_TIMEOUT means the outcome is unknown (the entry may still
 commit). Messages are checked as the classic broker checks them (:func:`refusal`) and pulls
 are served by the same code (:func:`serve_pull`).
+
+Consumer offsets (COMMIT_OFFSET, QUERY_OFFSET) are kept per node in a
+:class:`ConsumerOffsets` (memory only unless one with a file is given; they are not
+replicated through Raft). SYNC_METADATA and the name server's requests answer ERROR
+NOT_SUPPORTED: a DLedger group has no master/slave metadata sync.
 """
 
 from __future__ import annotations
@@ -20,6 +25,8 @@ from hanet.protocol import (
     DEFAULT_MAX_FRAME_LENGTH,
     BrokerServerCodec,
     BrokerStatus,
+    CommitOffsetRequest,
+    CommitOffsetResponse,
     DLedgerInfo,
     DLedgerPeer,
     ErrorCode,
@@ -30,6 +37,9 @@ from hanet.protocol import (
     PutReply,
     PutRequest,
     PutResponse,
+    QueryOffsetRequest,
+    QueryOffsetResponse,
+    Request,
     StatusRequest,
     StatusResponse,
     broker_frame_codec,
@@ -37,7 +47,8 @@ from hanet.protocol import (
 from hanet.store import CommitLogStore, Message, PutResult, PutStatus, StoreError
 
 from ._admission import message_properties, refusal
-from ._handler import packed_host
+from ._handler import not_supported, packed_host
+from ._offsets import ConsumerOffsets
 from ._pull import serve_pull
 from ._status import store_status
 
@@ -52,7 +63,9 @@ _WAIT_DETAIL = (
 
 
 class DLedgerBrokerService:
-    """The broker port of a DLedger node: PUT through Raft, PULL and STATUS from the view."""
+    """The broker port of a DLedger node: PUT through Raft, PULL and STATUS from the view,
+    consumer offsets from ``offsets`` (default: in memory only; run its
+    :meth:`ConsumerOffsets.run` to persist one with a file)."""
 
     def __init__(
         self,
@@ -60,8 +73,10 @@ class DLedgerBrokerService:
         *,
         queues: int = DEFAULT_QUEUES,
         max_frame_length: int = DEFAULT_MAX_FRAME_LENGTH,
+        offsets: ConsumerOffsets | None = None,
     ) -> None:
         self.node = node
+        self.offsets = offsets if offsets is not None else ConsumerOffsets()
         self.queues = queues
         self.max_frame_length = max_frame_length
         self.broker_address: str | None = None
@@ -200,6 +215,14 @@ class _Requests(ChannelInboundHandler):
                 ctx.write(self.service.pull(msg))
             elif isinstance(msg, StatusRequest):
                 ctx.write(StatusResponse(msg.request_id, self.service.status()))
+            elif isinstance(msg, CommitOffsetRequest):
+                self.service.offsets.commit(msg.group, msg.topic, msg.queue_id, msg.offset)
+                ctx.write(CommitOffsetResponse(msg.request_id))
+            elif isinstance(msg, QueryOffsetRequest):
+                offset = self.service.offsets.query(msg.group, msg.topic, msg.queue_id)
+                ctx.write(QueryOffsetResponse(msg.request_id, offset))
+            elif isinstance(msg, Request):
+                ctx.write(not_supported(msg, "a DLedger broker port"))
             else:
                 ctx.fire_channel_read(msg)
         except StoreError as exc:

@@ -1,5 +1,8 @@
 """One broker port connection: decode requests, serve them through the Broker, answer by id.
 
+PUT, PULL, STATUS, COMMIT_OFFSET, QUERY_OFFSET and SYNC_METADATA are served; any other request
+(a name server's) is answered ERROR NOT_SUPPORTED and the connection stays open.
+
 Puts that must wait (SYNC_FLUSH, SYNC_MASTER) queue in arrival order, which is also their order
 in the commit log; one task per connection settles them: it waits for the oldest, then answers
 every later one already covered by the flushed / replicated offset without waiting again, so
@@ -21,21 +24,36 @@ import trio
 from handlers import DecoderError
 from hanet.channel import ChannelInboundHandler, HandlerContext, StreamChannel, format_address
 from hanet.protocol import (
+    BrokerMetadata,
     BrokerStatus,
+    CommitOffsetRequest,
+    CommitOffsetResponse,
     ErrorCode,
     ErrorResponse,
+    MetadataRequest,
+    MetadataResponse,
     PullRequest,
     PullResponse,
     PutMessage,
     PutReply,
     PutRequest,
     PutResponse,
+    QueryOffsetRequest,
+    QueryOffsetResponse,
+    Request,
     StatusRequest,
     StatusResponse,
 )
 from hanet.store import PutResult, PutStatus, StoreError
 
-__all__ = ["LOCALHOST", "RequestHandler", "RequestService", "packed_host", "replies"]
+__all__ = [
+    "LOCALHOST",
+    "RequestHandler",
+    "RequestService",
+    "not_supported",
+    "packed_host",
+    "replies",
+]
 
 log = logging.getLogger("hanet.broker")
 
@@ -78,6 +96,15 @@ def replies(
         else:
             out.append(PutReply(result.status, detail=result.detail))
     return tuple(out)
+
+
+def not_supported(request: Request, port: str = "a broker port") -> ErrorResponse:
+    """The ERROR NOT_SUPPORTED answer to a request this port does not serve (a name server's
+    request sent to a broker, say)."""
+    name = type(request).__name__.removesuffix("Request")
+    return ErrorResponse(
+        request.request_id, ErrorCode.NOT_SUPPORTED, f"{name} is not served by {port}"
+    )
 
 
 @attrs.define
@@ -124,6 +151,18 @@ class RequestService(Protocol):
 
     def status(self) -> BrokerStatus:
         """The STATUS document."""
+        ...
+
+    def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        """Record a consumer group's offset of a queue."""
+        ...
+
+    def query_offset(self, group: str, topic: str, queue_id: int) -> int:
+        """A consumer group's committed offset of a queue (-1: none)."""
+        ...
+
+    def metadata(self) -> BrokerMetadata:
+        """The topic config and consumer offsets a slave copies."""
         ...
 
     def observe_put(self, statuses: Sequence[PutStatus], seconds: float) -> None:
@@ -176,6 +215,18 @@ class RequestHandler(ChannelInboundHandler):
                 ctx.write(broker.pull(msg))
             elif isinstance(msg, StatusRequest):
                 ctx.write(StatusResponse(msg.request_id, broker.status()))
+            elif isinstance(msg, CommitOffsetRequest):
+                broker.commit_offset(msg.group, msg.topic, msg.queue_id, msg.offset)
+                ctx.write(CommitOffsetResponse(msg.request_id))
+            elif isinstance(msg, QueryOffsetRequest):
+                offset = broker.query_offset(msg.group, msg.topic, msg.queue_id)
+                ctx.write(QueryOffsetResponse(msg.request_id, offset))
+            elif isinstance(msg, MetadataRequest):
+                ctx.write(MetadataResponse(msg.request_id, broker.metadata()))
+            elif isinstance(msg, Request):
+                answer = not_supported(msg)
+                log.info("client %s: %s", self.peer, answer.message)
+                ctx.write(answer)
             else:
                 ctx.fire_channel_read(msg)
         except StoreError as exc:

@@ -63,16 +63,25 @@ _PROPERTIES: dict[str, tuple[str, Any]] = {
     "haAllow": ("ha_allow", str),
     "listenAllow": ("listen_allow", str),
     "metricsListen": ("metrics_listen", str),
+    "namesrvAddr": ("namesrv_addr", str),
+    "brokerClusterName": ("broker_cluster_name", str),
+    "brokerName": ("broker_name", str),
+    "brokerId": ("broker_id", int),
+    "slaveReadEnable": ("slave_read_enable", _bool),
+    "whichBrokerWhenConsumeSlowly": ("which_broker_when_consume_slowly", int),
+    "accessMessageInMemoryMaxRatio": ("access_message_in_memory_max_ratio", int),
+    "registerNameServerPeriod": ("register_broker_interval", _ms),
+    "flushConsumerOffsetInterval": ("flush_consumer_offset_interval", _ms),
+    # hanet's own (RocketMQ has no such setting):
+    "slaveSyncInterval": ("slave_sync_interval", _ms),
+    "masterBrokerAddress": ("master_broker_address", str),
+    "totalMemoryBytes": ("total_memory_bytes", int),
 }
 
 # Keys of a real broker.conf that mean nothing to hanet; accepted and ignored quietly. Other
 # unknown keys are accepted with one warning listing them (RocketMQ has hundreds of settings).
 _IGNORED = frozenset(
     {
-        "brokerClusterName",
-        "brokerName",
-        "brokerId",
-        "namesrvAddr",
         "deleteWhen",
         "fileReservedTime",
         "autoCreateTopicEnable",

@@ -1,20 +1,49 @@
-"""Serving a PULL from a store's consume queues: what every broker mode answers."""
+"""Serving a PULL from a store's consume queues: what every broker mode answers, and which
+member of the broker name the consumer should pull from next."""
 
 from __future__ import annotations
 
-from hanet.protocol import MAX_PULL_MESSAGES, PullRequest, PullResponse, PullStatus
+from collections.abc import Callable
+
+from hanet.protocol import MASTER_ID, MAX_PULL_MESSAGES, PullRequest, PullResponse, PullStatus
 from hanet.store import CQ_BLANK_SIZE, CommitLogStore, CorruptRecordError, scan_records
 
-__all__ = ["MAX_PULL_BYTES", "serve_pull"]
+__all__ = ["MAX_PULL_BYTES", "serve_pull", "suggest_broker_id"]
 
 MAX_PULL_BYTES = 4 * 1024 * 1024
 """A pull stops adding messages past this many record bytes (the first always goes)."""
 
 
-def serve_pull(store: CommitLogStore, request: PullRequest, queues: int) -> PullResponse:
+def suggest_broker_id(
+    behind: int, *, memory: int, slave_read_enable: bool, which_broker: int
+) -> int:
+    """The member a consumer should pull from next (RocketMQ's ``suggestWhichBrokerId``).
+
+    ``behind``: the commit log bytes after what the pull returned (the max offset minus the
+    end of its last record); ``memory``: the physical memory times
+    ``accessMessageInMemoryMaxRatio`` / 100. A consumer that far behind reads from disk, not
+    the page cache: it is sent to slave ``which_broker`` (``whichBrokerWhenConsumeSlowly``)
+    when ``slave_read_enable``, otherwise (and when it is not that far behind) to the master.
+    The same rule holds on a master and on a slave (a slave without ``slaveReadEnable`` sends
+    its consumers back to the master).
+    """
+    if slave_read_enable and behind > memory:
+        return which_broker
+    return MASTER_ID
+
+
+def serve_pull(
+    store: CommitLogStore,
+    request: PullRequest,
+    queues: int,
+    *,
+    suggest: Callable[[int], int] | None = None,
+) -> PullResponse:
     """Serve a PULL from ``store``'s consume queues (synchronous; reads mapped files).
 
-    ``queues`` is how many queues a topic has on this broker.
+    ``queues`` is how many queues a topic has on this broker. ``suggest`` maps the commit log
+    bytes left behind the pull (0 when nothing was found) to the answer's
+    ``suggested_broker_id`` (see :func:`suggest_broker_id`; None: always the master).
 
     Only looks queues up and creates nothing: a topic never stored here answers
     TOPIC_NOT_EXIST, a queue id beyond the topic's queues NO_MATCHED_LOGIC_QUEUE, an
@@ -28,9 +57,10 @@ def serve_pull(store: CommitLogStore, request: PullRequest, queues: int) -> Pull
     high = store.max_queue_offset(topic, queue_id)
 
     def answer(
-        status: PullStatus, next_offset: int, records: tuple[bytes, ...] = ()
+        status: PullStatus, next_offset: int, records: tuple[bytes, ...] = (), behind: int = 0
     ) -> PullResponse:
-        return PullResponse(request.request_id, status, next_offset, low, high, records)
+        suggested = MASTER_ID if suggest is None else suggest(behind)
+        return PullResponse(request.request_id, status, next_offset, low, high, records, suggested)
 
     if high <= low:
         if high == 0:  # an empty or unknown queue: which one (the rare path)
@@ -52,6 +82,7 @@ def serve_pull(store: CommitLogStore, request: PullRequest, queues: int) -> Pull
     budget = MAX_PULL_BYTES
     end = min(offset + min(request.max_messages, MAX_PULL_MESSAGES), high)
     next_offset = offset
+    pulled_end = 0
     while next_offset < end:
         entry = store.consume_queue_entry(topic, queue_id, next_offset)
         if entry is None:
@@ -63,9 +94,11 @@ def serve_pull(store: CommitLogStore, request: PullRequest, queues: int) -> Pull
         if records and size > budget:
             break
         records.append(_validated(store.read(physical, size), physical, size))
+        pulled_end = physical + size
         budget -= size
         next_offset += 1
-    return answer(PullStatus.FOUND, next_offset, tuple(records))
+    behind = max(store.max_offset - pulled_end, 0) if records else 0
+    return answer(PullStatus.FOUND, next_offset, tuple(records), behind)
 
 
 def _validated(record: bytes, physical: int, size: int) -> bytes:

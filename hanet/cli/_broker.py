@@ -6,6 +6,12 @@
   removed). Settings come from the defaults, then ``--config FILE`` (``broker.conf`` keys), then
   the flags. ``--ready-file FILE`` writes the bound addresses as JSON once serving (port 0
   picks free ports).
+- With ``--namesrv HOST:PORT[,...]`` both register with the name servers every 30 s
+  (``--cluster``, ``--broker-name``, ``--broker-id``) and a slave may leave out
+  ``--master-ha``: it learns (and follows) its master from the registration answer. A slave
+  copies its master's topics and consumer offsets from the master's broker port (named by
+  the name server, or ``--master-broker HOST:PORT``). ``--slave-read-enable`` lets pull
+  answers send consumers far behind to a slave.
 - ``hanet slave --truncate-to OFFSET`` or ``--resync`` first truncates or empties the slave's
   store (a slave ahead of its master, after the master lost data), prints what it did, then
   replicates; a commit log file size other than the master's stops the slave (exit 2).
@@ -31,7 +37,13 @@ import attrs
 import trio
 
 from hanet.boot import run_until_stopped
-from hanet.broker import Broker, BrokerAddresses, load_properties, parse_properties
+from hanet.broker import (
+    Broker,
+    BrokerAddresses,
+    ConfigFileError,
+    load_properties,
+    parse_properties,
+)
 from hanet.errors import ConfigError
 from hanet.ha import BrokerConfig, BrokerRole, HASlave
 from hanet.store import CommitLogStore, FlushDiskType, StoreConfig, StoreError, StoreRole
@@ -110,6 +122,22 @@ _COMMON_FLAGS = (
         ("--metrics-listen",), "metrics_listen", str,
         "serve Prometheus metrics on http://HOST:PORT/metrics (none)", "HOST:PORT",
     ),
+    _Flag(
+        ("--namesrv",), "namesrv_addr", str,
+        "register with these name servers every 30 s (none)", "HOST:PORT[,HOST:PORT...]",
+    ),
+    _Flag(
+        ("--cluster",), "broker_cluster_name", str,
+        "the cluster name registered (DefaultCluster)", "NAME",
+    ),
+    _Flag(
+        ("--broker-name",), "broker_name", str,
+        "the master/slave set's name, shared by a master and its slaves (broker-a)", "NAME",
+    ),
+    _Flag(
+        ("--broker-id",), "broker_id", int,
+        "0 for the master, 1 and up for slaves (0 on a master, 1 on a slave)", "N",
+    ),
 )  # fmt: skip
 
 _MASTER_FLAGS = (
@@ -153,6 +181,11 @@ _SLAVE_FLAGS = (
         ("--reconnect-interval",), "reconnect_interval", float,
         "seconds between connection attempts to the master (5)", "S",
     ),
+    _Flag(
+        ("--master-broker",), "master_broker_address", str,
+        "the master's broker port, to copy its topics and consumer offsets from every 60 s "
+        "(default: as the name server says)", "HOST:PORT",
+    ),
 )  # fmt: skip
 
 
@@ -170,6 +203,11 @@ def _add_flags(parser: argparse.ArgumentParser, flags: tuple[_Flag, ...]) -> Non
 
 
 def _add_service_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--slave-read-enable", action="store_true",
+        help="consumers far behind may read from a slave (slaveReadEnable): set on the master "
+        "and its slaves",
+    )  # fmt: skip
     parser.add_argument(
         "--config", type=Path, default=None, metavar="FILE",
         help="broker.conf-style properties (RocketMQ names); flags override it",
@@ -205,6 +243,8 @@ def build_config(args: argparse.Namespace, role: BrokerRole | None = None) -> Br
         changes["ha_master_address"] = master_ha
     if getattr(args, "full_sync", False):
         changes["full_sync"] = True
+    if getattr(args, "slave_read_enable", False):
+        changes["slave_read_enable"] = True
     if role is not None:
         changes["broker_role"] = role
     elif config.broker_role is BrokerRole.SLAVE and "broker_role" not in changes:
@@ -246,7 +286,7 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument(
         "--master-ha", type=str, default=None, metavar="HOST:PORT",
-        help="the master's HA port",
+        help="the master's HA port (default with --namesrv: as the name server says)",
     )  # fmt: skip
     parser.add_argument(
         "--listen", type=parse_address, default=None, metavar="HOST:PORT",
@@ -314,14 +354,15 @@ async def _serve(broker: Broker, ready_file: Path | None) -> int:
             if addresses.ha:
                 parts.append(f"HA port {addresses.ha[0]}:{addresses.ha[1]}")
             if broker.slave is not None:
-                parts.append(f"master {broker.slave.master_address}")
+                master = broker.slave.master_address or "(from the name server)"
+                parts.append(f"master {master}")
             log.info("%s ready: %s", broker.role.value, ", ".join(parts))
             if ready_file is not None:
                 write_ready_file(ready_file, _ready_data(broker, addresses))
 
     try:
         stopped = stop_status(await run_until_stopped(serve))
-    except* (StoreError, ConfigError, OSError) as group:
+    except* (StoreError, ConfigError, ConfigFileError, OSError) as group:
         error = first_message(group)
         first = first_error(group)
         if isinstance(first, OSError) and first.errno == errno.EADDRINUSE:
@@ -382,7 +423,8 @@ async def run_slave(args: argparse.Namespace) -> int:
     """``hanet slave``."""
     try:
         config = build_config(args, BrokerRole.SLAVE)
-        config.ha_master_host_port  # noqa: B018 - validates the address
+        if not config.namesrv_addr:
+            config.ha_master_host_port  # noqa: B018 - validates the address
         listen = args.listen is not None or "listenPort" in _config_keys(args.config)
         broker = Broker(config, serve_broker_port=listen)
     except (ConfigError, ValueError) as exc:

@@ -8,6 +8,7 @@ by :mod:`hanet.broker`). Durations are seconds here; RocketMQ writes them in mil
 from __future__ import annotations
 
 import enum
+import os
 import re
 import ssl
 from collections.abc import Sequence
@@ -69,6 +70,27 @@ def _address(instance: object, attribute: attrs.Attribute[Any], value: str | Non
         parse_address(value)
 
 
+def _addresses(instance: object, attribute: attrs.Attribute[Any], value: str | None) -> None:
+    if value is not None:
+        parts = [part.strip() for part in value.split(",")]
+        if not all(parts):
+            raise ConfigError(f"{attribute.name}: an empty address in {value!r}")
+        for part in parts:
+            parse_address(part)
+
+
+def _name(instance: object, attribute: attrs.Attribute[Any], value: str) -> None:
+    if not value or value != value.strip():
+        raise ConfigError(f"{attribute.name} must be a non-empty name, got {value!r}")
+
+
+def _optional_non_negative(
+    instance: object, attribute: attrs.Attribute[Any], value: int | None
+) -> None:
+    if value is not None and value < 0:
+        raise ConfigError(f"{attribute.name} must be >= 0, got {value}")
+
+
 def _at_least_one(instance: object, attribute: attrs.Attribute[Any], value: int) -> None:
     if value < 1:
         raise ConfigError(f"{attribute.name} must be >= 1 (the master itself), got {value}")
@@ -110,6 +132,29 @@ class BrokerConfig:
         ha_allow, listen_allow: comma-separated networks (CIDR) the HA port and the broker
             port accept connections from (default: any).
         metrics_listen: ``HOST:PORT`` of the Prometheus endpoint (none by default).
+        namesrv_addr: the name servers, ``HOST:PORT[,HOST:PORT...]`` (``namesrvAddr``; none:
+            no registration).
+        broker_cluster_name: the cluster registered under (``brokerClusterName``).
+        broker_name: the master/slave set (``brokerName``): a master and its slaves share it.
+        broker_id: 0 for a master, 1 and up for a slave (``brokerId``; None: 0 for a master,
+            1 for a slave).
+        slave_read_enable: consumers may be sent to a slave (``slaveReadEnable``): set it on
+            the master (whose pull answers suggest the slave) and on the slave (which otherwise
+            sends them back to the master).
+        which_broker_when_consume_slowly: the slave a pull answer suggests when the consumer is
+            far behind (``whichBrokerWhenConsumeSlowly``, 1).
+        access_message_in_memory_max_ratio: a consumer is far behind when the commit log bytes
+            after its pull exceed this percentage of the physical memory
+            (``accessMessageInMemoryMaxRatio``, 40).
+        total_memory_bytes: the physical memory that ratio is of (None: the machine's).
+        register_broker_interval: seconds between registrations with the name servers
+            (``registerNameServerPeriod``, 30).
+        slave_sync_interval: seconds between a slave's copies of its master's topic config and
+            consumer offsets (60; also at each connection to the master).
+        flush_consumer_offset_interval: seconds between writes of the consumer offsets
+            (``flushConsumerOffsetInterval``, 5).
+        master_broker_address: ``HOST:PORT`` of the master's broker port, where a slave copies
+            its metadata from when no name server tells it (None).
     """
 
     broker_role: BrokerRole = BrokerRole.ASYNC_MASTER
@@ -139,6 +184,48 @@ class BrokerConfig:
     ha_allow: str | None = attrs.field(default=None, validator=_networks)
     listen_allow: str | None = attrs.field(default=None, validator=_networks)
     metrics_listen: str | None = attrs.field(default=None, validator=_address)
+    namesrv_addr: str | None = attrs.field(default=None, validator=_addresses)
+    broker_cluster_name: str = attrs.field(default="DefaultCluster", validator=_name)
+    broker_name: str = attrs.field(default="broker-a", validator=_name)
+    broker_id: int | None = attrs.field(default=None, validator=_optional_non_negative)
+    slave_read_enable: bool = False
+    which_broker_when_consume_slowly: int = attrs.field(default=1, validator=_non_negative)
+    access_message_in_memory_max_ratio: int = attrs.field(default=40, validator=_percent)
+    total_memory_bytes: int | None = attrs.field(default=None, validator=_positive)
+    register_broker_interval: float = attrs.field(default=30.0, validator=_positive)
+    slave_sync_interval: float = attrs.field(default=60.0, validator=_positive)
+    flush_consumer_offset_interval: float = attrs.field(default=5.0, validator=_positive)
+    master_broker_address: str | None = attrs.field(default=None, validator=_address)
+
+    def __attrs_post_init__(self) -> None:
+        broker_id = self.broker_id
+        if broker_id is None:
+            return
+        if self.broker_role is BrokerRole.SLAVE and broker_id == 0:
+            raise ConfigError("a slave's brokerId is 1 or more (0 is the master's)")
+        if self.broker_role is not BrokerRole.SLAVE and broker_id != 0:
+            raise ConfigError(f"a master's brokerId is 0, got {broker_id}")
+
+    @property
+    def effective_broker_id(self) -> int:
+        """:attr:`broker_id`, or its default: 0 for a master, 1 for a slave."""
+        if self.broker_id is not None:
+            return self.broker_id
+        return 1 if self.broker_role is BrokerRole.SLAVE else 0
+
+    @property
+    def namesrv_addresses(self) -> list[tuple[str, int]]:
+        """:attr:`namesrv_addr` split into ``(host, port)`` pairs (empty when unset)."""
+        if not self.namesrv_addr:
+            return []
+        return [parse_address(part.strip()) for part in self.namesrv_addr.split(",")]
+
+    @property
+    def memory_bytes(self) -> int:
+        """:attr:`total_memory_bytes`, or the machine's physical memory."""
+        if self.total_memory_bytes is not None:
+            return self.total_memory_bytes
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
 
     @property
     def tls(self) -> TlsConfig | None:

@@ -16,7 +16,7 @@ from handlers.ha import (
     transfer_frame_decoder,
 )
 from hanet.boot import Connector, ReconnectingClient, RetryPolicy, tcp_connector
-from hanet.channel import ChannelHandler, StreamChannel
+from hanet.channel import ChannelHandler, StreamChannel, format_address, parse_address
 from hanet.errors import ConfigError
 from hanet.store import CommitLogStore, RecordScanner, StopReason
 
@@ -62,12 +62,20 @@ class HASlave:
       a configuration error, so :meth:`run` stops with a :class:`hanet.errors.ConfigError`
       saying so instead of reconnecting.
 
+    The master's address may be unknown at start (a slave that learns it from the name
+    server): the slave then waits, connecting nowhere, until :meth:`set_master_address` gives
+    it one; a later change drops the current connection and connects to the new address at
+    once.
+
     Args:
         store: the slave's store (opened with the SLAVE role).
-        config: ``ha_master_address`` (unless ``connector`` is given) and the intervals.
-        connector: opens the stream to the master (default: TCP to ``ha_master_address``).
+        config: ``ha_master_address`` (unless ``connector`` is given; None: wait for
+            :meth:`set_master_address`) and the intervals.
+        connector: opens the stream to the master (default: TCP to the master's address).
         extra_handlers: called per connection; its handlers go at the end of the pipeline and
             see every applied :class:`handlers.ha.TransferFrame`.
+        on_connect: called each time a connection to the master is made (a broker syncs its
+            metadata then).
     """
 
     def __init__(
@@ -76,15 +84,25 @@ class HASlave:
         config: BrokerConfig,
         connector: Connector | None = None,
         extra_handlers: Callable[[], Sequence[ChannelHandler]] | None = None,
+        on_connect: Callable[[], None] | None = None,
     ) -> None:
         self.store = store
         self.config = config
+        self._tls = config.client_tls()
+        self._fixed_connector = connector is not None
+        self.master_address: str | None
+        """The master's HA address (``host:port``), None while unknown."""
         if connector is None:
-            host, port = config.ha_master_host_port
-            connector = tcp_connector(host, port, tls=config.client_tls())
-            self.master_address = f"{host}:{port}"
+            if config.ha_master_address:
+                self.master_address = format_address(config.ha_master_host_port)
+            else:
+                self.master_address = None
+            connector = self._connect_to_master
         else:
             self.master_address = config.ha_master_address or "(custom connector)"
+        self._on_connect = on_connect
+        self._address_known = trio.Event()
+        self._client_scope: trio.CancelScope | None = None
         self._extra = extra_handlers
         self._last_reason: str | None = None
         self._verifier: OffsetVerifier | None = None
@@ -108,6 +126,35 @@ class HASlave:
             on_disconnect=self._disconnected,
             name=f"slave of {self.master_address}",
         )
+
+    async def _connect_to_master(self) -> trio.abc.Stream:
+        address = self.master_address
+        assert address is not None  # run() waits until it is known
+        host, port = parse_address(address)
+        return await tcp_connector(host, port, tls=self._tls)()
+
+    def set_master_address(self, address: str) -> bool:
+        """Follow the master at ``address`` (``host:port`` of its HA port) from now on; returns
+        whether it changed. A change drops the current connection and connects to the new
+        address at once.
+
+        Raises:
+            ConfigError: ``address`` is not ``host:port``.
+            RuntimeError: the slave was given its own connector.
+        """
+        if self._fixed_connector:
+            raise RuntimeError("this slave connects through its own connector")
+        address = format_address(parse_address(address))
+        if address == self.master_address:
+            return False
+        log.info("master HA address: %s -> %s", self.master_address or "(unknown)", address)
+        self.master_address = address
+        self._client.name = f"slave of {address}"
+        self._refused_offset, self._refusals = None, 0
+        if self._client_scope is not None:
+            self._client_scope.cancel()
+        self._address_known.set()
+        return True
 
     def initialize(self, channel: StreamChannel) -> None:
         """Build one connection's pipeline (the channel initializer)."""
@@ -170,6 +217,8 @@ class HASlave:
             self.master_address,
             self.store.validated_offset,
         )
+        if self._on_connect is not None:
+            self._on_connect()
 
     def _disconnected(self, channel: StreamChannel) -> None:
         reason = channel.close_reason or "closed"
@@ -236,12 +285,23 @@ class HASlave:
             if self._fatal is None:
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(self._dispatcher)
-                    await self._client.run()
-                    nursery.cancel_scope.cancel()  # pragma: no cover - run() runs forever
+                    await self._follow()
         self._cancel = None
         if self._fatal is not None:
             log.error("slave of %s stopped: %s", self.master_address, self._fatal)
             raise ConfigError(self._fatal)
+
+    async def _follow(self) -> None:
+        """Replicate from the master's current address; start over when it changes."""
+        while True:
+            if self.master_address is None:
+                log.info("slave: waiting for the master's HA address (from the name server)")
+                self._address_known = trio.Event()
+                await self._address_known.wait()
+                continue
+            with trio.CancelScope() as self._client_scope:
+                await self._client.run()
+            self._client_scope = None
 
     @property
     def channel(self) -> StreamChannel | None:
@@ -251,7 +311,7 @@ class HASlave:
     def status(self) -> SlaveStatus:
         stats = self._client.statistics()
         return SlaveStatus(
-            master_address=self.master_address,
+            master_address=self.master_address or "",
             connected=stats.connected,
             max_offset=self.store.max_offset,
             connects=stats.connects,

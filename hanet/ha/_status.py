@@ -45,6 +45,8 @@ class SlaveStatus:
     """A slave's link to its master.
 
     Attributes:
+        master_address: the master's HA address ("" while unknown: a slave waiting for the
+            name server to name its master).
         diverged: the master closed the connection right after our report, without a frame,
             at least twice in a row: it refuses ``refused_offset`` (the slave is ahead of it or
             behind its oldest data, or it is the wrong master; the master's status says which).

@@ -1,0 +1,141 @@
+"""Consumer offsets: what each consumer group consumed of each queue (RocketMQ's
+``ConsumerOffsetManager`` and its ``consumerOffset.json``)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from hanet.protocol import offsets_from_json, offsets_to_json
+
+from ._config_files import read_config_file, write_config_file
+
+__all__ = ["OFFSETS_FILE", "ConsumerOffsets"]
+
+log = logging.getLogger("hanet.broker")
+
+OffsetTable = Mapping[tuple[str, str], Mapping[int, int]]
+"""Committed offsets: ``(topic, group) -> {queue_id: offset}``."""
+
+OFFSETS_FILE = Path("config") / "consumerOffset.json"
+"""Where a broker keeps its consumer offsets, under its store directory."""
+
+
+def _table(document: dict[str, Any]) -> dict[tuple[str, str], dict[int, int]]:
+    table = document.get("offsetTable", {})
+    if not isinstance(table, dict):
+        raise ValueError("offsetTable is not a JSON object")
+    return offsets_from_json(table)
+
+
+class ConsumerOffsets:
+    """The committed offset of each ``(topic, group, queue)``, in memory, persisted to a JSON
+    file in RocketMQ's shape (``{"offsetTable": {"topic@group": {"0": 12}}}``).
+
+    Commits change memory only; :meth:`persist` writes the table when it changed since the last
+    write (atomically, keeping the previous file as ``.bak``: see
+    :func:`~hanet.broker.write_config_file`), and :meth:`run` does so every few seconds and
+    once more when it is cancelled. A process killed in between loses at most one interval of
+    commits: its consumers consume those messages again (at-least-once).
+
+    Loading (:meth:`load`): a file that is not JSON or not an offset table is reported at ERROR
+    with its path, and the broker starts from ``consumerOffset.json.bak`` (RocketMQ's
+    behaviour: the write before the last one); if that is missing or unusable too the broker
+    refuses to start with a :class:`~hanet.broker.ConfigFileError` naming the files.
+
+    Args:
+        path: the file (None: memory only, nothing persisted).
+        table: the offsets to start with.
+    """
+
+    def __init__(self, path: Path | None = None, table: OffsetTable | None = None) -> None:
+        self.path = path
+        self._table: dict[tuple[str, str], dict[int, int]] = {
+            key: dict(queues) for key, queues in (table or {}).items()
+        }
+        self._dirty = False
+        self.persists = 0
+        """How many times the file was written."""
+
+    @classmethod
+    def load(cls, path: Path) -> ConsumerOffsets:
+        """The offsets persisted in ``path`` (none when it does not exist).
+
+        Raises:
+            ConfigFileError: the file and its ``.bak`` are unusable.
+        """
+        table = read_config_file(path, _table)
+        offsets = cls(path, table)
+        if table:
+            log.info("consumer offsets: %d topic@group entries from %s", len(table), path)
+        return offsets
+
+    def commit(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        """Record that ``group`` consumed ``topic``'s queue up to ``offset`` (the next offset
+        it will read)."""
+        queues = self._table.setdefault((topic, group), {})
+        if queues.get(queue_id) != offset:
+            queues[queue_id] = offset
+            self._dirty = True
+
+    def query(self, group: str, topic: str, queue_id: int) -> int:
+        """The committed offset, or -1 when ``group`` never committed one for the queue."""
+        queues = self._table.get((topic, group))
+        if queues is None:
+            return -1
+        return queues.get(queue_id, -1)
+
+    def table(self) -> dict[tuple[str, str], dict[int, int]]:
+        """A copy of the table: ``(topic, group) -> {queue_id: offset}``."""
+        return {key: dict(queues) for key, queues in self._table.items()}
+
+    def update(self, table: OffsetTable) -> None:
+        """Take every ``(topic, group)`` of ``table`` as it is there (a slave copying its
+        master's offsets: RocketMQ's ``offsetTable.putAll``); others are kept."""
+        for key, queues in table.items():
+            if self._table.get(key) != queues:
+                self._table[key] = dict(queues)
+                self._dirty = True
+
+    @property
+    def dirty(self) -> bool:
+        """Whether the table changed since it was last persisted."""
+        return self._dirty
+
+    def persist(self) -> bool:
+        """Write the table if it changed (and has a file); returns whether it wrote.
+
+        Raises:
+            OSError: the file cannot be written (the table stays dirty).
+        """
+        if not self._dirty or self.path is None:
+            return False
+        write_config_file(self.path, {"offsetTable": offsets_to_json(self._table)})
+        self._dirty = False
+        self.persists += 1
+        return True
+
+    async def run(
+        self, interval: float, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Persist every ``interval`` seconds until cancelled, then once more.
+
+        A failed write is logged at WARNING and tried again next round.
+        """
+        task_status.started()
+        try:
+            while True:
+                await trio.sleep(interval)
+                self._persist_logged()
+        finally:
+            self._persist_logged()
+
+    def _persist_logged(self) -> None:
+        try:
+            self.persist()
+        except OSError as exc:
+            log.warning("cannot write consumer offsets to %s: %s", self.path, exc)

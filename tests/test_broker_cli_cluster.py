@@ -1,0 +1,166 @@
+"""The cluster settings of ``hanet master`` / ``hanet slave``: flags and broker.conf keys; and
+consumer offsets across real process restarts (SIGTERM and kill -9)."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from hanet.broker import apply_properties
+from hanet.cli import build_config, build_parser
+from hanet.client import BrokerClient
+from hanet.errors import ConfigError
+from hanet.ha import BrokerConfig, BrokerRole
+
+
+def test_cluster_flags_on_master_and_slave(tmp_path: Path) -> None:
+    args = build_parser().parse_args(
+        ["master", "--namesrv", "10.0.0.1:9876,10.0.0.2:9876", "--cluster", "C",
+         "--broker-name", "b-1", "--slave-read-enable"]
+    )  # fmt: skip
+    config = build_config(args)
+    assert config.namesrv_addresses == [("10.0.0.1", 9876), ("10.0.0.2", 9876)]
+    assert (config.broker_cluster_name, config.broker_name) == ("C", "b-1")
+    assert config.slave_read_enable and config.effective_broker_id == 0
+    args = build_parser().parse_args(
+        ["slave", "--namesrv", "10.0.0.1:9876", "--broker-id", "2",
+         "--master-broker", "10.0.0.3:10911"]
+    )  # fmt: skip
+    config = build_config(args, BrokerRole.SLAVE)
+    assert config.ha_master_address is None  # learned from the name server
+    assert config.effective_broker_id == 2
+    assert config.master_broker_address == "10.0.0.3:10911"
+    assert not config.slave_read_enable
+
+
+def test_broker_conf_cluster_keys() -> None:
+    config = apply_properties(
+        {
+            "namesrvAddr": "127.0.0.1:9876",
+            "brokerClusterName": "C",
+            "brokerName": "broker-b",
+            "brokerId": "1",
+            "brokerRole": "SLAVE",
+            "slaveReadEnable": "true",
+            "whichBrokerWhenConsumeSlowly": "2",
+            "accessMessageInMemoryMaxRatio": "30",
+            "registerNameServerPeriod": "10000",
+            "flushConsumerOffsetInterval": "1000",
+            "slaveSyncInterval": "20000",
+            "masterBrokerAddress": "127.0.0.1:10911",
+            "totalMemoryBytes": "1048576",
+        }
+    )
+    assert config == BrokerConfig(
+        broker_role=BrokerRole.SLAVE,
+        namesrv_addr="127.0.0.1:9876",
+        broker_cluster_name="C",
+        broker_name="broker-b",
+        broker_id=1,
+        slave_read_enable=True,
+        which_broker_when_consume_slowly=2,
+        access_message_in_memory_max_ratio=30,
+        register_broker_interval=10.0,
+        flush_consumer_offset_interval=1.0,
+        slave_sync_interval=20.0,
+        master_broker_address="127.0.0.1:10911",
+        total_memory_bytes=1048576,
+    )
+    with pytest.raises(ConfigError, match="brokerId"):
+        apply_properties({"brokerId": "0", "brokerRole": "SLAVE"})
+
+
+# -- real processes ---------------------------------------------------------------------------
+
+
+class Master:
+    """``hanet master`` as a subprocess, started and waited for through its ready file."""
+
+    def __init__(self, root: Path, *extra: str) -> None:
+        self.root = root
+        self.extra = extra
+        self.process: trio.Process | None = None
+        self.broker = ("", 0)
+        self.runs = 0
+
+    async def start(self) -> None:
+        self.runs += 1
+        ready = self.root / f"ready-{self.runs}.json"
+        log = self.root / f"master-{self.runs}.log"
+        with log.open("wb") as out:
+            self.process = await trio.lowlevel.open_process(
+                [sys.executable, "-m", "hanet", "master", "--store", str(self.root / "store"),
+                 "--listen", "127.0.0.1:0", "--ha-listen", "127.0.0.1:0",
+                 "--mapped-file-size", "262144", "--ready-file", str(ready), *self.extra],
+                stdin=subprocess.DEVNULL, stdout=out, stderr=out,
+            )  # fmt: skip
+        with trio.fail_after(15):
+            while True:
+                try:
+                    data: dict[str, Any] = json.loads(ready.read_text())
+                    break
+                except (FileNotFoundError, ValueError):
+                    assert self.process.returncode is None, log.read_text()
+                    await trio.sleep(0.02)
+        host, _, port = data["broker"].rpartition(":")
+        self.broker = (host, int(port))
+
+    async def stop(self, sig: int) -> int:
+        assert self.process is not None
+        self.process.send_signal(sig)
+        with trio.fail_after(10):
+            return await self.process.wait()
+
+    async def close(self) -> None:
+        if self.process is not None and self.process.returncode is None:
+            self.process.kill()
+            with trio.CancelScope(shield=True):
+                await self.process.wait()
+
+
+@pytest.mark.slow
+async def test_offsets_survive_sigterm_exactly_and_kill_9_within_one_flush_interval(
+    tmp_path: Path,
+) -> None:
+    conf = tmp_path / "broker.conf"
+    conf.write_text("flushConsumerOffsetInterval=1000\n")  # 1 s instead of 5, to be quick
+    interval = 1.0
+    master = Master(tmp_path, "--config", str(conf))
+    try:
+        await master.start()
+        async with BrokerClient.connect(*master.broker) as c:
+            await c.commit_offset("g", "T", 0, 41)
+            await c.commit_offset("g", "T", 1, 7)
+        assert await master.stop(signal.SIGTERM) == 0  # flushed on shutdown, not after 1 s
+        await master.start()
+        async with BrokerClient.connect(*master.broker) as c:
+            assert await c.query_offset("g", "T", 0) == 41
+            assert await c.query_offset("g", "T", 1) == 7
+            # Commit a rising offset every 50 ms for 2.5 s, then kill -9.
+            committed: list[tuple[float, int]] = []
+            for offset in range(100, 150):
+                await c.commit_offset("g", "T", 0, offset)
+                committed.append((time.monotonic(), offset))
+                await trio.sleep(0.05)
+        killed_at = time.monotonic()
+        assert await master.stop(signal.SIGKILL) == -signal.SIGKILL
+        await master.start()
+        async with BrokerClient.connect(*master.broker) as c:
+            recovered = await c.query_offset("g", "T", 0)
+            assert await c.query_offset("g", "T", 1) == 7
+        assert recovered is not None
+        # What was committed more than one interval (plus slack) before the kill is kept:
+        # at most the last interval's messages are consumed again.
+        safe = [offset for at, offset in committed if at < killed_at - interval - 0.5]
+        assert safe and recovered >= max(safe)
+        assert recovered <= committed[-1][1]
+    finally:
+        await master.close()

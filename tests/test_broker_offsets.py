@@ -1,0 +1,191 @@
+"""Consumer offsets: the store, its file (atomic, with a .bak), the broker port requests, the
+flush every 5 s and at shutdown (in-process; virtual time where no socket is involved)."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+import trio.testing
+
+from hanet.broker import (
+    OFFSETS_FILE,
+    Broker,
+    BrokerAddresses,
+    ConfigFileError,
+    ConsumerOffsets,
+    write_config_file,
+)
+from hanet.client import BrokerClient
+from hanet.ha import BrokerConfig, BrokerRole
+
+FILE = 64 * 1024
+
+
+def config(root: Path, **changes: Any) -> BrokerConfig:
+    return BrokerConfig(
+        store_path_root_dir=root,
+        listen_port=0,
+        ha_listen_port=0,
+        mapped_file_size_commit_log=FILE,
+        **changes,
+    )
+
+
+@asynccontextmanager
+async def running(
+    cfg: BrokerConfig, **kwargs: Any
+) -> AsyncIterator[tuple[Broker, BrokerAddresses]]:
+    async with trio.open_nursery() as nursery:
+        broker = Broker(cfg, **kwargs)
+        addresses: BrokerAddresses = await nursery.start(broker.run)
+        yield broker, addresses
+        nursery.cancel_scope.cancel()
+
+
+# -- the store and its file -------------------------------------------------------------------
+
+
+def test_commit_query_and_the_rocketmq_file_shape(tmp_path: Path) -> None:
+    path = tmp_path / "config" / "consumerOffset.json"
+    offsets = ConsumerOffsets(path)
+    assert offsets.query("g", "T", 0) == -1
+    offsets.commit("g", "T", 0, 12)
+    offsets.commit("g", "T", 3, 7)
+    offsets.commit("h", "T", 0, 1)
+    assert (offsets.query("g", "T", 0), offsets.query("g", "T", 3)) == (12, 7)
+    assert offsets.query("g", "T", 1) == -1 and offsets.query("g", "U", 0) == -1
+    assert (offsets.dirty, offsets.persist(), offsets.dirty) == (True, True, False)
+    assert not offsets.persist()  # unchanged: not written again
+    assert json.loads(path.read_text()) == {
+        "offsetTable": {"T@g": {"0": 12, "3": 7}, "T@h": {"0": 1}}
+    }
+    offsets.commit("g", "T", 0, 12)  # the same offset: nothing to write
+    assert not offsets.dirty
+    assert ConsumerOffsets.load(path).table() == offsets.table()
+
+
+def test_a_write_keeps_the_previous_file_as_bak_and_leaves_no_tmp(tmp_path: Path) -> None:
+    path = tmp_path / "consumerOffset.json"
+    offsets = ConsumerOffsets(path)
+    offsets.commit("g", "T", 0, 1)
+    offsets.persist()
+    offsets.commit("g", "T", 0, 2)
+    offsets.persist()
+    assert json.loads(path.read_text())["offsetTable"] == {"T@g": {"0": 2}}
+    assert json.loads((tmp_path / "consumerOffset.json.bak").read_text())["offsetTable"] == {
+        "T@g": {"0": 1}
+    }
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "consumerOffset.json",
+        "consumerOffset.json.bak",
+    ]
+
+
+def test_missing_file_is_an_empty_start(tmp_path: Path) -> None:
+    assert ConsumerOffsets.load(tmp_path / "nope.json").table() == {}
+
+
+@pytest.mark.parametrize(
+    "content", [b"{not json", b"[1, 2]", b'{"offsetTable": {"no-at-sign": {}}}', b"\xff\xfe"]
+)
+def test_a_corrupt_file_starts_from_the_bak_and_says_so(
+    tmp_path: Path, content: bytes, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "consumerOffset.json"
+    write_config_file(path, {"offsetTable": {"T@g": {"0": 5}}})
+    write_config_file(path, {"offsetTable": {"T@g": {"0": 9}}})
+    path.write_bytes(content)
+    with caplog.at_level(logging.ERROR, "hanet.broker"):
+        offsets = ConsumerOffsets.load(path)
+    assert offsets.table() == {("T", "g"): {0: 5}}
+    assert str(path) in caplog.text and "consumerOffset.json.bak" in caplog.text
+
+
+def test_a_corrupt_file_without_a_usable_bak_refuses_to_start(tmp_path: Path) -> None:
+    path = tmp_path / "consumerOffset.json"
+    path.write_text("{oops")
+    with pytest.raises(ConfigFileError, match=r"consumerOffset\.json is unusable.*no consumer"):
+        ConsumerOffsets.load(path)
+    (tmp_path / "consumerOffset.json.bak").write_text('{"offsetTable": 3}')
+    with pytest.raises(ConfigFileError, match=r"\.bak is unusable too"):
+        ConsumerOffsets.load(path)
+
+
+def test_a_crash_between_the_renames_reads_the_bak(tmp_path: Path) -> None:
+    path = tmp_path / "consumerOffset.json"
+    write_config_file(path, {"offsetTable": {"T@g": {"1": 3}}})
+    path.rename(tmp_path / "consumerOffset.json.bak")
+    assert ConsumerOffsets.load(path).table() == {("T", "g"): {1: 3}}
+
+
+def test_update_takes_each_topic_group_of_the_master(tmp_path: Path) -> None:
+    offsets = ConsumerOffsets(tmp_path / "o.json", {("T", "g"): {0: 1, 1: 1}, ("U", "g"): {0: 4}})
+    offsets.persist()
+    offsets.update({("T", "g"): {0: 5}})
+    assert offsets.table() == {("T", "g"): {0: 5}, ("U", "g"): {0: 4}}
+    assert offsets.dirty
+
+
+# -- in a broker ------------------------------------------------------------------------------
+
+
+async def test_offsets_are_flushed_every_interval_and_at_shutdown(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    cfg = config(tmp_path, flush_consumer_offset_interval=5.0)
+    path = tmp_path / OFFSETS_FILE
+    async with running(cfg, serve_broker_port=False) as (broker, _):
+        broker.commit_offset("g", "T", 0, 10)
+        await trio.sleep(4.9)
+        assert not path.exists()
+        await trio.sleep(0.2)
+        assert json.loads(path.read_text())["offsetTable"] == {"T@g": {"0": 10}}
+        broker.commit_offset("g", "T", 0, 11)
+        assert broker.offsets.persists == 1
+        await trio.sleep(1)
+    assert json.loads(path.read_text())["offsetTable"] == {"T@g": {"0": 11}}
+    async with running(cfg, serve_broker_port=False) as (broker, _):
+        assert broker.query_offset("g", "T", 0) == 11
+
+
+async def test_a_broker_with_corrupt_offsets_and_no_bak_does_not_start(tmp_path: Path) -> None:
+    path = tmp_path / OFFSETS_FILE
+    path.parent.mkdir(parents=True)
+    path.write_text("garbage")
+    with pytest.raises(ConfigFileError, match=r"consumerOffset\.json"):
+        await Broker(config(tmp_path)).run()
+    # The store was closed cleanly: a broker starts once the file is moved away.
+    path.rename(tmp_path / "moved.json")
+    async with running(config(tmp_path)) as (broker, _):
+        assert broker.query_offset("g", "T", 0) == -1
+
+
+async def test_commit_and_query_on_the_broker_port_of_a_master_and_a_slave(
+    tmp_path: Path,
+) -> None:
+    async with running(config(tmp_path / "m")) as (_, master):
+        assert master.broker is not None and master.ha is not None
+        slave_cfg = config(
+            tmp_path / "s",
+            broker_role=BrokerRole.SLAVE,
+            ha_master_address=f"127.0.0.1:{master.ha[1]}",
+        )
+        async with running(slave_cfg) as (slave, slave_addresses):
+            assert slave_addresses.broker is not None
+            async with BrokerClient.connect(*master.broker) as c:
+                assert await c.query_offset("g", "T", 0) is None
+                await c.commit_offset("g", "T", 0, 42)
+                assert await c.query_offset("g", "T", 0) == 42
+            async with BrokerClient.connect(*slave_addresses.broker) as c:
+                await c.commit_offset("g", "T", 1, 7)  # the master unreachable: a slave takes it
+                assert await c.query_offset("g", "T", 1) == 7
+            assert slave.offsets.table() == {("T", "g"): {1: 7}}
+    on_disk = json.loads((tmp_path / "s" / OFFSETS_FILE).read_text())
+    assert on_disk["offsetTable"] == {"T@g": {"1": 7}}
