@@ -306,3 +306,20 @@ async def test_a_consumer_group_continues_on_the_slave_after_the_master_is_kille
         print(f"{len(acked)} PUT_OK, {len(everything)} delivered, {duplicates} duplicates")
     finally:
         procs.kill_all()
+
+
+@pytest.mark.slow
+async def test_the_consumers_demo_runs_small(tmp_path: Path) -> None:
+    work = tmp_path / "demo"
+    result = await trio.run_process(
+        [sys.executable, "-m", "hanet", "demo", "--consumers", "--messages", "600",
+         "--size", "64", "--dir", str(work)],
+        capture_stdout=True, capture_stderr=True, check=False,
+    )  # fmt: skip
+    out = result.stdout.decode()
+    assert result.returncode == 0, out + result.stderr.decode()
+    assert "master killed (SIGKILL)" in out and "every PUT_OK message consumed" in out
+    assert "600 PUT_OK of 600 sent" in out and "duplicates" in out
+    lines = [json.loads(line) for line in (work / "consumer.jsonl").read_text().splitlines()]
+    assert {m["broker_id"] for m in lines} == {0, 1}  # from the master, then the slave
+    assert "SIGTERM" in (work / "consumer.log").read_text()  # stopped cleanly, committed
