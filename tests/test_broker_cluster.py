@@ -346,6 +346,21 @@ async def test_a_master_registers_at_start_and_every_interval_and_leaves_on_shut
         assert ns.unregistered == [("broker-x", 0)] and ns2.unregistered == [("broker-x", 0)]
 
 
+async def test_a_new_topic_is_registered_at_once_not_at_the_next_interval(
+    tmp_path: Path,
+) -> None:
+    async with name_server() as (ns, ns_address):
+        cfg = config(tmp_path, namesrv_addr=ns_address, register_broker_interval=30.0)
+        async with running(cfg) as (broker, _):
+            await wait_for(lambda: len(ns.registrations) == 1)
+            await broker.put([PutMessage("T", b"x", queue_id=0)])
+            await wait_for(lambda: len(ns.registrations) == 2)
+            assert ns.registrations[-1].topics == (("T", 4),)
+            await broker.put([PutMessage("T", b"y", queue_id=1)])  # a known topic: no round
+            await trio.sleep(0.3)
+            assert len(ns.registrations) == 2
+
+
 async def test_registration_failures_are_logged_once_and_retried(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

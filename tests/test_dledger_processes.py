@@ -210,3 +210,22 @@ async def test_kill_the_leader_under_puts(tmp_path: Path) -> None:
         )
         assert verified.returncode == 0, verified.stdout + verified.stderr
     print(json.dumps({"first_put_after_kill_s": round(first_after, 3), "acked": len(acked)}))
+
+
+async def test_a_node_keeps_the_offsets_committed_to_it_across_a_restart(tmp_path: Path) -> None:
+    group = Group(tmp_path)
+    try:
+        await group.start("n0")  # alone: no leader, but its broker port serves offsets
+        async with BrokerClient.connect(*group.broker["n0"]) as client:
+            await client.commit_offset("g", "T", 2, 17)
+        group.procs["n0"].send_signal(signal.SIGTERM)
+        with trio.fail_after(10):
+            assert await group.procs["n0"].wait() == 0
+        saved = json.loads((tmp_path / "n0" / "config" / "consumerOffset.json").read_text())
+        assert saved == {"offsetTable": {"T@g": {"2": 17}}}
+        await group.start("n0")
+        async with BrokerClient.connect(*group.broker["n0"]) as client:
+            assert await client.query_offset("g", "T", 2) == 17
+            assert await client.query_offset("g", "T", 0) is None
+    finally:
+        await group.stop_all()

@@ -168,6 +168,7 @@ class Broker:
         self.sync: SlaveSync | None = None
         """A slave's copy of its master's topics and consumer offsets (None on a master)."""
         self.registrar: NameServerRegistrar | None = None
+        self._announced: set[str] = set()  # the topics of the last registration
         """The registration with the name servers (None without ``namesrv_addr``)."""
         self.addresses = BrokerAddresses(None, None)
         self._queue_counters: dict[str, itertools.count[int]] = {}
@@ -384,6 +385,9 @@ class Broker:
                 )
             )
         stored = self.store.put_batch(batch) if batch else []
+        registrar = self.registrar
+        if registrar is not None and any(m.topic not in self._announced for m in batch):
+            registrar.wake()  # a new topic: register now, so routes find it (as RocketMQ)
         if len(stored) == len(refused):  # nothing refused: the common case
             return stored, queue_ids
         written = iter(stored)
@@ -493,6 +497,8 @@ class Broker:
         broker port and (a master) HA port, its :meth:`topics`."""
         config = self.config
         addresses = self.addresses
+        topics = self.topics() if self._store is not None else {}
+        self._announced = set(topics)
         return BrokerRegistration(
             cluster=config.broker_cluster_name,
             broker_name=config.broker_name,
@@ -500,7 +506,7 @@ class Broker:
             role=self.role.value,
             broker_address=_advertised(addresses.broker),
             ha_address=_advertised(addresses.ha),
-            topics=tuple(sorted(self.topics().items())) if self._store is not None else (),
+            topics=tuple(sorted(topics.items())),
         )
 
     def _registered(self, answer: RegisterBrokerResponse) -> None:

@@ -19,8 +19,9 @@ _UNREGISTER_TIMEOUT = 5.0  # seconds a clean shutdown spends leaving the name se
 
 class NameServerRegistrar:
     """Register with every name server at start and every ``interval`` seconds (a
-    registration not renewed for 120 s expires there); unregister when cancelled (a clean
-    shutdown leaves the cluster at once, within a few seconds at most).
+    registration not renewed for 120 s expires there), and at once after :meth:`wake` (a new
+    topic); unregister when cancelled (a clean shutdown leaves the cluster at once, within a
+    few seconds at most).
 
     Each answer goes to ``on_answer``: a slave learns its master's addresses from it. A
     registration no name server took is logged at WARNING and tried again next round.
@@ -49,14 +50,21 @@ class NameServerRegistrar:
         self.last_error: str | None = None
         """Why the last round failed (None after a success)."""
         self.last_answer: RegisterBrokerResponse | None = None
+        self._woken = trio.Event()
+
+    def wake(self) -> None:
+        """Register now rather than at the next interval (something to announce changed)."""
+        self._woken.set()
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Register now and every interval until cancelled; then unregister."""
         task_status.started()
         try:
             while True:
+                self._woken = trio.Event()  # a wake from now on asks for another round
                 await self.register()
-                await trio.sleep(self.interval)
+                with trio.move_on_after(self.interval):
+                    await self._woken.wait()
         finally:
             with trio.CancelScope(shield=True), trio.move_on_after(_UNREGISTER_TIMEOUT):
                 await self.unregister()

@@ -15,6 +15,9 @@
   ``dledger`` section (group, id, term, leader, commit index, peers' match index and lag).
 - ``--store DIR`` holds ``dledger/`` (DLedger's data and index files) and the commit log view
   (``commitlog/``, ``consumequeue/``): ``hanet dump --store DIR`` and ``hanet verify`` work on it.
+- Consumer offsets committed to a node are kept by that node in
+  ``DIR/config/consumerOffset.json``, written every 5 s and at shutdown (they are not
+  replicated through Raft).
 
 The broker port itself is :class:`hanet.broker.DLedgerBrokerService`.
 """
@@ -31,7 +34,13 @@ from typing import Any
 import trio
 
 from hanet.boot import run_until_stopped, serve_listeners
-from hanet.broker import DEFAULT_QUEUES, DLedgerBrokerService
+from hanet.broker import (
+    DEFAULT_QUEUES,
+    OFFSETS_FILE,
+    ConfigFileError,
+    ConsumerOffsets,
+    DLedgerBrokerService,
+)
 from hanet.channel import (
     format_address,
 )
@@ -62,6 +71,9 @@ from ._support import (
 )
 
 __all__ = ["register", "run_dledger"]
+
+OFFSETS_FLUSH_INTERVAL = 5.0
+"""Seconds between writes of the consumer offsets (RocketMQ's flushConsumerOffsetInterval)."""
 
 
 def register(subparsers: Any) -> None:
@@ -168,7 +180,10 @@ async def run_dledger(args: argparse.Namespace) -> int:
     async def serve() -> None:
         async with trio.open_nursery() as nursery:
             await nursery.start(node.run)
-            service = DLedgerBrokerService(node, queues=args.queues)
+            # Each node keeps the offsets committed to it (consumers commit to any node).
+            offsets = ConsumerOffsets.load(args.store / OFFSETS_FILE)
+            await nursery.start(offsets.run, OFFSETS_FLUSH_INTERVAL)
+            service = DLedgerBrokerService(node, queues=args.queues, offsets=offsets)
             service.broker_address = broker_address
             await nursery.start(
                 partial(serve_listeners, service.initialize, listeners, name="broker port")
@@ -196,7 +211,7 @@ async def run_dledger(args: argparse.Namespace) -> int:
 
     try:
         stopped = stop_status(await run_until_stopped(serve))
-    except* (StoreError, DLedgerError, OSError, ValueError) as group:
+    except* (StoreError, DLedgerError, ConfigFileError, OSError, ValueError) as group:
         error = first_message(group)
         first = first_error(group)
         if isinstance(first, OSError) and first.errno == errno.EADDRINUSE:
