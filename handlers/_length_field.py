@@ -30,7 +30,13 @@ class LengthFieldBasedFrameDecoder(ByteToMessageDecoder):
     Netty's semantics exactly (see docs/netty.md §1): the frame length is ``field value +
     length_adjustment + length_field_offset + length_field_length`` bytes from the frame's first
     byte; 1, 2, 3 and 4-byte fields are unsigned, 8-byte fields signed; ``initial_bytes_to_strip``
-    bytes are removed from the front of each frame; frames come out as ``bytes``.
+    bytes are removed from the front of each frame.
+
+    Frames come out as read-only memoryviews (Netty's retained slices): a frame received
+    within one read is a view of the received bytes, no copy (``zero_copy``: a channel never
+    overwrites bytes it handed out, so the view stays valid as long as it is kept, keeping the
+    read's buffer alive); a frame that spans reads is copied once, the bytes of the read that
+    completes it included, and the rest of that read is decoded in place.
 
     Bad input: a negative or too-short length skips the header and raises
     :class:`CorruptedFrameError`; a frame longer than ``max_frame_length`` (a frame of exactly
@@ -46,6 +52,8 @@ class LengthFieldBasedFrameDecoder(ByteToMessageDecoder):
     Raises:
         ValueError: for a bad argument, including a length field width not in 1, 2, 3, 4, 8.
     """
+
+    zero_copy = True
 
     def __init__(
         self,
@@ -91,7 +99,16 @@ class LengthFieldBasedFrameDecoder(ByteToMessageDecoder):
         self._bytes_to_discard = 0
         self._too_long_frame_length = 0
 
-    def _unadjusted_length(self, data: bytearray, pos: int) -> int:
+    def bytes_wanted(self, buf: ByteCursor) -> int:
+        """The bytes the cumulated partial frame (or its header, or a frame being discarded)
+        still needs."""
+        if self._discarding:
+            return self._bytes_to_discard
+        if self._frame_length >= 0:
+            return self._frame_length - buf.readable
+        return self._end_offset - buf.readable
+
+    def _unadjusted_length(self, data: bytearray | memoryview, pos: int) -> int:
         if self._struct is not None:
             value: int = self._struct.unpack_from(data, pos)[0]
             return value
@@ -108,7 +125,8 @@ class LengthFieldBasedFrameDecoder(ByteToMessageDecoder):
         max_length = self.max_frame_length
         unpack_from = self._struct.unpack_from if self._struct is not None else None
         single = self.single_decode
-        view = memoryview(data)
+        borrowed = type(data) is memoryview  # received bytes: frames are views of them
+        view = data if type(data) is memoryview else memoryview(data)
         try:
             while True:
                 frame_length = self._frame_length
@@ -162,13 +180,17 @@ class LengthFieldBasedFrameDecoder(ByteToMessageDecoder):
                         f"Adjusted frame length ({frame_length}) is less than "
                         f"initialBytesToStrip: {strip}"
                     )
-                out.append(view[pos + strip : pos + frame_length].tobytes())
+                if borrowed:
+                    out.append(view[pos + strip : pos + frame_length])
+                else:  # no slice of the cumulation may outlive this call (it is resized)
+                    out.append(memoryview(view[pos + strip : pos + frame_length].tobytes()))
                 pos += frame_length
                 buf.pos = pos
                 if single:
                     return
         finally:
-            view.release()
+            if not borrowed:
+                view.release()
 
     def _fail_if_necessary(self, *, first: bool) -> None:
         if self._bytes_to_discard == 0:
