@@ -32,11 +32,13 @@ class LengthFieldBasedFrameDecoder(ByteToMessageDecoder):
     byte; 1, 2, 3 and 4-byte fields are unsigned, 8-byte fields signed; ``initial_bytes_to_strip``
     bytes are removed from the front of each frame.
 
-    Frames come out as read-only memoryviews (Netty's retained slices): a frame received
-    within one read is a view of the received bytes, no copy (``zero_copy``: a channel never
-    overwrites bytes it handed out, so the view stays valid as long as it is kept, keeping the
-    read's buffer alive); a frame that spans reads is copied once, the bytes of the read that
-    completes it included, and the rest of that read is decoded in place.
+    Frames come out as ``bytes``. Reads are decoded in place (``zero_copy``): only a frame that
+    spans reads is cumulated, with just the bytes it needs of the read that completes it, and
+    the rest of that read is again decoded in place. With ``views``, frames come out as
+    read-only memoryviews instead (Netty's retained slices): a frame received within one read
+    is then a view of the received bytes, no copy at all (a channel never overwrites bytes it
+    handed out, so a view stays valid as long as it is kept, and keeps the read's buffer alive
+    as long); a frame that spans reads is a view of its one copy.
 
     Bad input: a negative or too-short length skips the header and raises
     :class:`CorruptedFrameError`; a frame longer than ``max_frame_length`` (a frame of exactly
@@ -64,6 +66,8 @@ class LengthFieldBasedFrameDecoder(ByteToMessageDecoder):
         initial_bytes_to_strip: int = 0,
         fail_fast: bool = True,
         byteorder: Byteorder = "big",
+        *,
+        views: bool = False,
     ) -> None:
         super().__init__()
         if byteorder not in ("big", "little"):
@@ -92,6 +96,7 @@ class LengthFieldBasedFrameDecoder(ByteToMessageDecoder):
         self.initial_bytes_to_strip = initial_bytes_to_strip
         self.fail_fast = fail_fast
         self.byteorder: Byteorder = byteorder
+        self.views = views
         self._end_offset = length_field_offset + length_field_length
         self._struct = _field_struct(length_field_length, byteorder)
         self._frame_length = -1
@@ -125,7 +130,8 @@ class LengthFieldBasedFrameDecoder(ByteToMessageDecoder):
         max_length = self.max_frame_length
         unpack_from = self._struct.unpack_from if self._struct is not None else None
         single = self.single_decode
-        borrowed = type(data) is memoryview  # received bytes: frames are views of them
+        borrowed = type(data) is memoryview  # received bytes, decoded in place
+        views = self.views
         view = data if type(data) is memoryview else memoryview(data)
         try:
             while True:
@@ -180,7 +186,9 @@ class LengthFieldBasedFrameDecoder(ByteToMessageDecoder):
                         f"Adjusted frame length ({frame_length}) is less than "
                         f"initialBytesToStrip: {strip}"
                     )
-                if borrowed:
+                if not views:
+                    out.append(view[pos + strip : pos + frame_length].tobytes())
+                elif borrowed:
                     out.append(view[pos + strip : pos + frame_length])
                 else:  # no slice of the cumulation may outlive this call (it is resized)
                     out.append(memoryview(view[pos + strip : pos + frame_length].tobytes()))

@@ -79,7 +79,7 @@ async def test_frames_within_a_read_are_views_and_spanning_ones_are_copies() -> 
     keeper = Keeper()
     await receive_all(
         payload,
-        LengthFieldBasedFrameDecoder(1 << 20, 0, 4, 0, 4),
+        LengthFieldBasedFrameDecoder(1 << 20, 0, 4, 0, 4, views=True),
         keeper,
         chunks=[65_536, 777, 200_000],
     )
@@ -90,7 +90,7 @@ async def test_frames_within_a_read_are_views_and_spanning_ones_are_copies() -> 
 
 
 def test_the_read_completing_a_frame_is_decoded_in_place_after_it() -> None:
-    decoder = LengthFieldBasedFrameDecoder(1024, 0, 2, 0, 2)
+    decoder = LengthFieldBasedFrameDecoder(1024, 0, 2, 0, 2, views=True)
     ch = EmbeddedChannel(decoder)
     ch.write_inbound(b"\x00\x05abc")  # a partial frame: cumulated (copied)
     second = b"de\x00\x02fg\x00\x03hij\x00\x09xy"
@@ -103,8 +103,18 @@ def test_the_read_completing_a_frame_is_decoded_in_place_after_it() -> None:
     assert ch.read_inbound() is None
 
 
+async def test_frames_are_bytes_by_default() -> None:
+    bodies = [b"a" * 10, b"", b"b" * 70_000]
+    keeper = Keeper()
+    payload = b"".join(len(b).to_bytes(4, "big") + b for b in bodies)
+    await receive_all(
+        payload, LengthFieldBasedFrameDecoder(1 << 20, 0, 4, 0, 4), keeper, chunks=[5]
+    )
+    assert keeper.kept == bodies and all(type(f) is bytes for f in keeper.kept)
+
+
 def test_a_mutable_read_is_copied() -> None:
-    ch = EmbeddedChannel(LengthFieldBasedFrameDecoder(1024, 0, 1, 0, 1))
+    ch = EmbeddedChannel(LengthFieldBasedFrameDecoder(1024, 0, 1, 0, 1, views=True))
     data = bytearray(b"\x02ab")
     ch.write_inbound(data)
     data[1:3] = b"zz"  # its sender reuses it
