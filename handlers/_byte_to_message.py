@@ -18,14 +18,16 @@ class ByteCursor:
     """The decoder's cumulation: ``data[pos:]`` are the bytes not yet consumed.
 
     A ``decode`` implementation reads ``data`` from ``pos`` and advances ``pos`` past what it
-    consumed (Netty's reader index). It must not keep references into ``data``: copy what it
-    emits (``bytes(...)`` or ``memoryview(...).tobytes()``), since the buffer is compacted and
-    reused.
+    consumed (Netty's reader index). ``data`` is a ``bytearray``, compacted and reused: a
+    decoder must not keep references into it, and copies what it emits (``bytes(...)`` or
+    ``memoryview(...).tobytes()``). Only for a decoder with ``zero_copy`` set may ``data`` also
+    be a read-only memoryview of received bytes, which never change: slices of that one may be
+    emitted as they are.
     """
 
     __slots__ = ("data", "pos")
 
-    def __init__(self, data: bytearray | None = None, pos: int = 0) -> None:
+    def __init__(self, data: bytearray | memoryview | None = None, pos: int = 0) -> None:
         self.data = data if data is not None else bytearray()
         self.pos = pos
 
@@ -36,6 +38,12 @@ class ByteCursor:
 
     def __repr__(self) -> str:
         return f"<ByteCursor {self.readable} readable>"
+
+
+def _extend(cum: ByteCursor, more: bytes | bytearray | memoryview) -> None:
+    owned = cum.data
+    assert type(owned) is bytearray, "only an owned cumulation grows"
+    owned += more
 
 
 class ByteToMessageDecoder(ChannelInboundHandler):
@@ -68,6 +76,16 @@ class ByteToMessageDecoder(ChannelInboundHandler):
     #: Emit at most one message per read (the rest waits for the next read or the close).
     single_decode: bool = False
 
+    #: Decode received bytes in place (Netty's cumulator hands ``decode`` the received buffer
+    #: itself when nothing is cumulated): ``buf.data`` is then a read-only memoryview of a
+    #: ``bytes`` or ``memoryview`` message, whose slices ``decode`` may emit without a copy
+    #: (the sender of a memoryview must not change its bytes afterwards; a channel never
+    #: does). Only what is left undecoded at the end of a read is copied into the
+    #: cumulation; a later read completes it with just the bytes :meth:`bytes_wanted` asks
+    #: for, and decoding goes on in place. For decoders that only read ``buf.data`` (index,
+    #: slice, ``struct.unpack_from``); ignored with ``single_decode``.
+    zero_copy: bool = False
+
     def __init__(self) -> None:
         self._cum: ByteCursor | None = None
         self._decoding = False
@@ -94,6 +112,12 @@ class ByteToMessageDecoder(ChannelInboundHandler):
     def handler_removed0(self, ctx: HandlerContext) -> None:
         """Hook run after the decoder left the pipeline and passed on its bytes."""
 
+    def bytes_wanted(self, buf: ByteCursor) -> int:
+        """For ``zero_copy``: how many more bytes (at least 1) the partial input cumulated in
+        ``buf`` needs before :meth:`decode` can emit or skip it; the default takes a whole read.
+        """
+        return 1 << 62
+
     @property
     def actual_readable_bytes(self) -> int:
         """Bytes received but not decoded yet."""
@@ -109,13 +133,11 @@ class ByteToMessageDecoder(ChannelInboundHandler):
             # Re-entered from inside decode (a nested write_inbound): handled after it.
             self._reentrant.append(msg)
             return
-        self._append(msg)
         out: list[Any] = []
         try:
-            self._call_decode(ctx, out)
+            self._feed(ctx, msg, out)
             while self._reentrant and not ctx.removed:
-                self._append(self._reentrant.popleft())
-                self._call_decode(ctx, out)
+                self._feed(ctx, self._reentrant.popleft(), out)
         finally:
             self._compact()
             if out:
@@ -163,12 +185,60 @@ class ByteToMessageDecoder(ChannelInboundHandler):
 
     # -- internals ---------------------------------------------------------------------------
 
-    def _append(self, msg: bytes | bytearray | memoryview) -> None:
+    def _feed(
+        self, ctx: HandlerContext, msg: bytes | bytearray | memoryview, out: list[Any]
+    ) -> None:
+        """Decode ``msg`` after what is cumulated."""
+        if not self.zero_copy or self.single_decode or type(msg) is bytearray:
+            self._append(msg)
+            self._call_decode(ctx, out)
+            return
+        view = memoryview(msg)
+        if view.format != "B" or view.ndim != 1:
+            view = view.cast("B")
+        if not view.readonly:
+            view = view.toreadonly()
+        cum = self._owned_cumulation()
+        if cum is not None and not view:
+            self._call_decode(ctx, out)  # what an error left undecoded
+            return
+        # Complete the partial input cumulated from earlier reads, copying only the bytes it
+        # asks for; the rest of the read is decoded in place.
+        while cum is not None and view:
+            wanted = max(self.bytes_wanted(cum), 1)
+            part, view = view[:wanted], view[wanted:]
+            _extend(cum, part)
+            try:
+                self._call_decode(ctx, out)
+            except BaseException:
+                _extend(cum, view)  # unconsumed bytes stay for the next read
+                raise
+            if ctx.removed or self._removed_while_decoding:
+                _extend(cum, view)  # passed on raw
+                return
+            if not cum.readable:
+                self._cum = cum = None
+        if view:
+            self._cum = ByteCursor(view)
+            self._call_decode(ctx, out)
+
+    def _owned_cumulation(self) -> ByteCursor | None:
+        """The cumulation as a bytearray (a borrowed view's undecoded bytes copied), or None
+        when nothing is cumulated."""
         cum = self._cum
+        if cum is None:
+            return None
+        if type(cum.data) is memoryview or not cum.readable:
+            rest = cum.data[cum.pos :]
+            self._cum = cum = ByteCursor(bytearray(rest)) if rest else None
+        return cum
+
+    def _append(self, msg: bytes | bytearray | memoryview) -> None:
+        cum = self._owned_cumulation()
         if cum is None:
             self._cum = ByteCursor(bytearray(msg))
         else:
-            cum.data += msg
+            _extend(cum, msg)
 
     def _compact(self) -> None:
         cum = self._cum
@@ -176,6 +246,8 @@ class ByteToMessageDecoder(ChannelInboundHandler):
             return
         if cum.pos >= len(cum.data):
             self._cum = None
+        elif type(cum.data) is memoryview:
+            self._cum = ByteCursor(bytearray(cum.data[cum.pos :]))  # the rest spans reads
         elif cum.pos:
             del cum.data[: cum.pos]
             cum.pos = 0

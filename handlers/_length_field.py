@@ -30,7 +30,15 @@ class LengthFieldBasedFrameDecoder(ByteToMessageDecoder):
     Netty's semantics exactly (see docs/netty.md §1): the frame length is ``field value +
     length_adjustment + length_field_offset + length_field_length`` bytes from the frame's first
     byte; 1, 2, 3 and 4-byte fields are unsigned, 8-byte fields signed; ``initial_bytes_to_strip``
-    bytes are removed from the front of each frame; frames come out as ``bytes``.
+    bytes are removed from the front of each frame.
+
+    Frames come out as ``bytes``. Reads are decoded in place (``zero_copy``): only a frame that
+    spans reads is cumulated, with just the bytes it needs of the read that completes it, and
+    the rest of that read is again decoded in place. With ``views``, frames come out as
+    read-only memoryviews instead (Netty's retained slices): a frame received within one read
+    is then a view of the received bytes, no copy at all (a channel never overwrites bytes it
+    handed out, so a view stays valid as long as it is kept, and keeps the read's buffer alive
+    as long); a frame that spans reads is a view of its one copy.
 
     Bad input: a negative or too-short length skips the header and raises
     :class:`CorruptedFrameError`; a frame longer than ``max_frame_length`` (a frame of exactly
@@ -47,6 +55,8 @@ class LengthFieldBasedFrameDecoder(ByteToMessageDecoder):
         ValueError: for a bad argument, including a length field width not in 1, 2, 3, 4, 8.
     """
 
+    zero_copy = True
+
     def __init__(
         self,
         max_frame_length: int,
@@ -56,6 +66,8 @@ class LengthFieldBasedFrameDecoder(ByteToMessageDecoder):
         initial_bytes_to_strip: int = 0,
         fail_fast: bool = True,
         byteorder: Byteorder = "big",
+        *,
+        views: bool = False,
     ) -> None:
         super().__init__()
         if byteorder not in ("big", "little"):
@@ -84,6 +96,7 @@ class LengthFieldBasedFrameDecoder(ByteToMessageDecoder):
         self.initial_bytes_to_strip = initial_bytes_to_strip
         self.fail_fast = fail_fast
         self.byteorder: Byteorder = byteorder
+        self.views = views
         self._end_offset = length_field_offset + length_field_length
         self._struct = _field_struct(length_field_length, byteorder)
         self._frame_length = -1
@@ -91,7 +104,16 @@ class LengthFieldBasedFrameDecoder(ByteToMessageDecoder):
         self._bytes_to_discard = 0
         self._too_long_frame_length = 0
 
-    def _unadjusted_length(self, data: bytearray, pos: int) -> int:
+    def bytes_wanted(self, buf: ByteCursor) -> int:
+        """The bytes the cumulated partial frame (or its header, or a frame being discarded)
+        still needs."""
+        if self._discarding:
+            return self._bytes_to_discard
+        if self._frame_length >= 0:
+            return self._frame_length - buf.readable
+        return self._end_offset - buf.readable
+
+    def _unadjusted_length(self, data: bytearray | memoryview, pos: int) -> int:
         if self._struct is not None:
             value: int = self._struct.unpack_from(data, pos)[0]
             return value
@@ -108,7 +130,9 @@ class LengthFieldBasedFrameDecoder(ByteToMessageDecoder):
         max_length = self.max_frame_length
         unpack_from = self._struct.unpack_from if self._struct is not None else None
         single = self.single_decode
-        view = memoryview(data)
+        borrowed = type(data) is memoryview  # received bytes, decoded in place
+        views = self.views
+        view = data if type(data) is memoryview else memoryview(data)
         try:
             while True:
                 frame_length = self._frame_length
@@ -162,13 +186,19 @@ class LengthFieldBasedFrameDecoder(ByteToMessageDecoder):
                         f"Adjusted frame length ({frame_length}) is less than "
                         f"initialBytesToStrip: {strip}"
                     )
-                out.append(view[pos + strip : pos + frame_length].tobytes())
+                if not views:
+                    out.append(view[pos + strip : pos + frame_length].tobytes())
+                elif borrowed:
+                    out.append(view[pos + strip : pos + frame_length])
+                else:  # no slice of the cumulation may outlive this call (it is resized)
+                    out.append(memoryview(view[pos + strip : pos + frame_length].tobytes()))
                 pos += frame_length
                 buf.pos = pos
                 if single:
                     return
         finally:
-            view.release()
+            if not borrowed:
+                view.release()
 
     def _fail_if_necessary(self, *, first: bool) -> None:
         if self._bytes_to_discard == 0:

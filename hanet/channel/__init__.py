@@ -20,7 +20,7 @@ from ._handler import (
     ChannelInboundHandler,
     ChannelOutboundHandler,
 )
-from ._outbound import OutboundBuffer, WaterMarks, message_size
+from ._outbound import OutboundBuffer, ReadOnlyBuffer, WaterMarks, message_size
 from ._pipeline import Pipeline
 from ._stream_channel import StreamChannel
 from ._timers import TimerHandle, TimerQueue
@@ -39,6 +39,7 @@ __all__ = [
     "HandlerContext",
     "OutboundBuffer",
     "Pipeline",
+    "ReadOnlyBuffer",
     "StreamChannel",
     "TimerHandle",
     "TimerQueue",

@@ -10,7 +10,7 @@ import attrs
 
 from ._future import WriteFuture
 
-__all__ = ["OutboundBuffer", "WaterMarks"]
+__all__ = ["OutboundBuffer", "ReadOnlyBuffer", "WaterMarks"]
 
 
 def _check_marks(instance: WaterMarks, attribute: object, value: int) -> None:
@@ -43,10 +43,30 @@ class WaterMarks:
     entry_overhead: int = attrs.field(default=96, validator=_check_overhead)
 
 
+@attrs.frozen
+class ReadOnlyBuffer:
+    """A message of bytes that never change: a channel sends ``view`` without a copy.
+
+    A channel snapshots every other bytes-like message when it is written (the writer may
+    reuse its buffer at once); wrapping bytes in this marker is the writer's promise that they
+    stay as they are until sent (Netty's read-only ``ByteBuf`` / ``FileRegion``), such as a
+    view of commit log bytes already written to a mapped file. The view is held only while the
+    write is queued: it is dropped when sent or when the channel closes. Outbound handlers that
+    look only for bytes-like messages pass it through untouched.
+    """
+
+    view: memoryview
+
+    def __len__(self) -> int:
+        return self.view.nbytes
+
+
 def message_size(msg: Any) -> int:
     """Bytes a message counts for in the buffer: its length if bytes-like, else 0."""
     if isinstance(msg, bytes | bytearray | memoryview):
         return len(msg) if not isinstance(msg, memoryview) else msg.nbytes
+    if type(msg) is ReadOnlyBuffer:
+        return msg.view.nbytes
     return 0
 
 
@@ -80,7 +100,9 @@ class OutboundBuffer:
         return 0 if self.is_writable else max(self.pending_bytes - self._low + 1, 0)
 
     def add(self, msg: Any, future: WriteFuture) -> None:
-        """Queue a message (not yet flushed)."""
+        """Queue a message (not yet flushed); a :class:`ReadOnlyBuffer` is queued as its view."""
+        if type(msg) is ReadOnlyBuffer:
+            msg = msg.view
         size = message_size(msg)
         self._unflushed.append((msg, size, future))
         self.queued_bytes += size

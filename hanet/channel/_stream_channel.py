@@ -13,12 +13,67 @@ import trio
 from ._address import format_address
 from ._channel import Channel, ChannelConfig
 from ._errors import ChannelClosedError
+from ._future import WriteFuture
+from ._outbound import ReadOnlyBuffer
 
 __all__ = ["StreamChannel"]
 
 log = logging.getLogger("hanet.channel")
 
 _IOV_MAX = 1024  # buffers per sendmsg (Linux's IOV_MAX)
+_CHUNK_SIZE = 1024 * 1024  # the receive arena's chunks
+_MIN_READ = 16 * 1024  # a chunk with less free room than this is left for a fresh one
+
+
+class _ReceiveArena:
+    """Where TCP channels receive: the free tail of one large chunk, shared by the channels of a
+    trio run (a bump allocator: each byte is written once, by one read).
+
+    A read reserves room, receives into it (``recv_into``) and hands out a read-only view of
+    just the received bytes; the next reservation starts after them. Nothing is ever written
+    twice: a full chunk is left to the views into it (it lives exactly as long as they do) and
+    a fresh chunk takes over. So frames decoded in place stay valid however long a handler
+    keeps them; the price is that a kept view keeps its whole chunk alive.
+    """
+
+    __slots__ = ("chunk", "readonly", "top", "writable")
+
+    def __init__(self) -> None:
+        self.chunk = bytearray()
+        self.writable = memoryview(self.chunk)
+        self.readonly = self.writable.toreadonly()
+        self.top = 0
+
+    def reserve(self, size: int) -> tuple[int, int]:
+        """Room for a read of up to ``size`` bytes: ``(start, end)`` in :attr:`chunk`."""
+        free = len(self.chunk) - self.top
+        if free < min(size, _MIN_READ):
+            self.chunk = bytearray(max(_CHUNK_SIZE, size))
+            self.writable = memoryview(self.chunk)
+            self.readonly = self.writable.toreadonly()
+            self.top = 0
+            free = len(self.chunk)
+        start = self.top
+        self.top = end = start + min(size, free)
+        return start, end
+
+    def give_back(self, chunk: bytearray, end: int, used_end: int) -> None:
+        """Return the unused room ``[used_end, end)`` of a reservation, if it is still the
+        last one in the current chunk (else it stays a hole)."""
+        if chunk is self.chunk and self.top == end:
+            self.top = used_end
+
+
+_ARENA: trio.lowlevel.RunVar[_ReceiveArena] = trio.lowlevel.RunVar("hanet_receive_arena")
+
+
+def _arena() -> _ReceiveArena:
+    try:
+        return _ARENA.get()
+    except LookupError:
+        arena = _ReceiveArena()
+        _ARENA.set(arena)
+        return arena
 
 
 async def _sendmsg_all(sock: trio.socket.SocketType, parts: list[Any], nbytes: int) -> None:
@@ -47,6 +102,36 @@ async def _sendmsg_all(sock: trio.socket.SocketType, parts: list[Any], nbytes: i
         if exc.errno == errno.EBADF:
             raise trio.ClosedResourceError("the socket was closed") from exc
         raise trio.BrokenResourceError(f"socket connection broken: {exc}") from exc
+
+
+async def _receive_into(
+    sock: trio.socket.SocketType, read_size: int, ready: bool
+) -> tuple[memoryview, bool]:
+    """Receive up to ``read_size`` bytes into the run's arena: a read-only view of them, and
+    whether they filled the room (an empty view: the peer closed).
+
+    Unless bytes are likely waiting (``ready``), first waits until the socket is readable, so
+    that an idle connection holds no room in the arena. OS errors become trio's stream errors,
+    as ``SocketStream.receive_some`` translates them.
+    """
+    if not ready:
+        await trio.lowlevel.wait_readable(sock)
+    arena = _arena()
+    start, end = arena.reserve(read_size)
+    chunk = arena.chunk
+    readonly = arena.readonly
+    try:
+        n = await sock.recv_into(arena.writable[start:end])
+    except OSError as exc:
+        arena.give_back(chunk, end, start)
+        if exc.errno == errno.EBADF:
+            raise trio.ClosedResourceError("the socket was closed") from exc
+        raise trio.BrokenResourceError(f"socket connection broken: {exc}") from exc
+    except BaseException:
+        arena.give_back(chunk, end, start)
+        raise
+    arena.give_back(chunk, end, start + n)
+    return readonly[start : start + n], start + n == end
 
 
 # An event that is already set: setting it again does nothing, so it stands in for a wake-up
@@ -221,6 +306,12 @@ class StreamChannel(Channel):
 
     # -- transport -------------------------------------------------------------------------
 
+    def _transport_write(self, msg: Any, future: WriteFuture) -> None:
+        if type(msg) is ReadOnlyBuffer and self._open:
+            self._outbound.add(msg, future)  # queued as its view, not snapshotted
+        else:
+            super()._transport_write(msg, future)
+
     def _transport_flush(self) -> None:
         self._outbound.add_flush()
         if self._outbound.has_flushed:
@@ -267,14 +358,22 @@ class StreamChannel(Channel):
         stream = self.stream
         pipeline = self.pipeline
         read_size = self.config.read_size
+        # A TCP socket receives into the run's arena (no copy of the bytes afterwards; views
+        # of them go down the pipeline); any other stream (TLS, memory) gets receive_some.
+        sock = stream.socket if type(stream) is trio.SocketStream else None
+        ready = False  # whether the last read filled its room (more bytes are likely waiting)
         while True:
             if not (self._auto_read or self._read_requested):
                 self._reader_wakeup = trio.Event()
                 await self._reader_wakeup.wait()
                 continue
             self._read_requested = False
+            data: bytes | bytearray | memoryview
             try:
-                data = await stream.receive_some(read_size)
+                if sock is None:
+                    data = await stream.receive_some(read_size)
+                else:
+                    data, ready = await _receive_into(sock, read_size, ready)
             except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
                 self._lost(f"connection lost: {exc.__cause__ or exc!r}")
                 return

@@ -18,6 +18,7 @@ from hanet.channel import (
     ChannelConfig,
     ChannelInboundHandler,
     HandlerContext,
+    ReadOnlyBuffer,
     StreamChannel,
     WaterMarks,
     WriteFuture,
@@ -54,6 +55,7 @@ _RATE_WINDOW = 5.0  # seconds the "speed" of a slave is measured over
 # A diverged slave reconnects every few seconds: its ERROR is repeated at most this often.
 _DIVERGENCE_LOG_INTERVAL = 60.0
 _PREFIX = struct.Struct(">iI")  # a record's TOTALSIZE and MAGICCODE
+_HEADER = struct.Struct(">qi")  # a transfer frame's header (as TransferFrameEncoder's)
 # A record larger than a batch is read whole to be validated; its size field is trusted up to
 # the largest record a put can write (max body + topic + properties + header) plus slack, so
 # that a corrupt size field cannot make the master copy a whole file.
@@ -97,7 +99,7 @@ class _SlaveConnection(ChannelInboundHandler):
         self.state = "waiting for the first report"
         # Bytes before _valid_end (from the transfer start on) are whole records that passed
         # validation, or the blank tail of a file; _pending holds validated bytes read at
-        # next_offset and not sent yet.
+        # next_offset and not sent yet (a view of the mapped commit log).
         self._valid_end = -1
         self._pending = _EMPTY
         self._started = trio.current_time()
@@ -117,6 +119,7 @@ class _SlaveConnection(ChannelInboundHandler):
 
     def channel_inactive(self, ctx: HandlerContext) -> None:
         self.master._connections.discard(self)
+        self._pending = _EMPTY  # a view of the mapped commit log: do not keep it alive
         reason = self.channel.close_reason or "closed"
         self.state = f"closed: {reason}"
         self.master._closed.append(self.status())
@@ -232,14 +235,14 @@ class _SlaveConnection(ChannelInboundHandler):
         file_size = store.config.mapped_file_size
         file_end = offset - offset % file_size + file_size
         if offset < self._valid_end:
-            return memoryview(store.read(offset, min(batch, self._valid_end - offset)))
-        chunk = store.read(offset, batch)
+            return store.read_view(offset, min(batch, self._valid_end - offset))
+        chunk = store.read_view(offset, batch)
         if not chunk:
             return _EMPTY
         scanner = _scan(chunk, offset)
         if scanner.position:  # whole valid records: send them, check what follows next time
             self._valid_end = offset + scanner.position
-            return memoryview(chunk)[: scanner.position]
+            return chunk[: scanner.position]
         # The first thing at offset is not a whole valid record within this chunk.
         if len(chunk) < _PREFIX.size:
             if offset + len(chunk) < file_end:
@@ -249,7 +252,7 @@ class _SlaveConnection(ChannelInboundHandler):
         if magic == BLANK_MAGIC:
             if total >= BLANK_RECORD_SIZE and offset + total == file_end:
                 self._valid_end = file_end
-                return memoryview(chunk)  # the blank tail, shipped as it is
+                return chunk  # the blank tail, shipped as it is
             raise CorruptRecordError(offset, f"blank record of {total} bytes does not end the file")
         if (
             magic in (MAGIC_V1, MAGIC_V2)
@@ -261,13 +264,13 @@ class _SlaveConnection(ChannelInboundHandler):
                 raise CorruptRecordError(
                     offset, f"total size {total} is larger than any record ({limit})"
                 )
-            whole = store.read(offset, total)  # a record larger than the chunk: check it whole
+            whole = store.read_view(offset, total)  # larger than the chunk: check it whole
             if len(whole) < total:
                 return _EMPTY  # its end is not written yet
             scanner = _scan(whole, offset)
             if scanner.position == total:
                 self._valid_end = offset + total
-                return memoryview(whole)
+                return whole
         raise CorruptRecordError(offset, _stop_reason(scanner))
 
     def _refuse(self, ctx: HandlerContext, reason: str) -> None:
@@ -329,7 +332,10 @@ class _SlaveConnection(ChannelInboundHandler):
                     return
                 if not body:
                     break
-                last_write = ctx.write(TransferFrame(self.next_offset, body))
+                # The frame as TransferFrameEncoder writes it, with the body a view of the
+                # mapped commit log sent without a copy: bytes written on a master never change.
+                ctx.write(_HEADER.pack(self.next_offset, len(body)))
+                last_write = ctx.write(ReadOnlyBuffer(body))
                 self.next_offset += len(body)
                 sent += len(body)
                 if cap is not None:

@@ -162,6 +162,28 @@ class MappedFileQueue:
             return b""
         return mapped.view[pos:end].tobytes()
 
+    def read_view(self, offset: int, max_bytes: int) -> memoryview:
+        """As :meth:`read`, a read-only view of the mapped file instead of a copy (empty at or
+        past the data end).
+
+        For bytes that never change once written (a master's commit log; only a slave
+        truncates): the view keeps its mapping alive, so a file closed or deleted meanwhile
+        stays mapped (and readable) until the last view of it is dropped.
+
+        Raises:
+            ValueError: ``offset`` is below :attr:`min_offset` (deleted or never held).
+        """
+        if offset < self.min_offset:
+            raise ValueError(f"offset {offset} is below the min offset {self.min_offset}")
+        mapped = self.find(offset)
+        if mapped is None:
+            return memoryview(b"")
+        pos = offset - mapped.start_offset
+        end = min(mapped.wrote, pos + max_bytes)
+        if end <= pos:
+            return memoryview(b"")
+        return mapped.view[pos:end].toreadonly()
+
     # -- writing -----------------------------------------------------------------------------
 
     def create_file(self, start_offset: int) -> MappedFile:

@@ -405,6 +405,18 @@ class CommitLogStore:
         """
         return self.commit_log.read(offset, max_bytes)
 
+    def read_view(self, offset: int, max_bytes: int) -> memoryview:
+        """As :meth:`read`, a read-only view of the mapped commit log instead of a copy.
+
+        What the HA master sends without copying: written bytes never change on a master. The
+        view keeps its file's mapping alive until it is dropped (closing the store meanwhile
+        is safe).
+
+        Raises:
+            ValueError: ``offset`` is below :attr:`min_offset`.
+        """
+        return self.commit_log.read_view(offset, max_bytes)
+
     def read_record(self, offset: int) -> MessageRecord:
         """Decode the record at a physical offset.
 
