@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import errno
 import os
+import random
 import shutil
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
@@ -24,6 +26,7 @@ from hanet.store import (
     StoreRole,
     file_name,
     list_mapped_files,
+    scan_index_windows,
 )
 
 FILE = 256 * 1024
@@ -303,3 +306,131 @@ async def test_without_preallocation_run_makes_no_file(tmp_path: Path) -> None:
         await trio.sleep(0.2)
         assert store.commit_log.ready_next is None
         store.close()
+
+
+# -- a slave's dispatch uses the rows of its validation ------------------------------------------
+
+
+def master_log(root: Path, count: int = 600) -> CommitLogStore:
+    master = CommitLogStore.open(root, StoreConfig(mapped_file_size=64 * 1024))
+    for i in range(count):
+        body = bytes([i % 251]) * (50 + (i * 37) % 700)
+        assert master.put(Message(f"T{i % 3}", body, queue_id=i % 4)).ok
+    return master
+
+
+def replay(master: CommitLogStore, slave: CommitLogStore, sizes: Iterator[int]) -> None:
+    offset = 0
+    while offset < master.max_offset:
+        data = master.read(offset, next(sizes))
+        slave.append_raw(offset, data, dispatch=False)
+        assert slave.max_offset == offset + len(data)
+        offset += len(data)
+        if next(sizes) % 3 == 0:
+            slave.dispatch()
+    assert slave.dispatch() is None
+
+
+def same_queues(master: CommitLogStore, slave: CommitLogStore) -> None:
+    assert slave.queues() == master.queues()
+    for topic, queue_id in master.queues():
+        high = master.max_queue_offset(topic, queue_id)
+        assert slave.max_queue_offset(topic, queue_id) == high
+        for q in range(high):
+            assert slave.consume_queue_entry(topic, queue_id, q) == master.consume_queue_entry(
+                topic, queue_id, q
+            )
+    assert slave.dispatched_offset == master.max_offset
+
+
+def counting_scans(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Bytes the store's dispatch scans (``scan_windows`` calls), one item per call."""
+    scanned: list[int] = []
+
+    def scan_windows(buf: memoryview, start: int, end: int, *args: Any) -> object:
+        scanned.append(end - start)
+        return scan_index_windows(buf, start, end, *args)
+
+    monkeypatch.setattr("hanet.store._store.scan_windows", scan_windows)
+    return scanned
+
+
+@pytest.mark.parametrize("step", [997, 4096, 20000, 64 * 1024])
+def test_dispatch_uses_the_rows_of_validation(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, step: int
+) -> None:
+    master = master_log(tmp_path / "master")
+    scanned = counting_scans(monkeypatch)
+    slave = CommitLogStore.open(
+        tmp_path / "slave", StoreConfig(mapped_file_size=64 * 1024, role=StoreRole.SLAVE)
+    )
+    sizes = iter(lambda: step, None)
+    replay(master, slave, sizes)
+    same_queues(master, slave)
+    # What dispatch still scans: blank file tails (and partial records), never the records.
+    assert sum(scanned) < 1200 * len(slave.commit_log.files), scanned
+    slave.close()
+    master.close()
+
+
+def test_dispatch_scans_when_the_rows_are_gone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rows are kept only so far (then dispatch scans), and a reopened store has none."""
+    master = master_log(tmp_path / "master")
+    monkeypatch.setattr("hanet.store._store._MAX_PENDING_ROWS", 52 * 30)
+    config = StoreConfig(mapped_file_size=64 * 1024, role=StoreRole.SLAVE)
+    slave = CommitLogStore.open(tmp_path / "slave", config)
+    offset = 0
+    while offset < master.max_offset // 2:
+        data = master.read(offset, 3000)
+        slave.append_raw(offset, data, dispatch=False)
+        offset += len(data)
+    slave.close()  # dispatches what it holds first
+    slave = CommitLogStore.open(tmp_path / "slave", config)
+    offset = slave.max_offset  # (a partial record was dropped at close)
+    while offset < master.max_offset:
+        data = master.read(offset, 5000)
+        slave.append_raw(offset, data, dispatch=False)
+        offset += len(data)
+    assert slave.dispatch() is None
+    same_queues(master, slave)
+    slave.close()
+    master.close()
+
+
+def test_a_truncation_drops_the_kept_rows(tmp_path: Path) -> None:
+    master = master_log(tmp_path / "master")
+    slave = CommitLogStore.open(
+        tmp_path / "slave", StoreConfig(mapped_file_size=64 * 1024, role=StoreRole.SLAVE)
+    )
+    data = master.read(0, 30000)
+    slave.append_raw(0, data, dispatch=False)
+    assert slave.validated_offset < slave.max_offset  # a partial record at the end
+    slave.truncate_to(slave.validated_offset)  # (what a slave does on a new connection)
+    entry = master.consume_queue_entry("T1", 1, 2)
+    assert entry is not None and entry[0] < slave.validated_offset
+    slave.truncate_to(entry[0])  # and at an earlier record (a slave dropping what it held)
+    offset = slave.max_offset
+    while offset < master.max_offset:
+        data = master.read(offset, 7000)
+        slave.append_raw(offset, data, dispatch=False)
+        offset += len(data)
+    assert slave.dispatch() is None
+    same_queues(master, slave)
+    slave.close()
+    master.close()
+
+
+def test_random_transfers_dispatch_as_the_master(tmp_path: Path) -> None:
+    master = master_log(tmp_path / "master", 900)
+    rng = random.Random(7)
+    for run in range(3):
+        slave = CommitLogStore.open(
+            tmp_path / f"slave{run}",
+            StoreConfig(mapped_file_size=64 * 1024, role=StoreRole.SLAVE),
+        )
+        replay(master, slave, iter(lambda: rng.randint(1, 9000), None))
+        same_queues(master, slave)
+        slave.close()
+    master.close()
