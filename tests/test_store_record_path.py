@@ -1,5 +1,5 @@
 """The record path of the store: the next file is made ahead of need (off the put and raw
-append path), and a slave's dispatch uses the rows its validation produced."""
+append path), and a slave's dispatch does not check body CRCs its validation just checked."""
 
 from __future__ import annotations
 
@@ -308,7 +308,7 @@ async def test_without_preallocation_run_makes_no_file(tmp_path: Path) -> None:
         store.close()
 
 
-# -- a slave's dispatch uses the rows of its validation ------------------------------------------
+# -- a slave's dispatch does not check CRCs again --------------------------------------------------
 
 
 def master_log(root: Path, count: int = 600) -> CommitLogStore:
@@ -343,12 +343,12 @@ def same_queues(master: CommitLogStore, slave: CommitLogStore) -> None:
     assert slave.dispatched_offset == master.max_offset
 
 
-def counting_scans(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """Bytes the store's dispatch scans (``scan_windows`` calls), one item per call."""
-    scanned: list[int] = []
+def counting_scans(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, bool]]:
+    """``(bytes, check_crc)`` of each scan the store's dispatch makes (``scan_windows``)."""
+    scanned: list[tuple[int, bool]] = []
 
     def scan_windows(buf: memoryview, start: int, end: int, *args: Any) -> object:
-        scanned.append(end - start)
+        scanned.append((end - start, bool(args[2])))
         return scan_index_windows(buf, start, end, *args)
 
     monkeypatch.setattr("hanet.store._store.scan_windows", scan_windows)
@@ -356,7 +356,7 @@ def counting_scans(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
 
 @pytest.mark.parametrize("step", [997, 4096, 20000, 64 * 1024])
-def test_dispatch_uses_the_rows_of_validation(
+def test_dispatch_does_not_check_crcs_again(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, step: int
 ) -> None:
     master = master_log(tmp_path / "master")
@@ -367,18 +367,15 @@ def test_dispatch_uses_the_rows_of_validation(
     sizes = iter(lambda: step, None)
     replay(master, slave, sizes)
     same_queues(master, slave)
-    # What dispatch still scans: blank file tails (and partial records), never the records.
-    assert sum(scanned) < 1200 * len(slave.commit_log.files), scanned
+    assert scanned and not [crc for _, crc in scanned if crc]
+    assert sum(size for size, _ in scanned) <= master.max_offset  # each byte read once
     slave.close()
     master.close()
 
 
-def test_dispatch_scans_when_the_rows_are_gone(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Rows are kept only so far (then dispatch scans), and a reopened store has none."""
+def test_dispatch_after_a_restart(tmp_path: Path) -> None:
+    """A reopened store dispatches what recovery walked (and checked) as before."""
     master = master_log(tmp_path / "master")
-    monkeypatch.setattr("hanet.store._store._MAX_PENDING_ROWS", 52 * 30)
     config = StoreConfig(mapped_file_size=64 * 1024, role=StoreRole.SLAVE)
     slave = CommitLogStore.open(tmp_path / "slave", config)
     offset = 0
@@ -399,7 +396,7 @@ def test_dispatch_scans_when_the_rows_are_gone(
     master.close()
 
 
-def test_a_truncation_drops_the_kept_rows(tmp_path: Path) -> None:
+def test_dispatch_after_a_truncation(tmp_path: Path) -> None:
     master = master_log(tmp_path / "master")
     slave = CommitLogStore.open(
         tmp_path / "slave", StoreConfig(mapped_file_size=64 * 1024, role=StoreRole.SLAVE)

@@ -48,7 +48,6 @@ from __future__ import annotations
 import logging
 import shutil
 import time
-from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
@@ -80,6 +79,7 @@ from ._index import (
     group_entries,
     scan_index,
     scan_stop,
+    scan_totals,
     scan_windows,
 )
 from ._mapped_queue import MappedFileQueue
@@ -93,7 +93,6 @@ __all__ = ["CommitLogStore", "DispatchError", "Listener"]
 logger = logging.getLogger(__name__)
 
 _NEVER = 2**63
-_MAX_PENDING_ROWS = 8 << 20  # bytes of validation rows kept for dispatch (~160,000 records)
 _QUEUE_FILL = 0.9  # consume queue files are preallocated once this full (small, many queues)
 
 _END, _BLANK, _UNWRITTEN, _INCOMPLETE = (
@@ -101,20 +100,9 @@ _END, _BLANK, _UNWRITTEN, _INCOMPLETE = (
     for reason in (StopReason.END, StopReason.BLANK, StopReason.UNWRITTEN, StopReason.INCOMPLETE)
 )
 
-ValidatedRows = tuple[int, int, int, bytes]
-"""``(first record offset, end of the last record, offset of byte 0 of the scanned buffer,
-rows)``: the index rows (``_index.ROW``) of records validated by a raw append, kept for
-dispatch (topic positions in the rows are relative to that byte 0)."""
-
 Listener = Callable[[int], None]
 """Called with the new max offset after data was added to the commit log (after raw appends
 with ``dispatch=False``: once :meth:`CommitLogStore.dispatch` dispatched them)."""
-
-
-def _rows_entry(origin: int, rows: bytes) -> ValidatedRows:
-    first = ROW.unpack_from(rows, 0)
-    last = ROW.unpack_from(rows, len(rows) - ROW.size)
-    return first[0], last[0] + last[1], origin, rows
 
 
 class DispatchError(StoreError):
@@ -158,8 +146,6 @@ class CommitLogStore:
         self._dispatched = 0
         self._validated = 0
         self._notify_pending = False  # raw appends not announced yet (dispatch=False)
-        self._validated_rows: deque[ValidatedRows] = deque()  # appended, not dispatched yet
-        self._validated_rows_bytes = 0
         self._dispatch_error: CorruptRecordError | DispatchError | None = None
         self._replica_error: CorruptRecordError | None = None
         self._flushed = 0
@@ -729,11 +715,10 @@ class CommitLogStore:
         view = memoryview(data).cast("B") if not isinstance(data, bytes) else data
         self._replica_error = None
         start = offset if empty else self._validated
-        found: list[ValidatedRows] = []
         if start < offset:  # a partial record already in the log: validate it with the new bytes
-            valid_end, error = self._validate_continued(start, offset, memoryview(view), found)
+            valid_end, error = self._validate_continued(start, offset, memoryview(view))
         else:
-            valid_end, error = self._validate_raw(start, memoryview(view), found)
+            valid_end, error = self._validate_raw(start, memoryview(view))
         keep = len(view) if error is None else max(valid_end - offset, 0)
         if keep:
             try:
@@ -748,7 +733,6 @@ class CommitLogStore:
                 if offset % self.config.mapped_file_size:
                     self._write_checkpoint(sync=True)
             self._raw_bytes += keep
-            self._keep_rows(found, valid_end)
             if files.max_offset >= self._allocate_mark:
                 self._wake_allocator()
         if error is not None and files.max_offset > valid_end:
@@ -770,46 +754,13 @@ class CommitLogStore:
             )
             self._replica_error = error
 
-    def _keep_rows(self, found: list[ValidatedRows], valid_end: int) -> None:
-        """Keep the rows of records just appended (up to ``valid_end``) for :meth:`dispatch`,
-        so it does not validate them again (up to :data:`_MAX_PENDING_ROWS` bytes of rows;
-        past that, dispatch scans)."""
-        pending = self._validated_rows
-        for entry in found:
-            if entry[1] > valid_end or self._validated_rows_bytes > _MAX_PENDING_ROWS:
-                break
-            if pending and entry[0] < pending[-1][1]:  # pragma: no cover - appends go forward
-                break
-            pending.append(entry)
-            self._validated_rows_bytes += len(entry[3])
-
-    def _take_rows(self, offset: int) -> ValidatedRows | None:
-        """The kept rows that start at ``offset`` (older ones are dropped), or None."""
-        pending = self._validated_rows
-        while pending and pending[0][0] < offset:
-            self._validated_rows_bytes -= len(pending.popleft()[3])
-        if pending and pending[0][0] == offset:
-            entry = pending.popleft()
-            self._validated_rows_bytes -= len(entry[3])
-            return entry
-        return None
-
-    def _drop_rows(self) -> None:
-        self._validated_rows.clear()
-        self._validated_rows_bytes = 0
-
     def _validate_continued(
-        self,
-        start: int,
-        offset: int,
-        view: memoryview,
-        found: list[ValidatedRows] | None = None,
+        self, start: int, offset: int, view: memoryview
     ) -> tuple[int, CorruptRecordError | None]:
         """:meth:`_validate_raw` of the log's bytes ``[start, offset)`` (the head of a partial
         record) followed by ``view``. When ``view`` completes that record, only the record is
         copied together and the rest of ``view`` is validated in place (the same outcome: a
-        scan validates each record by its own bytes and position); otherwise all of it. The
-        rows of the valid records go to ``found``, as :meth:`_validate_raw`'s."""
+        scan validates each record by its own bytes and position); otherwise all of it."""
         files = self.commit_log
         pending = bytearray()
         position = start
@@ -821,23 +772,17 @@ class CommitLogStore:
             need = int.from_bytes(pending[:4], "big", signed=True) - len(pending)
             if 0 < need <= len(view):
                 pending += view[:need]
-                record: list[ValidatedRows] = []
-                record_end, error = self._validate_raw(start, memoryview(pending), record)
+                record_end, error = self._validate_raw(start, memoryview(pending))
                 if error is None and record_end == offset + need:  # that record is valid
-                    if found is not None:
-                        found += record
-                    return self._validate_raw(record_end, view[need:], found)
+                    return self._validate_raw(record_end, view[need:])
                 del pending[offset - start :]
         pending += view
-        return self._validate_raw(start, memoryview(pending), found)
+        return self._validate_raw(start, memoryview(pending))
 
-    def _validate_raw(
-        self, start: int, buf: memoryview, found: list[ValidatedRows] | None = None
-    ) -> tuple[int, CorruptRecordError | None]:
+    def _validate_raw(self, start: int, buf: memoryview) -> tuple[int, CorruptRecordError | None]:
         """Validate ``buf``, commit log bytes from the record boundary ``start``.
 
         Returns the end of the last complete valid record (or blank tail) and the first error.
-        The rows of the valid records are added to ``found`` (for dispatch).
         """
         size = self.config.mapped_file_size
         end = start + len(buf)
@@ -848,14 +793,10 @@ class CommitLogStore:
             index = position - start
             segment = buf[index : index + segment_end - position]
             limit = file_end - position
-            if len(segment) <= SCAN_WINDOW:  # one call (what scan_windows makes of it)
+            if len(segment) <= SCAN_WINDOW:  # one call (what scan_totals makes of it)
                 result = scan_index(segment, 0, None, position, limit, True, True)
-                if found is not None and result[4]:
-                    found.append(_rows_entry(position, result[5]))
             else:
-                for result in scan_windows(segment, 0, None, position, limit, True, True):
-                    if found is not None and result[4]:
-                        found.append(_rows_entry(position, result[5]))
+                result, _ = scan_totals(segment, 0, None, position, limit, True, True)
             code = result[1]
             reached = position + result[0]
             if code == _BLANK:
@@ -906,7 +847,6 @@ class CommitLogStore:
         self._validated = min(self._validated, offset)
         self._dispatched = min(self._dispatched, offset)
         self._flushed = min(self._flushed, offset)
-        self._drop_rows()
         error = self._dispatch_error
         if error is not None and error.offset >= offset:
             self._dispatch_error = None
@@ -918,7 +858,11 @@ class CommitLogStore:
     # -- dispatch ----------------------------------------------------------------------------
 
     def dispatch(self) -> CorruptRecordError | DispatchError | None:
-        """Validate and dispatch every complete record past :attr:`dispatched_offset`.
+        """Dispatch every complete record past :attr:`dispatched_offset`.
+
+        The records were validated when they came in (:meth:`append_raw`, body CRC
+        included), were written by this store or were walked by recovery: dispatch reads
+        them again with a bounds-checked scan (sizes, magic, offsets) but no second CRC pass.
 
         Stops at the data end, at a partial record (waiting for its rest) or at the first
         invalid record, which becomes :attr:`dispatch_error` (sticky: nothing past it is ever
@@ -946,22 +890,14 @@ class CommitLogStore:
                 break
             base = mapped.start_offset
             view = mapped.view
-            kept = self._take_rows(self._dispatched) if self._validated_rows else None
-            if kept is not None:  # validated by append_raw: no second scan
-                _, kept_end, origin, rows = kept
-                if kept_end > mapped.write_offset or origin < base:  # pragma: no cover
-                    self._drop_rows()  # (cannot happen: truncations drop the rows)
-                    continue
-                if not self._dispatch_rows(view[origin - base :], rows):
-                    break
-                self._dispatched = kept_end
-                continue
-            end = mapped.wrote
-            if self._validated_rows:  # scan only up to the next validated rows
-                end = min(end, max(self._validated_rows[0][0] - base, self._dispatched - base))
+            # Bytes before validated_offset were checked, body CRCs included, when they came
+            # in (a raw append), were written here (a put) or were walked by recovery: dispatch
+            # re-reads them with a bounds-checked scan but no second CRC pass. Past it lies at
+            # most the head of a record still to come.
+            end = min(mapped.wrote, max(self._validated - base, self._dispatched - base))
             result: ScanResult | None = None
             failed = False
-            for result in scan_windows(view, self._dispatched - base, end, base, None, True, True):
+            for result in scan_windows(view, self._dispatched - base, end, base, None, False, True):
                 if result[4] and not self._dispatch_rows(view, result[5]):
                     failed = True
                     break
@@ -971,10 +907,6 @@ class CommitLogStore:
             stop = scan_stop(result, base)
             position = result[0]
             self._dispatched = base + position
-            if end < mapped.wrote and stop.reason in (StopReason.END, StopReason.INCOMPLETE):
-                if stop.reason is StopReason.INCOMPLETE:  # pragma: no cover - rows start at
-                    self._drop_rows()  # record boundaries; else scan on without them
-                continue  # the next validated rows start here
             if stop.reason is StopReason.BLANK:
                 if stop.offset + stop.blank_size != mapped.end_offset:
                     self._dispatch_error = CorruptRecordError(
