@@ -75,6 +75,11 @@ def _percent(instance: object, attribute: attrs.Attribute[Any], value: int) -> N
         raise ValueError(f"{attribute.name} must be a percentage in 1..100, got {value}")
 
 
+def _fraction(instance: object, attribute: attrs.Attribute[Any], value: float | None) -> None:
+    if value is not None and not 0 <= value <= 1:
+        raise ValueError(f"{attribute.name} must be None or in 0..1, got {value}")
+
+
 def _cq_size(instance: object, attribute: attrs.Attribute[Any], value: int) -> None:
     if value <= 0 or value % 20:
         raise ValueError(f"{attribute.name} must be a positive multiple of 20, got {value}")
@@ -100,6 +105,11 @@ class StoreConfig:
             ``diskMaxUsedSpaceRatio``; 1..100).
         disk_check_interval: seconds a reading of the file system's usage is reused before a
             put reads it again (1).
+        preallocate_at: while :meth:`CommitLogStore.run` runs, the next commit log file is
+            created in a worker thread once the last one is written past this fraction of its
+            size (0.5; RocketMQ's ``AllocateMappedFileService``), so the write that crosses
+            into it does not wait for the disk; consume queue files the same way once 90 %
+            full. None: files are only made when a write needs them.
     """
 
     mapped_file_size: int = attrs.field(default=DEFAULT_MAPPED_FILE_SIZE, validator=_positive)
@@ -117,6 +127,7 @@ class StoreConfig:
         default=DEFAULT_DISK_MAX_USED_SPACE_RATIO, validator=_percent
     )
     disk_check_interval: float = attrs.field(default=1.0, validator=_positive)
+    preallocate_at: float | None = attrs.field(default=0.5, validator=_fraction)
 
 
 @attrs.frozen

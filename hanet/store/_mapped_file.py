@@ -17,13 +17,14 @@ from __future__ import annotations
 import errno
 import mmap
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import attrs
 
 from ._errors import CreateMappedFileError, StoreLayoutError
 
-__all__ = ["FILE_NAME_DIGITS", "TEMPORARY_SUFFIX", "MappedFile", "file_name"]
+__all__ = ["FILE_NAME_DIGITS", "NEXT_SUFFIX", "TEMPORARY_SUFFIX", "MappedFile", "file_name"]
 
 FILE_NAME_DIGITS = 20
 """Files are named by their start offset, zero padded to this many digits."""
@@ -31,10 +32,29 @@ FILE_NAME_DIGITS = 20
 TEMPORARY_SUFFIX = ".creating"
 """Suffix of a file being preallocated; one left by a crash is removed at load."""
 
+NEXT_SUFFIX = ".next"
+"""Suffix of a file preallocated ahead of need (renamed to its real name when it is taken);
+one left by a crash is removed at load."""
+
 _MADV_POPULATE_WRITE = getattr(mmap, "MADV_POPULATE_WRITE", 23)
 _PAGE = mmap.PAGESIZE
 _ZERO_CHUNK = bytes(1 << 20)
 _NO_FALLOCATE = frozenset({errno.EOPNOTSUPP, errno.ENOTSUP, errno.ENOSYS, errno.EINVAL})
+
+
+def _native_populate() -> Callable[[mmap.mmap], None] | None:
+    if os.environ.get("HANET_NO_EXTENSIONS"):
+        return None
+    try:
+        from ._speedups import populate  # noqa: PLC0415 - optional: built by pip install -e .
+    except ImportError:
+        return None
+    return populate
+
+
+_populate = _native_populate()
+"""``_speedups.populate`` (pre-faults without holding the GIL, so a worker thread can warm a
+new file while the event loop goes on), or None: then ``mmap.madvise``, which holds it."""
 
 
 def _reserve(fd: int, size: int) -> None:
@@ -163,13 +183,35 @@ class MappedFile:
         return self.wrote >= self.size
 
     def prefault(self) -> None:
-        """Fault every page of the mapping in for writing, so appends run at memory speed."""
+        """Fault every page of the mapping in for writing, so appends run at memory speed.
+
+        Without the GIL when the native extension is built (safe in a worker thread).
+        """
+        if _populate is not None:
+            try:
+                _populate(self._mmap)
+                return
+            except OSError:
+                pass  # the page by page way below
         try:
             self._mmap.madvise(_MADV_POPULATE_WRITE)
         except (OSError, ValueError):
             view = self.view
             for i in range(0, self.size, _PAGE):
                 view[i] = view[i]
+
+    def rename(self, path: Path) -> None:
+        """Give the (mapped) file another name in its directory (a preallocated file taking
+        its real name).
+
+        Raises:
+            StoreLayoutError: ``path`` already exists.
+            OSError: the rename failed.
+        """
+        if path.exists():
+            raise StoreLayoutError(f"{path} already exists")
+        os.rename(self.path, path)
+        self.path = path
 
     def zero_from(self, position: int) -> None:
         """Write zeros from ``position`` to the end of the file (truncating stale bytes)."""

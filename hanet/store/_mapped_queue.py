@@ -7,7 +7,17 @@ reads slices that never cross a file, appends raw bytes at an exact offset (what
 does) and truncates (what recovery does).
 
 Everything here is synchronous and in memory except :meth:`MappedFileQueue.flush`, which
-waits for the disk (run it in a worker thread).
+waits for the disk, and :meth:`MappedFileQueue.allocate_next`, which reserves a whole file (run
+them in a worker thread).
+
+The next file can be made ahead of need (RocketMQ's ``AllocateMappedFileService``): a caller
+asks :meth:`~MappedFileQueue.begin_next` which file is due, creates it with
+:meth:`~MappedFileQueue.allocate_next` in a worker thread (under a ``.next`` name, outside the
+data) and hands it over with :meth:`~MappedFileQueue.end_next`. The write that crosses into
+that file then takes it (a rename) instead of creating it; while the worker is still making
+it, the write waits for that one (the disk never holds the same file reserved twice); without
+one it creates the file itself as before (and a full disk is still its
+:class:`CreateMappedFileError`).
 """
 
 from __future__ import annotations
@@ -15,10 +25,17 @@ from __future__ import annotations
 import bisect
 import errno
 import re
+import threading
 from pathlib import Path
 
 from ._errors import CreateMappedFileError, OffsetMismatchError, StoreLayoutError
-from ._mapped_file import FILE_NAME_DIGITS, TEMPORARY_SUFFIX, MappedFile, file_name
+from ._mapped_file import (
+    FILE_NAME_DIGITS,
+    NEXT_SUFFIX,
+    TEMPORARY_SUFFIX,
+    MappedFile,
+    file_name,
+)
 
 __all__ = ["MappedFileQueue", "list_mapped_files"]
 
@@ -58,6 +75,13 @@ class MappedFileQueue:
         self._data_start = 0
         self.created = 0
         """Files :meth:`create_file` created (since the queue was made)."""
+        self.taken_ready = 0
+        """Of those, files that were preallocated ahead of need (:meth:`allocate_next`)."""
+        self._next: MappedFile | None = None  # preallocated, not part of the data
+        self._allocating: int | None = None  # the start of the file a worker may be making
+        self._allocated: MappedFile | None = None  # what it made, until taken
+        self._allocation_lock = threading.Lock()  # held by the worker while it makes it
+        self._closed = False
 
     # -- loading -----------------------------------------------------------------------------
 
@@ -69,8 +93,9 @@ class MappedFileQueue:
                 is not a multiple of it, or the files leave a gap.
         """
         if self.directory.is_dir():
-            for leftover in self.directory.glob(f"*{TEMPORARY_SUFFIX}"):
-                leftover.unlink(missing_ok=True)  # a crash while preallocating
+            for suffix in (TEMPORARY_SUFFIX, NEXT_SUFFIX):
+                for leftover in self.directory.glob(f"*{suffix}"):
+                    leftover.unlink(missing_ok=True)  # a crash while (pre)allocating
         found = list_mapped_files(self.directory)
         previous: int | None = None
         for start, path in found:
@@ -200,18 +225,110 @@ class MappedFileQueue:
                 f"{file_name(self.files[-1].start_offset)}"
             )
         path = self.directory / file_name(start_offset)
-        try:
-            self.directory.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            if exc.errno in _NO_SPACE:  # a full disk; anything else (a file in the way, ...)
-                raise CreateMappedFileError(path, exc) from exc  # is a layout problem
-            raise
-        mapped = MappedFile.create(path, start_offset, self.file_size, warm=self.warm)
+        if self._allocating is not None:  # a worker may be making it: wait for that one
+            with self._allocation_lock:
+                self._allocating = None  # (a worker not started yet will not make it)
+                self._adopt_allocated()
+        mapped = self._take_next(path, start_offset)
+        if mapped is None:
+            try:
+                self.directory.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                if exc.errno in _NO_SPACE:  # a full disk; anything else (a file in the way,
+                    raise CreateMappedFileError(path, exc) from exc  # ...) is a layout problem
+                raise
+            mapped = MappedFile.create(path, start_offset, self.file_size, warm=self.warm)
         if not self.files:
             self._data_start = start_offset
         self._add(mapped)
         self.created += 1
         return mapped
+
+    def _take_next(self, path: Path, start_offset: int) -> MappedFile | None:
+        """The preallocated file under its real name ``path`` if it starts at ``start_offset``
+        (a stale one is deleted), else None."""
+        ready = self._next
+        if ready is None:
+            return None
+        self._next = None
+        if ready.start_offset == start_offset:
+            try:
+                ready.rename(path)
+            except (OSError, StoreLayoutError):
+                pass  # deleted below; the caller creates the file as without one
+            else:
+                self.taken_ready += 1
+                return ready
+        ready.delete()
+        return None
+
+    # -- preallocation (ahead of need) -------------------------------------------------------
+
+    def begin_next(self, fill: float) -> int | None:
+        """The start offset of the next file if it should be preallocated now (the last file
+        is written past ``fill`` of its size, none is ready or being made), else None. A
+        non-None answer marks the allocation as started: call :meth:`end_next` after."""
+        files = self.files
+        if self._closed or self._allocating is not None or self._next is not None or not files:
+            return None
+        last = files[-1]
+        if last.wrote < last.size * fill:
+            return None
+        self._allocating = last.end_offset
+        return last.end_offset
+
+    def allocate_next(self, start_offset: int) -> bool:
+        """Create (reserve, map, pre-fault) the file starting at ``start_offset`` under its
+        ``.next`` name, outside the data, for :meth:`end_next` (or the write that needs it)
+        to take. Blocks on the disk: run it in a worker thread; it touches nothing but the
+        new file. False when it is no longer wanted (a write created the file meanwhile).
+
+        Raises:
+            CreateMappedFileError: it cannot be created (disk full, ...): nothing is left.
+        """
+        with self._allocation_lock:
+            if self._allocating != start_offset or self._closed:
+                return False
+            path = self.directory / (file_name(start_offset) + NEXT_SUFFIX)
+            path.unlink(missing_ok=True)  # a stale one (a process killed before its rename)
+            self._allocated = MappedFile.create(path, start_offset, self.file_size, warm=self.warm)
+            return True
+
+    def end_next(self) -> bool:
+        """Finish what :meth:`begin_next` started (after :meth:`allocate_next` returned or
+        raised): keep the file made as the ready next file if it still is the next one, else
+        delete it. Returns whether one is ready now."""
+        with self._allocation_lock:
+            self._allocating = None
+            self._adopt_allocated()
+        return self._next is not None
+
+    def _adopt_allocated(self) -> None:
+        mapped = self._allocated
+        if mapped is None:
+            return
+        self._allocated = None
+        files = self.files
+        if (
+            self._closed
+            or self._next is not None
+            or not files
+            or files[-1].end_offset != mapped.start_offset
+        ):
+            mapped.delete()
+        else:
+            self._next = mapped
+
+    @property
+    def ready_next(self) -> MappedFile | None:
+        """The preallocated next file, not yet part of the data (or None)."""
+        return self._next
+
+    def _drop_next(self) -> None:
+        ready = self._next
+        if ready is not None:
+            self._next = None
+            ready.delete()
 
     def last_file_for_write(self) -> MappedFile:
         """The last file if it has room, else a new next file (or the first file at 0)."""
@@ -307,11 +424,15 @@ class MappedFileQueue:
                 mapped.flushed = min(mapped.flushed, pos)
         if keep and self._data_start > offset:
             self._data_start = max(offset, keep[0].start_offset)
+        ready = self._next
+        if ready is not None and (not keep or keep[-1].end_offset != ready.start_offset):
+            self._drop_next()
 
     def delete_all(self) -> None:
         """Delete every file (an empty queue again)."""
         for mapped in self.files:
             mapped.delete()
+        self._drop_next()
         self.files = []
         self._starts = []
         self._data_start = 0
@@ -327,6 +448,10 @@ class MappedFileQueue:
         return self.flushed_offset
 
     def close(self) -> None:
-        """Unmap every file."""
+        """Unmap every file; delete a preallocated next file (it holds no data)."""
+        with self._allocation_lock:  # a worker making one finishes first
+            self._closed = True
+            self._adopt_allocated()
+        self._drop_next()
         for mapped in self.files:
             mapped.close()

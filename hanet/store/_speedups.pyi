@@ -1,6 +1,7 @@
 """Types of the native record scanner (``_speedups.c``); see ``hanet.store._index``."""
 
 from collections.abc import Sequence
+from mmap import mmap
 
 ROW_SIZE: int
 CLMUL_CRC: int  # 1 when body CRCs use carry-less multiplication (HANET_NO_CLMUL=1: zlib)
@@ -23,3 +24,4 @@ def columns(
 def group_entries(
     rows: bytes | bytearray | memoryview,
 ) -> list[tuple[int, int, int, int, int, int, bytes, int]]: ...
+def populate(buf: mmap | bytearray | memoryview) -> None: ...

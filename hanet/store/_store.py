@@ -17,7 +17,10 @@ Shape (what the HA layer relies on):
 - :meth:`~CommitLogStore.run` is the flusher service for a nursery: under ASYNC_FLUSH it
   fsyncs every ``flush_interval``; in every mode it writes the checkpoint and flushes the
   consume queues. Without it, data reaches the disk at :meth:`~CommitLogStore.close` or
-  through :meth:`~CommitLogStore.wait_flushed`.
+  through :meth:`~CommitLogStore.wait_flushed`. It also makes the next commit log (and
+  consume queue) file ahead of need in a worker thread (``StoreConfig.preallocate_at``), so
+  the put or raw append that crosses into a new file does not reserve and pre-fault it; a
+  write that finds none ready creates it itself, as without ``run()``.
 - New data is announced to listeners (:meth:`~CommitLogStore.add_listener`), called
   synchronously with the new max offset: the HA master turns that into a wake-up, no polling.
 - Replicated bytes are validated **before** they are copied into the commit log
@@ -89,6 +92,9 @@ __all__ = ["CommitLogStore", "DispatchError", "Listener"]
 
 logger = logging.getLogger(__name__)
 
+_NEVER = 2**63
+_QUEUE_FILL = 0.9  # consume queue files are preallocated once this full (small, many queues)
+
 _END, _BLANK, _UNWRITTEN, _INCOMPLETE = (
     STOP_REASONS.index(reason)
     for reason in (StopReason.END, StopReason.BLANK, StopReason.UNWRITTEN, StopReason.INCOMPLETE)
@@ -156,6 +162,8 @@ class CommitLogStore:
         self._disk_checked_at = -config.disk_check_interval
         self._create_error: str | None = None
         self._created_at_error = 0
+        self._allocate_mark = _NEVER  # a commit log max offset that wakes the allocator
+        self._allocate_wanted: trio.Event | None = None
         self.recovery = RecoveryResult(0, 0, None, 0)
         host, port = parse_host(config.store_host)
         self._store_host = host
@@ -581,6 +589,8 @@ class CommitLogStore:
             self._note_create_error(writer.create_error)
             writer.create_error = None
         if self.commit_log.max_offset != before:
+            if self.commit_log.max_offset >= self._allocate_mark:
+                self._wake_allocator()
             self._validated = self.commit_log.max_offset
             self._last_store_timestamp = now
             if in_step:
@@ -735,6 +745,8 @@ class CommitLogStore:
                 if offset % self.config.mapped_file_size:
                     self._write_checkpoint(sync=True)
             self._raw_bytes += keep
+            if files.max_offset >= self._allocate_mark:
+                self._wake_allocator()
         if error is not None and files.max_offset > valid_end:
             self.truncate_to(valid_end)
         if files.files:
@@ -858,7 +870,11 @@ class CommitLogStore:
     # -- dispatch ----------------------------------------------------------------------------
 
     def dispatch(self) -> CorruptRecordError | DispatchError | None:
-        """Validate and dispatch every complete record past :attr:`dispatched_offset`.
+        """Dispatch every complete record past :attr:`dispatched_offset`.
+
+        The records were validated when they came in (:meth:`append_raw`, body CRC
+        included), were written by this store or were walked by recovery: dispatch reads
+        them again with a bounds-checked scan (sizes, magic, offsets) but no second CRC pass.
 
         Stops at the data end, at a partial record (waiting for its rest) or at the first
         invalid record, which becomes :attr:`dispatch_error` (sticky: nothing past it is ever
@@ -886,11 +902,14 @@ class CommitLogStore:
                 break
             base = mapped.start_offset
             view = mapped.view
+            # Bytes before validated_offset were checked, body CRCs included, when they came
+            # in (a raw append), were written here (a put) or were walked by recovery: dispatch
+            # re-reads them with a bounds-checked scan but no second CRC pass. Past it lies at
+            # most the head of a record still to come.
+            end = min(mapped.wrote, max(self._validated - base, self._dispatched - base))
             result: ScanResult | None = None
             failed = False
-            for result in scan_windows(
-                view, self._dispatched - base, mapped.wrote, base, None, True, True
-            ):
+            for result in scan_windows(view, self._dispatched - base, end, base, None, False, True):
                 if result[4] and not self._dispatch_rows(view, result[5]):
                     failed = True
                     break
@@ -1096,11 +1115,64 @@ class CommitLogStore:
         puts' waits do that), the consume queues and the checkpoint, in a worker thread.
         Returns when the store is closed; cancel it to stop (a flush in progress finishes).
         """
+        async with trio.open_nursery() as nursery:
+            if self.config.preallocate_at is not None:
+                await nursery.start(self._allocate_ahead, self.config.preallocate_at)
+            task_status.started()
+            while not self._closed:
+                await trio.sleep(self.config.flush_interval)
+                async with self._flush_lock:
+                    await trio.to_thread.run_sync(self._flush_if_open)
+            nursery.cancel_scope.cancel()
+
+    async def _allocate_ahead(
+        self, fill: float, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Make the next commit log file (and consume queue files) ahead of need, in a worker
+        thread: woken by a write past :attr:`_allocate_mark`, else every ``flush_interval``."""
         task_status.started()
-        while not self._closed:
-            await trio.sleep(self.config.flush_interval)
-            async with self._flush_lock:
-                await trio.to_thread.run_sync(self._flush_if_open)
+        try:
+            while not self._closed:
+                failed = not await self._preallocate(self.commit_log, fill)
+                for queue in list(self._queues.values()):
+                    await self._preallocate(queue.files, max(fill, _QUEUE_FILL))
+                wanted = self._allocate_wanted = trio.Event()
+                # After a failure (a full disk) only the timer tries again, not every write.
+                self._allocate_mark = _NEVER if failed else self._next_allocation_mark(fill)
+                with trio.move_on_after(self.config.flush_interval):
+                    await wanted.wait()
+        finally:
+            self._allocate_mark = _NEVER
+            self._allocate_wanted = None
+
+    def _next_allocation_mark(self, fill: float) -> int:
+        files = self.commit_log
+        if not files.files:
+            return 0
+        last = files.files[-1]
+        start = last.end_offset if files.ready_next is not None else last.start_offset
+        return start + int(last.size * fill)
+
+    def _wake_allocator(self) -> None:
+        self._allocate_mark = _NEVER
+        wanted = self._allocate_wanted
+        if wanted is not None:
+            wanted.set()
+
+    async def _preallocate(self, files: MappedFileQueue, fill: float) -> bool:
+        """Preallocate the next file of ``files`` if it is due; False if that failed."""
+        start = files.begin_next(fill)
+        if start is None:
+            return True
+        failed = False
+        try:
+            await trio.to_thread.run_sync(files.allocate_next, start)
+        except (OSError, StoreError) as exc:  # the write that needs it will create it (or say
+            failed = True  # why: CREATE_MAPPED_FILE_FAILED)
+            logger.debug("%s: cannot preallocate %s: %s", self.root, files.directory, exc)
+        finally:
+            files.end_next()
+        return not failed
 
     def _flush_if_open(self) -> None:
         if not self._closed:
