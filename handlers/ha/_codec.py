@@ -91,8 +91,11 @@ class TransferFrameDecoder(ChannelInboundHandler):
 
 def transfer_frame_decoder(batch_size: int = 32 * 1024) -> LengthFieldBasedFrameDecoder:
     """The frame decoder for transfers: body length at offset 8, 4 bytes, nothing stripped,
-    at most ``HEADER_SIZE + batch_size`` bytes a frame (a longer one closes the connection)."""
-    return LengthFieldBasedFrameDecoder(HEADER_SIZE + batch_size, 8, 4)
+    at most ``HEADER_SIZE + batch_size`` bytes a frame (a longer one closes the connection).
+
+    Frames are read-only views (``views=True``): a frame received within one read is a view of
+    the channel's receive buffer, so the body is copied once, into the mapped file."""
+    return LengthFieldBasedFrameDecoder(HEADER_SIZE + batch_size, 8, 4, views=True)
 
 
 class TransferFrameEncoder(ChannelOutboundHandler):

@@ -178,7 +178,10 @@ class _ResponseRouter(ChannelInboundHandler):
     def channel_inactive(self, ctx: HandlerContext) -> None:
         error = self.closed_error
         if error is None:
-            reason = self.explain(ctx.channel.close_reason or "closed", waiting=bool(self.pending))
+            # A TLS connection closed before its first request left counts as waiting too: a
+            # broker that refuses our certificate may close it that early (TLS 1.3).
+            waiting = bool(self.pending) or (self.tls and not self.answers)
+            reason = self.explain(ctx.channel.close_reason or "closed", waiting=waiting)
             error = self.closed_error = BrokerConnectionError(f"connection closed: {reason}")
         for pending in self.pending.values():
             pending.error = error
