@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from hanet.errors import HanetError
+from hanet.store import fsync_directory
 
 __all__ = ["ConfigFileError", "read_config_file", "write_config_file"]
 
@@ -34,14 +35,6 @@ T = TypeVar("T")
 class ConfigFileError(HanetError):
     """A broker config file (``consumerOffset.json``, ``topics.json``) and its ``.bak`` are
     both unusable: the broker does not start."""
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def write_config_file(path: Path, document: dict[str, Any]) -> None:
@@ -60,7 +53,7 @@ def write_config_file(path: Path, document: dict[str, Any]) -> None:
     if path.exists():
         os.replace(path, path.with_name(path.name + ".bak"))
     os.replace(temp, path)
-    _fsync_dir(path.parent)
+    fsync_directory(path.parent)
 
 
 def _parse(path: Path, parse: Callable[[dict[str, Any]], T]) -> T:

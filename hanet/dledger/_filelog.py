@@ -48,7 +48,7 @@ from pathlib import Path
 
 import attrs
 
-from hanet.store import CorruptRecordError, FlushDiskType, decode_record
+from hanet.store import CorruptRecordError, FlushDiskType, decode_record, fsync_directory
 
 from ._entry import (
     BLANK_MAGIC,
@@ -139,7 +139,7 @@ class _Files:
             fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
             os.ftruncate(fd, self.file_size)
             self._fds[start] = fd
-            _fsync_dir(self.directory)
+            fsync_directory(self.directory)
         return fd
 
     def write(self, pos: int, data: bytes) -> None:
@@ -181,7 +181,7 @@ class _Files:
             self.dirty.discard(later)
             removed = True
         if removed:
-            _fsync_dir(self.directory)
+            fsync_directory(self.directory)
 
     def sync(self) -> None:
         for start in sorted(self.dirty):
@@ -194,14 +194,6 @@ class _Files:
         for fd in self._fds.values():
             os.close(fd)
         self._fds.clear()
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class FileLog:
@@ -504,7 +496,7 @@ class FileLog:
         finally:
             os.close(fd)
         os.replace(temp, path)
-        _fsync_dir(self.directory)
+        fsync_directory(self.directory)
 
     def close(self) -> None:
         """Flush and close the files (idempotent)."""

@@ -102,6 +102,7 @@ from ._mapped_queue import MappedFileQueue, list_mapped_files
 from ._reader import CommitLogReader, resolve_store_dir
 from ._scanner import RecordScanner, ScanStop, StopReason, decode_record, scan_records
 from ._store import CommitLogStore, DispatchError, Listener
+from ._store_files import fsync_directory
 
 __all__ = [
     "BLANK_MAGIC",
@@ -166,6 +167,7 @@ __all__ = [
     "encode_record",
     "file_name",
     "format_host",
+    "fsync_directory",
     "index_group_entries",
     "index_group_entries_py",
     "index_scan_stop",

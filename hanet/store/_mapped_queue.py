@@ -176,16 +176,7 @@ class MappedFileQueue:
         Raises:
             ValueError: ``offset`` is below :attr:`min_offset` (deleted or never held).
         """
-        if offset < self.min_offset:
-            raise ValueError(f"offset {offset} is below the min offset {self.min_offset}")
-        mapped = self.find(offset)
-        if mapped is None:
-            return b""
-        pos = offset - mapped.start_offset
-        end = min(mapped.wrote, pos + max_bytes)
-        if end <= pos:
-            return b""
-        return mapped.view[pos:end].tobytes()
+        return self.read_view(offset, max_bytes).tobytes()
 
     def read_view(self, offset: int, max_bytes: int) -> memoryview:
         """As :meth:`read`, a read-only view of the mapped file instead of a copy (empty at or

@@ -20,7 +20,14 @@ import attrs
 
 from ._errors import StoreLockedError
 
-__all__ = ["CHECKPOINT_SIZE", "Checkpoint", "StoreLock", "read_checkpoint", "write_checkpoint"]
+__all__ = [
+    "CHECKPOINT_SIZE",
+    "Checkpoint",
+    "StoreLock",
+    "fsync_directory",
+    "read_checkpoint",
+    "write_checkpoint",
+]
 
 CHECKPOINT_SIZE = 4096
 _CHECKPOINT = struct.Struct(">qqqqqq")
@@ -58,6 +65,15 @@ def write_checkpoint(path: Path, checkpoint: Checkpoint, *, sync: bool = True) -
         os.pwrite(fd, buf, 0)
         if sync:
             os.fdatasync(fd)
+    finally:
+        os.close(fd)
+
+
+def fsync_directory(directory: Path) -> None:
+    """fsync a directory: a file created, renamed or deleted in it survives a power loss."""
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
     finally:
         os.close(fd)
 
