@@ -20,8 +20,9 @@ import trustme
 
 from hanet.boot import TlsConfig, open_tls_stream
 from hanet.broker import Broker, BrokerAddresses
-from hanet.client import BrokerClient, BrokerConnectionError, PutStatus
+from hanet.client import BrokerClient, BrokerConnectionError, NameServerClient, PutStatus
 from hanet.ha import BrokerConfig, BrokerRole
+from hanet.namesrv import NameServer
 from hanet.store import compare_commit_logs
 
 FILE = 64 * 1024
@@ -267,3 +268,41 @@ def test_master_slave_and_producer_processes_over_tls(tmp_path: Path) -> None:
         for proc in procs:
             proc.wait(timeout=20)
     assert compare_commit_logs(tmp_path / "m", tmp_path / "s").identical
+
+
+async def test_a_cluster_over_mutual_tls_name_server_included(tmp_path: Path) -> None:
+    """A name server with mutual TLS: a master and a slave holding certificates of its CA
+    register, the slave finds its master through it and replicates over TLS; a client without
+    a certificate cannot look anything up."""
+    pki = Pki.create(tmp_path)
+    cert, key = pki.issue("namesrv", "127.0.0.1")
+    server_tls = TlsConfig(cert=cert, key=key, ca=pki.ca_file).server_context()
+    async with trio.open_nursery() as nursery:
+        server = NameServer(("127.0.0.1", 0), tls=server_tls)
+        host, port = await nursery.start(server.run)
+        names = f"{host}:{port}"
+        master_cfg = master_config(
+            tmp_path, pki, broker_role=BrokerRole.ASYNC_MASTER, namesrv_addr=names
+        )
+        async with running(master_cfg) as (_, m_addr):
+            assert m_addr.broker is not None
+            slave_cfg = config(
+                tmp_path / "s", broker_role=BrokerRole.SLAVE, namesrv_addr=names,
+                **pki.tls("replica-1"),
+            )  # fmt: skip
+            async with running(slave_cfg) as (slave, _):
+                async with BrokerClient.connect(*m_addr.broker, tls=pki.client("app")) as c:
+                    reply = await c.put("T", b"over tls")
+                    assert reply.ok
+                end = reply.wrote_offset + reply.wrote_size
+                await eventually(lambda: slave.store.max_offset == end)
+                link = slave.status().master
+                assert link is not None and link.address == f"127.0.0.1:{m_addr.ha[1]}"  # type: ignore[index]
+                cluster = await NameServerClient([(host, port)], tls=pki.client("ops")).cluster()
+                assert {b.registration.role for b in cluster.brokers} == {"ASYNC_MASTER", "SLAVE"}
+                with pytest.raises(BrokerConnectionError):
+                    await NameServerClient([(host, port)], tls=None, timeout=2).cluster()
+                stranger = pki.client("stranger", ca=trustme.CA())
+                with pytest.raises(BrokerConnectionError):
+                    await NameServerClient([(host, port)], tls=stranger, timeout=2).cluster()
+        nursery.cancel_scope.cancel()
