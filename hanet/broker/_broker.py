@@ -72,6 +72,7 @@ from hanet.protocol import (
     BrokerRegistration,
     BrokerServerCodec,
     BrokerStatus,
+    ClusterLink,
     MasterLink,
     PullRequest,
     PullResponse,
@@ -521,11 +522,35 @@ class Broker:
         """What a slave copies (SYNC_METADATA): :meth:`topics` and the consumer offsets."""
         return BrokerMetadata(self.topics(), self.offsets.table())
 
+    def cluster_link(self) -> ClusterLink | None:
+        """The STATUS document's ``cluster`` section: the registration with the name servers
+        (None without ``namesrv_addr``, or before :meth:`run` started registering)."""
+        registrar = self.registrar
+        if registrar is None:
+            return None
+        config = self.config
+        last = registrar.last_registered
+        answer = registrar.last_answer
+        return ClusterLink(
+            name=config.broker_cluster_name,
+            broker_name=config.broker_name,
+            broker_id=config.effective_broker_id,
+            name_servers=tuple(format_address(a) for a in config.namesrv_addresses),
+            registrations=registrar.registrations,
+            failures=registrar.failures,
+            last_registered_ago=None if last is None else round(trio.current_time() - last, 3),
+            last_error=registrar.last_error,
+            master_address=answer.master_address if answer is not None else None,
+            master_ha_address=answer.master_ha_address if answer is not None else None,
+        )
+
     def status(self) -> BrokerStatus:
-        """The STATUS answer: role, offsets, replication state and the disk (``disk_full``,
-        ``disk_used_ratio``, ``create_error``)."""
+        """The STATUS answer: role, offsets, replication state, the disk (``disk_full``,
+        ``disk_used_ratio``, ``create_error``) and the cluster (``cluster``,
+        ``metadata_sync``, ``consumer_offsets``)."""
         stats = self.store.statistics()
         addresses = self.addresses
+        offsets = self._offsets
         status = store_status(
             stats,
             role=self.role.value,
@@ -533,6 +558,9 @@ class Broker:
             ha_address=format_address(addresses.ha) if addresses.ha else None,
             puts=stats.puts,
             uptime=round(trio.current_time() - self._started, 3),
+            cluster=self.cluster_link(),
+            metadata_sync=self.sync.status() if self.sync is not None else None,
+            consumer_offsets=offsets.status() if offsets is not None else None,
         )
         if self.master is not None:
             master = self.master.status()

@@ -155,7 +155,9 @@ class DLedgerBrokerService:
         return serve_pull(store, request, self.queues)
 
     def status(self) -> BrokerStatus:
-        """The STATUS document: the view's offsets, ``role`` and the ``dledger`` section."""
+        """The STATUS document: the view's offsets, ``role``, the ``dledger`` section and the
+        ``consumer_offsets`` (no ``cluster`` or ``metadata_sync``: a DLedger group has no name
+        server registration nor slaves)."""
         node = self.node
         store: CommitLogStore | None = node.store
         state = node.status()
@@ -183,6 +185,7 @@ class DLedgerBrokerService:
             puts=self.puts,
             uptime=round(trio.current_time() - self._started, 3),
             dledger=info,
+            consumer_offsets=self.offsets.status(),
         )
 
 

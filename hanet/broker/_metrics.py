@@ -3,9 +3,11 @@
 :class:`BrokerMetrics` holds the counters the request path updates (puts by status, put
 latency, connection events by reason) and, at each scrape, reads the broker's status for the
 gauges: offsets, dispatch lag, and per slave its ack offset, lag, state and bytes pushed (a
-master), or the link to the master (a slave). The text exposition comes from
-``prometheus-client``; :func:`serve_metrics` answers ``GET /metrics`` over plain HTTP/1.1 in the
-broker's own trio run (no thread).
+master), or the link to the master (a slave); the registration with the name servers
+(``hanet_namesrv_*``), a slave's metadata sync (``hanet_metadata_sync*``) and the consumer
+offsets held (``hanet_consumer_offset*``). The text exposition comes from ``prometheus-client``;
+:func:`serve_metrics` answers ``GET /metrics`` over plain HTTP/1.1 in the broker's own trio run
+(no thread).
 """
 
 from __future__ import annotations
@@ -97,6 +99,70 @@ class _StatusCollector(Collector):
             yield CounterMetricFamily(
                 "hanet_master_connects", "Connections made to the master", value=link.connects
             )
+        yield from _cluster_metrics(status)
+
+
+def _cluster_metrics(status: BrokerStatus) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+    """The status's ``cluster``, ``metadata_sync`` and ``consumer_offsets`` sections (each
+    only when the status has it; an age only once there was a success)."""
+    cluster = status.cluster
+    if cluster is not None:
+        yield CounterMetricFamily(
+            "hanet_namesrv_registrations",
+            "Registration rounds some name server took",
+            value=cluster.registrations,
+        )
+        yield CounterMetricFamily(
+            "hanet_namesrv_registration_failures",
+            "Registration rounds no name server took",
+            value=cluster.failures,
+        )
+        yield GaugeMetricFamily(
+            "hanet_namesrv_registration_failing",
+            "1 while the last registration round failed",
+            value=0 if cluster.last_error is None else 1,
+        )
+        if cluster.last_registered_ago is not None:
+            yield GaugeMetricFamily(
+                "hanet_namesrv_registration_age_seconds",
+                "Seconds since some name server last took a registration",
+                value=cluster.last_registered_ago,
+            )
+    sync = status.metadata_sync
+    if sync is not None:
+        yield CounterMetricFamily(
+            "hanet_metadata_syncs",
+            "Metadata syncs from the master that succeeded",
+            value=sync.syncs,
+        )
+        yield CounterMetricFamily(
+            "hanet_metadata_sync_failures",
+            "Metadata syncs from the master that failed",
+            value=sync.failures,
+        )
+        if sync.last_synced_ago is not None:
+            yield GaugeMetricFamily(
+                "hanet_metadata_sync_age_seconds",
+                "Seconds since the last successful metadata sync",
+                value=sync.last_synced_ago,
+            )
+    offsets = status.consumer_offsets
+    if offsets is not None:
+        yield GaugeMetricFamily(
+            "hanet_consumer_offset_entries",
+            "topic@group entries of the consumer offsets",
+            value=offsets.entries,
+        )
+        yield GaugeMetricFamily(
+            "hanet_consumer_offset_groups",
+            "Consumer groups with an offset",
+            value=offsets.groups,
+        )
+        yield GaugeMetricFamily(
+            "hanet_consumer_offsets_persist_failing",
+            "1 while the last write of the consumer offsets failed",
+            value=0 if offsets.last_error is None else 1,
+        )
 
 
 class BrokerMetrics:

@@ -10,7 +10,7 @@ from typing import Any
 
 import trio
 
-from hanet.protocol import offsets_from_json, offsets_to_json
+from hanet.protocol import ConsumerOffsetsInfo, offsets_from_json, offsets_to_json
 
 from ._config_files import read_config_file, write_config_file
 
@@ -30,6 +30,14 @@ def _table(document: dict[str, Any]) -> dict[tuple[str, str], dict[int, int]]:
     if not isinstance(table, dict):
         raise ValueError("offsetTable is not a JSON object")
     return offsets_from_json(table)
+
+
+def _now() -> float | None:
+    """Trio's clock, None outside a trio run (offsets persisted by a plain function)."""
+    try:
+        return trio.current_time()
+    except RuntimeError:
+        return None
 
 
 class ConsumerOffsets:
@@ -60,6 +68,11 @@ class ConsumerOffsets:
         self._dirty = False
         self.persists = 0
         """How many times the file was written."""
+        self.last_persisted: float | None = None
+        """When (trio time) the file was last written (None: not since start, or written
+        outside trio)."""
+        self.last_error: str | None = None
+        """Why the last write failed (None after a success)."""
 
     @classmethod
     def load(cls, path: Path) -> ConsumerOffsets:
@@ -89,6 +102,14 @@ class ConsumerOffsets:
             return -1
         return queues.get(queue_id, -1)
 
+    def groups(self) -> int:
+        """How many consumer groups have an offset."""
+        return len({group for _, group in self._table})
+
+    def entries(self) -> int:
+        """How many ``topic@group`` entries the table holds."""
+        return len(self._table)
+
     def table(self) -> dict[tuple[str, str], dict[int, int]]:
         """A copy of the table: ``(topic, group) -> {queue_id: offset}``."""
         return {key: dict(queues) for key, queues in self._table.items()}
@@ -100,6 +121,19 @@ class ConsumerOffsets:
             if self._table.get(key) != queues:
                 self._table[key] = dict(queues)
                 self._dirty = True
+
+    def status(self) -> ConsumerOffsetsInfo:
+        """The STATUS document's ``consumer_offsets`` section (ages by trio's clock)."""
+        now = _now()
+        last = self.last_persisted
+        return ConsumerOffsetsInfo(
+            groups=self.groups(),
+            entries=self.entries(),
+            dirty=self._dirty,
+            persists=self.persists,
+            last_persisted_ago=None if last is None or now is None else round(now - last, 3),
+            last_error=self.last_error,
+        )
 
     @property
     def dirty(self) -> bool:
@@ -114,9 +148,15 @@ class ConsumerOffsets:
         """
         if not self._dirty or self.path is None:
             return False
-        write_config_file(self.path, {"offsetTable": offsets_to_json(self._table)})
+        try:
+            write_config_file(self.path, {"offsetTable": offsets_to_json(self._table)})
+        except OSError as exc:
+            self.last_error = f"{type(exc).__name__}: {exc}"
+            raise
         self._dirty = False
         self.persists += 1
+        self.last_persisted = _now()
+        self.last_error = None
         return True
 
     async def run(

@@ -47,9 +47,14 @@ class NameServerRegistrar:
         self.on_answer = on_answer
         self.registrations = 0
         """How many rounds some name server took."""
+        self.failures = 0
+        """How many rounds no name server took."""
+        self.last_registered: float | None = None
+        """When (trio time) some name server last took a round (None: none yet)."""
         self.last_error: str | None = None
         """Why the last round failed (None after a success)."""
         self.last_answer: RegisterBrokerResponse | None = None
+        """The last successful round's answer (a slave's master addresses)."""
         self._woken = trio.Event()
 
     def wake(self) -> None:
@@ -85,6 +90,7 @@ class NameServerRegistrar:
                     exc,
                 )
             self.last_error = f"{type(exc).__name__}: {exc}"
+            self.failures += 1
             return False
         if self.registrations == 0 or self.last_error is not None:
             log.info(
@@ -95,6 +101,7 @@ class NameServerRegistrar:
                 registration.broker_address or "no broker port",
             )
         self.registrations += 1
+        self.last_registered = trio.current_time()
         self.last_error = None
         self.last_answer = answer
         if self.on_answer is not None:

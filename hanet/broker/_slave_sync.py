@@ -13,7 +13,7 @@ import trio
 
 from hanet.channel import parse_address
 from hanet.client import BrokerClient, BrokerError
-from hanet.protocol import BrokerMetadata
+from hanet.protocol import BrokerMetadata, MetadataSync
 
 from ._config_files import read_config_file, write_config_file
 from ._offsets import ConsumerOffsets
@@ -81,6 +81,12 @@ class SlaveSync:
         """The topic config last copied (or loaded at start)."""
         self.syncs = 0
         """How many syncs succeeded."""
+        self.failures = 0
+        """How many syncs failed (:meth:`sync_logged`)."""
+        self.last_synced: float | None = None
+        """When (trio time) the last sync succeeded (None: none yet)."""
+        self.offset_entries = 0
+        """``topic@group`` offset entries in the master's last metadata."""
         self.last_error: str | None = None
         """Why the last sync failed (None after a success)."""
         self._wake = trio.Event()
@@ -96,6 +102,19 @@ class SlaveSync:
             log.info("metadata sync: master broker %s -> %s", self.master_address, address)
             self.master_address = address
             self.trigger()
+
+    def status(self) -> MetadataSync:
+        """The STATUS document's ``metadata_sync`` section (call within trio)."""
+        last = self.last_synced
+        return MetadataSync(
+            master_address=self.master_address,
+            syncs=self.syncs,
+            failures=self.failures,
+            last_synced_ago=None if last is None else round(trio.current_time() - last, 3),
+            last_error=self.last_error,
+            topics=len(self.topics),
+            offset_entries=self.offset_entries,
+        )
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Sync on each :meth:`trigger` (the slave connected to its master) and every
@@ -114,6 +133,7 @@ class SlaveSync:
             await self.sync()
         except (BrokerError, OSError, ValueError) as exc:
             self.last_error = f"{type(exc).__name__}: {exc}"
+            self.failures += 1
             log.warning(
                 "metadata sync from master %s failed (retrying in %.0f s): %s",
                 self.master_address,
@@ -141,6 +161,8 @@ class SlaveSync:
             metadata = await client.metadata()
         self.apply(metadata.topics, metadata.offsets)
         self.syncs += 1
+        self.last_synced = trio.current_time()
+        self.offset_entries = len(metadata.offsets)
         log.debug(
             "metadata synced from %s: %d topics, %d topic@group offsets",
             self.master_address,

@@ -7,7 +7,8 @@
 - ``hanet pull --broker HOST:PORT --topic T --queue Q [--offset N] [--max M]`` prints messages
   and the next offset.
 - ``hanet status --broker HOST:PORT [--json] [--watch]`` shows role, offsets, slaves (ack
-  offset, lag, speed, state) or a slave's master link.
+  offset, lag, speed, state) or a slave's master link, the consumer offsets held and the
+  cluster: the registration with the name servers and a slave's metadata sync.
 
 With ``--namesrv HOST:PORT[,HOST:PORT...]`` instead of ``--broker``, the topic's route is looked
 up on the name servers: puts go to a master (a topic no broker holds yet: any registered
@@ -138,7 +139,8 @@ def register(subparsers: Any) -> None:
         "status",
         help="show a broker's role, offsets and replication state (--namesrv: the cluster)",
         description="Show role, offsets and, for a master, each slave's ack offset, lag, "
-        "transfer speed and state; for a slave, its link to the master. With --namesrv: the "
+        "transfer speed and state; for a slave, its link to the master and its metadata sync; "
+        "the consumer offsets held and the registration with the name servers. With --namesrv: the "
         "cluster's brokers, roles, addresses and last heartbeats.",
     )
     _add_broker(parser)
@@ -549,6 +551,75 @@ def _dledger_table(status: BrokerStatus) -> Any:
     return Group(head, table)
 
 
+def _ago(seconds: float | None) -> str:
+    return "never" if seconds is None else f"{seconds:.1f} s ago"
+
+
+def _count(n: int, what: str) -> str:
+    if n == 1:
+        return f"{n} {what}"
+    return f"{n} {what[:-1]}ies" if what.endswith("y") else f"{n} {what}s"
+
+
+def _rounds(done: int, failed: int, what: str) -> str:
+    return _count(done, what) + (f", {failed} failed" if failed else "")
+
+
+def _offsets_row(head: Any, status: BrokerStatus) -> None:
+    """The consumer offsets: groups, entries, when written, a failing write."""
+    info = status.consumer_offsets
+    if info is None:
+        return
+    written = (
+        "not written since start"
+        if info.last_persisted_ago is None
+        else f"written {_ago(info.last_persisted_ago)}"
+    )
+    unsaved = ", unsaved commits" if info.dirty else ""
+    head.add_row(
+        "consumer offsets",
+        f"{_count(info.groups, 'group')}, {_count(info.entries, 'topic@group entry')}, "
+        f"{written}{unsaved}",
+    )
+    if info.last_error:
+        head.add_row("offsets not written", info.last_error)
+
+
+def _cluster_table(status: BrokerStatus) -> Any | None:
+    """The cluster section: the registration with the name servers and a slave's metadata
+    sync (None when the status has neither)."""
+    cluster, sync = status.cluster, status.metadata_sync
+    if cluster is None and sync is None:
+        return None
+    table = Table(
+        show_header=False, box=None, pad_edge=False, title="cluster", title_justify="left"
+    )
+    if cluster is not None:
+        table.add_row("name", cluster.name)
+        table.add_row("broker", f"{cluster.broker_name} id {cluster.broker_id}")
+        table.add_row("name servers", ", ".join(cluster.name_servers))
+        rounds = _rounds(cluster.registrations, cluster.failures, "round")
+        table.add_row("registered", f"{_ago(cluster.last_registered_ago)} ({rounds})")
+        if cluster.last_error:
+            table.add_row("registration failing", cluster.last_error)
+        if status.role == BrokerRole.SLAVE.value:
+            named = cluster.master_address or "(no master registered)"
+            if cluster.master_ha_address:
+                named += f", HA port {cluster.master_ha_address}"
+            table.add_row("master (name server)", named)
+    if sync is not None:
+        rounds = _rounds(sync.syncs, sync.failures, "sync")
+        table.add_row(
+            "metadata sync",
+            f"from {sync.master_address or '(master unknown)'}: "
+            f"{_ago(sync.last_synced_ago)} ({rounds}); "
+            f"{_count(sync.topics, 'topic')}, {_count(sync.offset_entries, 'offset entry')}",
+        )
+        if sync.last_error:
+            table.add_row("sync failing", sync.last_error)
+    return table
+
+
 def status_renderable(status: BrokerStatus) -> Any:
     """A rich renderable of a status (a table per section)."""
     head = Table(show_header=False, box=None, pad_edge=False)
@@ -567,9 +638,6 @@ def status_renderable(status: BrokerStatus) -> Any:
         head.add_row("puts", str(status.puts))
         if status.replicated_offset is not None and status.replicated_offset >= 0:
             head.add_row("replicated", str(status.replicated_offset))
-    parts: list[Any] = [head]
-    if status.dledger is not None:
-        return Group(*parts, _dledger_table(status))
     if status.master is not None:
         link = status.master
         state = "connected" if link.connected else "disconnected"
@@ -583,6 +651,13 @@ def status_renderable(status: BrokerStatus) -> Any:
             )
         if link.error:
             head.add_row("stopped", link.error)
+    _offsets_row(head, status)
+    parts: list[Any] = [head]
+    cluster = _cluster_table(status)
+    if cluster is not None:
+        parts.append(cluster)
+    if status.dledger is not None:
+        return Group(*parts, _dledger_table(status))
     if status.role != BrokerRole.SLAVE.value:
         table = Table(title="slaves", title_justify="left")
         for column in ("address", "state", "ack offset", "lag", "speed"):

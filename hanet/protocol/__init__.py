@@ -64,7 +64,17 @@ from ._messages import (
     StatusResponse,
     message_problem,
 )
-from ._status import BrokerStatus, DispatchError, DLedgerInfo, DLedgerPeer, MasterLink, SlaveInfo
+from ._status import (
+    BrokerStatus,
+    ClusterLink,
+    ConsumerOffsetsInfo,
+    DispatchError,
+    DLedgerInfo,
+    DLedgerPeer,
+    MasterLink,
+    MetadataSync,
+    SlaveInfo,
+)
 
 __all__ = [
     "AUTO_QUEUE",
@@ -81,10 +91,12 @@ __all__ = [
     "BrokerServerCodec",
     "BrokerStatus",
     "ClusterInfo",
+    "ClusterLink",
     "ClusterRequest",
     "ClusterResponse",
     "CommitOffsetRequest",
     "CommitOffsetResponse",
+    "ConsumerOffsetsInfo",
     "DLedgerInfo",
     "DLedgerPeer",
     "DispatchError",
@@ -94,6 +106,7 @@ __all__ = [
     "MetadataError",
     "MetadataRequest",
     "MetadataResponse",
+    "MetadataSync",
     "Opcode",
     "PullRequest",
     "PullResponse",

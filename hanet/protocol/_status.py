@@ -19,6 +19,17 @@ A slave has ``"master": {"address", "connected", "connects", "attempts",
 LEADER, FOLLOWER or CANDIDATE and ``"dledger": {"group", "id", "role", "term", "leader",
 "commit_index", "applied_index", "last_index", "leader_address", "peers": [{"id", "address",
 "connected", "match_index", "lag"}]}``; other brokers have ``"dledger": null`` (or no key).
+
+The cluster sections (documents of older brokers lack them: they read as None):
+
+- ``"cluster"``: a broker started with ``--namesrv``: ``{"name", "broker_name", "broker_id",
+  "name_servers", "registrations", "failures", "last_registered_ago", "last_error",
+  "master_address", "master_ha_address"}`` (null without name servers);
+- ``"metadata_sync"``: a slave's copy of its master's topics and offsets: ``{"master_address",
+  "syncs", "failures", "last_synced_ago", "last_error", "topics", "offset_entries"}`` (null on a
+  master);
+- ``"consumer_offsets"``: ``{"groups", "entries", "dirty", "persists", "last_persisted_ago",
+  "last_error"}``.
 """
 
 from __future__ import annotations
@@ -30,7 +41,17 @@ import attrs
 
 from handlers import CorruptedFrameError
 
-__all__ = ["BrokerStatus", "DLedgerInfo", "DLedgerPeer", "DispatchError", "MasterLink", "SlaveInfo"]
+__all__ = [
+    "BrokerStatus",
+    "ClusterLink",
+    "ConsumerOffsetsInfo",
+    "DLedgerInfo",
+    "DLedgerPeer",
+    "DispatchError",
+    "MasterLink",
+    "MetadataSync",
+    "SlaveInfo",
+]
 
 
 @attrs.frozen
@@ -134,6 +155,81 @@ class DLedgerInfo:
 
 
 @attrs.frozen
+class ClusterLink:
+    """A broker's registration with the name servers (a broker started with ``--namesrv``).
+
+    Attributes:
+        name: the cluster's name (``brokerClusterName``).
+        broker_name, broker_id: this broker's name and id in it (0: the master).
+        name_servers: the name servers' ``host:port``, as configured.
+        registrations: rounds some name server took since start.
+        failures: rounds no name server took since start.
+        last_registered_ago: seconds since the last round some name server took (None: none
+            yet).
+        last_error: why the last round failed (None after a success): the broker is not
+            (or soon no longer) routable while this stays set.
+        master_address, master_ha_address: a slave's master (broker port and HA port) as the
+            last answer named it (None on a master, or while no master is registered).
+    """
+
+    name: str
+    broker_name: str
+    broker_id: int
+    name_servers: tuple[str, ...]
+    registrations: int
+    failures: int
+    last_registered_ago: float | None
+    last_error: str | None
+    master_address: str | None = None
+    master_ha_address: str | None = None
+
+
+@attrs.frozen
+class MetadataSync:
+    """A slave's copy of its master's topics and consumer offsets (SYNC_METADATA).
+
+    Attributes:
+        master_address: the master's broker port it syncs from (None: not known yet).
+        syncs: syncs that succeeded since start.
+        failures: syncs that failed since start.
+        last_synced_ago: seconds since the last successful sync (None: none yet).
+        last_error: why the last sync failed (None after a success).
+        topics: topics held from the master (copied, or loaded from ``topics.json``).
+        offset_entries: ``topic@group`` offset entries in the master's last metadata.
+    """
+
+    master_address: str | None
+    syncs: int
+    failures: int
+    last_synced_ago: float | None
+    last_error: str | None
+    topics: int
+    offset_entries: int
+
+
+@attrs.frozen
+class ConsumerOffsetsInfo:
+    """The broker's consumer offsets (``config/consumerOffset.json``).
+
+    Attributes:
+        groups: consumer groups with an offset.
+        entries: ``topic@group`` entries.
+        dirty: commits not written to the file yet.
+        persists: writes of the file since start.
+        last_persisted_ago: seconds since the file was last written (None: not since start).
+        last_error: why the last write failed (None after a success): commits since then
+            would be lost by a crash.
+    """
+
+    groups: int
+    entries: int
+    dirty: bool
+    persists: int
+    last_persisted_ago: float | None
+    last_error: str | None
+
+
+@attrs.frozen
 class DispatchError:
     """The first record that failed while being dispatched to the consume queues."""
 
@@ -165,6 +261,9 @@ class BrokerStatus:
             (puts needing one answer CREATE_MAPPED_FILE_FAILED), None when files can be made.
         dledger: a DLedger node's Raft state (None on a classic broker); its ``role`` is
             also the document's ``role``.
+        cluster: the registration with the name servers (None without ``--namesrv``).
+        metadata_sync: a slave's copy of its master's topics and offsets (None on a master).
+        consumer_offsets: the consumer offsets held (None: not known, an older broker).
     """
 
     role: str
@@ -186,6 +285,9 @@ class BrokerStatus:
     disk_used_ratio: float | None = None
     create_error: str | None = None
     dledger: DLedgerInfo | None = None
+    cluster: ClusterLink | None = None
+    metadata_sync: MetadataSync | None = None
+    consumer_offsets: ConsumerOffsetsInfo | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The JSON object (nested objects as dicts, tuples as lists)."""
@@ -216,6 +318,9 @@ _NESTED: dict[str, type] = {
     "closed_slaves": SlaveInfo,
     "dledger": DLedgerInfo,
     "peers": DLedgerPeer,
+    "cluster": ClusterLink,
+    "metadata_sync": MetadataSync,
+    "consumer_offsets": ConsumerOffsetsInfo,
 }
 _LISTS = frozenset({"slaves", "closed_slaves", "peers"})
 _SCALARS: dict[str, tuple[type, ...]] = {
@@ -248,6 +353,11 @@ def _build(cls: type[Any], raw: Mapping[str, Any]) -> Any:
             continue
         if nested is not None:
             values[name] = None if value is None else _build(nested, value)
+            continue
+        if str(field.type) == "tuple[str, ...]":
+            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                raise TypeError(f"{cls.__name__}.{name} must be a list of strings")
+            values[name] = tuple(value)
             continue
         values[name] = _scalar(f"{cls.__name__}.{name}", str(field.type), value)
     return cls(**values)

@@ -1,0 +1,361 @@
+"""A broker's cluster state in its STATUS document (``cluster``, ``metadata_sync``,
+``consumer_offsets``), in ``hanet status`` and in its metrics (in-process brokers; a fake name
+server where one is needed)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import attrs
+import pytest
+import trio
+
+from hanet.boot import serve_listeners
+from hanet.broker import Broker, BrokerAddresses, ConsumerOffsets, DLedgerBrokerService
+from hanet.channel import ChannelInboundHandler, HandlerContext, StreamChannel
+from hanet.cli import build_parser
+from hanet.client import BrokerClient
+from hanet.dledger import DLedgerNode, MemoryNetwork, NodeConfig, RaftConfig
+from hanet.ha import BrokerConfig, BrokerRole
+from hanet.protocol import (
+    MASTER_ID,
+    BrokerServerCodec,
+    PutMessage,
+    RegisterBrokerRequest,
+    RegisterBrokerResponse,
+    UnregisterBrokerRequest,
+    UnregisterBrokerResponse,
+    broker_frame_codec,
+)
+
+FILE = 64 * 1024
+
+
+def config(root: Path, **changes: Any) -> BrokerConfig:
+    return BrokerConfig(
+        store_path_root_dir=root,
+        listen_port=0,
+        ha_listen_port=0,
+        mapped_file_size_commit_log=FILE,
+        **changes,
+    )
+
+
+@asynccontextmanager
+async def running(
+    cfg: BrokerConfig, **kwargs: Any
+) -> AsyncIterator[tuple[Broker, BrokerAddresses]]:
+    async with trio.open_nursery() as nursery:
+        broker = Broker(cfg, **kwargs)
+        addresses: BrokerAddresses = await nursery.start(broker.run)
+        yield broker, addresses
+        nursery.cancel_scope.cancel()
+
+
+def fmt(address: tuple[str, int] | None) -> str:
+    assert address is not None
+    return f"{address[0]}:{address[1]}"
+
+
+async def wait_for(predicate: Callable[[], bool], seconds: float = 10) -> None:
+    with trio.fail_after(seconds):
+        while not predicate():  # noqa: ASYNC110 - polls another service's state
+            await trio.sleep(0.01)
+
+
+async def dead_address() -> str:
+    """A ``host:port`` nothing listens on."""
+    dead = trio.socket.socket()
+    await dead.bind(("127.0.0.1", 0))
+    address = fmt(dead.getsockname())
+    dead.close()
+    return address
+
+
+@attrs.define
+class FakeNameServer:
+    """Answers REGISTER_BROKER, naming ``master`` (broker address, HA address) to slaves."""
+
+    master: tuple[str, str] | None = None
+    registrations: int = 0
+
+    def initialize(self, channel: StreamChannel) -> None:
+        for name, handler in broker_frame_codec(1 << 20, BrokerServerCodec()):
+            channel.pipeline.add_last(handler, name)
+        channel.pipeline.add_last(_FakeNameServerHandler(self))
+
+
+class _FakeNameServerHandler(ChannelInboundHandler):
+    def __init__(self, server: FakeNameServer) -> None:
+        self.server = server
+
+    def channel_read(self, ctx: HandlerContext, msg: Any) -> None:
+        if isinstance(msg, RegisterBrokerRequest):
+            self.server.registrations += 1
+            master = self.server.master if msg.registration.broker_id != MASTER_ID else None
+            ctx.write_and_flush(RegisterBrokerResponse(msg.request_id, *(master or (None, None))))
+        elif isinstance(msg, UnregisterBrokerRequest):
+            ctx.write_and_flush(UnregisterBrokerResponse(msg.request_id))
+
+
+@asynccontextmanager
+async def name_server() -> AsyncIterator[tuple[FakeNameServer, str]]:
+    server = FakeNameServer()
+    async with trio.open_nursery() as nursery:
+        listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+        address = fmt(listeners[0].socket.getsockname())
+        await nursery.start(partial(serve_listeners, server.initialize, listeners))
+        yield server, address
+        nursery.cancel_scope.cancel()
+
+
+async def status_output(address: str, capsys: pytest.CaptureFixture[str], *flags: str) -> str:
+    """What ``hanet status --broker ADDRESS`` prints."""
+    args = build_parser().parse_args(["status", "--broker", address, *flags])
+    assert await args.func(args) == 0
+    return capsys.readouterr().out
+
+
+def sample(text: str, line_start: str) -> float:
+    (line,) = [line for line in text.splitlines() if line.startswith(line_start)]
+    return float(line.rsplit(" ", 1)[1])
+
+
+@pytest.fixture(autouse=True)
+def wide_console(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "200")  # rich: one line per row
+
+
+# -- a registered master -----------------------------------------------------------------------
+
+
+async def test_a_registered_master_shows_its_cluster_link_and_consumer_offsets(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    async with name_server() as (_, ns_address):
+        cfg = config(
+            tmp_path,
+            namesrv_addr=ns_address,
+            broker_cluster_name="C1",
+            broker_name="broker-x",
+            register_broker_interval=0.2,
+            flush_consumer_offset_interval=0.1,
+        )
+        async with running(cfg) as (broker, addresses):
+            registrar = broker.registrar
+            assert registrar is not None
+            await wait_for(lambda: registrar.registrations >= 1)
+            cluster = broker.status().cluster
+            assert cluster is not None
+            assert (cluster.name, cluster.broker_name, cluster.broker_id) == ("C1", "broker-x", 0)
+            assert cluster.name_servers == (ns_address,)
+            assert cluster.registrations >= 1 and cluster.failures == 0
+            assert cluster.last_registered_ago is not None
+            assert 0 <= cluster.last_registered_ago < 5
+            assert cluster.last_error is None
+            assert (cluster.master_address, cluster.master_ha_address) == (None, None)
+            assert broker.status().metadata_sync is None  # a master syncs from nobody
+
+            offsets = broker.status().consumer_offsets
+            assert offsets is not None and (offsets.groups, offsets.entries) == (0, 0)
+            assert offsets.last_persisted_ago is None  # nothing to write yet
+            broker.commit_offset("g1", "T", 0, 5)
+            broker.commit_offset("g2", "T", 0, 1)
+            broker.commit_offset("g1", "U", 1, 2)
+            offsets = broker.status().consumer_offsets
+            assert offsets is not None and (offsets.groups, offsets.entries) == (2, 3)
+            assert offsets.dirty
+            await wait_for(lambda: broker.offsets.persists >= 1)
+            offsets = broker.status().consumer_offsets
+            assert offsets is not None and not offsets.dirty and offsets.last_error is None
+            assert offsets.last_persisted_ago is not None and offsets.last_persisted_ago >= 0
+
+            assert addresses.broker is not None
+            async with BrokerClient.connect(*addresses.broker) as client:
+                remote = await client.status()  # the sections cross the wire
+            assert remote.cluster is not None and remote.cluster.name == "C1"
+            assert remote.consumer_offsets is not None and remote.consumer_offsets.entries == 3
+
+            out = await status_output(fmt(addresses.broker), capsys)
+            rows = [line.split() for line in out.splitlines()]
+            assert ["cluster"] in rows and ["name", "C1"] in rows
+            assert ["broker", "broker-x", "id", "0"] in rows
+            assert ns_address in out and " s ago (" in out and " round" in out
+            assert "2 groups, 3 topic@group entries, written " in out
+            assert "registration failing" not in out and "metadata sync" not in out
+            raw = json.loads(await status_output(fmt(addresses.broker), capsys, "--json"))
+            assert raw["cluster"]["name_servers"] == [ns_address]
+            assert raw["consumer_offsets"]["groups"] == 2 and raw["metadata_sync"] is None
+
+            text = broker.metrics.exposition().decode()
+            assert sample(text, "hanet_namesrv_registrations_total") >= 1
+            assert sample(text, "hanet_namesrv_registration_failures_total") == 0
+            assert sample(text, "hanet_namesrv_registration_failing") == 0
+            assert sample(text, "hanet_namesrv_registration_age_seconds") >= 0
+            assert sample(text, "hanet_consumer_offset_entries") == 3
+            assert sample(text, "hanet_consumer_offset_groups") == 2
+            assert sample(text, "hanet_consumer_offsets_persist_failing") == 0
+            assert "hanet_metadata_syncs" not in text
+
+
+async def test_a_broker_without_name_servers_has_no_cluster_section(tmp_path: Path) -> None:
+    async with running(config(tmp_path)) as (broker, _):
+        status = broker.status()
+        assert status.cluster is None and status.metadata_sync is None
+        assert status.consumer_offsets is not None
+        assert "hanet_namesrv" not in broker.metrics.exposition().decode()
+
+
+async def test_a_failing_name_server_shows_the_last_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    address = await dead_address()
+    cfg = config(tmp_path, namesrv_addr=address, register_broker_interval=0.05)
+    async with running(cfg) as (broker, addresses):
+        registrar = broker.registrar
+        assert registrar is not None
+        await wait_for(lambda: registrar.failures >= 2)
+        cluster = broker.status().cluster
+        assert cluster is not None and cluster.name_servers == (address,)
+        assert cluster.registrations == 0 and cluster.failures >= 2
+        assert cluster.last_registered_ago is None
+        assert cluster.last_error is not None and "Error" in cluster.last_error
+
+        out = await status_output(fmt(addresses.broker), capsys)
+        assert "registration failing" in out and cluster.last_error.split(":")[0] in out
+        assert "never (0 rounds, " in out
+
+        text = broker.metrics.exposition().decode()
+        assert sample(text, "hanet_namesrv_registration_failing") == 1
+        assert sample(text, "hanet_namesrv_registration_failures_total") >= 2
+        assert sample(text, "hanet_namesrv_registrations_total") == 0
+        assert "hanet_namesrv_registration_age_seconds" not in text
+
+
+# -- a slave's metadata sync --------------------------------------------------------------------
+
+
+async def test_a_slave_shows_its_metadata_sync_and_the_master_the_name_server_named(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    async with name_server() as (ns, ns_address), running(config(tmp_path / "m")) as (master, m):
+        await master.put([PutMessage("A", b"a", queue_id=0)])
+        master.commit_offset("g", "A", 0, 1)
+        ns.master = (fmt(m.broker), fmt(m.ha))
+        slave_cfg = config(
+            tmp_path / "s",
+            broker_role=BrokerRole.SLAVE,
+            namesrv_addr=ns_address,
+            register_broker_interval=0.1,
+            slave_sync_interval=0.2,
+        )
+        async with running(slave_cfg) as (slave, s):
+            sync = slave.sync
+            assert sync is not None
+            await wait_for(lambda: sync.syncs >= 1)
+            status = slave.status()
+            cluster = status.cluster
+            assert cluster is not None and cluster.broker_id == 1
+            assert cluster.master_address == fmt(m.broker)
+            assert cluster.master_ha_address == fmt(m.ha)
+            info = status.metadata_sync
+            assert info is not None
+            assert info.master_address == fmt(m.broker)
+            assert info.syncs >= 1 and info.failures == 0 and info.last_error is None
+            assert info.last_synced_ago is not None and info.last_synced_ago >= 0
+            assert (info.topics, info.offset_entries) == (1, 1)
+            assert status.consumer_offsets is not None
+            assert status.consumer_offsets.entries == 1  # the copied A@g
+
+            out = await status_output(fmt(s.broker), capsys)
+            flat = " ".join(out.split())
+            assert f"master (name server) {fmt(m.broker)}, HA port {fmt(m.ha)}" in flat
+            assert f"metadata sync from {fmt(m.broker)}: " in flat
+            assert "1 topic, 1 offset entry" in out and "sync failing" not in out
+
+            text = slave.metrics.exposition().decode()
+            assert sample(text, "hanet_metadata_syncs_total") >= 1
+            assert sample(text, "hanet_metadata_sync_failures_total") == 0
+            assert sample(text, "hanet_metadata_sync_age_seconds") >= 0
+
+
+async def test_a_failing_metadata_sync_shows_its_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cfg = config(
+        tmp_path,
+        broker_role=BrokerRole.SLAVE,
+        ha_master_address=await dead_address(),
+        master_broker_address=await dead_address(),
+        slave_sync_interval=0.05,
+    )
+    async with running(cfg) as (slave, s):
+        sync = slave.sync
+        assert sync is not None
+        await wait_for(lambda: sync.failures >= 2)
+        status = slave.status()
+        assert status.cluster is None  # no --namesrv
+        info = status.metadata_sync
+        assert info is not None and info.master_address == cfg.master_broker_address
+        assert info.syncs == 0 and info.failures >= 2 and info.last_synced_ago is None
+        assert info.last_error is not None and "cannot connect" in info.last_error
+
+        out = await status_output(fmt(s.broker), capsys)
+        assert "sync failing" in out and "cannot connect" in out
+        assert "never (0 syncs, " in out
+
+        text = slave.metrics.exposition().decode()
+        assert sample(text, "hanet_metadata_sync_failures_total") >= 2
+        assert "hanet_metadata_sync_age_seconds" not in text
+
+
+# -- consumer offsets ---------------------------------------------------------------------------
+
+
+async def test_a_failed_offsets_write_shows_in_the_section(tmp_path: Path) -> None:
+    blocker = tmp_path / "config"
+    blocker.write_text("a file where the directory should be")
+    offsets = ConsumerOffsets(blocker / "consumerOffset.json")
+    offsets.commit("g", "T", 0, 1)
+    with pytest.raises(OSError):
+        offsets.persist()
+    info = offsets.status()
+    assert info.dirty and info.persists == 0 and info.last_persisted_ago is None
+    assert info.last_error is not None and info.last_error.startswith(
+        ("FileExistsError", "NotADirectoryError")
+    )
+    blocker.unlink()
+    assert offsets.persist()
+    info = offsets.status()
+    assert not info.dirty and info.persists == 1 and info.last_error is None
+    assert info.last_persisted_ago is not None and 0 <= info.last_persisted_ago < 5
+
+
+def test_offsets_persisted_outside_trio_have_no_age(tmp_path: Path) -> None:
+    offsets = ConsumerOffsets(tmp_path / "o.json")
+    offsets.commit("g", "T", 0, 1)
+    assert offsets.persist()
+    assert offsets.status().last_persisted_ago is None and offsets.status().persists == 1
+
+
+async def test_a_dledger_node_shows_its_consumer_offsets_only(tmp_path: Path) -> None:
+    raft = RaftConfig(election_timeout=0.3, heartbeat_interval=0.05, retransmit_timeout=0.15)
+    node_config = NodeConfig(
+        group="g", node_id="solo", peers={"solo": "x:0"}, store_dir=tmp_path, raft=raft
+    )
+    node = DLedgerNode(node_config, connector=MemoryNetwork().connector_for("solo"), listen=False)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(node.run)
+        service = DLedgerBrokerService(node)
+        service.offsets.commit("grp", "T", 2, 9)
+        status = service.status()
+        assert status.dledger is not None
+        assert (status.cluster, status.metadata_sync) == (None, None)
+        assert status.consumer_offsets is not None
+        assert (status.consumer_offsets.groups, status.consumer_offsets.entries) == (1, 1)
+        nursery.cancel_scope.cancel()
