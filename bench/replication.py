@@ -15,6 +15,9 @@ Each round, in alternating order:
 - raw: the same files sent by a plain trio sender, one ``send_all`` per 12-byte header + 32 KiB
   frame, to a plain trio receiver that counts bytes (no store, no checks).
 - iperf3 (if installed): the loopback ceiling.
+
+Before each round the master's files are read once, so every round sends them from the page
+cache.
 - with ``--tls``: hanet again over mutual TLS (certificates of a throw-away trustme CA), as a
   ratio of hanet over plain TCP in the same run.
 
@@ -174,6 +177,16 @@ def spawn(*args: str) -> subprocess.Popen[str]:
     )
 
 
+def warm(master_root: Path) -> None:
+    """Read the master's files once before a round, so that every round sends them from the
+    page cache (the machine's cache may have dropped them, or the last round's slave store may
+    have pushed them out): otherwise a round measures the disk, not the path."""
+    for path in sorted((master_root / "commitlog").iterdir()):
+        with path.open("rb") as f:
+            while f.read(1 << 24):
+                pass
+
+
 def hanet_round(master_root: Path, tls_dir: Path | None = None) -> float:
     tls = str(tls_dir) if tls_dir is not None else ""
     master = spawn("--role", "master", str(master_root), tls)
@@ -247,6 +260,7 @@ def main() -> None:
         if i % 2:
             order.reverse()
         for name in order:
+            warm(master_root)
             if name == "raw":
                 rate = raw_round(master_root)
             else:
