@@ -554,3 +554,36 @@ def test_namesrv_refuses_half_a_tls_setup(
     cert.write_text("x")
     assert main(["namesrv", "--tls-cert", str(cert)]) == 2
     assert "--tls-cert and --tls-key go together" in capsys.readouterr().err
+
+
+async def test_where_a_client_puts_and_pulls_a_topic() -> None:
+    async with trio.open_nursery() as nursery:
+        _, client = await _start(nursery)
+        for registration in (MASTER_A, SLAVE_A, MASTER_B):
+            await client.register_broker(registration)
+        # puts: the masters holding the topic; a new topic: every master
+        assert await client.put_addresses("Orders") == [("10.0.0.1", 10911)]
+        assert await client.put_addresses("TopicTest") == [
+            ("10.0.0.1", 10911),
+            ("10.0.0.3", 10911),
+        ]
+        assert await client.put_addresses("NewTopic") == [
+            ("10.0.0.1", 10911),
+            ("10.0.0.3", 10911),
+        ]
+        # pulls: one broker name's members, the master first
+        assert await client.pull_addresses("TopicTest") == [
+            ("10.0.0.1", 10911),
+            ("10.0.0.2", 10911),
+        ]
+        assert await client.pull_addresses("TopicTest", "broker-b") == [("10.0.0.3", 10911)]
+        with pytest.raises(BrokerConnectionError, match="no broker name 'broker-c'"):
+            await client.pull_addresses("TopicTest", "broker-c")
+        with pytest.raises(BrokerRequestError) as raised:
+            await client.pull_addresses("NewTopic")
+        assert raised.value.code is ErrorCode.TOPIC_NOT_EXIST
+        await client.unregister_broker(MASTER_A)
+        await client.unregister_broker(MASTER_B)
+        with pytest.raises(BrokerConnectionError, match="no master"):
+            await client.put_addresses("NewTopic")
+        nursery.cancel_scope.cancel()

@@ -44,21 +44,18 @@ from hanet.boot import TlsConfig
 from hanet.client import (
     BrokerConnectionError,
     BrokerError,
-    BrokerRequestError,
     BrokerStatus,
     ClusterInfo,
-    ErrorCode,
     FailoverClient,
     NameServerClient,
     PullResult,
     PullStatus,
     PutMessage,
     PutReply,
-    parse_broker_address,
 )
 from hanet.errors import ConfigError
 from hanet.ha import BrokerRole
-from hanet.protocol import MASTER_ID, BrokerLiveInfo
+from hanet.protocol import BrokerLiveInfo
 from hanet.store import record_to_json
 
 from ._support import (
@@ -218,36 +215,9 @@ async def _routed(args: argparse.Namespace, *, put: bool) -> list[tuple[str, int
     """The broker ports ``--namesrv`` names for the verb: masters for a put; the master,
     then the slaves, of ``--broker-name`` for a pull."""
     names = name_server_client(args)
-    try:
-        route = await names.route(args.topic)
-    except BrokerRequestError as exc:
-        if not put or exc.code is not ErrorCode.TOPIC_NOT_EXIST:
-            raise
-        # A new topic: any master creates it on the first put (RocketMQ's autoCreateTopic).
-        cluster = await names.cluster()
-        members = [
-            b.registration.broker_address
-            for b in sorted(cluster.brokers, key=lambda b: b.registration.broker_name)
-            if b.registration.broker_id == MASTER_ID
-        ]
-        if not members:
-            raise BrokerConnectionError("no master is registered with the name server") from exc
-    else:
-        if put:
-            members = [b.master_address for b in route.brokers if b.master_address is not None]
-            if not members:
-                raise BrokerConnectionError(f"no master of {args.topic} is registered")
-        else:
-            wanted = getattr(args, "broker_name", None)
-            chosen = [b for b in route.brokers if wanted in (None, b.broker_name)]
-            if not chosen:
-                names_seen = ", ".join(b.broker_name for b in route.brokers)
-                raise BrokerConnectionError(
-                    f"no broker name {wanted!r} holds {args.topic} (route: {names_seen})"
-                )
-            members = [address for _, address in sorted(chosen[0].addresses)]
-    addresses = [parse_broker_address(a) for a in members]
-    return [a for a in addresses if a is not None]
+    if put:
+        return await names.put_addresses(args.topic)
+    return await names.pull_addresses(args.topic, getattr(args, "broker_name", None))
 
 
 @contextlib.asynccontextmanager

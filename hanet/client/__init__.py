@@ -23,7 +23,14 @@ answer, and requests written together leave in one send (the channel coalesces t
   queue (from a slave when the master suggests it or cannot be reached), and commits offsets
   (to the master, else a slave): at least once across a master's loss.
 - :class:`NameServerClient` talks to the name servers (``hanet namesrv``): registration,
-  topic routes, the cluster list.
+  topic routes, the cluster list, and where to put or pull a topic::
+
+      names = NameServerClient([("127.0.0.1", 9876)])
+      async with FailoverClient.connect(await names.put_addresses("TopicTest")) as producer:
+          await producer.put("TopicTest", b"hello")
+
+- :class:`Consumer` consumes a topic for a consumer group through the name servers: every
+  queue, offsets committed, reading from a slave while the master is down.
 
 A put is answered with RocketMQ's status; a status other than PUT_OK is not an exception
 (FLUSH_SLAVE_TIMEOUT, for one, means stored on the master but not yet on a slave). Errors are

@@ -11,10 +11,12 @@ import attrs
 import trio
 
 from hanet.protocol import (
+    MASTER_ID,
     BrokerRegistration,
     ClusterInfo,
     ClusterRequest,
     ClusterResponse,
+    ErrorCode,
     RegisterBrokerRequest,
     RegisterBrokerResponse,
     RouteRequest,
@@ -31,6 +33,7 @@ from ._broker import (
     BrokerTimeoutError,
     RequestConnection,
 )
+from ._failover import parse_broker_address
 
 __all__ = ["NameServerClient", "NameServerConnection"]
 
@@ -169,3 +172,56 @@ class NameServerClient:
     async def cluster(self) -> ClusterInfo:
         """The live brokers, from the first name server that answers."""
         return await self._first(lambda c: c.cluster())
+
+    async def put_addresses(self, topic: str) -> list[tuple[str, int]]:
+        """Where to put ``topic``: the broker port of each master holding it; for a topic no
+        broker holds yet, every registered master (the first put creates it there, as
+        RocketMQ's ``autoCreateTopicEnable``). Connect with
+        ``FailoverClient.connect(await names.put_addresses(topic))``.
+
+        Raises:
+            BrokerConnectionError: no master is registered (or no name server answers).
+        """
+        try:
+            route = await self.route(topic)
+        except BrokerRequestError as exc:
+            if exc.code is not ErrorCode.TOPIC_NOT_EXIST:
+                raise
+            cluster = await self.cluster()
+            members = [
+                b.registration.broker_address
+                for b in sorted(cluster.brokers, key=lambda b: b.registration.broker_name)
+                if b.registration.broker_id == MASTER_ID
+            ]
+            if not members:
+                raise BrokerConnectionError("no master is registered with the name server") from exc
+        else:
+            members = [b.master_address for b in route.brokers if b.master_address is not None]
+            if not members:
+                raise BrokerConnectionError(f"no master of {topic} is registered")
+        return _addresses(members)
+
+    async def pull_addresses(
+        self, topic: str, broker_name: str | None = None
+    ) -> list[tuple[str, int]]:
+        """Where to pull ``topic`` from: the members of ``broker_name`` (default: the route's
+        first broker name), the master first, then its slaves (a slave answers while the master
+        is down).
+
+        Raises:
+            BrokerRequestError: TOPIC_NOT_EXIST when no live broker holds it.
+            BrokerConnectionError: no such broker name holds it (or no name server answers).
+        """
+        route = await self.route(topic)
+        chosen = [b for b in route.brokers if broker_name in (None, b.broker_name)]
+        if not chosen:
+            seen = ", ".join(b.broker_name for b in route.brokers)
+            raise BrokerConnectionError(
+                f"no broker name {broker_name!r} holds {topic} (route: {seen})"
+            )
+        return _addresses([address for _, address in sorted(chosen[0].addresses)])
+
+
+def _addresses(members: Sequence[str]) -> list[tuple[str, int]]:
+    parsed = (parse_broker_address(a) for a in members)
+    return [a for a in parsed if a is not None]
