@@ -423,6 +423,24 @@ async def test_a_slave_learns_its_master_from_the_name_server_and_follows_a_chan
         assert ns.unregistered == [("broker-a", 1)]
 
 
+async def test_a_garbage_answer_from_a_name_server_is_logged_not_followed(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    async with name_server() as (ns, ns_address):
+        ns.master = ("not an address", "nor:this")
+        slave_cfg = config(
+            tmp_path / "s",
+            broker_role=BrokerRole.SLAVE,
+            namesrv_addr=ns_address,
+            register_broker_interval=0.05,
+        )
+        async with running(slave_cfg) as (slave, _):
+            await wait_for(lambda: len(ns.registrations) >= 3)  # the broker goes on
+            assert slave.slave is not None and slave.slave.status().master_address == ""
+            assert slave.registrar is not None and slave.registrar.last_error is None
+        assert "ignoring the name server's master addresses" in caplog.text
+
+
 def test_a_slave_needs_a_master_address_or_a_name_server(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="haMasterAddress"):
         Broker(config(tmp_path, broker_role=BrokerRole.SLAVE))

@@ -64,6 +64,7 @@ import trio
 from hanet.boot import AllowList, serve_listeners
 from hanet.channel import ChannelHandler, StreamChannel, format_address, parse_address
 from hanet.client import NameServerClient
+from hanet.errors import ConfigError
 from hanet.ha import BrokerConfig, BrokerRole, HAMaster, HASlave
 from hanet.protocol import (
     AUTO_QUEUE,
@@ -307,10 +308,9 @@ class Broker:
                 if config.metrics_listen:
                     host, port = parse_address(config.metrics_listen)
                     metrics_address = await nursery.start(serve_metrics, self.metrics, host, port)
+                if broker_address is not None:
                     log.info(
-                        "%s broker port on %s",
-                        self.role.value,
-                        format_address(broker_address),
+                        "%s: broker port on %s", self.role.value, format_address(broker_address)
                     )
                 self.addresses = BrokerAddresses(broker_address, ha_address, metrics_address)
                 if config.namesrv_addr:
@@ -513,10 +513,13 @@ class Broker:
     def _registered(self, answer: RegisterBrokerResponse) -> None:
         """A slave follows the master the name server names, unless configured with one."""
         config = self.config
-        if self.slave is not None and answer.master_ha_address and not config.ha_master_address:
-            self.slave.set_master_address(answer.master_ha_address)
-        if self.sync is not None and answer.master_address and not config.master_broker_address:
-            self.sync.set_master_address(answer.master_address)
+        try:
+            if self.slave is not None and answer.master_ha_address and not config.ha_master_address:
+                self.slave.set_master_address(answer.master_ha_address)
+            if self.sync is not None and answer.master_address and not config.master_broker_address:
+                self.sync.set_master_address(format_address(parse_address(answer.master_address)))
+        except ConfigError as exc:  # a name server's answer is input like any other
+            log.warning("ignoring the name server's master addresses: %s", exc)
 
     def metadata(self) -> BrokerMetadata:
         """What a slave copies (SYNC_METADATA): :meth:`topics` and the consumer offsets."""
