@@ -24,9 +24,11 @@ from hanet.ha import BrokerConfig, BrokerRole
 def test_cluster_flags_on_master_and_slave(tmp_path: Path) -> None:
     args = build_parser().parse_args(
         ["master", "--namesrv", "10.0.0.1:9876,10.0.0.2:9876", "--cluster", "C",
-         "--broker-name", "b-1", "--slave-read-enable"]
+         "--broker-name", "b-1", "--slave-read-enable", "--listen", "0.0.0.0:10911",
+         "--broker-ip", "10.0.0.7", "--broker-ip2", "10.0.1.7"]
     )  # fmt: skip
     config = build_config(args)
+    assert (config.broker_ip1, config.broker_ip2) == ("10.0.0.7", "10.0.1.7")
     assert config.namesrv_addresses == [("10.0.0.1", 9876), ("10.0.0.2", 9876)]
     assert (config.broker_cluster_name, config.broker_name) == ("C", "b-1")
     assert config.slave_read_enable and config.effective_broker_id == 0
@@ -57,6 +59,7 @@ def test_broker_conf_cluster_keys() -> None:
             "slaveSyncInterval": "20000",
             "masterBrokerAddress": "127.0.0.1:10911",
             "totalMemoryBytes": "1048576",
+            "brokerIP2": "10.0.1.7",
         }
     )
     assert config == BrokerConfig(
@@ -73,6 +76,7 @@ def test_broker_conf_cluster_keys() -> None:
         slave_sync_interval=20.0,
         master_broker_address="127.0.0.1:10911",
         total_memory_bytes=1048576,
+        broker_ip2="10.0.1.7",
     )
     with pytest.raises(ConfigError, match="brokerId"):
         apply_properties({"brokerId": "0", "brokerRole": "SLAVE"})

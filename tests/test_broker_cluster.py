@@ -346,6 +346,33 @@ async def test_a_master_registers_at_start_and_every_interval_and_leaves_on_shut
         assert ns.unregistered == [("broker-x", 0)] and ns2.unregistered == [("broker-x", 0)]
 
 
+async def test_a_broker_on_a_wildcard_address_registers_its_broker_ip(tmp_path: Path) -> None:
+    async with name_server() as (ns, ns_address):
+        cfg = config(
+            tmp_path,
+            namesrv_addr=ns_address,
+            listen_host="0.0.0.0",
+            ha_listen_host="0.0.0.0",
+            broker_ip1="10.1.2.3",
+            broker_ip2="10.1.2.4",
+        )
+        async with running(cfg) as (broker, addresses):
+            await wait_for(lambda: len(ns.registrations) >= 1)
+            registration = ns.registrations[0]
+            assert registration.broker_address == f"10.1.2.3:{addresses.broker[1]}"  # type: ignore[index]
+            assert registration.ha_address == f"10.1.2.4:{addresses.ha[1]}"  # type: ignore[index]
+            (reply,) = await broker.put([PutMessage("T", b"x", queue_id=0)])
+            record = broker.store.read_record(reply.wrote_offset)
+            assert record.store_address == f"10.1.2.3:{addresses.broker[1]}"  # type: ignore[index]
+
+
+def test_broker_ips_must_be_hosts(tmp_path: Path) -> None:
+    for bad in ("", "10.0.0.1:80", "a b", "[::1]"):
+        with pytest.raises(ConfigError, match="broker_ip1"):
+            config(tmp_path, broker_ip1=bad)
+    config(tmp_path, broker_ip1="::1", broker_ip2="broker-a.example")
+
+
 async def test_a_new_topic_is_registered_at_once_not_at_the_next_interval(
     tmp_path: Path,
 ) -> None:

@@ -217,7 +217,9 @@ class Broker:
         if self._store_config is not None:
             return self._store_config
         host, port = broker_address or (self.config.listen_host, self.config.listen_port)
-        if host in ("", "0.0.0.0", "::"):
+        if self.config.broker_ip1 is not None:
+            host = self.config.broker_ip1
+        elif host in ("", "0.0.0.0", "::"):
             host = "127.0.0.1"
         return StoreConfig(
             mapped_file_size=self.config.mapped_file_size_commit_log,
@@ -505,8 +507,8 @@ class Broker:
             broker_name=config.broker_name,
             broker_id=config.effective_broker_id,
             role=self.role.value,
-            broker_address=_advertised(addresses.broker),
-            ha_address=_advertised(addresses.ha),
+            broker_address=_advertised(addresses.broker, config.broker_ip1),
+            ha_address=_advertised(addresses.ha, config.broker_ip2 or config.broker_ip1),
             topics=tuple(sorted(topics.items())),
         )
 
@@ -591,12 +593,13 @@ class Broker:
         return status
 
 
-def _advertised(address: tuple[str, int] | None) -> str:
-    """``host:port`` others reach a bound address at ("" for none; a wildcard host becomes
-    127.0.0.1, as in the records' store host)."""
+def _advertised(address: tuple[str, int] | None, host: str | None = None) -> str:
+    """``host:port`` others reach a bound address at ("" for none): ``host`` when given
+    (``brokerIP1`` / ``brokerIP2``), else the bound host, a wildcard one becoming 127.0.0.1 (as
+    in the records' store host)."""
     if address is None:
         return ""
-    host, port = address
-    if host in ("", "0.0.0.0", "::"):
-        host = "127.0.0.1"
+    bound, port = address
+    if host is None:
+        host = "127.0.0.1" if bound in ("", "0.0.0.0", "::") else bound
     return format_address((host, port))

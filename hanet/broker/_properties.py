@@ -75,6 +75,7 @@ _PROPERTIES: dict[str, tuple[str, Any]] = {
     # hanet's own (RocketMQ has no such setting):
     "slaveSyncInterval": ("slave_sync_interval", _ms),
     "masterBrokerAddress": ("master_broker_address", str),
+    "brokerIP2": ("broker_ip2", str),
     "totalMemoryBytes": ("total_memory_bytes", int),
 }
 
@@ -89,7 +90,6 @@ _IGNORED = frozenset(
         "storePathCommitLog",
         "storePathConsumeQueue",
         "mappedFileSizeConsumeQueue",
-        "brokerIP2",
     }
 )
 

@@ -138,6 +138,16 @@ _COMMON_FLAGS = (
         ("--broker-id",), "broker_id", int,
         "0 for the master, 1 and up for slaves (0 on a master, 1 on a slave)", "N",
     ),
+    _Flag(
+        ("--broker-ip",), "broker_ip1", str,
+        "the host clients reach the broker port at, as registered (brokerIP1; default: the "
+        "listen host, 127.0.0.1 for 0.0.0.0)", "HOST",
+    ),
+    _Flag(
+        ("--broker-ip2",), "broker_ip2", str,
+        "the host slaves reach the HA port at, as registered (brokerIP2; default: --broker-ip)",
+        "HOST",
+    ),
 )  # fmt: skip
 
 _MASTER_FLAGS = (

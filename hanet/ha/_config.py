@@ -91,6 +91,13 @@ def _optional_non_negative(
         raise ConfigError(f"{attribute.name} must be >= 0, got {value}")
 
 
+def _host(instance: object, attribute: attrs.Attribute[Any], value: str | None) -> None:
+    if value is not None and (
+        not value or any(c in value for c in " ,/[]") or value.count(":") == 1
+    ):
+        raise ConfigError(f"{attribute.name} must be a host name or IP address, got {value!r}")
+
+
 def _at_least_one(instance: object, attribute: attrs.Attribute[Any], value: int) -> None:
     if value < 1:
         raise ConfigError(f"{attribute.name} must be >= 1 (the master itself), got {value}")
@@ -155,6 +162,11 @@ class BrokerConfig:
             (``flushConsumerOffsetInterval``, 5).
         master_broker_address: ``HOST:PORT`` of the master's broker port, where a slave copies
             its metadata from when no name server tells it (None).
+        broker_ip1: the host others reach this broker's port at, as registered with the name
+            servers and written into records' store host (RocketMQ's ``brokerIP1``; default:
+            the listen host, or 127.0.0.1 for a wildcard one).
+        broker_ip2: the host others reach a master's HA port at, as registered (RocketMQ's
+            ``brokerIP2``; default: ``broker_ip1``, else the HA listen host as above).
     """
 
     broker_role: BrokerRole = BrokerRole.ASYNC_MASTER
@@ -196,6 +208,8 @@ class BrokerConfig:
     slave_sync_interval: float = attrs.field(default=60.0, validator=_positive)
     flush_consumer_offset_interval: float = attrs.field(default=5.0, validator=_positive)
     master_broker_address: str | None = attrs.field(default=None, validator=_address)
+    broker_ip1: str | None = attrs.field(default=None, validator=_host)
+    broker_ip2: str | None = attrs.field(default=None, validator=_host)
 
     def __attrs_post_init__(self) -> None:
         broker_id = self.broker_id
