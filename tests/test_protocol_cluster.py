@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from handlers import CorruptedFrameError
+from handlers import CorruptedFrameError, EncoderError
 from hanet.protocol import (
     BrokerLiveInfo,
     BrokerMetadata,
@@ -19,6 +19,10 @@ from hanet.protocol import (
     ClusterResponse,
     CommitOffsetRequest,
     CommitOffsetResponse,
+    ConsumerHeartbeatRequest,
+    ConsumerHeartbeatResponse,
+    ConsumerListRequest,
+    ConsumerListResponse,
     ErrorCode,
     ErrorResponse,
     MetadataRequest,
@@ -33,6 +37,8 @@ from hanet.protocol import (
     TopicRoute,
     UnregisterBrokerRequest,
     UnregisterBrokerResponse,
+    UnregisterConsumerRequest,
+    UnregisterConsumerResponse,
     decode_request,
     decode_response,
     encode_request,
@@ -69,6 +75,38 @@ def test_metadata_uses_rocketmq_json_shapes() -> None:
     assert decoded == MetadataResponse(3, metadata)
 
 
+def test_consumer_membership_layouts() -> None:
+    beat = bytes(encode_request(ConsumerHeartbeatRequest(3, "G", "h@1")))
+    assert beat == b"\x07\x00\x00\x00\x03\x00\x01G\x00\x03h@1"
+    bye = bytes(encode_request(UnregisterConsumerRequest(4, "G", "h@1")))
+    assert bye == b"\x08\x00\x00\x00\x04\x00\x01G\x00\x03h@1"
+    assert bytes(encode_request(ConsumerListRequest(5, "G"))) == b"\x09\x00\x00\x00\x05\x00\x01G"
+    assert bytes(encode_response(ConsumerHeartbeatResponse(3))) == b"\x87\x00\x00\x00\x03"
+    assert bytes(encode_response(UnregisterConsumerResponse(4))) == b"\x88\x00\x00\x00\x04"
+    answer = bytes(encode_response(ConsumerListResponse(5, ("a", "bc"))))
+    assert answer == b"\x89\x00\x00\x00\x05\x00\x02\x00\x01a\x00\x02bc"
+
+
+def test_consumer_list_with_too_many_ids_does_not_encode() -> None:
+    with pytest.raises(EncoderError, match="client ids"):
+        encode_response(ConsumerListResponse(1, ("x",) * 0x10000))
+
+
+@pytest.mark.parametrize(
+    "frame",
+    [
+        b"\x89\x00\x00\x00\x01\x00\x02\x00\x01a",  # two ids announced, one sent
+        b"\x89\x00\x00\x00\x01\x00",  # a short count
+        b"\x89\x00\x00\x00\x01\x00\x01\x00\x01\xff",  # an id that is not UTF-8
+        b"\x87\x00\x00\x00\x01x",  # a heartbeat answer is empty
+        b"\x88\x00\x00\x00\x01x",
+    ],
+)
+def test_malformed_membership_answers_are_corrupt_frames(frame: bytes) -> None:
+    with pytest.raises(CorruptedFrameError):
+        decode_response(frame)
+
+
 def test_register_answer_without_a_master_is_none() -> None:
     frame = encode_response(RegisterBrokerResponse(1))
     assert bytes(frame) == b"\x90\x00\x00\x00\x01\x00\x00\x00\x00"
@@ -84,6 +122,10 @@ REQUESTS = [
     UnregisterBrokerRequest(6, "c", "b", 1, "h:1"),
     RouteRequest(7, "TopicTest"),
     ClusterRequest(8),
+    ConsumerHeartbeatRequest(9, "group", "10.0.0.5@1234@abcd"),
+    UnregisterConsumerRequest(10, "group", "10.0.0.5@1234@abcd"),
+    ConsumerListRequest(11, "group"),
+    ConsumerHeartbeatRequest(12, "", ""),
 ]
 
 RESPONSES = [
@@ -105,6 +147,10 @@ RESPONSES = [
     ClusterResponse(7, ClusterInfo((BrokerLiveInfo(REGISTRATION, 1_700_000_000_000),))),
     ErrorResponse(8, ErrorCode.TOPIC_NOT_EXIST, "no route for topic T"),
     ErrorResponse(9, ErrorCode.NOT_SUPPORTED, "not a name server"),
+    ConsumerHeartbeatResponse(10),
+    UnregisterConsumerResponse(11),
+    ConsumerListResponse(12, ("a@1@x", "b@2@y")),
+    ConsumerListResponse(13, ()),
 ]
 
 
@@ -188,12 +234,12 @@ def test_offset_tables_round_trip(table: dict[tuple[str, str], dict[int, int]]) 
 
 @given(st.binary(max_size=64))
 def test_random_frames_never_escape_as_other_errors(tail: bytes) -> None:
-    for opcode in (0x04, 0x05, 0x06, 0x10, 0x11, 0x12, 0x13):
+    for opcode in (0x04, 0x05, 0x06, 0x07, 0x08, 0x09, 0x10, 0x11, 0x12, 0x13):
         try:
             decode_request(bytes([opcode]) + b"\x00\x00\x00\x01" + tail)
         except CorruptedFrameError:
             pass
-    for opcode in (0x84, 0x85, 0x86, 0x90, 0x91, 0x92, 0x93):
+    for opcode in (0x84, 0x85, 0x86, 0x87, 0x88, 0x89, 0x90, 0x91, 0x92, 0x93):
         try:
             decode_response(bytes([opcode]) + b"\x00\x00\x00\x01" + tail)
         except CorruptedFrameError:

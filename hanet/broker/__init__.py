@@ -5,7 +5,8 @@
 protocol; one :class:`RequestHandler` per connection) in the caller's nursery.
 :func:`load_properties` reads a RocketMQ ``broker.conf`` onto a :class:`~hanet.ha.BrokerConfig`.
 :class:`ConsumerOffsets` keeps the consumer groups' committed offsets in
-``<store>/config/consumerOffset.json`` (written with :func:`write_config_file`).
+``<store>/config/consumerOffset.json`` (written with :func:`write_config_file`);
+:class:`ConsumerRegistry` the live members of each consumer group (heartbeats, expiry).
 :class:`DLedgerBrokerService` is the broker port of a Raft node (:mod:`hanet.dledger`); both
 modes check puts with :func:`refusal` and serve pulls with :func:`serve_pull`.
 """
@@ -13,6 +14,7 @@ modes check puts with :func:`refusal` and serve pulls with :func:`serve_pull`.
 from ._admission import message_properties, refusal
 from ._broker import Broker, BrokerAddresses
 from ._config_files import ConfigFileError, read_config_file, write_config_file
+from ._consumers import CONSUMER_EXPIRY, ConsumerRegistry
 from ._dledger import DEFAULT_QUEUES, DLedgerBrokerService
 from ._handler import RequestHandler, RequestService
 from ._metrics import BrokerMetrics, serve_metrics
@@ -23,6 +25,7 @@ from ._registration import NameServerRegistrar
 from ._slave_sync import TOPICS_FILE, SlaveSync, load_topics
 
 __all__ = [
+    "CONSUMER_EXPIRY",
     "DEFAULT_QUEUES",
     "MAX_PULL_BYTES",
     "OFFSETS_FILE",
@@ -32,6 +35,7 @@ __all__ = [
     "BrokerMetrics",
     "ConfigFileError",
     "ConsumerOffsets",
+    "ConsumerRegistry",
     "DLedgerBrokerService",
     "NameServerRegistrar",
     "RequestHandler",

@@ -25,6 +25,10 @@ In a cluster (RocketMQ's behaviour throughout):
 - Consumer offsets: COMMIT_OFFSET / QUERY_OFFSET on masters and slaves alike (consumers commit
   to a slave while the master is unreachable), kept in ``<store>/config/consumerOffset.json``
   (:class:`ConsumerOffsets`: written every ``flush_consumer_offset_interval`` and at shutdown).
+- Consumer groups: CONSUMER_HEARTBEAT / UNREGISTER_CONSUMER / GET_CONSUMER_LIST on masters
+  and slaves alike (:class:`ConsumerRegistry`, in memory; a member not heard from for
+  ``consumer_expiry`` seconds, 120, leaves its group): how a group's consumers share a topic's
+  queues.
 - Pull answers suggest a broker id (:func:`suggest_broker_id`): a slave to a consumer far
   behind when ``slave_read_enable``.
 - A slave copies its master's topics and offsets (SYNC_METADATA, :class:`SlaveSync`) at each
@@ -94,6 +98,7 @@ from hanet.store import (
 )
 
 from ._admission import message_properties, refusal
+from ._consumers import CONSUMER_EXPIRY, ConsumerRegistry
 from ._handler import LOCALHOST, RequestHandler, packed_host, replies
 from ._metrics import BrokerMetrics, serve_metrics
 from ._offsets import OFFSETS_FILE, ConsumerOffsets
@@ -108,6 +113,11 @@ log = logging.getLogger("hanet.broker")
 
 DEFAULT_MAX_IN_FLIGHT = 1024
 """Puts of one connection waiting for their answer before the broker stops reading it."""
+
+
+def _trio_clock() -> float:
+    """Trio's clock (the broker's requests are served inside a trio run)."""
+    return trio.current_time()
 
 
 @attrs.frozen
@@ -138,6 +148,8 @@ class Broker:
         slave_handlers: a slave's extra HA pipeline handlers, made per connection (see
             :class:`HASlave`): metrics, logging, ... of one's own.
         store_config: overrides the store settings derived from ``config``.
+        consumer_expiry: seconds without a heartbeat after which a consumer leaves its group
+            (RocketMQ's ``channelExpiredTimeout``, 120).
     """
 
     def __init__(
@@ -149,6 +161,7 @@ class Broker:
         max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
         slave_handlers: Callable[[], Sequence[ChannelHandler]] | None = None,
         store_config: StoreConfig | None = None,
+        consumer_expiry: float = CONSUMER_EXPIRY,
     ) -> None:
         if (
             config.broker_role is BrokerRole.SLAVE
@@ -165,6 +178,8 @@ class Broker:
         self._store_config = store_config
         self._store: CommitLogStore | None = None
         self._offsets: ConsumerOffsets | None = None
+        self.consumers = ConsumerRegistry(consumer_expiry, clock=_trio_clock)
+        """The live members of each consumer group (served on masters and slaves)."""
         self.master: HAMaster | None = None
         self.slave: HASlave | None = None
         self.sync: SlaveSync | None = None

@@ -7,8 +7,10 @@ are served by the same code (:func:`serve_pull`).
 
 Consumer offsets (COMMIT_OFFSET, QUERY_OFFSET) are kept per node in a
 :class:`ConsumerOffsets` (memory only unless one with a file is given; they are not
-replicated through Raft). SYNC_METADATA and the name server's requests answer ERROR
-NOT_SUPPORTED: a DLedger group has no master/slave metadata sync.
+replicated through Raft), and so are the consumer groups' members (a
+:class:`ConsumerRegistry`: a consumer heartbeats to each node it reaches). SYNC_METADATA and the
+name server's requests answer ERROR NOT_SUPPORTED: a DLedger group has no master/slave metadata
+sync.
 """
 
 from __future__ import annotations
@@ -47,7 +49,8 @@ from hanet.protocol import (
 from hanet.store import CommitLogStore, Message, PutResult, PutStatus, StoreError
 
 from ._admission import message_properties, refusal
-from ._handler import not_supported, packed_host
+from ._consumers import ConsumerRegistry
+from ._handler import MEMBERSHIP_REQUESTS, not_supported, packed_host, serve_membership
 from ._offsets import ConsumerOffsets
 from ._pull import serve_pull
 from ._status import store_status
@@ -77,6 +80,8 @@ class DLedgerBrokerService:
     ) -> None:
         self.node = node
         self.offsets = offsets if offsets is not None else ConsumerOffsets()
+        self.consumers = ConsumerRegistry(clock=trio.current_time)
+        """The live members of each consumer group."""
         self.queues = queues
         self.max_frame_length = max_frame_length
         self.broker_address: str | None = None
@@ -224,6 +229,8 @@ class _Requests(ChannelInboundHandler):
             elif isinstance(msg, QueryOffsetRequest):
                 offset = self.service.offsets.query(msg.group, msg.topic, msg.queue_id)
                 ctx.write(QueryOffsetResponse(msg.request_id, offset))
+            elif isinstance(msg, MEMBERSHIP_REQUESTS):
+                ctx.write(serve_membership(self.service.consumers, msg))
             elif isinstance(msg, Request):
                 ctx.write(not_supported(msg, "a DLedger broker port"))
             else:

@@ -1,7 +1,9 @@
 """One broker port connection: decode requests, serve them through the Broker, answer by id.
 
-PUT, PULL, STATUS, COMMIT_OFFSET, QUERY_OFFSET and SYNC_METADATA are served; any other request
-(a name server's) is answered ERROR NOT_SUPPORTED and the connection stays open.
+PUT, PULL, STATUS, COMMIT_OFFSET, QUERY_OFFSET, SYNC_METADATA and the consumer group requests
+(CONSUMER_HEARTBEAT, UNREGISTER_CONSUMER, GET_CONSUMER_LIST: :func:`serve_membership`) are
+served; any other request (a name server's) is answered ERROR NOT_SUPPORTED and the connection
+stays open.
 
 Puts that must wait (SYNC_FLUSH, SYNC_MASTER) queue in arrival order, which is also their order
 in the commit log; one task per connection settles them: it waits for the oldest, then answers
@@ -28,6 +30,10 @@ from hanet.protocol import (
     BrokerStatus,
     CommitOffsetRequest,
     CommitOffsetResponse,
+    ConsumerHeartbeatRequest,
+    ConsumerHeartbeatResponse,
+    ConsumerListRequest,
+    ConsumerListResponse,
     ErrorCode,
     ErrorResponse,
     MetadataRequest,
@@ -43,8 +49,12 @@ from hanet.protocol import (
     Request,
     StatusRequest,
     StatusResponse,
+    UnregisterConsumerRequest,
+    UnregisterConsumerResponse,
 )
 from hanet.store import PutResult, PutStatus, StoreError
+
+from ._consumers import ConsumerRegistry
 
 __all__ = [
     "LOCALHOST",
@@ -53,6 +63,7 @@ __all__ = [
     "not_supported",
     "packed_host",
     "replies",
+    "serve_membership",
 ]
 
 log = logging.getLogger("hanet.broker")
@@ -118,6 +129,27 @@ class _Waiting:
     stored_at: float
 
 
+MEMBERSHIP_REQUESTS = (ConsumerHeartbeatRequest, UnregisterConsumerRequest, ConsumerListRequest)
+"""The consumer group requests :func:`serve_membership` answers."""
+
+
+def serve_membership(
+    consumers: ConsumerRegistry,
+    request: ConsumerHeartbeatRequest | UnregisterConsumerRequest | ConsumerListRequest,
+    peer: str = "",
+) -> ConsumerHeartbeatResponse | UnregisterConsumerResponse | ConsumerListResponse:
+    """Answer a consumer group request from ``consumers`` (joins and leaves are logged)."""
+    if isinstance(request, ConsumerHeartbeatRequest):
+        if consumers.heartbeat(request.group, request.client_id):
+            log.info("consumer %s joined group %s (%s)", request.client_id, request.group, peer)
+        return ConsumerHeartbeatResponse(request.request_id)
+    if isinstance(request, UnregisterConsumerRequest):
+        if consumers.unregister(request.group, request.client_id):
+            log.info("consumer %s left group %s (%s)", request.client_id, request.group, peer)
+        return UnregisterConsumerResponse(request.request_id)
+    return ConsumerListResponse(request.request_id, consumers.members(request.group))
+
+
 class RequestService(Protocol):
     """What a connection's handler needs of the broker (:class:`~hanet.broker.Broker`)."""
 
@@ -155,6 +187,11 @@ class RequestService(Protocol):
 
     def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         """Record a consumer group's offset of a queue."""
+        ...
+
+    @property
+    def consumers(self) -> ConsumerRegistry:
+        """The live members of each consumer group."""
         ...
 
     def query_offset(self, group: str, topic: str, queue_id: int) -> int:
@@ -223,6 +260,8 @@ class RequestHandler(ChannelInboundHandler):
                 ctx.write(QueryOffsetResponse(msg.request_id, offset))
             elif isinstance(msg, MetadataRequest):
                 ctx.write(MetadataResponse(msg.request_id, broker.metadata()))
+            elif isinstance(msg, MEMBERSHIP_REQUESTS):
+                ctx.write(serve_membership(broker.consumers, msg, self.peer))
             elif isinstance(msg, Request):
                 answer = not_supported(msg)
                 log.info("client %s: %s", self.peer, answer.message)

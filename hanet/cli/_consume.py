@@ -1,7 +1,9 @@
-"""``hanet consume``: a consumer group member that pulls every queue of a topic.
+"""``hanet consume``: a consumer group member that pulls its share of a topic's queues.
 
 ``hanet consume --namesrv HOST:PORT --group G --topic T`` looks the topic's route up on the
-name servers, pulls all its queues (:class:`~hanet.client.Consumer`), prints each message (one
+name servers, pulls its share of the queues (:class:`~hanet.client.Consumer`: the group's
+members, each ``--client-id``, split the queues and rebalance when one joins or leaves; alone
+it takes them all), prints each message (one
 line, or one JSON object with ``--json``: the record's fields plus ``broker_name`` and
 ``broker_id``, the member it came from) and commits the group's offsets every
 ``--commit-interval`` seconds and at exit. It keeps going across a master's loss by reading
@@ -9,8 +11,9 @@ from a slave (from the last committed offset on a restart). A group that never c
 starts at each queue's end unless ``--from-beginning``.
 
 ``--rate N`` makes it a slow consumer (at most N messages a second). It runs until Ctrl-C or
-SIGTERM (offsets committed, exit 130 or 0), ``--max-messages N`` messages, or ``--idle-exit S``
-seconds without a message; then prints a summary line on stderr.
+SIGTERM (offsets committed, the group left; exit 130 or 0), ``--max-messages N`` messages, or
+``--idle-exit S`` seconds without a message; then prints a summary line on stderr, with the
+queues it held.
 """
 
 from __future__ import annotations
@@ -44,14 +47,20 @@ def register(subparsers: Any) -> None:
     """Add the ``consume`` verb."""
     parser = subparsers.add_parser(
         "consume",
-        help="consume a topic for a group: every queue, offsets committed, slave failover",
-        description="Pull every queue of --topic for --group through the route the name "
-        "servers give, print the messages, commit offsets (to the master, to a slave while it "
-        "is down) and keep going across a master's loss by reading from a slave.",
+        help="consume a topic for a group: its share of the queues, offsets committed, "
+        "slave failover",
+        description="Pull this member's share of the queues of --topic for --group (the "
+        "group's members split them and rebalance) through the route the name servers give, "
+        "print the messages, commit offsets (to the master, to a slave while it is down) and "
+        "keep going across a master's loss by reading from a slave.",
     )
     add_namesrv(parser, required=True)
     parser.add_argument("--group", required=True, help="the consumer group")
     parser.add_argument("--topic", required=True, help="the topic")
+    parser.add_argument(
+        "--client-id", default=None, metavar="ID",
+        help="this member's id in the group (default: host@pid@random)",
+    )  # fmt: skip
     parser.add_argument(
         "--from-beginning", action="store_true",
         help="a queue the group never committed starts at its first message (default: its end)",
@@ -125,7 +134,9 @@ def summary_line(stats: ConsumerStats) -> str:
     return (
         f"consumed {stats.delivered} messages ({stats.slave_pulls} of {stats.pulls} pulls "
         f"answered by a slave, {stats.failovers} failovers); {stats.commits} offsets committed "
-        f"({stats.slave_commits} to a slave, {stats.commit_failures} retried)"
+        f"({stats.slave_commits} to a slave, {stats.commit_failures} retried); held "
+        f"{', '.join(f'{name}/{queue}' for name, queue in sorted(stats.held)) or 'no queue'}"
+        f" ({stats.rebalances} rebalances)"
     )
 
 
@@ -151,6 +162,7 @@ async def run_consume(args: argparse.Namespace) -> int:
             pull_batch=args.pull_batch,
             commit_interval=args.commit_interval,
             retry_interval=args.retry_interval,
+            client_id=args.client_id,
         ) as consumer:
             stats.append(consumer.stats)
             idle = math.inf if args.idle_exit is None else args.idle_exit

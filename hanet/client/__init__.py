@@ -19,9 +19,11 @@ answer, and requests written together leave in one send (the channel coalesces t
 - :class:`FailoverClient` takes several broker addresses (a DLedger group): it connects to the
   first that answers, follows NOT_LEADER answers to the leader, and tries the next address
   when one is down.
-- :class:`Consumer` consumes a topic for a group: it follows the topic's route, pulls every
-  queue (from a slave when the master suggests it or cannot be reached), and commits offsets
-  (to the master, else a slave): at least once across a master's loss.
+- :class:`Consumer` consumes a topic for a group: it follows the topic's route, takes its
+  share of the queues among the group's members (:func:`allocate_averagely`, rebalanced when
+  one joins or leaves), pulls them (from a slave when the master suggests it or cannot be
+  reached), and commits offsets (to the master, else a slave): at least once across a
+  master's loss and a rebalance.
 - :class:`NameServerClient` talks to the name servers (``hanet namesrv``): registration,
   topic routes, the cluster list, and where to put or pull a topic::
 
@@ -29,8 +31,8 @@ answer, and requests written together leave in one send (the channel coalesces t
       async with FailoverClient.connect(await names.put_addresses("TopicTest")) as producer:
           await producer.put("TopicTest", b"hello")
 
-- :class:`Consumer` consumes a topic for a consumer group through the name servers: every
-  queue, offsets committed, reading from a slave while the master is down.
+- :class:`Consumer` consumes a topic for a consumer group through the name servers: its share
+  of the queues, offsets committed, reading from a slave while the master is down.
 
 A put is answered with RocketMQ's status; a status other than PUT_OK is not an exception
 (FLUSH_SLAVE_TIMEOUT, for one, means stored on the master but not yet on a slave). Errors are
@@ -76,10 +78,13 @@ from ._consumer import (
     ConsumedMessage,
     Consumer,
     ConsumerStats,
+    MembershipLink,
     QueueKey,
     QueuePosition,
     RouteSource,
+    allocate_averagely,
     broker_connector,
+    default_client_id,
 )
 from ._failover import FailoverClient, parse_broker_address
 from ._namesrv import NameServerClient, NameServerConnection
@@ -105,6 +110,7 @@ __all__ = [
     "FailoverClient",
     "InvalidMessageError",
     "MasterLink",
+    "MembershipLink",
     "MessageRecord",
     "NameServerClient",
     "NameServerConnection",
@@ -120,6 +126,8 @@ __all__ = [
     "RouteSource",
     "SlaveInfo",
     "TopicRoute",
+    "allocate_averagely",
     "broker_connector",
+    "default_client_id",
     "parse_broker_address",
 ]

@@ -26,6 +26,10 @@ from hanet.protocol import (
     BrokerStatus,
     CommitOffsetRequest,
     CommitOffsetResponse,
+    ConsumerHeartbeatRequest,
+    ConsumerHeartbeatResponse,
+    ConsumerListRequest,
+    ConsumerListResponse,
     ErrorCode,
     ErrorResponse,
     MetadataRequest,
@@ -43,6 +47,8 @@ from hanet.protocol import (
     Response,
     StatusRequest,
     StatusResponse,
+    UnregisterConsumerRequest,
+    UnregisterConsumerResponse,
     broker_frame_codec,
     message_problem,
 )
@@ -464,6 +470,24 @@ class BrokerClient(RequestConnection):
         response = await self._call(lambda rid: QueryOffsetRequest(rid, group, topic, queue_id))
         answer: QueryOffsetResponse = self._expect(response, QueryOffsetResponse)
         return None if answer.offset < 0 else answer.offset
+
+    async def consumer_heartbeat(self, group: str, client_id: str) -> None:
+        """Say that consumer ``client_id`` of ``group`` is alive (RocketMQ's ``HEART_BEAT``):
+        the broker counts it a member for 120 s."""
+        response = await self._call(lambda rid: ConsumerHeartbeatRequest(rid, group, client_id))
+        self._expect(response, ConsumerHeartbeatResponse)
+
+    async def unregister_consumer(self, group: str, client_id: str) -> None:
+        """Take consumer ``client_id`` out of ``group`` at once (a clean shutdown)."""
+        response = await self._call(lambda rid: UnregisterConsumerRequest(rid, group, client_id))
+        self._expect(response, UnregisterConsumerResponse)
+
+    async def consumer_list(self, group: str) -> tuple[str, ...]:
+        """The client ids of ``group``'s live members, sorted (RocketMQ's
+        ``GET_CONSUMER_LIST_BY_GROUP``)."""
+        response = await self._call(lambda rid: ConsumerListRequest(rid, group))
+        answer: ConsumerListResponse = self._expect(response, ConsumerListResponse)
+        return answer.client_ids
 
     async def metadata(self) -> BrokerMetadata:
         """The broker's topic config and consumer offsets (what a slave copies)."""

@@ -1,20 +1,40 @@
-"""A pull consumer of a topic: every queue of every broker name, offsets committed for a group.
+"""A pull consumer of a topic for a group: its share of the queues, offsets committed.
 
-The consumer looks the topic's route up through the name servers, pulls all its queues in one
-loop, hands the messages to the caller, and commits how far the group got. What it does when
-a broker goes away follows RocketMQ's ``DefaultMQPushConsumer`` (without rebalancing: one
-consumer of the group takes every queue):
+The consumer looks the topic's route up through the name servers, takes its share of the
+topic's queues among the group's members (rebalancing), pulls them in one loop, hands the
+messages to the caller, and commits how far the group got. What it does follows RocketMQ's
+``DefaultMQPushConsumer``:
+
+- **Membership.** Each consumer has a ``client_id`` (default ``host@pid@random``). Every
+  ``heartbeat_interval`` seconds (10; RocketMQ's ``heartbeatBrokerInterval`` is 30) it
+  heartbeats its group and id to every member (master and slaves) of each broker name of the
+  route it can reach; a broker counts it a member for 120 s after the last one (RocketMQ's
+  channel expiry). On a clean exit it unregisters from them: it leaves at once.
+- **Rebalancing.** At the start, every ``rebalance_interval`` seconds (20, RocketMQ's
+  ``rebalanceInterval``), when the route's queues change and right after a heartbeat round sees
+  the member list change, it asks a broker for the group's members (GET_CONSUMER_LIST: the
+  master of the first broker name that answers, else a slave), sorts them and the topic's
+  queues (by broker name, then queue id) and takes its share with
+  :func:`allocate_averagely` (RocketMQ's ``AllocateMessageQueueAveragely``: contiguous
+  ranges, the first ``len(queues) % len(members)`` members one queue more). A queue it loses
+  is committed first (the consumed offset), then released: messages of it pulled but not yet
+  handed out are dropped; the member that takes a queue starts from the group's committed
+  offset. So a rebalance may deliver a message twice (two members briefly hold a queue until
+  both have rebalanced) but never skips one. When no broker answers the member list, or the
+  list does not name this consumer yet, it keeps the queues it has; when the brokers do not
+  serve consumer groups (an older broker, answering ``NOT_SUPPORTED``) it is alone and takes
+  every queue.
 
 - **Route.** Looked up at the start, every ``route_interval`` seconds (30, RocketMQ's
   ``pollNameServerInterval``) and after a broker's connection failed (at most once every
   ``retry_interval``). Until the topic has a route (no broker holds it yet) it asks every
-  second. Queues that appear (a broker name joins) are pulled too; queues of a broker name
-  that left the route are not pulled but keep their offsets.
-- **Where it starts.** The group's committed offset of the queue (``query_offset``: the master,
-  or a slave when the master cannot be reached). With none: the queue's first message with
-  ``from_beginning``, else the queue's end as a pull learns it (RocketMQ's
-  ``CONSUME_FROM_LAST_OFFSET``: only messages stored from now on). Either start is committed
-  at the next commit, so a restart resumes from it rather than from a newer end.
+  second. Queues that appear (a broker name joins) are shared out at once; queues of a broker
+  name that left the route are not pulled but keep their offsets.
+- **Where it starts.** On a queue it takes: the group's committed offset of the queue
+  (``query_offset``: the master, or a slave when the master cannot be reached). With none:
+  the queue's first message with ``from_beginning``, else the queue's end as a pull learns it
+  (RocketMQ's ``CONSUME_FROM_LAST_OFFSET``: only messages stored from now on). Either start is
+  committed at the next commit, so a restart resumes from it rather than from a newer end.
 - **Which member it pulls from.** The one the last answer of the queue suggested
   (``suggested_broker_id``: 0 the master, 1 and up a slave), else the master. A member whose
   connection failed is skipped for ``retry_interval`` seconds: the pull goes to the master,
@@ -28,15 +48,16 @@ consumer of the group takes every queue):
   skipped.
 - **Commits.** Every ``commit_interval`` seconds (5, RocketMQ's
   ``persistConsumerOffsetInterval``) and when the consumer closes, each queue consumed further
-  since its last commit is committed to its master, or to a slave when the master cannot be
-  reached; an offset a slave took is committed again to the master once it answers.
+  since its last commit (and each queue it releases) is committed to its master, or to a
+  slave when the master cannot be reached; an offset a slave took is committed again to the
+  master once it answers.
 
 Delivery is at least once: a message counts as consumed when the caller asks for the next one
 (or calls :meth:`Consumer.ack`); the last one also when the ``async with`` block exits
 without an exception. A consumer that stops before committing, or a failover that makes a
 member hand out what was already delivered, delivers those messages again; none is skipped.
 
-Usage::
+Usage (run it twice: the two processes share the queues)::
 
     names = NameServerClient([("127.0.0.1", 9876)])
     async with Consumer.open(names, "my-group", "TopicTest", from_beginning=True) as consumer:
@@ -47,10 +68,13 @@ Usage::
 from __future__ import annotations
 
 import logging
+import os
+import secrets
+import socket
 import ssl
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from typing import Protocol, Self
+from typing import Protocol, Self, TypeVar, runtime_checkable
 
 import attrs
 import trio
@@ -74,10 +98,13 @@ __all__ = [
     "ConsumedMessage",
     "Consumer",
     "ConsumerStats",
+    "MembershipLink",
     "QueueKey",
     "QueuePosition",
     "RouteSource",
+    "allocate_averagely",
     "broker_connector",
+    "default_client_id",
 ]
 
 log = logging.getLogger("hanet.client.consumer")
@@ -96,6 +123,44 @@ class BrokerLink(Protocol):
     async def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None: ...
 
     async def query_offset(self, group: str, topic: str, queue_id: int) -> int | None: ...
+
+
+@runtime_checkable
+class MembershipLink(Protocol):
+    """A broker connection that serves consumer groups (:class:`BrokerClient` does); a link
+    without these methods makes the consumer alone in its group."""
+
+    async def consumer_heartbeat(self, group: str, client_id: str) -> None: ...
+
+    async def unregister_consumer(self, group: str, client_id: str) -> None: ...
+
+    async def consumer_list(self, group: str) -> tuple[str, ...]: ...
+
+
+T = TypeVar("T")
+
+
+def allocate_averagely(queues: Sequence[T], client_ids: Sequence[str], client_id: str) -> list[T]:
+    """The queues ``client_id`` takes (RocketMQ's ``AllocateMessageQueueAveragely``).
+
+    Both lists must be sorted the same way by every member. Each member takes a contiguous
+    range; the first ``len(queues) % len(client_ids)`` members take one more. A member not in
+    ``client_ids`` takes nothing; with more members than queues the last ones take nothing.
+    """
+    if client_id not in client_ids or not queues:
+        return []
+    index = client_ids.index(client_id)
+    count, members = len(queues), len(client_ids)
+    mod = count % members
+    first = mod > 0 and index < mod  # one of the members taking one queue more
+    size = 1 if count <= members else count // members + (1 if first else 0)
+    start = index * size if first else index * size + mod
+    return [queues[(start + i) % count] for i in range(min(size, count - start))]
+
+
+def default_client_id() -> str:
+    """``host@pid@random``: unique per consumer (RocketMQ's ``clientIP@instanceName``)."""
+    return f"{socket.gethostname()}@{os.getpid()}@{secrets.token_hex(4)}"
 
 
 class RouteSource(Protocol):
@@ -160,6 +225,8 @@ class ConsumerStats:
         slave_commits: of which committed to a slave.
         commit_failures: commits no member took (retried at the next commit).
         route_lookups: routes looked up.
+        rebalances: rebalances that changed the queues held.
+        held: every queue held at some point (``(broker_name, queue_id)``).
     """
 
     delivered: int = 0
@@ -170,6 +237,8 @@ class ConsumerStats:
     slave_commits: int = 0
     commit_failures: int = 0
     route_lookups: int = 0
+    rebalances: int = 0
+    held: set[QueueKey] = attrs.field(factory=set)
 
 
 @attrs.define
@@ -315,6 +384,9 @@ class Consumer:
         route_interval: float,
         retry_interval: float,
         buffer: int,
+        client_id: str | None = None,
+        heartbeat_interval: float = 10.0,
+        rebalance_interval: float = 20.0,
     ) -> None:
         self.group = group
         self.topic = topic
@@ -324,6 +396,11 @@ class Consumer:
         self.commit_interval = commit_interval
         self.route_interval = route_interval
         self.retry_interval = retry_interval
+        self.client_id = client_id or default_client_id()
+        self.heartbeat_interval = heartbeat_interval
+        self.rebalance_interval = rebalance_interval
+        self.members: tuple[str, ...] = ()
+        """The group's members at the last rebalance (sorted client ids)."""
         self.stats = ConsumerStats()
         self.route: TopicRoute | None = None
         """The route last looked up (None: none yet)."""
@@ -332,8 +409,11 @@ class Consumer:
         self._brokers: dict[str, RouteBroker] = {}
         self._queues: dict[QueueKey, QueuePosition] = {}
         self._route_due = -1.0
-        self._send, self._receive = trio.open_memory_channel[ConsumedMessage](buffer)
-        self._last: ConsumedMessage | None = None
+        self._assigned: set[QueueKey] = set()
+        self._generations: dict[QueueKey, int] = {}  # bumped when a queue is released
+        self._rebalance_due = -1.0
+        self._send, self._receive = trio.open_memory_channel[tuple[ConsumedMessage, int]](buffer)
+        self._last: tuple[ConsumedMessage, int] | None = None
         self._commit_lock = trio.Lock()
 
     @classmethod
@@ -354,9 +434,13 @@ class Consumer:
         route_interval: float = 30.0,
         retry_interval: float = 5.0,
         buffer: int = 64,
+        client_id: str | None = None,
+        heartbeat_interval: float = 10.0,
+        rebalance_interval: float = 20.0,
     ) -> AsyncIterator[Self]:
-        """Start consuming ``topic`` for ``group``; at the block's exit, pulling stops and the
-        offsets consumed are committed (within ``request_timeout`` seconds).
+        """Start consuming ``topic`` for ``group``; at the block's exit, pulling stops, the
+        offsets consumed are committed and the consumer leaves the group (within
+        ``request_timeout`` seconds).
 
         An exception raised in the block propagates as it is (not in an exception group).
 
@@ -373,9 +457,14 @@ class Consumer:
             route_interval: seconds between route lookups.
             retry_interval: seconds a member whose connection failed is skipped.
             buffer: messages pulled ahead of the caller.
+            client_id: this member's id in the group (default: :func:`default_client_id`).
+            heartbeat_interval: seconds between heartbeats (and member list checks).
+            rebalance_interval: seconds between rebalances when nothing changes.
         """
         if pull_batch < 1 or buffer < 0:
             raise ValueError("pull_batch must be >= 1, buffer >= 0")
+        if heartbeat_interval <= 0 or rebalance_interval <= 0:
+            raise ValueError("heartbeat_interval and rebalance_interval must be > 0")
         if connector is None:
             connector = broker_connector(tls=tls, timeout=request_timeout)
         error: BaseException | None = None
@@ -393,12 +482,16 @@ class Consumer:
                 route_interval=route_interval,
                 retry_interval=retry_interval,
                 buffer=buffer,
+                client_id=client_id,
+                heartbeat_interval=heartbeat_interval,
+                rebalance_interval=rebalance_interval,
             )
             clean = False
             try:
                 async with trio.open_nursery() as loops:
                     loops.start_soon(consumer._pull_loop)
                     loops.start_soon(consumer._commit_loop)
+                    loops.start_soon(consumer._heartbeat_loop)
                     try:
                         yield consumer
                         clean = True
@@ -416,6 +509,7 @@ class Consumer:
                         consumer.ack()
                     with trio.move_on_after(request_timeout):
                         await consumer.commit()
+                        await consumer._unregister()
                 consumer._links.close()
                 links.cancel_scope.cancel()
         if error is not None:
@@ -429,23 +523,28 @@ class Consumer:
     async def __anext__(self) -> ConsumedMessage:
         """The next message; the one before counts as consumed."""
         self.ack()
-        try:
-            message = await self._receive.receive()
-        except (trio.EndOfChannel, trio.ClosedResourceError):
-            raise StopAsyncIteration from None
-        self._last = message
+        while True:
+            try:
+                message, generation = await self._receive.receive()
+            except (trio.EndOfChannel, trio.ClosedResourceError):
+                raise StopAsyncIteration from None
+            if generation == self._generations.get(message.key, 0):
+                break
+            # Its queue was released since it was pulled: its new holder delivers it.
+        self._last = (message, generation)
         self.stats.delivered += 1
         return message
 
     def ack(self) -> None:
         """Count the last message handed out as consumed (its offset is committed at the
         next commit). Asking for the next message does it too."""
-        message, self._last = self._last, None
-        if message is None:
+        last, self._last = self._last, None
+        if last is None:
             return
+        message, generation = last
         position = self._queues.get(message.key)
-        if position is None:  # pragma: no cover - a queue is never forgotten
-            return
+        if position is None or generation != self._generations.get(message.key, 0):
+            return  # its queue was released meanwhile
         after = message.queue_offset + 1
         if position.consumed is None or after > position.consumed:
             position.consumed = after
@@ -454,6 +553,11 @@ class Consumer:
     def buffered(self) -> int:
         """Messages pulled and not yet handed out."""
         return self._receive.statistics().current_buffer_used
+
+    @property
+    def assigned(self) -> list[QueueKey]:
+        """The queues this member holds now, sorted."""
+        return sorted(self._assigned)
 
     def positions(self) -> dict[QueueKey, QueuePosition]:
         """Each queue's state (a copy), by ``(broker_name, queue_id)``."""
@@ -479,6 +583,8 @@ class Consumer:
             return
         if route != self.route:
             log.info("route of %s: %s", self.topic, _describe(route))
+        if _queues_of(route) != (_queues_of(self.route) if self.route is not None else []):
+            self._rebalance_due = trio.current_time()
         self.route = route
         self._brokers = {broker.broker_name: broker for broker in route.brokers}
         for broker in route.brokers:
@@ -494,7 +600,9 @@ class Consumer:
         return [
             key
             for key in self._queues
-            if key[0] in self._brokers and key[1] < self._brokers[key[0]].queues
+            if key in self._assigned
+            and key[0] in self._brokers
+            and key[1] < self._brokers[key[0]].queues
         ]
 
     def _members(self, broker: RouteBroker, first: int) -> Iterator[tuple[int, str]]:
@@ -511,6 +619,8 @@ class Consumer:
         while True:
             if trio.current_time() >= self._route_due:
                 await self.refresh_route()
+            if trio.current_time() >= self._rebalance_due:
+                await self.rebalance()
             found = False
             for key in self._live_queues():
                 if await self._pull_queue(key):
@@ -612,8 +722,9 @@ class Consumer:
         status = result.status
         if status is PullStatus.FOUND:
             position.pull_offset = result.next_offset
+            generation = self._generations.get(key, 0)
             for record in result.messages:
-                await self._send.send(ConsumedMessage(record, key[0], broker_id))
+                await self._send.send((ConsumedMessage(record, key[0], broker_id), generation))
             return bool(result.messages)
         if status in (PullStatus.OFFSET_TOO_SMALL, PullStatus.NO_MESSAGE_IN_QUEUE):
             # Messages before the queue's start are gone: move up to it (never back).
@@ -625,6 +736,127 @@ class Consumer:
             )  # fmt: skip
             position.pull_offset = result.next_offset
         return False
+
+    # -- membership and rebalancing ----------------------------------------------------------
+
+    async def _heartbeat_loop(self) -> None:
+        while True:
+            await trio.sleep(self.heartbeat_interval)
+            await self.heartbeat()
+            members = await self._member_list()
+            if members is not None and members != self.members:
+                log.info("group %s: members now %s", self.group, ", ".join(members) or "none")
+                self._rebalance_due = trio.current_time()
+
+    def _membership_links(self) -> Iterator[tuple[str, RouteBroker]]:
+        for name in sorted(self._brokers):
+            yield name, self._brokers[name]
+
+    async def heartbeat(self) -> None:
+        """Heartbeat to every member of each broker name that can be reached now."""
+        for name, broker in self._membership_links():
+            for broker_id, address in self._members(broker, MASTER_ID):
+                try:
+                    link = await self._links.get(address)
+                    if not isinstance(link, MembershipLink):
+                        break
+                    await link.consumer_heartbeat(self.group, self.client_id)
+                except _LINK_ERRORS as exc:
+                    self._member_failed((name, -1), broker_id, address, exc)
+                except BrokerError as exc:
+                    log.debug("heartbeat to %s: %s", address, exc)
+
+    async def _unregister(self) -> None:
+        """Leave the group on every member that can be reached (a clean exit)."""
+        for _name, broker in self._membership_links():
+            for _broker_id, address in self._members(broker, MASTER_ID):
+                try:
+                    link = await self._links.get(address)
+                    if not isinstance(link, MembershipLink):
+                        break
+                    await link.unregister_consumer(self.group, self.client_id)
+                except BrokerError as exc:
+                    log.debug("unregister from %s: %s", address, exc)
+
+    async def _member_list(self) -> tuple[str, ...] | None:
+        """The group's members from the master of the first broker name that answers, else a
+        slave; ``(client_id,)`` when the brokers do not serve consumer groups; None when no
+        broker answers."""
+        unsupported = False
+        for name, broker in self._membership_links():
+            for broker_id, address in self._members(broker, MASTER_ID):
+                try:
+                    link = await self._links.get(address)
+                    if not isinstance(link, MembershipLink):
+                        unsupported = True
+                        continue
+                    return await link.consumer_list(self.group)
+                except _LINK_ERRORS as exc:
+                    self._member_failed((name, -1), broker_id, address, exc)
+                except BrokerRequestError as exc:
+                    if exc.code is ErrorCode.NOT_SUPPORTED:
+                        unsupported = True
+                    else:
+                        log.warning("member list of %s from %s: %s", self.group, address, exc)
+                except BrokerError as exc:
+                    log.warning("member list of %s from %s: %s", self.group, address, exc)
+        return (self.client_id,) if unsupported else None
+
+    async def rebalance(self) -> None:
+        """Take this member's share of the queues now (see the module docstring): heartbeat,
+        ask the members, release (commit first) the queues lost, take the ones gained."""
+        self._rebalance_due = trio.current_time() + self.rebalance_interval
+        if self.route is None:
+            return
+        await self.heartbeat()
+        members = await self._member_list()
+        if members is None:
+            log.warning(
+                "group %s: no broker answers the member list; keeping my queues", self.group
+            )
+            return
+        self.members = members
+        if self.client_id not in members:
+            log.info("group %s: %s not listed yet; keeping my queues", self.group, self.client_id)
+            self._rebalance_due = trio.current_time() + min(1.0, self.heartbeat_interval)
+            return
+        mine = set(allocate_averagely(_queues_of(self.route), members, self.client_id))
+        lost = self._assigned - mine
+        gained = mine - self._assigned
+        if not lost and not gained:
+            return
+        for key in sorted(lost):
+            await self._release(key)
+        self._assigned = mine
+        self.stats.held |= mine
+        self.stats.rebalances += 1
+        log.info(
+            "group %s: %s holds %d of %d queues (%d members): %s",
+            self.group, self.client_id, len(mine), len(_queues_of(self.route)), len(members),
+            ", ".join(f"{b}/{q}" for b, q in sorted(mine)) or "none",
+        )  # fmt: skip
+
+    async def _release(self, key: QueueKey) -> None:
+        """Commit ``key`` then give it up: its next holder starts from the commit."""
+        self._assigned.discard(key)
+        self._generations[key] = self._generations.get(key, 0) + 1
+        broker = self._brokers.get(key[0])
+        if broker is None:
+            return  # left the route: offsets kept, as for any queue of a missing broker name
+        position = self._queues.get(key)
+        async with self._commit_lock:
+            consumed = None if position is None else position.consumed
+            due = (
+                position is not None
+                and consumed is not None
+                and (consumed != position.committed or position.committed_to != MASTER_ID)
+            )
+            if due and consumed is not None:
+                taken_by = await self._commit_one(key, broker, consumed)
+                if taken_by is None:
+                    self.stats.commit_failures += 1
+                    log.warning("%s queue %d: released without a commit", *key)
+            self._queues[key] = QueuePosition()
 
     # -- committing --------------------------------------------------------------------------
 
@@ -672,6 +904,11 @@ class Consumer:
                 self.stats.failovers += 1
             return broker_id
         return None
+
+
+def _queues_of(route: TopicRoute) -> list[QueueKey]:
+    """Every queue of the route, sorted (how each member lists them to share them out)."""
+    return sorted((b.broker_name, q) for b in route.brokers for q in range(b.queues))
 
 
 def _describe(route: TopicRoute) -> str:

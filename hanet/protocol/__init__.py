@@ -3,8 +3,8 @@
 - :mod:`~hanet.protocol._messages`: the frame layout, the request and response objects.
 - :mod:`~hanet.protocol._codec`: :func:`encode_request` / :func:`decode_request` and the same
   for responses.
-- :mod:`~hanet.protocol._cluster`: consumer offsets, a slave's metadata sync and the name
-  server's requests (same framing and codec).
+- :mod:`~hanet.protocol._cluster`: consumer offsets, a slave's metadata sync, consumer group
+  membership and the name server's requests (same framing and codec).
 - :mod:`~hanet.protocol._status`: :class:`BrokerStatus`, the STATUS document, with its JSON.
 - :mod:`~hanet.protocol._handlers`: :class:`BrokerServerCodec` and :class:`BrokerClientCodec`,
   the pipeline handlers both sides put behind a length-field frame decoder.
@@ -23,6 +23,10 @@ from ._cluster import (
     ClusterResponse,
     CommitOffsetRequest,
     CommitOffsetResponse,
+    ConsumerHeartbeatRequest,
+    ConsumerHeartbeatResponse,
+    ConsumerListRequest,
+    ConsumerListResponse,
     MetadataError,
     MetadataRequest,
     MetadataResponse,
@@ -36,6 +40,8 @@ from ._cluster import (
     TopicRoute,
     UnregisterBrokerRequest,
     UnregisterBrokerResponse,
+    UnregisterConsumerRequest,
+    UnregisterConsumerResponse,
     offsets_from_json,
     offsets_to_json,
 )
@@ -96,6 +102,10 @@ __all__ = [
     "ClusterResponse",
     "CommitOffsetRequest",
     "CommitOffsetResponse",
+    "ConsumerHeartbeatRequest",
+    "ConsumerHeartbeatResponse",
+    "ConsumerListRequest",
+    "ConsumerListResponse",
     "ConsumerOffsetsInfo",
     "DLedgerInfo",
     "DLedgerPeer",
@@ -130,6 +140,8 @@ __all__ = [
     "TopicRoute",
     "UnregisterBrokerRequest",
     "UnregisterBrokerResponse",
+    "UnregisterConsumerRequest",
+    "UnregisterConsumerResponse",
     "broker_frame_codec",
     "decode_request",
     "decode_response",

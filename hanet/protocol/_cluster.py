@@ -10,6 +10,12 @@ length + UTF-8)::
     QUERY_OFFSET_OK    0x85  i64 offset (-1: the group never committed one for this queue)
     SYNC_METADATA      0x06  (empty): what a slave copies from its master
     SYNC_METADATA_OK   0x86  a UTF-8 JSON object (:class:`BrokerMetadata`)
+    CONSUMER_HEARTBEAT 0x07  str group | str client_id
+    CONSUMER_HEARTBEAT_OK 0x87  (empty)
+    UNREGISTER_CONSUMER 0x08  str group | str client_id
+    UNREGISTER_CONSUMER_OK 0x88  (empty)
+    GET_CONSUMER_LIST  0x09  str group
+    GET_CONSUMER_LIST_OK 0x89  u16 n | n x str client_id (sorted)
 
     REGISTER_BROKER    0x10  str cluster | str broker_name | i64 broker_id | str role
                              | str broker_address | str ha_address ("": none)
@@ -25,6 +31,11 @@ length + UTF-8)::
 
 Broker ids are RocketMQ's: 0 is the master of a broker name, 1 and up its slaves. A topic the
 name server knows no broker for answers ERROR ``TOPIC_NOT_EXIST``.
+
+A consumer heartbeats its group and client id to the brokers (RocketMQ's ``HEART_BEAT``); the
+members of a group are the ids heard from within the expiry (120 s) and not unregistered
+(``UNREGISTER_CLIENT``); GET_CONSUMER_LIST is RocketMQ's ``GET_CONSUMER_LIST_BY_GROUP``, which
+each member uses to take its share of a topic's queues.
 """
 
 from __future__ import annotations
@@ -44,6 +55,10 @@ __all__ = [
     "ClusterResponse",
     "CommitOffsetRequest",
     "CommitOffsetResponse",
+    "ConsumerHeartbeatRequest",
+    "ConsumerHeartbeatResponse",
+    "ConsumerListRequest",
+    "ConsumerListResponse",
     "MetadataError",
     "MetadataRequest",
     "MetadataResponse",
@@ -57,6 +72,8 @@ __all__ = [
     "TopicRoute",
     "UnregisterBrokerRequest",
     "UnregisterBrokerResponse",
+    "UnregisterConsumerRequest",
+    "UnregisterConsumerResponse",
     "offsets_from_json",
     "offsets_to_json",
 ]
@@ -125,6 +142,59 @@ class QueryOffsetResponse:
 
     request_id: int
     offset: int
+
+
+# -- consumer group membership (broker port) ------------------------------------------------
+
+
+@attrs.frozen
+class ConsumerHeartbeatRequest:
+    """CONSUMER_HEARTBEAT: ``client_id`` is a live member of ``group`` (RocketMQ's
+    ``HEART_BEAT``)."""
+
+    request_id: int
+    group: str
+    client_id: str
+
+
+@attrs.frozen
+class ConsumerHeartbeatResponse:
+    """CONSUMER_HEARTBEAT_OK."""
+
+    request_id: int
+
+
+@attrs.frozen
+class UnregisterConsumerRequest:
+    """UNREGISTER_CONSUMER: ``client_id`` leaves ``group`` at once (a clean shutdown)."""
+
+    request_id: int
+    group: str
+    client_id: str
+
+
+@attrs.frozen
+class UnregisterConsumerResponse:
+    """UNREGISTER_CONSUMER_OK."""
+
+    request_id: int
+
+
+@attrs.frozen
+class ConsumerListRequest:
+    """GET_CONSUMER_LIST: the group's live members (RocketMQ's
+    ``GET_CONSUMER_LIST_BY_GROUP``)."""
+
+    request_id: int
+    group: str
+
+
+@attrs.frozen
+class ConsumerListResponse:
+    """GET_CONSUMER_LIST_OK: the client ids of the group's live members, sorted."""
+
+    request_id: int
+    client_ids: tuple[str, ...]
 
 
 # -- a slave's metadata sync (broker port) ---------------------------------------------------

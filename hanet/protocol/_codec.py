@@ -23,6 +23,10 @@ from ._cluster import (
     ClusterResponse,
     CommitOffsetRequest,
     CommitOffsetResponse,
+    ConsumerHeartbeatRequest,
+    ConsumerHeartbeatResponse,
+    ConsumerListRequest,
+    ConsumerListResponse,
     MetadataRequest,
     MetadataResponse,
     QueryOffsetRequest,
@@ -35,6 +39,8 @@ from ._cluster import (
     TopicRoute,
     UnregisterBrokerRequest,
     UnregisterBrokerResponse,
+    UnregisterConsumerRequest,
+    UnregisterConsumerResponse,
 )
 from ._messages import (
     AUTO_QUEUE,
@@ -151,6 +157,20 @@ def _encode_cluster_request(request: Request) -> bytearray:
         return out
     if isinstance(request, MetadataRequest):
         return _start(Opcode.SYNC_METADATA, request.request_id)
+    if isinstance(request, ConsumerHeartbeatRequest | UnregisterConsumerRequest):
+        opcode = (
+            Opcode.CONSUMER_HEARTBEAT
+            if isinstance(request, ConsumerHeartbeatRequest)
+            else Opcode.UNREGISTER_CONSUMER
+        )
+        out = _start(opcode, request.request_id)
+        _put_str(out, request.group)
+        _put_str(out, request.client_id)
+        return out
+    if isinstance(request, ConsumerListRequest):
+        out = _start(Opcode.GET_CONSUMER_LIST, request.request_id)
+        _put_str(out, request.group)
+        return out
     if isinstance(request, RegisterBrokerRequest):
         r = request.registration
         out = _start(Opcode.REGISTER_BROKER, request.request_id)
@@ -246,6 +266,18 @@ def _encode_cluster_response(response: Response) -> bytearray:
     if isinstance(response, MetadataResponse):
         out = _start(Opcode.SYNC_METADATA_OK, response.request_id)
         out += _json(response.metadata.to_json())
+        return out
+    if isinstance(response, ConsumerHeartbeatResponse):
+        return _start(Opcode.CONSUMER_HEARTBEAT_OK, response.request_id)
+    if isinstance(response, UnregisterConsumerResponse):
+        return _start(Opcode.UNREGISTER_CONSUMER_OK, response.request_id)
+    if isinstance(response, ConsumerListResponse):
+        out = _start(Opcode.GET_CONSUMER_LIST_OK, response.request_id)
+        if len(response.client_ids) > 0xFFFF:
+            raise EncoderError(f"{len(response.client_ids)} client ids do not fit a u16 count")
+        out += _U16.pack(len(response.client_ids))
+        for client_id in response.client_ids:
+            _put_str(out, client_id)
         return out
     if isinstance(response, RegisterBrokerResponse):
         out = _start(Opcode.REGISTER_BROKER_OK, response.request_id)
@@ -406,6 +438,21 @@ def _decode_cluster_request(
     if opcode == Opcode.SYNC_METADATA:
         _Reader(frame, "SYNC_METADATA").end()
         return MetadataRequest(rid)
+    if opcode == Opcode.CONSUMER_HEARTBEAT:
+        r = _Reader(frame, "CONSUMER_HEARTBEAT")
+        group, client_id = r.str(), r.str()
+        r.end()
+        return ConsumerHeartbeatRequest(rid, group, client_id)
+    if opcode == Opcode.UNREGISTER_CONSUMER:
+        r = _Reader(frame, "UNREGISTER_CONSUMER")
+        group, client_id = r.str(), r.str()
+        r.end()
+        return UnregisterConsumerRequest(rid, group, client_id)
+    if opcode == Opcode.GET_CONSUMER_LIST:
+        r = _Reader(frame, "GET_CONSUMER_LIST")
+        group = r.str()
+        r.end()
+        return ConsumerListRequest(rid, group)
     if opcode == Opcode.REGISTER_BROKER:
         r = _Reader(frame, "REGISTER_BROKER")
         cluster, name = r.str(), r.str()
@@ -522,6 +569,18 @@ def _decode_cluster_response(
             return MetadataResponse(rid, BrokerMetadata.from_json(document))
         except ValueError as exc:
             raise r.fail(str(exc)) from None
+    if opcode == Opcode.CONSUMER_HEARTBEAT_OK:
+        _Reader(frame, "CONSUMER_HEARTBEAT_OK").end()
+        return ConsumerHeartbeatResponse(rid)
+    if opcode == Opcode.UNREGISTER_CONSUMER_OK:
+        _Reader(frame, "UNREGISTER_CONSUMER_OK").end()
+        return UnregisterConsumerResponse(rid)
+    if opcode == Opcode.GET_CONSUMER_LIST_OK:
+        r = _Reader(frame, "GET_CONSUMER_LIST_OK")
+        (count,) = r.unpack(_U16)
+        client_ids = tuple(r.str() for _ in range(count))
+        r.end()
+        return ConsumerListResponse(rid, client_ids)
     if opcode == Opcode.REGISTER_BROKER_OK:
         r = _Reader(frame, "REGISTER_BROKER_OK")
         master, master_ha = r.str(), r.str()

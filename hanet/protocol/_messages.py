@@ -22,8 +22,8 @@ bytes::
                     | count x blob record (RocketMQ commit log record bytes)
     STATUS    0x03  (empty)
     STATUS_OK 0x83  a UTF-8 JSON object (:class:`~hanet.protocol.BrokerStatus`)
-    (0x04..0x06, 0x10..0x13 and their answers: consumer offsets, metadata sync and the name
-    server, in :mod:`hanet.protocol._cluster`)
+    (0x04..0x09, 0x10..0x13 and their answers: consumer offsets, metadata sync, consumer
+    group membership and the name server, in :mod:`hanet.protocol._cluster`)
     ERROR     0xFF  u16 code | str message [| str leader_address] (the request could not be
                     served; the leader's broker address follows with NOT_LEADER when known)
 
@@ -49,6 +49,10 @@ from ._cluster import (
     ClusterResponse,
     CommitOffsetRequest,
     CommitOffsetResponse,
+    ConsumerHeartbeatRequest,
+    ConsumerHeartbeatResponse,
+    ConsumerListRequest,
+    ConsumerListResponse,
     MetadataRequest,
     MetadataResponse,
     QueryOffsetRequest,
@@ -59,6 +63,8 @@ from ._cluster import (
     RouteResponse,
     UnregisterBrokerRequest,
     UnregisterBrokerResponse,
+    UnregisterConsumerRequest,
+    UnregisterConsumerResponse,
 )
 from ._status import BrokerStatus
 
@@ -108,6 +114,9 @@ class Opcode(enum.IntEnum):
     COMMIT_OFFSET = 0x04
     QUERY_OFFSET = 0x05
     SYNC_METADATA = 0x06
+    CONSUMER_HEARTBEAT = 0x07
+    UNREGISTER_CONSUMER = 0x08
+    GET_CONSUMER_LIST = 0x09
     REGISTER_BROKER = 0x10
     UNREGISTER_BROKER = 0x11
     GET_ROUTE = 0x12
@@ -118,6 +127,9 @@ class Opcode(enum.IntEnum):
     COMMIT_OFFSET_OK = 0x84
     QUERY_OFFSET_OK = 0x85
     SYNC_METADATA_OK = 0x86
+    CONSUMER_HEARTBEAT_OK = 0x87
+    UNREGISTER_CONSUMER_OK = 0x88
+    GET_CONSUMER_LIST_OK = 0x89
     REGISTER_BROKER_OK = 0x90
     UNREGISTER_OK = 0x91
     GET_ROUTE_OK = 0x92
@@ -270,6 +282,9 @@ Request = (
     | CommitOffsetRequest
     | QueryOffsetRequest
     | MetadataRequest
+    | ConsumerHeartbeatRequest
+    | UnregisterConsumerRequest
+    | ConsumerListRequest
     | RegisterBrokerRequest
     | UnregisterBrokerRequest
     | RouteRequest
@@ -371,6 +386,9 @@ Response = (
     | CommitOffsetResponse
     | QueryOffsetResponse
     | MetadataResponse
+    | ConsumerHeartbeatResponse
+    | UnregisterConsumerResponse
+    | ConsumerListResponse
     | RegisterBrokerResponse
     | UnregisterBrokerResponse
     | RouteResponse

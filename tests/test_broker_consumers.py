@@ -1,0 +1,138 @@
+"""Consumer group membership on the broker: the registry (join, renew, expiry after 120 s,
+unregister) in virtual time, and the three requests on a broker's port."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+import trio.testing
+
+from hanet.broker import CONSUMER_EXPIRY, Broker, BrokerAddresses, ConsumerRegistry
+from hanet.client import BrokerClient
+from hanet.ha import BrokerConfig
+
+FILE = 64 * 1024
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_expiry_is_rocketmq_channel_expiry() -> None:
+    assert CONSUMER_EXPIRY == 120.0
+
+
+def test_join_renew_and_expire_after_120_s() -> None:
+    clock = Clock()
+    registry = ConsumerRegistry(clock=clock)
+    assert registry.members("G") == ()
+    assert registry.heartbeat("G", "b@2@y") is True
+    assert registry.heartbeat("G", "a@1@x") is True
+    assert registry.heartbeat("G", "a@1@x") is False  # a renewal, not a join
+    assert registry.heartbeat("other", "c@3@z") is True
+    assert registry.members("G") == ("a@1@x", "b@2@y")
+    clock.now += 60
+    registry.heartbeat("G", "a@1@x")
+    clock.now += 60  # b heard from 120 s ago: still a member (expiry is "more than")
+    assert registry.members("G") == ("a@1@x", "b@2@y")
+    clock.now += 0.001
+    assert registry.members("G") == ("a@1@x",)
+    assert registry.groups() == {"G": ("a@1@x",)}  # "other" expired too
+    clock.now += 60
+    assert registry.members("G") == ()
+    assert registry.groups() == {}
+    assert registry.heartbeat("G", "a@1@x") is True  # back: a new join
+
+
+def test_unregister_leaves_at_once() -> None:
+    clock = Clock()
+    registry = ConsumerRegistry(clock=clock)
+    registry.heartbeat("G", "a")
+    registry.heartbeat("G", "b")
+    assert registry.unregister("G", "a") is True
+    assert registry.members("G") == ("b",)
+    assert registry.unregister("G", "a") is False
+    assert registry.unregister("nobody", "a") is False
+    assert registry.unregister("G", "b") is True
+    assert registry.groups() == {}
+
+
+def test_short_expiry_and_a_bad_one() -> None:
+    clock = Clock()
+    registry = ConsumerRegistry(expiry=1.0, clock=clock)
+    registry.heartbeat("G", "a")
+    clock.now += 1.5
+    assert registry.members("G") == ()
+    with pytest.raises(ValueError, match="positive"):
+        ConsumerRegistry(expiry=0)
+
+
+async def test_the_registry_follows_trio_virtual_time(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    registry = ConsumerRegistry(clock=trio.current_time)
+    registry.heartbeat("G", "a")
+    await trio.sleep(100)
+    registry.heartbeat("G", "b")
+    await trio.sleep(30)
+    assert registry.members("G") == ("b",)
+    await trio.sleep(91)
+    assert registry.members("G") == ()
+
+
+# -- on the wire ------------------------------------------------------------------------------
+
+
+def config(root: Path, **changes: Any) -> BrokerConfig:
+    return BrokerConfig(
+        store_path_root_dir=root,
+        listen_port=0,
+        ha_listen_port=0,
+        mapped_file_size_commit_log=FILE,
+        **changes,
+    )
+
+
+@asynccontextmanager
+async def running(cfg: BrokerConfig, **kwargs: Any) -> AsyncIterator[BrokerAddresses]:
+    async with trio.open_nursery() as nursery:
+        broker = Broker(cfg, **kwargs)
+        addresses: BrokerAddresses = await nursery.start(broker.run)
+        yield addresses
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_broker_serves_heartbeats_lists_and_unregistrations(tmp_path: Path) -> None:
+    async with running(config(tmp_path)) as addresses:
+        assert addresses.broker is not None
+        async with BrokerClient.connect(*addresses.broker) as client:
+            assert await client.consumer_list("G") == ()
+            await client.consumer_heartbeat("G", "b@2@y")
+            await client.consumer_heartbeat("G", "a@1@x")
+            await client.consumer_heartbeat("H", "c@3@z")
+            assert await client.consumer_list("G") == ("a@1@x", "b@2@y")
+            await client.unregister_consumer("G", "a@1@x")
+            await client.unregister_consumer("G", "never-joined")
+            assert await client.consumer_list("G") == ("b@2@y",)
+            assert await client.consumer_list("H") == ("c@3@z",)
+
+
+async def test_members_that_stop_heartbeating_expire(tmp_path: Path) -> None:
+    async with running(config(tmp_path), consumer_expiry=0.3) as addresses:
+        assert addresses.broker is not None
+        async with BrokerClient.connect(*addresses.broker) as client:
+            await client.consumer_heartbeat("G", "a")
+            await client.consumer_heartbeat("G", "b")
+            for _ in range(4):
+                await trio.sleep(0.1)
+                await client.consumer_heartbeat("G", "b")
+            assert await client.consumer_list("G") == ("b",)
