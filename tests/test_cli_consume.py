@@ -150,6 +150,28 @@ async def test_a_consumer_stopped_by_a_signal_commits_what_it_consumed(
         assert committed == [2, 2, 2, 2]
 
 
+async def test_two_consumers_of_a_group_share_the_queues(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    async with cluster(tmp_path) as (names, _broker_address, _broker):
+        assert await verb("put", "--namesrv", names, "--topic", TOPIC, "--size", "20",
+                          "--count", "40", "--quiet") == 0  # fmt: skip
+        capsys.readouterr()
+        consume = ("consume", "--namesrv", names, "--group", "G", "--topic", TOPIC,
+                   "--from-beginning", "--idle-exit", "3")  # fmt: skip
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(verb, *consume, "--client-id", "one")
+            nursery.start_soon(verb, *consume, "--client-id", "two")
+        captured = capsys.readouterr()
+        lines = captured.out.splitlines()
+        assert len(lines) >= 40  # at least once: a queue may change hands once at the start
+        assert len(set(lines)) == 40
+        assert "held" in captured.err
+        held = sorted(line.split("held ")[1].split(" (")[0] for line in captured.err.splitlines()
+                      if "held" in line)  # fmt: skip
+        assert held == ["broker-a/0, broker-a/1", "broker-a/2, broker-a/3"], captured.err
+
+
 async def test_consume_without_a_name_server_keeps_trying(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
