@@ -13,8 +13,10 @@ import trio
 import trio.testing
 
 from hanet.broker import CONSUMER_EXPIRY, Broker, BrokerAddresses, ConsumerRegistry
+from hanet.cli import build_parser
 from hanet.client import BrokerClient
 from hanet.ha import BrokerConfig
+from hanet.protocol import ConsumerGroupInfo
 
 FILE = 64 * 1024
 
@@ -111,7 +113,9 @@ async def running(cfg: BrokerConfig, **kwargs: Any) -> AsyncIterator[BrokerAddre
         nursery.cancel_scope.cancel()
 
 
-async def test_a_broker_serves_heartbeats_lists_and_unregistrations(tmp_path: Path) -> None:
+async def test_a_broker_serves_heartbeats_lists_and_unregistrations(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     async with running(config(tmp_path)) as addresses:
         assert addresses.broker is not None
         async with BrokerClient.connect(*addresses.broker) as client:
@@ -124,6 +128,17 @@ async def test_a_broker_serves_heartbeats_lists_and_unregistrations(tmp_path: Pa
             await client.unregister_consumer("G", "never-joined")
             assert await client.consumer_list("G") == ("b@2@y",)
             assert await client.consumer_list("H") == ("c@3@z",)
+            status = await client.status()  # the groups travel in STATUS, JSON both ways
+        assert status.consumer_groups == (
+            ConsumerGroupInfo("G", ("b@2@y",)),
+            ConsumerGroupInfo("H", ("c@3@z",)),
+        )
+        assert status.to_json()["consumer_groups"][0] == {"group": "G", "members": ["b@2@y"]}
+        host, port = addresses.broker
+        args = build_parser().parse_args(["status", "--broker", f"{host}:{port}"])
+        assert await args.func(args) == 0
+        text = capsys.readouterr().out
+        assert "consumer group G" in text and "1 member: b@2@y" in text
 
 
 async def test_members_that_stop_heartbeating_expire(tmp_path: Path) -> None:

@@ -98,7 +98,7 @@ from hanet.store import (
 )
 
 from ._admission import message_properties, refusal
-from ._consumers import CONSUMER_EXPIRY, ConsumerRegistry
+from ._consumers import CONSUMER_EXPIRY, ConsumerRegistry, consumer_groups
 from ._handler import LOCALHOST, RequestHandler, packed_host, replies
 from ._metrics import BrokerMetrics, serve_metrics
 from ._offsets import OFFSETS_FILE, ConsumerOffsets
@@ -581,6 +581,7 @@ class Broker:
             cluster=self.cluster_link(),
             metadata_sync=self.sync.status() if self.sync is not None else None,
             consumer_offsets=offsets.status() if offsets is not None else None,
+            consumer_groups=consumer_groups(self.consumers),
         )
         if self.master is not None:
             master = self.master.status()

@@ -14,7 +14,9 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-__all__ = ["CONSUMER_EXPIRY", "ConsumerRegistry"]
+from hanet.protocol import ConsumerGroupInfo
+
+__all__ = ["CONSUMER_EXPIRY", "ConsumerRegistry", "consumer_groups"]
 
 CONSUMER_EXPIRY = 120.0
 """Seconds without a heartbeat after which a consumer leaves its group (RocketMQ's
@@ -80,3 +82,8 @@ class ConsumerRegistry:
                 del members[client_id]
             if not members:
                 del self._groups[group]
+
+
+def consumer_groups(registry: ConsumerRegistry) -> tuple[ConsumerGroupInfo, ...]:
+    """The STATUS document's ``consumer_groups``: each group with live members."""
+    return tuple(ConsumerGroupInfo(group, ids) for group, ids in registry.groups().items())

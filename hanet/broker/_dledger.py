@@ -49,7 +49,7 @@ from hanet.protocol import (
 from hanet.store import CommitLogStore, Message, PutResult, PutStatus, StoreError
 
 from ._admission import message_properties, refusal
-from ._consumers import ConsumerRegistry
+from ._consumers import ConsumerRegistry, consumer_groups
 from ._handler import MEMBERSHIP_REQUESTS, not_supported, packed_host, serve_membership
 from ._offsets import ConsumerOffsets
 from ._pull import serve_pull
@@ -191,6 +191,7 @@ class DLedgerBrokerService:
             uptime=round(trio.current_time() - self._started, 3),
             dledger=info,
             consumer_offsets=self.offsets.status(),
+            consumer_groups=consumer_groups(self.consumers),
         )
 
 

@@ -553,6 +553,12 @@ def _offsets_row(head: Any, status: BrokerStatus) -> None:
     )
     if info.last_error:
         head.add_row("offsets not written", info.last_error)
+    for group in status.consumer_groups:
+        members = group.members
+        head.add_row(
+            f"consumer group {group.group}",
+            f"{_count(len(members), 'member')}: {', '.join(members)}",
+        )
 
 
 def _cluster_table(status: BrokerStatus) -> Any | None:

@@ -73,6 +73,7 @@ from ._messages import (
 from ._status import (
     BrokerStatus,
     ClusterLink,
+    ConsumerGroupInfo,
     ConsumerOffsetsInfo,
     DispatchError,
     DLedgerInfo,
@@ -102,6 +103,7 @@ __all__ = [
     "ClusterResponse",
     "CommitOffsetRequest",
     "CommitOffsetResponse",
+    "ConsumerGroupInfo",
     "ConsumerHeartbeatRequest",
     "ConsumerHeartbeatResponse",
     "ConsumerListRequest",

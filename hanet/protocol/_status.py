@@ -29,7 +29,9 @@ The cluster sections (documents of older brokers lack them: they read as None):
   "syncs", "failures", "last_synced_ago", "last_error", "topics", "offset_entries"}`` (null on a
   master);
 - ``"consumer_offsets"``: ``{"groups", "entries", "dirty", "persists", "last_persisted_ago",
-  "last_error"}``.
+  "last_error"}``;
+- ``"consumer_groups"``: ``[{"group", "members": [client id, ...]}]``, the groups whose
+  consumers heartbeat to this broker (empty when none, or an older broker).
 """
 
 from __future__ import annotations
@@ -230,6 +232,19 @@ class ConsumerOffsetsInfo:
 
 
 @attrs.frozen
+class ConsumerGroupInfo:
+    """A consumer group whose members heartbeat to the broker.
+
+    Attributes:
+        group: the group's name.
+        members: the live members' client ids, sorted (how they split the queues).
+    """
+
+    group: str
+    members: tuple[str, ...]
+
+
+@attrs.frozen
 class DispatchError:
     """The first record that failed while being dispatched to the consume queues."""
 
@@ -264,6 +279,7 @@ class BrokerStatus:
         cluster: the registration with the name servers (None without ``--namesrv``).
         metadata_sync: a slave's copy of its master's topics and offsets (None on a master).
         consumer_offsets: the consumer offsets held (None: not known, an older broker).
+        consumer_groups: the consumer groups with live members here.
     """
 
     role: str
@@ -288,6 +304,7 @@ class BrokerStatus:
     cluster: ClusterLink | None = None
     metadata_sync: MetadataSync | None = None
     consumer_offsets: ConsumerOffsetsInfo | None = None
+    consumer_groups: tuple[ConsumerGroupInfo, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         """The JSON object (nested objects as dicts, tuples as lists)."""
@@ -321,8 +338,9 @@ _NESTED: dict[str, type] = {
     "cluster": ClusterLink,
     "metadata_sync": MetadataSync,
     "consumer_offsets": ConsumerOffsetsInfo,
+    "consumer_groups": ConsumerGroupInfo,
 }
-_LISTS = frozenset({"slaves", "closed_slaves", "peers"})
+_LISTS = frozenset({"slaves", "closed_slaves", "peers", "consumer_groups"})
 _SCALARS: dict[str, tuple[type, ...]] = {
     "str": (str,),
     "int": (int,),
