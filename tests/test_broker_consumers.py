@@ -12,7 +12,13 @@ import pytest
 import trio
 import trio.testing
 
-from hanet.broker import CONSUMER_EXPIRY, Broker, BrokerAddresses, ConsumerRegistry
+from hanet.broker import (
+    CONSUMER_EXPIRY,
+    Broker,
+    BrokerAddresses,
+    ConsumerRegistry,
+    ConsumerRegistryFull,
+)
 from hanet.cli import build_parser
 from hanet.client import BrokerClient
 from hanet.ha import BrokerConfig
@@ -151,3 +157,18 @@ async def test_members_that_stop_heartbeating_expire(tmp_path: Path) -> None:
                 await trio.sleep(0.1)
                 await client.consumer_heartbeat("G", "b")
             assert await client.consumer_list("G") == ("b",)
+
+
+def test_heartbeats_cannot_grow_the_registry_without_bound() -> None:
+    registry = ConsumerRegistry(max_members=2, max_groups=2)
+    registry.heartbeat("G", "a")
+    registry.heartbeat("G", "b")
+    with pytest.raises(ConsumerRegistryFull, match="has 2 members already"):
+        registry.heartbeat("G", "c")
+    assert registry.heartbeat("G", "a") is False  # a member renews
+    registry.heartbeat("H", "a")
+    with pytest.raises(ConsumerRegistryFull, match="2 consumer groups already"):
+        registry.heartbeat("I", "a")
+    assert registry.members("G") == ("a", "b")
+    with pytest.raises(ValueError, match="bad bounds"):
+        ConsumerRegistry(max_members=70_000)

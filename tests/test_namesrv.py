@@ -587,3 +587,18 @@ async def test_where_a_client_puts_and_pulls_a_topic() -> None:
         with pytest.raises(BrokerConnectionError, match="no master"):
             await client.put_addresses("NewTopic")
         nursery.cancel_scope.cancel()
+
+
+def test_the_registry_holds_at_most_max_brokers() -> None:
+    registry = Registry(max_brokers=2)
+    registry.register(MASTER_A, 1000.0)
+    registry.register(SLAVE_A, 1000.0)
+    with pytest.raises(RegistrationError, match="holds 2 brokers, its most"):
+        registry.register(MASTER_B, 1000.0)
+    registry.register(MASTER_A, 1010.0)  # a renewal always goes through
+    assert len(registry) == 2
+    registry.register(MASTER_B, 1125.0)  # SLAVE_A expired meanwhile: room again
+    assert {b.registration.broker_name for b in registry.cluster().brokers} == {
+        "broker-a",
+        "broker-b",
+    }

@@ -14,7 +14,13 @@ modes check puts with :func:`refusal` and serve pulls with :func:`serve_pull`.
 from ._admission import message_properties, refusal
 from ._broker import Broker, BrokerAddresses
 from ._config_files import ConfigFileError, read_config_file, write_config_file
-from ._consumers import CONSUMER_EXPIRY, ConsumerRegistry
+from ._consumers import (
+    CONSUMER_EXPIRY,
+    MAX_CONSUMER_GROUPS,
+    MAX_GROUP_MEMBERS,
+    ConsumerRegistry,
+    ConsumerRegistryFull,
+)
 from ._dledger import DEFAULT_QUEUES, DLedgerBrokerService
 from ._handler import RequestHandler, RequestService
 from ._metrics import BrokerMetrics, serve_metrics
@@ -27,6 +33,8 @@ from ._slave_sync import TOPICS_FILE, SlaveSync, load_topics
 __all__ = [
     "CONSUMER_EXPIRY",
     "DEFAULT_QUEUES",
+    "MAX_CONSUMER_GROUPS",
+    "MAX_GROUP_MEMBERS",
     "MAX_PULL_BYTES",
     "OFFSETS_FILE",
     "TOPICS_FILE",
@@ -36,6 +44,7 @@ __all__ = [
     "ConfigFileError",
     "ConsumerOffsets",
     "ConsumerRegistry",
+    "ConsumerRegistryFull",
     "DLedgerBrokerService",
     "NameServerRegistrar",
     "RequestHandler",

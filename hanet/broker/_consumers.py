@@ -16,11 +16,29 @@ from collections.abc import Callable
 
 from hanet.protocol import ConsumerGroupInfo
 
-__all__ = ["CONSUMER_EXPIRY", "ConsumerRegistry", "consumer_groups"]
+__all__ = [
+    "CONSUMER_EXPIRY",
+    "MAX_CONSUMER_GROUPS",
+    "MAX_GROUP_MEMBERS",
+    "ConsumerRegistry",
+    "ConsumerRegistryFull",
+    "consumer_groups",
+]
 
 CONSUMER_EXPIRY = 120.0
 """Seconds without a heartbeat after which a consumer leaves its group (RocketMQ's
 ``channelExpiredTimeout``)."""
+
+
+MAX_GROUP_MEMBERS = 1024
+"""Most live members of one group (a GET_CONSUMER_LIST answer holds at most 65,535 ids)."""
+
+MAX_CONSUMER_GROUPS = 10_000
+"""Most groups with live members one broker keeps."""
+
+
+class ConsumerRegistryFull(ValueError):
+    """A heartbeat that would add a member or a group beyond the registry's bounds."""
 
 
 class ConsumerRegistry:
@@ -33,23 +51,51 @@ class ConsumerRegistry:
         expiry: a member not heard from for more than this many seconds is dropped.
         clock: the time source in seconds (:func:`time.monotonic`; the broker passes
             :func:`trio.current_time`, which a test's virtual clock moves).
+        max_members, max_groups: bounds on what heartbeats can make it keep.
     """
 
     def __init__(
-        self, expiry: float = CONSUMER_EXPIRY, clock: Callable[[], float] = time.monotonic
+        self,
+        expiry: float = CONSUMER_EXPIRY,
+        clock: Callable[[], float] = time.monotonic,
+        *,
+        max_members: int = MAX_GROUP_MEMBERS,
+        max_groups: int = MAX_CONSUMER_GROUPS,
     ) -> None:
         if expiry <= 0:
             raise ValueError(f"expiry must be positive, not {expiry}")
+        if not 1 <= max_members <= 0xFFFF or max_groups < 1:
+            raise ValueError(f"bad bounds: {max_members} members, {max_groups} groups")
         self.expiry = expiry
         self.clock = clock
+        self.max_members = max_members
+        self.max_groups = max_groups
         self._groups: dict[str, dict[str, float]] = {}
 
     def heartbeat(self, group: str, client_id: str) -> bool:
-        """``client_id`` of ``group`` is alive now; True when it was not a member."""
+        """``client_id`` of ``group`` is alive now; True when it was not a member.
+
+        Raises:
+            ConsumerRegistryFull: it would be the group's member past ``max_members``
+                (:data:`MAX_GROUP_MEMBERS`), or a group past ``max_groups``
+                (:data:`MAX_CONSUMER_GROUPS`)
+                (anyone who reaches the broker port can heartbeat; this bounds what is kept).
+        """
         now = self.clock()
         self._expire(now)
-        members = self._groups.setdefault(group, {})
+        members = self._groups.get(group)
+        if members is None:
+            if len(self._groups) >= self.max_groups:
+                raise ConsumerRegistryFull(
+                    f"{self.max_groups} consumer groups already: {group!r} is not added"
+                )
+            members = self._groups[group] = {}
         joined = client_id not in members
+        if joined and len(members) >= self.max_members:
+            raise ConsumerRegistryFull(
+                f"group {group!r} has {self.max_members} members already: "
+                f"{client_id!r} is not added"
+            )
         members[client_id] = now
         return joined
 

@@ -54,7 +54,7 @@ from hanet.protocol import (
 )
 from hanet.store import PutResult, PutStatus, StoreError
 
-from ._consumers import ConsumerRegistry
+from ._consumers import ConsumerRegistry, ConsumerRegistryFull
 
 __all__ = [
     "LOCALHOST",
@@ -137,10 +137,16 @@ def serve_membership(
     consumers: ConsumerRegistry,
     request: ConsumerHeartbeatRequest | UnregisterConsumerRequest | ConsumerListRequest,
     peer: str = "",
-) -> ConsumerHeartbeatResponse | UnregisterConsumerResponse | ConsumerListResponse:
-    """Answer a consumer group request from ``consumers`` (joins and leaves are logged)."""
+) -> ConsumerHeartbeatResponse | UnregisterConsumerResponse | ConsumerListResponse | ErrorResponse:
+    """Answer a consumer group request from ``consumers`` (joins and leaves are logged; a
+    heartbeat past the registry's bounds is answered SYSTEM_ERROR with the reason)."""
     if isinstance(request, ConsumerHeartbeatRequest):
-        if consumers.heartbeat(request.group, request.client_id):
+        try:
+            joined = consumers.heartbeat(request.group, request.client_id)
+        except ConsumerRegistryFull as exc:
+            log.warning("consumer %s refused (%s): %s", request.client_id, peer, exc)
+            return ErrorResponse(request.request_id, ErrorCode.SYSTEM_ERROR, str(exc))
+        if joined:
             log.info("consumer %s joined group %s (%s)", request.client_id, request.group, peer)
         return ConsumerHeartbeatResponse(request.request_id)
     if isinstance(request, UnregisterConsumerRequest):

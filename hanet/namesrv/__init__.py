@@ -13,6 +13,7 @@ Brokers register every 30 s; a registration not renewed for 120 s expires. The c
 from ._registry import (
     DEFAULT_EXPIRE_AFTER,
     MASTER_ROLES,
+    MAX_BROKERS,
     ROLES,
     RegisterAnswer,
     RegistrationError,
@@ -25,6 +26,7 @@ __all__ = [
     "DEFAULT_EXPIRE_AFTER",
     "DEFAULT_PORT",
     "MASTER_ROLES",
+    "MAX_BROKERS",
     "ROLES",
     "SCAN_INTERVAL",
     "NameServer",

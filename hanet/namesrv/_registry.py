@@ -32,6 +32,7 @@ from hanet.protocol import (
 __all__ = [
     "DEFAULT_EXPIRE_AFTER",
     "MASTER_ROLES",
+    "MAX_BROKERS",
     "ROLES",
     "RegisterAnswer",
     "RegistrationError",
@@ -49,6 +50,10 @@ MASTER_ROLES = ("ASYNC_MASTER", "SYNC_MASTER")
 
 ROLES = (*MASTER_ROLES, "SLAVE")
 """Every role a broker registers with."""
+
+MAX_BROKERS = 10_000
+"""Most brokers one name server holds: a registration that would add one more is refused
+(anyone who may connect can register; this bounds what they can make it keep)."""
 
 BrokerKey = tuple[str, str, int]
 """``(cluster, broker_name, broker_id)``."""
@@ -132,12 +137,19 @@ class Registry:
 
     Args:
         expire_after: seconds a registration lives without renewal.
+        max_brokers: most entries held; a registration of a new key beyond it is refused
+            (renewals always go through).
     """
 
-    def __init__(self, *, expire_after: float = DEFAULT_EXPIRE_AFTER) -> None:
+    def __init__(
+        self, *, expire_after: float = DEFAULT_EXPIRE_AFTER, max_brokers: int = MAX_BROKERS
+    ) -> None:
         if expire_after <= 0:
             raise ValueError(f"expire_after must be > 0, got {expire_after}")
+        if max_brokers < 1:
+            raise ValueError(f"max_brokers must be >= 1, got {max_brokers}")
         self.expire_after = expire_after
+        self.max_brokers = max_brokers
         self._entries: dict[BrokerKey, _Entry] = {}
 
     def __len__(self) -> int:
@@ -163,6 +175,13 @@ class Registry:
         r = registration
         key = (r.cluster, r.broker_name, r.broker_id)
         old = self._entries.get(key)
+        if old is None and len(self._entries) >= self.max_brokers:
+            self.expire(now)
+            if len(self._entries) >= self.max_brokers:
+                raise RegistrationError(
+                    f"the name server holds {self.max_brokers} brokers, its most: "
+                    f"{_name(r)} is not added"
+                )
         for other_key, other in list(self._entries.items()):
             o = other.registration
             if (
