@@ -131,13 +131,16 @@ class Master:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("interval", [1.0, 5.0], ids=["1s", "default-5s"])
 async def test_offsets_survive_sigterm_exactly_and_kill_9_within_one_flush_interval(
-    tmp_path: Path,
+    tmp_path: Path, interval: float
 ) -> None:
-    conf = tmp_path / "broker.conf"
-    conf.write_text("flushConsumerOffsetInterval=1000\n")  # 1 s instead of 5, to be quick
-    interval = 1.0
-    master = Master(tmp_path, "--config", str(conf))
+    extra: tuple[str, ...] = ()
+    if interval != 5.0:  # the default, RocketMQ's flushConsumerOffsetInterval
+        conf = tmp_path / "broker.conf"
+        conf.write_text(f"flushConsumerOffsetInterval={int(interval * 1000)}\n")
+        extra = ("--config", str(conf))
+    master = Master(tmp_path, *extra)
     try:
         await master.start()
         async with BrokerClient.connect(*master.broker) as c:
@@ -148,9 +151,9 @@ async def test_offsets_survive_sigterm_exactly_and_kill_9_within_one_flush_inter
         async with BrokerClient.connect(*master.broker) as c:
             assert await c.query_offset("g", "T", 0) == 41
             assert await c.query_offset("g", "T", 1) == 7
-            # Commit a rising offset every 50 ms for 2.5 s, then kill -9.
+            # Commit a rising offset every 50 ms for 2.5 intervals, then kill -9.
             committed: list[tuple[float, int]] = []
-            for offset in range(100, 150):
+            for offset in range(100, 100 + int(interval * 50)):
                 await c.commit_offset("g", "T", 0, offset)
                 committed.append((time.monotonic(), offset))
                 await trio.sleep(0.05)
