@@ -164,3 +164,31 @@ def test_store_read_view_is_read_only_and_survives_close(tmp_path: Path) -> None
     store.close()  # a view still alive: the mapping stays until it goes
     assert view == copy
     view.release()
+
+
+async def test_concurrent_small_reads_share_the_arena_chunk() -> None:
+    # Many channels reading small messages at once: each read takes just the bytes it got, so
+    # they fill one chunk between them (a read that left a hole behind another channel's
+    # would make the arena start a fresh 1 MiB chunk again and again: 46 chunks here).
+    pairs = [await tcp_pair() for _ in range(8)]
+    keepers = [Keeper() for _ in pairs]
+    async with trio.open_nursery() as nursery:
+        channels: list[StreamChannel] = []
+        for (_, server), keeper in zip(pairs, keepers, strict=True):
+
+            def init(channel: StreamChannel, keeper: Keeper = keeper) -> None:
+                channel.pipeline.add_last(keeper)
+
+            channels.append(await nursery.start(functools.partial(run_channel, server, init)))
+        for _ in range(50):
+            for client, _ in pairs:
+                await client.send_all(b"x" * 100)
+            await trio.sleep(0.0005)
+        for client, _ in pairs:
+            await client.aclose()
+        for channel in channels:
+            await channel.wait_closed()
+    views = [view for keeper in keepers for view in keeper.kept]
+    assert b"".join(views) == b"x" * (8 * 50 * 100)
+    chunks = {id(view.obj) for view in views}  # the views keep their chunks alive
+    assert len(chunks) <= 2

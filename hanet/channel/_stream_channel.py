@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import logging
 import math
+import os
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -111,27 +112,34 @@ async def _receive_into(
     whether they filled the room (an empty view: the peer closed).
 
     Unless bytes are likely waiting (``ready``), first waits until the socket is readable, so
-    that an idle connection holds no room in the arena. OS errors become trio's stream errors,
-    as ``SocketStream.receive_some`` translates them.
+    that an idle connection holds no room in the arena. The room is reserved, read into and
+    given back with no await in between (the waiting comes first): another channel's read
+    cannot reserve after this one's and leave a hole, and no reservation is held while a
+    connection is quiet. OS errors become trio's stream errors, as
+    ``SocketStream.receive_some`` translates them.
     """
-    if not ready:
+    if ready:
+        await trio.lowlevel.checkpoint()
+    else:
         await trio.lowlevel.wait_readable(sock)
     arena = _arena()
-    start, end = arena.reserve(read_size)
-    chunk = arena.chunk
-    readonly = arena.readonly
-    try:
-        n = await sock.recv_into(arena.writable[start:end])
-    except OSError as exc:
-        arena.give_back(chunk, end, start)
-        if exc.errno == errno.EBADF:
-            raise trio.ClosedResourceError("the socket was closed") from exc
-        raise trio.BrokenResourceError(f"socket connection broken: {exc}") from exc
-    except BaseException:
-        arena.give_back(chunk, end, start)
-        raise
-    arena.give_back(chunk, end, start + n)
-    return readonly[start : start + n], start + n == end
+    while True:
+        start, end = arena.reserve(read_size)
+        chunk = arena.chunk
+        try:
+            # The socket is non-blocking (trio made it so): a read that would wait raises.
+            n = os.readv(sock.fileno(), [arena.writable[start:end]])
+        except BlockingIOError:
+            arena.give_back(chunk, end, start)
+            await trio.lowlevel.wait_readable(sock)
+            continue
+        except OSError as exc:
+            arena.give_back(chunk, end, start)
+            if exc.errno == errno.EBADF:
+                raise trio.ClosedResourceError("the socket was closed") from exc
+            raise trio.BrokenResourceError(f"socket connection broken: {exc}") from exc
+        arena.give_back(chunk, end, start + n)
+        return arena.readonly[start : start + n], start + n == end
 
 
 # An event that is already set: setting it again does nothing, so it stands in for a wake-up
