@@ -88,7 +88,8 @@ class ByteToMessageDecoder(ChannelInboundHandler):
 
     def __init__(self) -> None:
         self._cum: ByteCursor | None = None
-        self._decoding = False
+        self._decoding = False  # inside decode (a removal then waits until it returns)
+        self._feeding = False  # inside channel_read's decoding of a read
         self._removed_while_decoding = False
         self._reentrant: deque[Any] = deque()
         self._fired_read = False
@@ -129,16 +130,19 @@ class ByteToMessageDecoder(ChannelInboundHandler):
         if not isinstance(msg, _BYTES_LIKE):
             ctx.fire_channel_read(msg)
             return
-        if self._decoding:
-            # Re-entered from inside decode (a nested write_inbound): handled after it.
+        if self._feeding or self._decoding:
+            # Re-entered while a read is decoded (from inside decode, or from a handler the
+            # decoded messages were fired to): handled after that read, in order.
             self._reentrant.append(msg)
             return
         out: list[Any] = []
+        self._feeding = True
         try:
             self._feed(ctx, msg, out)
             while self._reentrant and not ctx.removed:
                 self._feed(ctx, self._reentrant.popleft(), out)
         finally:
+            self._feeding = False
             self._compact()
             if out:
                 self._fired_read = True

@@ -6,7 +6,13 @@ from typing import Any
 
 import pytest
 
-from handlers import ByteCursor, ByteToMessageDecoder, DecoderError, FixedLengthFrameDecoder
+from handlers import (
+    ByteCursor,
+    ByteToMessageDecoder,
+    DecoderError,
+    FixedLengthFrameDecoder,
+    LengthFieldBasedFrameDecoder,
+)
 from hanet import ChannelConfig, ChannelInboundHandler, HandlerContext
 from hanet.testing import EmbeddedChannel
 
@@ -246,3 +252,32 @@ def test_a_handler_added_during_a_batch_sees_the_rest_of_it() -> None:
         ("inserted", b"c"),
         ("last", b"c"),
     ]
+
+
+def test_a_read_reentering_while_frames_are_fired_is_queued_not_duplicated() -> None:
+    # A handler after the decoder fires a read into the same pipeline while the decoder is
+    # firing the frames of one read: the decoder finishes that read first, then decodes the
+    # re-entered bytes, and no frame comes out twice.
+    class Reinject(ChannelInboundHandler):
+        def __init__(self) -> None:
+            self.seen: list[bytes] = []
+
+        def channel_read(self, ctx: HandlerContext, msg: Any) -> None:
+            self.seen.append(bytes(msg))
+            if bytes(msg) == b"F1":
+                ctx.pipeline.fire_channel_read(b"\x00\x01X")
+
+    for views in (False, True):
+        decoder = LengthFieldBasedFrameDecoder(1024, 0, 2, 0, 2, views=views)
+        reinject = Reinject()
+        ch = EmbeddedChannel(decoder, reinject)
+        # F1 completed by the second read: fired before the rest of that read is decoded.
+        ch.write_inbound(b"\x00\x02F")
+        ch.write_inbound(b"1\x00\x02F2\x00\x02F3")
+        assert reinject.seen == [b"F1", b"F2", b"F3", b"X"]  # was F1 F2 F3 X F2 F3
+        assert decoder.actual_readable_bytes == 0
+        # All in one read (fired as one batch, which the re-entered frame joins mid-way).
+        reinject.seen.clear()
+        ch.write_inbound(b"\x00\x02F1\x00\x02F2\x00\x02F3")
+        assert sorted(reinject.seen) == [b"F1", b"F2", b"F3", b"X"]
+        assert decoder.actual_readable_bytes == 0
