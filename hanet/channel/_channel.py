@@ -12,7 +12,7 @@ import attrs
 from ._address import format_address
 from ._errors import ChannelClosedError
 from ._future import WriteFuture
-from ._outbound import OutboundBuffer, WaterMarks
+from ._outbound import OutboundBuffer, ReadOnlyBuffer, WaterMarks
 from ._pipeline import Pipeline
 from ._timers import TimerHandle, TimerQueue
 
@@ -218,7 +218,8 @@ class Channel:
         if not self._open:
             future.set_exception(ChannelClosedError(f"{self} is closed"))
             return
-        if type(msg) is not bytes:
+        # bytes and a ReadOnlyBuffer (its view) are queued as they are
+        if type(msg) is not bytes and type(msg) is not ReadOnlyBuffer:
             if isinstance(msg, bytearray | memoryview):
                 msg = bytes(msg)  # snapshot: the caller may reuse its buffer at once
             else:

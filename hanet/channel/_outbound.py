@@ -65,8 +65,6 @@ def message_size(msg: Any) -> int:
     """Bytes a message counts for in the buffer: its length if bytes-like, else 0."""
     if isinstance(msg, bytes | bytearray | memoryview):
         return len(msg) if not isinstance(msg, memoryview) else msg.nbytes
-    if type(msg) is ReadOnlyBuffer:
-        return msg.view.nbytes
     return 0
 
 

@@ -14,8 +14,6 @@ import trio
 from ._address import format_address
 from ._channel import Channel, ChannelConfig
 from ._errors import ChannelClosedError
-from ._future import WriteFuture
-from ._outbound import ReadOnlyBuffer
 
 __all__ = ["StreamChannel"]
 
@@ -313,12 +311,6 @@ class StreamChannel(Channel):
         await self.pipeline.write_and_flush(msg)
 
     # -- transport -------------------------------------------------------------------------
-
-    def _transport_write(self, msg: Any, future: WriteFuture) -> None:
-        if type(msg) is ReadOnlyBuffer and self._open:
-            self._outbound.add(msg, future)  # queued as its view, not snapshotted
-        else:
-            super()._transport_write(msg, future)
 
     def _transport_flush(self) -> None:
         self._outbound.add_flush()
