@@ -245,14 +245,9 @@ class ByteToMessageDecoder(ChannelInboundHandler):
             _extend(cum, msg)
 
     def _compact(self) -> None:
-        cum = self._cum
-        if cum is None:
-            return
-        if cum.pos >= len(cum.data):
-            self._cum = None
-        elif type(cum.data) is memoryview:
-            self._cum = ByteCursor(bytearray(cum.data[cum.pos :]))  # the rest spans reads
-        elif cum.pos:
+        cum = self._owned_cumulation()  # a borrowed view's rest is copied: it spans reads
+        if cum is not None and cum.pos:
+            assert type(cum.data) is bytearray
             del cum.data[: cum.pos]
             cum.pos = 0
 
