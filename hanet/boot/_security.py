@@ -56,14 +56,11 @@ class TlsConfig:
             client presents them when the server asks (mutual TLS).
         ca: the CA certificates (PEM) to trust. On a client: the server's certificate must be
             signed by it. On a server: every client must present a certificate signed by it.
-        server_hostname: the name a client checks in the server's certificate (default: the
-            host it connects to; an IP address is checked against the IP SANs).
     """
 
     cert: Path | None = None
     key: Path | None = None
     ca: Path | None = None
-    server_hostname: str | None = None
 
     def __attrs_post_init__(self) -> None:
         if (self.cert is None) != (self.key is None):
@@ -71,11 +68,6 @@ class TlsConfig:
         for path in (self.cert, self.key, self.ca):
             if path is not None and not path.is_file():
                 raise ConfigError(f"TLS file not found: {path}")
-
-    @property
-    def mutual(self) -> bool:
-        """Whether a server with these settings requires client certificates."""
-        return self.ca is not None
 
     def server_context(self) -> ssl.SSLContext:
         """The context of a server: its certificate, and with a CA, client certificates
@@ -184,22 +176,8 @@ def peer_address(stream: object) -> Any:
 def peer_identity(stream: object) -> str | None:
     """The identity in the certificate a TLS peer presented: its subject common name, else its
     first subject alternative name; None for a plain stream or a peer without a certificate."""
-    getpeercert: Callable[[], Any] | None = getattr(stream, "getpeercert", None)
-    if getpeercert is None:
-        return None
-    try:
-        cert = getpeercert()
-    except (ValueError, trio.NeedHandshakeError):
-        return None
-    if not cert:
-        return None
-    for rdn in cert.get("subject", ()):
-        for key, value in rdn:
-            if key == "commonName":
-                return str(value)
-    for _kind, value in cert.get("subjectAltName", ()):
-        return str(value)
-    return None
+    names = certificate_names(stream)
+    return names[0] if names else None
 
 
 def certificate_names(stream: object) -> list[str]:
