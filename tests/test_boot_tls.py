@@ -22,6 +22,7 @@ from hanet.boot import (
     TlsHandshakeError,
     open_tls_stream,
     peer_identity,
+    secure_stream,
 )
 from hanet.errors import ConfigError
 
@@ -202,3 +203,59 @@ def test_tls_config_checks_its_files(tmp_path: Path) -> None:
         TlsConfig(ca=tmp_path / "missing.pem")
     with pytest.raises(ConfigError, match="needs --tls-cert"):
         TlsConfig().server_context()
+
+
+async def until_closed(stream: trio.abc.Stream) -> None:
+    """Read until the peer closes (EOF or a reset); fails after 5 s."""
+    with trio.fail_after(5):
+        try:
+            while await stream.receive_some():
+                pass
+        except trio.BrokenResourceError:
+            pass
+
+
+async def test_a_client_handshake_cancelled_from_outside_closes_the_socket(
+    tmp_path: Path,
+) -> None:
+    (listener,) = await trio.open_tcp_listeners(0, host="127.0.0.1")
+    port = listener.socket.getsockname()[1]
+    kept: list[BaseException] = []  # keeps the failed call's frames (and its stream) alive
+    async with listener, trio.open_nursery() as nursery:
+
+        async def client() -> None:
+            try:
+                with trio.fail_after(0.2):  # the server never answers the ClientHello
+                    await open_tls_stream("127.0.0.1", port, TlsConfig().client_context())
+            except trio.TooSlowError as exc:
+                kept.append(exc)
+
+        nursery.start_soon(client)
+        server = await listener.accept()
+        async with server:
+            await until_closed(server)
+    assert kept
+
+
+async def test_a_server_handshake_cancelled_from_outside_closes_the_socket(
+    tmp_path: Path,
+) -> None:
+    context = Pki(tmp_path).server.server_context()
+    (listener,) = await trio.open_tcp_listeners(0, host="127.0.0.1")
+    port = listener.socket.getsockname()[1]
+    kept: list[BaseException] = []
+    async with listener, trio.open_nursery() as nursery:
+
+        async def server() -> None:
+            stream = await listener.accept()
+            try:
+                with trio.fail_after(0.2):  # the client never says a word
+                    await secure_stream(stream, tls=context, allow=None, what="test port")
+            except trio.TooSlowError as exc:
+                kept.append(exc)
+
+        nursery.start_soon(server)
+        client = await trio.open_tcp_stream("127.0.0.1", port)
+        async with client:
+            await until_closed(client)
+    assert kept

@@ -225,6 +225,9 @@ async def secure_stream(
         log.warning("%s: refused %s: TLS handshake failed: %s", what, shown, handshake_reason(exc))
         await trio.aclose_forcefully(secured)
         return None
+    except BaseException:  # cancelled from outside (or a bug): the socket is closed too
+        await trio.aclose_forcefully(secured)
+        raise
     return secured
 
 
@@ -259,4 +262,7 @@ async def open_tls_stream(
         raise TlsHandshakeError(
             f"TLS handshake with {host}:{port} failed: {handshake_reason(exc)}"
         ) from exc
+    except BaseException:  # cancelled from outside (an outer timeout): the socket is closed too
+        await trio.aclose_forcefully(secured)
+        raise
     return secured

@@ -15,7 +15,7 @@ import attrs
 import trio
 
 from handlers import DecoderError, EncoderError
-from hanet.boot import open_tls_stream, run_channel
+from hanet.boot import run_channel, tcp_connector
 from hanet.channel import ChannelInboundHandler, HandlerContext, StreamChannel
 from hanet.errors import HanetError
 from hanet.protocol import (
@@ -254,12 +254,8 @@ class RequestConnection:
         """
         try:
             with trio.fail_after(connect_timeout):
-                if tls is not None:
-                    stream: trio.abc.Stream = await open_tls_stream(
-                        host, port, tls, server_hostname
-                    )
-                else:
-                    stream = await trio.open_tcp_stream(host, port)
+                connector = tcp_connector(host, port, tls=tls, server_hostname=server_hostname)
+                stream = await connector()
         except (OSError, trio.TooSlowError) as exc:
             detail = "timed out" if isinstance(exc, trio.TooSlowError) else str(exc)
             raise BrokerConnectionError(f"cannot connect to {host}:{port}: {detail}") from exc
