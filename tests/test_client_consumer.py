@@ -16,6 +16,7 @@ import trio.testing
 from hanet.client import (
     BrokerConnectionError,
     BrokerLink,
+    BrokerProtocolError,
     BrokerRequestError,
     ConsumedMessage,
     Consumer,
@@ -49,6 +50,8 @@ class FakeBroker:
     offsets: dict[tuple[str, str, int], int] = attrs.field(factory=dict)
     pulls: list[tuple[int, int]] = attrs.field(factory=list)
     commits: list[tuple[int, int]] = attrs.field(factory=list)
+    query_error: Exception | None = None
+    """Raised (as an answer) by every offset query while set."""
 
     def kill(self) -> None:
         self.alive = False
@@ -93,6 +96,8 @@ class FakeLink:
     async def query_offset(self, group: str, topic: str, queue_id: int) -> int | None:
         await trio.sleep(0.001)
         self.broker.check(self.epoch)
+        if self.broker.query_error is not None:
+            raise self.broker.query_error
         return self.broker.offsets.get((group, topic, queue_id))
 
 
@@ -410,3 +415,35 @@ async def test_a_cancelled_consumer_still_commits_what_was_consumed(
             await trio.sleep(1)
     # Four acknowledged (the fifth was being handled when the cancellation came).
     assert sum(cluster.master.offsets.values()) == 4
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        BrokerRequestError(ErrorCode.SYSTEM_ERROR, "offset table unavailable"),
+        BrokerProtocolError("malformed answer from the broker"),
+    ],
+)
+async def test_an_error_answer_to_the_offset_query_asks_the_next_member(
+    autojump_clock: trio.testing.MockClock, cluster: FakeCluster, error: Exception
+) -> None:
+    produced = cluster.produce(10)
+    cluster.slave.offsets = {(GROUP, TOPIC, 0): 3, (GROUP, TOPIC, 1): 4}
+    cluster.master.query_error = error
+    async with open_consumer(cluster) as consumer:
+        got = await take(consumer, 3)
+    assert bodies(got) == sorted([produced[6], produced[8], produced[9]])
+
+
+async def test_a_queue_whose_members_all_answer_error_waits_for_them(
+    autojump_clock: trio.testing.MockClock, cluster: FakeCluster
+) -> None:
+    produced = cluster.produce(4)
+    cluster.master.query_error = BrokerRequestError(ErrorCode.SYSTEM_ERROR, "not yet")
+    cluster.slave.query_error = cluster.master.query_error
+    async with open_consumer(cluster) as consumer:
+        await trio.sleep(2)
+        assert consumer.stats.delivered == 0
+        cluster.master.query_error = cluster.slave.query_error = None
+        got = await take(consumer, 4)
+    assert bodies(got) == sorted(produced)

@@ -635,7 +635,7 @@ class Consumer:
         if not position.started:
             try:
                 await self._start(key, broker, position)
-            except _LINK_ERRORS as exc:
+            except BrokerError as exc:
                 log.debug("%s queue %d: no member answers the offset query: %s", *key, exc)
                 return False
         tried = 0
@@ -678,7 +678,8 @@ class Consumer:
         ``from_beginning`` (the end is left to the first pull: ``pull_offset`` stays None).
 
         Raises:
-            BrokerConnectionError: no member answered.
+            BrokerError: no member answered (the last member's error; BrokerConnectionError
+                when every member is being skipped).
         """
         last: BrokerError | None = None
         for broker_id, address in self._members(broker, MASTER_ID):
@@ -687,6 +688,11 @@ class Consumer:
                 committed = await link.query_offset(self.group, self.topic, key[1])
             except _LINK_ERRORS as exc:
                 self._member_failed(key, broker_id, address, exc)
+                last = exc
+                continue
+            except BrokerError as exc:
+                # An ERROR answer or a malformed one: ask the next member.
+                log.warning("offset of %s queue %d from %s: %s", key[0], key[1], address, exc)
                 last = exc
                 continue
             position.started = True
