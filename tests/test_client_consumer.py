@@ -52,6 +52,8 @@ class FakeBroker:
     commits: list[tuple[int, int]] = attrs.field(factory=list)
     query_error: Exception | None = None
     """Raised (as an answer) by every offset query while set."""
+    garbles: bool = False
+    """Answers pulls with something malformed while set: the connection closes."""
 
     def kill(self) -> None:
         self.alive = False
@@ -66,12 +68,22 @@ class FakeBroker:
 class FakeLink:
     broker: FakeBroker
     epoch: int
+    closed_by: BrokerProtocolError | None = None
+
+    @property
+    def is_connected(self) -> bool:
+        return self.closed_by is None
 
     async def pull(
         self, topic: str, queue_id: int, offset: int = 0, max_messages: int = 32
     ) -> PullResult:
         await trio.sleep(0.001)
+        if self.closed_by is not None:
+            raise self.closed_by  # what BrokerClient does on a connection a bad answer closed
         self.broker.check(self.epoch)
+        if self.broker.garbles:
+            self.closed_by = BrokerProtocolError("malformed answer from the broker")
+            raise self.closed_by
         self.broker.pulls.append((queue_id, offset))
         records = self.broker.queues.get(queue_id)
         suggest = self.broker.suggest
@@ -447,3 +459,25 @@ async def test_a_queue_whose_members_all_answer_error_waits_for_them(
         cluster.master.query_error = cluster.slave.query_error = None
         got = await take(consumer, 4)
     assert bodies(got) == sorted(produced)
+
+
+async def test_a_connection_closed_by_a_malformed_answer_fails_over_and_reconnects(
+    autojump_clock: trio.testing.MockClock, cluster: FakeCluster
+) -> None:
+    produced = cluster.produce(10)
+    async with open_consumer(cluster, retry_interval=2.0) as consumer:
+        got = await take(consumer, 10)
+        assert cluster.master.connects == 1
+        cluster.master.garbles = True
+        produced += cluster.produce(10, start=10)
+        more = await take(consumer, 10)
+        assert {m.broker_id for m in more} == {1}  # the slave took over
+        cluster.master.garbles = False
+        produced += cluster.produce(4, start=20)
+        more += await take(consumer, 4)
+        await trio.sleep(5)
+        assert cluster.master.connects >= 2  # a new connection, not the closed one
+        produced += cluster.produce(4, start=24)
+        last = await take(consumer, 4)
+        assert {m.broker_id for m in last} == {0}
+    assert set(bodies(got + more + last)) == set(produced)

@@ -137,6 +137,14 @@ class MembershipLink(Protocol):
     async def consumer_list(self, group: str) -> tuple[str, ...]: ...
 
 
+@runtime_checkable
+class _Closable(Protocol):
+    """A link that tells whether its connection is still open (:class:`BrokerClient`)."""
+
+    @property
+    def is_connected(self) -> bool: ...
+
+
 T = TypeVar("T")
 
 
@@ -317,9 +325,14 @@ class _Links:
         """The connection to ``address``, opened when there is none.
 
         Raises:
-            BrokerConnectionError: the address is being skipped, or does not accept.
+            BrokerConnectionError: the address is being skipped, or does not accept, or its
+                connection closed since (a malformed answer closes it): then it is skipped
+                for ``retry_interval`` seconds like any failed member.
         """
         link = self._links.get(address)
+        if link is not None and isinstance(link, _Closable) and not link.is_connected:
+            self.failed(address)
+            raise BrokerConnectionError(f"connection to {address} closed")
         if link is not None:
             return link
         async with self._lock:
