@@ -45,10 +45,14 @@ from hanet.protocol import (
     PutMessage,
     PutRequest,
     RegisterBrokerRequest,
+    Request,
+    Response,
     RouteBroker,
     broker_frame_codec,
     decode_request,
     decode_response,
+    encode_request,
+    encode_response,
 )
 
 T0 = 1_700_000_000.0  # a virtual "now", seconds since the epoch
@@ -602,3 +606,41 @@ def test_the_registry_holds_at_most_max_brokers() -> None:
         "broker-a",
         "broker-b",
     }
+
+
+class _CountingNameServer(NameServer):
+    """Counts the requests it answered."""
+
+    answered = 0
+
+    def handle(self, request: Request) -> Response:
+        self.answered += 1
+        return super().handle(request)
+
+
+async def test_a_client_not_reading_its_answers_is_not_read_either() -> None:
+    server = _CountingNameServer(("127.0.0.1", 0))
+    for i in range(20):  # answers of some size: the server's outbound fills sooner
+        registration = attrs.evolve(MASTER_A, broker_name=f"broker-{i}", broker_address=f"h{i}:1")
+        server.registry.register(registration, T0)
+    answer_size = len(encode_response(ClusterResponse(1, server.registry.cluster())))
+    async with trio.open_nursery() as nursery:
+        host, port = await nursery.start(server.run)
+        sock = trio.socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        await sock.connect((host, port))
+        stream = trio.SocketStream(sock)
+        request = encode_request(ClusterRequest(1))
+        frame = len(request).to_bytes(4, "big") + request
+        sent = 0
+        with trio.move_on_after(3):
+            while True:  # never reads: the server stops reading once its buffers are full
+                await stream.send_all(frame * 100)
+                sent += 100
+        answered = server.answered
+        await trio.sleep(0.5)
+        assert server.answered == answered  # reading paused
+        assert answered < sent
+        assert answered * answer_size < 64 << 20  # not every answer is held
+        await stream.aclose()
+        nursery.cancel_scope.cancel()
