@@ -14,6 +14,7 @@ import trio
 import trio.testing
 
 from hanet.client import (
+    MAX_ROUTE_QUEUES,
     BrokerConnectionError,
     BrokerLink,
     BrokerProtocolError,
@@ -26,6 +27,7 @@ from hanet.client import (
     RouteBroker,
     TopicRoute,
 )
+from hanet.namesrv import MAX_QUEUES
 from hanet.store import MessageRecord
 
 TOPIC = "T"
@@ -481,3 +483,19 @@ async def test_a_connection_closed_by_a_malformed_answer_fails_over_and_reconnec
         last = await take(consumer, 4)
         assert {m.broker_id for m in last} == {0}
     assert set(bodies(got + more + last)) == set(produced)
+
+
+async def test_a_route_naming_too_many_queues_is_taken_up_to_the_bound(
+    autojump_clock: trio.testing.MockClock, cluster: FakeCluster
+) -> None:
+    assert MAX_ROUTE_QUEUES == MAX_QUEUES  # the name server's bound
+    produced = cluster.produce(4)
+    assert cluster.route is not None
+    (broker,) = cluster.route.brokers
+    cluster.route = TopicRoute(TOPIC, (attrs.evolve(broker, queues=2**31 - 1),))
+    async with open_consumer(cluster) as consumer:
+        got = await take(consumer, 4)
+        assert consumer.route is not None
+        assert consumer.route.brokers[0].queues == MAX_ROUTE_QUEUES
+        assert len(consumer.positions()) == MAX_ROUTE_QUEUES
+    assert bodies(got) == sorted(produced)

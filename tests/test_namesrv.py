@@ -28,6 +28,8 @@ from hanet.client import (
 )
 from hanet.namesrv import (
     DEFAULT_EXPIRE_AFTER,
+    MAX_QUEUES,
+    MAX_TOPICS,
     NameServer,
     RegisterAnswer,
     RegistrationError,
@@ -259,6 +261,15 @@ BAD_REGISTRATIONS = [
     (attrs.evolve(MASTER_A, ha_address="h:port"), "HA address 'h:port' is not HOST:PORT"),
     (attrs.evolve(MASTER_A, topics=(("", 4),)), "a topic name is empty"),
     (attrs.evolve(MASTER_A, topics=(("T", 0),)), "topic 'T' has 0 queues"),
+    (attrs.evolve(MASTER_A, topics=(("T", 2**31 - 1),)), "topic 'T' has 2147483647 queues"),
+    (
+        attrs.evolve(MASTER_A, topics=(("T", MAX_QUEUES + 1),)),
+        f"topic 'T' has {MAX_QUEUES + 1} queues",
+    ),
+    (
+        attrs.evolve(MASTER_A, topics=tuple((f"T{i}", 1) for i in range(MAX_TOPICS + 1))),
+        f"{MAX_TOPICS + 1} topics",
+    ),
 ]
 
 
@@ -277,6 +288,8 @@ def test_bad_registrations_are_refused(registration: BrokerRegistration, complai
 def test_good_registrations_have_no_problem() -> None:
     for r in (MASTER_A, SLAVE_A, MASTER_B, attrs.evolve(MASTER_A, broker_address="[::1]:1")):
         assert registration_problem(r) is None
+    most = tuple((f"T{i}", MAX_QUEUES) for i in range(MAX_TOPICS))
+    assert registration_problem(attrs.evolve(MASTER_A, topics=most)) is None
 
 
 # -- the server, in-process -------------------------------------------------------------------

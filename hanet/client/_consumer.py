@@ -93,6 +93,7 @@ from ._broker import (
 from ._failover import parse_broker_address
 
 __all__ = [
+    "MAX_ROUTE_QUEUES",
     "BrokerLink",
     "Connector",
     "ConsumedMessage",
@@ -180,6 +181,11 @@ class RouteSource(Protocol):
 Connector = Callable[[str], AbstractAsyncContextManager[BrokerLink]]
 """Opens a connection to a broker port given as ``host:port``; raises
 :class:`BrokerConnectionError` when it cannot."""
+
+MAX_ROUTE_QUEUES = 1024
+"""Most queues of a broker name the consumer takes from a route (the name server refuses
+registrations with more: ``hanet.namesrv.MAX_QUEUES``); queue ids above are ignored, so a
+route naming 2**31-1 queues does not make it hold that many."""
 
 _LINK_ERRORS = (BrokerConnectionError, BrokerTimeoutError)
 """Failures that say a member cannot be reached (it is skipped for a while)."""
@@ -594,6 +600,7 @@ class Consumer:
             log.warning("route of %s: no name server answers: %s", self.topic, exc)
             self._route_due = trio.current_time() + min(1.0, self.retry_interval)
             return
+        route = _bounded(route)
         if route != self.route:
             log.info("route of %s: %s", self.topic, _describe(route))
         if _queues_of(route) != (_queues_of(self.route) if self.route is not None else []):
@@ -923,6 +930,23 @@ class Consumer:
                 self.stats.failovers += 1
             return broker_id
         return None
+
+
+def _bounded(route: TopicRoute) -> TopicRoute:
+    """``route`` with at most :data:`MAX_ROUTE_QUEUES` queues per broker name."""
+    if all(broker.queues <= MAX_ROUTE_QUEUES for broker in route.brokers):
+        return route
+    for broker in route.brokers:
+        if broker.queues > MAX_ROUTE_QUEUES:
+            log.warning(
+                "route of %s: %s has %d queues; taking the first %d",
+                route.topic, broker.broker_name, broker.queues, MAX_ROUTE_QUEUES,
+            )  # fmt: skip
+    brokers = tuple(
+        attrs.evolve(broker, queues=min(broker.queues, MAX_ROUTE_QUEUES))
+        for broker in route.brokers
+    )
+    return attrs.evolve(route, brokers=brokers)
 
 
 def _queues_of(route: TopicRoute) -> list[QueueKey]:
