@@ -8,6 +8,8 @@ from typing import Any
 
 import trio
 
+from hanet.channel import parse_address
+from hanet.errors import ConfigError
 from hanet.protocol import BrokerStatus, ErrorCode, PutMessage, PutReply
 
 from ._broker import (
@@ -210,8 +212,13 @@ class FailoverClient:
 
 
 def parse_broker_address(address: str) -> tuple[str, int] | None:
-    """``host:port`` (``[v6]:port`` too) split, or None when it is not one."""
-    host, _, port = address.rpartition(":")
-    if not host or not port.isdigit():
+    """``host:port`` (``[v6]:port`` too) split, or None when it is not one: no host, or a
+    port that is not a number from 1 to 65535 (the text may come from the network: a
+    NOT_LEADER answer, a route)."""
+    try:
+        host, port = parse_address(address, default_host="")
+    except ConfigError:
         return None
-    return host.strip("[]"), int(port)
+    if not host or port == 0:
+        return None
+    return host, port
