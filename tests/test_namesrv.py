@@ -9,6 +9,7 @@ import signal
 import socket
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import attrs
@@ -22,6 +23,7 @@ from hanet.cli import main
 from hanet.client import (
     BrokerClient,
     BrokerConnectionError,
+    BrokerError,
     BrokerRequestError,
     NameServerClient,
     NameServerConnection,
@@ -50,6 +52,7 @@ from hanet.protocol import (
     Request,
     Response,
     RouteBroker,
+    UnregisterBrokerResponse,
     broker_frame_codec,
     decode_request,
     decode_response,
@@ -656,4 +659,45 @@ async def test_a_client_not_reading_its_answers_is_not_read_either() -> None:
         assert answered < sent
         assert answered * answer_size < 64 << 20  # not every answer is held
         await stream.aclose()
+        nursery.cancel_scope.cancel()
+
+
+class _BadNameServer(NameServer):
+    """Answers everything with ``answer`` (an ERROR, or an answer of the wrong kind)."""
+
+    def __init__(self, answer: Callable[[int], Response]) -> None:
+        super().__init__(("127.0.0.1", 0))
+        self.answer = answer
+
+    def handle(self, request: Request) -> Response:
+        return self.answer(request.request_id)
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        lambda rid: ErrorResponse(rid, ErrorCode.NOT_SUPPORTED, "not a name server"),
+        lambda rid: ErrorResponse(rid, ErrorCode.SYSTEM_ERROR, "busy"),
+        UnregisterBrokerResponse,  # malformed: not the answer asked for
+    ],
+)
+async def test_a_bad_name_server_makes_the_client_ask_the_next(
+    answer: Callable[[int], Response],
+) -> None:
+    async with trio.open_nursery() as nursery:
+        bad = await nursery.start(_BadNameServer(answer).run)
+        good_server = NameServer(("127.0.0.1", 0))
+        good = await nursery.start(good_server.run)
+        client = NameServerClient([bad, good], timeout=2.0)
+        good_server.registry.register(MASTER_A, T0)
+        route = await client.route("TopicTest")
+        assert route.brokers[0].broker_name == "broker-a"
+        assert len((await client.cluster()).brokers) == 1
+        with pytest.raises(BrokerRequestError) as raised:
+            await client.route("Nowhere")  # an answer: not asked again
+        assert raised.value.code is ErrorCode.TOPIC_NOT_EXIST
+        await client.unregister_broker(MASTER_A)  # the bad one is logged, the good one done
+        assert len(good_server.registry) == 0
+        with pytest.raises(BrokerError):
+            await NameServerClient([bad], timeout=2.0).route("TopicTest")
         nursery.cancel_scope.cancel()
