@@ -499,3 +499,55 @@ async def test_a_route_naming_too_many_queues_is_taken_up_to_the_bound(
         assert consumer.route.brokers[0].queues == MAX_ROUTE_QUEUES
         assert len(consumer.positions()) == MAX_ROUTE_QUEUES
     assert bodies(got) == sorted(produced)
+
+
+@attrs.define(eq=False)
+class MemberLink(FakeLink):
+    """A link of a broker serving consumer groups: the members are ``group``."""
+
+    group: list[str] = attrs.field(factory=list)
+    lists: list[float] = attrs.field(factory=list)
+
+    async def consumer_heartbeat(self, group: str, client_id: str) -> None:
+        await trio.sleep(0.001)
+        if client_id not in self.group:
+            self.group.append(client_id)
+
+    async def unregister_consumer(self, group: str, client_id: str) -> None:
+        await trio.sleep(0.001)
+
+    async def consumer_list(self, group: str) -> tuple[str, ...]:
+        await trio.sleep(0.001)
+        self.lists.append(trio.current_time())
+        return tuple(sorted(self.group))
+
+
+async def test_a_rebalance_the_heartbeat_loop_starts_reuses_its_member_list(
+    autojump_clock: trio.testing.MockClock, cluster: FakeCluster
+) -> None:
+    group: list[str] = []
+    lists: list[float] = []
+
+    @asynccontextmanager
+    async def connect(address: str) -> AsyncIterator[BrokerLink]:
+        await trio.sleep(0.001)
+        broker = cluster.brokers[address]
+        yield MemberLink(broker, broker.epoch, group=group, lists=lists)
+
+    async with Consumer.open(
+        _Names(cluster),
+        GROUP,
+        TOPIC,
+        connector=connect,
+        client_id="c1",
+        heartbeat_interval=10.0,
+        rebalance_interval=1000.0,
+    ) as consumer:
+        await trio.sleep(1)
+        assert consumer.assigned == [("broker-a", 0), ("broker-a", 1)]
+        assert len(lists) == 1  # the first rebalance
+        group.append("c2")
+        await trio.sleep(10)  # one heartbeat round: it sees c2 and rebalances
+        assert consumer.members == ("c1", "c2")
+        assert consumer.assigned == [("broker-a", 0)]
+        assert len(lists) == 2  # the rebalance took the heartbeat round's list

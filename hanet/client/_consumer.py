@@ -12,8 +12,9 @@ messages to the caller, and commits how far the group got. What it does follows 
   channel expiry). On a clean exit it unregisters from them: it leaves at once.
 - **Rebalancing.** At the start, every ``rebalance_interval`` seconds (20, RocketMQ's
   ``rebalanceInterval``), when the route's queues change and right after a heartbeat round sees
-  the member list change, it asks a broker for the group's members (GET_CONSUMER_LIST: the
-  master of the first broker name that answers, else a slave), sorts them and the topic's
+  the member list change (that round's list is used as it is), it asks a broker for the
+  group's members (GET_CONSUMER_LIST: the master of the first broker name that answers, else
+  a slave), sorts them and the topic's
   queues (by broker name, then queue id) and takes its share with
   :func:`allocate_averagely` (RocketMQ's ``AllocateMessageQueueAveragely``: contiguous
   ranges, the first ``len(queues) % len(members)`` members one queue more). A queue it loses
@@ -186,6 +187,9 @@ MAX_ROUTE_QUEUES = 1024
 """Most queues of a broker name the consumer takes from a route (the name server refuses
 registrations with more: ``hanet.namesrv.MAX_QUEUES``); queue ids above are ignored, so a
 route naming 2**31-1 queues does not make it hold that many."""
+
+_FRESH_MEMBERS = 1.0
+"""Seconds a member list the heartbeat loop fetched stays good for the rebalance it starts."""
 
 _LINK_ERRORS = (BrokerConnectionError, BrokerTimeoutError)
 """Failures that say a member cannot be reached (it is skipped for a while)."""
@@ -431,6 +435,7 @@ class Consumer:
         self._assigned: set[QueueKey] = set()
         self._generations: dict[QueueKey, int] = {}  # bumped when a queue is released
         self._rebalance_due = -1.0
+        self._fresh_members: tuple[tuple[str, ...], float] | None = None  # (list, when)
         self._send, self._receive = trio.open_memory_channel[tuple[ConsumedMessage, int]](buffer)
         self._last: tuple[ConsumedMessage, int] | None = None
         self._commit_lock = trio.Lock()
@@ -773,6 +778,9 @@ class Consumer:
             if members is not None and members != self.members:
                 log.info("group %s: members now %s", self.group, ", ".join(members) or "none")
                 self._rebalance_due = trio.current_time()
+                # The rebalance this starts takes the list as it is (no second heartbeat
+                # round and member list request).
+                self._fresh_members = (members, trio.current_time())
 
     def _membership_links(self) -> Iterator[tuple[str, RouteBroker]]:
         for name in sorted(self._brokers):
@@ -834,8 +842,12 @@ class Consumer:
         self._rebalance_due = trio.current_time() + self.rebalance_interval
         if self.route is None:
             return
-        await self.heartbeat()
-        members = await self._member_list()
+        fresh, self._fresh_members = self._fresh_members, None
+        if fresh is not None and trio.current_time() - fresh[1] <= _FRESH_MEMBERS:
+            members: tuple[str, ...] | None = fresh[0]  # the heartbeat loop just asked
+        else:
+            await self.heartbeat()
+            members = await self._member_list()
         if members is None:
             log.warning(
                 "group %s: no broker answers the member list; keeping my queues", self.group
