@@ -551,3 +551,21 @@ async def test_a_rebalance_the_heartbeat_loop_starts_reuses_its_member_list(
         assert consumer.members == ("c1", "c2")
         assert consumer.assigned == [("broker-a", 0)]
         assert len(lists) == 2  # the rebalance took the heartbeat round's list
+
+
+async def test_only_the_queues_held_have_a_state(
+    autojump_clock: trio.testing.MockClock, cluster: FakeCluster
+) -> None:
+    group = ["c0"]  # another member holds the first half
+
+    @asynccontextmanager
+    async def connect(address: str) -> AsyncIterator[BrokerLink]:
+        await trio.sleep(0.001)
+        broker = cluster.brokers[address]
+        yield MemberLink(broker, broker.epoch, group=group)
+
+    options: dict[str, Any] = {"connector": connect, "client_id": "c1"}
+    async with Consumer.open(_Names(cluster), GROUP, TOPIC, **options) as consumer:
+        await trio.sleep(1)
+        assert consumer.assigned == [("broker-a", 1)]
+        assert list(consumer.positions()) == [("broker-a", 1)]

@@ -584,7 +584,8 @@ class Consumer:
         return sorted(self._assigned)
 
     def positions(self) -> dict[QueueKey, QueuePosition]:
-        """Each queue's state (a copy), by ``(broker_name, queue_id)``."""
+        """The state (a copy) of each queue held now or before, by ``(broker_name,
+        queue_id)``."""
         return {key: attrs.evolve(position) for key, position in sorted(self._queues.items())}
 
     # -- the route ---------------------------------------------------------------------------
@@ -612,9 +613,6 @@ class Consumer:
             self._rebalance_due = trio.current_time()
         self.route = route
         self._brokers = {broker.broker_name: broker for broker in route.brokers}
-        for broker in route.brokers:
-            for queue_id in range(broker.queues):
-                self._queues.setdefault((broker.broker_name, queue_id), QueuePosition())
         self._route_due = trio.current_time() + self.route_interval
 
     def _route_failed(self) -> None:
@@ -865,6 +863,8 @@ class Consumer:
             return
         for key in sorted(lost):
             await self._release(key)
+        for key in gained:  # a queue's state exists once it is held
+            self._queues.setdefault(key, QueuePosition())
         self._assigned = mine
         self.stats.held |= mine
         self.stats.rebalances += 1
