@@ -14,8 +14,10 @@ import trio
 import trio.testing
 
 from hanet.client import (
+    MAX_ROUTE_QUEUES,
     BrokerConnectionError,
     BrokerLink,
+    BrokerProtocolError,
     BrokerRequestError,
     ConsumedMessage,
     Consumer,
@@ -25,6 +27,7 @@ from hanet.client import (
     RouteBroker,
     TopicRoute,
 )
+from hanet.namesrv import MAX_QUEUES
 from hanet.store import MessageRecord
 
 TOPIC = "T"
@@ -49,6 +52,10 @@ class FakeBroker:
     offsets: dict[tuple[str, str, int], int] = attrs.field(factory=dict)
     pulls: list[tuple[int, int]] = attrs.field(factory=list)
     commits: list[tuple[int, int]] = attrs.field(factory=list)
+    query_error: Exception | None = None
+    """Raised (as an answer) by every offset query while set."""
+    garbles: bool = False
+    """Answers pulls with something malformed while set: the connection closes."""
 
     def kill(self) -> None:
         self.alive = False
@@ -63,12 +70,22 @@ class FakeBroker:
 class FakeLink:
     broker: FakeBroker
     epoch: int
+    closed_by: BrokerProtocolError | None = None
+
+    @property
+    def is_connected(self) -> bool:
+        return self.closed_by is None
 
     async def pull(
         self, topic: str, queue_id: int, offset: int = 0, max_messages: int = 32
     ) -> PullResult:
         await trio.sleep(0.001)
+        if self.closed_by is not None:
+            raise self.closed_by  # what BrokerClient does on a connection a bad answer closed
         self.broker.check(self.epoch)
+        if self.broker.garbles:
+            self.closed_by = BrokerProtocolError("malformed answer from the broker")
+            raise self.closed_by
         self.broker.pulls.append((queue_id, offset))
         records = self.broker.queues.get(queue_id)
         suggest = self.broker.suggest
@@ -93,6 +110,8 @@ class FakeLink:
     async def query_offset(self, group: str, topic: str, queue_id: int) -> int | None:
         await trio.sleep(0.001)
         self.broker.check(self.epoch)
+        if self.broker.query_error is not None:
+            raise self.broker.query_error
         return self.broker.offsets.get((group, topic, queue_id))
 
 
@@ -410,3 +429,143 @@ async def test_a_cancelled_consumer_still_commits_what_was_consumed(
             await trio.sleep(1)
     # Four acknowledged (the fifth was being handled when the cancellation came).
     assert sum(cluster.master.offsets.values()) == 4
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        BrokerRequestError(ErrorCode.SYSTEM_ERROR, "offset table unavailable"),
+        BrokerProtocolError("malformed answer from the broker"),
+    ],
+)
+async def test_an_error_answer_to_the_offset_query_asks_the_next_member(
+    autojump_clock: trio.testing.MockClock, cluster: FakeCluster, error: Exception
+) -> None:
+    produced = cluster.produce(10)
+    cluster.slave.offsets = {(GROUP, TOPIC, 0): 3, (GROUP, TOPIC, 1): 4}
+    cluster.master.query_error = error
+    async with open_consumer(cluster) as consumer:
+        got = await take(consumer, 3)
+    assert bodies(got) == sorted([produced[6], produced[8], produced[9]])
+
+
+async def test_a_queue_whose_members_all_answer_error_waits_for_them(
+    autojump_clock: trio.testing.MockClock, cluster: FakeCluster
+) -> None:
+    produced = cluster.produce(4)
+    cluster.master.query_error = BrokerRequestError(ErrorCode.SYSTEM_ERROR, "not yet")
+    cluster.slave.query_error = cluster.master.query_error
+    async with open_consumer(cluster) as consumer:
+        await trio.sleep(2)
+        assert consumer.stats.delivered == 0
+        cluster.master.query_error = cluster.slave.query_error = None
+        got = await take(consumer, 4)
+    assert bodies(got) == sorted(produced)
+
+
+async def test_a_connection_closed_by_a_malformed_answer_fails_over_and_reconnects(
+    autojump_clock: trio.testing.MockClock, cluster: FakeCluster
+) -> None:
+    produced = cluster.produce(10)
+    async with open_consumer(cluster, retry_interval=2.0) as consumer:
+        got = await take(consumer, 10)
+        assert cluster.master.connects == 1
+        cluster.master.garbles = True
+        produced += cluster.produce(10, start=10)
+        more = await take(consumer, 10)
+        assert {m.broker_id for m in more} == {1}  # the slave took over
+        cluster.master.garbles = False
+        produced += cluster.produce(4, start=20)
+        more += await take(consumer, 4)
+        await trio.sleep(5)
+        assert cluster.master.connects >= 2  # a new connection, not the closed one
+        produced += cluster.produce(4, start=24)
+        last = await take(consumer, 4)
+        assert {m.broker_id for m in last} == {0}
+    assert set(bodies(got + more + last)) == set(produced)
+
+
+async def test_a_route_naming_too_many_queues_is_taken_up_to_the_bound(
+    autojump_clock: trio.testing.MockClock, cluster: FakeCluster
+) -> None:
+    assert MAX_ROUTE_QUEUES == MAX_QUEUES  # the name server's bound
+    produced = cluster.produce(4)
+    assert cluster.route is not None
+    (broker,) = cluster.route.brokers
+    cluster.route = TopicRoute(TOPIC, (attrs.evolve(broker, queues=2**31 - 1),))
+    async with open_consumer(cluster) as consumer:
+        got = await take(consumer, 4)
+        assert consumer.route is not None
+        assert consumer.route.brokers[0].queues == MAX_ROUTE_QUEUES
+        assert len(consumer.positions()) == MAX_ROUTE_QUEUES
+    assert bodies(got) == sorted(produced)
+
+
+@attrs.define(eq=False)
+class MemberLink(FakeLink):
+    """A link of a broker serving consumer groups: the members are ``group``."""
+
+    group: list[str] = attrs.field(factory=list)
+    lists: list[float] = attrs.field(factory=list)
+
+    async def consumer_heartbeat(self, group: str, client_id: str) -> None:
+        await trio.sleep(0.001)
+        if client_id not in self.group:
+            self.group.append(client_id)
+
+    async def unregister_consumer(self, group: str, client_id: str) -> None:
+        await trio.sleep(0.001)
+
+    async def consumer_list(self, group: str) -> tuple[str, ...]:
+        await trio.sleep(0.001)
+        self.lists.append(trio.current_time())
+        return tuple(sorted(self.group))
+
+
+async def test_a_rebalance_the_heartbeat_loop_starts_reuses_its_member_list(
+    autojump_clock: trio.testing.MockClock, cluster: FakeCluster
+) -> None:
+    group: list[str] = []
+    lists: list[float] = []
+
+    @asynccontextmanager
+    async def connect(address: str) -> AsyncIterator[BrokerLink]:
+        await trio.sleep(0.001)
+        broker = cluster.brokers[address]
+        yield MemberLink(broker, broker.epoch, group=group, lists=lists)
+
+    async with Consumer.open(
+        _Names(cluster),
+        GROUP,
+        TOPIC,
+        connector=connect,
+        client_id="c1",
+        heartbeat_interval=10.0,
+        rebalance_interval=1000.0,
+    ) as consumer:
+        await trio.sleep(1)
+        assert consumer.assigned == [("broker-a", 0), ("broker-a", 1)]
+        assert len(lists) == 1  # the first rebalance
+        group.append("c2")
+        await trio.sleep(10)  # one heartbeat round: it sees c2 and rebalances
+        assert consumer.members == ("c1", "c2")
+        assert consumer.assigned == [("broker-a", 0)]
+        assert len(lists) == 2  # the rebalance took the heartbeat round's list
+
+
+async def test_only_the_queues_held_have_a_state(
+    autojump_clock: trio.testing.MockClock, cluster: FakeCluster
+) -> None:
+    group = ["c0"]  # another member holds the first half
+
+    @asynccontextmanager
+    async def connect(address: str) -> AsyncIterator[BrokerLink]:
+        await trio.sleep(0.001)
+        broker = cluster.brokers[address]
+        yield MemberLink(broker, broker.epoch, group=group)
+
+    options: dict[str, Any] = {"connector": connect, "client_id": "c1"}
+    async with Consumer.open(_Names(cluster), GROUP, TOPIC, **options) as consumer:
+        await trio.sleep(1)
+        assert consumer.assigned == [("broker-a", 1)]
+        assert list(consumer.positions()) == [("broker-a", 1)]

@@ -9,6 +9,7 @@ import signal
 import socket
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import attrs
@@ -22,12 +23,15 @@ from hanet.cli import main
 from hanet.client import (
     BrokerClient,
     BrokerConnectionError,
+    BrokerError,
     BrokerRequestError,
     NameServerClient,
     NameServerConnection,
 )
 from hanet.namesrv import (
     DEFAULT_EXPIRE_AFTER,
+    MAX_QUEUES,
+    MAX_TOPICS,
     NameServer,
     RegisterAnswer,
     RegistrationError,
@@ -45,10 +49,15 @@ from hanet.protocol import (
     PutMessage,
     PutRequest,
     RegisterBrokerRequest,
+    Request,
+    Response,
     RouteBroker,
+    UnregisterBrokerResponse,
     broker_frame_codec,
     decode_request,
     decode_response,
+    encode_request,
+    encode_response,
 )
 
 T0 = 1_700_000_000.0  # a virtual "now", seconds since the epoch
@@ -255,6 +264,15 @@ BAD_REGISTRATIONS = [
     (attrs.evolve(MASTER_A, ha_address="h:port"), "HA address 'h:port' is not HOST:PORT"),
     (attrs.evolve(MASTER_A, topics=(("", 4),)), "a topic name is empty"),
     (attrs.evolve(MASTER_A, topics=(("T", 0),)), "topic 'T' has 0 queues"),
+    (attrs.evolve(MASTER_A, topics=(("T", 2**31 - 1),)), "topic 'T' has 2147483647 queues"),
+    (
+        attrs.evolve(MASTER_A, topics=(("T", MAX_QUEUES + 1),)),
+        f"topic 'T' has {MAX_QUEUES + 1} queues",
+    ),
+    (
+        attrs.evolve(MASTER_A, topics=tuple((f"T{i}", 1) for i in range(MAX_TOPICS + 1))),
+        f"{MAX_TOPICS + 1} topics",
+    ),
 ]
 
 
@@ -273,6 +291,8 @@ def test_bad_registrations_are_refused(registration: BrokerRegistration, complai
 def test_good_registrations_have_no_problem() -> None:
     for r in (MASTER_A, SLAVE_A, MASTER_B, attrs.evolve(MASTER_A, broker_address="[::1]:1")):
         assert registration_problem(r) is None
+    most = tuple((f"T{i}", MAX_QUEUES) for i in range(MAX_TOPICS))
+    assert registration_problem(attrs.evolve(MASTER_A, topics=most)) is None
 
 
 # -- the server, in-process -------------------------------------------------------------------
@@ -602,3 +622,82 @@ def test_the_registry_holds_at_most_max_brokers() -> None:
         "broker-a",
         "broker-b",
     }
+
+
+class _CountingNameServer(NameServer):
+    """Counts the requests it answered."""
+
+    answered = 0
+
+    def handle(self, request: Request) -> Response:
+        self.answered += 1
+        return super().handle(request)
+
+
+async def test_a_client_not_reading_its_answers_is_not_read_either() -> None:
+    server = _CountingNameServer(("127.0.0.1", 0))
+    for i in range(20):  # answers of some size: the server's outbound fills sooner
+        registration = attrs.evolve(MASTER_A, broker_name=f"broker-{i}", broker_address=f"h{i}:1")
+        server.registry.register(registration, T0)
+    answer_size = len(encode_response(ClusterResponse(1, server.registry.cluster())))
+    async with trio.open_nursery() as nursery:
+        host, port = await nursery.start(server.run)
+        sock = trio.socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        await sock.connect((host, port))
+        stream = trio.SocketStream(sock)
+        request = encode_request(ClusterRequest(1))
+        frame = len(request).to_bytes(4, "big") + request
+        sent = 0
+        with trio.move_on_after(3):
+            while True:  # never reads: the server stops reading once its buffers are full
+                await stream.send_all(frame * 100)
+                sent += 100
+        answered = server.answered
+        await trio.sleep(0.5)
+        assert server.answered == answered  # reading paused
+        assert answered < sent
+        assert answered * answer_size < 64 << 20  # not every answer is held
+        await stream.aclose()
+        nursery.cancel_scope.cancel()
+
+
+class _BadNameServer(NameServer):
+    """Answers everything with ``answer`` (an ERROR, or an answer of the wrong kind)."""
+
+    def __init__(self, answer: Callable[[int], Response]) -> None:
+        super().__init__(("127.0.0.1", 0))
+        self.answer = answer
+
+    def handle(self, request: Request) -> Response:
+        return self.answer(request.request_id)
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        lambda rid: ErrorResponse(rid, ErrorCode.NOT_SUPPORTED, "not a name server"),
+        lambda rid: ErrorResponse(rid, ErrorCode.SYSTEM_ERROR, "busy"),
+        UnregisterBrokerResponse,  # malformed: not the answer asked for
+    ],
+)
+async def test_a_bad_name_server_makes_the_client_ask_the_next(
+    answer: Callable[[int], Response],
+) -> None:
+    async with trio.open_nursery() as nursery:
+        bad = await nursery.start(_BadNameServer(answer).run)
+        good_server = NameServer(("127.0.0.1", 0))
+        good = await nursery.start(good_server.run)
+        client = NameServerClient([bad, good], timeout=2.0)
+        good_server.registry.register(MASTER_A, T0)
+        route = await client.route("TopicTest")
+        assert route.brokers[0].broker_name == "broker-a"
+        assert len((await client.cluster()).brokers) == 1
+        with pytest.raises(BrokerRequestError) as raised:
+            await client.route("Nowhere")  # an answer: not asked again
+        assert raised.value.code is ErrorCode.TOPIC_NOT_EXIST
+        await client.unregister_broker(MASTER_A)  # the bad one is logged, the good one done
+        assert len(good_server.registry) == 0
+        with pytest.raises(BrokerError):
+            await NameServerClient([bad], timeout=2.0).route("TopicTest")
+        nursery.cancel_scope.cancel()

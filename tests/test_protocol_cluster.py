@@ -244,3 +244,13 @@ def test_random_frames_never_escape_as_other_errors(tail: bytes) -> None:
             decode_response(bytes([opcode]) + b"\x00\x00\x00\x01" + tail)
         except CorruptedFrameError:
             pass
+
+
+def test_a_route_broker_names_its_members_addresses() -> None:
+    broker = RouteBroker("broker-a", 4, ((0, "a:1"), (1, "a:2")))
+    assert broker.master_address == "a:1"
+    assert broker.address_of(1) == "a:2"
+    assert broker.address_of(2) is None
+    slaves_only = RouteBroker("broker-b", 2, ((1, "b:2"),))
+    assert slaves_only.master_address is None
+    assert slaves_only.address_of(1) == "b:2"

@@ -73,6 +73,7 @@ from ._broker import (
     RequestConnection,
 )
 from ._consumer import (
+    MAX_ROUTE_QUEUES,
     BrokerLink,
     Connector,
     ConsumedMessage,
@@ -91,6 +92,7 @@ from ._namesrv import NameServerClient, NameServerConnection
 
 __all__ = [
     "AUTO_QUEUE",
+    "MAX_ROUTE_QUEUES",
     "BrokerClient",
     "BrokerConnectionError",
     "BrokerError",

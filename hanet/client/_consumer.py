@@ -12,8 +12,9 @@ messages to the caller, and commits how far the group got. What it does follows 
   channel expiry). On a clean exit it unregisters from them: it leaves at once.
 - **Rebalancing.** At the start, every ``rebalance_interval`` seconds (20, RocketMQ's
   ``rebalanceInterval``), when the route's queues change and right after a heartbeat round sees
-  the member list change, it asks a broker for the group's members (GET_CONSUMER_LIST: the
-  master of the first broker name that answers, else a slave), sorts them and the topic's
+  the member list change (that round's list is used as it is), it asks a broker for the
+  group's members (GET_CONSUMER_LIST: the master of the first broker name that answers, else
+  a slave), sorts them and the topic's
   queues (by broker name, then queue id) and takes its share with
   :func:`allocate_averagely` (RocketMQ's ``AllocateMessageQueueAveragely``: contiguous
   ranges, the first ``len(queues) % len(members)`` members one queue more). A queue it loses
@@ -93,6 +94,7 @@ from ._broker import (
 from ._failover import parse_broker_address
 
 __all__ = [
+    "MAX_ROUTE_QUEUES",
     "BrokerLink",
     "Connector",
     "ConsumedMessage",
@@ -137,6 +139,14 @@ class MembershipLink(Protocol):
     async def consumer_list(self, group: str) -> tuple[str, ...]: ...
 
 
+@runtime_checkable
+class _Closable(Protocol):
+    """A link that tells whether its connection is still open (:class:`BrokerClient`)."""
+
+    @property
+    def is_connected(self) -> bool: ...
+
+
 T = TypeVar("T")
 
 
@@ -172,6 +182,14 @@ class RouteSource(Protocol):
 Connector = Callable[[str], AbstractAsyncContextManager[BrokerLink]]
 """Opens a connection to a broker port given as ``host:port``; raises
 :class:`BrokerConnectionError` when it cannot."""
+
+MAX_ROUTE_QUEUES = 1024
+"""Most queues of a broker name the consumer takes from a route (the name server refuses
+registrations with more: ``hanet.namesrv.MAX_QUEUES``); queue ids above are ignored, so a
+route naming 2**31-1 queues does not make it hold that many."""
+
+_FRESH_MEMBERS = 1.0
+"""Seconds a member list the heartbeat loop fetched stays good for the rebalance it starts."""
 
 _LINK_ERRORS = (BrokerConnectionError, BrokerTimeoutError)
 """Failures that say a member cannot be reached (it is skipped for a while)."""
@@ -317,9 +335,14 @@ class _Links:
         """The connection to ``address``, opened when there is none.
 
         Raises:
-            BrokerConnectionError: the address is being skipped, or does not accept.
+            BrokerConnectionError: the address is being skipped, or does not accept, or its
+                connection closed since (a malformed answer closes it): then it is skipped
+                for ``retry_interval`` seconds like any failed member.
         """
         link = self._links.get(address)
+        if link is not None and isinstance(link, _Closable) and not link.is_connected:
+            self.failed(address)
+            raise BrokerConnectionError(f"connection to {address} closed")
         if link is not None:
             return link
         async with self._lock:
@@ -412,6 +435,7 @@ class Consumer:
         self._assigned: set[QueueKey] = set()
         self._generations: dict[QueueKey, int] = {}  # bumped when a queue is released
         self._rebalance_due = -1.0
+        self._fresh_members: tuple[tuple[str, ...], float] | None = None  # (list, when)
         self._send, self._receive = trio.open_memory_channel[tuple[ConsumedMessage, int]](buffer)
         self._last: tuple[ConsumedMessage, int] | None = None
         self._commit_lock = trio.Lock()
@@ -560,7 +584,8 @@ class Consumer:
         return sorted(self._assigned)
 
     def positions(self) -> dict[QueueKey, QueuePosition]:
-        """Each queue's state (a copy), by ``(broker_name, queue_id)``."""
+        """The state (a copy) of each queue held now or before, by ``(broker_name,
+        queue_id)``."""
         return {key: attrs.evolve(position) for key, position in sorted(self._queues.items())}
 
     # -- the route ---------------------------------------------------------------------------
@@ -581,15 +606,13 @@ class Consumer:
             log.warning("route of %s: no name server answers: %s", self.topic, exc)
             self._route_due = trio.current_time() + min(1.0, self.retry_interval)
             return
+        route = _bounded(route)
         if route != self.route:
             log.info("route of %s: %s", self.topic, _describe(route))
         if _queues_of(route) != (_queues_of(self.route) if self.route is not None else []):
             self._rebalance_due = trio.current_time()
         self.route = route
         self._brokers = {broker.broker_name: broker for broker in route.brokers}
-        for broker in route.brokers:
-            for queue_id in range(broker.queues):
-                self._queues.setdefault((broker.broker_name, queue_id), QueuePosition())
         self._route_due = trio.current_time() + self.route_interval
 
     def _route_failed(self) -> None:
@@ -635,7 +658,7 @@ class Consumer:
         if not position.started:
             try:
                 await self._start(key, broker, position)
-            except _LINK_ERRORS as exc:
+            except BrokerError as exc:
                 log.debug("%s queue %d: no member answers the offset query: %s", *key, exc)
                 return False
         tried = 0
@@ -678,7 +701,8 @@ class Consumer:
         ``from_beginning`` (the end is left to the first pull: ``pull_offset`` stays None).
 
         Raises:
-            BrokerConnectionError: no member answered.
+            BrokerError: no member answered (the last member's error; BrokerConnectionError
+                when every member is being skipped).
         """
         last: BrokerError | None = None
         for broker_id, address in self._members(broker, MASTER_ID):
@@ -687,6 +711,11 @@ class Consumer:
                 committed = await link.query_offset(self.group, self.topic, key[1])
             except _LINK_ERRORS as exc:
                 self._member_failed(key, broker_id, address, exc)
+                last = exc
+                continue
+            except BrokerError as exc:
+                # An ERROR answer or a malformed one: ask the next member.
+                log.warning("offset of %s queue %d from %s: %s", key[0], key[1], address, exc)
                 last = exc
                 continue
             position.started = True
@@ -747,6 +776,9 @@ class Consumer:
             if members is not None and members != self.members:
                 log.info("group %s: members now %s", self.group, ", ".join(members) or "none")
                 self._rebalance_due = trio.current_time()
+                # The rebalance this starts takes the list as it is (no second heartbeat
+                # round and member list request).
+                self._fresh_members = (members, trio.current_time())
 
     def _membership_links(self) -> Iterator[tuple[str, RouteBroker]]:
         for name in sorted(self._brokers):
@@ -808,8 +840,12 @@ class Consumer:
         self._rebalance_due = trio.current_time() + self.rebalance_interval
         if self.route is None:
             return
-        await self.heartbeat()
-        members = await self._member_list()
+        fresh, self._fresh_members = self._fresh_members, None
+        if fresh is not None and trio.current_time() - fresh[1] <= _FRESH_MEMBERS:
+            members: tuple[str, ...] | None = fresh[0]  # the heartbeat loop just asked
+        else:
+            await self.heartbeat()
+            members = await self._member_list()
         if members is None:
             log.warning(
                 "group %s: no broker answers the member list; keeping my queues", self.group
@@ -827,6 +863,8 @@ class Consumer:
             return
         for key in sorted(lost):
             await self._release(key)
+        for key in gained:  # a queue's state exists once it is held
+            self._queues.setdefault(key, QueuePosition())
         self._assigned = mine
         self.stats.held |= mine
         self.stats.rebalances += 1
@@ -904,6 +942,23 @@ class Consumer:
                 self.stats.failovers += 1
             return broker_id
         return None
+
+
+def _bounded(route: TopicRoute) -> TopicRoute:
+    """``route`` with at most :data:`MAX_ROUTE_QUEUES` queues per broker name."""
+    if all(broker.queues <= MAX_ROUTE_QUEUES for broker in route.brokers):
+        return route
+    for broker in route.brokers:
+        if broker.queues > MAX_ROUTE_QUEUES:
+            log.warning(
+                "route of %s: %s has %d queues; taking the first %d",
+                route.topic, broker.broker_name, broker.queues, MAX_ROUTE_QUEUES,
+            )  # fmt: skip
+    brokers = tuple(
+        attrs.evolve(broker, queues=min(broker.queues, MAX_ROUTE_QUEUES))
+        for broker in route.brokers
+    )
+    return attrs.evolve(route, brokers=brokers)
 
 
 def _queues_of(route: TopicRoute) -> list[QueueKey]:

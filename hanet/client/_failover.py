@@ -8,6 +8,8 @@ from typing import Any
 
 import trio
 
+from hanet.channel import parse_address
+from hanet.errors import ConfigError
 from hanet.protocol import BrokerStatus, ErrorCode, PutMessage, PutReply
 
 from ._broker import (
@@ -28,8 +30,9 @@ class FailoverClient:
 
     - It connects to the first address that accepts, in the order given.
     - A put answered NOT_LEADER is sent again to the leader the answer names (nothing was
-      appended), or, while no leader is known (an election), to the next address after a short
-      pause, until ``retry_for`` seconds have passed. LEADER_PENDING_FULL is retried the same
+      appended; after a short pause when that node just redirected here), or, while no leader
+      is known (an election), to the next address after a short pause, until ``retry_for``
+      seconds have passed. LEADER_PENDING_FULL is retried the same
       way.
     - With more than one address, a lost or refused connection moves on to the next address and
       the request is sent again: a put whose connection was lost may then be stored twice (at
@@ -149,6 +152,7 @@ class FailoverClient:
     async def _retrying(self, call: Any) -> Any:
         deadline = trio.current_time() + self.retry_for
         prefer: tuple[str, int] | None = None
+        redirected_from: tuple[str, int] | None = None  # where the last redirect came from
         while True:
             try:
                 client = await self._client(prefer)
@@ -169,6 +173,11 @@ class FailoverClient:
                         parse_broker_address(exc.leader_address) if exc.leader_address else None
                     )
                     if target is not None and target != client.address:
+                        if target == redirected_from:
+                            # Two nodes naming each other (a stale view of the leader, e.g.
+                            # during an election): pause rather than bounce at full speed.
+                            await trio.sleep(0.05)
+                        redirected_from = client.address
                         prefer = target
                         continue
                     self._advance(client)
@@ -210,8 +219,13 @@ class FailoverClient:
 
 
 def parse_broker_address(address: str) -> tuple[str, int] | None:
-    """``host:port`` (``[v6]:port`` too) split, or None when it is not one."""
-    host, _, port = address.rpartition(":")
-    if not host or not port.isdigit():
+    """``host:port`` (``[v6]:port`` too) split, or None when it is not one: no host, or a
+    port that is not a number from 1 to 65535 (the text may come from the network: a
+    NOT_LEADER answer, a route)."""
+    try:
+        host, port = parse_address(address, default_host="")
+    except ConfigError:
         return None
-    return host.strip("[]"), int(port)
+    if not host or port == 0:
+        return None
+    return host, port

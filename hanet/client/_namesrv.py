@@ -83,8 +83,9 @@ class NameServerClient:
     """The client of a list of name servers (``--namesrv A,B``), one short connection a call.
 
     Registration goes to every name server (as RocketMQ's brokers do); a lookup asks them in
-    order until one answers. Connection failures are logged and the next is tried; when none
-    answers, the last :class:`BrokerConnectionError` (or timeout) is raised.
+    order until one answers. A failure (no connection, a timeout, a malformed answer, an ERROR
+    other than TOPIC_NOT_EXIST) is logged and the next is tried; when none answers, the last
+    failure is raised.
 
     Attributes:
         addresses: ``(host, port)`` of each name server.
@@ -117,8 +118,16 @@ class NameServerClient:
         for address in self.addresses:
             try:
                 return await self._on(address, call)
+            except BrokerRequestError as exc:
+                if exc.code is ErrorCode.TOPIC_NOT_EXIST:
+                    raise  # an answer: the topic has no route
+                log.warning("name server %s:%d: %s", address[0], address[1], exc)
+                last = exc
             except (BrokerConnectionError, BrokerTimeoutError) as exc:
                 log.debug("name server %s:%d: %s", address[0], address[1], exc)
+                last = exc
+            except BrokerError as exc:  # a malformed answer: not a name server?
+                log.warning("name server %s:%d: %s", address[0], address[1], exc)
                 last = exc
         assert last is not None
         raise last
@@ -153,12 +162,18 @@ class NameServerClient:
         return answers[0]
 
     async def unregister_broker(self, registration: BrokerRegistration) -> None:
-        """Unregister from every name server that can be reached (best effort)."""
-        for address in self.addresses:
+        """Unregister from every name server that can be reached, all at once (best effort:
+        failures are logged)."""
+
+        async def one(address: tuple[str, int]) -> None:
             try:
                 await self._on(address, lambda c: c.unregister_broker(registration))
-            except (BrokerConnectionError, BrokerTimeoutError) as exc:
+            except BrokerError as exc:
                 log.debug("unregister at %s:%d: %s", address[0], address[1], exc)
+
+        async with trio.open_nursery() as nursery:
+            for address in self.addresses:
+                nursery.start_soon(one, address)
 
     async def route(self, topic: str) -> TopicRoute:
         """The topic's route from the first name server that answers.

@@ -33,6 +33,8 @@ __all__ = [
     "DEFAULT_EXPIRE_AFTER",
     "MASTER_ROLES",
     "MAX_BROKERS",
+    "MAX_QUEUES",
+    "MAX_TOPICS",
     "ROLES",
     "RegisterAnswer",
     "RegistrationError",
@@ -54,6 +56,16 @@ ROLES = (*MASTER_ROLES, "SLAVE")
 MAX_BROKERS = 10_000
 """Most brokers one name server holds: a registration that would add one more is refused
 (anyone who may connect can register; this bounds what they can make it keep)."""
+
+MAX_QUEUES = 1024
+"""Most queues a registration may give a topic. RocketMQ's defaults are 4 to 16 queues per
+topic and broker; a consumer keeps state for (and pulls, round after round) every queue of the
+route, so a bound well above real use but far below the protocol's 2**31-1 keeps a hostile or
+broken registration from making each consumer of the topic hold millions of queues (65,535
+would still be 64 times more pulls per round than anyone configures)."""
+
+MAX_TOPICS = 10_000
+"""Most topics one registration may list (otherwise bounded only by the frame size)."""
 
 BrokerKey = tuple[str, str, int]
 """``(cluster, broker_name, broker_id)``."""
@@ -98,8 +110,8 @@ def registration_problem(registration: BrokerRegistration) -> str | None:
 
     Checked: the names are not empty; the broker id is not negative; the role is one of
     :data:`ROLES`, a master's for id 0 and ``SLAVE`` for the others; the broker address (and
-    the HA address, when given) is ``host:port`` with a host and a port; each topic has a
-    name and at least one queue.
+    the HA address, when given) is ``host:port`` with a host and a port; at most
+    :data:`MAX_TOPICS` topics, each with a name and 1 to :data:`MAX_QUEUES` queues.
     """
     r = registration
     if not r.cluster:
@@ -119,11 +131,13 @@ def registration_problem(registration: BrokerRegistration) -> str | None:
         problem = _address_problem(r.ha_address, "HA address")
     if problem is not None:
         return problem
+    if len(r.topics) > MAX_TOPICS:
+        return f"{len(r.topics)} topics (at most {MAX_TOPICS})"
     for topic, queues in r.topics:
         if not topic:
             return "a topic name is empty"
-        if queues < 1:
-            return f"topic {topic!r} has {queues} queues (at least 1)"
+        if not 1 <= queues <= MAX_QUEUES:
+            return f"topic {topic!r} has {queues} queues (1 to {MAX_QUEUES})"
     return None
 
 

@@ -9,8 +9,9 @@ REGISTER_BROKER, UNREGISTER_BROKER, GET_ROUTE and GET_CLUSTER are served; any ot
 the broker port protocol (PUT, PULL, STATUS, ...) answers ERROR ``NOT_SUPPORTED``, a refused
 registration ERROR ``SYSTEM_ERROR`` with the reason, and the connection stays open. A frame that
 does not decode (or is over ``max_frame_length``) closes its connection, with the reason
-logged; other connections go on. Every ``scan_interval`` seconds (10) the registrations not
-renewed for ``expire_after`` seconds (120) are dropped.
+logged; other connections go on. A client that does not read its answers is not read either
+until it does (the answers waiting stay bounded). Every ``scan_interval`` seconds (10) the
+registrations not renewed for ``expire_after`` seconds (120) are dropped.
 """
 
 from __future__ import annotations
@@ -211,6 +212,14 @@ class _RequestHandler(ChannelInboundHandler):
     def channel_read_complete(self, ctx: HandlerContext) -> None:
         ctx.flush()  # answers given while reading leave together
         ctx.fire_channel_read_complete()
+
+    def channel_writability_changed(self, ctx: HandlerContext) -> None:
+        # A client that sends requests without reading the answers: stop reading its
+        # requests while the answers wait (the outbound buffer stays bounded).
+        channel = self.channel
+        if channel.is_open:
+            channel.auto_read = channel.is_writable
+        ctx.fire_channel_writability_changed()
 
     def exception_caught(self, ctx: HandlerContext, exc: BaseException) -> None:
         if isinstance(exc, DecoderError):

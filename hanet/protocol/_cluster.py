@@ -377,10 +377,7 @@ class RouteBroker:
     @property
     def master_address(self) -> str | None:
         """The master's broker port, or None when no master is registered."""
-        for broker_id, address in self.addresses:
-            if broker_id == MASTER_ID:
-                return address
-        return None
+        return self.address_of(MASTER_ID)
 
     def address_of(self, broker_id: int) -> str | None:
         """The broker port of member ``broker_id``, or None."""
