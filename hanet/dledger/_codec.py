@@ -19,7 +19,9 @@ Each frame follows a u32 length prefix (``LengthFieldBasedFrameDecoder(max, 0, 4
 
 A frame that does not decode raises :class:`handlers.CorruptedFrameError` (the connection
 closes); frames over the maximum length close it with :class:`handlers.TooLongFrameError`.
-Appends are bounded by ``RaftConfig.max_batch`` entries, each by the broker's message limit.
+Appends are bounded by ``RaftConfig.max_batch`` entries and ``RaftConfig.max_batch_bytes``
+(at most half the frame limit: a node caps it there), each entry by the broker's message limit;
+an append of one entry is sent whatever its size.
 """
 
 from __future__ import annotations
@@ -58,7 +60,7 @@ __all__ = [
 ]
 
 DEFAULT_MAX_PEER_FRAME = 256 * 1024 * 1024
-"""Largest peer frame accepted (an append of ``max_batch`` entries of large messages)."""
+"""Largest peer frame accepted (twice the default ``RaftConfig.max_batch_bytes``)."""
 
 _U8 = struct.Struct(">B")
 _U16 = struct.Struct(">H")

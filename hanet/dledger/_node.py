@@ -148,7 +148,8 @@ class NodeConfig:
         data_file_size, index_file_size: the log's file sizes.
         mapped_file_size: the commit log view's file size.
         flush_interval: seconds between flushes of the log (ASYNC_FLUSH) and the view.
-        max_frame_length: the largest peer frame accepted.
+        max_frame_length: the largest peer frame accepted (appends are cut at half of it,
+            or at ``raft.max_batch_bytes`` when lower).
         retry: reconnect delays towards peers.
     """
 
@@ -430,6 +431,8 @@ class DLedgerNode:
         try:
             self._load_applied()
             hard = self.log.load_hard_state()
+            # an append must fit in a peer frame: cap its byte budget at half of one
+            budget = min(cfg.raft.max_batch_bytes, max(cfg.max_frame_length // 2, 1))
             self._raft = RaftNode(
                 cfg.node_id,
                 cfg.peers,
@@ -437,7 +440,7 @@ class DLedgerNode:
                 hard,
                 trio.current_time(),
                 self._rng,
-                cfg.raft,
+                attrs.evolve(cfg.raft, max_batch_bytes=budget),
             )
             self._raft.on_role_change(self._on_role_change)
             async with trio.open_nursery() as nursery:
