@@ -91,6 +91,31 @@ def test_peer_codec_rejects_truncation_and_trailing_bytes() -> None:
         decode_envelope(frame + b"x")
 
 
+@pytest.mark.parametrize(
+    ("prev_index", "prev_term", "entries"),
+    [
+        (-1, 0, ()),  # prev_index below 0
+        (7, 6, ()),  # prev_term above the append's term
+        (7, 4, (LogEntry(9, 5, b"abc"),)),  # not following prev_index
+        (7, 4, (LogEntry(8, 5, b"abc"), LogEntry(8, 5, b"abc"))),  # repeated index
+        (7, 4, (LogEntry(8, 3, b"abc"),)),  # below prev_term
+        (7, 4, (LogEntry(8, 5, b"abc"), LogEntry(9, 4, b"abc"))),  # falling terms
+        (7, 4, (LogEntry(8, 6, b"abc"),)),  # above the append's term
+        (7, 4, (LogEntry(8, 5, b"abc", noop=True),)),  # a no-op with a body
+        (7, 4, (LogEntry(8, 5, b""),)),  # a client entry without one
+    ],
+)
+def test_peer_codec_refuses_an_append_no_log_can_take(
+    prev_index: int, prev_term: int, entries: tuple[LogEntry, ...]
+) -> None:
+    """Decodable, but the follower's log would raise ValueError in the node loop (and end
+    DLedgerNode.run): refused as a corrupted frame, which closes only that connection."""
+    request = AppendRequest(5, "n0", prev_index, prev_term, entries, 6)
+    frame = encode_envelope(Envelope("n0", "n1", request))
+    with pytest.raises(CorruptedFrameError, match="append"):
+        decode_envelope(frame)
+
+
 def test_parse_peers() -> None:
     assert parse_peers("n0=127.0.0.1:1, n1=h:2") == {"n0": "127.0.0.1:1", "n1": "h:2"}
     for bad in ("", "n0", "n0=a:1,n0=b:2", "=a:1"):
