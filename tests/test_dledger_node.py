@@ -316,6 +316,36 @@ async def test_a_node_restarts_with_its_log_and_view(
     assert view_records(tmp_path / follower) == [f"m{n}".encode() for n in range(11)]
 
 
+async def test_only_a_member_names_its_broker_port_in_a_hello(
+    autojump_clock: trio.testing.MockClock, tmp_path: Path
+) -> None:
+    """A HELLO from a stranger reaching the peer port, or claiming to be this node, is
+    ignored: otherwise it could grow the table and redirect NOT_LEADER answers."""
+    config = NodeConfig(
+        group="g",
+        node_id="a",
+        peers={"a": "a:0", "b": "b:0"},
+        store_dir=tmp_path,
+        broker_addresses={"a": "127.0.0.1:1"},
+        raft=RAFT,
+    )
+    node = DLedgerNode(config, connector=MemoryNetwork().connector_for("a"), listen=False)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(node.run)
+        left, right = trio.testing.memory_stream_pair()
+        nursery.start_soon(node.accept, right)
+        for hello in (
+            Hello("x", "a", "10.0.0.9:1"),
+            Hello("a", "a", "10.0.0.9:2"),
+            Hello("b", "a", "127.0.0.2:3"),
+        ):
+            frame = bytes(encode_envelope(hello))
+            await left.send_all(len(frame).to_bytes(4, "big") + frame)
+        await trio.sleep(0.01)
+        assert node.broker_addresses == {"a": "127.0.0.1:1", "b": "127.0.0.2:3"}
+        nursery.cancel_scope.cancel()
+
+
 async def test_a_lone_node_elects_itself_and_commits(
     autojump_clock: trio.testing.MockClock, tmp_path: Path
 ) -> None:

@@ -244,7 +244,15 @@ class _Inbound(ChannelInboundHandler):
         if isinstance(msg, Envelope):
             self.node._deliver(msg)
         elif isinstance(msg, Hello):
-            if msg.target == self.node.config.node_id and msg.broker_address:
+            # only a member (not this node) names its broker port: anyone else reaching the
+            # peer port would grow the table and could redirect NOT_LEADER answers
+            config = self.node.config
+            if (
+                msg.target == config.node_id
+                and msg.source in config.peers
+                and msg.source != config.node_id
+                and msg.broker_address
+            ):
                 self.node.broker_addresses[msg.source] = msg.broker_address
         else:
             ctx.fire_channel_read(msg)
