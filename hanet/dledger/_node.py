@@ -738,7 +738,10 @@ class DLedgerNode:
             index = entry.index + 1
             if not entry.body:
                 continue
-            record = decode_record(entry.body, base_offset=log_.position(index) + ENTRY_HEADER_SIZE)
+            # no body CRC here: append_raw checks every record (and read_entry the entry's)
+            record = decode_record(
+                entry.body, base_offset=entry.pos + ENTRY_HEADER_SIZE, check_crc=False
+            )
             space = file_size - offset % file_size
             if record.size + BLANK_RECORD_SIZE > space:
                 buf += encode_blank(space)
@@ -764,7 +767,7 @@ class DLedgerNode:
                 )
             offset += record.size
         if buf:
-            store.append_raw(start, bytes(buf))
+            store.append_raw(start, buf)
             if store.max_offset != offset:
                 raise RuntimeError(
                     f"{self.config.node_id}: the commit log view refused committed entries: "
