@@ -640,10 +640,9 @@ class DLedgerNode:
             self._apply(output.commit_index)
         for result in output.results:
             request = self._puts.get(result.request_id)
-            if request is None:
-                self._by_index.pop(result.index, None)
-                continue
             self._by_index.pop(result.index, None)
+            if request is None:
+                continue
             if request.outcome is None:
                 request.outcome = self._outcome(
                     request, result.status, result.index, result.leader_id

@@ -364,7 +364,7 @@ class RaftNode:
         self._prevote_term: int | None = None
         self._votes: set[str] = set()
         self._progress: dict[str, _Peer] = {}
-        self._pending: dict[int, _Pending] = {}
+        self._pending: dict[int, _Pending] = {}  # by index, in index order
         self._messages: list[Envelope] = []
         self._results: list[AppendResult] = []
         self._listeners: list[Callable[[Role, int], None]] = []
@@ -753,7 +753,11 @@ class RaftNode:
         # only an entry of the current term commits by counting copies (Raft §5.4.2)
         if candidate > self._commit_index and self.log.term_at(candidate) == self._term:
             self._commit_index = candidate
-            for index in sorted(i for i in self._pending if i <= candidate):
+            # proposed in index order: the committed ones are at the front of the dict
+            while self._pending:
+                index = next(iter(self._pending))
+                if index > candidate:
+                    break
                 pending = self._pending.pop(index)
                 self._results.append(
                     AppendResult(pending.request_id, AppendStatus.SUCCESS, index, self._term)
@@ -784,8 +788,7 @@ class RaftNode:
             )
 
     def _fail_pending(self) -> None:
-        for index in sorted(self._pending):
-            pending = self._pending[index]
+        for index, pending in self._pending.items():  # in index order (proposed so)
             self._results.append(
                 AppendResult(
                     pending.request_id, AppendStatus.WAIT_QUORUM_ACK_TIMEOUT, index, self._term
