@@ -36,7 +36,15 @@ from hanet.dledger import (
 from hanet.dledger import (
     Message as RaftMessage,
 )
-from hanet.store import CommitLogReader, FlushDiskType, Message, compare_commit_logs, decode_record
+from hanet.store import (
+    CommitLogReader,
+    FlushDiskType,
+    Message,
+    MessageRecord,
+    compare_commit_logs,
+    decode_record,
+    encode_record,
+)
 
 RAFT = RaftConfig(
     election_timeout=0.3,
@@ -50,12 +58,14 @@ BROKERS = {i: f"127.0.0.{k + 1}:1091{k}" for k, i in enumerate(IDS)}
 
 # -- codec ------------------------------------------------------------------------------------
 
+RECORD = encode_record(MessageRecord.create(topic="T", body=b"abc"))
+
 MESSAGES: list[RaftMessage] = [
     PreVoteRequest(3, "n1", 10, 2),
     PreVoteResponse(3, 4, True),
     VoteRequest(4, "n2", 0, 0),
     VoteResponse(4, False),
-    AppendRequest(5, "n0", 7, 4, (LogEntry(8, 5, b"", noop=True), LogEntry(9, 5, b"abc")), 6),
+    AppendRequest(5, "n0", 7, 4, (LogEntry(8, 5, b"", noop=True), LogEntry(9, 5, RECORD)), 6),
     AppendRequest(5, "n0", 7, 4, (), 6),
     AppendResponse(5, True, 7, match_index=9),
     AppendResponse(5, False, 7, conflict_term=3, conflict_index=5),
@@ -96,13 +106,16 @@ def test_peer_codec_rejects_truncation_and_trailing_bytes() -> None:
     [
         (-1, 0, ()),  # prev_index below 0
         (7, 6, ()),  # prev_term above the append's term
-        (7, 4, (LogEntry(9, 5, b"abc"),)),  # not following prev_index
-        (7, 4, (LogEntry(8, 5, b"abc"), LogEntry(8, 5, b"abc"))),  # repeated index
-        (7, 4, (LogEntry(8, 3, b"abc"),)),  # below prev_term
-        (7, 4, (LogEntry(8, 5, b"abc"), LogEntry(9, 4, b"abc"))),  # falling terms
-        (7, 4, (LogEntry(8, 6, b"abc"),)),  # above the append's term
-        (7, 4, (LogEntry(8, 5, b"abc", noop=True),)),  # a no-op with a body
+        (7, 4, (LogEntry(9, 5, RECORD),)),  # not following prev_index
+        (7, 4, (LogEntry(8, 5, RECORD), LogEntry(8, 5, RECORD))),  # repeated index
+        (7, 4, (LogEntry(8, 3, RECORD),)),  # below prev_term
+        (7, 4, (LogEntry(8, 5, RECORD), LogEntry(9, 4, RECORD))),  # falling terms
+        (7, 4, (LogEntry(8, 6, RECORD),)),  # above the append's term
+        (7, 4, (LogEntry(8, 5, RECORD, noop=True),)),  # a no-op with a body
         (7, 4, (LogEntry(8, 5, b""),)),  # a client entry without one
+        (7, 4, (LogEntry(8, 5, b"abc"),)),  # a body that is not a record
+        (7, 4, (LogEntry(8, 5, RECORD + b"x"),)),  # a record and more
+        (7, 4, (LogEntry(8, 5, RECORD[:-1]),)),  # part of a record
     ],
 )
 def test_peer_codec_refuses_an_append_no_log_can_take(

@@ -21,7 +21,8 @@ A frame that does not decode raises :class:`handlers.CorruptedFrameError` (the c
 closes), and so does an APPEND no log can take: ``prev_index`` below 0, ``prev_term`` outside
 ``[0, term]``, entry indexes not following ``prev_index``, entry terms falling (below
 ``prev_term`` or the entry before) or above the append's term, a no-op with a body or a client
-entry without one. Frames over the maximum length close it with
+entry whose body is not exactly one RocketMQ record (as recovery checks; the body CRC is checked
+where it is applied). Frames over the maximum length close it with
 :class:`handlers.TooLongFrameError`. Appends are bounded by ``RaftConfig.max_batch`` entries
 and ``RaftConfig.max_batch_bytes`` (at most half the frame limit: a node caps it there), each
 entry by the broker's message limit; an append of one entry is sent whatever its size.
@@ -41,6 +42,7 @@ from handlers import (
     LengthFieldPrepender,
 )
 from hanet.channel import ChannelDuplexHandler, ChannelHandler, HandlerContext, WriteFuture
+from hanet.store import CorruptRecordError, decode_record
 
 from ._log import LogEntry
 from ._raft import (
@@ -198,6 +200,17 @@ def _check_entry(entry: LogEntry, index: int, last_term: int, term: int) -> None
         )
     if entry.noop == bool(entry.body):
         raise CorruptedFrameError("an appended no-op with a body or client entry without one")
+    if entry.body:
+        # what recovery would cut at the next start is refused now (the body CRC is checked
+        # where the record is applied)
+        try:
+            record = decode_record(entry.body, check_crc=False)
+        except CorruptRecordError as exc:
+            raise CorruptedFrameError(f"an appended entry is not a record: {exc}") from None
+        if record.size != len(entry.body):
+            raise CorruptedFrameError(
+                f"an appended entry of {len(entry.body)} bytes holds a record of {record.size}"
+            )
 
 
 def decode_envelope(frame: bytes | bytearray | memoryview) -> Envelope | Hello:
