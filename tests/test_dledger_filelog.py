@@ -11,6 +11,7 @@ import pytest
 from hanet.dledger import (
     ENTRY_HEADER_SIZE,
     INDEX_ENTRY_SIZE,
+    DLedgerError,
     FileLog,
     HardState,
     LogEntry,
@@ -176,3 +177,35 @@ def test_a_file_of_another_size_is_refused(tmp_path: Path) -> None:
     with pytest.raises(Exception, match="expected 8192"):
         FileLog.open(tmp_path, data_file_size=2 * DATA, index_file_size=INDEX)
     assert os.path.exists(tmp_path / "data" / "00000000000000000000")
+
+
+@pytest.mark.parametrize("text", ["[1, 2]", "3", '"term"', "null"])
+def test_a_hard_state_that_is_not_an_object_is_a_dledger_error(tmp_path: Path, text: str) -> None:
+    with open_log(tmp_path) as log:
+        (tmp_path / "hardstate").write_text(text)
+        with pytest.raises(DLedgerError, match="not a hard state document"):
+            log.load_hard_state()
+
+
+def _open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc/self/fd")
+def test_a_refused_open_closes_the_files_it_opened(tmp_path: Path) -> None:
+    with open_log(tmp_path) as log:
+        log.append(entries(1, 80))  # several data files
+    data = sorted((tmp_path / "data").iterdir())
+    assert len(data) > 2
+    before = _open_fds()
+    # a later data file of the wrong size: the earlier ones were open
+    with data[-1].open("ab") as f:
+        f.write(b"x")
+    with pytest.raises(DLedgerError, match="expected 4096"):
+        FileLog.open(tmp_path, data_file_size=DATA, index_file_size=INDEX)
+    assert _open_fds() == before
+    os.truncate(data[-1], DATA)
+    # the data files fit, the index files do not
+    with pytest.raises(DLedgerError, match=f"expected {2 * INDEX}"):
+        FileLog.open(tmp_path, data_file_size=DATA, index_file_size=2 * INDEX)
+    assert _open_fds() == before

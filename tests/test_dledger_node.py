@@ -36,7 +36,15 @@ from hanet.dledger import (
 from hanet.dledger import (
     Message as RaftMessage,
 )
-from hanet.store import CommitLogReader, FlushDiskType, Message, compare_commit_logs, decode_record
+from hanet.store import (
+    CommitLogReader,
+    FlushDiskType,
+    Message,
+    MessageRecord,
+    compare_commit_logs,
+    decode_record,
+    encode_record,
+)
 
 RAFT = RaftConfig(
     election_timeout=0.3,
@@ -50,12 +58,14 @@ BROKERS = {i: f"127.0.0.{k + 1}:1091{k}" for k, i in enumerate(IDS)}
 
 # -- codec ------------------------------------------------------------------------------------
 
+RECORD = encode_record(MessageRecord.create(topic="T", body=b"abc"))
+
 MESSAGES: list[RaftMessage] = [
     PreVoteRequest(3, "n1", 10, 2),
     PreVoteResponse(3, 4, True),
     VoteRequest(4, "n2", 0, 0),
     VoteResponse(4, False),
-    AppendRequest(5, "n0", 7, 4, (LogEntry(8, 5, b"", noop=True), LogEntry(9, 5, b"abc")), 6),
+    AppendRequest(5, "n0", 7, 4, (LogEntry(8, 5, b"", noop=True), LogEntry(9, 5, RECORD)), 6),
     AppendRequest(5, "n0", 7, 4, (), 6),
     AppendResponse(5, True, 7, match_index=9),
     AppendResponse(5, False, 7, conflict_term=3, conflict_index=5),
@@ -89,6 +99,34 @@ def test_peer_codec_rejects_truncation_and_trailing_bytes() -> None:
             decode_envelope(frame[:cut])
     with pytest.raises(CorruptedFrameError, match="trailing"):
         decode_envelope(frame + b"x")
+
+
+@pytest.mark.parametrize(
+    ("prev_index", "prev_term", "entries"),
+    [
+        (-1, 0, ()),  # prev_index below 0
+        (7, 6, ()),  # prev_term above the append's term
+        (7, 4, (LogEntry(9, 5, RECORD),)),  # not following prev_index
+        (7, 4, (LogEntry(8, 5, RECORD), LogEntry(8, 5, RECORD))),  # repeated index
+        (7, 4, (LogEntry(8, 3, RECORD),)),  # below prev_term
+        (7, 4, (LogEntry(8, 5, RECORD), LogEntry(9, 4, RECORD))),  # falling terms
+        (7, 4, (LogEntry(8, 6, RECORD),)),  # above the append's term
+        (7, 4, (LogEntry(8, 5, RECORD, noop=True),)),  # a no-op with a body
+        (7, 4, (LogEntry(8, 5, b""),)),  # a client entry without one
+        (7, 4, (LogEntry(8, 5, b"abc"),)),  # a body that is not a record
+        (7, 4, (LogEntry(8, 5, RECORD + b"x"),)),  # a record and more
+        (7, 4, (LogEntry(8, 5, RECORD[:-1]),)),  # part of a record
+    ],
+)
+def test_peer_codec_refuses_an_append_no_log_can_take(
+    prev_index: int, prev_term: int, entries: tuple[LogEntry, ...]
+) -> None:
+    """Decodable, but the follower's log would raise ValueError in the node loop (and end
+    DLedgerNode.run): refused as a corrupted frame, which closes only that connection."""
+    request = AppendRequest(5, "n0", prev_index, prev_term, entries, 6)
+    frame = encode_envelope(Envelope("n0", "n1", request))
+    with pytest.raises(CorruptedFrameError, match="append"):
+        decode_envelope(frame)
 
 
 def test_parse_peers() -> None:
@@ -289,6 +327,36 @@ async def test_a_node_restarts_with_its_log_and_view(
     await group.put(10)
     await group.converged()
     assert view_records(tmp_path / follower) == [f"m{n}".encode() for n in range(11)]
+
+
+async def test_only_a_member_names_its_broker_port_in_a_hello(
+    autojump_clock: trio.testing.MockClock, tmp_path: Path
+) -> None:
+    """A HELLO from a stranger reaching the peer port, or claiming to be this node, is
+    ignored: otherwise it could grow the table and redirect NOT_LEADER answers."""
+    config = NodeConfig(
+        group="g",
+        node_id="a",
+        peers={"a": "a:0", "b": "b:0"},
+        store_dir=tmp_path,
+        broker_addresses={"a": "127.0.0.1:1"},
+        raft=RAFT,
+    )
+    node = DLedgerNode(config, connector=MemoryNetwork().connector_for("a"), listen=False)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(node.run)
+        left, right = trio.testing.memory_stream_pair()
+        nursery.start_soon(node.accept, right)
+        for hello in (
+            Hello("x", "a", "10.0.0.9:1"),
+            Hello("a", "a", "10.0.0.9:2"),
+            Hello("b", "a", "127.0.0.2:3"),
+        ):
+            frame = bytes(encode_envelope(hello))
+            await left.send_all(len(frame).to_bytes(4, "big") + frame)
+        await trio.sleep(0.01)
+        assert node.broker_addresses == {"a": "127.0.0.1:1", "b": "127.0.0.2:3"}
+        nursery.cancel_scope.cancel()
 
 
 async def test_a_lone_node_elects_itself_and_commits(

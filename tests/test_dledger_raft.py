@@ -324,3 +324,30 @@ def test_the_core_is_sans_io() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_appends_are_bounded_in_bytes_and_carry_one_large_entry_alone() -> None:
+    """A follower catching up on large entries gets appends that fit ``max_batch_bytes``
+    (bodies + 21 bytes each), or a single entry when one alone is larger: an append never
+    outgrows the peer frame limit however many entries ``max_batch`` allows."""
+    config = attrs.evolve(SIM_RAFT_CONFIG, max_batch=64, max_batch_bytes=1000)
+    bodies = [b"x" * 300] * 10 + [b"y" * 5000] + [b"z" * 10] * 3
+    logs = {"a": [(1, body) for body in bodies], "b": [], "c": []}
+    hard = dict.fromkeys("abc", HardState(1))
+    cluster = Cluster(["a", "b", "c"], config, logs=logs, hard_states=hard)
+    sizes: list[list[int]] = []
+
+    def record(e: Envelope) -> bool:
+        if isinstance(e.message, AppendRequest) and e.message.entries:
+            sizes.append([len(x.body) for x in e.message.entries])
+        return True
+
+    cluster.timeout("a")
+    cluster.run(record)
+    assert cluster.nodes["a"].role is Role.LEADER
+    assert cluster.commits["a"] == len(bodies) + 1  # the entries and the no-op of term 2
+    assert [5000] in sizes
+    for batch in sizes:
+        assert len(batch) == 1 or sum(batch) + 21 * len(batch) <= 1000
+    assert max(len(batch) for batch in sizes if 300 in batch) == 3  # 3 x 321 bytes fit
+    assert [10, 10, 10, 0] in sizes  # small entries (and the no-op) still go together

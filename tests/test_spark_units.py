@@ -234,6 +234,24 @@ def test_flipped_body_byte_is_a_crc_failure_and_the_scan_goes_on(tmp_path: Path)
     assert rows[1]["physical_offset"] == SIZE
 
 
+def test_several_crc_failures_each_give_one_row_and_a_bad_header_still_ends(
+    tmp_path: Path,
+) -> None:
+    records = [bytearray(record(i * SIZE)) for i in range(8)]
+    for k in (1, 2, 5, 7):
+        records[k][100] ^= 0x01  # inside the body: each checked on its own, the scan goes on
+    write_file(tmp_path / "crc" / "commitlog", 0, *map(bytes, records))
+    rows = rows_of(tmp_path / "crc")
+    assert [r["status"] for r in rows] == ["ok"] * 8
+    assert [r["crc_ok"] for r in rows] == [k not in (1, 2, 5, 7) for k in range(8)]
+    assert [r["physical_offset"] for r in rows] == [k * SIZE for k in range(8)]
+    records[6][5] ^= 0xFF  # a bad magic code after the CRC failures: one corrupt row
+    write_file(tmp_path / "magic" / "commitlog", 0, *map(bytes, records))
+    rows = rows_of(tmp_path / "magic")
+    assert [r["status"] for r in rows] == ["ok"] * 6 + ["corrupt"]
+    assert [r["crc_ok"] for r in rows[:6]] == [True, False, False, True, True, False]
+
+
 def test_torn_tail_and_misplaced_blank(tmp_path: Path) -> None:
     records = [record(i * SIZE) for i in range(3)]
     write_file(tmp_path / "torn" / "commitlog", 0, *records[:2], records[2][:120])

@@ -18,8 +18,14 @@ Each frame follows a u32 length prefix (``LengthFieldBasedFrameDecoder(max, 0, 4
                     so followers can name the leader's broker port in NOT_LEADER answers)
 
 A frame that does not decode raises :class:`handlers.CorruptedFrameError` (the connection
-closes); frames over the maximum length close it with :class:`handlers.TooLongFrameError`.
-Appends are bounded by ``RaftConfig.max_batch`` entries, each by the broker's message limit.
+closes), and so does an APPEND no log can take: ``prev_index`` below 0, ``prev_term`` outside
+``[0, term]``, entry indexes not following ``prev_index``, entry terms falling (below
+``prev_term`` or the entry before) or above the append's term, a no-op with a body or a client
+entry whose body is not exactly one RocketMQ record (as recovery checks; the body CRC is checked
+where it is applied). Frames over the maximum length close it with
+:class:`handlers.TooLongFrameError`. Appends are bounded by ``RaftConfig.max_batch`` entries
+and ``RaftConfig.max_batch_bytes`` (at most half the frame limit: a node caps it there), each
+entry by the broker's message limit; an append of one entry is sent whatever its size.
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ from handlers import (
     LengthFieldPrepender,
 )
 from hanet.channel import ChannelDuplexHandler, ChannelHandler, HandlerContext, WriteFuture
+from hanet.store import CorruptRecordError, decode_record
 
 from ._log import LogEntry
 from ._raft import (
@@ -58,7 +65,7 @@ __all__ = [
 ]
 
 DEFAULT_MAX_PEER_FRAME = 256 * 1024 * 1024
-"""Largest peer frame accepted (an append of ``max_batch`` entries of large messages)."""
+"""Largest peer frame accepted (twice the default ``RaftConfig.max_batch_bytes``)."""
 
 _U8 = struct.Struct(">B")
 _U16 = struct.Struct(">H")
@@ -183,6 +190,29 @@ class _Reader:
         return bool(value)
 
 
+def _check_entry(entry: LogEntry, index: int, last_term: int, term: int) -> None:
+    """Refuse an appended entry a log cannot take (it would fail the node, not the frame)."""
+    if entry.index != index:
+        raise CorruptedFrameError(f"an appended entry of index {entry.index}, expected {index}")
+    if not last_term <= entry.term <= term:
+        raise CorruptedFrameError(
+            f"an appended entry of term {entry.term} after term {last_term} in term {term}"
+        )
+    if entry.noop == bool(entry.body):
+        raise CorruptedFrameError("an appended no-op with a body or client entry without one")
+    if entry.body:
+        # what recovery would cut at the next start is refused now (the body CRC is checked
+        # where the record is applied)
+        try:
+            record = decode_record(entry.body, check_crc=False)
+        except CorruptRecordError as exc:
+            raise CorruptedFrameError(f"an appended entry is not a record: {exc}") from None
+        if record.size != len(entry.body):
+            raise CorruptedFrameError(
+                f"an appended entry of {len(entry.body)} bytes holds a record of {record.size}"
+            )
+
+
 def decode_envelope(frame: bytes | bytearray | memoryview) -> Envelope | Hello:
     """Decode a frame (after the length prefix).
 
@@ -211,11 +241,19 @@ def decode_envelope(frame: bytes | bytearray | memoryview) -> Envelope | Hello:
         leader = r.str()
         prev_index, prev_term, commit = r.unpack(_APPEND)
         (count,) = r.unpack(_U32)
+        if prev_index < 0 or not 0 <= prev_term <= term:
+            raise CorruptedFrameError(
+                f"an append after index {prev_index} of term {prev_term} in term {term}"
+            )
         entries = []
-        for _ in range(count):
+        last_term = prev_term
+        for k in range(count):
             index, entry_term, noop = r.unpack(_ENTRY)
             (length,) = r.unpack(_U32)
-            entries.append(LogEntry(index, entry_term, r.take(length), r.flag(noop)))
+            entry = LogEntry(index, entry_term, r.take(length), r.flag(noop))
+            _check_entry(entry, prev_index + 1 + k, last_term, term)
+            last_term = entry_term
+            entries.append(entry)
         message = AppendRequest(term, leader, prev_index, prev_term, tuple(entries), commit)
     elif kind == 6:
         term, success, prev_index, match, conflict, conflict_index = r.unpack(_APPEND_OK)

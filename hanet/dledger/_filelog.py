@@ -116,17 +116,23 @@ class _Files:
         directory.mkdir(parents=True, exist_ok=True)
         self._fds: dict[int, int] = {}
         self.dirty: set[int] = set()
-        for path in sorted(directory.iterdir()):
-            if path.name.isdigit() and len(path.name) == _NAME_DIGITS:
-                start = int(path.name)
-                if start % file_size:
-                    raise DLedgerError(f"{path}: not at a multiple of the file size {file_size}")
-                if path.stat().st_size != file_size:
-                    raise DLedgerError(
-                        f"{path}: {path.stat().st_size} bytes, expected {file_size} "
-                        "(a different file size setting?)"
-                    )
-                self._fds[start] = os.open(path, os.O_RDWR)
+        try:
+            for path in sorted(directory.iterdir()):
+                if path.name.isdigit() and len(path.name) == _NAME_DIGITS:
+                    start = int(path.name)
+                    if start % file_size:
+                        raise DLedgerError(
+                            f"{path}: not at a multiple of the file size {file_size}"
+                        )
+                    if path.stat().st_size != file_size:
+                        raise DLedgerError(
+                            f"{path}: {path.stat().st_size} bytes, expected {file_size} "
+                            "(a different file size setting?)"
+                        )
+                    self._fds[start] = os.open(path, os.O_RDWR)
+        except BaseException:
+            self.close()  # the files opened before the bad one
+            raise
 
     @property
     def starts(self) -> list[int]:
@@ -228,7 +234,11 @@ class FileLog:
         before anything depends on the entries (a group commit) sets it to False."""
         directory.mkdir(parents=True, exist_ok=True)
         self._data = _Files(directory / "data", data_file_size)
-        self._index = _Files(directory / "index", index_file_size)
+        try:
+            self._index = _Files(directory / "index", index_file_size)
+        except BaseException:
+            self._data.close()
+            raise
         self._terms = array("q")
         self._positions = array("q")
         self._sizes = array("q")
@@ -479,6 +489,8 @@ class FileLog:
             return HardState()
         except ValueError as exc:
             raise DLedgerError(f"{path}: not a hard state document: {exc}") from exc
+        if not isinstance(raw, dict):
+            raise DLedgerError(f"{path}: not a hard state document: {raw!r}")
         term, voted = raw.get("term"), raw.get("voted_for")
         if not isinstance(term, int) or not (voted is None or isinstance(voted, str)):
             raise DLedgerError(f"{path}: bad term or vote: {raw!r}")

@@ -148,7 +148,8 @@ class NodeConfig:
         data_file_size, index_file_size: the log's file sizes.
         mapped_file_size: the commit log view's file size.
         flush_interval: seconds between flushes of the log (ASYNC_FLUSH) and the view.
-        max_frame_length: the largest peer frame accepted.
+        max_frame_length: the largest peer frame accepted (appends are cut at half of it,
+            or at ``raft.max_batch_bytes`` when lower).
         retry: reconnect delays towards peers.
     """
 
@@ -243,7 +244,15 @@ class _Inbound(ChannelInboundHandler):
         if isinstance(msg, Envelope):
             self.node._deliver(msg)
         elif isinstance(msg, Hello):
-            if msg.target == self.node.config.node_id and msg.broker_address:
+            # only a member (not this node) names its broker port: anyone else reaching the
+            # peer port would grow the table and could redirect NOT_LEADER answers
+            config = self.node.config
+            if (
+                msg.target == config.node_id
+                and msg.source in config.peers
+                and msg.source != config.node_id
+                and msg.broker_address
+            ):
                 self.node.broker_addresses[msg.source] = msg.broker_address
         else:
             ctx.fire_channel_read(msg)
@@ -430,6 +439,8 @@ class DLedgerNode:
         try:
             self._load_applied()
             hard = self.log.load_hard_state()
+            # an append must fit in a peer frame: cap its byte budget at half of one
+            budget = min(cfg.raft.max_batch_bytes, max(cfg.max_frame_length // 2, 1))
             self._raft = RaftNode(
                 cfg.node_id,
                 cfg.peers,
@@ -437,7 +448,7 @@ class DLedgerNode:
                 hard,
                 trio.current_time(),
                 self._rng,
-                cfg.raft,
+                attrs.evolve(cfg.raft, max_batch_bytes=budget),
             )
             self._raft.on_role_change(self._on_role_change)
             async with trio.open_nursery() as nursery:
@@ -629,10 +640,9 @@ class DLedgerNode:
             self._apply(output.commit_index)
         for result in output.results:
             request = self._puts.get(result.request_id)
-            if request is None:
-                self._by_index.pop(result.index, None)
-                continue
             self._by_index.pop(result.index, None)
+            if request is None:
+                continue
             if request.outcome is None:
                 request.outcome = self._outcome(
                     request, result.status, result.index, result.leader_id
@@ -727,7 +737,10 @@ class DLedgerNode:
             index = entry.index + 1
             if not entry.body:
                 continue
-            record = decode_record(entry.body, base_offset=log_.position(index) + ENTRY_HEADER_SIZE)
+            # no body CRC here: append_raw checks every record (and read_entry the entry's)
+            record = decode_record(
+                entry.body, base_offset=entry.pos + ENTRY_HEADER_SIZE, check_crc=False
+            )
             space = file_size - offset % file_size
             if record.size + BLANK_RECORD_SIZE > space:
                 buf += encode_blank(space)
@@ -753,7 +766,7 @@ class DLedgerNode:
                 )
             offset += record.size
         if buf:
-            store.append_raw(start, bytes(buf))
+            store.append_raw(start, buf)
             if store.max_offset != offset:
                 raise RuntimeError(
                     f"{self.config.node_id}: the commit log view refused committed entries: "

@@ -60,6 +60,10 @@ __all__ = [
 ]
 
 
+_ENTRY_OVERHEAD = 21
+"""Bytes an entry takes in an append besides its body (index, term, noop flag, length)."""
+
+
 class Role(enum.Enum):
     """The role of a node in its current term."""
 
@@ -108,6 +112,9 @@ class RaftConfig:
             sent everything again from its match index.
         max_inflight: pipelined appends carrying entries in flight per follower.
         max_batch: entries per append.
+        max_batch_bytes: entry bytes per append (bodies plus 21 bytes of framing each); an
+            append carries at least one entry however large. Keep it at most half the peers'
+            ``max_frame_length`` (a node caps it there) so an append always fits in a frame.
         max_pending: client appends the leader holds waiting for a quorum; more are refused
             with LEADER_PENDING_FULL.
         append_timeout: a client append not committed within this ends with
@@ -121,6 +128,7 @@ class RaftConfig:
     retransmit_timeout: float = 0.3
     max_inflight: int = 4
     max_batch: int = 64
+    max_batch_bytes: int = 128 * 1024 * 1024
     max_pending: int = 10_000
     append_timeout: float = 3.0
     pre_vote: bool = True
@@ -133,6 +141,8 @@ class RaftConfig:
             raise ValueError("timeouts must be positive")
         if self.max_inflight < 1 or self.max_batch < 1 or self.max_pending < 1:
             raise ValueError("max_inflight, max_batch and max_pending must be >= 1")
+        if self.max_batch_bytes < 1:
+            raise ValueError("max_batch_bytes must be >= 1")
 
 
 @attrs.frozen
@@ -354,7 +364,7 @@ class RaftNode:
         self._prevote_term: int | None = None
         self._votes: set[str] = set()
         self._progress: dict[str, _Peer] = {}
-        self._pending: dict[int, _Pending] = {}
+        self._pending: dict[int, _Pending] = {}  # by index, in index order
         self._messages: list[Envelope] = []
         self._results: list[AppendResult] = []
         self._listeners: list[Callable[[Role, int], None]] = []
@@ -675,7 +685,7 @@ class RaftNode:
         prev = peer.next_index - 1
         prev_term = self.log.term_at(prev)
         assert prev_term is not None
-        entries = tuple(self.log.entries_from(peer.next_index, self.config.max_batch))
+        entries = self._batch(self.log.entries_from(peer.next_index, self.config.max_batch))
         if entries:
             if not peer.inflight:
                 peer.last_progress = now
@@ -685,6 +695,16 @@ class RaftNode:
             target,
             AppendRequest(self._term, self.node_id, prev, prev_term, entries, self._commit_index),
         )
+
+    def _batch(self, entries: list[LogEntry]) -> tuple[LogEntry, ...]:
+        """The first of ``entries`` within ``max_batch_bytes`` (at least one)."""
+        budget = self.config.max_batch_bytes
+        size = 0
+        for count, entry in enumerate(entries):
+            size += len(entry.body) + _ENTRY_OVERHEAD
+            if size > budget and count > 0:
+                return tuple(entries[:count])
+        return tuple(entries)
 
     def _replicate(self, now: float, target: str) -> None:
         """Fill the pipeline to ``target`` with what it lacks."""
@@ -733,7 +753,11 @@ class RaftNode:
         # only an entry of the current term commits by counting copies (Raft §5.4.2)
         if candidate > self._commit_index and self.log.term_at(candidate) == self._term:
             self._commit_index = candidate
-            for index in sorted(i for i in self._pending if i <= candidate):
+            # proposed in index order: the committed ones are at the front of the dict
+            while self._pending:
+                index = next(iter(self._pending))
+                if index > candidate:
+                    break
                 pending = self._pending.pop(index)
                 self._results.append(
                     AppendResult(pending.request_id, AppendStatus.SUCCESS, index, self._term)
@@ -764,8 +788,7 @@ class RaftNode:
             )
 
     def _fail_pending(self) -> None:
-        for index in sorted(self._pending):
-            pending = self._pending[index]
+        for index, pending in self._pending.items():  # in index order (proposed so)
             self._results.append(
                 AppendResult(
                     pending.request_id, AppendStatus.WAIT_QUORUM_ACK_TIMEOUT, index, self._term

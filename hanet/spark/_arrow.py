@@ -183,7 +183,12 @@ def _is_invalid(stop: ScanStop) -> bool:
 def _crc_failure(view: memoryview, stop: ScanStop, file_start: int) -> bytes | None:
     """The row of the record at an INVALID stop if its only fault is the body CRC, else None."""
     position = stop.offset - file_start
-    result = scan_index(view, position, None, file_start, None, False, True)
+    if position + 4 > len(view):
+        return None
+    # this one record only: unbounded, the scan would pack rows for the rest of the file
+    total = int.from_bytes(view[position : position + 4], "big")
+    end = min(position + total, len(view))
+    result = scan_index(view, position, end, file_start, None, False, True)
     if result[4] == 0:
         return None
     row = result[5][: ROW.size]
