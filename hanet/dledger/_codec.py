@@ -201,10 +201,10 @@ def _check_entry(entry: LogEntry, index: int, last_term: int, term: int) -> None
     if entry.noop == bool(entry.body):
         raise CorruptedFrameError("an appended no-op with a body or client entry without one")
     if entry.body:
-        # what recovery would cut at the next start is refused now (the body CRC is checked
-        # where the record is applied)
+        # what recovery would cut at the next start (it checks the record, body CRC included)
+        # is refused now, at the wire
         try:
-            record = decode_record(entry.body, check_crc=False)
+            record = decode_record(entry.body)
         except CorruptRecordError as exc:
             raise CorruptedFrameError(f"an appended entry is not a record: {exc}") from None
         if record.size != len(entry.body):
