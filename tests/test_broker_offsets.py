@@ -71,6 +71,27 @@ def test_commit_query_and_the_rocketmq_file_shape(tmp_path: Path) -> None:
     assert ConsumerOffsets.load(path).table() == offsets.table()
 
 
+async def test_persist_async_writes_a_snapshot_in_a_worker_thread(tmp_path: Path) -> None:
+    """The file is written off the trio thread; a commit made meanwhile stays dirty; a failed
+    write makes the table dirty again."""
+    path = tmp_path / "consumerOffset.json"
+    offsets = ConsumerOffsets(path)
+    offsets.commit("g", "T", 0, 1)
+    assert await offsets.persist_async()
+    assert not offsets.dirty and offsets.persists == 1 and offsets.last_persisted is not None
+    assert json.loads(path.read_text())["offsetTable"] == {"T@g": {"0": 1}}
+    assert not await offsets.persist_async()
+    offsets.commit("g", "T", 0, 2)
+    path.with_name(path.name + ".tmp").mkdir()  # the temporary file cannot be written
+    with pytest.raises(OSError):
+        await offsets.persist_async()
+    assert (offsets.dirty, offsets.last_error is not None, offsets.persists) == (True, True, 1)
+    path.with_name(path.name + ".tmp").rmdir()
+    assert await offsets.persist_async()
+    assert json.loads(path.read_text())["offsetTable"] == {"T@g": {"0": 2}}
+    assert offsets.last_error is None
+
+
 def test_a_write_keeps_the_previous_file_as_bak_and_leaves_no_tmp(tmp_path: Path) -> None:
     path = tmp_path / "consumerOffset.json"
     offsets = ConsumerOffsets(path)
@@ -146,6 +167,9 @@ async def test_offsets_are_flushed_every_interval_and_at_shutdown(
         await trio.sleep(4.9)
         assert not path.exists()
         await trio.sleep(0.2)
+        # The write runs in a worker thread (real time, while the mock clock jumps): waiting
+        # for the offsets' own lock waits for the write in flight.
+        await broker.offsets.persist_async()
         assert json.loads(path.read_text())["offsetTable"] == {"T@g": {"0": 10}}
         broker.commit_offset("g", "T", 0, 11)
         assert broker.offsets.persists == 1

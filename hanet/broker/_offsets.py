@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -73,6 +74,10 @@ class ConsumerOffsets:
         outside trio)."""
         self.last_error: str | None = None
         """Why the last write failed (None after a success)."""
+        # Writes from worker threads (persist_async) and the final blocking one never overlap
+        # on the file; the trio lock keeps the async writes in the order of their snapshots.
+        self._file_lock = threading.Lock()
+        self._async_lock = trio.Lock()
 
     @classmethod
     def load(cls, path: Path) -> ConsumerOffsets:
@@ -141,28 +146,74 @@ class ConsumerOffsets:
         return self._dirty
 
     def persist(self) -> bool:
-        """Write the table if it changed (and has a file); returns whether it wrote.
+        """Write the table if it changed (and has a file); returns whether it wrote. Blocks:
+        within trio, :meth:`persist_async` writes in a worker thread.
 
         Raises:
             OSError: the file cannot be written (the table stays dirty).
         """
-        if not self._dirty or self.path is None:
+        document = self._snapshot()
+        if document is None:
             return False
         try:
-            write_config_file(self.path, {"offsetTable": offsets_to_json(self._table)})
+            self._write(document)
         except OSError as exc:
-            self.last_error = f"{type(exc).__name__}: {exc}"
+            self._failed(exc)
             raise
+        self._wrote()
+        return True
+
+    async def persist_async(self) -> bool:
+        """:meth:`persist` with the file written in a worker thread: the table is snapshotted
+        on the trio thread, so commits go on while the file is written (they make the table
+        dirty again for the next write).
+
+        Raises:
+            OSError: the file cannot be written (the table is dirty again).
+        """
+        async with self._async_lock:
+            document = self._snapshot()
+            if document is None:
+                return False
+            try:
+                await trio.to_thread.run_sync(self._write, document)
+            except OSError as exc:
+                self._failed(exc)
+                raise
+            self._wrote()
+            return True
+
+    def _snapshot(self) -> dict[str, Any] | None:
+        """The document to write (the table is then clean), None when nothing is to be written."""
+        if not self._dirty or self.path is None:
+            return None
         self._dirty = False
+        return {"offsetTable": offsets_to_json(self._table)}
+
+    def _write(self, document: dict[str, Any]) -> None:
+        """Write ``document`` (a snapshot) to the file (any thread).
+
+        Raises:
+            OSError: the file cannot be written.
+        """
+        assert self.path is not None
+        with self._file_lock:
+            write_config_file(self.path, document)
+
+    def _wrote(self) -> None:
         self.persists += 1
         self.last_persisted = _now()
         self.last_error = None
-        return True
+
+    def _failed(self, exc: OSError) -> None:
+        self._dirty = True  # the snapshot was not written: the next round tries again
+        self.last_error = f"{type(exc).__name__}: {exc}"
 
     async def run(
         self, interval: float, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
     ) -> None:
-        """Persist every ``interval`` seconds until cancelled, then once more.
+        """Persist every ``interval`` seconds (in a worker thread) until cancelled, then once
+        more (blocking, so that it happens while the run is cancelled).
 
         A failed write is logged at WARNING and tried again next round.
         """
@@ -170,12 +221,15 @@ class ConsumerOffsets:
         try:
             while True:
                 await trio.sleep(interval)
-                self._persist_logged()
+                try:
+                    await self.persist_async()
+                except OSError as exc:
+                    self._log_failure(exc)
         finally:
-            self._persist_logged()
+            try:
+                self.persist()
+            except OSError as exc:
+                self._log_failure(exc)
 
-    def _persist_logged(self) -> None:
-        try:
-            self.persist()
-        except OSError as exc:
-            log.warning("cannot write consumer offsets to %s: %s", self.path, exc)
+    def _log_failure(self, exc: OSError) -> None:
+        log.warning("cannot write consumer offsets to %s: %s", self.path, exc)
