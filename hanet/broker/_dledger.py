@@ -28,7 +28,6 @@ from hanet.protocol import (
     BrokerServerCodec,
     BrokerStatus,
     CommitOffsetRequest,
-    CommitOffsetResponse,
     DLedgerInfo,
     DLedgerPeer,
     ErrorCode,
@@ -50,7 +49,13 @@ from hanet.store import CommitLogStore, Message, PutResult, PutStatus, StoreErro
 
 from ._admission import message_properties, refusal
 from ._consumers import ConsumerRegistry, consumer_groups
-from ._handler import MEMBERSHIP_REQUESTS, not_supported, packed_host, serve_membership
+from ._handler import (
+    MEMBERSHIP_REQUESTS,
+    not_supported,
+    packed_host,
+    serve_commit,
+    serve_membership,
+)
 from ._offsets import ConsumerOffsets
 from ._pull import serve_pull
 from ._status import store_status
@@ -225,8 +230,7 @@ class _Requests(ChannelInboundHandler):
             elif isinstance(msg, StatusRequest):
                 ctx.write(StatusResponse(msg.request_id, self.service.status()))
             elif isinstance(msg, CommitOffsetRequest):
-                self.service.offsets.commit(msg.group, msg.topic, msg.queue_id, msg.offset)
-                ctx.write(CommitOffsetResponse(msg.request_id))
+                ctx.write(serve_commit(self.service.offsets.commit, msg))
             elif isinstance(msg, QueryOffsetRequest):
                 offset = self.service.offsets.query(msg.group, msg.topic, msg.queue_id)
                 ctx.write(QueryOffsetResponse(msg.request_id, offset))
