@@ -58,6 +58,7 @@ from ._consumers import ConsumerRegistry, ConsumerRegistryFull
 from ._offsets import ConsumerOffsetsFull
 
 __all__ = [
+    "DEFAULT_MAX_IN_FLIGHT",
     "LOCALHOST",
     "RequestHandler",
     "RequestService",
@@ -69,6 +70,9 @@ __all__ = [
 ]
 
 log = logging.getLogger("hanet.broker")
+
+DEFAULT_MAX_IN_FLIGHT = 1024
+"""Puts of one connection waiting for their answer before the broker stops reading it."""
 
 LOCALHOST = (b"\x7f\x00\x00\x01", 0)
 
