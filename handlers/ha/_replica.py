@@ -141,10 +141,7 @@ class CommitLogReplayHandler(ChannelInboundHandler):
                         "own file end, so its files are larger",
                     )
                     return
-            if self.defer_dispatch:
-                replica.append_raw(msg.offset, msg.body, dispatch=False)
-            else:
-                replica.append_raw(msg.offset, msg.body)
+            replica.append_raw(msg.offset, msg.body, dispatch=not self.defer_dispatch)
             if replica.max_offset != msg.offset + len(msg.body):  # not all kept: a bad record
                 problem = self._misplaced_blank(msg)
                 if problem is not None:

@@ -109,11 +109,6 @@ __all__ = ["Broker", "BrokerAddresses"]
 log = logging.getLogger("hanet.broker")
 
 
-def _trio_clock() -> float:
-    """Trio's clock (the broker's requests are served inside a trio run)."""
-    return trio.current_time()
-
-
 @attrs.frozen
 class BrokerAddresses:
     """Where a running broker listens (reported by :meth:`Broker.run`).
@@ -172,7 +167,7 @@ class Broker:
         self._store_config = store_config
         self._store: CommitLogStore | None = None
         self._offsets: ConsumerOffsets | None = None
-        self.consumers = ConsumerRegistry(consumer_expiry, clock=_trio_clock)
+        self.consumers = ConsumerRegistry(consumer_expiry, clock=trio.current_time)
         """The live members of each consumer group (served on masters and slaves)."""
         self.master: HAMaster | None = None
         self.slave: HASlave | None = None
@@ -225,16 +220,12 @@ class Broker:
     def _make_store_config(self, broker_address: tuple[str, int] | None) -> StoreConfig:
         if self._store_config is not None:
             return self._store_config
-        host, port = broker_address or (self.config.listen_host, self.config.listen_port)
-        if self.config.broker_ip1 is not None:
-            host = self.config.broker_ip1
-        elif host in ("", "0.0.0.0", "::"):
-            host = "127.0.0.1"
+        address = broker_address or (self.config.listen_host, self.config.listen_port)
         return StoreConfig(
             mapped_file_size=self.config.mapped_file_size_commit_log,
             flush_disk_type=self.config.flush_disk_type,
             role=StoreRole.SLAVE if self.role is BrokerRole.SLAVE else StoreRole.MASTER,
-            store_host=f"[{host}]:{port}" if ":" in host else f"{host}:{port}",
+            store_host=_advertised(address, self.config.broker_ip1),
             disk_max_used_space_ratio=self.config.disk_max_used_space_ratio,
         )
 
