@@ -55,7 +55,6 @@ _RATE_WINDOW = 5.0  # seconds the "speed" of a slave is measured over
 # A diverged slave reconnects every few seconds: its ERROR is repeated at most this often.
 _DIVERGENCE_LOG_INTERVAL = 60.0
 _PREFIX = struct.Struct(">iI")  # a record's TOTALSIZE and MAGICCODE
-_HEADER = struct.Struct(">qi")  # a transfer frame's header (as TransferFrameEncoder's)
 # A record larger than a batch is read whole to be validated; its size field is trusted up to
 # the largest record a put can write (max body + topic + properties + header) plus slack, so
 # that a corrupt size field cannot make the master copy a whole file.
@@ -339,10 +338,9 @@ class _SlaveConnection(ChannelInboundHandler):
                     return
                 if not body:
                     break
-                # The frame as TransferFrameEncoder writes it, with the body a view of the
-                # mapped commit log sent without a copy: bytes written on a master never change.
-                ctx.write(_HEADER.pack(self.next_offset, len(body)))
-                last_write = ctx.write(ReadOnlyBuffer(body))
+                # The body is a view of the mapped commit log sent without a copy: bytes
+                # written on a master never change.
+                last_write = ctx.write(TransferFrame(self.next_offset, ReadOnlyBuffer(body)))
                 self.next_offset += len(body)
                 sent += len(body)
                 if cap is not None:
