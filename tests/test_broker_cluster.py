@@ -92,6 +92,37 @@ async def test_a_name_server_request_to_a_broker_is_not_supported(tmp_path: Path
             assert (await b.status()).role == "ASYNC_MASTER"
 
 
+async def test_a_dledger_broker_port_pauses_reading_past_its_puts_in_flight(
+    tmp_path: Path,
+) -> None:
+    """With one put in flight allowed, pipelined puts are still all answered, in turn."""
+    raft = RaftConfig(election_timeout=0.3, heartbeat_interval=0.05, retransmit_timeout=0.15)
+    node_config = NodeConfig(
+        group="g", node_id="solo", peers={"solo": "x:0"}, store_dir=tmp_path, raft=raft
+    )
+    node = DLedgerNode(node_config, connector=MemoryNetwork().connector_for("solo"), listen=False)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(node.run)
+        service = DLedgerBrokerService(node, max_in_flight=1)
+        listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+        port = listeners[0].socket.getsockname()[1]
+        await nursery.start(partial(serve_listeners, service.initialize, listeners))
+        with trio.fail_after(10):
+            while node.status().role != "LEADER":  # noqa: ASYNC110
+                await trio.sleep(0.05)
+        async with BrokerClient.connect("127.0.0.1", port) as c:
+            replies: list[Any] = []
+
+            async def put(i: int) -> None:
+                replies.append(await c.put("T", b"m%d" % i, queue_id=0))
+
+            async with trio.open_nursery() as puts:
+                for i in range(20):
+                    puts.start_soon(put, i)
+        assert len(replies) == 20 and service.puts == 20
+        nursery.cancel_scope.cancel()
+
+
 async def test_a_dledger_broker_port_serves_offsets_and_refuses_metadata(tmp_path: Path) -> None:
     raft = RaftConfig(election_timeout=0.3, heartbeat_interval=0.05, retransmit_timeout=0.15)
     node_config = NodeConfig(

@@ -74,6 +74,21 @@ def test_unregister_leaves_at_once() -> None:
     assert registry.groups() == {}
 
 
+def test_a_renewed_member_outlives_older_ones_across_groups() -> None:
+    clock = Clock()
+    registry = ConsumerRegistry(expiry=10.0, clock=clock)
+    registry.heartbeat("G", "a")
+    registry.heartbeat("H", "b")
+    clock.now += 6
+    registry.heartbeat("G", "c")
+    registry.heartbeat("G", "a")  # renewed: now the newest
+    clock.now += 6
+    assert registry.groups() == {"G": ("a", "c")}
+    registry.unregister("G", "c")
+    clock.now += 5
+    assert registry.groups() == {}
+
+
 def test_short_expiry_and_a_bad_one() -> None:
     clock = Clock()
     registry = ConsumerRegistry(expiry=1.0, clock=clock)

@@ -6,6 +6,7 @@ from functools import partial
 from pathlib import Path
 
 import attrs
+import pytest
 import trio
 
 from hanet.broker import Broker, BrokerAddresses, BrokerMetrics, serve_metrics
@@ -87,6 +88,36 @@ async def test_http_endpoint() -> None:
         assert (await http_get(port, b"garbage\r\n\r\n")).startswith(b"HTTP/1.1 400")
         assert (await http_get(port, b"G" * 10000)).startswith(b"HTTP/1.1 431")
         nursery.cancel_scope.cancel()
+
+
+async def test_a_status_that_fails_is_answered_500_and_the_endpoint_stays(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    failing = [False]
+
+    def status() -> BrokerStatus:
+        if failing[0]:
+            raise RuntimeError("boom")
+        return STATUS
+
+    metrics = BrokerMetrics(status)
+    failing[0] = True
+    async with trio.open_nursery() as nursery:
+        _host, port = await nursery.start(partial(serve_metrics, metrics, "127.0.0.1", 0))
+        answer = await http_get(port, b"GET /metrics HTTP/1.1\r\n\r\n")
+        assert answer.startswith(b"HTTP/1.1 500 Internal Server Error")
+        assert "boom" in caplog.text
+        failing[0] = False
+        assert (await http_get(port, b"GET /metrics HTTP/1.1\r\n\r\n")).startswith(b"HTTP/1.1 200")
+        nursery.cancel_scope.cancel()
+
+
+def test_put_statuses_are_counted_per_status() -> None:
+    metrics = BrokerMetrics(lambda: STATUS)
+    metrics.observe_put(["PUT_OK", "PUT_OK", "MESSAGE_ILLEGAL", "PUT_OK"], 0.001)
+    text = metrics.exposition().decode()
+    assert sample(text, 'hanet_puts_total{status="PUT_OK"}') == 3
+    assert sample(text, 'hanet_puts_total{status="MESSAGE_ILLEGAL"}') == 1
 
 
 async def test_a_running_broker_serves_metrics_that_move(tmp_path: Path) -> None:

@@ -15,14 +15,16 @@ import trio
 import trio.testing
 
 from hanet.broker import (
+    MAX_QUEUE_ID,
     OFFSETS_FILE,
     Broker,
     BrokerAddresses,
     ConfigFileError,
     ConsumerOffsets,
+    ConsumerOffsetsFull,
     write_config_file,
 )
-from hanet.client import BrokerClient
+from hanet.client import BrokerClient, BrokerError
 from hanet.ha import BrokerConfig, BrokerRole
 
 FILE = 64 * 1024
@@ -69,6 +71,46 @@ def test_commit_query_and_the_rocketmq_file_shape(tmp_path: Path) -> None:
     offsets.commit("g", "T", 0, 12)  # the same offset: nothing to write
     assert not offsets.dirty
     assert ConsumerOffsets.load(path).table() == offsets.table()
+
+
+async def test_persist_async_writes_a_snapshot_in_a_worker_thread(tmp_path: Path) -> None:
+    """The file is written off the trio thread; a commit made meanwhile stays dirty; a failed
+    write makes the table dirty again."""
+    path = tmp_path / "consumerOffset.json"
+    offsets = ConsumerOffsets(path)
+    offsets.commit("g", "T", 0, 1)
+    assert await offsets.persist_async()
+    assert not offsets.dirty and offsets.persists == 1 and offsets.last_persisted is not None
+    assert json.loads(path.read_text())["offsetTable"] == {"T@g": {"0": 1}}
+    assert not await offsets.persist_async()
+    offsets.commit("g", "T", 0, 2)
+    path.with_name(path.name + ".tmp").mkdir()  # the temporary file cannot be written
+    with pytest.raises(OSError):
+        await offsets.persist_async()
+    assert (offsets.dirty, offsets.last_error is not None, offsets.persists) == (True, True, 1)
+    path.with_name(path.name + ".tmp").rmdir()
+    assert await offsets.persist_async()
+    assert json.loads(path.read_text())["offsetTable"] == {"T@g": {"0": 2}}
+    assert offsets.last_error is None
+
+
+def test_the_table_is_bounded_and_updates_of_kept_offsets_always_pass(tmp_path: Path) -> None:
+    offsets = ConsumerOffsets(max_entries=2, max_queue_offsets=3)
+    offsets.commit("g", "T", 0, 1)
+    offsets.commit("g", "U", 0, 1)
+    with pytest.raises(ConsumerOffsetsFull, match=r"at most 2\): T@h is not added"):
+        offsets.commit("h", "T", 0, 1)
+    offsets.commit("g", "T", 1, 1)
+    with pytest.raises(ConsumerOffsetsFull, match="at most 3"):
+        offsets.commit("g", "T", 2, 1)
+    for queue_id in (-1, MAX_QUEUE_ID + 1):
+        with pytest.raises(ConsumerOffsetsFull, match="outside"):
+            ConsumerOffsets().commit("g", "T", queue_id, 1)
+    offsets.commit("g", "T", 0, 9)  # an offset the table holds: always updated
+    assert offsets.query("g", "T", 0) == 9
+    offsets.update({("T", "g"): {0: 10}})  # the master's table: replaces (one offset fewer)
+    offsets.commit("g", "T", 5, 1)
+    assert offsets.table() == {("T", "g"): {0: 10, 5: 1}, ("U", "g"): {0: 1}}
 
 
 def test_a_write_keeps_the_previous_file_as_bak_and_leaves_no_tmp(tmp_path: Path) -> None:
@@ -146,6 +188,9 @@ async def test_offsets_are_flushed_every_interval_and_at_shutdown(
         await trio.sleep(4.9)
         assert not path.exists()
         await trio.sleep(0.2)
+        # The write runs in a worker thread (real time, while the mock clock jumps): waiting
+        # for the offsets' own lock waits for the write in flight.
+        await broker.offsets.persist_async()
         assert json.loads(path.read_text())["offsetTable"] == {"T@g": {"0": 10}}
         broker.commit_offset("g", "T", 0, 11)
         assert broker.offsets.persists == 1
@@ -189,3 +234,15 @@ async def test_commit_and_query_on_the_broker_port_of_a_master_and_a_slave(
             assert slave.offsets.table() == {("T", "g"): {1: 7}}
     on_disk = json.loads((tmp_path / "s" / OFFSETS_FILE).read_text())
     assert on_disk["offsetTable"] == {"T@g": {"1": 7}}
+
+
+async def test_a_commit_past_the_bounds_is_answered_system_error(tmp_path: Path) -> None:
+    async with running(config(tmp_path)) as (broker, addresses):
+        assert addresses.broker is not None
+        broker.offsets.max_entries = 1
+        async with BrokerClient.connect(*addresses.broker) as c:
+            await c.commit_offset("g", "T", 0, 1)
+            with pytest.raises(BrokerError, match=r"SYSTEM_ERROR.*U@g is not added"):
+                await c.commit_offset("g", "U", 0, 1)
+            await c.commit_offset("g", "T", 0, 2)  # the connection stays, updates pass
+            assert await c.query_offset("g", "T", 0) == 2

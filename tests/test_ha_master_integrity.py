@@ -246,6 +246,33 @@ async def test_a_request_inside_a_record_is_refused_and_shown(
     assert "request offset 7 is not a record boundary" in caplog.text
 
 
+async def test_a_request_inside_a_record_of_a_full_file_reads_no_file_tail(
+    autojump_clock: trio.testing.MockClock,
+    master_store: CommitLogStore,
+    peer: Peer,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An 8-byte report inside a record of a full older file is refused after a walk of the
+    record headers, without copying the rest of the file."""
+    master, stream = peer
+    put(master_store, 200)
+    entry = master_store.consume_queue_entry("T", 0, 3)
+    assert entry is not None and entry[0] + FILE < master_store.max_offset
+    sizes: list[int] = []
+    read = master_store.read
+
+    def counting_read(offset: int, size: int) -> bytes:
+        sizes.append(size)
+        return read(offset, size)
+
+    monkeypatch.setattr(master_store, "read", counting_read)
+    await stream.send_all(REPORT.pack(entry[0] + 5))
+    with pytest.raises(EOFError):
+        await read_frame(stream)
+    assert "not a record boundary" in master.status().closed[0].state
+    assert sizes == []
+
+
 @pytest.mark.parametrize("where", ["record", "file start", "data end", "blank tail"])
 async def test_a_request_at_a_boundary_is_served(
     autojump_clock: trio.testing.MockClock, master_store: CommitLogStore, peer: Peer, where: str

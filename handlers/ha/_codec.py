@@ -7,7 +7,13 @@ from typing import Any
 
 import attrs
 
-from hanet.channel import ChannelInboundHandler, ChannelOutboundHandler, HandlerContext, WriteFuture
+from hanet.channel import (
+    ChannelInboundHandler,
+    ChannelOutboundHandler,
+    HandlerContext,
+    ReadOnlyBuffer,
+    WriteFuture,
+)
 
 from .._byte_to_message import ByteCursor, ByteToMessageDecoder
 from .._errors import CorruptedFrameError
@@ -39,10 +45,20 @@ class OffsetReport:
 
 @attrs.frozen
 class TransferFrame:
-    """Master to slave: commit log bytes at a physical offset; an empty body is a heartbeat."""
+    """Master to slave: commit log bytes at a physical offset; an empty body is a heartbeat.
+
+    A :class:`~hanet.channel.ReadOnlyBuffer` body (bytes that stay as they are until sent, such
+    as a view of a master's mapped commit log) is written by :class:`TransferFrameEncoder`
+    without a copy."""
 
     offset: int
-    body: bytes | memoryview = b""
+    body: bytes | memoryview | ReadOnlyBuffer = b""
+
+    @property
+    def data(self) -> bytes | memoryview:
+        """The body's bytes (the view of a :class:`~hanet.channel.ReadOnlyBuffer` body)."""
+        body = self.body
+        return body.view if isinstance(body, ReadOnlyBuffer) else body
 
     @property
     def is_heartbeat(self) -> bool:
@@ -100,7 +116,9 @@ def transfer_frame_decoder(batch_size: int = 32 * 1024) -> LengthFieldBasedFrame
 
 class TransferFrameEncoder(ChannelOutboundHandler):
     """Write a :class:`TransferFrame` as its 12-byte header then its body (two messages, so
-    the body is not copied; the outbound buffer sends them together)."""
+    the body is not copied by the encoder; the outbound buffer sends them together). A
+    :class:`~hanet.channel.ReadOnlyBuffer` body is passed on as it is: the channel sends it
+    without its snapshot copy."""
 
     sharable = True
 

@@ -141,10 +141,7 @@ class CommitLogReplayHandler(ChannelInboundHandler):
                         "own file end, so its files are larger",
                     )
                     return
-            if self.defer_dispatch:
-                replica.append_raw(msg.offset, msg.body, dispatch=False)
-            else:
-                replica.append_raw(msg.offset, msg.body)
+            replica.append_raw(msg.offset, msg.data, dispatch=not self.defer_dispatch)
             if replica.max_offset != msg.offset + len(msg.body):  # not all kept: a bad record
                 problem = self._misplaced_blank(msg)
                 if problem is not None:
@@ -171,7 +168,7 @@ class CommitLogReplayHandler(ChannelInboundHandler):
         index = error - msg.offset
         if not 0 <= index <= len(msg.body) - _PREFIX.size:
             return None
-        total, magic = _PREFIX.unpack_from(msg.body, index)
+        total, magic = _PREFIX.unpack_from(msg.data, index)
         if magic != BLANK_MAGIC or total <= 0:
             return None
         end = error + total
@@ -184,7 +181,7 @@ class CommitLogReplayHandler(ChannelInboundHandler):
         seen = msg.end_offset
         if seen > end or seen < min(end, error + 2 * _PREFIX.size):
             return None
-        tail = msg.body[index + _PREFIX.size : seen - msg.offset]
+        tail = msg.data[index + _PREFIX.size : seen - msg.offset]
         if any(tail):
             return None
         guess = end & -end  # the largest power of two dividing the master's file end

@@ -24,7 +24,14 @@ from ._consumers import (
 from ._dledger import DEFAULT_QUEUES, DLedgerBrokerService
 from ._handler import RequestHandler, RequestService
 from ._metrics import BrokerMetrics, serve_metrics
-from ._offsets import OFFSETS_FILE, ConsumerOffsets
+from ._offsets import (
+    MAX_OFFSET_ENTRIES,
+    MAX_QUEUE_ID,
+    MAX_QUEUE_OFFSETS,
+    OFFSETS_FILE,
+    ConsumerOffsets,
+    ConsumerOffsetsFull,
+)
 from ._properties import apply_properties, load_properties, parse_properties
 from ._pull import MAX_PULL_BYTES, serve_pull, suggest_broker_id
 from ._registration import NameServerRegistrar
@@ -35,7 +42,10 @@ __all__ = [
     "DEFAULT_QUEUES",
     "MAX_CONSUMER_GROUPS",
     "MAX_GROUP_MEMBERS",
+    "MAX_OFFSET_ENTRIES",
     "MAX_PULL_BYTES",
+    "MAX_QUEUE_ID",
+    "MAX_QUEUE_OFFSETS",
     "OFFSETS_FILE",
     "TOPICS_FILE",
     "Broker",
@@ -43,6 +53,7 @@ __all__ = [
     "BrokerMetrics",
     "ConfigFileError",
     "ConsumerOffsets",
+    "ConsumerOffsetsFull",
     "ConsumerRegistry",
     "ConsumerRegistryFull",
     "DLedgerBrokerService",

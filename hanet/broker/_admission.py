@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
-from hanet.protocol import AUTO_QUEUE, PutMessage, message_problem
-from hanet.store import MAX_PROPERTIES_SIZE, PutResult, PutStatus, encode_properties
+import itertools
+from collections.abc import Callable, Iterable, Sequence
+from typing import TypeVar
 
-__all__ = ["message_properties", "refusal"]
+import attrs
+
+from hanet.protocol import AUTO_QUEUE, PutMessage, message_problem
+from hanet.store import MAX_PROPERTIES_SIZE, Message, PutResult, PutStatus, encode_properties
+
+__all__ = ["Admission", "RoundRobin", "admit", "message_properties", "refusal"]
+
+T = TypeVar("T")
 
 
 def message_properties(message: PutMessage) -> dict[str, str]:
@@ -40,3 +48,79 @@ def refusal(
             detail=f"properties of {size} bytes are over {MAX_PROPERTIES_SIZE}",
         )
     return None
+
+
+class RoundRobin:
+    """The queue of each put without a queue id: each topic's queues in turn.
+
+    Args:
+        queues: how many queues a topic has.
+    """
+
+    def __init__(self, queues: int) -> None:
+        self.queues = queues
+        self._counters: dict[str, itertools.count[int]] = {}
+
+    def __call__(self, topic: str) -> int:
+        counter = self._counters.get(topic)
+        if counter is None:
+            counter = self._counters[topic] = itertools.count()
+        return next(counter) % self.queues
+
+
+@attrs.frozen
+class Admission:
+    """What a PUT's messages became: the messages to store, a queue id for each message
+    (-1 when refused) and each message's refusal (None when admitted)."""
+
+    messages: list[Message]
+    queue_ids: list[int]
+    refused: list[PutResult | None]
+
+    def merged(self, results: Iterable[T], refused_as: Callable[[PutResult], T]) -> list[T]:
+        """One answer per message, in order: ``refused_as`` of each refusal, the next of
+        ``results`` (one per admitted message) for the others."""
+        answers = iter(results)
+        return [next(answers) if r is None else refused_as(r) for r in self.refused]
+
+
+def admit(
+    messages: Sequence[PutMessage],
+    born: tuple[bytes, int],
+    *,
+    queues: int,
+    max_body: int,
+    queue_for: Callable[[str], int],
+) -> Admission:
+    """Check every message of a PUT (:func:`refusal`) before any is stored.
+
+    A refused message takes no turn of the round robin (``queue_for``: the queue of a message
+    without a queue id); the others become :class:`~hanet.store.Message` with their
+    properties (:func:`message_properties`) and ``born`` (the producer's packed address and
+    port: the records' BORNHOST).
+    """
+    born_host, born_port = born
+    batch: list[Message] = []
+    queue_ids: list[int] = []
+    refused: list[PutResult | None] = []
+    for m in messages:
+        properties = message_properties(m)
+        refused_by = refusal(m, properties, queues=queues, max_body=max_body)
+        refused.append(refused_by)
+        if refused_by is not None:
+            queue_ids.append(-1)
+            continue
+        queue_id = m.queue_id if m.queue_id != AUTO_QUEUE else queue_for(m.topic)
+        queue_ids.append(queue_id)
+        batch.append(
+            Message(
+                topic=m.topic,
+                body=m.body,
+                queue_id=queue_id,
+                flag=m.flag,
+                properties=properties,
+                born_host=born_host,
+                born_port=born_port,
+            )
+        )
+    return Admission(batch, queue_ids, refused)

@@ -57,7 +57,6 @@ The STATUS answer is :class:`hanet.protocol.BrokerStatus`.
 
 from __future__ import annotations
 
-import itertools
 import logging
 from collections.abc import Callable, Sequence
 from functools import partial
@@ -71,7 +70,6 @@ from hanet.client import NameServerClient
 from hanet.errors import ConfigError
 from hanet.ha import BrokerConfig, BrokerRole, HAMaster, HASlave
 from hanet.protocol import (
-    AUTO_QUEUE,
     DEFAULT_MAX_FRAME_LENGTH,
     BrokerMetadata,
     BrokerRegistration,
@@ -90,16 +88,15 @@ from hanet.protocol import (
 from hanet.store import (
     CommitLogStore,
     FlushDiskType,
-    Message,
     PutResult,
     PutStatus,
     StoreConfig,
     StoreRole,
 )
 
-from ._admission import message_properties, refusal
+from ._admission import RoundRobin, admit
 from ._consumers import CONSUMER_EXPIRY, ConsumerRegistry, consumer_groups
-from ._handler import LOCALHOST, RequestHandler, packed_host, replies
+from ._handler import DEFAULT_MAX_IN_FLIGHT, LOCALHOST, RequestHandler, packed_host, replies
 from ._metrics import BrokerMetrics, serve_metrics
 from ._offsets import OFFSETS_FILE, ConsumerOffsets
 from ._pull import serve_pull, suggest_broker_id
@@ -110,14 +107,6 @@ from ._status import store_status
 __all__ = ["Broker", "BrokerAddresses"]
 
 log = logging.getLogger("hanet.broker")
-
-DEFAULT_MAX_IN_FLIGHT = 1024
-"""Puts of one connection waiting for their answer before the broker stops reading it."""
-
-
-def _trio_clock() -> float:
-    """Trio's clock (the broker's requests are served inside a trio run)."""
-    return trio.current_time()
 
 
 @attrs.frozen
@@ -178,7 +167,7 @@ class Broker:
         self._store_config = store_config
         self._store: CommitLogStore | None = None
         self._offsets: ConsumerOffsets | None = None
-        self.consumers = ConsumerRegistry(consumer_expiry, clock=_trio_clock)
+        self.consumers = ConsumerRegistry(consumer_expiry, clock=trio.current_time)
         """The live members of each consumer group (served on masters and slaves)."""
         self.master: HAMaster | None = None
         self.slave: HASlave | None = None
@@ -188,7 +177,7 @@ class Broker:
         self._announced: set[str] = set()  # the topics of the last registration
         """The registration with the name servers (None without ``namesrv_addr``)."""
         self.addresses = BrokerAddresses(None, None)
-        self._queue_counters: dict[str, itertools.count[int]] = {}
+        self._queue_for = RoundRobin(config.default_topic_queue_nums)
         self._started = 0.0
         self._sync_master = config.broker_role is BrokerRole.SYNC_MASTER
         self.metrics = BrokerMetrics(lambda: self.status() if self._store is not None else None)
@@ -231,16 +220,12 @@ class Broker:
     def _make_store_config(self, broker_address: tuple[str, int] | None) -> StoreConfig:
         if self._store_config is not None:
             return self._store_config
-        host, port = broker_address or (self.config.listen_host, self.config.listen_port)
-        if self.config.broker_ip1 is not None:
-            host = self.config.broker_ip1
-        elif host in ("", "0.0.0.0", "::"):
-            host = "127.0.0.1"
+        address = broker_address or (self.config.listen_host, self.config.listen_port)
         return StoreConfig(
             mapped_file_size=self.config.mapped_file_size_commit_log,
             flush_disk_type=self.config.flush_disk_type,
             role=StoreRole.SLAVE if self.role is BrokerRole.SLAVE else StoreRole.MASTER,
-            store_host=f"[{host}]:{port}" if ":" in host else f"{host}:{port}",
+            store_host=_advertised(address, self.config.broker_ip1),
             disk_max_used_space_ratio=self.config.disk_max_used_space_ratio,
         )
 
@@ -356,12 +341,6 @@ class Broker:
 
     # -- requests (usable in-process too) ---------------------------------------------------------
 
-    def _queue_for(self, topic: str) -> int:
-        counter = self._queue_counters.get(topic)
-        if counter is None:
-            counter = self._queue_counters[topic] = itertools.count()
-        return next(counter) % self.config.default_topic_queue_nums
-
     def store_messages(
         self, messages: Sequence[PutMessage], born: tuple[bytes, int] = LOCALHOST
     ) -> tuple[list[PutResult], list[int]]:
@@ -376,40 +355,21 @@ class Broker:
         BORNHOST). A slave's store refuses (SERVICE_NOT_AVAILABLE). Follow with :meth:`settle`
         for durability and replication, unless :attr:`answers_at_once`.
         """
-        born_host, born_port = born
-        batch = []
-        queue_ids = []
-        refused: list[PutResult | None] = []
-        queues = self.config.default_topic_queue_nums
-        max_body = self.store.config.max_message_size
-        for m in messages:
-            properties = message_properties(m)
-            refused_by = refusal(m, properties, queues=queues, max_body=max_body)
-            refused.append(refused_by)
-            if refused_by is not None:
-                queue_ids.append(-1)
-                continue
-            queue_id = m.queue_id if m.queue_id != AUTO_QUEUE else self._queue_for(m.topic)
-            queue_ids.append(queue_id)
-            batch.append(
-                Message(
-                    topic=m.topic,
-                    body=m.body,
-                    queue_id=queue_id,
-                    flag=m.flag,
-                    properties=properties,
-                    born_host=born_host,
-                    born_port=born_port,
-                )
-            )
+        admission = admit(
+            messages,
+            born,
+            queues=self.config.default_topic_queue_nums,
+            max_body=self.store.config.max_message_size,
+            queue_for=self._queue_for,
+        )
+        batch = admission.messages
         stored = self.store.put_batch(batch) if batch else []
         registrar = self.registrar
         if registrar is not None and any(m.topic not in self._announced for m in batch):
             registrar.wake()  # a new topic: register now, so routes find it (as RocketMQ)
-        if len(stored) == len(refused):  # nothing refused: the common case
-            return stored, queue_ids
-        written = iter(stored)
-        return [r if r is not None else next(written) for r in refused], queue_ids
+        if len(stored) == len(messages):  # nothing refused: the common case
+            return stored, admission.queue_ids
+        return admission.merged(stored, lambda r: r), admission.queue_ids
 
     def observe_put(self, statuses: Sequence[PutStatus], seconds: float) -> None:
         """A PUT request was answered: count its statuses and its latency."""

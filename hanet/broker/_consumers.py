@@ -12,6 +12,7 @@ members are back within one heartbeat interval.
 from __future__ import annotations
 
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 
 from hanet.protocol import ConsumerGroupInfo
@@ -71,6 +72,9 @@ class ConsumerRegistry:
         self.max_members = max_members
         self.max_groups = max_groups
         self._groups: dict[str, dict[str, float]] = {}
+        # Every member by when it was last heard from, oldest first (a heartbeat moves its
+        # member to the end): expiry pops from the front, in time of what it drops.
+        self._seen: OrderedDict[tuple[str, str], float] = OrderedDict()
 
     def heartbeat(self, group: str, client_id: str) -> bool:
         """``client_id`` of ``group`` is alive now; True when it was not a member.
@@ -97,6 +101,8 @@ class ConsumerRegistry:
                 f"{client_id!r} is not added"
             )
         members[client_id] = now
+        self._seen[(group, client_id)] = now
+        self._seen.move_to_end((group, client_id))
         return joined
 
     def unregister(self, group: str, client_id: str) -> bool:
@@ -106,6 +112,7 @@ class ConsumerRegistry:
         if members is None or client_id not in members:
             return False
         del members[client_id]
+        del self._seen[(group, client_id)]
         if not members:
             del self._groups[group]
         return True
@@ -121,11 +128,18 @@ class ConsumerRegistry:
         return {group: tuple(sorted(ids)) for group, ids in sorted(self._groups.items())}
 
     def _expire(self, now: float) -> None:
+        """Drop the members not heard from since ``now - expiry`` (the oldest first: the
+        cost is that of what is dropped)."""
         deadline = now - self.expiry
-        for group in list(self._groups):
+        seen = self._seen
+        while seen:
+            key = next(iter(seen))
+            if seen[key] >= deadline:
+                break
+            del seen[key]
+            group, client_id = key
             members = self._groups[group]
-            for client_id in [c for c, seen in members.items() if seen < deadline]:
-                del members[client_id]
+            del members[client_id]
             if not members:
                 del self._groups[group]
 

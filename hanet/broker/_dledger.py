@@ -15,7 +15,6 @@ sync.
 
 from __future__ import annotations
 
-import itertools
 from typing import Any
 
 import trio
@@ -23,12 +22,10 @@ import trio
 from hanet.channel import ChannelInboundHandler, HandlerContext, StreamChannel
 from hanet.dledger import AppendStatus, DLedgerNode, PutOutcome
 from hanet.protocol import (
-    AUTO_QUEUE,
     DEFAULT_MAX_FRAME_LENGTH,
     BrokerServerCodec,
     BrokerStatus,
     CommitOffsetRequest,
-    CommitOffsetResponse,
     DLedgerInfo,
     DLedgerPeer,
     ErrorCode,
@@ -46,11 +43,18 @@ from hanet.protocol import (
     StatusResponse,
     broker_frame_codec,
 )
-from hanet.store import CommitLogStore, Message, PutResult, PutStatus, StoreError
+from hanet.store import DEFAULT_MAX_MESSAGE_SIZE, CommitLogStore, PutStatus, StoreError
 
-from ._admission import message_properties, refusal
+from ._admission import RoundRobin, admit
 from ._consumers import ConsumerRegistry, consumer_groups
-from ._handler import MEMBERSHIP_REQUESTS, not_supported, packed_host, serve_membership
+from ._handler import (
+    DEFAULT_MAX_IN_FLIGHT,
+    MEMBERSHIP_REQUESTS,
+    not_supported,
+    packed_host,
+    serve_commit,
+    serve_membership,
+)
 from ._offsets import ConsumerOffsets
 from ._pull import serve_pull
 from ._status import store_status
@@ -59,6 +63,7 @@ __all__ = ["DEFAULT_QUEUES", "DLedgerBrokerService"]
 
 DEFAULT_QUEUES = 4
 """Queues per topic for puts without a queue id (RocketMQ's defaultTopicQueueNums)."""
+
 _WAIT_DETAIL = (
     "WAIT_QUORUM_ACK_TIMEOUT: appended but not acknowledged by a quorum in time: "
     "the outcome is unknown (it may still be committed)"
@@ -77,15 +82,18 @@ class DLedgerBrokerService:
         queues: int = DEFAULT_QUEUES,
         max_frame_length: int = DEFAULT_MAX_FRAME_LENGTH,
         offsets: ConsumerOffsets | None = None,
+        max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
     ) -> None:
         self.node = node
+        self.max_in_flight = max_in_flight
+        """Per connection, puts awaiting their answer before reads pause."""
         self.offsets = offsets if offsets is not None else ConsumerOffsets()
         self.consumers = ConsumerRegistry(clock=trio.current_time)
         """The live members of each consumer group."""
         self.queues = queues
         self.max_frame_length = max_frame_length
         self.broker_address: str | None = None
-        self._counters: dict[str, itertools.count[int]] = {}
+        self._queue_for = RoundRobin(queues)
         self._started = trio.current_time()
         self.puts = 0
 
@@ -100,44 +108,26 @@ class DLedgerBrokerService:
         self, request: PutRequest, born: tuple[bytes, int]
     ) -> PutResponse | ErrorResponse:
         """Serve a PUT (see the module docstring)."""
-        refused: list[PutResult | None] = []
-        messages: list[Message] = []
         store = self.node.store
-        max_body = store.config.max_message_size if store is not None else 4 * 1024 * 1024
-        for m in request.messages:
-            properties = message_properties(m)
-            problem = refusal(m, properties, queues=self.queues, max_body=max_body)
-            refused.append(problem)
-            if problem is not None:
-                continue
-            queue_id = m.queue_id
-            if queue_id == AUTO_QUEUE:
-                counter = self._counters.setdefault(m.topic, itertools.count())
-                queue_id = next(counter) % self.queues
-            messages.append(
-                Message(
-                    topic=m.topic,
-                    body=m.body,
-                    queue_id=queue_id,
-                    flag=m.flag,
-                    properties=properties,
-                    born_host=born[0],
-                    born_port=born[1],
-                )
-            )
+        admission = admit(
+            request.messages,
+            born,
+            queues=self.queues,
+            max_body=store.config.max_message_size
+            if store is not None
+            else DEFAULT_MAX_MESSAGE_SIZE,
+            queue_for=self._queue_for,
+        )
+        messages = admission.messages
         outcomes = await self.node.put_many(messages) if messages else []
         statuses = {o.status for o in outcomes}
-        if outcomes and len(outcomes) == len(refused) and len(statuses) == 1:
+        if outcomes and len(outcomes) == len(request.messages) and len(statuses) == 1:
             (status,) = statuses
             if status is not AppendStatus.SUCCESS:
                 return self._error(request.request_id, status, outcomes[0])
-        answers = iter(outcomes)
-        replies = []
-        for problem in refused:
-            if problem is not None:
-                replies.append(PutReply(problem.status, detail=problem.detail))
-            else:
-                replies.append(_reply(next(answers)))
+        replies = admission.merged(
+            map(_reply, outcomes), lambda r: PutReply(r.status, detail=r.detail)
+        )
         self.puts += sum(1 for o in outcomes if o.status is AppendStatus.SUCCESS)
         return PutResponse(request.request_id, tuple(replies))
 
@@ -212,21 +202,28 @@ def _reply(outcome: PutOutcome) -> PutReply:
 
 
 class _Requests(ChannelInboundHandler):
+    """A DLedger broker port connection. Reading pauses while ``max_in_flight`` puts await
+    their answers or the client does not read its answers (as :class:`RequestHandler`)."""
+
     def __init__(self, service: DLedgerBrokerService, channel: StreamChannel) -> None:
         self.service = service
+        self.channel = channel
         self.born = packed_host(channel.remote_address)
+        self.in_flight = 0
+        self._paused = False
 
     def channel_read(self, ctx: HandlerContext, msg: Any) -> None:
         try:
             if isinstance(msg, PutRequest):
+                self.in_flight += 1
+                self._update_reading()
                 ctx.spawn(self._put, ctx, msg)
             elif isinstance(msg, PullRequest):
                 ctx.write(self.service.pull(msg))
             elif isinstance(msg, StatusRequest):
                 ctx.write(StatusResponse(msg.request_id, self.service.status()))
             elif isinstance(msg, CommitOffsetRequest):
-                self.service.offsets.commit(msg.group, msg.topic, msg.queue_id, msg.offset)
-                ctx.write(CommitOffsetResponse(msg.request_id))
+                ctx.write(serve_commit(self.service.offsets.commit, msg))
             elif isinstance(msg, QueryOffsetRequest):
                 offset = self.service.offsets.query(msg.group, msg.topic, msg.queue_id)
                 ctx.write(QueryOffsetResponse(msg.request_id, offset))
@@ -240,8 +237,26 @@ class _Requests(ChannelInboundHandler):
             ctx.write(ErrorResponse(msg.request_id, ErrorCode.SYSTEM_ERROR, str(exc)))
 
     async def _put(self, ctx: HandlerContext, request: PutRequest) -> None:
-        answer = await self.service.put(request, self.born)
-        ctx.write_and_flush(answer)
+        try:
+            answer = await self.service.put(request, self.born)
+            ctx.write_and_flush(answer)
+        finally:
+            self.in_flight -= 1
+            self._update_reading()
+
+    def channel_writability_changed(self, ctx: HandlerContext) -> None:
+        self._update_reading()
+        ctx.fire_channel_writability_changed()
+
+    def _update_reading(self) -> None:
+        """Pause reading while too many puts wait or the client does not read its answers."""
+        channel = self.channel
+        if not channel.is_open:
+            return
+        pause = self.in_flight >= self.service.max_in_flight or not channel.is_writable
+        if pause != self._paused:
+            self._paused = pause
+            channel.auto_read = not pause
 
     def channel_read_complete(self, ctx: HandlerContext) -> None:
         ctx.flush()

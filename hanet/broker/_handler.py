@@ -17,7 +17,7 @@ import logging
 import socket
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 import attrs
@@ -55,18 +55,24 @@ from hanet.protocol import (
 from hanet.store import PutResult, PutStatus, StoreError
 
 from ._consumers import ConsumerRegistry, ConsumerRegistryFull
+from ._offsets import ConsumerOffsetsFull
 
 __all__ = [
+    "DEFAULT_MAX_IN_FLIGHT",
     "LOCALHOST",
     "RequestHandler",
     "RequestService",
     "not_supported",
     "packed_host",
     "replies",
+    "serve_commit",
     "serve_membership",
 ]
 
 log = logging.getLogger("hanet.broker")
+
+DEFAULT_MAX_IN_FLIGHT = 1024
+"""Puts of one connection waiting for their answer before the broker stops reading it."""
 
 LOCALHOST = (b"\x7f\x00\x00\x01", 0)
 
@@ -131,6 +137,19 @@ class _Waiting:
 
 MEMBERSHIP_REQUESTS = (ConsumerHeartbeatRequest, UnregisterConsumerRequest, ConsumerListRequest)
 """The consumer group requests :func:`serve_membership` answers."""
+
+
+def serve_commit(
+    commit: Callable[[str, str, int, int], None], request: CommitOffsetRequest, peer: str = ""
+) -> CommitOffsetResponse | ErrorResponse:
+    """Answer a COMMIT_OFFSET with ``commit(group, topic, queue_id, offset)`` (a commit past
+    the offsets' bounds is answered SYSTEM_ERROR with the reason)."""
+    try:
+        commit(request.group, request.topic, request.queue_id, request.offset)
+    except ConsumerOffsetsFull as exc:
+        log.warning("offset commit of group %s refused (%s): %s", request.group, peer, exc)
+        return ErrorResponse(request.request_id, ErrorCode.SYSTEM_ERROR, str(exc))
+    return CommitOffsetResponse(request.request_id)
 
 
 def serve_membership(
@@ -259,8 +278,7 @@ class RequestHandler(ChannelInboundHandler):
             elif isinstance(msg, StatusRequest):
                 ctx.write(StatusResponse(msg.request_id, broker.status()))
             elif isinstance(msg, CommitOffsetRequest):
-                broker.commit_offset(msg.group, msg.topic, msg.queue_id, msg.offset)
-                ctx.write(CommitOffsetResponse(msg.request_id))
+                ctx.write(serve_commit(broker.commit_offset, msg, self.peer))
             elif isinstance(msg, QueryOffsetRequest):
                 offset = broker.query_offset(msg.group, msg.topic, msg.queue_id)
                 ctx.write(QueryOffsetResponse(msg.request_id, offset))

@@ -12,6 +12,7 @@ offsets held (``hanet_consumer_offset*``). The text exposition comes from ``prom
 
 from __future__ import annotations
 
+import collections
 import logging
 from collections.abc import Callable, Iterator
 
@@ -193,8 +194,8 @@ class BrokerMetrics:
 
     def observe_put(self, statuses: list[str], seconds: float) -> None:
         """One answered PUT request: the status of each of its messages and its latency."""
-        for status in statuses:
-            self.puts.labels(status).inc()
+        for status, count in collections.Counter(statuses).items():
+            self.puts.labels(status).inc(count)
         self.put_latency.observe(max(seconds, 0.0))
 
     def connection_event(self, port: str, event: str) -> None:
@@ -232,7 +233,13 @@ async def serve_metrics(
                 elif path.split("?")[0] not in ("/metrics", "/"):
                     await _respond(stream, 404, b"try /metrics\n", "text/plain")
                 else:
-                    await _respond(stream, 200, metrics.exposition(), CONTENT_TYPE)
+                    try:
+                        body = metrics.exposition()
+                    except Exception:
+                        log.exception("metrics: collecting the broker's status failed")
+                        await _respond(stream, 500, b"metrics collection failed\n", "text/plain")
+                    else:
+                        await _respond(stream, 200, body, CONTENT_TYPE)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             pass
         finally:
@@ -262,9 +269,13 @@ async def _read_request(stream: trio.SocketStream) -> tuple[str, str] | None:
 
 
 async def _respond(stream: trio.SocketStream, code: int, body: bytes, content_type: str) -> None:
-    reason = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed"}.get(
-        code, "Request Header Fields Too Large"
-    )
+    reason = {
+        200: "OK",
+        400: "Bad Request",
+        404: "Not Found",
+        405: "Method Not Allowed",
+        431: "Request Header Fields Too Large",
+    }.get(code, "Internal Server Error")
     head = (
         f"HTTP/1.1 {code} {reason}\r\nContent-Type: {content_type}\r\n"
         f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -14,7 +15,14 @@ from hanet.protocol import ConsumerOffsetsInfo, offsets_from_json, offsets_to_js
 
 from ._config_files import read_config_file, write_config_file
 
-__all__ = ["OFFSETS_FILE", "ConsumerOffsets"]
+__all__ = [
+    "MAX_OFFSET_ENTRIES",
+    "MAX_QUEUE_ID",
+    "MAX_QUEUE_OFFSETS",
+    "OFFSETS_FILE",
+    "ConsumerOffsets",
+    "ConsumerOffsetsFull",
+]
 
 log = logging.getLogger("hanet.broker")
 
@@ -23,6 +31,21 @@ OffsetTable = Mapping[tuple[str, str], Mapping[int, int]]
 
 OFFSETS_FILE = Path("config") / "consumerOffset.json"
 """Where a broker keeps its consumer offsets, under its store directory."""
+
+MAX_OFFSET_ENTRIES = 100_000
+"""Most ``topic@group`` entries a broker keeps offsets for (anyone who reaches the broker port
+can commit: this bounds what is kept and written every few seconds)."""
+
+MAX_QUEUE_OFFSETS = 1_000_000
+"""Most queue offsets (over all ``topic@group`` entries) a broker keeps."""
+
+MAX_QUEUE_ID = 0xFFFF
+"""The largest queue id an offset is kept for."""
+
+
+class ConsumerOffsetsFull(ValueError):
+    """A commit that would add an entry or a queue offset beyond the table's bounds, or a
+    queue id outside ``[0, MAX_QUEUE_ID]``."""
 
 
 def _table(document: dict[str, Any]) -> dict[tuple[str, str], dict[int, int]]:
@@ -55,16 +78,33 @@ class ConsumerOffsets:
     behaviour: the write before the last one); if that is missing or unusable too the broker
     refuses to start with a :class:`~hanet.broker.ConfigFileError` naming the files.
 
+    Commits that would add a ``topic@group`` past ``max_entries`` or a queue offset past
+    ``max_queue_offsets``, or add a queue id outside ``[0, MAX_QUEUE_ID]``, are refused
+    (:class:`ConsumerOffsetsFull`); commits to offsets the table holds always pass, and so do
+    a slave's copies of its master's table (:meth:`update`).
+
     Args:
         path: the file (None: memory only, nothing persisted).
         table: the offsets to start with.
+        max_entries: see :data:`MAX_OFFSET_ENTRIES`.
+        max_queue_offsets: see :data:`MAX_QUEUE_OFFSETS`.
     """
 
-    def __init__(self, path: Path | None = None, table: OffsetTable | None = None) -> None:
+    def __init__(
+        self,
+        path: Path | None = None,
+        table: OffsetTable | None = None,
+        *,
+        max_entries: int = MAX_OFFSET_ENTRIES,
+        max_queue_offsets: int = MAX_QUEUE_OFFSETS,
+    ) -> None:
         self.path = path
         self._table: dict[tuple[str, str], dict[int, int]] = {
             key: dict(queues) for key, queues in (table or {}).items()
         }
+        self.max_entries = max_entries
+        self.max_queue_offsets = max_queue_offsets
+        self._queue_offsets = sum(len(queues) for queues in self._table.values())
         self._dirty = False
         self.persists = 0
         """How many times the file was written."""
@@ -73,6 +113,10 @@ class ConsumerOffsets:
         outside trio)."""
         self.last_error: str | None = None
         """Why the last write failed (None after a success)."""
+        # Writes from worker threads (persist_async) and the final blocking one never overlap
+        # on the file; the trio lock keeps the async writes in the order of their snapshots.
+        self._file_lock = threading.Lock()
+        self._async_lock = trio.Lock()
 
     @classmethod
     def load(cls, path: Path) -> ConsumerOffsets:
@@ -89,11 +133,38 @@ class ConsumerOffsets:
 
     def commit(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         """Record that ``group`` consumed ``topic``'s queue up to ``offset`` (the next offset
-        it will read)."""
-        queues = self._table.setdefault((topic, group), {})
-        if queues.get(queue_id) != offset:
-            queues[queue_id] = offset
-            self._dirty = True
+        it will read).
+
+        Raises:
+            ConsumerOffsetsFull: the commit would add a ``topic@group`` or a queue offset
+                beyond the table's bounds, or a queue id outside ``[0, MAX_QUEUE_ID]``.
+        """
+        queues = self._table.get((topic, group))
+        if queues is not None and queue_id in queues:
+            if queues[queue_id] != offset:
+                queues[queue_id] = offset
+                self._dirty = True
+            return
+        if not 0 <= queue_id <= MAX_QUEUE_ID:
+            raise ConsumerOffsetsFull(
+                f"queue id {queue_id} of {topic}@{group} is outside [0, {MAX_QUEUE_ID}]"
+            )
+        if queues is None and len(self._table) >= self.max_entries:
+            raise ConsumerOffsetsFull(
+                f"consumer offsets already hold {len(self._table)} topic@group entries "
+                f"(at most {self.max_entries}): {topic}@{group} is not added"
+            )
+        if self._queue_offsets >= self.max_queue_offsets:
+            raise ConsumerOffsetsFull(
+                f"consumer offsets already hold {self._queue_offsets} queue offsets "
+                f"(at most {self.max_queue_offsets}): queue {queue_id} of {topic}@{group} "
+                "is not added"
+            )
+        if queues is None:
+            queues = self._table[(topic, group)] = {}
+        queues[queue_id] = offset
+        self._queue_offsets += 1
+        self._dirty = True
 
     def query(self, group: str, topic: str, queue_id: int) -> int:
         """The committed offset, or -1 when ``group`` never committed one for the queue."""
@@ -118,7 +189,9 @@ class ConsumerOffsets:
         """Take every ``(topic, group)`` of ``table`` as it is there (a slave copying its
         master's offsets: RocketMQ's ``offsetTable.putAll``); others are kept."""
         for key, queues in table.items():
-            if self._table.get(key) != queues:
+            old = self._table.get(key)
+            if old != queues:
+                self._queue_offsets += len(queues) - (len(old) if old is not None else 0)
                 self._table[key] = dict(queues)
                 self._dirty = True
 
@@ -141,28 +214,74 @@ class ConsumerOffsets:
         return self._dirty
 
     def persist(self) -> bool:
-        """Write the table if it changed (and has a file); returns whether it wrote.
+        """Write the table if it changed (and has a file); returns whether it wrote. Blocks:
+        within trio, :meth:`persist_async` writes in a worker thread.
 
         Raises:
             OSError: the file cannot be written (the table stays dirty).
         """
-        if not self._dirty or self.path is None:
+        document = self._snapshot()
+        if document is None:
             return False
         try:
-            write_config_file(self.path, {"offsetTable": offsets_to_json(self._table)})
+            self._write(document)
         except OSError as exc:
-            self.last_error = f"{type(exc).__name__}: {exc}"
+            self._failed(exc)
             raise
+        self._wrote()
+        return True
+
+    async def persist_async(self) -> bool:
+        """:meth:`persist` with the file written in a worker thread: the table is snapshotted
+        on the trio thread, so commits go on while the file is written (they make the table
+        dirty again for the next write).
+
+        Raises:
+            OSError: the file cannot be written (the table is dirty again).
+        """
+        async with self._async_lock:
+            document = self._snapshot()
+            if document is None:
+                return False
+            try:
+                await trio.to_thread.run_sync(self._write, document)
+            except OSError as exc:
+                self._failed(exc)
+                raise
+            self._wrote()
+            return True
+
+    def _snapshot(self) -> dict[str, Any] | None:
+        """The document to write (the table is then clean), None when nothing is to be written."""
+        if not self._dirty or self.path is None:
+            return None
         self._dirty = False
+        return {"offsetTable": offsets_to_json(self._table)}
+
+    def _write(self, document: dict[str, Any]) -> None:
+        """Write ``document`` (a snapshot) to the file (any thread).
+
+        Raises:
+            OSError: the file cannot be written.
+        """
+        assert self.path is not None
+        with self._file_lock:
+            write_config_file(self.path, document)
+
+    def _wrote(self) -> None:
         self.persists += 1
         self.last_persisted = _now()
         self.last_error = None
-        return True
+
+    def _failed(self, exc: OSError) -> None:
+        self._dirty = True  # the snapshot was not written: the next round tries again
+        self.last_error = f"{type(exc).__name__}: {exc}"
 
     async def run(
         self, interval: float, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
     ) -> None:
-        """Persist every ``interval`` seconds until cancelled, then once more.
+        """Persist every ``interval`` seconds (in a worker thread) until cancelled, then once
+        more (blocking, so that it happens while the run is cancelled).
 
         A failed write is logged at WARNING and tried again next round.
         """
@@ -170,12 +289,15 @@ class ConsumerOffsets:
         try:
             while True:
                 await trio.sleep(interval)
-                self._persist_logged()
+                try:
+                    await self.persist_async()
+                except OSError as exc:
+                    self._log_failure(exc)
         finally:
-            self._persist_logged()
+            try:
+                self.persist()
+            except OSError as exc:
+                self._log_failure(exc)
 
-    def _persist_logged(self) -> None:
-        try:
-            self.persist()
-        except OSError as exc:
-            log.warning("cannot write consumer offsets to %s: %s", self.path, exc)
+    def _log_failure(self, exc: OSError) -> None:
+        log.warning("cannot write consumer offsets to %s: %s", self.path, exc)

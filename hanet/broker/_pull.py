@@ -6,7 +6,13 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from hanet.protocol import MASTER_ID, MAX_PULL_MESSAGES, PullRequest, PullResponse, PullStatus
-from hanet.store import CQ_BLANK_SIZE, CommitLogStore, CorruptRecordError, scan_records
+from hanet.store import (
+    CQ_BLANK_SIZE,
+    CommitLogStore,
+    CorruptRecordError,
+    index_scan_stop,
+    scan_index,
+)
 
 __all__ = ["MAX_PULL_BYTES", "serve_pull", "suggest_broker_id"]
 
@@ -105,13 +111,12 @@ def _validated(record: bytes, physical: int, size: int) -> bytes:
     """``record`` when it is the whole valid record its consume queue entry points at.
 
     A pull never serves bytes that fail their checks (a byte flipped on disk, an entry that
-    points at the wrong place): the error names the record's physical offset.
+    points at the wrong place): the error names the record's physical offset. Checked by
+    the store's record index (native when built), which decodes no body.
     """
-    scanner = scan_records(record, base_offset=physical, check_physical_offset=True)
-    for _ in scanner:
-        if scanner.position == size:
-            return record
-        break
-    stop = scanner.stop
-    reason = stop.detail if stop is not None and stop.detail else f"not a {size}-byte record"
-    raise CorruptRecordError(physical, reason)
+    result = scan_index(record, 0, size, physical, None, True, True)
+    position, count = result[0], result[4]
+    if count == 1 and position == size:
+        return record
+    detail = index_scan_stop(result, physical).detail if count == 0 else ""
+    raise CorruptRecordError(physical, detail or f"not a {size}-byte record")

@@ -159,7 +159,7 @@ class SlaveSync:
             host, port, connect_timeout=self.timeout, request_timeout=self.timeout, tls=self.tls
         ) as client:
             metadata = await client.metadata()
-        self.apply(metadata.topics, metadata.offsets)
+        await self.apply(metadata.topics, metadata.offsets)
         self.syncs += 1
         self.last_synced = trio.current_time()
         self.offset_entries = len(metadata.offsets)
@@ -170,10 +170,11 @@ class SlaveSync:
             len(metadata.offsets),
         )
 
-    def apply(
+    async def apply(
         self, topics: Mapping[str, int], offsets: Mapping[tuple[str, str], Mapping[int, int]]
     ) -> None:
-        """Take the master's topics and offsets and persist them.
+        """Take the master's topics and offsets and persist them (the files are written in a
+        worker thread).
 
         Raises:
             OSError: a file could not be written.
@@ -184,6 +185,7 @@ class SlaveSync:
             self.topics = dict(topics)
             if self.topics_path is not None:
                 table = BrokerMetadata(self.topics).to_json()["topicConfigTable"]
-                write_config_file(self.topics_path, {"topicConfigTable": table})
+                document = {"topicConfigTable": table}
+                await trio.to_thread.run_sync(write_config_file, self.topics_path, document)
         self.offsets.update(offsets)
-        self.offsets.persist()
+        await self.offsets.persist_async()

@@ -55,7 +55,6 @@ _RATE_WINDOW = 5.0  # seconds the "speed" of a slave is measured over
 # A diverged slave reconnects every few seconds: its ERROR is repeated at most this often.
 _DIVERGENCE_LOG_INTERVAL = 60.0
 _PREFIX = struct.Struct(">iI")  # a record's TOTALSIZE and MAGICCODE
-_HEADER = struct.Struct(">qi")  # a transfer frame's header (as TransferFrameEncoder's)
 # A record larger than a batch is read whole to be validated; its size field is trusted up to
 # the largest record a put can write (max body + topic + properties + header) plus slack, so
 # that a corrupt size field cannot make the master copy a whole file.
@@ -184,37 +183,44 @@ class _SlaveConnection(ChannelInboundHandler):
                 return None
             return "the record there is not complete"
         except CorruptRecordError as exc:
-            if self._inside_large_record(offset):
-                return None
-            file_end = offset - offset % file_size + file_size
-            tail = store.read(offset, file_end - offset)
-            if len(tail) == file_end - offset and tail.count(0) == len(tail):
-                self._valid_end = file_end  # zeros up to the file end: a blank tail
+            if self._walk_to(offset):
                 return None
             return exc.reason
 
-    def _inside_large_record(self, offset: int) -> bool:
-        """Whether ``offset`` is where a transfer of a record larger than a batch was cut.
+    def _walk_to(self, offset: int) -> bool:
+        """Whether ``offset`` is inside a record a transfer may resume in: a record larger
+        than a batch cut at a piece boundary, or the blank tail of the file.
 
-        Such a record goes out in batch-sized pieces, so a slave (RocketMQ's too) that lost
-        its connection in the middle of one asks for ``record start + k * batch``. Found by
-        scanning the offset's file from its start (once, at connect); the record must be
-        valid and is then shipped from ``offset`` on.
+        A record larger than a batch goes out in batch-sized pieces, so a slave (RocketMQ's
+        too) that lost its connection in the middle of one asks for ``record start + k *
+        batch``; a slave may also stop inside a blank tail shipped in pieces. Found by walking
+        the record headers of the offset's file from its start (once, at connect; views of
+        the mapped file, no copies); a size field larger than any record ends the walk. A
+        large record must be valid and is then shipped from ``offset`` on; a blank tail is
+        shipped as it is (as :meth:`_validate` does).
         """
         store = self.master.store
         batch = self.master.config.ha_transfer_batch_size
-        position = offset - offset % store.config.mapped_file_size
+        file_size = store.config.mapped_file_size
+        limit = store.config.max_message_size + _RECORD_OVERHEAD_MAX
+        position = offset - offset % file_size
+        file_end = position + file_size
         while position < offset:
-            size = store.read(position, _PREFIX.size)
-            if len(size) < _PREFIX.size:
+            header = store.read_view(position, _PREFIX.size)
+            if len(header) < _PREFIX.size:
                 return False
-            total, magic = _PREFIX.unpack_from(size, 0)
-            if magic not in (MAGIC_V1, MAGIC_V2) or total < MIN_RECORD_SIZE:
+            total, magic = _PREFIX.unpack_from(header, 0)
+            if magic == BLANK_MAGIC:
+                if total >= BLANK_RECORD_SIZE and position + total == file_end:
+                    self._valid_end = file_end  # offset is inside the blank tail
+                    return True
+                return False
+            if magic not in (MAGIC_V1, MAGIC_V2) or not MIN_RECORD_SIZE <= total <= limit:
                 return False
             if position + total > offset:
                 if total <= batch or (offset - position) % batch:
                     return False
-                whole = store.read(position, total)
+                whole = store.read_view(position, total)
                 if len(whole) < total or _scan(whole, position).position != total:
                     return False
                 self._valid_end = position + total
@@ -332,10 +338,9 @@ class _SlaveConnection(ChannelInboundHandler):
                     return
                 if not body:
                     break
-                # The frame as TransferFrameEncoder writes it, with the body a view of the
-                # mapped commit log sent without a copy: bytes written on a master never change.
-                ctx.write(_HEADER.pack(self.next_offset, len(body)))
-                last_write = ctx.write(ReadOnlyBuffer(body))
+                # The body is a view of the mapped commit log sent without a copy: bytes
+                # written on a master never change.
+                last_write = ctx.write(TransferFrame(self.next_offset, ReadOnlyBuffer(body)))
                 self.next_offset += len(body)
                 sent += len(body)
                 if cap is not None:
