@@ -397,6 +397,13 @@ async def test_a_broker_on_a_wildcard_address_registers_its_broker_ip(tmp_path: 
             assert record.store_address == f"10.1.2.3:{addresses.broker[1]}"  # type: ignore[index]
 
 
+def test_a_broker_has_at_most_what_a_name_server_accepts_of_queues(tmp_path: Path) -> None:
+    for bad in (0, 1025):
+        with pytest.raises(ConfigError, match=r"default_topic_queue_nums must be in 1\.\.1024"):
+            config(tmp_path, default_topic_queue_nums=bad)
+    assert config(tmp_path, default_topic_queue_nums=1024).default_topic_queue_nums == 1024
+
+
 def test_broker_ips_must_be_hosts(tmp_path: Path) -> None:
     for bad in ("", "10.0.0.1:80", "a b", "[::1]"):
         with pytest.raises(ConfigError, match="broker_ip1"):

@@ -98,6 +98,16 @@ def _host(instance: object, attribute: attrs.Attribute[Any], value: str | None) 
         raise ConfigError(f"{attribute.name} must be a host name or IP address, got {value!r}")
 
 
+MAX_TOPIC_QUEUES = 1024
+"""Most queues per topic on a broker: what a name server accepts in a registration and a
+consumer follows in a route (RocketMQ's brokers use 4 to 16)."""
+
+
+def _queue_count(instance: object, attribute: attrs.Attribute[Any], value: int) -> None:
+    if not 1 <= value <= MAX_TOPIC_QUEUES:
+        raise ConfigError(f"{attribute.name} must be in 1..{MAX_TOPIC_QUEUES}, got {value}")
+
+
 def _at_least_one(instance: object, attribute: attrs.Attribute[Any], value: int) -> None:
     if value < 1:
         raise ConfigError(f"{attribute.name} must be >= 1 (the master itself), got {value}")
@@ -126,7 +136,7 @@ class BrokerConfig:
         mapped_file_size_commit_log: commit log file size (1 GiB).
         flush_disk_type: ASYNC_FLUSH or SYNC_FLUSH.
         default_topic_queue_nums: queues a put with no queue id is spread over, round robin
-            per topic (4).
+            per topic (4; at most :data:`MAX_TOPIC_QUEUES`, what a name server accepts).
         disk_max_used_space_ratio: puts are refused (SERVICE_NOT_AVAILABLE, disk full) while
             the store's file system is used past this percentage (75; 1..100).
         tls_cert, tls_key: this broker's certificate and key (PEM): with them the HA port and
@@ -187,7 +197,7 @@ class BrokerConfig:
     ha_max_bytes_per_second: int | None = attrs.field(default=None, validator=_positive)
     mapped_file_size_commit_log: int = attrs.field(default=1024 * 1024 * 1024, validator=_positive)
     flush_disk_type: FlushDiskType = FlushDiskType.ASYNC_FLUSH
-    default_topic_queue_nums: int = attrs.field(default=4, validator=_positive)
+    default_topic_queue_nums: int = attrs.field(default=4, validator=_queue_count)
     disk_max_used_space_ratio: int = attrs.field(default=75, validator=_percent)
     tls_cert: Path | None = attrs.field(default=None, converter=_optional_path)
     tls_key: Path | None = attrs.field(default=None, converter=_optional_path)
