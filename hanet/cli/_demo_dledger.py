@@ -194,6 +194,7 @@ class _Demo:
         self.first_ack_after_kill: float | None = None
         self.restarted_at: float | None = None
         self.caught_up_after: float | None = None
+        self.polled = trio.Event()  # set (and replaced) after each of the monitor's polls
 
     async def start(self, name: str) -> None:
         self.starts += 1
@@ -288,6 +289,8 @@ class _Demo:
     async def monitor(self, live: Live, done: trio.Event) -> None:
         while not done.is_set():
             await _poll(self.view)
+            self.polled.set()
+            self.polled = trio.Event()
             live.update(self.view.render())
             await trio.sleep(0.1)
 
@@ -338,9 +341,8 @@ async def _run(args: argparse.Namespace, workdir: Path, parts: _Parts) -> bool:
                 view.phase = "produced; failover under way"
             produce_seconds = time.monotonic() - view.started
             view.phase = "catching up"
-            while not demo.in_sync():
-                await _poll(view)
-                await trio.sleep(0.05)
+            while not demo.in_sync():  # the monitor's view: no polls of its own
+                await demo.polled.wait()
             if demo.restarted_at is not None:
                 demo.caught_up_after = time.monotonic() - demo.restarted_at
             view.phase = "in sync"
