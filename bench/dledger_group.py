@@ -6,7 +6,6 @@ Not a benchmark itself: ``bench/failover.py`` and ``bench/dledger_put.py`` start
 from __future__ import annotations
 
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -15,19 +14,7 @@ from pathlib import Path
 import trio
 
 from hanet.client import BrokerClient
-
-
-def free_ports(count: int) -> list[int]:
-    """Ports free right now (bound and released; a collision is unlikely, not impossible)."""
-    sockets = []
-    for _ in range(count):
-        sock = socket.socket()
-        sock.bind(("127.0.0.1", 0))
-        sockets.append(sock)
-    ports = [s.getsockname()[1] for s in sockets]
-    for sock in sockets:
-        sock.close()
-    return ports
+from hanet.testing import free_ports
 
 
 class Group:

@@ -6,13 +6,17 @@ until a put succeeds again; the killed node is restarted before the next round.
 
     .venv/bin/python bench/failover.py --kills 20 --election-timeout 0.5
 
-A table, then the last line one JSON object (goal: p99 <= 2 x the election timeout).
+A table, then the last line one JSON object (goal: p99 <= 2 x the election timeout). With
+fewer than 100 kills the p99 is the maximum sample: the goal is then checked against the
+maximum and reported as such (``p99_s`` is null).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import math
 import shutil
 import sys
 import tempfile
@@ -43,11 +47,12 @@ async def run(args: argparse.Namespace, root: Path) -> list[float]:
                 group.kill(old)
                 killed = time.monotonic()
                 while True:
-                    try:
-                        if (await client.put("T", b"after")).status is PutStatus.PUT_OK:
-                            break
-                    except Exception:
-                        await trio.sleep(0.01)
+                    ok = False
+                    with contextlib.suppress(Exception):
+                        ok = (await client.put("T", b"after")).status is PutStatus.PUT_OK
+                    if ok:
+                        break
+                    await trio.sleep(0.01)  # after a refusal (non-OK status) as after an error
                 times.append(time.monotonic() - killed)
                 print(f"kill {kill + 1:>3}: {old} -> first put after {times[-1]:.3f} s", flush=True)
                 group.start(old)
@@ -67,15 +72,20 @@ def main() -> int:
         times = sorted(trio.run(run, args, root))
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    p50 = times[len(times) // 2]
-    p99 = times[min(len(times) - 1, int(len(times) * 0.99))]
+    n = len(times)
+    p50 = times[n // 2]
+    p99 = times[math.ceil(0.99 * n) - 1] if n >= 100 else None  # nearest rank
+    tail, tail_name = (times[-1], "max") if p99 is None else (p99, "p99")
     goal = 2 * args.election_timeout
-    print(f"{len(times)} kills: p50 {p50:.3f} s, p99 {p99:.3f} s, max {times[-1]:.3f} s "
-          f"(goal p99 <= {goal:g} s: {'met' if p99 <= goal else 'missed'})")  # fmt: skip
+    p99_text = "" if p99 is None else f", p99 {p99:.3f} s"
+    print(f"{n} kills: p50 {p50:.3f} s{p99_text}, max {times[-1]:.3f} s "
+          f"(goal p99 <= {goal:g} s, checked on the {tail_name}: "
+          f"{'met' if tail <= goal else 'missed'})")  # fmt: skip
     print(json.dumps({
-        "kills": len(times), "election_timeout": args.election_timeout,
-        "p50_s": round(p50, 3), "p99_s": round(p99, 3), "max_s": round(times[-1], 3),
-        "p99_over_election_timeout": round(p99 / args.election_timeout, 2),
+        "kills": n, "election_timeout": args.election_timeout,
+        "p50_s": round(p50, 3), "p99_s": None if p99 is None else round(p99, 3),
+        "max_s": round(times[-1], 3), "goal_checked_on": tail_name,
+        f"{tail_name}_over_election_timeout": round(tail / args.election_timeout, 2),
     }))  # fmt: skip
     return 0
 

@@ -9,9 +9,10 @@ Each round, in alternating order:
 
 - hanet: a master process (``HAMaster`` over the store) and a slave process (``HASlave`` into a
   fresh store that validates every record and builds its consume queues), full sync from the
-  first file; timed from the slave's first byte until its last byte is stored and its consume
-  queues hold every record (the slave's store runs as a broker runs it: flusher and the next
-  file made ahead of need).
+  first file; timed from the moment the slave has stored its first transfer (a store listener:
+  receiving and storing that first transfer is not counted) until its last byte is stored and
+  its consume queues hold every record (the slave's store runs as a broker runs it: flusher
+  and the next file made ahead of need).
 - raw: the same files sent by a plain trio sender, one ``send_all`` per 12-byte header + 32 KiB
   frame, to a plain trio receiver that counts bytes (no store, no checks).
 - iperf3 (if installed): the loopback ceiling.

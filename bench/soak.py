@@ -24,7 +24,6 @@ import os
 import random
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -36,19 +35,13 @@ import trio
 
 from hanet.client import BrokerClient, BrokerError, PutStatus
 from hanet.store import CommitLogReader, list_mapped_files
+from hanet.testing import free_ports
 
 FILE = 1024 * 1024
 FAST = [
     "--heartbeat-interval", "0.3", "--housekeeping-interval", "3",
     "--mapped-file-size", str(FILE),
 ]  # fmt: skip
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 class Node:
@@ -179,7 +172,7 @@ def data_end(store: Path) -> int:
 
 async def soak(args: argparse.Namespace, root: Path) -> dict[str, Any]:
     rng = random.Random(args.seed)
-    broker, ha = free_port(), free_port()
+    broker, ha = free_ports(2)
     master = Node(
         "master",
         root,

@@ -13,7 +13,8 @@ All measured in the same run on the same files (warm in the page cache):
 - native scan: ``hanet.store.scan_index_windows`` (the native scanner when built: CRC and
   physical offsets checked) over every file in this process: the baseline.
 - reader, one process: the data source's partition reader (``hanet.spark.commit_log_batches``:
-  the same scan, then Arrow batches) over every range, in this process, without Spark.
+  the same scan, then Arrow batches) over every range, in this process, without Spark, with
+  the 12 columns ``hanet audit`` asks for (``AUDIT_COLUMNS``).
 - Spark: session start-up (reported, not counted), warm-up queries on a 1 MiB store of 4
   files (both Python workers start), then ``count(*), sum(size)`` with the 12 columns
   ``hanet audit`` asks for (the ``columns`` option), and with every column. Goal: the audit's

@@ -281,6 +281,18 @@ async def test_status_watch_prints_a_line_per_interval_and_survives_a_restart(
         nursery.cancel_scope.cancel()
 
 
+@pytest.mark.parametrize("target", ["--broker", "--namesrv"])
+async def test_status_watch_with_a_tls_file_that_does_not_load_exits_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], target: str
+) -> None:
+    missing = str(tmp_path / "missing-ca.pem")
+    watch = ("status", target, "127.0.0.1:1", "--watch", "--interval", "0.05", "--tls-ca", missing)
+    with trio.fail_after(5):  # retried forever before: the file is loaded once, up front
+        assert await verb(*watch) == 2
+    err = capsys.readouterr().err
+    assert "missing-ca.pem" in err and "retrying" not in err
+
+
 async def test_status_table_shows_why_a_slave_was_closed(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

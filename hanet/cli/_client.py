@@ -29,9 +29,9 @@ import ssl
 import sys
 import time
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import attrs
 import trio
@@ -206,15 +206,18 @@ def client_tls(args: argparse.Namespace) -> ssl.SSLContext | None:
         raise BrokerConnectionError(str(exc)) from exc
 
 
-def name_server_client(args: argparse.Namespace) -> NameServerClient:
-    """A client of ``--namesrv`` (TLS flags and ``--timeout``, at most 5 s, apply)."""
-    return NameServerClient(args.namesrv, tls=client_tls(args), timeout=min(args.timeout, 5.0))
+def name_server_client(args: argparse.Namespace, tls: ssl.SSLContext | None) -> NameServerClient:
+    """A client of ``--namesrv`` over ``tls`` (:func:`client_tls`, loaded once by the caller);
+    ``--timeout``, at most 5 s, applies."""
+    return NameServerClient(args.namesrv, tls=tls, timeout=min(args.timeout, 5.0))
 
 
-async def _routed(args: argparse.Namespace, *, put: bool) -> list[tuple[str, int]]:
+async def _routed(
+    args: argparse.Namespace, tls: ssl.SSLContext | None, *, put: bool
+) -> list[tuple[str, int]]:
     """The broker ports ``--namesrv`` names for the verb: masters for a put; the master,
     then the slaves, of ``--broker-name`` for a pull."""
-    names = name_server_client(args)
+    names = name_server_client(args, tls)
     if put:
         return await names.put_addresses(args.topic)
     return await names.pull_addresses(args.topic, getattr(args, "broker_name", None))
@@ -222,19 +225,15 @@ async def _routed(args: argparse.Namespace, *, put: bool) -> list[tuple[str, int
 
 @contextlib.asynccontextmanager
 async def broker_client(
-    args: argparse.Namespace, *, put: bool = False
+    args: argparse.Namespace, *, tls: ssl.SSLContext | None, put: bool = False
 ) -> AsyncIterator[FailoverClient]:
     """``FailoverClient.connect`` with the verb's ``--broker`` list (or the brokers
-    ``--namesrv`` routes the topic to: see :func:`_routed`), ``--timeout`` and TLS flags (one
-    address: a :class:`BrokerClient` that follows NOT_LEADER answers).
-
-    Raises:
-        BrokerConnectionError: a TLS file that does not load (as any failure to connect).
-    """
-    tls = client_tls(args)
+    ``--namesrv`` routes the topic to: see :func:`_routed`), ``--timeout`` and ``tls`` (the
+    TLS flags' context, :func:`client_tls`, loaded once by the caller before any retry; one
+    address: a :class:`BrokerClient` that follows NOT_LEADER answers)."""
     addresses = args.broker
     if getattr(args, "namesrv", None) is not None:
-        addresses = await _routed(args, put=put)
+        addresses = await _routed(args, tls, put=put)
     async with FailoverClient.connect(
         addresses,
         retry_for=args.timeout,
@@ -327,6 +326,10 @@ async def run_put(args: argparse.Namespace) -> int:
         body = fixed if fixed is not None else _numbered_body(i, args.size)
         return PutMessage(args.topic, body, queue, args.tags, args.keys, tuple(properties))
 
+    try:
+        tls = client_tls(args)
+    except BrokerConnectionError as exc:
+        return fail(str(exc))
     run = PutRun(args.count)
     progress = _Progress(args.count, enabled=args.count > 1 and not args.quiet and not args.json)
     next_index = 0
@@ -352,7 +355,7 @@ async def run_put(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     failure: str | None = None
     try:
-        async with broker_client(args, put=True) as client:
+        async with broker_client(args, tls=tls, put=True) as client:
             with progress:
                 async with trio.open_nursery() as nursery:
                     for _ in range(min(args.concurrency, math.ceil(args.count / args.batch))):
@@ -446,10 +449,14 @@ async def run_pull(args: argparse.Namespace) -> int:
     """``hanet pull``."""
     if args.queue < 0 or args.offset < 0 or args.max < 1:
         return fail("--queue and --offset must be >= 0, --max >= 1")
+    try:
+        tls = client_tls(args)
+    except BrokerConnectionError as exc:
+        return fail(str(exc))
     result: PullResult | None = None
     failure: str | None = None
     try:
-        async with broker_client(args) as client:
+        async with broker_client(args, tls=tls) as client:
             result = await client.pull(args.topic, args.queue, args.offset, args.max)
     except* BrokerError as group:
         failure = first_message(group)
@@ -666,24 +673,41 @@ async def run_status(args: argparse.Namespace) -> int:
 
     With ``--namesrv``: the cluster as the name servers list it (:func:`cluster_renderable`).
     """
+    try:
+        tls = client_tls(args)
+    except BrokerConnectionError as exc:
+        return fail(str(exc))  # a TLS file that does not load: not worth retrying
     if args.namesrv is not None:
-        return await _run_cluster_status(args)
+        return await _run_cluster_status(args, tls)
     if not args.watch:
         failure: str | None = None
         try:
-            async with broker_client(args) as client:
+            async with broker_client(args, tls=tls) as client:
                 _show(await client.status(), args, live=None)
         except* BrokerError as group:
             failure = first_message(group)
         return EXIT_OK if failure is None else fail(failure)
+
+    async def poll(live: Live | None) -> None:
+        async with broker_client(args, tls=tls) as client:
+            while True:
+                _show(await client.status(), args, live)
+                await trio.sleep(args.interval)
+
+    await _watch(args, poll)
+
+
+async def _watch(
+    args: argparse.Namespace, poll: Callable[[Live | None], Awaitable[None]]
+) -> NoReturn:
+    """``--watch``: ``poll(live)`` (which shows what it got), again every ``--interval`` until
+    cancelled; a :class:`BrokerError` is reported (in place on a terminal, else one line on
+    stderr) and retried. ``live`` is the in-place display on a terminal without ``--json``."""
     live = Live(refresh_per_second=4) if sys.stdout.isatty() and not args.json else None
     with live if live is not None else contextlib.nullcontext():
         while True:
             try:
-                async with broker_client(args) as client:
-                    while True:
-                        _show(await client.status(), args, live)
-                        await trio.sleep(args.interval)
+                await poll(live)
             except* BrokerError as group:
                 message = f"hanet: {first_message(group)}; retrying every {args.interval:g} s"
                 if live is not None:
@@ -742,32 +766,27 @@ def cluster_renderable(cluster: ClusterInfo, now_ms: int | None = None) -> Any:
     return Group(*tables)
 
 
-async def _run_cluster_status(args: argparse.Namespace) -> int:
+async def _run_cluster_status(args: argparse.Namespace, tls: ssl.SSLContext | None) -> int:
     """``hanet status --namesrv``: the cluster once, or every interval with ``--watch``."""
-    live = (
-        Live(refresh_per_second=4) if args.watch and sys.stdout.isatty() and not args.json else None
-    )
-    with live if live is not None else contextlib.nullcontext():
-        while True:
-            try:
-                cluster = await name_server_client(args).cluster()
-            except BrokerError as exc:
-                if not args.watch:
-                    return fail(str(exc))
-                message = f"hanet: {exc}; retrying every {args.interval:g} s"
-                if live is not None:
-                    live.update(message)
-                else:
-                    print(message, file=sys.stderr, flush=True)
-            else:
-                if args.json:
-                    document = cluster.to_json()
-                    print(json.dumps(document, indent=None if args.watch else 2), flush=True)
-                elif live is not None:
-                    live.update(cluster_renderable(cluster))
-                else:
-                    width = None if sys.stdout.isatty() else 120
-                    Console(width=width).print(cluster_renderable(cluster))
-                if not args.watch:
-                    return EXIT_OK
-            await trio.sleep(args.interval)
+    if not args.watch:
+        try:
+            cluster = await name_server_client(args, tls).cluster()
+        except BrokerError as exc:
+            return fail(str(exc))
+        _show_cluster(cluster, args, live=None)
+        return EXIT_OK
+
+    async def poll(live: Live | None) -> None:
+        _show_cluster(await name_server_client(args, tls).cluster(), args, live)
+
+    await _watch(args, poll)
+
+
+def _show_cluster(cluster: ClusterInfo, args: argparse.Namespace, live: Live | None) -> None:
+    if args.json:
+        print(json.dumps(cluster.to_json(), indent=None if args.watch else 2), flush=True)
+    elif live is not None:
+        live.update(cluster_renderable(cluster))
+    else:
+        width = None if sys.stdout.isatty() else 120
+        Console(width=width).print(cluster_renderable(cluster))

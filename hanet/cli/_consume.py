@@ -153,7 +153,7 @@ async def run_consume(args: argparse.Namespace) -> int:
     async def consume() -> None:
         tls = client_tls(args)
         async with Consumer.open(
-            name_server_client(args),
+            name_server_client(args, tls),
             args.group,
             args.topic,
             from_beginning=args.from_beginning,

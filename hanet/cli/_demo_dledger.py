@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import itertools
-import socket
 import sys
 import time
 from pathlib import Path
@@ -44,6 +43,7 @@ from hanet.client import (
 from hanet.dledger import INDEX_ENTRY_SIZE, DLedgerError, decode_index_entry, index_entry_offset
 from hanet.protocol import DLedgerInfo
 from hanet.store import CommitLogReader, StoreError, compare_commit_logs
+from hanet.testing import free_ports
 
 from ._demo import HOST, _Part, _Parts, run_parts
 
@@ -54,19 +54,6 @@ ELECTION_TIMEOUT = 0.5
 DATA_FILE_SIZE = "16M"
 INDEX_FILE_SIZE = "1M"
 TOPIC = "DemoTopic"
-
-
-def _free_ports(count: int) -> list[int]:
-    """Ports free right now (bound and released: a collision is unlikely, not impossible)."""
-    sockets = []
-    for _ in range(count):
-        sock = socket.socket()
-        sock.bind((HOST, 0))
-        sockets.append(sock)
-    ports = [s.getsockname()[1] for s in sockets]
-    for sock in sockets:
-        sock.close()
-    return ports
 
 
 def _body(seq: int, size: int) -> bytes:
@@ -192,7 +179,7 @@ class _Demo:
         self.args = args
         self.workdir = workdir
         self.parts = parts
-        ports = _free_ports(2 * len(IDS))
+        ports = free_ports(2 * len(IDS), HOST)
         self.peers = ",".join(f"{n}={HOST}:{ports[i]}" for i, n in enumerate(IDS))
         self.view = _View(
             args.messages,
@@ -207,6 +194,7 @@ class _Demo:
         self.first_ack_after_kill: float | None = None
         self.restarted_at: float | None = None
         self.caught_up_after: float | None = None
+        self.polled = trio.Event()  # set (and replaced) after each of the monitor's polls
 
     async def start(self, name: str) -> None:
         self.starts += 1
@@ -301,6 +289,8 @@ class _Demo:
     async def monitor(self, live: Live, done: trio.Event) -> None:
         while not done.is_set():
             await _poll(self.view)
+            self.polled.set()
+            self.polled = trio.Event()
             live.update(self.view.render())
             await trio.sleep(0.1)
 
@@ -351,9 +341,8 @@ async def _run(args: argparse.Namespace, workdir: Path, parts: _Parts) -> bool:
                 view.phase = "produced; failover under way"
             produce_seconds = time.monotonic() - view.started
             view.phase = "catching up"
-            while not demo.in_sync():
-                await _poll(view)
-                await trio.sleep(0.05)
+            while not demo.in_sync():  # the monitor's view: no polls of its own
+                await demo.polled.wait()
             if demo.restarted_at is not None:
                 demo.caught_up_after = time.monotonic() - demo.restarted_at
             view.phase = "in sync"

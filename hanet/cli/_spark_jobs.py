@@ -115,15 +115,18 @@ def _audit(spark: SparkSession, args: argparse.Namespace) -> tuple[int, dict[str
         store_rows = result.stores.collect()
         total = sum(row["problems"] for row in store_rows)
         verdicts = [store_line(row) for row in store_rows]
+        # The stores table (a groupBy, join and pivot over every row, not cached) is computed
+        # once: what is printed, put in the JSON document or written is the collected rows.
+        stores = spark.createDataFrame(store_rows, schema=result.stores.schema)
 
         def printed() -> None:
             limit = _printed(args)
-            show("stores", result.stores, limit=max(limit, 1000))
+            show("stores", stores, limit=max(limit, 1000))
             show("queues", result.queues, limit=limit)
             show("problems", result.problems, limit=limit, total=total)
 
         fields = {"scanned": result.rows, "problem_count": total, "verdicts": verdicts}
-        tables = {"stores": result.stores, "queues": result.queues, "problems": result.problems}
+        tables = {"stores": stores, "queues": result.queues, "problems": result.problems}
         document = _tables(args, tables, fields, printed)
         _say(args, "", *verdicts)
     finally:

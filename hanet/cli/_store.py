@@ -161,15 +161,22 @@ def _read_consume_queues(
     return queues
 
 
+def _queue_end(entries: list[tuple[int, int, int]]) -> int | None:
+    """Where a consume queue's last non-blank entry ends in the commit log (None: none)."""
+    for offset, size, _ in reversed(entries):
+        if size != CQ_BLANK_SIZE:
+            return offset + size
+    return None
+
+
 def _verify(reader: CommitLogReader, root: Path | None) -> int:
     check_queues = root is not None and (root / "consumequeue").is_dir()
     queues = _read_consume_queues(root) if root is not None and check_queues else {}
     # The dispatch frontier: records past the end of every consume queue entry are not
-    # dispatched yet (a live slave dispatches behind its acks), not missing.
-    frontier = max(
-        (o + s for _, entries in queues.values() for o, s, _ in entries if s != CQ_BLANK_SIZE),
-        default=reader.min_offset,
-    )
+    # dispatched yet (a live slave dispatches behind its acks), not missing. A queue's entries
+    # are in commit log order: its last non-blank entry ends furthest.
+    ends = (_queue_end(entries) for _, entries in queues.values())
+    frontier = max((e for e in ends if e is not None), default=reader.min_offset)
     undispatched = 0
     seen: dict[tuple[str, int], int] = {}
     count = 0
