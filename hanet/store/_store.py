@@ -772,14 +772,22 @@ class CommitLogStore:
         """:meth:`_validate_raw` of the log's bytes ``[start, offset)`` (the head of a partial
         record) followed by ``view``. When ``view`` completes that record, only the record is
         copied together and the rest of ``view`` is validated in place (the same outcome: a
-        scan validates each record by its own bytes and position); otherwise all of it."""
-        files = self.commit_log
-        pending = bytearray()
-        position = start
-        while position < offset:
-            chunk = files.read(position, offset - position)
-            pending += chunk
-            position += len(chunk)
+        scan validates each record by its own bytes and position); otherwise all of it.
+
+        A head of at least 8 bytes was kept past :attr:`validated_offset` only because a scan
+        found its record (or blank tail) incomplete, which depended on nothing but those 8
+        bytes (size and magic) and the position: while ``view`` still does not complete it,
+        the outcome is the same without reading or copying anything (so a large record
+        arriving in many small frames costs each frame O(1), not a rescan of its head)."""
+        held = offset - start
+        head = self._read_log(start, min(held, 8))
+        if len(head) >= 8:
+            need = int.from_bytes(head[:4], "big", signed=True) - held
+            if need > len(view):
+                return start, None
+        pending = bytearray(head)
+        if held > len(head):
+            pending += self._read_log(start + len(head), held - len(head))
         if len(pending) >= 4:
             need = int.from_bytes(pending[:4], "big", signed=True) - len(pending)
             if 0 < need <= len(view):
@@ -790,6 +798,17 @@ class CommitLogStore:
                 del pending[offset - start :]
         pending += view
         return self._validate_raw(start, memoryview(pending))
+
+    def _read_log(self, position: int, size: int) -> bytearray:
+        """The commit log's bytes ``[position, position + size)`` (all written), copied."""
+        files = self.commit_log
+        out = bytearray()
+        end = position + size
+        while position < end:
+            chunk = files.read(position, end - position)
+            out += chunk
+            position += len(chunk)
+        return out
 
     def _validate_raw(self, start: int, buf: memoryview) -> tuple[int, CorruptRecordError | None]:
         """Validate ``buf``, commit log bytes from the record boundary ``start``.
