@@ -611,17 +611,19 @@ class CommitLogStore:
     def _files_created(self) -> int:
         return self.commit_log.created + sum(q.files.created for q in self._queues.values())
 
-    def _note_create_error(self, reason: str | None) -> None:
+    def _note_create_error(
+        self,
+        reason: str | None,
+        *,
+        logged: object = None,
+        effect: str = "puts that need a new file answer CREATE_MAPPED_FILE_FAILED "
+        "(reads and replication of the data held go on)",
+    ) -> None:
         """Log a new file that could not be created (an ERROR once, until a file is created
-        again: then an INFO)."""
+        again: then an INFO). The ERROR reads ``logged`` (default ``reason``) then ``effect``."""
         if reason is not None:
             if self._create_error is None:
-                logger.error(
-                    "%s: %s; puts that need a new file answer CREATE_MAPPED_FILE_FAILED "
-                    "(reads and replication of the data held go on)",
-                    self.root,
-                    reason,
-                )
+                logger.error("%s: %s; %s", self.root, reason if logged is None else logged, effect)
             self._create_error = reason
             self._created_at_error = self._files_created()
         elif self._create_error is not None and self._files_created() > self._created_at_error:
@@ -965,15 +967,12 @@ class CommitLogStore:
         if isinstance(exc, CreateMappedFileError):
             error = DispatchError(offset, f"{where}{exc}", retryable=True)
             self._dispatch_error = error
-            if self._create_error is None:
-                logger.error(
-                    "%s: %s; dispatch and puts wait until the file can be created (reads and "
-                    "replication go on)",
-                    self.root,
-                    error,
-                )
-            self._create_error = error.reason
-            self._created_at_error = self._files_created()
+            self._note_create_error(
+                error.reason,
+                logged=error,
+                effect="dispatch and puts wait until the file can be created (reads and "
+                "replication go on)",
+            )
             return
         error = DispatchError(offset, f"{where}{exc}")
         self._dispatch_error = error
@@ -1004,9 +1003,7 @@ class CommitLogStore:
                 if tid == len(topics):
                     topics.append(str(view[start : start + length], "utf-8"))
                 key = (topics[tid], queue_id)
-                queue = queues.get(key)
-                if queue is None:
-                    queue = self._new_queue(*key)
+                queue = self._queue_for(*key)
                 high = queue.max_queue_offset
                 if key not in floors:
                     highs[tid, queue_id] = floors[key] = high
