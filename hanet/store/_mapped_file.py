@@ -131,6 +131,7 @@ class MappedFile:
             fd = os.open(temporary, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
         except OSError as exc:
             raise CreateMappedFileError(path, exc) from exc
+        mapping: mmap.mmap | None = None
         try:
             try:
                 _reserve(fd, size)
@@ -139,6 +140,8 @@ class MappedFile:
             except OSError as exc:
                 raise CreateMappedFileError(path, exc) from exc
         except BaseException:
+            if mapping is not None:
+                mapping.close()
             os.close(fd)
             temporary.unlink(missing_ok=True)
             raise
