@@ -1022,7 +1022,7 @@ class CommitLogStore:
                 else self._dispatched
             )
             for written, floor in floors.items():  # undo what a record-by-record dispatch
-                queues[written].drop_tail(offset, floor)  # would not have written yet
+                queues[written].truncate_physical(offset, floor)  # would not have written yet
             self._last_store_timestamp = self._stored_before(rows, highs, offset)
             self._dispatched = offset
             self._fail_dispatch(offset, key, exc)
