@@ -109,6 +109,29 @@ def test_a_file_the_disk_cannot_hold_is_never_mapped_nor_left(
     mapped.delete()
 
 
+def test_a_file_that_cannot_be_renamed_is_unmapped_and_not_left(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    mappings: list[Any] = []
+    real_mmap = MappedFile.create.__globals__["mmap"].mmap
+
+    def mmap_spy(fd: int, size: int, *args: Any, **kwargs: Any) -> Any:
+        mapping = real_mmap(fd, size, *args, **kwargs)
+        mappings.append(mapping)
+        return mapping
+
+    def rename(source: Any, target: Any) -> None:
+        raise OSError(errno.EACCES, os.strerror(errno.EACCES))
+
+    monkeypatch.setattr(MappedFile.create.__globals__["mmap"], "mmap", mmap_spy)
+    monkeypatch.setattr(os, "rename", rename)
+    with pytest.raises(CreateMappedFileError) as caught:
+        MappedFile.create(tmp_path / file_name(0), 0, FILE)
+    assert caught.value.errno == errno.EACCES
+    assert len(mappings) == 1 and mappings[0].closed  # the mapping is not leaked
+    assert files_in(tmp_path) == []
+
+
 def test_without_fallocate_zeros_are_written_not_a_sparse_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

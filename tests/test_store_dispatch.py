@@ -183,6 +183,23 @@ def test_append_entries_refuses_offsets_below_the_end(tmp_path: Path) -> None:
     queue.close()
 
 
+def test_truncate_physical_drops_the_blanks_before_a_dropped_entry_and_stops_at_floor(
+    tmp_path: Path,
+) -> None:
+    queue = ConsumeQueue(tmp_path / "q", "T", 0, 8 * CQ_ENTRY_SIZE, warm=False)
+    far = 3 << 30  # past 2 GiB: a blank entry (offset 0, size 0x7FFFFFFF) "ends" below it
+    queue.append_entries(0, entries(far, 3))
+    queue.append_entries(6, entries(far + 1000, 2))  # blanks at 3..5
+    assert queue.truncate_physical(far + 1000, floor=7) == 1  # the floor stops the walk
+    assert queue.max_queue_offset == 7
+    assert queue.truncate_physical(far + 1000) == 4  # the entry at 6 and the blanks before it
+    assert queue.max_queue_offset == 3 and held(queue) == [
+        (far + 100 * i, 100, i) for i in range(3)
+    ]
+    assert queue.truncate_physical(0) == 3 and queue.files.files == []
+    queue.close()
+
+
 # -- the store's deferred dispatch -----------------------------------------------------------
 
 

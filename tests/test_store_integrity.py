@@ -6,10 +6,11 @@ from __future__ import annotations
 import logging
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from hanet.store import CommitLogStore, Message, PutStatus, StoreConfig, StoreRole
+from hanet.store import CommitLogStore, Message, PutStatus, StoreConfig, StoreRole, scan_index
 
 FILE = 4096
 MASTER = StoreConfig(mapped_file_size=FILE, consume_queue_file_size=200)
@@ -62,6 +63,42 @@ def test_bad_record_inside_a_held_partial_record_drops_it(tmp_path: Path) -> Non
         slave.append_raw(starts[1] + 6, data[starts[1] + 6 :])
         assert slave.max_offset == slave.validated_offset == starts[1]
         assert slave.dispatch_error is not None and "magic" in slave.dispatch_error.reason
+
+
+def test_a_large_record_in_small_frames_is_not_rescanned_per_frame(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A partial record is judged by its first 8 bytes: later frames that still do not
+    complete it are neither copied nor scanned again (not quadratic in the record's size)."""
+    with (
+        CommitLogStore.open(tmp_path / "m", StoreConfig(mapped_file_size=1 << 20)) as master,
+        CommitLogStore.open(
+            tmp_path / "s", StoreConfig(mapped_file_size=1 << 20, role=StoreRole.SLAVE)
+        ) as slave,
+    ):
+        assert master.put(Message("T", b"a" * 100)).ok
+        record = master.put(Message("T", bytes(range(256)) * 2048))  # 512 KiB
+        assert master.put(Message("T", b"b" * 100)).ok
+        data = master.read(0, master.max_offset)
+        scanned: list[int] = []
+
+        def counting(buf: Any, start: int, end: Any, *args: Any) -> Any:
+            scanned.append(len(buf))
+            return scan_index(buf, start, end, *args)
+
+        monkeypatch.setattr("hanet.store._store.scan_index", counting)
+        frame = 1024
+        for offset in range(0, len(data), frame):
+            slave.append_raw(offset, data[offset : offset + frame])
+            if offset + frame <= record.wrote_offset + 8:
+                continue
+            if offset + frame < record.wrote_offset + record.wrote_size:
+                assert slave.validated_offset == record.wrote_offset
+        assert slave.validated_offset == slave.max_offset == len(data)
+        assert slave.read(0, len(data)) == data
+        assert slave.max_queue_offset("T", 0) == 3
+        assert slave.dispatch_error is None
+        assert sum(scanned) < 3 * len(data)  # each byte scanned about once, not per frame
 
 
 def test_truncate_to_drops_data_queue_entries_and_survives_a_reopen(tmp_path: Path) -> None:

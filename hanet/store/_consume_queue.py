@@ -88,29 +88,22 @@ class ConsumeQueue:
 
     def append(self, queue_offset: int, physical_offset: int, size: int, tags_hash: int) -> None:
         """Write the entry of ``queue_offset``: normally :attr:`max_queue_offset`; past it, the
-        gap (or, in an empty queue, the start of its first file) is filled with blank entries.
+        gap (or, in an empty queue, the start of its first file) is filled with blank entries
+        (:meth:`append_entries` of one entry, with a put's fast path first).
 
         Raises:
             OffsetMismatchError: ``queue_offset`` is below :attr:`max_queue_offset`.
+            CreateMappedFileError: a file the entry needs cannot be created.
         """
-        position = queue_offset * CQ_ENTRY_SIZE
         files = self.files.files
-        if files:  # fast path: room in the last file, right at its end
+        if files:  # fast path (a put's): room in the last file, right at its end
             last = files[-1]
             wrote = last.wrote
-            if wrote < last.size and last.start_offset + wrote == position:
+            if wrote < last.size and last.start_offset + wrote == queue_offset * CQ_ENTRY_SIZE:
                 _ENTRY.pack_into(last.view, wrote, physical_offset, size, tags_hash)
                 last.wrote = wrote + CQ_ENTRY_SIZE
                 return
-            end = self.files.max_offset
-            if position > end:  # a gap (RocketMQ logs it and writes anyway): fill with blanks
-                self.files.append_raw(end, _BLANK_ENTRY * ((position - end) // CQ_ENTRY_SIZE))
-        elif queue_offset:
-            start = self.files.file_start(position)
-            if position > start:
-                self.files.append_raw(start, _BLANK_ENTRY * ((position - start) // CQ_ENTRY_SIZE))
-            self.min_queue_offset = queue_offset
-        self.files.append_raw(position, _ENTRY.pack(physical_offset, size, tags_hash))
+        self.append_entries(queue_offset, _ENTRY.pack(physical_offset, size, tags_hash))
 
     def append_entries(self, queue_offset: int, entries: bytes | bytearray | memoryview) -> None:
         """Write packed 20-byte entries (``>qiq`` each) from ``queue_offset`` on, in one write:
@@ -166,42 +159,27 @@ class ConsumeQueue:
         )
         return entry
 
-    def truncate_physical(self, physical_end: int) -> int:
-        """Drop the entries pointing at or past ``physical_end``; returns how many were dropped.
+    def truncate_physical(self, physical_end: int, floor: int = 0) -> int:
+        """Drop the entries from queue offset ``floor`` on that point at or past
+        ``physical_end``, with the blank entries just before them (they filled the gap before
+        a dropped entry); returns how many were dropped. With a ``floor``: undo the tail of a
+        batch written from there on.
 
         Entries grow with the physical offset, so it walks back from the last one.
         """
-        q = self.max_queue_offset
-        while q > self.min_queue_offset:
-            entry = self.get(q - 1)
-            if entry is None or entry[0] + entry[1] <= physical_end:
-                break
-            q -= 1
-        dropped = self.max_queue_offset - q
-        if dropped:
-            if q <= self.min_queue_offset:
-                self.files.delete_all()
-                self.min_queue_offset = 0
-            else:
-                self.files.truncate(q * CQ_ENTRY_SIZE)
-        return dropped
-
-    def drop_tail(self, physical_end: int, floor: int) -> None:
-        """Undo the tail of a batch written from queue offset ``floor`` on: drop the entries
-        from ``floor`` on that point at or past ``physical_end``, with the blank entries just
-        before them (they filled the gap before a dropped entry)."""
-        q = self.max_queue_offset
+        high = q = self.max_queue_offset
         while q > max(floor, self.min_queue_offset):
             entry = self.get(q - 1)
             if entry is None or (entry[1] != CQ_BLANK_SIZE and entry[0] + entry[1] <= physical_end):
                 break
             q -= 1
-        if q < self.max_queue_offset:
+        if q < high:
             if q <= self.min_queue_offset:
                 self.files.delete_all()
                 self.min_queue_offset = 0
             else:
                 self.files.truncate(q * CQ_ENTRY_SIZE)
+        return high - q
 
     def flush(self) -> None:
         """``fdatasync`` the files (blocks: worker thread)."""

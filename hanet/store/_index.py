@@ -26,11 +26,11 @@ one when it imports and ``HANET_NO_EXTENSIONS`` is not set; :data:`NATIVE_SCANNE
 
 from __future__ import annotations
 
-import os
 import struct
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+from ._native import ENABLED, native
 from ._scanner import RecordScanner, ScanStop, StopReason
 
 __all__ = [
@@ -213,31 +213,15 @@ def group_entries_py(rows: Buffer) -> list[EntryGroup]:
     ]
 
 
-def _native() -> ScanFunction | None:
-    try:
-        from ._speedups import scan  # noqa: PLC0415 - optional: built by pip install -e .
-    except ImportError:
-        return None
-    return scan
-
-
-def _native_group() -> GroupFunction | None:
-    try:
-        from ._speedups import group_entries  # noqa: PLC0415 - optional, as scan
-    except ImportError:
-        return None
-    return group_entries
-
-
-native_scan = _native()
+native_scan: ScanFunction | None = native("scan")
 """``hanet.store._speedups.scan``, or None when the extension is not built."""
-NATIVE_SCANNER = native_scan is not None and not os.environ.get("HANET_NO_EXTENSIONS")
+NATIVE_SCANNER = native_scan is not None and ENABLED
 """Whether :data:`scan_index` is the native scan (built, and ``HANET_NO_EXTENSIONS`` unset)."""
 scan_index: ScanFunction = (
     native_scan if native_scan is not None and NATIVE_SCANNER else scan_index_py
 )
 """The native scan when :data:`NATIVE_SCANNER`, else :func:`scan_index_py`."""
-native_group_entries = _native_group()
+native_group_entries: GroupFunction | None = native("group_entries")
 """``hanet.store._speedups.group_entries``, or None when the extension is not built."""
 group_entries: GroupFunction = (
     native_group_entries
@@ -486,15 +470,7 @@ def _locate(view: memoryview, row: tuple[int, ...], base: int, i: int) -> dict[s
     return fields
 
 
-def _native_columns() -> Callable[..., list[ColumnValue]] | None:
-    try:
-        from ._speedups import columns  # noqa: PLC0415 - optional, as native_scan
-    except ImportError:
-        return None
-    return columns
-
-
-native_columns = _native_columns()
+native_columns: Callable[..., list[ColumnValue]] | None = native("columns")
 """``hanet.store._speedups.columns``, or None when the extension is not built."""
 record_columns: Callable[..., list[ColumnValue]] = (
     native_columns if native_columns is not None and NATIVE_SCANNER else record_columns_py

@@ -23,6 +23,7 @@ from pathlib import Path
 import attrs
 
 from ._errors import CreateMappedFileError, StoreLayoutError
+from ._native import ENABLED, native
 
 __all__ = ["FILE_NAME_DIGITS", "NEXT_SUFFIX", "TEMPORARY_SUFFIX", "MappedFile", "file_name"]
 
@@ -42,17 +43,7 @@ _ZERO_CHUNK = bytes(1 << 20)
 _NO_FALLOCATE = frozenset({errno.EOPNOTSUPP, errno.ENOTSUP, errno.ENOSYS, errno.EINVAL})
 
 
-def _native_populate() -> Callable[[mmap.mmap], None] | None:
-    if os.environ.get("HANET_NO_EXTENSIONS"):
-        return None
-    try:
-        from ._speedups import populate  # noqa: PLC0415 - optional: built by pip install -e .
-    except ImportError:
-        return None
-    return populate
-
-
-_populate = _native_populate()
+_populate: Callable[[mmap.mmap], None] | None = native("populate") if ENABLED else None
 """``_speedups.populate`` (pre-faults without holding the GIL, so a worker thread can warm a
 new file while the event loop goes on), or None: then ``mmap.madvise``, which holds it."""
 
@@ -131,6 +122,7 @@ class MappedFile:
             fd = os.open(temporary, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
         except OSError as exc:
             raise CreateMappedFileError(path, exc) from exc
+        mapping: mmap.mmap | None = None
         try:
             try:
                 _reserve(fd, size)
@@ -139,6 +131,8 @@ class MappedFile:
             except OSError as exc:
                 raise CreateMappedFileError(path, exc) from exc
         except BaseException:
+            if mapping is not None:
+                mapping.close()
             os.close(fd)
             temporary.unlink(missing_ok=True)
             raise

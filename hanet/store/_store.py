@@ -611,17 +611,19 @@ class CommitLogStore:
     def _files_created(self) -> int:
         return self.commit_log.created + sum(q.files.created for q in self._queues.values())
 
-    def _note_create_error(self, reason: str | None) -> None:
+    def _note_create_error(
+        self,
+        reason: str | None,
+        *,
+        logged: object = None,
+        effect: str = "puts that need a new file answer CREATE_MAPPED_FILE_FAILED "
+        "(reads and replication of the data held go on)",
+    ) -> None:
         """Log a new file that could not be created (an ERROR once, until a file is created
-        again: then an INFO)."""
+        again: then an INFO). The ERROR reads ``logged`` (default ``reason``) then ``effect``."""
         if reason is not None:
             if self._create_error is None:
-                logger.error(
-                    "%s: %s; puts that need a new file answer CREATE_MAPPED_FILE_FAILED "
-                    "(reads and replication of the data held go on)",
-                    self.root,
-                    reason,
-                )
+                logger.error("%s: %s; %s", self.root, reason if logged is None else logged, effect)
             self._create_error = reason
             self._created_at_error = self._files_created()
         elif self._create_error is not None and self._files_created() > self._created_at_error:
@@ -772,14 +774,22 @@ class CommitLogStore:
         """:meth:`_validate_raw` of the log's bytes ``[start, offset)`` (the head of a partial
         record) followed by ``view``. When ``view`` completes that record, only the record is
         copied together and the rest of ``view`` is validated in place (the same outcome: a
-        scan validates each record by its own bytes and position); otherwise all of it."""
-        files = self.commit_log
-        pending = bytearray()
-        position = start
-        while position < offset:
-            chunk = files.read(position, offset - position)
-            pending += chunk
-            position += len(chunk)
+        scan validates each record by its own bytes and position); otherwise all of it.
+
+        A head of at least 8 bytes was kept past :attr:`validated_offset` only because a scan
+        found its record (or blank tail) incomplete, which depended on nothing but those 8
+        bytes (size and magic) and the position: while ``view`` still does not complete it,
+        the outcome is the same without reading or copying anything (so a large record
+        arriving in many small frames costs each frame O(1), not a rescan of its head)."""
+        held = offset - start
+        head = self._read_log(start, min(held, 8))
+        if len(head) >= 8:
+            need = int.from_bytes(head[:4], "big", signed=True) - held
+            if need > len(view):
+                return start, None
+        pending = bytearray(head)
+        if held > len(head):
+            pending += self._read_log(start + len(head), held - len(head))
         if len(pending) >= 4:
             need = int.from_bytes(pending[:4], "big", signed=True) - len(pending)
             if 0 < need <= len(view):
@@ -790,6 +800,17 @@ class CommitLogStore:
                 del pending[offset - start :]
         pending += view
         return self._validate_raw(start, memoryview(pending))
+
+    def _read_log(self, position: int, size: int) -> bytearray:
+        """The commit log's bytes ``[position, position + size)`` (all written), copied."""
+        files = self.commit_log
+        out = bytearray()
+        end = position + size
+        while position < end:
+            chunk = files.read(position, end - position)
+            out += chunk
+            position += len(chunk)
+        return out
 
     def _validate_raw(self, start: int, buf: memoryview) -> tuple[int, CorruptRecordError | None]:
         """Validate ``buf``, commit log bytes from the record boundary ``start``.
@@ -946,15 +967,12 @@ class CommitLogStore:
         if isinstance(exc, CreateMappedFileError):
             error = DispatchError(offset, f"{where}{exc}", retryable=True)
             self._dispatch_error = error
-            if self._create_error is None:
-                logger.error(
-                    "%s: %s; dispatch and puts wait until the file can be created (reads and "
-                    "replication go on)",
-                    self.root,
-                    error,
-                )
-            self._create_error = error.reason
-            self._created_at_error = self._files_created()
+            self._note_create_error(
+                error.reason,
+                logged=error,
+                effect="dispatch and puts wait until the file can be created (reads and "
+                "replication go on)",
+            )
             return
         error = DispatchError(offset, f"{where}{exc}")
         self._dispatch_error = error
@@ -985,9 +1003,7 @@ class CommitLogStore:
                 if tid == len(topics):
                     topics.append(str(view[start : start + length], "utf-8"))
                 key = (topics[tid], queue_id)
-                queue = queues.get(key)
-                if queue is None:
-                    queue = self._new_queue(*key)
+                queue = self._queue_for(*key)
                 high = queue.max_queue_offset
                 if key not in floors:
                     highs[tid, queue_id] = floors[key] = high
@@ -1006,7 +1022,7 @@ class CommitLogStore:
                 else self._dispatched
             )
             for written, floor in floors.items():  # undo what a record-by-record dispatch
-                queues[written].drop_tail(offset, floor)  # would not have written yet
+                queues[written].truncate_physical(offset, floor)  # would not have written yet
             self._last_store_timestamp = self._stored_before(rows, highs, offset)
             self._dispatched = offset
             self._fail_dispatch(offset, key, exc)

@@ -11,17 +11,16 @@ batch, everything looked up once per batch, no intermediate bytes objects but th
 
 from __future__ import annotations
 
-import re
 import zlib
 from collections.abc import Callable, Iterable
 
 from ._codec import (
+    _TOPIC_CHARACTERS,
     BLANK_RECORD_SIZE,
     BORN_HOST_V6_FLAG,
     HEADER_STRUCTS,
     I16_STRUCT,
     MAGIC_V1,
-    MAGIC_V2,
     MAX_PROPERTIES_SIZE,
     MAX_TOPIC_SIZE_V1,
     STORE_HOST_V6_FLAG,
@@ -39,7 +38,6 @@ from ._mapped_queue import MappedFileQueue
 
 __all__ = ["RecordWriter"]
 
-_TOPIC = re.compile(r"[%|a-zA-Z0-9_-]+\Z")  # not "$": it would let a trailing newline in
 _HOST_FLAGS = BORN_HOST_V6_FLAG | STORE_HOST_V6_FLAG
 _PUT_OK = PutStatus.PUT_OK
 
@@ -136,7 +134,7 @@ class RecordWriter:
                     or not topic_bytes
                     or message.queue_id < 0
                     or len(born_host) != 4
-                    or _TOPIC.match(topic) is None
+                    or _TOPIC_CHARACTERS.fullmatch(topic) is None
                 ):
                     refused = self._check(message)
                     if refused is not None:
@@ -156,13 +154,9 @@ class RecordWriter:
                     sys_flag |= BORN_HOST_V6_FLAG
                 sys_flag_index = (sys_flag & _HOST_FLAGS) >> 4
                 topic_len = len(topic_bytes)
-                size = (
-                    header_sizes[sys_flag_index]
-                    + len(body)
-                    + topic_len
-                    + len(props)
-                    + (4 if topic_len > MAX_TOPIC_SIZE_V1 else 3)
-                )
+                # + 3: the topic length byte (V1: put topics are at most 127 bytes) and the
+                # properties length
+                size = header_sizes[sys_flag_index] + len(body) + topic_len + len(props) + 3
                 if size + BLANK_RECORD_SIZE > space:
                     if size + BLANK_RECORD_SIZE > file_size:
                         append(
@@ -227,7 +221,7 @@ class RecordWriter:
                     view,
                     wrote,
                     size,
-                    MAGIC_V2 if topic_len > MAX_TOPIC_SIZE_V1 else MAGIC_V1,
+                    MAGIC_V1,
                     crc32(body) & 0x7FFFFFFF,
                     message.queue_id,
                     message.flag,
@@ -247,12 +241,8 @@ class RecordWriter:
                 p = wrote + header.size
                 end = p + len(body)
                 view[p:end] = body
-                if topic_len > MAX_TOPIC_SIZE_V1:
-                    i16_pack_into(view, end, topic_len)
-                    p = end + 2
-                else:
-                    view[end] = topic_len
-                    p = end + 1
+                view[end] = topic_len  # at most MAX_TOPIC_SIZE_V1: V1 records only
+                p = end + 1
                 end = p + topic_len
                 view[p:end] = topic_bytes
                 i16_pack_into(view, end, len(props))
