@@ -247,6 +247,8 @@ class Channel:
     # -- tail hooks ---------------------------------------------------------------------------
 
     def _on_unhandled_message(self, msg: Any) -> None:
+        if not log.isEnabledFor(logging.DEBUG):
+            return  # the preview and the handler names cost more than the message, per frame
         log.debug(
             "%s: discarded inbound message %r that reached the tail of the pipeline %s",
             self,
