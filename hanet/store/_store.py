@@ -782,14 +782,17 @@ class CommitLogStore:
         the outcome is the same without reading or copying anything (so a large record
         arriving in many small frames costs each frame O(1), not a rescan of its head)."""
         held = offset - start
-        head = self._read_log(start, min(held, 8))
-        if len(head) >= 8:
+        # The held bytes lie in one file (no record or blank tail crosses a file end): one
+        # view of them, copied only when they are joined with the new bytes below.
+        head = self.commit_log.read_view(start, held)
+        if len(head) < held:  # pragma: no cover - defensive: read them piece by piece
+            head = memoryview(self._read_log(start, held))
+        if held >= 8:
             need = int.from_bytes(head[:4], "big", signed=True) - held
             if need > len(view):
                 return start, None
         pending = bytearray(head)
-        if held > len(head):
-            pending += self._read_log(start + len(head), held - len(head))
+        head.release()
         if len(pending) >= 4:
             need = int.from_bytes(pending[:4], "big", signed=True) - len(pending)
             if 0 < need <= len(view):
