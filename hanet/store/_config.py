@@ -99,7 +99,9 @@ class StoreConfig:
         max_message_size: largest body accepted (4 MiB); larger is MESSAGE_ILLEGAL.
         role: MASTER (puts) or SLAVE (raw appends only).
         store_host: the ``ip:port`` written as STOREHOST into put records.
-        warm_mapped_files: pre-fault new files before writing them (True).
+        warm_mapped_files: pre-fault new files before writing them (True). A SLAVE's commit
+            log files never are: replicated bytes are written through the file (``pwrite``),
+            which allocates the pages for half the cost of faulting them in.
         disk_max_used_space_ratio: puts are refused (SERVICE_NOT_AVAILABLE, "disk full") while
             the store's file system is more than this percentage used (75, RocketMQ's
             ``diskMaxUsedSpaceRatio``; 1..100).

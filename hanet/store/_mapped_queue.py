@@ -58,7 +58,10 @@ class MappedFileQueue:
     Args:
         directory: the directory (created on the first write if missing).
         file_size: the size of every file.
-        warm: pre-fault new files before they are written (default True).
+        warm: pre-fault new files before they are written (default True). Appends
+            (:meth:`append_raw`) copy into the mapping of a warm queue's files, and write
+            through the file (``pwrite``) otherwise: a page the kernel allocates for a write
+            costs about half of one faulted in through the mapping.
 
     After :meth:`load`, every loaded file counts as fully written; recovery then calls
     :meth:`truncate` with the end of the valid data.
@@ -342,6 +345,8 @@ class MappedFileQueue:
             OffsetMismatchError: the queue is not empty and ``offset`` != :attr:`max_offset`.
             CreateMappedFileError: a file it needs cannot be created (disk full, ...): nothing
                 was written and the files created for it are removed again.
+            OSError: writing through a file (not warm) failed: :attr:`max_offset` has not
+                moved.
         """
         files = self.files
         empty = not files
@@ -353,7 +358,10 @@ class MappedFileQueue:
             if offset != last.start_offset + wrote:
                 raise OffsetMismatchError(last.start_offset + wrote, offset)
             if wrote + total <= last.size:  # fast path: it fits in the last file
-                last.view[wrote : wrote + total] = view
+                if self.warm:
+                    last.view[wrote : wrote + total] = view
+                else:
+                    last.write(wrote, view)
                 last.wrote = wrote + total
                 return
         self._reserve_files(offset, offset + total)
@@ -366,7 +374,10 @@ class MappedFileQueue:
         while done < total:
             mapped = self.files[i]
             n = min(total - done, mapped.size - mapped.wrote)
-            mapped.view[mapped.wrote : mapped.wrote + n] = view[done : done + n]
+            if self.warm:
+                mapped.view[mapped.wrote : mapped.wrote + n] = view[done : done + n]
+            else:
+                mapped.write(mapped.wrote, view[done : done + n])
             mapped.wrote += n
             done += n
             i += 1

@@ -138,8 +138,12 @@ class CommitLogStore:
         self.root = root
         self.config = config
         self._lock = lock
+        # A slave's commit log is written only by raw appends: through the file, not faulted in
+        # first (see MappedFileQueue).
         self.commit_log = MappedFileQueue(
-            root / "commitlog", config.mapped_file_size, warm=config.warm_mapped_files
+            root / "commitlog",
+            config.mapped_file_size,
+            warm=config.warm_mapped_files and config.role is not StoreRole.SLAVE,
         )
         self._queues: dict[tuple[str, int], ConsumeQueue] = {}
         self._listeners: list[Listener] = []
