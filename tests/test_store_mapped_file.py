@@ -45,12 +45,21 @@ def test_unwarmed_file(tmp_path: Path) -> None:
     assert not (tmp_path / file_name(0)).exists()
 
 
-def test_append_raw_crosses_into_new_files_and_reads_never_cross(tmp_path: Path) -> None:
-    queue = MappedFileQueue(tmp_path / "q", 100)
+@pytest.mark.parametrize("warm", [True, False], ids=["mapping", "written-through"])
+def test_append_raw_crosses_into_new_files_and_reads_never_cross(
+    tmp_path: Path, warm: bool
+) -> None:
+    # A warm queue copies into the mapping; one that is not writes through the file (pwrite):
+    # the same bytes either way, on disk and through the mapping, and a view taken before a
+    # write shows it.
+    queue = MappedFileQueue(tmp_path / "q", 100, warm=warm)
     assert queue.max_offset == 0
     data = bytes(range(250))
     queue.append_raw(0, data[:30])
+    early = queue.files[0].view[30:40]
     queue.append_raw(30, data[30:])
+    assert early == data[30:40]
+    assert (tmp_path / "q" / file_name(100)).read_bytes() == data[100:200]
     assert [p.name for _, p in list_mapped_files(tmp_path / "q")] == [
         file_name(0),
         file_name(100),
