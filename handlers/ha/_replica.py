@@ -203,14 +203,19 @@ class CommitLogReplayHandler(ChannelInboundHandler):
         if len(batch) == 1:
             kept = self._append(ctx, batch[0])
         else:
+            total = batch[-1].end_offset - batch[0].offset
             joined = self._joined
-            try:
-                del joined[:]
-            except BufferError:  # pragma: no cover - a view of the last batch is still held
-                joined = self._joined = bytearray()
-            for each in batch:
-                joined += each.data
-            with memoryview(joined) as view:
+            if len(joined) < total:
+                # Grown, never shrunk: a buffer allocated (and faulted in) per read costs
+                # more than the copy into it.
+                joined = self._joined = bytearray(max(total, 2 * len(joined)))
+            with memoryview(joined) as whole, whole[:total] as view:
+                position = 0
+                for each in batch:
+                    data = each.data
+                    end = position + len(data)
+                    whole[position:end] = data
+                    position = end
                 ends = frozenset(each.end_offset for each in batch)
                 kept = self._append(ctx, TransferFrame(batch[0].offset, view), ends)
         if kept:
