@@ -22,7 +22,9 @@ cache.
 - with ``--tls``: hanet again over mutual TLS (certificates of a throw-away trustme CA), as a
   ratio of hanet over plain TCP in the same run.
 
-Prints a table, then as the last line one JSON object with the figures.
+Prints a table and the ratio of each round (hanet and raw run back to back), then as the last
+line one JSON object with the figures: the best of rounds of each, their ratio, and the ratio
+of each round with its median.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import statistics
 import struct
 import subprocess
 import sys
@@ -283,11 +286,24 @@ def main() -> None:
     ]:
         if name in best:
             print(f"{label:30s} {best[name] / 1e6:10.1f} {best[name] / best['raw']:8.2f}")
+    # Each round measures hanet and raw back to back: the ratio within a round, and their
+    # median, show the spread that one best-of-rounds ratio hides.
+    round_ratios = [h / r for h, r in zip(rates["hanet"], rates["raw"], strict=True)]
+    median_ratio = statistics.median(round_ratios)
+    print(
+        "per round, hanet / raw: "
+        + ", ".join(f"{ratio:.2f}" for ratio in round_ratios)
+        + f" (median {median_ratio:.2f})"
+    )
     figures = {
         "size_mib": args.size_mib,
         "hanet_mb_s": round(best["hanet"] / 1e6, 1),
         "raw_per_frame_mb_s": round(best["raw"] / 1e6, 1),
         "ratio_vs_raw_per_frame": round(best["hanet"] / best["raw"], 3),
+        "round_ratios": [round(ratio, 3) for ratio in round_ratios],
+        "median_round_ratio": round(median_ratio, 3),
+        "hanet_rounds_mb_s": [round(rate / 1e6, 1) for rate in rates["hanet"]],
+        "raw_rounds_mb_s": [round(rate / 1e6, 1) for rate in rates["raw"]],
     }
     if "iperf3" in best:
         figures["iperf3_mb_s"] = round(best["iperf3"] / 1e6, 1)
