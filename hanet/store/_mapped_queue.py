@@ -345,8 +345,9 @@ class MappedFileQueue:
             OffsetMismatchError: the queue is not empty and ``offset`` != :attr:`max_offset`.
             CreateMappedFileError: a file it needs cannot be created (disk full, ...): nothing
                 was written and the files created for it are removed again.
-            OSError: writing through a file (not warm) failed: :attr:`max_offset` has not
-                moved.
+            OSError: writing through a file (not warm) failed: :attr:`max_offset` ends where
+                the bytes written before the failure end (nothing, unless ``data`` spans
+                files).
         """
         files = self.files
         empty = not files
