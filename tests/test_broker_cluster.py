@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -15,19 +13,18 @@ import attrs
 import pytest
 import trio
 import trio.testing
+from broker_support import config, fmt, name_server, running, wait_for
 
 from hanet.boot import serve_listeners
 from hanet.broker import (
     OFFSETS_FILE,
     TOPICS_FILE,
     Broker,
-    BrokerAddresses,
     ConsumerOffsets,
     DLedgerBrokerService,
     SlaveSync,
     suggest_broker_id,
 )
-from hanet.channel import ChannelInboundHandler, HandlerContext, StreamChannel
 from hanet.client import BrokerClient, BrokerRequestError, NameServerConnection
 from hanet.dledger import DLedgerNode, MemoryNetwork, NodeConfig, RaftConfig
 from hanet.errors import ConfigError
@@ -35,43 +32,15 @@ from hanet.ha import BrokerConfig, BrokerRole
 from hanet.protocol import (
     MASTER_ID,
     BrokerRegistration,
-    BrokerServerCodec,
     ErrorCode,
     PullRequest,
     PullResponse,
     PullStatus,
     PutMessage,
-    RegisterBrokerRequest,
-    RegisterBrokerResponse,
-    UnregisterBrokerRequest,
-    UnregisterBrokerResponse,
-    broker_frame_codec,
 )
 from hanet.store import PutStatus
 
-FILE = 64 * 1024
 REGISTRATION = BrokerRegistration("C", "b", 0, "ASYNC_MASTER", "127.0.0.1:1")
-
-
-def config(root: Path, **changes: Any) -> BrokerConfig:
-    return BrokerConfig(
-        store_path_root_dir=root,
-        listen_port=0,
-        ha_listen_port=0,
-        mapped_file_size_commit_log=FILE,
-        **changes,
-    )
-
-
-@asynccontextmanager
-async def running(
-    cfg: BrokerConfig, **kwargs: Any
-) -> AsyncIterator[tuple[Broker, BrokerAddresses]]:
-    async with trio.open_nursery() as nursery:
-        broker = Broker(cfg, **kwargs)
-        addresses: BrokerAddresses = await nursery.start(broker.run)
-        yield broker, addresses
-        nursery.cancel_scope.cancel()
 
 
 # -- requests a broker port does not serve ---------------------------------------------------
@@ -231,17 +200,6 @@ async def test_a_slave_suggests_itself_only_with_slave_read_enable(tmp_path: Pat
 # -- a slave's metadata sync -------------------------------------------------------------------
 
 
-def fmt(address: tuple[str, int] | None) -> str:
-    assert address is not None
-    return f"{address[0]}:{address[1]}"
-
-
-async def wait_for(predicate: Callable[[], bool], seconds: float = 10) -> None:
-    with trio.fail_after(seconds):
-        while not predicate():  # noqa: ASYNC110 - polls another service's state
-            await trio.sleep(0.01)
-
-
 async def test_a_slave_copies_topics_and_offsets_at_connect_and_every_interval(
     tmp_path: Path,
 ) -> None:
@@ -309,48 +267,6 @@ async def test_a_failed_sync_is_logged_and_retried(
 
 
 # -- registration with the name servers --------------------------------------------------------
-
-
-@attrs.define
-class FakeNameServer:
-    """Answers REGISTER_BROKER with ``master`` (broker address, HA address) for slaves, and
-    records every registration and unregistration."""
-
-    master: tuple[str, str] | None = None
-    registrations: list[BrokerRegistration] = attrs.Factory(list)
-    unregistered: list[tuple[str, int]] = attrs.Factory(list)
-
-    def initialize(self, channel: StreamChannel) -> None:
-        for name, handler in broker_frame_codec(1 << 20, BrokerServerCodec()):
-            channel.pipeline.add_last(handler, name)
-        channel.pipeline.add_last(_FakeNameServerHandler(self))
-
-
-class _FakeNameServerHandler(ChannelInboundHandler):
-    def __init__(self, server: FakeNameServer) -> None:
-        self.server = server
-
-    def channel_read(self, ctx: HandlerContext, msg: Any) -> None:
-        server = self.server
-        if isinstance(msg, RegisterBrokerRequest):
-            server.registrations.append(msg.registration)
-            master = server.master if msg.registration.broker_id != MASTER_ID else None
-            answer = RegisterBrokerResponse(msg.request_id, *(master or (None, None)))
-            ctx.write_and_flush(answer)
-        elif isinstance(msg, UnregisterBrokerRequest):
-            server.unregistered.append((msg.broker_name, msg.broker_id))
-            ctx.write_and_flush(UnregisterBrokerResponse(msg.request_id))
-
-
-@asynccontextmanager
-async def name_server() -> AsyncIterator[tuple[FakeNameServer, str]]:
-    server = FakeNameServer()
-    async with trio.open_nursery() as nursery:
-        listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
-        address = fmt(listeners[0].socket.getsockname())
-        await nursery.start(partial(serve_listeners, server.initialize, listeners))
-        yield server, address
-        nursery.cancel_scope.cancel()
 
 
 async def test_a_master_registers_at_start_and_every_interval_and_leaves_on_shutdown(

@@ -3,28 +3,21 @@ unregister) in virtual time, and the three requests on a broker's port."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
 
 import pytest
 import trio
 import trio.testing
+from broker_support import config, running
 
 from hanet.broker import (
     CONSUMER_EXPIRY,
-    Broker,
-    BrokerAddresses,
     ConsumerRegistry,
     ConsumerRegistryFull,
 )
 from hanet.cli import build_parser
 from hanet.client import BrokerClient
-from hanet.ha import BrokerConfig
 from hanet.protocol import ConsumerGroupInfo
-
-FILE = 64 * 1024
 
 
 class Clock:
@@ -115,29 +108,10 @@ async def test_the_registry_follows_trio_virtual_time(
 # -- on the wire ------------------------------------------------------------------------------
 
 
-def config(root: Path, **changes: Any) -> BrokerConfig:
-    return BrokerConfig(
-        store_path_root_dir=root,
-        listen_port=0,
-        ha_listen_port=0,
-        mapped_file_size_commit_log=FILE,
-        **changes,
-    )
-
-
-@asynccontextmanager
-async def running(cfg: BrokerConfig, **kwargs: Any) -> AsyncIterator[BrokerAddresses]:
-    async with trio.open_nursery() as nursery:
-        broker = Broker(cfg, **kwargs)
-        addresses: BrokerAddresses = await nursery.start(broker.run)
-        yield addresses
-        nursery.cancel_scope.cancel()
-
-
 async def test_a_broker_serves_heartbeats_lists_and_unregistrations(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    async with running(config(tmp_path)) as addresses:
+    async with running(config(tmp_path)) as (_, addresses):
         assert addresses.broker is not None
         async with BrokerClient.connect(*addresses.broker) as client:
             assert await client.consumer_list("G") == ()
@@ -163,7 +137,7 @@ async def test_a_broker_serves_heartbeats_lists_and_unregistrations(
 
 
 async def test_members_that_stop_heartbeating_expire(tmp_path: Path) -> None:
-    async with running(config(tmp_path), consumer_expiry=0.3) as addresses:
+    async with running(config(tmp_path), consumer_expiry=0.3) as (_, addresses):
         assert addresses.broker is not None
         async with BrokerClient.connect(*addresses.broker) as client:
             await client.consumer_heartbeat("G", "a")

@@ -5,51 +5,24 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
 
 import pytest
 import trio
 import trio.testing
+from broker_support import config, running
 
 from hanet.broker import (
     MAX_QUEUE_ID,
     OFFSETS_FILE,
     Broker,
-    BrokerAddresses,
     ConfigFileError,
     ConsumerOffsets,
     ConsumerOffsetsFull,
     write_config_file,
 )
 from hanet.client import BrokerClient, BrokerError
-from hanet.ha import BrokerConfig, BrokerRole
-
-FILE = 64 * 1024
-
-
-def config(root: Path, **changes: Any) -> BrokerConfig:
-    return BrokerConfig(
-        store_path_root_dir=root,
-        listen_port=0,
-        ha_listen_port=0,
-        mapped_file_size_commit_log=FILE,
-        **changes,
-    )
-
-
-@asynccontextmanager
-async def running(
-    cfg: BrokerConfig, **kwargs: Any
-) -> AsyncIterator[tuple[Broker, BrokerAddresses]]:
-    async with trio.open_nursery() as nursery:
-        broker = Broker(cfg, **kwargs)
-        addresses: BrokerAddresses = await nursery.start(broker.run)
-        yield broker, addresses
-        nursery.cancel_scope.cancel()
-
+from hanet.ha import BrokerRole
 
 # -- the store and its file -------------------------------------------------------------------
 

@@ -13,6 +13,7 @@ from typing import Any
 import attrs
 import pytest
 import trio
+from broker_support import FILE, config, running
 
 from hanet.broker import Broker, BrokerAddresses
 from hanet.client import (
@@ -26,32 +27,9 @@ from hanet.client import (
     PutStatus,
 )
 from hanet.errors import ConfigError
-from hanet.ha import BrokerConfig, BrokerRole
+from hanet.ha import BrokerRole
 from hanet.protocol import PutRequest, encode_request
 from hanet.store import FlushDiskType, StoreLockedError
-
-FILE = 64 * 1024
-
-
-def config(root: Path, **changes: Any) -> BrokerConfig:
-    return BrokerConfig(
-        store_path_root_dir=root,
-        listen_port=0,
-        ha_listen_port=0,
-        mapped_file_size_commit_log=FILE,
-        **changes,
-    )
-
-
-@asynccontextmanager
-async def running(
-    cfg: BrokerConfig, **kwargs: Any
-) -> AsyncIterator[tuple[Broker, BrokerAddresses]]:
-    async with trio.open_nursery() as nursery:
-        broker = Broker(cfg, **kwargs)
-        addresses: BrokerAddresses = await nursery.start(broker.run)
-        yield broker, addresses
-        nursery.cancel_scope.cancel()
 
 
 def client(addresses: BrokerAddresses, **kwargs: Any) -> Any:

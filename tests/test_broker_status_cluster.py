@@ -5,67 +5,20 @@ server where one is needed)."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
-from functools import partial
 from pathlib import Path
-from typing import Any
 
-import attrs
 import pytest
 import trio
+from broker_support import config, fmt, name_server, running, wait_for
 
-from hanet.boot import serve_listeners
-from hanet.broker import Broker, BrokerAddresses, ConsumerOffsets, DLedgerBrokerService
-from hanet.channel import ChannelInboundHandler, HandlerContext, StreamChannel
+from hanet.broker import ConsumerOffsets, DLedgerBrokerService
 from hanet.cli import build_parser
 from hanet.client import BrokerClient
 from hanet.dledger import DLedgerNode, MemoryNetwork, NodeConfig, RaftConfig
-from hanet.ha import BrokerConfig, BrokerRole
+from hanet.ha import BrokerRole
 from hanet.protocol import (
-    MASTER_ID,
-    BrokerServerCodec,
     PutMessage,
-    RegisterBrokerRequest,
-    RegisterBrokerResponse,
-    UnregisterBrokerRequest,
-    UnregisterBrokerResponse,
-    broker_frame_codec,
 )
-
-FILE = 64 * 1024
-
-
-def config(root: Path, **changes: Any) -> BrokerConfig:
-    return BrokerConfig(
-        store_path_root_dir=root,
-        listen_port=0,
-        ha_listen_port=0,
-        mapped_file_size_commit_log=FILE,
-        **changes,
-    )
-
-
-@asynccontextmanager
-async def running(
-    cfg: BrokerConfig, **kwargs: Any
-) -> AsyncIterator[tuple[Broker, BrokerAddresses]]:
-    async with trio.open_nursery() as nursery:
-        broker = Broker(cfg, **kwargs)
-        addresses: BrokerAddresses = await nursery.start(broker.run)
-        yield broker, addresses
-        nursery.cancel_scope.cancel()
-
-
-def fmt(address: tuple[str, int] | None) -> str:
-    assert address is not None
-    return f"{address[0]}:{address[1]}"
-
-
-async def wait_for(predicate: Callable[[], bool], seconds: float = 10) -> None:
-    with trio.fail_after(seconds):
-        while not predicate():  # noqa: ASYNC110 - polls another service's state
-            await trio.sleep(0.01)
 
 
 async def dead_address() -> str:
@@ -75,43 +28,6 @@ async def dead_address() -> str:
     address = fmt(dead.getsockname())
     dead.close()
     return address
-
-
-@attrs.define
-class FakeNameServer:
-    """Answers REGISTER_BROKER, naming ``master`` (broker address, HA address) to slaves."""
-
-    master: tuple[str, str] | None = None
-    registrations: int = 0
-
-    def initialize(self, channel: StreamChannel) -> None:
-        for name, handler in broker_frame_codec(1 << 20, BrokerServerCodec()):
-            channel.pipeline.add_last(handler, name)
-        channel.pipeline.add_last(_FakeNameServerHandler(self))
-
-
-class _FakeNameServerHandler(ChannelInboundHandler):
-    def __init__(self, server: FakeNameServer) -> None:
-        self.server = server
-
-    def channel_read(self, ctx: HandlerContext, msg: Any) -> None:
-        if isinstance(msg, RegisterBrokerRequest):
-            self.server.registrations += 1
-            master = self.server.master if msg.registration.broker_id != MASTER_ID else None
-            ctx.write_and_flush(RegisterBrokerResponse(msg.request_id, *(master or (None, None))))
-        elif isinstance(msg, UnregisterBrokerRequest):
-            ctx.write_and_flush(UnregisterBrokerResponse(msg.request_id))
-
-
-@asynccontextmanager
-async def name_server() -> AsyncIterator[tuple[FakeNameServer, str]]:
-    server = FakeNameServer()
-    async with trio.open_nursery() as nursery:
-        listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
-        address = fmt(listeners[0].socket.getsockname())
-        await nursery.start(partial(serve_listeners, server.initialize, listeners))
-        yield server, address
-        nursery.cancel_scope.cancel()
 
 
 async def status_output(address: str, capsys: pytest.CaptureFixture[str], *flags: str) -> str:

@@ -10,16 +10,16 @@ from __future__ import annotations
 
 import logging
 import struct
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import broker_support
 import pytest
 import trio
+from broker_support import FILE, running
 
 from handlers import LengthFieldBasedFrameDecoder, LengthFieldPrepender
-from hanet.broker import Broker, BrokerAddresses
+from hanet.broker import BrokerAddresses
 from hanet.client import BrokerClient, InvalidMessageError, PullStatus, PutMessage, PutStatus
 from hanet.ha import BrokerConfig
 from hanet.protocol import (
@@ -39,30 +39,11 @@ from hanet.protocol import (
 from hanet.store import MAX_TOPIC_LENGTH, StoreConfig
 from hanet.testing import EmbeddedChannel
 
-FILE = 64 * 1024
 QUEUES = 4
 
 
 def config(root: Path, **changes: Any) -> BrokerConfig:
-    return BrokerConfig(
-        store_path_root_dir=root,
-        listen_port=0,
-        ha_listen_port=0,
-        mapped_file_size_commit_log=FILE,
-        default_topic_queue_nums=QUEUES,
-        **changes,
-    )
-
-
-@asynccontextmanager
-async def running(
-    cfg: BrokerConfig, **kwargs: Any
-) -> AsyncIterator[tuple[Broker, BrokerAddresses]]:
-    async with trio.open_nursery() as nursery:
-        broker = Broker(cfg, **kwargs)
-        addresses: BrokerAddresses = await nursery.start(broker.run)
-        yield broker, addresses
-        nursery.cancel_scope.cancel()
+    return broker_support.config(root, default_topic_queue_nums=QUEUES, **changes)
 
 
 def client(addresses: BrokerAddresses) -> Any:
