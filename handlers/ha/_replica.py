@@ -216,21 +216,21 @@ class CommitLogReplayHandler(ChannelInboundHandler):
                     end = position + len(data)
                     whole[position:end] = data
                     position = end
-                ends = frozenset(each.end_offset for each in batch)
-                kept = self._append(ctx, TransferFrame(batch[0].offset, view), ends)
+                kept = self._append(ctx, TransferFrame(batch[0].offset, view), batch)
         if kept:
             ctx.fire_channel_reads(batch)
         return kept
 
     def _append(
-        self, ctx: HandlerContext, frame: TransferFrame, ends: frozenset[int] | None = None
+        self, ctx: HandlerContext, frame: TransferFrame, joined: list[TransferFrame] | None = None
     ) -> bool:
-        """Append one frame (or frames joined: ``ends`` are their end offsets)."""
+        """Append one frame (or the ``joined`` frames, as one)."""
         replica = self.replica
         replica.append_raw(frame.offset, frame.data, dispatch=not self.defer_dispatch)
         if replica.max_offset == frame.end_offset:
             return True
         # Not all kept: a bad record.
+        ends = None if joined is None else frozenset(each.end_offset for each in joined)
         problem = self._misplaced_blank(frame, ends)
         if problem is not None:
             if replica.max_offset > frame.offset:
