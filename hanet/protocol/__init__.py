@@ -46,6 +46,8 @@ from ._cluster import (
     offsets_to_json,
 )
 from ._codec import decode_request, decode_response, encode_request, encode_response
+from ._codes import HanetRequestCode, LanguageCode, RequestCode, ResponseCode, SerializeType
+from ._dispatch import RemotingDispatcher, RequestProcessor, ResponseListener, not_supported
 from ._handlers import BrokerClientCodec, BrokerServerCodec, broker_frame_codec
 from ._messages import (
     AUTO_QUEUE,
@@ -70,6 +72,20 @@ from ._messages import (
     StatusResponse,
     message_problem,
 )
+from ._remoting import (
+    FLAG_ONEWAY,
+    FLAG_RESPONSE,
+    MAX_FRAME_LENGTH,
+    ROCKETMQ_VERSION,
+    RemotingCommand,
+    RemotingCommandError,
+    RemotingHeaderError,
+    decode_command,
+    encode_command,
+    encode_header,
+    java_hashmap_order,
+)
+from ._remoting_codec import RemotingCodec, remoting_pipeline
 from ._status import (
     BrokerStatus,
     ClusterLink,
@@ -86,11 +102,15 @@ from ._status import (
 __all__ = [
     "AUTO_QUEUE",
     "DEFAULT_MAX_FRAME_LENGTH",
+    "FLAG_ONEWAY",
+    "FLAG_RESPONSE",
     "LENGTH_FIELD",
     "MASTER_ID",
+    "MAX_FRAME_LENGTH",
     "MAX_PULL_MESSAGES",
     "MAX_PUT_BATCH",
     "PUT_STATUS_WIRE_ORDER",
+    "ROCKETMQ_VERSION",
     "BrokerClientCodec",
     "BrokerLiveInfo",
     "BrokerMetadata",
@@ -114,6 +134,8 @@ __all__ = [
     "DispatchError",
     "ErrorCode",
     "ErrorResponse",
+    "HanetRequestCode",
+    "LanguageCode",
     "MasterLink",
     "MetadataError",
     "MetadataRequest",
@@ -131,11 +153,21 @@ __all__ = [
     "QueryOffsetResponse",
     "RegisterBrokerRequest",
     "RegisterBrokerResponse",
+    "RemotingCodec",
+    "RemotingCommand",
+    "RemotingCommandError",
+    "RemotingDispatcher",
+    "RemotingHeaderError",
     "Request",
+    "RequestCode",
+    "RequestProcessor",
     "Response",
+    "ResponseCode",
+    "ResponseListener",
     "RouteBroker",
     "RouteRequest",
     "RouteResponse",
+    "SerializeType",
     "SlaveInfo",
     "StatusRequest",
     "StatusResponse",
@@ -145,11 +177,17 @@ __all__ = [
     "UnregisterConsumerRequest",
     "UnregisterConsumerResponse",
     "broker_frame_codec",
+    "decode_command",
     "decode_request",
     "decode_response",
+    "encode_command",
+    "encode_header",
     "encode_request",
     "encode_response",
+    "java_hashmap_order",
     "message_problem",
+    "not_supported",
     "offsets_from_json",
     "offsets_to_json",
+    "remoting_pipeline",
 ]
