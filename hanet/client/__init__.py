@@ -89,6 +89,15 @@ from ._consumer import (
 )
 from ._failover import FailoverClient, parse_broker_address
 from ._namesrv import NameServerClient, NameServerConnection
+from ._remoting import (
+    RemotingConnection,
+    RemotingConnectionError,
+    RemotingError,
+    RemotingProtocolError,
+    RemotingResponseError,
+    RemotingTimeoutError,
+    ServerRequestHandler,
+)
 
 __all__ = [
     "AUTO_QUEUE",
@@ -123,9 +132,16 @@ __all__ = [
     "PutStatus",
     "QueueKey",
     "QueuePosition",
+    "RemotingConnection",
+    "RemotingConnectionError",
+    "RemotingError",
+    "RemotingProtocolError",
+    "RemotingResponseError",
+    "RemotingTimeoutError",
     "RequestConnection",
     "RouteBroker",
     "RouteSource",
+    "ServerRequestHandler",
     "SlaveInfo",
     "TopicRoute",
     "allocate_averagely",
