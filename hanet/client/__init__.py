@@ -62,6 +62,8 @@ from hanet.protocol import (
 from hanet.store import MessageRecord, PutStatus
 
 from ._broker import (
+    DEFAULT_PRODUCER_GROUP,
+    DEFAULT_PULL_GROUP,
     BrokerClient,
     BrokerConnectionError,
     BrokerError,
@@ -71,6 +73,7 @@ from ._broker import (
     InvalidMessageError,
     PullResult,
     RequestConnection,
+    unique_message_id,
 )
 from ._consumer import (
     MAX_ROUTE_QUEUES,
@@ -101,6 +104,8 @@ from ._remoting import (
 
 __all__ = [
     "AUTO_QUEUE",
+    "DEFAULT_PRODUCER_GROUP",
+    "DEFAULT_PULL_GROUP",
     "MAX_ROUTE_QUEUES",
     "BrokerClient",
     "BrokerConnectionError",
@@ -148,4 +153,5 @@ __all__ = [
     "broker_connector",
     "default_client_id",
     "parse_broker_address",
+    "unique_message_id",
 ]
