@@ -222,8 +222,9 @@ class RequestConnection:
         Raises:
             BrokerConnectionError: the connection could not be made.
         """
+        entered = False
         try:
-            opened = RemotingConnection.connect(
+            async with RemotingConnection.connect(
                 host,
                 port,
                 connect_timeout=connect_timeout,
@@ -233,23 +234,13 @@ class RequestConnection:
                 tls=tls,
                 server_hostname=server_hostname,
                 on_request=on_request,
-            )
-            remoting = await opened.__aenter__()
+            ) as remoting:
+                entered = True
+                yield cls(remoting)
         except RemotingError as exc:
+            if entered:
+                raise  # raised by the caller's block: as it is
             raise _broker_error(exc) from exc
-        error: BaseException | None = None
-        try:
-            yield cls(remoting)
-        except BaseException as exc:
-            error = exc
-        finally:
-            with trio.CancelScope(shield=True):
-                try:
-                    await opened.__aexit__(None, None, None)
-                except RemotingError as exc:  # pragma: no cover - closing does not raise
-                    log.debug("closing %s:%d: %s", host, port, exc)
-        if error is not None:
-            raise error
 
     @property
     def address(self) -> tuple[str, int]:
