@@ -66,7 +66,7 @@ class Recorder:
     """Answers each request with ``answers[code]`` (a captured answer's kind, or a function);
     records what came in."""
 
-    def __init__(self, answers: Mapping[int, Any]) -> None:
+    def __init__(self, answers: Mapping[RequestCode, Any]) -> None:
         self.answers = answers
         self.requests: list[RemotingCommand] = []
 
@@ -83,7 +83,7 @@ class Recorder:
 
 
 @asynccontextmanager
-async def broker(answers: Mapping[int, Any]) -> AsyncIterator[tuple[BrokerClient, Recorder]]:
+async def broker(answers: Mapping[RequestCode, Any]) -> AsyncIterator[tuple[BrokerClient, Recorder]]:
     recorder = Recorder(answers)
 
     def init(channel: StreamChannel) -> None:

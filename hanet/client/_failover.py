@@ -37,7 +37,7 @@ class FailoverClient:
       short pause when that node just redirected here), or, while no leader is known (an
       election), to the next address after a short pause, until ``retry_for`` seconds have
       passed. SYSTEM_BUSY (a leader with too many puts waiting) is retried the same way. With
-      one address the refusal is returned as the put's status.
+      one address and no leader named, the refusal is returned as the put's status.
     - With more than one address, a lost or refused connection moves on to the next address and
       the request is sent again: a put whose connection was lost may then be stored twice (at
       least once), never silently lost. A put answered FLUSH_SLAVE_TIMEOUT (no quorum in
@@ -211,21 +211,18 @@ class FailoverClient:
         return replies
 
     async def _refused(self, call: Any) -> list[PutReply]:
-        """The replies of ``call``; with several addresses, a refusal that another node may
-        not make (SERVICE_NOT_AVAILABLE, OS_PAGE_CACHE_BUSY) raised as
-        :class:`BrokerRequestError` so that it is retried elsewhere."""
+        """The replies of ``call``; a refusal that another node may not make raised as
+        :class:`BrokerRequestError` so that it is retried elsewhere: SERVICE_NOT_AVAILABLE
+        naming a leader, or with several addresses; OS_PAGE_CACHE_BUSY with several."""
         result = await call
         replies: list[PutReply] = result if isinstance(result, list) else [result]
-        if len(self.addresses) > 1:
-            for reply in replies:
-                if reply.status is PutStatus.SERVICE_NOT_AVAILABLE:
-                    raise BrokerRequestError(
-                        ResponseCode.SERVICE_NOT_AVAILABLE,
-                        reply.detail,
-                        _named_leader(reply.detail),
-                    )
-                if reply.status is PutStatus.OS_PAGE_CACHE_BUSY:
-                    raise BrokerRequestError(ResponseCode.SYSTEM_BUSY, reply.detail)
+        several = len(self.addresses) > 1
+        for reply in replies:
+            leader = _named_leader(reply.detail)
+            if reply.status is PutStatus.SERVICE_NOT_AVAILABLE and (several or leader):
+                raise BrokerRequestError(ResponseCode.SERVICE_NOT_AVAILABLE, reply.detail, leader)
+            if reply.status is PutStatus.OS_PAGE_CACHE_BUSY and several:
+                raise BrokerRequestError(ResponseCode.SYSTEM_BUSY, reply.detail)
         return replies
 
     async def pull(
