@@ -73,7 +73,7 @@ class Recorder:
     def processors(self) -> dict[int, Any]:
         def serve_one(ctx: HandlerContext, request: RemotingCommand) -> RemotingCommand | None:
             self.requests.append(request)
-            answer = self.answers[request.code]
+            answer = self.answers[RequestCode(request.code)]
             if callable(answer):
                 result: RemotingCommand | None = answer(request)
                 return result
