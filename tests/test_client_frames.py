@@ -22,7 +22,6 @@ from hanet.client import (
     BrokerRequestError,
     PullStatus,
     PutMessage,
-    unique_message_id,
 )
 from hanet.protocol import (
     RemotingCommand,
@@ -83,7 +82,9 @@ class Recorder:
 
 
 @asynccontextmanager
-async def broker(answers: Mapping[RequestCode, Any]) -> AsyncIterator[tuple[BrokerClient, Recorder]]:
+async def broker(
+    answers: Mapping[RequestCode, Any],
+) -> AsyncIterator[tuple[BrokerClient, Recorder]]:
     recorder = Recorder(answers)
 
     def init(channel: StreamChannel) -> None:
@@ -126,12 +127,6 @@ async def test_a_put_is_a_send_message_v2_like_javas_and_reads_its_answer() -> N
     assert properties["TAGS"] == "TagA" and properties["KEYS"] == "KEY0"
     assert properties["WAIT"] == "true" and len(properties["UNIQ_KEY"]) == 32
     assert bytes(sent.body) == b"Hello RocketMQ 0"
-
-
-def test_unique_message_ids_differ_and_are_hex() -> None:
-    ids = {unique_message_id() for _ in range(1000)}
-    assert len(ids) == 1000
-    assert all(len(i) == 32 and int(i, 16) >= 0 for i in ids)
 
 
 async def test_a_batch_of_one_queue_is_one_send_batch_message() -> None:

@@ -73,7 +73,6 @@ from ._broker import (
     InvalidMessageError,
     PullResult,
     RequestConnection,
-    unique_message_id,
 )
 from ._consumer import (
     MAX_ROUTE_QUEUES,
@@ -153,5 +152,4 @@ __all__ = [
     "broker_connector",
     "default_client_id",
     "parse_broker_address",
-    "unique_message_id",
 ]

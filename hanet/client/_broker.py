@@ -18,13 +18,9 @@ that turns its errors into the broker client's (:class:`BrokerConnectionError`, 
 
 from __future__ import annotations
 
-import itertools
 import json
 import logging
-import os
-import secrets
 import ssl
-import struct
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -37,15 +33,41 @@ from hanet.errors import HanetError
 from hanet.protocol import (
     AUTO_QUEUE,
     MAX_FRAME_LENGTH,
+    BatchMessage,
     BrokerStatus,
+    ConsumeFromWhere,
+    ConsumerData,
+    ConsumerListBody,
+    ConsumeType,
+    GetConsumerListByGroupRequestHeader,
+    GetMaxOffsetRequestHeader,
+    GetMaxOffsetResponseHeader,
     HanetRequestCode,
+    HeartbeatData,
+    MessageId,
+    MessageModel,
+    MessageProperty,
+    PullMessageRequestHeader,
+    PullMessageResponseHeader,
     PullStatus,
+    PullSysFlag,
     PutMessage,
     PutReply,
+    QueryConsumerOffsetRequestHeader,
+    QueryConsumerOffsetResponseHeader,
     RemotingCommand,
+    RemotingHeaderError,
     RequestCode,
     ResponseCode,
+    SendMessageRequestHeader,
+    SendMessageResponseHeader,
+    SubscriptionData,
+    UniqueIdGenerator,
+    UnregisterClientRequestHeader,
+    UpdateConsumerOffsetRequestHeader,
+    encode_batch,
     message_problem,
+    properties_to_string,
 )
 from hanet.store import CorruptRecordError, MessageRecord, PutStatus, decode_record
 
@@ -72,7 +94,6 @@ __all__ = [
     "InvalidMessageError",
     "PullResult",
     "RequestConnection",
-    "unique_message_id",
 ]
 
 log = logging.getLogger("hanet.client")
@@ -82,8 +103,6 @@ DEFAULT_PRODUCER_GROUP = "hanet_producer"
 
 DEFAULT_PULL_GROUP = "hanet_pull"
 """The consumer group a pull names when the caller names none (``hanet pull``)."""
-
-_MAX_SUSPEND_MS = 2**31 - 1
 
 
 class BrokerError(HanetError):
@@ -296,24 +315,9 @@ class RequestConnection:
             raise _broker_error(exc) from exc
 
 
-# -- message ids and properties ------------------------------------------------------------
+# -- requests and answers ------------------------------------------------------------------
 
-_UNIQ_PREFIX = struct.pack(">H", os.getpid() & 0xFFFF) + secrets.token_bytes(
-    4
-)  # pid + a random "class loader hash"
-_UNIQ_COUNTER = itertools.count(secrets.randbelow(0x10000))
-
-
-def unique_message_id() -> str:
-    """A new ``UNIQ_KEY`` (RocketMQ's ``MessageClientIDSetter``): 127.0.0.1, the pid, a
-    random number of this process, the milliseconds and a counter, in upper hex."""
-    millis = int(time.time() * 1000) & 0xFFFFFFFF
-    raw = (
-        b"\x7f\x00\x00\x01"
-        + _UNIQ_PREFIX
-        + struct.pack(">IH", millis, next(_UNIQ_COUNTER) & 0xFFFF)
-    )
-    return raw.hex().upper()
+_unique_ids = UniqueIdGenerator()
 
 
 def message_properties(message: PutMessage, unique_id: str) -> dict[str, str]:
@@ -322,55 +326,35 @@ def message_properties(message: PutMessage, unique_id: str) -> dict[str, str]:
     say), ``TAGS``, then the caller's (which may override any of them)."""
     properties: dict[str, str] = {}
     if message.keys:
-        properties["KEYS"] = message.keys
-    properties["UNIQ_KEY"] = unique_id
-    properties["WAIT"] = "true"
+        properties[MessageProperty.KEYS] = message.keys
+    properties[MessageProperty.UNIQ_KEY] = unique_id
+    properties[MessageProperty.WAIT] = "true"
     if message.tags:
-        properties["TAGS"] = message.tags
+        properties[MessageProperty.TAGS] = message.tags
     properties.update(message.properties)
     return properties
 
 
-def properties_string(properties: Mapping[str, str]) -> str:
-    """``name\\x01value`` pairs joined by ``\\x02`` (RocketMQ's
-    ``messageProperties2String``)."""
-    return "\x02".join(f"{name}\x01{value}" for name, value in properties.items())
-
-
-def _send_fields(
-    message: PutMessage, properties: Mapping[str, str], group: str, *, batch: bool
-) -> dict[str, object]:
-    """``SendMessageRequestHeaderV2``'s short keys (a: producer group ... n: broker name)."""
-    return {
-        "a": group,
-        "b": message.topic,
-        "c": "TBW102",
-        "d": 4,
-        "e": message.queue_id,
-        "f": 0,
-        "g": int(time.time() * 1000),
-        "h": message.flag,
-        "i": properties_string(properties),
-        "j": 0,
-        "k": False,
-        "m": batch,
-    }
-
-
-def _batch_body(messages: Sequence[tuple[PutMessage, Mapping[str, str]]]) -> bytes:
-    """RocketMQ's ``MessageDecoder.encodeMessages``: per message total size, magic 0, body
-    CRC 0, flag, body, properties."""
-    parts = []
-    for message, properties in messages:
-        props = properties_string(properties).encode()
-        if len(props) > 0x7FFF:
-            raise InvalidMessageError(f"properties of {len(props)} bytes (at most 32767)")
-        size = 4 + 4 + 4 + 4 + 4 + len(message.body) + 2 + len(props)
-        parts.append(struct.pack(">iiiii", size, 0, 0, message.flag, len(message.body)))
-        parts.append(message.body)
-        parts.append(struct.pack(">h", len(props)))
-        parts.append(props)
-    return b"".join(parts)
+def send_request(
+    message: PutMessage, properties: Mapping[str, str] | None, group: str, *, batch: bool
+) -> dict[str, str]:
+    """A SEND_MESSAGE_V2 / SEND_BATCH_MESSAGE header (the V2 short keys) for ``message``
+    (``properties`` None for a batch: each message carries its own)."""
+    header = SendMessageRequestHeader(
+        producer_group=group,
+        topic=message.topic,
+        default_topic="TBW102",
+        default_topic_queue_nums=4,
+        queue_id=message.queue_id,
+        sys_flag=0,
+        born_timestamp=int(time.time() * 1000),
+        flag=message.flag,
+        properties=None if properties is None else properties_to_string(properties),
+        reconsume_times=0,
+        unit_mode=False,
+        batch=batch,
+    )
+    return header.to_v2_fields()
 
 
 _STORED_CODES: dict[int, PutStatus] = {
@@ -389,24 +373,12 @@ _REFUSED_CODES: dict[int, PutStatus] = {
 """Answers to a send that refuse it and are a status, not an error (nothing stored)."""
 
 
-def _int_field(fields: Mapping[str, str], key: str, default: int = -1) -> int:
-    value = fields.get(key)
-    if value is None:
-        return default
-    try:
-        return int(value)
-    except ValueError as exc:
-        raise BrokerProtocolError(f"answer field {key}={value!r} is not a number") from exc
-
-
 def _wrote_offset(msg_id: str) -> int:
-    """The commit log offset in an offset message id (ip4 + port + offset, or ip6 + ...)."""
-    if len(msg_id) in (32, 56):
-        try:
-            return int(msg_id[-16:], 16)
-        except ValueError:
-            return -1
-    return -1
+    """The commit log offset in an offset message id, or -1 when it is not one."""
+    try:
+        return MessageId.parse(msg_id).offset
+    except ValueError:
+        return -1
 
 
 def put_replies(response: RemotingCommand, count: int) -> list[PutReply]:
@@ -426,11 +398,12 @@ def put_replies(response: RemotingCommand, count: int) -> list[PutReply]:
     if code not in _STORED_CODES:
         raise BrokerRequestError(code, response.remark or "", what="put")
     status = _STORED_CODES[code]
-    queue_id = _int_field(fields, "queueId")
-    first = _int_field(fields, "queueOffset")
-    ids = (fields.get("msgId") or "").split(",")
-    if queue_id < 0 or first < 0:
-        raise BrokerProtocolError(f"put answered {status.name} without queueId/queueOffset")
+    try:
+        header = SendMessageResponseHeader.from_fields(fields)
+    except RemotingHeaderError as exc:
+        raise BrokerProtocolError(f"put answered {status.name}: {exc}") from exc
+    queue_id, first = header.queue_id, header.queue_offset
+    ids = header.msg_id.split(",")
     if len(ids) != count:
         ids = (ids + [""] * count)[:count]
     return [
@@ -486,6 +459,10 @@ def pull_result(response: RemotingCommand) -> PullResult:
     if code not in _PULL_CODES:
         raise BrokerRequestError(code, response.remark or "", what="pull")
     status = _pull_status(response)
+    try:
+        header = PullMessageResponseHeader.from_fields(fields)
+    except RemotingHeaderError as exc:
+        raise BrokerProtocolError(f"pull answered {status.name}: {exc}") from exc
     messages: list[MessageRecord] = []
     body = memoryview(response.body)
     pos = 0
@@ -498,53 +475,34 @@ def pull_result(response: RemotingCommand) -> PullResult:
         raise BrokerProtocolError(f"a pulled record is corrupt: {exc}") from exc
     return PullResult(
         status,
-        _int_field(fields, "nextBeginOffset", 0),
-        _int_field(fields, "minOffset", 0),
-        _int_field(fields, "maxOffset", 0),
+        header.next_begin_offset,
+        header.min_offset,
+        header.max_offset,
         tuple(messages),
-        _int_field(fields, "suggestWhichBrokerId", 0),
+        header.suggest_which_broker_id,
     )
 
 
 def heartbeat_body(
-    client_id: str,
-    group: str | None,
-    topics: Sequence[str] = (),
-    *,
-    from_beginning: bool = False,
-    producer_group: str | None = None,
+    client_id: str, group: str, topics: Sequence[str] = (), *, from_beginning: bool = False
 ) -> bytes:
-    """A ``HeartbeatData`` JSON body: a clustering consumer of ``group`` subscribed to each
-    of ``topics`` with ``*`` (keys in fastjson's alphabetical order)."""
-    consumers = []
-    if group is not None:
-        version = int(time.time() * 1000)
-        consumers.append(
-            {
-                "consumeFromWhere": (
-                    "CONSUME_FROM_FIRST_OFFSET" if from_beginning else "CONSUME_FROM_LAST_OFFSET"
-                ),
-                "consumeType": "CONSUME_PASSIVELY",
-                "groupName": group,
-                "messageModel": "CLUSTERING",
-                "subscriptionDataSet": [
-                    {
-                        "classFilterMode": False,
-                        "codeSet": [],
-                        "expressionType": "TAG",
-                        "subString": "*",
-                        "subVersion": version,
-                        "tagsSet": [],
-                        "topic": topic,
-                    }
-                    for topic in topics
-                ],
-                "unitMode": False,
-            }
-        )
-    producers = [] if producer_group is None else [{"groupName": producer_group}]
-    document = {"clientID": client_id, "consumerDataSet": consumers, "producerDataSet": producers}
-    return json.dumps(document, separators=(",", ":")).encode()
+    """A ``HeartbeatData`` body: ``client_id``, a clustering consumer of ``group`` subscribed
+    to each of ``topics`` with ``*``."""
+    version = int(time.time() * 1000)
+    consumer = ConsumerData(
+        group_name=group,
+        consume_type=ConsumeType.CONSUME_PASSIVELY,
+        message_model=MessageModel.CLUSTERING,
+        consume_from_where=(
+            ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET
+            if from_beginning
+            else ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET
+        ),
+        subscription_data_set=tuple(
+            SubscriptionData(topic, sub_version=version) for topic in topics
+        ),
+    )
+    return HeartbeatData(client_id, consumer_data_set=(consumer,)).to_json()
 
 
 class BrokerClient(RequestConnection):
@@ -589,10 +547,10 @@ class BrokerClient(RequestConnection):
             flag,
         )
         await self._check([message])
-        props = message_properties(message, unique_message_id())
+        props = message_properties(message, _unique_ids())
         request = RemotingCommand.request(
             RequestCode.SEND_MESSAGE_V2,
-            _send_fields(message, props, self.producer_group, batch=False),
+            send_request(message, props, self.producer_group, batch=False),
             message.body,
         )
         (reply,) = put_replies(await self.invoke(request), 1)
@@ -627,11 +585,17 @@ class BrokerClient(RequestConnection):
             (m.topic, m.queue_id) != (first.topic, first.queue_id) for m in batch
         ):
             return await self._put_each(batch)
-        with_props = [(m, message_properties(m, unique_message_id())) for m in batch]
+        try:
+            body = encode_batch(
+                BatchMessage(m.body, message_properties(m, _unique_ids()), m.flag) for m in batch
+            )
+        except ValueError as exc:
+            await trio.lowlevel.checkpoint()
+            raise InvalidMessageError(f"cannot encode the batch: {exc}") from exc
         request = RemotingCommand.request(
             RequestCode.SEND_BATCH_MESSAGE,
-            _send_fields(first, {}, self.producer_group, batch=True),
-            _batch_body(with_props),
+            send_request(first, None, self.producer_group, batch=True),
+            body,
         )
         return put_replies(await self.invoke(request), len(batch))
 
@@ -685,28 +649,25 @@ class BrokerClient(RequestConnection):
             BrokerProtocolError: a record in the answer does not decode (or fails its CRC).
             BrokerRequestError: the broker refused the pull.
         """
-        sys_flag = 0x4  # FLAG_SUBSCRIPTION
+        sys_flag = PullSysFlag.SUBSCRIPTION
         if commit_offset is not None:
-            sys_flag |= 0x1  # FLAG_COMMIT_OFFSET
+            sys_flag |= PullSysFlag.COMMIT_OFFSET
         if suspend is not None:
-            sys_flag |= 0x2  # FLAG_SUSPEND
-        suspend_ms = 0 if suspend is None else min(int(suspend * 1000), _MAX_SUSPEND_MS)
-        request = RemotingCommand.request(
-            RequestCode.PULL_MESSAGE,
-            {
-                "consumerGroup": group,
-                "topic": topic,
-                "queueId": queue_id,
-                "queueOffset": offset,
-                "maxMsgNums": max_messages,
-                "sysFlag": sys_flag,
-                "commitOffset": 0 if commit_offset is None else commit_offset,
-                "suspendTimeoutMillis": suspend_ms,
-                "subscription": "*",
-                "subVersion": 0,
-                "expressionType": "TAG",
-            },
+            sys_flag |= PullSysFlag.SUSPEND
+        header = PullMessageRequestHeader(
+            consumer_group=group,
+            topic=topic,
+            queue_id=queue_id,
+            queue_offset=offset,
+            max_msg_nums=max_messages,
+            sys_flag=int(sys_flag),
+            commit_offset=0 if commit_offset is None else commit_offset,
+            suspend_timeout_millis=0 if suspend is None else int(suspend * 1000),
+            subscription="*",
+            sub_version=0,
+            expression_type="TAG",
         )
+        request = RemotingCommand.request(RequestCode.PULL_MESSAGE, header.to_fields())
         within = None
         if suspend is not None and self.request_timeout is not None:
             within = self.request_timeout + suspend
@@ -729,12 +690,7 @@ class BrokerClient(RequestConnection):
         await self.invoke_checked(
             RemotingCommand.request(
                 RequestCode.UPDATE_CONSUMER_OFFSET,
-                {
-                    "consumerGroup": group,
-                    "topic": topic,
-                    "queueId": queue_id,
-                    "commitOffset": offset,
-                },
+                UpdateConsumerOffsetRequestHeader(group, topic, queue_id, offset).to_fields(),
             ),
             what="commit offset",
         )
@@ -745,25 +701,31 @@ class BrokerClient(RequestConnection):
         response = await self.invoke(
             RemotingCommand.request(
                 RequestCode.QUERY_CONSUMER_OFFSET,
-                {"consumerGroup": group, "topic": topic, "queueId": queue_id},
+                QueryConsumerOffsetRequestHeader(group, topic, queue_id).to_fields(),
             )
         )
         if response.code == ResponseCode.QUERY_NOT_FOUND:
             return None
         if response.code != ResponseCode.SUCCESS:
             raise BrokerRequestError(response.code, response.remark or "", what="query offset")
-        offset = _int_field(response.fields, "offset")
+        try:
+            offset = QueryConsumerOffsetResponseHeader.from_fields(response.fields).offset
+        except RemotingHeaderError as exc:
+            raise BrokerProtocolError(f"query offset answer: {exc}") from exc
         return None if offset < 0 else offset
 
     async def max_offset(self, topic: str, queue_id: int) -> int:
         """The queue's end: the offset the next message gets (``GET_MAX_OFFSET``)."""
         response = await self.invoke_checked(
             RemotingCommand.request(
-                RequestCode.GET_MAX_OFFSET, {"topic": topic, "queueId": queue_id}
+                RequestCode.GET_MAX_OFFSET, GetMaxOffsetRequestHeader(topic, queue_id).to_fields()
             ),
             what="max offset",
         )
-        return _int_field(response.fields, "offset", 0)
+        try:
+            return GetMaxOffsetResponseHeader.from_fields(response.fields).offset
+        except RemotingHeaderError as exc:
+            raise BrokerProtocolError(f"max offset answer: {exc}") from exc
 
     async def consumer_heartbeat(
         self,
@@ -786,7 +748,8 @@ class BrokerClient(RequestConnection):
         clean shutdown)."""
         await self.invoke_checked(
             RemotingCommand.request(
-                RequestCode.UNREGISTER_CLIENT, {"clientID": client_id, "consumerGroup": group}
+                RequestCode.UNREGISTER_CLIENT,
+                UnregisterClientRequestHeader(client_id, consumer_group=group).to_fields(),
             ),
             what="unregister",
         )
@@ -796,7 +759,8 @@ class BrokerClient(RequestConnection):
         (``GET_CONSUMER_LIST_BY_GROUP``; a group with no member is empty)."""
         response = await self.invoke(
             RemotingCommand.request(
-                RequestCode.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": group}
+                RequestCode.GET_CONSUMER_LIST_BY_GROUP,
+                GetConsumerListByGroupRequestHeader(group).to_fields(),
             )
         )
         if response.code == ResponseCode.SYSTEM_ERROR and "no consumer" in (response.remark or ""):
@@ -804,10 +768,7 @@ class BrokerClient(RequestConnection):
         if response.code != ResponseCode.SUCCESS:
             raise BrokerRequestError(response.code, response.remark or "", what="consumer list")
         try:
-            document = json.loads(bytes(response.body) or b"{}")
-            ids = document.get("consumerIdList") or []
-            if not all(isinstance(i, str) for i in ids):
-                raise ValueError("consumerIdList holds a non-string")
-        except (ValueError, AttributeError) as exc:
+            ids = ConsumerListBody.from_json(bytes(response.body) or b"{}").consumer_id_list
+        except RemotingHeaderError as exc:
             raise BrokerProtocolError(f"malformed consumer list: {exc}") from exc
         return tuple(sorted(ids))
