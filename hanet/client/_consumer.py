@@ -84,8 +84,10 @@ import trio
 
 from hanet.protocol import (
     MASTER_ID,
+    NotifyConsumerIdsChangedRequestHeader,
     PullStatus,
     RemotingCommand,
+    RemotingHeaderError,
     RequestCode,
     ResponseCode,
     RouteBroker,
@@ -695,8 +697,11 @@ class Consumer:
         a rebalance at once (RocketMQ's ``rebalanceImmediately``); any other code is answered
         REQUEST_CODE_NOT_SUPPORTED (nothing for a oneway)."""
         if request.code == RequestCode.NOTIFY_CONSUMER_IDS_CHANGED:
-            group = request.fields.get("consumerGroup")
-            if group in (None, self.group):
+            try:
+                group = NotifyConsumerIdsChangedRequestHeader.from_fields(request.fields)
+            except RemotingHeaderError:
+                group = None  # no group named: taken as ours (a rebalance is harmless)
+            if group is None or group.consumer_group == self.group:
                 self.notifications += 1
                 log.debug("group %s: the broker says its members changed", self.group)
                 self._rebalance_due = trio.current_time()
