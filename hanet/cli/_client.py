@@ -154,7 +154,8 @@ def _add_broker(parser: argparse.ArgumentParser) -> None:
         "--broker", type=_parse_addresses, default=[("127.0.0.1", 10911)],
         metavar="HOST:PORT[,HOST:PORT...]",
         help="the broker port (127.0.0.1:10911); several, comma-separated (a DLedger group): "
-        "the next is tried when one is down, and NOT_LEADER answers are followed to the leader",
+        "the next is tried when one is down, and a follower's SERVICE_NOT_AVAILABLE is followed "
+        "to the leader",
     )  # fmt: skip
     add_namesrv(parser, required=False)
     parser.add_argument(
@@ -230,7 +231,8 @@ async def broker_client(
     """``FailoverClient.connect`` with the verb's ``--broker`` list (or the brokers
     ``--namesrv`` routes the topic to: see :func:`_routed`), ``--timeout`` and ``tls`` (the
     TLS flags' context, :func:`client_tls`, loaded once by the caller before any retry; one
-    address: a :class:`BrokerClient` that follows NOT_LEADER answers)."""
+    address: a :class:`BrokerClient` that follows a follower's refusal to the leader it
+    names)."""
     addresses = args.broker
     if getattr(args, "namesrv", None) is not None:
         addresses = await _routed(args, tls, put=put)
