@@ -3,6 +3,7 @@ refusals followed to the leader they name, two nodes naming each other."""
 
 from __future__ import annotations
 
+import json
 from functools import partial
 
 import pytest
@@ -12,6 +13,9 @@ from hanet.boot import serve
 from hanet.channel import HandlerContext, StreamChannel
 from hanet.client import BrokerRequestError, FailoverClient, parse_broker_address
 from hanet.protocol import (
+    BrokerStatus,
+    DLedgerInfo,
+    HanetRequestCode,
     RemotingCommand,
     RemotingDispatcher,
     RequestCode,
@@ -98,4 +102,40 @@ async def test_a_refusal_naming_the_leader_is_sent_again_to_it() -> None:
             assert served == ["a", "b"]
             await client.put("T", b"y")  # straight to the leader now
             assert served == ["a", "b", "b"]
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_refusal_naming_no_leader_asks_the_nodes_status_for_it() -> None:
+    """A follower answering a bare SERVICE_NOT_AVAILABLE (as a RocketMQ slave does): the
+    client asks its HANET_STATUS, whose DLedger section names the leader's broker port."""
+    served: list[str] = []
+    leader: list[str] = []
+
+    def refuse(ctx: HandlerContext, request: RemotingCommand) -> RemotingCommand:
+        served.append("follower")
+        return request.response(ResponseCode.SERVICE_NOT_AVAILABLE, "broker role is slave")
+
+    def status(ctx: HandlerContext, request: RemotingCommand) -> RemotingCommand:
+        document = BrokerStatus(
+            "FOLLOWER", None, None, 0, 0, 0, 0, 0, 0, None, 1.0,
+            dledger=DLedgerInfo("g", "n1", "FOLLOWER", 3, "n0", 0, 0, 0, leader[0]),
+        )  # fmt: skip
+        return request.response(body=json.dumps(document.to_json()).encode())
+
+    def init(channel: StreamChannel) -> None:
+        for handler_name, handler in remoting_pipeline():
+            channel.pipeline.add_last(handler, handler_name)
+        processors = {RequestCode.SEND_MESSAGE_V2: refuse, HanetRequestCode.HANET_STATUS: status}
+        channel.pipeline.add_last(RemotingDispatcher(processors))
+
+    async with trio.open_nursery() as nursery:
+        server = await nursery.start(partial(serve, init, 0, host="127.0.0.1"))
+        follower = (str(server.addresses[0][0]), int(server.addresses[0][1]))
+        leaders = [[""]]
+        real = await _node(nursery, leaders[0], served, "leader")
+        leaders[0][0] = f"{real[0]}:{real[1]}"
+        leader.append(leaders[0][0])
+        async with FailoverClient.connect([follower, real]) as client:
+            reply = await client.put("T", b"x")
+        assert reply.ok and served == ["follower", "leader"] and client.redirects == 1
         nursery.cancel_scope.cancel()
