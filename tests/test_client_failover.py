@@ -18,6 +18,7 @@ from hanet.protocol import (
     HanetRequestCode,
     RemotingCommand,
     RemotingDispatcher,
+    RequestProcessor,
     RequestCode,
     ResponseCode,
     remoting_pipeline,
@@ -125,7 +126,10 @@ async def test_a_refusal_naming_no_leader_asks_the_nodes_status_for_it() -> None
     def init(channel: StreamChannel) -> None:
         for handler_name, handler in remoting_pipeline():
             channel.pipeline.add_last(handler, handler_name)
-        processors = {RequestCode.SEND_MESSAGE_V2: refuse, HanetRequestCode.HANET_STATUS: status}
+        processors: dict[int, RequestProcessor] = {
+            RequestCode.SEND_MESSAGE_V2: refuse,
+            HanetRequestCode.HANET_STATUS: status,
+        }
         channel.pipeline.add_last(RemotingDispatcher(processors))
 
     async with trio.open_nursery() as nursery:
