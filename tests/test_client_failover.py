@@ -18,8 +18,8 @@ from hanet.protocol import (
     HanetRequestCode,
     RemotingCommand,
     RemotingDispatcher,
-    RequestProcessor,
     RequestCode,
+    RequestProcessor,
     ResponseCode,
     remoting_pipeline,
 )
