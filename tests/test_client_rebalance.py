@@ -92,8 +92,11 @@ async def cluster(tmp_path: Path, **broker_options: Any) -> AsyncIterator[tuple[
             "DefaultCluster", "broker-a", 0, "ASYNC_MASTER", broker_address,
             f"127.0.0.1:{addresses.ha[1]}", ((TOPIC, QUEUES),),
         )  # fmt: skip
-        await NameServerClient([names_address]).register_broker(registration)
-        yield f"127.0.0.1:{names_address[1]}", broker
+        # Registered over a connection held open: the name server drops a broker whose
+        # connection closes.
+        async with NameServerClient([names_address]).connection(names_address) as held:
+            await held.register_broker(registration)
+            yield f"127.0.0.1:{names_address[1]}", broker
         nursery.cancel_scope.cancel()
 
 

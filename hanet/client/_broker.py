@@ -105,19 +105,20 @@ DEFAULT_PULL_GROUP = "hanet_pull"
 """The consumer group a pull names when the caller names none (``hanet pull``)."""
 
 
-class BrokerError(HanetError):
-    """Base of the errors :class:`BrokerClient` raises."""
+class BrokerError(RemotingError):
+    """Base of the errors :class:`BrokerClient` raises (a :class:`RemotingError`: one
+    ``except RemotingError`` catches the broker client's and the name server client's)."""
 
 
-class BrokerConnectionError(BrokerError, ConnectionError):
+class BrokerConnectionError(BrokerError, RemotingConnectionError):
     """Could not connect, or the connection closed before the answer came."""
 
 
-class BrokerTimeoutError(BrokerError, TimeoutError):
+class BrokerTimeoutError(BrokerError, RemotingTimeoutError):
     """No answer within the request timeout (the request may still take effect)."""
 
 
-class BrokerProtocolError(BrokerError):
+class BrokerProtocolError(BrokerError, RemotingProtocolError):
     """The broker sent something that is not a valid answer (a malformed frame closes the
     connection)."""
 

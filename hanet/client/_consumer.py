@@ -104,7 +104,7 @@ from ._broker import (
     PullResult,
 )
 from ._failover import parse_broker_address
-from ._remoting import ServerRequestHandler
+from ._remoting import RemotingError, RemotingResponseError, ServerRequestHandler
 
 __all__ = [
     "MAX_ROUTE_QUEUES",
@@ -189,7 +189,10 @@ def default_client_id() -> str:
 
 
 class RouteSource(Protocol):
-    """Where routes come from (:class:`~hanet.client.NameServerClient` is one)."""
+    """Where routes come from (:class:`~hanet.client.NameServerClient` is one): raises a
+    :class:`~hanet.client.RemotingResponseError` (or :class:`BrokerRequestError`) with
+    TOPIC_NOT_EXIST when no broker holds the topic, another
+    :class:`~hanet.client.RemotingError` when no name server answers."""
 
     async def route(self, topic: str) -> TopicRoute: ...
 
@@ -633,14 +636,14 @@ class Consumer:
         self.stats.route_lookups += 1
         try:
             route = await self._names.route(self.topic)
-        except BrokerRequestError as exc:
+        except (BrokerRequestError, RemotingResponseError) as exc:
             if exc.code != ResponseCode.TOPIC_NOT_EXIST:
                 log.warning("route of %s: %s", self.topic, exc)
             else:
                 log.debug("no broker holds %s yet", self.topic)
             self._route_due = trio.current_time() + min(1.0, self.retry_interval)
             return
-        except BrokerError as exc:
+        except RemotingError as exc:
             log.warning("route of %s: no name server answers: %s", self.topic, exc)
             self._route_due = trio.current_time() + min(1.0, self.retry_interval)
             return
