@@ -204,7 +204,8 @@ async def test_refused_puts_exit_1(tmp_path: Path, capsys: pytest.CaptureFixture
         assert await verb("put", "--broker", address, "--topic", "bad topic", "--size", "1",
                           "--count", "2", "--json") == 1  # fmt: skip
         summary = json.loads(capsys.readouterr().out)
-        assert summary["statuses"] == {"MESSAGE_ILLEGAL": 2} and "topic" in summary["error"]
+        # RocketMQ answers a bad topic name SYSTEM_ERROR: counted under its code's name.
+        assert summary["statuses"] == {"SYSTEM_ERROR": 2} and "topic" in summary["error"].lower()
 
 
 async def test_a_second_master_on_a_store_in_use_fails_in_one_line(

@@ -3,7 +3,8 @@
 - ``hanet put --broker HOST:PORT --topic T (--body TEXT | --size BYTES --count N)`` puts with
   ``--concurrency`` requests in flight (``--batch`` messages each) over one connection, shows a
   progress bar on a terminal and prints a summary of statuses, rate and request latency
-  (``--json``: one object). Exit 1 when any status is not PUT_OK.
+  (``--json``: one object); a put refused with a code that is not a put status (SYSTEM_ERROR
+  for a bad topic name, NO_PERMISSION) counts under that code. Exit 1 when any is not PUT_OK.
 - ``hanet pull --broker HOST:PORT --topic T --queue Q [--offset N] [--max M]`` prints messages
   and the next offset.
 - ``hanet status --broker HOST:PORT [--json] [--watch]`` shows role, offsets, slaves (ack
@@ -44,6 +45,7 @@ from rich.table import Table
 from hanet.boot import TlsConfig
 from hanet.client import (
     BrokerConnectionError,
+    BrokerRequestError,
     BrokerStatus,
     ClusterInfo,
     FailoverClient,
@@ -57,7 +59,7 @@ from hanet.client import (
 )
 from hanet.errors import ConfigError
 from hanet.ha import BrokerRole
-from hanet.protocol import MASTER_ID
+from hanet.protocol import MASTER_ID, ResponseCode
 from hanet.store import record_to_json
 
 from ._support import (
@@ -345,7 +347,19 @@ async def run_put(args: argparse.Namespace) -> int:
             next_index = min(start + args.batch, args.count)
             batch = [message(i) for i in range(start, next_index)]
             t0 = time.perf_counter()
-            replies: list[PutReply] = await client.put_batch(batch)
+            try:
+                replies: list[PutReply] = await client.put_batch(batch)
+            except BrokerRequestError as exc:
+                # Refused by a code that is not a put status (SYSTEM_ERROR for a bad topic
+                # name, NO_PERMISSION, ...): counted under the code's name, the run goes on.
+                run.latencies.append(time.perf_counter() - t0)
+                name = exc.code.name if isinstance(exc.code, ResponseCode) else str(exc.code)
+                run.statuses[name] += len(batch)
+                if run.first_error is None:
+                    run.first_error = exc.message or name
+                run.sent += len(batch)
+                progress.advance(len(batch))
+                continue
             run.latencies.append(time.perf_counter() - t0)
             for m, reply in zip(batch, replies, strict=True):
                 run.last_reply = reply
