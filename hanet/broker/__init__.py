@@ -1,17 +1,18 @@
-"""The broker: a store, its replication role and the broker port, as one service.
+"""The broker service: a store, its replication role and the broker port, as one service.
 
 :class:`Broker` runs a :class:`~hanet.store.CommitLogStore`, an :class:`~hanet.ha.HAMaster` or
-:class:`~hanet.ha.HASlave`, and the broker port (the :mod:`hanet.protocol` request/response
-protocol; one :class:`RequestHandler` per connection) in the caller's nursery.
-:func:`load_properties` reads a RocketMQ ``broker.conf`` onto a :class:`~hanet.ha.BrokerConfig`.
-:class:`ConsumerOffsets` keeps the consumer groups' committed offsets in
-``<store>/config/consumerOffset.json`` (written with :func:`write_config_file`);
-:class:`ConsumerRegistry` the live members of each consumer group (heartbeats, expiry).
-:class:`DLedgerBrokerService` is the broker port of a Raft node (:mod:`hanet.dledger`); both
-modes check puts with :func:`refusal` and serve pulls with :func:`serve_pull`.
+:class:`~hanet.ha.HASlave`, and the broker port in the caller's nursery. The broker port speaks
+RocketMQ 4.9.8's remoting protocol through :class:`BrokerPort`: one dispatch table keyed by
+request code for every broker mode, over a :class:`BrokerBackend` (the classic
+:class:`Broker`, or :class:`DLedgerBrokerService`, the broker port of a Raft node of
+:mod:`hanet.dledger`). :func:`load_properties` reads a RocketMQ ``broker.conf`` onto a
+:class:`~hanet.ha.BrokerConfig`. :class:`ConsumerOffsets` keeps the consumer groups' committed
+offsets in ``<store>/config/consumerOffset.json`` (written with :func:`write_config_file`),
+:class:`TopicTable` the topics in ``config/topics.json``; :class:`ConsumerRegistry` the live
+members of each consumer group (heartbeats, expiry, their connections); :class:`SlaveSync` a
+slave's copy of its master's metadata.
 """
 
-from ._admission import message_properties, refusal
 from ._broker import Broker, BrokerAddresses
 from ._config_files import ConfigFileError, read_config_file, write_config_file
 from ._consumers import (
@@ -22,7 +23,6 @@ from ._consumers import (
     ConsumerRegistryFull,
 )
 from ._dledger import DEFAULT_QUEUES, DLedgerBrokerService
-from ._handler import RequestHandler, RequestService
 from ._metrics import BrokerMetrics, serve_metrics
 from ._offsets import (
     MAX_OFFSET_ENTRIES,
@@ -32,44 +32,75 @@ from ._offsets import (
     ConsumerOffsets,
     ConsumerOffsetsFull,
 )
+from ._port import (
+    DEFAULT_MAX_IN_FLIGHT,
+    NOT_ALLOWED_SEND_TOPICS,
+    BrokerBackend,
+    BrokerConnection,
+    BrokerPort,
+    HoldHook,
+    retry_topic,
+    send_answer,
+)
 from ._properties import apply_properties, load_properties, parse_properties
-from ._pull import MAX_PULL_BYTES, serve_pull, suggest_broker_id
+from ._pull import (
+    MAX_PULL_BYTES,
+    MAX_PULL_MESSAGES,
+    GetMessageStatus,
+    PullResult,
+    serve_pull,
+    subscription_filter,
+    suggest_broker_id,
+)
 from ._registration import NameServerRegistrar
-from ._slave_sync import TOPICS_FILE, SlaveSync, load_topics
+from ._slave_sync import DELAY_OFFSETS_FILE, SUBSCRIPTION_GROUPS_FILE, SlaveSync
+from ._topics import MAX_TOPICS, TOPICS_FILE, TopicTable, TopicTableFull
 
 __all__ = [
     "CONSUMER_EXPIRY",
+    "DEFAULT_MAX_IN_FLIGHT",
     "DEFAULT_QUEUES",
+    "DELAY_OFFSETS_FILE",
     "MAX_CONSUMER_GROUPS",
     "MAX_GROUP_MEMBERS",
     "MAX_OFFSET_ENTRIES",
     "MAX_PULL_BYTES",
+    "MAX_PULL_MESSAGES",
     "MAX_QUEUE_ID",
     "MAX_QUEUE_OFFSETS",
+    "MAX_TOPICS",
+    "NOT_ALLOWED_SEND_TOPICS",
     "OFFSETS_FILE",
+    "SUBSCRIPTION_GROUPS_FILE",
     "TOPICS_FILE",
     "Broker",
     "BrokerAddresses",
+    "BrokerBackend",
+    "BrokerConnection",
     "BrokerMetrics",
+    "BrokerPort",
     "ConfigFileError",
     "ConsumerOffsets",
     "ConsumerOffsetsFull",
     "ConsumerRegistry",
     "ConsumerRegistryFull",
     "DLedgerBrokerService",
+    "GetMessageStatus",
+    "HoldHook",
     "NameServerRegistrar",
-    "RequestHandler",
-    "RequestService",
+    "PullResult",
     "SlaveSync",
+    "TopicTable",
+    "TopicTableFull",
     "apply_properties",
     "load_properties",
-    "load_topics",
-    "message_properties",
     "parse_properties",
     "read_config_file",
-    "refusal",
+    "retry_topic",
+    "send_answer",
     "serve_metrics",
     "serve_pull",
+    "subscription_filter",
     "suggest_broker_id",
     "write_config_file",
 ]

@@ -109,8 +109,10 @@ __all__ = [
     "BrokerConnection",
     "BrokerPort",
     "HoldHook",
+    "default_subscription_groups",
     "packed_host",
     "retry_topic",
+    "send_answer",
 ]
 
 log = logging.getLogger("hanet.broker")
@@ -425,7 +427,8 @@ class BrokerPort:
     Args:
         backend: the broker mode (see :class:`BrokerBackend`).
         max_frame_length: the largest frame accepted (16 MiB as RocketMQ).
-        max_body: the largest message body (``maxMessageSize``).
+
+    A message body is checked against the store's ``max_message_size``.
     """
 
     def __init__(
@@ -433,11 +436,9 @@ class BrokerPort:
         backend: BrokerBackend,
         *,
         max_frame_length: int = MAX_FRAME_LENGTH,
-        max_body: int = 4 * 1024 * 1024,
     ) -> None:
         self.backend = backend
         self.max_frame_length = max_frame_length
-        self.max_body = max_body
         self.rewrite: Callable[[Message], Message] | None = None
         """Applied to each message of a send after its checks, before it is stored (the
         delay service turns a ``DELAY`` message into a scheduled one)."""
@@ -614,12 +615,13 @@ class BrokerPort:
         messages: list[Message] = []
         wait = False
         cluster = self.backend.cluster_name
+        max_body = self.backend.store.config.max_message_size
         for index, (body, properties, flag) in enumerate(parts):
             what = f"message {index} of the batch" if len(parts) > 1 else "the message"
-            if len(body) > self.max_body:
+            if len(body) > max_body:
                 raise _Refused(
                     ResponseCode.MESSAGE_ILLEGAL,
-                    f"{what}: body of {len(body)} bytes is over the maximum {self.max_body}",
+                    f"{what}: body of {len(body)} bytes is over the maximum {max_body}",
                 )
             if cluster:
                 properties[MessageProperty.CLUSTER] = cluster

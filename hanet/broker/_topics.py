@@ -179,6 +179,10 @@ class TopicTable:
         """The table and its version (GET_ALL_TOPIC_CONFIG's body, the file)."""
         return TopicConfigSerializeWrapper(dict(sorted(self._table.items())), self.data_version)
 
+    def mark_dirty(self) -> None:
+        """Have the next :meth:`persist` write the table."""
+        self._dirty = True
+
     @property
     def dirty(self) -> bool:
         """Whether the table changed since it was last persisted."""
