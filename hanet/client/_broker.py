@@ -548,12 +548,7 @@ class BrokerClient(RequestConnection):
             flag,
         )
         await self._check([message])
-        props = message_properties(message, _unique_ids())
-        request = RemotingCommand.request(
-            RequestCode.SEND_MESSAGE_V2,
-            send_request(message, props, self.producer_group, batch=False),
-            message.body,
-        )
+        request = self._send_command([message])
         (reply,) = put_replies(await self.invoke(request), 1)
         return reply
 
@@ -568,62 +563,79 @@ class BrokerClient(RequestConnection):
     async def put_batch(self, messages: Sequence[PutMessage]) -> list[PutReply]:
         """Put several messages; one reply each, in order.
 
-        Messages of one topic and one queue (the broker's pick included) go in one
-        ``SEND_BATCH_MESSAGE`` (one store batch); otherwise each is sent as by :meth:`put`,
-        all pipelined.
+        The messages of each (topic, queue) go in one ``SEND_BATCH_MESSAGE`` in their order
+        (one store batch; one message alone: ``SEND_MESSAGE_V2``); the messages for the
+        broker's pick of queue are one batch too, so they land in one queue. Requests for
+        different queues leave together (pipelined).
 
         Raises:
             InvalidMessageError: a message no broker accepts (see :meth:`put`); nothing of
                 the batch is sent.
+            BrokerRequestError: a request of the batch was refused with an error code (the
+                other requests may have been stored).
         """
         batch = list(messages)
         if not batch:
             await trio.lowlevel.checkpoint()
             return []
         await self._check(batch)
-        first = batch[0]
-        if len(batch) == 1 or any(
-            (m.topic, m.queue_id) != (first.topic, first.queue_id) for m in batch
-        ):
-            return await self._put_each(batch)
+        groups: dict[tuple[str, int], list[int]] = {}
+        for index, message in enumerate(batch):
+            groups.setdefault((message.topic, message.queue_id), []).append(index)
         try:
-            body = encode_batch(
-                BatchMessage(m.body, message_properties(m, _unique_ids()), m.flag) for m in batch
-            )
+            requests = [
+                (indexes, self._send_command([batch[i] for i in indexes]))
+                for indexes in groups.values()
+            ]
         except ValueError as exc:
             await trio.lowlevel.checkpoint()
             raise InvalidMessageError(f"cannot encode the batch: {exc}") from exc
-        request = RemotingCommand.request(
+        replies: list[PutReply | None] = [None] * len(batch)
+        errors: list[BaseException] = []
+
+        async def send(indexes: list[int], request: RemotingCommand) -> None:
+            try:
+                answer = await self.invoke(request)
+                for index, reply in zip(indexes, put_replies(answer, len(indexes)), strict=True):
+                    replies[index] = reply
+            except BrokerError as exc:
+                errors.append(exc)
+
+        if len(requests) == 1:
+            await send(*requests[0])
+        else:
+            async with trio.open_nursery() as nursery:
+                for indexes, request in requests:
+                    # Each request is written when its task first runs; their order does
+                    # not matter (different queues), the order within each does.
+                    nursery.start_soon(send, indexes, request)
+        if errors:
+            raise errors[0]
+        return [reply for reply in replies if reply is not None]
+
+    def _send_command(self, messages: Sequence[PutMessage]) -> RemotingCommand:
+        """SEND_MESSAGE_V2 for one message, SEND_BATCH_MESSAGE for several (one topic and
+        queue id).
+
+        Raises:
+            ValueError: properties over 32767 bytes in a batch.
+        """
+        first = messages[0]
+        if len(messages) == 1:
+            properties = message_properties(first, _unique_ids())
+            return RemotingCommand.request(
+                RequestCode.SEND_MESSAGE_V2,
+                send_request(first, properties, self.producer_group, batch=False),
+                first.body,
+            )
+        body = encode_batch(
+            BatchMessage(m.body, message_properties(m, _unique_ids()), m.flag) for m in messages
+        )
+        return RemotingCommand.request(
             RequestCode.SEND_BATCH_MESSAGE,
             send_request(first, None, self.producer_group, batch=True),
             body,
         )
-        return put_replies(await self.invoke(request), len(batch))
-
-    async def _put_each(self, batch: Sequence[PutMessage]) -> list[PutReply]:
-        replies: list[PutReply | None] = [None] * len(batch)
-        errors: list[BaseException] = []
-
-        async def one(index: int, message: PutMessage) -> None:
-            try:
-                replies[index] = await self.put(
-                    message.topic,
-                    message.body,
-                    queue_id=None if message.queue_id == AUTO_QUEUE else message.queue_id,
-                    tags=message.tags,
-                    keys=message.keys,
-                    properties=dict(message.properties),
-                    flag=message.flag,
-                )
-            except BrokerError as exc:
-                errors.append(exc)
-
-        async with trio.open_nursery() as nursery:
-            for index, message in enumerate(batch):
-                nursery.start_soon(one, index, message)
-        if errors:
-            raise errors[0]
-        return [reply for reply in replies if reply is not None]
 
     async def pull(
         self,
