@@ -127,11 +127,13 @@ async def test_consume_every_queue_commit_and_resume(
         assert len(seen) == 10
         assert "consumed 4 messages" in captured.err
 
-        # A new group without --from-beginning starts at the end: nothing.
+        # A new group without --from-beginning: the broker answers its offset query 0 for a
+        # queue whose first message is still in memory (RocketMQ 4.9.8's rule, which a Java
+        # consumer follows too), so it starts there.
         with trio.fail_after(30):
             assert await verb("consume", "--namesrv", names, "--group", "other",
                               "--topic", TOPIC, "--idle-exit", "1") == 0  # fmt: skip
-        assert capsys.readouterr().out == ""
+        assert len(capsys.readouterr().out.splitlines()) == 10
 
 
 async def test_a_consumer_stopped_by_a_signal_commits_what_it_consumed(
