@@ -29,10 +29,12 @@ messages to the caller, and commits how far the group got. What it does follows 
   (answering ``REQUEST_CODE_NOT_SUPPORTED``) it is alone and takes every queue.
 
 - **Route.** Looked up at the start, every ``route_interval`` seconds (30, RocketMQ's
-  ``pollNameServerInterval``) and after a broker's connection failed (at most once every
-  ``retry_interval``). Until the topic has a route (no broker holds it yet) it asks every
-  second. Queues that appear (a broker name joins) are shared out at once; queues of a broker
-  name that left the route are not pulled but keep their offsets.
+  ``pollNameServerInterval``), after a broker's connection failed (at most once every
+  ``retry_interval``) and every ``retry_interval`` while a broker name has no master in it
+  (the name server drops a broker whose connection closes). Until the topic has a route (no
+  broker holds it yet) it asks every second. Queues that appear (a broker name joins) are
+  shared out at once; queues of a broker name that left the route are not pulled but keep
+  their offsets.
 - **Where it starts.** On a queue it takes: the group's committed offset of the queue
   (``query_offset``: the master, or a slave when the master cannot be reached). With none:
   the queue's first message with ``from_beginning``, else the queue's end as a pull learns it
@@ -655,6 +657,10 @@ class Consumer:
         self.route = route
         self._brokers = {broker.broker_name: broker for broker in route.brokers}
         self._route_due = trio.current_time() + self.route_interval
+        if any(broker.address_of(MASTER_ID) is None for broker in route.brokers):
+            # A broker name without its master (the name server dropped it when its
+            # connection closed): looked up again soon, to go back to it once it returns.
+            self._route_due = trio.current_time() + min(self.route_interval, self.retry_interval)
 
     def _route_failed(self) -> None:
         """A member failed: look the route up again soon (not more than once a retry)."""
