@@ -11,7 +11,7 @@ import trio
 
 from hanet.channel import parse_address
 from hanet.errors import ConfigError
-from hanet.protocol import BrokerStatus, PutMessage, PutReply, ResponseCode
+from hanet.protocol import BrokerStatus, ResponseCode
 from hanet.store import PutStatus
 
 from ._broker import (
@@ -21,6 +21,7 @@ from ._broker import (
     BrokerRequestError,
     PullResult,
 )
+from ._messages import PutMessage, PutReply
 
 __all__ = ["FailoverClient", "parse_broker_address"]
 
