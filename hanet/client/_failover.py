@@ -241,11 +241,12 @@ class FailoverClient:
         return status
 
 
-_LEADER = re.compile(r"leader[^\w\[]*(?:is\s+)?(\[[0-9a-fA-F:]+\]:\d+|[\w.-]+:\d+)")
+_LEADER = re.compile(r"leader\b.*?(\[[0-9a-fA-F:]+\]:\d+|[\w.-]+:\d+)")
 
 
 def _named_leader(remark: str) -> str | None:
-    """The ``host:port`` a refusal's remark names after the word "leader", if any."""
+    """The first ``host:port`` a refusal's remark names after the word "leader", if any
+    ("... the leader is n1 at 10.0.0.2:10911")."""
     match = _LEADER.search(remark)
     return match.group(1) if match else None
 
