@@ -9,6 +9,7 @@ import zlib
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -35,6 +36,7 @@ from hanet.protocol import (
     RemotingCommand,
     RemotingHeaderError,
     RequestCode,
+    RouteBroker,
     TopicConfig,
     TopicConfigSerializeWrapper,
     TopicList,
@@ -200,6 +202,9 @@ def test_registration_request_carries_its_body_crc() -> None:
     body = RegisterBrokerBody.decode(cmd.body)
     assert body.topic_config_serialize_wrapper.data_version == DataVersion(7, 2)
     assert body.topic_config_serialize_wrapper.topic_config_table == {"T": TopicConfig("T", 4, 4)}
+    full = attrs.evolve(registration, topic_configs=(TopicConfig("T", 8, 4, 7, order=True),))
+    table = RegisterBrokerBody.decode(full.request().body).topic_config_serialize_wrapper
+    assert table.topic_config_table == {"T": TopicConfig("T", 8, 4, 7, order=True)}
     gone = UnregisterBrokerRequestHeader.from_fields(registration.unregister_request().fields)
     assert gone == UnregisterBrokerRequestHeader("b", "127.0.0.1:2", "C", 1)
 
@@ -339,3 +344,14 @@ def test_data_version_json_and_next() -> None:
     assert version.next(2000) == DataVersion(2000, 5)
     with pytest.raises(RemotingHeaderError):
         DataVersion.decode(b"[1]")
+
+
+def test_a_route_broker_names_its_members_addresses() -> None:
+    broker = RouteBroker("broker-a", 4, ((0, "a:1"), (1, "a:2")))
+    assert broker.master_address == "a:1"
+    assert broker.address_of(1) == "a:2"
+    assert broker.address_of(2) is None
+    assert broker.write_queues == 4
+    slaves_only = RouteBroker("broker-b", 2, ((1, "b:2"),))
+    assert slaves_only.master_address is None
+    assert slaves_only.address_of(1) == "b:2"
