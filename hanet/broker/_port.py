@@ -695,15 +695,20 @@ class BrokerPort:
         tags = None
         if header.expression_type in (None, "TAG"):
             tags = subscription_filter(header.subscription)
-        result = serve_pull(
-            backend.store,
-            topic,
-            header.queue_id,
-            header.queue_offset,
-            header.max_msg_nums,
-            tags=tags,
-            suggest=backend.suggest,
-        )
+        try:
+            result = serve_pull(
+                backend.store,
+                topic,
+                header.queue_id,
+                header.queue_offset,
+                header.max_msg_nums,
+                tags=tags,
+                suggest=backend.suggest,
+            )
+        except StoreError as exc:
+            # A record that fails its checks is never served: answer, keep the connection.
+            log.warning("pull of %s queue %d failed: %s", topic, header.queue_id, exc)
+            return request.response(ResponseCode.SYSTEM_ERROR, str(exc))
         status = result.status
         fields = PullMessageResponseHeader(
             result.suggested, result.next_offset, result.min_offset, result.max_offset
