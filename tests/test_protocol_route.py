@@ -35,6 +35,7 @@ from hanet.protocol import (
     RemotingCommand,
     RemotingHeaderError,
     RequestCode,
+    RouteBroker,
     TopicConfig,
     TopicConfigSerializeWrapper,
     TopicList,
@@ -339,3 +340,14 @@ def test_data_version_json_and_next() -> None:
     assert version.next(2000) == DataVersion(2000, 5)
     with pytest.raises(RemotingHeaderError):
         DataVersion.decode(b"[1]")
+
+
+def test_a_route_broker_names_its_members_addresses() -> None:
+    broker = RouteBroker("broker-a", 4, ((0, "a:1"), (1, "a:2")))
+    assert broker.master_address == "a:1"
+    assert broker.address_of(1) == "a:2"
+    assert broker.address_of(2) is None
+    assert broker.write_queues == 4
+    slaves_only = RouteBroker("broker-b", 2, ((1, "b:2"),))
+    assert slaves_only.master_address is None
+    assert slaves_only.address_of(1) == "b:2"

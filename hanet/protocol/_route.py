@@ -6,7 +6,8 @@ its clients (a broker registering, a client looking a route up) import it:
 - custom headers (the ext fields of a command): :class:`RegisterBrokerRequestHeader`,
   :class:`RegisterBrokerResponseHeader`, :class:`UnregisterBrokerRequestHeader`,
   :class:`GetRouteInfoRequestHeader`, :class:`GetKVConfigRequestHeader`,
-  :class:`GetKVConfigResponseHeader`, :class:`PutKVConfigRequestHeader`,
+  :class:`GetKVConfigResponseHeader`, :class:`GetKVListByNamespaceRequestHeader`,
+  :class:`PutKVConfigRequestHeader`,
   :class:`DeleteKVConfigRequestHeader`, :class:`QueryDataVersionRequestHeader`,
   :class:`QueryDataVersionResponseHeader`, :class:`GetTopicsByClusterRequestHeader`; each
   with ``from_fields`` (raises :class:`~hanet.protocol.RemotingHeaderError` on a missing or
@@ -54,6 +55,7 @@ __all__ = [
     "DeleteKVConfigRequestHeader",
     "GetKVConfigRequestHeader",
     "GetKVConfigResponseHeader",
+    "GetKVListByNamespaceRequestHeader",
     "GetRouteInfoRequestHeader",
     "GetTopicsByClusterRequestHeader",
     "KVTable",
@@ -249,6 +251,13 @@ class DeleteKVConfigRequestHeader(_Header):
 
     namespace: str = _header_field("namespace")
     key: str = _header_field("key")
+
+
+@attrs.frozen
+class GetKVListByNamespaceRequestHeader(_Header):
+    """GET_KVLIST_BY_NAMESPACE's header; the answer's body is a :class:`KVTable`."""
+
+    namespace: str = _header_field("namespace")
 
 
 @attrs.frozen
