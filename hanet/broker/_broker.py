@@ -524,6 +524,7 @@ class Broker:
             broker_address=_advertised(addresses.broker, config.broker_ip1),
             ha_address=_advertised(addresses.ha, config.broker_ip2 or config.broker_ip1),
             topics=tuple(sorted(topics.items())),
+            data_version=self._topics.data_version if self._topics is not None else None,
         )
 
     def _registered(self, answer: RegisterBrokerResponse) -> None:
