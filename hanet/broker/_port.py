@@ -526,6 +526,8 @@ class BrokerPort:
             messages, queue_id, wait = self._admit(request, header, connection.born)
         except _Refused as exc:
             log.info("client %s: send to %.80s refused: %s", connection.peer, header.topic, exc)
+            if exc.code == ResponseCode.MESSAGE_ILLEGAL:
+                backend.observe_put([PutStatus.MESSAGE_ILLEGAL], trio.current_time() - started)
             return request.response(exc.code, exc.remark)
         except StoreError as exc:
             return request.response(ResponseCode.SYSTEM_ERROR, str(exc))
