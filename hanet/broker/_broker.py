@@ -91,10 +91,11 @@ from hanet.store import (
     StoreRole,
 )
 
+from ._connection import DEFAULT_MAX_IN_FLIGHT
 from ._consumers import CONSUMER_EXPIRY, ConsumerRegistry, consumer_groups
 from ._metrics import BrokerMetrics, serve_metrics
 from ._offsets import OFFSETS_FILE, ConsumerOffsets
-from ._port import DEFAULT_MAX_IN_FLIGHT, BrokerPort, default_subscription_groups
+from ._port import BrokerPort, default_subscription_groups
 from ._pull import suggest_broker_id
 from ._registration import NameServerRegistrar
 from ._slave_sync import SlaveSync
