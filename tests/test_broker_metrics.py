@@ -12,7 +12,7 @@ from broker_support import connect, send
 
 from hanet.broker import Broker, BrokerAddresses, BrokerMetrics, serve_metrics
 from hanet.ha import BrokerConfig
-from hanet.protocol import BrokerStatus, MasterLink, SlaveInfo
+from hanet.protocol import BrokerStatus, HanetRequestCode, MasterLink, RemotingCommand, SlaveInfo
 
 STATUS = BrokerStatus(
     role="SYNC_MASTER",
@@ -149,4 +149,9 @@ async def test_a_running_broker_serves_metrics_that_move(tmp_path: Path) -> None
         assert sample(after, "hanet_put_latency_seconds_count") == 6
         assert sample(after, 'hanet_commitlog_offset{kind="max"}') > 0
         assert sample(after, 'hanet_connection_events_total{event="opened",port="broker"}') == 1
+        async with connect(addresses.broker) as client:  # the same text on the broker port
+            answer = await client.invoke_checked(
+                RemotingCommand.request(HanetRequestCode.HANET_METRICS)
+            )
+        assert sample(bytes(answer.body).decode(), 'hanet_puts_total{status="PUT_OK"}') == 5
         nursery.cancel_scope.cancel()
