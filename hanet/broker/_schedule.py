@@ -415,6 +415,10 @@ class ScheduleService:
             else:
                 await trio.sleep(pause)
 
+    def _note(self, level: int, offset: int) -> None:
+        if offset or level in self._offsets:  # the file names the levels used, as RocketMQ's
+            self._offsets[level] = offset
+
     def deliver_due(self, level: int) -> float | None:
         """Deliver the due messages of ``level`` in order (at most a batch; synchronous).
 
@@ -432,7 +436,7 @@ class ScheduleService:
             offset = low
         for _ in range(_MAX_BATCH):
             if offset >= high:
-                self._offsets[level] = offset
+                self._note(level, offset)
                 return None
             entry = self.store.consume_queue_entry(SCHEDULE_TOPIC, queue_id, offset)
             if entry is None or entry[1] == CQ_BLANK_SIZE:
@@ -449,7 +453,7 @@ class ScheduleService:
             if due > now + delay:  # stored "in the future": the clock went back
                 due = now
             if due > now:
-                self._offsets[level] = offset
+                self._note(level, offset)
                 return (due - now) / 1000
             try:
                 message = timeup(record)
@@ -470,10 +474,10 @@ class ScheduleService:
                         result.status.name,
                         result.detail,
                     )
-                self._offsets[level] = offset
+                self._note(level, offset)
                 return RETRY_PAUSE
             self._failing.discard(level)
             self._delivered += 1
             offset += 1
-        self._offsets[level] = offset
+        self._note(level, offset)
         return 0.0
