@@ -14,6 +14,7 @@ from hanet.broker import (
     ScheduleService,
     SendBackProcessor,
     dlq_topic,
+    redirect_retry_send,
     retry_topic,
 )
 from hanet.protocol import (
@@ -252,3 +253,16 @@ def test_a_bad_header_is_a_system_error(store: CommitLogStore, fields: dict[str,
     answer = decode_command(bytes(out)[4:])
     assert answer.code == ResponseCode.SYSTEM_ERROR and "offset" in (answer.remark or "")
     assert channel.is_active
+
+
+def test_a_producers_send_to_the_retry_topic_goes_to_the_dlq_after_max_times() -> None:
+    fresh = Message(
+        retry_topic("g"), b"x", queue_id=0, properties={"DELAY": "5"}, reconsume_times=3
+    )
+    assert redirect_retry_send(fresh) is fresh
+    assert redirect_retry_send(fresh, header_max=3, version=100) is fresh  # before 3.4.9
+    dead = redirect_retry_send(fresh, header_max=3)
+    assert (dead.topic, dead.queue_id, dead.properties["DELAY"]) == (dlq_topic("g"), 0, "0")
+    assert redirect_retry_send(fresh, group_max=2, version=100).topic == dlq_topic("g")
+    other = Message("orders", b"x", reconsume_times=99)
+    assert redirect_retry_send(other) is other

@@ -55,6 +55,7 @@ from ._retry import (
     RETRY_GROUP_TOPIC_PREFIX,
     SendBackProcessor,
     dlq_topic,
+    redirect_retry_send,
     retry_topic,
 )
 from ._schedule import (
@@ -135,6 +136,7 @@ __all__ = [
     "parse_delay_levels",
     "parse_properties",
     "read_config_file",
+    "redirect_retry_send",
     "refusal",
     "retry_topic",
     "serve_metrics",

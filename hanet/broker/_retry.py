@@ -63,6 +63,7 @@ __all__ = [
     "RETRY_GROUP_TOPIC_PREFIX",
     "SendBackProcessor",
     "dlq_topic",
+    "redirect_retry_send",
     "retry_topic",
 ]
 
@@ -92,6 +93,37 @@ def _auto_created(group: str) -> SubscriptionGroupConfig:
 
 def _always() -> bool:
     return True
+
+
+def _max_times(group_max: int, header_max: int | None, version: int) -> int:
+    """The consumer's max reconsume times from clients of 3.4.9 on, else the group's."""
+    return header_max if version >= _VERSION_3_4_9 and header_max is not None else group_max
+
+
+def redirect_retry_send(
+    message: Message,
+    *,
+    group_max: int = SubscriptionGroupConfig("").retry_max_times,
+    header_max: int | None = None,
+    version: int = _VERSION_3_4_9,
+) -> Message:
+    """A producer's send to ``%RETRY%<group>`` as RocketMQ's send path stores it.
+
+    A Java consumer whose CONSUMER_SEND_MSG_BACK failed sends the message to the retry topic
+    itself (SEND_MESSAGE with ``reconsumeTimes`` and ``maxReconsumeTimes`` in the header). Once
+    its reconsume times reached the max (the header's ``maxReconsumeTimes`` from clients of
+    3.4.9 on, else the group's ``retryMaxTimes``), it goes to queue 0 of ``%DLQ%<group>`` with
+    ``DELAY=0`` instead (RocketMQ's ``handleRetryAndDLQ``). Any other message comes back
+    unchanged. Pure; the send path calls it before :func:`~hanet.broker.delay_rewrite`.
+    """
+    if not message.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+        return message
+    if message.reconsume_times < _max_times(group_max, header_max, version):
+        return message
+    group = message.topic[len(RETRY_GROUP_TOPIC_PREFIX) :]
+    properties = dict(message.properties)
+    properties[MessageProperty.DELAY.value] = "0"
+    return attrs.evolve(message, topic=dlq_topic(group), queue_id=0, properties=properties)
 
 
 @attrs.define(eq=False)
@@ -143,9 +175,7 @@ class SendBackProcessor:
         properties = record.properties
         properties.setdefault(MessageProperty.RETRY_TOPIC, record.topic)
         properties[MessageProperty.WAIT] = "false"
-        max_times = policy.retry_max_times
-        if request.version >= _VERSION_3_4_9 and header.max_reconsume_times is not None:
-            max_times = header.max_reconsume_times
+        max_times = _max_times(policy.retry_max_times, header.max_reconsume_times, request.version)
         if record.reconsume_times >= max_times or header.delay_level < 0:
             topic, queues = dlq_topic(header.group), DLQ_QUEUE_NUMS
             properties[MessageProperty.DELAY] = "0"
