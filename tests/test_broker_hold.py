@@ -27,7 +27,7 @@ from hanet.protocol import (
     decode_command,
     encode_command,
 )
-from hanet.store import CommitLogStore, Message, StoreConfig
+from hanet.store import CommitLogStore, Message, PutResult, PutStatus, StoreConfig
 from hanet.testing import EmbeddedChannel
 
 CONFIG = StoreConfig(mapped_file_size=256 * 1024, consume_queue_file_size=20 * 1024)
@@ -276,3 +276,20 @@ async def test_a_failing_repull_answers_system_error_and_the_service_goes_on(
     broker.put("t", 0)
     await trio.sleep(0.01)
     assert [a.code for a in _answers(channel)] == [ResponseCode.SUCCESS]
+
+
+async def test_notify_put_wakes_the_queues_a_put_stored_in(
+    broker: Broker, store: CommitLogStore, autojump_clock: trio.testing.MockClock
+) -> None:
+    channel = _connection(broker)
+    _send(channel, _pull_request(queue_id=0, opaque=1))
+    _send(channel, _pull_request(queue_id=1, opaque=2))
+    _send(channel, _pull_request(queue_id=2, opaque=3))
+    messages = [Message("t", b"a", queue_id=0), Message("t", b"b", queue_id=2)]
+    results = store.put_batch(messages)
+    refused = [Message("t", b"c", queue_id=1)]
+    _holds(broker).notify_put(refused, [PutResult(PutStatus.SERVICE_NOT_AVAILABLE)])
+    _holds(broker).notify_put(messages, results)
+    await trio.testing.wait_all_tasks_blocked()
+    assert sorted(a.opaque for a in _answers(channel)) == [1, 3]
+    assert _holds(broker).statistics().held == 1

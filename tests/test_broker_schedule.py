@@ -15,7 +15,7 @@ import trio.testing
 
 from hanet.broker import (
     DELAY_LEVELS,
-    DELAY_OFFSET_FILE,
+    DELAY_OFFSETS_FILE,
     MAX_DELAY_LEVEL,
     SCHEDULE_TOPIC,
     ConfigFileError,
@@ -211,7 +211,7 @@ def test_rocketmqs_own_file_is_read_and_offsets_are_brought_within_the_queues(
     store: CommitLogStore, tmp_path: Path
 ) -> None:
     assert store.put(_delayed("orders", b"x", 1)).ok
-    path = tmp_path / DELAY_OFFSET_FILE
+    path = tmp_path / DELAY_OFFSETS_FILE
     path.parent.mkdir(parents=True)
     path.write_text('{"offsetTable":{1:7,3:0,40:2}}')  # fastjson's bare keys
     assert decode_offsets(path.read_text()) == {1: 7, 3: 0, 40: 2}

@@ -21,16 +21,20 @@ Wiring (what the broker does):
 
 - one ``holds = PullHoldService(repull, store.max_queue_offset)`` per broker, and
   ``await nursery.start(holds.run)`` (masters and slaves; cancelling it drops the held pulls);
-- the PULL_MESSAGE processor, when its answer would be PULL_NOT_FOUND, the request has the
-  suspend flag (``header.suspend``) and the processor is allowed to suspend: ``if
-  holds.hold(ctx, request, header): return None`` (answered later), else answer
-  PULL_NOT_FOUND now (``header`` is the pull's
-  :class:`~hanet.protocol.PullMessageRequestHeader`);
-- ``repull(ctx, request)`` is that same processor with suspending not allowed (RocketMQ's
-  ``brokerAllowSuspend=false``): it must not hold again; it may return None (nothing to write);
+- ``port.hold = holds.hold`` (:attr:`~hanet.broker.BrokerPort.hold`, a
+  :data:`~hanet.broker.HoldHook`): the PULL_MESSAGE processor, when its answer would be
+  PULL_NOT_FOUND, the request has the suspend flag and suspending is allowed, calls
+  ``holds.hold(ctx, request, header, result)``; True: answered later (return None), False:
+  answer PULL_NOT_FOUND now;
+- ``repull(ctx, request)`` is that same pull with suspending not allowed (RocketMQ's
+  ``brokerAllowSuspend=false``; with :class:`~hanet.broker.BrokerPort`: ``port.serve_pull(ctx,
+  request, PullMessageRequestHeader.from_fields(request.fields), allow_suspend=False)``): it
+  must not hold again; it may return None (nothing to write);
 - after every put that stored messages (sends, batches, retries, delayed deliveries):
-  ``holds.notify_message_arriving(topic, queue_id, result.queue_offset + 1)`` per queue put to
-  (synchronous and cheap: a dictionary look-up when nothing is held there).
+  ``holds.notify_put(messages, results)``, or ``holds.notify_message_arriving(topic,
+  queue_id, result.queue_offset + 1)`` per queue put to (synchronous and cheap: a dictionary
+  look-up when nothing is held there). A put whose status is a durability or replica timeout
+  stored its message all the same and is notified too.
 """
 
 from __future__ import annotations
@@ -38,7 +42,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import attrs
 import trio
@@ -50,6 +54,7 @@ from hanet.protocol import (
     RemotingHeaderError,
     ResponseCode,
 )
+from hanet.store import Message, PutResult
 
 __all__ = [
     "CHECK_INTERVAL",
@@ -134,10 +139,16 @@ class PullHoldService:
     _refused: int = attrs.field(init=False, default=0)
 
     def hold(
-        self, ctx: HandlerContext, request: RemotingCommand, header: PullMessageRequestHeader
+        self,
+        ctx: HandlerContext,
+        request: RemotingCommand,
+        header: PullMessageRequestHeader,
+        result: object = None,
     ) -> bool:
         """Hold a pull that found nothing at ``header.queue_offset`` for up to its
         ``suspendTimeoutMillis`` (at most ``max_suspend``).
+
+        A :data:`~hanet.broker.HoldHook` (``result``, the pull's result, is not used).
 
         Must be called from the trio run :meth:`run` is in (uses its clock). Returns False,
         holding nothing, when ``max_held`` pulls are held: answer the pull now.
@@ -189,6 +200,17 @@ class PullHoldService:
         self._store(held[0].key, keep)
         if self._ready:
             self._wake.set()
+
+    def notify_put(self, messages: Sequence[Message], results: Sequence[PutResult]) -> None:
+        """:meth:`notify_message_arriving` for each queue a put stored messages in
+        (``results[i]`` answers ``messages[i]``; refused ones are skipped)."""
+        ends: dict[tuple[str, int], int] = {}
+        for message, result in zip(messages, results, strict=False):
+            if result.queue_offset >= 0:  # stored (a refused put has -1)
+                key = (message.topic, message.queue_id)
+                ends[key] = max(ends.get(key, 0), result.queue_offset + 1)
+        for (topic, queue_id), end in ends.items():
+            self.notify_message_arriving(topic, queue_id, end)
 
     def _store(self, key: tuple[str, int], entries: list[_Held]) -> None:
         if entries:

@@ -11,7 +11,7 @@ The consumer names the message by its commit log offset. The broker reads it and
   is 0 (RocketMQ's back-off: 10 s, 30 s, 1 min, 2 min, ...);
 - reconsume times + 1;
 
-on ``%RETRY%<group>`` (:func:`retry_topic`, one queue by default), delayed through
+on ``%RETRY%<group>`` (:func:`~hanet.broker.retry_topic`, one queue by default), delayed through
 :func:`~hanet.broker.delay_rewrite`. When the message's reconsume times reached the group's
 max reconsume times (16, or the header's ``maxReconsumeTimes`` from clients of version 3.4.9
 on) or the header's ``delayLevel`` is negative, it goes to ``%DLQ%<group>`` (:func:`dlq_topic`,
@@ -55,6 +55,7 @@ from hanet.protocol import (
 )
 from hanet.store import CommitLogStore, CorruptRecordError, Message, PutResult
 
+from ._port import retry_topic
 from ._schedule import delay_rewrite
 
 __all__ = [
@@ -64,7 +65,6 @@ __all__ = [
     "SendBackProcessor",
     "dlq_topic",
     "redirect_retry_send",
-    "retry_topic",
 ]
 
 log = logging.getLogger("hanet.broker")
@@ -75,11 +75,6 @@ DLQ_QUEUE_NUMS = 1
 """Queues of a ``%DLQ%`` topic (RocketMQ's ``DLQ_NUMS_PER_GROUP``)."""
 
 _VERSION_3_4_9 = 165  # MQVersion.Version.V3_4_9.ordinal(): maxReconsumeTimes is read from here
-
-
-def retry_topic(group: str) -> str:
-    """``%RETRY%<group>``: where a group's failed messages wait to be consumed again."""
-    return RETRY_GROUP_TOPIC_PREFIX + group
 
 
 def dlq_topic(group: str) -> str:

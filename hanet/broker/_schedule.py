@@ -11,7 +11,7 @@ stay, as RocketMQ leaves them). Every level's queue is in store-time order and a
 wait the same delay, so the head of a queue is always the next one due.
 
 Per level, the next queue offset to deliver is kept in ``<store>/config/delayOffset.json``
-(:data:`DELAY_OFFSET_FILE`, RocketMQ's ``{"offsetTable":{"1":12,...}}``; RocketMQ's own
+(:data:`DELAY_OFFSETS_FILE`, RocketMQ's ``{"offsetTable":{"1":12,...}}``; RocketMQ's own
 unquoted keys ``{1:12}`` are read too), written every ``persist_interval`` and when the
 service stops. An offset moves on only after its message was put on the real topic, so a
 restart (even a crash) loses nothing and at most delivers again the messages delivered since
@@ -24,7 +24,7 @@ Wiring (what the broker does):
   ``CONSUMER_SEND_MSG_BACK``). It raises :class:`DelayLevelError` (a
   :class:`~hanet.protocol.RemotingHeaderError`: the dispatcher answers SYSTEM_ERROR with the
   reason) for a ``DELAY`` that is not an integer.
-- On a master only: ``service = ScheduleService(store, put, store_root / DELAY_OFFSET_FILE)``
+- On a master only: ``service = ScheduleService(store, put, store_root / DELAY_OFFSETS_FILE)``
   (reads the file: :class:`~hanet.broker.ConfigFileError` when it and its ``.bak`` are
   unusable), then ``await nursery.start(service.run)``. ``put`` is the broker's put path for
   internal messages (``store.put`` and then the long-polling wake-up,
@@ -68,7 +68,6 @@ from ._config_files import ConfigFileError, write_config_file
 
 __all__ = [
     "DELAY_LEVELS",
-    "DELAY_OFFSET_FILE",
     "MAX_DELAY_LEVEL",
     "MESSAGE_DELAY_LEVEL",
     "RETRY_PAUSE",
@@ -95,9 +94,6 @@ PROPERTY_REAL_QUEUE_ID = MessageProperty.REAL_QID.value
 
 MESSAGE_DELAY_LEVEL = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
 """RocketMQ's default ``messageDelayLevel``."""
-
-DELAY_OFFSET_FILE = Path("config") / "delayOffset.json"
-"""Where a broker keeps each delay level's next offset, under its store directory."""
 
 RETRY_PAUSE = 1.0
 """Seconds before a level tries again a delivery whose put was refused (disk full, ...)."""
@@ -290,7 +286,7 @@ class ScheduleService:
     Args:
         store: the master's store.
         put: the broker's put path for internal messages (see the module docstring).
-        path: the offsets file (``<store>/`` :data:`DELAY_OFFSET_FILE`); read at construction.
+        path: the offsets file (``<store>/`` :data:`DELAY_OFFSETS_FILE`); read at construction.
         levels: the delay of each level in ms (:data:`DELAY_LEVELS`).
         persist_interval: seconds between writes of the offsets file (RocketMQ's
             ``flushDelayOffsetInterval``, 10 s).

@@ -31,6 +31,11 @@ def _positive(instance: object, attribute: attrs.Attribute[int], value: int) -> 
         raise ValueError(f"{attribute.name} must be > 0: {value}")
 
 
+def _positive_seconds(instance: object, attribute: attrs.Attribute[float], value: float) -> None:
+    if not value > 0:
+        raise ValueError(f"{attribute.name} must be > 0: {value}")
+
+
 @attrs.frozen
 class ChannelConfig:
     """Per-channel settings.
@@ -41,12 +46,15 @@ class ChannelConfig:
             before a flush leaves in as few calls as this allows.
         water_marks: back-pressure thresholds of queued outbound bytes.
         auto_read: read continuously; when False, read only when ``ctx.read()`` asks.
+        close_timeout: seconds a close waits for the bytes flushed before it to reach the
+            kernel (5 s); past that the connection is dropped and those writes fail.
     """
 
     read_size: int = attrs.field(default=DEFAULT_READ_SIZE, validator=_positive)
     write_coalesce: int = attrs.field(default=DEFAULT_WRITE_COALESCE, validator=_positive)
     water_marks: WaterMarks = attrs.field(factory=WaterMarks)
     auto_read: bool = True
+    close_timeout: float = attrs.field(default=5.0, validator=_positive_seconds)
 
 
 _DEFAULT_CONFIG = ChannelConfig()

@@ -212,6 +212,11 @@ class StreamChannel(Channel):
         self._writer_started = False
         self._timer_started = False
         self._read_requested = False
+        # A close with flushed bytes still to send lets the writer finish them first
+        # ("draining"); a lost connection has nothing to drain into.
+        self._draining = False
+        self._sending = False
+        self._reader_scope: trio.CancelScope | None = None
         self._timers.on_earlier = self._wake_timers
         self._writable_event: trio.Event | None = None
         sock = _socket_of(stream)
@@ -273,8 +278,10 @@ class StreamChannel(Channel):
                     if on_active is not None:
                         on_active()
                     if self._open:
-                        await self._reader()
-                nursery.cancel_scope.cancel()
+                        with trio.CancelScope() as self._reader_scope:
+                            await self._reader()
+                if not self._draining:
+                    nursery.cancel_scope.cancel()
         finally:
             self._shutdown()
             await self._close_stream()
@@ -342,6 +349,8 @@ class StreamChannel(Channel):
     # -- transport -------------------------------------------------------------------------
 
     def _transport_flush(self) -> None:
+        if not self._open:
+            return  # a flush after the close flushes nothing: unflushed writes fail with it
         self._outbound.add_flush()
         if self._outbound.has_flushed:
             if self._writer_started:
@@ -364,10 +373,33 @@ class StreamChannel(Channel):
         self._reader_wakeup.set()
 
     def _transport_close(self) -> None:
-        if self._open:
-            self._open = False
-            if self._nursery is not None:
-                self._nursery.cancel_scope.cancel()
+        self._close(drain=True)
+
+    def _close(self, *, drain: bool) -> None:
+        if not self._open:
+            return
+        self._open = False
+        nursery = self._nursery
+        if nursery is None:
+            return
+        if not (drain and (self._sending or self._outbound.has_flushed)):
+            nursery.cancel_scope.cancel()
+            return
+        # What was flushed before the close still leaves, as in Netty, where a write and
+        # flush has reached the socket before a close that follows it runs: reading and
+        # timers stop now, the writer sends what is flushed (for at most close_timeout),
+        # then the channel closes. Writes after the close fail at once.
+        self._draining = True
+        self._timers.clear()
+        if self._reader_scope is not None:
+            self._reader_scope.cancel()
+        nursery.cancel_scope.deadline = min(
+            nursery.cancel_scope.deadline, trio.current_time() + self.config.close_timeout
+        )
+        if self._writer_started:
+            self._writer_wakeup.set()
+        else:
+            self._start_writer()
 
     def _writability_flipped(self) -> None:
         if self._outbound.is_writable and self._writable_event is not None:
@@ -430,10 +462,14 @@ class StreamChannel(Channel):
             sock = None
         while True:
             if not outbound.has_flushed:
+                if self._draining:
+                    self._drained()
+                    return
                 self._writer_wakeup = trio.Event()
                 await self._writer_wakeup.wait()
                 continue
             parts, futures, nbytes = outbound.take(coalesce, _IOV_MAX)
+            self._sending = True
             try:
                 if sock is not None:
                     await _sendmsg_all(sock, parts, nbytes)
@@ -450,6 +486,8 @@ class StreamChannel(Channel):
                 for future in futures:
                     future.set_exception(ChannelClosedError(f"{self} closed"))
                 raise
+            finally:
+                self._sending = False
             self._sends += 1
             self._messages_written += len(futures)
             self._bytes_written += nbytes
@@ -466,10 +504,18 @@ class StreamChannel(Channel):
                 await self._timer_wakeup.wait()
             self._run_due_timers()
 
+    def _drained(self) -> None:
+        """A draining close has sent everything flushed before it: close for good."""
+        if self._nursery is not None:
+            self._nursery.cancel_scope.cancel()
+
     def _lost(self, reason: str) -> None:
         self._set_close_reason(reason)
         log.debug("%s: %s", self, reason)
-        self._transport_close()
+        if self._draining:
+            self._drained()
+        else:
+            self._close(drain=False)
 
     def __str__(self) -> str:
         if self._remote is None:

@@ -26,6 +26,8 @@ from typing import Any, Self, TypeVar
 
 import attrs
 
+from . import _fastjson
+from ._fastjson import FastjsonError
 from ._remoting import RemotingHeaderError
 
 __all__ = [
@@ -64,52 +66,9 @@ def load_body(data: bytes | bytearray | memoryview | str, what: str) -> Any:
         RemotingHeaderError: not UTF-8 or not JSON, naming ``what``.
     """
     try:
-        text = data if isinstance(data, str) else bytes(data).decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise RemotingHeaderError(f"{what} body is not UTF-8: {exc}") from None
-    try:
-        return json.loads(text)
-    except ValueError:
-        pass
-    try:
-        return json.loads(_quote_bare_keys(text))
-    except ValueError as exc:
-        raise RemotingHeaderError(f"{what} body is not JSON: {exc}") from None
-
-
-def _quote_bare_keys(text: str) -> str:
-    """``text`` with bare object keys (``{0:1}``) quoted; string contents left alone."""
-    out: list[str] = []
-    i, n = 0, len(text)
-    expect_key = False
-    while i < n:
-        c = text[i]
-        if c == '"':
-            j = i + 1
-            while j < n and text[j] != '"':
-                j += 2 if text[j] == "\\" else 1
-            out.append(text[i : j + 1])
-            i = j + 1
-            expect_key = False
-            continue
-        if c in "{,":
-            out.append(c)
-            i += 1
-            expect_key = True
-            continue
-        if expect_key and not c.isspace():
-            j = i
-            while j < n and (text[j].isalnum() or text[j] in "_$-"):
-                j += 1
-            if j > i:
-                out.append(f'"{text[i:j]}"')
-                i = j
-                expect_key = False
-                continue
-            expect_key = False
-        out.append(c)
-        i += 1
-    return "".join(out)
+        return _fastjson.loads(data)
+    except FastjsonError as exc:
+        raise RemotingHeaderError(f"{what} body is {exc}") from None
 
 
 def body_json(document: Any) -> bytes:
