@@ -4,21 +4,35 @@ against a store in a temporary directory, through the dispatch table on an Embed
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import trio
+from broker_support import config as broker_config
+from broker_support import connect, pull, running, send
 
 from hanet.broker import (
+    DELAY_LEVELS,
+    DELAY_OFFSETS_FILE,
     SCHEDULE_TOPIC,
+    PullHoldService,
+    QueueLocks,
     ScheduleService,
     SendBackProcessor,
+    delay_rewrite,
     dlq_topic,
     redirect_retry_send,
     retry_topic,
 )
+from hanet.channel import HandlerContext
 from hanet.protocol import (
     ConsumerSendMsgBackRequestHeader,
+    LockBatchRequestBody,
+    LockBatchResponseBody,
+    MessageQueue,
+    PullMessageRequestHeader,
     RemotingCodec,
     RemotingCommand,
     RemotingDispatcher,
@@ -266,3 +280,73 @@ def test_a_producers_send_to_the_retry_topic_goes_to_the_dlq_after_max_times() -
     assert redirect_retry_send(fresh, group_max=2, version=100).topic == dlq_topic("g")
     other = Message("orders", b"x", reconsume_times=99)
     assert redirect_retry_send(other) is other
+
+
+# -- wired into a running broker, over loopback TCP -------------------------------------------
+
+
+async def test_wired_into_a_running_broker_over_tcp(tmp_path: Path) -> None:
+    """The wiring of the module docstrings, on a real Broker's BrokerPort: a delayed send
+    reaches a long-polling consumer when due; its send-back comes again on %RETRY%G; an
+    orderly consumer locks a queue."""
+    async with running(broker_config(tmp_path)) as (broker, addresses):
+        store = broker.store
+
+        def repull(ctx: HandlerContext, request: RemotingCommand) -> RemotingCommand | None:
+            header = PullMessageRequestHeader.from_fields(request.fields)
+            return broker.port.serve_pull(ctx, request, header, allow_suspend=False)
+
+        holds = PullHoldService(repull, store.max_queue_offset)
+
+        def put_internal(message: Message) -> PutResult:
+            result = store.put(message)
+            holds.notify_put([message], [result])
+            return result
+
+        fast = tuple(100 for _ in DELAY_LEVELS)  # every level 100 ms
+        schedule = ScheduleService(store, put_internal, tmp_path / DELAY_OFFSETS_FILE, levels=fast)
+        locks = QueueLocks()
+        sendback = SendBackProcessor(store, put_internal, on_topic=broker.topic_table.ensure)
+        broker.port.rewrite = delay_rewrite
+        broker.port.hold = holds.hold
+        broker.port.register(RequestCode.CONSUMER_SEND_MSG_BACK, sendback)
+        broker.port.register(RequestCode.LOCK_BATCH_MQ, locks.lock_batch_mq)
+        broker.port.register(RequestCode.UNLOCK_BATCH_MQ, locks.unlock_batch_mq)
+        broker.port.register(RequestCode.GET_ALL_DELAY_OFFSET, schedule.get_all_delay_offset)
+        async with trio.open_nursery() as services:
+            await services.start(holds.run)
+            await services.start(schedule.run)
+            async with connect(addresses.broker) as conn:
+                sent = await send(conn, "T", b"later", 2, properties={"DELAY": "1"})
+                assert sent.code == ResponseCode.SUCCESS
+                assert store.max_queue_offset("T", 2) == 0
+                with trio.fail_after(5):
+                    got = await pull(conn, "T", 2, 0, suspend_ms=15_000)
+                assert got.code == ResponseCode.SUCCESS
+                (record,) = got.records
+                assert record.body == b"later" and "DELAY" not in record.properties
+
+                header = ConsumerSendMsgBackRequestHeader(
+                    offset=record.physical_offset, group="G", delay_level=0
+                )
+                back = await conn.invoke(
+                    RemotingCommand.request(RequestCode.CONSUMER_SEND_MSG_BACK, header.to_fields())
+                )
+                assert back.code == ResponseCode.SUCCESS, back.remark
+                assert broker.topic_table.get(retry_topic("G")) is not None
+                with trio.fail_after(5):
+                    retried = await pull(conn, retry_topic("G"), 0, 0, suspend_ms=15_000)
+                (again,) = retried.records
+                assert again.properties["RETRY_TOPIC"] == "T" and again.reconsume_times == 1
+
+                mq = MessageQueue("T", "broker-a", 2)
+                body = LockBatchRequestBody("G", "client-1", frozenset({mq})).to_json()
+                locked = await conn.invoke(
+                    RemotingCommand.request(RequestCode.LOCK_BATCH_MQ, body=body)
+                )
+                assert LockBatchResponseBody.from_json(locked.body).lock_ok_mq_set == {mq}
+                offsets = await conn.invoke(
+                    RemotingCommand.request(RequestCode.GET_ALL_DELAY_OFFSET)
+                )
+                assert json.loads(bytes(offsets.body)) == {"offsetTable": {"1": 1, "3": 1}}
+            services.cancel_scope.cancel()
