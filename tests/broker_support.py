@@ -16,13 +16,12 @@ import trio
 
 from hanet.boot import serve_listeners
 from hanet.broker import Broker, BrokerAddresses
-from hanet.channel import ChannelInboundHandler, HandlerContext, StreamChannel
+from hanet.channel import HandlerContext, StreamChannel
 from hanet.client import RemotingConnection
 from hanet.ha import BrokerConfig
 from hanet.protocol import (
     MASTER_ID,
     BrokerRegistration,
-    BrokerServerCodec,
     BrokerStatus,
     ConsumerData,
     ConsumerListBody,
@@ -33,21 +32,22 @@ from hanet.protocol import (
     PullSysFlag,
     QueryConsumerOffsetRequestHeader,
     QueryConsumerOffsetResponseHeader,
-    RegisterBrokerRequest,
+    RegisterBrokerBody,
+    RegisterBrokerRequestHeader,
     RegisterBrokerResponse,
     RemotingCommand,
+    RemotingDispatcher,
     RequestCode,
     ResponseCode,
     SendMessageRequestHeader,
     SendMessageResponseHeader,
     SubscriptionData,
-    UnregisterBrokerRequest,
-    UnregisterBrokerResponse,
+    UnregisterBrokerRequestHeader,
     UpdateConsumerOffsetRequestHeader,
-    broker_frame_codec,
     properties_to_string,
+    remoting_pipeline,
 )
-from hanet.store import MessageRecord, scan_records
+from hanet.store import Message, MessageRecord, PutResult, scan_records
 
 FILE = 64 * 1024
 """The tests' commit log file size."""
@@ -87,6 +87,14 @@ async def wait_for(predicate: Callable[[], bool], seconds: float = 10) -> None:
     with trio.fail_after(seconds):
         while not predicate():  # noqa: ASYNC110 - polls another service's state
             await trio.sleep(0.01)
+
+
+async def put(broker: Broker, topic: str, body: bytes, queue_id: int = 0) -> PutResult:
+    """Put one message in-process, as a send of a producer does (the topic created on the
+    way)."""
+    broker.topic_table.create_for_send(topic, broker.config.default_topic_queue_nums)
+    (result,) = await broker.put([Message(topic, body, queue_id)])
+    return result
 
 
 def send_header(
@@ -266,32 +274,52 @@ def connect(address: tuple[str, int] | None, **kwargs: Any) -> Any:
 @attrs.define
 class FakeNameServer:
     """Answers REGISTER_BROKER with ``master`` (broker address, HA address) for slaves, and
-    records every registration and unregistration."""
+    records every registration (as :class:`BrokerRegistration`) and unregistration."""
 
     master: tuple[str, str] | None = None
     registrations: list[BrokerRegistration] = attrs.Factory(list)
     unregistered: list[tuple[str, int]] = attrs.Factory(list)
 
     def initialize(self, channel: StreamChannel) -> None:
-        for name, handler in broker_frame_codec(1 << 20, BrokerServerCodec()):
+        for name, handler in remoting_pipeline():
             channel.pipeline.add_last(handler, name)
-        channel.pipeline.add_last(_FakeNameServerHandler(self))
+        processors: dict[int, Any] = {
+            RequestCode.REGISTER_BROKER: self._register,
+            RequestCode.UNREGISTER_BROKER: self._unregister,
+        }
+        channel.pipeline.add_last(RemotingDispatcher(processors, port="fake name server"))
 
+    def _register(self, ctx: HandlerContext, request: RemotingCommand) -> RemotingCommand:
+        header = RegisterBrokerRequestHeader.from_fields(request.fields)
+        body = RegisterBrokerBody.decode_body(request.body, header.compressed)
+        wrapper = body.topic_config_serialize_wrapper
+        topics = tuple(
+            sorted(
+                (n, max(c.read_queue_nums, c.write_queue_nums))
+                for n, c in wrapper.topic_config_table.items()
+            )
+        )
+        role = "SLAVE" if header.broker_id != MASTER_ID else "MASTER"
+        self.registrations.append(
+            BrokerRegistration(
+                cluster=header.cluster_name,
+                broker_name=header.broker_name,
+                broker_id=header.broker_id,
+                role=role,
+                broker_address=header.broker_addr,
+                ha_address=header.ha_server_addr,
+                topics=topics,
+                data_version=wrapper.data_version,
+            )
+        )
+        master = self.master if header.broker_id != MASTER_ID else None
+        answer = RegisterBrokerResponse(*(master or (None, None)))
+        return request.response(fields=answer.header().to_fields())
 
-class _FakeNameServerHandler(ChannelInboundHandler):
-    def __init__(self, server: FakeNameServer) -> None:
-        self.server = server
-
-    def channel_read(self, ctx: HandlerContext, msg: Any) -> None:
-        server = self.server
-        if isinstance(msg, RegisterBrokerRequest):
-            server.registrations.append(msg.registration)
-            master = server.master if msg.registration.broker_id != MASTER_ID else None
-            answer = RegisterBrokerResponse(msg.request_id, *(master or (None, None)))
-            ctx.write_and_flush(answer)
-        elif isinstance(msg, UnregisterBrokerRequest):
-            server.unregistered.append((msg.broker_name, msg.broker_id))
-            ctx.write_and_flush(UnregisterBrokerResponse(msg.request_id))
+    def _unregister(self, ctx: HandlerContext, request: RemotingCommand) -> RemotingCommand:
+        header = UnregisterBrokerRequestHeader.from_fields(request.fields)
+        self.unregistered.append((header.broker_name, header.broker_id))
+        return request.response()
 
 
 @asynccontextmanager

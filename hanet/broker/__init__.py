@@ -11,10 +11,18 @@ offsets in ``<store>/config/consumerOffset.json`` (written with :func:`write_con
 :class:`TopicTable` the topics in ``config/topics.json``; :class:`ConsumerRegistry` the live
 members of each consumer group (heartbeats, expiry, their connections); :class:`SlaveSync` a
 slave's copy of its master's metadata.
+
+Beyond send and pull (each module's docstring says how the broker wires it):
+:class:`PullHoldService` holds long-polling pulls (:attr:`BrokerPort.hold`);
+:func:`delay_rewrite` (:attr:`BrokerPort.rewrite`) and :class:`ScheduleService` delay messages
+on RocketMQ's 18 levels; :class:`SendBackProcessor` serves CONSUMER_SEND_MSG_BACK (``%RETRY%``
+and ``%DLQ%`` topics); :class:`QueueLocks` serves LOCK/UNLOCK_BATCH_MQ for orderly consumers.
 """
 
+from ._backend import BrokerBackend
 from ._broker import Broker, BrokerAddresses
 from ._config_files import ConfigFileError, read_config_file, write_config_file
+from ._connection import DEFAULT_MAX_IN_FLIGHT, BrokerConnection
 from ._consumers import (
     CONSUMER_EXPIRY,
     MAX_CONSUMER_GROUPS,
@@ -23,6 +31,15 @@ from ._consumers import (
     ConsumerRegistryFull,
 )
 from ._dledger import DEFAULT_QUEUES, DLedgerBrokerService
+from ._hold import (
+    CHECK_INTERVAL,
+    MAX_HELD_PULLS,
+    MAX_SUSPEND,
+    HoldStatistics,
+    PullHoldService,
+    Repull,
+)
+from ._locks import LOCK_MAX_LIVE_TIME, MAX_LOCKS, LockStatistics, QueueLocks
 from ._metrics import BrokerMetrics, serve_metrics
 from ._offsets import (
     MAX_OFFSET_ENTRIES,
@@ -32,16 +49,7 @@ from ._offsets import (
     ConsumerOffsets,
     ConsumerOffsetsFull,
 )
-from ._port import (
-    DEFAULT_MAX_IN_FLIGHT,
-    NOT_ALLOWED_SEND_TOPICS,
-    BrokerBackend,
-    BrokerConnection,
-    BrokerPort,
-    HoldHook,
-    retry_topic,
-    send_answer,
-)
+from ._port import BrokerPort, HoldHook, retry_topic
 from ._properties import apply_properties, load_properties, parse_properties
 from ._pull import (
     MAX_PULL_BYTES,
@@ -53,24 +61,62 @@ from ._pull import (
     suggest_broker_id,
 )
 from ._registration import NameServerRegistrar
+from ._retry import (
+    DLQ_GROUP_TOPIC_PREFIX,
+    DLQ_QUEUE_NUMS,
+    RETRY_GROUP_TOPIC_PREFIX,
+    SendBackProcessor,
+    dlq_topic,
+    redirect_retry_send,
+)
+from ._schedule import (
+    DELAY_LEVELS,
+    MAX_DELAY_LEVEL,
+    MESSAGE_DELAY_LEVEL,
+    RETRY_PAUSE,
+    SCHEDULE_TOPIC,
+    DelayLevelError,
+    ScheduleService,
+    ScheduleStatistics,
+    decode_offsets,
+    delay_level,
+    delay_rewrite,
+    encode_offsets,
+    parse_delay_levels,
+    timeup,
+)
+from ._send import NOT_ALLOWED_SEND_TOPICS, send_answer
 from ._slave_sync import DELAY_OFFSETS_FILE, SUBSCRIPTION_GROUPS_FILE, SlaveSync
 from ._topics import MAX_TOPICS, TOPICS_FILE, TopicTable, TopicTableFull
 
 __all__ = [
+    "CHECK_INTERVAL",
     "CONSUMER_EXPIRY",
     "DEFAULT_MAX_IN_FLIGHT",
     "DEFAULT_QUEUES",
+    "DELAY_LEVELS",
     "DELAY_OFFSETS_FILE",
+    "DLQ_GROUP_TOPIC_PREFIX",
+    "DLQ_QUEUE_NUMS",
+    "LOCK_MAX_LIVE_TIME",
     "MAX_CONSUMER_GROUPS",
+    "MAX_DELAY_LEVEL",
     "MAX_GROUP_MEMBERS",
+    "MAX_HELD_PULLS",
+    "MAX_LOCKS",
     "MAX_OFFSET_ENTRIES",
     "MAX_PULL_BYTES",
     "MAX_PULL_MESSAGES",
     "MAX_QUEUE_ID",
     "MAX_QUEUE_OFFSETS",
+    "MAX_SUSPEND",
     "MAX_TOPICS",
+    "MESSAGE_DELAY_LEVEL",
     "NOT_ALLOWED_SEND_TOPICS",
     "OFFSETS_FILE",
+    "RETRY_GROUP_TOPIC_PREFIX",
+    "RETRY_PAUSE",
+    "SCHEDULE_TOPIC",
     "SUBSCRIPTION_GROUPS_FILE",
     "TOPICS_FILE",
     "Broker",
@@ -85,22 +131,39 @@ __all__ = [
     "ConsumerRegistry",
     "ConsumerRegistryFull",
     "DLedgerBrokerService",
+    "DelayLevelError",
     "GetMessageStatus",
     "HoldHook",
+    "HoldStatistics",
+    "LockStatistics",
     "NameServerRegistrar",
+    "PullHoldService",
     "PullResult",
+    "QueueLocks",
+    "Repull",
+    "ScheduleService",
+    "ScheduleStatistics",
+    "SendBackProcessor",
     "SlaveSync",
     "TopicTable",
     "TopicTableFull",
     "apply_properties",
+    "decode_offsets",
+    "delay_level",
+    "delay_rewrite",
+    "dlq_topic",
+    "encode_offsets",
     "load_properties",
+    "parse_delay_levels",
     "parse_properties",
     "read_config_file",
+    "redirect_retry_send",
     "retry_topic",
     "send_answer",
     "serve_metrics",
     "serve_pull",
     "subscription_filter",
     "suggest_broker_id",
+    "timeup",
     "write_config_file",
 ]

@@ -67,7 +67,7 @@ import attrs
 import trio
 
 from hanet.boot import AllowList, serve_listeners
-from hanet.channel import ChannelHandler, format_address, parse_address
+from hanet.channel import ChannelHandler, HandlerContext, format_address, parse_address
 from hanet.client import NameServerClient
 from hanet.errors import ConfigError
 from hanet.ha import BrokerConfig, BrokerRole, HAMaster, HASlave
@@ -76,8 +76,12 @@ from hanet.protocol import (
     BrokerRegistration,
     BrokerStatus,
     ClusterLink,
+    HanetRequestCode,
     MasterLink,
+    PullMessageRequestHeader,
     RegisterBrokerResponse,
+    RemotingCommand,
+    RequestCode,
     SlaveInfo,
     SubscriptionGroupWrapper,
 )
@@ -91,13 +95,17 @@ from hanet.store import (
     StoreRole,
 )
 
+from ._connection import DEFAULT_MAX_IN_FLIGHT
 from ._consumers import CONSUMER_EXPIRY, ConsumerRegistry, consumer_groups
+from ._hold import PullHoldService
 from ._metrics import BrokerMetrics, serve_metrics
 from ._offsets import OFFSETS_FILE, ConsumerOffsets
-from ._port import DEFAULT_MAX_IN_FLIGHT, BrokerPort, default_subscription_groups
+from ._port import BrokerPort, default_subscription_groups
 from ._pull import suggest_broker_id
 from ._registration import NameServerRegistrar
-from ._slave_sync import SlaveSync
+from ._retry import SendBackProcessor
+from ._schedule import ScheduleService, delay_rewrite
+from ._slave_sync import DELAY_OFFSETS_FILE, SlaveSync
 from ._status import store_status
 from ._topics import TOPICS_FILE, TopicTable
 
@@ -168,10 +176,16 @@ class Broker:
         self.port = BrokerPort(self, max_frame_length=max_frame_length)
         """The broker port's dispatch table and pipeline (add processors and hooks to it
         before :meth:`run`)."""
+        self.port.register(HanetRequestCode.HANET_METRICS, self._serve_metrics)
+        self.stored_listeners: list[Callable[[Sequence[Message], Sequence[PutResult]], None]] = []
+        """Called after every put that stored messages (:meth:`put_now`), with the messages
+        and their results: long polling wakes the pulls held on their queues."""
         self.consumers = ConsumerRegistry(consumer_expiry, clock=trio.current_time)
         """The live members of each consumer group (served on masters and slaves)."""
         self.master: HAMaster | None = None
         self.slave: HASlave | None = None
+        self.schedule: ScheduleService | None = None
+        """A master's delivery of delayed messages (None on a slave)."""
         self.sync: SlaveSync | None = None
         """A slave's copy of its master's topics and consumer offsets (None on a master)."""
         self.registrar: NameServerRegistrar | None = None
@@ -310,6 +324,28 @@ class Broker:
                 else:
                     self.master = HAMaster(store, config)
                     ha_address = await nursery.start(self.master.serve)
+                    self.schedule = ScheduleService(
+                        store, self._put_internal, config.store_path_root_dir / DELAY_OFFSETS_FILE
+                    )
+                    await nursery.start(self.schedule.run)
+                    self.port.rewrite = delay_rewrite
+                    self.port.register(
+                        RequestCode.GET_ALL_DELAY_OFFSET, self.schedule.get_all_delay_offset
+                    )
+                holds = PullHoldService(self._repull, store.max_queue_offset)
+                await nursery.start(holds.run)
+                self.port.hold = holds.hold
+                self.stored_listeners.append(holds.notify_put)
+                self.port.register(
+                    RequestCode.CONSUMER_SEND_MSG_BACK,
+                    SendBackProcessor(
+                        store,
+                        self._put_internal,
+                        on_topic=topics.ensure,
+                        writable=lambda: self.role is not BrokerRole.SLAVE,
+                        broker_ip=config.broker_ip1 or config.listen_host,
+                    ),
+                )
                 if listeners:
                     await nursery.start(
                         partial(
@@ -401,6 +437,8 @@ class Broker:
         """Write ``messages`` to the store now, in order (one batch); a new topic wakes the
         name server registration so that routes find it at once (as RocketMQ)."""
         results = self.store.put_batch(messages)
+        for listener in self.stored_listeners:
+            listener(messages, results)
         registrar = self.registrar
         if registrar is not None and any(m.topic not in self._announced for m in messages):
             registrar.wake()
@@ -418,6 +456,21 @@ class Broker:
             await trio.lowlevel.checkpoint()
             status = PutStatus.PUT_OK
         return [r._replace(status=status) if r.status is PutStatus.PUT_OK else r for r in results]
+
+    def _put_internal(self, message: Message) -> PutResult:
+        """The put path of the broker's own messages (retries, delayed deliveries): stored
+        now, not waited for (RocketMQ's ``waitStoreMsgOK=false``)."""
+        (result,) = self.put_now([message])
+        return result
+
+    def _repull(self, ctx: HandlerContext, request: RemotingCommand) -> RemotingCommand | None:
+        """A held pull run again, not allowed to suspend (long polling)."""
+        header = PullMessageRequestHeader.from_fields(request.fields)
+        return self.port.serve_pull(ctx, request, header, allow_suspend=False)
+
+    def _serve_metrics(self, ctx: HandlerContext, request: RemotingCommand) -> RemotingCommand:
+        """HANET_METRICS (30002): the Prometheus text exposition."""
+        return request.response(body=self.metrics.exposition())
 
     def must_wait(self) -> bool:
         """Whether a stored send waits (SYNC_MASTER, SYNC_FLUSH)."""
@@ -524,6 +577,7 @@ class Broker:
             broker_address=_advertised(addresses.broker, config.broker_ip1),
             ha_address=_advertised(addresses.ha, config.broker_ip2 or config.broker_ip1),
             topics=tuple(sorted(topics.items())),
+            data_version=self._topics.data_version if self._topics is not None else None,
         )
 
     def _registered(self, answer: RegisterBrokerResponse) -> None:
