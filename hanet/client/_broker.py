@@ -481,11 +481,17 @@ def pull_result(response: RemotingCommand) -> PullResult:
 
 
 def heartbeat_body(
-    client_id: str, group: str, topics: Sequence[str] = (), *, from_beginning: bool = False
+    client_id: str,
+    group: str,
+    topics: Sequence[str] = (),
+    *,
+    from_beginning: bool = False,
+    sub_version: int | None = None,
 ) -> bytes:
     """A ``HeartbeatData`` body: ``client_id``, a clustering consumer of ``group`` subscribed
-    to each of ``topics`` with ``*``."""
-    version = int(time.time() * 1000)
+    to each of ``topics`` with ``*`` (``sub_version``: when the subscription was made, ms;
+    None: now)."""
+    version = int(time.time() * 1000) if sub_version is None else sub_version
     consumer = ConsumerData(
         group_name=group,
         consume_type=ConsumeType.CONSUME_PASSIVELY,
@@ -743,11 +749,16 @@ class BrokerClient(RequestConnection):
         topics: Sequence[str] = (),
         *,
         from_beginning: bool = False,
+        sub_version: int | None = None,
     ) -> None:
         """Say that consumer ``client_id`` of ``group`` (subscribed to ``topics`` with ``*``)
         is alive (``HEART_BEAT`` with a ``HeartbeatData`` body): the broker counts it a
-        member for 120 s."""
-        body = heartbeat_body(client_id, group, topics, from_beginning=from_beginning)
+        member for 120 s. Keep ``sub_version`` (ms, when the subscription was made; None:
+        now) the same from one heartbeat to the next, as RocketMQ's clients do: a RocketMQ
+        broker logs a newer one as a subscription change."""
+        body = heartbeat_body(
+            client_id, group, topics, from_beginning=from_beginning, sub_version=sub_version
+        )
         await self.invoke_checked(
             RemotingCommand.request(RequestCode.HEART_BEAT, None, body), what="heartbeat"
         )
