@@ -13,7 +13,7 @@ from ._channel import Channel, ChannelConfig, ChannelStatistics
 from ._context import HandlerContext
 from ._embedded import EmbeddedChannel
 from ._errors import ChannelClosedError, ChannelPipelineError
-from ._future import WriteFuture
+from ._future import ChannelFuture, WriteFuture, combine_futures
 from ._handler import (
     ChannelDuplexHandler,
     ChannelHandler,
@@ -30,6 +30,7 @@ __all__ = [
     "ChannelClosedError",
     "ChannelConfig",
     "ChannelDuplexHandler",
+    "ChannelFuture",
     "ChannelHandler",
     "ChannelInboundHandler",
     "ChannelOutboundHandler",
@@ -45,6 +46,7 @@ __all__ = [
     "TimerQueue",
     "WaterMarks",
     "WriteFuture",
+    "combine_futures",
     "format_address",
     "message_size",
     "parse_address",

@@ -178,6 +178,7 @@ class HandlerContext:
             ctx = ctx.prev
         if ctx is None:  # pragma: no cover
             ctx = self.pipeline._head
+        future._ctx = ctx  # who holds it now: named if it is dropped (WriteFuture.__del__)
         try:
             ctx.handler.write(ctx, msg, future)  # type: ignore[attr-defined]
         except Exception as exc:
