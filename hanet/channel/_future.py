@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Generator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Self
 
 import trio
 
@@ -50,7 +50,7 @@ class ChannelFuture:
         """The failure, or None (also while pending)."""
         return self._exception
 
-    def add_done_callback(self, callback: Callable[[Any], None]) -> None:
+    def add_done_callback(self, callback: Callable[[Self], None]) -> None:
         """Call ``callback(self)`` when done, at once if already done.
 
         An exception the callback raises is logged (as Netty logs a failing listener): it must
