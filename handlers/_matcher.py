@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import types
 import typing
+import weakref
 from typing import Any, TypeVar
 
 __all__ = ["MessageTypes", "find_type_parameter", "message_types"]
@@ -19,7 +20,10 @@ __all__ = ["MessageTypes", "find_type_parameter", "message_types"]
 #: What ``isinstance`` accepts as its second argument.
 MessageTypes = type | tuple[type, ...]
 
-_cache: dict[tuple[type, type, int], MessageTypes] = {}
+# Per class (weakly: classes made at run time, in tests say, may go away).
+_cache: weakref.WeakKeyDictionary[type, dict[tuple[type, int], MessageTypes]] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 def find_type_parameter(cls: type, generic_base: type, index: int) -> Any:
@@ -75,8 +79,12 @@ def message_types(cls: type, generic_base: type, index: int = 0) -> MessageTypes
     ``object`` (accept everything) when the parameter is not filled in, as Netty's matcher
     for ``Object``.
     """
-    key = (cls, generic_base, index)
-    found = _cache.get(key)
+    per_class = _cache.get(cls)
+    if per_class is None:
+        per_class = _cache[cls] = {}
+    found = per_class.get((generic_base, index))
     if found is None:
-        found = _cache[key] = _to_types(find_type_parameter(cls, generic_base, index))
+        found = per_class[generic_base, index] = _to_types(
+            find_type_parameter(cls, generic_base, index)
+        )
     return found

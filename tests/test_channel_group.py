@@ -35,7 +35,7 @@ def test_membership_find_and_iteration() -> None:
     assert group.remove(a.id) and not group.remove(a)
     assert list(group) == [b]
     group.clear()
-    assert len(group) == 0 and group  # an empty group is still truthy
+    assert len(group) == 0 and not group
 
 
 def test_a_channel_leaves_when_it_closes() -> None:

@@ -148,9 +148,6 @@ class ChannelGroup:
     def __len__(self) -> int:
         return len(self._channels)
 
-    def __bool__(self) -> bool:
-        return True  # a group is a resource, not a collection that is false when empty
-
     # -- operations on every (matching) channel -----------------------------------------------
 
     def _select(self, matcher: ChannelMatcher | None) -> list[Channel]:
