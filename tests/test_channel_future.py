@@ -11,6 +11,7 @@ import trio
 import trio.testing
 
 from hanet import ChannelOutboundHandler, HandlerContext, WriteFuture
+from hanet.channel import combine_futures
 from hanet.testing import EmbeddedChannel
 
 
@@ -173,3 +174,19 @@ def test_a_future_in_a_reference_cycle_is_reported_by_gc_collect(
     assert not _dropped(caplog)
     gc.collect()
     assert len(_dropped(caplog)) == 1
+
+
+def test_a_combined_future_blames_only_the_handler_that_dropped_a_part(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    class Split(ChannelOutboundHandler):
+        def write(self, ctx: HandlerContext, msg: Any, future: WriteFuture) -> None:
+            combine_futures([ctx.write(msg[:1]), ctx.write(msg[1:])], future)
+
+    caplog.set_level(logging.WARNING, "hanet.channel")
+    ch = EmbeddedChannel(_Swallow(), Split())
+    ch.write_and_flush_nowait(b"ab")
+    gc.collect()
+    records = _dropped(caplog)
+    assert len(records) == 2  # both parts, each dropped by _Swallow; not the combined one
+    assert all("(_Swallow)" in r.message for r in records)

@@ -160,7 +160,12 @@ def _report_dropped(ctx: HandlerContext) -> None:
 def combine_futures(futures: Sequence[ChannelFuture], aggregate: ChannelFuture) -> None:
     """Complete ``aggregate`` once every future in ``futures`` is done (Netty's
     ``PromiseCombiner``): with the first failure among them, else with success. An empty
-    sequence completes it at once."""
+    sequence completes it at once.
+
+    ``aggregate`` is no longer reported if it is dropped: it waits on ``futures``, and one of
+    them dropped on its way is reported with the handler that dropped it.
+    """
+    aggregate._ctx = None
     pending = len(futures)
     if not pending:
         aggregate.set_result()
