@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from handlers import DelimiterBasedFrameDecoder, Delimiters, TooLongFrameError
 from hanet.channel import ChannelInboundHandler, HandlerContext
@@ -130,3 +133,22 @@ def test_bad_arguments() -> None:
         DelimiterBasedFrameDecoder(8)
     with pytest.raises(ValueError, match="empty delimiter"):
         DelimiterBasedFrameDecoder(8, b"\n", b"")
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    frames=st.lists(st.binary(max_size=10).map(lambda b: b.replace(b"|", b"")), max_size=8),
+    cuts=st.lists(st.integers(min_value=0, max_value=120), max_size=6),
+)
+def test_any_split_of_the_stream_gives_the_same_frames(
+    frames: list[bytes], cuts: list[int]
+) -> None:
+    data = b"".join(frame + b"||" for frame in frames)
+    ch = EmbeddedChannel(DelimiterBasedFrameDecoder(64, b"||", b"\x00\x01"))
+    bounds = sorted({0, len(data), *(c for c in cuts if c < len(data))})
+    for start, end in itertools.pairwise(bounds):
+        ch.write_inbound(data[start:end])
+    expected: list[bytes] = []
+    for frame in frames:  # a frame may hold the other delimiter: it splits there too
+        expected.extend(frame.split(b"\x00\x01"))
+    assert drain(ch) == expected

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from handlers import LineBasedFrameDecoder, TooLongFrameError
 from hanet.testing import EmbeddedChannel
@@ -112,3 +115,25 @@ def test_non_bytes_pass_through_and_bad_arguments() -> None:
     assert ch.read_inbound() == "text"
     with pytest.raises(ValueError, match="max_length"):
         LineBasedFrameDecoder(0)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    lines=st.lists(st.binary(max_size=12).map(lambda b: b.replace(b"\n", b"")), max_size=8),
+    endings=st.lists(st.sampled_from([b"\n", b"\r\n"]), min_size=8, max_size=8),
+    cuts=st.lists(st.integers(min_value=0, max_value=200), max_size=6),
+    strip=st.booleans(),
+)
+def test_any_split_of_the_stream_gives_the_same_lines(
+    lines: list[bytes], endings: list[bytes], cuts: list[int], strip: bool
+) -> None:
+    data = b"".join(line + end for line, end in zip(lines, endings, strict=False))
+    ch = EmbeddedChannel(LineBasedFrameDecoder(64, strip_delimiter=strip))
+    bounds = sorted({0, len(data), *(c for c in cuts if c < len(data))})
+    for start, end in itertools.pairwise(bounds):
+        ch.write_inbound(data[start:end])
+    expected = [
+        (line.removesuffix(b"\r") if end == b"\n" else line) if strip else line + end
+        for line, end in zip(lines, endings, strict=False)
+    ]
+    assert drain(ch) == expected
