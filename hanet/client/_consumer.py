@@ -77,6 +77,7 @@ import os
 import secrets
 import socket
 import ssl
+import time
 from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Protocol, Self, TypeVar, runtime_checkable
@@ -87,7 +88,6 @@ import trio
 from hanet.protocol import (
     MASTER_ID,
     NotifyConsumerIdsChangedRequestHeader,
-    PullStatus,
     RemotingCommand,
     RemotingHeaderError,
     RequestCode,
@@ -106,6 +106,7 @@ from ._broker import (
     PullResult,
 )
 from ._failover import parse_broker_address
+from ._messages import PullStatus
 from ._remoting import RemotingError, RemotingResponseError, ServerRequestHandler
 
 __all__ = [
@@ -148,7 +149,13 @@ class MembershipLink(Protocol):
     without these methods makes the consumer alone in its group."""
 
     async def consumer_heartbeat(
-        self, group: str, client_id: str, topics: Sequence[str] = (), *, from_beginning: bool
+        self,
+        group: str,
+        client_id: str,
+        topics: Sequence[str] = (),
+        *,
+        from_beginning: bool,
+        sub_version: int | None = None,
     ) -> None: ...
 
     async def unregister_consumer(self, group: str, client_id: str) -> None: ...
@@ -216,6 +223,17 @@ route naming 2**31-1 queues does not make it hold that many."""
 
 _FRESH_MEMBERS = 1.0
 """Seconds a member list the heartbeat loop fetched stays good for the rebalance it starts."""
+
+_SKIP_FORWARD = frozenset(
+    {
+        PullStatus.OFFSET_TOO_SMALL,
+        PullStatus.NO_MESSAGE_IN_QUEUE,
+        PullStatus.NO_MATCHED_MESSAGE,
+        PullStatus.OFFSET_FOUND_NULL,
+        PullStatus.MESSAGE_WAS_REMOVING,
+    }
+)
+"""Pull answers whose next offset is followed forward from any member."""
 
 _LINK_ERRORS = (BrokerConnectionError, BrokerTimeoutError)
 """Failures that say a member cannot be reached (it is skipped for a while)."""
@@ -470,6 +488,7 @@ class Consumer:
         self._names = names
         self._links = _Links(nursery, connector, retry_interval, self._on_broker_request)
         self._wake = trio.Event()  # set to end the pull loop's idle wait at once
+        self._sub_version = int(time.time() * 1000)  # the subscription's, kept
         self.notifications = 0
         """NOTIFY_CONSUMER_IDS_CHANGED requests received for this group."""
         self._brokers: dict[str, RouteBroker] = {}
@@ -829,8 +848,9 @@ class Consumer:
             for record in result.messages:
                 await self._send.send((ConsumedMessage(record, key[0], broker_id), generation))
             return bool(result.messages)
-        if status in (PullStatus.OFFSET_TOO_SMALL, PullStatus.NO_MESSAGE_IN_QUEUE):
-            # Messages before the queue's start are gone: move up to it (never back).
+        if status in _SKIP_FORWARD:
+            # Messages before the queue's start are gone, or those read matched nothing or
+            # are no longer there: move up to the next offset (never back).
             position.pull_offset = max(offset, result.next_offset)
         elif status is PullStatus.OFFSET_OVERFLOW_BADLY and broker_id == MASTER_ID:
             log.warning(
@@ -871,6 +891,7 @@ class Consumer:
                         self.client_id,
                         (self.topic,),
                         from_beginning=self.from_beginning,
+                        sub_version=self._sub_version,
                     )
                 except _LINK_ERRORS as exc:
                     self._member_failed((name, -1), broker_id, address, exc)
