@@ -223,6 +223,8 @@ async def test_a_node_keeps_the_offsets_committed_to_it_across_a_restart(tmp_pat
         await group.start("n0")
         async with BrokerClient.connect(*group.broker["n0"]) as client:
             assert await client.query_offset("g", "T", 2) == 17
-            assert await client.query_offset("g", "T", 0) is None
+            # Never committed, and the queue's start (it is empty) counts as in memory: 0, as
+            # 4.9.8's ConsumerManageProcessor answers, not QUERY_NOT_FOUND.
+            assert await client.query_offset("g", "T", 0) == 0
     finally:
         await group.stop_all()

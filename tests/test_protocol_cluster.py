@@ -1,6 +1,6 @@
-"""The broker's offset and metadata JSON helpers (RocketMQ's ``consumerOffset.json`` and
-``topics.json`` shapes). The old protocol's cluster frames are gone; the name server's
-messages are tested in ``test_protocol_route.py``."""
+"""The consumer offset table in RocketMQ's ``consumerOffset.json`` / GET_ALL_CONSUMER_OFFSET
+shape (``{"topic@group": {"0": 12}}``). The name server's messages are tested in
+``test_protocol_route.py``, the other bodies in ``test_protocol_headers.py``."""
 
 from __future__ import annotations
 
@@ -8,29 +8,34 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hanet.protocol import BrokerMetadata, MetadataError, offsets_from_json, offsets_to_json
+from hanet.protocol import (
+    RemotingHeaderError,
+    fastjson_loads,
+    offset_table_from_json,
+    offset_table_to_json,
+)
 
 
-def test_metadata_uses_rocketmq_json_shapes() -> None:
-    metadata = BrokerMetadata({"T": 4}, {("T", "G"): {0: 5, 3: 9}})
-    document = metadata.to_json()
-    assert document["offsetTable"] == {"T@G": {"0": 5, "3": 9}}
-    assert document["topicConfigTable"]["T"]["writeQueueNums"] == 4
-    assert BrokerMetadata.from_json(document) == metadata
+def test_the_table_uses_rocketmq_json_shapes() -> None:
+    document = offset_table_to_json({("T", "G"): {3: 9, 0: 5}})
+    assert document == {"T@G": {"0": 5, "3": 9}}
+    # fastjson writes the queue ids bare; both forms read the same.
+    bare = fastjson_loads(b'{"T@G":{0:5,3:9}}')
+    assert offset_table_from_json(bare) == offset_table_from_json(document)
 
 
 @pytest.mark.parametrize(
-    "document",
+    "table",
     [
-        {"offsetTable": {"no-at-sign": {"0": 1}}},
-        {"offsetTable": {"T@G": {"zero": 1}}},
-        {"offsetTable": {"T@G": {"0": "1"}}},
-        {"topicConfigTable": {"T": {"readQueueNums": True}}},
+        {"no-at-sign": {"0": 1}},
+        {"T@G": {"zero": 1}},
+        {"T@G": {"0": "one"}},
+        {"T@G": [1]},
     ],
 )
-def test_malformed_metadata_is_refused(document: dict[str, object]) -> None:
-    with pytest.raises(MetadataError):
-        BrokerMetadata.from_json(document)
+def test_malformed_tables_are_refused(table: dict[str, object]) -> None:
+    with pytest.raises(RemotingHeaderError):
+        offset_table_from_json(table)
 
 
 group_names = st.text("abcXYZ019_-%|", min_size=1, max_size=8)
@@ -44,4 +49,4 @@ group_names = st.text("abcXYZ019_-%|", min_size=1, max_size=8)
     )
 )
 def test_offset_tables_round_trip(table: dict[tuple[str, str], dict[int, int]]) -> None:
-    assert offsets_from_json(offsets_to_json(table)) == table
+    assert offset_table_from_json(offset_table_to_json(table)) == table

@@ -1,19 +1,26 @@
-"""The broker port's wire format, sans-IO: how producers and consumers talk to a broker.
+"""RocketMQ 4.9.8's remoting protocol, sans-IO: what the broker port, the name server and every
+client speak (RocketMQ keeps this in ``remoting/protocol`` and ``common/protocol``).
 
-- :mod:`~hanet.protocol._messages`: the frame layout, the request and response objects.
-- :mod:`~hanet.protocol._codec`: :func:`encode_request` / :func:`decode_request` and the same
-  for responses.
-- :mod:`~hanet.protocol._cluster`: consumer offsets, a slave's metadata sync, consumer group
-  membership and the name server's requests (same framing and codec).
-- :mod:`~hanet.protocol._status`: :class:`BrokerStatus`, the STATUS document, with its JSON.
-- :mod:`~hanet.protocol._handlers`: :class:`BrokerServerCodec` and :class:`BrokerClientCodec`,
-  the pipeline handlers both sides put behind a length-field frame decoder.
+- :mod:`~hanet.protocol._remoting`: :class:`RemotingCommand` (JSON and ``ROCKETMQ`` headers),
+  :func:`encode_command` / :func:`decode_command`.
+- :mod:`~hanet.protocol._codes`: request, response and language codes, hanet's own codes.
+- :mod:`~hanet.protocol._remoting_codec`: :class:`RemotingCodec` and :func:`remoting_pipeline`,
+  the pipeline handlers both sides use.
+- :mod:`~hanet.protocol._dispatch`: :class:`RemotingDispatcher`, one table by request code.
+- :mod:`~hanet.protocol._headers`: the broker port's custom headers (send, pull, offsets, ...).
+- :mod:`~hanet.protocol._bodies`: the JSON bodies of the broker port (heartbeat, consumer
+  list, queue locks, offset tables, subscription groups).
+- :mod:`~hanet.protocol._message`: message properties, message ids, batch bodies.
+- :mod:`~hanet.protocol._route`: the name server's headers and bodies (registration, routes,
+  cluster info, topic lists, KV config).
+- :mod:`~hanet.protocol._fastjson`: JSON as RocketMQ's fastjson writes and reads it.
+- :mod:`~hanet.protocol._status`: :class:`BrokerStatus`, hanet's status document (the body of
+  HANET_STATUS), with its JSON.
 
-The broker (:mod:`hanet.broker`) and the client (:mod:`hanet.client`) both import this package
-and nothing of each other.
+The broker (:mod:`hanet.broker`), the name server (:mod:`hanet.namesrv`) and the clients
+(:mod:`hanet.client`) import this package and nothing of each other's.
 """
 
-# -- the broker port's headers, bodies and messages (rm-broker) --
 from ._bodies import (
     ConsumeFromWhere,
     ConsumerData,
@@ -36,41 +43,11 @@ from ._bodies import (
     offset_table_from_json,
     offset_table_to_json,
 )
-
-# -- end of rm-broker's block --
-from ._cluster import (
-    BrokerLiveInfo,
-    BrokerMetadata,
-    ClusterRequest,
-    ClusterResponse,
-    CommitOffsetRequest,
-    CommitOffsetResponse,
-    ConsumerHeartbeatRequest,
-    ConsumerHeartbeatResponse,
-    ConsumerListRequest,
-    ConsumerListResponse,
-    MetadataError,
-    MetadataRequest,
-    MetadataResponse,
-    QueryOffsetRequest,
-    QueryOffsetResponse,
-    RegisterBrokerRequest,
-    RouteRequest,
-    RouteResponse,
-    UnregisterBrokerRequest,
-    UnregisterBrokerResponse,
-    UnregisterConsumerRequest,
-    UnregisterConsumerResponse,
-    offsets_from_json,
-    offsets_to_json,
-)
-from ._codec import decode_request, decode_response, encode_request, encode_response
 from ._codes import HanetRequestCode, LanguageCode, RequestCode, ResponseCode, SerializeType
 from ._dispatch import RemotingDispatcher, RequestProcessor, ResponseListener, not_supported
 from ._fastjson import FastjsonError
 from ._fastjson import dumps as fastjson_dumps
 from ._fastjson import loads as fastjson_loads
-from ._handlers import BrokerClientCodec, BrokerServerCodec, broker_frame_codec
 from ._headers import (
     ConsumerSendMsgBackRequestHeader,
     GetConsumerListByGroupRequestHeader,
@@ -104,29 +81,6 @@ from ._message import (
     encode_batch,
     properties_to_string,
     string_to_properties,
-)
-from ._messages import (
-    AUTO_QUEUE,
-    DEFAULT_MAX_FRAME_LENGTH,
-    LENGTH_FIELD,
-    MAX_PULL_MESSAGES,
-    MAX_PUT_BATCH,
-    PUT_STATUS_WIRE_ORDER,
-    ErrorCode,
-    ErrorResponse,
-    Opcode,
-    PullRequest,
-    PullResponse,
-    PullStatus,
-    PutMessage,
-    PutReply,
-    PutRequest,
-    PutResponse,
-    Request,
-    Response,
-    StatusRequest,
-    StatusResponse,
-    message_problem,
 )
 from ._remoting import (
     FLAG_ONEWAY,
@@ -192,45 +146,27 @@ from ._status import (
 )
 
 __all__ = [
-    "AUTO_QUEUE",
-    "DEFAULT_MAX_FRAME_LENGTH",
     "FLAG_ONEWAY",
     "FLAG_RESPONSE",
-    "LENGTH_FIELD",
     "MASTER_ID",
     "MAX_FRAME_LENGTH",
-    "MAX_PULL_MESSAGES",
-    "MAX_PUT_BATCH",
     "MAX_REGISTER_BODY",
     "PERM_INHERIT",
     "PERM_READ",
     "PERM_WRITE",
-    "PUT_STATUS_WIRE_ORDER",
     "ROCKETMQ_VERSION",
     "V4_9_4",
     "BatchMessage",
-    "BrokerClientCodec",
     "BrokerData",
-    "BrokerLiveInfo",
-    "BrokerMetadata",
     "BrokerRegistration",
-    "BrokerServerCodec",
     "BrokerStatus",
     "ClusterInfo",
     "ClusterLink",
-    "ClusterRequest",
-    "ClusterResponse",
-    "CommitOffsetRequest",
-    "CommitOffsetResponse",
     "ConsumeFromWhere",
     "ConsumeType",
     "ConsumerData",
     "ConsumerGroupInfo",
-    "ConsumerHeartbeatRequest",
-    "ConsumerHeartbeatResponse",
     "ConsumerListBody",
-    "ConsumerListRequest",
-    "ConsumerListResponse",
     "ConsumerOffsetSerializeWrapper",
     "ConsumerOffsetsInfo",
     "ConsumerSendMsgBackRequestHeader",
@@ -239,8 +175,6 @@ __all__ = [
     "DataVersion",
     "DeleteKVConfigRequestHeader",
     "DispatchError",
-    "ErrorCode",
-    "ErrorResponse",
     "FastjsonError",
     "GetConsumerListByGroupRequestHeader",
     "GetEarliestMsgStoretimeRequestHeader",
@@ -265,34 +199,20 @@ __all__ = [
     "MessageModel",
     "MessageProperty",
     "MessageQueue",
-    "MetadataError",
-    "MetadataRequest",
-    "MetadataResponse",
     "MetadataSync",
     "NotifyConsumerIdsChangedRequestHeader",
     "OffsetTable",
-    "Opcode",
     "ProducerData",
     "PullMessageRequestHeader",
     "PullMessageResponseHeader",
-    "PullRequest",
-    "PullResponse",
-    "PullStatus",
     "PullSysFlag",
     "PutKVConfigRequestHeader",
-    "PutMessage",
-    "PutReply",
-    "PutRequest",
-    "PutResponse",
     "QueryConsumerOffsetRequestHeader",
     "QueryConsumerOffsetResponseHeader",
     "QueryDataVersionRequestHeader",
     "QueryDataVersionResponseHeader",
-    "QueryOffsetRequest",
-    "QueryOffsetResponse",
     "QueueData",
     "RegisterBrokerBody",
-    "RegisterBrokerRequest",
     "RegisterBrokerRequestHeader",
     "RegisterBrokerResponse",
     "RegisterBrokerResponseHeader",
@@ -302,23 +222,17 @@ __all__ = [
     "RemotingDispatcher",
     "RemotingHeader",
     "RemotingHeaderError",
-    "Request",
     "RequestCode",
     "RequestProcessor",
-    "Response",
     "ResponseCode",
     "ResponseListener",
     "RouteBroker",
-    "RouteRequest",
-    "RouteResponse",
     "SearchOffsetRequestHeader",
     "SearchOffsetResponseHeader",
     "SendMessageRequestHeader",
     "SendMessageResponseHeader",
     "SerializeType",
     "SlaveInfo",
-    "StatusRequest",
-    "StatusResponse",
     "SubscriptionData",
     "SubscriptionGroupConfig",
     "SubscriptionGroupWrapper",
@@ -329,36 +243,24 @@ __all__ = [
     "TopicRouteData",
     "UniqueIdGenerator",
     "UnlockBatchRequestBody",
-    "UnregisterBrokerRequest",
     "UnregisterBrokerRequestHeader",
-    "UnregisterBrokerResponse",
     "UnregisterClientRequestHeader",
-    "UnregisterConsumerRequest",
-    "UnregisterConsumerResponse",
     "UpdateConsumerOffsetRequestHeader",
     "ViewMessageRequestHeader",
     "body_crc32",
     "body_json",
-    "broker_frame_codec",
     "decode_batch",
     "decode_command",
-    "decode_request",
-    "decode_response",
     "encode_batch",
     "encode_command",
     "encode_header",
-    "encode_request",
-    "encode_response",
     "fastjson_dumps",
     "fastjson_loads",
     "java_hashmap_order",
     "load_body",
-    "message_problem",
     "not_supported",
     "offset_table_from_json",
     "offset_table_to_json",
-    "offsets_from_json",
-    "offsets_to_json",
     "properties_to_string",
     "remoting_pipeline",
     "route_standard_json",

@@ -191,7 +191,9 @@ class ClusterLink:
 
 @attrs.frozen
 class MetadataSync:
-    """A slave's copy of its master's topics and consumer offsets (SYNC_METADATA).
+    """A slave's copy of its master's topics, consumer offsets, delay offsets and subscription
+    groups (GET_ALL_TOPIC_CONFIG, GET_ALL_CONSUMER_OFFSET, GET_ALL_DELAY_OFFSET,
+    GET_ALL_SUBSCRIPTIONGROUP_CONFIG).
 
     Attributes:
         master_address: the master's broker port it syncs from (None: not known yet).
