@@ -83,8 +83,8 @@ def register(subparsers: Any) -> None:
         "dledger",
         help="run a DLedger node: a Raft-replicated commit log with automatic failover",
         description="Run one node of a DLedger group (Raft): the leader answers puts once a "
-        "majority stored them, followers answer SERVICE_NOT_AVAILABLE naming the leader's broker port, "
-        "and a new leader is elected when the leader dies.",
+        "majority stored them, followers answer SERVICE_NOT_AVAILABLE naming the leader's "
+        "broker port, and a new leader is elected when the leader dies.",
     )
     parser.add_argument("--group", required=True, help="the DLedger group's name")
     parser.add_argument("--id", required=True, dest="node_id", help="this node's id")
