@@ -37,15 +37,23 @@ Connector = Callable[[], Awaitable[trio.abc.Stream]]
 
 
 def tcp_connector(
-    host: str, port: int, *, tls: ssl.SSLContext | None = None, server_hostname: str | None = None
+    host: str,
+    port: int,
+    *,
+    tls: ssl.SSLContext | None = None,
+    server_hostname: str | None = None,
+    local_address: str | None = None,
 ) -> Connector:
     """A connector that opens a TCP connection to ``host:port``, with a TLS handshake when
-    ``tls`` is given (:class:`~hanet.boot.TlsHandshakeError` when it fails)."""
+    ``tls`` is given (:class:`~hanet.boot.TlsHandshakeError` when it fails), from
+    ``local_address`` (an IP address) when given."""
 
     async def open_stream() -> trio.abc.Stream:
         if tls is not None:
-            return await open_tls_stream(host, port, tls, server_hostname)
-        return await trio.open_tcp_stream(host, port)
+            return await open_tls_stream(
+                host, port, tls, server_hostname, local_address=local_address
+            )
+        return await trio.open_tcp_stream(host, port, local_address=local_address)
 
     return open_stream
 

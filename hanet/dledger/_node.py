@@ -349,9 +349,10 @@ class _Inbound(ChannelInboundHandler):
                 self.node._deliver(msg, ctx.channel)
         elif isinstance(msg, Hello):
             # only the member this connection speaks for names its broker port: anyone else
-            # could redirect NOT_LEADER answers (and producers) to a port of its own
+            # could redirect NOT_LEADER answers (and producers) to a port of its own. Taken in
+            # order with the connection's messages: after one the core refused, none is.
             if self._speaks_as(ctx, msg.source, msg.target, "HELLO") and msg.broker_address:
-                self.node.broker_addresses[msg.source] = msg.broker_address
+                self.node._deliver_hello(msg, ctx.channel)
         else:
             ctx.fire_channel_read(msg)
 
@@ -634,8 +635,19 @@ class DLedgerNode:
 
     def _tcp_connector(self, peer: str) -> Connector:
         host, port = _split(self.config.peers[peer])
+        # from this node's own --peers address, the identity plain TCP is checked by (when it
+        # is an IP address other than a wildcard: a host name is left to the routing table)
+        mine = _split(self.config.peers[self.config.node_id])[0]
+        local = None
+        try:
+            if not ipaddress.ip_address(mine).is_unspecified:
+                local = mine
+        except ValueError:
+            pass
         # with TLS the peer's certificate must name the member id it is dialled as
-        return tcp_connector(host, port, tls=self._client_tls, server_hostname=peer)
+        return tcp_connector(
+            host, port, tls=self._client_tls, server_hostname=peer, local_address=local
+        )
 
     @property
     def _others(self) -> frozenset[str]:
@@ -672,6 +684,12 @@ class DLedgerNode:
             channel.pipeline.add_last(_Inbound(self, members, why), "raft")
 
         return init
+
+    def _deliver_hello(self, hello: Hello, channel: Channel) -> None:
+        try:
+            self._send_inbox.send_nowait(("hello", (hello, channel)))
+        except trio.WouldBlock:
+            pass  # overloaded: the member repeats it every keepalive_interval
 
     def _deliver(self, envelope: Envelope, channel: Channel) -> None:
         try:
@@ -727,6 +745,11 @@ class DLedgerNode:
                         # impossible from an honest member: that connection goes, we stay
                         log.error("%s: closing the connection of %s", output.refused, channel)
                         channel.close_nowait(output.refused)
+                elif kind == "hello":
+                    hello, channel = value
+                    if channel.is_open:
+                        self.broker_addresses[hello.source] = hello.broker_address
+                    continue
                 else:
                     output = self._propose(now, value)
                 touched |= self._act(output, flush=False)
