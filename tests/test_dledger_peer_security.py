@@ -60,9 +60,10 @@ async def closed_by_peer(stream: trio.abc.Stream) -> bool:
 
 
 class Group:
-    def __init__(self, root: Path, tls: dict[str, TlsConfig] | None = None) -> None:
+    def __init__(self, root: Path, tls: dict[str, TlsConfig] | None = None, **extra: float) -> None:
         self.root = root
         self.tls = tls
+        self.extra = extra
         self.peers = {i: f"{HOSTS[i]}:{free_port(HOSTS[i])}" for i in IDS}
         self.nodes: dict[str, DLedgerNode] = {}
 
@@ -81,6 +82,7 @@ class Group:
                     index_file_size=32 * 256,
                     mapped_file_size=64 * 1024,
                     tls=self.tls[node_id] if self.tls else None,
+                    **self.extra,  # type: ignore[arg-type]
                 )
                 node = DLedgerNode(config)
                 await nursery.start(node.run)
@@ -169,6 +171,27 @@ async def test_plain_tcp_binds_a_connection_to_the_member_of_its_address(
     assert [r.levelname for r in caplog.records if "refused VoteRequest" in r.getMessage()] == [
         "ERROR"
     ]
+
+
+async def test_the_peer_port_closes_idle_connections_but_never_a_member_s(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+    group = Group(tmp_path, idle_timeout=1.0, keepalive_interval=0.2)
+    async with group.running():
+        leader = await group.leader()
+        follower = next(i for i in IDS if i != leader.config.node_id)
+        host, port = group.address(follower)
+        silent = await trio.open_tcp_stream(host, port, local_address=HOSTS[leader.config.node_id])
+        began = trio.current_time()
+        assert await closed_by_peer(silent)
+        assert 1.0 <= trio.current_time() - began < 2.5
+        await trio.sleep(1.5)  # members' links (even follower to follower) stay up
+        assert all(p.connected for n in group.nodes.values() for p in n.status().peers)
+        assert (await leader.put(Message("T", b"still"))).status is AppendStatus.SUCCESS
+    disconnects = [r for r in caplog.records if "disconnected" in r.getMessage()]
+    assert disconnects == []
+    assert sum("idle for 1 s" in r.getMessage() for r in caplog.records) == 1
 
 
 class Pki:
