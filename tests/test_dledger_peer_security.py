@@ -33,7 +33,7 @@ from hanet.store import Message
 
 IDS = ("n0", "n1", "n2")
 HOSTS = {i: f"127.0.0.{k + 1}" for k, i in enumerate(IDS)}
-RAFT = RaftConfig(election_timeout=0.3, heartbeat_interval=0.03, retransmit_timeout=0.1)
+RAFT = RaftConfig(election_timeout=1.0, heartbeat_interval=0.05, retransmit_timeout=0.2)
 HUGE = 2**63 - 1
 
 
@@ -60,11 +60,17 @@ async def closed_by_peer(stream: trio.abc.Stream) -> bool:
 
 
 class Group:
-    def __init__(self, root: Path, tls: dict[str, TlsConfig] | None = None, **extra: float) -> None:
+    def __init__(
+        self,
+        root: Path,
+        tls: dict[str, TlsConfig] | None = None,
+        hosts: dict[str, str] = HOSTS,
+        **extra: float,
+    ) -> None:
         self.root = root
         self.tls = tls
         self.extra = extra
-        self.peers = {i: f"{HOSTS[i]}:{free_port(HOSTS[i])}" for i in IDS}
+        self.peers = {i: f"{hosts[i]}:{free_port(hosts[i])}" for i in IDS}
         self.nodes: dict[str, DLedgerNode] = {}
 
     @asynccontextmanager
@@ -144,7 +150,11 @@ async def test_plain_tcp_binds_a_connection_to_the_member_of_its_address(
         assert await closed_by_peer(vote)
 
         # an APPEND overwriting a committed entry, in the leader's name from its host
+        with trio.fail_after(5):
+            while group.nodes[target].status().commit_index < leader.status().commit_index:  # noqa: ASYNC110
+                await trio.sleep(0.01)
         commit = group.nodes[target].status().commit_index
+        assert commit >= 2  # the no-op of term 1 and "before"
         term = group.nodes[target].status().term
         overwrite = AppendRequest(
             term + 1,
@@ -158,7 +168,7 @@ async def test_plain_tcp_binds_a_connection_to_the_member_of_its_address(
         await bad.send_all(frame(Envelope(leader.config.node_id, target, overwrite)))
         assert await closed_by_peer(bad)
 
-        await trio.sleep(RAFT.election_timeout * 3)
+        await trio.sleep(RAFT.election_timeout * 2)
         assert group.seen() == before
         assert (await leader.put(Message("T", b"after"))).status is AppendStatus.SUCCESS
         assert leader.is_leader
@@ -192,6 +202,15 @@ async def test_the_peer_port_closes_idle_connections_but_never_a_member_s(
     disconnects = [r for r in caplog.records if "disconnected" in r.getMessage()]
     assert disconnects == []
     assert sum("idle for 1 s" in r.getMessage() for r in caplog.records) == 1
+
+
+async def test_members_listed_at_a_wildcard_address_connect_from_anywhere(
+    tmp_path: Path,
+) -> None:
+    group = Group(tmp_path, hosts=dict.fromkeys(IDS, "0.0.0.0"))
+    async with group.running():
+        leader = await group.leader()
+        assert (await leader.put(Message("T", b"x"))).status is AppendStatus.SUCCESS
 
 
 class Pki:

@@ -22,7 +22,9 @@ TLS (``NodeConfig.tls``: certificate, key and CA, always mutual) the member whos
 client certificate names (subject CN or a SAN; outgoing connections check the same of the
 server, whose certificate must name the peer id it is dialled as); on plain TCP a member whose
 ``--peers`` host is the connection's source address (when several members share a host, the
-first id the connection claims among them). A connection that authenticates as no member is
+first id the connection claims among them; a member listed at a wildcard address may connect
+from anywhere; outgoing connections leave from this node's own ``--peers`` address when it is
+an IP address). A connection that authenticates as no member is
 closed at once (WARNING); a frame claiming another sender, or addressed to another node,
 closes its connection (ERROR), and so does a HELLO from anyone but the member the connection
 is bound to. A message the Raft core refuses as impossible from an honest member
@@ -673,7 +675,11 @@ class DLedgerNode:
         else:
             address = channel.remote_address
             host = _normal_ip(str(address[0])) if isinstance(address, tuple) else ""
-            members = frozenset(m for m, ips in self._member_hosts.items() if host in ips)
+            members = frozenset(
+                m
+                for m, ips in self._member_hosts.items()
+                if host in ips or any(_unspecified(ip) for ip in ips)  # 0.0.0.0: anywhere
+            )
             why = f"no member's --peers address is on {host or 'its address'}"
         self._peer_initializer(members, why)(channel)
 
@@ -978,6 +984,13 @@ def _normal_ip(text: str) -> str:
     if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
         return str(address.ipv4_mapped)
     return str(address)
+
+
+def _unspecified(text: str) -> bool:
+    try:
+        return ipaddress.ip_address(text).is_unspecified
+    except ValueError:
+        return False
 
 
 def _split(address: str) -> tuple[str, int]:
