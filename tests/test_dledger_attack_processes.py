@@ -26,7 +26,7 @@ pytestmark = pytest.mark.slow
 
 IDS = ("n0", "n1", "n2")
 HOSTS = {i: f"127.0.0.{k + 1}" for k, i in enumerate(IDS)}
-ELECTION = 0.5
+ELECTION = 1.0
 HUGE = 2**63 - 1
 SMALL = ["--data-file-size", "1M", "--index-file-size", "64K", "--mapped-file-size", "1M"]
 

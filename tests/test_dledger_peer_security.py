@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import logging
 import socket
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -279,3 +281,29 @@ def test_peer_tls_is_mutual(tmp_path: Path) -> None:
             store_dir=tmp_path,
             tls=TlsConfig(cert=full.cert, key=full.key),
         )
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--tls-cert", "{cert}", "--tls-key", "{key}"], "mutual"),
+        (["--tls-cert", "{cert}"], "--tls-cert and --tls-key go together"),
+        (["--tls-ca", "{missing}"], "TLS file not found"),
+        (["--peer-allow", "10.0.0.0/33"], "not a network"),
+    ],
+)
+def test_hanet_dledger_refuses_half_a_tls_setting_in_one_line(
+    tmp_path: Path, flags: list[str], message: str
+) -> None:
+    pki = Pki(tmp_path)
+    n0 = pki.member("n0")
+    values = {"cert": str(n0.cert), "key": str(n0.key), "missing": str(tmp_path / "nope.pem")}
+    result = subprocess.run(
+        [sys.executable, "-m", "hanet", "dledger", "--group", "g", "--id", "n0",
+         "--peers", "n0=127.0.0.1:0", "--store", str(tmp_path / "s"),
+         "--listen", "127.0.0.1:0", *(f.format(**values) for f in flags)],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert result.returncode != 0
+    assert message in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr
