@@ -57,7 +57,6 @@ Layout of a node's ``--store`` directory: ``dledger/`` (the :class:`FileLog`), a
 from __future__ import annotations
 
 import functools
-import ipaddress
 import itertools
 import json
 import logging
@@ -80,17 +79,13 @@ from hanet.boot import (
     ReconnectingClient,
     RetryPolicy,
     TlsConfig,
-    certificate_names,
     run_channel,
     serve_listeners,
     tcp_connector,
 )
 from hanet.channel import (
     Channel,
-    ChannelInboundHandler,
-    HandlerContext,
     StreamChannel,
-    format_address,
 )
 from hanet.errors import ConfigError
 from hanet.store import (
@@ -111,6 +106,7 @@ from hanet.store import (
 from ._codec import DEFAULT_MAX_PEER_FRAME, Hello, peer_frame_handlers
 from ._entry import ENTRY_HEADER_SIZE
 from ._filelog import DEFAULT_DATA_FILE_SIZE, DEFAULT_INDEX_FILE_SIZE, FileLog
+from ._peers import Members, PeerHandler, split_address
 from ._raft import (
     AppendStatus,
     Envelope,
@@ -292,81 +288,6 @@ class _Put:
     applied: PutOutcome | None = None
 
 
-class _Inbound(ChannelInboundHandler):
-    """The Raft end of a peer connection: checks who speaks (see the module docstring) and
-    hands messages to the node.
-
-    ``members`` are the ids this connection may speak as (empty: none, closed when active);
-    the first one it uses binds it.
-    """
-
-    def __init__(self, node: DLedgerNode, members: frozenset[str], why: str) -> None:
-        self.node = node
-        self.members = members
-        self.bound: str | None = next(iter(members)) if len(members) == 1 else None
-        self.why = why
-        self.closed = False  # by this handler: the rest of the read is dropped
-
-    def channel_active(self, ctx: HandlerContext) -> None:
-        if not self.members:
-            log.warning(
-                "%s: refused a peer connection from %s: %s",
-                self.node.config.node_id,
-                _shown(ctx.channel.remote_address),
-                self.why,
-            )
-            self.closed = True
-            ctx.close(f"not a member: {self.why}")
-            return
-        ctx.fire_channel_active()
-
-    def _speaks_as(self, ctx: HandlerContext, source: str, target: str, what: str) -> bool:
-        node_id = self.node.config.node_id
-        if self.bound is None and source in self.members:
-            self.bound = source
-        problem = None
-        if source != self.bound:
-            problem = f"claims to be {source!r} on a connection of {self.bound or self.members}"
-        elif target != node_id:
-            problem = f"is addressed to {target!r}"
-        if problem is None:
-            return True
-        log.error(
-            "%s: a %s from %s %s: closing the connection",
-            node_id,
-            what,
-            _shown(ctx.channel.remote_address),
-            problem,
-        )
-        self.closed = True
-        ctx.close(f"forged {what}: {problem}")
-        return False
-
-    def channel_read(self, ctx: HandlerContext, msg: Any) -> None:
-        if self.closed:
-            return
-        if isinstance(msg, Envelope):
-            kind = type(msg.message).__name__
-            if self._speaks_as(ctx, msg.source, msg.target, kind):
-                self.node._deliver(msg, ctx.channel)
-        elif isinstance(msg, Hello):
-            # only the member this connection speaks for names its broker port: anyone else
-            # could redirect NOT_LEADER answers (and producers) to a port of its own. Taken in
-            # order with the connection's messages: after one the core refused, none is.
-            if self._speaks_as(ctx, msg.source, msg.target, "HELLO") and msg.broker_address:
-                self.node._deliver_hello(msg, ctx.channel)
-        else:
-            ctx.fire_channel_read(msg)
-
-    def exception_caught(self, ctx: HandlerContext, exc: BaseException) -> None:
-        log.warning("%s: peer connection closed: %s", self.node.config.node_id, exc)
-        ctx.close(f"{type(exc).__name__}: {exc}")
-
-
-def _shown(address: object) -> str:
-    return format_address(address) if isinstance(address, tuple) else "a peer"
-
-
 class DLedgerNode:
     """A DLedger node; run it with :meth:`run` in a nursery (see the module docstring).
 
@@ -405,8 +326,7 @@ class DLedgerNode:
         self.peer_address: tuple[str, int] | None = None
         self.broker_addresses: dict[str, str] = dict(config.broker_addresses)
         """Member id -> broker port: from the config, then from each peer's HELLO."""
-        # member id -> the addresses its --peers host resolves to (plain TCP's identity)
-        self._member_hosts: dict[str, set[str]] = {}
+        self._members = Members(config.node_id, config.peers)
         self._server_tls = config.tls.server_context() if config.tls is not None else None
         self._client_tls = config.tls.client_context() if config.tls is not None else None
 
@@ -505,7 +425,8 @@ class DLedgerNode:
         ``peer`` is the member the transport authenticated it as; None: any member (bound to
         the first it claims).
         """
-        members = self._others if peer is None else frozenset({peer}) & self._others
+        others = self._members.others
+        members = others if peer is None else frozenset({peer}) & others
         await run_channel(stream, self._peer_initializer(members, f"{peer!r} is not a member"))
 
     # -- running --------------------------------------------------------------------------
@@ -517,7 +438,7 @@ class DLedgerNode:
         cfg = self.config
         listeners: list[trio.SocketListener] = []
         if self._listen:
-            host, port = _split(cfg.peers[cfg.node_id])
+            host, port = split_address(cfg.peers[cfg.node_id])
             listeners = await trio.open_tcp_listeners(port, host=host)
             name = listeners[0].socket.getsockname()
             self.peer_address = (name[0], name[1])
@@ -553,7 +474,7 @@ class DLedgerNode:
         self.log.sync_on_append = False
         try:
             if self._listen and self._server_tls is None:
-                await self._resolve_members()
+                await self._members.resolve()
             self._load_applied()
             hard = self.log.load_hard_state()
             # an append must fit in a peer frame: cap its byte budget at half of one
@@ -636,58 +557,30 @@ class DLedgerNode:
                     self._hello(peer, channel)
 
     def _tcp_connector(self, peer: str) -> Connector:
-        host, port = _split(self.config.peers[peer])
-        # from this node's own --peers address, the identity plain TCP is checked by (when it
-        # is an IP address other than a wildcard: a host name is left to the routing table)
-        mine = _split(self.config.peers[self.config.node_id])[0]
-        local = None
-        try:
-            if not ipaddress.ip_address(mine).is_unspecified:
-                local = mine
-        except ValueError:
-            pass
-        # with TLS the peer's certificate must name the member id it is dialled as
+        host, port = split_address(self.config.peers[peer])
+        # with TLS the peer's certificate must name the member id it is dialled as; from this
+        # node's own --peers address, the identity plain TCP is checked by
         return tcp_connector(
-            host, port, tls=self._client_tls, server_hostname=peer, local_address=local
+            host,
+            port,
+            tls=self._client_tls,
+            server_hostname=peer,
+            local_address=self._members.local_address,
         )
-
-    @property
-    def _others(self) -> frozenset[str]:
-        return frozenset(p for p in self.config.peers if p != self.config.node_id)
-
-    async def _resolve_members(self) -> None:
-        """The addresses of each member's ``--peers`` host: plain TCP's identity."""
-        for member in self._others:
-            host, port = _split(self.config.peers[member])
-            try:
-                infos = await trio.socket.getaddrinfo(host, port, type=trio.socket.SOCK_STREAM)
-            except OSError as exc:
-                log.warning("%s: cannot resolve %s (%s)", self.config.node_id, host, exc)
-                continue
-            self._member_hosts[member] = {_normal_ip(str(info[4][0])) for info in infos}
 
     def _accepted_initializer(self, channel: StreamChannel) -> None:
         """A connection accepted on the peer port: the members it may speak for."""
-        if self._server_tls is not None:
-            names = set(certificate_names(channel.stream))
-            members = self._others & names
-            why = f"its certificate names no member ({', '.join(sorted(names)) or 'none'})"
-        else:
-            address = channel.remote_address
-            host = _normal_ip(str(address[0])) if isinstance(address, tuple) else ""
-            members = frozenset(
-                m
-                for m, ips in self._member_hosts.items()
-                if host in ips or any(_unspecified(ip) for ip in ips)  # 0.0.0.0: anywhere
-            )
-            why = f"no member's --peers address is on {host or 'its address'}"
+        members, why = self._members.of_accepted(channel, tls=self._server_tls is not None)
         self._peer_initializer(members, why)(channel)
 
     def _peer_initializer(self, members: frozenset[str], why: str) -> ChannelInitializer:
         def init(channel: StreamChannel) -> None:
             for name, handler in peer_frame_handlers(self.config.max_frame_length):
                 channel.pipeline.add_last(handler, name)
-            channel.pipeline.add_last(_Inbound(self, members, why), "raft")
+            handler = PeerHandler(
+                self.config.node_id, members, why, self._deliver, self._deliver_hello
+            )
+            channel.pipeline.add_last(handler, "raft")
 
         return init
 
@@ -972,32 +865,6 @@ class DLedgerNode:
                     f"{store.dispatch_error}"
                 )
         self._applied = commit_index
-
-
-def _normal_ip(text: str) -> str:
-    """An address as text, an IPv4-mapped IPv6 one as IPv4, without a zone."""
-    text = text.split("%", maxsplit=1)[0]
-    try:
-        address = ipaddress.ip_address(text)
-    except ValueError:
-        return text
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        return str(address.ipv4_mapped)
-    return str(address)
-
-
-def _unspecified(text: str) -> bool:
-    try:
-        return ipaddress.ip_address(text).is_unspecified
-    except ValueError:
-        return False
-
-
-def _split(address: str) -> tuple[str, int]:
-    host, _, port = address.rpartition(":")
-    if not host or not port.isdigit():
-        raise ValueError(f"bad address {address!r}: expected HOST:PORT")
-    return host.strip("[]"), int(port)
 
 
 class MemoryNetwork:
