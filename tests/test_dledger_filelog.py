@@ -76,8 +76,10 @@ def test_hard_state_is_replaced_atomically(tmp_path: Path) -> None:
         assert log.load_hard_state() == HardState()
         log.save_hard_state(HardState(1, None))
         log.save_hard_state(HardState(2, "n0"))
-        assert not (tmp_path / "hardstate.tmp").exists()
+        # the next save's temporary file is made ahead (empty), so it needs no new descriptor
+        assert (tmp_path / "hardstate.tmp").stat().st_size == 0
         assert json.loads((tmp_path / "hardstate").read_text()) == {"term": 2, "voted_for": "n0"}
+    assert not (tmp_path / "hardstate.tmp").exists()
 
 
 def test_blank_fill_and_many_files(tmp_path: Path) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import random
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -332,8 +333,9 @@ async def test_a_node_restarts_with_its_log_and_view(
 async def test_only_a_member_names_its_broker_port_in_a_hello(
     autojump_clock: trio.testing.MockClock, tmp_path: Path
 ) -> None:
-    """A HELLO from a stranger reaching the peer port, or claiming to be this node, is
-    ignored: otherwise it could grow the table and redirect NOT_LEADER answers."""
+    """A HELLO on a connection of member b that claims another sender (a stranger, or this
+    node) closes the connection: otherwise it could grow the table and redirect NOT_LEADER
+    answers. b's own HELLO names b's broker port."""
     config = NodeConfig(
         group="g",
         node_id="a",
@@ -343,17 +345,24 @@ async def test_only_a_member_names_its_broker_port_in_a_hello(
         raft=RAFT,
     )
     node = DLedgerNode(config, connector=MemoryNetwork().connector_for("a"), listen=False)
+
+    async def send(stream: trio.abc.Stream, hello: Hello) -> None:
+        frame = bytes(encode_envelope(hello))
+        await stream.send_all(len(frame).to_bytes(4, "big") + frame)
+
     async with trio.open_nursery() as nursery:
         await nursery.start(node.run)
+        for forged in (Hello("x", "a", "10.0.0.9:1"), Hello("a", "a", "10.0.0.9:2")):
+            left, right = trio.testing.memory_stream_pair()
+            nursery.start_soon(functools.partial(node.accept, right, peer="b"))
+            await send(left, forged)
+            await send(left, Hello("b", "a", "10.0.0.9:3"))  # too late: closed
+            with trio.fail_after(1):
+                assert await left.receive_some(1) == b""
+        assert node.broker_addresses == {"a": "127.0.0.1:1"}
         left, right = trio.testing.memory_stream_pair()
-        nursery.start_soon(node.accept, right)
-        for hello in (
-            Hello("x", "a", "10.0.0.9:1"),
-            Hello("a", "a", "10.0.0.9:2"),
-            Hello("b", "a", "127.0.0.2:3"),
-        ):
-            frame = bytes(encode_envelope(hello))
-            await left.send_all(len(frame).to_bytes(4, "big") + frame)
+        nursery.start_soon(functools.partial(node.accept, right, peer="b"))
+        await send(left, Hello("b", "a", "127.0.0.2:3"))
         await trio.sleep(0.01)
         assert node.broker_addresses == {"a": "127.0.0.1:1", "b": "127.0.0.2:3"}
         nursery.cancel_scope.cancel()

@@ -25,6 +25,8 @@ from hanet.dledger import (
     Envelope,
     HardState,
     InMemoryLog,
+    PreVoteRequest,
+    PreVoteResponse,
     RaftNode,
     Role,
     VoteRequest,
@@ -129,6 +131,10 @@ def test_a_leader_cut_off_from_the_majority_steps_down_and_ends_its_appends() ->
 def test_persist_then_send_a_vote() -> None:
     log = InMemoryLog()
     node = RaftNode("b", ["a", "b", "c"], log, HardState(), 0.0, random.Random(1))
+    # a vote is honoured after a pre-vote this node granted (see test_dledger_byzantine.py)
+    prevote = node.receive(0.0, "a", PreVoteRequest(1, "a", 0, 0))
+    assert [e.message for e in prevote.messages] == [PreVoteResponse(0, 1, True)]
+    assert prevote.hard_state is None
     output = node.receive(0.0, "a", VoteRequest(1, "a", 0, 0))
     # the vote leaves in the same output as the hard state that remembers it
     assert output.hard_state == HardState(1, "a")

@@ -4,7 +4,9 @@
 connection; :func:`connect` / :func:`run_channel` open one; :class:`ReconnectingClient` keeps a
 connection up with a :class:`RetryPolicy`, each attempt a new connection in the same trio run.
 :class:`TlsConfig` and :class:`AllowList` decide who may connect to a server (TLS, mutual TLS,
-source networks).
+source networks); a server holds at most ``max_connections`` connections
+(:func:`default_max_connections`), closes idle ones after ``idle_timeout`` and backs off
+when accept runs out of descriptors (:data:`CAPACITY_ERRNOS`).
 """
 
 from ._bootstrap import (
@@ -18,6 +20,7 @@ from ._bootstrap import (
     serve_listeners,
     tcp_connector,
 )
+from ._limits import ACCEPT_BACKOFF, CAPACITY_ERRNOS, default_max_connections
 from ._reconnect import ReconnectingClient, ReconnectStatistics, RetryPolicy
 from ._security import (
     HANDSHAKE_TIMEOUT,
@@ -33,6 +36,8 @@ from ._security import (
 from ._signals import STOP_SIGNALS, run_until_stopped
 
 __all__ = [
+    "ACCEPT_BACKOFF",
+    "CAPACITY_ERRNOS",
     "HANDSHAKE_TIMEOUT",
     "STOP_SIGNALS",
     "AllowList",
@@ -47,6 +52,7 @@ __all__ = [
     "TlsHandshakeError",
     "certificate_names",
     "connect",
+    "default_max_connections",
     "open_tls_stream",
     "peer_address",
     "peer_identity",

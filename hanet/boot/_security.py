@@ -244,15 +244,20 @@ def handshake_reason(exc: BaseException) -> str:
 
 
 async def open_tls_stream(
-    host: str, port: int, context: ssl.SSLContext, server_hostname: str | None = None
+    host: str,
+    port: int,
+    context: ssl.SSLContext,
+    server_hostname: str | None = None,
+    *,
+    local_address: str | None = None,
 ) -> trio.SSLStream[trio.SocketStream]:
-    """Connect over TCP and complete a TLS handshake.
+    """Connect over TCP (from ``local_address`` when given) and complete a TLS handshake.
 
     Raises:
         OSError: the TCP connection failed.
         TlsHandshakeError: the handshake failed (the reason in one line).
     """
-    stream = await trio.open_tcp_stream(host, port)
+    stream = await trio.open_tcp_stream(host, port, local_address=local_address)
     secured = trio.SSLStream(stream, context, server_hostname=server_hostname or host)
     try:
         with trio.fail_after(HANDSHAKE_TIMEOUT):

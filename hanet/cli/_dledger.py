@@ -1,7 +1,12 @@
 """``hanet dledger``: a DLedger node (Raft-replicated commit log) with a broker port.
 
 ``hanet dledger --group G --id n0 --peers n0=127.0.0.1:40911,n1=...,n2=... --store DIR
---listen HOST:PORT [--flush ASYNC_FLUSH|SYNC_FLUSH] [--ready-file FILE]``
+--listen HOST:PORT [--flush ASYNC_FLUSH|SYNC_FLUSH] [--ready-file FILE]
+[--tls-cert FILE --tls-key FILE --tls-ca FILE] [--peer-allow CIDR,...]``
+
+- The peer port: with ``--tls-cert/--tls-key/--tls-ca`` members speak mutual TLS and each
+  certificate names its member id (CN or SAN); on plain TCP a connection speaks for the members
+  whose ``--peers`` host it comes from. ``--peer-allow`` closes other networks at accept.
 
 - ``--peers`` gives every member's peer address (this node's included: it listens there);
   ``--listen`` is this node's broker port. Nodes tell each other their broker ports when they
@@ -34,7 +39,7 @@ from typing import Any
 
 import trio
 
-from hanet.boot import run_until_stopped, serve_listeners
+from hanet.boot import AllowList, TlsConfig, run_until_stopped, serve_listeners
 from hanet.broker import (
     DEFAULT_QUEUES,
     OFFSETS_FILE,
@@ -129,6 +134,22 @@ def register(subparsers: Any) -> None:
         "--queues", type=int, default=DEFAULT_QUEUES, metavar="N",
         help=f"queues per topic for puts without a queue id ({DEFAULT_QUEUES})",
     )  # fmt: skip
+    parser.add_argument(
+        "--tls-cert", type=Path, default=None, metavar="FILE",
+        help="this node's certificate (PEM) on the peer port; it must name the node's --id "
+        "(CN or SAN); with --tls-key and --tls-ca: mutual TLS between members",
+    )  # fmt: skip
+    parser.add_argument(
+        "--tls-key", type=Path, default=None, metavar="FILE", help="the key of --tls-cert (PEM)"
+    )
+    parser.add_argument(
+        "--tls-ca", type=Path, default=None, metavar="FILE",
+        help="the CA of the members' certificates (peer port)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--peer-allow", default=None, metavar="CIDR[,CIDR...]",
+        help="networks the peer port accepts (any)",
+    )  # fmt: skip
     parser.set_defaults(func=run_dledger)
 
 
@@ -154,6 +175,10 @@ async def run_dledger(args: argparse.Namespace) -> int:
         broker_address = f"127.0.0.1:{bound[1]}"
     timeout = args.election_timeout
     try:
+        tls = None
+        if args.tls_cert or args.tls_key or args.tls_ca:
+            tls = TlsConfig(cert=args.tls_cert, key=args.tls_key, ca=args.tls_ca)
+        peer_allow = AllowList.parse(args.peer_allow) if args.peer_allow else None
         config = NodeConfig(
             group=args.group,
             node_id=args.node_id,
@@ -170,6 +195,8 @@ async def run_dledger(args: argparse.Namespace) -> int:
             data_file_size=args.data_file_size,
             index_file_size=args.index_file_size,
             mapped_file_size=args.mapped_file_size,
+            tls=tls,
+            peer_allow=peer_allow,
         )
     except ValueError as exc:
         for listener in listeners:

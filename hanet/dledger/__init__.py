@@ -22,8 +22,11 @@ What is here:
 - the networked node (:class:`DLedgerNode`, :class:`NodeConfig`; ``_node.py``): one trio
   task drives a :class:`RaftNode` (persist, then send, apply, answer), one reconnecting
   connection per peer, committed entries applied to a :class:`hanet.store.CommitLogStore`
-  view (consume queues, ``hanet pull`` / ``dump`` / ``verify`` work on it);
-  :class:`MemoryNetwork` runs nodes over memory streams in tests.
+  view (consume queues, ``hanet pull`` / ``dump`` / ``verify`` work on it); each peer
+  connection speaks for the member it authenticated as (mutual TLS, or its ``--peers``
+  address; ``_peers.py``), and what no honest member sends is refused
+  (:attr:`Output.refused`) and closes its connection; :class:`MemoryNetwork` runs nodes over
+  memory streams in tests.
 
 The broker port of a node (``hanet dledger``) lives in the command line
 (``hanet/cli/_dledger.py``): it speaks :mod:`hanet.protocol`, which this layer may not import.

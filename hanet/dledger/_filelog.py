@@ -244,6 +244,10 @@ class FileLog:
         self._sizes = array("q")
         self._end = 0
         self.recovery = LogRecovery(0, 0)
+        # Saving the hard state needs a directory to fsync and a new temporary file: both are
+        # held open ahead of time, so a process out of descriptors can still change term.
+        self._dir_fd = -1
+        self._spare_fd = -1
 
     # -- opening ---------------------------------------------------------------------------
 
@@ -270,6 +274,9 @@ class FileLog:
         )
         try:
             self._recover()
+            self._dir_fd = os.open(self.directory, os.O_RDONLY)
+            temp = self.directory / (_HARD_STATE + ".tmp")
+            self._spare_fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         except BaseException:
             self.close()
             raise
@@ -497,18 +504,30 @@ class FileLog:
         return HardState(term, voted)
 
     def save_hard_state(self, state: HardState) -> None:
-        """Persist the term and vote atomically: temp file, fsync, rename, fsync the dir."""
+        """Persist the term and vote atomically: temp file, fsync, rename, fsync the dir.
+
+        The directory and the next temporary file are kept open between calls, so this needs
+        no new descriptor when the process has run out of them.
+        """
         path = self.directory / _HARD_STATE
         temp = path.with_name(_HARD_STATE + ".tmp")
         data = json.dumps({"term": state.term, "voted_for": state.voted_for}).encode("utf-8")
-        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        if self._dir_fd < 0:
+            self._dir_fd = os.open(self.directory, os.O_RDONLY)
+        fd, self._spare_fd = self._spare_fd, -1
+        if fd < 0:
+            fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
-            os.write(fd, data)
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, data, 0)
             os.fsync(fd)
         finally:
             os.close(fd)
         os.replace(temp, path)
-        fsync_directory(self.directory)
+        os.fsync(self._dir_fd)
+        # the descriptor just closed makes room for the next temporary file
+        with contextlib.suppress(OSError):
+            self._spare_fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
 
     def close(self) -> None:
         """Flush and close the files (idempotent)."""
@@ -516,6 +535,13 @@ class FileLog:
             self.flush()
         self._data.close()
         self._index.close()
+        if self._spare_fd >= 0:
+            os.close(self._spare_fd)
+            self._spare_fd = -1
+            (self.directory / (_HARD_STATE + ".tmp")).unlink(missing_ok=True)
+        if self._dir_fd >= 0:
+            os.close(self._dir_fd)
+            self._dir_fd = -1
 
     def __enter__(self) -> FileLog:
         return self

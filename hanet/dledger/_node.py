@@ -17,6 +17,23 @@ the framework's: ``LengthFieldBasedFrameDecoder`` / ``LengthFieldPrepender`` and
 :class:`~hanet.dledger.PeerCodec`. A message for a peer that is not connected, or whose
 connection does not drain (not writable), is dropped: Raft retransmits.
 
+**Who a peer is.** Every connection speaks for one member, bound when it is accepted: with
+TLS (``NodeConfig.tls``: certificate, key and CA, always mutual) the member whose id the
+client certificate names (subject CN or a SAN; outgoing connections check the same of the
+server, whose certificate must name the peer id it is dialled as); on plain TCP a member whose
+``--peers`` host is the connection's source address (when several members share a host, the
+first id the connection claims among them; a member listed at a wildcard address may connect
+from anywhere; outgoing connections leave from this node's own ``--peers`` address when it is
+an IP address). A connection that authenticates as no member is
+closed at once (WARNING); a frame claiming another sender, or addressed to another node,
+closes its connection (ERROR), and so does a HELLO from anyone but the member the connection
+is bound to. A message the Raft core refuses as impossible from an honest member
+(:attr:`~hanet.dledger.Output.refused`) is logged at ERROR and closes the connection it came
+on; the node goes on. ``peer_allow`` closes other source networks at accept, before TLS.
+Every ``keepalive_interval`` each outgoing connection carries a HELLO again, so the peer port
+can close connections idle for ``idle_timeout`` (RocketMQ's 120 s) without ever closing a
+live member's.
+
 **Entries and the commit log view.** A put's message is encoded as a RocketMQ commit log record
 by the leader (store timestamp, store host = the leader's broker address) with
 ``PHYSICALOFFSET`` = the entry's position + 48, as DLedger's commit log does (the queue offset
@@ -56,15 +73,21 @@ import trio
 import trio.testing
 
 from hanet.boot import (
+    AllowList,
     ChannelInitializer,
     Connector,
     ReconnectingClient,
     RetryPolicy,
+    TlsConfig,
     run_channel,
     serve_listeners,
     tcp_connector,
 )
-from hanet.channel import ChannelInboundHandler, HandlerContext, StreamChannel
+from hanet.channel import (
+    Channel,
+    StreamChannel,
+)
+from hanet.errors import ConfigError
 from hanet.store import (
     BLANK_RECORD_SIZE,
     CommitLogStore,
@@ -83,6 +106,7 @@ from hanet.store import (
 from ._codec import DEFAULT_MAX_PEER_FRAME, Hello, peer_frame_handlers
 from ._entry import ENTRY_HEADER_SIZE
 from ._filelog import DEFAULT_DATA_FILE_SIZE, DEFAULT_INDEX_FILE_SIZE, FileLog
+from ._peers import Members, PeerHandler, split_address
 from ._raft import (
     AppendStatus,
     Envelope,
@@ -106,6 +130,12 @@ log = logging.getLogger("hanet.dledger")
 
 _APPLIED = "applied"
 _INBOX = 10_000
+
+PEER_IDLE_TIMEOUT = 120.0
+"""Seconds after which the peer port closes a connection that sent nothing (RocketMQ's
+``serverChannelMaxIdleTimeSeconds``)."""
+PEER_KEEPALIVE = 30.0
+"""Seconds between the HELLO frames each outgoing peer connection repeats."""
 
 
 def parse_peers(text: str) -> dict[str, str]:
@@ -151,6 +181,14 @@ class NodeConfig:
         max_frame_length: the largest peer frame accepted (appends are cut at half of it,
             or at ``raft.max_batch_bytes`` when lower).
         retry: reconnect delays towards peers.
+        tls: the peer port's TLS (None: plain TCP): certificate, key and CA together, mutual
+            (each member's certificate names its member id, as CN or SAN).
+        peer_allow: the networks the peer port accepts (None: any).
+        idle_timeout: seconds after which the peer port closes a connection that sent
+            nothing (None: never); members repeat a HELLO every ``keepalive_interval``.
+        keepalive_interval: seconds between those HELLO frames.
+        max_connections: connections the peer port holds (None: the framework's default,
+            from the descriptor limit).
     """
 
     group: str
@@ -168,10 +206,24 @@ class NodeConfig:
     retry: RetryPolicy = attrs.field(
         factory=lambda: RetryPolicy(initial_delay=0.05, max_delay=0.5, multiplier=2.0)
     )
+    tls: TlsConfig | None = None
+    peer_allow: AllowList | None = None
+    idle_timeout: float | None = PEER_IDLE_TIMEOUT
+    keepalive_interval: float = PEER_KEEPALIVE
+    max_connections: int | None = None
 
     def __attrs_post_init__(self) -> None:
         if self.node_id not in self.peers:
             raise ValueError(f"node id {self.node_id!r} is not one of the peers")
+        tls = self.tls
+        if tls is not None and (tls.cert is None or tls.ca is None):
+            raise ConfigError(
+                "the peer port's TLS is mutual: --tls-cert, --tls-key and --tls-ca go together"
+            )
+        if not self.keepalive_interval > 0:
+            raise ValueError("keepalive_interval must be > 0")
+        if self.idle_timeout is not None and not self.idle_timeout > self.keepalive_interval:
+            raise ValueError("idle_timeout must be longer than keepalive_interval")
 
 
 @attrs.frozen
@@ -236,32 +288,6 @@ class _Put:
     applied: PutOutcome | None = None
 
 
-class _Inbound(ChannelInboundHandler):
-    def __init__(self, node: DLedgerNode) -> None:
-        self.node = node
-
-    def channel_read(self, ctx: HandlerContext, msg: Any) -> None:
-        if isinstance(msg, Envelope):
-            self.node._deliver(msg)
-        elif isinstance(msg, Hello):
-            # only a member (not this node) names its broker port: anyone else reaching the
-            # peer port would grow the table and could redirect NOT_LEADER answers
-            config = self.node.config
-            if (
-                msg.target == config.node_id
-                and msg.source in config.peers
-                and msg.source != config.node_id
-                and msg.broker_address
-            ):
-                self.node.broker_addresses[msg.source] = msg.broker_address
-        else:
-            ctx.fire_channel_read(msg)
-
-    def exception_caught(self, ctx: HandlerContext, exc: BaseException) -> None:
-        log.warning("%s: peer connection closed: %s", self.node.config.node_id, exc)
-        ctx.close(f"{type(exc).__name__}: {exc}")
-
-
 class DLedgerNode:
     """A DLedger node; run it with :meth:`run` in a nursery (see the module docstring).
 
@@ -294,11 +320,15 @@ class DLedgerNode:
         self._by_index: dict[int, _Put] = {}
         self._applied = 0
         self._saved = (-1, -1)
+        self._saved_error: str | None = None
         self._ready = trio.Event()
         self._role_changed = trio.Event()
         self.peer_address: tuple[str, int] | None = None
         self.broker_addresses: dict[str, str] = dict(config.broker_addresses)
         """Member id -> broker port: from the config, then from each peer's HELLO."""
+        self._members = Members(config.node_id, config.peers)
+        self._server_tls = config.tls.server_context() if config.tls is not None else None
+        self._client_tls = config.tls.client_context() if config.tls is not None else None
 
     # -- public ---------------------------------------------------------------------------
 
@@ -389,9 +419,15 @@ class DLedgerNode:
             peers=tuple(peers),
         )
 
-    async def accept(self, stream: trio.abc.Stream) -> None:
-        """Serve an incoming peer stream until it closes (memory networks)."""
-        await run_channel(stream, self._initializer)
+    async def accept(self, stream: trio.abc.Stream, *, peer: str | None = None) -> None:
+        """Serve an incoming peer stream until it closes (memory networks).
+
+        ``peer`` is the member the transport authenticated it as; None: any member (bound to
+        the first it claims).
+        """
+        others = self._members.others
+        members = others if peer is None else frozenset({peer}) & others
+        await run_channel(stream, self._peer_initializer(members, f"{peer!r} is not a member"))
 
     # -- running --------------------------------------------------------------------------
 
@@ -402,7 +438,7 @@ class DLedgerNode:
         cfg = self.config
         listeners: list[trio.SocketListener] = []
         if self._listen:
-            host, port = _split(cfg.peers[cfg.node_id])
+            host, port = split_address(cfg.peers[cfg.node_id])
             listeners = await trio.open_tcp_listeners(port, host=host)
             name = listeners[0].socket.getsockname()
             self.peer_address = (name[0], name[1])
@@ -437,6 +473,8 @@ class DLedgerNode:
         # SYNC_FLUSH as a group commit: one fsync per batch of inputs, before it is acted on
         self.log.sync_on_append = False
         try:
+            if self._listen and self._server_tls is None:
+                await self._members.resolve()
             self._load_applied()
             hard = self.log.load_hard_state()
             # an append must fit in a peer frame: cap its byte budget at half of one
@@ -457,15 +495,19 @@ class DLedgerNode:
                     await nursery.start(
                         functools.partial(
                             serve_listeners,
-                            self._initializer,
+                            self._accepted_initializer,
                             listeners,
                             name="dledger peer port",
+                            tls=self._server_tls,
+                            allow=cfg.peer_allow,
+                            max_connections=cfg.max_connections,
+                            idle_timeout=cfg.idle_timeout,
                         )
                     )
                 for peer in self._raft.peers:
                     client = ReconnectingClient(
                         connector=self._connector(peer),
-                        initializer=self._initializer,
+                        initializer=self._peer_initializer(frozenset({peer}), ""),
                         policy=cfg.retry,
                         rng=self._rng,
                         name=f"{cfg.node_id}->{peer}",
@@ -475,6 +517,7 @@ class DLedgerNode:
                     self._clients[peer] = client
                     await nursery.start(client.run)
                 nursery.start_soon(self._flusher)
+                nursery.start_soon(self._keepalive)
                 log.info(
                     "dledger %s/%s: term %d, %d entries, applied %d",
                     cfg.group,
@@ -504,24 +547,52 @@ class DLedgerNode:
                 request.outcome = PutOutcome(AppendStatus.WAIT_QUORUM_ACK_TIMEOUT)
                 request.done.set()
 
-    def _tcp_connector(self, peer: str) -> Connector:
-        host, port = _split(self.config.peers[peer])
-        return tcp_connector(host, port)
+    async def _keepalive(self) -> None:
+        """Repeat the HELLO on each outgoing connection: the peer port closes idle ones."""
+        while True:
+            await trio.sleep(self.config.keepalive_interval)
+            for peer, client in self._clients.items():
+                channel = client.channel
+                if channel is not None and channel.is_open and channel.is_writable:
+                    self._hello(peer, channel)
 
-    @property
-    def _initializer(self) -> ChannelInitializer:
+    def _tcp_connector(self, peer: str) -> Connector:
+        host, port = split_address(self.config.peers[peer])
+        # with TLS the peer's certificate must name the member id it is dialled as; from this
+        # node's own --peers address, the identity plain TCP is checked by
+        return tcp_connector(
+            host,
+            port,
+            tls=self._client_tls,
+            server_hostname=peer,
+            local_address=self._members.local_address,
+        )
+
+    def _accepted_initializer(self, channel: StreamChannel) -> None:
+        """A connection accepted on the peer port: the members it may speak for."""
+        members, why = self._members.of_accepted(channel, tls=self._server_tls is not None)
+        self._peer_initializer(members, why)(channel)
+
+    def _peer_initializer(self, members: frozenset[str], why: str) -> ChannelInitializer:
         def init(channel: StreamChannel) -> None:
             for name, handler in peer_frame_handlers(self.config.max_frame_length):
                 channel.pipeline.add_last(handler, name)
-            channel.pipeline.add_last(_Inbound(self), "raft")
+            handler = PeerHandler(
+                self.config.node_id, members, why, self._deliver, self._deliver_hello
+            )
+            channel.pipeline.add_last(handler, "raft")
 
         return init
 
-    def _deliver(self, envelope: Envelope) -> None:
-        if envelope.target != self.config.node_id:
-            return
+    def _deliver_hello(self, hello: Hello, channel: Channel) -> None:
         try:
-            self._send_inbox.send_nowait(("msg", envelope))
+            self._send_inbox.send_nowait(("hello", (hello, channel)))
+        except trio.WouldBlock:
+            pass  # overloaded: the member repeats it every keepalive_interval
+
+    def _deliver(self, envelope: Envelope, channel: Channel) -> None:
+        try:
+            self._send_inbox.send_nowait(("msg", (envelope, channel)))
         except trio.WouldBlock:
             pass  # overloaded: Raft retransmits
 
@@ -567,7 +638,17 @@ class DLedgerNode:
                 now = trio.current_time()
                 kind, value = entry
                 if kind == "msg":
-                    output = raft.receive(now, value.source, value.message)
+                    envelope, channel = value
+                    output = raft.receive(now, envelope.source, envelope.message)
+                    if output.refused is not None:
+                        # impossible from an honest member: that connection goes, we stay
+                        log.error("%s: closing the connection of %s", output.refused, channel)
+                        channel.close_nowait(output.refused)
+                elif kind == "hello":
+                    hello, channel = value
+                    if channel.is_open:
+                        self.broker_addresses[hello.source] = hello.broker_address
+                    continue
                 else:
                     output = self._propose(now, value)
                 touched |= self._act(output, flush=False)
@@ -719,8 +800,19 @@ class DLedgerNode:
     def _save_applied(self, index: int, offset: int) -> None:
         path = self.config.store_dir / "dledger" / _APPLIED
         temp = path.with_name(_APPLIED + ".tmp")
-        temp.write_text(json.dumps({"index": index, "offset": offset}), encoding="utf-8")
-        os.replace(temp, path)
+        try:
+            temp.write_text(json.dumps({"index": index, "offset": offset}), encoding="utf-8")
+            os.replace(temp, path)
+        except OSError as exc:
+            # out of descriptors, say: the record stays behind the view, which is safe (the
+            # part past it is applied again at the next start); tried again next time
+            if self._saved_error is None:
+                log.warning("%s: cannot write %s (%s): retrying", self.config.node_id, path, exc)
+            self._saved_error = str(exc)
+            return
+        if self._saved_error is not None:
+            log.info("%s: %s written again", self.config.node_id, path)
+            self._saved_error = None
         self._saved = (index, offset)
 
     def _apply(self, commit_index: int) -> None:
@@ -775,13 +867,6 @@ class DLedgerNode:
         self._applied = commit_index
 
 
-def _split(address: str) -> tuple[str, int]:
-    host, _, port = address.rpartition(":")
-    if not host or not port.isdigit():
-        raise ValueError(f"bad address {address!r}: expected HOST:PORT")
-    return host.strip("[]"), int(port)
-
-
 class MemoryNetwork:
     """Peers over trio memory streams, for tests: nodes are registered by id; a connection
     to a node that is down or cut off fails with ``OSError``.
@@ -826,7 +911,8 @@ class MemoryNetwork:
                 node, nursery = entry
                 left, right = trio.testing.memory_stream_pair()
                 self._streams.setdefault(key, []).extend([left, right])
-                nursery.start_soon(node.accept, right)
+                # the memory transport knows who calls: the connection speaks for ``source``
+                nursery.start_soon(functools.partial(node.accept, right, peer=source))
                 return left
 
             return connect

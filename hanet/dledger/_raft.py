@@ -24,7 +24,17 @@ What this core does beyond DLedger's:
   index (or its last index when its log is too short); the leader skips a whole term per round
   trip;
 - check quorum: a leader that has not heard from a majority for an election timeout steps
-  down (its pending appends end with WAIT_QUORUM_ACK_TIMEOUT).
+  down (its pending appends end with WAIT_QUORUM_ACK_TIMEOUT);
+- with pre-vote on, a vote request is only honoured from a candidate this node granted a
+  pre-vote for that term (so only after a pre-vote round), and never while the node hears
+  from a live leader (it ignores it for the election timeout after the leader's last append,
+  the thesis's leader stickiness): a vote request alone changes nothing;
+- the core never asserts on what a peer sends. A message no honest member can send is
+  refused before it changes anything: a term more than ``RaftConfig.max_term_gap`` beyond
+  this node's, a vote or append whose candidate or leader is not its sender, a second leader
+  in a term, an append that contradicts a committed entry, an acknowledgement of entries
+  never sent. :attr:`Output.refused` then says why; the driver logs it at ERROR and closes
+  that peer's connection.
 """
 
 from __future__ import annotations
@@ -119,8 +129,14 @@ class RaftConfig:
             with LEADER_PENDING_FULL.
         append_timeout: a client append not committed within this ends with
             WAIT_QUORUM_ACK_TIMEOUT (outcome unknown).
-        pre_vote: run a pre-vote before each election.
+        pre_vote: run a pre-vote before each election (and honour a vote request only
+            from a candidate granted a pre-vote for its term, never while a leader is live).
         check_quorum: a leader steps down after an election timeout without a majority.
+        max_term_gap: a message whose term is more than this beyond this node's is refused as
+            impossible from an honest member (a term only grows by elections, each of which
+            takes a pre-vote majority and an election timeout: a million of them is years of
+            churn). A node that really slept through more elections than this stays out
+            (ERROR in its log) until its ``hardstate`` is moved forward.
     """
 
     election_timeout: float = 1.0
@@ -133,6 +149,7 @@ class RaftConfig:
     append_timeout: float = 3.0
     pre_vote: bool = True
     check_quorum: bool = True
+    max_term_gap: int = 1_000_000
 
     def __attrs_post_init__(self) -> None:
         if not 0 < self.heartbeat_interval < self.election_timeout:
@@ -143,6 +160,8 @@ class RaftConfig:
             raise ValueError("max_inflight, max_batch and max_pending must be >= 1")
         if self.max_batch_bytes < 1:
             raise ValueError("max_batch_bytes must be >= 1")
+        if self.max_term_gap < 1:
+            raise ValueError("max_term_gap must be >= 1")
 
 
 @attrs.frozen
@@ -291,6 +310,8 @@ class Output:
         commit_index: the new commit index, to apply the log up to (None: unchanged).
         results: client appends that ended.
         next_deadline: call :meth:`RaftNode.tick` at this time (or earlier).
+        refused: why the message given to :meth:`RaftNode.receive` was refused as impossible
+            from an honest member (it changed nothing): log it, close that peer's connection.
     """
 
     hard_state: HardState | None
@@ -298,6 +319,7 @@ class Output:
     commit_index: int | None
     results: tuple[AppendResult, ...]
     next_deadline: float
+    refused: str | None = None
 
 
 # ------------------------------------------------------------------------------------- node
@@ -314,6 +336,7 @@ class _Peer:
     probing: bool = True  # one append at a time until the follower's position is known
     last_progress: float = 0.0
     last_heard: float = -math.inf
+    sent: int = 0  # the highest index sent to it in this term (an ack beyond is forged)
 
 
 @attrs.define
@@ -363,6 +386,9 @@ class RaftNode:
         self._quorum_deadline = math.inf
         self._prevote_term: int | None = None
         self._votes: set[str] = set()
+        # candidate -> the term of the last pre-vote this node granted it
+        self._prevote_granted: dict[str, int] = {}
+        self._refused: str | None = None
         self._progress: dict[str, _Peer] = {}
         self._pending: dict[int, _Pending] = {}  # by index, in index order
         self._messages: list[Envelope] = []
@@ -432,9 +458,19 @@ class RaftNode:
         return self._output()
 
     def receive(self, now: float, source: str, message: Message) -> Output:
-        """Handle ``message`` from ``source``."""
+        """Handle ``message`` from ``source`` (a message from a non-member is ignored).
+
+        A message impossible from an honest member changes nothing; :attr:`Output.refused`
+        says why.
+        """
         if source in self.peers:
-            self._dispatch(now, source, message)
+            reason = self._impossible(source, message)
+            if reason is None:
+                self._dispatch(now, source, message)
+            else:
+                self._refused = (
+                    f"{self.node_id}: refused {type(message).__name__} from {source}: {reason}"
+                )
         return self._output()
 
     def propose(self, now: float, request_id: int, body: bytes) -> Output:
@@ -540,6 +576,8 @@ class RaftNode:
         if isinstance(message, PreVoteResponse):
             self._on_prevote_response(now, source, message)
             return
+        if isinstance(message, VoteRequest) and not self._vote_considered(now, source, message):
+            return  # changes nothing: not even the term
         if message.term > self._term:
             leader = source if isinstance(message, AppendRequest) else None
             self._become_follower(now, message.term, leader)
@@ -552,21 +590,103 @@ class RaftNode:
         else:
             self._on_append_response(now, source, message)
 
+    def _in_lease(self, now: float) -> bool:
+        """Whether this node is the leader or heard from a live one within the election
+        timeout (leader stickiness: it then ignores elections)."""
+        return (
+            self._role is Role.LEADER
+            or now - self._last_leader_contact < self.config.election_timeout
+        )
+
+    def _vote_considered(self, now: float, source: str, request: VoteRequest) -> bool:
+        """With pre-vote on, a vote request is considered only from a candidate this node
+        granted a pre-vote for that very term, and only while no leader is live."""
+        if not self.config.pre_vote or request.term <= self._term:
+            return True  # a stale or same-term request is answered as Raft says
+        return not self._in_lease(now) and self._prevote_granted.get(source) == request.term
+
+    def _impossible(self, source: str, message: Message) -> str | None:
+        """Why ``message`` cannot come from an honest member, or None (it changes nothing)."""
+        gap = self.config.max_term_gap
+        terms = [message.term]
+        if isinstance(message, PreVoteResponse):
+            terms.append(message.for_term)
+        for term in terms:
+            if term < 0:
+                return f"negative term {term}"
+            if term > self._term + gap:
+                return f"term {term} is more than {gap} beyond this node's {self._term}"
+        if isinstance(message, PreVoteRequest | VoteRequest):
+            if message.candidate != source:
+                return f"it names {message.candidate!r} as the candidate"
+            if message.last_log_index < 0 or message.last_log_term < 0:
+                return "a negative last log index or term"
+            return None
+        if isinstance(message, AppendRequest):
+            return self._impossible_append(source, message)
+        if isinstance(message, AppendResponse) and message.success:
+            peer = self._progress.get(source)
+            mine = self._role is Role.LEADER and message.term == self._term
+            if mine and peer is not None and not 0 <= message.match_index <= peer.sent:
+                return (
+                    f"it acknowledges index {message.match_index}; the most sent to it in "
+                    f"term {self._term} is {peer.sent}"
+                )
+        return None
+
+    def _impossible_append(self, source: str, request: AppendRequest) -> str | None:
+        if request.leader != source:
+            return f"it names {request.leader!r} as the leader"
+        if request.commit_index < 0 or request.prev_index < 0:
+            return "a negative index"
+        last_term = request.prev_term
+        if not 0 <= last_term <= request.term:
+            return f"a previous entry of term {last_term} in term {request.term}"
+        for position, entry in enumerate(request.entries):
+            if entry.index != request.prev_index + 1 + position:
+                return f"entry {entry.index} where {request.prev_index + 1 + position} belongs"
+            if not last_term <= entry.term <= request.term:
+                return f"entry {entry.index} of term {entry.term} after term {last_term}"
+            last_term = entry.term
+        if request.term < self._term:
+            return None  # a deposed leader's: answered with our term
+        if request.term == self._term:
+            if self._role is Role.LEADER:
+                return f"this node is the leader of term {self._term}"
+            if self._leader_id is not None and self._leader_id != source:
+                return f"{self._leader_id} is the leader of term {self._term}"
+        log = self.log
+        if request.prev_index <= self._commit_index:
+            mine = log.term_at(request.prev_index)
+            if mine is not None and mine != request.prev_term:
+                return (
+                    f"its previous entry {request.prev_index}@{request.prev_term} contradicts "
+                    f"the committed {request.prev_index}@{mine}"
+                )
+        for entry in request.entries:
+            if entry.index > self._commit_index:
+                break
+            mine = log.term_at(entry.index)
+            if mine is not None and mine != entry.term:
+                return (
+                    f"it would overwrite the committed entry {entry.index}@{mine} with one of "
+                    f"term {entry.term}"
+                )
+        return None
+
     def _log_is_current(self, last_index: int, last_term: int) -> bool:
         """Is a log ending at (last_index, last_term) at least as up to date as ours?"""
         mine = self.log.last_term
         return last_term > mine or (last_term == mine and last_index >= self.log.last_index)
 
     def _on_prevote_request(self, now: float, source: str, request: PreVoteRequest) -> None:
-        in_lease = (
-            self._role is Role.LEADER
-            or now - self._last_leader_contact < self.config.election_timeout
-        )
         granted = (
             request.term > self._term
-            and not in_lease
+            and not self._in_lease(now)
             and self._log_is_current(request.last_log_index, request.last_log_term)
         )
+        if granted:
+            self._prevote_granted[source] = request.term
         self._send(source, PreVoteResponse(self._term, request.term, granted))
 
     def _on_prevote_response(self, now: float, source: str, response: PreVoteResponse) -> None:
@@ -637,11 +757,7 @@ class RaftNode:
             mine = log.term_at(entry.index)
             if mine == entry.term:
                 continue
-            if mine is not None:
-                if entry.index <= self._commit_index:
-                    raise AssertionError(
-                        f"{self.node_id}: leader {source} overwrites committed index {entry.index}"
-                    )
+            if mine is not None:  # never a committed one: refused by _impossible_append
                 log.truncate_from(entry.index)
             log.append(entries[position:])
             break
@@ -686,6 +802,7 @@ class RaftNode:
         prev_term = self.log.term_at(prev)
         assert prev_term is not None
         entries = self._batch(self.log.entries_from(peer.next_index, self.config.max_batch))
+        peer.sent = max(peer.sent, prev + len(entries))
         if entries:
             if not peer.inflight:
                 peer.last_progress = now
@@ -848,7 +965,10 @@ class RaftNode:
                 deadline = min(deadline, next(iter(self._pending.values())).deadline)
         else:
             deadline = self._election_deadline
-        output = Output(changed, tuple(self._messages), commit, tuple(self._results), deadline)
+        output = Output(
+            changed, tuple(self._messages), commit, tuple(self._results), deadline, self._refused
+        )
         self._messages.clear()
         self._results.clear()
+        self._refused = None
         return output

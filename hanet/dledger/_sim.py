@@ -15,7 +15,15 @@ Checked during and after each run (any failure is a string in :attr:`SimResult.v
 - state machine safety: no two nodes commit different entries at an index;
 - log matching: two logs with an entry of the same index and term hold the same prefix;
 - after the settle phase (everything healed and up): one leader, and every node holds the
-  committed prefix (:attr:`SimResult.settled`).
+  committed prefix (:attr:`SimResult.settled`);
+- no message of an honest member is refused (:attr:`Output.refused`), and every forged one is.
+
+With ``forgery_rate``, a Byzantine sender forges messages no honest member can send, under
+members' names (the peer connection's authentication is the node layer's: here the sender
+can claim any id): votes and pre-votes of term 2^63-1, appends that would overwrite a
+committed entry or come from a second leader of a term, acknowledgements of entries never
+sent; and messages from a non-member, which the core ignores. They must all be refused, and
+the checks above must hold as without them.
 
 :class:`Cluster` is the manual counterpart for scenario tests: the caller decides which node
 times out and which messages are delivered.
@@ -33,14 +41,18 @@ import attrs
 
 from ._log import InMemoryLog, LogEntry
 from ._raft import (
+    AppendRequest,
+    AppendResponse,
     AppendResult,
     AppendStatus,
     Envelope,
     HardState,
     Output,
+    PreVoteRequest,
     RaftConfig,
     RaftNode,
     Role,
+    VoteRequest,
 )
 
 __all__ = ["SIM_RAFT_CONFIG", "Cluster", "SimConfig", "SimResult", "simulate"]
@@ -75,6 +87,7 @@ class SimConfig:
         max_downtime: a crashed node restarts after up to this long.
         partition_rate: partitions per virtual second; each lasts up to ``max_partition``.
         max_partition: the longest partition.
+        forgery_rate: forged messages per virtual second (a Byzantine sender; see above).
     """
 
     nodes: int = 3
@@ -90,6 +103,7 @@ class SimConfig:
     max_downtime: float = 0.5
     partition_rate: float = 0.7
     max_partition: float = 0.8
+    forgery_rate: float = 0.0
 
 
 @attrs.frozen
@@ -113,6 +127,9 @@ class SimResult:
         mid_step_crashes: crashes that lost the output of the step they interrupted.
         partitions: partitions made.
         events: simulation events processed.
+        forged: messages the Byzantine sender forged (``forgery_rate``).
+        refused: messages the nodes refused as impossible (every forged one under a member's
+            name; an honest message refused is a violation).
     """
 
     seed: int
@@ -131,6 +148,8 @@ class SimResult:
     mid_step_crashes: int
     partitions: int
     events: int
+    forged: int = 0
+    refused: int = 0
 
     @property
     def ok(self) -> bool:
@@ -245,7 +264,18 @@ class _Simulation:
         self.requests: dict[int, bytes] = {}
         self.statuses: dict[str, int] = {}
         self.counts = dict.fromkeys(
-            ("messages", "dropped", "crashes", "mid_step", "partitions", "events", "proposed"), 0
+            (
+                "messages",
+                "dropped",
+                "crashes",
+                "mid_step",
+                "partitions",
+                "events",
+                "proposed",
+                "forged",
+                "refused",
+            ),
+            0,
         )
         for node_id in self.ids:
             self.start(self.nodes[node_id])
@@ -300,6 +330,8 @@ class _Simulation:
             self.counts["mid_step"] += 1
             self.crash(node)
             return
+        if output.refused is not None:
+            self.check.fail(f"an honest message refused: {output.refused}")
         if output.hard_state is not None:
             node.hard = output.hard_state
         for envelope in output.messages:
@@ -348,6 +380,56 @@ class _Simulation:
         heal_at = self.now + self.random.uniform(0.05, self.config.max_partition)
         self.push(min(heal_at, self.config.duration), "heal")
 
+    def forge(self) -> None:
+        """One forged message to a random up node, delivered at once; it must be refused (or,
+        from a non-member, ignored) and change nothing."""
+        up = [i for i in self.ids if self.nodes[i].raft is not None]
+        if not up:
+            return
+        target = self.nodes[self.random.choice(up)]
+        raft = target.raft
+        assert raft is not None
+        others = [i for i in self.ids if i != target.node_id]
+        source = self.random.choice(others)
+        huge = 2**63 - 1
+        kind = self.random.randrange(6)
+        message: Any
+        if kind == 0:
+            message = VoteRequest(huge, source, huge, huge)
+        elif kind == 1:
+            message = PreVoteRequest(huge, source, 0, 0)
+        elif kind == 2:
+            message = AppendRequest(huge, source, 0, 0, (), huge)
+        elif kind == 3 and raft.commit_index >= 1:
+            # overwrite the last committed entry, in the name of the leader it knows
+            index = raft.commit_index
+            leader = raft.leader_id if raft.leader_id in others else source
+            assert leader is not None
+            mine = target.log.term_at(index)
+            assert mine is not None
+            prev_term = target.log.term_at(index - 1) or 0
+            forged_entry = LogEntry(index, mine + 1, b"forged")
+            message = AppendRequest(
+                max(raft.term, mine + 1), leader, index - 1, prev_term, (forged_entry,), index
+            )
+            source = leader
+        elif kind == 4 and raft.role is Role.LEADER:
+            message = AppendResponse(raft.term, True, 0, target.log.last_index + 5)
+        else:
+            message = VoteRequest(raft.term + 1, "intruder", huge, huge)
+            source = "intruder"  # not a member: ignored
+        self.counts["forged"] += 1
+        before = (raft.hard_state, raft.commit_index, raft.role, target.log.snapshot())
+        output = raft.receive(self.now, source, message)
+        after = (raft.hard_state, raft.commit_index, raft.role, target.log.snapshot())
+        if source in self.ids and output.refused is None:
+            self.check.fail(f"a forged {type(message).__name__} from {source} was accepted")
+        if output.refused is not None:
+            self.counts["refused"] += 1
+        if before != after or output.messages or output.hard_state is not None:
+            self.check.fail(f"a forged {type(message).__name__} changed {target.node_id}")
+        self.schedule_tick(target, output.next_deadline)
+
     def propose(self) -> None:
         up = [i for i in self.ids if self.nodes[i].raft is not None]
         if not up:
@@ -370,6 +452,7 @@ class _Simulation:
         self.schedule_poisson("propose", config.client_rate)
         self.schedule_poisson("crash", config.crash_rate)
         self.schedule_poisson("partition", config.partition_rate)
+        self.schedule_poisson("forge", config.forgery_rate)
         self.push(config.duration, "settle")
         self.push(config.duration + config.settle / 2, "check_logs")
         end = config.duration + config.settle
@@ -395,6 +478,8 @@ class _Simulation:
                 self.handle(node, node.raft.tick(self.now))
         elif kind == "propose":
             self.propose()
+        elif kind == "forge":
+            self.forge()
         elif kind == "crash":
             up = [i for i in self.ids if self.nodes[i].raft is not None]
             if up:
@@ -450,6 +535,8 @@ class _Simulation:
             mid_step_crashes=counts["mid_step"],
             partitions=counts["partitions"],
             events=counts["events"],
+            forged=counts["forged"],
+            refused=counts["refused"],
         )
 
 

@@ -85,7 +85,7 @@ from ._index import (
 from ._mapped_queue import MappedFileQueue
 from ._recovery import RecoveryResult, find_valid_end
 from ._scanner import StopReason, decode_record
-from ._store_files import Checkpoint, StoreLock, read_checkpoint, write_checkpoint
+from ._store_files import Checkpoint, CheckpointFile, StoreLock, read_checkpoint
 from ._writer import RecordWriter
 
 __all__ = ["CommitLogStore", "DispatchError", "Listener"]
@@ -138,6 +138,7 @@ class CommitLogStore:
         self.root = root
         self.config = config
         self._lock = lock
+        self._checkpoint: CheckpointFile | None = None  # opened by _recover, kept open
         # A slave's commit log is written only by raw appends: through the file, not faulted in
         # first (see MappedFileQueue).
         self.commit_log = MappedFileQueue(
@@ -194,6 +195,8 @@ class CommitLogStore:
             store.commit_log.close()
             for queue in store._queues.values():
                 queue.close()
+            if store._checkpoint is not None:
+                store._checkpoint.close()
             lock.release()
             raise
         return store
@@ -202,8 +205,10 @@ class CommitLogStore:
         abort = self.root / "abort"
         self._abnormal = abort.exists()
         checkpoint_path = self.root / "checkpoint"
-        had_checkpoint = checkpoint_path.exists()
+        had_checkpoint = checkpoint_path.exists() and checkpoint_path.stat().st_size > 0
         checkpoint = read_checkpoint(checkpoint_path)
+        # kept open for the store's life: a flush never needs a new descriptor
+        self._checkpoint = CheckpointFile(checkpoint_path)
         self.commit_log.load()
         if self.commit_log.files and checkpoint.data_start_offset:
             first = self.commit_log.files[0]
@@ -340,6 +345,8 @@ class CommitLogStore:
             self.commit_log.close()
             for queue in self._queues.values():
                 queue.close()
+            if self._checkpoint is not None:
+                self._checkpoint.close()
             (self.root / "abort").unlink(missing_ok=True)
             self._lock.release()
 
@@ -1118,8 +1125,8 @@ class CommitLogStore:
         start = self.commit_log.min_offset
         if self.commit_log.files and start == self.commit_log.files[0].start_offset:
             start = 0
-        write_checkpoint(
-            self.root / "checkpoint",
+        assert self._checkpoint is not None  # opened with the store
+        self._checkpoint.write(
             Checkpoint(
                 physic_msg_timestamp=timestamp,
                 logics_msg_timestamp=timestamp,

@@ -7,6 +7,10 @@
 - ``abort``: exists while a store is open; found at open, it means the last run crashed.
 - ``lock``: held with ``fcntl.flock`` while a store is open, so a second process gets a clear
   :class:`StoreLockedError` instead of two writers on one commit log.
+
+An open store keeps the descriptors of ``checkpoint`` (:class:`CheckpointFile`) and ``lock``
+open for its whole life (``abort`` needs none after open: it is created at open and unlinked at
+close), so a process that runs out of descriptors elsewhere (connections) can still flush.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from ._errors import StoreLockedError
 __all__ = [
     "CHECKPOINT_SIZE",
     "Checkpoint",
+    "CheckpointFile",
     "StoreLock",
     "fsync_directory",
     "read_checkpoint",
@@ -67,6 +72,31 @@ def write_checkpoint(path: Path, checkpoint: Checkpoint, *, sync: bool = True) -
             os.fdatasync(fd)
     finally:
         os.close(fd)
+
+
+class CheckpointFile:
+    """The ``checkpoint`` file, open for the life of a store: each write is a ``pwrite`` of the
+    4096 bytes in place (and an ``fdatasync``), never a new descriptor."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+
+    def write(self, checkpoint: Checkpoint, *, sync: bool = True) -> None:
+        """Write ``checkpoint``; with ``sync``, fdatasync it (blocks)."""
+        if self._fd < 0:
+            raise ValueError(f"{self.path} is closed")
+        buf = bytearray(CHECKPOINT_SIZE)
+        _CHECKPOINT.pack_into(buf, 0, *attrs.astuple(checkpoint))
+        os.pwrite(self._fd, buf, 0)
+        if sync:
+            os.fdatasync(self._fd)
+
+    def close(self) -> None:
+        """Close the descriptor (idempotent)."""
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
 
 
 def fsync_directory(directory: Path) -> None:
