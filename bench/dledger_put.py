@@ -1,8 +1,8 @@
 """DLedger put throughput: three nodes as a ratio of one node, in the same run.
 
 For each group size and flush mode, ``hanet put`` sends ``--count`` messages of ``--size``
-bytes with ``--concurrency`` requests in flight through the group's leader (the put follows
-NOT_LEADER), and reports messages per second and p99 latency.
+bytes with ``--concurrency`` requests in flight through the group's leader (the put follows a
+follower's SERVICE_NOT_AVAILABLE to the leader), and reports messages per second and p99 latency.
 
     .venv/bin/python bench/dledger_put.py --count 4000
 

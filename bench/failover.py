@@ -1,8 +1,9 @@
 """DLedger failover: time from SIGKILL of the leader to the first successful put.
 
 Three ``hanet dledger`` processes on loopback; each round puts through a ``FailoverClient``
-(it follows NOT_LEADER and tries the next address), kills the leader with SIGKILL, and times
-until a put succeeds again; the killed node is restarted before the next round.
+(it follows a follower's SERVICE_NOT_AVAILABLE to the leader and tries the next address),
+kills the leader with SIGKILL, and times until a put succeeds again; the killed node is
+restarted before the next round.
 
     .venv/bin/python bench/failover.py --kills 20 --election-timeout 0.5
 

@@ -1,5 +1,7 @@
 """What the broker tests share: a small broker configuration, a broker running for a block,
-and a fake name server that records what brokers register."""
+a remoting test client (RocketMQ's requests made with :mod:`hanet.protocol`'s headers over a
+:class:`~hanet.client.RemotingConnection`), and a fake name server that records what brokers
+register."""
 
 from __future__ import annotations
 
@@ -14,18 +16,38 @@ import trio
 
 from hanet.boot import serve_listeners
 from hanet.broker import Broker, BrokerAddresses
-from hanet.channel import ChannelInboundHandler, HandlerContext, StreamChannel
+from hanet.channel import HandlerContext, StreamChannel
+from hanet.client import RemotingConnection
 from hanet.ha import BrokerConfig
 from hanet.protocol import (
     MASTER_ID,
     BrokerRegistration,
-    BrokerServerCodec,
-    RegisterBrokerRequest,
+    BrokerStatus,
+    ConsumerData,
+    ConsumerListBody,
+    HanetRequestCode,
+    HeartbeatData,
+    PullMessageRequestHeader,
+    PullMessageResponseHeader,
+    PullSysFlag,
+    QueryConsumerOffsetRequestHeader,
+    QueryConsumerOffsetResponseHeader,
+    RegisterBrokerBody,
+    RegisterBrokerRequestHeader,
     RegisterBrokerResponse,
-    UnregisterBrokerRequest,
-    UnregisterBrokerResponse,
-    broker_frame_codec,
+    RemotingCommand,
+    RemotingDispatcher,
+    RequestCode,
+    ResponseCode,
+    SendMessageRequestHeader,
+    SendMessageResponseHeader,
+    SubscriptionData,
+    UnregisterBrokerRequestHeader,
+    UpdateConsumerOffsetRequestHeader,
+    properties_to_string,
+    remoting_pipeline,
 )
+from hanet.store import Message, MessageRecord, PutResult, scan_records
 
 FILE = 64 * 1024
 """The tests' commit log file size."""
@@ -67,35 +89,237 @@ async def wait_for(predicate: Callable[[], bool], seconds: float = 10) -> None:
             await trio.sleep(0.01)
 
 
+async def put(broker: Broker, topic: str, body: bytes, queue_id: int = 0) -> PutResult:
+    """Put one message in-process, as a send of a producer does (the topic created on the
+    way)."""
+    broker.topic_table.create_for_send(topic, broker.config.default_topic_queue_nums)
+    (result,) = await broker.put([Message(topic, body, queue_id)])
+    return result
+
+
+def send_header(
+    topic: str,
+    queue_id: int = -1,
+    *,
+    properties: dict[str, str] | None = None,
+    queues: int = 4,
+    group: str = "test-producer",
+) -> SendMessageRequestHeader:
+    """A producer's send header (``queue_id`` -1: the broker picks the queue)."""
+    return SendMessageRequestHeader(
+        producer_group=group,
+        topic=topic,
+        default_topic="TBW102",
+        default_topic_queue_nums=queues,
+        queue_id=queue_id,
+        sys_flag=0,
+        born_timestamp=1_700_000_000_000,
+        flag=0,
+        properties=properties_to_string(properties) if properties else None,
+    )
+
+
+def send_request(
+    topic: str,
+    body: bytes = b"x",
+    queue_id: int = -1,
+    *,
+    properties: dict[str, str] | None = None,
+    code: int = RequestCode.SEND_MESSAGE_V2,
+    queues: int = 4,
+) -> RemotingCommand:
+    """SEND_MESSAGE_V2 (or ``code``) of one message."""
+    header = send_header(topic, queue_id, properties=properties, queues=queues)
+    return RemotingCommand.request(code, header.encode(code), body)
+
+
+@attrs.frozen
+class Sent:
+    """A send's answer."""
+
+    code: int
+    remark: str | None
+    header: SendMessageResponseHeader | None
+
+
+async def send(
+    conn: RemotingConnection,
+    topic: str,
+    body: bytes = b"x",
+    queue_id: int = -1,
+    *,
+    properties: dict[str, str] | None = None,
+    code: int = RequestCode.SEND_MESSAGE_V2,
+) -> Sent:
+    """Send one message; its answer's code, remark and header (None unless stored)."""
+    answer = await conn.invoke(
+        send_request(topic, body, queue_id, properties=properties, code=code)
+    )
+    header = None
+    if "msgId" in answer.fields:
+        header = SendMessageResponseHeader.from_fields(answer.fields)
+    return Sent(answer.code, answer.remark, header)
+
+
+@attrs.frozen
+class Pulled:
+    """A pull's answer: its code, header and records."""
+
+    code: int
+    remark: str | None
+    header: PullMessageResponseHeader | None
+    records: list[MessageRecord]
+
+
+def pull_request(
+    topic: str,
+    queue_id: int,
+    offset: int = 0,
+    *,
+    group: str = "test-consumer",
+    max_messages: int = 32,
+    commit_offset: int | None = None,
+    suspend_ms: int = 0,
+    subscription: str = "*",
+) -> RemotingCommand:
+    """PULL_MESSAGE of ``topic``'s queue from ``offset``."""
+    flag = PullSysFlag.SUBSCRIPTION
+    if commit_offset is not None:
+        flag |= PullSysFlag.COMMIT_OFFSET
+    if suspend_ms:
+        flag |= PullSysFlag.SUSPEND
+    header = PullMessageRequestHeader(
+        consumer_group=group,
+        topic=topic,
+        queue_id=queue_id,
+        queue_offset=offset,
+        max_msg_nums=max_messages,
+        sys_flag=int(flag),
+        commit_offset=commit_offset or 0,
+        suspend_timeout_millis=suspend_ms,
+        subscription=subscription,
+        sub_version=0,
+        expression_type="TAG",
+    )
+    return RemotingCommand.request(RequestCode.PULL_MESSAGE, header.to_fields())
+
+
+async def pull(
+    conn: RemotingConnection, topic: str, queue_id: int, offset: int = 0, **kwargs: Any
+) -> Pulled:
+    """Pull ``topic``'s queue from ``offset``; the records decoded."""
+    answer = await conn.invoke(pull_request(topic, queue_id, offset, **kwargs))
+    header = None
+    if "nextBeginOffset" in answer.fields:
+        header = PullMessageResponseHeader.from_fields(answer.fields)
+    records = list(scan_records(bytes(answer.body))) if answer.code == ResponseCode.SUCCESS else []
+    return Pulled(answer.code, answer.remark, header, records)
+
+
+async def status(conn: RemotingConnection) -> BrokerStatus:
+    """The broker's status document (HANET_STATUS)."""
+    answer = await conn.invoke_checked(RemotingCommand.request(HanetRequestCode.HANET_STATUS))
+    return BrokerStatus.decode(answer.body)
+
+
+async def commit(
+    conn: RemotingConnection, group: str, topic: str, queue_id: int, offset: int
+) -> RemotingCommand:
+    """UPDATE_CONSUMER_OFFSET; the answer."""
+    header = UpdateConsumerOffsetRequestHeader(group, topic, queue_id, offset)
+    return await conn.invoke(
+        RemotingCommand.request(RequestCode.UPDATE_CONSUMER_OFFSET, header.to_fields())
+    )
+
+
+async def query(conn: RemotingConnection, group: str, topic: str, queue_id: int) -> int | None:
+    """QUERY_CONSUMER_OFFSET: the offset, None when QUERY_NOT_FOUND."""
+    header = QueryConsumerOffsetRequestHeader(group, topic, queue_id)
+    answer = await conn.invoke(
+        RemotingCommand.request(RequestCode.QUERY_CONSUMER_OFFSET, header.to_fields())
+    )
+    if answer.code == ResponseCode.QUERY_NOT_FOUND:
+        return None
+    assert answer.code == ResponseCode.SUCCESS, answer
+    return QueryConsumerOffsetResponseHeader.from_fields(answer.fields).offset
+
+
+def heartbeat_request(client_id: str, *groups: str, topic: str = "T") -> RemotingCommand:
+    """HEART_BEAT of a client in consumer ``groups`` subscribing to ``topic``."""
+    body = HeartbeatData(
+        client_id,
+        consumer_data_set=tuple(
+            ConsumerData(g, subscription_data_set=(SubscriptionData(topic),)) for g in groups
+        ),
+    )
+    return RemotingCommand.request(RequestCode.HEART_BEAT, body=body.to_json())
+
+
+async def members(conn: RemotingConnection, group: str) -> tuple[str, ...]:
+    """GET_CONSUMER_LIST_BY_GROUP (empty when the broker has none)."""
+    answer = await conn.invoke(
+        RemotingCommand.request(RequestCode.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": group})
+    )
+    if answer.code != ResponseCode.SUCCESS:
+        return ()
+    return ConsumerListBody.from_json(answer.body).consumer_id_list
+
+
+def connect(address: tuple[str, int] | None, **kwargs: Any) -> Any:
+    """A :class:`RemotingConnection` to ``address`` for the block."""
+    assert address is not None
+    return RemotingConnection.connect(address[0], address[1], **kwargs)
+
+
 @attrs.define
 class FakeNameServer:
     """Answers REGISTER_BROKER with ``master`` (broker address, HA address) for slaves, and
-    records every registration and unregistration."""
+    records every registration (as :class:`BrokerRegistration`) and unregistration."""
 
     master: tuple[str, str] | None = None
     registrations: list[BrokerRegistration] = attrs.Factory(list)
     unregistered: list[tuple[str, int]] = attrs.Factory(list)
 
     def initialize(self, channel: StreamChannel) -> None:
-        for name, handler in broker_frame_codec(1 << 20, BrokerServerCodec()):
+        for name, handler in remoting_pipeline():
             channel.pipeline.add_last(handler, name)
-        channel.pipeline.add_last(_FakeNameServerHandler(self))
+        processors: dict[int, Any] = {
+            RequestCode.REGISTER_BROKER: self._register,
+            RequestCode.UNREGISTER_BROKER: self._unregister,
+        }
+        channel.pipeline.add_last(RemotingDispatcher(processors, port="fake name server"))
 
+    def _register(self, ctx: HandlerContext, request: RemotingCommand) -> RemotingCommand:
+        header = RegisterBrokerRequestHeader.from_fields(request.fields)
+        body = RegisterBrokerBody.decode_body(request.body, header.compressed)
+        wrapper = body.topic_config_serialize_wrapper
+        topics = tuple(
+            sorted(
+                (n, max(c.read_queue_nums, c.write_queue_nums))
+                for n, c in wrapper.topic_config_table.items()
+            )
+        )
+        role = "SLAVE" if header.broker_id != MASTER_ID else "MASTER"
+        self.registrations.append(
+            BrokerRegistration(
+                cluster=header.cluster_name,
+                broker_name=header.broker_name,
+                broker_id=header.broker_id,
+                role=role,
+                broker_address=header.broker_addr,
+                ha_address=header.ha_server_addr,
+                topics=topics,
+                data_version=wrapper.data_version,
+            )
+        )
+        master = self.master if header.broker_id != MASTER_ID else None
+        answer = RegisterBrokerResponse(*(master or (None, None)))
+        return request.response(fields=answer.header().to_fields())
 
-class _FakeNameServerHandler(ChannelInboundHandler):
-    def __init__(self, server: FakeNameServer) -> None:
-        self.server = server
-
-    def channel_read(self, ctx: HandlerContext, msg: Any) -> None:
-        server = self.server
-        if isinstance(msg, RegisterBrokerRequest):
-            server.registrations.append(msg.registration)
-            master = server.master if msg.registration.broker_id != MASTER_ID else None
-            answer = RegisterBrokerResponse(msg.request_id, *(master or (None, None)))
-            ctx.write_and_flush(answer)
-        elif isinstance(msg, UnregisterBrokerRequest):
-            server.unregistered.append((msg.broker_name, msg.broker_id))
-            ctx.write_and_flush(UnregisterBrokerResponse(msg.request_id))
+    def _unregister(self, ctx: HandlerContext, request: RemotingCommand) -> RemotingCommand:
+        header = UnregisterBrokerRequestHeader.from_fields(request.fields)
+        self.unregistered.append((header.broker_name, header.broker_id))
+        return request.response()
 
 
 @asynccontextmanager

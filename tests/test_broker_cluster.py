@@ -13,7 +13,19 @@ import attrs
 import pytest
 import trio
 import trio.testing
-from broker_support import config, fmt, name_server, running, wait_for
+from broker_support import (
+    commit,
+    config,
+    connect,
+    fmt,
+    name_server,
+    put,
+    query,
+    running,
+    send,
+    status,
+    wait_for,
+)
 
 from hanet.boot import serve_listeners
 from hanet.broker import (
@@ -22,21 +34,24 @@ from hanet.broker import (
     Broker,
     ConsumerOffsets,
     DLedgerBrokerService,
+    GetMessageStatus,
+    PullResult,
     SlaveSync,
+    TopicTable,
+    serve_pull,
     suggest_broker_id,
 )
-from hanet.client import BrokerClient, BrokerRequestError, NameServerConnection
+from hanet.client import RemotingConnection
 from hanet.dledger import DLedgerNode, MemoryNetwork, NodeConfig, RaftConfig
 from hanet.errors import ConfigError
 from hanet.ha import BrokerConfig, BrokerRole
 from hanet.protocol import (
     MASTER_ID,
     BrokerRegistration,
-    ErrorCode,
-    PullRequest,
-    PullResponse,
-    PullStatus,
-    PutMessage,
+    RemotingCommand,
+    RequestCode,
+    ResponseCode,
+    TopicConfigSerializeWrapper,
 )
 from hanet.store import PutStatus
 
@@ -47,70 +62,109 @@ REGISTRATION = BrokerRegistration("C", "b", 0, "ASYNC_MASTER", "127.0.0.1:1")
 
 
 async def test_a_name_server_request_to_a_broker_is_not_supported(tmp_path: Path) -> None:
-    async with running(config(tmp_path)) as (_, addresses):
-        assert addresses.broker is not None
-        async with NameServerConnection.connect(*addresses.broker) as c:
-            with pytest.raises(BrokerRequestError) as info:
-                await c.register_broker(REGISTRATION)
-            assert info.value.code is ErrorCode.NOT_SUPPORTED
-            assert "RegisterBroker is not served by a broker port" in str(info.value)
-            with pytest.raises(BrokerRequestError, match="NOT_SUPPORTED"):
-                await c.route("T")
-            assert c.is_connected  # the connection stays open
-        async with BrokerClient.connect(*addresses.broker) as b:
-            assert (await b.status()).role == "ASYNC_MASTER"
+    async with running(config(tmp_path)) as (_, addresses), connect(addresses.broker) as c:
+        answer = await c.invoke(REGISTRATION.request())
+        assert answer.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED
+        assert "request type 103 not supported" in str(answer.remark)
+        route = RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "T"})
+        assert (await c.invoke(route)).code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED
+        assert c.is_connected  # the connection stays open
+        assert (await status(c)).role == "ASYNC_MASTER"
+
+
+async def _dledger_leader(
+    tmp_path: Path, nursery: trio.Nursery, **kwargs: Any
+) -> tuple[DLedgerNode, DLedgerBrokerService, int]:
+    raft = RaftConfig(election_timeout=0.3, heartbeat_interval=0.05, retransmit_timeout=0.15)
+    node_config = NodeConfig(
+        group="g", node_id="solo", peers={"solo": "x:0"}, store_dir=tmp_path, raft=raft
+    )
+    node = DLedgerNode(node_config, connector=MemoryNetwork().connector_for("solo"), listen=False)
+    await nursery.start(node.run)
+    service = DLedgerBrokerService(node, **kwargs)
+    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+    port = listeners[0].socket.getsockname()[1]
+    await nursery.start(partial(serve_listeners, service.initialize, listeners))
+    with trio.fail_after(10):
+        while node.status().role != "LEADER":  # noqa: ASYNC110
+            await trio.sleep(0.05)
+    return node, service, port
 
 
 async def test_a_dledger_broker_port_pauses_reading_past_its_puts_in_flight(
     tmp_path: Path,
 ) -> None:
-    """With one put in flight allowed, pipelined puts are still all answered, in turn."""
-    raft = RaftConfig(election_timeout=0.3, heartbeat_interval=0.05, retransmit_timeout=0.15)
-    node_config = NodeConfig(
-        group="g", node_id="solo", peers={"solo": "x:0"}, store_dir=tmp_path, raft=raft
-    )
-    node = DLedgerNode(node_config, connector=MemoryNetwork().connector_for("solo"), listen=False)
+    """With one put in flight allowed, pipelined sends are still all answered, in turn."""
     async with trio.open_nursery() as nursery:
-        await nursery.start(node.run)
-        service = DLedgerBrokerService(node, max_in_flight=1)
-        listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
-        port = listeners[0].socket.getsockname()[1]
-        await nursery.start(partial(serve_listeners, service.initialize, listeners))
-        with trio.fail_after(10):
-            while node.status().role != "LEADER":  # noqa: ASYNC110
-                await trio.sleep(0.05)
-        async with BrokerClient.connect("127.0.0.1", port) as c:
-            replies: list[Any] = []
+        _, service, port = await _dledger_leader(tmp_path, nursery, max_in_flight=1)
+        async with RemotingConnection.connect("127.0.0.1", port) as c:
+            codes: list[int] = []
 
-            async def put(i: int) -> None:
-                replies.append(await c.put("T", b"m%d" % i, queue_id=0))
+            async def one(i: int) -> None:
+                codes.append((await send(c, "T", b"m%d" % i, 0)).code)
 
-            async with trio.open_nursery() as puts:
+            async with trio.open_nursery() as sends:
                 for i in range(20):
-                    puts.start_soon(put, i)
-        assert len(replies) == 20 and service.puts == 20
+                    sends.start_soon(one, i)
+        assert codes == [ResponseCode.SUCCESS] * 20 and service.puts == 20
         nursery.cancel_scope.cancel()
 
 
-async def test_a_dledger_broker_port_serves_offsets_and_refuses_metadata(tmp_path: Path) -> None:
-    raft = RaftConfig(election_timeout=0.3, heartbeat_interval=0.05, retransmit_timeout=0.15)
-    node_config = NodeConfig(
-        group="g", node_id="solo", peers={"solo": "x:0"}, store_dir=tmp_path, raft=raft
-    )
-    node = DLedgerNode(node_config, connector=MemoryNetwork().connector_for("solo"), listen=False)
+async def test_a_dledger_broker_port_serves_the_same_table(tmp_path: Path) -> None:
     async with trio.open_nursery() as nursery:
-        await nursery.start(node.run)
-        service = DLedgerBrokerService(node)
+        _, service, port = await _dledger_leader(tmp_path, nursery)
+        async with RemotingConnection.connect("127.0.0.1", port) as c:
+            sent = await send(c, "T", b"hello", 1)
+            assert sent.code == ResponseCode.SUCCESS and sent.header is not None
+            assert (sent.header.queue_id, sent.header.queue_offset) == (1, 0)
+            await commit(c, "grp", "T", 2, 9)
+            assert await query(c, "grp", "T", 2) == 9
+            assert await query(c, "grp", "T", 0) == 0  # a new group: nothing on disk yet
+            topics = await c.invoke_checked(
+                RemotingCommand.request(RequestCode.GET_ALL_TOPIC_CONFIG)
+            )
+            table = TopicConfigSerializeWrapper.decode(topics.body).topic_config_table
+            assert table["T"].write_queue_nums == 4
+            doc = await status(c)
+            assert doc.role == "LEADER" and doc.dledger is not None
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_dledger_follower_refuses_sends_naming_the_leader(tmp_path: Path) -> None:
+    raft = RaftConfig(election_timeout=0.3, heartbeat_interval=0.05, retransmit_timeout=0.15)
+    network = MemoryNetwork()
+    peers = {"n0": "n0:0", "n1": "n1:0"}
+    nodes = [
+        DLedgerNode(
+            NodeConfig(
+                group="g",
+                node_id=n,
+                peers=peers,
+                store_dir=tmp_path / n,
+                raft=raft,
+                broker_addresses={n: f"127.0.0.1:1{i}"},
+            ),
+            connector=network.connector_for(n),
+            listen=False,
+        )
+        for i, n in enumerate(peers)
+    ]
+    async with trio.open_nursery() as nursery:
+        for node in nodes:
+            network.register(node, nursery)
+            await nursery.start(node.run)
+        with trio.fail_after(10):
+            while not any(n.is_leader for n in nodes):  # noqa: ASYNC110
+                await trio.sleep(0.05)
+        follower = next(n for n in nodes if not n.is_leader)
+        service = DLedgerBrokerService(follower)
         listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
         port = listeners[0].socket.getsockname()[1]
         await nursery.start(partial(serve_listeners, service.initialize, listeners))
-        async with BrokerClient.connect("127.0.0.1", port) as c:
-            await c.commit_offset("grp", "T", 2, 9)
-            assert await c.query_offset("grp", "T", 2) == 9
-            assert await c.query_offset("grp", "T", 0) is None
-            with pytest.raises(BrokerRequestError) as info:
-                await c.metadata()
-            assert info.value.code is ErrorCode.NOT_SUPPORTED
+        async with RemotingConnection.connect("127.0.0.1", port) as c:
+            refused = await send(c, "T", b"x", 0)
+            assert refused.code == ResponseCode.SERVICE_NOT_AVAILABLE
+            assert "not master" in str(refused.remark) and "leader is n" in str(refused.remark)
         nursery.cancel_scope.cancel()
 
 
@@ -127,8 +181,12 @@ def test_suggest_broker_id_rules() -> None:
 
 async def _fill(broker: Broker, count: int, size: int = 200) -> None:
     for i in range(count):
-        (reply,) = await broker.put([PutMessage("T", b"%05d" % i + b"x" * size, queue_id=0)])
+        reply = await put(broker, "T", b"%05d" % i + b"x" * size)
         assert reply.status is PutStatus.PUT_OK
+
+
+def _pull(broker: Broker, offset: int, count: int = 1) -> PullResult:
+    return serve_pull(broker.store, "T", 0, offset, count, suggest=broker.suggest)
 
 
 async def test_a_master_suggests_the_slave_to_a_consumer_far_behind(
@@ -146,24 +204,24 @@ async def test_a_master_suggests_the_slave_to_a_consumer_far_behind(
         end = broker.store.max_offset
         assert end > 20_000
 
-        def pull(offset: int, count: int = 1) -> PullResponse:
-            return broker.pull(PullRequest(1, "T", 0, offset, count))
+        def pull(offset: int, count: int = 1) -> PullResult:
+            return _pull(broker, offset, count)
 
         far = pull(0)
-        assert far.status is PullStatus.FOUND and far.suggested_broker_id == 2
+        assert far.status is GetMessageStatus.FOUND and far.suggested == 2
         size = len(far.records[0])
         # Exactly at the memory figure: the master; one byte more: the slave.
         at = 99 - 4000 // size  # the first offset whose pull leaves <= 4000 bytes behind
-        assert pull(at).suggested_broker_id == MASTER_ID
-        assert pull(at - 1).suggested_broker_id == 2
-        assert pull(0, 100).suggested_broker_id == MASTER_ID  # everything pulled: none behind
-        assert pull(100).status is PullStatus.OFFSET_OVERFLOW_ONE
-        assert pull(100).suggested_broker_id == MASTER_ID
+        assert pull(at).suggested == MASTER_ID
+        assert pull(at - 1).suggested == 2
+        assert pull(0, 100).suggested == MASTER_ID  # everything pulled: none behind
+        assert pull(100).status is GetMessageStatus.OFFSET_OVERFLOW_ONE
+        assert pull(100).suggested == MASTER_ID
     async with running(attrs.evolve(cfg, slave_read_enable=False), serve_broker_port=False) as (
         broker,
         _,
     ):
-        assert broker.pull(PullRequest(1, "T", 0, 0, 1)).suggested_broker_id == MASTER_ID
+        assert _pull(broker, 0).suggested == MASTER_ID
 
 
 async def test_a_slave_suggests_itself_only_with_slave_read_enable(tmp_path: Path) -> None:
@@ -189,12 +247,11 @@ async def test_a_slave_suggests_itself_only_with_slave_read_enable(tmp_path: Pat
             with trio.fail_after(10):
                 while min(s.dispatched_offset for s in stores) < end:  # noqa: ASYNC110
                     await trio.sleep(0.01)
-            request = PullRequest(1, "T", 0, 0, 1)
-            assert reads.pull(request).status is PullStatus.FOUND
-            assert reads.pull(request).suggested_broker_id == 1  # far behind: stay here
-            assert reads.pull(PullRequest(1, "T", 0, 49, 1)).suggested_broker_id == MASTER_ID
-            assert refuses.pull(request).status is PullStatus.FOUND
-            assert refuses.pull(request).suggested_broker_id == MASTER_ID
+            assert _pull(reads, 0).status is GetMessageStatus.FOUND
+            assert _pull(reads, 0).suggested == 1  # far behind: stay here
+            assert _pull(reads, 49).suggested == MASTER_ID
+            assert _pull(refuses, 0).status is GetMessageStatus.FOUND
+            assert _pull(refuses, 0).suggested == MASTER_ID
 
 
 # -- a slave's metadata sync -------------------------------------------------------------------
@@ -204,8 +261,8 @@ async def test_a_slave_copies_topics_and_offsets_at_connect_and_every_interval(
     tmp_path: Path,
 ) -> None:
     async with running(config(tmp_path / "m")) as (master, m):
-        await master.put([PutMessage("A", b"a", queue_id=5 % 4)])
-        master.commit_offset("g", "A", 1, 1)
+        await put(master, "A", b"a", 5 % 4)
+        master.offsets.commit("g", "A", 1, 1)
         slave_cfg = config(
             tmp_path / "s",
             broker_role=BrokerRole.SLAVE,
@@ -220,27 +277,33 @@ async def test_a_slave_copies_topics_and_offsets_at_connect_and_every_interval(
             assert sync.topics == {"A": 4}
             assert slave.offsets.table() == {("A", "g"): {1: 1}}
             # Changes on the master arrive with the next round.
-            await master.put([PutMessage("B", b"b", queue_id=0)])
-            master.commit_offset("g", "A", 1, 2)
-            master.commit_offset("h", "B", 0, 1)
+            await put(master, "B", b"b")
+            master.offsets.commit("g", "A", 1, 2)
+            master.offsets.commit("h", "B", 0, 1)
             rounds = sync.syncs
             await wait_for(lambda: sync.syncs >= rounds + 2)
             assert sync.topics == {"A": 4, "B": 4}
             assert slave.topics() == {"A": 4, "B": 4}
             assert slave.offsets.table() == {("A", "g"): {1: 2}, ("B", "h"): {0: 1}}
     topics = json.loads((tmp_path / "s" / TOPICS_FILE).read_text())
-    assert topics == {
-        "topicConfigTable": {
-            "A": {"topicName": "A", "readQueueNums": 4, "writeQueueNums": 4},
-            "B": {"topicName": "B", "readQueueNums": 4, "writeQueueNums": 4},
-        }
+    assert set(topics) == {"dataVersion", "topicConfigTable"}
+    assert topics["topicConfigTable"]["B"] == {
+        "order": False,
+        "perm": 6,
+        "readQueueNums": 4,
+        "topicFilterType": "SINGLE_TAG",
+        "topicName": "B",
+        "topicSysFlag": 0,
+        "writeQueueNums": 4,
     }
+    for name in ("delayOffset.json", "subscriptionGroup.json"):
+        assert json.loads((tmp_path / "s" / "config" / name).read_text())
     offsets = json.loads((tmp_path / "s" / OFFSETS_FILE).read_text())
     assert offsets == {"offsetTable": {"A@g": {"1": 2}, "B@h": {"0": 1}}}
     # A restarted slave knows its topics before any sync.
     async with running(slave_cfg, serve_broker_port=False) as (slave, _):
         assert slave.topics() == {"A": 4, "B": 4}
-        assert slave.query_offset("h", "B", 0) == 1
+        assert slave.offsets.query("h", "B", 0) == 1
 
 
 async def test_a_failed_sync_is_logged_and_retried(
@@ -250,7 +313,10 @@ async def test_a_failed_sync_is_logged_and_retried(
     dead = trio.socket.socket()
     await dead.bind(("127.0.0.1", 0))
     sync = SlaveSync(
-        offsets, tmp_path / "topics.json", master_address=fmt(dead.getsockname()), interval=0.05
+        offsets,
+        TopicTable(tmp_path / "topics.json"),
+        master_address=fmt(dead.getsockname()),
+        interval=0.05,
     )
     dead.close()
     with caplog.at_level(logging.WARNING, "hanet.broker"):
@@ -258,7 +324,7 @@ async def test_a_failed_sync_is_logged_and_retried(
     assert "metadata sync from master 127.0.0.1:" in caplog.text
     assert sync.last_error is not None and "cannot connect" in sync.last_error
     async with running(config(tmp_path / "m")) as (master, m), trio.open_nursery() as nursery:
-        master.commit_offset("g", "T", 0, 3)
+        master.offsets.commit("g", "T", 0, 3)
         await nursery.start(sync.run)
         sync.set_master_address(fmt(m.broker))
         await wait_for(lambda: sync.syncs == 1 and sync.last_error is None)
@@ -283,10 +349,10 @@ async def test_a_master_registers_at_start_and_every_interval_and_leaves_on_shut
         async with running(cfg) as (broker, addresses):
             await wait_for(lambda: len(ns.registrations) >= 1 and len(ns2.registrations) >= 1)
             first = ns.registrations[0]
-            assert first == BrokerRegistration(
-                "C1", "broker-x", 0, "ASYNC_MASTER", fmt(addresses.broker), fmt(addresses.ha), ()
+            assert attrs.evolve(first, data_version=None) == BrokerRegistration(
+                "C1", "broker-x", 0, "MASTER", fmt(addresses.broker), fmt(addresses.ha), ()
             )
-            await broker.put([PutMessage("T", b"x", queue_id=0)])
+            await put(broker, "T", b"x")
             await wait_for(lambda: len(ns.registrations) >= 3)
             assert ns.registrations[-1].topics == (("T", 4),)
             assert broker.registrar is not None and broker.registrar.last_error is None
@@ -308,7 +374,7 @@ async def test_a_broker_on_a_wildcard_address_registers_its_broker_ip(tmp_path: 
             registration = ns.registrations[0]
             assert registration.broker_address == f"10.1.2.3:{addresses.broker[1]}"  # type: ignore[index]
             assert registration.ha_address == f"10.1.2.4:{addresses.ha[1]}"  # type: ignore[index]
-            (reply,) = await broker.put([PutMessage("T", b"x", queue_id=0)])
+            reply = await put(broker, "T", b"x")
             record = broker.store.read_record(reply.wrote_offset)
             assert record.store_address == f"10.1.2.3:{addresses.broker[1]}"  # type: ignore[index]
 
@@ -334,10 +400,10 @@ async def test_a_new_topic_is_registered_at_once_not_at_the_next_interval(
         cfg = config(tmp_path, namesrv_addr=ns_address, register_broker_interval=30.0)
         async with running(cfg) as (broker, _):
             await wait_for(lambda: len(ns.registrations) == 1)
-            await broker.put([PutMessage("T", b"x", queue_id=0)])
+            await put(broker, "T", b"x")
             await wait_for(lambda: len(ns.registrations) == 2)
             assert ns.registrations[-1].topics == (("T", 4),)
-            await broker.put([PutMessage("T", b"y", queue_id=1)])  # a known topic: no round
+            await put(broker, "T", b"y", 1)  # a known topic: no round
             await trio.sleep(0.3)
             assert len(ns.registrations) == 2
 
@@ -385,7 +451,7 @@ async def test_a_slave_learns_its_master_from_the_name_server_and_follows_a_chan
             assert ha.status().master_address == "" and ha.status().attempts == 0
             link = slave.status().master
             assert link is not None and link.address == "" and not link.connected
-            master_a.commit_offset("g", "T", 0, 1)
+            master_a.offsets.commit("g", "T", 0, 1)
             ns.master = (fmt(a.broker), fmt(a.ha))
             await wait_for(lambda: ha.status().connected)
             assert ha.status().master_address == fmt(a.ha)
@@ -395,7 +461,7 @@ async def test_a_slave_learns_its_master_from_the_name_server_and_follows_a_chan
             ns.master = (fmt(b.broker), fmt(b.ha))
             await wait_for(lambda: ha.status().master_address == fmt(b.ha))
             await wait_for(lambda: ha.status().connected)
-            (reply,) = await master_b.put([PutMessage("T", b"from b", queue_id=0)])
+            reply = await put(master_b, "T", b"from b")
             await wait_for(
                 lambda: slave.store.dispatched_offset == reply.wrote_offset + reply.wrote_size
             )

@@ -1,5 +1,6 @@
 """Consumer group membership on the broker: the registry (join, renew, expiry after 120 s,
-unregister) in virtual time, and the three requests on a broker's port."""
+unregister) in virtual time, and HEART_BEAT, UNREGISTER_CLIENT, GET_CONSUMER_LIST_BY_GROUP and
+NOTIFY_CONSUMER_IDS_CHANGED on a broker's port."""
 
 from __future__ import annotations
 
@@ -8,16 +9,23 @@ from pathlib import Path
 import pytest
 import trio
 import trio.testing
-from broker_support import config, running
+from broker_support import config, connect, heartbeat_request, members, running, status
 
 from hanet.broker import (
     CONSUMER_EXPIRY,
     ConsumerRegistry,
     ConsumerRegistryFull,
 )
-from hanet.cli import build_parser
-from hanet.client import BrokerClient
-from hanet.protocol import ConsumerGroupInfo
+from hanet.protocol import (
+    ConsumerGroupInfo,
+    NotifyConsumerIdsChangedRequestHeader,
+    RemotingCommand,
+    RequestCode,
+    ResponseCode,
+    UnregisterClientRequestHeader,
+)
+
+FIXTURES = Path(__file__).parent / "fixtures" / "remoting" / "java"
 
 
 class Clock:
@@ -108,44 +116,92 @@ async def test_the_registry_follows_trio_virtual_time(
 # -- on the wire ------------------------------------------------------------------------------
 
 
-async def test_a_broker_serves_heartbeats_lists_and_unregistrations(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    async with running(config(tmp_path)) as (_, addresses):
-        assert addresses.broker is not None
-        async with BrokerClient.connect(*addresses.broker) as client:
-            assert await client.consumer_list("G") == ()
-            await client.consumer_heartbeat("G", "b@2@y")
-            await client.consumer_heartbeat("G", "a@1@x")
-            await client.consumer_heartbeat("H", "c@3@z")
-            assert await client.consumer_list("G") == ("a@1@x", "b@2@y")
-            await client.unregister_consumer("G", "a@1@x")
-            await client.unregister_consumer("G", "never-joined")
-            assert await client.consumer_list("G") == ("b@2@y",)
-            assert await client.consumer_list("H") == ("c@3@z",)
-            status = await client.status()  # the groups travel in STATUS, JSON both ways
-        assert status.consumer_groups == (
-            ConsumerGroupInfo("G", ("b@2@y",)),
-            ConsumerGroupInfo("H", ("c@3@z",)),
+def unregister_request(client_id: str, group: str) -> RemotingCommand:
+    header = UnregisterClientRequestHeader(client_id, consumer_group=group)
+    return RemotingCommand.request(RequestCode.UNREGISTER_CLIENT, header.to_fields())
+
+
+async def test_a_broker_serves_heartbeats_lists_and_unregistrations(tmp_path: Path) -> None:
+    async with running(config(tmp_path)) as (broker, addresses), connect(addresses.broker) as c:
+        assert await members(c, "G") == ()
+        for client_id, group in (("b@2@y", "G"), ("a@1@x", "G"), ("c@3@z", "H")):
+            answer = await c.invoke(heartbeat_request(client_id, group))
+            assert answer.code == ResponseCode.SUCCESS
+        assert await members(c, "G") == ("a@1@x", "b@2@y")
+        await c.invoke_checked(unregister_request("a@1@x", "G"))
+        await c.invoke_checked(unregister_request("never-joined", "G"))
+        assert await members(c, "G") == ("b@2@y",)
+        assert await members(c, "H") == ("c@3@z",)
+        doc = await status(c)  # the groups travel in the status document, JSON both ways
+        # The retry topics are created with one queue (RocketMQ's retryQueueNums).
+        assert broker.topic_table.queue_counts() == {"%RETRY%G": 1, "%RETRY%H": 1}
+    assert doc.consumer_groups == (
+        ConsumerGroupInfo("G", ("b@2@y",)),
+        ConsumerGroupInfo("H", ("c@3@z",)),
+    )
+    assert doc.to_json()["consumer_groups"][0] == {"group": "G", "members": ["b@2@y"]}
+
+
+async def test_the_captured_java_heartbeat_and_list_are_served(tmp_path: Path) -> None:
+    from hanet.protocol import decode_command
+
+    def frame(name: str) -> RemotingCommand:
+        data = (FIXTURES / f"02-broker-produce-consume__{name}.bin").read_bytes()
+        return decode_command(data[4:])
+
+    async with running(config(tmp_path)) as (_, addresses), connect(addresses.broker) as c:
+        assert (await c.invoke(frame("HEART_BEAT__request"))).code == ResponseCode.SUCCESS
+        answer = await c.invoke(frame("GET_CONSUMER_LIST_BY_GROUP__request"))
+        captured = frame("GET_CONSUMER_LIST_BY_GROUP__response_SUCCESS")
+        assert bytes(answer.body) == bytes(captured.body)
+        unknown = await c.invoke(
+            RemotingCommand.request(RequestCode.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": "X"})
         )
-        assert status.to_json()["consumer_groups"][0] == {"group": "G", "members": ["b@2@y"]}
-        host, port = addresses.broker
-        args = build_parser().parse_args(["status", "--broker", f"{host}:{port}"])
-        assert await args.func(args) == 0
-        text = capsys.readouterr().out
-        assert "consumer group G" in text and "1 member: b@2@y" in text
+        assert unknown.code == ResponseCode.SYSTEM_ERROR and "no consumer" in str(unknown.remark)
+
+
+async def test_members_are_told_when_their_group_changes(tmp_path: Path) -> None:
+    told: dict[str, list[str]] = {"a": [], "b": []}
+
+    def listener(name: str):  # type: ignore[no-untyped-def]
+        def on_request(request: RemotingCommand) -> None:
+            assert request.code == RequestCode.NOTIFY_CONSUMER_IDS_CHANGED and request.is_oneway
+            told[name].append(
+                NotifyConsumerIdsChangedRequestHeader.from_fields(request.fields).consumer_group
+            )
+
+        return on_request
+
+    async with running(config(tmp_path)) as (_, addresses):
+        async with connect(addresses.broker, on_request=listener("a")) as a:
+            await a.invoke_checked(heartbeat_request("a", "G"))
+            async with connect(addresses.broker, on_request=listener("b")) as b:
+                await b.invoke_checked(heartbeat_request("b", "G"))
+                await b.invoke_checked(heartbeat_request("b", "G"))  # a renewal: no news
+                with trio.fail_after(5):
+                    while len(told["a"]) < 2:  # noqa: ASYNC110 - waits for the broker's news
+                        await trio.sleep(0.01)
+                assert told == {"a": ["G", "G"], "b": ["G"]}
+            # b's connection closed: it left the group, a is told.
+            with trio.fail_after(5):
+                while len(told["a"]) < 3:  # noqa: ASYNC110
+                    await trio.sleep(0.01)
+            assert await members(a, "G") == ("a",)
+            await a.invoke_checked(unregister_request("a", "G"))
+            assert await members(a, "G") == ()
 
 
 async def test_members_that_stop_heartbeating_expire(tmp_path: Path) -> None:
-    async with running(config(tmp_path), consumer_expiry=0.3) as (_, addresses):
-        assert addresses.broker is not None
-        async with BrokerClient.connect(*addresses.broker) as client:
-            await client.consumer_heartbeat("G", "a")
-            await client.consumer_heartbeat("G", "b")
-            for _ in range(4):
-                await trio.sleep(0.1)
-                await client.consumer_heartbeat("G", "b")
-            assert await client.consumer_list("G") == ("b",)
+    async with (
+        running(config(tmp_path), consumer_expiry=0.3) as (_, addresses),
+        connect(addresses.broker) as c,
+    ):
+        await c.invoke_checked(heartbeat_request("a", "G"))
+        await c.invoke_checked(heartbeat_request("b", "G"))
+        for _ in range(4):
+            await trio.sleep(0.1)
+            await c.invoke_checked(heartbeat_request("b", "G"))
+        assert await members(c, "G") == ("b",)
 
 
 def test_heartbeats_cannot_grow_the_registry_without_bound() -> None:

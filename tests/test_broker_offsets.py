@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import trio
 import trio.testing
-from broker_support import config, running
+from broker_support import commit, config, connect, pull, query, running, send
 
 from hanet.broker import (
     MAX_QUEUE_ID,
@@ -21,8 +21,8 @@ from hanet.broker import (
     ConsumerOffsetsFull,
     write_config_file,
 )
-from hanet.client import BrokerClient, BrokerError
 from hanet.ha import BrokerRole
+from hanet.protocol import ResponseCode
 
 # -- the store and its file -------------------------------------------------------------------
 
@@ -148,6 +148,26 @@ def test_update_takes_each_topic_group_of_the_master(tmp_path: Path) -> None:
     assert offsets.dirty
 
 
+def test_merge_keeps_the_larger_offset_of_each_queue_and_says_what_the_other_lacks(
+    tmp_path: Path,
+) -> None:
+    # The slave's table: commits made to it while the master was down.
+    slave = ConsumerOffsets(tmp_path / "o.json", {("T", "g"): {0: 9, 1: 2}, ("U", "g"): {0: 4}})
+    slave.persist()
+    master = {("T", "g"): {0: 5, 1: 6, 2: 1}, ("V", "h"): {0: 3}}
+    newer = slave.merge(master)
+    assert slave.table() == {
+        ("T", "g"): {0: 9, 1: 6, 2: 1},
+        ("U", "g"): {0: 4},
+        ("V", "h"): {0: 3},
+    }
+    assert newer == {("T", "g"): {0: 9}, ("U", "g"): {0: 4}}
+    assert slave.dirty
+    # A second merge with what the master took changes nothing.
+    slave.persist()
+    assert slave.merge(slave.table()) == {} and not slave.dirty
+
+
 # -- in a broker ------------------------------------------------------------------------------
 
 
@@ -157,7 +177,7 @@ async def test_offsets_are_flushed_every_interval_and_at_shutdown(
     cfg = config(tmp_path, flush_consumer_offset_interval=5.0)
     path = tmp_path / OFFSETS_FILE
     async with running(cfg, serve_broker_port=False) as (broker, _):
-        broker.commit_offset("g", "T", 0, 10)
+        broker.offsets.commit("g", "T", 0, 10)
         await trio.sleep(4.9)
         assert not path.exists()
         await trio.sleep(0.2)
@@ -165,12 +185,12 @@ async def test_offsets_are_flushed_every_interval_and_at_shutdown(
         # for the offsets' own lock waits for the write in flight.
         await broker.offsets.persist_async()
         assert json.loads(path.read_text())["offsetTable"] == {"T@g": {"0": 10}}
-        broker.commit_offset("g", "T", 0, 11)
+        broker.offsets.commit("g", "T", 0, 11)
         assert broker.offsets.persists == 1
         await trio.sleep(1)
     assert json.loads(path.read_text())["offsetTable"] == {"T@g": {"0": 11}}
     async with running(cfg, serve_broker_port=False) as (broker, _):
-        assert broker.query_offset("g", "T", 0) == 11
+        assert broker.offsets.query("g", "T", 0) == 11
 
 
 async def test_a_broker_with_corrupt_offsets_and_no_bak_does_not_start(tmp_path: Path) -> None:
@@ -182,7 +202,7 @@ async def test_a_broker_with_corrupt_offsets_and_no_bak_does_not_start(tmp_path:
     # The store was closed cleanly: a broker starts once the file is moved away.
     path.rename(tmp_path / "moved.json")
     async with running(config(tmp_path)) as (broker, _):
-        assert broker.query_offset("g", "T", 0) == -1
+        assert broker.offsets.query("g", "T", 0) == -1
 
 
 async def test_commit_and_query_on_the_broker_port_of_a_master_and_a_slave(
@@ -196,26 +216,39 @@ async def test_commit_and_query_on_the_broker_port_of_a_master_and_a_slave(
             ha_master_address=f"127.0.0.1:{master.ha[1]}",
         )
         async with running(slave_cfg) as (slave, slave_addresses):
-            assert slave_addresses.broker is not None
-            async with BrokerClient.connect(*master.broker) as c:
-                assert await c.query_offset("g", "T", 0) is None
-                await c.commit_offset("g", "T", 0, 42)
-                assert await c.query_offset("g", "T", 0) == 42
-            async with BrokerClient.connect(*slave_addresses.broker) as c:
-                await c.commit_offset("g", "T", 1, 7)  # the master unreachable: a slave takes it
-                assert await c.query_offset("g", "T", 1) == 7
+            async with connect(master.broker) as c:
+                # A new group of a queue that does not exist yet: 0 (nothing is on disk).
+                assert await query(c, "g", "T", 0) == 0
+                assert (await commit(c, "g", "T", 0, 42)).code == ResponseCode.SUCCESS
+                assert await query(c, "g", "T", 0) == 42
+                # The offset carried in a pull (sysFlag bit 0x1) is committed too.
+                await send(c, "T", b"x", 0)
+                await pull(c, "T", 0, 0, group="g", commit_offset=43)
+                assert await query(c, "g", "T", 0) == 43
+            async with connect(slave_addresses.broker) as c:
+                await commit(c, "g", "T", 1, 7)  # the master unreachable: a slave takes it
+                assert await query(c, "g", "T", 1) == 7
             assert slave.offsets.table() == {("T", "g"): {1: 7}}
     on_disk = json.loads((tmp_path / "s" / OFFSETS_FILE).read_text())
     assert on_disk["offsetTable"] == {"T@g": {"1": 7}}
 
 
+async def test_a_new_group_on_a_queue_far_behind_is_not_found(tmp_path: Path) -> None:
+    cfg = config(tmp_path, total_memory_bytes=100 * 1024)  # 40 %: 40 KiB count as in memory
+    async with running(cfg) as (_, addresses), connect(addresses.broker) as c:
+        await send(c, "T", b"first", 0)
+        assert await query(c, "g", "T", 0) == 0
+        for _ in range(60):
+            await send(c, "T", b"x" * 1000, 1)
+        assert await query(c, "g", "T", 0) is None  # its first message is on disk only
+
+
 async def test_a_commit_past_the_bounds_is_answered_system_error(tmp_path: Path) -> None:
-    async with running(config(tmp_path)) as (broker, addresses):
-        assert addresses.broker is not None
+    async with running(config(tmp_path)) as (broker, addresses), connect(addresses.broker) as c:
         broker.offsets.max_entries = 1
-        async with BrokerClient.connect(*addresses.broker) as c:
-            await c.commit_offset("g", "T", 0, 1)
-            with pytest.raises(BrokerError, match=r"SYSTEM_ERROR.*U@g is not added"):
-                await c.commit_offset("g", "U", 0, 1)
-            await c.commit_offset("g", "T", 0, 2)  # the connection stays, updates pass
-            assert await c.query_offset("g", "T", 0) == 2
+        assert (await commit(c, "g", "T", 0, 1)).code == ResponseCode.SUCCESS
+        refused = await commit(c, "g", "U", 0, 1)
+        assert refused.code == ResponseCode.SYSTEM_ERROR
+        assert "U@g is not added" in str(refused.remark)
+        assert (await commit(c, "g", "T", 0, 2)).code == ResponseCode.SUCCESS
+        assert await query(c, "g", "T", 0) == 2

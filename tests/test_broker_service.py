@@ -1,40 +1,47 @@
-"""The Broker service and hanet.client over loopback TCP, in-process (real sockets, real time)."""
+"""The Broker service's port over loopback TCP, in-process (real sockets, real time), driven
+with RocketMQ's requests through a RemotingConnection."""
 
 from __future__ import annotations
 
+import json
 import logging
 import struct
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
-from functools import partial
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
 
 import attrs
 import pytest
 import trio
-from broker_support import FILE, config, running
-
-from hanet.broker import Broker, BrokerAddresses
-from hanet.client import (
-    BrokerClient,
-    BrokerConnectionError,
-    BrokerProtocolError,
-    BrokerRequestError,
-    BrokerTimeoutError,
-    PullStatus,
-    PutMessage,
-    PutStatus,
+from broker_support import (
+    FILE,
+    config,
+    connect,
+    pull,
+    running,
+    send,
+    send_request,
+    status,
 )
+
+from hanet.broker import Broker
+from hanet.client import RemotingConnection
 from hanet.errors import ConfigError
 from hanet.ha import BrokerRole
-from hanet.protocol import PutRequest, encode_request
-from hanet.store import FlushDiskType, StoreLockedError
+from hanet.protocol import (
+    BatchMessage,
+    MessageId,
+    RemotingCommand,
+    RequestCode,
+    ResponseCode,
+    SendMessageResponseHeader,
+    ViewMessageRequestHeader,
+    decode_command,
+    encode_batch,
+    encode_command,
+)
+from hanet.store import FlushDiskType, StoreLockedError, decode_record
 
-
-def client(addresses: BrokerAddresses, **kwargs: Any) -> Any:
-    assert addresses.broker is not None
-    return BrokerClient.connect(*addresses.broker, **kwargs)
+FIXTURES = Path(__file__).parent / "fixtures" / "remoting" / "java"
 
 
 async def wait_until(predicate: Callable[[], Awaitable[bool]], seconds: float = 10) -> None:
@@ -43,84 +50,204 @@ async def wait_until(predicate: Callable[[], Awaitable[bool]], seconds: float = 
             await trio.sleep(0.01)
 
 
-async def test_put_pull_status(tmp_path: Path) -> None:
-    async with running(config(tmp_path)) as (broker, addresses), client(addresses) as c:
-        reply = await c.put(
-            "TopicTest", b"Hello", tags="TagA", keys="k1 k2", properties={"p": "v"}, queue_id=3
-        )
-        assert reply.ok and reply.stored
-        assert (reply.queue_id, reply.queue_offset, reply.wrote_offset) == (3, 0, 0)
-        pulled = await c.pull("TopicTest", 3)
-        assert pulled.status is PullStatus.FOUND
-        assert (pulled.next_offset, pulled.min_offset, pulled.max_offset) == (1, 0, 1)
-        (record,) = pulled.messages
+async def test_send_pull_status(tmp_path: Path) -> None:
+    async with running(config(tmp_path)) as (broker, addresses), connect(addresses.broker) as c:
+        props = {"TAGS": "TagA", "KEYS": "k1 k2", "p": "v"}
+        sent = await send(c, "TopicTest", b"Hello", 3, properties=props)
+        assert sent.code == ResponseCode.SUCCESS and sent.header is not None
+        assert (sent.header.queue_id, sent.header.queue_offset) == (3, 0)
+        msg_id = MessageId.parse(sent.header.msg_id)
+        assert (msg_id.offset, msg_id.port) == (0, addresses.broker[1])  # type: ignore[index]
+        pulled = await pull(c, "TopicTest", 3)
+        assert (pulled.code, pulled.remark) == (ResponseCode.SUCCESS, "FOUND")
+        assert pulled.header is not None
+        assert (pulled.header.next_begin_offset, pulled.header.min_offset) == (1, 0)
+        assert (pulled.header.max_offset, pulled.header.suggest_which_broker_id) == (1, 0)
+        (record,) = pulled.records
         assert record.body == b"Hello"
-        assert record.properties == {"TAGS": "TagA", "KEYS": "k1 k2", "p": "v"}
-        assert record.msg_id == reply.msg_id
-        assert record.size == reply.wrote_size
+        assert record.properties == {**props, "CLUSTER": "DefaultCluster"}
+        assert record.msg_id == sent.header.msg_id
         assert record.born_address.startswith("127.0.0.1:")
         assert record.store_address == f"127.0.0.1:{addresses.broker[1]}"  # type: ignore[index]
-        status = await c.status()
-        assert status.role == "ASYNC_MASTER"
-        assert status.max_offset == reply.wrote_offset + reply.wrote_size
-        assert status.puts == 1
-        assert status.slaves == () and status.master is None
-        assert status.ha_address == f"127.0.0.1:{addresses.ha[1]}"  # type: ignore[index]
+        doc = await status(c)
+        assert doc.role == "ASYNC_MASTER"
+        assert doc.max_offset == record.physical_offset + record.size
+        assert doc.puts == 1
         now = broker.status()  # one snapshot: two calls may differ in uptime
-        assert now == attrs.evolve(status, uptime=now.uptime)
+        assert now == attrs.evolve(doc, uptime=now.uptime)
+        # VIEW_MESSAGE_BY_ID: the record as stored, by the offset in its id.
+        view = ViewMessageRequestHeader(msg_id.offset).to_fields()
+        answer = await c.invoke(RemotingCommand.request(RequestCode.VIEW_MESSAGE_BY_ID, view))
+        assert decode_record(bytes(answer.body)) == record
+        missing = ViewMessageRequestHeader(1 << 40).to_fields()
+        answer = await c.invoke(RemotingCommand.request(RequestCode.VIEW_MESSAGE_BY_ID, missing))
+        assert answer.code == ResponseCode.SYSTEM_ERROR and "can not find" in str(answer.remark)
 
 
-async def test_queues_round_robin_per_topic(tmp_path: Path) -> None:
+async def test_the_captured_java_send_is_answered_in_rocketmq_s_shape(tmp_path: Path) -> None:
+    data = (FIXTURES / "02-broker-produce-consume__SEND_MESSAGE_V2__request.bin").read_bytes()
+    request = decode_command(data[4:])
+    captured = json.loads(
+        (FIXTURES / "02-broker-produce-consume__SEND_MESSAGE_V2__response_SUCCESS.json").read_text()
+    )
+    async with running(config(tmp_path)) as (_, addresses), connect(addresses.broker) as c:
+        answer = await c.invoke(request)
+        assert answer.code == ResponseCode.SUCCESS
+        assert set(answer.fields) == set(captured["header"]["extFields"])
+        header = SendMessageResponseHeader.from_fields(answer.fields)
+        assert (header.queue_id, header.queue_offset) == (3, 0)
+        pulled = await pull(c, "CapTopic", 3)
+        (record,) = pulled.records
+        assert record.body == b"Hello RocketMQ 0"
+        assert (
+            record.properties["UNIQ_KEY"]
+            == "FD00000000000000000000000000000262974E0E2F2A7F2D020E0000"
+        )
+        assert record.born_timestamp == 1795624856079
+
+
+async def test_sends_by_every_code_and_a_batch(tmp_path: Path) -> None:
+    async with running(config(tmp_path)) as (broker, addresses), connect(addresses.broker) as c:
+        v1 = await send(c, "T", b"v1", 0, code=RequestCode.SEND_MESSAGE)
+        v2 = await send(c, "T", b"v2", 0, code=RequestCode.SEND_MESSAGE_V2)
+        assert v1.header is not None and v2.header is not None
+        assert (v1.header.queue_offset, v2.header.queue_offset) == (0, 1)
+        batch = [BatchMessage(b"b%d" % i, {"UNIQ_KEY": f"U{i}"}) for i in range(5)]
+        request = send_request("T", encode_batch(batch), 1, code=RequestCode.SEND_BATCH_MESSAGE)
+        answer = await c.invoke(request)
+        assert answer.code == ResponseCode.SUCCESS
+        header = SendMessageResponseHeader.from_fields(answer.fields)
+        ids = header.msg_id.split(",")
+        assert len(ids) == 5 and (header.queue_id, header.queue_offset) == (1, 0)
+        pulled = await pull(c, "T", 1)
+        assert [r.body for r in pulled.records] == [b"b%d" % i for i in range(5)]
+        assert [r.msg_id for r in pulled.records] == ids
+        assert pulled.records[2].properties["UNIQ_KEY"] == "U2"
+        # A oneway send is stored and not answered.
+        await c.invoke_oneway(send_request("T", b"oneway", 2))
+        await wait_until(lambda: _true(broker.store.max_queue_offset("T", 2) == 1))
+
+
+async def _true(value: bool) -> bool:
+    await trio.lowlevel.checkpoint()
+    return value
+
+
+async def test_queues_round_robin_per_topic_and_topics_are_created(tmp_path: Path) -> None:
     cfg = config(tmp_path, default_topic_queue_nums=3)
-    async with running(cfg) as (_, addresses), client(addresses) as c:
-        a = [(await c.put("A", b"x")).queue_id for _ in range(5)]
-        b = [(await c.put("B", b"x")).queue_id for _ in range(2)]
-    assert a == [0, 1, 2, 0, 1]
-    assert b == [0, 1]
+    async with running(cfg) as (broker, addresses), connect(addresses.broker) as c:
+        a = [(await send(c, "A", b"x")).header for _ in range(5)]
+        b = [(await send(c, "B", b"x")).header for _ in range(2)]
+        assert [h.queue_id for h in a if h] == [0, 1, 2, 0, 1]
+        assert [h.queue_id for h in b if h] == [0, 1]
+        # A producer asking for fewer queues gets fewer; at most the broker's default.
+        few = await c.invoke(send_request("C", queue_id=0, queues=2))
+        assert few.code == ResponseCode.SUCCESS
+        assert broker.topic_table.queue_counts() == {"A": 3, "B": 3, "C": 2}
+        refused = await send(c, "C", b"x", 2)
+        assert refused.code == ResponseCode.SYSTEM_ERROR and "queueId[2]" in str(refused.remark)
+    # The topics are in config/topics.json, RocketMQ's shape.
+    doc = json.loads((tmp_path / "config" / "topics.json").read_text())
+    assert doc["topicConfigTable"]["C"]["writeQueueNums"] == 2
 
 
 async def test_many_concurrent_requests_pipelined_over_one_connection(tmp_path: Path) -> None:
-    replies = []
-    async with running(config(tmp_path)) as (broker, addresses), client(addresses) as c:
+    sent = []
+    async with running(config(tmp_path)) as (_, addresses), connect(addresses.broker) as c:
 
         async def one(i: int) -> None:
-            replies.append(await c.put("T", b"%d" % i, queue_id=0))
+            sent.append(await send(c, "T", b"%d" % i, 0))
 
         async with trio.open_nursery() as nursery:
             for i in range(300):
                 nursery.start_soon(one, i)
-        batch = await c.put_batch([PutMessage("T", b"b%d" % i, 1) for i in range(50)])
-        assert broker.store.max_offset == max(r.wrote_offset + r.wrote_size for r in batch)
-    assert all(r.ok for r in replies)
-    assert sorted(r.queue_offset for r in replies) == list(range(300))
-    assert len({r.wrote_offset for r in replies}) == 300
-    assert [r.queue_offset for r in batch] == list(range(50))
+    assert all(s.code == ResponseCode.SUCCESS for s in sent)
+    assert sorted(s.header.queue_offset for s in sent if s.header) == list(range(300))
 
 
-async def test_pull_statuses_and_bounds(tmp_path: Path) -> None:
-    async with running(config(tmp_path)) as (_, addresses), client(addresses) as c:
-        unknown = await c.pull("T", 0)
-        assert (unknown.status, unknown.next_offset) == (PullStatus.TOPIC_NOT_EXIST, 0)
-        for start in range(0, 1100, 550):
-            await c.put_batch([PutMessage("T", b"m%d" % i, 0) for i in range(start, start + 550)])
-        empty = await c.pull("T", 1)  # a queue of the topic that holds nothing yet
-        assert (empty.status, empty.next_offset) == (PullStatus.NO_MESSAGE_IN_QUEUE, 0)
-        most = await c.pull("T", 0, 0, max_messages=5000)
-        assert len(most.messages) == 1024 and most.next_offset == 1024
-        assert [m.queue_offset for m in most.messages] == list(range(1024))
-        rest = await c.pull("T", 0, 1024, max_messages=5000)
-        assert len(rest.messages) == 76 and rest.next_offset == 1100
-        at_end = await c.pull("T", 0, 1100)
-        assert (at_end.status, at_end.next_offset) == (PullStatus.OFFSET_OVERFLOW_ONE, 1100)
-        beyond = await c.pull("T", 0, 5000)
-        assert (beyond.status, beyond.next_offset) == (PullStatus.OFFSET_OVERFLOW_BADLY, 1100)
+async def test_pull_codes_and_bounds(tmp_path: Path) -> None:
+    async with running(config(tmp_path)) as (_, addresses), connect(addresses.broker) as c:
+        unknown = await pull(c, "T", 0)
+        assert unknown.code == ResponseCode.TOPIC_NOT_EXIST
+        for start in range(0, 1100, 100):
+            batch = [BatchMessage(b"m%d" % i) for i in range(start, start + 100)]
+            request = send_request("T", encode_batch(batch), 0, code=320)
+            assert (await c.invoke(request)).code == ResponseCode.SUCCESS
+        empty = await pull(c, "T", 1)  # a queue of the topic that holds nothing yet
+        assert (empty.code, empty.remark) == (ResponseCode.PULL_NOT_FOUND, "NO_MATCHED_LOGIC_QUEUE")
+        moved = await pull(c, "T", 1, 5)
+        assert moved.code == ResponseCode.PULL_OFFSET_MOVED
+        most = await pull(c, "T", 0, 0, max_messages=5000)
+        assert len(most.records) == 1024 and most.header is not None
+        assert most.header.next_begin_offset == 1024
+        assert [m.queue_offset for m in most.records] == list(range(1024))
+        rest = await pull(c, "T", 0, 1024, max_messages=5000)
+        assert len(rest.records) == 76 and rest.header and rest.header.next_begin_offset == 1100
+        at_end = await pull(c, "T", 0, 1100)
+        assert (at_end.code, at_end.remark) == (ResponseCode.PULL_NOT_FOUND, "OFFSET_OVERFLOW_ONE")
+        beyond = await pull(c, "T", 0, 5000)
+        assert beyond.code == ResponseCode.PULL_OFFSET_MOVED
+        assert beyond.header is not None and beyond.header.next_begin_offset == 1100
+        bad_queue = await pull(c, "T", 99)
+        assert bad_queue.code == ResponseCode.SYSTEM_ERROR and "queueId[99]" in str(
+            bad_queue.remark
+        )
 
 
-async def test_refused_put_keeps_the_connection(tmp_path: Path) -> None:
-    async with running(config(tmp_path)) as (_, addresses), client(addresses) as c:
-        bad = await c.put("bad topic!", b"x")
-        assert bad.status is PutStatus.MESSAGE_ILLEGAL and not bad.stored and bad.detail
-        assert (await c.put("good", b"x")).ok
+async def test_tag_subscriptions_filter_and_skip(tmp_path: Path) -> None:
+    async with running(config(tmp_path)) as (_, addresses), connect(addresses.broker) as c:
+        for i, tag in enumerate(["A", "B", "A", "C"]):
+            await send(c, "T", b"%d" % i, 0, properties={"TAGS": tag})
+        only_a = await pull(c, "T", 0, subscription="A")
+        assert [r.body for r in only_a.records] == [b"0", b"2"]
+        b_or_c = await pull(c, "T", 0, subscription="B || C")
+        assert [r.body for r in b_or_c.records] == [b"1", b"3"]
+        none = await pull(c, "T", 0, subscription="Z")
+        assert none.code == ResponseCode.PULL_RETRY_IMMEDIATELY
+        assert none.header is not None and none.header.next_begin_offset == 4
+
+
+async def test_queue_offset_requests(tmp_path: Path) -> None:
+    async with running(config(tmp_path)) as (_, addresses), connect(addresses.broker) as c:
+        stamps = []
+        for i in range(5):
+            await send(c, "T", b"%d" % i, 0)
+            stamps.append((await pull(c, "T", 0, i)).records[0].store_timestamp)
+            await trio.sleep(0.005)
+
+        async def ask(code: int, **fields: object) -> dict[str, str]:
+            answer = await c.invoke(
+                RemotingCommand.request(code, {"topic": "T", "queueId": 0, **fields})
+            )
+            assert answer.code == ResponseCode.SUCCESS, answer
+            return dict(answer.fields)
+
+        assert (await ask(RequestCode.GET_MAX_OFFSET))["offset"] == "5"
+        assert (await ask(RequestCode.GET_MIN_OFFSET))["offset"] == "0"
+        earliest = await ask(RequestCode.GET_EARLIEST_MSG_STORETIME)
+        assert earliest["timestamp"] == str(stamps[0])
+        search = RequestCode.SEARCH_OFFSET_BY_TIMESTAMP
+        assert (await ask(search, timestamp=stamps[2]))["offset"] == "2"
+        assert (await ask(search, timestamp=0))["offset"] == "0"
+        assert (await ask(search, timestamp=stamps[4] + 10_000))["offset"] == "5"
+        missing = await c.invoke(
+            RemotingCommand.request(RequestCode.GET_MAX_OFFSET, {"topic": "T"})
+        )
+        assert missing.code == ResponseCode.SYSTEM_ERROR and "queueId" in str(missing.remark)
+
+
+async def test_refused_sends_keep_the_connection(tmp_path: Path) -> None:
+    async with running(config(tmp_path)) as (broker, addresses), connect(addresses.broker) as c:
+        bad = await send(c, "bad topic!", b"x")
+        assert bad.code == ResponseCode.SYSTEM_ERROR and "[%|a-zA-Z0-9_-]" in str(bad.remark)
+        forbidden = await send(c, "SCHEDULE_TOPIC_XXXX", b"x")
+        assert forbidden.code == ResponseCode.NO_PERMISSION
+        unknown = await c.invoke(RemotingCommand.request(RequestCode.REGISTER_BROKER))
+        assert unknown.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED
+        no_header = await c.invoke(RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, {"a": "g"}))
+        assert no_header.code == ResponseCode.SYSTEM_ERROR and "missing" in str(no_header.remark)
+        assert (await send(c, "good", b"x")).code == ResponseCode.SUCCESS
+        assert broker.store.queues() == [("good", 0)]
 
 
 async def raw_exchange(address: tuple[str, int], data: bytes) -> bytes:
@@ -138,21 +265,20 @@ async def raw_exchange(address: tuple[str, int], data: bytes) -> bytes:
 @pytest.mark.parametrize(
     ("garbage", "logged"),
     [
-        (struct.pack(">I", 5) + b"\x7e\x00\x00\x00\x01", "unknown request opcode"),
-        (struct.pack(">I", 3) + b"\x01\x00\x00", "no opcode"),
+        (struct.pack(">I", 5) + b"\x07\x00\x00\x00\x01", "unknown serialize type"),
+        (struct.pack(">I", 6) + b"\x00\x00\x00\x02{x", "JSON header does not parse"),
         (struct.pack(">I", 100_000), "exceeds 1024"),
     ],
 )
-async def test_malformed_requests_close_only_their_connection(
+async def test_malformed_frames_close_only_their_connection(
     tmp_path: Path, caplog: pytest.LogCaptureFixture, garbage: bytes, logged: str
 ) -> None:
-    caplog.set_level(logging.WARNING, "hanet.broker")
+    caplog.set_level(logging.WARNING, "hanet")
     async with running(config(tmp_path), max_frame_length=1024) as (_, addresses):
         assert addresses.broker is not None
-        async with client(addresses) as c:
-            good = await raw_exchange(addresses.broker, garbage)
-            assert good == b""
-            assert (await c.put("T", b"still served")).ok
+        async with connect(addresses.broker) as c:
+            assert await raw_exchange(addresses.broker, garbage) == b""
+            assert (await send(c, "T", b"still served")).code == ResponseCode.SUCCESS
     assert any(logged in r.getMessage() and "closing" in r.getMessage() for r in caplog.records)
 
 
@@ -161,33 +287,31 @@ async def test_an_answer_is_given_for_each_of_several_requests_in_one_segment(
 ) -> None:
     async with running(config(tmp_path)) as (_, addresses):
         assert addresses.broker is not None
-        frames = b"".join(
-            struct.pack(">I", len(body)) + body
-            for body in (
-                bytes(encode_request(PutRequest(i, (PutMessage("T", b"x"),)))) for i in range(5)
-            )
-        )
+        frames = b"".join(encode_command(send_request("T").with_opaque(i)) for i in range(5))
         stream = await trio.open_tcp_stream(*addresses.broker)
         async with stream:
             await stream.send_all(frames)
             received = b""
+            opaques: list[int] = []
             with trio.fail_after(5):
-                while received.count(b"\x81") < 5 or len(received) < 5 * 4:
+                while len(opaques) < 5:
                     received += await stream.receive_some()
-        ids = []
-        pos = 0
-        while pos < len(received):
-            (length,) = struct.unpack_from(">I", received, pos)
-            ids.append(struct.unpack_from(">I", received, pos + 5)[0])
-            pos += 4 + length
-        assert ids == [0, 1, 2, 3, 4]
+                    opaques = []
+                    pos = 0
+                    while pos + 4 <= len(received):
+                        (length,) = struct.unpack_from(">I", received, pos)
+                        if pos + 4 + length > len(received):
+                            break
+                        opaques.append(decode_command(received[pos + 4 : pos + 4 + length]).opaque)
+                        pos += 4 + length
+        assert opaques == [0, 1, 2, 3, 4]
 
 
 async def test_sync_master_answers_with_the_slaves_acks(tmp_path: Path) -> None:
     master_cfg = config(tmp_path / "m", broker_role=BrokerRole.SYNC_MASTER, slave_timeout=2.0)
-    async with running(master_cfg) as (master, addresses), client(addresses) as c:
-        alone = await c.put("T", b"before any slave", queue_id=1)
-        assert alone.status is PutStatus.SLAVE_NOT_AVAILABLE and alone.stored
+    async with running(master_cfg) as (master, addresses), connect(addresses.broker) as c:
+        alone = await send(c, "T", b"before any slave", 1)
+        assert alone.code == ResponseCode.SLAVE_NOT_AVAILABLE and alone.header is not None
         assert addresses.ha is not None
         slave_cfg = config(
             tmp_path / "s",
@@ -195,33 +319,33 @@ async def test_sync_master_answers_with_the_slaves_acks(tmp_path: Path) -> None:
             ha_master_address=f"127.0.0.1:{addresses.ha[1]}",
             full_sync=True,
         )
-        async with running(slave_cfg) as (slave, slave_addresses), client(slave_addresses) as sc:
+        async with (
+            running(slave_cfg) as (slave, slave_addresses),
+            connect(slave_addresses.broker) as sc,
+        ):
 
             async def slave_connected() -> bool:
-                return any(s.ack_offset >= 0 for s in (await c.status()).slaves)
+                return any(s.ack_offset >= 0 for s in (await status(c)).slaves)
 
             await wait_until(slave_connected)
-            replies = await c.put_batch([PutMessage("T", b"%d" % i, 0) for i in range(20)])
-            assert {r.status for r in replies} == {PutStatus.PUT_OK}
-            assert slave.store.max_offset >= replies[-1].wrote_offset + replies[-1].wrote_size
-            link = (await sc.status()).master
+            batch = encode_batch([BatchMessage(b"%d" % i) for i in range(20)])
+            answer = await c.invoke(send_request("T", batch, 0, code=320))
+            assert answer.code == ResponseCode.SUCCESS
+            assert slave.store.max_offset == master.store.max_offset
+            link = (await status(sc)).master
             assert link is not None and link.connected and link.connects == 1
-            refused = await sc.put("T", b"to a slave")
-            assert refused.status is PutStatus.SERVICE_NOT_AVAILABLE and not refused.stored
-
-            async def replayed() -> bool:
-                return bool((await sc.status()).max_offset == master.store.max_offset)
-
-            await wait_until(replayed)
-            pulled = await sc.pull("T", 0, 0, 100)
-            assert [m.body for m in pulled.messages] == [b"%d" % i for i in range(20)]
-            (seen,) = (await c.status()).slaves
+            refused = await send(sc, "T", b"to a slave")
+            assert refused.code == ResponseCode.SERVICE_NOT_AVAILABLE and refused.header is None
+            assert "slave" in str(refused.remark)
+            pulled = await pull(sc, "T", 0, 0, max_messages=100)
+            assert [m.body for m in pulled.records] == [b"%d" % i for i in range(20)]
+            (seen,) = (await status(c)).slaves
             assert seen.lag_bytes == 0 and seen.state == "transferring"
 
 
 async def test_sync_master_times_out_every_waiting_put_together(tmp_path: Path) -> None:
     cfg = config(tmp_path, broker_role=BrokerRole.SYNC_MASTER, slave_timeout=0.3)
-    async with running(cfg) as (_, addresses), client(addresses) as c:
+    async with running(cfg) as (_, addresses), connect(addresses.broker) as c:
         assert addresses.ha is not None
         # A "slave" that reports once and then never acknowledges anything.
         stalled = await trio.open_tcp_stream(*addresses.ha)
@@ -229,31 +353,32 @@ async def test_sync_master_times_out_every_waiting_put_together(tmp_path: Path) 
             await stalled.send_all(struct.pack(">q", 0))
 
             async def connected() -> bool:
-                return any(s.ack_offset >= 0 for s in (await c.status()).slaves)
+                return any(s.ack_offset >= 0 for s in (await status(c)).slaves)
 
             await wait_until(connected)
-            statuses = []
+            codes = []
 
             async def one() -> None:
-                statuses.append((await c.put("T", b"x")).status)
+                codes.append((await send(c, "T", b"x")).code)
 
             start = trio.current_time()
             async with trio.open_nursery() as nursery:
                 for _ in range(10):
                     nursery.start_soon(one)
             elapsed = trio.current_time() - start
-    assert statuses == [PutStatus.FLUSH_SLAVE_TIMEOUT] * 10
+            # WAIT=false: answered at once, the wait skipped.
+            quick = await send(c, "T", b"x", properties={"WAIT": "false"})
+            assert quick.code == ResponseCode.SUCCESS
+    assert codes == [ResponseCode.FLUSH_SLAVE_TIMEOUT] * 10
     assert 0.3 <= elapsed < 2.5  # together: ten waits one after the other would take 3 s
 
 
-async def test_sync_flush_puts_are_on_disk_when_answered(tmp_path: Path) -> None:
+async def test_sync_flush_sends_are_on_disk_when_answered(tmp_path: Path) -> None:
     cfg = config(tmp_path, flush_disk_type=FlushDiskType.SYNC_FLUSH)
-    async with running(cfg) as (broker, addresses), client(addresses) as c:
-        replies = await c.put_batch([PutMessage("T", b"x" * 100) for _ in range(10)])
-        assert all(r.ok for r in replies)
-        assert broker.store.flushed_offset >= replies[-1].wrote_offset + replies[-1].wrote_size
-        in_process = await broker.put([PutMessage("T", b"direct")])
-        assert in_process[0].ok
+    async with running(cfg) as (broker, addresses), connect(addresses.broker) as c:
+        for _ in range(10):
+            assert (await send(c, "T", b"x" * 100)).code == ResponseCode.SUCCESS
+            assert broker.store.flushed_offset == broker.store.max_offset
 
 
 async def test_clean_shutdown_removes_abort_and_a_second_broker_is_refused(
@@ -274,115 +399,25 @@ def test_a_slave_needs_its_master_address(tmp_path: Path) -> None:
         Broker(config(tmp_path, broker_role=BrokerRole.SLAVE))
 
 
-# -- client errors ---------------------------------------------------------------------------
-
-
-@asynccontextmanager
-async def fake_server(
-    handler: Callable[[trio.SocketStream], Awaitable[None]],
-) -> AsyncIterator[int]:
-    async with trio.open_nursery() as nursery:
-        listeners = await nursery.start(partial(trio.serve_tcp, handler, 0, host="127.0.0.1"))
-        yield listeners[0].socket.getsockname()[1]
-        nursery.cancel_scope.cancel()
-
-
-async def test_client_connect_refused() -> None:
-    listener = (await trio.open_tcp_listeners(0, host="127.0.0.1"))[0]
-    port = listener.socket.getsockname()[1]
-    await listener.aclose()
-    with pytest.raises(BrokerConnectionError, match=f"cannot connect to 127.0.0.1:{port}"):
-        async with BrokerClient.connect("127.0.0.1", port):
-            pass  # pragma: no cover
-
-
-async def test_client_request_timeout() -> None:
-    async def silent(stream: trio.SocketStream) -> None:
-        await trio.sleep_forever()
-
-    async with (
-        fake_server(silent) as port,
-        BrokerClient.connect("127.0.0.1", port, request_timeout=0.2) as c,
-    ):
-        with pytest.raises(BrokerTimeoutError):
-            await c.status()
-
-
-async def test_client_malformed_answer() -> None:
-    async def garbage(stream: trio.SocketStream) -> None:
-        await stream.receive_some()
-        await stream.send_all(struct.pack(">I", 5) + b"\x55\x00\x00\x00\x01")
-        await trio.sleep_forever()
-
-    async with fake_server(garbage) as port, BrokerClient.connect("127.0.0.1", port) as c:
-        with pytest.raises(BrokerProtocolError, match="malformed answer"):
-            await c.status()
-        assert not c.is_connected
-        with pytest.raises(BrokerProtocolError):
-            await c.status()
-
-
-async def test_client_connection_lost_fails_every_request_in_flight() -> None:
-    async def hang_up(stream: trio.SocketStream) -> None:
-        await stream.receive_some()
-        await trio.sleep(0.1)
-        await stream.aclose()
-
-    failures = []
-    async with fake_server(hang_up) as port, BrokerClient.connect("127.0.0.1", port) as c:
-
-        async def one() -> None:
-            try:
-                await c.put("T", b"x")
-            except BrokerConnectionError as exc:
-                failures.append(exc)
-
-        async with trio.open_nursery() as nursery:
-            for _ in range(5):
-                nursery.start_soon(one)
-    assert len(failures) == 5
-
-
-async def test_an_error_in_the_block_propagates_unwrapped(tmp_path: Path) -> None:
-    async with running(config(tmp_path)) as (_, addresses):
-        with pytest.raises(KeyError):
-            async with client(addresses):
-                raise KeyError("mine")
-
-
-async def test_client_rejects_unencodable_requests(tmp_path: Path) -> None:
-    async with running(config(tmp_path)) as (_, addresses), client(addresses) as c:
-        with pytest.raises(ValueError, match="cannot encode"):
-            await c.put("T" * 70_000, b"x")
-        assert (await c.put("T", b"fine")).ok
-
-
 async def test_a_pull_never_serves_a_record_that_fails_its_crc(tmp_path: Path) -> None:
-    async with running(config(tmp_path)) as (broker, addresses), client(addresses) as c:
-        replies = [await c.put("T", b"payload %d" % i, queue_id=0) for i in range(3)]
-        bad = replies[1].wrote_offset
-        body_at = bad + replies[1].wrote_size - (1 + 1 + 2) - 1  # after the body: topic, props
+    async with running(config(tmp_path)) as (broker, addresses), connect(addresses.broker) as c:
+        for i in range(3):
+            await send(c, "T", b"payload %d" % i, 0)
+        records = (await pull(c, "T", 0)).records
+        bad = records[1].physical_offset
+        body_at = bad + records[1].size - (1 + 1 + 2) - 1 - len(records[1].properties_raw)
         path = tmp_path / "commitlog" / ("0" * 20)
         with path.open("r+b") as f:  # a byte flipped on disk, under the live mapping
             f.seek(body_at)
             byte = f.read(1)
             f.seek(body_at)
             f.write(bytes([byte[0] ^ 0xFF]))
-        first = await c.pull("T", 0, 0, max_messages=1)
-        assert [m.body for m in first.messages] == [b"payload 0"]
-        with pytest.raises(BrokerRequestError, match=f"invalid record at offset {bad}: body CRC"):
-            await c.pull("T", 0, 1)
-        assert broker.store.max_offset == replies[2].wrote_offset + replies[2].wrote_size
-
-
-async def test_a_client_pointed_at_the_ha_port_says_which_port_it_reached(
-    tmp_path: Path,
-) -> None:
-    async with running(config(tmp_path)) as (_, addresses):
-        assert addresses.ha is not None
-        async with BrokerClient.connect(*addresses.ha, request_timeout=5) as c:
-            with pytest.raises(BrokerConnectionError, match="not an HA port"):
-                await c.status()
+        first = await pull(c, "T", 0, 0, max_messages=1)
+        assert [m.body for m in first.records] == [b"payload 0"]
+        refused = await pull(c, "T", 0, 1)
+        assert refused.code == ResponseCode.SYSTEM_ERROR
+        assert f"invalid record at offset {bad}: body CRC" in str(refused.remark)
+        assert broker.store.max_offset == records[2].physical_offset + records[2].size
 
 
 async def test_a_slave_pointed_at_the_broker_port_is_named_in_the_log(
@@ -411,12 +446,19 @@ async def test_a_diverged_slave_says_so_in_its_status(tmp_path: Path) -> None:
             ha_master_address=f"127.0.0.1:{m_addr.ha[1]}",
             reconnect_interval=0.05,
         )
-        async with running(slave_cfg) as (_, s_addr), client(s_addr) as c:
+        async with running(slave_cfg) as (_, s_addr), connect(s_addr.broker) as c:
 
             async def diverged() -> bool:
-                link = (await c.status()).master
+                link = (await status(c)).master
                 return link is not None and link.diverged
 
             await wait_until(diverged)
-            link = (await c.status()).master
+            link = (await status(c)).master
             assert link is not None and link.refused_offset == ahead.max_offset
+
+
+async def test_a_connection_is_a_remoting_connection(tmp_path: Path) -> None:
+    async with running(config(tmp_path)) as (_, addresses):
+        assert addresses.broker is not None
+        async with RemotingConnection.connect(*addresses.broker) as c:
+            assert c.is_connected

@@ -59,15 +59,18 @@ async def cluster(tmp_path: Path) -> AsyncIterator[tuple[str, str, Broker]]:
             "DefaultCluster", "broker-a", 0, "ASYNC_MASTER", broker_address,
             f"127.0.0.1:{addresses.ha[1]}", ((TOPIC, 4),),
         )  # fmt: skip
-        await NameServerClient([names_address]).register_broker(registration)
-        yield f"127.0.0.1:{names_address[1]}", broker_address, broker
+        # Registered over a connection held open: the name server drops a broker whose
+        # connection closes.
+        async with NameServerClient([names_address]).connection(names_address) as held:
+            await held.register_broker(registration)
+            yield f"127.0.0.1:{names_address[1]}", broker_address, broker
         nursery.cancel_scope.cancel()
 
 
 async def test_put_pull_and_status_through_the_name_server(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    async with cluster(tmp_path) as (names, _broker_address, broker):
+    async with cluster(tmp_path) as (names, broker_address, broker):
         assert await verb("put", "--namesrv", names, "--topic", TOPIC, "--size", "20",
                           "--count", "8", "--json") == 0  # fmt: skip
         assert json.loads(capsys.readouterr().out)["statuses"] == {"PUT_OK": 8}
@@ -87,12 +90,11 @@ async def test_put_pull_and_status_through_the_name_server(
 
         assert await verb("status", "--namesrv", names) == 0
         out = capsys.readouterr().out
-        assert "broker-a" in out and "ASYNC_MASTER" in out and "s ago" in out
+        assert "broker-a" in out and "master" in out and "DefaultCluster" in out
         assert await verb("status", "--namesrv", names, "--json") == 0
-        (member,) = json.loads(capsys.readouterr().out)["brokers"]
-        assert (member["broker_name"], member["broker_id"], member["role"]) == (
-            "broker-a", 0, "ASYNC_MASTER",
-        )  # fmt: skip
+        document = json.loads(capsys.readouterr().out)  # RocketMQ's ClusterInfo
+        assert document["clusterAddrTable"] == {"DefaultCluster": ["broker-a"]}
+        assert document["brokerAddrTable"]["broker-a"]["brokerAddrs"] == {"0": broker_address}
 
 
 async def test_consume_every_queue_commit_and_resume(
@@ -125,11 +127,13 @@ async def test_consume_every_queue_commit_and_resume(
         assert len(seen) == 10
         assert "consumed 4 messages" in captured.err
 
-        # A new group without --from-beginning starts at the end: nothing.
+        # A new group without --from-beginning: the broker answers its offset query 0 for a
+        # queue whose first message is still in memory (RocketMQ 4.9.8's rule, which a Java
+        # consumer follows too), so it starts there.
         with trio.fail_after(30):
             assert await verb("consume", "--namesrv", names, "--group", "other",
                               "--topic", TOPIC, "--idle-exit", "1") == 0  # fmt: skip
-        assert capsys.readouterr().out == ""
+        assert len(capsys.readouterr().out.splitlines()) == 10
 
 
 async def test_a_consumer_stopped_by_a_signal_commits_what_it_consumed(

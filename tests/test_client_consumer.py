@@ -4,8 +4,9 @@ slave and back to the master, at least once across a lost connection."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import attrs
@@ -21,15 +22,17 @@ from hanet.client import (
     BrokerRequestError,
     ConsumedMessage,
     Consumer,
-    ErrorCode,
     PullResult,
     PullStatus,
     RouteBroker,
+    ServerRequestHandler,
     TopicRoute,
 )
 from hanet.namesrv import MAX_QUEUES
+from hanet.protocol import RemotingCommand, RequestCode, ResponseCode, decode_command
 from hanet.store import MessageRecord
 
+FIXTURES = Path(__file__).parent / "fixtures" / "remoting" / "java"
 TOPIC = "T"
 GROUP = "G"
 MASTER = "10.0.0.1:10911"
@@ -77,7 +80,7 @@ class FakeLink:
         return self.closed_by is None
 
     async def pull(
-        self, topic: str, queue_id: int, offset: int = 0, max_messages: int = 32
+        self, topic: str, queue_id: int, offset: int = 0, max_messages: int = 32, *, group: str
     ) -> PullResult:
         await trio.sleep(0.001)
         if self.closed_by is not None:
@@ -158,10 +161,12 @@ class FakeCluster:
         await trio.sleep(0.001)
         self.lookups += 1
         if self.route is None:
-            raise BrokerRequestError(ErrorCode.TOPIC_NOT_EXIST, f"no route for {topic}")
+            raise BrokerRequestError(ResponseCode.TOPIC_NOT_EXIST, f"no route for {topic}")
         return self.route
 
-    def connector(self, address: str) -> AbstractAsyncContextManager[BrokerLink]:
+    def connector(
+        self, address: str, *, on_request: ServerRequestHandler | None = None
+    ) -> AbstractAsyncContextManager[BrokerLink]:
         @asynccontextmanager
         async def connect() -> AsyncIterator[BrokerLink]:
             await trio.sleep(0.001)
@@ -434,7 +439,7 @@ async def test_a_cancelled_consumer_still_commits_what_was_consumed(
 @pytest.mark.parametrize(
     "error",
     [
-        BrokerRequestError(ErrorCode.SYSTEM_ERROR, "offset table unavailable"),
+        BrokerRequestError(ResponseCode.SYSTEM_ERROR, "offset table unavailable"),
         BrokerProtocolError("malformed answer from the broker"),
     ],
 )
@@ -453,7 +458,7 @@ async def test_a_queue_whose_members_all_answer_error_waits_for_them(
     autojump_clock: trio.testing.MockClock, cluster: FakeCluster
 ) -> None:
     produced = cluster.produce(4)
-    cluster.master.query_error = BrokerRequestError(ErrorCode.SYSTEM_ERROR, "not yet")
+    cluster.master.query_error = BrokerRequestError(ResponseCode.SYSTEM_ERROR, "not yet")
     cluster.slave.query_error = cluster.master.query_error
     async with open_consumer(cluster) as consumer:
         await trio.sleep(2)
@@ -508,7 +513,9 @@ class MemberLink(FakeLink):
     group: list[str] = attrs.field(factory=list)
     lists: list[float] = attrs.field(factory=list)
 
-    async def consumer_heartbeat(self, group: str, client_id: str) -> None:
+    async def consumer_heartbeat(
+        self, group: str, client_id: str, topics: Sequence[str] = (), *, from_beginning: bool
+    ) -> None:
         await trio.sleep(0.001)
         if client_id not in self.group:
             self.group.append(client_id)
@@ -529,7 +536,9 @@ async def test_a_rebalance_the_heartbeat_loop_starts_reuses_its_member_list(
     lists: list[float] = []
 
     @asynccontextmanager
-    async def connect(address: str) -> AsyncIterator[BrokerLink]:
+    async def connect(
+        address: str, *, on_request: ServerRequestHandler | None = None
+    ) -> AsyncIterator[BrokerLink]:
         await trio.sleep(0.001)
         broker = cluster.brokers[address]
         yield MemberLink(broker, broker.epoch, group=group, lists=lists)
@@ -559,7 +568,9 @@ async def test_only_the_queues_held_have_a_state(
     group = ["c0"]  # another member holds the first half
 
     @asynccontextmanager
-    async def connect(address: str) -> AsyncIterator[BrokerLink]:
+    async def connect(
+        address: str, *, on_request: ServerRequestHandler | None = None
+    ) -> AsyncIterator[BrokerLink]:
         await trio.sleep(0.001)
         broker = cluster.brokers[address]
         yield MemberLink(broker, broker.epoch, group=group)
@@ -569,3 +580,58 @@ async def test_only_the_queues_held_have_a_state(
         await trio.sleep(1)
         assert consumer.assigned == [("broker-a", 1)]
         assert list(consumer.positions()) == [("broker-a", 1)]
+
+
+async def test_a_notify_consumer_ids_changed_rebalances_at_once(
+    autojump_clock: trio.testing.MockClock, cluster: FakeCluster
+) -> None:
+    """The broker's oneway NOTIFY_CONSUMER_IDS_CHANGED (the captured 4.9.8 frame) makes the
+    consumer rebalance at once: no heartbeat round, no 20 s rebalance interval."""
+    group: list[str] = []
+    lists: list[float] = []
+    handlers: list[ServerRequestHandler] = []
+
+    @asynccontextmanager
+    async def connect(
+        address: str, *, on_request: ServerRequestHandler | None = None
+    ) -> AsyncIterator[BrokerLink]:
+        await trio.sleep(0.001)
+        assert on_request is not None
+        handlers.append(on_request)
+        broker = cluster.brokers[address]
+        yield MemberLink(broker, broker.epoch, group=group, lists=lists)
+
+    captured = FIXTURES / "02-broker-produce-consume__NOTIFY_CONSUMER_IDS_CHANGED__oneway.bin"
+    notify = decode_command(captured.read_bytes()[4:])
+    assert notify.code == RequestCode.NOTIFY_CONSUMER_IDS_CHANGED and notify.is_oneway
+    notify = RemotingCommand.request(
+        notify.code, {"consumerGroup": GROUP}, oneway=True, opaque=notify.opaque
+    )
+    async with Consumer.open(
+        _Names(cluster),
+        GROUP,
+        TOPIC,
+        connector=connect,
+        client_id="c1",
+        heartbeat_interval=1000.0,
+        rebalance_interval=1000.0,
+        poll_interval=1000.0,
+    ) as consumer:
+        await trio.sleep(1)
+        assert consumer.assigned == [("broker-a", 0), ("broker-a", 1)]
+        group.append("c2")
+        # Another group's notice changes nothing; ours rebalances within a few ms.
+        other = RemotingCommand.request(notify.code, {"consumerGroup": "other"}, oneway=True)
+        assert handlers[0](other) is None
+        await trio.sleep(1)
+        assert consumer.assigned == [("broker-a", 0), ("broker-a", 1)]
+        before = trio.current_time()
+        assert handlers[0](notify) is None  # oneway: no answer
+        await trio.sleep(0.1)
+        assert consumer.assigned == [("broker-a", 0)]
+        assert lists[-1] - before < 0.1
+        assert consumer.notifications == 1 and consumer.members == ("c1", "c2")
+        # Any other request from the broker is answered REQUEST_CODE_NOT_SUPPORTED.
+        asked = RemotingCommand.request(RequestCode.GET_CONSUMER_RUNNING_INFO, {}, opaque=7)
+        answer = handlers[0](asked)
+        assert answer is not None and answer.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED

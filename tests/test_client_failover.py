@@ -1,13 +1,29 @@
-"""The failover client: the broker addresses it takes from the network, NOT_LEADER
-redirects between two nodes naming each other."""
+"""The failover client: the broker addresses it takes from the network, SERVICE_NOT_AVAILABLE
+refusals followed to the leader they name, two nodes naming each other."""
 
 from __future__ import annotations
+
+import json
+from functools import partial
 
 import pytest
 import trio
 
-from hanet.client import BrokerRequestError, ErrorCode, FailoverClient, parse_broker_address
-from hanet.protocol import ErrorResponse, decode_request, encode_response
+from hanet.boot import serve
+from hanet.channel import HandlerContext, StreamChannel
+from hanet.client import BrokerRequestError, FailoverClient, parse_broker_address
+from hanet.protocol import (
+    BrokerStatus,
+    DLedgerInfo,
+    HanetRequestCode,
+    RemotingCommand,
+    RemotingDispatcher,
+    RequestCode,
+    RequestProcessor,
+    ResponseCode,
+    remoting_pipeline,
+)
+from hanet.store import PutStatus
 
 
 @pytest.mark.parametrize(
@@ -30,40 +46,100 @@ def test_anything_else_is_none(text: str) -> None:
     assert parse_broker_address(text) is None
 
 
-async def _not_leader(listener: trio.SocketListener, leader: list[str], served: list[int]) -> None:
-    """A broker port answering every request NOT_LEADER naming ``leader[0]``."""
+async def _node(
+    nursery: trio.Nursery, leader: list[str], served: list[str], name: str
+) -> tuple[str, int]:
+    """A broker port refusing every send SERVICE_NOT_AVAILABLE naming ``leader[0]``, or
+    storing it when ``leader[0]`` is itself."""
+    me: list[str] = []
 
-    async def serve(stream: trio.SocketStream) -> None:
-        buffer = b""
-        async with stream:
-            while data := await stream.receive_some(65536):
-                buffer += data
-                while len(buffer) >= 4 and len(buffer) >= 4 + int.from_bytes(buffer[:4], "big"):
-                    size = int.from_bytes(buffer[:4], "big")
-                    request = decode_request(buffer[4 : 4 + size])
-                    buffer = buffer[4 + size :]
-                    served.append(request.request_id)
-                    answer = ErrorResponse(
-                        request.request_id, ErrorCode.NOT_LEADER, "not the leader", leader[0]
-                    )
-                    payload = encode_response(answer)
-                    await stream.send_all(len(payload).to_bytes(4, "big") + payload)
+    def send(ctx: HandlerContext, request: RemotingCommand) -> RemotingCommand:
+        served.append(name)
+        if leader[0] == me[0]:
+            fields = {"msgId": "7F00000100002A9F0000000000000000", "queueId": 0, "queueOffset": 0}
+            return request.response(ResponseCode.SUCCESS, None, fields)
+        remark = f"not the DLedger leader; leader {leader[0]}"
+        return request.response(ResponseCode.SERVICE_NOT_AVAILABLE, remark)
 
-    await trio.serve_listeners(serve, [listener])
+    def init(channel: StreamChannel) -> None:
+        for handler_name, handler in remoting_pipeline():
+            channel.pipeline.add_last(handler, handler_name)
+        channel.pipeline.add_last(RemotingDispatcher({RequestCode.SEND_MESSAGE_V2: send}))
+
+    server = await nursery.start(partial(serve, init, 0, host="127.0.0.1"))
+    host, port = server.addresses[0][:2]
+    me.append(f"{host}:{port}")
+    return str(host), int(port)
 
 
 async def test_two_nodes_naming_each_other_are_not_asked_at_full_speed() -> None:
-    listeners = [(await trio.open_tcp_listeners(0, host="127.0.0.1"))[0] for _ in range(2)]
-    addresses = [listener.socket.getsockname()[:2] for listener in listeners]
-    served: list[int] = []
+    served: list[str] = []
+    leaders = [[""], [""]]
     async with trio.open_nursery() as nursery:
-        for listener, other in zip(listeners, reversed(addresses), strict=True):
-            nursery.start_soon(_not_leader, listener, [f"{other[0]}:{other[1]}"], served)
-        async with FailoverClient.connect([addresses[0]], retry_for=0.5) as client:
+        a = await _node(nursery, leaders[0], served, "a")
+        b = await _node(nursery, leaders[1], served, "b")
+        leaders[0][0], leaders[1][0] = f"{b[0]}:{b[1]}", f"{a[0]}:{a[1]}"
+        async with FailoverClient.connect([a], retry_for=0.5) as client:
             with pytest.raises(BrokerRequestError) as raised:
                 await client.put("T", b"x")
-        assert raised.value.code is ErrorCode.NOT_LEADER
+        assert raised.value.code is ResponseCode.SERVICE_NOT_AVAILABLE
         # One pause per round trip A -> B -> A: about 10 in 0.5 s, not thousands.
         assert 2 <= client.redirects <= 40
         assert len(served) == client.redirects + 1  # the last answer is raised
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_refusal_naming_the_leader_is_sent_again_to_it() -> None:
+    served: list[str] = []
+    leaders = [[""], [""]]
+    async with trio.open_nursery() as nursery:
+        a = await _node(nursery, leaders[0], served, "a")
+        b = await _node(nursery, leaders[1], served, "b")
+        leaders[0][0] = leaders[1][0] = f"{b[0]}:{b[1]}"
+        async with FailoverClient.connect([a, b]) as client:
+            reply = await client.put("T", b"x")
+            assert reply.status is PutStatus.PUT_OK
+            assert client.address == b and client.redirects == 1
+            assert served == ["a", "b"]
+            await client.put("T", b"y")  # straight to the leader now
+            assert served == ["a", "b", "b"]
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_refusal_naming_no_leader_asks_the_nodes_status_for_it() -> None:
+    """A follower answering a bare SERVICE_NOT_AVAILABLE (as a RocketMQ slave does): the
+    client asks its HANET_STATUS, whose DLedger section names the leader's broker port."""
+    served: list[str] = []
+    leader: list[str] = []
+
+    def refuse(ctx: HandlerContext, request: RemotingCommand) -> RemotingCommand:
+        served.append("follower")
+        return request.response(ResponseCode.SERVICE_NOT_AVAILABLE, "broker role is slave")
+
+    def status(ctx: HandlerContext, request: RemotingCommand) -> RemotingCommand:
+        document = BrokerStatus(
+            "FOLLOWER", None, None, 0, 0, 0, 0, 0, 0, None, 1.0,
+            dledger=DLedgerInfo("g", "n1", "FOLLOWER", 3, "n0", 0, 0, 0, leader[0]),
+        )  # fmt: skip
+        return request.response(body=json.dumps(document.to_json()).encode())
+
+    def init(channel: StreamChannel) -> None:
+        for handler_name, handler in remoting_pipeline():
+            channel.pipeline.add_last(handler, handler_name)
+        processors: dict[int, RequestProcessor] = {
+            RequestCode.SEND_MESSAGE_V2: refuse,
+            HanetRequestCode.HANET_STATUS: status,
+        }
+        channel.pipeline.add_last(RemotingDispatcher(processors))
+
+    async with trio.open_nursery() as nursery:
+        server = await nursery.start(partial(serve, init, 0, host="127.0.0.1"))
+        follower = (str(server.addresses[0][0]), int(server.addresses[0][1]))
+        leaders = [[""]]
+        real = await _node(nursery, leaders[0], served, "leader")
+        leaders[0][0] = f"{real[0]}:{real[1]}"
+        leader.append(leaders[0][0])
+        async with FailoverClient.connect([follower, real]) as client:
+            reply = await client.put("T", b"x")
+        assert reply.ok and served == ["follower", "leader"] and client.redirects == 1
         nursery.cancel_scope.cancel()

@@ -92,8 +92,11 @@ async def cluster(tmp_path: Path, **broker_options: Any) -> AsyncIterator[tuple[
             "DefaultCluster", "broker-a", 0, "ASYNC_MASTER", broker_address,
             f"127.0.0.1:{addresses.ha[1]}", ((TOPIC, QUEUES),),
         )  # fmt: skip
-        await NameServerClient([names_address]).register_broker(registration)
-        yield f"127.0.0.1:{names_address[1]}", broker
+        # Registered over a connection held open: the name server drops a broker whose
+        # connection closes.
+        async with NameServerClient([names_address]).connection(names_address) as held:
+            await held.register_broker(registration)
+            yield f"127.0.0.1:{names_address[1]}", broker
         nursery.cancel_scope.cancel()
 
 
@@ -235,3 +238,20 @@ async def test_a_member_that_dies_is_expired_and_its_queues_taken_over(
                 assert survivor.assigned == [("broker-a", q) for q in range(QUEUES)]
         skipped = {b"m0", b"m4", b"m8"}  # queue 0's first three: the ghost consumed them
         assert bodies_of(got) == Counter(b for b in produced if b not in skipped)
+
+
+async def test_a_member_joining_or_leaving_rebalances_the_others_at_once(
+    tmp_path: Path,
+) -> None:
+    """The broker's NOTIFY_CONSUMER_IDS_CHANGED: with heartbeats and periodic rebalances 1000 s
+    apart, the first member still gives up half its queues as soon as the second joins, and
+    takes them back as soon as it leaves."""
+    quiet = {"heartbeat_interval": 1000.0, "rebalance_interval": 1000.0}
+    async with cluster(tmp_path) as (names, _broker), consumer(names, "a", **quiet) as first:
+        await settled(first)
+        async with consumer(names, "b", **quiet) as second:
+            await settled(first, second)
+            assert first.assigned == [("broker-a", 0), ("broker-a", 1)]
+            assert first.notifications >= 1
+        await settled(first)
+        assert first.assigned == [("broker-a", q) for q in range(QUEUES)]

@@ -5,12 +5,10 @@ SYNC_MASTER) or an :class:`HASlave` (SLAVE), and the broker port
 (:mod:`hanet.protocol`) in the caller's nursery, and closes the store cleanly
 (``abort`` removed) however it stops.
 
-Each broker port connection's pipeline::
-
-    LengthFieldBasedFrameDecoder(max_frame, 0, 4, 0, 4) -> LengthFieldPrepender(4)
-      -> BrokerServerCodec -> the request handler
-
-Puts are written to the store synchronously, in the order they arrive on a connection. Then:
+The broker port speaks RocketMQ 4.9.8's remoting protocol through :class:`BrokerPort` (one
+dispatch table for every broker mode; see :mod:`hanet.broker._port`), :class:`Broker` being
+its backend. Sends are written to the store synchronously, in the order they arrive on a
+connection. Then:
 
 - ASYNC_MASTER + ASYNC_FLUSH: the answer is written at once;
 - SYNC_FLUSH: the answer waits for the group-commit fsync (FLUSH_DISK_TIMEOUT after
@@ -18,26 +16,30 @@ Puts are written to the store synchronously, in the order they arrive on a conne
 - SYNC_MASTER: the answer waits for :meth:`HAMaster.wait_for_replicas` (PUT_OK,
   FLUSH_SLAVE_TIMEOUT or SLAVE_NOT_AVAILABLE; the message is stored on the master either way).
 
-A slave answers every put SERVICE_NOT_AVAILABLE and serves PULL and STATUS from its replica.
+A slave answers every send SERVICE_NOT_AVAILABLE and serves pulls, offsets and the status
+from its replica.
 
 In a cluster (RocketMQ's behaviour throughout):
 
-- Consumer offsets: COMMIT_OFFSET / QUERY_OFFSET on masters and slaves alike (consumers commit
-  to a slave while the master is unreachable), kept in ``<store>/config/consumerOffset.json``
-  (:class:`ConsumerOffsets`: written every ``flush_consumer_offset_interval`` and at shutdown).
-- Consumer groups: CONSUMER_HEARTBEAT / UNREGISTER_CONSUMER / GET_CONSUMER_LIST on masters
+- Consumer offsets: QUERY/UPDATE_CONSUMER_OFFSET on masters and slaves alike (consumers
+  commit to a slave while the master is unreachable), kept in
+  ``<store>/config/consumerOffset.json`` (:class:`ConsumerOffsets`: written every
+  ``flush_consumer_offset_interval`` and at shutdown).
+- Consumer groups: HEART_BEAT / UNREGISTER_CLIENT / GET_CONSUMER_LIST_BY_GROUP on masters
   and slaves alike (:class:`ConsumerRegistry`, in memory; a member not heard from for
-  ``consumer_expiry`` seconds, 120, leaves its group): how a group's consumers share a topic's
-  queues.
+  ``consumer_expiry`` seconds, 120, or whose connection closed, leaves its group, and the
+  group's other members are told with NOTIFY_CONSUMER_IDS_CHANGED).
 - Pull answers suggest a broker id (:func:`suggest_broker_id`): a slave to a consumer far
   behind when ``slave_read_enable``.
-- A slave copies its master's topics and offsets (SYNC_METADATA, :class:`SlaveSync`) at each
-  connection to the master and every ``slave_sync_interval``, from the master's broker port
-  the name server names (or ``master_broker_address``).
+- A slave copies its master's topics, offsets, delay offsets and subscription groups
+  (:class:`SlaveSync`) at each connection to the master and every ``slave_sync_interval``,
+  from the master's broker port the name server names (or ``master_broker_address``); the
+  master takes the larger offsets the slave holds (commits made to the slave while the
+  master was down).
 - With ``namesrv_addr`` the broker registers every ``register_broker_interval``
   (:class:`NameServerRegistrar`) and unregisters on a clean shutdown; a slave without
   ``ha_master_address`` follows the master HA address the registration answer names.
-- Requests of the name server answer ERROR NOT_SUPPORTED.
+- Requests of the name server answer REQUEST_CODE_NOT_SUPPORTED.
 
 A full disk never stops the broker: while the store's file system is used past
 ``disk_max_used_space_ratio`` (75 %) puts answer SERVICE_NOT_AVAILABLE ("disk full: disk used
@@ -47,12 +49,12 @@ STATUS and replication of the data held go on; STATUS shows ``disk_full``, ``dis
 and ``create_error``.
 
 Bounds: frames over ``max_frame_length`` close the connection; a pull answers at most
-:data:`MAX_PULL_MESSAGES` messages and about :data:`MAX_PULL_BYTES`; a connection with
+``MAX_PULL_MESSAGES`` messages and about :data:`MAX_PULL_BYTES`; a connection with
 ``max_in_flight`` puts waiting for their answers, or whose answers are not read by the client
 (the channel is not writable), is not read from until that drains (back-pressure, not
 buffering).
 
-The STATUS answer is :class:`hanet.protocol.BrokerStatus`.
+The HANET_STATUS answer is :class:`hanet.protocol.BrokerStatus`.
 """
 
 from __future__ import annotations
@@ -65,44 +67,39 @@ import attrs
 import trio
 
 from hanet.boot import AllowList, serve_listeners
-from hanet.channel import ChannelHandler, StreamChannel, format_address, parse_address
+from hanet.channel import ChannelHandler, format_address, parse_address
 from hanet.client import NameServerClient
 from hanet.errors import ConfigError
 from hanet.ha import BrokerConfig, BrokerRole, HAMaster, HASlave
 from hanet.protocol import (
-    DEFAULT_MAX_FRAME_LENGTH,
-    BrokerMetadata,
+    MAX_FRAME_LENGTH,
     BrokerRegistration,
-    BrokerServerCodec,
     BrokerStatus,
     ClusterLink,
     MasterLink,
-    PullRequest,
-    PullResponse,
-    PutMessage,
-    PutReply,
     RegisterBrokerResponse,
     SlaveInfo,
-    broker_frame_codec,
+    SubscriptionGroupWrapper,
 )
 from hanet.store import (
     CommitLogStore,
     FlushDiskType,
+    Message,
     PutResult,
     PutStatus,
     StoreConfig,
     StoreRole,
 )
 
-from ._admission import RoundRobin, admit
 from ._consumers import CONSUMER_EXPIRY, ConsumerRegistry, consumer_groups
-from ._handler import DEFAULT_MAX_IN_FLIGHT, LOCALHOST, RequestHandler, packed_host, replies
 from ._metrics import BrokerMetrics, serve_metrics
 from ._offsets import OFFSETS_FILE, ConsumerOffsets
-from ._pull import serve_pull, suggest_broker_id
+from ._port import DEFAULT_MAX_IN_FLIGHT, BrokerPort, default_subscription_groups
+from ._pull import suggest_broker_id
 from ._registration import NameServerRegistrar
-from ._slave_sync import TOPICS_FILE, SlaveSync, load_topics
+from ._slave_sync import SlaveSync
 from ._status import store_status
+from ._topics import TOPICS_FILE, TopicTable
 
 __all__ = ["Broker", "BrokerAddresses"]
 
@@ -132,7 +129,7 @@ class Broker:
             ``listen_port`` the broker port (port 0: any free one), ``ha_listen_*`` a
             master's HA port, ``ha_master_address`` a slave's master.
         serve_broker_port: False runs no broker port (a slave that only replicates).
-        max_frame_length: largest broker port frame accepted (8 MiB).
+        max_frame_length: largest broker port frame accepted (16 MiB as RocketMQ).
         max_in_flight: per connection, puts awaiting their answer before reads pause.
         slave_handlers: a slave's extra HA pipeline handlers, made per connection (see
             :class:`HASlave`): metrics, logging, ... of one's own.
@@ -146,7 +143,7 @@ class Broker:
         config: BrokerConfig,
         *,
         serve_broker_port: bool = True,
-        max_frame_length: int = DEFAULT_MAX_FRAME_LENGTH,
+        max_frame_length: int = MAX_FRAME_LENGTH,
         max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
         slave_handlers: Callable[[], Sequence[ChannelHandler]] | None = None,
         store_config: StoreConfig | None = None,
@@ -167,6 +164,10 @@ class Broker:
         self._store_config = store_config
         self._store: CommitLogStore | None = None
         self._offsets: ConsumerOffsets | None = None
+        self._topics: TopicTable | None = None
+        self.port = BrokerPort(self, max_frame_length=max_frame_length)
+        """The broker port's dispatch table and pipeline (add processors and hooks to it
+        before :meth:`run`)."""
         self.consumers = ConsumerRegistry(consumer_expiry, clock=trio.current_time)
         """The live members of each consumer group (served on masters and slaves)."""
         self.master: HAMaster | None = None
@@ -177,7 +178,6 @@ class Broker:
         self._announced: set[str] = set()  # the topics of the last registration
         """The registration with the name servers (None without ``namesrv_addr``)."""
         self.addresses = BrokerAddresses(None, None)
-        self._queue_for = RoundRobin(config.default_topic_queue_nums)
         self._started = 0.0
         self._sync_master = config.broker_role is BrokerRole.SYNC_MASTER
         self.metrics = BrokerMetrics(lambda: self.status() if self._store is not None else None)
@@ -216,6 +216,17 @@ class Broker:
         if self._offsets is None:
             raise RuntimeError("the broker is not running")
         return self._offsets
+
+    @property
+    def topic_table(self) -> TopicTable:
+        """The topics served (only while :meth:`run` runs).
+
+        Raises:
+            RuntimeError: the broker is not running.
+        """
+        if self._topics is None:
+            raise RuntimeError("the broker is not running")
+        return self._topics
 
     def _make_store_config(self, broker_address: tuple[str, int] | None) -> StoreConfig:
         if self._store_config is not None:
@@ -268,20 +279,26 @@ class Broker:
         self._started = trio.current_time()
         try:
             self._offsets = ConsumerOffsets.load(config.store_path_root_dir / OFFSETS_FILE)
+            topics = TopicTable.load(
+                config.store_path_root_dir / TOPICS_FILE,
+                default_queues=config.default_topic_queue_nums,
+            )
+            topics.add_store_queues(store.queues())
+            self._topics = topics
             async with trio.open_nursery() as nursery:
                 await nursery.start(store.run)
                 await nursery.start(self._offsets.run, config.flush_consumer_offset_interval)
+                nursery.start_soon(self._housekeeping, config.flush_consumer_offset_interval)
                 ha_address: tuple[str, int] | None = None
                 if self.role is BrokerRole.SLAVE:
-                    topics_path = config.store_path_root_dir / TOPICS_FILE
                     self.sync = SlaveSync(
                         self._offsets,
-                        topics_path,
+                        topics,
+                        config.store_path_root_dir,
                         master_address=config.master_broker_address,
                         interval=config.slave_sync_interval,
                         tls=config.client_tls(),
                     )
-                    self.sync.topics = load_topics(topics_path)
                     await nursery.start(self.sync.run)
                     self.slave = HASlave(
                         store,
@@ -297,7 +314,7 @@ class Broker:
                     await nursery.start(
                         partial(
                             serve_listeners,
-                            self._initialize,
+                            self.port.initialize,
                             listeners,
                             tls=config.server_tls(),
                             allow=AllowList.parse(config.listen_allow)
@@ -325,7 +342,9 @@ class Broker:
                     nursery.start_soon(self.registrar.run)
                 task_status.started(self.addresses)
         finally:
+            self._persist_topics_logged()
             self._offsets = None  # persisted when its flusher stopped
+            self._topics = None
             with trio.CancelScope(shield=True):
                 for listener in listeners:
                     await listener.aclose()  # closed already unless the offsets did not load
@@ -333,46 +352,102 @@ class Broker:
             self._store = None
             log.info("store %s closed", config.store_path_root_dir)
 
-    def _initialize(self, channel: StreamChannel) -> None:
-        pipeline = channel.pipeline
-        for name, handler in broker_frame_codec(self.max_frame_length, BrokerServerCodec()):
-            pipeline.add_last(handler, name)
-        pipeline.add_last(RequestHandler(self, channel), "requests")
+    async def _housekeeping(self, interval: float) -> None:
+        """Every ``interval`` seconds: drop expired consumers (telling their groups) and
+        write the topic table when it changed."""
+        while True:
+            await trio.sleep(min(interval, 10.0))
+            self.port.housekeeping()
+            topics = self._topics
+            if topics is not None and topics.dirty:
+                try:
+                    await trio.to_thread.run_sync(topics.persist)
+                except OSError as exc:
+                    log.warning("cannot write the topic config to %s: %s", topics.path, exc)
 
-    # -- requests (usable in-process too) ---------------------------------------------------------
+    def _persist_topics_logged(self) -> None:
+        topics = self._topics
+        if topics is None:
+            return
+        try:
+            topics.persist()
+        except OSError as exc:
+            log.warning("cannot write the topic config to %s: %s", topics.path, exc)
 
-    def store_messages(
-        self, messages: Sequence[PutMessage], born: tuple[bytes, int] = LOCALHOST
-    ) -> tuple[list[PutResult], list[int]]:
-        """Validate messages, then write the valid ones to the store now (synchronous);
-        returns a result and a queue id for each message, in order.
+    # -- the broker port's backend (see BrokerBackend) -------------------------------------------
 
-        Every message is checked (see :func:`~hanet.broker.refusal`) before any is stored; a
-        refused one gets MESSAGE_ILLEGAL (or PROPERTIES_SIZE_EXCEEDED) with the reason in
-        ``detail``, writes nothing and takes no turn of the round robin (queue id -1); the
-        others are
-        stored as one batch. ``born`` is the producer's packed address and port (the records'
-        BORNHOST). A slave's store refuses (SERVICE_NOT_AVAILABLE). Follow with :meth:`settle`
-        for durability and replication, unless :attr:`answers_at_once`.
-        """
-        admission = admit(
-            messages,
-            born,
-            queues=self.config.default_topic_queue_nums,
-            max_body=self.store.config.max_message_size,
-            queue_for=self._queue_for,
-        )
-        batch = admission.messages
-        stored = self.store.put_batch(batch) if batch else []
+    @property
+    def is_slave(self) -> bool:
+        """A slave takes no sends."""
+        return self.role is BrokerRole.SLAVE
+
+    @property
+    def cluster_name(self) -> str:
+        """The cluster stored with each message (``CLUSTER``)."""
+        return self.config.broker_cluster_name
+
+    def send_refusal(self) -> str | None:
+        """A slave refuses sends (SERVICE_NOT_AVAILABLE, as RocketMQ's slave store)."""
+        if self.role is BrokerRole.SLAVE:
+            return (
+                f"the broker[{self.config.broker_name}, id {self.config.effective_broker_id}] "
+                "is a slave: sending message is forbidden, send to its master"
+            )
+        if self._store is None:
+            return "the broker is not running"
+        return None
+
+    def put_now(self, messages: Sequence[Message]) -> list[PutResult]:
+        """Write ``messages`` to the store now, in order (one batch); a new topic wakes the
+        name server registration so that routes find it at once (as RocketMQ)."""
+        results = self.store.put_batch(messages)
         registrar = self.registrar
-        if registrar is not None and any(m.topic not in self._announced for m in batch):
-            registrar.wake()  # a new topic: register now, so routes find it (as RocketMQ)
-        if len(stored) == len(messages):  # nothing refused: the common case
-            return stored, admission.queue_ids
-        return admission.merged(stored, lambda r: r), admission.queue_ids
+        if registrar is not None and any(m.topic not in self._announced for m in messages):
+            registrar.wake()
+        return results
+
+    async def put(self, messages: Sequence[Message]) -> list[PutResult]:
+        """Store ``messages`` and wait as the role says (:meth:`settle`); each stored
+        message's status is the wait's outcome."""
+        stored_at = trio.current_time()
+        results = self.put_now(messages)
+        ends = [r.end_offset for r in results if r.status is PutStatus.PUT_OK]
+        if ends and self.must_wait():
+            status = await self.settle(max(ends), stored_at)
+        else:
+            await trio.lowlevel.checkpoint()
+            status = PutStatus.PUT_OK
+        return [r._replace(status=status) if r.status is PutStatus.PUT_OK else r for r in results]
+
+    def must_wait(self) -> bool:
+        """Whether a stored send waits (SYNC_MASTER, SYNC_FLUSH)."""
+        return not self.answers_at_once
+
+    def suggest(self, behind: int) -> int:
+        """The member a consumer ``behind`` bytes behind should pull from next."""
+        return self._suggest(behind)
+
+    def in_memory_limit(self) -> int:
+        """Commit log bytes behind the end that count as in memory."""
+        config = self.config
+        return config.memory_bytes * config.access_message_in_memory_max_ratio // 100
+
+    def delay_offsets(self) -> bytes:
+        """``delayOffset.json`` (an empty table until the delay service keeps one)."""
+        path = self.config.store_path_root_dir / "config" / "delayOffset.json"
+        try:
+            return path.read_bytes()
+        except OSError:
+            return b'{"offsetTable":{}}'
+
+    def subscription_groups(self) -> SubscriptionGroupWrapper:
+        """Every consumer group known, with RocketMQ's default settings (a slave: its
+        master's)."""
+        known = self.sync.subscription_groups.groups if self.sync is not None else None
+        return default_subscription_groups(self.consumers, known)
 
     def observe_put(self, statuses: Sequence[PutStatus], seconds: float) -> None:
-        """A PUT request was answered: count its statuses and its latency."""
+        """A send was answered: count its statuses and its latency."""
         self.metrics.observe_put([status.value for status in statuses], seconds)
 
     def connection_event(self, event: str) -> None:
@@ -427,48 +502,12 @@ class Broker:
             offset = min(offset, self._replicated())
         return offset
 
-    async def put(self, messages: Sequence[PutMessage], born: object = None) -> list[PutReply]:
-        """Put messages as a broker port PUT does (store, then :meth:`settle`)."""
-        stored_at = trio.current_time()
-        results, queue_ids = self.store_messages(messages, packed_host(born))
-        ends = [r.end_offset for r in results if r.status is PutStatus.PUT_OK]
-        if ends and not self.answers_at_once:
-            status = await self.settle(max(ends), stored_at)
-        else:
-            await trio.lowlevel.checkpoint()
-            status = PutStatus.PUT_OK
-        return list(replies(results, queue_ids, status))
-
-    def pull(self, request: PullRequest) -> PullResponse:
-        """Serve a PULL from the consume queue (see :func:`~hanet.broker.serve_pull`); the
-        answer suggests a slave to a consumer far behind when ``slave_read_enable`` (see
-        :func:`~hanet.broker.suggest_broker_id`)."""
-        return serve_pull(
-            self.store, request, self.config.default_topic_queue_nums, suggest=self._suggest
-        )
-
-    def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
-        """Record a consumer group's offset of a queue (a slave takes commits too: consumers
-        commit there while the master is unreachable)."""
-        self.offsets.commit(group, topic, queue_id, offset)
-
-    def query_offset(self, group: str, topic: str, queue_id: int) -> int:
-        """A consumer group's committed offset of a queue, -1 when it has none."""
-        return self.offsets.query(group, topic, queue_id)
-
     def topics(self) -> dict[str, int]:
-        """The topics of the store, each with its number of queues (at least
-        ``default_topic_queue_nums``: the queues a put may use); a slave adds the topics
-        copied from its master."""
-        topics: dict[str, int] = {}
-        for topic, queue_id in self.store.queues():
-            topics[topic] = max(topics.get(topic, 0), queue_id + 1)
-        default = self.config.default_topic_queue_nums
-        topics = {topic: max(queues, default) for topic, queues in topics.items()}
-        if self.sync is not None:
-            for topic, queues in self.sync.topics.items():
-                topics[topic] = max(topics.get(topic, 0), queues)
-        return topics
+        """The topics served, each with its number of queues (a slave's: those copied from
+        its master and those of its store)."""
+        table = self.topic_table
+        table.add_store_queues(self.store.queues())
+        return table.queue_counts()
 
     def registration(self) -> BrokerRegistration:
         """What this broker registers with the name servers: cluster, names, id, role, its
@@ -485,6 +524,7 @@ class Broker:
             broker_address=_advertised(addresses.broker, config.broker_ip1),
             ha_address=_advertised(addresses.ha, config.broker_ip2 or config.broker_ip1),
             topics=tuple(sorted(topics.items())),
+            data_version=self._topics.data_version if self._topics is not None else None,
         )
 
     def _registered(self, answer: RegisterBrokerResponse) -> None:
@@ -497,10 +537,6 @@ class Broker:
                 self.sync.set_master_address(format_address(parse_address(answer.master_address)))
         except ConfigError as exc:  # a name server's answer is input like any other
             log.warning("ignoring the name server's master addresses: %s", exc)
-
-    def metadata(self) -> BrokerMetadata:
-        """What a slave copies (SYNC_METADATA): :meth:`topics` and the consumer offsets."""
-        return BrokerMetadata(self.topics(), self.offsets.table())
 
     def cluster_link(self) -> ClusterLink | None:
         """The STATUS document's ``cluster`` section: the registration with the name servers

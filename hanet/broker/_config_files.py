@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from hanet.errors import HanetError
+from hanet.protocol import load_body
 from hanet.store import fsync_directory
 
 __all__ = ["ConfigFileError", "read_config_file", "write_config_file"]
@@ -58,8 +59,8 @@ def write_config_file(path: Path, document: dict[str, Any]) -> None:
 
 def _parse(path: Path, parse: Callable[[dict[str, Any]], T]) -> T:
     """Raises ValueError (with the reason) or OSError."""
-    text = path.read_text(encoding="utf-8")
-    document = json.loads(text)
+    # RocketMQ writes maps keyed by numbers with bare keys ({0:12}): read them too.
+    document = load_body(path.read_bytes(), path.name)
     if not isinstance(document, dict):
         raise ValueError("not a JSON object")
     return parse(document)

@@ -1,11 +1,13 @@
 """Consumer group membership: which clients of each group are alive (RocketMQ's
 ``ConsumerManager``), sans-IO.
 
-A consumer heartbeats (CONSUMER_HEARTBEAT) its group and client id to the brokers; the members
-of a group are the ids heard from within the last :data:`CONSUMER_EXPIRY` seconds (RocketMQ's
-``channelExpiredTimeout``, 120 s) and not unregistered since (UNREGISTER_CONSUMER, a clean
-shutdown). GET_CONSUMER_LIST answers :meth:`ConsumerRegistry.members`, from which each member
-takes its share of a topic's queues. The registry lives in memory only: after a restart the
+A consumer heartbeats (HEART_BEAT) its groups and client id to the brokers; the members of a
+group are the ids heard from within the last :data:`CONSUMER_EXPIRY` seconds (RocketMQ's
+``channelExpiredTimeout``, 120 s), not unregistered since (UNREGISTER_CLIENT, a clean
+shutdown) and whose connection is still open. GET_CONSUMER_LIST_BY_GROUP answers
+:meth:`ConsumerRegistry.members`, from which each member takes its share of a topic's queues.
+Each member's connection is kept, so that the broker can tell every member of a group that
+changed (NOTIFY_CONSUMER_IDS_CHANGED). The registry lives in memory only: after a restart the
 members are back within one heartbeat interval.
 """
 
@@ -72,12 +74,15 @@ class ConsumerRegistry:
         self.max_members = max_members
         self.max_groups = max_groups
         self._groups: dict[str, dict[str, float]] = {}
+        self._channels: dict[tuple[str, str], object] = {}
+        self._expired_groups: set[str] = set()  # changed by expiry since expire() last said
         # Every member by when it was last heard from, oldest first (a heartbeat moves its
         # member to the end): expiry pops from the front, in time of what it drops.
         self._seen: OrderedDict[tuple[str, str], float] = OrderedDict()
 
-    def heartbeat(self, group: str, client_id: str) -> bool:
-        """``client_id`` of ``group`` is alive now; True when it was not a member.
+    def heartbeat(self, group: str, client_id: str, channel: object = None) -> bool:
+        """``client_id`` of ``group`` is alive now, heard on ``channel`` (its connection);
+        True when it was not a member.
 
         Raises:
             ConsumerRegistryFull: it would be the group's member past ``max_members``
@@ -101,6 +106,8 @@ class ConsumerRegistry:
                 f"{client_id!r} is not added"
             )
         members[client_id] = now
+        if channel is not None:
+            self._channels[(group, client_id)] = channel
         self._seen[(group, client_id)] = now
         self._seen.move_to_end((group, client_id))
         return joined
@@ -113,9 +120,36 @@ class ConsumerRegistry:
             return False
         del members[client_id]
         del self._seen[(group, client_id)]
+        self._channels.pop((group, client_id), None)
         if not members:
             del self._groups[group]
         return True
+
+    def channels(self, group: str) -> list[object]:
+        """The connections of ``group``'s live members (those heard on one)."""
+        self._expire(self.clock())
+        out = []
+        for client_id in sorted(self._groups.get(group, ())):
+            channel = self._channels.get((group, client_id))
+            if channel is not None:
+                out.append(channel)
+        return out
+
+    def drop_channel(self, channel: object) -> list[str]:
+        """Every member heard on ``channel`` leaves its group (the connection closed:
+        RocketMQ's ``doChannelCloseEvent``); returns the groups that changed."""
+        gone = [key for key, c in self._channels.items() if c is channel]
+        for group, client_id in gone:
+            self.unregister(group, client_id)
+        return sorted({group for group, _ in gone})
+
+    def expire(self) -> list[str]:
+        """Drop the members not heard from in time now; returns the groups that expiry
+        changed since the last call (whichever call noticed it)."""
+        self._expire(self.clock())
+        changed = sorted(self._expired_groups)
+        self._expired_groups.clear()
+        return changed
 
     def members(self, group: str) -> tuple[str, ...]:
         """The client ids of ``group``'s live members, sorted (empty for an unknown group)."""
@@ -127,21 +161,27 @@ class ConsumerRegistry:
         self._expire(self.clock())
         return {group: tuple(sorted(ids)) for group, ids in sorted(self._groups.items())}
 
-    def _expire(self, now: float) -> None:
+    def _expire(self, now: float) -> list[str]:
         """Drop the members not heard from since ``now - expiry`` (the oldest first: the
-        cost is that of what is dropped)."""
+        cost is that of what is dropped); returns the groups that changed."""
         deadline = now - self.expiry
         seen = self._seen
+        changed: list[str] = []
         while seen:
             key = next(iter(seen))
             if seen[key] >= deadline:
                 break
             del seen[key]
+            self._channels.pop(key, None)
             group, client_id = key
             members = self._groups[group]
             del members[client_id]
             if not members:
                 del self._groups[group]
+            if group not in changed:
+                changed.append(group)
+        self._expired_groups.update(changed)
+        return changed
 
 
 def consumer_groups(registry: ConsumerRegistry) -> tuple[ConsumerGroupInfo, ...]:

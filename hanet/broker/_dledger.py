@@ -1,68 +1,46 @@
-"""The broker port of a DLedger node: PUT through Raft, PULL and STATUS from its view.
+"""The broker port of a DLedger node: the same dispatch table as a classic broker
+(:class:`~hanet.broker.BrokerPort`), sends appended through Raft, everything else served from
+the node's commit log view.
 
-A follower or candidate answers a PUT with ERROR NOT_LEADER (with the leader's broker address
-when it knows it); WAIT_QUORUM_ACK_TIMEOUT means the outcome is unknown (the entry may still
-commit). Messages are checked as the classic broker checks them (:func:`refusal`) and pulls
-are served by the same code (:func:`serve_pull`).
+A follower or candidate is a slave in RocketMQ's DLedger mode: it answers a send
+SERVICE_NOT_AVAILABLE, its remark naming the leader and its broker address when the node
+knows them, and pulls beyond its data PULL_RETRY_IMMEDIATELY. A leader's append that a quorum
+did not acknowledge in time answers FLUSH_SLAVE_TIMEOUT (the outcome is unknown: the entry may
+still commit); LEADER_PENDING_FULL answers SERVICE_NOT_AVAILABLE.
 
-Consumer offsets (COMMIT_OFFSET, QUERY_OFFSET) are kept per node in a
-:class:`ConsumerOffsets` (memory only unless one with a file is given; they are not
-replicated through Raft), and so are the consumer groups' members (a
-:class:`ConsumerRegistry`: a consumer heartbeats to each node it reaches). SYNC_METADATA and the
-name server's requests answer ERROR NOT_SUPPORTED: a DLedger group has no master/slave metadata
-sync.
+Consumer offsets (QUERY/UPDATE_CONSUMER_OFFSET) are kept per node in a :class:`ConsumerOffsets`
+(memory only unless one with a file is given; they are not replicated through Raft), and so
+are the consumer groups' members (a consumer heartbeats to each node it reaches) and the
+topics (a :class:`TopicTable`, completed from the view's consume queues).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
 
 import trio
 
-from hanet.channel import ChannelInboundHandler, HandlerContext, StreamChannel
+from hanet.channel import StreamChannel
 from hanet.dledger import AppendStatus, DLedgerNode, PutOutcome
 from hanet.protocol import (
-    DEFAULT_MAX_FRAME_LENGTH,
-    BrokerServerCodec,
+    MAX_FRAME_LENGTH,
     BrokerStatus,
-    CommitOffsetRequest,
     DLedgerInfo,
     DLedgerPeer,
-    ErrorCode,
-    ErrorResponse,
-    PullRequest,
-    PullResponse,
-    PullStatus,
-    PutReply,
-    PutRequest,
-    PutResponse,
-    QueryOffsetRequest,
-    QueryOffsetResponse,
-    Request,
-    StatusRequest,
-    StatusResponse,
-    broker_frame_codec,
+    SubscriptionGroupWrapper,
 )
-from hanet.store import DEFAULT_MAX_MESSAGE_SIZE, CommitLogStore, PutStatus, StoreError
+from hanet.store import CommitLogStore, Message, PutResult, PutStatus, StoreClosedError
 
-from ._admission import RoundRobin, admit
 from ._consumers import ConsumerRegistry, consumer_groups
-from ._handler import (
-    DEFAULT_MAX_IN_FLIGHT,
-    MEMBERSHIP_REQUESTS,
-    not_supported,
-    packed_host,
-    serve_commit,
-    serve_membership,
-)
 from ._offsets import ConsumerOffsets
-from ._pull import serve_pull
+from ._port import DEFAULT_MAX_IN_FLIGHT, BrokerPort, default_subscription_groups
 from ._status import store_status
+from ._topics import TopicTable
 
 __all__ = ["DEFAULT_QUEUES", "DLedgerBrokerService"]
 
 DEFAULT_QUEUES = 4
-"""Queues per topic for puts without a queue id (RocketMQ's defaultTopicQueueNums)."""
+"""Queues of a topic created by a send (RocketMQ's defaultTopicQueueNums)."""
 
 _WAIT_DETAIL = (
     "WAIT_QUORUM_ACK_TIMEOUT: appended but not acknowledged by a quorum in time: "
@@ -71,90 +49,146 @@ _WAIT_DETAIL = (
 
 
 class DLedgerBrokerService:
-    """The broker port of a DLedger node: PUT through Raft, PULL and STATUS from the view,
-    consumer offsets from ``offsets`` (default: in memory only; run its
-    :meth:`ConsumerOffsets.run` to persist one with a file)."""
+    """The broker port of a DLedger node (see the module docstring); consumer offsets from
+    ``offsets`` (default: in memory only; run its :meth:`ConsumerOffsets.run` to persist one
+    with a file)."""
 
     def __init__(
         self,
         node: DLedgerNode,
         *,
         queues: int = DEFAULT_QUEUES,
-        max_frame_length: int = DEFAULT_MAX_FRAME_LENGTH,
+        max_frame_length: int = MAX_FRAME_LENGTH,
         offsets: ConsumerOffsets | None = None,
         max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
+        cluster_name: str = "DefaultCluster",
     ) -> None:
         self.node = node
         self.max_in_flight = max_in_flight
         """Per connection, puts awaiting their answer before reads pause."""
-        self.offsets = offsets if offsets is not None else ConsumerOffsets()
-        self.consumers = ConsumerRegistry(clock=trio.current_time)
-        """The live members of each consumer group."""
+        self._offsets = offsets if offsets is not None else ConsumerOffsets()
+        self._consumers = ConsumerRegistry(clock=trio.current_time)
+        self._topics = TopicTable(default_queues=queues)
         self.queues = queues
-        self.max_frame_length = max_frame_length
+        self.cluster_name = cluster_name
         self.broker_address: str | None = None
-        self._queue_for = RoundRobin(queues)
         self._started = trio.current_time()
         self.puts = 0
+        self.port = BrokerPort(self, max_frame_length=max_frame_length)
+        """The broker port's dispatch table and pipeline."""
 
     def initialize(self, channel: StreamChannel) -> None:
         """The pipeline of a broker port connection."""
-        pipeline = channel.pipeline
-        for name, handler in broker_frame_codec(self.max_frame_length, BrokerServerCodec()):
-            pipeline.add_last(handler, name)
-        pipeline.add_last(_Requests(self, channel), "requests")
+        self.port.initialize(channel)
 
-    async def put(
-        self, request: PutRequest, born: tuple[bytes, int]
-    ) -> PutResponse | ErrorResponse:
-        """Serve a PUT (see the module docstring)."""
-        store = self.node.store
-        admission = admit(
-            request.messages,
-            born,
-            queues=self.queues,
-            max_body=store.config.max_message_size
-            if store is not None
-            else DEFAULT_MAX_MESSAGE_SIZE,
-            queue_for=self._queue_for,
-        )
-        messages = admission.messages
-        outcomes = await self.node.put_many(messages) if messages else []
-        statuses = {o.status for o in outcomes}
-        if outcomes and len(outcomes) == len(request.messages) and len(statuses) == 1:
-            (status,) = statuses
-            if status is not AppendStatus.SUCCESS:
-                return self._error(request.request_id, status, outcomes[0])
-        replies = admission.merged(
-            map(_reply, outcomes), lambda r: PutReply(r.status, detail=r.detail)
-        )
-        self.puts += sum(1 for o in outcomes if o.status is AppendStatus.SUCCESS)
-        return PutResponse(request.request_id, tuple(replies))
+    async def housekeeping(self, interval: float = 10.0) -> None:
+        """Every ``interval`` seconds until cancelled, drop the consumers not heard from in
+        time and tell their groups."""
+        while True:
+            await trio.sleep(interval)
+            self.port.housekeeping()
 
-    def _error(self, request_id: int, status: AppendStatus, outcome: PutOutcome) -> ErrorResponse:
-        if status is AppendStatus.NOT_LEADER:
-            leader = outcome.leader_id
-            text = f"not the leader; the leader is {leader}" if leader else "no leader known"
-            return ErrorResponse(request_id, ErrorCode.NOT_LEADER, text, outcome.leader_address)
-        if status is AppendStatus.LEADER_PENDING_FULL:
-            return ErrorResponse(
-                request_id, ErrorCode.LEADER_PENDING_FULL, "too many puts waiting for a quorum"
-            )
-        return ErrorResponse(request_id, ErrorCode.WAIT_QUORUM_ACK_TIMEOUT, _WAIT_DETAIL)
+    # -- the broker port's backend --------------------------------------------------------------
 
-    def pull(self, request: PullRequest) -> PullResponse:
-        """Serve a PULL from the commit log view (as the classic broker does)."""
+    @property
+    def store(self) -> CommitLogStore:
+        """The node's commit log view.
+
+        Raises:
+            StoreClosedError: the node has no view (not running).
+        """
         store = self.node.store
         if store is None:
-            return PullResponse(request.request_id, PullStatus.NO_MESSAGE_IN_QUEUE, 0, 0, 0)
-        return serve_pull(store, request, self.queues)
+            raise StoreClosedError("the DLedger node's commit log view is not open")
+        return store
+
+    @property
+    def offsets(self) -> ConsumerOffsets:
+        """The consumer groups' committed offsets (this node's)."""
+        return self._offsets
+
+    @property
+    def consumers(self) -> ConsumerRegistry:
+        """The live members of each consumer group."""
+        return self._consumers
+
+    @property
+    def topic_table(self) -> TopicTable:
+        """The topics served, completed from the view's consume queues."""
+        store = self.node.store
+        if store is not None:
+            self._topics.add_store_queues(store.queues())
+        return self._topics
+
+    @property
+    def is_slave(self) -> bool:
+        """Every member but the leader is a slave."""
+        return not self.node.is_leader
+
+    def send_refusal(self) -> str | None:
+        """A follower or candidate refuses sends, naming the leader when known."""
+        if self.node.is_leader:
+            return None
+        try:
+            state = self.node.status()
+        except RuntimeError:
+            return "not master: the DLedger node is not running"
+        if state.leader:
+            where = f" at {state.leader_address}" if state.leader_address else ""
+            return f"not master: this node is {state.role}; the leader is {state.leader}{where}"
+        return f"not master: this node is {state.role}; no leader known"
+
+    def put_now(self, messages: Sequence[Message]) -> list[PutResult] | None:
+        """None: every send goes through Raft (:meth:`put`)."""
+        return None
+
+    async def put(self, messages: Sequence[Message]) -> list[PutResult]:
+        """Append ``messages`` through Raft; one result per message."""
+        outcomes = await self.node.put_many(messages)
+        self.puts += sum(1 for o in outcomes if o.status is AppendStatus.SUCCESS)
+        return [_result(o) for o in outcomes]
+
+    def must_wait(self) -> bool:
+        """An answered append is final."""
+        return False
+
+    async def settle(self, end_offset: int, stored_at: float | None = None) -> PutStatus:
+        """Nothing to wait for (a Raft append answers when committed)."""
+        await trio.lowlevel.checkpoint()
+        return PutStatus.PUT_OK
+
+    def settled_offset(self) -> int:
+        """Everything answered is settled."""
+        return self.store.max_offset
+
+    def suggest(self, behind: int) -> int:
+        """Always the leader's id 0 (a DLedger group has no slave reads)."""
+        return 0
+
+    def in_memory_limit(self) -> int:
+        """Commit log bytes behind the end that count as in memory (a new group's first
+        query answers 0 while its queue's first message is within)."""
+        return 1 << 62
+
+    def delay_offsets(self) -> bytes:
+        """No delay service on a DLedger node: an empty table."""
+        return b'{"offsetTable":{}}'
+
+    def subscription_groups(self) -> SubscriptionGroupWrapper:
+        """Every consumer group heard from, with RocketMQ's defaults."""
+        return default_subscription_groups(self._consumers)
+
+    def observe_put(self, statuses: Sequence[PutStatus], seconds: float) -> None:
+        """No metrics on a DLedger node."""
+
+    def connection_event(self, event: str) -> None:
+        """No metrics on a DLedger node."""
 
     def status(self) -> BrokerStatus:
-        """The STATUS document: the view's offsets, ``role``, the ``dledger`` section and the
+        """The status document: the view's offsets, ``role``, the ``dledger`` section and the
         ``consumer_offsets`` (no ``cluster`` or ``metadata_sync``: a DLedger group has no name
         server registration nor slaves)."""
         node = self.node
-        store: CommitLogStore | None = node.store
         state = node.status()
         info = DLedgerInfo(
             group=state.group,
@@ -170,8 +204,7 @@ class DLedgerBrokerService:
                 DLedgerPeer(p.id, p.address, p.connected, p.match_index, p.lag) for p in state.peers
             ),
         )
-        assert store is not None
-        stats = store.statistics()
+        stats = self.store.statistics()
         return store_status(
             stats,
             role=state.role,
@@ -180,87 +213,28 @@ class DLedgerBrokerService:
             puts=self.puts,
             uptime=round(trio.current_time() - self._started, 3),
             dledger=info,
-            consumer_offsets=self.offsets.status(),
-            consumer_groups=consumer_groups(self.consumers),
+            consumer_offsets=self._offsets.status(),
+            consumer_groups=consumer_groups(self._consumers),
         )
 
 
-def _reply(outcome: PutOutcome) -> PutReply:
+def _result(outcome: PutOutcome) -> PutResult:
     if outcome.status is AppendStatus.SUCCESS:
-        return PutReply(
+        return PutResult(
             PutStatus.PUT_OK,
-            outcome.queue_id,
-            outcome.queue_offset,
             outcome.wrote_offset,
             outcome.wrote_size,
-            outcome.store_timestamp,
+            outcome.queue_offset,
             outcome.msg_id,
+            outcome.store_timestamp,
         )
     if outcome.status is AppendStatus.WAIT_QUORUM_ACK_TIMEOUT:
-        return PutReply(PutStatus.FLUSH_SLAVE_TIMEOUT, detail=_WAIT_DETAIL)
-    return PutReply(PutStatus.SERVICE_NOT_AVAILABLE, detail=f"{outcome.status.name}: not appended")
-
-
-class _Requests(ChannelInboundHandler):
-    """A DLedger broker port connection. Reading pauses while ``max_in_flight`` puts await
-    their answers or the client does not read its answers (as :class:`RequestHandler`)."""
-
-    def __init__(self, service: DLedgerBrokerService, channel: StreamChannel) -> None:
-        self.service = service
-        self.channel = channel
-        self.born = packed_host(channel.remote_address)
-        self.in_flight = 0
-        self._paused = False
-
-    def channel_read(self, ctx: HandlerContext, msg: Any) -> None:
-        try:
-            if isinstance(msg, PutRequest):
-                self.in_flight += 1
-                self._update_reading()
-                ctx.spawn(self._put, ctx, msg)
-            elif isinstance(msg, PullRequest):
-                ctx.write(self.service.pull(msg))
-            elif isinstance(msg, StatusRequest):
-                ctx.write(StatusResponse(msg.request_id, self.service.status()))
-            elif isinstance(msg, CommitOffsetRequest):
-                ctx.write(serve_commit(self.service.offsets.commit, msg))
-            elif isinstance(msg, QueryOffsetRequest):
-                offset = self.service.offsets.query(msg.group, msg.topic, msg.queue_id)
-                ctx.write(QueryOffsetResponse(msg.request_id, offset))
-            elif isinstance(msg, MEMBERSHIP_REQUESTS):
-                ctx.write(serve_membership(self.service.consumers, msg))
-            elif isinstance(msg, Request):
-                ctx.write(not_supported(msg, "a DLedger broker port"))
-            else:
-                ctx.fire_channel_read(msg)
-        except StoreError as exc:
-            ctx.write(ErrorResponse(msg.request_id, ErrorCode.SYSTEM_ERROR, str(exc)))
-
-    async def _put(self, ctx: HandlerContext, request: PutRequest) -> None:
-        try:
-            answer = await self.service.put(request, self.born)
-            ctx.write_and_flush(answer)
-        finally:
-            self.in_flight -= 1
-            self._update_reading()
-
-    def channel_writability_changed(self, ctx: HandlerContext) -> None:
-        self._update_reading()
-        ctx.fire_channel_writability_changed()
-
-    def _update_reading(self) -> None:
-        """Pause reading while too many puts wait or the client does not read its answers."""
-        channel = self.channel
-        if not channel.is_open:
-            return
-        pause = self.in_flight >= self.service.max_in_flight or not channel.is_writable
-        if pause != self._paused:
-            self._paused = pause
-            channel.auto_read = not pause
-
-    def channel_read_complete(self, ctx: HandlerContext) -> None:
-        ctx.flush()
-        ctx.fire_channel_read_complete()
-
-    def exception_caught(self, ctx: HandlerContext, exc: BaseException) -> None:
-        ctx.close(f"{type(exc).__name__}: {exc}")
+        return PutResult(PutStatus.FLUSH_SLAVE_TIMEOUT, detail=_WAIT_DETAIL)
+    if outcome.status is AppendStatus.NOT_LEADER:
+        leader = f"; the leader is {outcome.leader_id}" if outcome.leader_id else ""
+        where = f" at {outcome.leader_address}" if outcome.leader_address else ""
+        return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, detail=f"not master{leader}{where}")
+    return PutResult(
+        PutStatus.SERVICE_NOT_AVAILABLE,
+        detail=f"{outcome.status.name}: too many puts waiting for a quorum, not appended",
+    )

@@ -11,7 +11,7 @@ from typing import Any
 
 import trio
 
-from hanet.protocol import ConsumerOffsetsInfo, offsets_from_json, offsets_to_json
+from hanet.protocol import ConsumerOffsetsInfo, offset_table_from_json, offset_table_to_json
 
 from ._config_files import read_config_file, write_config_file
 
@@ -49,10 +49,7 @@ class ConsumerOffsetsFull(ValueError):
 
 
 def _table(document: dict[str, Any]) -> dict[tuple[str, str], dict[int, int]]:
-    table = document.get("offsetTable", {})
-    if not isinstance(table, dict):
-        raise ValueError("offsetTable is not a JSON object")
-    return offsets_from_json(table)
+    return offset_table_from_json(document.get("offsetTable", {}))
 
 
 def _now() -> float | None:
@@ -195,6 +192,32 @@ class ConsumerOffsets:
                 self._table[key] = dict(queues)
                 self._dirty = True
 
+    def merge(self, table: OffsetTable) -> dict[tuple[str, str], dict[int, int]]:
+        """Take, per queue, the larger of this table's offset and ``table``'s (a slave
+        syncing from its master: neither side's newer commits are lost); returns the
+        offsets this table holds that are larger than ``table``'s (what the master lacks:
+        commits made to the slave while the master was down), queues it lacks included."""
+        newer: dict[tuple[str, str], dict[int, int]] = {}
+        for key, queues in table.items():
+            mine = self._table.get(key)
+            if mine is None:
+                mine = self._table[key] = {}
+            for queue_id, offset in queues.items():
+                old = mine.get(queue_id)
+                if old is None:
+                    mine[queue_id] = offset
+                    self._queue_offsets += 1
+                    self._dirty = True
+                elif offset > old:
+                    mine[queue_id] = offset
+                    self._dirty = True
+        for key, mine in self._table.items():
+            theirs = table.get(key, {})
+            for queue_id, offset in mine.items():
+                if offset > theirs.get(queue_id, -1):
+                    newer.setdefault(key, {})[queue_id] = offset
+        return newer
+
     def status(self) -> ConsumerOffsetsInfo:
         """The STATUS document's ``consumer_offsets`` section (ages by trio's clock)."""
         now = _now()
@@ -256,7 +279,7 @@ class ConsumerOffsets:
         if not self._dirty or self.path is None:
             return None
         self._dirty = False
-        return {"offsetTable": offsets_to_json(self._table)}
+        return {"offsetTable": offset_table_to_json(self._table)}
 
     def _write(self, document: dict[str, Any]) -> None:
         """Write ``document`` (a snapshot) to the file (any thread).

@@ -1,23 +1,71 @@
-"""Serving a PULL from a store's consume queues: what every broker mode answers, and which
-member of the broker name the consumer should pull from next."""
+"""Serving a PULL_MESSAGE from a store's consume queues: what every broker mode answers, and
+which member of the broker name the consumer should pull from next (RocketMQ's
+``DefaultMessageStore.getMessage``)."""
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Callable
 
-from hanet.protocol import MASTER_ID, MAX_PULL_MESSAGES, PullRequest, PullResponse, PullStatus
+import attrs
+
+from hanet.protocol import MASTER_ID
 from hanet.store import (
     CQ_BLANK_SIZE,
     CommitLogStore,
     CorruptRecordError,
     index_scan_stop,
+    java_string_hash,
     scan_index,
 )
 
-__all__ = ["MAX_PULL_BYTES", "serve_pull", "suggest_broker_id"]
+__all__ = [
+    "MAX_PULL_BYTES",
+    "MAX_PULL_MESSAGES",
+    "GetMessageStatus",
+    "PullResult",
+    "serve_pull",
+    "subscription_filter",
+    "suggest_broker_id",
+]
 
 MAX_PULL_BYTES = 4 * 1024 * 1024
 """A pull stops adding messages past this many record bytes (the first always goes)."""
+
+MAX_PULL_MESSAGES = 1024
+"""The most messages one pull answers, whatever ``maxMsgNums`` asks."""
+
+
+class GetMessageStatus(enum.Enum):
+    """How a pull went (RocketMQ's ``GetMessageStatus``)."""
+
+    FOUND = "FOUND"
+    NO_MATCHED_MESSAGE = "NO_MATCHED_MESSAGE"
+    NO_MESSAGE_IN_QUEUE = "NO_MESSAGE_IN_QUEUE"
+    NO_MATCHED_LOGIC_QUEUE = "NO_MATCHED_LOGIC_QUEUE"
+    OFFSET_TOO_SMALL = "OFFSET_TOO_SMALL"
+    OFFSET_OVERFLOW_ONE = "OFFSET_OVERFLOW_ONE"
+    OFFSET_OVERFLOW_BADLY = "OFFSET_OVERFLOW_BADLY"
+
+
+@attrs.frozen
+class PullResult:
+    """What a pull found.
+
+    Attributes:
+        status: how it went.
+        next_offset: the queue offset to pull from next.
+        min_offset, max_offset: the queue's bounds.
+        records: the records as stored, in queue order (FOUND only).
+        suggested: the member to pull from next (``suggestWhichBrokerId``).
+    """
+
+    status: GetMessageStatus
+    next_offset: int
+    min_offset: int
+    max_offset: int
+    records: tuple[bytes, ...] = ()
+    suggested: int = MASTER_ID
 
 
 def suggest_broker_id(
@@ -38,63 +86,73 @@ def suggest_broker_id(
     return MASTER_ID
 
 
+def subscription_filter(expression: str | None) -> frozenset[int] | None:
+    """The tag hashes a TAG subscription expression accepts (``TagA || TagB``), None for
+    every message (``*``, empty, or no expression)."""
+    if expression is None:
+        return None
+    tags = [t.strip() for t in expression.split("||")]
+    tags = [t for t in tags if t]
+    if not tags or "*" in tags:
+        return None
+    return frozenset(java_string_hash(t) for t in tags)
+
+
 def serve_pull(
     store: CommitLogStore,
-    request: PullRequest,
-    queues: int,
+    topic: str,
+    queue_id: int,
+    offset: int,
+    max_messages: int,
     *,
+    tags: frozenset[int] | None = None,
     suggest: Callable[[int], int] | None = None,
-) -> PullResponse:
-    """Serve a PULL from ``store``'s consume queues (synchronous; reads mapped files).
+) -> PullResult:
+    """Serve a pull from ``store``'s consume queues (synchronous; reads mapped files).
 
-    ``queues`` is how many queues a topic has on this broker. ``suggest`` maps the commit log
-    bytes left behind the pull (0 when nothing was found) to the answer's
-    ``suggested_broker_id`` (see :func:`suggest_broker_id`; None: always the master).
-
-    Only looks queues up and creates nothing: a topic never stored here answers
-    TOPIC_NOT_EXIST, a queue id beyond the topic's queues NO_MATCHED_LOGIC_QUEUE, an
-    empty queue NO_MESSAGE_IN_QUEUE.
+    ``tags``: the tag hashes to return (:func:`subscription_filter`; None: all); entries of
+    other tags are skipped and a range holding none answers NO_MATCHED_MESSAGE with the
+    offset after it. ``suggest`` maps the commit log bytes left behind the pull (0 when
+    nothing was found) to the member to pull from next (see :func:`suggest_broker_id`;
+    None: always the master). Creates nothing: an unknown queue answers
+    NO_MATCHED_LOGIC_QUEUE, an empty one NO_MESSAGE_IN_QUEUE.
 
     Raises:
         CorruptRecordError: an entry points at bytes that are not a record.
     """
-    topic, queue_id, offset = request.topic, request.queue_id, request.queue_offset
     low = store.min_queue_offset(topic, queue_id)
     high = store.max_queue_offset(topic, queue_id)
 
     def answer(
-        status: PullStatus, next_offset: int, records: tuple[bytes, ...] = (), behind: int = 0
-    ) -> PullResponse:
+        status: GetMessageStatus,
+        next_offset: int,
+        records: tuple[bytes, ...] = (),
+        behind: int = 0,
+    ) -> PullResult:
         suggested = MASTER_ID if suggest is None else suggest(behind)
-        return PullResponse(request.request_id, status, next_offset, low, high, records, suggested)
+        return PullResult(status, next_offset, low, high, records, suggested)
 
     if high <= low:
-        if high == 0:  # an empty or unknown queue: which one (the rare path)
-            existing = store.queues()
-            if (topic, queue_id) not in existing:
-                known = [q for t, q in existing if t == topic]
-                if not known:
-                    return answer(PullStatus.TOPIC_NOT_EXIST, 0)
-                if not 0 <= queue_id < queues:
-                    return answer(PullStatus.NO_MATCHED_LOGIC_QUEUE, 0)
-        return answer(PullStatus.NO_MESSAGE_IN_QUEUE, 0 if high == 0 else high)
+        if high == 0 and (topic, queue_id) not in store.queues():
+            return answer(GetMessageStatus.NO_MATCHED_LOGIC_QUEUE, 0)
+        return answer(GetMessageStatus.NO_MESSAGE_IN_QUEUE, high)
     if offset < low:
-        return answer(PullStatus.OFFSET_TOO_SMALL, low)
+        return answer(GetMessageStatus.OFFSET_TOO_SMALL, low)
     if offset == high:
-        return answer(PullStatus.OFFSET_OVERFLOW_ONE, offset)
+        return answer(GetMessageStatus.OFFSET_OVERFLOW_ONE, offset)
     if offset > high:
-        return answer(PullStatus.OFFSET_OVERFLOW_BADLY, high)
+        return answer(GetMessageStatus.OFFSET_OVERFLOW_BADLY, high)
     records: list[bytes] = []
     budget = MAX_PULL_BYTES
-    end = min(offset + min(request.max_messages, MAX_PULL_MESSAGES), high)
+    end = min(offset + min(max(max_messages, 1), MAX_PULL_MESSAGES), high)
     next_offset = offset
     pulled_end = 0
     while next_offset < end:
         entry = store.consume_queue_entry(topic, queue_id, next_offset)
         if entry is None:
             break
-        physical, size, _tags_hash = entry
-        if size == CQ_BLANK_SIZE:
+        physical, size, tags_hash = entry
+        if size == CQ_BLANK_SIZE or (tags is not None and tags_hash not in tags):
             next_offset += 1
             continue
         if records and size > budget:
@@ -103,8 +161,10 @@ def serve_pull(
         pulled_end = physical + size
         budget -= size
         next_offset += 1
-    behind = max(store.max_offset - pulled_end, 0) if records else 0
-    return answer(PullStatus.FOUND, next_offset, tuple(records), behind)
+    if not records:
+        return answer(GetMessageStatus.NO_MATCHED_MESSAGE, next_offset)
+    behind = max(store.max_offset - pulled_end, 0)
+    return answer(GetMessageStatus.FOUND, next_offset, tuple(records), behind)
 
 
 def _validated(record: bytes, physical: int, size: int) -> bytes:

@@ -1,95 +1,127 @@
-"""A slave copies its master's topic config and consumer offsets (RocketMQ's
-``SlaveSynchronize.syncAll``)."""
+"""A slave copies its master's metadata over the remoting protocol (RocketMQ's
+``SlaveSynchronize.syncAll``).
+
+Each sync asks the master's broker port for GET_ALL_TOPIC_CONFIG (21),
+GET_ALL_CONSUMER_OFFSET (43), GET_ALL_DELAY_OFFSET (45) and GET_ALL_SUBSCRIPTIONGROUP_CONFIG
+(201), and keeps them under the slave's ``config/`` with RocketMQ's file names:
+``topics.json``, ``consumerOffset.json``, ``delayOffset.json`` and ``subscriptionGroup.json``.
+
+Offsets are never lost across a failover: consumers commit to the slave while the master is
+down, so per queue the slave keeps the larger of its offset and the master's (RocketMQ's
+slave would overwrite its own), and tells the master each offset it holds that the master
+lacks or has smaller (UPDATE_CONSUMER_OFFSET). The master then holds those commits too, and a
+consumer restarted after the failover starts where it left off.
+"""
 
 from __future__ import annotations
 
 import logging
+import os
 import ssl
-from collections.abc import Mapping
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import trio
 
 from hanet.channel import parse_address
-from hanet.client import BrokerClient, BrokerError
-from hanet.protocol import BrokerMetadata, MetadataSync
+from hanet.client import RemotingConnection, RemotingError
+from hanet.protocol import (
+    ConsumerOffsetSerializeWrapper,
+    MetadataSync,
+    RemotingCommand,
+    RemotingHeaderError,
+    RequestCode,
+    SubscriptionGroupWrapper,
+    TopicConfigSerializeWrapper,
+    UpdateConsumerOffsetRequestHeader,
+)
 
-from ._config_files import read_config_file, write_config_file
 from ._offsets import ConsumerOffsets
+from ._topics import TopicTable
 
-__all__ = ["TOPICS_FILE", "SlaveSync", "load_topics"]
+__all__ = ["DELAY_OFFSETS_FILE", "SUBSCRIPTION_GROUPS_FILE", "SlaveSync"]
 
 log = logging.getLogger("hanet.broker")
 
-TOPICS_FILE = Path("config") / "topics.json"
-"""Where a slave keeps the topic config copied from its master, under its store directory."""
+DELAY_OFFSETS_FILE = Path("config") / "delayOffset.json"
+"""The delay levels' progress, under the store directory (RocketMQ's name)."""
+
+SUBSCRIPTION_GROUPS_FILE = Path("config") / "subscriptionGroup.json"
+"""The consumer groups' settings, under the store directory (RocketMQ's name)."""
 
 
-def _topics(document: dict[str, Any]) -> dict[str, int]:
-    table = document.get("topicConfigTable", {})
-    return dict(BrokerMetadata.from_json({"topicConfigTable": table}).topics)
-
-
-def load_topics(path: Path) -> dict[str, int]:
-    """The topic config in ``path`` (RocketMQ's ``topics.json`` shape), empty when missing.
-
-    Raises:
-        ConfigFileError: the file and its ``.bak`` are unusable.
-    """
-    return read_config_file(path, _topics) or {}
+def _write_atomically(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temp = path.with_name(path.name + ".tmp")
+    with temp.open("wb") as file:
+        file.write(data)
+        file.flush()
+        os.fsync(file.fileno())
+    temp.replace(path)
 
 
 class SlaveSync:
     """Every ``interval`` seconds, and at once when :meth:`trigger` is called (the slave just
-    connected to its master, or learned a new master address), fetch SYNC_METADATA from the
-    master's broker port and persist it: the topics to ``topics_path`` (RocketMQ's
-    ``topics.json``: ``{"topicConfigTable": {name: {"topicName", "readQueueNums",
-    "writeQueueNums"}}}``), the consumer offsets into ``offsets`` (each ``topic@group`` of the
-    master replaces the slave's, others are kept) and its file at once.
+    connected to its master, or learned a new master address), copy the master's metadata
+    (see the module docstring).
 
-    A failed sync (master unreachable, an error answer, a file that cannot be written) is
-    logged at WARNING and tried again next round. Nothing is fetched while
-    :attr:`master_address` is None.
+    A failed sync (master unreachable, an error answer, a body that does not decode, a file
+    that cannot be written) is logged at WARNING and tried again next round. Nothing is
+    fetched while :attr:`master_address` is None.
 
     Args:
         offsets: the slave's consumer offsets.
-        topics_path: the topics file (None: not persisted).
+        topics: the slave's topic table (its file is written at each change).
+        store_dir: the store directory, under whose ``config/`` ``delayOffset.json`` and
+            ``subscriptionGroup.json`` are written (None: not written).
         master_address: the master's broker port ``host:port`` (None: unknown yet).
         interval: seconds between syncs (60).
         tls: the context to connect with (None: plain TCP).
-        timeout: seconds for connecting and for the answer.
+        timeout: seconds for connecting and for each answer.
+        on_delay_offsets: takes the master's ``delayOffset.json`` body (the delay service's
+            progress), besides the file.
     """
 
     def __init__(
         self,
         offsets: ConsumerOffsets,
-        topics_path: Path | None,
+        topics: TopicTable,
+        store_dir: Path | None = None,
         *,
         master_address: str | None = None,
         interval: float = 60.0,
         tls: ssl.SSLContext | None = None,
         timeout: float = 10.0,
+        on_delay_offsets: Callable[[bytes], None] | None = None,
     ) -> None:
         self.offsets = offsets
-        self.topics_path = topics_path
+        self.topic_table = topics
+        self.store_dir = store_dir
         self.master_address = master_address
         self.interval = interval
         self.tls = tls
         self.timeout = timeout
-        self.topics: dict[str, int] = {}
-        """The topic config last copied (or loaded at start)."""
+        self.on_delay_offsets = on_delay_offsets
+        self.subscription_groups = SubscriptionGroupWrapper()
+        """The master's consumer group settings, as last copied."""
         self.syncs = 0
         """How many syncs succeeded."""
         self.failures = 0
         """How many syncs failed (:meth:`sync_logged`)."""
+        self.pushed = 0
+        """Offsets the master took from this slave (larger than its own)."""
         self.last_synced: float | None = None
         """When (trio time) the last sync succeeded (None: none yet)."""
         self.offset_entries = 0
-        """``topic@group`` offset entries in the master's last metadata."""
+        """``topic@group`` offset entries in the master's last table."""
         self.last_error: str | None = None
         """Why the last sync failed (None after a success)."""
         self._wake = trio.Event()
+
+    @property
+    def topics(self) -> dict[str, int]:
+        """The topics known (each with its queue count)."""
+        return self.topic_table.queue_counts()
 
     def trigger(self) -> None:
         """Sync now (at the next chance), not at the end of the interval."""
@@ -112,7 +144,7 @@ class SlaveSync:
             failures=self.failures,
             last_synced_ago=None if last is None else round(trio.current_time() - last, 3),
             last_error=self.last_error,
-            topics=len(self.topics),
+            topics=len(self.topic_table),
             offset_entries=self.offset_entries,
         )
 
@@ -131,7 +163,7 @@ class SlaveSync:
         """:meth:`sync`, a failure logged at WARNING (and kept in :attr:`last_error`)."""
         try:
             await self.sync()
-        except (BrokerError, OSError, ValueError) as exc:
+        except (RemotingError, OSError, ValueError) as exc:
             self.last_error = f"{type(exc).__name__}: {exc}"
             self.failures += 1
             log.warning(
@@ -145,47 +177,81 @@ class SlaveSync:
         return True
 
     async def sync(self) -> None:
-        """Fetch the master's metadata once and persist it.
+        """Copy the master's metadata once, and give it the newer offsets this slave holds.
 
         Raises:
-            BrokerError: the master could not be reached or answered an error.
+            RemotingError: the master could not be reached or answered an error.
+            RemotingHeaderError: (a ValueError) an answer's body does not decode.
             OSError: a file could not be written.
             ValueError: no master address, or not ``host:port``.
         """
         if self.master_address is None:
             raise ValueError("the master's broker address is not known")
         host, port = parse_address(self.master_address)
-        async with BrokerClient.connect(
+        async with RemotingConnection.connect(
             host, port, connect_timeout=self.timeout, request_timeout=self.timeout, tls=self.tls
-        ) as client:
-            metadata = await client.metadata()
-        await self.apply(metadata.topics, metadata.offsets)
+        ) as conn:
+
+            async def fetch(code: RequestCode) -> bytes:
+                answer = await conn.invoke_checked(RemotingCommand.request(code))
+                return bytes(answer.body)
+
+            topics = TopicConfigSerializeWrapper.decode(
+                await fetch(RequestCode.GET_ALL_TOPIC_CONFIG)
+            )
+            offsets = ConsumerOffsetSerializeWrapper.from_json(
+                await fetch(RequestCode.GET_ALL_CONSUMER_OFFSET)
+            ).offset_table
+            delay = await fetch(RequestCode.GET_ALL_DELAY_OFFSET)
+            groups = SubscriptionGroupWrapper.from_json(
+                await fetch(RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG)
+            )
+            newer = self.offsets.merge(offsets)
+            pushed = 0
+            for (topic, group), queues in sorted(newer.items()):
+                for queue_id, offset in sorted(queues.items()):
+                    header = UpdateConsumerOffsetRequestHeader(group, topic, queue_id, offset)
+                    request = RemotingCommand.request(
+                        RequestCode.UPDATE_CONSUMER_OFFSET, header.to_fields()
+                    )
+                    await conn.invoke_checked(request)
+                    pushed += 1
+        if pushed:
+            log.info(
+                "metadata sync: the master %s took %d newer offsets from this slave",
+                self.master_address,
+                pushed,
+            )
+        self.pushed += pushed
+        await self._persist(topics, delay, groups)
         self.syncs += 1
         self.last_synced = trio.current_time()
-        self.offset_entries = len(metadata.offsets)
+        self.offset_entries = len(offsets)
         log.debug(
             "metadata synced from %s: %d topics, %d topic@group offsets",
             self.master_address,
-            len(metadata.topics),
-            len(metadata.offsets),
+            len(topics.topic_config_table),
+            len(offsets),
         )
 
-    async def apply(
-        self, topics: Mapping[str, int], offsets: Mapping[tuple[str, str], Mapping[int, int]]
+    async def _persist(
+        self, topics: TopicConfigSerializeWrapper, delay: bytes, groups: SubscriptionGroupWrapper
     ) -> None:
-        """Take the master's topics and offsets and persist them (the files are written in a
-        worker thread).
-
-        Raises:
-            OSError: a file could not be written.
-        """
-        if dict(topics) != self.topics or (
-            self.topics_path is not None and not self.topics_path.exists()
-        ):
-            self.topics = dict(topics)
-            if self.topics_path is not None:
-                table = BrokerMetadata(self.topics).to_json()["topicConfigTable"]
-                document = {"topicConfigTable": table}
-                await trio.to_thread.run_sync(write_config_file, self.topics_path, document)
-        self.offsets.update(offsets)
+        table = self.topic_table
+        changed = table.replace(topics.topic_config_table, topics.data_version)
+        if changed or (table.path is not None and not table.path.exists()):
+            table.mark_dirty()
+            await trio.to_thread.run_sync(table.persist)
         await self.offsets.persist_async()
+        self.subscription_groups = groups
+        if self.on_delay_offsets is not None:
+            try:
+                self.on_delay_offsets(delay)
+            except RemotingHeaderError as exc:
+                log.warning("metadata sync: the master's delay offsets: %s", exc)
+        root = self.store_dir
+        if root is not None:
+            await trio.to_thread.run_sync(_write_atomically, root / DELAY_OFFSETS_FILE, delay)
+            await trio.to_thread.run_sync(
+                _write_atomically, root / SUBSCRIPTION_GROUPS_FILE, groups.to_json()
+            )

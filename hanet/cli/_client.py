@@ -3,7 +3,8 @@
 - ``hanet put --broker HOST:PORT --topic T (--body TEXT | --size BYTES --count N)`` puts with
   ``--concurrency`` requests in flight (``--batch`` messages each) over one connection, shows a
   progress bar on a terminal and prints a summary of statuses, rate and request latency
-  (``--json``: one object). Exit 1 when any status is not PUT_OK.
+  (``--json``: one object); a put refused with a code that is not a put status (SYSTEM_ERROR
+  for a bad topic name, NO_PERMISSION) counts under that code. Exit 1 when any is not PUT_OK.
 - ``hanet pull --broker HOST:PORT --topic T --queue Q [--offset N] [--max M]`` prints messages
   and the next offset.
 - ``hanet status --broker HOST:PORT [--json] [--watch]`` shows role, offsets, slaves (ack
@@ -14,7 +15,8 @@ With ``--namesrv HOST:PORT[,HOST:PORT...]`` instead of ``--broker``, the topic's
 up on the name servers: puts go to a master (a topic no broker holds yet: any registered
 master, which creates it), a pull to the master of the queue's broker name (``--broker-name``,
 default the route's first) or to a slave while the master is down; ``hanet status --namesrv``
-lists the cluster (brokers, roles, addresses, last heartbeat) as a table or ``--json``.
+lists the cluster (GET_BROKER_CLUSTER_INFO: broker names, ids, addresses) as a table or
+``--json`` (RocketMQ's ClusterInfo document).
 
 Connection errors print one line on stderr and exit 2.
 """
@@ -43,7 +45,7 @@ from rich.table import Table
 from hanet.boot import TlsConfig
 from hanet.client import (
     BrokerConnectionError,
-    BrokerError,
+    BrokerRequestError,
     BrokerStatus,
     ClusterInfo,
     FailoverClient,
@@ -52,10 +54,12 @@ from hanet.client import (
     PullStatus,
     PutMessage,
     PutReply,
+    RemotingConnectionError,
+    RemotingError,
 )
 from hanet.errors import ConfigError
 from hanet.ha import BrokerRole
-from hanet.protocol import BrokerLiveInfo
+from hanet.protocol import MASTER_ID, ResponseCode
 from hanet.store import record_to_json
 
 from ._support import (
@@ -138,7 +142,7 @@ def register(subparsers: Any) -> None:
         description="Show role, offsets and, for a master, each slave's ack offset, lag, "
         "transfer speed and state; for a slave, its link to the master and its metadata sync; "
         "the consumer offsets held and the registration with the name servers. With --namesrv: the "
-        "cluster's brokers, roles, addresses and last heartbeats.",
+        "cluster's broker names, ids and addresses.",
     )
     _add_broker(parser)
     parser.add_argument("--json", action="store_true", help="print the JSON status object")
@@ -154,7 +158,8 @@ def _add_broker(parser: argparse.ArgumentParser) -> None:
         "--broker", type=_parse_addresses, default=[("127.0.0.1", 10911)],
         metavar="HOST:PORT[,HOST:PORT...]",
         help="the broker port (127.0.0.1:10911); several, comma-separated (a DLedger group): "
-        "the next is tried when one is down, and NOT_LEADER answers are followed to the leader",
+        "the next is tried when one is down, and a follower's SERVICE_NOT_AVAILABLE is followed "
+        "to the leader",
     )  # fmt: skip
     add_namesrv(parser, required=False)
     parser.add_argument(
@@ -230,7 +235,8 @@ async def broker_client(
     """``FailoverClient.connect`` with the verb's ``--broker`` list (or the brokers
     ``--namesrv`` routes the topic to: see :func:`_routed`), ``--timeout`` and ``tls`` (the
     TLS flags' context, :func:`client_tls`, loaded once by the caller before any retry; one
-    address: a :class:`BrokerClient` that follows NOT_LEADER answers)."""
+    address: a :class:`BrokerClient` that follows a follower's refusal to the leader it
+    names)."""
     addresses = args.broker
     if getattr(args, "namesrv", None) is not None:
         addresses = await _routed(args, tls, put=put)
@@ -328,7 +334,7 @@ async def run_put(args: argparse.Namespace) -> int:
 
     try:
         tls = client_tls(args)
-    except BrokerConnectionError as exc:
+    except RemotingConnectionError as exc:
         return fail(str(exc))
     run = PutRun(args.count)
     progress = _Progress(args.count, enabled=args.count > 1 and not args.quiet and not args.json)
@@ -341,7 +347,19 @@ async def run_put(args: argparse.Namespace) -> int:
             next_index = min(start + args.batch, args.count)
             batch = [message(i) for i in range(start, next_index)]
             t0 = time.perf_counter()
-            replies: list[PutReply] = await client.put_batch(batch)
+            try:
+                replies: list[PutReply] = await client.put_batch(batch)
+            except BrokerRequestError as exc:
+                # Refused by a code that is not a put status (SYSTEM_ERROR for a bad topic
+                # name, NO_PERMISSION, ...): counted under the code's name, the run goes on.
+                run.latencies.append(time.perf_counter() - t0)
+                name = exc.code.name if isinstance(exc.code, ResponseCode) else str(exc.code)
+                run.statuses[name] += len(batch)
+                if run.first_error is None:
+                    run.first_error = exc.message or name
+                run.sent += len(batch)
+                progress.advance(len(batch))
+                continue
             run.latencies.append(time.perf_counter() - t0)
             for m, reply in zip(batch, replies, strict=True):
                 run.last_reply = reply
@@ -360,7 +378,7 @@ async def run_put(args: argparse.Namespace) -> int:
                 async with trio.open_nursery() as nursery:
                     for _ in range(min(args.concurrency, math.ceil(args.count / args.batch))):
                         nursery.start_soon(worker, client)
-    except* BrokerError as group:
+    except* RemotingError as group:
         failure = first_message(group)
     run.elapsed = time.perf_counter() - started
     if failure is not None:
@@ -451,14 +469,14 @@ async def run_pull(args: argparse.Namespace) -> int:
         return fail("--queue and --offset must be >= 0, --max >= 1")
     try:
         tls = client_tls(args)
-    except BrokerConnectionError as exc:
+    except RemotingConnectionError as exc:
         return fail(str(exc))
     result: PullResult | None = None
     failure: str | None = None
     try:
         async with broker_client(args, tls=tls) as client:
             result = await client.pull(args.topic, args.queue, args.offset, args.max)
-    except* BrokerError as group:
+    except* RemotingError as group:
         failure = first_message(group)
     if result is None:
         return fail(failure or "no answer")
@@ -675,7 +693,7 @@ async def run_status(args: argparse.Namespace) -> int:
     """
     try:
         tls = client_tls(args)
-    except BrokerConnectionError as exc:
+    except RemotingConnectionError as exc:
         return fail(str(exc))  # a TLS file that does not load: not worth retrying
     if args.namesrv is not None:
         return await _run_cluster_status(args, tls)
@@ -684,7 +702,7 @@ async def run_status(args: argparse.Namespace) -> int:
         try:
             async with broker_client(args, tls=tls) as client:
                 _show(await client.status(), args, live=None)
-        except* BrokerError as group:
+        except* RemotingError as group:
             failure = first_message(group)
         return EXIT_OK if failure is None else fail(failure)
 
@@ -701,14 +719,14 @@ async def _watch(
     args: argparse.Namespace, poll: Callable[[Live | None], Awaitable[None]]
 ) -> NoReturn:
     """``--watch``: ``poll(live)`` (which shows what it got), again every ``--interval`` until
-    cancelled; a :class:`BrokerError` is reported (in place on a terminal, else one line on
+    cancelled; a :class:`RemotingError` is reported (in place on a terminal, else one line on
     stderr) and retried. ``live`` is the in-place display on a terminal without ``--json``."""
     live = Live(refresh_per_second=4) if sys.stdout.isatty() and not args.json else None
     with live if live is not None else contextlib.nullcontext():
         while True:
             try:
                 await poll(live)
-            except* BrokerError as group:
+            except* RemotingError as group:
                 message = f"hanet: {first_message(group)}; retrying every {args.interval:g} s"
                 if live is not None:
                     live.update(message)
@@ -729,39 +747,22 @@ def _show(status: BrokerStatus, args: argparse.Namespace, live: Live | None) -> 
 # -- the cluster (status --namesrv) --------------------------------------------------------
 
 
-def cluster_renderable(cluster: ClusterInfo, now_ms: int | None = None) -> Any:
-    """A table per cluster of its live brokers: broker name, id, role, broker and HA port,
-    topics (with their queues) and how long ago each last registered (its heartbeat)."""
-    now = int(time.time() * 1000) if now_ms is None else now_ms
-    by_cluster: dict[str, list[BrokerLiveInfo]] = {}
-    for live in cluster.brokers:
-        by_cluster.setdefault(live.registration.cluster, []).append(live)
+def cluster_renderable(cluster: ClusterInfo) -> Any:
+    """A table per cluster of its registered brokers (GET_BROKER_CLUSTER_INFO): broker name,
+    id, role (id 0: the master) and broker port."""
+    by_cluster: dict[str, list[tuple[str, int, str]]] = {}
+    for cluster_name, broker_name, broker_id, address in cluster.members():
+        by_cluster.setdefault(cluster_name, []).append((broker_name, broker_id, address))
     if not by_cluster:
         return "no broker is registered with the name server"
     tables = []
     for name, members in sorted(by_cluster.items()):
         table = Table(title=f"cluster {name}", title_justify="left")
-        for column in ("broker name", "id", "role", "address", "HA port", "topics", "last seen"):
-            table.add_column(
-                column,
-                justify="right" if column in ("id", "last seen") else "left",
-                no_wrap=column != "topics",
-                overflow="fold",
-            )
-        for live in sorted(
-            members, key=lambda m: (m.registration.broker_name, m.registration.broker_id)
-        ):
-            r = live.registration
-            age = max(0, now - live.last_update) / 1000
-            table.add_row(
-                r.broker_name,
-                str(r.broker_id),
-                r.role,
-                r.broker_address,
-                r.ha_address or "-",
-                ", ".join(f"{topic}({queues})" for topic, queues in sorted(r.topics)) or "-",
-                f"{age:.1f} s ago",
-            )
+        for column in ("broker name", "id", "role", "address"):
+            table.add_column(column, justify="right" if column == "id" else "left")
+        for broker_name, broker_id, address in members:
+            role = "master" if broker_id == MASTER_ID else "slave"
+            table.add_row(broker_name, str(broker_id), role, address)
         tables.append(table)
     return Group(*tables)
 
@@ -771,7 +772,7 @@ async def _run_cluster_status(args: argparse.Namespace, tls: ssl.SSLContext | No
     if not args.watch:
         try:
             cluster = await name_server_client(args, tls).cluster()
-        except BrokerError as exc:
+        except RemotingError as exc:
             return fail(str(exc))
         _show_cluster(cluster, args, live=None)
         return EXIT_OK

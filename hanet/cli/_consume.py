@@ -29,10 +29,10 @@ import trio
 
 from hanet.boot import run_until_stopped
 from hanet.client import (
-    BrokerError,
     ConsumedMessage,
     Consumer,
     ConsumerStats,
+    RemotingError,
     broker_connector,
 )
 from hanet.store import record_to_json
@@ -184,7 +184,7 @@ async def run_consume(args: argparse.Namespace) -> int:
     status = EXIT_OK
     try:
         status = stop_status(await run_until_stopped(consume))
-    except* (BrokerError, OSError) as group:
+    except* (RemotingError, OSError) as group:
         failure = first_message(group)
     sys.stdout.flush()
     if stats:

@@ -35,7 +35,7 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 
 from hanet.boot import TlsConfig
-from hanet.client import BrokerClient, BrokerError, BrokerStatus
+from hanet.client import BrokerClient, BrokerStatus, RemotingError
 from hanet.store import compare_commit_logs
 
 __all__ = ["register"]
@@ -304,7 +304,7 @@ async def run_parts(args: argparse.Namespace, run: Runner, *, lost: str) -> int:
     except* DemoError as group:
         print(f"hanet: {_first(group)}", file=sys.stderr)
         status = 2
-    except* BrokerError as group:
+    except* RemotingError as group:
         print(f"hanet: {lost}: {_first(group)}", file=sys.stderr)
     finally:
         await parts.stop_all()

@@ -41,6 +41,7 @@ from hanet.client import (
     NameServerClient,
     PutMessage,
     PutStatus,
+    RemotingError,
     parse_broker_address,
 )
 
@@ -165,7 +166,7 @@ async def _produce(args: argparse.Namespace, address: str, view: _View, stop: tr
         ):
             for _ in range(args.concurrency):
                 nursery.start_soon(worker, client)
-    except* BrokerError as group:
+    except* RemotingError as group:
         view.event(f"producer stopped: {group.exceptions[0]}")
     else:
         view.event(f"producer done: {len(view.acked):,} PUT_OK")
@@ -176,7 +177,7 @@ async def _wait_registered(names: NameServerClient, members: int, within: float 
     while True:
         with trio.move_on_after(2):
             cluster = await names.cluster()
-            if len(cluster.brokers) >= members:
+            if len(cluster.members()) >= members:
                 return
         if time.monotonic() > deadline:
             raise BrokerError(f"the brokers did not register within {within:g} s")

@@ -5,13 +5,14 @@
 
 - ``--peers`` gives every member's peer address (this node's included: it listens there);
   ``--listen`` is this node's broker port. Nodes tell each other their broker ports when they
-  connect, so a follower answers a PUT with NOT_LEADER and the leader's broker address.
-- The broker port speaks :mod:`hanet.protocol`: PUT on the leader waits for the quorum commit
-  (one Raft entry per message) and answers PUT_OK with the message's place in the node's commit
-  log view; a follower or candidate answers ERROR NOT_LEADER (with the leader's address when it
-  knows it); WAIT_QUORUM_ACK_TIMEOUT (an ERROR, or a per-message FLUSH_SLAVE_TIMEOUT with that
-  detail in a mixed batch) means the outcome is unknown. PULL and STATUS are served by every
-  node from its commit log view; STATUS has ``role`` LEADER / FOLLOWER / CANDIDATE and a
+  connect, so a follower's refusal of a send names the leader's broker address.
+- The broker port speaks RocketMQ's remoting protocol, with the classic broker's dispatch
+  table (:class:`hanet.broker.BrokerPort`): a send on the leader waits for the quorum commit
+  (one Raft entry per message) and answers SUCCESS with the message's place in the node's
+  commit log view; a follower or candidate answers SERVICE_NOT_AVAILABLE, "not master" and the
+  leader's address when it knows it; FLUSH_SLAVE_TIMEOUT (WAIT_QUORUM_ACK_TIMEOUT) means the
+  outcome is unknown. Pulls, offsets, consumer groups and HANET_STATUS are served by every
+  node from its commit log view; the status has ``role`` LEADER / FOLLOWER / CANDIDATE and a
   ``dledger`` section (group, id, term, leader, commit index, peers' match index and lag).
 - ``--store DIR`` holds ``dledger/`` (DLedger's data and index files) and the commit log view
   (``commitlog/``, ``consumequeue/``): ``hanet dump --store DIR`` and ``hanet verify`` work on it.
@@ -185,6 +186,7 @@ async def run_dledger(args: argparse.Namespace) -> int:
             await nursery.start(offsets.run, OFFSETS_FLUSH_INTERVAL)
             service = DLedgerBrokerService(node, queues=args.queues, offsets=offsets)
             service.broker_address = broker_address
+            nursery.start_soon(service.housekeeping)
             await nursery.start(
                 partial(serve_listeners, service.initialize, listeners, name="broker port")
             )

@@ -62,6 +62,8 @@ from hanet.protocol import (
 from hanet.store import MessageRecord, PutStatus
 
 from ._broker import (
+    DEFAULT_PRODUCER_GROUP,
+    DEFAULT_PULL_GROUP,
     BrokerClient,
     BrokerConnectionError,
     BrokerError,
@@ -101,6 +103,8 @@ from ._remoting import (
 
 __all__ = [
     "AUTO_QUEUE",
+    "DEFAULT_PRODUCER_GROUP",
+    "DEFAULT_PULL_GROUP",
     "MAX_ROUTE_QUEUES",
     "BrokerClient",
     "BrokerConnectionError",

@@ -7,30 +7,34 @@ messages to the caller, and commits how far the group got. What it does follows 
 
 - **Membership.** Each consumer has a ``client_id`` (default ``host@pid@random``). Every
   ``heartbeat_interval`` seconds (10; RocketMQ's ``heartbeatBrokerInterval`` is 30) it
-  heartbeats its group and id to every member (master and slaves) of each broker name of the
-  route it can reach; a broker counts it a member for 120 s after the last one (RocketMQ's
-  channel expiry). On a clean exit it unregisters from them: it leaves at once.
+  heartbeats (``HEART_BEAT``: its id, group and ``*`` subscription) to every member (master
+  and slaves) of each broker name of the route it can reach; a broker counts it a member for
+  120 s after the last one (RocketMQ's channel expiry). On a clean exit it unregisters from
+  them (``UNREGISTER_CLIENT``): it leaves at once.
 - **Rebalancing.** At the start, every ``rebalance_interval`` seconds (20, RocketMQ's
-  ``rebalanceInterval``), when the route's queues change and right after a heartbeat round sees
-  the member list change (that round's list is used as it is), it asks a broker for the
-  group's members (GET_CONSUMER_LIST: the master of the first broker name that answers, else
-  a slave), sorts them and the topic's
-  queues (by broker name, then queue id) and takes its share with
-  :func:`allocate_averagely` (RocketMQ's ``AllocateMessageQueueAveragely``: contiguous
-  ranges, the first ``len(queues) % len(members)`` members one queue more). A queue it loses
-  is committed first (the consumed offset), then released: messages of it pulled but not yet
-  handed out are dropped; the member that takes a queue starts from the group's committed
-  offset. So a rebalance may deliver a message twice (two members briefly hold a queue until
-  both have rebalanced) but never skips one. When no broker answers the member list, or the
-  list does not name this consumer yet, it keeps the queues it has; when the brokers do not
-  serve consumer groups (an older broker, answering ``NOT_SUPPORTED``) it is alone and takes
-  every queue.
+  ``rebalanceInterval``), at once when a broker sends the oneway
+  ``NOTIFY_CONSUMER_IDS_CHANGED`` (a member joined or left: RocketMQ's
+  ``rebalanceImmediately``), when the route's queues change, and right after a heartbeat
+  round sees the member list change (that round's list is used as it is), it asks a broker
+  for the group's members (``GET_CONSUMER_LIST_BY_GROUP``: the master of the first broker
+  name that answers, else a slave), sorts them and the topic's queues (by broker name, then
+  queue id) and takes its share with :func:`allocate_averagely` (RocketMQ's
+  ``AllocateMessageQueueAveragely``: contiguous ranges, the first ``len(queues) %
+  len(members)`` members one queue more). A queue it loses is committed first (the consumed
+  offset), then released: messages of it pulled but not yet handed out are dropped; the
+  member that takes a queue starts from the group's committed offset. So a rebalance may
+  deliver a message twice (two members briefly hold a queue until both have rebalanced) but
+  never skips one. When no broker answers the member list, or the list does not name this
+  consumer yet, it keeps the queues it has; when the brokers do not serve consumer groups
+  (answering ``REQUEST_CODE_NOT_SUPPORTED``) it is alone and takes every queue.
 
 - **Route.** Looked up at the start, every ``route_interval`` seconds (30, RocketMQ's
-  ``pollNameServerInterval``) and after a broker's connection failed (at most once every
-  ``retry_interval``). Until the topic has a route (no broker holds it yet) it asks every
-  second. Queues that appear (a broker name joins) are shared out at once; queues of a broker
-  name that left the route are not pulled but keep their offsets.
+  ``pollNameServerInterval``), after a broker's connection failed (at most once every
+  ``retry_interval``) and every ``retry_interval`` while a broker name has no master in it
+  (the name server drops a broker whose connection closes). Until the topic has a route (no
+  broker holds it yet) it asks every second. Queues that appear (a broker name joins) are
+  shared out at once; queues of a broker name that left the route are not pulled but keep
+  their offsets.
 - **Where it starts.** On a queue it takes: the group's committed offset of the queue
   (``query_offset``: the master, or a slave when the master cannot be reached). With none:
   the queue's first message with ``from_beginning``, else the queue's end as a pull learns it
@@ -73,14 +77,24 @@ import os
 import secrets
 import socket
 import ssl
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Protocol, Self, TypeVar, runtime_checkable
 
 import attrs
 import trio
 
-from hanet.protocol import MASTER_ID, ErrorCode, PullStatus, RouteBroker, TopicRoute
+from hanet.protocol import (
+    MASTER_ID,
+    NotifyConsumerIdsChangedRequestHeader,
+    PullStatus,
+    RemotingCommand,
+    RemotingHeaderError,
+    RequestCode,
+    ResponseCode,
+    RouteBroker,
+    TopicRoute,
+)
 from hanet.store import MessageRecord
 
 from ._broker import (
@@ -92,6 +106,7 @@ from ._broker import (
     PullResult,
 )
 from ._failover import parse_broker_address
+from ._remoting import RemotingError, RemotingResponseError, ServerRequestHandler
 
 __all__ = [
     "MAX_ROUTE_QUEUES",
@@ -119,7 +134,7 @@ class BrokerLink(Protocol):
     """What the consumer asks of a broker connection (:class:`BrokerClient` has it)."""
 
     async def pull(
-        self, topic: str, queue_id: int, offset: int = 0, max_messages: int = 32
+        self, topic: str, queue_id: int, offset: int = 0, max_messages: int = 32, *, group: str
     ) -> PullResult: ...
 
     async def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None: ...
@@ -132,7 +147,9 @@ class MembershipLink(Protocol):
     """A broker connection that serves consumer groups (:class:`BrokerClient` does); a link
     without these methods makes the consumer alone in its group."""
 
-    async def consumer_heartbeat(self, group: str, client_id: str) -> None: ...
+    async def consumer_heartbeat(
+        self, group: str, client_id: str, topics: Sequence[str] = (), *, from_beginning: bool
+    ) -> None: ...
 
     async def unregister_consumer(self, group: str, client_id: str) -> None: ...
 
@@ -174,14 +191,23 @@ def default_client_id() -> str:
 
 
 class RouteSource(Protocol):
-    """Where routes come from (:class:`~hanet.client.NameServerClient` is one)."""
+    """Where routes come from (:class:`~hanet.client.NameServerClient` is one): raises a
+    :class:`~hanet.client.RemotingResponseError` (or :class:`BrokerRequestError`) with
+    TOPIC_NOT_EXIST when no broker holds the topic, another
+    :class:`~hanet.client.RemotingError` when no name server answers."""
 
     async def route(self, topic: str) -> TopicRoute: ...
 
 
-Connector = Callable[[str], AbstractAsyncContextManager[BrokerLink]]
-"""Opens a connection to a broker port given as ``host:port``; raises
-:class:`BrokerConnectionError` when it cannot."""
+class Connector(Protocol):
+    """Opens a connection to a broker port given as ``host:port`` whose requests from the
+    broker (``NOTIFY_CONSUMER_IDS_CHANGED``) go to ``on_request``; raises
+    :class:`BrokerConnectionError` when it cannot."""
+
+    def __call__(
+        self, address: str, *, on_request: ServerRequestHandler | None = None
+    ) -> AbstractAsyncContextManager[BrokerLink]: ...
+
 
 MAX_ROUTE_QUEUES = 1024
 """Most queues of a broker name the consumer takes from a route (the name server refuses
@@ -285,9 +311,16 @@ class _Links:
     """One connection per broker address, held open in a nursery; failed addresses are
     skipped for ``retry_interval`` seconds."""
 
-    def __init__(self, nursery: trio.Nursery, connector: Connector, retry_interval: float) -> None:
+    def __init__(
+        self,
+        nursery: trio.Nursery,
+        connector: Connector,
+        retry_interval: float,
+        on_request: ServerRequestHandler | None = None,
+    ) -> None:
         self._nursery = nursery
         self._connector = connector
+        self._on_request = on_request
         self.retry_interval = retry_interval
         self._links: dict[str, BrokerLink] = {}
         self._stops: dict[str, trio.Event] = {}
@@ -311,7 +344,7 @@ class _Links:
         with trio.CancelScope(shield=True) as scope:
             self._scopes.add(scope)
             try:
-                async with self._connector(address) as link:
+                async with self._connector(address, on_request=self._on_request) as link:
                     self._stops[address] = stop
                     task_status.started(link)
                     started = True
@@ -374,12 +407,19 @@ def broker_connector(*, tls: ssl.SSLContext | None = None, timeout: float = 5.0)
     """A :data:`Connector` opening :class:`BrokerClient` connections (``timeout``: seconds
     to connect and per request)."""
 
-    def connect(address: str) -> AbstractAsyncContextManager[BrokerLink]:
+    def connect(
+        address: str, *, on_request: ServerRequestHandler | None = None
+    ) -> AbstractAsyncContextManager[BrokerLink]:
         parsed = parse_broker_address(address)
         if parsed is None:
             raise BrokerConnectionError(f"not a broker address: {address!r}")
         return BrokerClient.connect(
-            parsed[0], parsed[1], connect_timeout=timeout, request_timeout=timeout, tls=tls
+            parsed[0],
+            parsed[1],
+            connect_timeout=timeout,
+            request_timeout=timeout,
+            tls=tls,
+            on_request=on_request,
         )
 
     return connect
@@ -428,7 +468,10 @@ class Consumer:
         self.route: TopicRoute | None = None
         """The route last looked up (None: none yet)."""
         self._names = names
-        self._links = _Links(nursery, connector, retry_interval)
+        self._links = _Links(nursery, connector, retry_interval, self._on_broker_request)
+        self._wake = trio.Event()  # set to end the pull loop's idle wait at once
+        self.notifications = 0
+        """NOTIFY_CONSUMER_IDS_CHANGED requests received for this group."""
         self._brokers: dict[str, RouteBroker] = {}
         self._queues: dict[QueueKey, QueuePosition] = {}
         self._route_due = -1.0
@@ -595,14 +638,14 @@ class Consumer:
         self.stats.route_lookups += 1
         try:
             route = await self._names.route(self.topic)
-        except BrokerRequestError as exc:
-            if exc.code is not ErrorCode.TOPIC_NOT_EXIST:
+        except (BrokerRequestError, RemotingResponseError) as exc:
+            if exc.code != ResponseCode.TOPIC_NOT_EXIST:
                 log.warning("route of %s: %s", self.topic, exc)
             else:
                 log.debug("no broker holds %s yet", self.topic)
             self._route_due = trio.current_time() + min(1.0, self.retry_interval)
             return
-        except BrokerError as exc:
+        except RemotingError as exc:
             log.warning("route of %s: no name server answers: %s", self.topic, exc)
             self._route_due = trio.current_time() + min(1.0, self.retry_interval)
             return
@@ -614,6 +657,10 @@ class Consumer:
         self.route = route
         self._brokers = {broker.broker_name: broker for broker in route.brokers}
         self._route_due = trio.current_time() + self.route_interval
+        if any(broker.address_of(MASTER_ID) is None for broker in route.brokers):
+            # A broker name without its master (the name server dropped it when its
+            # connection closed): looked up again soon, to go back to it once it returns.
+            self._route_due = trio.current_time() + min(self.route_interval, self.retry_interval)
 
     def _route_failed(self) -> None:
         """A member failed: look the route up again soon (not more than once a retry)."""
@@ -649,7 +696,32 @@ class Consumer:
                 if await self._pull_queue(key):
                     found = True
             if not found:
-                await trio.sleep(self.poll_interval)
+                with trio.move_on_after(self.poll_interval):
+                    await self._wake.wait()
+                if self._wake.is_set():
+                    self._wake = trio.Event()
+
+    def _on_broker_request(self, request: RemotingCommand) -> RemotingCommand | None:
+        """Serve a request a broker sent: NOTIFY_CONSUMER_IDS_CHANGED for this group starts
+        a rebalance at once (RocketMQ's ``rebalanceImmediately``); any other code is answered
+        REQUEST_CODE_NOT_SUPPORTED (nothing for a oneway)."""
+        if request.code == RequestCode.NOTIFY_CONSUMER_IDS_CHANGED:
+            try:
+                group = NotifyConsumerIdsChangedRequestHeader.from_fields(request.fields)
+            except RemotingHeaderError:
+                group = None  # no group named: taken as ours (a rebalance is harmless)
+            if group is None or group.consumer_group == self.group:
+                self.notifications += 1
+                log.debug("group %s: the broker says its members changed", self.group)
+                self._rebalance_due = trio.current_time()
+                self._fresh_members = None
+                self._wake.set()
+            return None if request.is_oneway else request.response(ResponseCode.SUCCESS)
+        if request.is_oneway:
+            return None
+        return request.response(
+            ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f"request code {request.code} not supported"
+        )
 
     async def _pull_queue(self, key: QueueKey) -> bool:
         """Pull one batch of ``key`` and hand it to the caller; True when it found messages."""
@@ -669,9 +741,11 @@ class Consumer:
                 offset = position.pull_offset
                 if offset is None:
                     # CONSUME_FROM_LAST_OFFSET: the queue's end, as this member knows it.
-                    probe = await link.pull(self.topic, key[1], 0, 1)
+                    probe = await link.pull(self.topic, key[1], 0, 1, group=self.group)
                     offset = self._begin(key, position, probe.max_offset)
-                result = await link.pull(self.topic, key[1], offset, self.pull_batch)
+                result = await link.pull(
+                    self.topic, key[1], offset, self.pull_batch, group=self.group
+                )
             except _LINK_ERRORS as exc:
                 self._member_failed(key, broker_id, address, exc)
                 continue
@@ -792,7 +866,12 @@ class Consumer:
                     link = await self._links.get(address)
                     if not isinstance(link, MembershipLink):
                         break
-                    await link.consumer_heartbeat(self.group, self.client_id)
+                    await link.consumer_heartbeat(
+                        self.group,
+                        self.client_id,
+                        (self.topic,),
+                        from_beginning=self.from_beginning,
+                    )
                 except _LINK_ERRORS as exc:
                     self._member_failed((name, -1), broker_id, address, exc)
                 except BrokerError as exc:
@@ -826,7 +905,7 @@ class Consumer:
                 except _LINK_ERRORS as exc:
                     self._member_failed((name, -1), broker_id, address, exc)
                 except BrokerRequestError as exc:
-                    if exc.code is ErrorCode.NOT_SUPPORTED:
+                    if exc.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED:
                         unsupported = True
                     else:
                         log.warning("member list of %s from %s: %s", self.group, address, exc)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
@@ -10,7 +11,8 @@ import trio
 
 from hanet.channel import parse_address
 from hanet.errors import ConfigError
-from hanet.protocol import BrokerStatus, ErrorCode, PutMessage, PutReply
+from hanet.protocol import BrokerStatus, PutMessage, PutReply, ResponseCode
+from hanet.store import PutStatus
 
 from ._broker import (
     BrokerClient,
@@ -29,15 +31,17 @@ class FailoverClient:
     ``status``.
 
     - It connects to the first address that accepts, in the order given.
-    - A put answered NOT_LEADER is sent again to the leader the answer names (nothing was
-      appended; after a short pause when that node just redirected here), or, while no leader
-      is known (an election), to the next address after a short pause, until ``retry_for``
-      seconds have passed. LEADER_PENDING_FULL is retried the same
-      way.
+    - With more than one address, a put refused with SERVICE_NOT_AVAILABLE (a DLedger
+      follower or candidate, a slave: nothing was appended) is sent again to the leader: the
+      one the answer's remark names, else the one the refusing node's status names (after a
+      short pause when that node just redirected here), or, while no leader is known (an
+      election), to the next address after a short pause, until ``retry_for`` seconds have
+      passed. SYSTEM_BUSY (a leader with too many puts waiting) is retried the same way. With
+      one address and no leader named, the refusal is returned as the put's status.
     - With more than one address, a lost or refused connection moves on to the next address and
       the request is sent again: a put whose connection was lost may then be stored twice (at
-      least once), never silently lost. WAIT_QUORUM_ACK_TIMEOUT is raised as it is
-      (:class:`BrokerRequestError`): the outcome is unknown.
+      least once), never silently lost. A put answered FLUSH_SLAVE_TIMEOUT (no quorum in
+      time) is returned as it is: the outcome is unknown.
 
     Safe to share between tasks of one trio run.
     """
@@ -60,7 +64,7 @@ class FailoverClient:
         self._stops: dict[int, trio.Event] = {}
         self._lock = trio.Lock()
         self.redirects = 0
-        """NOT_LEADER answers followed (for tests and tools)."""
+        """Refusals followed to another node (for tests and tools)."""
 
     @staticmethod
     @asynccontextmanager
@@ -167,11 +171,10 @@ class FailoverClient:
             except BrokerRequestError as exc:
                 if trio.current_time() >= deadline:
                     raise
-                if exc.code is ErrorCode.NOT_LEADER:
+                if exc.code == ResponseCode.SERVICE_NOT_AVAILABLE:
                     self.redirects += 1
-                    target = (
-                        parse_broker_address(exc.leader_address) if exc.leader_address else None
-                    )
+                    leader = exc.leader_address or await _leader_of(client)
+                    target = parse_broker_address(leader) if leader else None
                     if target is not None and target != client.address:
                         if target == redirected_from:
                             # Two nodes naming each other (a stale view of the leader, e.g.
@@ -183,7 +186,7 @@ class FailoverClient:
                     self._advance(client)
                     await trio.sleep(0.1)
                     continue
-                if exc.code is ErrorCode.LEADER_PENDING_FULL:
+                if exc.code == ResponseCode.SYSTEM_BUSY:
                     await trio.sleep(0.05)
                     continue
                 raise
@@ -195,12 +198,31 @@ class FailoverClient:
 
     async def put(self, topic: str, body: bytes, **kwargs: Any) -> PutReply:
         """:meth:`BrokerClient.put` on the leader (see the class docstring)."""
-        reply: PutReply = await self._retrying(lambda c: c.put(topic, body, **kwargs))
-        return reply
+        replies: list[PutReply] = await self._retrying(
+            lambda c: self._refused(c.put(topic, body, **kwargs))
+        )
+        return replies[0]
 
     async def put_batch(self, messages: Sequence[PutMessage]) -> list[PutReply]:
         """:meth:`BrokerClient.put_batch` on the leader (see the class docstring)."""
-        replies: list[PutReply] = await self._retrying(lambda c: c.put_batch(messages))
+        replies: list[PutReply] = await self._retrying(
+            lambda c: self._refused(c.put_batch(messages))
+        )
+        return replies
+
+    async def _refused(self, call: Any) -> list[PutReply]:
+        """The replies of ``call``; a refusal that another node may not make raised as
+        :class:`BrokerRequestError` so that it is retried elsewhere: SERVICE_NOT_AVAILABLE
+        naming a leader, or with several addresses; OS_PAGE_CACHE_BUSY with several."""
+        result = await call
+        replies: list[PutReply] = result if isinstance(result, list) else [result]
+        several = len(self.addresses) > 1
+        for reply in replies:
+            leader = _named_leader(reply.detail)
+            if reply.status is PutStatus.SERVICE_NOT_AVAILABLE and (several or leader):
+                raise BrokerRequestError(ResponseCode.SERVICE_NOT_AVAILABLE, reply.detail, leader)
+            if reply.status is PutStatus.OS_PAGE_CACHE_BUSY and several:
+                raise BrokerRequestError(ResponseCode.SYSTEM_BUSY, reply.detail)
         return replies
 
     async def pull(
@@ -216,6 +238,26 @@ class FailoverClient:
         """:meth:`BrokerClient.status` of the current broker."""
         status: BrokerStatus = await self._retrying(lambda c: c.status())
         return status
+
+
+_LEADER = re.compile(r"leader[^\w\[]*(?:is\s+)?(\[[0-9a-fA-F:]+\]:\d+|[\w.-]+:\d+)")
+
+
+def _named_leader(remark: str) -> str | None:
+    """The ``host:port`` a refusal's remark names after the word "leader", if any."""
+    match = _LEADER.search(remark)
+    return match.group(1) if match else None
+
+
+async def _leader_of(client: BrokerClient) -> str | None:
+    """The leader's broker port that ``client``'s node knows of (its DLedger status), or None
+    (not a DLedger node, no leader yet, or it does not answer)."""
+    try:
+        status = await client.status()
+    except BrokerError:
+        return None
+    dledger = status.dledger
+    return dledger.leader_address if dledger is not None else None
 
 
 def parse_broker_address(address: str) -> tuple[str, int] | None:

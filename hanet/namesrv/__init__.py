@@ -1,41 +1,51 @@
 """The name server (``hanet namesrv``): brokers register, clients look up topic routes.
 
-- :mod:`~hanet.namesrv._registry`: :class:`Registry`, the sans-IO table of live brokers
-  (RocketMQ's ``RouteInfoManager``): registration, renewal, expiry, routes, the cluster, and
-  the master a slave of the same broker name follows.
-- :mod:`~hanet.namesrv._server`: :class:`NameServer`, the registry served on the broker port's
-  framing (:mod:`hanet.protocol`), expiring registrations every 10 s.
+It speaks RocketMQ 4.9.8's remoting protocol (:mod:`hanet.protocol`), so RocketMQ's own
+brokers, clients and ``mqadmin`` use it as they use RocketMQ's name server.
 
-Brokers register every 30 s; a registration not renewed for 120 s expires. The client side is
-:class:`hanet.client.NameServerClient`.
+- :mod:`~hanet.namesrv._registry`: :class:`Registry`, the sans-IO table of live brokers
+  (RocketMQ's ``RouteInfoManager``): registration, renewal, expiry, the connection a broker
+  registered over, routes, the cluster, topic lists, and the master a slave follows.
+- :mod:`~hanet.namesrv._kvconfig`: :class:`KVConfig`, the key/value configuration.
+- :mod:`~hanet.namesrv._server`: :class:`NameServer`, the registry served through a
+  :class:`~hanet.protocol.RemotingDispatcher`, expiring registrations every 10 s.
+
+Brokers register every 30 s; a registration not renewed for 120 s expires, and one whose
+connection closes leaves at once. The client side is :class:`hanet.client.NameServerClient`.
 """
 
+from ._kvconfig import MAX_KV_PAIRS, NAMESPACE_ORDER_TOPIC_CONFIG, KVConfig, KVConfigFullError
 from ._registry import (
     DEFAULT_EXPIRE_AFTER,
-    MASTER_ROLES,
     MAX_BROKERS,
     MAX_QUEUES,
     MAX_TOPICS,
-    ROLES,
-    RegisterAnswer,
+    BrokerKey,
+    LiveBroker,
     RegistrationError,
+    RegistrationRefused,
     Registry,
     registration_problem,
 )
-from ._server import DEFAULT_PORT, SCAN_INTERVAL, NameServer
+from ._server import DEFAULT_PORT, SCAN_INTERVAL, TOPIC_NOT_EXIST_HINT, NameServer
 
 __all__ = [
     "DEFAULT_EXPIRE_AFTER",
     "DEFAULT_PORT",
-    "MASTER_ROLES",
     "MAX_BROKERS",
+    "MAX_KV_PAIRS",
     "MAX_QUEUES",
     "MAX_TOPICS",
-    "ROLES",
+    "NAMESPACE_ORDER_TOPIC_CONFIG",
     "SCAN_INTERVAL",
+    "TOPIC_NOT_EXIST_HINT",
+    "BrokerKey",
+    "KVConfig",
+    "KVConfigFullError",
+    "LiveBroker",
     "NameServer",
-    "RegisterAnswer",
     "RegistrationError",
+    "RegistrationRefused",
     "Registry",
     "registration_problem",
 ]

@@ -1,10 +1,15 @@
 """The name server's table of live brokers, sans-IO (RocketMQ's ``RouteInfoManager``).
 
-Brokers are keyed by ``(cluster, broker_name, broker_id)``: a registration renews its key's
-entry, or replaces it when it comes from another address (a master restarted on a new port).
-A broker name's members share one replica set: id 0 is its master, 1 and up its slaves. A
-slave registering learns its master's broker and HA addresses, when that master is registered
-and live (how a slave without ``--master-ha`` finds its master, and follows it when it moves).
+Brokers are keyed by ``(cluster, broker_name, broker_id)``. A broker name's members share one
+replica set: id 0 is its master, 1 and up its slaves. A slave registering learns its master's
+broker and HA addresses, when that master is registered and live (how a slave without
+``--master-ha`` finds its master, and follows it when it moves).
+
+A live registration is held by its address: another address registering the same key is
+refused (:class:`RegistrationRefused`, logged at WARNING) until the holder unregisters, its
+connection closes (:meth:`Registry.connection_closed`, RocketMQ's ``onChannelDestroy``) or it
+expires. A member of a broker name registering from the address another member of that name
+held (a slave restarted as the master) replaces that member.
 
 Time is the caller's: every method that needs it takes ``now`` (seconds since the epoch, a
 float; tests pass a virtual one). An entry not renewed for ``expire_after`` seconds (120) is
@@ -15,6 +20,7 @@ scans.
 from __future__ import annotations
 
 import logging
+from collections.abc import Hashable, Iterable
 
 import attrs
 
@@ -22,22 +28,27 @@ from hanet.channel import parse_address
 from hanet.errors import ConfigError
 from hanet.protocol import (
     MASTER_ID,
-    BrokerLiveInfo,
-    BrokerRegistration,
+    BrokerData,
     ClusterInfo,
-    RouteBroker,
-    TopicRoute,
+    DataVersion,
+    QueueData,
+    RegisterBrokerBody,
+    RegisterBrokerRequestHeader,
+    RegisterBrokerResponse,
+    TopicConfig,
+    TopicList,
+    TopicRouteData,
 )
 
 __all__ = [
     "DEFAULT_EXPIRE_AFTER",
-    "MASTER_ROLES",
     "MAX_BROKERS",
     "MAX_QUEUES",
     "MAX_TOPICS",
-    "ROLES",
-    "RegisterAnswer",
+    "BrokerKey",
+    "LiveBroker",
     "RegistrationError",
+    "RegistrationRefused",
     "Registry",
     "registration_problem",
 ]
@@ -47,22 +58,16 @@ log = logging.getLogger("hanet.namesrv")
 DEFAULT_EXPIRE_AFTER = 120.0
 """Seconds a registration lives without renewal (RocketMQ's ``BROKER_CHANNEL_EXPIRED_TIME``)."""
 
-MASTER_ROLES = ("ASYNC_MASTER", "SYNC_MASTER")
-"""The roles of a broker id 0."""
-
-ROLES = (*MASTER_ROLES, "SLAVE")
-"""Every role a broker registers with."""
-
 MAX_BROKERS = 10_000
 """Most brokers one name server holds: a registration that would add one more is refused
 (anyone who may connect can register; this bounds what they can make it keep)."""
 
 MAX_QUEUES = 1024
-"""Most queues a registration may give a topic. RocketMQ's defaults are 4 to 16 queues per
-topic and broker; a consumer keeps state for (and pulls, round after round) every queue of the
-route, so a bound well above real use but far below the protocol's 2**31-1 keeps a hostile or
-broken registration from making each consumer of the topic hold millions of queues (65,535
-would still be 64 times more pulls per round than anyone configures)."""
+"""Most read or write queues a registration may give a topic. RocketMQ's defaults are 4 to 16
+queues per topic and broker; a consumer keeps state for (and pulls, round after round) every
+queue of the route, so a bound well above real use but far below the protocol's 2**31-1 keeps
+a hostile or broken registration from making each consumer of the topic hold millions of
+queues."""
 
 MAX_TOPICS = 10_000
 """Most topics one registration may list (otherwise bounded only by the frame size)."""
@@ -72,27 +77,49 @@ BrokerKey = tuple[str, str, int]
 
 
 class RegistrationError(ValueError):
-    """A registration the name server refuses; the message says what is wrong with it."""
+    """A registration the name server refuses because it is malformed or over a bound; the
+    message says what is wrong with it."""
+
+
+class RegistrationRefused(RegistrationError):
+    """A registration of a key another live broker holds from another address."""
 
 
 @attrs.frozen
-class RegisterAnswer:
-    """What a registration returns: for a slave, its master's addresses when the master of its
-    broker name is registered and live; None otherwise (and always for a master).
+class LiveBroker:
+    """A registered broker as the name server holds it.
 
     Attributes:
-        master_address: the master's broker port (``host:port``).
-        master_ha_address: the master's HA port (``host:port``; None when it registered none).
+        cluster, broker_name, broker_id: its key.
+        broker_address: its broker port (``host:port``).
+        ha_address: its HA port (``host:port``; "" when none).
+        topics: its topic config table.
+        data_version: the version of that table.
+        filter_servers: the filter servers it runs.
+        last_update: when it last registered (seconds since the epoch).
+        connection: the connection it last registered over (None: in-process).
     """
 
-    master_address: str | None = None
-    master_ha_address: str | None = None
+    cluster: str
+    broker_name: str
+    broker_id: int
+    broker_address: str
+    ha_address: str
+    topics: dict[str, TopicConfig]
+    data_version: DataVersion
+    filter_servers: tuple[str, ...]
+    last_update: float
+    connection: Hashable | None = attrs.field(default=None, eq=False)
 
+    @property
+    def key(self) -> BrokerKey:
+        """``(cluster, broker_name, broker_id)``."""
+        return (self.cluster, self.broker_name, self.broker_id)
 
-@attrs.frozen
-class _Entry:
-    registration: BrokerRegistration
-    last_update: float  # seconds since the epoch
+    @property
+    def name(self) -> str:
+        """``cluster/broker_name/broker_id`` for log lines."""
+        return f"{self.cluster}/{self.broker_name}/{self.broker_id}"
 
 
 def _address_problem(text: str, what: str) -> str | None:
@@ -105,45 +132,38 @@ def _address_problem(text: str, what: str) -> str | None:
     return None
 
 
-def registration_problem(registration: BrokerRegistration) -> str | None:
-    """Why ``registration`` is refused, or None when it is well-formed.
+def registration_problem(
+    header: RegisterBrokerRequestHeader, body: RegisterBrokerBody
+) -> str | None:
+    """Why a registration is refused, or None when it is well-formed.
 
-    Checked: the names are not empty; the broker id is not negative; the role is one of
-    :data:`ROLES`, a master's for id 0 and ``SLAVE`` for the others; the broker address (and
+    Checked: the names are not empty; the broker id is not negative; the broker address (and
     the HA address, when given) is ``host:port`` with a host and a port; at most
-    :data:`MAX_TOPICS` topics, each with a name and 1 to :data:`MAX_QUEUES` queues.
+    :data:`MAX_TOPICS` topics, each with a name and 0 to :data:`MAX_QUEUES` read and write
+    queues.
     """
-    r = registration
-    if not r.cluster:
+    h = header
+    if not h.cluster_name:
         return "the cluster name is empty"
-    if not r.broker_name:
+    if not h.broker_name:
         return "the broker name is empty"
-    if r.broker_id < 0:
-        return f"broker id {r.broker_id} is negative (0: the master, 1 and up: slaves)"
-    if r.role not in ROLES:
-        return f"role {r.role!r} is not one of {', '.join(ROLES)}"
-    if r.broker_id == MASTER_ID and r.role not in MASTER_ROLES:
-        return f"broker id 0 is a master's, but the role is {r.role}"
-    if r.broker_id != MASTER_ID and r.role in MASTER_ROLES:
-        return f"broker id {r.broker_id} is a slave's, but the role is {r.role}"
-    problem = _address_problem(r.broker_address, "broker address")
-    if problem is None and r.ha_address:
-        problem = _address_problem(r.ha_address, "HA address")
+    if h.broker_id < 0:
+        return f"broker id {h.broker_id} is negative (0: the master, 1 and up: slaves)"
+    problem = _address_problem(h.broker_addr, "broker address")
+    if problem is None and h.ha_server_addr:
+        problem = _address_problem(h.ha_server_addr, "HA address")
     if problem is not None:
         return problem
-    if len(r.topics) > MAX_TOPICS:
-        return f"{len(r.topics)} topics (at most {MAX_TOPICS})"
-    for topic, queues in r.topics:
-        if not topic:
-            return "a topic name is empty"
-        if not 1 <= queues <= MAX_QUEUES:
-            return f"topic {topic!r} has {queues} queues (1 to {MAX_QUEUES})"
+    table = body.topic_config_serialize_wrapper.topic_config_table
+    if len(table) > MAX_TOPICS:
+        return f"{len(table)} topics (at most {MAX_TOPICS})"
+    for name, config in table.items():
+        if not name or config.topic_name != name:
+            return f"topic {name!r} is listed as {config.topic_name!r}"
+        for what, queues in (("read", config.read_queue_nums), ("write", config.write_queue_nums)):
+            if not 0 <= queues <= MAX_QUEUES:
+                return f"topic {name!r} has {queues} {what} queues (0 to {MAX_QUEUES})"
     return None
-
-
-def _name(registration: BrokerRegistration) -> str:
-    r = registration
-    return f"{r.cluster}/{r.broker_name}/{r.broker_id}"
 
 
 class Registry:
@@ -164,84 +184,111 @@ class Registry:
             raise ValueError(f"max_brokers must be >= 1, got {max_brokers}")
         self.expire_after = expire_after
         self.max_brokers = max_brokers
-        self._entries: dict[BrokerKey, _Entry] = {}
+        self._entries: dict[BrokerKey, LiveBroker] = {}
 
     def __len__(self) -> int:
         return len(self._entries)
 
-    def _live(self, entry: _Entry, now: float) -> bool:
+    def brokers(self) -> list[LiveBroker]:
+        """Every entry, by key."""
+        return [entry for _, entry in sorted(self._entries.items())]
+
+    def get(self, key: BrokerKey) -> LiveBroker | None:
+        """The entry of ``key``, or None."""
+        return self._entries.get(key)
+
+    def _live(self, entry: LiveBroker, now: float) -> bool:
         return now - entry.last_update < self.expire_after
 
-    def register(self, registration: BrokerRegistration, now: float) -> RegisterAnswer:
-        """Add or renew a broker at time ``now``; a slave's answer names its master.
-
-        A registration from another address than its key's entry replaces that entry (logged
-        as an address change); another member of the same broker name registered from the
-        same broker address (a slave restarted as the master, say) is dropped.
+    def register(
+        self,
+        header: RegisterBrokerRequestHeader,
+        body: RegisterBrokerBody,
+        now: float,
+        connection: Hashable | None = None,
+    ) -> RegisterBrokerResponse:
+        """Add or renew a broker at time ``now`` over ``connection``; a slave's answer names
+        its master (without a KV table: the server adds it).
 
         Raises:
+            RegistrationRefused: a live broker of another address holds the key; nothing
+                changes.
             RegistrationError: the registration is malformed (see
-                :func:`registration_problem`); nothing changes.
+                :func:`registration_problem`) or over :attr:`max_brokers`; nothing changes.
         """
-        problem = registration_problem(registration)
+        problem = registration_problem(header, body)
         if problem is not None:
             raise RegistrationError(problem)
-        r = registration
-        key = (r.cluster, r.broker_name, r.broker_id)
+        h = header
+        key = (h.cluster_name, h.broker_name, h.broker_id)
         old = self._entries.get(key)
+        if old is not None and old.broker_address != h.broker_addr:
+            if self._live(old, now):
+                raise RegistrationRefused(
+                    f"{old.name} is held by {old.broker_address} (registered "
+                    f"{now - old.last_update:.0f} s ago); {h.broker_addr} may take it once that "
+                    "broker unregisters, its connection closes or it expires"
+                )
+            del self._entries[key]
+            log.info("broker %s moves from %s to %s", old.name, old.broker_address, h.broker_addr)
+            old = None
         if old is None and len(self._entries) >= self.max_brokers:
             self.expire(now)
             if len(self._entries) >= self.max_brokers:
                 raise RegistrationError(
                     f"the name server holds {self.max_brokers} brokers, its most: "
-                    f"{_name(r)} is not added"
+                    f"{'/'.join(map(str, key))} is not added"
                 )
         for other_key, other in list(self._entries.items()):
-            o = other.registration
             if (
                 other_key != key
                 and other_key[:2] == key[:2]
-                and o.broker_address == r.broker_address
+                and other.broker_address == h.broker_addr
             ):
                 del self._entries[other_key]
                 log.info(
-                    "broker %s at %s is now %s (role %s)",
-                    _name(o),
-                    o.broker_address,
-                    _name(r),
-                    r.role,
+                    "broker %s at %s is now %s/%s/%d",
+                    other.name,
+                    other.broker_address,
+                    *key,
                 )
+        wrapper = body.topic_config_serialize_wrapper
+        entry = LiveBroker(
+            cluster=h.cluster_name,
+            broker_name=h.broker_name,
+            broker_id=h.broker_id,
+            broker_address=h.broker_addr,
+            ha_address=h.ha_server_addr,
+            topics=dict(wrapper.topic_config_table),
+            data_version=wrapper.data_version,
+            filter_servers=body.filter_server_list,
+            last_update=now,
+            connection=connection,
+        )
         if old is None:
             log.info(
-                "new broker %s: %s at %s%s, %d topic%s",
-                _name(r),
-                r.role,
-                r.broker_address,
-                f" (HA {r.ha_address})" if r.ha_address else "",
-                len(r.topics),
-                "" if len(r.topics) == 1 else "s",
+                "new broker %s at %s%s, %d topic%s",
+                entry.name,
+                entry.broker_address,
+                f" (HA {entry.ha_address})" if entry.ha_address else "",
+                len(entry.topics),
+                "" if len(entry.topics) == 1 else "s",
             )
-        else:
-            o = old.registration
-            if (o.broker_address, o.ha_address, o.role) != (r.broker_address, r.ha_address, r.role):
-                log.info(
-                    "broker %s changed: %s at %s (HA %s) -> %s at %s (HA %s)",
-                    _name(r),
-                    o.role,
-                    o.broker_address,
-                    o.ha_address or "none",
-                    r.role,
-                    r.broker_address,
-                    r.ha_address or "none",
-                )
-        self._entries[key] = _Entry(r, now)
-        if r.broker_id == MASTER_ID:
-            return RegisterAnswer()
-        master = self._entries.get((r.cluster, r.broker_name, MASTER_ID))
+        elif old.ha_address != entry.ha_address:
+            log.info(
+                "broker %s at %s: HA %s -> %s",
+                entry.name,
+                entry.broker_address,
+                old.ha_address or "none",
+                entry.ha_address or "none",
+            )
+        self._entries[key] = entry
+        if h.broker_id == MASTER_ID:
+            return RegisterBrokerResponse()
+        master = self._entries.get((h.cluster_name, h.broker_name, MASTER_ID))
         if master is None or not self._live(master, now):
-            return RegisterAnswer()
-        m = master.registration
-        return RegisterAnswer(m.broker_address, m.ha_address or None)
+            return RegisterBrokerResponse()
+        return RegisterBrokerResponse(master.broker_address, master.ha_address or None)
 
     def unregister(
         self, cluster: str, broker_name: str, broker_id: int, broker_address: str
@@ -251,60 +298,118 @@ class Registry:
         restarted elsewhere leaves the new one. Returns whether an entry was removed."""
         key = (cluster, broker_name, broker_id)
         entry = self._entries.get(key)
-        if entry is None or entry.registration.broker_address != broker_address:
+        if entry is None or entry.broker_address != broker_address:
             return False
         del self._entries[key]
-        log.info("broker %s at %s unregistered", _name(entry.registration), broker_address)
+        log.info("broker %s at %s unregistered", entry.name, broker_address)
         return True
 
-    def expire(self, now: float) -> list[BrokerRegistration]:
+    def connection_closed(self, connection: Hashable) -> list[LiveBroker]:
+        """Drop every broker last registered over ``connection`` (RocketMQ's
+        ``onChannelDestroy``); returns them."""
+        gone = [e for e in self._entries.values() if e.connection is connection]
+        for entry in gone:
+            del self._entries[entry.key]
+            log.info(  # RocketMQ logs this at INFO too (a clean stop closes it as well)
+                "broker %s at %s left: its connection closed", entry.name, entry.broker_address
+            )
+        return gone
+
+    def expire(self, now: float) -> list[LiveBroker]:
         """Drop the brokers not renewed for ``expire_after`` seconds at ``now`` (one log line
-        each); returns their last registrations."""
+        each); returns them."""
         expired = []
         for key, entry in list(self._entries.items()):
             if not self._live(entry, now):
                 del self._entries[key]
-                r = entry.registration
                 log.warning(
                     "broker %s at %s expired: no registration for %.0f s",
-                    _name(r),
-                    r.broker_address,
+                    entry.name,
+                    entry.broker_address,
                     now - entry.last_update,
                 )
-                expired.append(r)
+                expired.append(entry)
         return expired
 
-    def route(self, topic: str) -> TopicRoute | None:
+    def query_data_version(
+        self, key: BrokerKey, broker_address: str, version: DataVersion, now: float
+    ) -> tuple[bool, DataVersion | None]:
+        """QUERY_DATA_VERSION: whether ``version`` differs from the one the broker last
+        registered, and that one (None when it is not registered). An unchanged version
+        renews the registration, as RocketMQ's name server does."""
+        entry = self._entries.get(key)
+        if entry is None or entry.broker_address != broker_address:
+            return True, None
+        changed = entry.data_version != version
+        if not changed:
+            self._entries[key] = attrs.evolve(entry, last_update=now)
+        return changed, entry.data_version
+
+    def _by_name(self) -> dict[str, list[LiveBroker]]:
+        """Members of each broker name, by id (RocketMQ keys broker names globally)."""
+        groups: dict[str, list[LiveBroker]] = {}
+        for _, entry in sorted(self._entries.items(), key=lambda e: (e[0][1], e[0][2], e[0][0])):
+            groups.setdefault(entry.broker_name, []).append(entry)
+        return groups
+
+    @staticmethod
+    def _broker_data(members: Iterable[LiveBroker]) -> BrokerData:
+        members = list(members)
+        return BrokerData(
+            members[0].cluster,
+            members[0].broker_name,
+            {m.broker_id: m.broker_address for m in members},
+        )
+
+    def route(self, topic: str) -> TopicRouteData | None:
         """The brokers holding ``topic``, or None when no registered broker holds it.
 
-        One :class:`RouteBroker` per ``(cluster, broker name)`` with a member holding the
-        topic, in name order. Its queues are the master's, or with no master holding the
-        topic, the first slave's that does; its addresses are every member's, master (id 0)
-        first, then the slaves by id.
+        One queue data and one broker data per broker name with a member holding the topic,
+        in name order. The queues are the master's, or with no master holding the topic, the
+        first slave's that does (so a topic stays routable while its master is away); the
+        members are every registered member of the broker name.
         """
-        groups: dict[tuple[str, str], list[BrokerRegistration]] = {}
-        for (cluster, name, _), entry in sorted(self._entries.items()):
-            groups.setdefault((cluster, name), []).append(entry.registration)
-        brokers = []
-        for (_, name), members in sorted(groups.items(), key=lambda g: (g[0][1], g[0][0])):
-            queues = next(
-                (q for m in members for t, q in m.topics if t == topic),
-                None,
-            )
-            if queues is None:
+        queues: list[QueueData] = []
+        brokers: list[BrokerData] = []
+        filters: dict[str, tuple[str, ...]] = {}
+        for name, members in sorted(self._by_name().items()):
+            config = next((m.topics[topic] for m in members if topic in m.topics), None)
+            if config is None:
                 continue
-            addresses = tuple((m.broker_id, m.broker_address) for m in members)
-            brokers.append(RouteBroker(name, queues, addresses))
-        if not brokers:
-            return None
-        return TopicRoute(topic, tuple(brokers))
-
-    def cluster(self) -> ClusterInfo:
-        """Every registered broker, by cluster, broker name and id, with its last registration
-        time in milliseconds since the epoch."""
-        return ClusterInfo(
-            tuple(
-                BrokerLiveInfo(entry.registration, int(entry.last_update * 1000))
-                for _, entry in sorted(self._entries.items())
+            queues.append(
+                QueueData(
+                    name,
+                    config.read_queue_nums,
+                    config.write_queue_nums,
+                    config.perm,
+                    config.topic_sys_flag,
+                )
             )
+            brokers.append(self._broker_data(members))
+            for m in members:
+                if m.filter_servers:
+                    filters[m.broker_address] = m.filter_servers
+        if not queues:
+            return None
+        return TopicRouteData(tuple(queues), tuple(brokers), filters)
+
+    def cluster_info(self) -> ClusterInfo:
+        """Every broker name's members, and each cluster's broker names."""
+        groups = self._by_name()
+        clusters: dict[str, list[str]] = {}
+        for name, members in groups.items():
+            clusters.setdefault(members[0].cluster, []).append(name)
+        return ClusterInfo(
+            {name: self._broker_data(members) for name, members in sorted(groups.items())},
+            {cluster: tuple(sorted(names)) for cluster, names in sorted(clusters.items())},
         )
+
+    def topics(self, cluster: str | None = None) -> TopicList:
+        """Every topic a registered broker holds (of ``cluster`` only, when given), sorted."""
+        names = {
+            topic
+            for entry in self._entries.values()
+            if cluster is None or entry.cluster == cluster
+            for topic in entry.topics
+        }
+        return TopicList(tuple(sorted(names)))

@@ -1,17 +1,28 @@
-"""The name server: a :class:`Registry` served on the broker port's framing.
+"""The name server: a :class:`Registry` served over RocketMQ's remoting protocol.
 
 Each connection's pipeline::
 
-    LengthFieldBasedFrameDecoder(max_frame, 0, 4, 0, 4) -> LengthFieldPrepender(4)
-      -> BrokerServerCodec -> the name server's request handler
+    frame-decoder  LengthFieldBasedFrameDecoder(max_frame, 0, 4, 0, 4)
+    codec          RemotingCodec
+    connection     the connection's watcher (a broker leaves when it closes; back-pressure)
+    dispatch       RemotingDispatcher: the request code's processor
 
-REGISTER_BROKER, UNREGISTER_BROKER, GET_ROUTE and GET_CLUSTER are served; any other request of
-the broker port protocol (PUT, PULL, STATUS, ...) answers ERROR ``NOT_SUPPORTED``, a refused
-registration ERROR ``SYSTEM_ERROR`` with the reason, and the connection stays open. A frame that
-does not decode (or is over ``max_frame_length``) closes its connection, with the reason
-logged; other connections go on. A client that does not read its answers is not read either
-until it does (the answers waiting stay bounded). Every ``scan_interval`` seconds (10) the
-registrations not renewed for ``expire_after`` seconds (120) are dropped.
+Served, as RocketMQ 4.9.8's ``DefaultRequestProcessor``: PUT_KV_CONFIG (100), GET_KV_CONFIG
+(101), DELETE_KV_CONFIG (102), REGISTER_BROKER (103), UNREGISTER_BROKER (104),
+GET_ROUTEINFO_BY_TOPIC (105), GET_BROKER_CLUSTER_INFO (106),
+GET_ALL_TOPIC_LIST_FROM_NAMESERVER (206), GET_KVLIST_BY_NAMESPACE (219),
+GET_TOPICS_BY_CLUSTER (224) and QUERY_DATA_VERSION (322). Any other code is answered
+REQUEST_CODE_NOT_SUPPORTED; a missing or malformed header field or body SYSTEM_ERROR with the
+reason (nothing registered); a registration whose body does not match its ``bodyCrc32``
+SYSTEM_ERROR ``crc32 not match``; a refused takeover of a live registration NO_PERMISSION
+(logged at WARNING). The connection stays open in all these cases. A frame that does not
+decode (or is over ``max_frame_length``) closes its connection, with the reason logged; other
+connections go on. A client that does not read its answers is not read either until it does
+(the answers waiting stay bounded).
+
+A broker leaves every route when the connection it registered over closes (RocketMQ's
+``onChannelDestroy``), and every ``scan_interval`` seconds (10) the registrations not renewed
+for ``expire_after`` seconds (120) are dropped.
 """
 
 from __future__ import annotations
@@ -19,36 +30,45 @@ from __future__ import annotations
 import logging
 import ssl
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from functools import partial
 from typing import Any
 
 import trio
 
-from handlers import DecoderError
 from hanet.boot import AllowList, serve_listeners
 from hanet.channel import ChannelInboundHandler, HandlerContext, StreamChannel, format_address
 from hanet.protocol import (
-    DEFAULT_MAX_FRAME_LENGTH,
-    BrokerServerCodec,
-    ClusterRequest,
-    ClusterResponse,
-    ErrorCode,
-    ErrorResponse,
-    RegisterBrokerRequest,
-    RegisterBrokerResponse,
-    Request,
-    Response,
-    RouteRequest,
-    RouteResponse,
-    UnregisterBrokerRequest,
-    UnregisterBrokerResponse,
-    broker_frame_codec,
+    MAX_FRAME_LENGTH,
+    DataVersion,
+    DeleteKVConfigRequestHeader,
+    GetKVConfigRequestHeader,
+    GetKVConfigResponseHeader,
+    GetKVListByNamespaceRequestHeader,
+    GetRouteInfoRequestHeader,
+    GetTopicsByClusterRequestHeader,
+    PutKVConfigRequestHeader,
+    QueryDataVersionRequestHeader,
+    QueryDataVersionResponseHeader,
+    RegisterBrokerBody,
+    RegisterBrokerRequestHeader,
+    RemotingCommand,
+    RemotingDispatcher,
+    RemotingHeaderError,
+    RequestCode,
+    RequestProcessor,
+    ResponseCode,
+    UnregisterBrokerRequestHeader,
+    body_crc32,
+    not_supported,
+    remoting_pipeline,
+    route_standard_json,
 )
 
-from ._registry import DEFAULT_EXPIRE_AFTER, RegistrationError, Registry
+from ._kvconfig import NAMESPACE_ORDER_TOPIC_CONFIG, KVConfig, KVConfigFullError
+from ._registry import DEFAULT_EXPIRE_AFTER, RegistrationError, RegistrationRefused, Registry
 
-__all__ = ["DEFAULT_PORT", "SCAN_INTERVAL", "NameServer"]
+__all__ = ["DEFAULT_PORT", "SCAN_INTERVAL", "TOPIC_NOT_EXIST_HINT", "NameServer"]
 
 log = logging.getLogger("hanet.namesrv")
 
@@ -57,6 +77,11 @@ DEFAULT_PORT = 9876
 
 SCAN_INTERVAL = 10.0
 """Seconds between two scans for expired registrations (RocketMQ's)."""
+
+TOPIC_NOT_EXIST_HINT = "\nSee http://rocketmq.apache.org/docs/faq/ for further details."
+"""What RocketMQ appends to a TOPIC_NOT_EXIST remark (``FAQUrl.suggestTodo``)."""
+
+_Processor = Callable[[Hashable | None, str, RemotingCommand], RemotingCommand | None]
 
 
 class NameServer:
@@ -80,7 +105,7 @@ class NameServer:
         *,
         expire_after: float = DEFAULT_EXPIRE_AFTER,
         scan_interval: float = SCAN_INTERVAL,
-        max_frame_length: int = DEFAULT_MAX_FRAME_LENGTH,
+        max_frame_length: int = MAX_FRAME_LENGTH,
         tls: ssl.SSLContext | None = None,
         allow: AllowList | None = None,
         clock: Callable[[], float] | None = None,
@@ -90,6 +115,8 @@ class NameServer:
         self.listen = listen
         self.registry = Registry(expire_after=expire_after)
         """The live brokers (read it in-process; the server changes it)."""
+        self.kv_config = KVConfig()
+        """The key/value configuration (PUT/GET/DELETE_KV_CONFIG)."""
         self.scan_interval = scan_interval
         self.max_frame_length = max_frame_length
         self.tls = tls
@@ -98,6 +125,24 @@ class NameServer:
         self._epoch: float | None = None
         self.address: tuple[str, int] | None = None
         """Where :meth:`run` listens, once it started."""
+        table: dict[int, _Processor] = {
+            RequestCode.PUT_KV_CONFIG: self._put_kv_config,
+            RequestCode.GET_KV_CONFIG: self._get_kv_config,
+            RequestCode.DELETE_KV_CONFIG: self._delete_kv_config,
+            RequestCode.REGISTER_BROKER: self._register_broker,
+            RequestCode.UNREGISTER_BROKER: self._unregister_broker,
+            RequestCode.GET_ROUTEINFO_BY_TOPIC: self._route,
+            RequestCode.GET_BROKER_CLUSTER_INFO: self._cluster_info,
+            RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER: self._all_topics,
+            RequestCode.GET_KVLIST_BY_NAMESPACE: self._kv_list,
+            RequestCode.GET_TOPICS_BY_CLUSTER: self._topics_by_cluster,
+            RequestCode.QUERY_DATA_VERSION: self._query_data_version,
+        }
+        self._table = table
+        self.dispatcher = RemotingDispatcher(
+            {code: self._processor(p) for code, p in table.items()}, port="the name server"
+        )
+        """The dispatch table every connection shares."""
 
     def now(self) -> float:
         """The time registrations are stamped with (seconds since the epoch)."""
@@ -124,7 +169,7 @@ class NameServer:
             await nursery.start(
                 partial(
                     serve_listeners,
-                    self._initialize,
+                    self.initialize,
                     listeners,
                     tls=self.tls,
                     allow=self.allow,
@@ -144,91 +189,192 @@ class NameServer:
             await trio.sleep(self.scan_interval)
             self.registry.expire(self.now())
 
-    def _initialize(self, channel: StreamChannel) -> None:
+    def initialize(self, channel: Any) -> None:
+        """Set up one connection's pipeline (a :class:`StreamChannel`, or an
+        ``EmbeddedChannel`` in tests)."""
         pipeline = channel.pipeline
-        for name, handler in broker_frame_codec(self.max_frame_length, BrokerServerCodec()):
+        for name, handler in remoting_pipeline(self.max_frame_length):
             pipeline.add_last(handler, name)
-        pipeline.add_last(_RequestHandler(self, channel), "requests")
+        pipeline.add_last(_ConnectionWatcher(self), "connection")
+        pipeline.add_last(self.dispatcher, "dispatch")
 
-    def handle(self, request: Request) -> Response:
-        """The answer to one request (what a connection writes back; usable in-process)."""
-        rid = request.request_id
-        registry = self.registry
-        if isinstance(request, RegisterBrokerRequest):
+    def handle(
+        self, request: RemotingCommand, connection: Hashable | None = None
+    ) -> RemotingCommand | None:
+        """The answer to one request, as a connection would get it (usable in-process;
+        ``connection``: what a registration is bound to). None for a oneway request."""
+        processor = self._table.get(request.code)
+        if processor is None:
+            answer: RemotingCommand | None = not_supported(request)
+        else:
             try:
-                answer = registry.register(request.registration, self.now())
-            except RegistrationError as exc:
-                r = request.registration
-                log.warning(
-                    "registration of %r/%r/%d at %r refused: %s",
-                    r.cluster,
-                    r.broker_name,
-                    r.broker_id,
-                    r.broker_address,
-                    exc,
-                )
-                return ErrorResponse(rid, ErrorCode.SYSTEM_ERROR, f"registration refused: {exc}")
-            return RegisterBrokerResponse(rid, answer.master_address, answer.master_ha_address)
-        if isinstance(request, UnregisterBrokerRequest):
-            registry.unregister(
-                request.cluster, request.broker_name, request.broker_id, request.broker_address
+                answer = processor(connection, "in-process", request)
+            except RemotingHeaderError as exc:
+                answer = request.response(ResponseCode.SYSTEM_ERROR, str(exc))
+        return None if request.is_oneway else answer
+
+    @staticmethod
+    def _processor(processor: _Processor) -> RequestProcessor:
+        def serve(ctx: HandlerContext, request: RemotingCommand) -> RemotingCommand | None:
+            return processor(ctx.channel, _peer(ctx.channel), request)
+
+        return serve
+
+    # -- the KV configuration --------------------------------------------------------------
+
+    def _put_kv_config(
+        self, connection: Hashable | None, peer: str, request: RemotingCommand
+    ) -> RemotingCommand:
+        header = PutKVConfigRequestHeader.from_fields(request.fields)
+        try:
+            self.kv_config.put(header.namespace, header.key, header.value)
+        except KVConfigFullError as exc:
+            return request.response(ResponseCode.SYSTEM_ERROR, str(exc))
+        return request.response()
+
+    def _get_kv_config(
+        self, connection: Hashable | None, peer: str, request: RemotingCommand
+    ) -> RemotingCommand:
+        header = GetKVConfigRequestHeader.from_fields(request.fields)
+        value = self.kv_config.get(header.namespace, header.key)
+        if value is None:
+            return request.response(
+                ResponseCode.QUERY_NOT_FOUND,
+                f"No config item, Namespace: {header.namespace} Key: {header.key}",
+                fields={},
             )
-            return UnregisterBrokerResponse(rid)
-        if isinstance(request, RouteRequest):
-            route = registry.route(request.topic)
-            if route is None:
-                message = f"no live broker holds topic {request.topic!r}"
-                return ErrorResponse(rid, ErrorCode.TOPIC_NOT_EXIST, message)
-            return RouteResponse(rid, route)
-        if isinstance(request, ClusterRequest):
-            return ClusterResponse(rid, registry.cluster())
-        what = type(request).__name__.removesuffix("Request")
-        message = f"a name server does not serve {what} requests"
-        return ErrorResponse(rid, ErrorCode.NOT_SUPPORTED, message)
+        return request.response(fields=GetKVConfigResponseHeader(value).to_fields())
+
+    def _delete_kv_config(
+        self, connection: Hashable | None, peer: str, request: RemotingCommand
+    ) -> RemotingCommand:
+        header = DeleteKVConfigRequestHeader.from_fields(request.fields)
+        self.kv_config.delete(header.namespace, header.key)
+        return request.response()
+
+    def _kv_list(
+        self, connection: Hashable | None, peer: str, request: RemotingCommand
+    ) -> RemotingCommand:
+        header = GetKVListByNamespaceRequestHeader.from_fields(request.fields)
+        table = self.kv_config.namespace(header.namespace)
+        if table is None:
+            return request.response(
+                ResponseCode.QUERY_NOT_FOUND, f"No config item, Namespace: {header.namespace}"
+            )
+        return request.response(body=table.encode())
+
+    # -- brokers ---------------------------------------------------------------------------
+
+    def _register_broker(
+        self, connection: Hashable | None, peer: str, request: RemotingCommand
+    ) -> RemotingCommand:
+        header = RegisterBrokerRequestHeader.from_fields(request.fields)
+        if header.body_crc32 != 0 and header.body_crc32 != body_crc32(request.body):
+            log.warning("registration of %s/%s/%d from %s: crc32 not match", *_key(header), peer)
+            return request.response(ResponseCode.SYSTEM_ERROR, "crc32 not match")
+        if len(request.body):
+            body = RegisterBrokerBody.decode_body(request.body, header.compressed)
+        else:
+            body = RegisterBrokerBody()
+        try:
+            answer = self.registry.register(header, body, self.now(), connection)
+        except RegistrationError as exc:
+            refused = isinstance(exc, RegistrationRefused)
+            log.warning(
+                "registration of %s/%s/%d at %r from %s refused: %s",
+                *_key(header),
+                header.broker_addr,
+                peer,
+                exc,
+            )
+            code = ResponseCode.NO_PERMISSION if refused else ResponseCode.SYSTEM_ERROR
+            return request.response(code, f"registration refused: {exc}")
+        table = self.kv_config.namespace(NAMESPACE_ORDER_TOPIC_CONFIG)
+        return request.response(
+            fields=answer.header().to_fields(), body=table.encode() if table else b""
+        )
+
+    def _unregister_broker(
+        self, connection: Hashable | None, peer: str, request: RemotingCommand
+    ) -> RemotingCommand:
+        h = UnregisterBrokerRequestHeader.from_fields(request.fields)
+        self.registry.unregister(h.cluster_name, h.broker_name, h.broker_id, h.broker_addr)
+        return request.response()
+
+    def _query_data_version(
+        self, connection: Hashable | None, peer: str, request: RemotingCommand
+    ) -> RemotingCommand:
+        h = QueryDataVersionRequestHeader.from_fields(request.fields)
+        version = DataVersion.decode(request.body)
+        changed, held = self.registry.query_data_version(
+            (h.cluster_name, h.broker_name, h.broker_id), h.broker_addr, version, self.now()
+        )
+        return request.response(
+            fields=QueryDataVersionResponseHeader(changed).to_fields(),
+            body=held.encode() if held is not None else b"",
+        )
+
+    # -- routes ----------------------------------------------------------------------------
+
+    def _route(
+        self, connection: Hashable | None, peer: str, request: RemotingCommand
+    ) -> RemotingCommand:
+        header = GetRouteInfoRequestHeader.from_fields(request.fields)
+        data = self.registry.route(header.topic)
+        if data is None:
+            return request.response(
+                ResponseCode.TOPIC_NOT_EXIST,
+                f"No topic route info in name server for the topic: {header.topic}"
+                + TOPIC_NOT_EXIST_HINT,
+            )
+        standard = route_standard_json(request.version, header.accept_standard_json_only)
+        return request.response(body=data.encode_for(standard))
+
+    def _cluster_info(
+        self, connection: Hashable | None, peer: str, request: RemotingCommand
+    ) -> RemotingCommand:
+        return request.response(body=self.registry.cluster_info().encode())
+
+    def _all_topics(
+        self, connection: Hashable | None, peer: str, request: RemotingCommand
+    ) -> RemotingCommand:
+        return request.response(body=self.registry.topics().encode())
+
+    def _topics_by_cluster(
+        self, connection: Hashable | None, peer: str, request: RemotingCommand
+    ) -> RemotingCommand:
+        header = GetTopicsByClusterRequestHeader.from_fields(request.fields)
+        return request.response(body=self.registry.topics(header.cluster).encode())
 
 
-class _RequestHandler(ChannelInboundHandler):
-    """One connection: each request answered at once, by id; a malformed frame closes it."""
+def _key(header: RegisterBrokerRequestHeader) -> tuple[str, str, int]:
+    return (header.cluster_name, header.broker_name, header.broker_id)
 
-    def __init__(self, server: NameServer, channel: StreamChannel) -> None:
+
+def _peer(channel: Any) -> str:
+    address = getattr(channel, "remote_address", None)
+    return format_address(address) if address else str(channel)
+
+
+class _ConnectionWatcher(ChannelInboundHandler):
+    """A connection's life: the brokers it registered leave when it closes; while the client
+    does not read its answers, its requests are not read either."""
+
+    def __init__(self, server: NameServer) -> None:
         self.server = server
-        peer = channel.remote_address
-        self.peer = format_address(peer) if peer else str(channel)
-        self.channel = channel
-        self._requests = 0
 
     def channel_active(self, ctx: HandlerContext) -> None:
-        log.debug("client %s connected", self.peer)
+        log.debug("client %s connected", _peer(ctx.channel))
         ctx.fire_channel_active()
 
     def channel_inactive(self, ctx: HandlerContext) -> None:
-        log.debug("client %s closed (%s)", self.peer, self.channel.close_reason or "closed")
+        channel = ctx.channel
+        log.debug("client %s closed (%s)", _peer(channel), channel.close_reason or "closed")
+        self.server.registry.connection_closed(channel)
         ctx.fire_channel_inactive()
 
-    def channel_read(self, ctx: HandlerContext, msg: Any) -> None:
-        self._requests += 1
-        ctx.write(self.server.handle(msg))
-
-    def channel_read_complete(self, ctx: HandlerContext) -> None:
-        ctx.flush()  # answers given while reading leave together
-        ctx.fire_channel_read_complete()
-
     def channel_writability_changed(self, ctx: HandlerContext) -> None:
-        # A client that sends requests without reading the answers: stop reading its
-        # requests while the answers wait (the outbound buffer stays bounded).
-        channel = self.channel
-        if channel.is_open:
+        channel = ctx.channel
+        if isinstance(channel, StreamChannel) and channel.is_open:
             channel.auto_read = channel.is_writable
         ctx.fire_channel_writability_changed()
-
-    def exception_caught(self, ctx: HandlerContext, exc: BaseException) -> None:
-        if isinstance(exc, DecoderError):
-            hint = ""
-            if self._requests == 0:
-                hint = " (not a broker port protocol client?)"
-            log.warning("client %s: closing: %s%s", self.peer, exc, hint)
-        else:
-            log.error(
-                "client %s: closing after an internal error: %r", self.peer, exc, exc_info=exc
-            )
-        ctx.close(f"{type(exc).__name__}: {exc}")

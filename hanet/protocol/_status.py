@@ -1,8 +1,8 @@
 """The STATUS document: one definition, with its JSON form both ways.
 
 The broker builds a :class:`BrokerStatus` from its store and replication services and sends
-:meth:`BrokerStatus.to_json` in a STATUS_OK frame; clients read it back with
-:meth:`BrokerStatus.from_json`. ``hanet status --json`` prints exactly that JSON object::
+:meth:`BrokerStatus.encode` as the body of its answer to HANET_STATUS (30001); clients read it
+back with :meth:`BrokerStatus.decode`. ``hanet status --json`` prints exactly that JSON object::
 
     {"role": "SYNC_MASTER", "broker_address": "127.0.0.1:10911", "ha_address": "127.0.0.1:10912",
      "min_offset": 0, "max_offset": 4096, "flushed_offset": 4096, "dispatched_offset": 4096,
@@ -36,12 +36,15 @@ The cluster sections (documents of older brokers lack them: they read as None):
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
 import attrs
 
 from handlers import CorruptedFrameError
+
+from ._remoting import RemotingHeaderError
 
 __all__ = [
     "BrokerStatus",
@@ -322,6 +325,26 @@ class BrokerStatus:
         except (KeyError, TypeError, ValueError) as exc:
             raise CorruptedFrameError(f"malformed status document: {exc}") from exc
         return status
+
+    def encode(self) -> bytes:
+        """HANET_STATUS's answer body: the JSON object, UTF-8."""
+        return json.dumps(self.to_json(), separators=(",", ":")).encode()
+
+    @classmethod
+    def decode(cls, body: bytes | bytearray | memoryview) -> BrokerStatus:
+        """The status document from HANET_STATUS's answer body.
+
+        Raises:
+            RemotingHeaderError: not JSON, or not the document (the reason says which field).
+        """
+        try:
+            raw = json.loads(bytes(body))
+        except ValueError as exc:
+            raise RemotingHeaderError(f"status body is not JSON: {exc}") from None
+        try:
+            return cls.from_json(raw)
+        except CorruptedFrameError as exc:
+            raise RemotingHeaderError(str(exc)) from None
 
 
 def _lists(instance: object, field: object, value: Any) -> Any:

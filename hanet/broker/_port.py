@@ -1,0 +1,947 @@
+"""The broker port: RocketMQ 4.9.8's remoting requests, one dispatch table for every broker
+mode (a classic master or slave, a DLedger node).
+
+Each connection's pipeline::
+
+    frame-decoder -> codec -> connection (BrokerConnection) -> dispatch (RemotingDispatcher)
+
+:class:`BrokerPort` builds the table (:attr:`BrokerPort.processors`, request code ->
+processor) over a :class:`BrokerBackend`, the few things that differ between the modes: how
+a send is stored (a classic broker writes its store at once and waits for the flush or the
+slaves as its role says; a DLedger leader appends through Raft) and who refuses sends (a
+slave, a DLedger follower). Everything else (pulls, offsets, consumer groups, the metadata a
+slave copies, the status) is served the same way from the backend's store, offsets and
+registry. Other services add their processors to the table (:meth:`BrokerPort.register`)
+and hooks: :attr:`BrokerPort.rewrite` (a send's messages before they are stored: delayed
+messages) and :attr:`BrokerPort.hold` (a PULL_MESSAGE with the suspend flag that found
+nothing: long polling).
+
+Sends (SEND_MESSAGE 10, SEND_MESSAGE_V2 310, SEND_BATCH_MESSAGE 320) are checked before
+anything is stored: the topic's name (SYSTEM_ERROR as RocketMQ), system topics no producer
+may send to (NO_PERMISSION), the queue id against the topic's write queues (SYSTEM_ERROR),
+the body and properties sizes (MESSAGE_ILLEGAL); a topic not known yet is created with the
+producer's ``defaultTopicQueueNums`` queues, at most ``defaultTopicQueueNums`` of the broker
+(RocketMQ's ``autoCreateTopicEnable``). A batch is stored whole or not at all. The answer
+carries the offset message id (comma-separated for a batch), the queue id and the queue
+offset; a store that is waited for answers FLUSH_DISK_TIMEOUT (10), SLAVE_NOT_AVAILABLE (11)
+or FLUSH_SLAVE_TIMEOUT (12) with the same fields (the message is stored either way).
+
+Puts that must wait (SYNC_FLUSH, SYNC_MASTER) queue per connection in arrival order, which is
+also their order in the commit log; one task per connection settles them: it waits for the
+oldest, then answers every later one already covered by the flushed / replicated offset
+without waiting again. A connection with ``max_in_flight`` puts waiting, or whose answers
+the client does not read, is not read from until that drains.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
+
+import attrs
+import trio
+
+from handlers import DecoderError
+from hanet.channel import ChannelInboundHandler, HandlerContext, StreamChannel, format_address
+from hanet.protocol import (
+    MAX_FRAME_LENGTH,
+    BrokerStatus,
+    ConsumerListBody,
+    ConsumerOffsetSerializeWrapper,
+    GetConsumerListByGroupRequestHeader,
+    GetEarliestMsgStoretimeRequestHeader,
+    GetEarliestMsgStoretimeResponseHeader,
+    GetMaxOffsetRequestHeader,
+    GetMaxOffsetResponseHeader,
+    GetMinOffsetRequestHeader,
+    GetMinOffsetResponseHeader,
+    HanetRequestCode,
+    HeartbeatData,
+    MessageProperty,
+    NotifyConsumerIdsChangedRequestHeader,
+    PullMessageRequestHeader,
+    PullMessageResponseHeader,
+    QueryConsumerOffsetRequestHeader,
+    QueryConsumerOffsetResponseHeader,
+    RemotingCommand,
+    RemotingDispatcher,
+    RemotingHeaderError,
+    RequestCode,
+    RequestProcessor,
+    ResponseCode,
+    SearchOffsetRequestHeader,
+    SearchOffsetResponseHeader,
+    SendMessageRequestHeader,
+    SendMessageResponseHeader,
+    SubscriptionGroupConfig,
+    SubscriptionGroupWrapper,
+    UnregisterClientRequestHeader,
+    UpdateConsumerOffsetRequestHeader,
+    ViewMessageRequestHeader,
+    decode_batch,
+    remoting_pipeline,
+    string_to_properties,
+)
+from hanet.store import (
+    MAX_PROPERTIES_SIZE,
+    CommitLogStore,
+    Message,
+    PutResult,
+    PutStatus,
+    StoreError,
+    encode_properties,
+    topic_problem,
+)
+
+from ._consumers import ConsumerRegistry, ConsumerRegistryFull
+from ._offsets import ConsumerOffsets, ConsumerOffsetsFull
+from ._pull import GetMessageStatus, PullResult, serve_pull, subscription_filter
+from ._topics import TopicTable, TopicTableFull
+
+__all__ = [
+    "DEFAULT_MAX_IN_FLIGHT",
+    "LOCALHOST",
+    "NOT_ALLOWED_SEND_TOPICS",
+    "BrokerBackend",
+    "BrokerConnection",
+    "BrokerPort",
+    "HoldHook",
+    "default_subscription_groups",
+    "packed_host",
+    "retry_topic",
+    "send_answer",
+]
+
+log = logging.getLogger("hanet.broker")
+
+DEFAULT_MAX_IN_FLIGHT = 1024
+"""Puts of one connection waiting for their answer before the broker stops reading it."""
+
+LOCALHOST = (b"\x7f\x00\x00\x01", 0)
+
+NOT_ALLOWED_SEND_TOPICS = frozenset({"SCHEDULE_TOPIC_XXXX", "RMQ_SYS_TRANS_OP_HALF_TOPIC"})
+"""System topics no producer may send to (RocketMQ's ``NOT_ALLOWED_SEND_TOPIC_SET``)."""
+
+_EMPTY = frozenset({GetMessageStatus.NO_MATCHED_LOGIC_QUEUE, GetMessageStatus.NO_MESSAGE_IN_QUEUE})
+_HOST_FLAGS = 0x10 | 0x20  # SYSFLAG bits the store sets from the addresses
+
+HoldHook = Callable[[HandlerContext, RemotingCommand, PullMessageRequestHeader, PullResult], bool]
+"""Takes a PULL_MESSAGE with the suspend flag that found nothing (long polling); returns True
+when it will answer the request itself later, False to have it answered now."""
+
+
+def packed_host(address: object) -> tuple[bytes, int]:
+    """A peer address as the store's born host (packed IPv4/IPv6 address, port)."""
+    if isinstance(address, tuple) and len(address) >= 2:
+        host, port = address[0], address[1]
+        for family in (socket.AF_INET, socket.AF_INET6):
+            try:
+                return socket.inet_pton(family, str(host)), int(port)
+            except OSError:
+                continue
+    return LOCALHOST
+
+
+def retry_topic(group: str) -> str:
+    """A consumer group's retry topic (``%RETRY%group``)."""
+    return f"%RETRY%{group}"
+
+
+class BrokerBackend(Protocol):
+    """What the broker port needs of a broker mode (a classic :class:`~hanet.broker.Broker`,
+    a :class:`~hanet.broker.DLedgerBrokerService`)."""
+
+    @property
+    def store(self) -> CommitLogStore:
+        """The open store (raises StoreError, say, while there is none)."""
+        ...
+
+    @property
+    def offsets(self) -> ConsumerOffsets:
+        """The consumer groups' committed offsets."""
+        ...
+
+    @property
+    def consumers(self) -> ConsumerRegistry:
+        """The live members of each consumer group."""
+        ...
+
+    @property
+    def topic_table(self) -> TopicTable:
+        """The topics served."""
+        ...
+
+    @property
+    def is_slave(self) -> bool:
+        """A member that takes no sends (a slave, a DLedger follower): pulls beyond its data
+        answer PULL_RETRY_IMMEDIATELY, not PULL_OFFSET_MOVED, as a RocketMQ slave does."""
+        ...
+
+    @property
+    def cluster_name(self) -> str:
+        """The cluster name stored with each message (its ``CLUSTER`` property)."""
+        ...
+
+    @property
+    def max_in_flight(self) -> int:
+        """Per connection, puts awaiting their answer before reads pause."""
+        ...
+
+    def send_refusal(self) -> str | None:
+        """Why this member refuses sends now (answered SERVICE_NOT_AVAILABLE), None when it
+        takes them."""
+        ...
+
+    def put_now(self, messages: Sequence[Message]) -> list[PutResult] | None:
+        """Store ``messages`` now (synchronous), or None when they must go through
+        :meth:`put` (a Raft append)."""
+        ...
+
+    async def put(self, messages: Sequence[Message]) -> list[PutResult]:
+        """Store ``messages`` and wait until they count as stored."""
+        ...
+
+    def must_wait(self) -> bool:
+        """Whether stored puts wait for :meth:`settle` (SYNC_FLUSH, SYNC_MASTER)."""
+        ...
+
+    async def settle(self, end_offset: int, stored_at: float | None = None) -> PutStatus:
+        """Wait until data before ``end_offset`` counts as put (flushed, replicated)."""
+        ...
+
+    def settled_offset(self) -> int:
+        """Data before this offset needs no wait to count as put."""
+        ...
+
+    def suggest(self, behind: int) -> int:
+        """The member to pull from next for a consumer ``behind`` bytes behind."""
+        ...
+
+    def in_memory_limit(self) -> int:
+        """Commit log bytes behind its end that count as still in memory."""
+        ...
+
+    def delay_offsets(self) -> bytes:
+        """GET_ALL_DELAY_OFFSET's body (``delayOffset.json``)."""
+        ...
+
+    def subscription_groups(self) -> SubscriptionGroupWrapper:
+        """GET_ALL_SUBSCRIPTIONGROUP_CONFIG's body."""
+        ...
+
+    def status(self) -> BrokerStatus:
+        """HANET_STATUS's body."""
+        ...
+
+    def observe_put(self, statuses: Sequence[PutStatus], seconds: float) -> None:
+        """A send was answered with these statuses after ``seconds`` (metrics)."""
+        ...
+
+    def connection_event(self, event: str) -> None:
+        """A connection opened or closed (metrics)."""
+        ...
+
+
+# -- sends ----------------------------------------------------------------------------------
+
+_STATUS_CODES = {
+    PutStatus.PUT_OK: ResponseCode.SUCCESS,
+    PutStatus.FLUSH_DISK_TIMEOUT: ResponseCode.FLUSH_DISK_TIMEOUT,
+    PutStatus.FLUSH_SLAVE_TIMEOUT: ResponseCode.FLUSH_SLAVE_TIMEOUT,
+    PutStatus.SLAVE_NOT_AVAILABLE: ResponseCode.SLAVE_NOT_AVAILABLE,
+    PutStatus.SERVICE_NOT_AVAILABLE: ResponseCode.SERVICE_NOT_AVAILABLE,
+    PutStatus.MESSAGE_ILLEGAL: ResponseCode.MESSAGE_ILLEGAL,
+    PutStatus.PROPERTIES_SIZE_EXCEEDED: ResponseCode.MESSAGE_ILLEGAL,
+}
+_STORED = frozenset(
+    {
+        PutStatus.PUT_OK,
+        PutStatus.FLUSH_DISK_TIMEOUT,
+        PutStatus.FLUSH_SLAVE_TIMEOUT,
+        PutStatus.SLAVE_NOT_AVAILABLE,
+    }
+)
+_REMARKS = {
+    PutStatus.CREATE_MAPPED_FILE_FAILED: "create mapped file failed, server is busy or broken",
+    PutStatus.OS_PAGE_CACHE_BUSY: "[PC_SYNCHRONIZED]broker busy, start flow control for a while",
+    PutStatus.SERVICE_NOT_AVAILABLE: (
+        "service not available now: the broker's disk may be full, the broker a slave or "
+        "shutting down"
+    ),
+}
+
+
+class _Refused(Exception):
+    """A send refused before anything was stored."""
+
+    def __init__(self, code: int, remark: str) -> None:
+        super().__init__(remark)
+        self.code = code
+        self.remark = remark
+
+
+def send_answer(
+    request: RemotingCommand,
+    results: Sequence[PutResult],
+    queue_id: int,
+    status: PutStatus | None = None,
+) -> RemotingCommand:
+    """The answer to a send to ``queue_id`` whose messages were stored with ``results`` (one
+    per message of a batch); ``status`` overrides a stored put's PUT_OK (the outcome of a
+    wait)."""
+    first = results[0]
+    worst = next((r for r in results if r.status is not PutStatus.PUT_OK), first)
+    final = worst.status if worst.status is not PutStatus.PUT_OK else (status or first.status)
+    code = _STATUS_CODES.get(final, ResponseCode.SYSTEM_ERROR)
+    if final in _STORED:
+        header = SendMessageResponseHeader(
+            ",".join(r.msg_id for r in results), queue_id, first.queue_offset
+        )
+        fields = header.to_fields()
+        fields[MessageProperty.MSG_REGION] = "DefaultRegion"
+        fields[MessageProperty.TRACE_ON] = "true"
+        remark = None if final is PutStatus.PUT_OK else final.value
+        return request.response(code, remark, fields)
+    remark = worst.detail or _REMARKS.get(final, final.value)
+    return request.response(code, remark)
+
+
+@attrs.define
+class _Waiting:
+    """A send stored and waiting for its answer (SYNC_FLUSH / SYNC_MASTER)."""
+
+    request: RemotingCommand
+    results: list[PutResult]
+    queue_id: int
+    end_offset: int
+    stored_at: float
+
+
+class BrokerConnection(ChannelInboundHandler):
+    """One broker port connection's state: the peer, the sends waiting for their answers
+    (answered in order by one task), back-pressure, and the consumers heard on it (they
+    leave their groups when it closes)."""
+
+    def __init__(self, port: BrokerPort, channel: StreamChannel) -> None:
+        self.port = port
+        self.channel = channel
+        peer = channel.remote_address
+        self.peer = format_address(peer) if peer else str(channel)
+        self.born = packed_host(peer)
+        self.waiting: deque[_Waiting] = deque()
+        self.in_flight = 0
+        self._settling = False
+        self._paused = False
+        self._requests = 0
+
+    def channel_active(self, ctx: HandlerContext) -> None:
+        log.info("client %s connected", self.peer)
+        self.port.backend.connection_event("opened")
+        ctx.fire_channel_active()
+
+    def channel_inactive(self, ctx: HandlerContext) -> None:
+        reason = self.channel.close_reason or "closed"
+        log.info("client %s closed (%s)", self.peer, reason)
+        self.port.backend.connection_event(_event_of(reason))
+        self.port.connection_closed(self)
+        ctx.fire_channel_inactive()
+
+    def channel_read(self, ctx: HandlerContext, msg: Any) -> None:
+        self._requests += 1
+        ctx.fire_channel_read(msg)
+
+    def channel_read_complete(self, ctx: HandlerContext) -> None:
+        ctx.flush()
+        ctx.fire_channel_read_complete()
+
+    def channel_writability_changed(self, ctx: HandlerContext) -> None:
+        self.update_reading()
+        ctx.fire_channel_writability_changed()
+
+    def exception_caught(self, ctx: HandlerContext, exc: BaseException) -> None:
+        if isinstance(exc, DecoderError):
+            hint = ""
+            if self._requests == 0:
+                hint = " (not a remoting request: an HA slave pointed at the broker port?)"
+            log.warning("client %s: closing: %s%s", self.peer, exc, hint)
+            ctx.close(f"malformed frame: {exc}")
+        else:
+            log.error("client %s: closing after an internal error: %r", self.peer, exc)
+            ctx.close(f"{type(exc).__name__}: {exc}")
+
+    def update_reading(self) -> None:
+        """Pause reading while too many sends wait or the client does not read its answers."""
+        channel = self.channel
+        if not channel.is_open:
+            return
+        waiting = len(self.waiting) + self.in_flight
+        pause = waiting >= self.port.backend.max_in_flight or not channel.is_writable
+        if pause != self._paused:
+            self._paused = pause
+            channel.auto_read = not pause
+
+    def wait_for(self, ctx: HandlerContext, waiting: _Waiting) -> None:
+        """Queue a stored send for its answer after :meth:`BrokerBackend.settle`."""
+        self.waiting.append(waiting)
+        self.update_reading()
+        if not self._settling:
+            self._settling = True
+            ctx.spawn(self._settle_all, ctx)
+
+    async def _settle_all(self, ctx: HandlerContext) -> None:
+        backend = self.port.backend
+        waiting = self.waiting
+        try:
+            while waiting:
+                head = waiting[0]
+                status = await backend.settle(head.end_offset, head.stored_at)
+                waiting.popleft()
+                self._answer(ctx, head, status)
+                settled = backend.settled_offset()
+                while waiting and waiting[0].end_offset <= settled:
+                    self._answer(ctx, waiting.popleft(), PutStatus.PUT_OK)
+                ctx.flush()
+                self.update_reading()
+        finally:
+            self._settling = False
+
+    def _answer(self, ctx: HandlerContext, done: _Waiting, status: PutStatus) -> None:
+        self.port.answer_send(
+            ctx, done.request, done.results, done.queue_id, status, done.stored_at
+        )
+
+
+def _connection(ctx: HandlerContext) -> BrokerConnection:
+    handler = ctx.pipeline.get("connection")
+    if not isinstance(handler, BrokerConnection):
+        raise RuntimeError("the broker port's pipeline has no connection handler")
+    return handler
+
+
+class BrokerPort:
+    """The broker port of a broker mode: its dispatch table and each connection's pipeline.
+
+    Args:
+        backend: the broker mode (see :class:`BrokerBackend`).
+        max_frame_length: the largest frame accepted (16 MiB as RocketMQ).
+
+    A message body is checked against the store's ``max_message_size``.
+    """
+
+    def __init__(
+        self,
+        backend: BrokerBackend,
+        *,
+        max_frame_length: int = MAX_FRAME_LENGTH,
+    ) -> None:
+        self.backend = backend
+        self.max_frame_length = max_frame_length
+        self.rewrite: Callable[[Message], Message] | None = None
+        """Applied to each message of a send after its checks, before it is stored (the
+        delay service turns a ``DELAY`` message into a scheduled one)."""
+        self.hold: HoldHook | None = None
+        """Takes a suspended PULL_MESSAGE that found nothing (long polling; None: such a
+        pull is answered at once)."""
+        self._counters: dict[str, int] = {}
+        self.notifications = 0
+        """NOTIFY_CONSUMER_IDS_CHANGED requests sent."""
+        self.processors: dict[int, RequestProcessor] = {
+            RequestCode.SEND_MESSAGE: self.send_message,
+            RequestCode.SEND_MESSAGE_V2: self.send_message,
+            RequestCode.SEND_BATCH_MESSAGE: self.send_message,
+            RequestCode.PULL_MESSAGE: self.pull_message,
+            RequestCode.QUERY_CONSUMER_OFFSET: self.query_consumer_offset,
+            RequestCode.UPDATE_CONSUMER_OFFSET: self.update_consumer_offset,
+            RequestCode.GET_MAX_OFFSET: self.get_max_offset,
+            RequestCode.GET_MIN_OFFSET: self.get_min_offset,
+            RequestCode.SEARCH_OFFSET_BY_TIMESTAMP: self.search_offset_by_timestamp,
+            RequestCode.GET_EARLIEST_MSG_STORETIME: self.get_earliest_msg_storetime,
+            RequestCode.VIEW_MESSAGE_BY_ID: self.view_message_by_id,
+            RequestCode.HEART_BEAT: self.heart_beat,
+            RequestCode.UNREGISTER_CLIENT: self.unregister_client,
+            RequestCode.GET_CONSUMER_LIST_BY_GROUP: self.get_consumer_list_by_group,
+            RequestCode.GET_ALL_TOPIC_CONFIG: self.get_all_topic_config,
+            RequestCode.GET_ALL_CONSUMER_OFFSET: self.get_all_consumer_offset,
+            RequestCode.GET_ALL_DELAY_OFFSET: self.get_all_delay_offset,
+            RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: self.get_all_subscription_group,
+            HanetRequestCode.HANET_STATUS: self.hanet_status,
+        }
+        """Request code -> processor: the one table every connection of the port uses."""
+        self._dispatcher = RemotingDispatcher(self.processors, port="the broker port")
+
+    def register(self, code: int, processor: RequestProcessor) -> None:
+        """Serve ``code`` with ``processor`` (another service's requests: retries, locks)."""
+        self.processors[int(code)] = processor
+
+    def initialize(self, channel: StreamChannel) -> None:
+        """The pipeline of a broker port connection."""
+        pipeline = channel.pipeline
+        for name, handler in remoting_pipeline(self.max_frame_length):
+            pipeline.add_last(handler, name)
+        pipeline.add_last(BrokerConnection(self, channel), "connection")
+        pipeline.add_last(self._dispatcher, "dispatch")
+
+    # -- consumer groups --------------------------------------------------------------------
+
+    def connection_closed(self, connection: BrokerConnection) -> None:
+        """A connection closed: its consumers leave their groups, whose other members are
+        told (RocketMQ's ``ClientHousekeepingService``)."""
+        for group in self.backend.consumers.drop_channel(connection):
+            log.info("group %s: the members on %s left (closed)", group, connection.peer)
+            self.notify_group(group)
+
+    def housekeeping(self) -> None:
+        """Drop the consumers not heard from in time and tell their groups (call every
+        few seconds)."""
+        for group in self.backend.consumers.expire():
+            log.info("group %s: members expired", group)
+            self.notify_group(group)
+
+    def notify_group(self, group: str) -> None:
+        """Send NOTIFY_CONSUMER_IDS_CHANGED (oneway) to each live member of ``group``."""
+        fields = NotifyConsumerIdsChangedRequestHeader(group).to_fields()
+        for member in self.backend.consumers.channels(group):
+            if isinstance(member, BrokerConnection) and member.channel.is_open:
+                request = RemotingCommand.request(
+                    RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, fields, oneway=True
+                )
+                member.channel.pipeline.write_and_flush(request)
+                self.notifications += 1
+
+    # -- sends ------------------------------------------------------------------------------
+
+    def send_message(self, ctx: HandlerContext, request: RemotingCommand) -> RemotingCommand | None:
+        """SEND_MESSAGE, SEND_MESSAGE_V2 and SEND_BATCH_MESSAGE (see the module docstring)."""
+        backend = self.backend
+        refusal = backend.send_refusal()
+        if refusal is not None:
+            return request.response(ResponseCode.SERVICE_NOT_AVAILABLE, refusal)
+        header = SendMessageRequestHeader.decode(request.code, request.fields)
+        connection = _connection(ctx)
+        started = trio.current_time()
+        try:
+            messages, queue_id, wait = self._admit(request, header, connection.born)
+        except _Refused as exc:
+            log.info("client %s: send to %.80s refused: %s", connection.peer, header.topic, exc)
+            return request.response(exc.code, exc.remark)
+        except StoreError as exc:
+            return request.response(ResponseCode.SYSTEM_ERROR, str(exc))
+        results = backend.put_now(messages)
+        if results is None:
+            connection.in_flight += 1
+            connection.update_reading()
+            ctx.spawn(self._put_later, ctx, connection, request, messages, queue_id, started)
+            return None
+        stored = [r for r in results if r.status is PutStatus.PUT_OK]
+        if len(stored) < len(results) or not wait or not backend.must_wait():
+            self.answer_send(ctx, request, results, queue_id, PutStatus.PUT_OK, started)
+            return None
+        end = max(r.wrote_offset + r.wrote_size for r in stored)
+        connection.wait_for(ctx, _Waiting(request, results, queue_id, end, started))
+        return None
+
+    async def _put_later(
+        self,
+        ctx: HandlerContext,
+        connection: BrokerConnection,
+        request: RemotingCommand,
+        messages: list[Message],
+        queue_id: int,
+        started: float,
+    ) -> None:
+        try:
+            results = await self.backend.put(messages)
+            self.answer_send(ctx, request, results, queue_id, PutStatus.PUT_OK, started)
+            ctx.flush()
+        finally:
+            connection.in_flight -= 1
+            connection.update_reading()
+
+    def answer_send(
+        self,
+        ctx: HandlerContext,
+        request: RemotingCommand,
+        results: Sequence[PutResult],
+        queue_id: int,
+        status: PutStatus,
+        started: float,
+    ) -> None:
+        """Write a send's answer (not for a oneway send) and count it."""
+        answer = send_answer(request, results, queue_id, status)
+        if not request.is_oneway:
+            ctx.write(answer)
+        statuses = [status if r.status is PutStatus.PUT_OK else r.status for r in results]
+        self.backend.observe_put(statuses, trio.current_time() - started)
+
+    def _admit(
+        self, request: RemotingCommand, header: SendMessageRequestHeader, born: tuple[bytes, int]
+    ) -> tuple[list[Message], int, bool]:
+        """The messages a send stores, their queue and whether the answer waits for the
+        store (every check first: nothing is stored when one fails)."""
+        topic = header.topic
+        problem = topic_problem(topic)
+        if problem is not None:
+            raise _Refused(ResponseCode.SYSTEM_ERROR, f"the specified topic is illegal: {problem}")
+        if topic in NOT_ALLOWED_SEND_TOPICS:
+            raise _Refused(ResponseCode.NO_PERMISSION, f"sending to topic {topic} is forbidden")
+        table = self.backend.topic_table
+        try:
+            config = table.create_for_send(topic, header.default_topic_queue_nums)
+        except TopicTableFull as exc:
+            raise _Refused(ResponseCode.SYSTEM_ERROR, str(exc)) from None
+        queues = config.write_queue_nums
+        queue_id = header.queue_id
+        if queue_id >= queues:
+            raise _Refused(
+                ResponseCode.SYSTEM_ERROR,
+                f"request queueId[{queue_id}] is illegal: topic {topic} has {queues} write queues",
+            )
+        if queue_id < 0:
+            queue_id = self._round_robin(topic, queues)
+        sys_flag = header.sys_flag & ~_HOST_FLAGS
+        if request.code == RequestCode.SEND_BATCH_MESSAGE:
+            try:
+                batch = decode_batch(request.body)
+            except RemotingHeaderError as exc:
+                raise _Refused(ResponseCode.MESSAGE_ILLEGAL, str(exc)) from None
+            if not batch:
+                raise _Refused(ResponseCode.MESSAGE_ILLEGAL, "the batch holds no message")
+            parts = [(m.body, dict(m.properties), m.flag) for m in batch]
+        else:
+            parts = [(bytes(request.body), string_to_properties(header.properties), header.flag)]
+        messages: list[Message] = []
+        wait = False
+        cluster = self.backend.cluster_name
+        max_body = self.backend.store.config.max_message_size
+        for index, (body, properties, flag) in enumerate(parts):
+            what = f"message {index} of the batch" if len(parts) > 1 else "the message"
+            if len(body) > max_body:
+                raise _Refused(
+                    ResponseCode.MESSAGE_ILLEGAL,
+                    f"{what}: body of {len(body)} bytes is over the maximum {max_body}",
+                )
+            if cluster:
+                properties[MessageProperty.CLUSTER] = cluster
+            size = len(encode_properties(properties))
+            if size > MAX_PROPERTIES_SIZE:
+                raise _Refused(
+                    ResponseCode.MESSAGE_ILLEGAL,
+                    f"{what}: properties of {size} bytes are over {MAX_PROPERTIES_SIZE}",
+                )
+            wait = wait or properties.get(MessageProperty.WAIT) != "false"
+            message = Message(
+                topic=topic,
+                body=body,
+                queue_id=queue_id,
+                flag=flag,
+                properties=properties,
+                sys_flag=sys_flag,
+                born_timestamp=header.born_timestamp,
+                born_host=born[0],
+                born_port=born[1],
+                reconsume_times=header.reconsume_times or 0,
+            )
+            if self.rewrite is not None:
+                message = self.rewrite(message)
+            messages.append(message)
+        return messages, queue_id, wait
+
+    def _round_robin(self, topic: str, queues: int) -> int:
+        count = self._counters.get(topic, 0)
+        if len(self._counters) < 100_000 or topic in self._counters:
+            self._counters[topic] = count + 1
+        return count % queues
+
+    # -- pulls ------------------------------------------------------------------------------
+
+    def pull_message(self, ctx: HandlerContext, request: RemotingCommand) -> RemotingCommand | None:
+        """PULL_MESSAGE: the records from the queue offset, the next offset, the queue's
+        bounds and the member to pull from next; a commit offset carried in the pull is
+        recorded first."""
+        header = PullMessageRequestHeader.from_fields(request.fields)
+        return self.serve_pull(ctx, request, header, allow_suspend=True)
+
+    def serve_pull(
+        self,
+        ctx: HandlerContext,
+        request: RemotingCommand,
+        header: PullMessageRequestHeader,
+        *,
+        allow_suspend: bool,
+    ) -> RemotingCommand | None:
+        """Serve a decoded pull (the hold service calls this again, ``allow_suspend``
+        False, when it wakes a held pull). None: the pull was handed to :attr:`hold`."""
+        backend = self.backend
+        topic = header.topic
+        config = backend.topic_table.get(topic)
+        if config is None:
+            store_queues = backend.store.queues()
+            if not any(t == topic for t, _ in store_queues):
+                return request.response(
+                    ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist, apply first please!"
+                )
+        elif not 0 <= header.queue_id < max(config.read_queue_nums, 1):
+            return request.response(
+                ResponseCode.SYSTEM_ERROR,
+                f"queueId[{header.queue_id}] is illegal, topic:[{topic}] "
+                f"topicConfig.readQueueNums:[{config.read_queue_nums}] "
+                f"consumer:[{_connection(ctx).peer}]",
+            )
+        if allow_suspend and header.has_commit_offset:
+            self._commit(header.consumer_group, topic, header.queue_id, header.commit_offset)
+        tags = None
+        if header.expression_type in (None, "TAG"):
+            tags = subscription_filter(header.subscription)
+        try:
+            result = serve_pull(
+                backend.store,
+                topic,
+                header.queue_id,
+                header.queue_offset,
+                header.max_msg_nums,
+                tags=tags,
+                suggest=backend.suggest,
+            )
+        except StoreError as exc:
+            # A record that fails its checks is never served: answer, keep the connection.
+            log.warning("pull of %s queue %d failed: %s", topic, header.queue_id, exc)
+            return request.response(ResponseCode.SYSTEM_ERROR, str(exc))
+        status = result.status
+        fields = PullMessageResponseHeader(
+            result.suggested, result.next_offset, result.min_offset, result.max_offset
+        ).to_fields()
+        if status is GetMessageStatus.FOUND:
+            return request.response(ResponseCode.SUCCESS, "FOUND", fields, b"".join(result.records))
+        if status is GetMessageStatus.NO_MATCHED_MESSAGE:
+            code = ResponseCode.PULL_RETRY_IMMEDIATELY
+        elif status in (
+            GetMessageStatus.NO_MATCHED_LOGIC_QUEUE,
+            GetMessageStatus.NO_MESSAGE_IN_QUEUE,
+        ):
+            code = (
+                ResponseCode.PULL_OFFSET_MOVED
+                if header.queue_offset != 0
+                else ResponseCode.PULL_NOT_FOUND
+            )
+        elif status is GetMessageStatus.OFFSET_OVERFLOW_ONE:
+            code = ResponseCode.PULL_NOT_FOUND
+        else:  # OFFSET_TOO_SMALL, OFFSET_OVERFLOW_BADLY
+            code = ResponseCode.PULL_OFFSET_MOVED
+        if code == ResponseCode.PULL_OFFSET_MOVED and backend.is_slave:
+            # A slave may just be behind its master: the consumer retries, keeping its offset.
+            code = ResponseCode.PULL_RETRY_IMMEDIATELY
+        if (
+            code == ResponseCode.PULL_NOT_FOUND
+            and allow_suspend
+            and header.suspend
+            and self.hold is not None
+            and self.hold(ctx, request, header, result)
+        ):
+            return None  # the hold service answers when a message arrives or time is up
+        return request.response(code, status.value, fields)
+
+    # -- offsets ----------------------------------------------------------------------------
+
+    def _commit(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        try:
+            self.backend.offsets.commit(group, topic, queue_id, offset)
+        except ConsumerOffsetsFull as exc:
+            raise RemotingHeaderError(f"offset of group {group} not committed: {exc}") from None
+
+    def query_consumer_offset(
+        self, ctx: HandlerContext, request: RemotingCommand
+    ) -> RemotingCommand:
+        """QUERY_CONSUMER_OFFSET: the committed offset; for a group with none, 0 when the
+        queue still starts at 0 and its first message is still in memory (as 4.9.8's
+        ``ConsumerManageProcessor``), else QUERY_NOT_FOUND."""
+        header = QueryConsumerOffsetRequestHeader.from_fields(request.fields)
+        backend = self.backend
+        offset = backend.offsets.query(header.consumer_group, header.topic, header.queue_id)
+        if offset < 0:
+            store = backend.store
+            low = store.min_queue_offset(header.topic, header.queue_id)
+            if low <= 0 and not self._first_on_disk(store, header.topic, header.queue_id):
+                offset = 0
+        if offset < 0:
+            return request.response(
+                ResponseCode.QUERY_NOT_FOUND,
+                "Not found, V3_0_6_SNAPSHOT maybe this group consumer boot first",
+            )
+        fields = QueryConsumerOffsetResponseHeader(offset).to_fields()
+        return request.response(ResponseCode.SUCCESS, None, fields)
+
+    def _first_on_disk(self, store: CommitLogStore, topic: str, queue_id: int) -> bool:
+        entry = store.consume_queue_entry(topic, queue_id, 0)
+        if entry is None:
+            return False
+        return store.max_offset - entry[0] > self.backend.in_memory_limit()
+
+    def update_consumer_offset(
+        self, ctx: HandlerContext, request: RemotingCommand
+    ) -> RemotingCommand:
+        """UPDATE_CONSUMER_OFFSET (often oneway): record a group's offset of a queue (on
+        masters and slaves alike: consumers commit to a slave while the master is down)."""
+        header = UpdateConsumerOffsetRequestHeader.from_fields(request.fields)
+        self._commit(header.consumer_group, header.topic, header.queue_id, header.commit_offset)
+        return request.response(ResponseCode.SUCCESS)
+
+    def get_max_offset(self, ctx: HandlerContext, request: RemotingCommand) -> RemotingCommand:
+        """GET_MAX_OFFSET: the queue offset after the queue's last message (0: none)."""
+        header = GetMaxOffsetRequestHeader.from_fields(request.fields)
+        offset = self.backend.store.max_queue_offset(header.topic, header.queue_id)
+        return request.response(fields=GetMaxOffsetResponseHeader(offset).to_fields())
+
+    def get_min_offset(self, ctx: HandlerContext, request: RemotingCommand) -> RemotingCommand:
+        """GET_MIN_OFFSET: the queue offset of the queue's first message still held."""
+        header = GetMinOffsetRequestHeader.from_fields(request.fields)
+        offset = self.backend.store.min_queue_offset(header.topic, header.queue_id)
+        return request.response(fields=GetMinOffsetResponseHeader(offset).to_fields())
+
+    def _store_time(self, store: CommitLogStore, topic: str, queue_id: int, offset: int) -> int:
+        entry = store.consume_queue_entry(topic, queue_id, offset)
+        if entry is None:
+            return -1
+        return store.read_record(entry[0]).store_timestamp
+
+    def search_offset_by_timestamp(
+        self, ctx: HandlerContext, request: RemotingCommand
+    ) -> RemotingCommand:
+        """SEARCH_OFFSET_BY_TIMESTAMP: the first queue offset whose message was stored at or
+        after ``timestamp`` (the queue's max offset when none was; a binary search)."""
+        header = SearchOffsetRequestHeader.from_fields(request.fields)
+        store = self.backend.store
+        low = store.min_queue_offset(header.topic, header.queue_id)
+        high = store.max_queue_offset(header.topic, header.queue_id)
+        while low < high:
+            middle = (low + high) // 2
+            if self._store_time(store, header.topic, header.queue_id, middle) < header.timestamp:
+                low = middle + 1
+            else:
+                high = middle
+        return request.response(fields=SearchOffsetResponseHeader(low).to_fields())
+
+    def get_earliest_msg_storetime(
+        self, ctx: HandlerContext, request: RemotingCommand
+    ) -> RemotingCommand:
+        """GET_EARLIEST_MSG_STORETIME: when the queue's first message still held was stored
+        (-1: none)."""
+        header = GetEarliestMsgStoretimeRequestHeader.from_fields(request.fields)
+        store = self.backend.store
+        low = store.min_queue_offset(header.topic, header.queue_id)
+        stamp = self._store_time(store, header.topic, header.queue_id, low)
+        return request.response(fields=GetEarliestMsgStoretimeResponseHeader(stamp).to_fields())
+
+    def view_message_by_id(self, ctx: HandlerContext, request: RemotingCommand) -> RemotingCommand:
+        """VIEW_MESSAGE_BY_ID: the record at a commit log offset, as stored."""
+        header = ViewMessageRequestHeader.from_fields(request.fields)
+        store = self.backend.store
+        try:
+            record = store.read_record(header.offset)
+            size = record.size
+            data = store.read(header.offset, size)
+        except (StoreError, ValueError, IndexError):
+            return request.response(
+                ResponseCode.SYSTEM_ERROR, f"can not find message by the offset, {header.offset}"
+            )
+        return request.response(ResponseCode.SUCCESS, None, None, data)
+
+    # -- clients ----------------------------------------------------------------------------
+
+    def heart_beat(self, ctx: HandlerContext, request: RemotingCommand) -> RemotingCommand:
+        """HEART_BEAT: the client's consumer groups (their retry topics created); a group it
+        joins is told at once (NOTIFY_CONSUMER_IDS_CHANGED to every member)."""
+        heartbeat = HeartbeatData.from_json(request.body)
+        connection = _connection(ctx)
+        backend = self.backend
+        for consumer in heartbeat.consumer_data_set:
+            group = consumer.group_name
+            try:
+                backend.topic_table.ensure(retry_topic(group), 1)
+                joined = backend.consumers.heartbeat(group, heartbeat.client_id, connection)
+            except (ConsumerRegistryFull, TopicTableFull) as exc:
+                log.warning(
+                    "consumer %s refused (%s): %s", heartbeat.client_id, connection.peer, exc
+                )
+                return request.response(ResponseCode.SYSTEM_ERROR, str(exc))
+            if joined:
+                log.info(
+                    "consumer %s joined group %s (%s)", heartbeat.client_id, group, connection.peer
+                )
+                self.notify_group(group)
+        return request.response(ResponseCode.SUCCESS)
+
+    def unregister_client(self, ctx: HandlerContext, request: RemotingCommand) -> RemotingCommand:
+        """UNREGISTER_CLIENT: the client leaves its consumer group at once (its other
+        members are told)."""
+        header = UnregisterClientRequestHeader.from_fields(request.fields)
+        group = header.consumer_group
+        if group and self.backend.consumers.unregister(group, header.client_id):
+            log.info("consumer %s left group %s", header.client_id, group)
+            self.notify_group(group)
+        return request.response(ResponseCode.SUCCESS)
+
+    def get_consumer_list_by_group(
+        self, ctx: HandlerContext, request: RemotingCommand
+    ) -> RemotingCommand:
+        """GET_CONSUMER_LIST_BY_GROUP: the client ids of the group's live members, sorted."""
+        header = GetConsumerListByGroupRequestHeader.from_fields(request.fields)
+        ids = self.backend.consumers.members(header.consumer_group)
+        if not ids:
+            return request.response(
+                ResponseCode.SYSTEM_ERROR, f"no consumer for this group, {header.consumer_group}"
+            )
+        return request.response(body=ConsumerListBody(ids).to_json())
+
+    # -- what a slave copies, the status ----------------------------------------------------
+
+    def get_all_topic_config(
+        self, ctx: HandlerContext, request: RemotingCommand
+    ) -> RemotingCommand:
+        """GET_ALL_TOPIC_CONFIG: the topic table (``TopicConfigSerializeWrapper``)."""
+        return request.response(body=self.backend.topic_table.wrapper().encode())
+
+    def get_all_consumer_offset(
+        self, ctx: HandlerContext, request: RemotingCommand
+    ) -> RemotingCommand:
+        """GET_ALL_CONSUMER_OFFSET: every committed offset (``ConsumerOffsetSerializeWrapper``)."""
+        table = self.backend.offsets.table()
+        return request.response(body=ConsumerOffsetSerializeWrapper(table).to_json())
+
+    def get_all_delay_offset(
+        self, ctx: HandlerContext, request: RemotingCommand
+    ) -> RemotingCommand:
+        """GET_ALL_DELAY_OFFSET: the delay levels' progress (``delayOffset.json``)."""
+        return request.response(body=self.backend.delay_offsets())
+
+    def get_all_subscription_group(
+        self, ctx: HandlerContext, request: RemotingCommand
+    ) -> RemotingCommand:
+        """GET_ALL_SUBSCRIPTIONGROUP_CONFIG: the consumer groups' settings."""
+        return request.response(body=self.backend.subscription_groups().to_json())
+
+    def hanet_status(self, ctx: HandlerContext, request: RemotingCommand) -> RemotingCommand:
+        """HANET_STATUS (30001): the status document (:class:`~hanet.protocol.BrokerStatus`)."""
+        return request.response(body=self.backend.status().encode())
+
+
+def default_subscription_groups(
+    consumers: ConsumerRegistry, known: Mapping[str, SubscriptionGroupConfig] | None = None
+) -> SubscriptionGroupWrapper:
+    """The subscription groups of a broker that creates them on demand: every group it knows
+    (with live members, or ``known``), with RocketMQ's defaults."""
+    groups = dict(known or {})
+    for group in consumers.groups():
+        groups.setdefault(group, SubscriptionGroupConfig(group))
+    return SubscriptionGroupWrapper(groups)
+
+
+def _event_of(reason: str) -> str:
+    """A short, bounded label for why a connection closed (metrics)."""
+    lowered = reason.lower()
+    for word in ("peer closed", "malformed", "decoder", "corrupt", "too long", "timeout", "lost"):
+        if word in lowered:
+            return "closed: " + word
+    return "closed: other"
