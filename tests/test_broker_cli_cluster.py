@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 import trio
+from broker_support import commit, connect, query
 
 from hanet.broker import apply_properties
 from hanet.cli import build_config, build_parser
-from hanet.client import BrokerClient
 from hanet.errors import ConfigError
 from hanet.ha import BrokerConfig, BrokerRole
 
@@ -143,26 +143,26 @@ async def test_offsets_survive_sigterm_exactly_and_kill_9_within_one_flush_inter
     master = Master(tmp_path, *extra)
     try:
         await master.start()
-        async with BrokerClient.connect(*master.broker) as c:
-            await c.commit_offset("g", "T", 0, 41)
-            await c.commit_offset("g", "T", 1, 7)
+        async with connect(master.broker) as c:
+            await commit(c, "g", "T", 0, 41)
+            await commit(c, "g", "T", 1, 7)
         assert await master.stop(signal.SIGTERM) == 0  # flushed on shutdown, not after 1 s
         await master.start()
-        async with BrokerClient.connect(*master.broker) as c:
-            assert await c.query_offset("g", "T", 0) == 41
-            assert await c.query_offset("g", "T", 1) == 7
+        async with connect(master.broker) as c:
+            assert await query(c, "g", "T", 0) == 41
+            assert await query(c, "g", "T", 1) == 7
             # Commit a rising offset every 50 ms for 2.5 intervals, then kill -9.
             committed: list[tuple[float, int]] = []
             for offset in range(100, 100 + int(interval * 50)):
-                await c.commit_offset("g", "T", 0, offset)
+                await commit(c, "g", "T", 0, offset)
                 committed.append((time.monotonic(), offset))
                 await trio.sleep(0.05)
         killed_at = time.monotonic()
         assert await master.stop(signal.SIGKILL) == -signal.SIGKILL
         await master.start()
-        async with BrokerClient.connect(*master.broker) as c:
-            recovered = await c.query_offset("g", "T", 0)
-            assert await c.query_offset("g", "T", 1) == 7
+        async with connect(master.broker) as c:
+            recovered = await query(c, "g", "T", 0)
+            assert await query(c, "g", "T", 1) == 7
         assert recovered is not None
         # What was committed more than one interval (plus slack) before the kill is kept:
         # at most the last interval's messages are consumed again.

@@ -112,7 +112,7 @@ async def test_a_dledger_broker_port_pauses_reading_past_its_puts_in_flight(
 
 async def test_a_dledger_broker_port_serves_the_same_table(tmp_path: Path) -> None:
     async with trio.open_nursery() as nursery:
-        _, service, port = await _dledger_leader(tmp_path, nursery)
+        _, _, port = await _dledger_leader(tmp_path, nursery)
         async with RemotingConnection.connect("127.0.0.1", port) as c:
             sent = await send(c, "T", b"hello", 1)
             assert sent.code == ResponseCode.SUCCESS and sent.header is not None
@@ -330,6 +330,55 @@ async def test_a_failed_sync_is_logged_and_retried(
         await wait_for(lambda: sync.syncs == 1 and sync.last_error is None)
         assert offsets.table() == {("T", "g"): {0: 3}}
         nursery.cancel_scope.cancel()
+
+
+async def test_offsets_committed_to_the_slave_while_the_master_is_down_are_not_lost(
+    tmp_path: Path,
+) -> None:
+    """Item 4 of the remoting move: the master takes the slave's newer offsets back."""
+    master_cfg = config(tmp_path / "m")
+    async with running(master_cfg) as (master, m):
+        for i in range(10):
+            await put(master, "T", b"%d" % i)
+        master.offsets.commit("g", "T", 0, 3)
+        master.offsets.commit("g", "T", 1, 0)
+        master_address, ha_address = fmt(m.broker), fmt(m.ha)
+    # The master is down. Its address is kept for the slave (its files stay on disk).
+    slave_cfg = config(
+        tmp_path / "s",
+        broker_role=BrokerRole.SLAVE,
+        ha_master_address=ha_address,
+        master_broker_address=master_address,
+        slave_sync_interval=0.2,
+    )
+    async with running(slave_cfg) as (slave, s):
+        # What the slave knew before: the master's offsets (as a sync copied them).
+        slave.offsets.commit("g", "T", 0, 3)
+        slave.offsets.commit("g", "T", 1, 0)
+        async with connect(s.broker) as c:  # consumers commit to the slave meanwhile
+            assert (await commit(c, "g", "T", 0, 8)).code == ResponseCode.SUCCESS
+            assert (await commit(c, "h", "T", 2, 1)).code == ResponseCode.SUCCESS
+        sync = slave.sync
+        assert sync is not None
+        # The master comes back on the same ports; the slave reconnects and syncs.
+        host, port = m.broker  # type: ignore[misc]
+        back = attrs.evolve(
+            master_cfg,
+            listen_port=port,
+            ha_listen_port=m.ha[1],  # type: ignore[index]
+        )
+        async with running(back) as (master, _):
+            # The master went on too: a consumer committed queue 1 there (larger: kept).
+            master.offsets.commit("g", "T", 1, 5)
+            await wait_for(lambda: sync.syncs >= 1 and sync.pushed >= 2)
+            await wait_for(lambda: master.offsets.query("g", "T", 0) == 8)
+            assert master.offsets.query("h", "T", 2) == 1
+            assert master.offsets.query("g", "T", 1) == 5
+            # The slave's sync did not overwrite its larger offsets with the master's.
+            assert slave.offsets.query("g", "T", 0) == 8
+            assert slave.offsets.query("g", "T", 1) == 5
+            async with connect((host, port)) as c:  # a consumer restarted on the master
+                assert await query(c, "g", "T", 0) == 8
 
 
 # -- registration with the name servers --------------------------------------------------------

@@ -172,8 +172,11 @@ async def test_members_are_told_when_their_group_changes(tmp_path: Path) -> None
 
         return on_request
 
-    async with running(config(tmp_path)) as (_, addresses):
-        async with connect(addresses.broker, on_request=listener("a")) as a:
+    async with (
+        running(config(tmp_path)) as (_, addresses),
+        connect(addresses.broker, on_request=listener("a")) as a,
+    ):
+        if True:
             await a.invoke_checked(heartbeat_request("a", "G"))
             async with connect(addresses.broker, on_request=listener("b")) as b:
                 await b.invoke_checked(heartbeat_request("b", "G"))

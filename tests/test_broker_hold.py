@@ -5,6 +5,8 @@ clock."""
 
 from __future__ import annotations
 
+import json
+import struct
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -30,6 +32,7 @@ from hanet.protocol import (
 from hanet.store import CommitLogStore, Message, PutResult, PutStatus, StoreConfig
 from hanet.testing import EmbeddedChannel
 
+FIXTURES = Path(__file__).parent / "fixtures" / "remoting" / "clients"
 CONFIG = StoreConfig(mapped_file_size=256 * 1024, consume_queue_file_size=20 * 1024)
 
 
@@ -293,3 +296,21 @@ async def test_notify_put_wakes_the_queues_a_put_stored_in(
     await trio.testing.wait_all_tasks_blocked()
     assert sorted(a.opaque for a in _answers(channel)) == [1, 3]
     assert _holds(broker).statistics().held == 1
+
+
+@pytest.mark.parametrize("client", ["alions", "cpp"])
+async def test_the_captured_pulls_of_ali_ons_and_the_cpp_client_are_held(
+    broker: Broker, autojump_clock: trio.testing.MockClock, client: str
+) -> None:
+    lines = (FIXTURES / f"{client}.jsonl").read_text().splitlines()
+    captured = next(json.loads(line) for line in lines if json.loads(line)["code"] == 11)
+    header = dict(captured["hdr"])
+    header.pop("_serializeType")
+    raw = json.dumps(header).encode()
+    channel = _connection(broker)
+    channel.write_inbound(struct.pack(">I", len(raw)) + raw)
+    await trio.sleep(14.9)
+    assert _answers(channel) == [] and _holds(broker).statistics().held == 1
+    await trio.sleep(0.2)
+    (answer,) = _answers(channel)
+    assert answer.code == ResponseCode.PULL_NOT_FOUND and answer.opaque == header["opaque"]

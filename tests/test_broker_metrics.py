@@ -8,11 +8,11 @@ from pathlib import Path
 import attrs
 import pytest
 import trio
+from broker_support import connect, send
 
 from hanet.broker import Broker, BrokerAddresses, BrokerMetrics, serve_metrics
-from hanet.client import BrokerClient
 from hanet.ha import BrokerConfig
-from hanet.protocol import BrokerStatus, MasterLink, SlaveInfo
+from hanet.protocol import BrokerStatus, HanetRequestCode, MasterLink, RemotingCommand, SlaveInfo
 
 STATUS = BrokerStatus(
     role="SYNC_MASTER",
@@ -139,14 +139,19 @@ async def test_a_running_broker_serves_metrics_that_move(tmp_path: Path) -> None
 
         before = await scrape()
         assert sample(before, 'hanet_commitlog_offset{kind="max"}') == 0
-        async with BrokerClient.connect(*addresses.broker) as client:
+        async with connect(addresses.broker) as client:
             for i in range(5):
-                await client.put("T", b"m%d" % i)
-            await client.put("bad topic!", b"x")
+                await send(client, "T", b"m%d" % i)
+            await send(client, "T", b"x" * (5 << 20))  # over the maximum body size
         after = await scrape()
         assert sample(after, 'hanet_puts_total{status="PUT_OK"}') == 5
         assert sample(after, 'hanet_puts_total{status="MESSAGE_ILLEGAL"}') == 1
         assert sample(after, "hanet_put_latency_seconds_count") == 6
         assert sample(after, 'hanet_commitlog_offset{kind="max"}') > 0
         assert sample(after, 'hanet_connection_events_total{event="opened",port="broker"}') == 1
+        async with connect(addresses.broker) as client:  # the same text on the broker port
+            answer = await client.invoke_checked(
+                RemotingCommand.request(HanetRequestCode.HANET_METRICS)
+            )
+        assert sample(bytes(answer.body).decode(), 'hanet_puts_total{status="PUT_OK"}') == 5
         nursery.cancel_scope.cancel()

@@ -249,3 +249,31 @@ def test_get_all_delay_offset_answers_the_document(store: CommitLogStore, tmp_pa
     answer = decode_command(bytes(out)[4:])
     assert answer.code == ResponseCode.SUCCESS and answer.opaque == 5
     assert json.loads(bytes(answer.body)) == {"offsetTable": {"1": 2}}
+
+
+def test_a_message_no_put_can_ever_take_is_skipped_not_retried_for_ever(
+    store: CommitLogStore, tmp_path: Path
+) -> None:
+    def put(message: Message) -> PutResult:
+        if message.body == b"bad":
+            return PutResult(PutStatus.MESSAGE_ILLEGAL, detail="too big")
+        return store.put(message)
+
+    assert store.put(_delayed("orders", b"bad", 1)).ok
+    assert store.put(_delayed("orders", b"good", 1)).ok
+    service = ScheduleService(store, put, tmp_path / "d.json", now_ms=lambda: 2**50)
+    assert service.deliver_due(1) is None
+    assert _bodies(store, "orders") == [b"good"]
+    assert service.offsets() == {1: 2} and service.statistics().failed_puts == 1
+
+
+async def test_the_offsets_are_written_while_running(store: CommitLogStore, tmp_path: Path) -> None:
+    path = tmp_path / "d.json"
+    service = ScheduleService(store, store.put, path, persist_interval=0.02, now_ms=lambda: 2**50)
+    assert store.put(_delayed("orders", b"x", 2)).ok
+    async with trio.open_nursery() as nursery:
+        await nursery.start(service.run)
+        with trio.fail_after(5):
+            while not path.exists() or decode_offsets(path.read_text()) != {2: 1}:  # noqa: ASYNC110
+                await trio.sleep(0.01)
+        nursery.cancel_scope.cancel()

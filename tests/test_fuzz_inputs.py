@@ -8,16 +8,19 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from handlers import DecoderError, LengthFieldBasedFrameDecoder
+from handlers import DecoderError
 from handlers.ha import OffsetReportDecoder, TransferFrameDecoder, transfer_frame_decoder
 from hanet.channel import ChannelInboundHandler, HandlerContext
 from hanet.protocol import (
-    DEFAULT_MAX_FRAME_LENGTH,
-    BrokerServerCodec,
-    decode_request,
-    decode_response,
-    encode_request,
-    encode_response,
+    MAX_FRAME_LENGTH,
+    HeartbeatData,
+    PullMessageRequestHeader,
+    RemotingHeaderError,
+    SendMessageRequestHeader,
+    decode_batch,
+    decode_command,
+    encode_command,
+    remoting_pipeline,
 )
 from hanet.store import CorruptRecordError as RecordError
 from hanet.store import (
@@ -53,28 +56,49 @@ def _feed(channel: EmbeddedChannel, chunks: list[bytes]) -> None:
 
 @FUZZ
 @given(st.binary(max_size=2048))
-def test_broker_frames_decode_or_raise_decoder_errors(frame: bytes) -> None:
-    for decode in (decode_request, decode_response):
+def test_remoting_frames_decode_or_raise_decoder_errors(frame: bytes) -> None:
+    try:
+        command = decode_command(frame)
+    except DecoderError:
+        return
+    # What decodes encodes back to a frame that decodes to the same command.
+    again = decode_command(encode_command(command)[4:])
+    assert again == command
+
+
+@FUZZ
+@given(st.dictionaries(st.text(max_size=8), st.text(max_size=12), max_size=16))
+def test_broker_headers_read_any_fields_or_name_the_bad_one(fields: dict[str, str]) -> None:
+    for read in (
+        SendMessageRequestHeader.from_fields,
+        SendMessageRequestHeader.from_v2_fields,
+        PullMessageRequestHeader.from_fields,
+    ):
         try:
-            message = decode(frame)
-        except DecoderError:
-            continue
-        # What decodes encodes back to a frame that decodes to the same message.
-        encode: Any = encode_request if decode is decode_request else encode_response
-        assert decode(encode(message)) == message
+            read(fields)
+        except RemotingHeaderError as exc:
+            assert "field" in str(exc)
+
+
+@FUZZ
+@given(st.binary(max_size=1024))
+def test_broker_bodies_decode_or_raise_header_errors(body: bytes) -> None:
+    for decode in (HeartbeatData.from_json, decode_batch):
+        try:
+            decode(body)
+        except RemotingHeaderError:
+            pass
 
 
 @FUZZ
 @given(st.lists(st.binary(max_size=512), max_size=20))
 def test_broker_pipeline_takes_any_bytes(chunks: list[bytes]) -> None:
     sink = Errors()
-    channel = EmbeddedChannel(
-        LengthFieldBasedFrameDecoder(4096, 0, 4, 0, 4), BrokerServerCodec(), sink
-    )
+    channel = EmbeddedChannel(*(handler for _, handler in remoting_pipeline(4096)), sink)
     _feed(channel, chunks)
     channel.finish()
     assert all(isinstance(e, DecoderError) for e in sink.errors)
-    assert DEFAULT_MAX_FRAME_LENGTH > 4096  # the bound used above is the tighter one
+    assert MAX_FRAME_LENGTH > 4096  # the bound used above is the tighter one
 
 
 @FUZZ

@@ -512,6 +512,28 @@ def test_a_broker_leaves_when_its_connection_closes() -> None:
     assert ask(client, route).code == ResponseCode.TOPIC_NOT_EXIST
 
 
+def active(channel: EmbeddedChannel) -> bool:
+    return channel.is_active  # a call: mypy does not keep a property narrowed across it
+
+
+def test_an_idle_connection_is_closed_and_its_broker_leaves() -> None:
+    server = NameServer(("127.0.0.1", 0), clock=lambda: T0, idle_timeout=120)
+    broker, quiet = connect(server), connect(server)
+    assert ask(broker, MASTER_A.request()).code == ResponseCode.SUCCESS
+    broker.advance_time(100)
+    ask(broker, MASTER_A.request())  # a renewal is activity
+    broker.advance_time(100)
+    quiet.advance_time(119)
+    assert active(broker) and active(quiet) and len(server.registry) == 1
+    quiet.advance_time(1)
+    assert not active(quiet)
+    broker.advance_time(20)
+    assert not active(broker) and len(server.registry) == 0
+    never = connect(NameServer(("127.0.0.1", 0), idle_timeout=0))
+    never.advance_time(10_000)
+    assert never.is_active
+
+
 def test_a_takeover_is_refused_until_the_holder_leaves(caplog: pytest.LogCaptureFixture) -> None:
     server = NameServer(("127.0.0.1", 0), clock=lambda: T0)
     holder, intruder = connect(server), connect(server)

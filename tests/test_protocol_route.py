@@ -9,6 +9,7 @@ import zlib
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -201,6 +202,9 @@ def test_registration_request_carries_its_body_crc() -> None:
     body = RegisterBrokerBody.decode(cmd.body)
     assert body.topic_config_serialize_wrapper.data_version == DataVersion(7, 2)
     assert body.topic_config_serialize_wrapper.topic_config_table == {"T": TopicConfig("T", 4, 4)}
+    full = attrs.evolve(registration, topic_configs=(TopicConfig("T", 8, 4, 7, order=True),))
+    table = RegisterBrokerBody.decode(full.request().body).topic_config_serialize_wrapper
+    assert table.topic_config_table == {"T": TopicConfig("T", 8, 4, 7, order=True)}
     gone = UnregisterBrokerRequestHeader.from_fields(registration.unregister_request().fields)
     assert gone == UnregisterBrokerRequestHeader("b", "127.0.0.1:2", "C", 1)
 

@@ -1,5 +1,6 @@
-"""The STATUS document's cluster sections: ``cluster``, ``metadata_sync``, ``consumer_offsets``
-through JSON and the codec, documents without them, and malformed ones."""
+"""The status document (HANET_STATUS's body): its JSON both ways, its cluster sections
+(``cluster``, ``metadata_sync``, ``consumer_offsets``) and the DLedger section, documents of
+older brokers without them, and malformed ones."""
 
 from __future__ import annotations
 
@@ -14,10 +15,11 @@ from hanet.protocol import (
     BrokerStatus,
     ClusterLink,
     ConsumerOffsetsInfo,
+    DLedgerInfo,
+    DLedgerPeer,
     MetadataSync,
-    StatusResponse,
-    decode_response,
-    encode_response,
+    RemotingHeaderError,
+    SlaveInfo,
 )
 
 BASE = BrokerStatus(
@@ -66,8 +68,7 @@ def test_the_cluster_sections_round_trip_through_json_and_the_codec() -> None:
         "last_error": "OSError: [Errno 28] No space left",
     }
     assert BrokerStatus.from_json(raw) == FULL
-    frame = bytes(encode_response(StatusResponse(1, FULL)))
-    assert decode_response(frame) == StatusResponse(1, FULL)
+    assert BrokerStatus.decode(FULL.encode()) == FULL
 
 
 def test_a_whole_number_age_reads_as_a_float() -> None:
@@ -109,3 +110,55 @@ def test_malformed_cluster_sections_are_corrupted_frames(
     raw = {**BASE.to_json(), **change}
     with pytest.raises(CorruptedFrameError, match=complaint):
         BrokerStatus.from_json(raw)
+
+
+def test_status_document_round_trips_through_json() -> None:
+    status = attrs.evolve(BASE, slaves=(SlaveInfo("a:1", "transferring", 0, 5, 6, 7, 6, 2.0),))
+    assert BrokerStatus.from_json(json.loads(json.dumps(status.to_json()))) == status
+    assert BrokerStatus.decode(status.encode()) == status
+
+
+@pytest.mark.parametrize(
+    ("change", "complaint"),
+    [
+        ({"max_offset": "12"}, "max_offset must be int"),
+        ({"max_offset": True}, "max_offset must be int"),
+        ({"role": None}, "role must not be null"),
+        ({"surprise": 1}, "unknown field"),
+        ({"slaves": [{"address": "a"}]}, "SlaveInfo.state"),
+        ({"master": []}, "MasterLink must be an object"),
+    ],
+)
+def test_malformed_status_documents_are_refused(change: dict[str, Any], complaint: str) -> None:
+    raw = {**BASE.to_json(), **change}
+    with pytest.raises(CorruptedFrameError, match=complaint):
+        BrokerStatus.from_json(raw)
+    with pytest.raises(RemotingHeaderError, match=complaint):
+        BrokerStatus.decode(json.dumps(raw).encode())
+    with pytest.raises(RemotingHeaderError, match="not JSON"):
+        BrokerStatus.decode(b"{")
+
+
+def test_status_document_with_a_dledger_section() -> None:
+    info = DLedgerInfo(
+        group="g",
+        id="n0",
+        role="LEADER",
+        term=3,
+        leader="n0",
+        commit_index=12,
+        applied_index=12,
+        last_index=13,
+        leader_address="127.0.0.1:10911",
+        peers=(DLedgerPeer("n1", "127.0.0.1:40912", True, 13, 0),),
+    )
+    status = attrs.evolve(BASE, role="LEADER", dledger=info)
+    raw = json.loads(status.encode())
+    assert raw["dledger"]["role"] == "LEADER" and raw["dledger"]["peers"][0]["lag"] == 0
+    assert BrokerStatus.decode(status.encode()) == status
+    # documents of older brokers have no "dledger" key
+    old = BASE.to_json()
+    del old["dledger"]
+    assert BrokerStatus.from_json(old).dledger is None
+    with pytest.raises(CorruptedFrameError, match="DLedgerPeer"):
+        BrokerStatus.from_json({**raw, "dledger": {**raw["dledger"], "peers": [{"id": "x"}]}})

@@ -26,7 +26,7 @@ from hanet.cli import build_config, build_parser
 from hanet.client import BrokerClient
 from hanet.errors import ConfigError
 from hanet.ha import BrokerConfig, BrokerRole, HASlave
-from hanet.protocol import BrokerStatus, PutMessage
+from hanet.protocol import BrokerStatus
 from hanet.store import (
     CommitLogStore,
     CreateMappedFileError,
@@ -540,14 +540,14 @@ async def test_filling_a_real_small_disk_through_the_broker(small_tmpfs: Path) -
         disk_max_used_space_ratio=100,
     )
     async with running(cfg) as (broker, _):
-        first = await broker.put([PutMessage("T", b"x" * 1000, queue_id=0)])
-        assert first[0].ok
-        second = await broker.put([PutMessage("T", b"y" * 1000, queue_id=1)])
+        first = await broker.put([Message("T", b"x" * 1000, 0)])
+        assert first[0].status is PutStatus.PUT_OK
+        second = await broker.put([Message("T", b"y" * 1000, 1)])
         assert second[0].status is PutStatus.CREATE_MAPPED_FILE_FAILED
         assert ENOSPC in second[0].detail
         statuses = []
         for _ in range(3000):  # more than two 1 MiB commit log files hold
-            (reply,) = await broker.put([PutMessage("T", b"z" * 1000, queue_id=0)])
+            (reply,) = await broker.put([Message("T", b"z" * 1000, 0)])
             statuses.append(reply.status)
             if reply.status is not PutStatus.PUT_OK:
                 break
@@ -563,7 +563,7 @@ async def test_filling_a_real_small_disk_through_the_broker(small_tmpfs: Path) -
     # the default ratio (75 %) refuses before any file is tried
     cfg75 = broker_config(small_tmpfs / "store", mapped_file_size_commit_log=1024 * 1024)
     async with running(cfg75) as (broker, _):
-        (reply,) = await broker.put([PutMessage("T", b"w" * 1000, queue_id=0)])
+        (reply,) = await broker.put([Message("T", b"w" * 1000, 0)])
         assert reply.status is PutStatus.SERVICE_NOT_AVAILABLE
         assert "disk full" in reply.detail
         assert broker.status().disk_full

@@ -19,8 +19,10 @@ on RocketMQ's 18 levels; :class:`SendBackProcessor` serves CONSUMER_SEND_MSG_BAC
 and ``%DLQ%`` topics); :class:`QueueLocks` serves LOCK/UNLOCK_BATCH_MQ for orderly consumers.
 """
 
+from ._backend import BrokerBackend
 from ._broker import Broker, BrokerAddresses
 from ._config_files import ConfigFileError, read_config_file, write_config_file
+from ._connection import DEFAULT_MAX_IN_FLIGHT, BrokerConnection
 from ._consumers import (
     CONSUMER_EXPIRY,
     MAX_CONSUMER_GROUPS,
@@ -47,16 +49,7 @@ from ._offsets import (
     ConsumerOffsets,
     ConsumerOffsetsFull,
 )
-from ._port import (
-    DEFAULT_MAX_IN_FLIGHT,
-    NOT_ALLOWED_SEND_TOPICS,
-    BrokerBackend,
-    BrokerConnection,
-    BrokerPort,
-    HoldHook,
-    retry_topic,
-    send_answer,
-)
+from ._port import BrokerPort, HoldHook, retry_topic
 from ._properties import apply_properties, load_properties, parse_properties
 from ._pull import (
     MAX_PULL_BYTES,
@@ -92,6 +85,7 @@ from ._schedule import (
     parse_delay_levels,
     timeup,
 )
+from ._send import NOT_ALLOWED_SEND_TOPICS, send_answer
 from ._slave_sync import DELAY_OFFSETS_FILE, SUBSCRIPTION_GROUPS_FILE, SlaveSync
 from ._topics import MAX_TOPICS, TOPICS_FILE, TopicTable, TopicTableFull
 

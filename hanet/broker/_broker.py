@@ -67,7 +67,7 @@ import attrs
 import trio
 
 from hanet.boot import AllowList, serve_listeners
-from hanet.channel import ChannelHandler, format_address, parse_address
+from hanet.channel import ChannelHandler, HandlerContext, format_address, parse_address
 from hanet.client import NameServerClient
 from hanet.errors import ConfigError
 from hanet.ha import BrokerConfig, BrokerRole, HAMaster, HASlave
@@ -76,8 +76,10 @@ from hanet.protocol import (
     BrokerRegistration,
     BrokerStatus,
     ClusterLink,
+    HanetRequestCode,
     MasterLink,
     RegisterBrokerResponse,
+    RemotingCommand,
     SlaveInfo,
     SubscriptionGroupWrapper,
 )
@@ -91,10 +93,11 @@ from hanet.store import (
     StoreRole,
 )
 
+from ._connection import DEFAULT_MAX_IN_FLIGHT
 from ._consumers import CONSUMER_EXPIRY, ConsumerRegistry, consumer_groups
 from ._metrics import BrokerMetrics, serve_metrics
 from ._offsets import OFFSETS_FILE, ConsumerOffsets
-from ._port import DEFAULT_MAX_IN_FLIGHT, BrokerPort, default_subscription_groups
+from ._port import BrokerPort, default_subscription_groups
 from ._pull import suggest_broker_id
 from ._registration import NameServerRegistrar
 from ._slave_sync import SlaveSync
@@ -168,6 +171,10 @@ class Broker:
         self.port = BrokerPort(self, max_frame_length=max_frame_length)
         """The broker port's dispatch table and pipeline (add processors and hooks to it
         before :meth:`run`)."""
+        self.port.register(HanetRequestCode.HANET_METRICS, self._serve_metrics)
+        self.stored_listeners: list[Callable[[Sequence[Message], Sequence[PutResult]], None]] = []
+        """Called after every put that stored messages (:meth:`put_now`), with the messages
+        and their results: long polling wakes the pulls held on their queues."""
         self.consumers = ConsumerRegistry(consumer_expiry, clock=trio.current_time)
         """The live members of each consumer group (served on masters and slaves)."""
         self.master: HAMaster | None = None
@@ -401,6 +408,8 @@ class Broker:
         """Write ``messages`` to the store now, in order (one batch); a new topic wakes the
         name server registration so that routes find it at once (as RocketMQ)."""
         results = self.store.put_batch(messages)
+        for listener in self.stored_listeners:
+            listener(messages, results)
         registrar = self.registrar
         if registrar is not None and any(m.topic not in self._announced for m in messages):
             registrar.wake()
@@ -418,6 +427,10 @@ class Broker:
             await trio.lowlevel.checkpoint()
             status = PutStatus.PUT_OK
         return [r._replace(status=status) if r.status is PutStatus.PUT_OK else r for r in results]
+
+    def _serve_metrics(self, ctx: HandlerContext, request: RemotingCommand) -> RemotingCommand:
+        """HANET_METRICS (30002): the Prometheus text exposition."""
+        return request.response(body=self.metrics.exposition())
 
     def must_wait(self) -> bool:
         """Whether a stored send waits (SYNC_MASTER, SYNC_FLUSH)."""

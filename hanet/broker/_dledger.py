@@ -31,9 +31,10 @@ from hanet.protocol import (
 )
 from hanet.store import CommitLogStore, Message, PutResult, PutStatus, StoreClosedError
 
+from ._connection import DEFAULT_MAX_IN_FLIGHT
 from ._consumers import ConsumerRegistry, consumer_groups
 from ._offsets import ConsumerOffsets
-from ._port import DEFAULT_MAX_IN_FLIGHT, BrokerPort, default_subscription_groups
+from ._port import BrokerPort, default_subscription_groups
 from ._status import store_status
 from ._topics import TopicTable
 

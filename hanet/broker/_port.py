@@ -36,19 +36,11 @@ the client does not read, is not read from until that drains.
 from __future__ import annotations
 
 import logging
-import socket
-from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Protocol
 
-import attrs
-import trio
-
-from handlers import DecoderError
-from hanet.channel import ChannelInboundHandler, HandlerContext, StreamChannel, format_address
+from hanet.channel import HandlerContext, StreamChannel
 from hanet.protocol import (
     MAX_FRAME_LENGTH,
-    BrokerStatus,
     ConsumerListBody,
     ConsumerOffsetSerializeWrapper,
     GetConsumerListByGroupRequestHeader,
@@ -60,7 +52,6 @@ from hanet.protocol import (
     GetMinOffsetResponseHeader,
     HanetRequestCode,
     HeartbeatData,
-    MessageProperty,
     NotifyConsumerIdsChangedRequestHeader,
     PullMessageRequestHeader,
     PullMessageResponseHeader,
@@ -74,351 +65,42 @@ from hanet.protocol import (
     ResponseCode,
     SearchOffsetRequestHeader,
     SearchOffsetResponseHeader,
-    SendMessageRequestHeader,
-    SendMessageResponseHeader,
     SubscriptionGroupConfig,
     SubscriptionGroupWrapper,
     UnregisterClientRequestHeader,
     UpdateConsumerOffsetRequestHeader,
     ViewMessageRequestHeader,
-    decode_batch,
     remoting_pipeline,
-    string_to_properties,
 )
-from hanet.store import (
-    MAX_PROPERTIES_SIZE,
-    CommitLogStore,
-    Message,
-    PutResult,
-    PutStatus,
-    StoreError,
-    encode_properties,
-    topic_problem,
-)
+from hanet.store import CommitLogStore, Message, PutResult, PutStatus, StoreError
 
+from ._backend import BrokerBackend
+from ._connection import BrokerConnection, connection_of
 from ._consumers import ConsumerRegistry, ConsumerRegistryFull
-from ._offsets import ConsumerOffsets, ConsumerOffsetsFull
+from ._offsets import ConsumerOffsetsFull
 from ._pull import GetMessageStatus, PullResult, serve_pull, subscription_filter
-from ._topics import TopicTable, TopicTableFull
+from ._send import Sends
+from ._topics import TopicTableFull
 
 __all__ = [
-    "DEFAULT_MAX_IN_FLIGHT",
-    "LOCALHOST",
-    "NOT_ALLOWED_SEND_TOPICS",
-    "BrokerBackend",
-    "BrokerConnection",
     "BrokerPort",
     "HoldHook",
     "default_subscription_groups",
-    "packed_host",
     "retry_topic",
-    "send_answer",
 ]
 
 log = logging.getLogger("hanet.broker")
 
-DEFAULT_MAX_IN_FLIGHT = 1024
-"""Puts of one connection waiting for their answer before the broker stops reading it."""
-
-LOCALHOST = (b"\x7f\x00\x00\x01", 0)
-
-NOT_ALLOWED_SEND_TOPICS = frozenset({"SCHEDULE_TOPIC_XXXX", "RMQ_SYS_TRANS_OP_HALF_TOPIC"})
-"""System topics no producer may send to (RocketMQ's ``NOT_ALLOWED_SEND_TOPIC_SET``)."""
-
 _EMPTY = frozenset({GetMessageStatus.NO_MATCHED_LOGIC_QUEUE, GetMessageStatus.NO_MESSAGE_IN_QUEUE})
-_HOST_FLAGS = 0x10 | 0x20  # SYSFLAG bits the store sets from the addresses
 
 HoldHook = Callable[[HandlerContext, RemotingCommand, PullMessageRequestHeader, PullResult], bool]
 """Takes a PULL_MESSAGE with the suspend flag that found nothing (long polling); returns True
 when it will answer the request itself later, False to have it answered now."""
 
 
-def packed_host(address: object) -> tuple[bytes, int]:
-    """A peer address as the store's born host (packed IPv4/IPv6 address, port)."""
-    if isinstance(address, tuple) and len(address) >= 2:
-        host, port = address[0], address[1]
-        for family in (socket.AF_INET, socket.AF_INET6):
-            try:
-                return socket.inet_pton(family, str(host)), int(port)
-            except OSError:
-                continue
-    return LOCALHOST
-
-
 def retry_topic(group: str) -> str:
     """A consumer group's retry topic (``%RETRY%group``)."""
     return f"%RETRY%{group}"
-
-
-class BrokerBackend(Protocol):
-    """What the broker port needs of a broker mode (a classic :class:`~hanet.broker.Broker`,
-    a :class:`~hanet.broker.DLedgerBrokerService`)."""
-
-    @property
-    def store(self) -> CommitLogStore:
-        """The open store (raises StoreError, say, while there is none)."""
-        ...
-
-    @property
-    def offsets(self) -> ConsumerOffsets:
-        """The consumer groups' committed offsets."""
-        ...
-
-    @property
-    def consumers(self) -> ConsumerRegistry:
-        """The live members of each consumer group."""
-        ...
-
-    @property
-    def topic_table(self) -> TopicTable:
-        """The topics served."""
-        ...
-
-    @property
-    def is_slave(self) -> bool:
-        """A member that takes no sends (a slave, a DLedger follower): pulls beyond its data
-        answer PULL_RETRY_IMMEDIATELY, not PULL_OFFSET_MOVED, as a RocketMQ slave does."""
-        ...
-
-    @property
-    def cluster_name(self) -> str:
-        """The cluster name stored with each message (its ``CLUSTER`` property)."""
-        ...
-
-    @property
-    def max_in_flight(self) -> int:
-        """Per connection, puts awaiting their answer before reads pause."""
-        ...
-
-    def send_refusal(self) -> str | None:
-        """Why this member refuses sends now (answered SERVICE_NOT_AVAILABLE), None when it
-        takes them."""
-        ...
-
-    def put_now(self, messages: Sequence[Message]) -> list[PutResult] | None:
-        """Store ``messages`` now (synchronous), or None when they must go through
-        :meth:`put` (a Raft append)."""
-        ...
-
-    async def put(self, messages: Sequence[Message]) -> list[PutResult]:
-        """Store ``messages`` and wait until they count as stored."""
-        ...
-
-    def must_wait(self) -> bool:
-        """Whether stored puts wait for :meth:`settle` (SYNC_FLUSH, SYNC_MASTER)."""
-        ...
-
-    async def settle(self, end_offset: int, stored_at: float | None = None) -> PutStatus:
-        """Wait until data before ``end_offset`` counts as put (flushed, replicated)."""
-        ...
-
-    def settled_offset(self) -> int:
-        """Data before this offset needs no wait to count as put."""
-        ...
-
-    def suggest(self, behind: int) -> int:
-        """The member to pull from next for a consumer ``behind`` bytes behind."""
-        ...
-
-    def in_memory_limit(self) -> int:
-        """Commit log bytes behind its end that count as still in memory."""
-        ...
-
-    def delay_offsets(self) -> bytes:
-        """GET_ALL_DELAY_OFFSET's body (``delayOffset.json``)."""
-        ...
-
-    def subscription_groups(self) -> SubscriptionGroupWrapper:
-        """GET_ALL_SUBSCRIPTIONGROUP_CONFIG's body."""
-        ...
-
-    def status(self) -> BrokerStatus:
-        """HANET_STATUS's body."""
-        ...
-
-    def observe_put(self, statuses: Sequence[PutStatus], seconds: float) -> None:
-        """A send was answered with these statuses after ``seconds`` (metrics)."""
-        ...
-
-    def connection_event(self, event: str) -> None:
-        """A connection opened or closed (metrics)."""
-        ...
-
-
-# -- sends ----------------------------------------------------------------------------------
-
-_STATUS_CODES = {
-    PutStatus.PUT_OK: ResponseCode.SUCCESS,
-    PutStatus.FLUSH_DISK_TIMEOUT: ResponseCode.FLUSH_DISK_TIMEOUT,
-    PutStatus.FLUSH_SLAVE_TIMEOUT: ResponseCode.FLUSH_SLAVE_TIMEOUT,
-    PutStatus.SLAVE_NOT_AVAILABLE: ResponseCode.SLAVE_NOT_AVAILABLE,
-    PutStatus.SERVICE_NOT_AVAILABLE: ResponseCode.SERVICE_NOT_AVAILABLE,
-    PutStatus.MESSAGE_ILLEGAL: ResponseCode.MESSAGE_ILLEGAL,
-    PutStatus.PROPERTIES_SIZE_EXCEEDED: ResponseCode.MESSAGE_ILLEGAL,
-}
-_STORED = frozenset(
-    {
-        PutStatus.PUT_OK,
-        PutStatus.FLUSH_DISK_TIMEOUT,
-        PutStatus.FLUSH_SLAVE_TIMEOUT,
-        PutStatus.SLAVE_NOT_AVAILABLE,
-    }
-)
-_REMARKS = {
-    PutStatus.CREATE_MAPPED_FILE_FAILED: "create mapped file failed, server is busy or broken",
-    PutStatus.OS_PAGE_CACHE_BUSY: "[PC_SYNCHRONIZED]broker busy, start flow control for a while",
-    PutStatus.SERVICE_NOT_AVAILABLE: (
-        "service not available now: the broker's disk may be full, the broker a slave or "
-        "shutting down"
-    ),
-}
-
-
-class _Refused(Exception):
-    """A send refused before anything was stored."""
-
-    def __init__(self, code: int, remark: str) -> None:
-        super().__init__(remark)
-        self.code = code
-        self.remark = remark
-
-
-def send_answer(
-    request: RemotingCommand,
-    results: Sequence[PutResult],
-    queue_id: int,
-    status: PutStatus | None = None,
-) -> RemotingCommand:
-    """The answer to a send to ``queue_id`` whose messages were stored with ``results`` (one
-    per message of a batch); ``status`` overrides a stored put's PUT_OK (the outcome of a
-    wait)."""
-    first = results[0]
-    worst = next((r for r in results if r.status is not PutStatus.PUT_OK), first)
-    final = worst.status if worst.status is not PutStatus.PUT_OK else (status or first.status)
-    code = _STATUS_CODES.get(final, ResponseCode.SYSTEM_ERROR)
-    if final in _STORED:
-        header = SendMessageResponseHeader(
-            ",".join(r.msg_id for r in results), queue_id, first.queue_offset
-        )
-        fields = header.to_fields()
-        fields[MessageProperty.MSG_REGION] = "DefaultRegion"
-        fields[MessageProperty.TRACE_ON] = "true"
-        remark = None if final is PutStatus.PUT_OK else final.value
-        return request.response(code, remark, fields)
-    remark = worst.detail or _REMARKS.get(final, final.value)
-    return request.response(code, remark)
-
-
-@attrs.define
-class _Waiting:
-    """A send stored and waiting for its answer (SYNC_FLUSH / SYNC_MASTER)."""
-
-    request: RemotingCommand
-    results: list[PutResult]
-    queue_id: int
-    end_offset: int
-    stored_at: float
-
-
-class BrokerConnection(ChannelInboundHandler):
-    """One broker port connection's state: the peer, the sends waiting for their answers
-    (answered in order by one task), back-pressure, and the consumers heard on it (they
-    leave their groups when it closes)."""
-
-    def __init__(self, port: BrokerPort, channel: StreamChannel) -> None:
-        self.port = port
-        self.channel = channel
-        peer = channel.remote_address
-        self.peer = format_address(peer) if peer else str(channel)
-        self.born = packed_host(peer)
-        self.waiting: deque[_Waiting] = deque()
-        self.in_flight = 0
-        self._settling = False
-        self._paused = False
-        self._requests = 0
-
-    def channel_active(self, ctx: HandlerContext) -> None:
-        log.info("client %s connected", self.peer)
-        self.port.backend.connection_event("opened")
-        ctx.fire_channel_active()
-
-    def channel_inactive(self, ctx: HandlerContext) -> None:
-        reason = self.channel.close_reason or "closed"
-        log.info("client %s closed (%s)", self.peer, reason)
-        self.port.backend.connection_event(_event_of(reason))
-        self.port.connection_closed(self)
-        ctx.fire_channel_inactive()
-
-    def channel_read(self, ctx: HandlerContext, msg: Any) -> None:
-        self._requests += 1
-        ctx.fire_channel_read(msg)
-
-    def channel_read_complete(self, ctx: HandlerContext) -> None:
-        ctx.flush()
-        ctx.fire_channel_read_complete()
-
-    def channel_writability_changed(self, ctx: HandlerContext) -> None:
-        self.update_reading()
-        ctx.fire_channel_writability_changed()
-
-    def exception_caught(self, ctx: HandlerContext, exc: BaseException) -> None:
-        if isinstance(exc, DecoderError):
-            hint = ""
-            if self._requests == 0:
-                hint = " (not a remoting request: an HA slave pointed at the broker port?)"
-            log.warning("client %s: closing: %s%s", self.peer, exc, hint)
-            ctx.close(f"malformed frame: {exc}")
-        else:
-            log.error("client %s: closing after an internal error: %r", self.peer, exc)
-            ctx.close(f"{type(exc).__name__}: {exc}")
-
-    def update_reading(self) -> None:
-        """Pause reading while too many sends wait or the client does not read its answers."""
-        channel = self.channel
-        if not channel.is_open:
-            return
-        waiting = len(self.waiting) + self.in_flight
-        pause = waiting >= self.port.backend.max_in_flight or not channel.is_writable
-        if pause != self._paused:
-            self._paused = pause
-            channel.auto_read = not pause
-
-    def wait_for(self, ctx: HandlerContext, waiting: _Waiting) -> None:
-        """Queue a stored send for its answer after :meth:`BrokerBackend.settle`."""
-        self.waiting.append(waiting)
-        self.update_reading()
-        if not self._settling:
-            self._settling = True
-            ctx.spawn(self._settle_all, ctx)
-
-    async def _settle_all(self, ctx: HandlerContext) -> None:
-        backend = self.port.backend
-        waiting = self.waiting
-        try:
-            while waiting:
-                head = waiting[0]
-                status = await backend.settle(head.end_offset, head.stored_at)
-                waiting.popleft()
-                self._answer(ctx, head, status)
-                settled = backend.settled_offset()
-                while waiting and waiting[0].end_offset <= settled:
-                    self._answer(ctx, waiting.popleft(), PutStatus.PUT_OK)
-                ctx.flush()
-                self.update_reading()
-        finally:
-            self._settling = False
-
-    def _answer(self, ctx: HandlerContext, done: _Waiting, status: PutStatus) -> None:
-        self.port.answer_send(
-            ctx, done.request, done.results, done.queue_id, status, done.stored_at
-        )
-
-
-def _connection(ctx: HandlerContext) -> BrokerConnection:
-    handler = ctx.pipeline.get("connection")
-    if not isinstance(handler, BrokerConnection):
-        raise RuntimeError("the broker port's pipeline has no connection handler")
-    return handler
 
 
 class BrokerPort:
@@ -445,13 +127,14 @@ class BrokerPort:
         self.hold: HoldHook | None = None
         """Takes a suspended PULL_MESSAGE that found nothing (long polling; None: such a
         pull is answered at once)."""
-        self._counters: dict[str, int] = {}
+        self.sends = Sends(self)
+        """The send processors."""
         self.notifications = 0
         """NOTIFY_CONSUMER_IDS_CHANGED requests sent."""
         self.processors: dict[int, RequestProcessor] = {
-            RequestCode.SEND_MESSAGE: self.send_message,
-            RequestCode.SEND_MESSAGE_V2: self.send_message,
-            RequestCode.SEND_BATCH_MESSAGE: self.send_message,
+            RequestCode.SEND_MESSAGE: self.sends.send_message,
+            RequestCode.SEND_MESSAGE_V2: self.sends.send_message,
+            RequestCode.SEND_BATCH_MESSAGE: self.sends.send_message,
             RequestCode.PULL_MESSAGE: self.pull_message,
             RequestCode.QUERY_CONSUMER_OFFSET: self.query_consumer_offset,
             RequestCode.UPDATE_CONSUMER_OFFSET: self.update_consumer_offset,
@@ -471,6 +154,18 @@ class BrokerPort:
         }
         """Request code -> processor: the one table every connection of the port uses."""
         self._dispatcher = RemotingDispatcher(self.processors, port="the broker port")
+
+    def answer_send(
+        self,
+        ctx: HandlerContext,
+        request: RemotingCommand,
+        results: Sequence[PutResult],
+        queue_id: int,
+        status: PutStatus,
+        started: float,
+    ) -> None:
+        """Write a send's answer (not for a oneway send) and count it."""
+        self.sends.answer_send(ctx, request, results, queue_id, status, started)
 
     def register(self, code: int, processor: RequestProcessor) -> None:
         """Serve ``code`` with ``processor`` (another service's requests: retries, locks)."""
@@ -513,148 +208,6 @@ class BrokerPort:
 
     # -- sends ------------------------------------------------------------------------------
 
-    def send_message(self, ctx: HandlerContext, request: RemotingCommand) -> RemotingCommand | None:
-        """SEND_MESSAGE, SEND_MESSAGE_V2 and SEND_BATCH_MESSAGE (see the module docstring)."""
-        backend = self.backend
-        refusal = backend.send_refusal()
-        if refusal is not None:
-            return request.response(ResponseCode.SERVICE_NOT_AVAILABLE, refusal)
-        header = SendMessageRequestHeader.decode(request.code, request.fields)
-        connection = _connection(ctx)
-        started = trio.current_time()
-        try:
-            messages, queue_id, wait = self._admit(request, header, connection.born)
-        except _Refused as exc:
-            log.info("client %s: send to %.80s refused: %s", connection.peer, header.topic, exc)
-            return request.response(exc.code, exc.remark)
-        except StoreError as exc:
-            return request.response(ResponseCode.SYSTEM_ERROR, str(exc))
-        results = backend.put_now(messages)
-        if results is None:
-            connection.in_flight += 1
-            connection.update_reading()
-            ctx.spawn(self._put_later, ctx, connection, request, messages, queue_id, started)
-            return None
-        stored = [r for r in results if r.status is PutStatus.PUT_OK]
-        if len(stored) < len(results) or not wait or not backend.must_wait():
-            self.answer_send(ctx, request, results, queue_id, PutStatus.PUT_OK, started)
-            return None
-        end = max(r.wrote_offset + r.wrote_size for r in stored)
-        connection.wait_for(ctx, _Waiting(request, results, queue_id, end, started))
-        return None
-
-    async def _put_later(
-        self,
-        ctx: HandlerContext,
-        connection: BrokerConnection,
-        request: RemotingCommand,
-        messages: list[Message],
-        queue_id: int,
-        started: float,
-    ) -> None:
-        try:
-            results = await self.backend.put(messages)
-            self.answer_send(ctx, request, results, queue_id, PutStatus.PUT_OK, started)
-            ctx.flush()
-        finally:
-            connection.in_flight -= 1
-            connection.update_reading()
-
-    def answer_send(
-        self,
-        ctx: HandlerContext,
-        request: RemotingCommand,
-        results: Sequence[PutResult],
-        queue_id: int,
-        status: PutStatus,
-        started: float,
-    ) -> None:
-        """Write a send's answer (not for a oneway send) and count it."""
-        answer = send_answer(request, results, queue_id, status)
-        if not request.is_oneway:
-            ctx.write(answer)
-        statuses = [status if r.status is PutStatus.PUT_OK else r.status for r in results]
-        self.backend.observe_put(statuses, trio.current_time() - started)
-
-    def _admit(
-        self, request: RemotingCommand, header: SendMessageRequestHeader, born: tuple[bytes, int]
-    ) -> tuple[list[Message], int, bool]:
-        """The messages a send stores, their queue and whether the answer waits for the
-        store (every check first: nothing is stored when one fails)."""
-        topic = header.topic
-        problem = topic_problem(topic)
-        if problem is not None:
-            raise _Refused(ResponseCode.SYSTEM_ERROR, f"the specified topic is illegal: {problem}")
-        if topic in NOT_ALLOWED_SEND_TOPICS:
-            raise _Refused(ResponseCode.NO_PERMISSION, f"sending to topic {topic} is forbidden")
-        table = self.backend.topic_table
-        try:
-            config = table.create_for_send(topic, header.default_topic_queue_nums)
-        except TopicTableFull as exc:
-            raise _Refused(ResponseCode.SYSTEM_ERROR, str(exc)) from None
-        queues = config.write_queue_nums
-        queue_id = header.queue_id
-        if queue_id >= queues:
-            raise _Refused(
-                ResponseCode.SYSTEM_ERROR,
-                f"request queueId[{queue_id}] is illegal: topic {topic} has {queues} write queues",
-            )
-        if queue_id < 0:
-            queue_id = self._round_robin(topic, queues)
-        sys_flag = header.sys_flag & ~_HOST_FLAGS
-        if request.code == RequestCode.SEND_BATCH_MESSAGE:
-            try:
-                batch = decode_batch(request.body)
-            except RemotingHeaderError as exc:
-                raise _Refused(ResponseCode.MESSAGE_ILLEGAL, str(exc)) from None
-            if not batch:
-                raise _Refused(ResponseCode.MESSAGE_ILLEGAL, "the batch holds no message")
-            parts = [(m.body, dict(m.properties), m.flag) for m in batch]
-        else:
-            parts = [(bytes(request.body), string_to_properties(header.properties), header.flag)]
-        messages: list[Message] = []
-        wait = False
-        cluster = self.backend.cluster_name
-        max_body = self.backend.store.config.max_message_size
-        for index, (body, properties, flag) in enumerate(parts):
-            what = f"message {index} of the batch" if len(parts) > 1 else "the message"
-            if len(body) > max_body:
-                raise _Refused(
-                    ResponseCode.MESSAGE_ILLEGAL,
-                    f"{what}: body of {len(body)} bytes is over the maximum {max_body}",
-                )
-            if cluster:
-                properties[MessageProperty.CLUSTER] = cluster
-            size = len(encode_properties(properties))
-            if size > MAX_PROPERTIES_SIZE:
-                raise _Refused(
-                    ResponseCode.MESSAGE_ILLEGAL,
-                    f"{what}: properties of {size} bytes are over {MAX_PROPERTIES_SIZE}",
-                )
-            wait = wait or properties.get(MessageProperty.WAIT) != "false"
-            message = Message(
-                topic=topic,
-                body=body,
-                queue_id=queue_id,
-                flag=flag,
-                properties=properties,
-                sys_flag=sys_flag,
-                born_timestamp=header.born_timestamp,
-                born_host=born[0],
-                born_port=born[1],
-                reconsume_times=header.reconsume_times or 0,
-            )
-            if self.rewrite is not None:
-                message = self.rewrite(message)
-            messages.append(message)
-        return messages, queue_id, wait
-
-    def _round_robin(self, topic: str, queues: int) -> int:
-        count = self._counters.get(topic, 0)
-        if len(self._counters) < 100_000 or topic in self._counters:
-            self._counters[topic] = count + 1
-        return count % queues
-
     # -- pulls ------------------------------------------------------------------------------
 
     def pull_message(self, ctx: HandlerContext, request: RemotingCommand) -> RemotingCommand | None:
@@ -688,7 +241,7 @@ class BrokerPort:
                 ResponseCode.SYSTEM_ERROR,
                 f"queueId[{header.queue_id}] is illegal, topic:[{topic}] "
                 f"topicConfig.readQueueNums:[{config.read_queue_nums}] "
-                f"consumer:[{_connection(ctx).peer}]",
+                f"consumer:[{connection_of(ctx).peer}]",
             )
         if allow_suspend and header.has_commit_offset:
             self._commit(header.consumer_group, topic, header.queue_id, header.commit_offset)
@@ -854,7 +407,7 @@ class BrokerPort:
         """HEART_BEAT: the client's consumer groups (their retry topics created); a group it
         joins is told at once (NOTIFY_CONSUMER_IDS_CHANGED to every member)."""
         heartbeat = HeartbeatData.from_json(request.body)
-        connection = _connection(ctx)
+        connection = connection_of(ctx)
         backend = self.backend
         for consumer in heartbeat.consumer_data_set:
             group = consumer.group_name
@@ -936,12 +489,3 @@ def default_subscription_groups(
     for group in consumers.groups():
         groups.setdefault(group, SubscriptionGroupConfig(group))
     return SubscriptionGroupWrapper(groups)
-
-
-def _event_of(reason: str) -> str:
-    """A short, bounded label for why a connection closed (metrics)."""
-    lowered = reason.lower()
-    for word in ("peer closed", "malformed", "decoder", "corrupt", "too long", "timeout", "lost"):
-        if word in lowered:
-            return "closed: " + word
-    return "closed: other"

@@ -186,7 +186,9 @@ class NameServerRegistrar:
                 name,
                 registration.broker_address or "no broker port",
             )
-        answer = next((a for a in answers if a.master_ha_address is not None), answers[0])
+        answer = max(
+            answers, key=lambda a: (a.master_ha_address is not None, a.master_address is not None)
+        )  # the answer that tells the most: a master with its HA address, else a master
         self.registrations += 1
         self.last_registered = trio.current_time()
         self.last_error = None

@@ -31,9 +31,9 @@ messages: ``store.put`` and then the long-polling wake-up
 and not waited on for durability or replicas (RocketMQ's ``waitStoreMsgOK=false``). Optional:
 ``on_topic(topic, queues)`` is called before each put, so the broker can record (and announce
 to the name server) ``%RETRY%<group>`` / ``%DLQ%<group>`` with their queue counts the first
-time (``on_topic=broker.topic_table.ensure``); ``group_config(group)`` gives a group's :class:`~hanet.protocol.SubscriptionGroupConfig`
-(None: the group does not exist; the default gives every group the defaults, as RocketMQ's
-``autoCreateSubscriptionGroup``);
+time (``on_topic=broker.topic_table.ensure``); ``group_config(group)`` gives a group's
+:class:`~hanet.protocol.SubscriptionGroupConfig` (None: the group does not exist; the default
+gives every group the defaults, as RocketMQ's ``autoCreateSubscriptionGroup``);
 ``writable()`` is the broker's write permission.
 """
 

@@ -28,8 +28,10 @@ Wiring (what the broker does):
   (reads the file: :class:`~hanet.broker.ConfigFileError` when it and its ``.bak`` are
   unusable), then ``await nursery.start(service.run)``. ``put`` is the broker's put path for
   internal messages (``store.put`` and then the long-polling wake-up,
-  :meth:`~hanet.broker.PullHoldService.notify_message_arriving`); a put that is not PUT_OK is
-  retried after :data:`RETRY_PAUSE` seconds. Cancelling ``run`` writes the offsets.
+  :meth:`~hanet.broker.PullHoldService.notify_put`); a put that is not PUT_OK is retried after
+  :data:`RETRY_PAUSE` seconds, except MESSAGE_ILLEGAL and PROPERTIES_SIZE_EXCEEDED, which no
+  retry can change: that message is skipped, logged at ERROR (it stays in the schedule
+  topic's commit log). Cancelling ``run`` writes the offsets.
 - ``GET_ALL_DELAY_OFFSET`` (45): register :meth:`ScheduleService.get_all_delay_offset`.
 """
 
@@ -62,6 +64,7 @@ from hanet.store import (
     Message,
     MessageRecord,
     PutResult,
+    PutStatus,
 )
 
 from ._config_files import ConfigFileError, write_config_file
@@ -98,6 +101,8 @@ MESSAGE_DELAY_LEVEL = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2
 RETRY_PAUSE = 1.0
 """Seconds before a level tries again a delivery whose put was refused (disk full, ...)."""
 
+_NEVER_STORED = frozenset({PutStatus.MESSAGE_ILLEGAL, PutStatus.PROPERTIES_SIZE_EXCEEDED})
+"""Put refusals a retry cannot change: the message is skipped, not retried for ever."""
 _IDLE_PAUSE = 0.1  # after new data: let a burst of puts land before looking (RocketMQ: 100 ms)
 _MAX_BATCH = 256  # deliveries per level before yielding to other tasks
 _UNITS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
@@ -399,7 +404,16 @@ class ScheduleService:
     async def _persist_loop(self) -> None:
         while True:
             await trio.sleep(self.persist_interval)
-            self._persist_logged()
+            if self._offsets == self._written:
+                continue
+            snapshot = dict(self._offsets)
+            document = json.loads(encode_offsets(snapshot))
+            try:  # the fsyncs in a worker thread, off the broker's event loop
+                await trio.to_thread.run_sync(write_config_file, self.path, document)
+            except OSError as exc:
+                log.error("cannot write %s: %s", self.path, exc)
+            else:
+                self._written = snapshot
 
     async def _deliver_level(self, level: int) -> None:
         while True:
@@ -458,6 +472,20 @@ class ScheduleService:
                 offset += 1
                 continue
             result = self.put(message)
+            if result.status in _NEVER_STORED:
+                log.error(
+                    "delay level %d: offset %d can never be delivered to %s: %s %s (skipped;"
+                    " it stays in %s)",
+                    level,
+                    offset,
+                    message.topic,
+                    result.status.name,
+                    result.detail,
+                    SCHEDULE_TOPIC,
+                )
+                self._failed_puts += 1
+                offset += 1
+                continue
             if not result.ok:
                 self._failed_puts += 1
                 if level not in self._failing:

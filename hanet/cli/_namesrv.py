@@ -1,11 +1,12 @@
 """The ``hanet namesrv`` verb: run a name server until Ctrl-C (exit 130) or SIGTERM (exit 0).
 
 ``hanet namesrv --listen HOST:PORT`` (127.0.0.1:9876) serves broker registrations and route
-lookups (:mod:`hanet.namesrv`); a registration not renewed for ``--expire-after`` seconds
-(120) expires. ``--ready-file FILE`` writes the bound address as JSON once serving (port 0
-picks a free port). ``--tls-cert``/``--tls-key`` serve TLS (``--tls-ca``: mutual TLS) and
-``--listen-allow`` limits the networks that may connect, as on a broker's port. Every new
-broker, address change and expiry is logged.
+lookups over RocketMQ 4.9.8's remoting protocol (:mod:`hanet.namesrv`), to hanet's brokers and
+clients and to RocketMQ's own; a registration not renewed for ``--expire-after`` seconds (120)
+expires, and one whose connection closes leaves at once. ``--ready-file FILE`` writes the
+bound address as JSON once serving (port 0 picks a free port). ``--tls-cert``/``--tls-key``
+serve TLS (``--tls-ca``: mutual TLS) and ``--listen-allow`` limits the networks that may
+connect, as on a broker's port. Every new broker, address change and expiry is logged.
 
 Errors (bad flags, a port in use) print one line on stderr and exit 2.
 """

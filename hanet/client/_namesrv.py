@@ -132,6 +132,14 @@ class NameServerConnection(RemotingConnection):
         return GetKVConfigResponseHeader.from_fields(response.fields).value
 
 
+def _best_answer(answers: Sequence[RegisterBrokerResponse]) -> RegisterBrokerResponse:
+    """Of several name servers' answers to one registration, the one that tells the most:
+    a master with its HA address, else a master, else the first."""
+    return max(
+        answers, key=lambda a: (a.master_ha_address is not None, a.master_address is not None)
+    )
+
+
 @attrs.define
 class NameServerClient:
     """The client of a list of name servers (``--namesrv A,B``), one short connection a call.
@@ -204,7 +212,7 @@ class NameServerClient:
 
     async def register_broker(self, registration: BrokerRegistration) -> RegisterBrokerResponse:
         """Register with every name server (each drops it when this returns, see the class
-        docstring); the answer that names a master wins.
+        docstring); the answer that names a master wins (:func:`_best_answer`).
 
         Raises:
             RemotingResponseError: a name server refused the registration (its reason).
@@ -227,10 +235,7 @@ class NameServerClient:
             raise refused[0]
         if not answers:
             raise errors[-1]
-        for answer in answers:
-            if answer.master_ha_address is not None:
-                return answer
-        return answers[0]
+        return _best_answer(answers)
 
     async def unregister_broker(self, registration: BrokerRegistration) -> None:
         """Unregister from every name server that can be reached, all at once (best effort:

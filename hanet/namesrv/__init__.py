@@ -27,11 +27,12 @@ from ._registry import (
     Registry,
     registration_problem,
 )
-from ._server import DEFAULT_PORT, SCAN_INTERVAL, TOPIC_NOT_EXIST_HINT, NameServer
+from ._server import DEFAULT_PORT, IDLE_TIMEOUT, SCAN_INTERVAL, TOPIC_NOT_EXIST_HINT, NameServer
 
 __all__ = [
     "DEFAULT_EXPIRE_AFTER",
     "DEFAULT_PORT",
+    "IDLE_TIMEOUT",
     "MAX_BROKERS",
     "MAX_KV_PAIRS",
     "MAX_QUEUES",

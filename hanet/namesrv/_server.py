@@ -4,7 +4,9 @@ Each connection's pipeline::
 
     frame-decoder  LengthFieldBasedFrameDecoder(max_frame, 0, 4, 0, 4)
     codec          RemotingCodec
-    connection     the connection's watcher (a broker leaves when it closes; back-pressure)
+    idle           IdleStateHandler(all_idle=idle_timeout)
+    connection     the connection's watcher (a broker leaves when it closes; an idle
+                   connection is closed; back-pressure)
     dispatch       RemotingDispatcher: the request code's processor
 
 Served, as RocketMQ 4.9.8's ``DefaultRequestProcessor``: PUT_KV_CONFIG (100), GET_KV_CONFIG
@@ -22,7 +24,9 @@ connections go on. A client that does not read its answers is not read either un
 
 A broker leaves every route when the connection it registered over closes (RocketMQ's
 ``onChannelDestroy``), and every ``scan_interval`` seconds (10) the registrations not renewed
-for ``expire_after`` seconds (120) are dropped.
+for ``expire_after`` seconds (120) are dropped. A connection silent both ways for
+``idle_timeout`` seconds (120, RocketMQ's ``serverChannelMaxIdleTimeSeconds``) is closed, as
+RocketMQ's name server closes it; a broker renews every 30 s, so only forgotten clients go.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from typing import Any
 
 import trio
 
+from handlers import IdleStateEvent, IdleStateHandler
 from hanet.boot import AllowList, serve_listeners
 from hanet.channel import ChannelInboundHandler, HandlerContext, StreamChannel, format_address
 from hanet.protocol import (
@@ -68,7 +73,7 @@ from hanet.protocol import (
 from ._kvconfig import NAMESPACE_ORDER_TOPIC_CONFIG, KVConfig, KVConfigFullError
 from ._registry import DEFAULT_EXPIRE_AFTER, RegistrationError, RegistrationRefused, Registry
 
-__all__ = ["DEFAULT_PORT", "SCAN_INTERVAL", "TOPIC_NOT_EXIST_HINT", "NameServer"]
+__all__ = ["DEFAULT_PORT", "IDLE_TIMEOUT", "SCAN_INTERVAL", "TOPIC_NOT_EXIST_HINT", "NameServer"]
 
 log = logging.getLogger("hanet.namesrv")
 
@@ -77,6 +82,9 @@ DEFAULT_PORT = 9876
 
 SCAN_INTERVAL = 10.0
 """Seconds between two scans for expired registrations (RocketMQ's)."""
+
+IDLE_TIMEOUT = 120.0
+"""Seconds a connection may stay silent both ways before it is closed (RocketMQ's)."""
 
 TOPIC_NOT_EXIST_HINT = "\nSee http://rocketmq.apache.org/docs/faq/ for further details."
 """What RocketMQ appends to a TOPIC_NOT_EXIST remark (``FAQUrl.suggestTodo``)."""
@@ -97,6 +105,7 @@ class NameServer:
         allow: accept connections from these networks only (None: everyone).
         clock: seconds since the epoch (default: the wall clock at :meth:`run`'s start moved
             on by trio's clock, so a test's virtual clock drives expiry).
+        idle_timeout: close a connection silent both ways this long (0: never).
     """
 
     def __init__(
@@ -109,6 +118,7 @@ class NameServer:
         tls: ssl.SSLContext | None = None,
         allow: AllowList | None = None,
         clock: Callable[[], float] | None = None,
+        idle_timeout: float = IDLE_TIMEOUT,
     ) -> None:
         if scan_interval <= 0:
             raise ValueError(f"scan_interval must be > 0, got {scan_interval}")
@@ -119,6 +129,7 @@ class NameServer:
         """The key/value configuration (PUT/GET/DELETE_KV_CONFIG)."""
         self.scan_interval = scan_interval
         self.max_frame_length = max_frame_length
+        self.idle_timeout = idle_timeout
         self.tls = tls
         self.allow = allow
         self._clock = clock
@@ -195,6 +206,8 @@ class NameServer:
         pipeline = channel.pipeline
         for name, handler in remoting_pipeline(self.max_frame_length):
             pipeline.add_last(handler, name)
+        if self.idle_timeout > 0:
+            pipeline.add_last(IdleStateHandler(all_idle=self.idle_timeout), "idle")
         pipeline.add_last(_ConnectionWatcher(self), "connection")
         pipeline.add_last(self.dispatcher, "dispatch")
 
@@ -372,6 +385,15 @@ class _ConnectionWatcher(ChannelInboundHandler):
         log.debug("client %s closed (%s)", _peer(channel), channel.close_reason or "closed")
         self.server.registry.connection_closed(channel)
         ctx.fire_channel_inactive()
+
+    def user_event_triggered(self, ctx: HandlerContext, event: object) -> None:
+        if isinstance(event, IdleStateEvent):
+            log.info(
+                "client %s: closing: idle for %g s", _peer(ctx.channel), self.server.idle_timeout
+            )
+            ctx.close("idle")
+            return
+        ctx.fire_user_event_triggered(event)
 
     def channel_writability_changed(self, ctx: HandlerContext) -> None:
         channel = ctx.channel

@@ -814,6 +814,8 @@ class BrokerRegistration:
         topics: ``(topic, queues)`` the broker holds (read and write queues alike).
         data_version: the topic config's version (None: made from the topics by whoever
             sends it).
+        topic_configs: full topic configs (permissions, read and write queues apart, order),
+            registered instead of the ``topics`` entry of the same name.
     """
 
     cluster: str
@@ -824,6 +826,7 @@ class BrokerRegistration:
     ha_address: str = ""
     topics: tuple[tuple[str, int], ...] = ()
     data_version: DataVersion | None = None
+    topic_configs: tuple[TopicConfig, ...] = ()
 
     def header(self, body: bytes | bytearray | memoryview) -> RegisterBrokerRequestHeader:
         """REGISTER_BROKER's header for this registration and its encoded ``body``."""
@@ -839,9 +842,11 @@ class BrokerRegistration:
 
     def body(self, data_version: DataVersion | None = None) -> RegisterBrokerBody:
         """REGISTER_BROKER's body: a topic config per topic (read/write, as many read as write
-        queues) and the data version (``data_version`` or the registration's)."""
+        queues; or its :attr:`topic_configs` entry) and the data version (``data_version`` or
+        the registration's)."""
         version = data_version or self.data_version or DataVersion()
         table = {name: TopicConfig(name, queues, queues) for name, queues in self.topics}
+        table.update((config.topic_name, config) for config in self.topic_configs)
         return RegisterBrokerBody(TopicConfigSerializeWrapper(table, version))
 
     def request(self, data_version: DataVersion | None = None) -> RemotingCommand:

@@ -1,0 +1,262 @@
+"""The broker port's sends: SEND_MESSAGE (10), SEND_MESSAGE_V2 (310) and SEND_BATCH_MESSAGE
+(320), checked before anything is stored, stored by the broker mode's backend and answered
+with the offset message id, the queue id and the queue offset (see :mod:`hanet.broker._port`
+for the rules)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import trio
+
+from hanet.channel import HandlerContext
+from hanet.protocol import (
+    MessageProperty,
+    RemotingCommand,
+    RemotingHeaderError,
+    RequestCode,
+    ResponseCode,
+    SendMessageRequestHeader,
+    SendMessageResponseHeader,
+    decode_batch,
+    string_to_properties,
+)
+from hanet.store import (
+    MAX_PROPERTIES_SIZE,
+    Message,
+    PutResult,
+    PutStatus,
+    StoreError,
+    encode_properties,
+    topic_problem,
+)
+
+from ._connection import BrokerConnection, WaitingSend, connection_of
+from ._topics import TopicTableFull
+
+if TYPE_CHECKING:
+    from ._port import BrokerPort
+
+__all__ = ["NOT_ALLOWED_SEND_TOPICS", "Sends", "send_answer"]
+
+log = logging.getLogger("hanet.broker")
+
+NOT_ALLOWED_SEND_TOPICS = frozenset({"SCHEDULE_TOPIC_XXXX", "RMQ_SYS_TRANS_OP_HALF_TOPIC"})
+"""System topics no producer may send to (RocketMQ's ``NOT_ALLOWED_SEND_TOPIC_SET``)."""
+
+_HOST_FLAGS = 0x10 | 0x20  # SYSFLAG bits the store sets from the addresses
+
+_STATUS_CODES = {
+    PutStatus.PUT_OK: ResponseCode.SUCCESS,
+    PutStatus.FLUSH_DISK_TIMEOUT: ResponseCode.FLUSH_DISK_TIMEOUT,
+    PutStatus.FLUSH_SLAVE_TIMEOUT: ResponseCode.FLUSH_SLAVE_TIMEOUT,
+    PutStatus.SLAVE_NOT_AVAILABLE: ResponseCode.SLAVE_NOT_AVAILABLE,
+    PutStatus.SERVICE_NOT_AVAILABLE: ResponseCode.SERVICE_NOT_AVAILABLE,
+    PutStatus.MESSAGE_ILLEGAL: ResponseCode.MESSAGE_ILLEGAL,
+    PutStatus.PROPERTIES_SIZE_EXCEEDED: ResponseCode.MESSAGE_ILLEGAL,
+}
+_STORED = frozenset(
+    {
+        PutStatus.PUT_OK,
+        PutStatus.FLUSH_DISK_TIMEOUT,
+        PutStatus.FLUSH_SLAVE_TIMEOUT,
+        PutStatus.SLAVE_NOT_AVAILABLE,
+    }
+)
+_REMARKS = {
+    PutStatus.CREATE_MAPPED_FILE_FAILED: "create mapped file failed, server is busy or broken",
+    PutStatus.OS_PAGE_CACHE_BUSY: "[PC_SYNCHRONIZED]broker busy, start flow control for a while",
+    PutStatus.SERVICE_NOT_AVAILABLE: (
+        "service not available now: the broker's disk may be full, the broker a slave or "
+        "shutting down"
+    ),
+}
+
+
+class _Refused(Exception):
+    """A send refused before anything was stored."""
+
+    def __init__(self, code: int, remark: str) -> None:
+        super().__init__(remark)
+        self.code = code
+        self.remark = remark
+
+
+def send_answer(
+    request: RemotingCommand,
+    results: Sequence[PutResult],
+    queue_id: int,
+    status: PutStatus | None = None,
+) -> RemotingCommand:
+    """The answer to a send to ``queue_id`` whose messages were stored with ``results`` (one
+    per message of a batch); ``status`` overrides a stored put's PUT_OK (the outcome of a
+    wait)."""
+    first = results[0]
+    worst = next((r for r in results if r.status is not PutStatus.PUT_OK), first)
+    final = worst.status if worst.status is not PutStatus.PUT_OK else (status or first.status)
+    code = _STATUS_CODES.get(final, ResponseCode.SYSTEM_ERROR)
+    if final in _STORED:
+        header = SendMessageResponseHeader(
+            ",".join(r.msg_id for r in results), queue_id, first.queue_offset
+        )
+        fields = header.to_fields()
+        fields[MessageProperty.MSG_REGION] = "DefaultRegion"
+        fields[MessageProperty.TRACE_ON] = "true"
+        remark = None if final is PutStatus.PUT_OK else final.value
+        return request.response(code, remark, fields)
+    remark = worst.detail or _REMARKS.get(final, final.value)
+    return request.response(code, remark)
+
+
+class Sends:
+    """The send processors of a :class:`~hanet.broker.BrokerPort`."""
+
+    def __init__(self, port: BrokerPort) -> None:
+        self.port = port
+        self._counters: dict[str, int] = {}
+
+    def send_message(self, ctx: HandlerContext, request: RemotingCommand) -> RemotingCommand | None:
+        """SEND_MESSAGE, SEND_MESSAGE_V2 and SEND_BATCH_MESSAGE."""
+        backend = self.port.backend
+        refusal = backend.send_refusal()
+        if refusal is not None:
+            return request.response(ResponseCode.SERVICE_NOT_AVAILABLE, refusal)
+        header = SendMessageRequestHeader.decode(request.code, request.fields)
+        connection = connection_of(ctx)
+        started = trio.current_time()
+        try:
+            messages, queue_id, wait = self._admit(request, header, connection.born)
+        except _Refused as exc:
+            log.info("client %s: send to %.80s refused: %s", connection.peer, header.topic, exc)
+            if exc.code == ResponseCode.MESSAGE_ILLEGAL:
+                backend.observe_put([PutStatus.MESSAGE_ILLEGAL], trio.current_time() - started)
+            return request.response(exc.code, exc.remark)
+        except StoreError as exc:
+            return request.response(ResponseCode.SYSTEM_ERROR, str(exc))
+        results = backend.put_now(messages)
+        if results is None:
+            connection.in_flight += 1
+            connection.update_reading()
+            ctx.spawn(self._put_later, ctx, connection, request, messages, queue_id, started)
+            return None
+        stored = [r for r in results if r.status is PutStatus.PUT_OK]
+        if len(stored) < len(results) or not wait or not backend.must_wait():
+            self.answer_send(ctx, request, results, queue_id, PutStatus.PUT_OK, started)
+            return None
+        end = max(r.wrote_offset + r.wrote_size for r in stored)
+        connection.wait_for(ctx, WaitingSend(request, results, queue_id, end, started))
+        return None
+
+    async def _put_later(
+        self,
+        ctx: HandlerContext,
+        connection: BrokerConnection,
+        request: RemotingCommand,
+        messages: list[Message],
+        queue_id: int,
+        started: float,
+    ) -> None:
+        try:
+            results = await self.port.backend.put(messages)
+            self.answer_send(ctx, request, results, queue_id, PutStatus.PUT_OK, started)
+            ctx.flush()
+        finally:
+            connection.in_flight -= 1
+            connection.update_reading()
+
+    def answer_send(
+        self,
+        ctx: HandlerContext,
+        request: RemotingCommand,
+        results: Sequence[PutResult],
+        queue_id: int,
+        status: PutStatus,
+        started: float,
+    ) -> None:
+        """Write a send's answer (not for a oneway send) and count it."""
+        answer = send_answer(request, results, queue_id, status)
+        if not request.is_oneway:
+            ctx.write(answer)
+        statuses = [status if r.status is PutStatus.PUT_OK else r.status for r in results]
+        self.port.backend.observe_put(statuses, trio.current_time() - started)
+
+    def _admit(
+        self, request: RemotingCommand, header: SendMessageRequestHeader, born: tuple[bytes, int]
+    ) -> tuple[list[Message], int, bool]:
+        """The messages a send stores, their queue and whether the answer waits for the
+        store (every check first: nothing is stored when one fails)."""
+        topic = header.topic
+        problem = topic_problem(topic)
+        if problem is not None:
+            raise _Refused(ResponseCode.SYSTEM_ERROR, f"the specified topic is illegal: {problem}")
+        if topic in NOT_ALLOWED_SEND_TOPICS:
+            raise _Refused(ResponseCode.NO_PERMISSION, f"sending to topic {topic} is forbidden")
+        table = self.port.backend.topic_table
+        try:
+            config = table.create_for_send(topic, header.default_topic_queue_nums)
+        except TopicTableFull as exc:
+            raise _Refused(ResponseCode.SYSTEM_ERROR, str(exc)) from None
+        queues = config.write_queue_nums
+        queue_id = header.queue_id
+        if queue_id >= queues:
+            raise _Refused(
+                ResponseCode.SYSTEM_ERROR,
+                f"request queueId[{queue_id}] is illegal: topic {topic} has {queues} write queues",
+            )
+        if queue_id < 0:
+            queue_id = self._round_robin(topic, queues)
+        sys_flag = header.sys_flag & ~_HOST_FLAGS
+        if request.code == RequestCode.SEND_BATCH_MESSAGE:
+            try:
+                batch = decode_batch(request.body)
+            except RemotingHeaderError as exc:
+                raise _Refused(ResponseCode.MESSAGE_ILLEGAL, str(exc)) from None
+            if not batch:
+                raise _Refused(ResponseCode.MESSAGE_ILLEGAL, "the batch holds no message")
+            parts = [(m.body, dict(m.properties), m.flag) for m in batch]
+        else:
+            parts = [(bytes(request.body), string_to_properties(header.properties), header.flag)]
+        messages: list[Message] = []
+        wait = False
+        cluster = self.port.backend.cluster_name
+        max_body = self.port.backend.store.config.max_message_size
+        for index, (body, properties, flag) in enumerate(parts):
+            what = f"message {index} of the batch" if len(parts) > 1 else "the message"
+            if len(body) > max_body:
+                raise _Refused(
+                    ResponseCode.MESSAGE_ILLEGAL,
+                    f"{what}: body of {len(body)} bytes is over the maximum {max_body}",
+                )
+            if cluster:
+                properties[MessageProperty.CLUSTER] = cluster
+            size = len(encode_properties(properties))
+            if size > MAX_PROPERTIES_SIZE:
+                raise _Refused(
+                    ResponseCode.MESSAGE_ILLEGAL,
+                    f"{what}: properties of {size} bytes are over {MAX_PROPERTIES_SIZE}",
+                )
+            wait = wait or properties.get(MessageProperty.WAIT) != "false"
+            message = Message(
+                topic=topic,
+                body=body,
+                queue_id=queue_id,
+                flag=flag,
+                properties=properties,
+                sys_flag=sys_flag,
+                born_timestamp=header.born_timestamp,
+                born_host=born[0],
+                born_port=born[1],
+                reconsume_times=header.reconsume_times or 0,
+            )
+            if self.port.rewrite is not None:
+                message = self.port.rewrite(message)
+            messages.append(message)
+        return messages, queue_id, wait
+
+    def _round_robin(self, topic: str, queues: int) -> int:
+        count = self._counters.get(topic, 0)
+        if len(self._counters) < 100_000 or topic in self._counters:
+            self._counters[topic] = count + 1
+        return count % queues
