@@ -58,7 +58,7 @@ async def _node(
         if leader[0] == me[0]:
             fields = {"msgId": "7F00000100002A9F0000000000000000", "queueId": 0, "queueOffset": 0}
             return request.response(ResponseCode.SUCCESS, None, fields)
-        remark = f"not the DLedger leader; leader {leader[0]}"
+        remark = f"not master: this node is FOLLOWER; the leader is n1 at {leader[0]}"
         return request.response(ResponseCode.SERVICE_NOT_AVAILABLE, remark)
 
     def init(channel: StreamChannel) -> None:
@@ -96,7 +96,7 @@ async def test_a_refusal_naming_the_leader_is_sent_again_to_it() -> None:
         a = await _node(nursery, leaders[0], served, "a")
         b = await _node(nursery, leaders[1], served, "b")
         leaders[0][0] = leaders[1][0] = f"{b[0]}:{b[1]}"
-        async with FailoverClient.connect([a, b]) as client:
+        async with FailoverClient.connect([a]) as client:  # b known from the remark only
             reply = await client.put("T", b"x")
             assert reply.status is PutStatus.PUT_OK
             assert client.address == b and client.redirects == 1

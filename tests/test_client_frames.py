@@ -227,6 +227,8 @@ async def test_a_pull_is_a_pull_message_like_javas_and_decodes_the_stored_record
         (ResponseCode.PULL_OFFSET_MOVED, "OFFSET_TOO_SMALL", PullStatus.OFFSET_TOO_SMALL),
         (ResponseCode.PULL_OFFSET_MOVED, None, PullStatus.OFFSET_OVERFLOW_BADLY),
         (ResponseCode.PULL_NOT_FOUND, None, PullStatus.OFFSET_OVERFLOW_ONE),
+        (ResponseCode.PULL_RETRY_IMMEDIATELY, "OFFSET_FOUND_NULL", PullStatus.OFFSET_FOUND_NULL),
+        (ResponseCode.PULL_RETRY_IMMEDIATELY, None, PullStatus.NO_MATCHED_MESSAGE),
         (ResponseCode.TOPIC_NOT_EXIST, "topic not exist", PullStatus.TOPIC_NOT_EXIST),
     ],
 )

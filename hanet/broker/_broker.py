@@ -78,8 +78,10 @@ from hanet.protocol import (
     ClusterLink,
     HanetRequestCode,
     MasterLink,
+    PullMessageRequestHeader,
     RegisterBrokerResponse,
     RemotingCommand,
+    RequestCode,
     SlaveInfo,
     SubscriptionGroupWrapper,
 )
@@ -95,12 +97,15 @@ from hanet.store import (
 
 from ._connection import DEFAULT_MAX_IN_FLIGHT
 from ._consumers import CONSUMER_EXPIRY, ConsumerRegistry, consumer_groups
+from ._hold import PullHoldService
 from ._metrics import BrokerMetrics, serve_metrics
 from ._offsets import OFFSETS_FILE, ConsumerOffsets
 from ._port import BrokerPort, default_subscription_groups
 from ._pull import suggest_broker_id
 from ._registration import NameServerRegistrar
-from ._slave_sync import SlaveSync
+from ._retry import SendBackProcessor
+from ._schedule import ScheduleService, delay_rewrite
+from ._slave_sync import DELAY_OFFSETS_FILE, SlaveSync
 from ._status import store_status
 from ._topics import TOPICS_FILE, TopicTable
 
@@ -179,6 +184,8 @@ class Broker:
         """The live members of each consumer group (served on masters and slaves)."""
         self.master: HAMaster | None = None
         self.slave: HASlave | None = None
+        self.schedule: ScheduleService | None = None
+        """A master's delivery of delayed messages (None on a slave)."""
         self.sync: SlaveSync | None = None
         """A slave's copy of its master's topics and consumer offsets (None on a master)."""
         self.registrar: NameServerRegistrar | None = None
@@ -318,6 +325,28 @@ class Broker:
                 else:
                     self.master = HAMaster(store, config)
                     ha_address = await nursery.start(self.master.serve)
+                    self.schedule = ScheduleService(
+                        store, self._put_internal, config.store_path_root_dir / DELAY_OFFSETS_FILE
+                    )
+                    await nursery.start(self.schedule.run)
+                    self.port.rewrite = delay_rewrite
+                    self.port.register(
+                        RequestCode.GET_ALL_DELAY_OFFSET, self.schedule.get_all_delay_offset
+                    )
+                holds = PullHoldService(self._repull, store.max_queue_offset)
+                await nursery.start(holds.run)
+                self.port.hold = holds.hold
+                self.stored_listeners.append(holds.notify_put)
+                self.port.register(
+                    RequestCode.CONSUMER_SEND_MSG_BACK,
+                    SendBackProcessor(
+                        store,
+                        self._put_internal,
+                        on_topic=topics.ensure,
+                        writable=lambda: self.role is not BrokerRole.SLAVE,
+                        broker_ip=config.broker_ip1 or config.listen_host,
+                    ),
+                )
                 if listeners:
                     await nursery.start(
                         partial(
@@ -433,6 +462,17 @@ class Broker:
             await trio.lowlevel.checkpoint()
             status = PutStatus.PUT_OK
         return [r._replace(status=status) if r.status is PutStatus.PUT_OK else r for r in results]
+
+    def _put_internal(self, message: Message) -> PutResult:
+        """The put path of the broker's own messages (retries, delayed deliveries): stored
+        now, not waited for (RocketMQ's ``waitStoreMsgOK=false``)."""
+        (result,) = self.put_now([message])
+        return result
+
+    def _repull(self, ctx: HandlerContext, request: RemotingCommand) -> RemotingCommand | None:
+        """A held pull run again, not allowed to suspend (long polling)."""
+        header = PullMessageRequestHeader.from_fields(request.fields)
+        return self.port.serve_pull(ctx, request, header, allow_suspend=False)
 
     def _serve_metrics(self, ctx: HandlerContext, request: RemotingCommand) -> RemotingCommand:
         """HANET_METRICS (30002): the Prometheus text exposition."""

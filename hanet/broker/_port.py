@@ -77,10 +77,11 @@ from hanet.store import CommitLogStore, Message, PutResult, PutStatus, StoreErro
 from ._backend import BrokerBackend
 from ._connection import BrokerConnection, connection_of
 from ._consumers import ConsumerRegistry, ConsumerRegistryFull
+from ._locks import QueueLocks
 from ._offsets import ConsumerOffsetsFull
 from ._pull import GetMessageStatus, PullResult, serve_pull, subscription_filter
 from ._send import Sends
-from ._topics import TopicTableFull
+from ._topics import TopicTableFull, retry_topic
 
 __all__ = [
     "BrokerPort",
@@ -96,11 +97,6 @@ _EMPTY = frozenset({GetMessageStatus.NO_MATCHED_LOGIC_QUEUE, GetMessageStatus.NO
 HoldHook = Callable[[HandlerContext, RemotingCommand, PullMessageRequestHeader, PullResult], bool]
 """Takes a PULL_MESSAGE with the suspend flag that found nothing (long polling); returns True
 when it will answer the request itself later, False to have it answered now."""
-
-
-def retry_topic(group: str) -> str:
-    """A consumer group's retry topic (``%RETRY%group``)."""
-    return f"%RETRY%{group}"
 
 
 class BrokerPort:
@@ -129,6 +125,9 @@ class BrokerPort:
         pull is answered at once)."""
         self.sends = Sends(self)
         """The send processors."""
+        self.locks = QueueLocks()
+        """The consumer groups' queue locks (LOCK_BATCH_MQ / UNLOCK_BATCH_MQ: orderly
+        consumers)."""
         self.notifications = 0
         """NOTIFY_CONSUMER_IDS_CHANGED requests sent."""
         self.processors: dict[int, RequestProcessor] = {
@@ -150,6 +149,8 @@ class BrokerPort:
             RequestCode.GET_ALL_CONSUMER_OFFSET: self.get_all_consumer_offset,
             RequestCode.GET_ALL_DELAY_OFFSET: self.get_all_delay_offset,
             RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: self.get_all_subscription_group,
+            RequestCode.LOCK_BATCH_MQ: self.locks.lock_batch_mq,
+            RequestCode.UNLOCK_BATCH_MQ: self.locks.unlock_batch_mq,
             HanetRequestCode.HANET_STATUS: self.hanet_status,
         }
         """Request code -> processor: the one table every connection of the port uses."""

@@ -32,8 +32,9 @@ and not waited on for durability or replicas (RocketMQ's ``waitStoreMsgOK=false`
 ``on_topic(topic, queues)`` is called before each put, so the broker can record (and announce
 to the name server) ``%RETRY%<group>`` / ``%DLQ%<group>`` with their queue counts the first
 time (``on_topic=broker.topic_table.ensure``); ``group_config(group)`` gives a group's
-:class:`~hanet.protocol.SubscriptionGroupConfig` (None: the group does not exist; the default
-gives every group the defaults, as RocketMQ's ``autoCreateSubscriptionGroup``);
+:class:`~hanet.protocol.SubscriptionGroupConfig`
+(None: the group does not exist; the default gives every group the defaults, as RocketMQ's
+``autoCreateSubscriptionGroup``);
 ``writable()`` is the broker's write permission.
 """
 
@@ -55,8 +56,8 @@ from hanet.protocol import (
 )
 from hanet.store import CommitLogStore, CorruptRecordError, Message, PutResult
 
-from ._port import retry_topic
 from ._schedule import delay_rewrite
+from ._topics import retry_topic
 
 __all__ = [
     "DLQ_GROUP_TOPIC_PREFIX",

@@ -34,6 +34,7 @@ from hanet.store import (
 )
 
 from ._connection import BrokerConnection, WaitingSend, connection_of
+from ._retry import DLQ_QUEUE_NUMS, redirect_retry_send
 from ._topics import TopicTableFull
 
 if TYPE_CHECKING:
@@ -47,6 +48,7 @@ NOT_ALLOWED_SEND_TOPICS = frozenset({"SCHEDULE_TOPIC_XXXX", "RMQ_SYS_TRANS_OP_HA
 """System topics no producer may send to (RocketMQ's ``NOT_ALLOWED_SEND_TOPIC_SET``)."""
 
 _HOST_FLAGS = 0x10 | 0x20  # SYSFLAG bits the store sets from the addresses
+RETRY_TOPIC_PREFIX = "%RETRY%"
 
 _STATUS_CODES = {
     PutStatus.PUT_OK: ResponseCode.SUCCESS,
@@ -250,10 +252,27 @@ class Sends:
                 born_port=born[1],
                 reconsume_times=header.reconsume_times or 0,
             )
+            if topic.startswith(RETRY_TOPIC_PREFIX):
+                message = self._redirect_retry(message, header, request.version)
             if self.port.rewrite is not None:
                 message = self.port.rewrite(message)
             messages.append(message)
         return messages, queue_id, wait
+
+    def _redirect_retry(
+        self, message: Message, header: SendMessageRequestHeader, version: int
+    ) -> Message:
+        """A consumer's send to its retry topic past its max reconsume times goes to the
+        group's dead letter topic (RocketMQ's ``handleRetryAndDLQ``)."""
+        redirected = redirect_retry_send(
+            message, header_max=header.max_reconsume_times, version=version
+        )
+        if redirected.topic != message.topic:
+            try:
+                self.port.backend.topic_table.ensure(redirected.topic, DLQ_QUEUE_NUMS)
+            except TopicTableFull as exc:
+                raise _Refused(ResponseCode.SYSTEM_ERROR, str(exc)) from None
+        return redirected
 
     def _round_robin(self, topic: str, queues: int) -> int:
         count = self._counters.get(topic, 0)

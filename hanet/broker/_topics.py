@@ -28,7 +28,7 @@ from hanet.protocol import (
 
 from ._config_files import read_config_file, write_config_file
 
-__all__ = ["MAX_TOPICS", "TOPICS_FILE", "TopicTable", "TopicTableFull"]
+__all__ = ["MAX_TOPICS", "TOPICS_FILE", "TopicTable", "TopicTableFull", "retry_topic"]
 
 log = logging.getLogger("hanet.broker")
 
@@ -37,6 +37,11 @@ TOPICS_FILE = Path("config") / "topics.json"
 
 MAX_TOPICS = 100_000
 """Most topics one broker creates on demand (anyone who reaches the broker port can send)."""
+
+
+def retry_topic(group: str) -> str:
+    """A consumer group's retry topic (``%RETRY%group``)."""
+    return f"%RETRY%{group}"
 
 
 class TopicTableFull(ValueError):

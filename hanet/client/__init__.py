@@ -1,4 +1,5 @@
-"""Python clients of the broker port and of the name server.
+"""Python clients of a broker port and of the name servers, over RocketMQ 4.9.8's remoting
+protocol: they work against hanet's broker and name server and against RocketMQ's own.
 
 Usage::
 
@@ -9,52 +10,48 @@ Usage::
         print(reply.status, reply.msg_id)
         batch = await client.put_batch([PutMessage("TopicTest", b"x%d" % i) for i in range(100)])
         pulled = await client.pull("TopicTest", queue_id=reply.queue_id, offset=0)
-        status = await client.status()
+        status = await client.status()  # hanet's HANET_STATUS (30001)
         await client.commit_offset("my-group", "TopicTest", reply.queue_id, pulled.next_offset)
 
-Any number of tasks may call the same client at once: each request gets an id and its own
-answer, and requests written together leave in one send (the channel coalesces them). At most
-``max_in_flight`` requests wait for answers; more callers wait for a slot (back-pressure).
+Any number of tasks may call the same client at once: each request gets its own ``opaque``
+and answer, and requests written together leave in one send (the channel coalesces them). At
+most ``max_in_flight`` requests wait for answers; more callers wait for a slot.
+
+What goes on the wire is what RocketMQ's ``MQClientAPIImpl`` sends: SEND_MESSAGE_V2 with the
+one-letter header keys and the ``KEYS``/``UNIQ_KEY``/``WAIT``/``TAGS`` properties (a batch of
+one queue: SEND_BATCH_MESSAGE), PULL_MESSAGE with subscription ``*``, QUERY/UPDATE_CONSUMER_OFFSET,
+HEART_BEAT with a ``HeartbeatData`` body, UNREGISTER_CLIENT, GET_CONSUMER_LIST_BY_GROUP.
 
 - :class:`FailoverClient` takes several broker addresses (a DLedger group): it connects to the
-  first that answers, follows NOT_LEADER answers to the leader, and tries the next address
-  when one is down.
+  first that answers, follows a follower's SERVICE_NOT_AVAILABLE to the leader (named in the
+  answer, else by the node's status), and tries the next address when one is down.
 - :class:`Consumer` consumes a topic for a group: it follows the topic's route, takes its
-  share of the queues among the group's members (:func:`allocate_averagely`, rebalanced when
-  one joins or leaves), pulls them (from a slave when the master suggests it or cannot be
-  reached), and commits offsets (to the master, else a slave): at least once across a
-  master's loss and a rebalance.
-- :class:`NameServerClient` talks to the name servers (``hanet namesrv``): registration,
-  topic routes, the cluster list, and where to put or pull a topic::
+  share of the queues among the group's members (:func:`allocate_averagely`, rebalanced at
+  once on the broker's NOTIFY_CONSUMER_IDS_CHANGED), pulls them (from a slave when the master
+  suggests it or cannot be reached), and commits offsets (to the master, else a slave): at
+  least once across a master's loss and a rebalance.
+- :class:`NameServerClient` talks to the name servers (``hanet namesrv`` or RocketMQ's):
+  registration, topic routes, the cluster list, and where to put or pull a topic::
 
       names = NameServerClient([("127.0.0.1", 9876)])
       async with FailoverClient.connect(await names.put_addresses("TopicTest")) as producer:
           await producer.put("TopicTest", b"hello")
 
-- :class:`Consumer` consumes a topic for a consumer group through the name servers: its share
-  of the queues, offsets committed, reading from a slave while the master is down.
-
-A put is answered with RocketMQ's status; a status other than PUT_OK is not an exception
-(FLUSH_SLAVE_TIMEOUT, for one, means stored on the master but not yet on a slave). Errors are
-typed: :class:`BrokerConnectionError` (cannot connect, or the connection was lost: every
-request in flight fails with it), :class:`BrokerTimeoutError`, :class:`BrokerRequestError` (the
-broker answered ERROR), :class:`BrokerProtocolError` (the broker sent something malformed; the
-connection is closed).
-
-The wire format is described in :mod:`hanet.protocol`.
+A put is answered with RocketMQ's status, from the answer's code; a status other than PUT_OK is
+not an exception (FLUSH_SLAVE_TIMEOUT, for one, means stored on the master but not yet on a
+slave; SERVICE_NOT_AVAILABLE, a slave's refusal). Errors are typed, all
+:class:`RemotingError`\\ s: :class:`BrokerConnectionError` (cannot connect, or the connection
+was lost: every request in flight fails with it), :class:`BrokerTimeoutError`,
+:class:`BrokerRequestError` (the broker answered an error code: ``code`` is a
+:class:`~hanet.protocol.ResponseCode`), :class:`BrokerProtocolError` (the broker sent
+something malformed). The name server client raises the ``Remoting*`` errors they derive from.
 """
 
 from hanet.protocol import (
-    AUTO_QUEUE,
-    BrokerMetadata,
     BrokerRegistration,
     BrokerStatus,
     ClusterInfo,
-    ErrorCode,
     MasterLink,
-    PullStatus,
-    PutMessage,
-    PutReply,
     RouteBroker,
     SlaveInfo,
     TopicRoute,
@@ -90,6 +87,7 @@ from ._consumer import (
     default_client_id,
 )
 from ._failover import FailoverClient, parse_broker_address
+from ._messages import AUTO_QUEUE, PullStatus, PutMessage, PutReply, message_problem
 from ._namesrv import NameServerClient, NameServerConnection
 from ._remoting import (
     RemotingConnection,
@@ -110,7 +108,6 @@ __all__ = [
     "BrokerConnectionError",
     "BrokerError",
     "BrokerLink",
-    "BrokerMetadata",
     "BrokerProtocolError",
     "BrokerRegistration",
     "BrokerRequestError",
@@ -121,7 +118,6 @@ __all__ = [
     "ConsumedMessage",
     "Consumer",
     "ConsumerStats",
-    "ErrorCode",
     "FailoverClient",
     "InvalidMessageError",
     "MasterLink",
@@ -151,5 +147,6 @@ __all__ = [
     "allocate_averagely",
     "broker_connector",
     "default_client_id",
+    "message_problem",
     "parse_broker_address",
 ]

@@ -31,7 +31,6 @@ import trio
 
 from hanet.errors import HanetError
 from hanet.protocol import (
-    AUTO_QUEUE,
     MAX_FRAME_LENGTH,
     BatchMessage,
     BrokerStatus,
@@ -49,10 +48,7 @@ from hanet.protocol import (
     MessageProperty,
     PullMessageRequestHeader,
     PullMessageResponseHeader,
-    PullStatus,
     PullSysFlag,
-    PutMessage,
-    PutReply,
     QueryConsumerOffsetRequestHeader,
     QueryConsumerOffsetResponseHeader,
     RemotingCommand,
@@ -66,11 +62,11 @@ from hanet.protocol import (
     UnregisterClientRequestHeader,
     UpdateConsumerOffsetRequestHeader,
     encode_batch,
-    message_problem,
     properties_to_string,
 )
 from hanet.store import CorruptRecordError, MessageRecord, PutStatus, decode_record
 
+from ._messages import AUTO_QUEUE, PullStatus, PutMessage, PutReply, message_problem
 from ._remoting import (
     DEFAULT_MAX_IN_FLIGHT,
     RemotingConnection,
@@ -434,7 +430,7 @@ def _pull_status(response: RemotingCommand) -> PullStatus:
     if code == ResponseCode.PULL_OFFSET_MOVED:
         return PullStatus.OFFSET_OVERFLOW_BADLY
     if code == ResponseCode.PULL_RETRY_IMMEDIATELY:
-        return PullStatus.NO_MATCHED_LOGIC_QUEUE
+        return PullStatus.NO_MATCHED_MESSAGE
     raise BrokerRequestError(code, response.remark or "", what="pull")
 
 

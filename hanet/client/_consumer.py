@@ -87,7 +87,6 @@ import trio
 from hanet.protocol import (
     MASTER_ID,
     NotifyConsumerIdsChangedRequestHeader,
-    PullStatus,
     RemotingCommand,
     RemotingHeaderError,
     RequestCode,
@@ -106,6 +105,7 @@ from ._broker import (
     PullResult,
 )
 from ._failover import parse_broker_address
+from ._messages import PullStatus
 from ._remoting import RemotingError, RemotingResponseError, ServerRequestHandler
 
 __all__ = [
@@ -216,6 +216,17 @@ route naming 2**31-1 queues does not make it hold that many."""
 
 _FRESH_MEMBERS = 1.0
 """Seconds a member list the heartbeat loop fetched stays good for the rebalance it starts."""
+
+_SKIP_FORWARD = frozenset(
+    {
+        PullStatus.OFFSET_TOO_SMALL,
+        PullStatus.NO_MESSAGE_IN_QUEUE,
+        PullStatus.NO_MATCHED_MESSAGE,
+        PullStatus.OFFSET_FOUND_NULL,
+        PullStatus.MESSAGE_WAS_REMOVING,
+    }
+)
+"""Pull answers whose next offset is followed forward from any member."""
 
 _LINK_ERRORS = (BrokerConnectionError, BrokerTimeoutError)
 """Failures that say a member cannot be reached (it is skipped for a while)."""
@@ -829,8 +840,9 @@ class Consumer:
             for record in result.messages:
                 await self._send.send((ConsumedMessage(record, key[0], broker_id), generation))
             return bool(result.messages)
-        if status in (PullStatus.OFFSET_TOO_SMALL, PullStatus.NO_MESSAGE_IN_QUEUE):
-            # Messages before the queue's start are gone: move up to it (never back).
+        if status in _SKIP_FORWARD:
+            # Messages before the queue's start are gone, or those read matched nothing or
+            # are no longer there: move up to the next offset (never back).
             position.pull_offset = max(offset, result.next_offset)
         elif status is PullStatus.OFFSET_OVERFLOW_BADLY and broker_id == MASTER_ID:
             log.warning(

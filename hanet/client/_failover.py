@@ -11,7 +11,7 @@ import trio
 
 from hanet.channel import parse_address
 from hanet.errors import ConfigError
-from hanet.protocol import BrokerStatus, PutMessage, PutReply, ResponseCode
+from hanet.protocol import BrokerStatus, ResponseCode
 from hanet.store import PutStatus
 
 from ._broker import (
@@ -21,6 +21,7 @@ from ._broker import (
     BrokerRequestError,
     PullResult,
 )
+from ._messages import PutMessage, PutReply
 
 __all__ = ["FailoverClient", "parse_broker_address"]
 
@@ -240,11 +241,12 @@ class FailoverClient:
         return status
 
 
-_LEADER = re.compile(r"leader[^\w\[]*(?:is\s+)?(\[[0-9a-fA-F:]+\]:\d+|[\w.-]+:\d+)")
+_LEADER = re.compile(r"leader\b.*?(\[[0-9a-fA-F:]+\]:\d+|[\w.-]+:\d+)")
 
 
 def _named_leader(remark: str) -> str | None:
-    """The ``host:port`` a refusal's remark names after the word "leader", if any."""
+    """The first ``host:port`` a refusal's remark names after the word "leader", if any
+    ("... the leader is n1 at 10.0.0.2:10911")."""
     match = _LEADER.search(remark)
     return match.group(1) if match else None
 
