@@ -299,9 +299,7 @@ async def test_wired_into_a_running_broker_over_tcp(tmp_path: Path) -> None:
         holds = PullHoldService(repull, store.max_queue_offset)
 
         def put_internal(message: Message) -> PutResult:
-            result = store.put(message)
-            holds.notify_put([message], [result])
-            return result
+            return broker.put_now([message])[0]
 
         fast = tuple(100 for _ in DELAY_LEVELS)  # every level 100 ms
         schedule = ScheduleService(store, put_internal, tmp_path / DELAY_OFFSETS_FILE, levels=fast)
@@ -309,6 +307,7 @@ async def test_wired_into_a_running_broker_over_tcp(tmp_path: Path) -> None:
         sendback = SendBackProcessor(store, put_internal, on_topic=broker.topic_table.ensure)
         broker.port.rewrite = delay_rewrite
         broker.port.hold = holds.hold
+        broker.stored_listeners.append(holds.notify_put)
         broker.port.register(RequestCode.CONSUMER_SEND_MSG_BACK, sendback)
         broker.port.register(RequestCode.LOCK_BATCH_MQ, locks.lock_batch_mq)
         broker.port.register(RequestCode.UNLOCK_BATCH_MQ, locks.unlock_batch_mq)

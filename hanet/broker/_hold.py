@@ -31,10 +31,10 @@ Wiring (what the broker does):
   request, PullMessageRequestHeader.from_fields(request.fields), allow_suspend=False)``): it
   must not hold again; it may return None (nothing to write);
 - after every put that stored messages (sends, batches, retries, delayed deliveries):
-  ``holds.notify_put(messages, results)``, or ``holds.notify_message_arriving(topic,
-  queue_id, result.queue_offset + 1)`` per queue put to (synchronous and cheap: a dictionary
-  look-up when nothing is held there). A put whose status is a durability or replica timeout
-  stored its message all the same and is notified too.
+  ``broker.stored_listeners.append(holds.notify_put)`` (:meth:`~PullHoldService.notify_put`;
+  or :meth:`~PullHoldService.notify_message_arriving` per queue put to). Synchronous and
+  cheap: a dictionary look-up when nothing is held there. A put whose status is a durability
+  or replica timeout stored its message all the same and is notified too.
 """
 
 from __future__ import annotations

@@ -24,18 +24,19 @@ put status' name (``SERVICE_NOT_AVAILABLE`` on a slave, ...) when the put is ref
 SUBSCRIPTION_GROUP_NOT_EXIST / NO_PERMISSION as configured. A missing or malformed header
 field raises :class:`~hanet.protocol.RemotingHeaderError` (SYSTEM_ERROR with the reason).
 
-Wiring (what the broker does): build one ``SendBackProcessor(store, put)`` and register it for
-``RequestCode.CONSUMER_SEND_MSG_BACK``. ``put`` is the broker's put path for internal
-messages: ``store.put`` and then the long-polling wake-up
-(:meth:`~hanet.broker.PullHoldService.notify_message_arriving`); it is called synchronously
-and not waited on for durability or replicas (RocketMQ's ``waitStoreMsgOK=false``). Optional:
-``on_topic(topic, queues)`` is called before each put, so the broker can record (and announce
-to the name server) ``%RETRY%<group>`` / ``%DLQ%<group>`` with their queue counts the first
-time (``on_topic=broker.topic_table.ensure``); ``group_config(group)`` gives a group's
-:class:`~hanet.protocol.SubscriptionGroupConfig`
-(None: the group does not exist; the default gives every group the defaults, as RocketMQ's
-``autoCreateSubscriptionGroup``);
-``writable()`` is the broker's write permission.
+Wiring (what the broker does): build one ``SendBackProcessor(broker.store, put,
+on_topic=broker.topic_table.ensure)`` once the store is open (masters; a slave's store refuses
+the put: SYSTEM_ERROR ``SERVICE_NOT_AVAILABLE``, and the client sends the message itself) and
+``broker.port.register(RequestCode.CONSUMER_SEND_MSG_BACK, processor)``. ``put`` is the
+broker's synchronous put path for internal messages (``lambda m: broker.put_now([m])[0]``: the
+store, then the ``stored_listeners``, which wake long polling); it is not waited on for
+durability or replicas (RocketMQ's ``waitStoreMsgOK=false``). ``on_topic(topic, queues)`` is
+called before each put, so that ``%RETRY%<group>`` / ``%DLQ%<group>`` are in the topic table
+(and announced to the name server) with their queue counts. Optional: ``group_config(group)``
+gives a group's :class:`~hanet.protocol.SubscriptionGroupConfig` (None: the group does not
+exist; the default gives every group the defaults, as RocketMQ's
+``autoCreateSubscriptionGroup``); ``writable()`` is the broker's write permission. The send
+path calls :func:`redirect_retry_send` for a producer's send to a retry topic.
 """
 
 from __future__ import annotations
@@ -56,8 +57,8 @@ from hanet.protocol import (
 )
 from hanet.store import CommitLogStore, CorruptRecordError, Message, PutResult
 
+from ._port import retry_topic
 from ._schedule import delay_rewrite
-from ._topics import retry_topic
 
 __all__ = [
     "DLQ_GROUP_TOPIC_PREFIX",

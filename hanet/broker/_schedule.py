@@ -27,8 +27,8 @@ Wiring (what the broker does):
 - On a master only: ``service = ScheduleService(store, put, store_root / DELAY_OFFSETS_FILE)``
   (reads the file: :class:`~hanet.broker.ConfigFileError` when it and its ``.bak`` are
   unusable), then ``await nursery.start(service.run)``. ``put`` is the broker's put path for
-  internal messages (``store.put`` and then the long-polling wake-up,
-  :meth:`~hanet.broker.PullHoldService.notify_put`); a put that is not PUT_OK is retried after
+  internal messages (``lambda m: broker.put_now([m])[0]``: the store, then the
+  ``stored_listeners``, which wake long polling); a put that is not PUT_OK is retried after
   :data:`RETRY_PAUSE` seconds, except MESSAGE_ILLEGAL and PROPERTIES_SIZE_EXCEEDED, which no
   retry can change: that message is skipped, logged at ERROR (it stays in the schedule
   topic's commit log). Cancelling ``run`` writes the offsets.
