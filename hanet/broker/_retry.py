@@ -57,8 +57,8 @@ from hanet.protocol import (
 )
 from hanet.store import CommitLogStore, CorruptRecordError, Message, PutResult
 
-from ._port import retry_topic
 from ._schedule import delay_rewrite
+from ._topics import retry_topic
 
 __all__ = [
     "DLQ_GROUP_TOPIC_PREFIX",
