@@ -12,7 +12,8 @@ msgs/s and each send's p50/p99. Then the drain reads every message back with han
 queue on one connection, as a RocketMQ pull consumer): msgs/s and each pull's p50/p99.
 
 Before the timed sends one put by hanet's client (to another topic) makes the first commit log
-file, whose creation (``FILE_SIZE`` 1 GiB, faulted in at once) is timed and reported apart.
+file, whose creation (``--file-size``, 1G as RocketMQ; the broker faults it in at once) is
+timed and reported apart.
 For each phase the broker's CPU (utime + stime of ``/proc/<pid>/stat`` over the phase, in % of
 one core) and its private memory (``Private_Clean + Private_Dirty`` of
 ``/proc/<pid>/smaps_rollup``, the largest sample, every 0.25 s), the bench process's own CPU
@@ -61,6 +62,7 @@ TOPIC = "BenchClients"
 WARMUP_TOPIC = "BenchWarmup"
 SIZE = 1024
 FILE_SIZE = "1G"
+"""RocketMQ's commit log file size (``mappedFileSizeCommitLog``), the default of --file-size."""
 PULL_BATCH = 32
 TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -294,7 +296,7 @@ async def one_client(client: str, args: argparse.Namespace, root: Path) -> dict[
         master, ready = await _start(
             ["master", "--store", str(directory / "master"), "--listen", "127.0.0.1:0",
              "--ha-listen", "127.0.0.1:0", "--role", "ASYNC_MASTER", "--flush", "ASYNC_FLUSH",
-             "--mapped-file-size", FILE_SIZE, "--namesrv", ns_ready["namesrv"]],
+             "--mapped-file-size", args.file_size, "--namesrv", ns_ready["namesrv"]],
             directory / "master.log", directory / "master.ready",
         )  # fmt: skip
         processes.append(master)
@@ -450,6 +452,7 @@ async def main(args: argparse.Namespace) -> None:
                 "seconds": args.seconds,
                 "size": SIZE,
                 "queues": args.queues,
+                "file_size": args.file_size,
                 "cpus": os.cpu_count(),
                 "runs": runs,
                 "skipped": skipped,
@@ -467,6 +470,9 @@ if __name__ == "__main__":
         "--clients", default="alions,cpp", help="comma-separated: alions, cpp (both)"
     )
     parser.add_argument("--queues", type=int, default=8, help="the topic's queues (8)")
+    parser.add_argument(
+        "--file-size", default=FILE_SIZE, help=f"commit log file size ({FILE_SIZE}, K/M/G)"
+    )
     parser.add_argument(
         "--profile", type=Path, metavar="DIR",
         help="record the broker with py-spy during each send phase into DIR (py-spy on PATH)",
