@@ -1,14 +1,18 @@
-"""WriteFuture: sync callbacks for handlers, awaitable for tasks."""
+"""WriteFuture: sync callbacks for handlers, awaitable for tasks; a dropped one is reported."""
 
 from __future__ import annotations
 
+import gc
 import logging
+from typing import Any
 
 import pytest
 import trio
 import trio.testing
 
-from hanet import WriteFuture
+from hanet import ChannelOutboundHandler, HandlerContext, WriteFuture
+from hanet.channel import combine_futures
+from hanet.testing import EmbeddedChannel
 
 
 def test_callbacks_run_once_on_completion() -> None:
@@ -94,3 +98,95 @@ async def test_cancelling_the_waiter_does_not_cancel_the_write() -> None:
     assert not future.done()
     future.set_result()
     await future
+
+
+class _Swallow(ChannelOutboundHandler):
+    """A buggy outbound handler: takes the write and forgets its future."""
+
+    def __init__(self) -> None:
+        self.messages: list[Any] = []
+
+    def write(self, ctx: HandlerContext, msg: Any, future: WriteFuture) -> None:
+        self.messages.append(msg)
+
+
+class _Pass(ChannelOutboundHandler):
+    def write(self, ctx: HandlerContext, msg: Any, future: WriteFuture) -> None:
+        ctx.write(msg, future)
+
+
+def _dropped(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if "garbage-collected without being completed" in r.message]
+
+
+def test_a_dropped_write_future_is_reported_with_the_handler(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Netty's leak detector role: the handler that swallowed the write is named."""
+    caplog.set_level(logging.WARNING, "hanet.channel")
+    ch = EmbeddedChannel(_Pass())
+    ch.pipeline.add_first(_Swallow(), name="swallow")
+    ch.write_and_flush_nowait(b"lost")  # the future is not kept: it dies with the write
+    gc.collect()
+    records = _dropped(caplog)
+    assert len(records) == 1
+    assert records[0].levelno == logging.WARNING
+    assert "'swallow' (_Swallow)" in records[0].message
+    assert str(ch) in records[0].message
+
+
+def test_a_kept_future_is_reported_only_once_dropped(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, "hanet.channel")
+    ch = EmbeddedChannel(_Swallow())
+    future = ch.write_and_flush_nowait(b"lost")
+    gc.collect()
+    assert not _dropped(caplog)
+    assert not future.done()
+    del future
+    gc.collect()
+    assert len(_dropped(caplog)) == 1
+
+
+def test_completed_passed_on_and_queued_futures_are_not_reported(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.WARNING, "hanet.channel")
+    ch = EmbeddedChannel(_Pass(), _Pass())
+    ch.write_and_flush_nowait(b"sent")
+    # Written, never flushed: queued at the head; dropped with the channel, not by a handler.
+    ch.pipeline.write(b"queued")
+    WriteFuture()  # never written: nobody received it
+    del ch
+    gc.collect()
+    assert not _dropped(caplog)
+
+
+def test_a_future_in_a_reference_cycle_is_reported_by_gc_collect(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.WARNING, "hanet.channel")
+    ch = EmbeddedChannel(_Swallow())
+    future = ch.write_and_flush_nowait(b"lost")
+    holder: list[Any] = [future]
+    holder.append(holder.clear)  # holder -> its bound method -> holder: with the future
+    future.add_done_callback(holder[-1])  # future -> callback -> holder -> future
+    del future, holder
+    assert not _dropped(caplog)
+    gc.collect()
+    assert len(_dropped(caplog)) == 1
+
+
+def test_a_combined_future_blames_only_the_handler_that_dropped_a_part(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    class Split(ChannelOutboundHandler):
+        def write(self, ctx: HandlerContext, msg: Any, future: WriteFuture) -> None:
+            combine_futures([ctx.write(msg[:1]), ctx.write(msg[1:])], future)
+
+    caplog.set_level(logging.WARNING, "hanet.channel")
+    ch = EmbeddedChannel(_Swallow(), Split())
+    ch.write_and_flush_nowait(b"ab")
+    gc.collect()
+    records = _dropped(caplog)
+    assert len(records) == 2  # both parts, each dropped by _Swallow; not the combined one
+    assert all("(_Swallow)" in r.message for r in records)

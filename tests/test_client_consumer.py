@@ -512,10 +512,18 @@ class MemberLink(FakeLink):
 
     group: list[str] = attrs.field(factory=list)
     lists: list[float] = attrs.field(factory=list)
+    versions: set[int | None] = attrs.field(factory=set)
 
     async def consumer_heartbeat(
-        self, group: str, client_id: str, topics: Sequence[str] = (), *, from_beginning: bool
+        self,
+        group: str,
+        client_id: str,
+        topics: Sequence[str] = (),
+        *,
+        from_beginning: bool,
+        sub_version: int | None = None,
     ) -> None:
+        self.versions.add(sub_version)
         await trio.sleep(0.001)
         if client_id not in self.group:
             self.group.append(client_id)
@@ -590,6 +598,7 @@ async def test_a_notify_consumer_ids_changed_rebalances_at_once(
     group: list[str] = []
     lists: list[float] = []
     handlers: list[ServerRequestHandler] = []
+    links: list[MemberLink] = []
 
     @asynccontextmanager
     async def connect(
@@ -599,7 +608,9 @@ async def test_a_notify_consumer_ids_changed_rebalances_at_once(
         assert on_request is not None
         handlers.append(on_request)
         broker = cluster.brokers[address]
-        yield MemberLink(broker, broker.epoch, group=group, lists=lists)
+        link = MemberLink(broker, broker.epoch, group=group, lists=lists)
+        links.append(link)
+        yield link
 
     captured = FIXTURES / "02-broker-produce-consume__NOTIFY_CONSUMER_IDS_CHANGED__oneway.bin"
     notify = decode_command(captured.read_bytes()[4:])
@@ -635,3 +646,6 @@ async def test_a_notify_consumer_ids_changed_rebalances_at_once(
         asked = RemotingCommand.request(RequestCode.GET_CONSUMER_RUNNING_INFO, {}, opaque=7)
         answer = handlers[0](asked)
         assert answer is not None and answer.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED
+    # Every heartbeat named the same subscription version (as RocketMQ's clients do).
+    versions = set().union(*(link.versions for link in links))
+    assert len(versions) == 1 and None not in versions

@@ -300,3 +300,20 @@ async def test_a_rocketmq_broker_has_no_status_and_a_closed_port_is_a_connection
     with pytest.raises(BrokerConnectionError, match="cannot connect"):
         async with BrokerClient.connect("127.0.0.1", port, connect_timeout=2):
             pass  # pragma: no cover
+
+
+async def test_a_port_closing_at_the_first_request_gets_a_hint() -> None:
+    """An HA port reads a remoting frame as an offset report out of range and closes: the
+    error says which port was likely meant."""
+
+    async def close_at_once(stream: trio.SocketStream) -> None:
+        await stream.receive_some(1)
+        await stream.aclose()
+
+    async with trio.open_nursery() as nursery:
+        listeners = await nursery.start(partial(trio.serve_tcp, close_at_once, 0, host="127.0.0.1"))
+        port = listeners[0].socket.getsockname()[1]
+        async with BrokerClient.connect("127.0.0.1", port) as client:
+            with pytest.raises(BrokerConnectionError, match="not an HA port"):
+                await client.status()
+        nursery.cancel_scope.cancel()

@@ -8,7 +8,6 @@ from typing import Any
 import attrs
 
 from hanet.channel import (
-    ChannelInboundHandler,
     ChannelOutboundHandler,
     HandlerContext,
     ReadOnlyBuffer,
@@ -18,6 +17,7 @@ from hanet.channel import (
 from .._byte_to_message import ByteCursor, ByteToMessageDecoder
 from .._errors import CorruptedFrameError
 from .._length_field import LengthFieldBasedFrameDecoder
+from .._message_to_message import MessageToMessageDecoder
 
 __all__ = [
     "HEADER_SIZE",
@@ -88,21 +88,21 @@ class OffsetReportDecoder(ByteToMessageDecoder):
         out.append(OffsetReport(offset))
 
 
-class TransferFrameDecoder(ChannelInboundHandler):
+class TransferFrameDecoder(MessageToMessageDecoder[bytes | bytearray | memoryview]):
     """Turn a whole frame (header + body, from :func:`transfer_frame_decoder`) into a
-    :class:`TransferFrame`; the body is a zero-copy view of the frame."""
+    :class:`TransferFrame`; the body is a zero-copy view of the frame. Other messages pass
+    through."""
 
     sharable = True
 
-    def channel_read(self, ctx: HandlerContext, msg: Any) -> None:
-        if not isinstance(msg, bytes | bytearray | memoryview):
-            ctx.fire_channel_read(msg)
-            return
+    def decode(
+        self, ctx: HandlerContext, msg: bytes | bytearray | memoryview, out: list[Any]
+    ) -> None:
         offset, size = HEADER.unpack_from(msg, 0)
         if offset < 0:
             raise CorruptedFrameError(f"negative transfer offset: {offset}")
         body = memoryview(msg)[HEADER_SIZE : HEADER_SIZE + size] if size else b""
-        ctx.fire_channel_read(TransferFrame(offset, body))
+        out.append(TransferFrame(offset, body))
 
 
 def transfer_frame_decoder(batch_size: int = 32 * 1024) -> LengthFieldBasedFrameDecoder:

@@ -10,6 +10,7 @@ from typing import Any, Protocol
 from hanet.channel import ChannelInboundHandler, HandlerContext
 
 from .._idle import IdleState, IdleStateEvent
+from .._simple import SimpleChannelInboundHandler
 from ._codec import REPORT, TransferFrame
 
 __all__ = [
@@ -91,7 +92,7 @@ class OffsetVerifier(ChannelInboundHandler):
         ctx.fire_channel_read_complete()
 
 
-class CommitLogReplayHandler(ChannelInboundHandler):
+class CommitLogReplayHandler(SimpleChannelInboundHandler[TransferFrame]):
     """Append each transfer's body at its offset; the log validates the records before it
     keeps them. A record that fails validation (``append_raw`` then keeps only the records
     before it, and ``dispatch_error`` says why) is logged as an ERROR with its offset and
@@ -128,6 +129,7 @@ class CommitLogReplayHandler(ChannelInboundHandler):
         *,
         defer_dispatch: bool = False,
     ) -> None:
+        super().__init__()
         self.replica = replica
         self.file_size = file_size
         self.on_file_size_mismatch = on_file_size_mismatch
@@ -149,10 +151,7 @@ class CommitLogReplayHandler(ChannelInboundHandler):
             replica.truncate_to(valid)
         ctx.fire_channel_active()
 
-    def channel_read(self, ctx: HandlerContext, msg: Any) -> None:
-        if not isinstance(msg, TransferFrame):
-            ctx.fire_channel_read(msg)
-            return
+    def channel_read0(self, ctx: HandlerContext, msg: TransferFrame) -> None:
         if not ctx.channel.is_open:
             return  # closing after a bad frame
         if msg.is_heartbeat:

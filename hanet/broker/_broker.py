@@ -45,8 +45,8 @@ A full disk never stops the broker: while the store's file system is used past
 ``disk_max_used_space_ratio`` (75 %) puts answer SERVICE_NOT_AVAILABLE ("disk full: disk used
 91 % > diskMaxUsedSpaceRatio 75 %"); a put that needs a new commit log or consume queue file
 the disk cannot hold answers CREATE_MAPPED_FILE_FAILED naming the file and errno. Pulls,
-STATUS and replication of the data held go on; STATUS shows ``disk_full``, ``disk_used_ratio``
-and ``create_error``.
+HANET_STATUS and replication of the data held go on; the status shows ``disk_full``,
+``disk_used_ratio`` and ``create_error``.
 
 Bounds: frames over ``max_frame_length`` close the connection; a pull answers at most
 ``MAX_PULL_MESSAGES`` messages and about :data:`MAX_PULL_BYTES`; a connection with
@@ -598,7 +598,7 @@ class Broker:
             log.warning("ignoring the name server's master addresses: %s", exc)
 
     def cluster_link(self) -> ClusterLink | None:
-        """The STATUS document's ``cluster`` section: the registration with the name servers
+        """The status document's ``cluster`` section: the registration with the name servers
         (None without ``namesrv_addr``, or before :meth:`run` started registering)."""
         registrar = self.registrar
         if registrar is None:
@@ -620,7 +620,7 @@ class Broker:
         )
 
     def status(self) -> BrokerStatus:
-        """The STATUS answer: role, offsets, replication state, the disk (``disk_full``,
+        """The HANET_STATUS answer: role, offsets, replication state, the disk (``disk_full``,
         ``disk_used_ratio``, ``create_error``) and the cluster (``cluster``,
         ``metadata_sync``, ``consumer_offsets``)."""
         stats = self.store.statistics()

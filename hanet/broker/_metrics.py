@@ -180,7 +180,7 @@ class BrokerMetrics:
         )
         self.put_latency = Histogram(
             "hanet_put_latency_seconds",
-            "Time from a PUT request's arrival to its answer",
+            "Time from a send request's arrival to its answer",
             buckets=_LATENCY_BUCKETS,
             registry=self.registry,
         )
@@ -193,7 +193,7 @@ class BrokerMetrics:
         self.registry.register(_StatusCollector(status))
 
     def observe_put(self, statuses: list[str], seconds: float) -> None:
-        """One answered PUT request: the status of each of its messages and its latency."""
+        """One answered send request: the status of each of its messages and its latency."""
         for status, count in collections.Counter(statuses).items():
             self.puts.labels(status).inc(count)
         self.put_latency.observe(max(seconds, 0.0))

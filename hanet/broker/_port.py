@@ -11,22 +11,30 @@ a send is stored (a classic broker writes its store at once and waits for the fl
 slaves as its role says; a DLedger leader appends through Raft) and who refuses sends (a
 slave, a DLedger follower). Everything else (pulls, offsets, consumer groups, the metadata a
 slave copies, the status) is served the same way from the backend's store, offsets and
-registry. Other services add their processors to the table (:meth:`BrokerPort.register`)
-and hooks: :attr:`BrokerPort.rewrite` (a send's messages before they are stored: delayed
-messages) and :attr:`BrokerPort.hold` (a PULL_MESSAGE with the suspend flag that found
-nothing: long polling).
+registry; queue locks (LOCK/UNLOCK_BATCH_MQ) by the port's :class:`QueueLocks`. Other
+services add their processors to the table (:meth:`BrokerPort.register`: retries, delay
+offsets, metrics) and hooks: :attr:`BrokerPort.rewrite` (a send's messages before they are
+stored: delayed messages) and :attr:`BrokerPort.hold` (a PULL_MESSAGE with the suspend flag
+that found nothing: long polling).
 
-Sends (SEND_MESSAGE 10, SEND_MESSAGE_V2 310, SEND_BATCH_MESSAGE 320) are checked before
-anything is stored: the topic's name (SYSTEM_ERROR as RocketMQ), system topics no producer
-may send to (NO_PERMISSION), the queue id against the topic's write queues (SYSTEM_ERROR),
-the body and properties sizes (MESSAGE_ILLEGAL); a topic not known yet is created with the
-producer's ``defaultTopicQueueNums`` queues, at most ``defaultTopicQueueNums`` of the broker
-(RocketMQ's ``autoCreateTopicEnable``). A batch is stored whole or not at all. The answer
-carries the offset message id (comma-separated for a batch), the queue id and the queue
-offset; a store that is waited for answers FLUSH_DISK_TIMEOUT (10), SLAVE_NOT_AVAILABLE (11)
-or FLUSH_SLAVE_TIMEOUT (12) with the same fields (the message is stored either way).
+Sends (``_send.py``; SEND_MESSAGE 10, SEND_MESSAGE_V2 310, SEND_BATCH_MESSAGE 320) are checked
+before anything is stored: the topic's name (SYSTEM_ERROR as RocketMQ), system topics no
+producer may send to (NO_PERMISSION), the queue id against the topic's write queues
+(SYSTEM_ERROR), the body and properties sizes (MESSAGE_ILLEGAL); a topic not known yet is
+created with the producer's ``defaultTopicQueueNums`` queues, at most ``defaultTopicQueueNums``
+of the broker (RocketMQ's ``autoCreateTopicEnable``). A batch is stored whole or not at all.
+The answer carries the offset message id (comma-separated for a batch), the queue id and the
+queue offset; a store that is waited for answers FLUSH_DISK_TIMEOUT (10), SLAVE_NOT_AVAILABLE
+(11) or FLUSH_SLAVE_TIMEOUT (12) with the same fields (the message is stored either way).
 
-Puts that must wait (SYNC_FLUSH, SYNC_MASTER) queue per connection in arrival order, which is
+Pulls answer RocketMQ's codes: SUCCESS (remark FOUND) with the records as stored as the body,
+PULL_NOT_FOUND (19), PULL_RETRY_IMMEDIATELY (20: no message of the subscription's tags in
+the range, or a slave asked past its data) and PULL_OFFSET_MOVED (21), always with
+``suggestWhichBrokerId``, ``nextBeginOffset``, ``minOffset`` and ``maxOffset``. A commit
+offset carried in a pull (``sysFlag`` bit 0x1) is recorded first, on slaves too.
+
+Puts that must wait (``_connection.py``; SYNC_FLUSH, SYNC_MASTER) queue per connection in
+arrival order, which is
 also their order in the commit log; one task per connection settles them: it waits for the
 oldest, then answers every later one already covered by the flushed / replicated offset
 without waiting again. A connection with ``max_in_flight`` puts waiting, or whose answers

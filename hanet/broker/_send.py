@@ -108,7 +108,9 @@ def send_answer(
         fields[MessageProperty.TRACE_ON] = "true"
         remark = None if final is PutStatus.PUT_OK else final.value
         return request.response(code, remark, fields)
-    remark = worst.detail or _REMARKS.get(final, final.value)
+    remark = worst.detail or _REMARKS.get(final, "")
+    if code == ResponseCode.SYSTEM_ERROR:  # the status is not in the code: say it
+        remark = f"{final.value}: {remark}" if remark else final.value
     return request.response(code, remark)
 
 

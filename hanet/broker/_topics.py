@@ -137,7 +137,7 @@ class TopicTable:
             config = TopicConfig(topic, queues, queues)
             if perm is not None:
                 config = attrs.evolve(config, perm=perm)
-            log.info("topic %s created with %d queues", topic, queues)
+            log.debug("topic %s added with %d queues", topic, queues)
         else:
             config = attrs.evolve(
                 config,
@@ -160,7 +160,9 @@ class TopicTable:
         if config is not None:
             return config
         queues = min(max(requested, 1), self.default_queues)
-        return self.ensure(topic, queues)
+        config = self.ensure(topic, queues)
+        log.info("topic %s created by a send, %d queues", topic, queues)
+        return config
 
     def add_store_queues(self, queues: Iterable[tuple[str, int]]) -> None:
         """Make sure every topic of the store's consume queues is in the table, with at

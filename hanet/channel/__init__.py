@@ -12,8 +12,9 @@ from ._address import format_address, parse_address
 from ._channel import Channel, ChannelConfig, ChannelStatistics
 from ._context import HandlerContext
 from ._embedded import EmbeddedChannel
-from ._errors import ChannelClosedError, ChannelPipelineError
-from ._future import WriteFuture
+from ._errors import ChannelClosedError, ChannelGroupError, ChannelPipelineError
+from ._future import ChannelFuture, WriteFuture, combine_futures
+from ._group import ChannelGroup, ChannelGroupFuture, ChannelMatcher
 from ._handler import (
     ChannelDuplexHandler,
     ChannelHandler,
@@ -30,8 +31,13 @@ __all__ = [
     "ChannelClosedError",
     "ChannelConfig",
     "ChannelDuplexHandler",
+    "ChannelFuture",
+    "ChannelGroup",
+    "ChannelGroupError",
+    "ChannelGroupFuture",
     "ChannelHandler",
     "ChannelInboundHandler",
+    "ChannelMatcher",
     "ChannelOutboundHandler",
     "ChannelPipelineError",
     "ChannelStatistics",
@@ -45,6 +51,7 @@ __all__ = [
     "TimerQueue",
     "WaterMarks",
     "WriteFuture",
+    "combine_futures",
     "format_address",
     "message_size",
     "parse_address",

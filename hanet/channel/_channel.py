@@ -11,7 +11,7 @@ import attrs
 
 from ._address import format_address
 from ._errors import ChannelClosedError
-from ._future import WriteFuture
+from ._future import ChannelFuture, WriteFuture
 from ._outbound import OutboundBuffer, ReadOnlyBuffer, WaterMarks
 from ._pipeline import Pipeline
 from ._timers import TimerHandle, TimerQueue
@@ -95,6 +95,7 @@ class Channel:
         self._open = True
         self._active = False
         self._close_reason: str | None = None
+        self._close_future = ChannelFuture()
         self._bytes_read = 0
         self._bytes_written = 0
         self._reads = 0
@@ -142,6 +143,13 @@ class Channel:
             self._transport_read()
 
     @property
+    def close_future(self) -> ChannelFuture:
+        """Done once the channel has closed: after ``channel_inactive`` and the removal of its
+        handlers (Netty's ``closeFuture()``). It never fails. Callbacks run synchronously,
+        in the task that closed the channel; ``await channel.close_future`` waits for it."""
+        return self._close_future
+
+    @property
     def close_reason(self) -> str | None:
         """Why the channel closed (the first reason given), if known."""
         return self._close_reason
@@ -187,10 +195,12 @@ class Channel:
         """Write ``msg`` through the whole pipeline and flush, without waiting."""
         return self.pipeline.write_and_flush(msg)
 
-    def close_nowait(self, reason: str | None = None) -> None:
-        """Start closing the channel (through the pipeline's outbound handlers)."""
+    def close_nowait(self, reason: str | None = None) -> ChannelFuture:
+        """Start closing the channel (through the pipeline's outbound handlers); returns
+        :attr:`close_future`."""
         if self._open:
             self.pipeline.close(reason)
+        return self._close_future
 
     def now(self) -> float:
         """The channel's clock in seconds."""

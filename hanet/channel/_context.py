@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import _handler as h
 from ._errors import ChannelClosedError
-from ._future import WriteFuture
+from ._future import ChannelFuture, WriteFuture
 from ._timers import TimerHandle
 
 if TYPE_CHECKING:
@@ -178,6 +178,7 @@ class HandlerContext:
             ctx = ctx.prev
         if ctx is None:  # pragma: no cover
             ctx = self.pipeline._head
+        future._ctx = ctx  # who holds it now: named if it is dropped (WriteFuture.__del__)
         try:
             ctx.handler.write(ctx, msg, future)  # type: ignore[attr-defined]
         except Exception as exc:
@@ -207,9 +208,11 @@ class HandlerContext:
         except Exception as exc:
             ctx._invoke_exception_caught(exc)
 
-    def close(self, reason: str | None = None) -> None:
+    def close(self, reason: str | None = None) -> ChannelFuture:
         """Close the channel. ``reason`` (the first one given wins) is logged and kept in
-        ``channel.close_reason``. Writes still queued fail with :class:`ChannelClosedError`."""
+        ``channel.close_reason``. What was flushed before is still sent (docs/netty.md §5.6);
+        writes not flushed fail with :class:`ChannelClosedError`. Returns the channel's
+        ``close_future``, done once it has closed."""
         if reason is not None:
             self.pipeline.channel._set_close_reason(reason)
         ctx = self._prev_outbound(h.CLOSE)
@@ -217,6 +220,7 @@ class HandlerContext:
             ctx.handler.close(ctx)  # type: ignore[attr-defined]
         except Exception as exc:
             ctx._invoke_exception_caught(exc)
+        return self.pipeline.channel.close_future
 
     # -- time and tasks --------------------------------------------------------------------
 

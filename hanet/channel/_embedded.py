@@ -211,6 +211,7 @@ class EmbeddedChannel(Channel):
             self.pipeline.fire_channel_inactive()
         self.pipeline._destroy()
         self._timers.clear()
+        self._close_future.set_result()
 
     def _on_unhandled_message(self, msg: Any) -> None:
         self._inbound.append(msg)

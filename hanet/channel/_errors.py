@@ -6,9 +6,15 @@ a clean EOF is not an error.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
 from hanet.errors import HanetError
 
-__all__ = ["ChannelClosedError", "ChannelPipelineError"]
+if TYPE_CHECKING:
+    from ._channel import Channel
+
+__all__ = ["ChannelClosedError", "ChannelGroupError", "ChannelPipelineError"]
 
 
 class ChannelClosedError(HanetError):
@@ -22,3 +28,15 @@ class ChannelClosedError(HanetError):
 class ChannelPipelineError(HanetError, ValueError):
     """A pipeline operation is not allowed (a non-sharable handler added twice, a handler whose
     ``handler_added`` raised, ...)."""
+
+
+class ChannelGroupError(HanetError):
+    """An operation failed on some channels of a group (Netty's ``ChannelGroupException``).
+
+    Attributes:
+        failures: each failed channel and its exception.
+    """
+
+    def __init__(self, message: str, failures: Mapping[Channel, BaseException]) -> None:
+        super().__init__(message)
+        self.failures = dict(failures)

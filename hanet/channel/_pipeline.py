@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from . import _handler as h
 from ._context import HandlerContext
 from ._errors import ChannelPipelineError
-from ._future import WriteFuture
+from ._future import ChannelFuture, WriteFuture
 
 if TYPE_CHECKING:
     from ._channel import Channel
@@ -331,5 +331,5 @@ class Pipeline:
     def read(self) -> None:
         self._tail.read()
 
-    def close(self, reason: str | None = None) -> None:
-        self._tail.close(reason)
+    def close(self, reason: str | None = None) -> ChannelFuture:
+        return self._tail.close(reason)

@@ -309,6 +309,7 @@ class StreamChannel(Channel):
             self.pipeline.fire_channel_inactive()
         self.pipeline._destroy()
         self._closed.set()
+        self._close_future.set_result()
         log.debug("%s: closed (%s)", self, self._close_reason or "closed")
 
     async def close(self, reason: str | None = None) -> None:

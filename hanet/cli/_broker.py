@@ -292,7 +292,8 @@ def register(subparsers: Any) -> None:
         "slave",
         help="run a slave broker replicating a master",
         description="Replicate a master into a store (reconnecting forever) until Ctrl-C or "
-        "SIGTERM; with --listen, serve PULL and STATUS (puts answer SERVICE_NOT_AVAILABLE).",
+        "SIGTERM; with --listen, serve pulls, offsets and HANET_STATUS (sends answer "
+        "SERVICE_NOT_AVAILABLE).",
     )
     parser.add_argument(
         "--master-ha", type=str, default=None, metavar="HOST:PORT",

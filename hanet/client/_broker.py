@@ -201,9 +201,29 @@ class RequestConnection:
     run: requests are pipelined, each matched to its answer by ``opaque``.
     """
 
-    def __init__(self, remoting: RemotingConnection) -> None:
+    def __init__(self, remoting: RemotingConnection, *, tls: bool = False) -> None:
         self.remoting = remoting
         """The underlying connection (send any command with its ``invoke``)."""
+        self._tls = tls
+        self._answered = False
+
+    def _error(self, exc: RemotingError) -> BrokerError:
+        """``exc`` as the broker client's error; a connection closed before any answer gets
+        a hint at the usual reasons."""
+        error = _broker_error(exc)
+        if isinstance(error, BrokerConnectionError) and not self._answered:
+            if self._tls:
+                # TLS 1.3: a broker refusing our certificate (or its lack) says so after our
+                # side of the handshake completed; we learn it at the first request.
+                hint = (
+                    "did the broker refuse our certificate? a broker with mutual TLS needs "
+                    "--tls-cert and --tls-key signed by its CA"
+                )
+            else:
+                # What an HA port does with a remoting frame: it closes without a word.
+                hint = "is this a broker port, not an HA port?"
+            error = BrokerConnectionError(f"{error} before any answer ({hint})")
+        return error
 
     @classmethod
     @asynccontextmanager
@@ -252,7 +272,7 @@ class RequestConnection:
                 on_request=on_request,
             ) as remoting:
                 entered = True
-                yield cls(remoting)
+                yield cls(remoting, tls=tls is not None)
         except RemotingError as exc:
             if entered:
                 raise  # raised by the caller's block: as it is
@@ -287,9 +307,11 @@ class RequestConnection:
             ValueError: the request does not encode (nothing was sent).
         """
         try:
-            return await self.remoting.invoke(request, within=within)
+            response = await self.remoting.invoke(request, within=within)
         except RemotingError as exc:
-            raise _broker_error(exc) from exc
+            raise self._error(exc) from exc
+        self._answered = True
+        return response
 
     async def invoke_checked(
         self, request: RemotingCommand, *, within: float | None = None, what: str = ""
@@ -481,11 +503,17 @@ def pull_result(response: RemotingCommand) -> PullResult:
 
 
 def heartbeat_body(
-    client_id: str, group: str, topics: Sequence[str] = (), *, from_beginning: bool = False
+    client_id: str,
+    group: str,
+    topics: Sequence[str] = (),
+    *,
+    from_beginning: bool = False,
+    sub_version: int | None = None,
 ) -> bytes:
     """A ``HeartbeatData`` body: ``client_id``, a clustering consumer of ``group`` subscribed
-    to each of ``topics`` with ``*``."""
-    version = int(time.time() * 1000)
+    to each of ``topics`` with ``*`` (``sub_version``: when the subscription was made, ms;
+    None: now)."""
+    version = int(time.time() * 1000) if sub_version is None else sub_version
     consumer = ConsumerData(
         group_name=group,
         consume_type=ConsumeType.CONSUME_PASSIVELY,
@@ -743,11 +771,16 @@ class BrokerClient(RequestConnection):
         topics: Sequence[str] = (),
         *,
         from_beginning: bool = False,
+        sub_version: int | None = None,
     ) -> None:
         """Say that consumer ``client_id`` of ``group`` (subscribed to ``topics`` with ``*``)
         is alive (``HEART_BEAT`` with a ``HeartbeatData`` body): the broker counts it a
-        member for 120 s."""
-        body = heartbeat_body(client_id, group, topics, from_beginning=from_beginning)
+        member for 120 s. Keep ``sub_version`` (ms, when the subscription was made; None:
+        now) the same from one heartbeat to the next, as RocketMQ's clients do: a RocketMQ
+        broker logs a newer one as a subscription change."""
+        body = heartbeat_body(
+            client_id, group, topics, from_beginning=from_beginning, sub_version=sub_version
+        )
         await self.invoke_checked(
             RemotingCommand.request(RequestCode.HEART_BEAT, None, body), what="heartbeat"
         )

@@ -77,6 +77,7 @@ import os
 import secrets
 import socket
 import ssl
+import time
 from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Protocol, Self, TypeVar, runtime_checkable
@@ -148,7 +149,13 @@ class MembershipLink(Protocol):
     without these methods makes the consumer alone in its group."""
 
     async def consumer_heartbeat(
-        self, group: str, client_id: str, topics: Sequence[str] = (), *, from_beginning: bool
+        self,
+        group: str,
+        client_id: str,
+        topics: Sequence[str] = (),
+        *,
+        from_beginning: bool,
+        sub_version: int | None = None,
     ) -> None: ...
 
     async def unregister_consumer(self, group: str, client_id: str) -> None: ...
@@ -481,6 +488,7 @@ class Consumer:
         self._names = names
         self._links = _Links(nursery, connector, retry_interval, self._on_broker_request)
         self._wake = trio.Event()  # set to end the pull loop's idle wait at once
+        self._sub_version = int(time.time() * 1000)  # the subscription's, kept
         self.notifications = 0
         """NOTIFY_CONSUMER_IDS_CHANGED requests received for this group."""
         self._brokers: dict[str, RouteBroker] = {}
@@ -883,6 +891,7 @@ class Consumer:
                         self.client_id,
                         (self.topic,),
                         from_beginning=self.from_beginning,
+                        sub_version=self._sub_version,
                     )
                 except _LINK_ERRORS as exc:
                     self._member_failed((name, -1), broker_id, address, exc)
