@@ -19,6 +19,7 @@ from broker_support import (
     connect,
     fmt,
     name_server,
+    pull_request,
     put,
     query,
     running,
@@ -127,6 +128,30 @@ async def test_a_dledger_broker_port_serves_the_same_table(tmp_path: Path) -> No
             assert table["T"].write_queue_nums == 4
             doc = await status(c)
             assert doc.role == "LEADER" and doc.dledger is not None
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_dledger_node_holds_a_suspended_pull_until_a_message_arrives(
+    tmp_path: Path,
+) -> None:
+    async with trio.open_nursery() as nursery:
+        _, service, port = await _dledger_leader(tmp_path, nursery)
+        await nursery.start(service.run_holds)
+        async with RemotingConnection.connect("127.0.0.1", port) as c:
+            await send(c, "T", b"first", 0)
+            answers: list[RemotingCommand] = []
+
+            async def held() -> None:
+                answers.append(await c.invoke(pull_request("T", 0, 1, suspend_ms=10_000)))
+
+            async with trio.open_nursery() as pulls:
+                pulls.start_soon(held)
+                await trio.sleep(0.2)
+                assert answers == []
+                started = trio.current_time()
+                await send(c, "T", b"second", 0)
+            assert trio.current_time() - started < 2  # woken by the append, not the re-check
+            assert answers[0].code == ResponseCode.SUCCESS
         nursery.cancel_scope.cancel()
 
 

@@ -16,23 +16,26 @@ topics (a :class:`TopicTable`, completed from the view's consume queues).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import trio
 
-from hanet.channel import StreamChannel
+from hanet.channel import HandlerContext, StreamChannel
 from hanet.dledger import AppendStatus, DLedgerNode, PutOutcome
 from hanet.protocol import (
     MAX_FRAME_LENGTH,
     BrokerStatus,
     DLedgerInfo,
     DLedgerPeer,
+    PullMessageRequestHeader,
+    RemotingCommand,
     SubscriptionGroupWrapper,
 )
 from hanet.store import CommitLogStore, Message, PutResult, PutStatus, StoreClosedError
 
 from ._connection import DEFAULT_MAX_IN_FLIGHT
 from ._consumers import ConsumerRegistry, consumer_groups
+from ._hold import PullHoldService
 from ._offsets import ConsumerOffsets
 from ._port import BrokerPort, default_subscription_groups
 from ._status import store_status
@@ -77,10 +80,32 @@ class DLedgerBrokerService:
         self.puts = 0
         self.port = BrokerPort(self, max_frame_length=max_frame_length)
         """The broker port's dispatch table and pipeline."""
+        self.stored_listeners: list[Callable[[Sequence[Message], Sequence[PutResult]], None]] = []
+        """Called after each append through this node, with the messages and results."""
 
     def initialize(self, channel: StreamChannel) -> None:
         """The pipeline of a broker port connection."""
         self.port.initialize(channel)
+
+    async def run_holds(
+        self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Long polling on this node's broker port until cancelled (the node must be
+        running: its commit log view is read): a suspended pull that found nothing waits for
+        a message, woken by this node's appends and, for what replication brings, by the
+        hold service's periodic re-check."""
+        holds = PullHoldService(self._repull, self.store.max_queue_offset)
+        self.port.hold = holds.hold
+        self.stored_listeners.append(holds.notify_put)
+        try:
+            await holds.run(task_status=task_status)
+        finally:
+            self.port.hold = None
+            self.stored_listeners.remove(holds.notify_put)
+
+    def _repull(self, ctx: HandlerContext, request: RemotingCommand) -> RemotingCommand | None:
+        header = PullMessageRequestHeader.from_fields(request.fields)
+        return self.port.serve_pull(ctx, request, header, allow_suspend=False)
 
     async def housekeeping(self, interval: float = 10.0) -> None:
         """Every ``interval`` seconds until cancelled, drop the consumers not heard from in
@@ -147,7 +172,10 @@ class DLedgerBrokerService:
         """Append ``messages`` through Raft; one result per message."""
         outcomes = await self.node.put_many(messages)
         self.puts += sum(1 for o in outcomes if o.status is AppendStatus.SUCCESS)
-        return [_result(o) for o in outcomes]
+        results = [_result(o) for o in outcomes]
+        for listener in self.stored_listeners:
+            listener(messages, results)
+        return results
 
     def must_wait(self) -> bool:
         """An answered append is final."""

@@ -187,6 +187,7 @@ async def run_dledger(args: argparse.Namespace) -> int:
             service = DLedgerBrokerService(node, queues=args.queues, offsets=offsets)
             service.broker_address = broker_address
             nursery.start_soon(service.housekeeping)
+            await nursery.start(service.run_holds)
             await nursery.start(
                 partial(serve_listeners, service.initialize, listeners, name="broker port")
             )
