@@ -192,6 +192,31 @@ async def test_a_refused_send_is_a_status_with_the_remark(
     assert reply.status is status and not reply.stored and "forbidden" in reply.detail
 
 
+@pytest.mark.parametrize(
+    ("remark", "status", "detail"),
+    [
+        ("CREATE_MAPPED_FILE_FAILED: consume queue T/2: ENOSPC", "CREATE_MAPPED_FILE_FAILED",
+         "consume queue T/2: ENOSPC"),
+        ("UNKNOWN_ERROR", "UNKNOWN_ERROR", "UNKNOWN_ERROR"),
+        ("create mapped file failed, server is busy or broken.", "CREATE_MAPPED_FILE_FAILED",
+         "create mapped file failed, server is busy or broken."),
+        ("[PC_SYNCHRONIZED]broker busy, start flow control for a while", "OS_PAGE_CACHE_BUSY",
+         "[PC_SYNCHRONIZED]broker busy, start flow control for a while"),
+    ],
+)  # fmt: skip
+async def test_a_system_error_naming_a_put_status_is_that_status(
+    remark: str, status: str, detail: str
+) -> None:
+    """hanet's broker starts the remark with the status; RocketMQ's says it in words."""
+
+    def answer(request: RemotingCommand) -> RemotingCommand:
+        return request.response(ResponseCode.SYSTEM_ERROR, remark)
+
+    async with broker({RequestCode.SEND_MESSAGE_V2: answer}) as (client, _):
+        reply = await client.put("T", b"x")
+    assert reply.status is PutStatus(status) and reply.detail == detail and not reply.stored
+
+
 async def test_a_send_error_raises_with_the_response_code() -> None:
     def answer(request: RemotingCommand) -> RemotingCommand:
         return request.response(ResponseCode.NO_PERMISSION, "no write permission")
@@ -200,6 +225,13 @@ async def test_a_send_error_raises_with_the_response_code() -> None:
         with pytest.raises(BrokerRequestError, match="NO_PERMISSION") as raised:
             await client.put("T", b"x")
     assert raised.value.code is ResponseCode.NO_PERMISSION
+
+    def bad_topic(request: RemotingCommand) -> RemotingCommand:
+        return request.response(ResponseCode.SYSTEM_ERROR, "The specified topic is illegal")
+
+    async with broker({RequestCode.SEND_MESSAGE_V2: bad_topic}) as (client, _):
+        with pytest.raises(BrokerRequestError, match="SYSTEM_ERROR: The specified topic"):
+            await client.put("T", b"x")
 
 
 async def test_a_pull_is_a_pull_message_like_javas_and_decodes_the_stored_records() -> None:

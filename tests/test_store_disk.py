@@ -499,6 +499,8 @@ async def test_the_broker_answers_create_mapped_file_failed(
         assert addresses.broker is not None
         async with BrokerClient.connect(*addresses.broker) as client:
             with full_disk(monkeypatch, "consumequeue"):
+                # RocketMQ answers CREATE_MAPPED_FILE_FAILED with SYSTEM_ERROR; the remark
+                # starts with the status, which the client reads back as the put's status.
                 reply = await client.put("T", b"a", queue_id=2)
                 assert reply.status is PutStatus.CREATE_MAPPED_FILE_FAILED
                 assert "consume queue T/2" in reply.detail and ENOSPC in reply.detail

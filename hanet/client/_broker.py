@@ -392,6 +392,31 @@ _REFUSED_CODES: dict[int, PutStatus] = {
 """Answers to a send that refuse it and are a status, not an error (nothing stored)."""
 
 
+_SYSTEM_ERROR_REMARKS = (
+    ("create mapped file failed", PutStatus.CREATE_MAPPED_FILE_FAILED),
+    ("[PC_SYNCHRONIZED]", PutStatus.OS_PAGE_CACHE_BUSY),
+)
+"""The remarks RocketMQ 4.9.8 gives the put statuses it answers SYSTEM_ERROR for."""
+
+
+def _system_error_status(remark: str) -> tuple[PutStatus, str] | None:
+    """The put status a SYSTEM_ERROR answer to a send names, with the detail: hanet's broker
+    starts the remark with the status (``CREATE_MAPPED_FILE_FAILED: why``), RocketMQ's says
+    it in words; None for any other SYSTEM_ERROR (a bad topic name, ...)."""
+    name, _, detail = remark.partition(":")
+    try:
+        status = PutStatus(name.strip())
+    except ValueError:
+        pass
+    else:
+        if status is not PutStatus.PUT_OK:
+            return status, detail.strip() or remark
+    for text, status in _SYSTEM_ERROR_REMARKS:
+        if remark.startswith(text):
+            return status, remark
+    return None
+
+
 def _wrote_offset(msg_id: str) -> int:
     """The commit log offset in an offset message id, or -1 when it is not one."""
     try:
@@ -414,6 +439,10 @@ def put_replies(response: RemotingCommand, count: int) -> list[PutReply]:
     if code in _REFUSED_CODES:
         status = _REFUSED_CODES[code]
         return [PutReply(status, detail=response.remark or "") for _ in range(count)]
+    if code == ResponseCode.SYSTEM_ERROR:
+        refused = _system_error_status(response.remark or "")
+        if refused is not None:
+            return [PutReply(refused[0], detail=refused[1]) for _ in range(count)]
     if code not in _STORED_CODES:
         raise BrokerRequestError(code, response.remark or "", what="put")
     status = _STORED_CODES[code]
