@@ -153,7 +153,8 @@ def alions_command(mode: str, namesrv: str, topic: str, **options: Any) -> list[
     """``node alions_driver.js <mode> ...`` for ali-ons, or ``pytest.skip`` with the reason
     ali-ons cannot run here. ``options`` are the drivers' options with underscores
     (``group``, ``count``, ``in_flight``, ``tag``, ``delay_level``, ``prefix``, ``fail_first``,
-    ``from_first``, ``seconds``, ``expect``, ``timeout``, ``instance``, ``verbose``)."""
+    ``from_first``, ``seconds``, ``expect``, ``timeout``, ``instance``, ``verbose``; ali-ons
+    only: ``poll_ms``, how often the client reads its routes from the name server)."""
     try:
         node, modules = ensure_alions()
     except ClientUnavailable as exc:

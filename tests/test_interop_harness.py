@@ -52,18 +52,24 @@ class FrameRecorder:
         self.port = 0
 
     async def handle(self, stream: trio.SocketStream) -> None:
-        data = b""
         async with stream:
-            while chunk := await stream.receive_some():
-                data += chunk
-                while len(data) >= 4 and len(data) >= 4 + struct.unpack(">I", data[:4])[0]:
-                    end = 4 + struct.unpack(">I", data[:4])[0]
-                    frame, data = data[:end], data[end:]
-                    self.frames.append(frame)
-                    request = decode(frame)
-                    if request.get("flag", 0) & 2:  # oneway: no answer
-                        continue
-                    await stream.send_all(answer(request, TOPIC_NOT_EXIST))
+            try:
+                await self._serve(stream)
+            except trio.BrokenResourceError:
+                pass  # a client that resets its connection at close (ali-ons may)
+
+    async def _serve(self, stream: trio.SocketStream) -> None:
+        data = b""
+        while chunk := await stream.receive_some():
+            data += chunk
+            while len(data) >= 4 and len(data) >= 4 + struct.unpack(">I", data[:4])[0]:
+                end = 4 + struct.unpack(">I", data[:4])[0]
+                frame, data = data[:end], data[end:]
+                self.frames.append(frame)
+                request = decode(frame)
+                if request.get("flag", 0) & 2:  # oneway: no answer
+                    continue
+                await stream.send_all(answer(request, TOPIC_NOT_EXIST))
 
 
 def answer(request: dict[str, Any], code: int) -> bytes:

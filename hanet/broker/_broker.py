@@ -298,6 +298,7 @@ class Broker:
                 default_queues=config.default_topic_queue_nums,
             )
             topics.add_store_queues(store.queues())
+            topics.on_change = self._wake_registrar
             self._topics = topics
             async with trio.open_nursery() as nursery:
                 await nursery.start(store.run)
@@ -432,6 +433,11 @@ class Broker:
         if self._store is None:
             return "the broker is not running"
         return None
+
+    def _wake_registrar(self) -> None:
+        """A topic was created (a consumer's retry topic, a DLQ): register it at once."""
+        if self.registrar is not None:
+            self.registrar.wake()
 
     def put_now(self, messages: Sequence[Message]) -> list[PutResult]:
         """Write ``messages`` to the store now, in order (one batch); a new topic wakes the

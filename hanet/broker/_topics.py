@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -77,6 +77,9 @@ class TopicTable:
         self._table: dict[str, TopicConfig] = {}
         self.data_version = DataVersion(_now_ms(), 0)
         self._dirty = False
+        self.on_change: Callable[[], None] | None = None
+        """Called when a topic is created or grows (the broker registers again at once, as
+        RocketMQ's ``registerBrokerAll`` after a topic is created)."""
 
     @classmethod
     def load(cls, path: Path, *, default_queues: int = 4) -> TopicTable:
@@ -113,6 +116,8 @@ class TopicTable:
     def _changed(self) -> None:
         self.data_version = self.data_version.next(_now_ms())
         self._dirty = True
+        if self.on_change is not None:
+            self.on_change()
 
     def ensure(self, topic: str, queues: int, *, perm: int | None = None) -> TopicConfig:
         """``topic``'s config, created with ``queues`` queues when it does not exist, and

@@ -12,14 +12,14 @@
 const USAGE = `usage: node alions_driver.js <produce|consume|bench> --namesrv HOST:PORT --topic T
   [--group G] [--count N] [--in-flight K] [--tag X] [--delay-level L] [--prefix P]
   [--fail-first] [--from-first] [--seconds S] [--expect N] [--timeout S] [--instance NAME]
-  [--modules NODE_MODULES_DIR] [--verbose]`;
+  [--poll-ms MS] [--modules NODE_MODULES_DIR] [--verbose]`;
 
 const FLAGS = new Set([ 'fail-first', 'from-first', 'verbose' ]);
 const VALUES = new Set([
   'namesrv', 'topic', 'group', 'count', 'in-flight', 'tag', 'delay-level', 'prefix', 'seconds',
-  'expect', 'timeout', 'instance', 'modules',
+  'expect', 'timeout', 'instance', 'modules', 'poll-ms',
 ]);
-const INTEGERS = new Set([ 'count', 'in-flight', 'delay-level', 'expect' ]);
+const INTEGERS = new Set([ 'count', 'in-flight', 'delay-level', 'expect', 'poll-ms' ]);
 const NUMBERS = new Set([ 'seconds', 'timeout' ]);
 
 function emit(obj) {
@@ -109,6 +109,8 @@ function clientOptions(opts) {
     logger: makeLogger(opts.verbose),
   };
   if (opts.instance) options.instanceName = opts.instance;
+  // how often routes are read from the name server (ali-ons' option name, misspelt; 30 s)
+  if (opts['poll-ms']) options.pollNameServerInteval = opts['poll-ms'];
   return options;
 }
 

@@ -36,6 +36,9 @@ CLOSE_CAP = 15.0
 """Seconds a shutdown may take before the driver exits anyway (against a server that accepts
 but never answers, the consumer's shutdown takes about 13 s)."""
 
+NO_ROUTE_PAUSE = 0.2
+"""Seconds before a send that found no usable route is sent again (once)."""
+
 _out_lock = threading.Lock()
 
 
@@ -188,6 +191,19 @@ def produce(args: argparse.Namespace, stop: Stop, bench: bool) -> None:
     errors: list[str] = []
     all_done = threading.Event()
 
+    def send(msg: Any) -> Any:
+        # The client's first connection to a broker races: while its heartbeat thread is
+        # still connecting, a send finds the transport "connecting", fails at once and, with
+        # one broker in the route, reports "No route info of this topic" (its retry skips
+        # the broker that failed). A send that fails so is sent once more, shortly after.
+        try:
+            return producer.send_sync(msg)
+        except Exception as exc:
+            if "No route info of this topic" not in str(exc) or stop.event.is_set():
+                raise
+        time.sleep(NO_ROUTE_PAUSE)
+        return producer.send_sync(msg)
+
     def take() -> int | None:
         with lock:
             if stop.event.is_set() or time.monotonic() >= deadline:
@@ -210,7 +226,7 @@ def produce(args: argparse.Namespace, stop: Stop, bench: bool) -> None:
                 msg.set_delay_time_level(args.delay_level)
             t0 = time.perf_counter()
             try:
-                result = producer.send_sync(msg)
+                result = send(msg)
             except Exception as exc:
                 with lock:
                     state["failed"] += 1

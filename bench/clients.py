@@ -1,0 +1,480 @@
+"""Real RocketMQ clients against ``hanet master``: sends of 1 KiB messages, then a pull drain.
+
+Run: ``.venv/bin/python bench/clients.py [--seconds S] [--clients alions,cpp] [--queues N]``
+
+For each client a fresh ``hanet namesrv`` and ``hanet master`` (ASYNC_MASTER, ASYNC_FLUSH) start
+as processes, with the bench topic in the master's ``config/topics.json``. The client sends
+1 KiB messages for ``--seconds`` (20): npm ``ali-ons`` with 16 sends in flight
+(``tests/interop/alions_driver.js bench --in-flight 16``), the C++ client (PyPI ``rocketmq``)
+with one thread (``tests/interop/cpp_driver.py bench --in-flight 1``); the driver reports
+msgs/s and each send's p50/p99. Then the drain reads every message back with hanet's own
+``BrokerClient.pull`` (PULL_MESSAGE over remoting, 32 messages a pull, one pull in flight per
+queue on one connection, as a RocketMQ pull consumer): msgs/s and each pull's p50/p99.
+
+Before the timed sends one put by hanet's client (to another topic) makes the first commit log
+file, whose creation (``--file-size``, 1G as RocketMQ; the broker faults it in at once) is
+timed and reported apart.
+For each phase the broker's CPU (utime + stime of ``/proc/<pid>/stat`` over the phase, in % of
+one core) and its private memory (``Private_Clean + Private_Dirty`` of
+``/proc/<pid>/smaps_rollup``, the largest sample, every 0.25 s), the bench process's own CPU
+(the drain's client), the time the broker waited for a CPU while runnable (``schedstat``: other
+processes' load) and the load average at the phase's end. RocketMQ 4.9.8's figures are
+constants measured elsewhere (its own broker on a machine of this kind with the same clients and
+settings, as issue 19 quotes them): the goal is sends at least as fast, drains at least 2x,
+private memory no higher.
+
+A table for humans, then the last line is one JSON object with every figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import trio
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+
+from interop_support import (
+    ALIONS_DRIVER,
+    CPP_DRIVER,
+    ClientUnavailable,
+    cpp_client_unavailable_reason,
+    cpp_home,
+    ensure_alions,
+    parse_lines,
+)
+
+from hanet.client import BrokerClient
+from hanet.protocol import DataVersion, TopicConfig, TopicConfigSerializeWrapper
+
+HANET = (sys.executable, "-m", "hanet")
+TOPIC = "BenchClients"
+WARMUP_TOPIC = "BenchWarmup"
+SIZE = 1024
+FILE_SIZE = "1G"
+"""RocketMQ's commit log file size (``mappedFileSizeCommitLog``), the default of --file-size."""
+PULL_BATCH = 32
+TICKS = os.sysconf("SC_CLK_TCK")
+
+ROCKETMQ_SENDS = {"alions": (23_700, 24_800), "cpp": (3_100, 3_300)}
+"""RocketMQ 4.9.8's msgs/s with each client (ali-ons 16 in flight, the C++ client 1 thread)."""
+ROCKETMQ_DRAIN = 96_000
+ROCKETMQ_CPU = (84, 87)
+ROCKETMQ_PRIVATE_MB = 340
+ROCKETMQ_4_9_8 = {
+    "source": "RocketMQ 4.9.8's own broker, same clients and settings, measured elsewhere on "
+    "this machine kind (issue 19)",
+    "alions_16_in_flight_msgs_per_sec": ROCKETMQ_SENDS["alions"],
+    "cpp_1_thread_msgs_per_sec": ROCKETMQ_SENDS["cpp"],
+    "pull_drain_msgs_per_sec": ROCKETMQ_DRAIN,
+    "broker_cpu_percent_of_one_core": ROCKETMQ_CPU,
+    "broker_private_mb": ROCKETMQ_PRIVATE_MB,
+}
+"""RocketMQ's figures (constants: not measured by this script)."""
+
+CLIENTS = {
+    "alions": "ali-ons 3.12.0, 16 sends in flight",
+    "cpp": "C++ client (PyPI rocketmq 0.4.4), 1 thread",
+}
+
+
+# --- the broker process ----------------------------------------------------------------------
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of a process, in seconds (``/proc/<pid>/stat`` fields 14 and 15)."""
+    text = Path(f"/proc/{pid}/stat").read_text()
+    fields = text[text.rindex(")") + 2 :].split()  # after "pid (comm) "
+    return (int(fields[11]) + int(fields[12])) / TICKS
+
+
+def runqueue_wait(pid: int) -> float:
+    """Seconds the process's threads waited for a CPU while runnable (``schedstat``)."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            total += int((task / "schedstat").read_text().split()[1])
+        except (OSError, IndexError, ValueError):
+            continue  # a thread that ended
+    return total / 1e9
+
+
+def private_bytes(pid: int) -> int:
+    """Private_Clean + Private_Dirty of ``/proc/<pid>/smaps_rollup``, in bytes."""
+    total = 0
+    for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+        name, _, rest = line.partition(":")
+        if name in {"Private_Clean", "Private_Dirty"}:
+            total += int(rest.split()[0]) * 1024
+    return total
+
+
+class Phase:
+    """Measures the broker (and this process) over a phase: CPU, largest private memory."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.peak = 0
+
+    async def sample(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        task_status.started()
+        while True:
+            self.peak = max(self.peak, private_bytes(self.pid))
+            await trio.sleep(0.25)
+
+    def __enter__(self) -> Phase:
+        self.started = time.perf_counter()
+        self.cpu = cpu_seconds(self.pid)
+        self.wait = runqueue_wait(self.pid)
+        self.own = _own_cpu()
+        self.peak = private_bytes(self.pid)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.seconds = time.perf_counter() - self.started
+        self.peak = max(self.peak, private_bytes(self.pid))
+        self.broker_cpu = (cpu_seconds(self.pid) - self.cpu) / self.seconds * 100
+        self.broker_wait = (runqueue_wait(self.pid) - self.wait) / self.seconds * 100
+        self.own_cpu = (_own_cpu() - self.own) / self.seconds * 100
+        self.load = os.getloadavg()
+
+    def figures(self, messages: int | None = None) -> dict[str, Any]:
+        """The phase's figures; with ``messages``, the broker's CPU time per message too."""
+        per_message = None
+        if messages:
+            per_message = round(self.broker_cpu / 100 * self.seconds / messages * 1e6, 1)
+        return {
+            "broker_cpu_percent": round(self.broker_cpu, 1),
+            "broker_cpu_us_per_msg": per_message,
+            "broker_runqueue_wait_percent": round(self.broker_wait, 1),
+            "broker_private_mb": round(self.peak / 2**20, 1),
+            "bench_process_cpu_percent": round(self.own_cpu, 1),
+            "loadavg": [round(x, 2) for x in self.load],
+        }
+
+
+def _own_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        data: dict[str, Any] = json.loads(path.read_text())
+    except (FileNotFoundError, ValueError):
+        return None
+    return data
+
+
+async def _start(argv: list[str], log: Path, ready: Path) -> tuple[trio.Process, dict[str, Any]]:
+    with log.open("wb") as out:
+        process = await trio.lowlevel.open_process(
+            [*HANET, "--log-level", "WARNING", *argv, "--ready-file", str(ready)],
+            stdin=subprocess.DEVNULL, stdout=out, stderr=out,
+        )  # fmt: skip
+    with trio.fail_after(30):
+        while (data := _read_json(ready)) is None:
+            if process.returncode is not None:
+                sys.exit(f"{argv[0]} exited; see {log}")
+            await trio.sleep(0.02)
+    return process, data
+
+
+async def _stop(process: trio.Process) -> None:
+    with trio.CancelScope(shield=True):
+        if process.returncode is None:
+            process.send_signal(signal.SIGTERM)
+            with trio.move_on_after(15):
+                await process.wait()
+            if process.returncode is None:
+                process.kill()
+                await process.wait()
+
+
+def _write_topic(store: Path, queues: int) -> None:
+    wrapper = TopicConfigSerializeWrapper(
+        {TOPIC: TopicConfig(TOPIC, queues, queues)}, DataVersion(int(time.time() * 1000), 1)
+    )
+    (store / "config").mkdir(parents=True, exist_ok=True)
+    (store / "config" / "topics.json").write_text(json.dumps(wrapper.to_json()))
+
+
+# --- the clients ------------------------------------------------------------------------------
+
+
+def send_command(client: str, namesrv: str, seconds: float) -> list[str]:
+    """The driver's bench command: bodies ``<prefix>-<i>`` of about ``SIZE`` bytes."""
+    prefix = "x" * (SIZE - 8)  # "-<i>" adds 2..8 bytes
+    common = ["--namesrv", namesrv, "--topic", TOPIC, "--seconds", str(seconds)]
+    common += ["--prefix", prefix, "--group", f"bench-{client}"]
+    if client == "alions":
+        node, modules = ensure_alions()
+        return [node, str(ALIONS_DRIVER), "bench", *common, "--modules", str(modules),
+                "--in-flight", "16"]  # fmt: skip
+    return [sys.executable, str(CPP_DRIVER), "bench", *common, "--home", str(cpp_home()),
+            "--in-flight", "1"]  # fmt: skip
+
+
+def unavailable(client: str) -> str | None:
+    if client == "alions":
+        try:
+            ensure_alions()
+        except ClientUnavailable as exc:
+            return str(exc)
+        return None
+    return cpp_client_unavailable_reason()
+
+
+async def run_sends(cmd: list[str], seconds: float) -> dict[str, Any]:
+    done = await trio.run_process(
+        cmd, capture_stdout=True, capture_stderr=True, check=False, stdin=subprocess.DEVNULL
+    )
+    lines = parse_lines(done.stdout.decode(errors="replace"))
+    if not lines or lines[-1].get("event") != "bench":
+        sys.exit(f"the driver printed no bench line (exit {done.returncode}):\n"
+                 f"{done.stderr.decode(errors='replace')[-2000:]}")  # fmt: skip
+    return lines[-1]
+
+
+async def drain(address: tuple[str, int], queues: int) -> dict[str, Any]:
+    """Pulls every message of the topic's queues; msgs/s and each pull's latency."""
+    latencies: list[float] = []
+    counts = [0]
+    async with BrokerClient.connect(*address) as client:
+        ends = [await client.max_offset(TOPIC, q) for q in range(queues)]
+        started = time.perf_counter()
+
+        async def queue(queue_id: int) -> None:
+            offset = 0
+            while offset < ends[queue_id]:
+                t0 = time.perf_counter()
+                result = await client.pull(TOPIC, queue_id, offset, PULL_BATCH)
+                latencies.append(time.perf_counter() - t0)
+                if not result.messages:
+                    raise RuntimeError(f"queue {queue_id}: {result.status} at {offset}")
+                counts[0] += len(result.messages)
+                offset = result.next_offset
+
+        async with trio.open_nursery() as nursery:
+            for q in range(queues):
+                nursery.start_soon(queue, q)
+        seconds = time.perf_counter() - started
+    latencies.sort()
+    n = len(latencies)
+    return {
+        "messages": counts[0],
+        "expected": sum(ends),
+        "msgs_per_sec": round(counts[0] / seconds, 1),
+        "pulls": n,
+        "pull_p50_ms": round(latencies[n // 2] * 1e3, 3) if n else None,
+        "pull_p99_ms": round(latencies[min(n - 1, int(n * 0.99))] * 1e3, 3) if n else None,
+        "seconds": round(seconds, 3),
+    }
+
+
+async def one_client(client: str, args: argparse.Namespace, root: Path) -> dict[str, Any]:
+    directory = root / client
+    directory.mkdir()
+    _write_topic(directory / "master", args.queues)
+    processes: list[trio.Process] = []
+    try:
+        namesrv, ns_ready = await _start(
+            ["namesrv", "--listen", "127.0.0.1:0"], directory / "namesrv.log",
+            directory / "namesrv.ready",
+        )  # fmt: skip
+        processes.append(namesrv)
+        master, ready = await _start(
+            ["master", "--store", str(directory / "master"), "--listen", "127.0.0.1:0",
+             "--ha-listen", "127.0.0.1:0", "--role", "ASYNC_MASTER", "--flush", "ASYNC_FLUSH",
+             "--mapped-file-size", args.file_size, "--namesrv", ns_ready["namesrv"]],
+            directory / "master.log", directory / "master.ready",
+        )  # fmt: skip
+        processes.append(master)
+        pid = int(ready["pid"])
+        host, _, port = ready["broker"].rpartition(":")
+        idle_private = private_bytes(pid)
+        async with BrokerClient.connect(host, int(port)) as warm:
+            t0 = time.perf_counter()  # the first put creates the first commit log file
+            reply = await warm.put(WARMUP_TOPIC, b"w" * SIZE)
+            first_put = time.perf_counter() - t0
+            if not reply.ok:
+                sys.exit(f"the warm-up put answered {reply.status.value}")
+        warm_private = private_bytes(pid)
+        await trio.sleep(0.5)  # the registration reaches the name server
+        cmd = send_command(client, ns_ready["namesrv"], args.seconds)
+        profile = None
+        async with trio.open_nursery() as nursery:
+            with Phase(pid) as sending:
+                await nursery.start(sending.sample)
+                async with trio.open_nursery() as spy:
+                    if args.profile:
+                        profile = args.profile / f"broker-{client}.txt"
+                        spy.start_soon(py_spy, pid, profile, args.seconds)
+                    sent = await run_sends(cmd, args.seconds)
+            nursery.cancel_scope.cancel()
+        async with trio.open_nursery() as nursery:
+            with Phase(pid) as draining:
+                await nursery.start(draining.sample)
+                drained = await drain((host, int(port)), args.queues)
+            nursery.cancel_scope.cancel()
+    finally:
+        for process in reversed(processes):
+            await _stop(process)
+    return {
+        "client": client,
+        "what": CLIENTS[client],
+        "send": {
+            "msgs_per_sec": sent.get("msgsPerSec"),
+            "sent": sent.get("sent"),
+            "failed": sent.get("failed"),
+            "p50_ms": sent.get("p50Ms"),
+            "p99_ms": sent.get("p99Ms"),
+            "in_flight": sent.get("inFlight"),
+            "seconds": sent.get("elapsedS"),
+            **sending.figures(sent.get("sent")),
+        },
+        "drain": {
+            "how": "hanet BrokerClient.pull, 32 a pull",
+            **drained,
+            **draining.figures(drained["messages"]),
+        },
+        "warmup": {
+            "first_put_seconds": round(first_put, 3),
+            "broker_private_mb_idle": round(idle_private / 2**20, 1),
+            "broker_private_mb_after_first_put": round(warm_private / 2**20, 1),
+        },
+        "profile": None if profile is None else top_of_profile(profile),
+    }
+
+
+async def py_spy(pid: int, out: Path, seconds: float) -> None:
+    """``py-spy record`` of the broker for the send phase (collapsed stacks in ``out``)."""
+    await trio.run_process(
+        ["py-spy", "record", "-p", str(pid), "-o", str(out), "--format", "raw",
+         "--duration", str(max(1, int(seconds))), "--nonblocking"],
+        capture_stdout=True, capture_stderr=True, check=False,
+    )  # fmt: skip
+
+
+def top_of_profile(path: Path, count: int = 15) -> dict[str, Any]:
+    """The functions with the most samples in a collapsed-stack file: on top (self) and
+    anywhere on the stack (total), in % of the samples."""
+    own: dict[str, int] = {}
+    total: dict[str, int] = {}
+    samples = 0
+    try:
+        lines = path.read_text().splitlines()
+    except FileNotFoundError:
+        return {"error": f"no profile written to {path}"}
+    for line in lines:
+        stack, _, number = line.rpartition(" ")
+        if not stack or not number.isdigit():
+            continue
+        n = int(number)
+        samples += n
+        frames = [f.split(" (")[0] + " (" + f.split(" (")[1].split(":")[0].rsplit("/", 1)[-1]
+                  + ")" if " (" in f else f for f in stack.split(";")]  # fmt: skip
+        own[frames[-1]] = own.get(frames[-1], 0) + n
+        for frame in set(frames):
+            total[frame] = total.get(frame, 0) + n
+
+    def top(table: dict[str, int]) -> list[tuple[str, float]]:
+        ranked = sorted(table.items(), key=lambda item: -item[1])[:count]
+        return [(name, round(100 * n / max(samples, 1), 1)) for name, n in ranked]
+
+    return {"file": str(path), "samples": samples, "self": top(own), "total": top(total)}
+
+
+def _table(runs: list[dict[str, Any]]) -> None:
+    print()
+    print(f"{'run':<44}{'msgs/s':>9}{'p50 ms':>9}{'p99 ms':>9}{'broker CPU':>12}"
+          f"{'us/msg':>8}{'private MB':>12}{'load 1m':>9}")  # fmt: skip
+    for run in runs:
+        for phase in ("send", "drain"):
+            f = run[phase]
+            p50 = f.get("p50_ms", f.get("pull_p50_ms"))
+            p99 = f.get("p99_ms", f.get("pull_p99_ms"))
+            name = run["what"] if phase == "send" else f"  drain ({run['client']})"
+            print(f"{name:<44}{f['msgs_per_sec'] or 0:>9,.0f}{p50 or 0:>9.2f}{p99 or 0:>9.2f}"
+                  f"{f['broker_cpu_percent']:>11.1f}%{f['broker_cpu_us_per_msg'] or 0:>8.1f}"
+                  f"{f['broker_private_mb']:>12.1f}{f['loadavg'][0]:>9.2f}")  # fmt: skip
+    (a_low, a_high), (c_low, c_high) = ROCKETMQ_SENDS["alions"], ROCKETMQ_SENDS["cpp"]
+    print(f"RocketMQ 4.9.8 (measured elsewhere, issue 19): ali-ons 16 in flight {a_low:,}-"
+          f"{a_high:,} msgs/s, C++ 1 thread {c_low:,}-{c_high:,} msgs/s, pull drain "
+          f"~{ROCKETMQ_DRAIN:,} msgs/s, broker {ROCKETMQ_CPU[0]}-{ROCKETMQ_CPU[1]} % of a core, "
+          f"~{ROCKETMQ_PRIVATE_MB} MB private")  # fmt: skip
+
+
+async def main(args: argparse.Namespace) -> None:
+    runs: list[dict[str, Any]] = []
+    skipped: dict[str, str] = {}
+    with tempfile.TemporaryDirectory(prefix="hanet-bench-clients-") as tmp:
+        for client in args.clients.split(","):
+            if client not in CLIENTS:
+                sys.exit(f"unknown client {client!r}: want {', '.join(CLIENTS)}")
+            reason = unavailable(client)
+            if reason is not None:
+                print(f"{client}: skipped ({reason})", flush=True)
+                skipped[client] = reason
+                continue
+            run = await one_client(client, args, Path(tmp))
+            s, d = run["send"], run["drain"]
+            print(f"{CLIENTS[client]}: {s['msgs_per_sec']} msgs/s (p50 {s['p50_ms']} ms, p99 "
+                  f"{s['p99_ms']} ms), broker {s['broker_cpu_percent']} % CPU, "
+                  f"{s['broker_private_mb']} MB private; drain {d['msgs_per_sec']} msgs/s",
+                  flush=True)  # fmt: skip
+            runs.append(run)
+    _table(runs)
+    goals: dict[str, bool] = {}
+    for run in runs:
+        client, send, drained = run["client"], run["send"], run["drain"]
+        goals[f"{client}_sends_at_least_rocketmq"] = (send["msgs_per_sec"] or 0) >= ROCKETMQ_SENDS[
+            client
+        ][0]
+        goals[f"{client}_drain_at_least_2x"] = drained["msgs_per_sec"] >= 2 * ROCKETMQ_DRAIN
+        goals[f"{client}_private_memory_no_higher"] = (
+            max(send["broker_private_mb"], drained["broker_private_mb"]) <= ROCKETMQ_PRIVATE_MB
+        )
+    print(
+        json.dumps(
+            {
+                "bench": "clients",
+                "seconds": args.seconds,
+                "size": SIZE,
+                "queues": args.queues,
+                "file_size": args.file_size,
+                "cpus": os.cpu_count(),
+                "runs": runs,
+                "skipped": skipped,
+                "rocketmq_4_9_8": ROCKETMQ_4_9_8,
+                "goals": goals,
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--seconds", type=float, default=20.0, help="seconds of sends (20)")
+    parser.add_argument(
+        "--clients", default="alions,cpp", help="comma-separated: alions, cpp (both)"
+    )
+    parser.add_argument("--queues", type=int, default=8, help="the topic's queues (8)")
+    parser.add_argument(
+        "--file-size", default=FILE_SIZE, help=f"commit log file size ({FILE_SIZE}, K/M/G)"
+    )
+    parser.add_argument(
+        "--profile", type=Path, metavar="DIR",
+        help="record the broker with py-spy during each send phase into DIR (py-spy on PATH)",
+    )  # fmt: skip
+    trio.run(main, parser.parse_args())
