@@ -299,7 +299,7 @@ async def test_a_slave_copies_topics_and_offsets_at_connect_and_every_interval(
             sync = slave.sync
             assert sync is not None
             await wait_for(lambda: sync.syncs >= 1)  # at connect, not after the interval
-            assert sync.topics == {"A": 4}
+            assert sync.topics == {"A": 4, "TBW102": 4}  # TBW102: see test_broker_service
             assert slave.offsets.table() == {("A", "g"): {1: 1}}
             # Changes on the master arrive with the next round.
             await put(master, "B", b"b")
@@ -307,8 +307,8 @@ async def test_a_slave_copies_topics_and_offsets_at_connect_and_every_interval(
             master.offsets.commit("h", "B", 0, 1)
             rounds = sync.syncs
             await wait_for(lambda: sync.syncs >= rounds + 2)
-            assert sync.topics == {"A": 4, "B": 4}
-            assert slave.topics() == {"A": 4, "B": 4}
+            assert sync.topics == {"A": 4, "B": 4, "TBW102": 4}
+            assert slave.topics() == {"A": 4, "B": 4, "TBW102": 4}
             assert slave.offsets.table() == {("A", "g"): {1: 2}, ("B", "h"): {0: 1}}
     topics = json.loads((tmp_path / "s" / TOPICS_FILE).read_text())
     assert set(topics) == {"dataVersion", "topicConfigTable"}
@@ -327,7 +327,7 @@ async def test_a_slave_copies_topics_and_offsets_at_connect_and_every_interval(
     assert offsets == {"offsetTable": {"A@g": {"1": 2}, "B@h": {"0": 1}}}
     # A restarted slave knows its topics before any sync.
     async with running(slave_cfg, serve_broker_port=False) as (slave, _):
-        assert slave.topics() == {"A": 4, "B": 4}
+        assert slave.topics() == {"A": 4, "B": 4, "TBW102": 4}
         assert slave.offsets.query("h", "B", 0) == 1
 
 
@@ -424,11 +424,17 @@ async def test_a_master_registers_at_start_and_every_interval_and_leaves_on_shut
             await wait_for(lambda: len(ns.registrations) >= 1 and len(ns2.registrations) >= 1)
             first = ns.registrations[0]
             assert attrs.evolve(first, data_version=None) == BrokerRegistration(
-                "C1", "broker-x", 0, "MASTER", fmt(addresses.broker), fmt(addresses.ha), ()
+                "C1",
+                "broker-x",
+                0,
+                "MASTER",
+                fmt(addresses.broker),
+                fmt(addresses.ha),
+                (("TBW102", 4),),
             )
             await put(broker, "T", b"x")
             await wait_for(lambda: len(ns.registrations) >= 3)
-            assert ns.registrations[-1].topics == (("T", 4),)
+            assert ns.registrations[-1].topics == (("T", 4), ("TBW102", 4))
             assert broker.registrar is not None and broker.registrar.last_error is None
         assert ns.unregistered == [("broker-x", 0)] and ns2.unregistered == [("broker-x", 0)]
 
@@ -476,7 +482,7 @@ async def test_a_new_topic_is_registered_at_once_not_at_the_next_interval(
             await wait_for(lambda: len(ns.registrations) == 1)
             await put(broker, "T", b"x")
             await wait_for(lambda: len(ns.registrations) == 2)
-            assert ns.registrations[-1].topics == (("T", 4),)
+            assert ns.registrations[-1].topics == (("T", 4), ("TBW102", 4))
             await put(broker, "T", b"y", 1)  # a known topic: no round
             await trio.sleep(0.3)
             assert len(ns.registrations) == 2

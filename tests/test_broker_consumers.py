@@ -134,7 +134,8 @@ async def test_a_broker_serves_heartbeats_lists_and_unregistrations(tmp_path: Pa
         assert await members(c, "H") == ("c@3@z",)
         doc = await status(c)  # the groups travel in the status document, JSON both ways
         # The retry topics are created with one queue (RocketMQ's retryQueueNums).
-        assert broker.topic_table.queue_counts() == {"%RETRY%G": 1, "%RETRY%H": 1}
+        counts = broker.topic_table.queue_counts()
+        assert (counts["%RETRY%G"], counts["%RETRY%H"]) == (1, 1)
     assert doc.consumer_groups == (
         ConsumerGroupInfo("G", ("b@2@y",)),
         ConsumerGroupInfo("H", ("c@3@z",)),

@@ -156,7 +156,7 @@ async def test_a_slave_shows_its_metadata_sync_and_the_master_the_name_server_na
             assert info.master_address == fmt(m.broker)
             assert info.syncs >= 1 and info.failures == 0 and info.last_error is None
             assert info.last_synced_ago is not None and info.last_synced_ago >= 0
-            assert (info.topics, info.offset_entries) == (1, 1)
+            assert (info.topics, info.offset_entries) == (2, 1)  # the topic and TBW102
             assert status.consumer_offsets is not None
             assert status.consumer_offsets.entries == 1  # the copied A@g
 

@@ -302,11 +302,6 @@ async def test_every_send_is_send_ok(client: str, shared: Cluster) -> None:
         assert len({line["queueId"] for line in sent}) == QUEUES
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="hanet's broker does not register TBW102 (RocketMQ's TopicConfigManager adds it when "
-    "autoCreateTopicEnable, its default): the C++ client finds no route for a new topic",
-)
 async def test_the_cpp_client_sends_to_a_topic_no_name_server_knows_yet(shared: Cluster) -> None:
     """RocketMQ's own clients borrow TBW102's route for a topic without one and the broker
     creates the topic on the send (autoCreateTopicEnable), then registers it at once. (ali-ons

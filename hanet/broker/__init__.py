@@ -49,7 +49,7 @@ from ._offsets import (
     ConsumerOffsets,
     ConsumerOffsetsFull,
 )
-from ._port import BrokerPort, HoldHook, retry_topic
+from ._port import SERVER_CHANNEL_MAX_IDLE, BrokerPort, HoldHook, retry_topic
 from ._properties import apply_properties, load_properties, parse_properties
 from ._pull import (
     MAX_PULL_BYTES,
@@ -117,6 +117,7 @@ __all__ = [
     "RETRY_GROUP_TOPIC_PREFIX",
     "RETRY_PAUSE",
     "SCHEDULE_TOPIC",
+    "SERVER_CHANNEL_MAX_IDLE",
     "SUBSCRIPTION_GROUPS_FILE",
     "TOPICS_FILE",
     "Broker",

@@ -73,6 +73,9 @@ from hanet.errors import ConfigError
 from hanet.ha import BrokerConfig, BrokerRole, HAMaster, HASlave
 from hanet.protocol import (
     MAX_FRAME_LENGTH,
+    PERM_INHERIT,
+    PERM_READ,
+    PERM_WRITE,
     BrokerRegistration,
     BrokerStatus,
     ClusterLink,
@@ -100,7 +103,7 @@ from ._consumers import CONSUMER_EXPIRY, ConsumerRegistry, consumer_groups
 from ._hold import PullHoldService
 from ._metrics import BrokerMetrics, serve_metrics
 from ._offsets import OFFSETS_FILE, ConsumerOffsets
-from ._port import BrokerPort, default_subscription_groups
+from ._port import SERVER_CHANNEL_MAX_IDLE, BrokerPort, default_subscription_groups
 from ._pull import suggest_broker_id
 from ._registration import NameServerRegistrar
 from ._retry import SendBackProcessor
@@ -112,6 +115,10 @@ from ._topics import TOPICS_FILE, TopicTable
 __all__ = ["Broker", "BrokerAddresses"]
 
 log = logging.getLogger("hanet.broker")
+
+AUTO_CREATE_TOPIC = "TBW102"
+"""The topic whose route a RocketMQ producer borrows for a topic no name server knows yet
+(``TopicValidator.AUTO_CREATE_TOPIC_KEY_TOPIC``)."""
 
 
 @attrs.frozen
@@ -298,6 +305,14 @@ class Broker:
                 default_queues=config.default_topic_queue_nums,
             )
             topics.add_store_queues(store.queues())
+            if self.role is not BrokerRole.SLAVE:  # a slave copies its master's table
+                # sends create topics (autoCreateTopicEnable): RocketMQ's clients look a new
+                # topic's route up under TBW102's, which the broker registers for that
+                topics.ensure(
+                    AUTO_CREATE_TOPIC,
+                    config.default_topic_queue_nums,
+                    perm=PERM_INHERIT | PERM_READ | PERM_WRITE,
+                )
             topics.on_change = self._wake_registrar
             self._topics = topics
             async with trio.open_nursery() as nursery:
@@ -358,6 +373,7 @@ class Broker:
                             if config.listen_allow
                             else None,
                             name="broker port",
+                            idle_timeout=SERVER_CHANNEL_MAX_IDLE,
                         )
                     )
                 metrics_address: tuple[str, int] | None = None

@@ -92,6 +92,7 @@ from ._send import Sends
 from ._topics import TopicTableFull, retry_topic
 
 __all__ = [
+    "SERVER_CHANNEL_MAX_IDLE",
     "BrokerPort",
     "HoldHook",
     "default_subscription_groups",
@@ -101,6 +102,10 @@ __all__ = [
 log = logging.getLogger("hanet.broker")
 
 _EMPTY = frozenset({GetMessageStatus.NO_MATCHED_LOGIC_QUEUE, GetMessageStatus.NO_MESSAGE_IN_QUEUE})
+
+SERVER_CHANNEL_MAX_IDLE = 120.0
+"""Seconds a broker port connection may read nothing before it is closed (RocketMQ's
+``serverChannelMaxIdleTimeSeconds``); clients heartbeat every 30 s or less."""
 
 HoldHook = Callable[[HandlerContext, RemotingCommand, PullMessageRequestHeader, PullResult], bool]
 """Takes a PULL_MESSAGE with the suspend flag that found nothing (long polling); returns True

@@ -43,6 +43,7 @@ from hanet.boot import AllowList, TlsConfig, run_until_stopped, serve_listeners
 from hanet.broker import (
     DEFAULT_QUEUES,
     OFFSETS_FILE,
+    SERVER_CHANNEL_MAX_IDLE,
     ConfigFileError,
     ConsumerOffsets,
     DLedgerBrokerService,
@@ -216,7 +217,13 @@ async def run_dledger(args: argparse.Namespace) -> int:
             nursery.start_soon(service.housekeeping)
             await nursery.start(service.run_holds)
             await nursery.start(
-                partial(serve_listeners, service.initialize, listeners, name="broker port")
+                partial(
+                    serve_listeners,
+                    service.initialize,
+                    listeners,
+                    name="broker port",
+                    idle_timeout=SERVER_CHANNEL_MAX_IDLE,
+                )
             )
             peer = node.peer_address
             peer_text = format_address(peer) if peer else peers[args.node_id]
