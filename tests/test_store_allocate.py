@@ -168,3 +168,73 @@ async def test_a_full_disk_refuses_the_first_put_and_maps_nothing(
         assert store.commit_log.taken_ready == 1
         assert store.statistics().create_error is None
         store.close()
+
+
+# -- checking and zeroing the unwritten rest of a file ------------------------------------------
+
+
+@pytest.mark.parametrize("seek_data", [True, False], ids=["seek-data", "no-seek-data"])
+def test_first_nonzero_and_zero_from_see_every_byte(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, seek_data: bool
+) -> None:
+    """Bytes written through the mapping (dirty, not written back) or the file count, wherever
+    they are; without SEEK_DATA everything is read."""
+    if not seek_data:
+        real = os.lseek
+
+        def lseek(fd: int, position: int, how: int) -> int:
+            if how in (os.SEEK_DATA, os.SEEK_HOLE):
+                raise OSError(errno.EINVAL, os.strerror(errno.EINVAL))
+            return real(fd, position, how)
+
+        monkeypatch.setattr(os, "lseek", lseek)
+    path = tmp_path / file_name(0)
+    mapped = MappedFile.create(path, 0, FILE, warm=False)
+    try:
+        assert mapped.first_nonzero() is None
+        mapped.view[FILE - 1] = 7  # through the mapping, the last byte
+        mapped.write(3 * FILE // 4 + 5, b"\x01\x02")  # through the file
+        mapped.view[1000:1004] = b"data"
+        assert mapped.first_nonzero() == 1000
+        assert mapped.first_nonzero(1004) == 3 * FILE // 4 + 5
+        assert mapped.first_nonzero(1004, 3 * FILE // 4) is None
+        assert mapped.first_nonzero(3 * FILE // 4 + 7) == FILE - 1
+        mapped.zero_from(1002)
+        assert bytes(mapped.view[1000:1004]) == b"da\0\0"
+        assert mapped.first_nonzero(1002) is None
+        assert bytes(mapped.view[FILE - 16 :]) == bytes(16)
+    finally:
+        mapped.delete()
+
+
+def test_reopening_a_store_does_not_fault_in_the_rest_of_its_file(tmp_path: Path) -> None:
+    """Recovery checks that the unwritten rest of the last file is zeros (and truncation
+    zeroes what is not) without reading it through the mapping."""
+    store = CommitLogStore.open(tmp_path, CONFIG)
+    for _ in range(100):
+        assert store.put(Message("T", b"x" * 1000)).ok
+    end = store.max_offset
+    store.close()
+    (tmp_path / "abort").touch()  # the walk from the first file, then the check of the rest
+    reopened = CommitLogStore.open(tmp_path, CONFIG)
+    assert reopened.max_offset == end and reopened.recovery.data_after is None
+    assert resident_kib(tmp_path / "commitlog" / file_name(0)) < 1024
+    reopened.close()
+
+
+def test_recovery_still_finds_data_after_a_zeroed_hole(tmp_path: Path) -> None:
+    store = CommitLogStore.open(tmp_path, CONFIG)
+    for _ in range(10):
+        assert store.put(Message("T", b"x" * 1000)).ok
+    end = store.max_offset
+    store.close()
+    with open(tmp_path / "commitlog" / file_name(0), "r+b") as f:
+        f.seek(FILE - 100)
+        f.write(b"stale")
+    reopened = CommitLogStore.open(tmp_path, CONFIG)
+    assert reopened.max_offset == end
+    assert reopened.recovery.data_after == FILE - 100
+    reopened.close()
+    with open(tmp_path / "commitlog" / file_name(0), "rb") as f:
+        f.seek(FILE - 100)
+        assert f.read(5) == bytes(5)  # truncation zeroed it

@@ -20,7 +20,7 @@ from __future__ import annotations
 import errno
 import mmap
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import attrs
@@ -72,6 +72,19 @@ def _reserve(fd: int, size: int) -> None:
             if wrote <= 0:
                 raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
             done += wrote
+
+
+_FADV_RANDOM = getattr(os, "POSIX_FADV_RANDOM", None)
+_FADV_NORMAL = getattr(os, "POSIX_FADV_NORMAL", None)
+
+
+def _advise(fd: int, advice: int | None) -> None:
+    """``posix_fadvise`` of the whole file, where the platform has it (best effort)."""
+    if advice is not None:
+        try:
+            os.posix_fadvise(fd, 0, 0, advice)
+        except OSError:  # pragma: no cover - advice only
+            pass
 
 
 def file_name(start_offset: int) -> str:
@@ -233,15 +246,63 @@ class MappedFile:
         os.rename(self.path, path)
         self.path = path
 
-    def zero_from(self, position: int) -> None:
-        """Write zeros from ``position`` to the end of the file (truncating stale bytes)."""
-        view = self.view
+    def _data_ranges(self, start: int, end: int) -> Iterator[tuple[int, int]]:
+        """The parts of ``[start, end)`` that may hold non-zero bytes: what ``SEEK_DATA`` /
+        ``SEEK_HOLE`` do not report as a hole (reserved blocks never written read as zeros and
+        are holes to ext4 and XFS), or all of it where the file system cannot tell."""
+        position = start
+        while position < end:
+            try:
+                data = os.lseek(self._fd, position, os.SEEK_DATA)
+            except OSError as exc:
+                if exc.errno == errno.ENXIO:  # nothing but holes from here on
+                    return
+                yield position, end  # no SEEK_DATA here: read all of it
+                return
+            if data >= end:
+                return
+            try:
+                hole = min(os.lseek(self._fd, data, os.SEEK_HOLE), end)
+            except OSError:  # pragma: no cover - SEEK_DATA worked, SEEK_HOLE does too
+                hole = end
+            yield data, hole
+            position = hole
+
+    def _nonzero_chunks(self, start: int, end: int) -> Iterator[tuple[int, bytes]]:
+        """``(position, bytes)`` of the 1 MiB chunks of ``[start, end)`` holding a non-zero
+        byte. Read with ``pread``, not through the mapping, and only where the file has data:
+        checking the unwritten rest of a new 1 GiB file costs no memory (through the mapping
+        it faulted every page of it in) and no time."""
         chunk = len(_ZERO_CHUNK)
-        for i in range(position, self.size, chunk):
-            end = min(i + chunk, self.size)
-            zeros = _ZERO_CHUNK[: end - i]
-            if view[i:end].tobytes() != zeros:  # leave zero pages clean (no needless dirtying)
-                view[i:end] = zeros
+        # No readahead meanwhile: the pages it would read past a chunk (zeros, never written)
+        # would be in the page cache, which makes the file system report them as data, so the
+        # next SEEK_DATA would send us reading them, and so on through the whole file.
+        _advise(self._fd, _FADV_RANDOM)
+        try:
+            for low, high in self._data_ranges(start, end):
+                for i in range(low, high, chunk):
+                    data = os.pread(self._fd, min(chunk, high - i), i)
+                    if data != _ZERO_CHUNK[: len(data)]:
+                        yield i, data
+        finally:
+            _advise(self._fd, _FADV_NORMAL)
+
+    def first_nonzero(self, start: int = 0, end: int | None = None) -> int | None:
+        """The position of the first non-zero byte of ``[start, end)`` (default: to the end of
+        the file), or None: what tells a zeroed hole in the data from the unwritten tail of a
+        file. Reads only what the file system holds as data (see :meth:`_nonzero_chunks`)."""
+        for i, data in self._nonzero_chunks(start, self.size if end is None else end):
+            return i + len(data) - len(data.lstrip(b"\0"))
+        return None
+
+    def zero_from(self, position: int) -> None:
+        """Write zeros from ``position`` to the end of the file (truncating stale bytes).
+
+        Only chunks holding a non-zero byte are written (zero pages stay clean, and the
+        unwritten rest of a file is neither read nor faulted in).
+        """
+        for i, data in list(self._nonzero_chunks(position, self.size)):
+            self.write(i, _ZERO_CHUNK[: len(data)])
 
     def flush(self) -> int:
         """``fdatasync`` the file; returns the write position that is now on disk.
