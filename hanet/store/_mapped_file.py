@@ -74,19 +74,6 @@ def _reserve(fd: int, size: int) -> None:
             done += wrote
 
 
-_FADV_RANDOM = getattr(os, "POSIX_FADV_RANDOM", None)
-_FADV_NORMAL = getattr(os, "POSIX_FADV_NORMAL", None)
-
-
-def _advise(fd: int, advice: int | None) -> None:
-    """``posix_fadvise`` of the whole file, where the platform has it (best effort)."""
-    if advice is not None:
-        try:
-            os.posix_fadvise(fd, 0, 0, advice)
-        except OSError:  # pragma: no cover - advice only
-            pass
-
-
 def file_name(start_offset: int) -> str:
     """The file name of a file starting at ``start_offset``: 20 digits, zero padded."""
     return f"{start_offset:0{FILE_NAME_DIGITS}d}"
@@ -270,22 +257,20 @@ class MappedFile:
 
     def _nonzero_chunks(self, start: int, end: int) -> Iterator[tuple[int, bytes]]:
         """``(position, bytes)`` of the 1 MiB chunks of ``[start, end)`` holding a non-zero
-        byte. Read with ``pread``, not through the mapping, and only where the file has data:
-        checking the unwritten rest of a new 1 GiB file costs no memory (through the mapping
-        it faulted every page of it in) and no time."""
+        byte. Read with ``pread``, not through the mapping (which faulted every page read into
+        the process's memory: 1 GiB for the unwritten rest of a new file), and only where the
+        file may have data (no time at all for blocks the file system knows were never
+        written)."""
+        # The ranges are taken before anything is read: pages of never written blocks that are
+        # in the page cache count as data (ext4), and these reads' readahead brings more in
+        # (zeros: nothing writes the file meanwhile), so asking again after each read would
+        # lead the check on through the whole file.
         chunk = len(_ZERO_CHUNK)
-        # No readahead meanwhile: the pages it would read past a chunk (zeros, never written)
-        # would be in the page cache, which makes the file system report them as data, so the
-        # next SEEK_DATA would send us reading them, and so on through the whole file.
-        _advise(self._fd, _FADV_RANDOM)
-        try:
-            for low, high in self._data_ranges(start, end):
-                for i in range(low, high, chunk):
-                    data = os.pread(self._fd, min(chunk, high - i), i)
-                    if data != _ZERO_CHUNK[: len(data)]:
-                        yield i, data
-        finally:
-            _advise(self._fd, _FADV_NORMAL)
+        for low, high in list(self._data_ranges(start, end)):
+            for i in range(low, high, chunk):
+                data = os.pread(self._fd, min(chunk, high - i), i)
+                if data != _ZERO_CHUNK[: len(data)]:
+                    yield i, data
 
     def first_nonzero(self, start: int = 0, end: int | None = None) -> int | None:
         """The position of the first non-zero byte of ``[start, end)`` (default: to the end of
@@ -301,8 +286,8 @@ class MappedFile:
         Only chunks holding a non-zero byte are written (zero pages stay clean, and the
         unwritten rest of a file is neither read nor faulted in).
         """
-        for i, data in list(self._nonzero_chunks(position, self.size)):
-            self.write(i, _ZERO_CHUNK[: len(data)])
+        for i, data in self._nonzero_chunks(position, self.size):
+            self.write(i, _ZERO_CHUNK[: len(data)])  # within a data range: changes no range
 
     def flush(self) -> int:
         """``fdatasync`` the file; returns the write position that is now on disk.
