@@ -75,6 +75,8 @@ async def test_the_next_file_is_made_before_a_put_needs_it(tmp_path: Path) -> No
     commit_log = store.commit_log
     async with trio.open_nursery() as nursery:
         await nursery.start(store.run)
+        await wait_ready(commit_log)  # a master's first file, before any put
+        assert names(tmp_path / "commitlog") == [file_name(0) + ".next"]
         put_until(store, FILE // 4)
         await trio.sleep(0.2)
         assert commit_log.ready_next is None  # not yet: the file is a quarter full
@@ -84,12 +86,12 @@ async def test_the_next_file_is_made_before_a_put_needs_it(tmp_path: Path) -> No
         assert [start for start, _ in list_mapped_files(tmp_path / "commitlog")] == [0]
         assert store.max_offset < FILE  # made ahead of need
         put_until(store, FILE + 1)  # crosses into the second file
-        assert commit_log.created == 2 and commit_log.taken_ready == 1  # one made by a put
+        assert commit_log.created == 2 and commit_log.taken_ready == 2  # the first one too
         assert names(tmp_path / "commitlog") == [file_name(0), file_name(FILE)]
         put_until(store, FILE + FILE // 2 + 1)
         await wait_ready(commit_log)  # and the third one, once the second is half full
         put_until(store, 2 * FILE + 1)
-        assert commit_log.created == 3 and commit_log.taken_ready == 2
+        assert commit_log.created == 3 and commit_log.taken_ready == 3
         store.close()
     reopened = CommitLogStore.open(tmp_path, CONFIG)
     assert reopened.max_offset == store.max_offset

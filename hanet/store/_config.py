@@ -99,9 +99,14 @@ class StoreConfig:
         max_message_size: largest body accepted (4 MiB); larger is MESSAGE_ILLEGAL.
         role: MASTER (puts) or SLAVE (raw appends only).
         store_host: the ``ip:port`` written as STOREHOST into put records.
-        warm_mapped_files: pre-fault new files before writing them (True). A SLAVE's commit
-            log files never are: replicated bytes are written through the file (``pwrite``),
-            which allocates the pages for half the cost of faulting them in.
+        warm_mapped_files: pre-fault every page of a new file before it is written (False,
+            as RocketMQ's ``warmMapedFileEnable``). Off, a new file is reserved on the disk
+            and mapped but takes no memory until writes reach its pages (a 1 GiB commit log
+            file faulted in at once costs about a second and 1 GiB of memory at the put
+            that needs it); on, :meth:`CommitLogStore.run` pre-faults it in a worker thread
+            when it makes the file ahead of need. A SLAVE's commit log files never are:
+            replicated bytes are written through the file (``pwrite``), which allocates the
+            pages for half the cost of faulting them in.
         disk_max_used_space_ratio: puts are refused (SERVICE_NOT_AVAILABLE, "disk full") while
             the store's file system is more than this percentage used (75, RocketMQ's
             ``diskMaxUsedSpaceRatio``; 1..100).
@@ -124,7 +129,7 @@ class StoreConfig:
     max_message_size: int = attrs.field(default=DEFAULT_MAX_MESSAGE_SIZE, validator=_positive)
     role: StoreRole = StoreRole.MASTER
     store_host: str = "127.0.0.1:10911"
-    warm_mapped_files: bool = True
+    warm_mapped_files: bool = False
     disk_max_used_space_ratio: int = attrs.field(
         default=DEFAULT_DISK_MAX_USED_SPACE_RATIO, validator=_percent
     )

@@ -10,8 +10,9 @@ Everything here is synchronous and in memory except :meth:`MappedFileQueue.flush
 waits for the disk, and :meth:`MappedFileQueue.allocate_next`, which reserves a whole file (run
 them in a worker thread).
 
-The next file can be made ahead of need (RocketMQ's ``AllocateMappedFileService``): a caller
-asks :meth:`~MappedFileQueue.begin_next` which file is due, creates it with
+The next file can be made ahead of need (RocketMQ's ``AllocateMappedFileService``), and so
+can the first one of an empty queue whose first offset is known (a master's commit log starts
+at 0): a caller asks :meth:`~MappedFileQueue.begin_next` which file is due, creates it with
 :meth:`~MappedFileQueue.allocate_next` in a worker thread (under a ``.next`` name, outside the
 data) and hands it over with :meth:`~MappedFileQueue.end_next`. The write that crosses into
 that file then takes it (a rename) instead of creating it; while the worker is still making
@@ -61,7 +62,9 @@ class MappedFileQueue:
         warm: pre-fault new files before they are written (default True). Appends
             (:meth:`append_raw`) copy into the mapping of a warm queue's files, and write
             through the file (``pwrite``) otherwise: a page the kernel allocates for a write
-            costs about half of one faulted in through the mapping.
+            costs about half of one faulted in through the mapping. A file that is not
+            pre-faulted costs no memory until it is written (its blocks are reserved all the
+            same): pages are faulted in as writes reach them.
 
     After :meth:`load`, every loaded file counts as fully written; recovery then calls
     :meth:`truncate` with the end of the valid data.
@@ -222,21 +225,30 @@ class MappedFileQueue:
         if self._allocating is not None:  # a worker may be making it: wait for that one
             with self._allocation_lock:
                 self._allocating = None  # (a worker not started yet will not make it)
-                self._adopt_allocated()
+                self._adopt_allocated(start_offset)
         mapped = self._take_next(path, start_offset)
         if mapped is None:
-            try:
-                self.directory.mkdir(parents=True, exist_ok=True)
-            except OSError as exc:
-                if exc.errno in _NO_SPACE:  # a full disk; anything else (a file in the way,
-                    raise CreateMappedFileError(path, exc) from exc  # ...) is a layout problem
-                raise
+            self._make_directory(path)
             mapped = MappedFile.create(path, start_offset, self.file_size, warm=self.warm)
         if not self.files:
             self._data_start = start_offset
         self._add(mapped)
         self.created += 1
         return mapped
+
+    def _make_directory(self, path: Path) -> None:
+        """Make the queue's directory for ``path`` if it is missing.
+
+        Raises:
+            CreateMappedFileError: a full disk.
+            OSError: another reason (a file in the way, permissions, ...): a layout problem.
+        """
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            if exc.errno in _NO_SPACE:
+                raise CreateMappedFileError(path, exc) from exc
+            raise
 
     def _take_next(self, path: Path, start_offset: int) -> MappedFile | None:
         """The preallocated file under its real name ``path`` if it starts at ``start_offset``
@@ -258,21 +270,29 @@ class MappedFileQueue:
 
     # -- preallocation (ahead of need) -------------------------------------------------------
 
-    def begin_next(self, fill: float) -> int | None:
+    def begin_next(self, fill: float, first: int | None = None) -> int | None:
         """The start offset of the next file if it should be preallocated now (the last file
-        is written past ``fill`` of its size, none is ready or being made), else None. A
-        non-None answer marks the allocation as started: call :meth:`end_next` after."""
+        is written past ``fill`` of its size, or the queue is empty and ``first``, the start
+        of its first file, is given; none is ready or being made), else None. A non-None
+        answer marks the allocation as started: call :meth:`end_next` after."""
         files = self.files
-        if self._closed or self._allocating is not None or self._next is not None or not files:
+        if self._closed or self._allocating is not None or self._next is not None:
             return None
-        last = files[-1]
-        if last.wrote < last.size * fill:
-            return None
-        self._allocating = last.end_offset
-        return last.end_offset
+        if not files:
+            if first is None:
+                return None
+            start = self.file_start(first)
+        else:
+            last = files[-1]
+            if last.wrote < last.size * fill:
+                return None
+            start = last.end_offset
+        self._allocating = start
+        return start
 
     def allocate_next(self, start_offset: int) -> bool:
-        """Create (reserve, map, pre-fault) the file starting at ``start_offset`` under its
+        """Create (reserve, map and, in a warm queue, pre-fault) the file starting at
+        ``start_offset`` under its
         ``.next`` name, outside the data, for :meth:`end_next` (or the write that needs it)
         to take. Blocks on the disk: run it in a worker thread; it touches nothing but the
         new file. False when it is no longer wanted (a write created the file meanwhile).
@@ -284,6 +304,7 @@ class MappedFileQueue:
             if self._allocating != start_offset or self._closed:
                 return False
             path = self.directory / (file_name(start_offset) + NEXT_SUFFIX)
+            self._make_directory(path)  # an empty queue's first file
             path.unlink(missing_ok=True)  # a stale one (a process killed before its rename)
             self._allocated = MappedFile.create(path, start_offset, self.file_size, warm=self.warm)
             return True
@@ -293,22 +314,20 @@ class MappedFileQueue:
         raised): keep the file made as the ready next file if it still is the next one, else
         delete it. Returns whether one is ready now."""
         with self._allocation_lock:
+            started = self._allocating
             self._allocating = None
-            self._adopt_allocated()
+            files = self.files
+            self._adopt_allocated(files[-1].end_offset if files else started)
         return self._next is not None
 
-    def _adopt_allocated(self) -> None:
+    def _adopt_allocated(self, expected: int | None) -> None:
+        """Keep the file a worker made as the ready next file if it starts at ``expected``
+        (the next file's start), else delete it."""
         mapped = self._allocated
         if mapped is None:
             return
         self._allocated = None
-        files = self.files
-        if (
-            self._closed
-            or self._next is not None
-            or not files
-            or files[-1].end_offset != mapped.start_offset
-        ):
+        if self._closed or self._next is not None or mapped.start_offset != expected:
             mapped.delete()
         else:
             self._next = mapped
@@ -454,7 +473,7 @@ class MappedFileQueue:
         """Unmap every file; delete a preallocated next file (it holds no data)."""
         with self._allocation_lock:  # a worker making one finishes first
             self._closed = True
-            self._adopt_allocated()
+            self._adopt_allocated(None)
         self._drop_next()
         for mapped in self.files:
             mapped.close()

@@ -17,7 +17,7 @@ import attrs
 from ._errors import CorruptRecordError
 from ._index import scan_stop, scan_totals
 from ._mapped_queue import MappedFileQueue
-from ._scanner import ScanStop, StopReason, decode_record, first_nonzero
+from ._scanner import ScanStop, StopReason, decode_record
 
 __all__ = ["RecoveryResult", "find_valid_end"]
 
@@ -105,12 +105,12 @@ def find_valid_end(
             continue
         data_after = None
         if stop.reason is StopReason.UNWRITTEN:
-            following = first_nonzero(mapped.view, stop.offset - mapped.start_offset)
+            following = mapped.first_nonzero(stop.offset - mapped.start_offset)
             if following is not None:
                 data_after = mapped.start_offset + following
             else:
                 for after in files.files[i + 1 :]:
-                    if first_nonzero(after.view[:4096]) is not None:
+                    if after.first_nonzero(0, 4096) is not None:
                         data_after = after.start_offset
                         break
         return RecoveryResult(start, stop.offset, stop, records, data_after, later)

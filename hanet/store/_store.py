@@ -18,9 +18,11 @@ Shape (what the HA layer relies on):
   fsyncs every ``flush_interval``; in every mode it writes the checkpoint and flushes the
   consume queues. Without it, data reaches the disk at :meth:`~CommitLogStore.close` or
   through :meth:`~CommitLogStore.wait_flushed`. It also makes the next commit log (and
-  consume queue) file ahead of need in a worker thread (``StoreConfig.preallocate_at``), so
-  the put or raw append that crosses into a new file does not reserve and pre-fault it; a
-  write that finds none ready creates it itself, as without ``run()``.
+  consume queue) file ahead of need in a worker thread (``StoreConfig.preallocate_at``), and a
+  master's first commit log file before its first put, so the put or raw append that crosses
+  into a new file does not reserve it (nor, with ``warm_mapped_files``, pre-fault it); a
+  write that finds none ready creates it itself, as without ``run()``. New files are not
+  faulted in by default: they take memory as they are written, not all at once.
 - New data is announced to listeners (:meth:`~CommitLogStore.add_listener`), called
   synchronously with the new max offset: the HA master turns that into a wake-up, no polling.
 - Replicated bytes are validated **before** they are copied into the commit log
@@ -1162,8 +1164,11 @@ class CommitLogStore:
         thread: woken by a write past :attr:`_allocate_mark`, else every ``flush_interval``."""
         task_status.started()
         try:
+            # A master's commit log starts at 0: its first file is made ahead too, so the
+            # first put does not reserve and map it on the event loop.
+            first = 0 if self.config.role is StoreRole.MASTER else None
             while not self._closed:
-                failed = not await self._preallocate(self.commit_log, fill)
+                failed = not await self._preallocate(self.commit_log, fill, first)
                 for queue in list(self._queues.values()):
                     await self._preallocate(queue.files, max(fill, _QUEUE_FILL))
                 wanted = self._allocate_wanted = trio.Event()
@@ -1189,9 +1194,12 @@ class CommitLogStore:
         if wanted is not None:
             wanted.set()
 
-    async def _preallocate(self, files: MappedFileQueue, fill: float) -> bool:
-        """Preallocate the next file of ``files`` if it is due; False if that failed."""
-        start = files.begin_next(fill)
+    async def _preallocate(
+        self, files: MappedFileQueue, fill: float, first: int | None = None
+    ) -> bool:
+        """Preallocate the next file of ``files`` (its first one at ``first`` when it has
+        none) if it is due; False if that failed."""
+        start = files.begin_next(fill, first)
         if start is None:
             return True
         failed = False
