@@ -11,9 +11,10 @@ msgs/s and each send's p50/p99. Then the drain reads every message back with han
 ``BrokerClient.pull`` (PULL_MESSAGE over remoting, 32 messages a pull, one pull in flight per
 queue on one connection, as a RocketMQ pull consumer): msgs/s and each pull's p50/p99.
 
-Before the timed sends one put by hanet's client (to another topic) makes the first commit log
-file, whose creation (``--file-size``, 1G as RocketMQ; the broker faults it in at once) is
-timed and reported apart.
+Before the timed sends one put by hanet's client (to another topic) takes the first commit log
+file (``--file-size``, 1G as RocketMQ; reserved ahead of the first put and mapped without
+being faulted in, as RocketMQ's ``warmMapedFileEnable=false``); that put is timed and reported
+apart.
 For each phase the broker's CPU (utime + stime of ``/proc/<pid>/stat`` over the phase, in % of
 one core) and its private memory (``Private_Clean + Private_Dirty`` of
 ``/proc/<pid>/smaps_rollup``, the largest sample, every 0.25 s), the bench process's own CPU
