@@ -103,6 +103,10 @@ def _parse(cls: type, name: str, kind: _Kind, text: str) -> Any:
     return value
 
 
+_Step = tuple[str, "str | None", str, _Kind, bool]  # attribute, key, name in errors, kind, required
+_plans: dict[tuple[type, bool], tuple[_Step, ...]] = {}
+
+
 def _format(kind: _Kind, value: Any) -> str:
     if kind is _Kind.BOOL:
         return "true" if value else "false"
@@ -137,17 +141,42 @@ class RemotingHeader:
 
     @classmethod
     def _read(cls, fields: Mapping[str, str], keys: Mapping[str, str] | None) -> Self:
+        plan = _plans.get((cls, keys is None))
+        if plan is None or (keys is not None and keys is not _V2_KEYS):
+            plan = cls._plan(keys)
         values: dict[str, Any] = {}
-        for attr, wire, kind, required in cls._spec():
-            key = wire if keys is None else keys.get(wire)
-            text = None if key is None else fields.get(key)
+        for attr, key, shown, kind, required in plan:
+            text = fields.get(key) if key is not None else None
             if text is None:
                 if required:
-                    shown = wire if key is None or key == wire else f"{key} ({wire})"
                     raise RemotingHeaderError(f"{cls.__name__}: field {shown} is missing")
                 continue
-            values[attr] = _parse(cls, wire if key == wire else f"{key} ({wire})", kind, text)
+            if kind is _Kind.STR:
+                values[attr] = text
+            elif kind is not _Kind.BOOL and text.isdigit() and text.isascii():
+                # Plain digits (the usual case): the checks of _parse, the short way.
+                value = int(text)
+                if value > _RANGES[kind][1]:
+                    raise RemotingHeaderError(
+                        f"{cls.__name__}: field {shown} {value} is out of range"
+                    )
+                values[attr] = value
+            else:
+                values[attr] = _parse(cls, shown, kind, text)
         return cls(**values)
+
+    @classmethod
+    def _plan(cls, keys: Mapping[str, str] | None) -> tuple[_Step, ...]:
+        """How :meth:`_read` reads this class's fields with ``keys``."""
+        plan = []
+        for attr, wire, kind, required in cls._spec():
+            key = wire if keys is None else keys.get(wire)
+            shown = wire if key is None or key == wire else f"{key} ({wire})"
+            plan.append((attr, key, shown, kind, required))
+        steps = tuple(plan)
+        if keys is None or keys is _V2_KEYS:  # the two maps in use: remember their plans
+            _plans[(cls, keys is None)] = steps
+        return steps
 
     def to_fields(self) -> dict[str, str]:
         """The ext fields, in RocketMQ's declared order (None fields left out)."""
