@@ -184,7 +184,7 @@ class RemotingHeader:
         for attr, wire, kind, _required in self._spec():
             value = getattr(self, attr)
             if value is not None:
-                out[wire] = _format(kind, value)
+                out[wire] = value if type(value) is str else _format(kind, value)
         return out
 
 
