@@ -27,8 +27,8 @@ by request code).
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
-from typing import Any, ClassVar, Self
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar, Self, cast
 
 import attrs
 
@@ -103,8 +103,8 @@ def _parse(cls: type, name: str, kind: _Kind, text: str) -> Any:
     return value
 
 
-_Step = tuple[str, "str | None", str, _Kind, bool]  # attribute, key, name in errors, kind, required
-_plans: dict[tuple[type, bool], tuple[_Step, ...]] = {}
+# Each header class's reader, with the wire names (True) or the V2 keys (False).
+_readers: dict[tuple[type, bool], Callable[[Mapping[str, str]], object]] = {}
 
 
 def _format(kind: _Kind, value: Any) -> str:
@@ -141,42 +141,67 @@ class RemotingHeader:
 
     @classmethod
     def _read(cls, fields: Mapping[str, str], keys: Mapping[str, str] | None) -> Self:
-        plan = _plans.get((cls, keys is None))
-        if plan is None or (keys is not None and keys is not _V2_KEYS):
-            plan = cls._plan(keys)
-        values: dict[str, Any] = {}
-        for attr, key, shown, kind, required in plan:
-            text = fields.get(key) if key is not None else None
-            if text is None:
-                if required:
-                    raise RemotingHeaderError(f"{cls.__name__}: field {shown} is missing")
-                continue
-            if kind is _Kind.STR:
-                values[attr] = text
-            elif kind is not _Kind.BOOL and text.isdigit() and text.isascii():
-                # Plain digits (the usual case): the checks of _parse, the short way.
-                value = int(text)
-                if value > _RANGES[kind][1]:
-                    raise RemotingHeaderError(
-                        f"{cls.__name__}: field {shown} {value} is out of range"
-                    )
-                values[attr] = value
-            else:
-                values[attr] = _parse(cls, shown, kind, text)
-        return cls(**values)
+        reader = _readers.get((cls, keys is None))
+        if reader is None or (keys is not None and keys is not _V2_KEYS):
+            reader = cls._reader(keys)
+        return cast(Self, reader(fields))
 
     @classmethod
-    def _plan(cls, keys: Mapping[str, str] | None) -> tuple[_Step, ...]:
-        """How :meth:`_read` reads this class's fields with ``keys``."""
-        plan = []
+    def _reader(cls, keys: Mapping[str, str] | None) -> Callable[[Mapping[str, str]], object]:
+        """A function reading this class from ext fields with ``keys`` (None: the wire
+        names), generated as attrs generates ``__init__``: one straight-line step per field
+        in declaration order (so the first bad field is the one named), plain digits parsed
+        at once, anything else through :func:`_parse`'s checks."""
+        name = cls.__name__
+        lines = ["def read(fields):", "    get = fields.get", "    values = {}"]
         for attr, wire, kind, required in cls._spec():
             key = wire if keys is None else keys.get(wire)
             shown = wire if key is None or key == wire else f"{key} ({wire})"
-            plan.append((attr, key, shown, kind, required))
-        steps = tuple(plan)
-        if keys is None or keys is _V2_KEYS:  # the two maps in use: remember their plans
-            _plans[(cls, keys is None)] = steps
-        return steps
+            if key is None:
+                if required:
+                    lines.append(f"    raise _missing({shown!r})")
+                continue
+            lines.append(f"    text = get({key!r})")
+            if required:
+                lines.append(f"    if text is None: raise _missing({shown!r})")
+                pad = "    "
+            else:
+                lines.append("    if text is not None:")
+                pad = "        "
+            parse = f"_parse(cls, {shown!r}, _Kind.{kind.name}, text)"
+            if kind is _Kind.STR:
+                lines.append(f"{pad}values[{attr!r}] = text")
+            elif kind is _Kind.BOOL:
+                lines.append(f'{pad}if text == "true": values[{attr!r}] = True')
+                lines.append(f'{pad}elif text == "false": values[{attr!r}] = False')
+                lines.append(f"{pad}else: values[{attr!r}] = {parse}")
+            else:  # plain digits (the usual case): _parse's checks, the short way
+                lines.append(f"{pad}if text.isdigit() and text.isascii():")
+                lines.append(f"{pad}    value = int(text)")
+                lines.append(f"{pad}    if value > {_RANGES[kind][1]}:")
+                lines.append(f"{pad}        raise _out_of_range({shown!r}, value)")
+                lines.append(f"{pad}    values[{attr!r}] = value")
+                lines.append(f"{pad}else: values[{attr!r}] = {parse}")
+        lines.append("    return cls(**values)")
+
+        def missing(shown: str) -> RemotingHeaderError:
+            return RemotingHeaderError(f"{name}: field {shown} is missing")
+
+        def out_of_range(shown: str, value: int) -> RemotingHeaderError:
+            return RemotingHeaderError(f"{name}: field {shown} {value} is out of range")
+
+        namespace: dict[str, Any] = {
+            "cls": cls,
+            "_Kind": _Kind,
+            "_parse": _parse,
+            "_missing": missing,
+            "_out_of_range": out_of_range,
+        }
+        exec(compile("\n".join(lines), f"<{name} reader>", "exec"), namespace)
+        reader: Callable[[Mapping[str, str]], object] = namespace["read"]
+        if keys is None or keys is _V2_KEYS:  # the two key maps in use: remember theirs
+            _readers[(cls, keys is None)] = reader
+        return reader
 
     def to_fields(self) -> dict[str, str]:
         """The ext fields, in RocketMQ's declared order (None fields left out)."""
