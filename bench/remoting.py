@@ -164,11 +164,15 @@ def _read_json(path: Path) -> dict[str, Any] | None:
 
 
 async def _start(
-    argv: list[str], log: Path, ready: Path, env: dict[str, str] | None = None
+    argv: list[str],
+    log: Path,
+    ready: Path,
+    env: dict[str, str] | None = None,
+    cwd: Path | None = None,
 ) -> tuple[trio.Process, dict[str, Any]]:
     with log.open("wb") as out:
         process = await trio.lowlevel.open_process(
-            argv, stdin=subprocess.DEVNULL, stdout=out, stderr=out, env=env
+            argv, stdin=subprocess.DEVNULL, stdout=out, stderr=out, env=env, cwd=cwd
         )
     with trio.fail_after(30):
         while (data := _read_json(ready)) is None:
@@ -311,7 +315,7 @@ async def _one(
             sys.executable, __file__, "--serve-raw", str(ready),
             "--record-size", str(args.record_size),
         ]  # fmt: skip
-        env = None
+        env = cwd = None
     else:
         argv = [
             sys.executable, "-m", "hanet", "--log-level", "WARNING", "master",
@@ -319,8 +323,10 @@ async def _one(
             "--ha-listen", "127.0.0.1:0", "--mapped-file-size", "256M",
             "--ready-file", str(ready),
         ]  # fmt: skip
-        env = dict(os.environ, PYTHONPATH=str(tree or ROOT))
-    process, info = await _start(argv, directory / "server.log", ready, env)
+        # ``python -m`` puts its working directory first on sys.path: run it in the tree.
+        cwd = tree or ROOT
+        env = dict(os.environ, PYTHONPATH=str(cwd))
+    process, info = await _start(argv, directory / "server.log", ready, env, cwd)
     try:
         return await _measure(info["broker"], process.pid, args.count)
     finally:
