@@ -362,3 +362,51 @@ def test_any_bytes_decode_or_raise_the_header_error(chunks: list[bytes]) -> None
         decode_batch(b"".join(chunks))
     except RemotingHeaderError:
         pass
+
+
+# -- the fast paths read numbers exactly as the checked way does ------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        ("0", 0),
+        ("0042", 42),
+        (" 7 ", 7),
+        ("+5", 5),
+        ("-1", -1),
+        (str((1 << 31) - 1), (1 << 31) - 1),
+        (str(-(1 << 31)), -(1 << 31)),
+        (str(1 << 31), None),
+        (str(-(1 << 31) - 1), None),
+        ("\u0661\u0662", None),  # Arabic-Indic digits: digits, but not Java's
+        ("1_000", None),
+        ("", None),
+        ("12x", None),
+    ],
+)
+def test_integer_fields_read_plain_digits_and_refuse_the_rest(text: str, value: int | None) -> None:
+    fields = {"topic": "T", "queueId": text}
+    if value is None:
+        with pytest.raises(RemotingHeaderError, match="queueId"):
+            GetMaxOffsetRequestHeader.from_fields(fields)
+    else:
+        assert GetMaxOffsetRequestHeader.from_fields(fields).queue_id == value
+
+
+@given(st.dictionaries(st.sampled_from("abcdefghijklmn"), st.text(max_size=12)))
+def test_v2_keys_read_as_the_full_names_do(short: dict[str, str]) -> None:
+    names = {v: k for k, v in SendMessageRequestHeader.V2_KEYS.items()}
+    full = {names[k]: v for k, v in short.items()}
+    try:
+        expected: SendMessageRequestHeader | str = SendMessageRequestHeader.from_fields(full)
+    except RemotingHeaderError as exc:
+        expected = str(exc)
+    try:
+        got: SendMessageRequestHeader | str = SendMessageRequestHeader.from_v2_fields(short)
+    except RemotingHeaderError as exc:
+        got = str(exc)
+    if isinstance(expected, str):
+        assert isinstance(got, str)  # the same field is named, with its short key
+    else:
+        assert got == expected

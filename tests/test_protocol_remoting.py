@@ -280,3 +280,68 @@ async def test_a_request_with_no_answer_times_out() -> None:
             with pytest.raises(RemotingTimeoutError, match="HEART_BEAT"):
                 await conn.invoke(RemotingCommand.request(RequestCode.HEART_BEAT), within=0.2)
         nursery.cancel_scope.cancel()
+
+
+# -- the JSON header's fast paths give what the field-by-field way gave ------------------------
+
+
+def _reference_json_header(cmd: RemotingCommand) -> bytes:
+    """The header as written field by field (what the encoder did before its fast path)."""
+
+    def text(value: str) -> str:
+        return json.dumps(value, ensure_ascii=False)
+
+    parts = [f'{{"code":{int(cmd.code)}']
+    if cmd.ext_fields is not None:
+        fields = cmd.ext_fields
+        items = ",".join(f"{text(k)}:{text(fields[k])}" for k in java_hashmap_order(fields))
+        parts.append(f',"extFields":{{{items}}}')
+    language = cmd.language
+    name = language.name if isinstance(language, LanguageCode) else LanguageCode.OTHER.name
+    parts.append(f',"flag":{cmd.flag},"language":"{name}","opaque":{cmd.opaque}')
+    if cmd.remark is not None:
+        parts.append(f',"remark":{text(cmd.remark)}')
+    parts.append(f',"serializeTypeCurrentRPC":"JSON","version":{cmd.version}}}')
+    return "".join(parts).encode()
+
+
+@given(
+    st.dictionaries(st.text(max_size=8), st.text(max_size=8), max_size=20) | st.none(),
+    st.none() | st.text(max_size=20),
+    st.integers(-(1 << 31), (1 << 31) - 1),
+    st.sampled_from([*LanguageCode, 99]),
+)
+def test_json_header_is_what_the_field_by_field_encoding_wrote(
+    fields: dict[str, str] | None, remark: str | None, opaque: int, language: Any
+) -> None:
+    cmd = RemotingCommand(7, language=language, opaque=opaque, remark=remark, ext_fields=fields)
+    try:
+        expected = _reference_json_header(cmd)
+    except UnicodeEncodeError:  # a lone surrogate: neither way encodes it
+        with pytest.raises(UnicodeEncodeError):
+            encode_command(cmd)
+        return
+    frame = encode_command(cmd)
+    (header_len,) = struct.unpack_from(">I", frame, 4)
+    assert frame[8 : 8 + (header_len & 0xFFFFFF)] == expected
+    assert encode_command(cmd) == frame  # the remembered key order gives the same bytes
+
+
+def test_json_headers_that_are_not_plain_utf8_decode_the_long_way() -> None:
+    header = b'{"code":11,"extFields":{"a":"\\u00e9"},"flag":0,"opaque":3}'
+    for data in (b"\xef\xbb\xbf" + header, header.decode().encode("utf-16")):
+        frame = struct.pack(">I", len(data)) + data
+        cmd = decode_command(frame)
+        assert (cmd.code, cmd.opaque, cmd.fields) == (11, 3, {"a": "\u00e9"})
+    bad = b'{"code":11,"opaque":"\xff"}'
+    with pytest.raises(RemotingCommandError, match="does not parse"):
+        decode_command(struct.pack(">I", len(bad)) + bad)
+
+
+def test_ext_field_values_that_are_not_strings_still_read_as_java_sent_them() -> None:
+    cmd = RemotingCommand(1, ext_fields={"n": 5, "b": True, "f": 1.5, "s": "x", "none": None})
+    assert cmd.fields == {"n": "5", "b": "true", "f": "1.5", "s": "x"}
+    source = {"s": "x"}
+    copied = RemotingCommand(1, ext_fields=source)
+    source["s"] = "changed"
+    assert copied.fields == {"s": "x"}

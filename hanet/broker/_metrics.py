@@ -191,12 +191,26 @@ class BrokerMetrics:
             registry=self.registry,
         )
         self.registry.register(_StatusCollector(status))
+        # Each status's child counter, looked up once (``labels`` takes a lock and builds a
+        # key on every call; the statuses are the store's few PutStatus values).
+        self._puts_by_status: dict[str, Counter] = {}
 
     def observe_put(self, statuses: list[str], seconds: float) -> None:
         """One answered send request: the status of each of its messages and its latency."""
-        for status, count in collections.Counter(statuses).items():
-            self.puts.labels(status).inc(count)
+        if len(statuses) == 1:
+            self._put_counter(statuses[0]).inc()
+        else:
+            for status, count in collections.Counter(statuses).items():
+                self._put_counter(status).inc(count)
         self.put_latency.observe(max(seconds, 0.0))
+
+    def _put_counter(self, status: str) -> Counter:
+        child = self._puts_by_status.get(status)
+        if child is None:
+            child = self.puts.labels(status)
+            if len(self._puts_by_status) < 64:
+                self._puts_by_status[status] = child
+        return child
 
     def connection_event(self, port: str, event: str) -> None:
         """A connection ``opened`` or closed (``event`` is a short reason) on ``port``."""

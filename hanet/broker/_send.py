@@ -47,6 +47,7 @@ log = logging.getLogger("hanet.broker")
 NOT_ALLOWED_SEND_TOPICS = frozenset({"SCHEDULE_TOPIC_XXXX", "RMQ_SYS_TRANS_OP_HALF_TOPIC"})
 """System topics no producer may send to (RocketMQ's ``NOT_ALLOWED_SEND_TOPIC_SET``)."""
 
+_MAX_LEGAL_TOPICS = 10_000
 _HOST_FLAGS = 0x10 | 0x20  # SYSFLAG bits the store sets from the addresses
 RETRY_TOPIC_PREFIX = "%RETRY%"
 
@@ -96,13 +97,15 @@ def send_answer(
     per message of a batch); ``status`` overrides a stored put's PUT_OK (the outcome of a
     wait)."""
     first = results[0]
-    worst = next((r for r in results if r.status is not PutStatus.PUT_OK), first)
+    if len(results) == 1:
+        worst = first
+    else:
+        worst = next((r for r in results if r.status is not PutStatus.PUT_OK), first)
     final = worst.status if worst.status is not PutStatus.PUT_OK else (status or first.status)
     code = _STATUS_CODES.get(final, ResponseCode.SYSTEM_ERROR)
     if final in _STORED:
-        header = SendMessageResponseHeader(
-            ",".join(r.msg_id for r in results), queue_id, first.queue_offset
-        )
+        msg_id = first.msg_id if len(results) == 1 else ",".join(r.msg_id for r in results)
+        header = SendMessageResponseHeader(msg_id, queue_id, first.queue_offset)
         fields = header.to_fields()
         fields[MessageProperty.MSG_REGION] = "DefaultRegion"
         fields[MessageProperty.TRACE_ON] = "true"
@@ -120,6 +123,8 @@ class Sends:
     def __init__(self, port: BrokerPort) -> None:
         self.port = port
         self._counters: dict[str, int] = {}
+        # Topics whose names passed topic_problem (a name never becomes illegal; bounded).
+        self._legal_topics: set[str] = set()
 
     def send_message(self, ctx: HandlerContext, request: RemotingCommand) -> RemotingCommand | None:
         """SEND_MESSAGE, SEND_MESSAGE_V2 and SEND_BATCH_MESSAGE."""
@@ -145,8 +150,11 @@ class Sends:
             connection.update_reading()
             ctx.spawn(self._put_later, ctx, connection, request, messages, queue_id, started)
             return None
+        if not wait or not backend.must_wait():
+            self.answer_send(ctx, request, results, queue_id, PutStatus.PUT_OK, started)
+            return None
         stored = [r for r in results if r.status is PutStatus.PUT_OK]
-        if len(stored) < len(results) or not wait or not backend.must_wait():
+        if len(stored) < len(results):
             self.answer_send(ctx, request, results, queue_id, PutStatus.PUT_OK, started)
             return None
         end = max(r.wrote_offset + r.wrote_size for r in stored)
@@ -192,9 +200,14 @@ class Sends:
         """The messages a send stores, their queue and whether the answer waits for the
         store (every check first: nothing is stored when one fails)."""
         topic = header.topic
-        problem = topic_problem(topic)
-        if problem is not None:
-            raise _Refused(ResponseCode.SYSTEM_ERROR, f"the specified topic is illegal: {problem}")
+        if topic not in self._legal_topics:
+            problem = topic_problem(topic)
+            if problem is not None:
+                raise _Refused(
+                    ResponseCode.SYSTEM_ERROR, f"the specified topic is illegal: {problem}"
+                )
+            if len(self._legal_topics) < _MAX_LEGAL_TOPICS:
+                self._legal_topics.add(topic)
         if topic in NOT_ALLOWED_SEND_TOPICS:
             raise _Refused(ResponseCode.NO_PERMISSION, f"sending to topic {topic} is forbidden")
         table = self.port.backend.topic_table

@@ -27,8 +27,8 @@ by request code).
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
-from typing import Any, ClassVar, Self
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar, Self, cast
 
 import attrs
 
@@ -103,6 +103,10 @@ def _parse(cls: type, name: str, kind: _Kind, text: str) -> Any:
     return value
 
 
+# Each header class's reader, with the wire names (True) or the V2 keys (False).
+_readers: dict[tuple[type, bool], Callable[[Mapping[str, str]], object]] = {}
+
+
 def _format(kind: _Kind, value: Any) -> str:
     if kind is _Kind.BOOL:
         return "true" if value else "false"
@@ -137,17 +141,67 @@ class RemotingHeader:
 
     @classmethod
     def _read(cls, fields: Mapping[str, str], keys: Mapping[str, str] | None) -> Self:
-        values: dict[str, Any] = {}
+        reader = _readers.get((cls, keys is None))
+        if reader is None or (keys is not None and keys is not _V2_KEYS):
+            reader = cls._reader(keys)
+        return cast(Self, reader(fields))
+
+    @classmethod
+    def _reader(cls, keys: Mapping[str, str] | None) -> Callable[[Mapping[str, str]], object]:
+        """A function reading this class from ext fields with ``keys`` (None: the wire
+        names), generated as attrs generates ``__init__``: one straight-line step per field
+        in declaration order (so the first bad field is the one named), plain digits parsed
+        at once, anything else through :func:`_parse`'s checks."""
+        name = cls.__name__
+        lines = ["def read(fields):", "    get = fields.get", "    values = {}"]
         for attr, wire, kind, required in cls._spec():
             key = wire if keys is None else keys.get(wire)
-            text = None if key is None else fields.get(key)
-            if text is None:
+            shown = wire if key is None or key == wire else f"{key} ({wire})"
+            if key is None:
                 if required:
-                    shown = wire if key is None or key == wire else f"{key} ({wire})"
-                    raise RemotingHeaderError(f"{cls.__name__}: field {shown} is missing")
+                    lines.append(f"    raise _missing({shown!r})")
                 continue
-            values[attr] = _parse(cls, wire if key == wire else f"{key} ({wire})", kind, text)
-        return cls(**values)
+            lines.append(f"    text = get({key!r})")
+            if required:
+                lines.append(f"    if text is None: raise _missing({shown!r})")
+                pad = "    "
+            else:
+                lines.append("    if text is not None:")
+                pad = "        "
+            parse = f"_parse(cls, {shown!r}, _Kind.{kind.name}, text)"
+            if kind is _Kind.STR:
+                lines.append(f"{pad}values[{attr!r}] = text")
+            elif kind is _Kind.BOOL:
+                lines.append(f'{pad}if text == "true": values[{attr!r}] = True')
+                lines.append(f'{pad}elif text == "false": values[{attr!r}] = False')
+                lines.append(f"{pad}else: values[{attr!r}] = {parse}")
+            else:  # plain digits (the usual case): _parse's checks, the short way
+                lines.append(f"{pad}if text.isdigit() and text.isascii():")
+                lines.append(f"{pad}    value = int(text)")
+                lines.append(f"{pad}    if value > {_RANGES[kind][1]}:")
+                lines.append(f"{pad}        raise _out_of_range({shown!r}, value)")
+                lines.append(f"{pad}    values[{attr!r}] = value")
+                lines.append(f"{pad}else: values[{attr!r}] = {parse}")
+        lines.append("    return cls(**values)")
+
+        def missing(shown: str) -> RemotingHeaderError:
+            return RemotingHeaderError(f"{name}: field {shown} is missing")
+
+        def out_of_range(shown: str, value: int) -> RemotingHeaderError:
+            return RemotingHeaderError(f"{name}: field {shown} {value} is out of range")
+
+        namespace: dict[str, Any] = {
+            "cls": cls,
+            "_Kind": _Kind,
+            "_parse": _parse,
+            "_missing": missing,
+            "_out_of_range": out_of_range,
+        }
+        exec(compile("\n".join(lines), f"<{name} reader>", "exec"), namespace)
+        reader: Callable[[Mapping[str, str]], object] = namespace["read"]
+        if keys is None or keys is _V2_KEYS:  # the two key maps in use: remember theirs
+            _readers[(cls, keys is None)] = reader
+        return reader
 
     def to_fields(self) -> dict[str, str]:
         """The ext fields, in RocketMQ's declared order (None fields left out)."""
@@ -155,7 +209,7 @@ class RemotingHeader:
         for attr, wire, kind, _required in self._spec():
             value = getattr(self, attr)
             if value is not None:
-                out[wire] = _format(kind, value)
+                out[wire] = value if type(value) is str else _format(kind, value)
         return out
 
 

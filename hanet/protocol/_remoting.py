@@ -28,7 +28,7 @@ from __future__ import annotations
 import json
 import struct
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, cast
 
 import attrs
 
@@ -78,7 +78,14 @@ class RemotingHeaderError(ValueError):
     RocketMQ answers a header it cannot decode; the connection stays."""
 
 
+_LANGUAGES: dict[str, LanguageCode] = dict(LanguageCode.__members__)
+
+
 def _language(value: object) -> LanguageCode | int:
+    if type(value) is str:
+        found = _LANGUAGES.get(value)
+        if found is not None:
+            return found
     if isinstance(value, str):
         try:
             return LanguageCode[value]
@@ -109,6 +116,12 @@ def _ext_value(key: str, value: object) -> str | None:
 def _fields(value: Mapping[str, object] | None) -> dict[str, str] | None:
     if value is None:
         return None
+    copy = dict(value)
+    for v in copy.values():
+        if type(v) is not str:  # a number, a boolean or None: as Java would have sent it
+            break
+    else:
+        return cast(dict[str, str], copy)
     out: dict[str, str] = {}
     for k, v in value.items():
         text = _ext_value(k, v)
@@ -235,25 +248,44 @@ def java_hashmap_order(keys: Iterable[str]) -> list[str]:
     return sorted(keys, key=bucket)
 
 
-def _json_str(text: str) -> str:
-    return json.dumps(text, ensure_ascii=False)
+_MAX_ORDERS = 1024
+_orders: dict[tuple[str, ...], tuple[str, ...]] = {}
+
+
+def _hashmap_order(fields: Mapping[str, str]) -> tuple[str, ...]:
+    """:func:`java_hashmap_order` of ``fields``' keys, remembered for the key sets seen
+    (a processor answers with the same keys every time; bounded)."""
+    keys = tuple(fields)
+    order = _orders.get(keys)
+    if order is None:
+        order = tuple(java_hashmap_order(keys))
+        if len(_orders) < _MAX_ORDERS:
+            _orders[keys] = order
+    return order
+
+
+# Compact, UTF-8 text left as it is: what the header's strings look like on the wire.
+_JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
 
 
 def _json_header(cmd: RemotingCommand) -> bytes:
-    parts = [f'{{"code":{int(cmd.code)}']
-    if cmd.ext_fields is not None:
-        fields = cmd.ext_fields
-        items = ",".join(
-            f"{_json_str(k)}:{_json_str(fields[k])}" for k in java_hashmap_order(fields)
-        )
-        parts.append(f',"extFields":{{{items}}}')
+    # One C-encoded dict, its keys in the order 4.9.8 writes them (alphabetical; the ext
+    # fields in HashMap order).
+    header: dict[str, object] = {"code": int(cmd.code)}
+    fields = cmd.ext_fields
+    if fields is not None:
+        header["extFields"] = {k: fields[k] for k in _hashmap_order(fields)}
     language = cmd.language
-    name = language.name if isinstance(language, LanguageCode) else LanguageCode.OTHER.name
-    parts.append(f',"flag":{cmd.flag},"language":"{name}","opaque":{cmd.opaque}')
+    header["flag"] = int(cmd.flag)
+    header["language"] = (
+        language.name if isinstance(language, LanguageCode) else LanguageCode.OTHER.name
+    )
+    header["opaque"] = int(cmd.opaque)
     if cmd.remark is not None:
-        parts.append(f',"remark":{_json_str(cmd.remark)}')
-    parts.append(f',"serializeTypeCurrentRPC":"JSON","version":{cmd.version}}}')
-    return "".join(parts).encode()
+        header["remark"] = cmd.remark
+    header["serializeTypeCurrentRPC"] = "JSON"
+    header["version"] = int(cmd.version)
+    return _JSON.encode(header).encode()
 
 
 def _binary_header(cmd: RemotingCommand) -> bytes:
@@ -301,6 +333,8 @@ def encode_command(cmd: RemotingCommand) -> bytes:
 
 def _int(header: Mapping[str, Any], key: str, default: int) -> int:
     value = header.get(key, default)
+    if type(value) is int and _I32[0] <= value <= _I32[1]:
+        return value
     if value is None:
         return default
     if isinstance(value, bool) or not isinstance(value, int):
@@ -310,11 +344,17 @@ def _int(header: Mapping[str, Any], key: str, default: int) -> int:
     return value
 
 
+_JSON_DECODE = json.JSONDecoder().decode
+
+
 def _decode_json(data: memoryview, body: memoryview) -> RemotingCommand:
     try:
-        header = json.loads(bytes(data))
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise RemotingCommandError(f"JSON header does not parse: {exc}") from None
+        header = _JSON_DECODE(str(data, "utf-8"))
+    except ValueError:  # not UTF-8 (UnicodeDecodeError), a BOM, not JSON: the long way
+        try:
+            header = json.loads(bytes(data))
+        except (UnicodeDecodeError, ValueError) as exc:
+            raise RemotingCommandError(f"JSON header does not parse: {exc}") from None
     if not isinstance(header, dict):
         raise RemotingCommandError("JSON header is not an object")
     ext = header.get("extFields")
