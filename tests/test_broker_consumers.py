@@ -143,6 +143,21 @@ async def test_a_broker_serves_heartbeats_lists_and_unregistrations(tmp_path: Pa
     assert doc.to_json()["consumer_groups"][0] == {"group": "G", "members": ["b@2@y"]}
 
 
+async def test_only_a_members_own_connection_unregisters_it(tmp_path: Path) -> None:
+    async with (
+        running(config(tmp_path)) as (_, addresses),
+        connect(addresses.broker) as member,
+        connect(addresses.broker) as stranger,
+    ):
+        await member.invoke_checked(heartbeat_request("a@1@x", "G"))
+        # Another connection naming the member's client id: RocketMQ removes a member by its
+        # channel, so this leaves it in the group.
+        await stranger.invoke_checked(unregister_request("a@1@x", "G"))
+        assert await members(stranger, "G") == ("a@1@x",)
+        await member.invoke_checked(unregister_request("a@1@x", "G"))
+        assert await members(stranger, "G") == ()
+
+
 async def test_the_captured_java_heartbeat_and_list_are_served(tmp_path: Path) -> None:
     from hanet.protocol import decode_command
 

@@ -112,11 +112,19 @@ class ConsumerRegistry:
         self._seen.move_to_end((group, client_id))
         return joined
 
-    def unregister(self, group: str, client_id: str) -> bool:
-        """``client_id`` leaves ``group`` at once; True when it was a member."""
+    def unregister(self, group: str, client_id: str, channel: object = None) -> bool:
+        """``client_id`` leaves ``group`` at once; True when it was a member.
+
+        A member last heard on a connection leaves only by an unregistration over that same
+        connection (as RocketMQ removes a member by its channel): another connection naming
+        its client id changes nothing and gets False.
+        """
         self._expire(self.clock())
         members = self._groups.get(group)
         if members is None or client_id not in members:
+            return False
+        held = self._channels.get((group, client_id))
+        if held is not None and channel is not None and held is not channel:
             return False
         del members[client_id]
         del self._seen[(group, client_id)]

@@ -442,10 +442,12 @@ class BrokerPort:
 
     def unregister_client(self, ctx: HandlerContext, request: RemotingCommand) -> RemotingCommand:
         """UNREGISTER_CLIENT: the client leaves its consumer group at once (its other
-        members are told)."""
+        members are told); only over the connection it heartbeats on, as RocketMQ removes a
+        member by its channel."""
         header = UnregisterClientRequestHeader.from_fields(request.fields)
         group = header.consumer_group
-        if group and self.backend.consumers.unregister(group, header.client_id):
+        connection = connection_of(ctx)
+        if group and self.backend.consumers.unregister(group, header.client_id, connection):
             log.info("consumer %s left group %s", header.client_id, group)
             self.notify_group(group)
         return request.response(ResponseCode.SUCCESS)
