@@ -16,20 +16,37 @@ __all__ = ["ByteToMessageCodec", "MessageToByteEncoder"]
 I = TypeVar("I")  # noqa: E741 - Netty's name for the encoded message type
 
 
-def _encode_to_bytes(encoder: Any, ctx: HandlerContext, msg: Any, future: WriteFuture) -> None:
-    out = bytearray()
-    try:
-        encoder.encode(ctx, msg, out)
-    except EncoderError:
-        raise
-    except Exception as exc:
-        raise EncoderError(f"{type(encoder).__name__}.encode(): {exc!r}") from exc
-    # An empty output is still written (Netty writes an empty buffer with the promise), so the
-    # future completes with the flush like any other write.
-    ctx.write(bytes(out), future)
+class _BytesEncoding(ChannelOutboundHandler, Generic[I]):
+    """The encoding half both classes share: accepted messages are encoded into a fresh
+    ``bytearray`` and written as ``bytes`` with their future; others pass on untouched."""
+
+    _outbound_types: MessageTypes
+
+    def accept_outbound_message(self, msg: object) -> bool:
+        """Whether :meth:`encode` handles ``msg`` (else it is passed on)."""
+        return isinstance(msg, self._outbound_types)
+
+    def encode(self, ctx: HandlerContext, msg: I, out: bytearray) -> None:
+        """Append the bytes of ``msg`` to ``out``."""
+        raise NotImplementedError
+
+    def write(self, ctx: HandlerContext, msg: Any, future: WriteFuture) -> None:
+        if not self.accept_outbound_message(msg):
+            ctx.write(msg, future)
+            return
+        out = bytearray()
+        try:
+            self.encode(ctx, msg, out)
+        except EncoderError:
+            raise
+        except Exception as exc:
+            raise EncoderError(f"{type(self).__name__}.encode(): {exc!r}") from exc
+        # An empty output is still written (Netty writes an empty buffer with the promise), so
+        # the future completes with the flush like any other write.
+        ctx.write(bytes(out), future)
 
 
-class MessageToByteEncoder(ChannelOutboundHandler, Generic[I]):
+class MessageToByteEncoder(_BytesEncoding[I]):
     """Encode each accepted outbound message into bytes (Netty's ``MessageToByteEncoder<I>``).
 
     The accepted type is the class's type argument (``class IntEncoder(
@@ -48,22 +65,8 @@ class MessageToByteEncoder(ChannelOutboundHandler, Generic[I]):
             else message_types(type(self), MessageToByteEncoder)
         )
 
-    def accept_outbound_message(self, msg: object) -> bool:
-        """Whether :meth:`encode` handles ``msg`` (else it is passed on)."""
-        return isinstance(msg, self._outbound_types)
 
-    def encode(self, ctx: HandlerContext, msg: I, out: bytearray) -> None:
-        """Append the bytes of ``msg`` to ``out``."""
-        raise NotImplementedError
-
-    def write(self, ctx: HandlerContext, msg: Any, future: WriteFuture) -> None:
-        if self.accept_outbound_message(msg):
-            _encode_to_bytes(self, ctx, msg, future)
-        else:
-            ctx.write(msg, future)
-
-
-class ByteToMessageCodec(ByteToMessageDecoder, ChannelOutboundHandler, Generic[I]):
+class ByteToMessageCodec(ByteToMessageDecoder, _BytesEncoding[I]):
     """A :class:`ByteToMessageDecoder` and a :class:`MessageToByteEncoder` of ``I`` in one
     handler (Netty's ``ByteToMessageCodec<I>``): implement ``decode(ctx, buf, out)`` as for the
     decoder and ``encode(ctx, msg, out: bytearray)`` as for the encoder. Like every byte
@@ -82,17 +85,3 @@ class ByteToMessageCodec(ByteToMessageDecoder, ChannelOutboundHandler, Generic[I
             if outbound_type is not None
             else message_types(type(self), ByteToMessageCodec)
         )
-
-    def accept_outbound_message(self, msg: object) -> bool:
-        """Whether :meth:`encode` handles ``msg`` (else it is passed on)."""
-        return isinstance(msg, self._outbound_types)
-
-    def encode(self, ctx: HandlerContext, msg: I, out: bytearray) -> None:
-        """Append the bytes of ``msg`` to ``out``."""
-        raise NotImplementedError
-
-    def write(self, ctx: HandlerContext, msg: Any, future: WriteFuture) -> None:
-        if self.accept_outbound_message(msg):
-            _encode_to_bytes(self, ctx, msg, future)
-        else:
-            ctx.write(msg, future)
