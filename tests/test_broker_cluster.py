@@ -357,6 +357,25 @@ async def test_a_failed_sync_is_logged_and_retried(
         nursery.cancel_scope.cancel()
 
 
+async def test_a_malformed_body_from_the_master_writes_nothing(tmp_path: Path) -> None:
+    def bad_delay(ctx: Any, request: RemotingCommand) -> RemotingCommand:
+        return request.response(body=b'{"offsetTable":{"1":"twelve"}}')
+
+    store_dir = tmp_path / "s"
+    sync = SlaveSync(ConsumerOffsets(tmp_path / "o.json"), TopicTable(None), store_dir)
+    async with running(config(tmp_path / "m")) as (master, m):
+        master.port.register(RequestCode.GET_ALL_DELAY_OFFSET, bad_delay)
+        sync.set_master_address(fmt(m.broker))
+        assert not await sync.sync_logged()
+        assert sync.last_error is not None and "offsetTable" in sync.last_error
+        assert not (store_dir / "config").exists()  # checked before anything is written
+        master.port.register(RequestCode.GET_ALL_DELAY_OFFSET, lambda ctx, r: r.response(
+            body=b'{"offsetTable":{1:12}}'))  # fmt: skip
+        assert await sync.sync_logged()
+    saved = json.loads((store_dir / "config" / "delayOffset.json").read_text())
+    assert saved == {"offsetTable": {"1": 12}}
+
+
 async def test_offsets_committed_to_the_slave_while_the_master_is_down_are_not_lost(
     tmp_path: Path,
 ) -> None:

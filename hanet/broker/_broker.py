@@ -509,7 +509,7 @@ class Broker:
 
     def delay_offsets(self) -> bytes:
         """``delayOffset.json`` (an empty table until the delay service keeps one)."""
-        path = self.config.store_path_root_dir / "config" / "delayOffset.json"
+        path = self.config.store_path_root_dir / DELAY_OFFSETS_FILE
         try:
             return path.read_bytes()
         except OSError:

@@ -208,12 +208,17 @@ def timeup(record: MessageRecord) -> Message:
     )
 
 
-def encode_offsets(offsets: Mapping[int, int]) -> bytes:
+def offsets_document(offsets: Mapping[int, int]) -> dict[str, Any]:
     """The ``delayOffset.json`` document: ``{"offsetTable":{"1":12,...}}``."""
-    return body_json({"offsetTable": {str(level): offsets[level] for level in sorted(offsets)}})
+    return {"offsetTable": {str(level): offsets[level] for level in sorted(offsets)}}
 
 
-def decode_offsets(text: str) -> dict[int, int]:
+def encode_offsets(offsets: Mapping[int, int]) -> bytes:
+    """The ``delayOffset.json`` document as a body."""
+    return body_json(offsets_document(offsets))
+
+
+def decode_offsets(text: str | bytes | bytearray | memoryview) -> dict[int, int]:
     """Parse a ``delayOffset.json`` (keys quoted or, as fastjson writes them, not).
 
     Raises:

@@ -16,9 +16,7 @@ consumer restarted after the failover starts where it left off.
 from __future__ import annotations
 
 import logging
-import os
 import ssl
-from collections.abc import Callable
 from pathlib import Path
 
 import trio
@@ -29,14 +27,15 @@ from hanet.protocol import (
     ConsumerOffsetSerializeWrapper,
     MetadataSync,
     RemotingCommand,
-    RemotingHeaderError,
     RequestCode,
     SubscriptionGroupWrapper,
     TopicConfigSerializeWrapper,
     UpdateConsumerOffsetRequestHeader,
 )
 
+from ._config_files import write_config_file
 from ._offsets import ConsumerOffsets
+from ._schedule import decode_offsets, offsets_document
 from ._topics import TopicTable
 
 __all__ = ["DELAY_OFFSETS_FILE", "SUBSCRIPTION_GROUPS_FILE", "SlaveSync"]
@@ -48,16 +47,6 @@ DELAY_OFFSETS_FILE = Path("config") / "delayOffset.json"
 
 SUBSCRIPTION_GROUPS_FILE = Path("config") / "subscriptionGroup.json"
 """The consumer groups' settings, under the store directory (RocketMQ's name)."""
-
-
-def _write_atomically(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temp = path.with_name(path.name + ".tmp")
-    with temp.open("wb") as file:
-        file.write(data)
-        file.flush()
-        os.fsync(file.fileno())
-    temp.replace(path)
 
 
 class SlaveSync:
@@ -78,8 +67,6 @@ class SlaveSync:
         interval: seconds between syncs (60).
         tls: the context to connect with (None: plain TCP).
         timeout: seconds for connecting and for each answer.
-        on_delay_offsets: takes the master's ``delayOffset.json`` body (the delay service's
-            progress), besides the file.
     """
 
     def __init__(
@@ -92,7 +79,6 @@ class SlaveSync:
         interval: float = 60.0,
         tls: ssl.SSLContext | None = None,
         timeout: float = 10.0,
-        on_delay_offsets: Callable[[bytes], None] | None = None,
     ) -> None:
         self.offsets = offsets
         self.topic_table = topics
@@ -101,7 +87,6 @@ class SlaveSync:
         self.interval = interval
         self.tls = tls
         self.timeout = timeout
-        self.on_delay_offsets = on_delay_offsets
         self.subscription_groups = SubscriptionGroupWrapper()
         """The master's consumer group settings, as last copied."""
         self.syncs = 0
@@ -202,7 +187,7 @@ class SlaveSync:
             offsets = ConsumerOffsetSerializeWrapper.from_json(
                 await fetch(RequestCode.GET_ALL_CONSUMER_OFFSET)
             ).offset_table
-            delay = await fetch(RequestCode.GET_ALL_DELAY_OFFSET)
+            delay = decode_offsets(await fetch(RequestCode.GET_ALL_DELAY_OFFSET))
             groups = SubscriptionGroupWrapper.from_json(
                 await fetch(RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG)
             )
@@ -235,7 +220,10 @@ class SlaveSync:
         )
 
     async def _persist(
-        self, topics: TopicConfigSerializeWrapper, delay: bytes, groups: SubscriptionGroupWrapper
+        self,
+        topics: TopicConfigSerializeWrapper,
+        delay: dict[int, int],
+        groups: SubscriptionGroupWrapper,
     ) -> None:
         table = self.topic_table
         changed = table.replace(topics.topic_config_table, topics.data_version)
@@ -244,14 +232,12 @@ class SlaveSync:
             await trio.to_thread.run_sync(table.persist)
         await self.offsets.persist_async()
         self.subscription_groups = groups
-        if self.on_delay_offsets is not None:
-            try:
-                self.on_delay_offsets(delay)
-            except RemotingHeaderError as exc:
-                log.warning("metadata sync: the master's delay offsets: %s", exc)
         root = self.store_dir
         if root is not None:
-            await trio.to_thread.run_sync(_write_atomically, root / DELAY_OFFSETS_FILE, delay)
+            # Both bodies were decoded (checked) before anything is written.
             await trio.to_thread.run_sync(
-                _write_atomically, root / SUBSCRIPTION_GROUPS_FILE, groups.to_json()
+                write_config_file, root / DELAY_OFFSETS_FILE, offsets_document(delay)
+            )
+            await trio.to_thread.run_sync(
+                write_config_file, root / SUBSCRIPTION_GROUPS_FILE, groups.document()
             )

@@ -584,13 +584,15 @@ class SubscriptionGroupWrapper:
             _int(version.get("timestamp", 0), "dataVersion.timestamp"),
         )
 
+    def document(self) -> dict[str, Any]:
+        """The file's or body's JSON object."""
+        return {
+            "dataVersion": {"counter": self.counter, "timestamp": self.timestamp},
+            "subscriptionGroupTable": {
+                name: g.to_json() for name, g in sorted(self.groups.items())
+            },
+        }
+
     def to_json(self) -> bytes:
         """The file or body."""
-        return body_json(
-            {
-                "dataVersion": {"counter": self.counter, "timestamp": self.timestamp},
-                "subscriptionGroupTable": {
-                    name: g.to_json() for name, g in sorted(self.groups.items())
-                },
-            }
-        )
+        return body_json(self.document())
