@@ -17,6 +17,7 @@ from contextlib import asynccontextmanager
 from functools import partial
 from typing import Any, Self
 
+import attrs
 import trio
 
 from handlers import DecoderError, EncoderError
@@ -24,6 +25,7 @@ from hanet.boot import run_channel, tcp_connector
 from hanet.channel import ChannelInboundHandler, HandlerContext, StreamChannel
 from hanet.errors import HanetError
 from hanet.protocol import (
+    FLAG_ONEWAY,
     MAX_FRAME_LENGTH,
     HanetRequestCode,
     RemotingCommand,
@@ -303,16 +305,8 @@ class RemotingConnection:
             RemotingConnectionError: the connection is closed.
             ValueError: the request does not encode.
         """
-        oneway = RemotingCommand(
-            request.code,
-            language=request.language,
-            version=request.version,
-            opaque=next(self._ids) & 0x7FFFFFFF,
-            flag=request.flag | 2,
-            remark=request.remark,
-            ext_fields=request.ext_fields,
-            body=request.body,
-            serialize_type=request.serialize_type,
+        oneway = attrs.evolve(
+            request, opaque=next(self._ids) & 0x7FFFFFFF, flag=request.flag | FLAG_ONEWAY
         )
         if self._router.closed_error is not None:
             await trio.lowlevel.checkpoint()
