@@ -36,8 +36,8 @@ demo: $(STAMP)
 	$(BIN)/hanet demo
 
 lint: $(STAMP)
-	$(BIN)/ruff check hanet handlers tests examples bench
-	$(BIN)/ruff format --check hanet handlers tests examples bench
+	$(BIN)/ruff check hanet tests examples bench
+	$(BIN)/ruff format --check hanet tests examples bench
 
 typecheck: $(STAMP)
 	$(BIN)/mypy

@@ -100,7 +100,7 @@ async def receive_raw(listener: trio.SocketListener, frames: int) -> float:
 async def receive_hanet(
     conn: multiprocessing.connection.Connection, frames: int
 ) -> tuple[float, int]:
-    from handlers import LengthFieldBasedFrameDecoder
+    from hanet.handlers import LengthFieldBasedFrameDecoder
 
     done = trio.Event()
     counter = CountFrames(frames, done)

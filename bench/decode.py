@@ -17,8 +17,8 @@ import json
 import time
 from typing import Any
 
-from handlers import LengthFieldBasedFrameDecoder
 from hanet import ChannelInboundHandler, HandlerContext
+from hanet.handlers import LengthFieldBasedFrameDecoder
 from hanet.testing import EmbeddedChannel
 
 READ = 64 * 1024

@@ -26,7 +26,10 @@ from collections.abc import Callable
 
 import trio
 
-from handlers import (
+from hanet import Channel, ChannelGroup, ChannelHandler, HandlerContext, Server, serve
+from hanet.boot import run_until_stopped
+from hanet.channel import format_address
+from hanet.handlers import (
     IdleState,
     IdleStateEvent,
     IdleStateHandler,
@@ -36,9 +39,6 @@ from handlers import (
     StringEncoder,
     TooLongFrameError,
 )
-from hanet import Channel, ChannelGroup, ChannelHandler, HandlerContext, Server, serve
-from hanet.boot import run_until_stopped
-from hanet.channel import format_address
 
 MAX_LINE = 1024
 log = logging.getLogger("chat_server")

@@ -6,7 +6,7 @@ Each slave connection's pipeline is built from handlers (see :class:`hanet.ha.HA
       -> CommitLogReplayHandler -> OffsetReporter -> [the handlers you add]
 
 Handlers added with ``slave_handlers`` (a factory called once per connection, since a
-reconnect builds a new pipeline) see every :class:`handlers.ha.TransferFrame` after it was
+reconnect builds a new pipeline) see every :class:`hanet.handlers.ha.TransferFrame` after it was
 verified and written to the store. This one counts frames, bytes and heartbeats and prints a
 line per second.
 
@@ -23,11 +23,11 @@ from typing import Any
 
 import trio
 
-from handlers.ha import TransferFrame
 from hanet import ChannelInboundHandler, HandlerContext
 from hanet.boot import run_until_stopped
 from hanet.broker import Broker
 from hanet.ha import BrokerConfig, BrokerRole
+from hanet.handlers.ha import TransferFrame
 
 
 class Metrics:

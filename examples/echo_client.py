@@ -24,13 +24,6 @@ from typing import Any
 
 import trio
 
-from handlers import (
-    IdleState,
-    IdleStateEvent,
-    IdleStateHandler,
-    LengthFieldBasedFrameDecoder,
-    LengthFieldPrepender,
-)
 from hanet import (
     ChannelInboundHandler,
     HandlerContext,
@@ -39,6 +32,13 @@ from hanet import (
     StreamChannel,
     TimerHandle,
     tcp_connector,
+)
+from hanet.handlers import (
+    IdleState,
+    IdleStateEvent,
+    IdleStateHandler,
+    LengthFieldBasedFrameDecoder,
+    LengthFieldPrepender,
 )
 
 MAX_FRAME = 1024 * 1024

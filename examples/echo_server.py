@@ -27,15 +27,15 @@ from typing import Any
 
 import trio
 
-from handlers import (
+from hanet import ChannelInboundHandler, HandlerContext, Server, StreamChannel, serve
+from hanet.boot import run_until_stopped
+from hanet.handlers import (
     IdleState,
     IdleStateEvent,
     IdleStateHandler,
     LengthFieldBasedFrameDecoder,
     LengthFieldPrepender,
 )
-from hanet import ChannelInboundHandler, HandlerContext, Server, StreamChannel, serve
-from hanet.boot import run_until_stopped
 
 MAX_FRAME = 1024 * 1024
 log = logging.getLogger("echo_server")

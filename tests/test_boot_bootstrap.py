@@ -13,7 +13,6 @@ from typing import Any
 import pytest
 import trio
 
-from handlers import LengthFieldBasedFrameDecoder, LengthFieldPrepender
 from hanet import (
     ChannelInboundHandler,
     HandlerContext,
@@ -22,6 +21,7 @@ from hanet import (
     connect,
     serve,
 )
+from hanet.handlers import LengthFieldBasedFrameDecoder, LengthFieldPrepender
 
 MAX_FRAME = 64 * 1024
 

@@ -11,9 +11,9 @@ from typing import Any
 import trio
 import trio.testing
 
-from handlers import LengthFieldBasedFrameDecoder
 from hanet import ChannelInboundHandler, HandlerContext, StreamChannel, run_channel
 from hanet.channel import EmbeddedChannel, ReadOnlyBuffer
+from hanet.handlers import LengthFieldBasedFrameDecoder
 from hanet.store import CommitLogStore, Message, StoreConfig
 
 

@@ -13,7 +13,6 @@ import trio.testing
 from hypothesis import given
 from hypothesis import strategies as st
 
-from handlers import CorruptedFrameError
 from hanet.dledger import (
     AppendRequest,
     AppendResponse,
@@ -37,6 +36,7 @@ from hanet.dledger import (
 from hanet.dledger import (
     Message as RaftMessage,
 )
+from hanet.handlers import CorruptedFrameError
 from hanet.store import (
     CommitLogReader,
     FlushDiskType,

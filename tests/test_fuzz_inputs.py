@@ -8,9 +8,9 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from handlers import DecoderError
-from handlers.ha import OffsetReportDecoder, TransferFrameDecoder, transfer_frame_decoder
 from hanet.channel import ChannelInboundHandler, HandlerContext
+from hanet.handlers import DecoderError
+from hanet.handlers.ha import OffsetReportDecoder, TransferFrameDecoder, transfer_frame_decoder
 from hanet.protocol import (
     MAX_FRAME_LENGTH,
     HeartbeatData,

@@ -6,14 +6,14 @@ from typing import Any
 
 import pytest
 
-from handlers import (
+from hanet import ChannelConfig, ChannelInboundHandler, HandlerContext
+from hanet.handlers import (
     ByteCursor,
     ByteToMessageDecoder,
     DecoderError,
     FixedLengthFrameDecoder,
     LengthFieldBasedFrameDecoder,
 )
-from hanet import ChannelConfig, ChannelInboundHandler, HandlerContext
 from hanet.testing import EmbeddedChannel
 
 

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from handlers import DelimiterBasedFrameDecoder, Delimiters, TooLongFrameError
 from hanet.channel import ChannelInboundHandler, HandlerContext
+from hanet.handlers import DelimiterBasedFrameDecoder, Delimiters, TooLongFrameError
 from hanet.testing import EmbeddedChannel
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import struct
 
-from handlers.ha import TransferFrame, TransferFrameEncoder
 from hanet.channel import ReadOnlyBuffer
+from hanet.handlers.ha import TransferFrame, TransferFrameEncoder
 from hanet.testing import EmbeddedChannel
 
 HEADER = struct.Struct(">qi")

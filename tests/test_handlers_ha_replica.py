@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from handlers.ha import CommitLogReplayHandler, OffsetVerifier, TransferFrame
 from hanet.channel import EmbeddedChannel
+from hanet.handlers.ha import CommitLogReplayHandler, OffsetVerifier, TransferFrame
 from hanet.store import CommitLogStore, Message, StoreConfig, StoreRole
 
 FILE = 64 * 1024

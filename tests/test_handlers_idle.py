@@ -8,15 +8,6 @@ import pytest
 import trio
 import trio.testing
 
-from handlers import (
-    IdleState,
-    IdleStateEvent,
-    IdleStateHandler,
-    ReadTimeoutError,
-    ReadTimeoutHandler,
-    WriteTimeoutError,
-    WriteTimeoutHandler,
-)
 from hanet import (
     ChannelInboundHandler,
     ChannelOutboundHandler,
@@ -24,6 +15,15 @@ from hanet import (
     StreamChannel,
     WriteFuture,
     run_channel,
+)
+from hanet.handlers import (
+    IdleState,
+    IdleStateEvent,
+    IdleStateHandler,
+    ReadTimeoutError,
+    ReadTimeoutHandler,
+    WriteTimeoutError,
+    WriteTimeoutHandler,
 )
 from hanet.testing import EmbeddedChannel
 

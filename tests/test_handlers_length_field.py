@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from handlers import (
+from hanet.handlers import (
     CorruptedFrameError,
     DecoderError,
     EncoderError,

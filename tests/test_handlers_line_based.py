@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from handlers import LineBasedFrameDecoder, TooLongFrameError
+from hanet.handlers import LineBasedFrameDecoder, TooLongFrameError
 from hanet.testing import EmbeddedChannel
 
 

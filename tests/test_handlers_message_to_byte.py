@@ -7,8 +7,8 @@ from typing import Any, ClassVar
 
 import pytest
 
-from handlers import ByteCursor, ByteToMessageCodec, EncoderError, MessageToByteEncoder
 from hanet.channel import HandlerContext
+from hanet.handlers import ByteCursor, ByteToMessageCodec, EncoderError, MessageToByteEncoder
 from hanet.testing import EmbeddedChannel
 
 

@@ -7,14 +7,14 @@ from typing import Any
 
 import pytest
 
-from handlers import (
+from hanet.channel import ChannelConfig, ChannelOutboundHandler, HandlerContext, WriteFuture
+from hanet.handlers import (
     DecoderError,
     EncoderError,
     MessageToMessageCodec,
     MessageToMessageDecoder,
     MessageToMessageEncoder,
 )
-from hanet.channel import ChannelConfig, ChannelOutboundHandler, HandlerContext, WriteFuture
 from hanet.testing import EmbeddedChannel
 
 

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from handlers import SimpleChannelInboundHandler
 from hanet.channel import ChannelInboundHandler, HandlerContext
+from hanet.handlers import SimpleChannelInboundHandler
 from hanet.testing import EmbeddedChannel
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from handlers import EncoderError, LineBasedFrameDecoder, StringDecoder, StringEncoder
+from hanet.handlers import EncoderError, LineBasedFrameDecoder, StringDecoder, StringEncoder
 from hanet.testing import EmbeddedChannel
 
 

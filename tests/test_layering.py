@@ -64,8 +64,6 @@ def _closure(layer: str) -> set[str]:
 def layer_of(module: str) -> str | None:
     """The layer of a hanet module name, or None for a module outside the project."""
     parts = module.split(".")
-    if parts[0] == "handlers":
-        return "handlers"
     if parts[0] != "hanet":
         return None
     if len(parts) == 1:
@@ -109,7 +107,7 @@ def _imports(path: Path) -> Iterator[tuple[str, str]]:
 
 
 def _sources() -> list[Path]:
-    return sorted([*ROOT.glob("hanet/**/*.py"), *ROOT.glob("handlers/**/*.py")])
+    return sorted(ROOT.glob("hanet/**/*.py"))
 
 
 def _is_private(module: str, name: str) -> bool:
@@ -221,7 +219,7 @@ def test_lower_layers_load_no_networking(package: str) -> None:
     code = (
         f"import sys, {package}; "
         "print(sorted(m for m in sys.modules if m.startswith(('hanet.channel', 'hanet.boot', "
-        "'hanet.ha', 'hanet.broker', 'handlers'))))"
+        "'hanet.ha', 'hanet.broker', 'hanet.handlers'))))"
     )
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT

@@ -10,7 +10,7 @@ from typing import Any
 import attrs
 import pytest
 
-from handlers import CorruptedFrameError
+from hanet.handlers import CorruptedFrameError
 from hanet.protocol import (
     BrokerStatus,
     ClusterLink,

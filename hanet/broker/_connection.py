@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from handlers import DecoderError
 from hanet.channel import ChannelInboundHandler, HandlerContext, StreamChannel, format_address
+from hanet.handlers import DecoderError
 from hanet.protocol import RemotingCommand
 from hanet.store import PutResult, PutStatus
 

@@ -20,10 +20,10 @@ from typing import Any, Self
 import attrs
 import trio
 
-from handlers import DecoderError, EncoderError
 from hanet.boot import run_channel, tcp_connector
 from hanet.channel import ChannelInboundHandler, HandlerContext, StreamChannel
 from hanet.errors import HanetError
+from hanet.handlers import DecoderError, EncoderError
 from hanet.protocol import (
     FLAG_ONEWAY,
     MAX_FRAME_LENGTH,

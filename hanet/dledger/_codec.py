@@ -17,13 +17,13 @@ Each frame follows a u32 length prefix (``LengthFieldBasedFrameDecoder(max, 0, 4
     7 HELLO         str broker_address (the sender's broker port; first on a connection,
                     so followers can name the leader's broker port in NOT_LEADER answers)
 
-A frame that does not decode raises :class:`handlers.CorruptedFrameError` (the connection
+A frame that does not decode raises :class:`hanet.handlers.CorruptedFrameError` (the connection
 closes), and so does an APPEND no log can take: ``prev_index`` below 0, ``prev_term`` outside
 ``[0, term]``, entry indexes not following ``prev_index``, entry terms falling (below
 ``prev_term`` or the entry before) or above the append's term, a no-op with a body or a client
 entry whose body is not exactly one RocketMQ record (as recovery checks; the body CRC is checked
 where it is applied). Frames over the maximum length close it with
-:class:`handlers.TooLongFrameError`. Appends are bounded by ``RaftConfig.max_batch`` entries
+:class:`hanet.handlers.TooLongFrameError`. Appends are bounded by ``RaftConfig.max_batch`` entries
 and ``RaftConfig.max_batch_bytes`` (at most half the frame limit: a node caps it there), each
 entry by the broker's message limit; an append of one entry is sent whatever its size.
 """
@@ -35,13 +35,13 @@ from typing import Any
 
 import attrs
 
-from handlers import (
+from hanet.channel import ChannelDuplexHandler, ChannelHandler, HandlerContext, WriteFuture
+from hanet.handlers import (
     CorruptedFrameError,
     EncoderError,
     LengthFieldBasedFrameDecoder,
     LengthFieldPrepender,
 )
-from hanet.channel import ChannelDuplexHandler, ChannelHandler, HandlerContext, WriteFuture
 from hanet.store import CorruptRecordError, decode_record
 
 from ._log import LogEntry

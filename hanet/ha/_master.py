@@ -11,8 +11,6 @@ from typing import Any
 import attrs
 import trio
 
-from handlers import IdleState, IdleStateEvent, IdleStateHandler
-from handlers.ha import OffsetReport, OffsetReportDecoder, TransferFrame, TransferFrameEncoder
 from hanet.boot import AllowList, certificate_names, run_channel, serve
 from hanet.channel import (
     ChannelConfig,
@@ -24,6 +22,8 @@ from hanet.channel import (
     WriteFuture,
     format_address,
 )
+from hanet.handlers import IdleState, IdleStateEvent, IdleStateHandler
+from hanet.handlers.ha import OffsetReport, OffsetReportDecoder, TransferFrame, TransferFrameEncoder
 from hanet.store import (
     BLANK_MAGIC,
     BLANK_RECORD_SIZE,

@@ -7,17 +7,17 @@ from collections.abc import Callable, Sequence
 
 import trio
 
-from handlers import IdleStateHandler
-from handlers.ha import (
+from hanet.boot import Connector, ReconnectingClient, RetryPolicy, tcp_connector
+from hanet.channel import ChannelHandler, StreamChannel, format_address, parse_address
+from hanet.errors import ConfigError
+from hanet.handlers import IdleStateHandler
+from hanet.handlers.ha import (
     CommitLogReplayHandler,
     OffsetReporter,
     OffsetVerifier,
     TransferFrameDecoder,
     transfer_frame_decoder,
 )
-from hanet.boot import Connector, ReconnectingClient, RetryPolicy, tcp_connector
-from hanet.channel import ChannelHandler, StreamChannel, format_address, parse_address
-from hanet.errors import ConfigError
 from hanet.store import CommitLogStore, RecordScanner, StopReason
 
 from ._config import BrokerConfig
@@ -73,7 +73,7 @@ class HASlave:
             :meth:`set_master_address`) and the intervals.
         connector: opens the stream to the master (default: TCP to the master's address).
         extra_handlers: called per connection; its handlers go at the end of the pipeline and
-            see every applied :class:`handlers.ha.TransferFrame`.
+            see every applied :class:`hanet.handlers.ha.TransferFrame`.
         on_connect: called each time a connection to the master is made (a broker syncs its
             metadata then).
     """

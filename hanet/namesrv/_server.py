@@ -40,9 +40,9 @@ from typing import Any
 
 import trio
 
-from handlers import IdleStateEvent, IdleStateHandler
 from hanet.boot import AllowList, serve_listeners
 from hanet.channel import ChannelInboundHandler, HandlerContext, StreamChannel, format_address
+from hanet.handlers import IdleStateEvent, IdleStateHandler
 from hanet.protocol import (
     MAX_FRAME_LENGTH,
     DataVersion,

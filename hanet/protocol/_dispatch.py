@@ -23,8 +23,8 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from handlers import DecoderError
 from hanet.channel import ChannelInboundHandler, HandlerContext, format_address
+from hanet.handlers import DecoderError
 
 from ._codes import ResponseCode
 from ._remoting import RemotingCommand, RemotingHeaderError

@@ -32,7 +32,7 @@ from typing import Any, cast
 
 import attrs
 
-from handlers import CorruptedFrameError
+from hanet.handlers import CorruptedFrameError
 
 from ._codes import LanguageCode, ResponseCode, SerializeType
 

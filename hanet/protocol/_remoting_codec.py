@@ -13,8 +13,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from handlers import EncoderError, LengthFieldBasedFrameDecoder
 from hanet.channel import ChannelDuplexHandler, ChannelHandler, HandlerContext, WriteFuture
+from hanet.handlers import EncoderError, LengthFieldBasedFrameDecoder
 
 from ._codes import ResponseCode
 from ._remoting import MAX_FRAME_LENGTH, RemotingCommand, decode_command, encode_header

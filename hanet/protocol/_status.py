@@ -42,7 +42,7 @@ from typing import Any
 
 import attrs
 
-from handlers import CorruptedFrameError
+from hanet.handlers import CorruptedFrameError
 
 from ._remoting import RemotingHeaderError
 
