@@ -218,6 +218,9 @@ class BrokerAdmin:
         self._config_version = 0
         self.resets_sent = 0
         """RESET_CONSUMER_CLIENT_OFFSET requests sent to consumers."""
+        self.wake_pulls: Callable[[str, int], None] | None = None
+        """Answers the pulls held (long polling) on a topic's queue now: a reset queue's
+        consumer hears of its new offset without waiting for its held pull to time out."""
 
     def attach(self, config: BrokerConfig, reconfigure: Callable[[BrokerConfig], None]) -> None:
         """Serve ``config``'s broker: its name, its settings (``reconfigure`` applies a live
@@ -652,6 +655,8 @@ class BrokerAdmin:
             except ConsumerOffsetsFull as exc:
                 log.warning("reset of %s@%s: %s", topic, group, exc)
             self._resets[(group, topic, queue.queue_id)] = (offset, deadline)
+            if self.wake_pulls is not None:
+                self.wake_pulls(topic, queue.queue_id)
         log.info(
             "[reset-offset] %s@%s to %d by %s: %d members told",
             topic,

@@ -355,6 +355,9 @@ class Broker:
                 holds = PullHoldService(self._repull, store.max_queue_offset)
                 await nursery.start(holds.run)
                 self.port.hold = holds.hold
+                self.port.admin.wake_pulls = lambda t, q: holds.notify_message_arriving(
+                    t, q, 1 << 62
+                )
                 self.stored_listeners.append(holds.notify_put)
                 self.port.register(
                     RequestCode.CONSUMER_SEND_MSG_BACK,

@@ -359,9 +359,15 @@ class AdminClient:
         self, group: str, topic: str | None = None
     ) -> dict[MessageQueue, OffsetWrapper]:
         """``group``'s progress per queue over every master of its retry topic's route (as
-        ``mqadmin consumerProgress``)."""
+        ``mqadmin consumerProgress``; a group never online has none: then ``topic``'s)."""
         table: dict[MessageQueue, OffsetWrapper] = {}
-        for _, address in await self.route_masters(retry_topic_of(group)):
+        try:
+            masters = await self.route_masters(retry_topic_of(group))
+        except RemotingResponseError as exc:
+            if exc.code != ResponseCode.TOPIC_NOT_EXIST or topic is None:
+                raise
+            masters = await self.route_masters(topic)  # a group never online: the topic's
+        for _, address in masters:
             stats = await self.consume_stats(address, group, topic)
             table.update(stats.offset_table)
         return dict(sorted(table.items()))
