@@ -54,6 +54,13 @@ async def test_topic_create_stats_delete(tmp_path: Path) -> None:
         assert queues[0].max_offset == 0
         assert {q.broker_name for q in stats.offset_table} == {broker.config.broker_name}
 
+        # shrunk by an admin: the store's third queue does not grow it back
+        await put(broker, "Orders", b"last", queue_id=2)
+        await admin.create_topic(
+            address, CreateTopicRequestHeader("Orders", read_queue_nums=2, write_queue_nums=2)
+        )
+        assert broker.topics()["Orders"] == 2
+
         await admin.delete_topic_in_broker(address, "Orders")
         assert broker.topic_table.get("Orders") is None
         assert not (tmp_path / "b" / "consumequeue" / "Orders").exists()

@@ -64,6 +64,13 @@ class Cluster:
         address: str = self.masters[index].ready["broker"]
         return address
 
+    def text(self, *argv: str) -> str:
+        """``hanet admin <argv> -n <name server>`` in this process: its table."""
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            assert main(["admin", *argv, "-n", self.namesrv_address]) == 0, argv
+        return out.getvalue()
+
     def admin(self, *argv: str, expect: int = 0) -> Any:
         """``hanet admin <argv> -n <name server> --json`` run by :func:`hanet.cli.main` in this
         process (a new process costs seconds): its JSON document (or its stderr when it exits
@@ -162,6 +169,25 @@ def test_two_brokers_managed_through_hanet_admin(cluster: Cluster) -> None:
     }
     assert rows[("broker-a", 0)] == (3, 1)
     assert progress["diffTotal"] == 4
+
+    tables = {
+        verb: cluster.text(*argv)
+        for verb, *argv in (
+            ("clusterList", "clusterList"),
+            ("topicStatus", "topicStatus", "-t", "AdminT"),
+            ("consumerProgress", "consumerProgress", "-g", "AdminG", "-t", "AdminT"),
+            ("topicRoute", "topicRoute", "-t", "AdminT"),
+            ("brokerStatus", "brokerStatus", "-b", a),
+            ("getBrokerConfig", "getBrokerConfig", "-c", "C"),
+        )
+    }
+    assert tables["clusterList"].splitlines()[0].split()[:3] == ["#Cluster", "Name", "#Broker"]
+    assert "broker-b" in tables["clusterList"] and "V4_9_8" in tables["clusterList"]
+    assert len(tables["topicStatus"].splitlines()) == 5
+    assert "Diff Total: 4" in tables["consumerProgress"]
+    assert f"0={b}" in tables["topicRoute"]
+    assert "msgPutTotalTodayNow" in tables["brokerStatus"]
+    assert tables["getBrokerConfig"].count("brokerName") == 2
 
     info = cluster.admin("brokerStatus", "-b", a)
     assert info["msgPutTotalTodayNow"] == "5"

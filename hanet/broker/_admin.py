@@ -170,12 +170,14 @@ class _Client:
 
 
 def _language(code: int | str) -> str:
+    """A client's language by its name in RocketMQ's ``LanguageCode`` (OTHER for a code it
+    does not have: mqadmin could not read another name)."""
     if isinstance(code, str):
-        return code
+        return code if code in LanguageCode.__members__ else "OTHER"
     try:
         return LanguageCode(code).name
     except ValueError:
-        return str(code)
+        return "OTHER"
 
 
 def _system_topic(topic: str) -> bool:
@@ -214,6 +216,7 @@ class BrokerAdmin:
         self._subscriptions: dict[str, ConsumerData] = {}
         self._producers: dict[str, dict[str, _Client]] = {}
         self._resets: dict[tuple[str, str, int], tuple[int, float]] = {}
+        self._next_expiry = 0.0
         self._started_ms = int(time.time() * 1000)
         self._config_version = 0
         self.resets_sent = 0
@@ -294,6 +297,9 @@ class BrokerAdmin:
         return answer
 
     def _expire(self, now: float) -> None:
+        if now < self._next_expiry:
+            return
+        self._next_expiry = now + 10.0  # a scan of every client at most every 10 s
         expiry = self.port.backend.consumers.expiry
         for key, client in list(self._consumers.items()):
             if now - client.seen > expiry:
@@ -341,8 +347,14 @@ class BrokerAdmin:
     ) -> RemotingCommand:
         """GET_PRODUCER_CONNECTION_LIST: the producer group's live members."""
         header = GetProducerConnectionListRequestHeader.from_fields(request.fields)
-        self._expire(trio.current_time())
-        members = self._producers.get(header.producer_group)
+        now = trio.current_time()
+        self._expire(now)
+        expiry = self.port.backend.consumers.expiry
+        members = {
+            client_id: c
+            for client_id, c in self._producers.get(header.producer_group, {}).items()
+            if _open(c.channel) and now - c.seen <= expiry
+        }
         if not members:
             return request.response(
                 ResponseCode.SYSTEM_ERROR,

@@ -78,6 +78,7 @@ class TopicTable:
         self.data_version = DataVersion(_now_ms(), 0)
         self._dirty = False
         self._deleted: set[str] = set()  # deleted by an admin: not re-added from the store
+        self._set: set[str] = set()  # queues set by an admin: not grown back from the store
         self.on_change: Callable[[], None] | None = None
         """Called when a topic is created or grows (the broker registers again at once, as
         RocketMQ's ``registerBrokerAll`` after a topic is created)."""
@@ -171,7 +172,7 @@ class TopicTable:
         least :attr:`default_queues` queues and its highest queue id."""
         highest: dict[str, int] = {}
         for topic, queue_id in queues:
-            if topic not in self._deleted:
+            if topic not in self._deleted and topic not in self._set:
                 highest[topic] = max(highest.get(topic, 0), queue_id + 1)
         for topic, count in highest.items():
             config = self._table.get(topic)
@@ -192,7 +193,8 @@ class TopicTable:
 
     def update(self, config: TopicConfig) -> TopicConfig:
         """Create ``config.topic_name`` or replace its config as given (UPDATE_AND_CREATE_TOPIC:
-        queues may shrink, the permission change).
+        queues may shrink, the permission change; the store's queues beyond them no longer
+        grow it back).
 
         Raises:
             TopicTableFull: it would be a topic past ``max_topics``.
@@ -204,6 +206,7 @@ class TopicTable:
             return config
         self._table[name] = config
         self._deleted.discard(name)
+        self._set.add(name)
         log.info(
             "topic %s set: %d read / %d write queues, perm %d",
             name,
@@ -221,6 +224,7 @@ class TopicTable:
         if self._table.pop(topic, None) is None:
             return False
         self._deleted.add(topic)
+        self._set.discard(topic)
         log.info("topic %s deleted", topic)
         self._changed()
         return True
