@@ -12,9 +12,11 @@ from broker_support import config, fmt, heartbeat_request, pull, put, running, w
 from hanet.client import AdminClient, RemotingConnection, RemotingResponseError
 from hanet.protocol import (
     CreateTopicRequestHeader,
+    HeartbeatData,
     LanguageCode,
     MessageQueue,
     OffsetWrapper,
+    ProducerData,
     RemotingCommand,
     RequestCode,
     ResetOffsetBody,
@@ -119,6 +121,13 @@ async def test_consume_stats_and_connections(tmp_path: Path) -> None:
             assert set(connections.subscription_table) == {"T"}
             with pytest.raises(RemotingResponseError):
                 await admin.producer_connections(address, "P")
+            producer = HeartbeatData("client-2", producer_data_set=(ProducerData("P"),))
+            answer = await client.invoke(
+                RemotingCommand.request(RequestCode.HEART_BEAT, body=producer.to_json())
+            )
+            assert answer.code == ResponseCode.SUCCESS
+            (member,) = (await admin.producer_connections(address, "P")).connection_set
+            assert (member.client_id, member.language) == ("client-2", "JAVA")
 
 
 async def test_subscription_groups(tmp_path: Path) -> None:
