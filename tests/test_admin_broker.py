@@ -3,6 +3,7 @@ through :class:`hanet.client.AdminClient`."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -171,14 +172,34 @@ async def test_reset_offset_reaches_live_consumers(tmp_path: Path) -> None:
             body = await admin.invoke_reset_offset(address, "T", "G", stamps[2])
             assert body is not None
             assert body.offset_table == {MessageQueue("T", broker.config.broker_name, 0): 2}
-            await wait_for(
-                lambda: any(r.code == RequestCode.RESET_CONSUMER_CLIENT_OFFSET for r in pushed)
-            )
-            (push,) = [r for r in pushed if r.code == RequestCode.RESET_CONSUMER_CLIENT_OFFSET]
+
+            def resets() -> list[RemotingCommand]:
+                return [r for r in pushed if r.code == RequestCode.RESET_CONSUMER_CLIENT_OFFSET]
+
+            await wait_for(lambda: bool(resets()))
+            (push,) = resets()
             assert push.is_oneway
             header = ResetOffsetRequestHeader.from_fields(push.fields)
             assert (header.topic, header.group, header.timestamp) == ("T", "G", stamps[2])
             assert ResetOffsetBody.decode(push.body) == body
+            # asked in C++'s language: the C++ clients' body (ResetOffsetBodyForC)
+            fields = ResetOffsetRequestHeader("T", "G", stamps[2], True).to_fields()
+            request = RemotingCommand(
+                RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, LanguageCode.CPP, ext_fields=fields
+            )
+            async with RemotingConnection.connect(*addresses.broker) as cpp:  # type: ignore[misc]
+                assert (await cpp.invoke(request)).code == ResponseCode.SUCCESS
+            await wait_for(lambda: len(resets()) == 2)
+            assert json.loads(bytes(resets()[1].body)) == {
+                "offsetTable": [
+                    {
+                        "brokerName": broker.config.broker_name,
+                        "offset": 2,
+                        "queueId": 0,
+                        "topic": "T",
+                    }
+                ]
+            }
             assert broker.offsets.query("G", "T", 0) == 2  # committed at once too
 
             # a client that ignored the push: its stale commit is dropped, its pull moved

@@ -90,6 +90,7 @@ from hanet.protocol import (
     TopicStatsTable,
     load_body,
     properties_to_text,
+    reset_offset_body_for_c,
     text_to_properties,
 )
 from hanet.store import CommitLogStore, topic_problem
@@ -649,12 +650,12 @@ class BrokerAdmin:
             )
         body = ResetOffsetBody(table)
         fields = ResetOffsetRequestHeader(topic, group, header.timestamp, header.is_force)
+        # RocketMQ's broker writes the C++ clients' shape when the reset is asked in CPP
+        c_shape = request.language in (LanguageCode.CPP, "CPP")
+        pushed = reset_offset_body_for_c(table) if c_shape else body.encode()
         for member in members:
             push = RemotingCommand.request(
-                RequestCode.RESET_CONSUMER_CLIENT_OFFSET,
-                fields.to_fields(),
-                body=body.encode(),
-                oneway=True,
+                RequestCode.RESET_CONSUMER_CLIENT_OFFSET, fields.to_fields(), pushed, oneway=True
             )
             channel = getattr(member.channel, "channel", None)
             if channel is not None:

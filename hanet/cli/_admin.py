@@ -118,6 +118,7 @@ class AdminVerbs:
     def add_parser(self, name: str, **kwargs: Any) -> argparse.ArgumentParser:
         """A verb's parser with the common options."""
         kwargs["parents"] = [*kwargs.get("parents", ()), self._common]
+        kwargs.setdefault("conflict_handler", "resolve")  # a verb may define -n its own way
         parser: argparse.ArgumentParser = self._subparsers.add_parser(name, **kwargs)
         return parser
 

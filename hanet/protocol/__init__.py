@@ -47,6 +47,7 @@ from ._admin import (
     WritePermOfBrokerResponseHeader,
     loads_object_keys,
     properties_to_text,
+    reset_offset_body_for_c,
     text_to_properties,
 )
 from ._bodies import (
@@ -314,6 +315,7 @@ __all__ = [
     "properties_to_string",
     "properties_to_text",
     "remoting_pipeline",
+    "reset_offset_body_for_c",
     "route_standard_json",
     "string_to_properties",
     "text_to_properties",

@@ -61,6 +61,7 @@ __all__ = [
     "WritePermOfBrokerResponseHeader",
     "loads_object_keys",
     "properties_to_text",
+    "reset_offset_body_for_c",
     "text_to_properties",
 ]
 
@@ -614,6 +615,17 @@ class ResetOffsetBody:
         o = _object(loads_object_keys(data, "reset offset"), "resetOffsetBody")
         pairs = _read_queue_keyed(o.get("offsetTable"), "resetOffsetBody.offsetTable")
         return cls({q: _int(v, f"offset of {q}") for q, v in pairs})
+
+
+def reset_offset_body_for_c(offsets: Mapping[MessageQueue, int]) -> bytes:
+    """RESET_CONSUMER_CLIENT_OFFSET's body when the reset was asked in C++'s language
+    (RocketMQ's ``ResetOffsetBodyForC``): ``{"offsetTable":[{"brokerName":..,"offset":..,
+    "queueId":..,"topic":..}]}``."""
+    table = [
+        {"brokerName": q.broker_name, "offset": o, "queueId": q.queue_id, "topic": q.topic}
+        for q, o in sorted(offsets.items())
+    ]
+    return body_json({"offsetTable": table})
 
 
 # -- Java properties text ---------------------------------------------------------------------
