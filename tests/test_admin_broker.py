@@ -63,6 +63,14 @@ async def test_topic_create_stats_delete(tmp_path: Path) -> None:
             address, CreateTopicRequestHeader("Orders", read_queue_nums=2, write_queue_nums=2)
         )
         assert broker.topics()["Orders"] == 2
+        # registered as set: read and write queues apart, read-only
+        await admin.create_topic(
+            address,
+            CreateTopicRequestHeader("Orders", read_queue_nums=2, write_queue_nums=1, perm=4),
+        )
+        table = broker.registration().body().topic_config_serialize_wrapper.topic_config_table
+        orders = table["Orders"]
+        assert (orders.read_queue_nums, orders.write_queue_nums, orders.perm) == (2, 1, 4)
 
         await admin.delete_topic_in_broker(address, "Orders")
         assert broker.topic_table.get("Orders") is None

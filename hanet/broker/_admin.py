@@ -152,6 +152,8 @@ MAX_PRODUCER_GROUPS = 10_000
 MAX_CLIENTS = 100_000
 """Most (group, client) entries kept for the connection lists."""
 
+_RW = PERM_READ | PERM_WRITE
+
 _SLAVE_REFUSAL = (
     "Can't modify topic or subscription group from slave broker, "
     "please execute it from master broker."
@@ -535,6 +537,19 @@ class BrokerAdmin:
             return request.response(ResponseCode.SYSTEM_ERROR, str(exc))
         log.info("topic %s created or updated by %s", header.topic, connection_of(ctx).peer)
         return request.response()
+
+    def set_topics(self) -> tuple[TopicConfig, ...]:
+        """The topic configs a registration must carry as they are (read and write queues
+        apart, a permission other than read and write, an order flag: what an admin sets);
+        the others register by their queue count."""
+        table = self.port.backend.topic_table
+        configs = (table.get(name) for name in table.names())
+        return tuple(
+            c
+            for c in configs
+            if c is not None
+            and (c.read_queue_nums != c.write_queue_nums or c.perm != _RW or c.order)
+        )
 
     def delete_topic(self, ctx: HandlerContext, request: RemotingCommand) -> RemotingCommand | None:
         """DELETE_TOPIC_IN_BROKER: forget the topic and delete its consume queues (answered

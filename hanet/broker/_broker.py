@@ -624,6 +624,7 @@ class Broker:
             ha_address=_advertised(addresses.ha, config.broker_ip2 or config.broker_ip1),
             topics=tuple(sorted(topics.items())),
             data_version=self._topics.data_version if self._topics is not None else None,
+            topic_configs=self.port.admin.set_topics(),
         )
 
     def _registered(self, answer: RegisterBrokerResponse) -> None:
