@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import trio
-from broker_support import config, fmt, heartbeat_request, pull, put, running, wait_for
+from broker_support import config, fmt, heartbeat_request, pull, put, running, send, wait_for
 
 from hanet.client import AdminClient, RemotingConnection, RemotingResponseError
 from hanet.protocol import (
@@ -95,6 +95,22 @@ async def test_system_topics_and_bad_queues_are_refused(tmp_path: Path) -> None:
             assert caught.value.code == ResponseCode.SYSTEM_ERROR
             assert words in str(caught.value)
         assert broker.topic_table.get("T") is None
+
+
+async def test_a_topics_permission_is_enforced(tmp_path: Path) -> None:
+    async with running(config(tmp_path / "b")) as (_, addresses):
+        admin = AdminClient()
+        address = fmt(addresses.broker)
+        await admin.create_topic(address, CreateTopicRequestHeader("RO", perm=4))
+        await admin.create_topic(address, CreateTopicRequestHeader("WO", perm=2))
+        async with RemotingConnection.connect(*addresses.broker) as conn:  # type: ignore[misc]
+            refused = await send(conn, "RO")
+            assert refused.code == ResponseCode.NO_PERMISSION
+            assert "sending message is forbidden" in (refused.remark or "")
+            assert (await send(conn, "WO")).code == ResponseCode.SUCCESS
+            pulled = await pull(conn, "WO", 0, 0)
+            assert pulled.code == ResponseCode.NO_PERMISSION
+            assert (await pull(conn, "RO", 0, 0)).code == ResponseCode.PULL_NOT_FOUND
 
 
 async def test_consume_stats_and_connections(tmp_path: Path) -> None:

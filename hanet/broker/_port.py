@@ -49,6 +49,7 @@ from collections.abc import Callable, Mapping, Sequence
 from hanet.channel import HandlerContext, StreamChannel
 from hanet.protocol import (
     MAX_FRAME_LENGTH,
+    PERM_READ,
     ConsumerListBody,
     ConsumerOffsetSerializeWrapper,
     GetConsumerListByGroupRequestHeader,
@@ -254,6 +255,10 @@ class BrokerPort:
                 return request.response(
                     ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist, apply first please!"
                 )
+        elif not config.perm & PERM_READ:  # made write-only by an admin
+            return request.response(
+                ResponseCode.NO_PERMISSION, f"the topic[{topic}] pulling message is forbidden"
+            )
         elif not 0 <= header.queue_id < max(config.read_queue_nums, 1):
             return request.response(
                 ResponseCode.SYSTEM_ERROR,
