@@ -282,6 +282,11 @@ async def test_runtime_info(tmp_path: Path) -> None:
         info = await AdminClient().runtime_info(fmt(addresses.broker))
         assert info["brokerVersionDesc"] == "V4_9_8"
         assert info["msgPutTotalTodayNow"] == "2"
+        assert info["msgGetTotalTodayNow"] == "0"
+        async with RemotingConnection.connect(*addresses.broker) as conn:  # type: ignore[misc]
+            assert len((await pull(conn, "T", 0, 0)).records) == 2
+        info = await AdminClient().runtime_info(fmt(addresses.broker))
+        assert info["msgGetTotalTodayNow"] == "2"
         assert int(info["commitLogMaxOffset"]) == broker.store.max_offset
         assert int(info["earliestMessageTimeStamp"]) > 0
         assert len(info["putTps"].split()) == 3

@@ -224,6 +224,8 @@ class BrokerAdmin:
         self._config_version = 0
         self.resets_sent = 0
         """RESET_CONSUMER_CLIENT_OFFSET requests sent to consumers."""
+        self.messages_got = 0
+        """Messages served by pulls since the broker started."""
         self.wake_pulls: Callable[[str, int], None] | None = None
         """Answers the pulls held (long polling) on a topic's queue now: a reset queue's
         consumer hears of its new offset without waiting for its held pull to time out."""
@@ -441,13 +443,17 @@ class BrokerAdmin:
                 yield group, topic, queue_id, high, max(offset, 0)
 
     def runtime_info(self) -> dict[str, str]:
-        """GET_BROKER_RUNTIME_INFO's table (RocketMQ's keys, hanet's values)."""
+        """GET_BROKER_RUNTIME_INFO's table (RocketMQ's keys, hanet's values: the put and get
+        totals count since the broker started, the rates are their averages since then, the
+        thread pool queues are 0: hanet has none)."""
         store = self._store
         stats = store.statistics()
         now_ms = int(time.time() * 1000)
         uptime = max((now_ms - self._started_ms) / 1000.0, 0.001)
         puts = stats.puts
         tps = f"{puts / uptime:.2f}"
+        gets = self.messages_got
+        get_tps = f"{gets / uptime:.2f}"
         earliest = 0
         if store.max_offset > store.min_offset:
             try:
@@ -467,11 +473,11 @@ class BrokerAdmin:
             "msgPutTotalTodayNow": str(puts),
             "msgPutTotalTodayMorning": "0",
             "msgPutTotalYesterdayMorning": "0",
-            "msgGetTotalTodayNow": "0",
+            "msgGetTotalTodayNow": str(gets),
             "msgGetTotalTodayMorning": "0",
             "msgGetTotalYesterdayMorning": "0",
             "putTps": f"{tps} {tps} {tps}",
-            "getTransferedTps": "0.00 0.00 0.00",
+            "getTransferedTps": f"{get_tps} {get_tps} {get_tps}",
             "sendThreadPoolQueueSize": "0",
             "sendThreadPoolQueueHeadWaitTimeMills": "0",
             "pullThreadPoolQueueSize": "0",

@@ -294,6 +294,7 @@ class BrokerPort:
             result.suggested, result.next_offset, result.min_offset, result.max_offset
         ).to_fields()
         if status is GetMessageStatus.FOUND:
+            self.admin.messages_got += len(result.records)  # GET_BROKER_RUNTIME_INFO's
             return request.response(ResponseCode.SUCCESS, "FOUND", fields, b"".join(result.records))
         if status is GetMessageStatus.NO_MATCHED_MESSAGE:
             code = ResponseCode.PULL_RETRY_IMMEDIATELY

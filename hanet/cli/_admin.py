@@ -200,8 +200,13 @@ async def _cluster_list(args: argparse.Namespace, client: AdminClient) -> Any:
         except RemotingError as exc:
             runtime = {"error": str(exc)}
         rows.append(
-            {"cluster": cluster, "brokerName": name, "brokerId": broker_id, "addr": address}
-            | {"runtime": runtime}
+            {
+                "cluster": cluster,
+                "brokerName": name,
+                "brokerId": broker_id,
+                "addr": address,
+                "runtime": runtime,
+            }
         )
     table: list[list[Any]] = [
         ["#Cluster Name", "#Broker Name", "#BID", "#Addr", "#Version", "#InTPS", "#OutTPS",
