@@ -481,6 +481,8 @@ class BrokerAdmin:
             "sendThreadPoolQueueSize": "0",
             "sendThreadPoolQueueHeadWaitTimeMills": "0",
             "pullThreadPoolQueueSize": "0",
+            "pullThreadPoolQueueHeadWaitTimeMills": "0",
+            "pageCacheLockTimeMills": "0",
             "commitLogMinOffset": str(store.min_offset),
             "commitLogMaxOffset": str(store.max_offset),
             "dispatchBehindBytes": str(max(store.max_offset - store.dispatched_offset, 0)),
