@@ -47,7 +47,7 @@ from hanet.protocol import (
 
 from ._support import EXIT_ERROR, EXIT_FAILED, EXIT_OK, fail
 
-__all__ = ["EXTRA_VERBS", "AdminVerbs", "parse_time", "register"]
+__all__ = ["EXTRA_VERBS", "AdminVerbs", "admin_client", "parse_time", "register"]
 
 Handler = Callable[[argparse.Namespace], Awaitable[int]]
 
