@@ -206,6 +206,9 @@ def test_two_brokers_managed_through_hanet_admin(cluster: Cluster) -> None:
         for q in cluster.admin("topicRoute", "-t", "AdminT")["queueDatas"]
     }
     assert perms == {"broker-a": 4, "broker-b": 6}
+    time.sleep(1.5)  # broker-a registered again meanwhile: still read-only
+    route = cluster.admin("topicRoute", "-t", "AdminT")
+    assert {q["brokerName"]: q["perm"] for q in route["queueDatas"]} == perms
     cluster.admin("addWritePerm", "-b", "broker-a")
 
     cluster.admin_process("deleteTopic", "-t", "AdminT", "-c", "C")
