@@ -19,6 +19,7 @@ on RocketMQ's 18 levels; :class:`SendBackProcessor` serves CONSUMER_SEND_MSG_BAC
 and ``%DLQ%`` topics); :class:`QueueLocks` serves LOCK/UNLOCK_BATCH_MQ for orderly consumers.
 """
 
+from ._admin import LIVE_SETTINGS, RESET_HOLD, SYSTEM_TOPICS, BrokerAdmin
 from ._backend import BrokerBackend
 from ._broker import Broker, BrokerAddresses
 from ._config_files import ConfigFileError, read_config_file, write_config_file
@@ -40,7 +41,7 @@ from ._hold import (
     Repull,
 )
 from ._locks import LOCK_MAX_LIVE_TIME, MAX_LOCKS, LockStatistics, QueueLocks
-from ._metrics import BrokerMetrics, serve_metrics
+from ._metrics import BrokerMetrics, ConsumerLagCollector, serve_metrics
 from ._offsets import (
     MAX_OFFSET_ENTRIES,
     MAX_QUEUE_ID,
@@ -98,6 +99,7 @@ __all__ = [
     "DELAY_OFFSETS_FILE",
     "DLQ_GROUP_TOPIC_PREFIX",
     "DLQ_QUEUE_NUMS",
+    "LIVE_SETTINGS",
     "LOCK_MAX_LIVE_TIME",
     "MAX_CONSUMER_GROUPS",
     "MAX_DELAY_LEVEL",
@@ -114,19 +116,23 @@ __all__ = [
     "MESSAGE_DELAY_LEVEL",
     "NOT_ALLOWED_SEND_TOPICS",
     "OFFSETS_FILE",
+    "RESET_HOLD",
     "RETRY_GROUP_TOPIC_PREFIX",
     "RETRY_PAUSE",
     "SCHEDULE_TOPIC",
     "SERVER_CHANNEL_MAX_IDLE",
     "SUBSCRIPTION_GROUPS_FILE",
+    "SYSTEM_TOPICS",
     "TOPICS_FILE",
     "Broker",
     "BrokerAddresses",
+    "BrokerAdmin",
     "BrokerBackend",
     "BrokerConnection",
     "BrokerMetrics",
     "BrokerPort",
     "ConfigFileError",
+    "ConsumerLagCollector",
     "ConsumerOffsets",
     "ConsumerOffsetsFull",
     "ConsumerRegistry",

@@ -184,6 +184,7 @@ class Broker:
         """The broker port's dispatch table and pipeline (add processors and hooks to it
         before :meth:`run`)."""
         self.port.register(HanetRequestCode.HANET_METRICS, self._serve_metrics)
+        self.port.admin.attach(config, self.reconfigure)
         self.stored_listeners: list[Callable[[Sequence[Message], Sequence[PutResult]], None]] = []
         """Called after every put that stored messages (:meth:`put_now`), with the messages
         and their results: long polling wakes the pulls held on their queues."""
@@ -203,6 +204,9 @@ class Broker:
         self._sync_master = config.broker_role is BrokerRole.SYNC_MASTER
         self.metrics = BrokerMetrics(lambda: self.status() if self._store is not None else None)
         """Prometheus metrics (served on ``metrics_listen`` when it is set)."""
+        self.metrics.add_consumer_lag(
+            lambda: self.port.admin.consumer_lag() if self._store is not None else iter(())
+        )
         self._sync_flush = config.flush_disk_type is FlushDiskType.SYNC_FLUSH
         self._suggest = partial(
             suggest_broker_id,
@@ -351,6 +355,9 @@ class Broker:
                 holds = PullHoldService(self._repull, store.max_queue_offset)
                 await nursery.start(holds.run)
                 self.port.hold = holds.hold
+                self.port.admin.wake_pulls = lambda t, q: holds.notify_message_arriving(
+                    t, q, 1 << 62
+                )
                 self.stored_listeners.append(holds.notify_put)
                 self.port.register(
                     RequestCode.CONSUMER_SEND_MSG_BACK,
@@ -519,7 +526,24 @@ class Broker:
         """Every consumer group known, with RocketMQ's default settings (a slave: its
         master's)."""
         known = self.sync.subscription_groups.groups if self.sync is not None else None
-        return default_subscription_groups(self.consumers, known)
+        return self.port.admin.subscription_groups(
+            default_subscription_groups(self.consumers, known)
+        )
+
+    def reconfigure(self, config: BrokerConfig) -> None:
+        """Take the settings that may change live (UPDATE_BROKER_CONFIG: see
+        :data:`hanet.broker.LIVE_SETTINGS`)."""
+        self.config = config
+        self._suggest = partial(
+            suggest_broker_id,
+            memory=config.memory_bytes * config.access_message_in_memory_max_ratio // 100,
+            slave_read_enable=config.slave_read_enable,
+            which_broker=config.which_broker_when_consume_slowly,
+        )
+        if self._topics is not None:
+            self._topics.default_queues = config.default_topic_queue_nums
+        if self.registrar is not None:
+            self.registrar.interval = config.register_broker_interval
 
     def observe_put(self, statuses: Sequence[PutStatus], seconds: float) -> None:
         """A send was answered: count its statuses and its latency."""
@@ -600,6 +624,7 @@ class Broker:
             ha_address=_advertised(addresses.ha, config.broker_ip2 or config.broker_ip1),
             topics=tuple(sorted(topics.items())),
             data_version=self._topics.data_version if self._topics is not None else None,
+            topic_configs=self.port.admin.set_topics(),
         )
 
     def _registered(self, answer: RegisterBrokerResponse) -> None:

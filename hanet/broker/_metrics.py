@@ -13,8 +13,9 @@ offsets held (``hanet_consumer_offset*``). The text exposition comes from ``prom
 from __future__ import annotations
 
 import collections
+import itertools
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 import trio
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
@@ -24,7 +25,14 @@ from prometheus_client.registry import Collector
 from hanet.channel import format_address
 from hanet.protocol import BrokerStatus
 
-__all__ = ["CONTENT_TYPE", "BrokerMetrics", "serve_metrics"]
+__all__ = [
+    "CONTENT_TYPE",
+    "MAX_LAG_SERIES",
+    "BrokerMetrics",
+    "ConsumerLagCollector",
+    "ConsumerLagEntry",
+    "serve_metrics",
+]
 
 log = logging.getLogger("hanet.metrics")
 
@@ -166,6 +174,49 @@ def _cluster_metrics(status: BrokerStatus) -> Iterator[GaugeMetricFamily | Count
         )
 
 
+ConsumerLagEntry = tuple[str, str, int, int, int]
+"""``(group, topic, queue id, broker offset, consumer offset)``."""
+
+
+class ConsumerLagCollector(Collector):
+    """Each consumer group's progress per queue, read at each scrape: the messages not
+    consumed yet (``brokerOffset - consumerOffset``, at least 0, as ``mqadmin
+    consumerProgress`` shows it) and both offsets, labelled ``group``, ``topic``, ``queue``.
+    At most :data:`MAX_LAG_SERIES` queues are exported (the first, by group and topic)."""
+
+    def __init__(self, source: Callable[[], Iterable[ConsumerLagEntry]]) -> None:
+        self._source = source
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        labels = ["group", "topic", "queue"]
+        lag = GaugeMetricFamily(
+            "hanet_consumer_lag_messages",
+            "Messages a consumer group has not consumed",
+            labels=labels,
+        )
+        consumed = GaugeMetricFamily(
+            "hanet_consumer_offset", "A consumer group's committed offset", labels=labels
+        )
+        held = GaugeMetricFamily(
+            "hanet_consumer_broker_offset", "The queue's max offset on this broker", labels=labels
+        )
+        try:
+            entries = list(itertools.islice(self._source(), MAX_LAG_SERIES))
+        except (RuntimeError, OSError) as exc:  # the broker stopped between two checks
+            log.debug("consumer lag not collected: %s", exc)
+            entries = []
+        for group, topic, queue_id, broker_offset, consumer_offset in entries:
+            key = [group, topic, str(queue_id)]
+            lag.add_metric(key, max(broker_offset - consumer_offset, 0))
+            consumed.add_metric(key, consumer_offset)
+            held.add_metric(key, broker_offset)
+        yield from (lag, consumed, held)
+
+
+MAX_LAG_SERIES = 10_000
+"""Most (group, topic, queue) series of the consumer lag metrics."""
+
+
 class BrokerMetrics:
     """The metrics of one broker, in a registry of its own.
 
@@ -215,6 +266,12 @@ class BrokerMetrics:
     def connection_event(self, port: str, event: str) -> None:
         """A connection ``opened`` or closed (``event`` is a short reason) on ``port``."""
         self.connections.labels(port, event).inc()
+
+    def add_consumer_lag(self, source: Callable[[], Iterable[ConsumerLagEntry]]) -> None:
+        """Serve each consumer group's lag per queue from ``source`` at each scrape
+        (``hanet_consumer_lag_messages``, ``hanet_consumer_offset``,
+        ``hanet_consumer_broker_offset``; see :class:`ConsumerLagCollector`)."""
+        self.registry.register(ConsumerLagCollector(source))
 
     def exposition(self) -> bytes:
         """The text exposition of every metric."""

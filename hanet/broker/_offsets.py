@@ -170,6 +170,16 @@ class ConsumerOffsets:
             return -1
         return queues.get(queue_id, -1)
 
+    def remove_group(self, group: str) -> int:
+        """Forget every offset of ``group`` (DELETE_SUBSCRIPTIONGROUP with ``removeOffset``);
+        returns how many ``topic@group`` entries went."""
+        keys = [key for key in self._table if key[1] == group]
+        for key in keys:
+            self._queue_offsets -= len(self._table.pop(key))
+        if keys:
+            self._dirty = True
+        return len(keys)
+
     def groups(self) -> int:
         """How many consumer groups have an offset."""
         return len({group for _, group in self._table})

@@ -49,6 +49,7 @@ from collections.abc import Callable, Mapping, Sequence
 from hanet.channel import HandlerContext, StreamChannel
 from hanet.protocol import (
     MAX_FRAME_LENGTH,
+    PERM_READ,
     ConsumerListBody,
     ConsumerOffsetSerializeWrapper,
     GetConsumerListByGroupRequestHeader,
@@ -82,6 +83,7 @@ from hanet.protocol import (
 )
 from hanet.store import CommitLogStore, Message, PutResult, PutStatus, StoreError
 
+from ._admin import BrokerAdmin
 from ._backend import BrokerBackend
 from ._connection import BrokerConnection, connection_of
 from ._consumers import ConsumerRegistry, ConsumerRegistryFull
@@ -143,6 +145,8 @@ class BrokerPort:
         consumers)."""
         self.notifications = 0
         """NOTIFY_CONSUMER_IDS_CHANGED requests sent."""
+        self.admin = BrokerAdmin(self)
+        """The admin requests (``mqadmin``'s; see :mod:`hanet.broker._admin`)."""
         self.processors: dict[int, RequestProcessor] = {
             RequestCode.SEND_MESSAGE: self.sends.send_message,
             RequestCode.SEND_MESSAGE_V2: self.sends.send_message,
@@ -155,7 +159,7 @@ class BrokerPort:
             RequestCode.SEARCH_OFFSET_BY_TIMESTAMP: self.search_offset_by_timestamp,
             RequestCode.GET_EARLIEST_MSG_STORETIME: self.get_earliest_msg_storetime,
             RequestCode.VIEW_MESSAGE_BY_ID: self.view_message_by_id,
-            RequestCode.HEART_BEAT: self.heart_beat,
+            RequestCode.HEART_BEAT: self.admin.heart_beat,
             RequestCode.UNREGISTER_CLIENT: self.unregister_client,
             RequestCode.GET_CONSUMER_LIST_BY_GROUP: self.get_consumer_list_by_group,
             RequestCode.GET_ALL_TOPIC_CONFIG: self.get_all_topic_config,
@@ -167,6 +171,7 @@ class BrokerPort:
             HanetRequestCode.HANET_STATUS: self.hanet_status,
         }
         """Request code -> processor: the one table every connection of the port uses."""
+        self.processors.update(self.admin.processors())
         self._dispatcher = RemotingDispatcher(self.processors, port="the broker port")
 
     def answer_send(
@@ -250,6 +255,10 @@ class BrokerPort:
                 return request.response(
                     ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist, apply first please!"
                 )
+        elif not config.perm & PERM_READ:  # made write-only by an admin
+            return request.response(
+                ResponseCode.NO_PERMISSION, f"the topic[{topic}] pulling message is forbidden"
+            )
         elif not 0 <= header.queue_id < max(config.read_queue_nums, 1):
             return request.response(
                 ResponseCode.SYSTEM_ERROR,
@@ -257,6 +266,10 @@ class BrokerPort:
                 f"topicConfig.readQueueNums:[{config.read_queue_nums}] "
                 f"consumer:[{connection_of(ctx).peer}]",
             )
+        # a queue whose offset an admin reset (INVOKE_BROKER_TO_RESET_OFFSET)
+        moved = self.admin.moved_pull(request, header)
+        if moved is not None:
+            return moved
         if allow_suspend and header.has_commit_offset:
             self._commit(header.consumer_group, topic, header.queue_id, header.commit_offset)
         tags = None
@@ -281,6 +294,7 @@ class BrokerPort:
             result.suggested, result.next_offset, result.min_offset, result.max_offset
         ).to_fields()
         if status is GetMessageStatus.FOUND:
+            self.admin.messages_got += len(result.records)  # GET_BROKER_RUNTIME_INFO's
             return request.response(ResponseCode.SUCCESS, "FOUND", fields, b"".join(result.records))
         if status is GetMessageStatus.NO_MATCHED_MESSAGE:
             code = ResponseCode.PULL_RETRY_IMMEDIATELY
@@ -313,6 +327,8 @@ class BrokerPort:
     # -- offsets ----------------------------------------------------------------------------
 
     def _commit(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        if self.admin.stale_commit(group, topic, queue_id, offset):
+            return  # the queue's offset was reset; its consumer has not pulled from there yet
         try:
             self.backend.offsets.commit(group, topic, queue_id, offset)
         except ConsumerOffsetsFull as exc:

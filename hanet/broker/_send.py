@@ -13,6 +13,7 @@ import trio
 
 from hanet.channel import HandlerContext
 from hanet.protocol import (
+    PERM_WRITE,
     MessageProperty,
     RemotingCommand,
     RemotingHeaderError,
@@ -215,6 +216,10 @@ class Sends:
             config = table.create_for_send(topic, header.default_topic_queue_nums)
         except TopicTableFull as exc:
             raise _Refused(ResponseCode.SYSTEM_ERROR, str(exc)) from None
+        if not config.perm & PERM_WRITE:  # made read-only by an admin (UPDATE_AND_CREATE_TOPIC)
+            raise _Refused(
+                ResponseCode.NO_PERMISSION, f"the topic[{topic}] sending message is forbidden"
+            )
         queues = config.write_queue_nums
         queue_id = header.queue_id
         if queue_id >= queues:

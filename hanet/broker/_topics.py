@@ -77,6 +77,8 @@ class TopicTable:
         self._table: dict[str, TopicConfig] = {}
         self.data_version = DataVersion(_now_ms(), 0)
         self._dirty = False
+        self._deleted: set[str] = set()  # deleted by an admin: not re-added from the store
+        self._set: set[str] = set()  # queues set by an admin: not grown back from the store
         self.on_change: Callable[[], None] | None = None
         """Called when a topic is created or grows (the broker registers again at once, as
         RocketMQ's ``registerBrokerAll`` after a topic is created)."""
@@ -130,6 +132,7 @@ class TopicTable:
         if config is not None and config.read_queue_nums >= queues <= config.write_queue_nums:
             return config
         if config is None:
+            self._deleted.discard(topic)
             if len(self._table) >= self.max_topics:
                 raise TopicTableFull(
                     f"{self.max_topics} topics already: {topic!r:.80} is not created"
@@ -169,7 +172,8 @@ class TopicTable:
         least :attr:`default_queues` queues and its highest queue id."""
         highest: dict[str, int] = {}
         for topic, queue_id in queues:
-            highest[topic] = max(highest.get(topic, 0), queue_id + 1)
+            if topic not in self._deleted and topic not in self._set:
+                highest[topic] = max(highest.get(topic, 0), queue_id + 1)
         for topic, count in highest.items():
             config = self._table.get(topic)
             if config is None:
@@ -185,6 +189,44 @@ class TopicTable:
         self._table = dict(configs)
         self.data_version = version
         self._dirty = True
+        return True
+
+    def update(self, config: TopicConfig) -> TopicConfig:
+        """Create ``config.topic_name`` or replace its config as given (UPDATE_AND_CREATE_TOPIC:
+        queues may shrink, the permission change; the store's queues beyond them no longer
+        grow it back).
+
+        Raises:
+            TopicTableFull: it would be a topic past ``max_topics``.
+        """
+        name = config.topic_name
+        if name not in self._table and len(self._table) >= self.max_topics:
+            raise TopicTableFull(f"{self.max_topics} topics already: {name!r:.80} is not created")
+        if self._table.get(name) == config:
+            return config
+        self._table[name] = config
+        self._deleted.discard(name)
+        self._set.add(name)
+        log.info(
+            "topic %s set: %d read / %d write queues, perm %d",
+            name,
+            config.read_queue_nums,
+            config.write_queue_nums,
+            config.perm,
+        )
+        self._changed()
+        return config
+
+    def delete(self, topic: str) -> bool:
+        """Forget ``topic`` (DELETE_TOPIC_IN_BROKER); the store's queues of it no longer bring
+        it back (:meth:`add_store_queues`) until it is created again. Returns whether it was
+        known."""
+        if self._table.pop(topic, None) is None:
+            return False
+        self._deleted.add(topic)
+        self._set.discard(topic)
+        log.info("topic %s deleted", topic)
+        self._changed()
         return True
 
     def wrapper(self) -> TopicConfigSerializeWrapper:

@@ -30,6 +30,8 @@ HEART_BEAT with a ``HeartbeatData`` body, UNREGISTER_CLIENT, GET_CONSUMER_LIST_B
   once on the broker's NOTIFY_CONSUMER_IDS_CHANGED), pulls them (from a slave when the master
   suggests it or cannot be reached), and commits offsets (to the master, else a slave): at
   least once across a master's loss and a rebalance.
+- :class:`AdminClient` sends what RocketMQ's ``mqadmin`` sends (topics, consumer progress,
+  offset resets, broker settings, write permission) to the name servers and broker ports.
 - :class:`NameServerClient` talks to the name servers (``hanet namesrv`` or RocketMQ's):
   registration, topic routes, the cluster list, and where to put or pull a topic::
 
@@ -58,6 +60,7 @@ from hanet.protocol import (
 )
 from hanet.store import MessageRecord, PutStatus
 
+from ._admin import AdminClient, ResetResult, retry_topic_of
 from ._broker import (
     DEFAULT_PRODUCER_GROUP,
     DEFAULT_PULL_GROUP,
@@ -104,6 +107,7 @@ __all__ = [
     "DEFAULT_PRODUCER_GROUP",
     "DEFAULT_PULL_GROUP",
     "MAX_ROUTE_QUEUES",
+    "AdminClient",
     "BrokerClient",
     "BrokerConnectionError",
     "BrokerError",
@@ -139,6 +143,7 @@ __all__ = [
     "RemotingResponseError",
     "RemotingTimeoutError",
     "RequestConnection",
+    "ResetResult",
     "RouteBroker",
     "RouteSource",
     "ServerRequestHandler",
@@ -149,4 +154,5 @@ __all__ = [
     "default_client_id",
     "message_problem",
     "parse_broker_address",
+    "retry_topic_of",
 ]

@@ -28,6 +28,7 @@ from hanet.channel import parse_address
 from hanet.errors import ConfigError
 from hanet.protocol import (
     MASTER_ID,
+    PERM_WRITE,
     BrokerData,
     ClusterInfo,
     DataVersion,
@@ -185,6 +186,10 @@ class Registry:
         self.expire_after = expire_after
         self.max_brokers = max_brokers
         self._entries: dict[BrokerKey, LiveBroker] = {}
+        # Write permission taken away (WIPE_WRITE_PERM_OF_BROKER): each member's topic data
+        # version then; a registration with another version (its topics changed) ends it, as
+        # RocketMQ rewrites a broker's queue data only when its data version changes.
+        self._wiped: dict[BrokerKey, DataVersion] = {}
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -253,6 +258,10 @@ class Registry:
                     *key,
                 )
         wrapper = body.topic_config_serialize_wrapper
+        wiped = self._wiped.get(key)
+        if wiped is not None and wiped != wrapper.data_version:
+            del self._wiped[key]
+            log.info("broker %s: topics changed, write permission as it registers", h.broker_name)
         entry = LiveBroker(
             cluster=h.cluster_name,
             broker_name=h.broker_name,
@@ -301,6 +310,7 @@ class Registry:
         if entry is None or entry.broker_address != broker_address:
             return False
         del self._entries[key]
+        self._wiped.pop(key, None)
         log.info("broker %s at %s unregistered", entry.name, broker_address)
         return True
 
@@ -310,6 +320,7 @@ class Registry:
         gone = [e for e in self._entries.values() if e.connection is connection]
         for entry in gone:
             del self._entries[entry.key]
+            self._wiped.pop(entry.key, None)
             log.info(  # RocketMQ logs this at INFO too (a clean stop closes it as well)
                 "broker %s at %s left: its connection closed", entry.name, entry.broker_address
             )
@@ -322,6 +333,7 @@ class Registry:
         for key, entry in list(self._entries.items()):
             if not self._live(entry, now):
                 del self._entries[key]
+                self._wiped.pop(key, None)
                 log.warning(
                     "broker %s at %s expired: no registration for %.0f s",
                     entry.name,
@@ -344,6 +356,43 @@ class Registry:
         if not changed:
             self._entries[key] = attrs.evolve(entry, last_update=now)
         return changed, entry.data_version
+
+    def delete_topic(self, topic: str, cluster: str | None = None) -> int:
+        """DELETE_TOPIC_IN_NAMESRV: drop ``topic`` from the registered brokers (of ``cluster``
+        only, when given) until one registers it again; returns how many held it."""
+        count = 0
+        for key, entry in list(self._entries.items()):
+            if topic in entry.topics and (cluster is None or entry.cluster == cluster):
+                topics = {name: c for name, c in entry.topics.items() if name != topic}
+                self._entries[key] = attrs.evolve(entry, topics=topics)
+                count += 1
+        return count
+
+    def set_write_perm(self, broker_name: str, writable: bool) -> int:
+        """WIPE_WRITE_PERM_OF_BROKER (``writable`` False) / ADD_WRITE_PERM_OF_BROKER: take
+        the write permission from (give it back to) every topic of ``broker_name`` in the
+        routes; returns how many topics it holds (RocketMQ's count). A wipe lasts until the
+        broker registers topics of another data version, leaves, or has its write permission
+        added back."""
+        members = [e for e in self._entries.values() if e.broker_name == broker_name]
+        if not members:
+            return 0
+        count = len({topic for m in members for topic in m.topics})
+        for m in members:
+            if writable:
+                self._wiped.pop(m.key, None)
+            else:
+                self._wiped[m.key] = m.data_version
+        log.info(
+            "broker %s: write permission %s on %d topics",
+            broker_name,
+            "added" if writable else "wiped",
+            count,
+        )
+        return count
+
+    def _perm(self, member: LiveBroker, perm: int) -> int:
+        return perm & ~PERM_WRITE if member.key in self._wiped else perm
 
     def _by_name(self) -> dict[str, list[LiveBroker]]:
         """Members of each broker name, by id (RocketMQ keys broker names globally)."""
@@ -373,15 +422,16 @@ class Registry:
         brokers: list[BrokerData] = []
         filters: dict[str, tuple[str, ...]] = {}
         for name, members in sorted(self._by_name().items()):
-            config = next((m.topics[topic] for m in members if topic in m.topics), None)
-            if config is None:
+            holder = next((m for m in members if topic in m.topics), None)
+            if holder is None:
                 continue
+            config = holder.topics[topic]
             queues.append(
                 QueueData(
                     name,
                     config.read_queue_nums,
                     config.write_queue_nums,
-                    config.perm,
+                    self._perm(holder, config.perm),
                     config.topic_sys_flag,
                 )
             )

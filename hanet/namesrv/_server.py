@@ -13,7 +13,11 @@ Served, as RocketMQ 4.9.8's ``DefaultRequestProcessor``: PUT_KV_CONFIG (100), GE
 (101), DELETE_KV_CONFIG (102), REGISTER_BROKER (103), UNREGISTER_BROKER (104),
 GET_ROUTEINFO_BY_TOPIC (105), GET_BROKER_CLUSTER_INFO (106),
 GET_ALL_TOPIC_LIST_FROM_NAMESERVER (206), GET_KVLIST_BY_NAMESPACE (219),
-GET_TOPICS_BY_CLUSTER (224) and QUERY_DATA_VERSION (322). Any other code is answered
+GET_TOPICS_BY_CLUSTER (224), QUERY_DATA_VERSION (322), and the admin requests
+DELETE_TOPIC_IN_NAMESRV (216: the topic leaves the routes until a broker registers it
+again), WIPE_WRITE_PERM_OF_BROKER (205) and ADD_WRITE_PERM_OF_BROKER (327: a broker name's
+topics routed read-only, until its topics change or write is added back; the answer counts the
+topics). Any other code is answered
 REQUEST_CODE_NOT_SUPPORTED; a missing or malformed header field or body SYSTEM_ERROR with the
 reason (nothing registered); a registration whose body does not match its ``bodyCrc32``
 SYSTEM_ERROR ``crc32 not match``; a refused takeover of a live registration NO_PERMISSION
@@ -47,6 +51,7 @@ from hanet.protocol import (
     MAX_FRAME_LENGTH,
     DataVersion,
     DeleteKVConfigRequestHeader,
+    DeleteTopicFromNamesrvRequestHeader,
     GetKVConfigRequestHeader,
     GetKVConfigResponseHeader,
     GetKVListByNamespaceRequestHeader,
@@ -64,6 +69,8 @@ from hanet.protocol import (
     RequestProcessor,
     ResponseCode,
     UnregisterBrokerRequestHeader,
+    WritePermOfBrokerRequestHeader,
+    WritePermOfBrokerResponseHeader,
     body_crc32,
     not_supported,
     remoting_pipeline,
@@ -148,6 +155,9 @@ class NameServer:
             RequestCode.GET_KVLIST_BY_NAMESPACE: self._kv_list,
             RequestCode.GET_TOPICS_BY_CLUSTER: self._topics_by_cluster,
             RequestCode.QUERY_DATA_VERSION: self._query_data_version,
+            RequestCode.DELETE_TOPIC_IN_NAMESRV: self._delete_topic,
+            RequestCode.WIPE_WRITE_PERM_OF_BROKER: self._write_perm,
+            RequestCode.ADD_WRITE_PERM_OF_BROKER: self._write_perm,
         }
         self._table = table
         self.dispatcher = RemotingDispatcher(
@@ -358,6 +368,33 @@ class NameServer:
     ) -> RemotingCommand:
         header = GetTopicsByClusterRequestHeader.from_fields(request.fields)
         return request.response(body=self.registry.topics(header.cluster).encode())
+
+    # -- admin ---------------------------------------------------------------------------
+
+    def _delete_topic(
+        self, connection: Hashable | None, peer: str, request: RemotingCommand
+    ) -> RemotingCommand:
+        header = DeleteTopicFromNamesrvRequestHeader.from_fields(request.fields)
+        count = self.registry.delete_topic(header.topic, header.cluster_name or None)
+        log.info("topic %s deleted from %d brokers by %s", header.topic, count, peer)
+        return request.response()
+
+    def _write_perm(
+        self, connection: Hashable | None, peer: str, request: RemotingCommand
+    ) -> RemotingCommand:
+        header = WritePermOfBrokerRequestHeader.from_fields(request.fields)
+        add = request.code == RequestCode.ADD_WRITE_PERM_OF_BROKER
+        count = self.registry.set_write_perm(header.broker_name, add)
+        log.info(
+            "write permission of broker %s %s by %s: %d topics",
+            header.broker_name,
+            "added" if add else "wiped",
+            peer,
+            count,
+        )
+        if add:
+            return request.response(fields={"addTopicCount": str(count)})
+        return request.response(fields=WritePermOfBrokerResponseHeader(count).to_fields())
 
 
 def _key(header: RegisterBrokerRequestHeader) -> tuple[str, str, int]:

@@ -457,6 +457,21 @@ class CommitLogStore:
         """The (topic, queue id) pairs that have a consume queue, sorted."""
         return sorted(self._queues)
 
+    async def delete_topic_queues(self, topic: str) -> int:
+        """Forget ``topic``'s consume queues and delete their files (RocketMQ's
+        ``cleanUnusedTopic`` after DELETE_TOPIC_IN_BROKER); the commit log keeps the records.
+        Done between two flushes (the flusher's worker thread never holds a closed queue).
+        Returns the queues forgotten."""
+        while self._flush_done is not None:  # let a group commit in flight finish
+            await self._flush_done.wait()
+        async with self._flush_lock:
+            keys = [key for key in self._queues if key[0] == topic]
+            for key in keys:
+                self._queues.pop(key).close()
+            if keys:
+                shutil.rmtree(self.root / "consumequeue" / topic, ignore_errors=True)
+        return len(keys)
+
     def max_queue_offset(self, topic: str, queue_id: int) -> int:
         """The queue offset the next message of this queue gets (0 for an unknown queue)."""
         queue = self._queues.get((topic, queue_id))
