@@ -100,6 +100,17 @@ from ._json import record_to_json
 from ._mapped_file import MappedFile, file_name
 from ._mapped_queue import MappedFileQueue, list_mapped_files
 from ._reader import CommitLogReader, resolve_store_dir
+from ._retention import (
+    CommitLogFile,
+    Holder,
+    RetentionConfig,
+    RetentionPlan,
+    RetentionService,
+    RetentionStatistics,
+    disk_used_ratio,
+    parse_delete_when,
+    plan_retention,
+)
 from ._scanner import RecordScanner, ScanStop, StopReason, decode_record, scan_records
 from ._store import CommitLogStore, DispatchError, Listener
 from ._store_files import fsync_directory
@@ -129,6 +140,7 @@ __all__ = [
     "NATIVE_SCANNER",
     "STORE_HOST_V6_FLAG",
     "CommitLogComparison",
+    "CommitLogFile",
     "CommitLogReader",
     "CommitLogStore",
     "ConsumeQueue",
@@ -136,6 +148,7 @@ __all__ = [
     "CreateMappedFileError",
     "DispatchError",
     "FlushDiskType",
+    "Holder",
     "IndexEntryGroup",
     "IndexGroupFunction",
     "IndexScanFunction",
@@ -149,6 +162,10 @@ __all__ = [
     "PutResult",
     "PutStatus",
     "RecordScanner",
+    "RetentionConfig",
+    "RetentionPlan",
+    "RetentionService",
+    "RetentionStatistics",
     "ScanStop",
     "StopReason",
     "StoreClosedError",
@@ -162,6 +179,7 @@ __all__ = [
     "compare_commit_logs",
     "decode_properties",
     "decode_record",
+    "disk_used_ratio",
     "encode_blank",
     "encode_properties",
     "encode_record",
@@ -180,7 +198,9 @@ __all__ = [
     "offset_msg_id",
     "pack_blank_into",
     "pack_record_into",
+    "parse_delete_when",
     "parse_host",
+    "plan_retention",
     "property_problem",
     "record_columns",
     "record_columns_py",

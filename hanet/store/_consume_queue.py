@@ -181,6 +181,60 @@ class ConsumeQueue:
                 self.files.truncate(q * CQ_ENTRY_SIZE)
         return high - q
 
+    # -- retention ---------------------------------------------------------------------------
+
+    def correct_min_offset(self, physical_min: int) -> int:
+        """Advance :attr:`min_queue_offset` past the entries whose message lies below the
+        commit log's ``physical_min`` (deleted by retention; blank entries before them too):
+        RocketMQ's ``correctMinOffset``. Returns the new min (the max when no entry is left).
+        """
+        q = self.min_queue_offset
+        high = self.max_queue_offset
+        while q < high:
+            position = q * CQ_ENTRY_SIZE
+            mapped = self.files.find(position)
+            if mapped is None:  # pragma: no cover - entries in [min, max) have a file
+                break
+            start = position - mapped.start_offset
+            stop = min(mapped.wrote, (high * CQ_ENTRY_SIZE) - mapped.start_offset)
+            found = False
+            for physical, size, _ in _ENTRY.iter_unpack(mapped.view[start:stop]):
+                if size != CQ_BLANK_SIZE and physical >= physical_min:
+                    found = True
+                    break
+                q += 1
+            if found:
+                break
+        self.min_queue_offset = q
+        return q
+
+    def delete_expired_files(self, physical_min: int, *, force: bool = False) -> int:
+        """Delete the files (never the last) whose last entry points below ``physical_min``
+        (every message they index is gone: RocketMQ's ``deleteExpiredFileByOffset``), then
+        :meth:`correct_min_offset`. Returns how many files were deleted. A file a reader
+        still maps is kept unless ``force`` (see :meth:`MappedFileQueue.delete_first`)."""
+        files = self.files
+        deleted = 0
+        while len(files.files) > 1:
+            if self._last_physical(files.files[0].view) >= physical_min:
+                break
+            if not files.delete_first(force=force):
+                break
+            deleted += 1
+        first_offset = files.min_offset // CQ_ENTRY_SIZE
+        self.min_queue_offset = max(self.min_queue_offset, first_offset)
+        self.correct_min_offset(physical_min)
+        return deleted
+
+    @staticmethod
+    def _last_physical(view: memoryview) -> int:
+        """The commit log offset of the last non-blank entry of a full file (-1: none)."""
+        for position in range(len(view) - CQ_ENTRY_SIZE, -1, -CQ_ENTRY_SIZE):
+            physical, size, _ = _ENTRY.unpack_from(view, position)
+            if size != CQ_BLANK_SIZE:
+                return int(physical)
+        return -1
+
     def flush(self) -> None:
         """``fdatasync`` the files (blocks: worker thread)."""
         self.files.flush()

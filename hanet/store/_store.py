@@ -244,6 +244,9 @@ class CommitLogStore:
         if isinstance(self._dispatch_error, CorruptRecordError):  # pragma: no cover
             raise self._dispatch_error  # recovery validated the records
         self._last_store_timestamp = self._flushed_store_timestamp = checkpoint.physic_msg_timestamp
+        if self.commit_log.files:  # retention deleted files: queues start at the log's min
+            for queue in self._queues.values():
+                queue.correct_min_offset(self.commit_log.min_offset)
         abort.touch()
 
     def _log_recovery(self, result: RecoveryResult, had_checkpoint: bool, timestamp: int) -> None:
@@ -496,6 +499,40 @@ class CommitLogStore:
             if record is not None:
                 result.append(record)
         return result
+
+    # -- retention ---------------------------------------------------------------------------
+
+    def delete_first_commit_log_file(self, *, force: bool = False) -> bool:
+        """Delete the first commit log file (retention; see :mod:`hanet.store._retention`):
+        never the last file, nor one holding records not yet flushed or dispatched. The
+        min offset becomes the next file's start, and every consume queue's min queue offset
+        moves past the entries of the deleted records at once, so no read reaches them.
+
+        A file whose mapping a reader still holds (an HA transfer's view) is kept unless
+        ``force`` (the reader's view stays valid either way). Returns whether it was deleted.
+
+        Raises:
+            StoreClosedError: the store is closed.
+        """
+        if self._closed:
+            raise StoreClosedError("the store is closed")
+        files = self.commit_log.files
+        if len(files) < 2 or files[0].end_offset > min(self._dispatched, self._flushed):
+            return False
+        if not self.commit_log.delete_first(force=force):
+            return False
+        low = self.commit_log.min_offset
+        for queue in self._queues.values():
+            queue.correct_min_offset(low)
+        return True
+
+    def clean_consume_queue(self, topic: str, queue_id: int, *, force: bool = False) -> int:
+        """Delete the consume queue files (never the last) whose entries all point below the
+        commit log's min offset; returns how many (0 for an unknown queue)."""
+        queue = self._queues.get((topic, queue_id))
+        if queue is None or self._closed:
+            return 0
+        return queue.delete_expired_files(self.commit_log.min_offset, force=force)
 
     # -- listeners ---------------------------------------------------------------------------
 
