@@ -269,7 +269,9 @@ async def test_the_service_deletes_expired_files_at_the_delete_hour_in_virtual_t
             assert entry is not None and entry[0] >= 3 * FILE
     messages = [r.getMessage() for r in caplog.records]
     assert any(
-        "deleting up to 3 commit log file(s) older than 48 h (deleteWhen 04)" in m for m in messages
+        "deleted 3 commit log file(s) older than 48 h (deleteWhen 04); the commit log now starts "
+        f"at {3 * FILE}" in m
+        for m in messages
     )
     assert sum("deleted commit log file" in m for m in messages) == 3
 

@@ -45,6 +45,7 @@ and holders given); :class:`RetentionService` runs it in a trio task against a
 
 from __future__ import annotations
 
+import gc
 import logging
 import shutil
 import time
@@ -439,13 +440,6 @@ class RetentionService:
                 f"past diskSpaceCleanForciblyRatio {config.disk_space_clean_forcibly_ratio:g}: "
                 "files of any age"
             )
-        logger.info(
-            "%s: deleting up to %d commit log file(s) older than %g h (%s)",
-            store.root,
-            len(plan.delete),
-            config.file_reserved_time,
-            "; ".join(why),
-        )
         for holder in plan.overridden:
             logger.warning(
                 "%s: the disk is used past diskSpaceCleanForciblyRatio %g: deleting commit log "
@@ -472,7 +466,9 @@ class RetentionService:
             force = (
                 since is not None and now - since >= config.destroy_mapped_file_interval_forcibly
             )
-            if not store.delete_first_commit_log_file(force=force):
+            if not store.delete_first_commit_log_file(force=force) and not (
+                self._released_only(mapped.start) and self._collect_and_delete()
+            ):
                 if since is None and self._released_only(mapped.start):
                     self._held_since[mapped.start] = now
                     logger.info(
@@ -496,13 +492,28 @@ class RetentionService:
             self.statistics.deleted_files += 1
             self.statistics.last_deleted = self._clock()
             logger.info(
-                "%s: deleted commit log file %d (last written %s); the commit log now starts at %d",
+                "%s: deleted commit log file %d (last written %s)",
                 store.root,
                 mapped.start,
                 time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(mapped.modified)),
+            )
+        if deleted:
+            logger.info(
+                "%s: deleted %d commit log file(s) older than %g h (%s); the commit log now "
+                "starts at %d",
+                store.root,
+                deleted,
+                config.file_reserved_time,
+                "; ".join(why),
                 store.min_offset,
             )
         return deleted
+
+    def _collect_and_delete(self) -> bool:
+        """Collect garbage, then try again: a view often outlives its reader only in a
+        reference cycle (the traceback of a connection that failed while sending it)."""
+        gc.collect()
+        return self.store.delete_first_commit_log_file()
 
     def _released_only(self, start: int) -> bool:
         """Whether the first file (starting at ``start``) may go but for a reader mapping it:
