@@ -20,7 +20,6 @@ from hanet.store import (
     RetentionConfig,
     RetentionService,
     StoreConfig,
-    StoreLayoutError,
     parse_delete_when,
     plan_retention,
 )
@@ -385,4 +384,3 @@ def test_stores_refuse_retention_settings_that_make_no_sense() -> None:
         RetentionConfig(file_reserved_time=-1)
     with pytest.raises(ValueError):
         RetentionConfig(clean_resource_interval=0)
-    assert StoreLayoutError  # (used by the mapped file size tests below)

@@ -119,13 +119,13 @@ async def test_a_stalled_slave_holds_files_until_it_acknowledges(tmp_path: Path)
 
 
 async def test_auto_create_topic_disabled_answers_topic_not_exist(tmp_path: Path) -> None:
-    async with running(config(tmp_path / "m", auto_create_topic_enable=False)) as (broker, ad):
-        async with connect(ad.broker) as conn:
-            sent = await send(conn, "Unknown", b"x")
-            assert sent.code == ResponseCode.TOPIC_NOT_EXIST
-            assert sent.remark == "topic[Unknown] not exist, apply first please!"
-            assert "Unknown" not in broker.topic_table
-            assert "TBW102" not in broker.topic_table  # RocketMQ registers it only with auto
-            broker.topic_table.ensure("Known", 4)
-            assert (await send(conn, "Known", b"x")).code == ResponseCode.SUCCESS
-            assert broker.store.max_offset > 0
+    cfg = config(tmp_path / "m", auto_create_topic_enable=False)
+    async with running(cfg) as (broker, ad), connect(ad.broker) as conn:
+        sent = await send(conn, "Unknown", b"x")
+        assert sent.code == ResponseCode.TOPIC_NOT_EXIST
+        assert sent.remark == "topic[Unknown] not exist, apply first please!"
+        assert "Unknown" not in broker.topic_table
+        assert "TBW102" not in broker.topic_table  # RocketMQ registers it only with auto
+        broker.topic_table.ensure("Known", 4)
+        assert (await send(conn, "Known", b"x")).code == ResponseCode.SUCCESS
+        assert broker.store.max_offset > 0

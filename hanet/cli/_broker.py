@@ -46,7 +46,14 @@ from hanet.broker import (
 )
 from hanet.errors import ConfigError
 from hanet.ha import BrokerConfig, BrokerRole, HASlave
-from hanet.store import CommitLogStore, FlushDiskType, StoreConfig, StoreError, StoreRole
+from hanet.store import (
+    CommitLogStore,
+    FlushDiskType,
+    StoreConfig,
+    StoreError,
+    StoreRole,
+    recorded_file_size,
+)
 
 from ._support import (
     EXIT_OK,
@@ -81,7 +88,8 @@ _COMMON_FLAGS = (
     _Flag(("--store",), "store_path_root_dir", Path, "store directory (./store)", "DIR"),
     _Flag(
         ("--mapped-file-size",), "mapped_file_size_commit_log", parse_size,
-        "commit log file size (1G; K/M/G suffixes)", "BYTES",
+        "commit log file size (1G; K/M/G suffixes; default: what the store was created with)",
+        "BYTES",
     ),
     _Flag(
         ("--flush",), "flush_disk_type", FlushDiskType, "ASYNC_FLUSH (default) or SYNC_FLUSH",
@@ -260,9 +268,19 @@ def build_config(args: argparse.Namespace, role: BrokerRole | None = None) -> Br
     elif config.broker_role is BrokerRole.SLAVE and "broker_role" not in changes:
         changes["broker_role"] = BrokerRole.ASYNC_MASTER  # a master verb with a slave's conf
     try:
-        return attrs.evolve(config, **changes)
+        config = attrs.evolve(config, **changes)
     except (TypeError, ValueError) as exc:
         raise ConfigError(str(exc)) from exc
+    if "mapped_file_size_commit_log" not in changes and "mappedFileSizeCommitLog" not in (
+        _config_keys(getattr(args, "config", None))
+    ):  # neither the flag nor the file: the size the store was created with
+        try:
+            recorded = recorded_file_size(config.store_path_root_dir)
+        except StoreError as exc:
+            raise ConfigError(str(exc)) from exc
+        if recorded is not None:
+            config = attrs.evolve(config, mapped_file_size_commit_log=recorded)
+    return config
 
 
 def register(subparsers: Any) -> None:

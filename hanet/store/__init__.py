@@ -112,8 +112,8 @@ from ._retention import (
     plan_retention,
 )
 from ._scanner import RecordScanner, ScanStop, StopReason, decode_record, scan_records
-from ._store import CommitLogStore, DispatchError, Listener
-from ._store_files import fsync_directory
+from ._store import CommitLogStore, DispatchError, Listener, recorded_file_size
+from ._store_files import STORE_PROPERTIES, fsync_directory, read_store_sizes
 
 __all__ = [
     "BLANK_MAGIC",
@@ -139,6 +139,7 @@ __all__ = [
     "MIN_RECORD_SIZE",
     "NATIVE_SCANNER",
     "STORE_HOST_V6_FLAG",
+    "STORE_PROPERTIES",
     "CommitLogComparison",
     "CommitLogFile",
     "CommitLogReader",
@@ -202,10 +203,12 @@ __all__ = [
     "parse_host",
     "plan_retention",
     "property_problem",
+    "read_store_sizes",
     "record_columns",
     "record_columns_py",
     "record_size",
     "record_to_json",
+    "recorded_file_size",
     "resolve_store_dir",
     "scan_index",
     "scan_index_py",
