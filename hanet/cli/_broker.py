@@ -112,6 +112,19 @@ _COMMON_FLAGS = (
         "refuse puts while the store's disk is used past this percentage (75; 1..100)", "PERCENT",
     ),
     _Flag(
+        ("--delete-when",), "delete_when", str,
+        "hours of day when expired commit log files are deleted, e.g. 04;16 (04)", "HH[;HH...]",
+    ),
+    _Flag(
+        ("--file-reserved-time",), "file_reserved_time", float,
+        "hours a commit log file is kept after its last write (72)", "HOURS",
+    ),
+    _Flag(
+        ("--disk-space-clean-forcibly-ratio",), "disk_space_clean_forcibly_ratio", float,
+        "past this fraction of the disk used, commit log files of any age are deleted, even "
+        "ones a slave has not received (0.85)", "FRACTION",
+    ),
+    _Flag(
         ("--tls-cert",), "tls_cert", Path,
         "this broker's certificate (PEM): serve TLS, present it to the master (none: plain TCP)",
         "FILE",
