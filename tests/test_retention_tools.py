@@ -125,3 +125,40 @@ def test_spark_sources_and_audit_read_a_trimmed_store(tmp_path: Path) -> None:
             result.unpersist()
     finally:
         spark.stop()
+
+
+def test_retention_keys_are_read_and_unused_keys_are_warned_about_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    conf = tmp_path / "broker.conf"
+    conf.write_text(
+        "deleteWhen=04;16\nfileReservedTime=48\ndiskSpaceCleanForciblyRatio=0.9\n"
+        "cleanResourceInterval=5000\ndestroyMapedFileIntervalForcibly=60000\n"
+        "autoCreateTopicEnable=false\nstorePathCommitLog=/data/commitlog\n"
+        "mappedFileSizeConsumeQueue=6000000\n",
+        encoding="utf-8",
+    )
+    config = build_config(build_parser().parse_args(["master", "--config", str(conf)]))
+    retention = config.retention
+    assert retention.hours == {4, 16}
+    assert retention.file_reserved_time == 48
+    assert retention.disk_space_clean_forcibly_ratio == 0.9
+    assert retention.clean_resource_interval == 5.0
+    assert retention.destroy_mapped_file_interval_forcibly == 60.0
+    assert config.auto_create_topic_enable is False
+    warnings = [r.getMessage() for r in caplog.records if "does not use" in r.getMessage()]
+    assert len(warnings) == 1
+    assert warnings[0].endswith("storePathCommitLog, mappedFileSizeConsumeQueue")
+    conf.write_text("deleteWhen=4am\n", encoding="utf-8")
+    assert main(["master", "--config", str(conf), "--store", str(tmp_path / "s")]) == 2
+    args = [
+        "master",
+        "--store",
+        str(tmp_path / "s"),
+        "--delete-when",
+        "03",
+        "--file-reserved-time",
+        "1",
+    ]
+    config = build_config(build_parser().parse_args(args))
+    assert (config.delete_when, config.file_reserved_time) == ("03", 1.0)
