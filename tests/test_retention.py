@@ -384,3 +384,35 @@ def test_stores_refuse_retention_settings_that_make_no_sense() -> None:
         RetentionConfig(file_reserved_time=-1)
     with pytest.raises(ValueError):
         RetentionConfig(clean_resource_interval=0)
+
+
+def test_the_min_offset_search_skips_blank_entries_as_a_walk_would(tmp_path: Path) -> None:
+    from hanet.store import CQ_BLANK_SIZE, ConsumeQueue
+
+    queue = ConsumeQueue(tmp_path / "cq", "T", 0, 20 * 50, warm=False)
+    physical = 0
+    expected: dict[int, int] = {}
+    q = 3  # a queue that starts late: blanks first
+    for run in range(40):
+        if run % 7 == 3:
+            q += 2  # a gap: blank entries fill it
+        queue.append(q, physical, 100, 0)
+        expected[q] = physical
+        q += 1
+        physical += 100
+    assert queue.get(0) is None or queue.get(0)[1] == CQ_BLANK_SIZE
+
+    def walk(floor: int) -> int:  # RocketMQ's correctMinOffset, entry by entry
+        for offset in range(queue.min_queue_offset, queue.max_queue_offset):
+            entry = queue.get(offset)
+            assert entry is not None
+            if entry[1] != CQ_BLANK_SIZE and entry[0] >= floor:
+                return offset
+        return queue.max_queue_offset
+
+    start = queue.min_queue_offset
+    for floor in range(0, physical + 200, 50):
+        queue.min_queue_offset = start
+        wanted = walk(floor)
+        assert queue.correct_min_offset(floor) == wanted, floor
+    queue.close()

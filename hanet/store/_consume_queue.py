@@ -187,26 +187,47 @@ class ConsumeQueue:
         """Advance :attr:`min_queue_offset` past the entries whose message lies below the
         commit log's ``physical_min`` (deleted by retention; blank entries before them too):
         RocketMQ's ``correctMinOffset``. Returns the new min (the max when no entry is left).
+
+        The non-blank entries of a queue point at growing physical offsets, so this is a
+        binary search (a blank entry stands for the next non-blank one after it): a deletion
+        of a file of a million messages does not walk a million entries on the event loop.
         """
-        q = self.min_queue_offset
-        high = self.max_queue_offset
-        while q < high:
-            position = q * CQ_ENTRY_SIZE
-            mapped = self.files.find(position)
-            if mapped is None:  # pragma: no cover - entries in [min, max) have a file
+        end = self.max_queue_offset
+        low, high = self.min_queue_offset, end
+        while low < high:
+            middle = (low + high) // 2
+            physical = self._next_physical(middle, end)
+            if physical is not None and physical >= physical_min:
+                high = middle
+            else:
+                low = middle + 1
+        while low < end:  # blank entries before the first kept one go with what they preceded
+            entry = self._entry(low)
+            if entry is None or entry[1] != CQ_BLANK_SIZE:
                 break
-            start = position - mapped.start_offset
-            stop = min(mapped.wrote, (high * CQ_ENTRY_SIZE) - mapped.start_offset)
-            found = False
-            for physical, size, _ in _ENTRY.iter_unpack(mapped.view[start:stop]):
-                if size != CQ_BLANK_SIZE and physical >= physical_min:
-                    found = True
-                    break
-                q += 1
-            if found:
-                break
-        self.min_queue_offset = q
-        return q
+            low += 1
+        self.min_queue_offset = low
+        return low
+
+    def _entry(self, queue_offset: int) -> tuple[int, int, int] | None:
+        position = queue_offset * CQ_ENTRY_SIZE
+        mapped = self.files.find(position)
+        if mapped is None or position - mapped.start_offset >= mapped.wrote:
+            return None
+        entry: tuple[int, int, int] = _ENTRY.unpack_from(
+            mapped.view, position - mapped.start_offset
+        )
+        return entry
+
+    def _next_physical(self, queue_offset: int, end: int) -> int | None:
+        """The physical offset of the first non-blank entry in ``[queue_offset, end)``."""
+        for q in range(queue_offset, end):
+            entry = self._entry(q)
+            if entry is None:
+                return None
+            if entry[1] != CQ_BLANK_SIZE:
+                return entry[0]
+        return None
 
     def delete_expired_files(self, physical_min: int, *, force: bool = False) -> int:
         """Delete the files (never the last) whose last entry points below ``physical_min``
