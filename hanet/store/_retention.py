@@ -342,7 +342,7 @@ class RetentionService:
         self._held_since: dict[int, float] = {}  # file start -> when a reader first held it
         self._logged_hold: tuple[str, int] | None = None
         self._warned_stuck = False
-        self._last_min = store.min_offset
+        self._last_min = 0  # as RocketMQ: a store opened trimmed has its queues cleaned once
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Run a round every ``clean_resource_interval`` until cancelled or the store closes."""
