@@ -253,6 +253,8 @@ async def test_the_service_deletes_expired_files_at_the_delete_hour_in_virtual_t
             disk_ratio=lambda: 0.30,
             file_time=wall.file_time,
         )
+        heard: list[int] = []
+        service.min_offset_listeners.append(heard.append)
         async with trio.open_nursery() as nursery:
             await nursery.start(service.run)
             await trio.sleep(2.5 * HOUR)  # 01:00 .. 03:30: not the hour
@@ -262,6 +264,7 @@ async def test_the_service_deletes_expired_files_at_the_delete_hour_in_virtual_t
             assert store.min_offset == 3 * FILE
             assert service.statistics.deleted_files == 3
             assert service.statistics.deleted_queue_files >= 1
+            assert heard == [3 * FILE]  # e.g. index files clean to it
             nursery.cancel_scope.cancel()
         for q in (0, 1):
             entry = store.consume_queue_entry("T", q, store.min_queue_offset("T", q))

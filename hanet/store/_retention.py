@@ -343,6 +343,9 @@ class RetentionService:
         self._logged_hold: tuple[str, int] | None = None
         self._warned_stuck = False
         self._last_min = 0  # as RocketMQ: a store opened trimmed has its queues cleaned once
+        self.min_offset_listeners: list[Callable[[int], None]] = []
+        """Called with the commit log's new min offset after the consume queues were cleaned
+        to it: where other indexes of the log (RocketMQ's index files) clean theirs."""
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Run a round every ``clean_resource_interval`` until cancelled or the store closes."""
@@ -549,3 +552,8 @@ class RetentionService:
                 )
                 if interval > 0:
                     await trio.sleep(interval)
+        for listener in list(self.min_offset_listeners):
+            try:
+                listener(low)
+            except Exception:
+                logger.exception("%s: a min offset listener failed", store.root)
