@@ -91,9 +91,11 @@ from hanet.protocol import (
 from hanet.store import (
     CommitLogStore,
     FlushDiskType,
+    Holder,
     Message,
     PutResult,
     PutStatus,
+    RetentionService,
     StoreConfig,
     StoreRole,
 )
@@ -197,6 +199,8 @@ class Broker:
         self.sync: SlaveSync | None = None
         """A slave's copy of its master's topics and consumer offsets (None on a master)."""
         self.registrar: NameServerRegistrar | None = None
+        self.retention: RetentionService | None = None
+        """Deletes expired commit log and consume queue files (while :meth:`run` runs)."""
         self._announced: set[str] = set()  # the topics of the last registration
         """The registration with the name servers (None without ``namesrv_addr``)."""
         self.addresses = BrokerAddresses(None, None)
@@ -309,7 +313,8 @@ class Broker:
                 default_queues=config.default_topic_queue_nums,
             )
             topics.add_store_queues(store.queues())
-            if self.role is not BrokerRole.SLAVE:  # a slave copies its master's table
+            topics.auto_create = config.auto_create_topic_enable
+            if self.role is not BrokerRole.SLAVE and config.auto_create_topic_enable:
                 # sends create topics (autoCreateTopicEnable): RocketMQ's clients look a new
                 # topic's route up under TBW102's, which the broker registers for that
                 topics.ensure(
@@ -352,6 +357,10 @@ class Broker:
                     self.port.register(
                         RequestCode.GET_ALL_DELAY_OFFSET, self.schedule.get_all_delay_offset
                     )
+                self.retention = RetentionService(
+                    store, config.retention, holders=self._retention_holders
+                )
+                await nursery.start(self.retention.run)
                 holds = PullHoldService(self._repull, store.max_queue_offset)
                 await nursery.start(holds.run)
                 self.port.hold = holds.hold
@@ -411,6 +420,18 @@ class Broker:
                 await store.aclose()
             self._store = None
             log.info("store %s closed", config.store_path_root_dir)
+
+    def _retention_holders(self) -> list[Holder]:
+        """A master's connected slaves and the offsets they acknowledged: retention keeps
+        the commit log files they have not received (RocketMQ does not)."""
+        master = self.master
+        if master is None:
+            return []
+        return [
+            Holder(f"slave {s.address}", s.ack_offset)
+            for s in master.status().slaves
+            if s.request_offset >= 0 and s.ack_offset >= 0
+        ]
 
     async def _housekeeping(self, interval: float) -> None:
         """Every ``interval`` seconds: drop expired consumers (telling their groups) and

@@ -1,8 +1,9 @@
 """``broker.conf``: RocketMQ's properties file, read onto a :class:`~hanet.ha.BrokerConfig`.
 
 Keys are RocketMQ's names (``brokerRole``, ``haListenPort``, ...); durations are milliseconds
-as in RocketMQ and become seconds. RocketMQ keys that mean nothing to hanet are accepted and
-ignored; any other unknown key is a :class:`~hanet.errors.ConfigError`.
+as in RocketMQ and become seconds (``fileReservedTime`` stays hours, ``deleteWhen`` hours of
+day, ``diskSpaceCleanForciblyRatio`` a fraction as RocketMQ's system property of that name).
+Keys hanet does not use are accepted with one WARNING listing them.
 """
 
 from __future__ import annotations
@@ -72,6 +73,15 @@ _PROPERTIES: dict[str, tuple[str, Any]] = {
     "accessMessageInMemoryMaxRatio": ("access_message_in_memory_max_ratio", int),
     "registerNameServerPeriod": ("register_broker_interval", _ms),
     "flushConsumerOffsetInterval": ("flush_consumer_offset_interval", _ms),
+    "deleteWhen": ("delete_when", str),
+    "fileReservedTime": ("file_reserved_time", float),
+    "diskSpaceCleanForciblyRatio": ("disk_space_clean_forcibly_ratio", float),
+    "cleanFileForciblyEnable": ("clean_file_forcibly_enable", _bool),
+    "deleteCommitLogFilesInterval": ("delete_commit_log_files_interval", _ms),
+    "deleteConsumeQueueFilesInterval": ("delete_consume_queue_files_interval", _ms),
+    "destroyMapedFileIntervalForcibly": ("destroy_mapped_file_interval_forcibly", _ms),
+    "cleanResourceInterval": ("clean_resource_interval", _ms),
+    "autoCreateTopicEnable": ("auto_create_topic_enable", _bool),
     # hanet's own (RocketMQ has no such setting):
     "slaveSyncInterval": ("slave_sync_interval", _ms),
     "masterBrokerAddress": ("master_broker_address", str),
@@ -79,19 +89,8 @@ _PROPERTIES: dict[str, tuple[str, Any]] = {
     "totalMemoryBytes": ("total_memory_bytes", int),
 }
 
-# Keys of a real broker.conf that mean nothing to hanet; accepted and ignored quietly. Other
-# unknown keys are accepted with one warning listing them (RocketMQ has hundreds of settings).
-_IGNORED = frozenset(
-    {
-        "deleteWhen",
-        "fileReservedTime",
-        "autoCreateTopicEnable",
-        "autoCreateSubscriptionGroup",
-        "storePathCommitLog",
-        "storePathConsumeQueue",
-        "mappedFileSizeConsumeQueue",
-    }
-)
+# Keys hanet does not use are accepted with one warning listing them (RocketMQ has hundreds of
+# settings), as the README says: none is ignored quietly.
 
 
 def parse_properties(lines: Iterable[str], source: str) -> dict[str, str]:
@@ -137,8 +136,6 @@ def apply_properties(
     changes: dict[str, Any] = {}
     unused: list[str] = []
     for key, value in values.items():
-        if key in _IGNORED:
-            continue
         entry = _PROPERTIES.get(key)
         if entry is None:
             unused.append(key)

@@ -132,11 +132,11 @@ def serve_pull(
         suggested = MASTER_ID if suggest is None else suggest(behind)
         return PullResult(status, next_offset, low, high, records, suggested)
 
-    if high <= low:
+    if high <= low and (high == 0 or offset >= low):
         if high == 0 and (topic, queue_id) not in store.queues():
             return answer(GetMessageStatus.NO_MATCHED_LOGIC_QUEUE, 0)
         return answer(GetMessageStatus.NO_MESSAGE_IN_QUEUE, high)
-    if offset < low:
+    if offset < low:  # retention deleted it (also when it left the queue empty): min offset
         return answer(GetMessageStatus.OFFSET_TOO_SMALL, low)
     if offset == high:
         return answer(GetMessageStatus.OFFSET_OVERFLOW_ONE, offset)
@@ -147,12 +147,17 @@ def serve_pull(
     end = min(offset + min(max(max_messages, 1), MAX_PULL_MESSAGES), high)
     next_offset = offset
     pulled_end = 0
+    floor = store.min_offset
     while next_offset < end:
         entry = store.consume_queue_entry(topic, queue_id, next_offset)
         if entry is None:
             break
         physical, size, tags_hash = entry
-        if size == CQ_BLANK_SIZE or (tags is not None and tags_hash not in tags):
+        if (
+            size == CQ_BLANK_SIZE
+            or (tags is not None and tags_hash not in tags)
+            or physical < floor  # being deleted (RocketMQ: MESSAGE_WAS_REMOVING)
+        ):
             next_offset += 1
             continue
         if records and size > budget:

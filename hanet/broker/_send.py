@@ -36,7 +36,7 @@ from hanet.store import (
 
 from ._connection import BrokerConnection, WaitingSend, connection_of
 from ._retry import DLQ_QUEUE_NUMS, redirect_retry_send
-from ._topics import TopicTableFull
+from ._topics import TopicNotExist, TopicTableFull
 
 if TYPE_CHECKING:
     from ._port import BrokerPort
@@ -216,6 +216,8 @@ class Sends:
             config = table.create_for_send(topic, header.default_topic_queue_nums)
         except TopicTableFull as exc:
             raise _Refused(ResponseCode.SYSTEM_ERROR, str(exc)) from None
+        except TopicNotExist as exc:  # autoCreateTopicEnable=false
+            raise _Refused(ResponseCode.TOPIC_NOT_EXIST, str(exc.args[0])) from None
         if not config.perm & PERM_WRITE:  # made read-only by an admin (UPDATE_AND_CREATE_TOPIC)
             raise _Refused(
                 ResponseCode.NO_PERMISSION, f"the topic[{topic}] sending message is forbidden"

@@ -48,6 +48,10 @@ class TopicTableFull(ValueError):
     """A send or heartbeat would create a topic past :data:`MAX_TOPICS`."""
 
 
+class TopicNotExist(LookupError):
+    """A send to a topic the broker does not have, with ``autoCreateTopicEnable=false``."""
+
+
 def _now_ms() -> int:
     return int(time.time() * 1000)
 
@@ -79,6 +83,9 @@ class TopicTable:
         self._dirty = False
         self._deleted: set[str] = set()  # deleted by an admin: not re-added from the store
         self._set: set[str] = set()  # queues set by an admin: not grown back from the store
+        self.auto_create = True
+        """Whether a send creates an unknown topic (RocketMQ's ``autoCreateTopicEnable``;
+        retry topics are created either way, as RocketMQ creates them on a send back)."""
         self.on_change: Callable[[], None] | None = None
         """Called when a topic is created or grows (the broker registers again at once, as
         RocketMQ's ``registerBrokerAll`` after a topic is created)."""
@@ -158,10 +165,13 @@ class TopicTable:
 
         Raises:
             TopicTableFull: it would be a topic past ``max_topics``.
+            TopicNotExist: it is unknown and :attr:`auto_create` is off.
         """
         config = self._table.get(topic)
         if config is not None:
             return config
+        if not self.auto_create and not topic.startswith("%RETRY%"):
+            raise TopicNotExist(f"topic[{topic}] not exist, apply first please!")
         queues = min(max(requested, 1), self.default_queues)
         config = self.ensure(topic, queues)
         log.info("topic %s created by a send, %d queues", topic, queues)

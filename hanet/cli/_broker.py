@@ -46,7 +46,14 @@ from hanet.broker import (
 )
 from hanet.errors import ConfigError
 from hanet.ha import BrokerConfig, BrokerRole, HASlave
-from hanet.store import CommitLogStore, FlushDiskType, StoreConfig, StoreError, StoreRole
+from hanet.store import (
+    CommitLogStore,
+    FlushDiskType,
+    StoreConfig,
+    StoreError,
+    StoreRole,
+    recorded_file_size,
+)
 
 from ._support import (
     EXIT_OK,
@@ -81,7 +88,8 @@ _COMMON_FLAGS = (
     _Flag(("--store",), "store_path_root_dir", Path, "store directory (./store)", "DIR"),
     _Flag(
         ("--mapped-file-size",), "mapped_file_size_commit_log", parse_size,
-        "commit log file size (1G; K/M/G suffixes)", "BYTES",
+        "commit log file size (1G; K/M/G suffixes; default: what the store was created with)",
+        "BYTES",
     ),
     _Flag(
         ("--flush",), "flush_disk_type", FlushDiskType, "ASYNC_FLUSH (default) or SYNC_FLUSH",
@@ -102,6 +110,19 @@ _COMMON_FLAGS = (
     _Flag(
         ("--disk-max-used-space-ratio",), "disk_max_used_space_ratio", int,
         "refuse puts while the store's disk is used past this percentage (75; 1..100)", "PERCENT",
+    ),
+    _Flag(
+        ("--delete-when",), "delete_when", str,
+        "hours of day when expired commit log files are deleted, e.g. 04;16 (04)", "HH[;HH...]",
+    ),
+    _Flag(
+        ("--file-reserved-time",), "file_reserved_time", float,
+        "hours a commit log file is kept after its last write (72)", "HOURS",
+    ),
+    _Flag(
+        ("--disk-space-clean-forcibly-ratio",), "disk_space_clean_forcibly_ratio", float,
+        "past this fraction of the disk used, commit log files of any age are deleted, even "
+        "ones a slave has not received (0.85)", "FRACTION",
     ),
     _Flag(
         ("--tls-cert",), "tls_cert", Path,
@@ -260,9 +281,19 @@ def build_config(args: argparse.Namespace, role: BrokerRole | None = None) -> Br
     elif config.broker_role is BrokerRole.SLAVE and "broker_role" not in changes:
         changes["broker_role"] = BrokerRole.ASYNC_MASTER  # a master verb with a slave's conf
     try:
-        return attrs.evolve(config, **changes)
+        config = attrs.evolve(config, **changes)
     except (TypeError, ValueError) as exc:
         raise ConfigError(str(exc)) from exc
+    if "mapped_file_size_commit_log" not in changes and "mappedFileSizeCommitLog" not in (
+        _config_keys(getattr(args, "config", None))
+    ):  # neither the flag nor the file: the size the store was created with
+        try:
+            recorded = recorded_file_size(config.store_path_root_dir)
+        except StoreError as exc:
+            raise ConfigError(str(exc)) from exc
+        if recorded is not None:
+            config = attrs.evolve(config, mapped_file_size_commit_log=recorded)
+    return config
 
 
 def register(subparsers: Any) -> None:

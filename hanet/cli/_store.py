@@ -6,6 +6,10 @@
   CRC, PHYSICALOFFSET, blank records ending their files) and every consume queue entry, and
   exits 0 when all hold, 1 naming the first bad offset and why.
 
+Both read a log that no longer starts at 0 (retention deleted its first files): from its
+first file on; consume queue entries of deleted records are counted, not errors. The file
+size is the store's own (``store.properties``) unless ``--mapped-file-size`` says otherwise.
+
 Bad input (a missing directory, a wrong file size, garbage) gives a one-line error on stderr
 and exit status 2 (1 for a failed verification), never a traceback. Neither tool writes to the
 store, so they work on read-only copies and next to a running broker.
@@ -29,6 +33,7 @@ from hanet.store import (
     StopReason,
     StoreError,
     list_mapped_files,
+    read_store_sizes,
     record_to_json,
     resolve_store_dir,
 )
@@ -77,7 +82,10 @@ def _add_file_size(parser: argparse.ArgumentParser) -> None:
 
 def _open(args: argparse.Namespace) -> tuple[CommitLogReader, Path | None]:
     commit_dir, root = resolve_store_dir(args.store_dir)
-    return CommitLogReader(commit_dir, args.mapped_file_size), root
+    size = args.mapped_file_size
+    if size is None and root is not None:
+        size = read_store_sizes(root).get("mappedFileSizeCommitLog")  # what it was made with
+    return CommitLogReader(commit_dir, size), root
 
 
 def _text_line(offset: int, record: MessageRecord) -> str:
@@ -217,9 +225,13 @@ def _verify(reader: CommitLogReader, root: Path | None) -> int:
     data_end = end
     if stop.reason is StopReason.BLANK:
         end = stop.offset + stop.blank_size
+    trimmed = 0
     for key, (first, entries) in sorted(queues.items()):
         for index, (offset, size, _) in enumerate(entries):
             if size == CQ_BLANK_SIZE:
+                continue
+            if offset < reader.min_offset:  # its record was deleted by retention
+                trimmed += 1
                 continue
             if first + index >= seen.get(key, 0) or offset + size > end:
                 return fail(
@@ -228,6 +240,8 @@ def _verify(reader: CommitLogReader, root: Path | None) -> int:
                     EXIT_FAILED,
                 )
     where = "" if check_queues else " (no consume queues to check)"
+    if trimmed:
+        where += f", {trimmed} entr{'y' if trimmed == 1 else 'ies'} below the first offset"
     if undispatched:
         where += f", {undispatched} message(s) past {frontier} not dispatched yet"
     blank = f", end-of-file blank record at {data_end}" if end != data_end else ""

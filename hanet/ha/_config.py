@@ -20,7 +20,7 @@ import attrs
 from hanet.boot import AllowList, TlsConfig
 from hanet.channel import parse_address
 from hanet.errors import ConfigError
-from hanet.store import FlushDiskType
+from hanet.store import FlushDiskType, RetentionConfig
 
 __all__ = ["BrokerConfig", "BrokerRole"]
 
@@ -177,6 +177,14 @@ class BrokerConfig:
             the listen host, or 127.0.0.1 for a wildcard one).
         broker_ip2: the host others reach a master's HA port at, as registered (RocketMQ's
             ``brokerIP2``; default: ``broker_ip1``, else the HA listen host as above).
+        delete_when, file_reserved_time, disk_space_clean_forcibly_ratio,
+        clean_file_forcibly_enable, delete_commit_log_files_interval,
+        delete_consume_queue_files_interval, destroy_mapped_file_interval_forcibly,
+        clean_resource_interval: retention, RocketMQ's settings of the same names
+            (``deleteWhen`` "04", ``fileReservedTime`` 72 h, ...; see
+            :class:`~hanet.store.RetentionConfig` and :attr:`retention`).
+        auto_create_topic_enable: a send to an unknown topic creates it (RocketMQ's
+            ``autoCreateTopicEnable``, true); false: it answers TOPIC_NOT_EXIST.
     """
 
     broker_role: BrokerRole = BrokerRole.ASYNC_MASTER
@@ -220,8 +228,36 @@ class BrokerConfig:
     master_broker_address: str | None = attrs.field(default=None, validator=_address)
     broker_ip1: str | None = attrs.field(default=None, validator=_host)
     broker_ip2: str | None = attrs.field(default=None, validator=_host)
+    delete_when: str = "04"
+    file_reserved_time: float = 72.0
+    disk_space_clean_forcibly_ratio: float = 0.85
+    clean_file_forcibly_enable: bool = True
+    delete_commit_log_files_interval: float = 0.1
+    delete_consume_queue_files_interval: float = 0.1
+    destroy_mapped_file_interval_forcibly: float = 120.0
+    clean_resource_interval: float = 10.0
+    auto_create_topic_enable: bool = True
+
+    @property
+    def retention(self) -> RetentionConfig:
+        """The retention settings (validated when the config is made)."""
+        return RetentionConfig(
+            delete_when=self.delete_when,
+            file_reserved_time=self.file_reserved_time,
+            disk_max_used_space_ratio=self.disk_max_used_space_ratio,
+            disk_space_clean_forcibly_ratio=self.disk_space_clean_forcibly_ratio,
+            clean_file_forcibly_enable=self.clean_file_forcibly_enable,
+            delete_commit_log_files_interval=self.delete_commit_log_files_interval,
+            delete_consume_queue_files_interval=self.delete_consume_queue_files_interval,
+            destroy_mapped_file_interval_forcibly=self.destroy_mapped_file_interval_forcibly,
+            clean_resource_interval=self.clean_resource_interval,
+        )
 
     def __attrs_post_init__(self) -> None:
+        try:
+            self.retention  # noqa: B018 - validates the retention settings
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
         broker_id = self.broker_id
         if broker_id is None:
             return

@@ -102,6 +102,8 @@ class ConsumeQueueFile:
         queue_id: the queue id (the directory name).
         path: the file (absolute path).
         start: its start byte offset (its name); entry ``q`` is at byte ``q * 20``.
+        log_start: the store's first commit log offset (its first file's name): entries
+            below it point at records retention deleted, and are not read.
     """
 
     store: str
@@ -109,6 +111,7 @@ class ConsumeQueueFile:
     queue_id: int
     path: str
     start: int
+    log_start: int = 0
 
 
 def find_stores(path: str) -> list[StoreLocation]:
@@ -227,6 +230,8 @@ def plan_consume_queues(store: StoreLocation) -> list[ConsumeQueueFile]:
     if not base.is_dir():
         return []
     found: list[ConsumeQueueFile] = []
+    log_files = list_mapped_files(store.commit_log_dir)
+    log_start = log_files[0][0] if log_files else 0
     for topic_dir in sorted(p for p in base.iterdir() if p.is_dir()):
         for queue_dir in sorted(p for p in topic_dir.iterdir() if p.is_dir()):
             if not queue_dir.name.isdigit():
@@ -239,6 +244,7 @@ def plan_consume_queues(store: StoreLocation) -> list[ConsumeQueueFile]:
                         queue_id=int(queue_dir.name),
                         path=str(path),
                         start=start,
+                        log_start=log_start,
                     )
                 )
     found.sort(key=lambda f: (f.topic, f.queue_id, f.start))

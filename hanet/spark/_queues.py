@@ -50,7 +50,9 @@ def consume_queue_batches(
     """The entries of one consume queue file as Arrow record batches.
 
     Entries run up to the first one of size 0 (the unwritten rest of the file); the blank
-    entries RocketMQ writes before the first real one of a queue that starts late are skipped.
+    entries RocketMQ writes before the first real one of a queue that starts late are skipped,
+    and so are entries below the store's first commit log offset (their records were deleted
+    by retention: the queue's min offset is past them).
     """
     schema = consume_queue_schema()
     with open(part.path, "rb") as f:
@@ -66,7 +68,7 @@ def consume_queue_batches(
         kept = [
             (first_queue_offset + index + i, *e)
             for i, e in enumerate(entries[:end])
-            if e[1] != _BLANK_SIZE
+            if e[1] != _BLANK_SIZE and e[0] >= part.log_start
         ]
         if kept:
             queue_offsets, offsets, sizes, hashes = zip(*kept, strict=True)

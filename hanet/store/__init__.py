@@ -100,9 +100,20 @@ from ._json import record_to_json
 from ._mapped_file import MappedFile, file_name
 from ._mapped_queue import MappedFileQueue, list_mapped_files
 from ._reader import CommitLogReader, resolve_store_dir
+from ._retention import (
+    CommitLogFile,
+    Holder,
+    RetentionConfig,
+    RetentionPlan,
+    RetentionService,
+    RetentionStatistics,
+    disk_used_ratio,
+    parse_delete_when,
+    plan_retention,
+)
 from ._scanner import RecordScanner, ScanStop, StopReason, decode_record, scan_records
-from ._store import CommitLogStore, DispatchError, Listener
-from ._store_files import fsync_directory
+from ._store import CommitLogStore, DispatchError, Listener, recorded_file_size
+from ._store_files import STORE_PROPERTIES, fsync_directory, read_store_sizes
 
 __all__ = [
     "BLANK_MAGIC",
@@ -128,7 +139,9 @@ __all__ = [
     "MIN_RECORD_SIZE",
     "NATIVE_SCANNER",
     "STORE_HOST_V6_FLAG",
+    "STORE_PROPERTIES",
     "CommitLogComparison",
+    "CommitLogFile",
     "CommitLogReader",
     "CommitLogStore",
     "ConsumeQueue",
@@ -136,6 +149,7 @@ __all__ = [
     "CreateMappedFileError",
     "DispatchError",
     "FlushDiskType",
+    "Holder",
     "IndexEntryGroup",
     "IndexGroupFunction",
     "IndexScanFunction",
@@ -149,6 +163,10 @@ __all__ = [
     "PutResult",
     "PutStatus",
     "RecordScanner",
+    "RetentionConfig",
+    "RetentionPlan",
+    "RetentionService",
+    "RetentionStatistics",
     "ScanStop",
     "StopReason",
     "StoreClosedError",
@@ -162,6 +180,7 @@ __all__ = [
     "compare_commit_logs",
     "decode_properties",
     "decode_record",
+    "disk_used_ratio",
     "encode_blank",
     "encode_properties",
     "encode_record",
@@ -180,12 +199,16 @@ __all__ = [
     "offset_msg_id",
     "pack_blank_into",
     "pack_record_into",
+    "parse_delete_when",
     "parse_host",
+    "plan_retention",
     "property_problem",
+    "read_store_sizes",
     "record_columns",
     "record_columns_py",
     "record_size",
     "record_to_json",
+    "recorded_file_size",
     "resolve_store_dir",
     "scan_index",
     "scan_index_py",

@@ -181,6 +181,81 @@ class ConsumeQueue:
                 self.files.truncate(q * CQ_ENTRY_SIZE)
         return high - q
 
+    # -- retention ---------------------------------------------------------------------------
+
+    def correct_min_offset(self, physical_min: int) -> int:
+        """Advance :attr:`min_queue_offset` past the entries whose message lies below the
+        commit log's ``physical_min`` (deleted by retention; blank entries before them too):
+        RocketMQ's ``correctMinOffset``. Returns the new min (the max when no entry is left).
+
+        The non-blank entries of a queue point at growing physical offsets, so this is a
+        binary search (a blank entry stands for the next non-blank one after it): a deletion
+        of a file of a million messages does not walk a million entries on the event loop.
+        """
+        end = self.max_queue_offset
+        low, high = self.min_queue_offset, end
+        while low < high:
+            middle = (low + high) // 2
+            physical = self._next_physical(middle, end)
+            if physical is not None and physical >= physical_min:
+                high = middle
+            else:
+                low = middle + 1
+        while low < end:  # blank entries before the first kept one go with what they preceded
+            entry = self._entry(low)
+            if entry is None or entry[1] != CQ_BLANK_SIZE:
+                break
+            low += 1
+        self.min_queue_offset = low
+        return low
+
+    def _entry(self, queue_offset: int) -> tuple[int, int, int] | None:
+        position = queue_offset * CQ_ENTRY_SIZE
+        mapped = self.files.find(position)
+        if mapped is None or position - mapped.start_offset >= mapped.wrote:
+            return None
+        entry: tuple[int, int, int] = _ENTRY.unpack_from(
+            mapped.view, position - mapped.start_offset
+        )
+        return entry
+
+    def _next_physical(self, queue_offset: int, end: int) -> int | None:
+        """The physical offset of the first non-blank entry in ``[queue_offset, end)``."""
+        for q in range(queue_offset, end):
+            entry = self._entry(q)
+            if entry is None:
+                return None
+            if entry[1] != CQ_BLANK_SIZE:
+                return entry[0]
+        return None
+
+    def delete_expired_files(self, physical_min: int, *, force: bool = False) -> int:
+        """Delete the files (never the last) whose last entry points below ``physical_min``
+        (every message they index is gone: RocketMQ's ``deleteExpiredFileByOffset``), then
+        :meth:`correct_min_offset`. Returns how many files were deleted. A file a reader
+        still maps is kept unless ``force`` (see :meth:`MappedFileQueue.delete_first`)."""
+        files = self.files
+        deleted = 0
+        while len(files.files) > 1:
+            if self._last_physical(files.files[0].view) >= physical_min:
+                break
+            if not files.delete_first(force=force):
+                break
+            deleted += 1
+        first_offset = files.min_offset // CQ_ENTRY_SIZE
+        self.min_queue_offset = max(self.min_queue_offset, first_offset)
+        self.correct_min_offset(physical_min)
+        return deleted
+
+    @staticmethod
+    def _last_physical(view: memoryview) -> int:
+        """The commit log offset of the last non-blank entry of a full file (-1: none)."""
+        for position in range(len(view) - CQ_ENTRY_SIZE, -1, -CQ_ENTRY_SIZE):
+            physical, size, _ = _ENTRY.unpack_from(view, position)
+            if size != CQ_BLANK_SIZE:
+                return int(physical)
+        return -1
+
     def flush(self) -> None:
         """``fdatasync`` the files (blocks: worker thread)."""
         self.files.flush()

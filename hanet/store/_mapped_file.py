@@ -317,3 +317,24 @@ class MappedFile:
         """Close and remove the file."""
         self.close()
         self.path.unlink(missing_ok=True)
+
+    def release(self) -> bool:
+        """Unmap and close the file if nothing else holds a view of its mapping (RocketMQ's
+        ``MappedFile.destroy`` finding its reference count at zero); True when it is closed.
+
+        A view handed out (:meth:`MappedFileQueue.read_view`: an HA transfer's bytes waiting
+        to be sent) keeps the mapping alive; then nothing changes and the answer is False.
+        Closing anyway (:meth:`delete`) is safe too: the holder's view stays valid, the pages
+        are freed with the last view.
+        """
+        if self._fd < 0:
+            return True
+        try:
+            self.view.release()
+            self._mmap.close()
+        except BufferError:
+            self.view = memoryview(self._mmap)  # still mapped: a holder's view is alive
+            return False
+        os.close(self._fd)
+        self._fd = -1
+        return True

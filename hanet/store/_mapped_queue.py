@@ -450,6 +450,28 @@ class MappedFileQueue:
         if ready is not None and (not keep or keep[-1].end_offset != ready.start_offset):
             self._drop_next()
 
+    # -- retention (the min offset moves up) --------------------------------------------------
+
+    def delete_first(self, *, force: bool = False) -> bool:
+        """Delete the first file, never the last one (retention: RocketMQ's
+        ``deleteExpiredFile``); :attr:`min_offset` becomes the next file's start.
+
+        A file whose mapping a reader still holds a view of (an HA transfer waiting to send
+        it) is kept unless ``force``: then it is unlinked all the same, and the reader's view
+        stays valid until it is dropped (the pages are freed with it). Returns whether the
+        file was deleted.
+        """
+        if len(self.files) < 2:
+            return False
+        first = self.files[0]
+        if not first.release() and not force:
+            return False
+        first.delete()
+        del self.files[0]
+        del self._starts[0]
+        self._data_start = max(self._data_start, self.files[0].start_offset)
+        return True
+
     def delete_all(self) -> None:
         """Delete every file (an empty queue again)."""
         for mapped in self.files:

@@ -166,7 +166,10 @@ class CommitLogReader:
         self.stop = None
         offset = self.min_offset if start_offset is None else start_offset
         if not self.min_offset <= offset < self.end_offset:
-            self.stop = ScanStop(offset, StopReason.INVALID, "offset outside the commit log")
+            detail = f"offset outside the commit log [{self.min_offset}, {self.end_offset})" + (
+                " (its older files were deleted)" if offset < self.min_offset else ""
+            )
+            self.stop = ScanStop(offset, StopReason.INVALID, detail)
             return
         index = (offset - self.min_offset) // self.file_size
         position = offset - self.files[index][0]

@@ -72,6 +72,7 @@ from ._errors import (
     OffsetMismatchError,
     StoreClosedError,
     StoreError,
+    StoreLayoutError,
 )
 from ._index import (
     ROW,
@@ -84,13 +85,21 @@ from ._index import (
     scan_totals,
     scan_windows,
 )
-from ._mapped_queue import MappedFileQueue
+from ._mapped_queue import MappedFileQueue, list_mapped_files
 from ._recovery import RecoveryResult, find_valid_end
 from ._scanner import StopReason, decode_record
-from ._store_files import Checkpoint, CheckpointFile, StoreLock, read_checkpoint
+from ._store_files import (
+    STORE_PROPERTIES,
+    Checkpoint,
+    CheckpointFile,
+    StoreLock,
+    read_checkpoint,
+    read_store_sizes,
+    write_store_sizes,
+)
 from ._writer import RecordWriter
 
-__all__ = ["CommitLogStore", "DispatchError", "Listener"]
+__all__ = ["CommitLogStore", "DispatchError", "Listener", "recorded_file_size"]
 
 logger = logging.getLogger(__name__)
 
@@ -105,6 +114,21 @@ _END, _BLANK, _UNWRITTEN, _INCOMPLETE = (
 Listener = Callable[[int], None]
 """Called with the new max offset after data was added to the commit log (after raw appends
 with ``dispatch=False``: once :meth:`CommitLogStore.dispatch` dispatched them)."""
+
+
+def recorded_file_size(root: Path) -> int | None:
+    """The commit log file size of the store at ``root``: as its ``store.properties``
+    records it, else the size of its commit log files (when they all agree), else None (a new
+    store). What a restart uses when no size is given.
+
+    Raises:
+        StoreLayoutError: ``store.properties`` is unreadable or malformed.
+    """
+    size = read_store_sizes(root).get("mappedFileSizeCommitLog")
+    if size is not None:
+        return size
+    sizes = {path.stat().st_size for _, path in list_mapped_files(root / "commitlog")}
+    return sizes.pop() if len(sizes) == 1 else None
 
 
 class DispatchError(StoreError):
@@ -183,16 +207,24 @@ class CommitLogStore:
     def open(cls, root: Path, config: StoreConfig | None = None) -> CommitLogStore:
         """Open (or create) the store at ``root`` and recover it. Synchronous.
 
+        The file sizes are recorded in ``<root>/store.properties`` when the store is first
+        opened (:func:`recorded_file_size` reads them back): a later open with other sizes
+        is refused before anything is read.
+
         Raises:
             StoreLockedError: another process (or another open store) holds it.
-            StoreLayoutError: files of another size than configured, a gap, ...
+            StoreLayoutError: files of another size than configured (or than the store was
+                created with), a gap, ...
         """
         config = config or StoreConfig()
         root.mkdir(parents=True, exist_ok=True)
         lock = StoreLock(root / "lock")
         store = cls(root, config, lock)
         try:
+            recorded = store._check_sizes()
             store._recover()
+            if not recorded:
+                write_store_sizes(root, config.mapped_file_size, config.consume_queue_file_size)
         except BaseException:
             store.commit_log.close()
             for queue in store._queues.values():
@@ -202,6 +234,24 @@ class CommitLogStore:
             lock.release()
             raise
         return store
+
+    def _check_sizes(self) -> bool:
+        """Compare the configured file sizes with the recorded ones; False when none are
+        recorded yet."""
+        recorded = read_store_sizes(self.root)
+        config = self.config
+        for key, configured, flag in (
+            ("mappedFileSizeCommitLog", config.mapped_file_size, "--mapped-file-size "),
+            ("mappedFileSizeConsumeQueue", config.consume_queue_file_size, ""),
+        ):
+            size = recorded.get(key)
+            if size is not None and size != configured:
+                raise StoreLayoutError(
+                    f"{self.root} was created with {key}={size} (its {STORE_PROPERTIES}), "
+                    f"expected {configured} as configured: leave the setting out or give "
+                    f"{flag or key + '='}{size}"
+                )
+        return bool(recorded)
 
     def _recover(self) -> None:
         abort = self.root / "abort"
@@ -244,6 +294,9 @@ class CommitLogStore:
         if isinstance(self._dispatch_error, CorruptRecordError):  # pragma: no cover
             raise self._dispatch_error  # recovery validated the records
         self._last_store_timestamp = self._flushed_store_timestamp = checkpoint.physic_msg_timestamp
+        if self.commit_log.files:  # retention deleted files: queues start at the log's min
+            for queue in self._queues.values():
+                queue.correct_min_offset(self.commit_log.min_offset)
         abort.touch()
 
     def _log_recovery(self, result: RecoveryResult, had_checkpoint: bool, timestamp: int) -> None:
@@ -511,6 +564,40 @@ class CommitLogStore:
             if record is not None:
                 result.append(record)
         return result
+
+    # -- retention ---------------------------------------------------------------------------
+
+    def delete_first_commit_log_file(self, *, force: bool = False) -> bool:
+        """Delete the first commit log file (retention; see :mod:`hanet.store._retention`):
+        never the last file, nor one holding records not yet flushed or dispatched. The
+        min offset becomes the next file's start, and every consume queue's min queue offset
+        moves past the entries of the deleted records at once, so no read reaches them.
+
+        A file whose mapping a reader still holds (an HA transfer's view) is kept unless
+        ``force`` (the reader's view stays valid either way). Returns whether it was deleted.
+
+        Raises:
+            StoreClosedError: the store is closed.
+        """
+        if self._closed:
+            raise StoreClosedError("the store is closed")
+        files = self.commit_log.files
+        if len(files) < 2 or files[0].end_offset > min(self._dispatched, self._flushed):
+            return False
+        if not self.commit_log.delete_first(force=force):
+            return False
+        low = self.commit_log.min_offset
+        for queue in self._queues.values():
+            queue.correct_min_offset(low)
+        return True
+
+    def clean_consume_queue(self, topic: str, queue_id: int, *, force: bool = False) -> int:
+        """Delete the consume queue files (never the last) whose entries all point below the
+        commit log's min offset; returns how many (0 for an unknown queue)."""
+        queue = self._queues.get((topic, queue_id))
+        if queue is None or self._closed:
+            return 0
+        return queue.delete_expired_files(self.commit_log.min_offset, force=force)
 
     # -- listeners ---------------------------------------------------------------------------
 

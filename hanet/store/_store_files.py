@@ -7,6 +7,9 @@
 - ``abort``: exists while a store is open; found at open, it means the last run crashed.
 - ``lock``: held with ``fcntl.flock`` while a store is open, so a second process gets a clear
   :class:`StoreLockedError` instead of two writers on one commit log.
+- ``store.properties`` (hanet's own): the file sizes the store was created with
+  (``mappedFileSizeCommitLog``, ``mappedFileSizeConsumeQueue``), so a restart need not repeat
+  them and a conflicting setting is a clear error.
 
 An open store keeps the descriptors of ``checkpoint`` (:class:`CheckpointFile`) and ``lock``
 open for its whole life (``abort`` needs none after open: it is created at open and unlinked at
@@ -22,16 +25,19 @@ from pathlib import Path
 
 import attrs
 
-from ._errors import StoreLockedError
+from ._errors import StoreLayoutError, StoreLockedError
 
 __all__ = [
     "CHECKPOINT_SIZE",
+    "STORE_PROPERTIES",
     "Checkpoint",
     "CheckpointFile",
     "StoreLock",
     "fsync_directory",
     "read_checkpoint",
+    "read_store_sizes",
     "write_checkpoint",
+    "write_store_sizes",
 ]
 
 CHECKPOINT_SIZE = 4096
@@ -130,3 +136,54 @@ class StoreLock:
             fcntl.flock(self._fd, fcntl.LOCK_UN)
             os.close(self._fd)
             self._fd = -1
+
+
+STORE_PROPERTIES = "store.properties"
+"""The file under a store root that records the file sizes it was created with."""
+
+_SIZE_KEYS = ("mappedFileSizeCommitLog", "mappedFileSizeConsumeQueue")
+
+
+def read_store_sizes(root: Path) -> dict[str, int]:
+    """The sizes ``<root>/store.properties`` records (``mappedFileSizeCommitLog``,
+    ``mappedFileSizeConsumeQueue``; empty when it does not exist).
+
+    Raises:
+        StoreLayoutError: the file cannot be read or holds something else than
+            ``key=positive integer`` lines of those keys.
+    """
+    path = root / STORE_PROPERTIES
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return {}
+    except (OSError, UnicodeDecodeError) as exc:
+        raise StoreLayoutError(f"{path}: cannot read it: {exc}") from exc
+    sizes: dict[str, int] = {}
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        key, sep, value = line.partition("=")
+        key, value = key.strip(), value.strip()
+        if not sep or key not in _SIZE_KEYS or not value.isdigit() or int(value) <= 0:
+            raise StoreLayoutError(f"{path}:{number}: expected {'|'.join(_SIZE_KEYS)}=BYTES")
+        sizes[key] = int(value)
+    return sizes
+
+
+def write_store_sizes(root: Path, commit_log: int, consume_queue: int) -> None:
+    """Write ``<root>/store.properties`` atomically (a temporary file renamed, fsynced)."""
+    path = root / STORE_PROPERTIES
+    temporary = path.with_name(path.name + ".tmp")
+    text = (
+        "# The file sizes this store was created with (hanet); its files keep them.\n"
+        f"mappedFileSizeCommitLog={commit_log}\n"
+        f"mappedFileSizeConsumeQueue={consume_queue}\n"
+    )
+    with open(temporary, "w", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(temporary, path)
+    fsync_directory(root)
