@@ -30,6 +30,20 @@ def frame(size: int, fill: bytes = b"x") -> bytes:
     return struct.pack(">I", size) + fill * size
 
 
+def about(held: int, cumulated: int) -> bool:
+    """``held`` is what a cumulation of ``cumulated`` bytes takes: its buffer's allocation
+    (the bytes, the object's header, and room a growing buffer keeps ahead)."""
+    return cumulated <= held <= cumulated + cumulated // 8 + 128
+
+
+def reading(ch: EmbeddedChannel) -> bool:
+    return ch.auto_read
+
+
+def is_open(ch: EmbeddedChannel) -> bool:
+    return ch.is_open
+
+
 def connection(budget: MemoryBudget, *handlers: ChannelHandler) -> EmbeddedChannel:
     ch = EmbeddedChannel()
     ch.attributes[MEMORY_BUDGET] = budget
@@ -44,16 +58,16 @@ def test_bytes_of_an_unfinished_frame_are_charged_and_given_back_when_it_complet
     ch = connection(budget)
     whole = frame(300 * KIB)
     ch.write_inbound(whole[: 100 * KIB])
-    assert budget.held == 100 * KIB
+    assert about(budget.held, 100 * KIB)
     ch.write_inbound(whole[100 * KIB : 250 * KIB])
-    assert budget.held == 250 * KIB
+    assert about(budget.held, 250 * KIB)
     ch.write_inbound(whole[250 * KIB :] + frame(10)[:6])  # the frame, and the start of another
     assert len(ch.read_inbound()) == 300 * KIB
-    assert budget.held == 6
+    assert about(budget.held, 6)
     ch.write_inbound(frame(10)[6:])
     assert ch.read_inbound() == b"x" * 10
     assert budget.held == 0
-    assert budget.statistics().peak == 250 * KIB
+    assert about(budget.statistics().peak, 250 * KIB)
 
 
 def test_whole_frames_in_one_read_cost_nothing() -> None:
@@ -63,7 +77,7 @@ def test_whole_frames_in_one_read_cost_nothing() -> None:
     assert len(ch.inbound_messages) == 20
     assert budget.held == 0
     assert budget.statistics().waits == 0
-    assert ch.auto_read
+    assert reading(ch)
 
 
 def test_a_connection_that_would_pass_the_budget_stops_reading_until_there_is_room() -> None:
@@ -71,17 +85,17 @@ def test_a_connection_that_would_pass_the_budget_stops_reading_until_there_is_ro
     first, second = connection(budget), connection(budget)
     big = frame(400 * KIB)
     first.write_inbound(big[: 200 * KIB])
-    assert first.auto_read  # under the budget
+    assert reading(first)  # under the budget
     second.write_inbound(big[: 100 * KIB])
-    assert not second.auto_read  # 300 KiB > 256 KiB: it waits
+    assert not reading(second)  # 300 KiB > 256 KiB: it waits
     assert budget.statistics().waiting == 1
     second.read_requests = 0
     second.flush_inbound()  # a read batch that decoded nothing asks for no read while waiting
     assert second.read_requests == 0
     first.write_inbound(big[200 * KIB :])  # the first frame completes: room again
     assert first.read_inbound() is not None
-    assert budget.held == 100 * KIB
-    assert second.auto_read
+    assert about(budget.held, 100 * KIB)
+    assert reading(second)
     assert budget.statistics().waiting == 0
 
 
@@ -91,26 +105,26 @@ def test_a_waiting_connection_with_auto_read_off_gets_its_read_back() -> None:
     ch.auto_read = False
     other = connection(budget)
     other.write_inbound(frame(100 * KIB)[: 70 * KIB])  # over: the other one waits
-    assert not other.auto_read
+    assert not reading(other)
     before = ch.read_requests
     ch.write_inbound(frame(10)[:5])  # within nothing: over the limit, this one waits too
     assert ch.read_requests == before  # no read asked while waiting
     other.close_nowait()  # gives its 70 KiB back
     assert ch.read_requests == before + 1
-    assert not ch.auto_read  # left as the application had it
+    assert not reading(ch)  # left as the application had it
 
 
 def test_small_unfinished_frames_within_the_reserve_never_wait() -> None:
     budget = MemoryBudget(100 * KIB, reserve=8 * KIB)
     hog = connection(budget)
     hog.write_inbound(frame(1 << 20)[: 200 * KIB])
-    assert not hog.auto_read
+    assert not reading(hog)
     honest = connection(budget)
     for _ in range(50):
         honest.write_inbound(frame(1000)[:500])  # a frame split across two reads
         honest.write_inbound(frame(1000)[500:])
         assert honest.read_inbound() == b"x" * 1000
-        assert honest.auto_read
+        assert reading(honest)
     assert budget.statistics().waits == 1
 
 
@@ -124,17 +138,17 @@ def test_the_longest_holder_is_closed_once_it_held_the_budget_too_long_while_oth
     new = connection(budget)
     new.advance_time(3.0)
     new.write_inbound(frame(1 << 20)[: 100 * KIB])
-    assert not new.auto_read
+    assert not reading(new)
     with caplog.at_level(logging.WARNING, logger="hanet.budget"):
         new.advance_time(5.0)  # old has held for 8 s: not yet
-        assert old.is_open
+        assert is_open(old)
         new.advance_time(2.5)  # 10.5 s
-        assert not old.is_open
-    assert new.is_open and new.auto_read  # room again: it reads
-    assert budget.held == 100 * KIB
+        assert not is_open(old)
+    assert new.is_open and reading(new)  # room again: it reads
+    assert about(budget.held, 100 * KIB)
     assert budget.statistics().evicted == 1
     assert any(
-        "test port" in r.getMessage() and "unfinished frame held 204800 bytes" in r.getMessage()
+        "test port" in r.getMessage() and "unfinished frame held 2048" in r.getMessage()
         for r in caplog.records
     )
 
@@ -150,7 +164,7 @@ def test_a_holder_that_completes_frames_is_not_closed() -> None:
     streaming.write_inbound(data[: 200 * KIB])
     waiting = connection(budget)
     waiting.write_inbound(frame(1 << 20)[: 100 * KIB])
-    assert not waiting.auto_read
+    assert not reading(waiting)
     for i in range(9):
         streaming.write_inbound(data[200 * KIB + i * size : 200 * KIB + (i + 1) * size])
         assert streaming.read_inbound() is not None
@@ -167,14 +181,14 @@ def test_nothing_is_closed_while_nobody_waits() -> None:
     slow.write_inbound(frame(1 << 20)[: 200 * KIB])
     slow.advance_time(3600.0)
     assert slow.is_open
-    assert budget.held == 200 * KIB
+    assert about(budget.held, 200 * KIB)
 
 
 def test_close_and_removal_give_the_bytes_back() -> None:
     budget = MemoryBudget(1 << 20)
     ch = connection(budget)
     ch.write_inbound(frame(100)[:50])
-    assert budget.held == 50
+    assert about(budget.held, 50)
     ch.close_nowait()
     assert budget.held == 0
     ch = connection(budget)
@@ -187,7 +201,7 @@ def test_close_and_removal_give_the_bytes_back() -> None:
 def test_a_channel_without_a_budget_holds_what_it_needs() -> None:
     ch = EmbeddedChannel(LengthFieldBasedFrameDecoder(1 << 30, 0, 4, 0, 4))
     ch.write_inbound(frame(1 << 20)[:-1])
-    assert ch.auto_read
+    assert reading(ch)
 
 
 def test_partial_budget_defaults_and_off() -> None:

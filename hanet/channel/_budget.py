@@ -132,6 +132,8 @@ class BudgetAccount:
 
     def _pause(self) -> None:
         if self.paused:
+            # something else turned reading back on (a writability handler): off again
+            self.channel.auto_read = False
             return
         budget = self.budget
         self.paused = True

@@ -151,6 +151,12 @@ def register(subparsers: Any) -> None:
         "--peer-allow", default=None, metavar="CIDR[,CIDR...]",
         help="networks the peer port accepts (any)",
     )  # fmt: skip
+    parser.add_argument(
+        "--max-partial-bytes", type=parse_size, default=None, metavar="BYTES",
+        help="bytes all connections of a port (the peer port, the broker port) may hold in "
+        "unfinished frames; one that needs more stops reading until there is room; appends "
+        "are cut at half of it (64M; 0: no cap)",
+    )  # fmt: skip
     parser.set_defaults(func=run_dledger)
 
 
@@ -198,6 +204,7 @@ async def run_dledger(args: argparse.Namespace) -> int:
             mapped_file_size=args.mapped_file_size,
             tls=tls,
             peer_allow=peer_allow,
+            max_partial_bytes=args.max_partial_bytes,
         )
     except ValueError as exc:
         for listener in listeners:
@@ -223,6 +230,7 @@ async def run_dledger(args: argparse.Namespace) -> int:
                     listeners,
                     name="broker port",
                     idle_timeout=SERVER_CHANNEL_MAX_IDLE,
+                    max_partial_bytes=args.max_partial_bytes,
                 )
             )
             peer = node.peer_address

@@ -34,6 +34,7 @@ from ._support import (
     first_message,
     interrupted,
     parse_address,
+    parse_size,
     stop_status,
     write_ready_file,
 )
@@ -86,6 +87,11 @@ def register(subparsers: Any) -> None:
         help="accept connections from these networks only (10.0.0.0/8,127.0.0.1)",
     )  # fmt: skip
     parser.add_argument(
+        "--max-partial-bytes", type=parse_size, default=None, metavar="BYTES",
+        help="bytes all connections may hold in unfinished frames; one that needs more stops "
+        "reading until there is room (64M; 0: no cap)",
+    )  # fmt: skip
+    parser.add_argument(
         "--ready-file", type=Path, default=None, metavar="FILE",
         help="write the bound address here as JSON once serving",
     )  # fmt: skip
@@ -102,7 +108,13 @@ def _build(args: argparse.Namespace) -> NameServer:
     if args.tls_cert is not None or args.tls_key is not None or args.tls_ca is not None:
         tls = TlsConfig(cert=args.tls_cert, key=args.tls_key, ca=args.tls_ca).server_context()
     allow = AllowList.parse(args.listen_allow) if args.listen_allow else None
-    return NameServer(args.listen, expire_after=args.expire_after, tls=tls, allow=allow)
+    return NameServer(
+        args.listen,
+        expire_after=args.expire_after,
+        tls=tls,
+        allow=allow,
+        max_partial_bytes=args.max_partial_bytes,
+    )
 
 
 async def run_namesrv(args: argparse.Namespace) -> int:

@@ -177,6 +177,9 @@ class BrokerConfig:
             the listen host, or 127.0.0.1 for a wildcard one).
         broker_ip2: the host others reach a master's HA port at, as registered (RocketMQ's
             ``brokerIP2``; default: ``broker_ip1``, else the HA listen host as above).
+        max_partial_bytes: bytes all connections of a port (the broker port, the HA port)
+            may hold in unfinished frames together (None: the framework's 64 MiB; 0: no cap);
+            a connection that needs more waits, see ``hanet.boot.serve``.
     """
 
     broker_role: BrokerRole = BrokerRole.ASYNC_MASTER
@@ -220,6 +223,7 @@ class BrokerConfig:
     master_broker_address: str | None = attrs.field(default=None, validator=_address)
     broker_ip1: str | None = attrs.field(default=None, validator=_host)
     broker_ip2: str | None = attrs.field(default=None, validator=_host)
+    max_partial_bytes: int | None = attrs.field(default=None, validator=_optional_non_negative)
 
     def __attrs_post_init__(self) -> None:
         broker_id = self.broker_id

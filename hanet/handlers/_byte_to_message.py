@@ -313,7 +313,8 @@ class ByteToMessageDecoder(ChannelInboundHandler):
             if budget is None:
                 return
             self._account = account = budget.account(ctx.channel)
-        account.update(len(cum.data) - cum.pos if cum is not None else 0, progress)
+        # what the cumulation's buffer takes (its allocation, which grows ahead of its length)
+        account.update(cum.data.__sizeof__() if cum is not None else 0, progress)
 
     def _release(self) -> None:
         account, self._account = self._account, None

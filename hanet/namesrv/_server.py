@@ -106,6 +106,8 @@ class NameServer:
         clock: seconds since the epoch (default: the wall clock at :meth:`run`'s start moved
             on by trio's clock, so a test's virtual clock drives expiry).
         idle_timeout: close a connection silent both ways this long (0: never).
+        max_partial_bytes: bytes all connections may hold in unfinished frames together
+            (None: the framework's 64 MiB; 0: no cap; see ``hanet.boot.serve``).
     """
 
     def __init__(
@@ -119,6 +121,7 @@ class NameServer:
         allow: AllowList | None = None,
         clock: Callable[[], float] | None = None,
         idle_timeout: float = IDLE_TIMEOUT,
+        max_partial_bytes: int | None = None,
     ) -> None:
         if scan_interval <= 0:
             raise ValueError(f"scan_interval must be > 0, got {scan_interval}")
@@ -130,6 +133,7 @@ class NameServer:
         self.scan_interval = scan_interval
         self.max_frame_length = max_frame_length
         self.idle_timeout = idle_timeout
+        self.max_partial_bytes = max_partial_bytes
         self.tls = tls
         self.allow = allow
         self._clock = clock
@@ -185,6 +189,7 @@ class NameServer:
                     tls=self.tls,
                     allow=self.allow,
                     name="name server",
+                    max_partial_bytes=self.max_partial_bytes,
                 )
             )
             nursery.start_soon(self._scan)
