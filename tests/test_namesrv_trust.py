@@ -10,6 +10,7 @@ from typing import Any
 import attrs
 import pytest
 
+from hanet.cli import main
 from hanet.errors import ConfigError
 from hanet.namesrv import (
     MAX_PER_IDENTITY,
@@ -274,3 +275,23 @@ def test_quota_answers_are_system_errors_with_the_reason() -> None:
     ]
     last = codes[2]
     assert last is not None and "holds 2 registrations" in (last.remark or "")
+
+
+# -- the command line ---------------------------------------------------------------------------
+
+
+def test_namesrv_refuses_a_broker_pattern_without_mutual_tls(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["namesrv", "--tls-broker-pattern", "broker-.*"]) == 2
+    assert "--tls-broker-pattern needs mutual TLS" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flag", ["--max-registrations", "--max-registrations-per-identity"])
+def test_namesrv_refuses_a_bad_registration_bound(
+    flag: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as raised:
+        main(["namesrv", flag, "0"])
+    assert raised.value.code == 2
+    assert flag in capsys.readouterr().err
