@@ -8,6 +8,7 @@ import struct
 
 import pytest
 import trio
+import trio.testing
 
 from hanet.boot import Server, partial_budget, serve
 from hanet.channel import (
@@ -37,7 +38,7 @@ def about(held: int, cumulated: int) -> bool:
 
 
 def reading(ch: EmbeddedChannel) -> bool:
-    return ch.auto_read
+    return not ch.reads_held
 
 
 def is_open(ch: EmbeddedChannel) -> bool:
@@ -89,9 +90,6 @@ def test_a_connection_that_would_pass_the_budget_stops_reading_until_there_is_ro
     second.write_inbound(big[: 100 * KIB])
     assert not reading(second)  # 300 KiB > 256 KiB: it waits
     assert budget.statistics().waiting == 1
-    second.read_requests = 0
-    second.flush_inbound()  # a read batch that decoded nothing asks for no read while waiting
-    assert second.read_requests == 0
     first.write_inbound(big[200 * KIB :])  # the first frame completes: room again
     assert first.read_inbound() is not None
     assert about(budget.held, 100 * KIB)
@@ -99,19 +97,54 @@ def test_a_connection_that_would_pass_the_budget_stops_reading_until_there_is_ro
     assert budget.statistics().waiting == 0
 
 
-def test_a_waiting_connection_with_auto_read_off_gets_its_read_back() -> None:
+def test_the_wait_is_independent_of_auto_read() -> None:
+    """Other handlers turn auto_read off and on for their own back-pressure (the broker port
+    does, while a client does not read its answers): that neither ends the budget's wait nor
+    is undone by it."""
     budget = MemoryBudget(64 * KIB, reserve=0)
     ch = connection(budget)
-    ch.auto_read = False
     other = connection(budget)
-    other.write_inbound(frame(100 * KIB)[: 70 * KIB])  # over: the other one waits
-    assert not reading(other)
-    before = ch.read_requests
-    ch.write_inbound(frame(10)[:5])  # within nothing: over the limit, this one waits too
-    assert ch.read_requests == before  # no read asked while waiting
-    other.close_nowait()  # gives its 70 KiB back
-    assert ch.read_requests == before + 1
-    assert not reading(ch)  # left as the application had it
+    other.write_inbound(frame(100 * KIB)[: 70 * KIB])
+    ch.write_inbound(frame(10)[:5])
+    assert not reading(ch)
+    ch.auto_read = False  # the application pauses too
+    ch.auto_read = True  # and resumes: the budget still holds the reads
+    assert not reading(ch)
+    ch.auto_read = False
+    other.close_nowait()  # 70 KiB given back: the budget lets go
+    assert reading(ch)
+    assert not ch.auto_read  # left as the application set it
+
+
+async def test_a_stream_channel_does_not_read_while_held() -> None:
+    """A hold taken while a read is handled (as a decoder's budget takes it) stops the reads
+    after it until every holder let go."""
+    received: list[bytes] = []
+
+    class Collect(ChannelInboundHandler):
+        def channel_read(self, ctx: HandlerContext, msg: bytes) -> None:
+            received.append(bytes(msg))
+            if len(received) == 1:
+                ctx.channel.hold_reads("budget")
+                ctx.channel.hold_reads("other")
+
+    ours, theirs = trio.testing.memory_stream_pair()
+    channel = StreamChannel(ours)
+    channel.pipeline.add_last(Collect())
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(channel.run)
+        await theirs.send_all(b"first")
+        await trio.testing.wait_all_tasks_blocked()
+        await theirs.send_all(b"second")
+        await trio.testing.wait_all_tasks_blocked()
+        assert received == [b"first"]
+        channel.release_reads("budget")
+        await trio.testing.wait_all_tasks_blocked()
+        assert received == [b"first"]  # another holder still holds
+        channel.release_reads("other")
+        await trio.testing.wait_all_tasks_blocked()
+        assert received == [b"first", b"second"]
+        await channel.close()
 
 
 def test_small_unfinished_frames_within_the_reserve_never_wait() -> None:

@@ -10,9 +10,10 @@ total:
   (:meth:`BudgetAccount.update`); a frame that completes, and the close of the connection,
   give them back.
 - A connection whose cumulation grows while the port's total is over :attr:`MemoryBudget.limit`
-  stops reading (back-pressure: its bytes wait in the kernel, then in the peer) until the total
-  is below the limit again. A connection holding at most :attr:`MemoryBudget.reserve` bytes never
-  waits, so small frames split across reads go on whatever others hold.
+  stops reading (:meth:`Channel.hold_reads`, whatever ``auto_read`` says; back-pressure: its
+  bytes wait in the kernel, then in the peer) until the total is below the limit again. A
+  connection holding at most :attr:`MemoryBudget.reserve` bytes never waits, so small frames
+  split across reads go on whatever others hold.
 - While connections wait, one that has held more than the reserve for
   :attr:`MemoryBudget.hold_timeout` seconds without completing a frame is closed with a logged
   reason, the longest-holding first, until the total is below the limit: a budget filled by
@@ -81,7 +82,7 @@ class BudgetStatistics:
 class BudgetAccount:
     """One decoder's share of a :class:`MemoryBudget` (made by :meth:`MemoryBudget.account`)."""
 
-    __slots__ = ("_auto_read", "_timer", "budget", "channel", "closed", "held", "paused", "since")
+    __slots__ = ("_timer", "budget", "channel", "closed", "held", "paused", "since")
 
     def __init__(self, budget: MemoryBudget, channel: Channel) -> None:
         self.budget = budget
@@ -90,7 +91,6 @@ class BudgetAccount:
         self.since = 0.0  # when the current unfinished frame started holding
         self.paused = False
         self.closed = False
-        self._auto_read = True
         self._timer: TimerHandle | None = None
 
     def update(self, held: int, progress: bool = False) -> None:
@@ -119,9 +119,8 @@ class BudgetAccount:
         self.closed = True
         budget = self.budget
         if self.paused:
-            self.paused = False
             budget._waiting.pop(self, None)
-            self._cancel_timer()
+            self._resume()
         if self.held:
             held, self.held = self.held, 0
             budget._add(self, -held)
@@ -132,16 +131,13 @@ class BudgetAccount:
 
     def _pause(self) -> None:
         if self.paused:
-            # something else turned reading back on (a writability handler): off again
-            self.channel.auto_read = False
             return
         budget = self.budget
         self.paused = True
         budget._waiting[self] = None
         budget._waits += 1
         channel = self.channel
-        self._auto_read = channel.auto_read
-        channel.auto_read = False
+        channel.hold_reads(self)
         if not budget._exhausted:
             budget._exhausted = True
             log.warning(
@@ -158,13 +154,7 @@ class BudgetAccount:
     def _resume(self) -> None:
         self.paused = False
         self._cancel_timer()
-        channel = self.channel
-        if not channel.is_open:
-            return
-        if self._auto_read:
-            channel.auto_read = True
-        else:
-            channel.pipeline.read()  # the read the decoder held back while it waited
+        self.channel.release_reads(self)
 
     def _check(self) -> None:
         self._timer = None

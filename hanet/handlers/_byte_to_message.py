@@ -163,9 +163,7 @@ class ByteToMessageDecoder(ChannelInboundHandler):
     def channel_read_complete(self, ctx: HandlerContext) -> None:
         fired, self._fired_read = self._fired_read, False
         if not fired and not ctx.channel.auto_read:
-            account = self._account
-            if account is None or not account.paused:  # a waiting one reads when resumed
-                ctx.read()
+            ctx.read()
         ctx.fire_channel_read_complete()
 
     def channel_inactive(self, ctx: HandlerContext) -> None:
