@@ -2,11 +2,12 @@
 
 - 60 connections each send ~8 MiB of a frame they never finish to a ``hanet master``'s broker
   port. Without a budget (``--max-partial-bytes 0``, what hanet did before) the broker holds
-  every byte (+480 MB and more); with the default 64 MiB budget its peak resident memory grows
+  every byte (+430 to +516 MiB in the test's 4 s; an honest producer made 13-64 puts
+  meanwhile against 125-165 with the budget); with the default 64 MiB budget its peak resident memory grows
   by the budget plus a margin, and an honest producer's puts succeed meanwhile.
 - Six connections each send most of a 250 MiB frame to a ``hanet dledger`` node's peer port
   (from a member's host: plain TCP admits it): without a budget the node holds all it is sent
-  (470-820 MB in the test's 4 s, 1.4 GB given the time); with it, it grows by the budget plus
+  (470-990 MiB in the test's 4 s, 1.3 GiB given the time); with it, it grows by the budget plus
   a margin, and puts to the group succeed meanwhile.
 
 Command: ``.venv/bin/pytest -q tests/test_bounds_processes.py``.
@@ -155,11 +156,11 @@ async def test_unfinished_frames_to_the_broker_port(tmp_path: Path, budget: str 
             topic="Honest",
         )
         print(f"broker port, budget {budget or 'default'}: +{growth / MIB:.0f} MiB, {ok} puts")
-        assert ok > 20  # the honest producer went on
         if budget == "0":
-            assert growth > 400 * MIB  # what the attack does without a budget
+            assert growth > 4 * BUDGET  # what the attack does without a budget
         else:
             assert growth < BUDGET + MARGIN
+            assert ok > 20  # the honest producer went on
         assert process.returncode is None
     finally:
         process.kill()
@@ -200,12 +201,12 @@ async def test_unfinished_frames_to_the_dledger_peer_port(
         print(
             f"dledger peer port, budget {budget or 'default'}: +{growth / MIB:.0f} MiB, {ok} puts"
         )
-        assert ok > 20
         if budget == "0":
             # what the attack does without a budget (it goes on to 1.4 GB given the time)
             assert growth > 4 * BUDGET
         else:
             assert growth < BUDGET + MARGIN
+            assert ok > 20
         assert all(p.returncode is None for p in procs.values())
     finally:
         for process in procs.values():
