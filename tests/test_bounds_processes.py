@@ -3,8 +3,9 @@
 - 60 connections each send ~8 MiB of a frame they never finish to a ``hanet master``'s broker
   port. Without a budget (``--max-partial-bytes 0``, what hanet did before) the broker holds
   every byte (+430 to +516 MiB in the test's 4 s; an honest producer made 13-64 puts
-  meanwhile against 125-165 with the budget); with the default 64 MiB budget its peak resident memory grows
-  by the budget plus a margin, and an honest producer's puts succeed meanwhile.
+  meanwhile against 125-165 with the budget); with the default 64 MiB budget its peak
+  resident memory grows by the budget plus a margin, and an honest producer's puts succeed
+  meanwhile.
 - Six connections each send most of a 250 MiB frame to a ``hanet dledger`` node's peer port
   (from a member's host: plain TCP admits it): without a budget the node holds all it is sent
   (470-990 MiB in the test's 4 s, 1.3 GiB given the time); with it, it grows by the budget plus
