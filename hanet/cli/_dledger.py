@@ -170,6 +170,8 @@ async def run_dledger(args: argparse.Namespace) -> int:
         return fail(f"--id {args.node_id} is not one of --peers ({', '.join(peers)})")
     if args.election_timeout <= 0:
         return fail("--election-timeout must be > 0")
+    if args.max_partial_bytes is not None and args.max_partial_bytes < 0:
+        return fail(f"--max-partial-bytes must be >= 0 (0: no cap): {args.max_partial_bytes}")
     host, port = args.listen
     error: str | None = None
     try:

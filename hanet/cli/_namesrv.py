@@ -146,6 +146,8 @@ def _build(args: argparse.Namespace) -> NameServer:
     if args.tls_cert is not None or args.tls_key is not None or args.tls_ca is not None:
         tls = TlsConfig(cert=args.tls_cert, key=args.tls_key, ca=args.tls_ca).server_context()
     allow = AllowList.parse(args.listen_allow) if args.listen_allow else None
+    if args.max_partial_bytes is not None and args.max_partial_bytes < 0:
+        raise ConfigError(f"--max-partial-bytes must be >= 0 (0: no cap): {args.max_partial_bytes}")
     if args.tls_broker_pattern is not None and args.tls_ca is None:
         raise ConfigError("--tls-broker-pattern needs mutual TLS (--tls-ca, --tls-cert, --tls-key)")
     trust = BrokerTrust(broker_pattern=args.tls_broker_pattern)
