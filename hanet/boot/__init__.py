@@ -6,7 +6,8 @@ connection up with a :class:`RetryPolicy`, each attempt a new connection in the 
 :class:`TlsConfig` and :class:`AllowList` decide who may connect to a server (TLS, mutual TLS,
 source networks); a server holds at most ``max_connections`` connections
 (:func:`default_max_connections`), closes idle ones after ``idle_timeout`` and backs off
-when accept runs out of descriptors (:data:`CAPACITY_ERRNOS`).
+when accept runs out of descriptors (:data:`CAPACITY_ERRNOS`), and caps the bytes its
+connections hold in unfinished frames (``max_partial_bytes``, :func:`partial_budget`).
 """
 
 from ._bootstrap import (
@@ -20,7 +21,7 @@ from ._bootstrap import (
     serve_listeners,
     tcp_connector,
 )
-from ._limits import ACCEPT_BACKOFF, CAPACITY_ERRNOS, default_max_connections
+from ._limits import ACCEPT_BACKOFF, CAPACITY_ERRNOS, default_max_connections, partial_budget
 from ._reconnect import ReconnectingClient, ReconnectStatistics, RetryPolicy
 from ._security import (
     HANDSHAKE_TIMEOUT,
@@ -54,6 +55,7 @@ __all__ = [
     "connect",
     "default_max_connections",
     "open_tls_stream",
+    "partial_budget",
     "peer_address",
     "peer_identity",
     "run_channel",

@@ -11,9 +11,23 @@ from typing import Any
 import attrs
 import trio
 
-from hanet.channel import ChannelConfig, StreamChannel, format_address
+from hanet.channel import (
+    DEFAULT_HOLD_TIMEOUT,
+    MEMORY_BUDGET,
+    BudgetStatistics,
+    ChannelConfig,
+    MemoryBudget,
+    StreamChannel,
+    format_address,
+)
 
-from ._limits import ACCEPT_BACKOFF, CAPACITY_ERRNOS, BurstLog, default_max_connections
+from ._limits import (
+    ACCEPT_BACKOFF,
+    CAPACITY_ERRNOS,
+    BurstLog,
+    default_max_connections,
+    partial_budget,
+)
 from ._security import AllowList, open_tls_stream, secure_stream
 
 __all__ = [
@@ -121,6 +135,8 @@ class ServerStatistics:
     """Closed because nothing was read from them for ``idle_timeout``."""
     accept_errors: int = 0
     """Accepts that failed for want of descriptors or memory (retried after a pause)."""
+    partial_frames: BudgetStatistics | None = None
+    """The budget of bytes held in unfinished frames (None: no budget)."""
 
 
 @attrs.define(eq=False)
@@ -134,12 +150,15 @@ class Server:
         idle_timeout: seconds without a byte read after which a connection is closed (None:
             never).
         name: which port, in the log.
+        budget: the bytes its connections may hold in unfinished frames (None: unbounded);
+            each channel carries it in its ``attributes`` under ``MEMORY_BUDGET``.
     """
 
     addresses: list[tuple[str, int]]
     max_connections: int = attrs.field(factory=default_max_connections)
     idle_timeout: float | None = None
     name: str = "server"
+    budget: MemoryBudget | None = None
     _channels: set[StreamChannel] = attrs.field(factory=set)
     _accepted: int = 0
     _failed: int = 0
@@ -187,6 +206,7 @@ class Server:
             connections_over_limit=self._over_limit,
             connections_idle_closed=self._idle_closed,
             accept_errors=self._accept_errors,
+            partial_frames=self.budget.statistics() if self.budget is not None else None,
         )
 
     def _admit(self, stream: trio.abc.Stream) -> bool:
@@ -235,6 +255,8 @@ class Server:
         self._accepted += 1
         channel = StreamChannel(stream, config)
         self._channels.add(channel)
+        if self.budget is not None:
+            channel.attributes[MEMORY_BUDGET] = self.budget
         try:
             initializer(channel)
             if self.idle_timeout is not None:
@@ -265,6 +287,8 @@ async def serve(
     name: str = "server",
     max_connections: int | None = None,
     idle_timeout: float | None = None,
+    max_partial_bytes: int | None = None,
+    partial_hold_timeout: float = DEFAULT_HOLD_TIMEOUT,
     task_status: trio.TaskStatus[Server] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Accept TCP connections on ``host:port`` forever, one channel per connection.
@@ -286,6 +310,14 @@ async def serve(
     (EMFILE, ENFILE, ENOBUFS, ENOMEM) the loop logs once, waits
     :data:`~hanet.boot.ACCEPT_BACKOFF` and accepts again: the service never ends for that; any
     other accept error propagates.
+
+    Memory: the bytes all connections hold in unfinished frames (the cumulations of
+    ``ByteToMessageDecoder`` and the decoders built on it) are capped at ``max_partial_bytes``
+    (default :data:`~hanet.channel.DEFAULT_MAX_PARTIAL_BYTES`, 64 MiB; 0: no cap) by a
+    :class:`~hanet.channel.MemoryBudget`: a connection that needs more stops reading until
+    there is room, and while some wait, one whose unfinished frame held its bytes for
+    ``partial_hold_timeout`` seconds is closed with a logged reason. A frame limit above the
+    budget can then never be reached: keep ``max_partial_bytes`` above the largest frame.
     """
     listeners = await trio.open_tcp_listeners(port, host=host, backlog=backlog)
     await serve_listeners(
@@ -297,6 +329,8 @@ async def serve(
         name=name,
         max_connections=max_connections,
         idle_timeout=idle_timeout,
+        max_partial_bytes=max_partial_bytes,
+        partial_hold_timeout=partial_hold_timeout,
         task_status=task_status,
     )
 
@@ -311,10 +345,12 @@ async def serve_listeners(
     name: str = "server",
     max_connections: int | None = None,
     idle_timeout: float | None = None,
+    max_partial_bytes: int | None = None,
+    partial_hold_timeout: float = DEFAULT_HOLD_TIMEOUT,
     task_status: trio.TaskStatus[Server] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """As :func:`serve`, on listeners the caller opened (TCP or memory listeners); the
-    connection cap and the idle timeout apply across all of them."""
+    connection cap, the idle timeout and the memory budget apply across all of them."""
     addresses: list[tuple[str, int]] = []
     for listener in listeners:
         sock = _listener_socket(listener)
@@ -326,6 +362,7 @@ async def serve_listeners(
         max_connections=default_max_connections() if max_connections is None else max_connections,
         idle_timeout=idle_timeout,
         name=name,
+        budget=partial_budget(max_partial_bytes, partial_hold_timeout, name),
     )
     if addresses:
         log.info("listening on %s", ", ".join(format_address(a) for a in addresses))

@@ -7,6 +7,8 @@ descriptors.
 - :data:`CAPACITY_ERRNOS`: the accept errors that mean "out of a resource, try again later"
   (EMFILE, ENFILE, ENOBUFS, ENOMEM): the accept loop backs off and resumes on them, and lets
   any other error surface (as ``trio.serve_listeners`` does).
+- :func:`partial_budget`: the :class:`~hanet.channel.MemoryBudget` a server shares among its
+  connections for the bytes they hold in unfinished frames (64 MiB unless configured).
 - :class:`BurstLog`: one log line when a burst of refusals or accept failures starts, one
   when it ends, whatever happens in between.
 """
@@ -19,6 +21,8 @@ import resource
 
 import attrs
 
+from hanet.channel import DEFAULT_HOLD_TIMEOUT, DEFAULT_MAX_PARTIAL_BYTES, MemoryBudget
+
 __all__ = [
     "ACCEPT_BACKOFF",
     "CAPACITY_ERRNOS",
@@ -26,6 +30,7 @@ __all__ = [
     "FD_HEADROOM_MIN",
     "BurstLog",
     "default_max_connections",
+    "partial_budget",
 ]
 
 CAPACITY_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
@@ -58,6 +63,20 @@ def default_max_connections(limit: int | None = None) -> int:
         limit = 65_536
     headroom = min(max(limit // 4, FD_HEADROOM_MIN), FD_HEADROOM_MAX)
     return max(8, (limit - headroom) // _SERVERS_PER_PROCESS)
+
+
+def partial_budget(
+    max_partial_bytes: int | None, hold_timeout: float = DEFAULT_HOLD_TIMEOUT, name: str = "server"
+) -> MemoryBudget | None:
+    """The :class:`~hanet.channel.MemoryBudget` a server makes of its ``max_partial_bytes``
+    (None: the default 64 MiB; 0: none)."""
+    if max_partial_bytes is None:
+        max_partial_bytes = DEFAULT_MAX_PARTIAL_BYTES
+    if max_partial_bytes < 0:
+        raise ValueError(f"max_partial_bytes must be >= 0 (0: no cap): {max_partial_bytes}")
+    if max_partial_bytes == 0:
+        return None
+    return MemoryBudget(max_partial_bytes, hold_timeout, name=name)
 
 
 @attrs.define(eq=False)

@@ -390,6 +390,7 @@ class Broker:
                             else None,
                             name="broker port",
                             idle_timeout=SERVER_CHANNEL_MAX_IDLE,
+                            max_partial_bytes=config.max_partial_bytes,
                         )
                     )
                 metrics_address: tuple[str, int] | None = None

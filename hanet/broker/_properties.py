@@ -87,6 +87,7 @@ _PROPERTIES: dict[str, tuple[str, Any]] = {
     "masterBrokerAddress": ("master_broker_address", str),
     "brokerIP2": ("broker_ip2", str),
     "totalMemoryBytes": ("total_memory_bytes", int),
+    "maxPartialBytes": ("max_partial_bytes", int),
 }
 
 # Keys hanet does not use are accepted with one warning listing them (RocketMQ has hundreds of

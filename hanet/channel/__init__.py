@@ -9,6 +9,15 @@ about handlers, stores or services above it.
 """
 
 from ._address import format_address, parse_address
+from ._budget import (
+    DEFAULT_HOLD_TIMEOUT,
+    DEFAULT_MAX_PARTIAL_BYTES,
+    DEFAULT_PARTIAL_RESERVE,
+    MEMORY_BUDGET,
+    BudgetAccount,
+    BudgetStatistics,
+    MemoryBudget,
+)
 from ._channel import Channel, ChannelConfig, ChannelStatistics
 from ._context import HandlerContext
 from ._embedded import EmbeddedChannel
@@ -27,6 +36,12 @@ from ._stream_channel import StreamChannel
 from ._timers import TimerHandle, TimerQueue
 
 __all__ = [
+    "DEFAULT_HOLD_TIMEOUT",
+    "DEFAULT_MAX_PARTIAL_BYTES",
+    "DEFAULT_PARTIAL_RESERVE",
+    "MEMORY_BUDGET",
+    "BudgetAccount",
+    "BudgetStatistics",
     "Channel",
     "ChannelClosedError",
     "ChannelConfig",
@@ -43,6 +58,7 @@ __all__ = [
     "ChannelStatistics",
     "EmbeddedChannel",
     "HandlerContext",
+    "MemoryBudget",
     "OutboundBuffer",
     "Pipeline",
     "ReadOnlyBuffer",

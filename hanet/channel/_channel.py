@@ -92,6 +92,7 @@ class Channel:
         self._outbound = OutboundBuffer(self.config.water_marks, self._writability_flipped)
         self._timers = TimerQueue()
         self._auto_read = self.config.auto_read
+        self._read_holds: set[object] | None = None
         self._open = True
         self._active = False
         self._close_reason: str | None = None
@@ -141,6 +142,29 @@ class Channel:
         self._auto_read = value
         if value:
             self._transport_read()
+
+    def hold_reads(self, holder: object) -> None:
+        """Stop reading until :meth:`release_reads` with the same ``holder``, whatever
+        :attr:`auto_read` says (reads asked for meanwhile wait). Several holders may hold
+        at once, independently of each other and of ``auto_read`` (a memory budget does)."""
+        if self._read_holds is None:
+            self._read_holds = set()
+        self._read_holds.add(holder)
+
+    def release_reads(self, holder: object) -> None:
+        """End ``holder``'s hold; reading goes on as ``auto_read`` says once no hold is left."""
+        holds = self._read_holds
+        if holds is None:
+            return
+        holds.discard(holder)
+        if not holds:
+            self._read_holds = None
+            self._transport_reads_released()
+
+    @property
+    def reads_held(self) -> bool:
+        """Whether a :meth:`hold_reads` holder stops reading."""
+        return bool(self._read_holds)
 
     @property
     def close_future(self) -> ChannelFuture:
@@ -258,6 +282,9 @@ class Channel:
 
     def _transport_close(self) -> None:
         raise NotImplementedError
+
+    def _transport_reads_released(self) -> None:
+        """The last read hold was released (a transport wakes its reader)."""
 
     def _writability_flipped(self) -> None:
         self.pipeline.fire_channel_writability_changed()

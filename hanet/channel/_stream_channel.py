@@ -373,6 +373,9 @@ class StreamChannel(Channel):
         self._read_requested = True
         self._reader_wakeup.set()
 
+    def _transport_reads_released(self) -> None:
+        self._reader_wakeup.set()
+
     def _transport_close(self) -> None:
         self._close(drain=True)
 
@@ -425,7 +428,7 @@ class StreamChannel(Channel):
         sock = stream.socket if type(stream) is trio.SocketStream else None
         ready = False  # whether the last read filled its room (more bytes are likely waiting)
         while True:
-            if not (self._auto_read or self._read_requested):
+            if not (self._auto_read or self._read_requested) or self._read_holds:
                 self._reader_wakeup = trio.Event()
                 await self._reader_wakeup.wait()
                 continue

@@ -165,6 +165,12 @@ _COMMON_FLAGS = (
         "listen host, 127.0.0.1 for 0.0.0.0)", "HOST",
     ),
     _Flag(
+        ("--max-partial-bytes",), "max_partial_bytes", parse_size,
+        "bytes all connections of the broker port (and of the HA port) may hold in unfinished "
+        "frames; one that needs more stops reading until there is room (64M; 0: no cap)",
+        "BYTES",
+    ),
+    _Flag(
         ("--broker-ip2",), "broker_ip2", str,
         "the host slaves reach the HA port at, as registered (brokerIP2; default: --broker-ip)",
         "HOST",

@@ -151,6 +151,12 @@ def register(subparsers: Any) -> None:
         "--peer-allow", default=None, metavar="CIDR[,CIDR...]",
         help="networks the peer port accepts (any)",
     )  # fmt: skip
+    parser.add_argument(
+        "--max-partial-bytes", type=parse_size, default=None, metavar="BYTES",
+        help="bytes all connections of a port (the peer port, the broker port) may hold in "
+        "unfinished frames; one that needs more stops reading until there is room; appends "
+        "are cut at half of it (64M; 0: no cap)",
+    )  # fmt: skip
     parser.set_defaults(func=run_dledger)
 
 
@@ -164,6 +170,8 @@ async def run_dledger(args: argparse.Namespace) -> int:
         return fail(f"--id {args.node_id} is not one of --peers ({', '.join(peers)})")
     if args.election_timeout <= 0:
         return fail("--election-timeout must be > 0")
+    if args.max_partial_bytes is not None and args.max_partial_bytes < 0:
+        return fail(f"--max-partial-bytes must be >= 0 (0: no cap): {args.max_partial_bytes}")
     host, port = args.listen
     error: str | None = None
     try:
@@ -198,6 +206,7 @@ async def run_dledger(args: argparse.Namespace) -> int:
             mapped_file_size=args.mapped_file_size,
             tls=tls,
             peer_allow=peer_allow,
+            max_partial_bytes=args.max_partial_bytes,
         )
     except ValueError as exc:
         for listener in listeners:
@@ -223,6 +232,7 @@ async def run_dledger(args: argparse.Namespace) -> int:
                     listeners,
                     name="broker port",
                     idle_timeout=SERVER_CHANNEL_MAX_IDLE,
+                    max_partial_bytes=args.max_partial_bytes,
                 )
             )
             peer = node.peer_address

@@ -8,6 +8,13 @@ bound address as JSON once serving (port 0 picks a free port). ``--tls-cert``/``
 serve TLS (``--tls-ca``: mutual TLS) and ``--listen-allow`` limits the networks that may
 connect, as on a broker's port. Every new broker, address change and expiry is logged.
 
+Who may register: a registration belongs to the identity it came from (the certificate name
+under mutual TLS, the remote IP on plain TCP) and no other identity can take it over, renew it
+or unregister it while it lives. ``--tls-broker-pattern REGEX`` (mutual TLS) lets only
+certificates with a name matching it register at all; clients with other certificates still
+look routes up. ``--max-registrations`` (10000) bounds the registrations held,
+``--max-registrations-per-identity`` (64) those of one identity.
+
 Errors (bad flags, a port in use) print one line on stderr and exit 2.
 """
 
@@ -25,7 +32,14 @@ import trio
 from hanet.boot import AllowList, TlsConfig, run_until_stopped
 from hanet.channel import format_address
 from hanet.errors import ConfigError
-from hanet.namesrv import DEFAULT_EXPIRE_AFTER, DEFAULT_PORT, NameServer
+from hanet.namesrv import (
+    DEFAULT_EXPIRE_AFTER,
+    DEFAULT_PORT,
+    MAX_BROKERS,
+    MAX_PER_IDENTITY,
+    BrokerTrust,
+    NameServer,
+)
 
 from ._support import (
     EXIT_OK,
@@ -34,6 +48,7 @@ from ._support import (
     first_message,
     interrupted,
     parse_address,
+    parse_size,
     stop_status,
     write_ready_file,
 )
@@ -50,6 +65,16 @@ def _seconds(text: str) -> float:
         raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
     if not value > 0:
         raise argparse.ArgumentTypeError(f"seconds must be > 0, got {text}")
+    return value
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a count: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {text}")
     return value
 
 
@@ -86,6 +111,25 @@ def register(subparsers: Any) -> None:
         help="accept connections from these networks only (10.0.0.0/8,127.0.0.1)",
     )  # fmt: skip
     parser.add_argument(
+        "--tls-broker-pattern", type=str, default=None, metavar="REGEX",
+        help="with mutual TLS, only certificates with a name (CN or SAN) matching this regular "
+        "expression may register brokers (any certificate of the CA)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--max-registrations", type=_count, default=MAX_BROKERS, metavar="N",
+        help=f"most broker registrations held ({MAX_BROKERS})",
+    )  # fmt: skip
+    parser.add_argument(
+        "--max-registrations-per-identity", type=_count, default=MAX_PER_IDENTITY, metavar="N",
+        help="most registrations one identity (a certificate name, or a remote IP on plain "
+        f"TCP) holds ({MAX_PER_IDENTITY})",
+    )  # fmt: skip
+    parser.add_argument(
+        "--max-partial-bytes", type=parse_size, default=None, metavar="BYTES",
+        help="bytes all connections may hold in unfinished frames; one that needs more stops "
+        "reading until there is room (64M; 0: no cap)",
+    )  # fmt: skip
+    parser.add_argument(
         "--ready-file", type=Path, default=None, metavar="FILE",
         help="write the bound address here as JSON once serving",
     )  # fmt: skip
@@ -102,7 +146,21 @@ def _build(args: argparse.Namespace) -> NameServer:
     if args.tls_cert is not None or args.tls_key is not None or args.tls_ca is not None:
         tls = TlsConfig(cert=args.tls_cert, key=args.tls_key, ca=args.tls_ca).server_context()
     allow = AllowList.parse(args.listen_allow) if args.listen_allow else None
-    return NameServer(args.listen, expire_after=args.expire_after, tls=tls, allow=allow)
+    if args.max_partial_bytes is not None and args.max_partial_bytes < 0:
+        raise ConfigError(f"--max-partial-bytes must be >= 0 (0: no cap): {args.max_partial_bytes}")
+    if args.tls_broker_pattern is not None and args.tls_ca is None:
+        raise ConfigError("--tls-broker-pattern needs mutual TLS (--tls-ca, --tls-cert, --tls-key)")
+    trust = BrokerTrust(broker_pattern=args.tls_broker_pattern)
+    return NameServer(
+        args.listen,
+        expire_after=args.expire_after,
+        tls=tls,
+        allow=allow,
+        max_partial_bytes=args.max_partial_bytes,
+        trust=trust,
+        max_registrations=args.max_registrations,
+        max_per_identity=args.max_registrations_per_identity,
+    )
 
 
 async def run_namesrv(args: argparse.Namespace) -> int:

@@ -84,6 +84,7 @@ from hanet.boot import (
     tcp_connector,
 )
 from hanet.channel import (
+    DEFAULT_MAX_PARTIAL_BYTES,
     Channel,
     StreamChannel,
 )
@@ -189,6 +190,9 @@ class NodeConfig:
         keepalive_interval: seconds between those HELLO frames.
         max_connections: connections the peer port holds (None: the framework's default,
             from the descriptor limit).
+        max_partial_bytes: bytes the peer port's connections may hold in unfinished frames
+            together (None: the framework's 64 MiB; 0: no cap); appends are cut at half of it
+            too, so an honest append always fits.
     """
 
     group: str
@@ -211,6 +215,7 @@ class NodeConfig:
     idle_timeout: float | None = PEER_IDLE_TIMEOUT
     keepalive_interval: float = PEER_KEEPALIVE
     max_connections: int | None = None
+    max_partial_bytes: int | None = None
 
     def __attrs_post_init__(self) -> None:
         if self.node_id not in self.peers:
@@ -479,6 +484,13 @@ class DLedgerNode:
             hard = self.log.load_hard_state()
             # an append must fit in a peer frame: cap its byte budget at half of one
             budget = min(cfg.raft.max_batch_bytes, max(cfg.max_frame_length // 2, 1))
+            partial = (
+                DEFAULT_MAX_PARTIAL_BYTES
+                if cfg.max_partial_bytes is None
+                else cfg.max_partial_bytes
+            )
+            if partial:  # and within the peer port's budget for unfinished frames
+                budget = min(budget, max(partial // 2, 1))
             self._raft = RaftNode(
                 cfg.node_id,
                 cfg.peers,
@@ -502,6 +514,7 @@ class DLedgerNode:
                             allow=cfg.peer_allow,
                             max_connections=cfg.max_connections,
                             idle_timeout=cfg.idle_timeout,
+                            max_partial_bytes=cfg.max_partial_bytes,
                         )
                     )
                 for peer in self._raft.peers:

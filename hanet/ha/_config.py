@@ -185,6 +185,9 @@ class BrokerConfig:
             :class:`~hanet.store.RetentionConfig` and :attr:`retention`).
         auto_create_topic_enable: a send to an unknown topic creates it (RocketMQ's
             ``autoCreateTopicEnable``, true); false: it answers TOPIC_NOT_EXIST.
+        max_partial_bytes: bytes all connections of a port (the broker port, the HA port)
+            may hold in unfinished frames together (None: the framework's 64 MiB; 0: no cap);
+            a connection that needs more waits, see ``hanet.boot.serve``.
     """
 
     broker_role: BrokerRole = BrokerRole.ASYNC_MASTER
@@ -237,6 +240,7 @@ class BrokerConfig:
     destroy_mapped_file_interval_forcibly: float = 120.0
     clean_resource_interval: float = 10.0
     auto_create_topic_enable: bool = True
+    max_partial_bytes: int | None = attrs.field(default=None, validator=_optional_non_negative)
 
     @property
     def retention(self) -> RetentionConfig:

@@ -490,6 +490,7 @@ class HAMaster:
                     tls=self.config.server_tls(),
                     allow=AllowList.parse(allow) if allow else None,
                     name="HA port",
+                    max_partial_bytes=self.config.max_partial_bytes,
                 )
             )
             self.address = server.addresses[0]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import deque
 from typing import Any
 
-from hanet.channel import ChannelInboundHandler, HandlerContext
+from hanet.channel import MEMORY_BUDGET, BudgetAccount, ChannelInboundHandler, HandlerContext
 
 from ._errors import DecoderError
 
@@ -64,6 +64,12 @@ class ByteToMessageDecoder(ChannelInboundHandler):
     With ``channel.auto_read`` off, a read batch that produced no message asks for one more read
     (``ctx.read()``), so a partial frame does not stall the channel.
 
+    Memory: when the channel carries a :class:`~hanet.channel.MemoryBudget` (in its
+    ``attributes`` under ``MEMORY_BUDGET``; servers started with ``hanet.boot.serve`` do), the
+    bytes cumulated at the end of each read are charged to it and given back as frames
+    complete and when the channel closes or the decoder leaves: a connection whose unfinished
+    frame would take the port past its budget stops reading until there is room.
+
     Example::
 
         class Int32Decoder(ByteToMessageDecoder):
@@ -93,6 +99,7 @@ class ByteToMessageDecoder(ChannelInboundHandler):
         self._removed_while_decoding = False
         self._reentrant: deque[Any] = deque()
         self._fired_read = False
+        self._account: BudgetAccount | None = None
 
     # -- the subclass API ------------------------------------------------------------------
 
@@ -144,6 +151,8 @@ class ByteToMessageDecoder(ChannelInboundHandler):
         finally:
             self._feeding = False
             self._compact()
+            if self._cum is not None or self._account is not None:
+                self._charge(ctx, bool(out) or self._fired_read)
             if out:
                 self._fired_read = True
                 self._fire(ctx, out)
@@ -176,6 +185,7 @@ class ByteToMessageDecoder(ChannelInboundHandler):
                     self._decoding = False
         finally:
             self._cum = None
+            self._release()
             if out:
                 self._fire(ctx, out)
                 ctx.fire_channel_read_complete()
@@ -292,7 +302,25 @@ class ByteToMessageDecoder(ChannelInboundHandler):
         else:
             ctx.fire_channel_reads(out)
 
+    def _charge(self, ctx: HandlerContext, progress: bool) -> None:
+        """Tell the channel's memory budget (if any) what the cumulation holds now."""
+        cum = self._cum
+        account = self._account
+        if account is None:
+            budget = ctx.channel.attributes.get(MEMORY_BUDGET)
+            if budget is None:
+                return
+            self._account = account = budget.account(ctx.channel)
+        # what the cumulation's buffer takes (its allocation, which grows ahead of its length)
+        account.update(cum.data.__sizeof__() if cum is not None else 0, progress)
+
+    def _release(self) -> None:
+        account, self._account = self._account, None
+        if account is not None:
+            account.close()
+
     def _pass_on_remaining(self, ctx: HandlerContext) -> None:
+        self._release()
         cum, self._cum = self._cum, None
         if cum is not None and cum.readable:
             ctx.fire_channel_read(bytes(memoryview(cum.data)[cum.pos :]))

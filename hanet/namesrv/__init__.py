@@ -6,6 +6,8 @@ brokers, clients and ``mqadmin`` use it as they use RocketMQ's name server.
 - :mod:`~hanet.namesrv._registry`: :class:`Registry`, the sans-IO table of live brokers
   (RocketMQ's ``RouteInfoManager``): registration, renewal, expiry, the connection a broker
   registered over, routes, the cluster, topic lists, and the master a slave follows.
+- :mod:`~hanet.namesrv._trust`: :class:`BrokerTrust`, whose a registration is (a certificate
+  name under mutual TLS, a remote IP on plain TCP) and which certificates may register.
 - :mod:`~hanet.namesrv._kvconfig`: :class:`KVConfig`, the key/value configuration.
 - :mod:`~hanet.namesrv._server`: :class:`NameServer`, the registry served through a
   :class:`~hanet.protocol.RemotingDispatcher`, expiring registrations every 10 s.
@@ -18,16 +20,19 @@ from ._kvconfig import MAX_KV_PAIRS, NAMESPACE_ORDER_TOPIC_CONFIG, KVConfig, KVC
 from ._registry import (
     DEFAULT_EXPIRE_AFTER,
     MAX_BROKERS,
+    MAX_PER_IDENTITY,
     MAX_QUEUES,
     MAX_TOPICS,
     BrokerKey,
     LiveBroker,
     RegistrationError,
+    RegistrationQuotaError,
     RegistrationRefused,
     Registry,
     registration_problem,
 )
 from ._server import DEFAULT_PORT, IDLE_TIMEOUT, SCAN_INTERVAL, TOPIC_NOT_EXIST_HINT, NameServer
+from ._trust import BrokerTrust
 
 __all__ = [
     "DEFAULT_EXPIRE_AFTER",
@@ -35,17 +40,20 @@ __all__ = [
     "IDLE_TIMEOUT",
     "MAX_BROKERS",
     "MAX_KV_PAIRS",
+    "MAX_PER_IDENTITY",
     "MAX_QUEUES",
     "MAX_TOPICS",
     "NAMESPACE_ORDER_TOPIC_CONFIG",
     "SCAN_INTERVAL",
     "TOPIC_NOT_EXIST_HINT",
     "BrokerKey",
+    "BrokerTrust",
     "KVConfig",
     "KVConfigFullError",
     "LiveBroker",
     "NameServer",
     "RegistrationError",
+    "RegistrationQuotaError",
     "RegistrationRefused",
     "Registry",
     "registration_problem",

@@ -5,11 +5,17 @@ replica set: id 0 is its master, 1 and up its slaves. A slave registering learns
 broker and HA addresses, when that master is registered and live (how a slave without
 ``--master-ha`` finds its master, and follows it when it moves).
 
-A live registration is held by its address: another address registering the same key is
-refused (:class:`RegistrationRefused`, logged at WARNING) until the holder unregisters, its
-connection closes (:meth:`Registry.connection_closed`, RocketMQ's ``onChannelDestroy``) or it
-expires. A member of a broker name registering from the address another member of that name
-held (a slave restarted as the master) replaces that member.
+A live registration is held by its address and by the identity that registered it (the
+connection's certificate name under mutual TLS, its remote IP on plain TCP; the server works it
+out, see ``hanet.namesrv.BrokerTrust``): another address, or the same address from another
+identity, registering the same key is refused (:class:`RegistrationRefused`, logged at
+WARNING) until the holder unregisters, its connection closes
+(:meth:`Registry.connection_closed`, RocketMQ's ``onChannelDestroy``) or it expires; only its
+identity may unregister it or renew it by QUERY_DATA_VERSION. A member of a broker name
+registering from the address another member of that name held (a slave restarted as the
+master) replaces that member, when both are of one identity. An identity holds at most
+``max_per_identity`` registrations (64), the registry ``max_brokers`` (10,000) in all. An
+identity of None (a registration made in-process) is checked by its address only.
 
 Time is the caller's: every method that needs it takes ``now`` (seconds since the epoch, a
 float; tests pass a virtual one). An entry not renewed for ``expire_after`` seconds (120) is
@@ -44,11 +50,13 @@ from hanet.protocol import (
 __all__ = [
     "DEFAULT_EXPIRE_AFTER",
     "MAX_BROKERS",
+    "MAX_PER_IDENTITY",
     "MAX_QUEUES",
     "MAX_TOPICS",
     "BrokerKey",
     "LiveBroker",
     "RegistrationError",
+    "RegistrationQuotaError",
     "RegistrationRefused",
     "Registry",
     "registration_problem",
@@ -70,6 +78,10 @@ queue of the route, so a bound well above real use but far below the protocol's 
 a hostile or broken registration from making each consumer of the topic hold millions of
 queues."""
 
+MAX_PER_IDENTITY = 64
+"""Most registrations one identity (a certificate name, or a remote IP on plain TCP) holds: a
+host rarely runs more than a few brokers; one peer cannot fill the registry."""
+
 MAX_TOPICS = 10_000
 """Most topics one registration may list (otherwise bounded only by the frame size)."""
 
@@ -83,7 +95,12 @@ class RegistrationError(ValueError):
 
 
 class RegistrationRefused(RegistrationError):
-    """A registration of a key another live broker holds from another address."""
+    """A registration of a key another live broker holds from another address or identity,
+    or one the registering connection may not make."""
+
+
+class RegistrationQuotaError(RegistrationError):
+    """A registration over the registry's bounds: the identity's, or the total."""
 
 
 @attrs.frozen
@@ -99,6 +116,7 @@ class LiveBroker:
         filter_servers: the filter servers it runs.
         last_update: when it last registered (seconds since the epoch).
         connection: the connection it last registered over (None: in-process).
+        identity: who registered it (``cert:NAME`` or ``ip:HOST``; None: in-process).
     """
 
     cluster: str
@@ -111,6 +129,7 @@ class LiveBroker:
     filter_servers: tuple[str, ...]
     last_update: float
     connection: Hashable | None = attrs.field(default=None, eq=False)
+    identity: str | None = attrs.field(default=None, eq=False)
 
     @property
     def key(self) -> BrokerKey:
@@ -121,6 +140,11 @@ class LiveBroker:
     def name(self) -> str:
         """``cluster/broker_name/broker_id`` for log lines."""
         return f"{self.cluster}/{self.broker_name}/{self.broker_id}"
+
+
+def _other(holder: str | None, identity: str | None) -> bool:
+    """Whether ``identity`` is not the ``holder``'s (an unknown one, None, is anyone's)."""
+    return holder is not None and identity is not None and holder != identity
 
 
 def _address_problem(text: str, what: str) -> str | None:
@@ -174,22 +198,31 @@ class Registry:
         expire_after: seconds a registration lives without renewal.
         max_brokers: most entries held; a registration of a new key beyond it is refused
             (renewals always go through).
+        max_per_identity: most entries one identity holds (the same).
     """
 
     def __init__(
-        self, *, expire_after: float = DEFAULT_EXPIRE_AFTER, max_brokers: int = MAX_BROKERS
+        self,
+        *,
+        expire_after: float = DEFAULT_EXPIRE_AFTER,
+        max_brokers: int = MAX_BROKERS,
+        max_per_identity: int = MAX_PER_IDENTITY,
     ) -> None:
         if expire_after <= 0:
             raise ValueError(f"expire_after must be > 0, got {expire_after}")
         if max_brokers < 1:
             raise ValueError(f"max_brokers must be >= 1, got {max_brokers}")
+        if max_per_identity < 1:
+            raise ValueError(f"max_per_identity must be >= 1, got {max_per_identity}")
         self.expire_after = expire_after
         self.max_brokers = max_brokers
+        self.max_per_identity = max_per_identity
         self._entries: dict[BrokerKey, LiveBroker] = {}
         # Write permission taken away (WIPE_WRITE_PERM_OF_BROKER): each member's topic data
         # version then; a registration with another version (its topics changed) ends it, as
         # RocketMQ rewrites a broker's queue data only when its data version changes.
         self._wiped: dict[BrokerKey, DataVersion] = {}
+        self._held: dict[str, int] = {}  # identity -> entries it holds
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -211,15 +244,18 @@ class Registry:
         body: RegisterBrokerBody,
         now: float,
         connection: Hashable | None = None,
+        identity: str | None = None,
     ) -> RegisterBrokerResponse:
-        """Add or renew a broker at time ``now`` over ``connection``; a slave's answer names
-        its master (without a KV table: the server adds it).
+        """Add or renew a broker at time ``now`` over ``connection`` by ``identity``; a
+        slave's answer names its master (without a KV table: the server adds it).
 
         Raises:
-            RegistrationRefused: a live broker of another address holds the key; nothing
-                changes.
+            RegistrationRefused: a live broker of another address or identity holds the key
+                (or the address, under another key of the broker name); nothing changes.
+            RegistrationQuotaError: a new key over :attr:`max_per_identity` or
+                :attr:`max_brokers`; nothing changes.
             RegistrationError: the registration is malformed (see
-                :func:`registration_problem`) or over :attr:`max_brokers`; nothing changes.
+                :func:`registration_problem`); nothing changes.
         """
         problem = registration_problem(header, body)
         if problem is not None:
@@ -227,36 +263,41 @@ class Registry:
         h = header
         key = (h.cluster_name, h.broker_name, h.broker_id)
         old = self._entries.get(key)
-        if old is not None and old.broker_address != h.broker_addr:
-            if self._live(old, now):
+        if old is not None and self._live(old, now):
+            if old.broker_address != h.broker_addr:
                 raise RegistrationRefused(
                     f"{old.name} is held by {old.broker_address} (registered "
                     f"{now - old.last_update:.0f} s ago); {h.broker_addr} may take it once that "
                     "broker unregisters, its connection closes or it expires"
                 )
-            del self._entries[key]
-            log.info("broker %s moves from %s to %s", old.name, old.broker_address, h.broker_addr)
-            old = None
-        if old is None and len(self._entries) >= self.max_brokers:
-            self.expire(now)
-            if len(self._entries) >= self.max_brokers:
-                raise RegistrationError(
-                    f"the name server holds {self.max_brokers} brokers, its most: "
-                    f"{'/'.join(map(str, key))} is not added"
+            if _other(old.identity, identity):
+                raise RegistrationRefused(
+                    f"{old.name} at {old.broker_address} is held by {old.identity} (registered "
+                    f"{now - old.last_update:.0f} s ago), not {identity}: another identity may "
+                    "take it once that broker unregisters, its connection closes or it expires"
                 )
-        for other_key, other in list(self._entries.items()):
+        replaced = []
+        for other_key, other in self._entries.items():
             if (
                 other_key != key
                 and other_key[:2] == key[:2]
                 and other.broker_address == h.broker_addr
             ):
-                del self._entries[other_key]
-                log.info(
-                    "broker %s at %s is now %s/%s/%d",
-                    other.name,
-                    other.broker_address,
-                    *key,
-                )
+                if _other(other.identity, identity) and self._live(other, now):
+                    raise RegistrationRefused(
+                        f"{h.broker_addr} is held by {other.identity} as {other.name}, "
+                        f"not {identity}"
+                    )
+                replaced.append(other)
+        if old is not None and old.broker_address != h.broker_addr:
+            self._drop(key)
+            log.info("broker %s moves from %s to %s", old.name, old.broker_address, h.broker_addr)
+            old = None
+        if old is None or _other(old.identity, identity):
+            self._check_quota(key, identity, now)
+        for other in replaced:
+            self._drop(other.key)
+            log.info("broker %s at %s is now %s/%s/%d", other.name, other.broker_address, *key)
         wrapper = body.topic_config_serialize_wrapper
         wiped = self._wiped.get(key)
         if wiped is not None and wiped != wrapper.data_version:
@@ -273,15 +314,17 @@ class Registry:
             filter_servers=body.filter_server_list,
             last_update=now,
             connection=connection,
+            identity=identity,
         )
         if old is None:
             log.info(
-                "new broker %s at %s%s, %d topic%s",
+                "new broker %s at %s%s, %d topic%s%s",
                 entry.name,
                 entry.broker_address,
                 f" (HA {entry.ha_address})" if entry.ha_address else "",
                 len(entry.topics),
                 "" if len(entry.topics) == 1 else "s",
+                f", registered by {identity}" if identity else "",
             )
         elif old.ha_address != entry.ha_address:
             log.info(
@@ -291,7 +334,7 @@ class Registry:
                 old.ha_address or "none",
                 entry.ha_address or "none",
             )
-        self._entries[key] = entry
+        self._put(entry)
         if h.broker_id == MASTER_ID:
             return RegisterBrokerResponse()
         master = self._entries.get((h.cluster_name, h.broker_name, MASTER_ID))
@@ -299,18 +342,76 @@ class Registry:
             return RegisterBrokerResponse()
         return RegisterBrokerResponse(master.broker_address, master.ha_address or None)
 
+    def held_by(self, identity: str) -> int:
+        """How many registrations ``identity`` holds."""
+        return self._held.get(identity, 0)
+
+    def _check_quota(self, key: BrokerKey, identity: str | None, now: float) -> None:
+        """Refuse a new entry for ``key`` over the identity's or the registry's bound (the
+        expired entries dropped first)."""
+        over_identity = identity is not None and self.held_by(identity) >= self.max_per_identity
+        if over_identity or len(self._entries) >= self.max_brokers:
+            self.expire(now)
+        name = "/".join(map(str, key))
+        if identity is not None and self.held_by(identity) >= self.max_per_identity:
+            raise RegistrationQuotaError(
+                f"{identity} holds {self.max_per_identity} registrations, its most: "
+                f"{name} is not added"
+            )
+        if len(self._entries) >= self.max_brokers:
+            raise RegistrationQuotaError(
+                f"the name server holds {self.max_brokers} brokers, its most: {name} is not added"
+            )
+
+    def _put(self, entry: LiveBroker) -> None:
+        old = self._entries.get(entry.key)
+        if old is not None:
+            self._release(old)
+        self._entries[entry.key] = entry
+        if entry.identity is not None:
+            self._held[entry.identity] = self._held.get(entry.identity, 0) + 1
+
+    def _drop(self, key: BrokerKey) -> LiveBroker:
+        entry = self._entries.pop(key)
+        self._wiped.pop(key, None)
+        self._release(entry)
+        return entry
+
+    def _release(self, entry: LiveBroker) -> None:
+        identity = entry.identity
+        if identity is not None:
+            left = self._held[identity] - 1
+            if left:
+                self._held[identity] = left
+            else:
+                del self._held[identity]
+
     def unregister(
-        self, cluster: str, broker_name: str, broker_id: int, broker_address: str
+        self,
+        cluster: str,
+        broker_name: str,
+        broker_id: int,
+        broker_address: str,
+        identity: str | None = None,
     ) -> bool:
         """Remove a broker at once (a clean shutdown). Only the entry registered from
-        ``broker_address`` is removed: a late unregistration of a broker that has since
-        restarted elsewhere leaves the new one. Returns whether an entry was removed."""
+        ``broker_address`` by ``identity`` is removed: a late unregistration of a broker that
+        has since restarted elsewhere leaves the new one, and another identity removes nothing
+        (logged at WARNING). Returns whether an entry was removed."""
         key = (cluster, broker_name, broker_id)
         entry = self._entries.get(key)
         if entry is None or entry.broker_address != broker_address:
             return False
-        del self._entries[key]
-        self._wiped.pop(key, None)
+        if _other(entry.identity, identity):
+            log.warning(
+                "unregistration of %s at %s by %s refused: it is held by %s",
+                entry.name,
+                broker_address,
+                identity,
+                entry.identity,
+            )
+            return False
+        self._drop(key)
         log.info("broker %s at %s unregistered", entry.name, broker_address)
         return True
 
@@ -319,8 +420,7 @@ class Registry:
         ``onChannelDestroy``); returns them."""
         gone = [e for e in self._entries.values() if e.connection is connection]
         for entry in gone:
-            del self._entries[entry.key]
-            self._wiped.pop(entry.key, None)
+            self._drop(entry.key)
             log.info(  # RocketMQ logs this at INFO too (a clean stop closes it as well)
                 "broker %s at %s left: its connection closed", entry.name, entry.broker_address
             )
@@ -332,8 +432,7 @@ class Registry:
         expired = []
         for key, entry in list(self._entries.items()):
             if not self._live(entry, now):
-                del self._entries[key]
-                self._wiped.pop(key, None)
+                self._drop(key)
                 log.warning(
                     "broker %s at %s expired: no registration for %.0f s",
                     entry.name,
@@ -344,13 +443,22 @@ class Registry:
         return expired
 
     def query_data_version(
-        self, key: BrokerKey, broker_address: str, version: DataVersion, now: float
+        self,
+        key: BrokerKey,
+        broker_address: str,
+        version: DataVersion,
+        now: float,
+        identity: str | None = None,
     ) -> tuple[bool, DataVersion | None]:
         """QUERY_DATA_VERSION: whether ``version`` differs from the one the broker last
-        registered, and that one (None when it is not registered). An unchanged version
-        renews the registration, as RocketMQ's name server does."""
+        registered, and that one (None when it is not registered, or by another identity).
+        An unchanged version renews the registration, as RocketMQ's name server does."""
         entry = self._entries.get(key)
-        if entry is None or entry.broker_address != broker_address:
+        if (
+            entry is None
+            or entry.broker_address != broker_address
+            or _other(entry.identity, identity)
+        ):
             return True, None
         changed = entry.data_version != version
         if not changed:

@@ -78,7 +78,15 @@ from hanet.protocol import (
 )
 
 from ._kvconfig import NAMESPACE_ORDER_TOPIC_CONFIG, KVConfig, KVConfigFullError
-from ._registry import DEFAULT_EXPIRE_AFTER, RegistrationError, RegistrationRefused, Registry
+from ._registry import (
+    DEFAULT_EXPIRE_AFTER,
+    MAX_BROKERS,
+    MAX_PER_IDENTITY,
+    RegistrationError,
+    RegistrationRefused,
+    Registry,
+)
+from ._trust import BrokerTrust
 
 __all__ = ["DEFAULT_PORT", "IDLE_TIMEOUT", "SCAN_INTERVAL", "TOPIC_NOT_EXIST_HINT", "NameServer"]
 
@@ -113,6 +121,12 @@ class NameServer:
         clock: seconds since the epoch (default: the wall clock at :meth:`run`'s start moved
             on by trio's clock, so a test's virtual clock drives expiry).
         idle_timeout: close a connection silent both ways this long (0: never).
+        max_partial_bytes: bytes all connections may hold in unfinished frames together
+            (None: the framework's 64 MiB; 0: no cap; see ``hanet.boot.serve``).
+        trust: who may register and whose a registration is (default: any connection; a
+            registration belongs to its certificate name, or its remote IP on plain TCP).
+        max_registrations: most registrations held in all.
+        max_per_identity: most registrations one identity holds.
     """
 
     def __init__(
@@ -126,17 +140,27 @@ class NameServer:
         allow: AllowList | None = None,
         clock: Callable[[], float] | None = None,
         idle_timeout: float = IDLE_TIMEOUT,
+        max_partial_bytes: int | None = None,
+        trust: BrokerTrust | None = None,
+        max_registrations: int = MAX_BROKERS,
+        max_per_identity: int = MAX_PER_IDENTITY,
     ) -> None:
         if scan_interval <= 0:
             raise ValueError(f"scan_interval must be > 0, got {scan_interval}")
         self.listen = listen
-        self.registry = Registry(expire_after=expire_after)
+        self.registry = Registry(
+            expire_after=expire_after,
+            max_brokers=max_registrations,
+            max_per_identity=max_per_identity,
+        )
         """The live brokers (read it in-process; the server changes it)."""
         self.kv_config = KVConfig()
         """The key/value configuration (PUT/GET/DELETE_KV_CONFIG)."""
         self.scan_interval = scan_interval
         self.max_frame_length = max_frame_length
         self.idle_timeout = idle_timeout
+        self.max_partial_bytes = max_partial_bytes
+        self.trust = trust if trust is not None else BrokerTrust()
         self.tls = tls
         self.allow = allow
         self._clock = clock
@@ -195,6 +219,7 @@ class NameServer:
                     tls=self.tls,
                     allow=self.allow,
                     name="name server",
+                    max_partial_bytes=self.max_partial_bytes,
                 )
             )
             nursery.start_soon(self._scan)
@@ -295,12 +320,18 @@ class NameServer:
         if header.body_crc32 != 0 and header.body_crc32 != body_crc32(request.body):
             log.warning("registration of %s/%s/%d from %s: crc32 not match", *_key(header), peer)
             return request.response(ResponseCode.SYSTEM_ERROR, "crc32 not match")
+        identity, refusal = self.trust.identity(connection)
+        if refusal is not None:
+            log.warning(
+                "registration of %s/%s/%d from %s refused: %s", *_key(header), peer, refusal
+            )
+            return request.response(ResponseCode.NO_PERMISSION, f"registration refused: {refusal}")
         if len(request.body):
             body = RegisterBrokerBody.decode_body(request.body, header.compressed)
         else:
             body = RegisterBrokerBody()
         try:
-            answer = self.registry.register(header, body, self.now(), connection)
+            answer = self.registry.register(header, body, self.now(), connection, identity)
         except RegistrationError as exc:
             refused = isinstance(exc, RegistrationRefused)
             log.warning(
@@ -321,7 +352,22 @@ class NameServer:
         self, connection: Hashable | None, peer: str, request: RemotingCommand
     ) -> RemotingCommand:
         h = UnregisterBrokerRequestHeader.from_fields(request.fields)
-        self.registry.unregister(h.cluster_name, h.broker_name, h.broker_id, h.broker_addr)
+        identity, refusal = self.trust.identity(connection)
+        if refusal is not None:
+            log.warning(
+                "unregistration of %s/%s/%d from %s refused: %s",
+                h.cluster_name,
+                h.broker_name,
+                h.broker_id,
+                peer,
+                refusal,
+            )
+            return request.response(
+                ResponseCode.NO_PERMISSION, f"unregistration refused: {refusal}"
+            )
+        self.registry.unregister(
+            h.cluster_name, h.broker_name, h.broker_id, h.broker_addr, identity
+        )
         return request.response()
 
     def _query_data_version(
@@ -329,8 +375,13 @@ class NameServer:
     ) -> RemotingCommand:
         h = QueryDataVersionRequestHeader.from_fields(request.fields)
         version = DataVersion.decode(request.body)
+        identity, _ = self.trust.identity(connection)
         changed, held = self.registry.query_data_version(
-            (h.cluster_name, h.broker_name, h.broker_id), h.broker_addr, version, self.now()
+            (h.cluster_name, h.broker_name, h.broker_id),
+            h.broker_addr,
+            version,
+            self.now(),
+            identity,
         )
         return request.response(
             fields=QueryDataVersionResponseHeader(changed).to_fields(),
