@@ -19,6 +19,7 @@ on RocketMQ's 18 levels; :class:`SendBackProcessor` serves CONSUMER_SEND_MSG_BAC
 and ``%DLQ%`` topics); :class:`QueueLocks` serves LOCK/UNLOCK_BATCH_MQ for orderly consumers.
 """
 
+from ._acl import ACL_FILE, BrokerAcl, acl_file_path
 from ._backend import BrokerBackend
 from ._broker import Broker, BrokerAddresses
 from ._config_files import ConfigFileError, read_config_file, write_config_file
@@ -90,6 +91,7 @@ from ._slave_sync import DELAY_OFFSETS_FILE, SUBSCRIPTION_GROUPS_FILE, SlaveSync
 from ._topics import MAX_TOPICS, TOPICS_FILE, TopicTable, TopicTableFull
 
 __all__ = [
+    "ACL_FILE",
     "CHECK_INTERVAL",
     "CONSUMER_EXPIRY",
     "DEFAULT_MAX_IN_FLIGHT",
@@ -121,6 +123,7 @@ __all__ = [
     "SUBSCRIPTION_GROUPS_FILE",
     "TOPICS_FILE",
     "Broker",
+    "BrokerAcl",
     "BrokerAddresses",
     "BrokerBackend",
     "BrokerConnection",
@@ -148,6 +151,7 @@ __all__ = [
     "SlaveSync",
     "TopicTable",
     "TopicTableFull",
+    "acl_file_path",
     "apply_properties",
     "decode_offsets",
     "delay_level",

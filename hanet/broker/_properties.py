@@ -72,11 +72,13 @@ _PROPERTIES: dict[str, tuple[str, Any]] = {
     "accessMessageInMemoryMaxRatio": ("access_message_in_memory_max_ratio", int),
     "registerNameServerPeriod": ("register_broker_interval", _ms),
     "flushConsumerOffsetInterval": ("flush_consumer_offset_interval", _ms),
+    "aclEnable": ("acl_enable", _bool),
     # hanet's own (RocketMQ has no such setting):
     "slaveSyncInterval": ("slave_sync_interval", _ms),
     "masterBrokerAddress": ("master_broker_address", str),
     "brokerIP2": ("broker_ip2", str),
     "totalMemoryBytes": ("total_memory_bytes", int),
+    "aclFile": ("acl_file", Path),
 }
 
 # Keys of a real broker.conf that mean nothing to hanet; accepted and ignored quietly. Other

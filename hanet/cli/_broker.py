@@ -48,6 +48,7 @@ from hanet.errors import ConfigError
 from hanet.ha import BrokerConfig, BrokerRole, HASlave
 from hanet.store import CommitLogStore, FlushDiskType, StoreConfig, StoreError, StoreRole
 
+from ._credentials import add_credentials, signed_verb
 from ._support import (
     EXIT_OK,
     fail,
@@ -144,6 +145,10 @@ _COMMON_FLAGS = (
         "listen host, 127.0.0.1 for 0.0.0.0)", "HOST",
     ),
     _Flag(
+        ("--acl-file",), "acl_file", Path,
+        "with --acl-enable: RocketMQ's plain_acl.yml (<store>/config/plain_acl.yml)", "FILE",
+    ),
+    _Flag(
         ("--broker-ip2",), "broker_ip2", str,
         "the host slaves reach the HA port at, as registered (brokerIP2; default: --broker-ip)",
         "HOST",
@@ -219,6 +224,11 @@ def _add_service_flags(parser: argparse.ArgumentParser) -> None:
         "and its slaves",
     )  # fmt: skip
     parser.add_argument(
+        "--acl-enable", action="store_true",
+        help="check every broker port request against RocketMQ's plain_acl.yml (aclEnable)",
+    )  # fmt: skip
+    add_credentials(parser, what="this broker's registrations and metadata copies")
+    parser.add_argument(
         "--config", type=Path, default=None, metavar="FILE",
         help="broker.conf-style properties (RocketMQ names); flags override it",
     )  # fmt: skip
@@ -255,6 +265,8 @@ def build_config(args: argparse.Namespace, role: BrokerRole | None = None) -> Br
         changes["full_sync"] = True
     if getattr(args, "slave_read_enable", False):
         changes["slave_read_enable"] = True
+    if getattr(args, "acl_enable", False):
+        changes["acl_enable"] = True
     if role is not None:
         changes["broker_role"] = role
     elif config.broker_role is BrokerRole.SLAVE and "broker_role" not in changes:
@@ -286,7 +298,7 @@ def register(subparsers: Any) -> None:
     )  # fmt: skip
     _add_flags(parser, _COMMON_FLAGS + _MASTER_FLAGS)
     _add_service_flags(parser)
-    parser.set_defaults(func=run_master)
+    parser.set_defaults(func=signed_verb(run_master))
 
     parser = subparsers.add_parser(
         "slave",
@@ -315,7 +327,7 @@ def register(subparsers: Any) -> None:
     )  # fmt: skip
     _add_flags(parser, _COMMON_FLAGS + _SLAVE_FLAGS)
     _add_service_flags(parser)
-    parser.set_defaults(func=run_slave)
+    parser.set_defaults(func=signed_verb(run_slave))
 
 
 def _offset(text: str) -> int:

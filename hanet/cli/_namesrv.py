@@ -6,7 +6,9 @@ clients and to RocketMQ's own; a registration not renewed for ``--expire-after``
 expires, and one whose connection closes leaves at once. ``--ready-file FILE`` writes the
 bound address as JSON once serving (port 0 picks a free port). ``--tls-cert``/``--tls-key``
 serve TLS (``--tls-ca``: mutual TLS) and ``--listen-allow`` limits the networks that may
-connect, as on a broker's port. Every new broker, address change and expiry is logged.
+connect, as on a broker's port. ``--acl-file FILE`` checks every request against RocketMQ's
+``plain_acl.yml`` (signed requests; registering needs an admin account). Every new broker,
+address change and expiry is logged.
 
 Errors (bad flags, a port in use) print one line on stderr and exit 2.
 """
@@ -89,6 +91,11 @@ def register(subparsers: Any) -> None:
         "--ready-file", type=Path, default=None, metavar="FILE",
         help="write the bound address here as JSON once serving",
     )  # fmt: skip
+    parser.add_argument(
+        "--acl-file", type=Path, default=None, metavar="FILE",
+        help="turn RocketMQ's plain ACL on with this plain_acl.yml (reloaded when it changes; "
+        "registrations need an admin account)",
+    )  # fmt: skip
     parser.set_defaults(func=run_namesrv)
 
 
@@ -102,7 +109,13 @@ def _build(args: argparse.Namespace) -> NameServer:
     if args.tls_cert is not None or args.tls_key is not None or args.tls_ca is not None:
         tls = TlsConfig(cert=args.tls_cert, key=args.tls_key, ca=args.tls_ca).server_context()
     allow = AllowList.parse(args.listen_allow) if args.listen_allow else None
-    return NameServer(args.listen, expire_after=args.expire_after, tls=tls, allow=allow)
+    return NameServer(
+        args.listen,
+        expire_after=args.expire_after,
+        tls=tls,
+        allow=allow,
+        acl_file=args.acl_file,
+    )
 
 
 async def run_namesrv(args: argparse.Namespace) -> int:

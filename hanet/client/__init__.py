@@ -51,6 +51,7 @@ from hanet.protocol import (
     BrokerRegistration,
     BrokerStatus,
     ClusterInfo,
+    Credentials,
     MasterLink,
     RouteBroker,
     SlaveInfo,
@@ -97,6 +98,7 @@ from ._remoting import (
     RemotingResponseError,
     RemotingTimeoutError,
     ServerRequestHandler,
+    signing,
 )
 
 __all__ = [
@@ -118,6 +120,7 @@ __all__ = [
     "ConsumedMessage",
     "Consumer",
     "ConsumerStats",
+    "Credentials",
     "FailoverClient",
     "InvalidMessageError",
     "MasterLink",
@@ -149,4 +152,5 @@ __all__ = [
     "default_client_id",
     "message_problem",
     "parse_broker_address",
+    "signing",
 ]

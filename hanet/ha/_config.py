@@ -177,6 +177,10 @@ class BrokerConfig:
             the listen host, or 127.0.0.1 for a wildcard one).
         broker_ip2: the host others reach a master's HA port at, as registered (RocketMQ's
             ``brokerIP2``; default: ``broker_ip1``, else the HA listen host as above).
+        acl_enable: check every broker port request against RocketMQ's ``plain_acl.yml``
+            (``aclEnable``; off).
+        acl_file: that file (``aclFile``, hanet's own key; default
+            ``<store>/config/plain_acl.yml``).
     """
 
     broker_role: BrokerRole = BrokerRole.ASYNC_MASTER
@@ -220,6 +224,8 @@ class BrokerConfig:
     master_broker_address: str | None = attrs.field(default=None, validator=_address)
     broker_ip1: str | None = attrs.field(default=None, validator=_host)
     broker_ip2: str | None = attrs.field(default=None, validator=_host)
+    acl_enable: bool = False
+    acl_file: Path | None = attrs.field(default=None, converter=_optional_path)
 
     def __attrs_post_init__(self) -> None:
         broker_id = self.broker_id

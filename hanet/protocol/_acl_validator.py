@@ -20,7 +20,7 @@ request NO_PERMISSION (16), the remark RocketMQ's exception text
 (``org.apache.rocketmq.acl.common.AclException: ...``; RocketMQ 4.9.8 itself answers such a
 refusal SYSTEM_ERROR with that text and a stack frame), a request whose header or body it
 cannot read SYSTEM_ERROR with the reason, and logs refusals at WARNING at most once a minute
-per address and account.
+per address and reason.
 
 Where hanet checks more than 4.9.8 (its table leaves these requests to the signature alone):
 SEND_BATCH_MESSAGE needs PUB on its topic as a single send does, QUERY_CONSUMER_OFFSET needs
@@ -237,7 +237,7 @@ class AclGuard:
         self.refused = 0
         """Requests refused so far."""
         self._clock = clock or time.monotonic
-        self._logged: dict[tuple[str, str | None], float] = {}
+        self._logged: dict[tuple[str, str], float] = {}
 
     def __call__(self, ctx: HandlerContext, request: RemotingCommand) -> RemotingCommand | None:
         address = ctx.channel.remote_address
@@ -253,7 +253,7 @@ class AclGuard:
         return None
 
     def _log(self, request: RemotingCommand, peer: str, host: str, reason: str) -> None:
-        key = (host, request.fields.get(_ACCESS_KEY))
+        key = (host, reason)
         now = self._clock()
         last = self._logged.get(key)
         if last is not None and now - last < _LOG_EVERY:
@@ -264,8 +264,8 @@ class AclGuard:
                 del self._logged[old]
         self._logged[key] = now
         log.warning(
-            "%s: ACL refused %s from %s: %s (more from this address and key within a minute "
-            "are logged at DEBUG)",
+            "%s: ACL refused %s from %s: %s (the same again from this address within a minute "
+            "is logged at DEBUG)",
             self.port,
             request.describe(),
             peer,
