@@ -33,10 +33,10 @@ def test_broker_flags_and_broker_conf(tmp_path: Path) -> None:
     conf = tmp_path / "broker.conf"
     conf.write_text("aclEnable=true\naclFile=/etc/rocketmq/plain_acl.yml\n")
     cfg = build_config(parse("master", "--config", str(conf)))
-    assert cfg.acl_enable and config.acl_file == Path("/etc/rocketmq/plain_acl.yml")
+    assert cfg.acl_enable and cfg.acl_file == Path("/etc/rocketmq/plain_acl.yml")
     cfg = build_config(parse("slave", "--acl-enable", "--acl-file", "x.yml", "--master-ha",
                                 "127.0.0.1:1"))  # fmt: skip
-    assert cfg.acl_enable and config.acl_file == Path("x.yml")
+    assert cfg.acl_enable and cfg.acl_file == Path("x.yml")
     assert not build_config(parse("master")).acl_enable
 
 
