@@ -41,6 +41,7 @@ accounts:
     defaultGroupPerm: DENY
     groupPerms:
 {groups}
+{extra}
 """
 
 
@@ -55,17 +56,21 @@ def group(client: str, name: str) -> str:
 class AclCluster:
     """``hanet namesrv --acl-file`` and ``hanet master --acl-enable`` sharing one file."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, *, namesrv_acl: bool = True) -> None:
         topics = [topic(c, case) for c in CLIENTS for case in ("ok", "denied")]
         produce = "\n".join(f"      - {topic(c, 'ok')}=PUB" for c in CLIENTS)
         produce += "\n" + "\n".join(f"      - {topic(c, 'denied')}=SUB" for c in CLIENTS)
         groups = "\n".join(f"      - {group(c, 'A')}=SUB" for c in CLIENTS)
         self.acl = root / "plain_acl.yml"
-        self.acl.write_text(ACL.format(produce=produce, groups=groups))
-        write_topics(root / "master", topics)
-        self.namesrv = Service(
-            root, "namesrv", "namesrv", "--listen", "127.0.0.1:0", "--acl-file", str(self.acl)
+        extra = "\n".join(
+            f"  - accessKey: signer-{c}\n    secretKey: signer-secret\n"
+            f"    defaultTopicPerm: PUB\n    defaultGroupPerm: SUB"
+            for c in CLIENTS
         )
+        self.acl.write_text(ACL.format(produce=produce, groups=groups, extra=extra))
+        write_topics(root / "master", topics)
+        acl = ("--acl-file", str(self.acl)) if namesrv_acl else ()
+        self.namesrv = Service(root, "namesrv", "namesrv", "--listen", "127.0.0.1:0", *acl)
         self.master = Service(
             root, "master", "master", "--store", str(root / "master"), "--listen",
             "127.0.0.1:0", "--ha-listen", "127.0.0.1:0", "--mapped-file-size", "4M",
@@ -107,6 +112,16 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AclCluster]:
         assert "Traceback" not in service.text(), service.text()
 
 
+@pytest.fixture(scope="module")
+def open_namesrv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AclCluster]:
+    """The same master behind a name server without ACL: requests reach the broker."""
+    started = AclCluster(tmp_path_factory.mktemp("acl-open"), namesrv_acl=False).start()
+    try:
+        yield started
+    finally:
+        started.close()
+
+
 @pytest.fixture(params=CLIENTS)
 def client(request: pytest.FixtureRequest) -> str:
     name: str = request.param
@@ -141,7 +156,7 @@ async def test_a_signed_producer_and_consumer_work(client: str, cluster: AclClus
 async def test_a_wrong_secret_and_a_missing_permission_are_refused(
     client: str, cluster: AclCluster
 ) -> None:
-    wrong = {"access_key": "producerA", "secret_key": "not-the-secret"}
+    wrong = {"access_key": f"signer-{client}", "secret_key": "not-the-secret"}
     for t, keys in ((topic(client, "ok"), wrong), (topic(client, "denied"), PRODUCER)):
         out = await run_driver(
             command(client, cluster, "produce", t, count=2, prefix="no", timeout=15, **keys),
@@ -149,9 +164,8 @@ async def test_a_wrong_secret_and_a_missing_permission_are_refused(
         )
         assert out.returncode != 0, (out, cluster.logs())
         assert not out.events("sent"), out
-    assert "Check signature failed for accessKey=producerA" in cluster.master.text() + (
-        cluster.namesrv.text()
-    )
+    # refused by the name server already (the route lookup is signed too)
+    assert f"Check signature failed for accessKey=signer-{client}" in cluster.namesrv.text()
     assert f"No default permission for topic:{topic(client, 'denied')}" in cluster.master.text()
     with signing(Credentials("brokerAdmin", "admin-secret")):
         async with BrokerClient.connect(*_split(cluster.master.ready["broker"])) as admin:
@@ -189,3 +203,15 @@ async def test_hanet_signed_as_a_consumer_cannot_commit_another_groups_offsets(
     with signing(Credentials("brokerAdmin", "admin-secret")):
         async with BrokerClient.connect(*broker) as admin:
             assert await admin.query_offset("victim-group", t, 0) == 5
+
+
+async def test_the_broker_refuses_a_wrong_secret(client: str, open_namesrv: AclCluster) -> None:
+    wrong = {"access_key": f"signer-{client}", "secret_key": "not-the-secret"}
+    t = topic(client, "ok")
+    out = await run_driver(
+        command(client, open_namesrv, "produce", t, count=2, prefix="no", timeout=15, **wrong),
+        timeout=DRIVER_SECONDS,
+    )
+    assert out.returncode != 0 and not out.events("sent"), out
+    refused = f"Check signature failed for accessKey=signer-{client}"
+    assert refused in open_namesrv.master.text(), open_namesrv.logs()
