@@ -16,7 +16,6 @@ A server leaves out ``_UNIQUE_KEY_QUERY`` too, as RocketMQ's ``PlainAccessValida
 from __future__ import annotations
 
 import base64
-import hashlib
 import hmac
 from collections.abc import Iterable, Mapping
 
@@ -30,6 +29,7 @@ __all__ = [
     "SIGNATURE",
     "UNIQUE_MSG_QUERY_FLAG",
     "Credentials",
+    "request_signature",
     "sign_request",
     "signature",
     "signing_content",
@@ -75,6 +75,20 @@ def _java_order(key: str) -> bytes:
     return key.encode("utf-16-be", "surrogatepass")
 
 
+def _sorted_values(fields: Mapping[str, str], skipped: frozenset[str] | set[str]) -> bytes:
+    keys = list(fields)
+    if "".join(keys).isascii():
+        keys.sort()  # code points and UTF-16 code units agree on ASCII
+    else:
+        keys.sort(key=_java_order)
+    return "".join([fields[key] for key in keys if key not in skipped]).encode(
+        "utf-8", "surrogatepass"
+    )
+
+
+_SIGNATURE_ONLY = frozenset({SIGNATURE})
+
+
 def signing_content(
     fields: Mapping[str, str] | None,
     body: bytes | bytearray | memoryview | None,
@@ -83,13 +97,7 @@ def signing_content(
 ) -> bytes:
     """The bytes a signature covers: the values of ``fields`` but ``exclude``, in the order of
     their keys, as UTF-8, then ``body``."""
-    skipped = set(exclude)
-    parts = []
-    if fields:
-        for key in sorted(fields, key=_java_order):
-            if key not in skipped:
-                parts.append(fields[key])
-    content = "".join(parts).encode("utf-8", "surrogatepass")
+    content = _sorted_values(fields or {}, set(exclude))
     if body:
         content += bytes(body)
     return content
@@ -97,8 +105,22 @@ def signing_content(
 
 def signature(content: bytes | bytearray | memoryview, secret_key: str) -> str:
     """Base64 of HMAC-SHA1 of ``content`` keyed with ``secret_key`` (UTF-8)."""
-    mac = hmac.new(secret_key.encode("utf-8"), content, hashlib.sha1).digest()
+    mac = hmac.digest(secret_key.encode("utf-8"), content, "sha1")
     return base64.b64encode(mac).decode("ascii")
+
+
+def request_signature(
+    fields: Mapping[str, str] | None,
+    body: bytes | bytearray | memoryview | None,
+    secret_key: str,
+    *,
+    exclude: frozenset[str] = _SIGNATURE_ONLY,
+) -> str:
+    """``signature(signing_content(fields, body, exclude=exclude), secret_key)``."""
+    content = _sorted_values(fields or {}, exclude)
+    if body:
+        content += body
+    return base64.b64encode(hmac.digest(secret_key.encode("utf-8"), content, "sha1")).decode()
 
 
 def sign_request(request: RemotingCommand, credentials: Credentials) -> RemotingCommand:
@@ -109,5 +131,5 @@ def sign_request(request: RemotingCommand, credentials: Credentials) -> Remoting
     if credentials.security_token is not None:
         fields[SECURITY_TOKEN] = credentials.security_token
     fields.pop(SIGNATURE, None)
-    fields[SIGNATURE] = signature(signing_content(fields, request.body), credentials.secret_key)
+    fields[SIGNATURE] = request_signature(fields, request.body, credentials.secret_key)
     return attrs.evolve(request, ext_fields=fields)

@@ -33,6 +33,7 @@ is logged at ERROR and the previous config stays.
 from __future__ import annotations
 
 import enum
+import functools
 import ipaddress
 import logging
 import os
@@ -117,10 +118,10 @@ def parse_perm(text: str | None) -> Perm:
 
 def check_permission(needed: int, owned: int) -> bool:
     """RocketMQ's ``Permission.checkPermission``: DENY wins; ANY needs PUB or SUB."""
-    if owned & Perm.DENY:
+    if owned & 1:  # DENY (plain ints: IntFlag arithmetic is slow on this path)
         return False
-    if needed & Perm.ANY:
-        return bool(owned & (Perm.PUB | Perm.SUB))
+    if needed & 2:  # ANY
+        return bool(owned & 12)  # PUB | SUB
     return bool(needed & owned)
 
 
@@ -129,6 +130,7 @@ def check_permission(needed: int, owned: int) -> bool:
 _IP = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 
+@functools.lru_cache(maxsize=4096)
 def peer_ip(host: str) -> _IP | None:
     """A peer's host as an address (an IPv4-mapped IPv6 address as IPv4); None if not one."""
     try:
@@ -184,6 +186,8 @@ class AddressPattern:
         """True when a peer at ``host`` matches (an empty pattern matches nothing)."""
         if self._any:
             return True
+        if not self._set and self._range is None:
+            return False  # empty: nothing
         ip = peer_ip(host)
         if ip is None:
             return False
@@ -286,17 +290,19 @@ class AclAccount:
     """One account of ``plain_acl.yml``.
 
     Attributes:
-        resource_perms: topic -> permission and ``%RETRY%group`` -> permission (None when the
-            account lists neither, as RocketMQ keeps it: an admin then passes every check).
+        default_topic_perm, default_group_perm: :class:`Perm` bits of what is not listed.
+        resource_perms: topic -> permission and ``%RETRY%group`` -> permission (:class:`Perm`
+            bits; None when the account lists neither, as RocketMQ keeps it: an admin then
+            passes every check).
     """
 
     access_key: str
     secret_key: str
     white_remote_address: AddressPattern = AddressPattern("")
     admin: bool = False
-    default_topic_perm: Perm = Perm.DENY
-    default_group_perm: Perm = Perm.DENY
-    resource_perms: Mapping[str, Perm] | None = None
+    default_topic_perm: int = Perm.DENY.value
+    default_group_perm: int = Perm.DENY.value
+    resource_perms: Mapping[str, int] | None = None
 
     def __repr__(self) -> str:
         return f"AclAccount(access_key={self.access_key!r}, admin={self.admin})"
@@ -367,20 +373,20 @@ def _account(item: Any, where: str) -> AclAccount:
         admin_text = (_scalar(item, "admin") or "false").strip().lower()
         if admin_text not in ("true", "false", "yes", "no", "on", "off"):
             raise ValueError(f"admin is {admin_text!r}, not true or false")
-        perms: dict[str, Perm] = {}
+        perms: dict[str, int] = {}
         for key, prefix in (("topicPerms", ""), ("groupPerms", RETRY_GROUP_TOPIC_PREFIX)):
             for entry in _list(item.get(key), where, key):
                 name, equals, perm = str(entry).partition("=")
                 if not isinstance(entry, str) or not equals or not name.strip():
                     raise ValueError(f"{key}: {entry!r} is not NAME=PERM")
-                perms[prefix + name.strip()] = parse_perm(perm)
+                perms[prefix + name.strip()] = parse_perm(perm).value
         return AclAccount(
             access_key,
             secret_key,
             white,
             admin_text in ("true", "yes", "on"),
-            parse_perm(_scalar(item, "defaultTopicPerm")),
-            parse_perm(_scalar(item, "defaultGroupPerm")),
+            parse_perm(_scalar(item, "defaultTopicPerm")).value,
+            parse_perm(_scalar(item, "defaultGroupPerm")).value,
             perms or None,
         )
     except ValueError as exc:

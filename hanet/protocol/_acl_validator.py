@@ -40,7 +40,7 @@ from collections.abc import Callable, Iterable
 from hanet.channel import HandlerContext, format_address
 
 from ._acl import ACCESS_KEY as _ACCESS_KEY
-from ._acl import SIGNATURE, UNIQUE_MSG_QUERY_FLAG, signature, signing_content
+from ._acl import SIGNATURE, UNIQUE_MSG_QUERY_FLAG, request_signature
 from ._acl_config import (
     RETRY_GROUP_TOPIC_PREFIX,
     AclAccount,
@@ -87,6 +87,8 @@ TRACE_TOPIC = "RMQ_SYS_TRACE_TOPIC"
 
 EXCEPTION = "org.apache.rocketmq.acl.common.AclException: "
 
+_UNSIGNED = frozenset({SIGNATURE, UNIQUE_MSG_QUERY_FLAG})
+
 
 class AclDenied(Exception):
     """A refusal; the message is RocketMQ's (``No acl config for KEY``, ...)."""
@@ -103,7 +105,11 @@ def _field(request: RemotingCommand, name: str) -> str:
     return value
 
 
-def needed_resources(request: RemotingCommand) -> dict[str, Perm]:
+_PUB = Perm.PUB.value
+_SUB = Perm.SUB.value
+
+
+def needed_resources(request: RemotingCommand) -> dict[str, int]:
     """Topic (or ``%RETRY%group``) -> the permission ``request`` needs on it.
 
     Raises:
@@ -111,9 +117,9 @@ def needed_resources(request: RemotingCommand) -> dict[str, Perm]:
     """
     code = request.code
     fields = request.fields
-    needed: dict[str, Perm] = {}
+    needed: dict[str, int] = {}
 
-    def add(resource: str | None, perm: Perm) -> None:
+    def add(resource: str | None, perm: int) -> None:
         if resource is not None:
             needed[resource] = perm
 
@@ -125,30 +131,30 @@ def needed_resources(request: RemotingCommand) -> dict[str, Perm]:
         v2 = "b" in fields or code == RequestCode.SEND_MESSAGE_V2
         topic = _field(request, "b" if v2 else "topic")
         if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):  # a consumer sending a message back
-            add(_retry(fields.get("a" if v2 else "producerGroup")), Perm.SUB)
+            add(_retry(fields.get("a" if v2 else "producerGroup")), _SUB)
         else:
-            add(topic, Perm.PUB)
+            add(topic, _PUB)
     elif code == RequestCode.CONSUMER_SEND_MSG_BACK:
-        add(_retry(fields.get("group")), Perm.SUB)
+        add(_retry(fields.get("group")), _SUB)
     elif code == RequestCode.PULL_MESSAGE:
-        add(fields.get("topic"), Perm.SUB)
-        add(_retry(fields.get("consumerGroup")), Perm.SUB)
+        add(fields.get("topic"), _SUB)
+        add(_retry(fields.get("consumerGroup")), _SUB)
     elif code == RequestCode.QUERY_MESSAGE:
-        add(fields.get("topic"), Perm.SUB)
+        add(fields.get("topic"), _SUB)
     elif code == RequestCode.HEART_BEAT:
         for consumer in HeartbeatData.from_json(request.body).consumer_data_set:
-            add(_retry(consumer.group_name), Perm.SUB)
+            add(_retry(consumer.group_name), _SUB)
             for subscription in consumer.subscription_data_set:
-                add(subscription.topic, Perm.SUB)
+                add(subscription.topic, _SUB)
     elif code in (RequestCode.UNREGISTER_CLIENT, RequestCode.GET_CONSUMER_LIST_BY_GROUP):
         if code == RequestCode.GET_CONSUMER_LIST_BY_GROUP:
             _field(request, "consumerGroup")
-        add(_retry(fields.get("consumerGroup")), Perm.SUB)
+        add(_retry(fields.get("consumerGroup")), _SUB)
     elif code in (RequestCode.UPDATE_CONSUMER_OFFSET, RequestCode.QUERY_CONSUMER_OFFSET):
-        add(_retry(_field(request, "consumerGroup")), Perm.SUB)
-        add(_field(request, "topic"), Perm.SUB)
+        add(_retry(_field(request, "consumerGroup")), _SUB)
+        add(_field(request, "topic"), _SUB)
     elif code in (RequestCode.LOCK_BATCH_MQ, RequestCode.UNLOCK_BATCH_MQ):
-        add(_retry(LockBatchRequestBody.from_json(request.body).consumer_group), Perm.SUB)
+        add(_retry(LockBatchRequestBody.from_json(request.body).consumer_group), _SUB)
     return needed
 
 
@@ -184,12 +190,11 @@ def check_request(
         raise AclDenied(f"No acl config for {access_key}")
     if account.white_remote_address.matches(host):
         return account
-    content = signing_content(fields, request.body, exclude=(SIGNATURE, UNIQUE_MSG_QUERY_FLAG))
-    expected = signature(content, account.secret_key)
+    expected = request_signature(fields, request.body, account.secret_key, exclude=_UNSIGNED)
     if not hmac.compare_digest(expected.encode(), fields.get(SIGNATURE, "").encode()):
         raise AclDenied(f"Check signature failed for accessKey={access_key}")
     needed = needed_resources(request)
-    if needed.get(TRACE_TOPIC) == Perm.PUB:
+    if needed.get(TRACE_TOPIC) == _PUB:
         return account
     if request.code in admin_codes and not account.admin:
         raise AclDenied(
