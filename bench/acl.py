@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -52,7 +53,7 @@ async def _one(acl: bool, count: int, work: Path) -> dict[str, float]:
     if acl:
         (directory / "plain_acl.yml").write_text(ACL)
         argv += ["--acl-enable", "--acl-file", str(directory / "plain_acl.yml")]
-    env = {**base.os.environ, "PYTHONPATH": str(base.ROOT)}
+    env = {**os.environ, "PYTHONPATH": str(base.ROOT)}
     process, info = await base._start(argv, directory / "server.log", ready, env, base.ROOT)
     try:
         with signing(CREDENTIALS if acl else None):
