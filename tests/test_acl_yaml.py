@@ -104,3 +104,42 @@ def test_outside_the_subset_names_the_line(text: str, line: int, reason: str) ->
         parse_yaml(text, "acl.yml")
     assert str(caught.value).startswith(f"acl.yml:{line}: ")
     assert reason in str(caught.value)
+
+
+def test_the_shape_rocketmqs_own_updates_write() -> None:
+    """RocketMQ rewrites plain_acl.yml with SnakeYAML's dumpAsMap after an mqadmin update:
+    keys sorted, sequences at their key's indentation, quoted numbers, explicit nulls."""
+    text = """accounts:
+- accessKey: RocketMQ
+  admin: false
+  defaultGroupPerm: SUB
+  defaultTopicPerm: DENY
+  groupPerms:
+  - groupA=DENY
+  secretKey: '12345678'
+  topicPerms:
+  - topicA=DENY
+  - topicB=PUB|SUB
+  whiteRemoteAddress: null
+dataVersion:
+- counter: 3
+  timestamp: 1631252325024
+globalWhiteRemoteAddresses:
+- 10.10.103.*
+"""
+    assert parse_yaml(text) == {
+        "accounts": [
+            {
+                "accessKey": "RocketMQ",
+                "admin": "false",
+                "defaultGroupPerm": "SUB",
+                "defaultTopicPerm": "DENY",
+                "groupPerms": ["groupA=DENY"],
+                "secretKey": "12345678",
+                "topicPerms": ["topicA=DENY", "topicB=PUB|SUB"],
+                "whiteRemoteAddress": None,
+            }
+        ],
+        "dataVersion": [{"counter": "3", "timestamp": "1631252325024"}],
+        "globalWhiteRemoteAddresses": ["10.10.103.*"],
+    }
