@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import trio
-from broker_support import config, running
+from broker_support import config, fmt, put, running, wait_for
 
 from hanet.broker import Broker, apply_properties
 from hanet.client import (
@@ -24,6 +24,7 @@ from hanet.client import (
     signing,
 )
 from hanet.errors import ConfigError
+from hanet.ha import BrokerRole
 from hanet.namesrv import NameServer
 from hanet.protocol import BrokerRegistration, ResponseCode
 
@@ -168,3 +169,31 @@ async def test_name_server_acl(tmp_path: Path) -> None:
         with signing(CONSUMER):  # any account may look up
             assert await NameServerClient([address]).cluster() is not None
         nursery.cancel_scope.cancel()
+
+
+async def test_a_slave_copies_from_an_acl_master_when_it_signs(tmp_path: Path) -> None:
+    """A slave's metadata copy (GET_ALL_* requests) is refused unsigned and works signed with
+    an admin account (``hanet slave --access-key/--secret-key``)."""
+    acl_file(tmp_path / "m")
+    async with running(config(tmp_path / "m", acl_enable=True)) as (master, m):
+        await put(master, "orders", b"a")
+        master.offsets.commit("groupA", "orders", 0, 1)
+        slave_cfg = config(
+            tmp_path / "s",
+            broker_role=BrokerRole.SLAVE,
+            ha_master_address=fmt(m.ha),
+            master_broker_address=fmt(m.broker),
+            slave_sync_interval=0.2,
+        )
+        async with running(slave_cfg, serve_broker_port=False) as (slave, _):
+            sync = slave.sync
+            assert sync is not None
+            await wait_for(lambda: sync.last_error is not None)
+            assert "No accessKey is configured" in sync.last_error
+            assert slave.offsets.table() == {}
+        with signing(OPERATOR):
+            async with running(slave_cfg, serve_broker_port=False) as (slave, _):
+                sync = slave.sync
+                assert sync is not None
+                await wait_for(lambda: sync.syncs >= 1 and sync.last_error is None)
+                assert slave.offsets.table() == {("orders", "groupA"): {0: 1}}
