@@ -186,10 +186,10 @@ async def test_a_slave_copies_from_an_acl_master_when_it_signs(tmp_path: Path) -
             slave_sync_interval=0.2,
         )
         async with running(slave_cfg, serve_broker_port=False) as (slave, _):
-            sync = slave.sync
-            assert sync is not None
-            await wait_for(lambda: sync.last_error is not None)
-            assert "No accessKey is configured" in sync.last_error
+            unsigned = slave.sync
+            assert unsigned is not None
+            await wait_for(lambda: unsigned.last_error is not None)
+            assert "No accessKey is configured" in str(unsigned.last_error)
             assert slave.offsets.table() == {}
         with signing(OPERATOR):
             async with running(slave_cfg, serve_broker_port=False) as (slave, _):
