@@ -9,12 +9,16 @@ import json
 from pathlib import Path
 
 import pytest
-from broker_support import config, running
+import trio
+from broker_support import config, put, running, wait_for
 
 from hanet.broker import Broker
+from hanet.channel import format_address
 from hanet.cli import build_config, build_parser
 from hanet.cli._credentials import credentials_of
+from hanet.client import Credentials, signing
 from hanet.errors import ConfigError
+from hanet.namesrv import NameServer
 
 ACL = """
 accounts:
@@ -98,3 +102,36 @@ async def test_namesrv_acl_file_that_does_not_load_exits_2(
     bad.write_text("accounts:\n  - accessKey: a: b\n")
     assert await verb("namesrv", "--listen", "127.0.0.1:0", "--acl-file", str(bad)) == 2
     assert "plain_acl.yml:2:" in capsys.readouterr().err
+
+
+CLUSTER_ACL = """
+accounts:
+  - accessKey: brokerAdmin
+    secretKey: admin-secret
+    admin: true
+  - accessKey: consumerA
+    secretKey: consumer-secret
+    defaultTopicPerm: SUB
+    groupPerms: [groupA=SUB]
+"""
+
+
+async def test_consume_signs_with_the_name_server_and_the_broker(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    acl = tmp_path / "plain_acl.yml"
+    acl.write_text(CLUSTER_ACL)
+    server = NameServer(("127.0.0.1", 0), acl_file=acl)
+    async with trio.open_nursery() as nursery:
+        namesrv = format_address(await nursery.start(server.run))
+        cfg = config(tmp_path / "m", acl_enable=True, acl_file=acl, namesrv_addr=namesrv)
+        with signing(Credentials("brokerAdmin", "admin-secret")):  # registers as an admin
+            async with running(cfg) as (broker, _addresses):
+                await put(broker, "orders", b"for group A")
+                await wait_for(lambda: server.registry.route("orders") is not None)
+                consume = ("consume", "--namesrv", namesrv, "--topic", "orders",
+                           "--from-beginning", "--max-messages", "1", "--timeout", "3")  # fmt: skip
+                keys = ("--access-key", "consumerA", "--secret-key", "consumer-secret")
+                assert await verb(*consume, "--group", "groupA", *keys) == 0
+                assert "for group A" in capsys.readouterr().out
+        nursery.cancel_scope.cancel()
