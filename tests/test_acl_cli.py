@@ -15,7 +15,6 @@ from broker_support import config, put, running, wait_for
 from hanet.broker import Broker
 from hanet.channel import format_address
 from hanet.cli import build_config, build_parser
-from hanet.cli._credentials import credentials_of
 from hanet.client import Credentials, signing
 from hanet.errors import ConfigError
 from hanet.namesrv import NameServer
@@ -44,18 +43,14 @@ def test_broker_flags_and_broker_conf(tmp_path: Path) -> None:
     assert not build_config(parse("master")).acl_enable
 
 
-def test_credentials_flags(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert credentials_of(parse("status")) is None
-    creds = credentials_of(parse("status", "--access-key", "ak1234567", "--secret-key", "sk"))
-    assert creds is not None and creds.access_key == "ak1234567" and creds.secret_key == "sk"
-    with pytest.raises(ConfigError, match="needs --secret-key"):
-        credentials_of(parse("pull", "--topic", "T", "--queue", "0", "--access-key", "ak"))
-    with pytest.raises(ConfigError, match="needs --access-key"):
-        credentials_of(parse("consume", "--namesrv", "h:1", "--group", "G", "--topic", "T",
-                             "--secret-key", "sk"))  # fmt: skip
-    monkeypatch.setenv("HANET_SECRET_KEY", "from-env")
-    creds = credentials_of(parse("put", "--topic", "T", "--body", "x", "--access-key", "ak"))
-    assert creds is not None and creds.secret_key == "from-env"
+async def test_one_key_without_the_other_is_a_one_line_error(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert await verb("pull", "--topic", "T", "--queue", "0", "--access-key", "ak") == 2
+    assert "--access-key needs --secret-key" in capsys.readouterr().err
+    assert await verb("consume", "--namesrv", "127.0.0.1:1", "--group", "G", "--topic", "T",
+                      "--secret-key", "sk") == 2  # fmt: skip
+    assert "--secret-key needs --access-key" in capsys.readouterr().err
 
 
 async def verb(*argv: str) -> int:
@@ -65,7 +60,7 @@ async def verb(*argv: str) -> int:
 
 
 async def test_verbs_sign_with_access_key_and_secret_key(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     (tmp_path / "config").mkdir()
     (tmp_path / "config" / "plain_acl.yml").write_text(ACL)
@@ -80,7 +75,9 @@ async def test_verbs_sign_with_access_key_and_secret_key(
         summary = json.loads(capsys.readouterr().out)
         assert summary["statuses"] == {"NO_PERMISSION": 1}
         assert "No accessKey is configured" in summary["error"]
-        assert await verb("pull", "--broker", address, "--topic", "T", "--queue", "0", *keys) == 0
+        monkeypatch.setenv("HANET_SECRET_KEY", "producer-secret")  # the secret off the line
+        pull = ("pull", "--broker", address, "--topic", "T", "--queue", "0")
+        assert await verb(*pull, "--access-key", "producerA") == 0
         assert "'hi'" in capsys.readouterr().out
         assert await verb("status", "--broker", address, "--json", *keys) == 0
         assert json.loads(capsys.readouterr().out)["puts"] == 1
