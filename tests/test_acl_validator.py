@@ -289,3 +289,20 @@ def test_the_file_is_reloaded_when_it_changes(
     assert not acl.poll() and "is gone" in caplog.text
     with pytest.raises(AclConfigError, match="does not exist"):
         PlainAclFile(path)
+
+
+def test_a_failing_guard_lets_nothing_through(caplog: pytest.LogCaptureFixture) -> None:
+    served: list[RemotingCommand] = []
+
+    def processor(ctx: object, request: RemotingCommand) -> RemotingCommand:
+        served.append(request)
+        return request.response(ResponseCode.SUCCESS)
+
+    def broken(ctx: object, request: RemotingCommand) -> RemotingCommand | None:
+        raise KeyError("a bug")
+
+    channel = EmbeddedChannel(RemotingDispatcher({310: processor}, guard=broken))
+    channel.write_inbound(signed(310, {"b": "payments"}))
+    answer: RemotingCommand = channel.read_outbound()
+    assert answer.code == ResponseCode.SYSTEM_ERROR and not served
+    assert channel.is_open and "failed" in caplog.text

@@ -101,15 +101,15 @@ class RemotingDispatcher(ChannelInboundHandler):
 
     def serve(self, ctx: HandlerContext, request: RemotingCommand) -> RemotingCommand | None:
         """The answer to ``request`` (None: answered later, or nothing to answer)."""
-        if self.guard is not None:
-            refusal = self.guard(ctx, request)
-            if refusal is not None:
-                return refusal
         processor = self.processors.get(request.code)
-        if processor is None:
-            log.debug("%s: request code %d not supported", self.port, request.code)
-            return not_supported(request)
         try:
+            if self.guard is not None:
+                refusal = self.guard(ctx, request)
+                if refusal is not None:
+                    return refusal
+            if processor is None:
+                log.debug("%s: request code %d not supported", self.port, request.code)
+                return not_supported(request)
             return processor(ctx, request)
         except RemotingHeaderError as exc:
             log.info("%s: %s from %s: %s", self.port, request.describe(), _peer(ctx), exc)
