@@ -19,6 +19,7 @@ on RocketMQ's 18 levels; :class:`SendBackProcessor` serves CONSUMER_SEND_MSG_BAC
 and ``%DLQ%`` topics); :class:`QueueLocks` serves LOCK/UNLOCK_BATCH_MQ for orderly consumers.
 """
 
+from ._acl import ACL_FILE, BrokerAcl, acl_file_path
 from ._admin import LIVE_SETTINGS, RESET_HOLD, SYSTEM_TOPICS, BrokerAdmin
 from ._backend import BrokerBackend
 from ._broker import Broker, BrokerAddresses
@@ -91,6 +92,7 @@ from ._slave_sync import DELAY_OFFSETS_FILE, SUBSCRIPTION_GROUPS_FILE, SlaveSync
 from ._topics import MAX_TOPICS, TOPICS_FILE, TopicTable, TopicTableFull
 
 __all__ = [
+    "ACL_FILE",
     "CHECK_INTERVAL",
     "CONSUMER_EXPIRY",
     "DEFAULT_MAX_IN_FLIGHT",
@@ -125,6 +127,7 @@ __all__ = [
     "SYSTEM_TOPICS",
     "TOPICS_FILE",
     "Broker",
+    "BrokerAcl",
     "BrokerAddresses",
     "BrokerAdmin",
     "BrokerBackend",
@@ -154,6 +157,7 @@ __all__ = [
     "SlaveSync",
     "TopicTable",
     "TopicTableFull",
+    "acl_file_path",
     "apply_properties",
     "decode_offsets",
     "delay_level",

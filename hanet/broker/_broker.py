@@ -100,6 +100,7 @@ from hanet.store import (
     StoreRole,
 )
 
+from ._acl import BrokerAcl, acl_file_path
 from ._connection import DEFAULT_MAX_IN_FLIGHT
 from ._consumers import CONSUMER_EXPIRY, ConsumerRegistry, consumer_groups
 from ._hold import PullHoldService
@@ -187,6 +188,10 @@ class Broker:
         before :meth:`run`)."""
         self.port.register(HanetRequestCode.HANET_METRICS, self._serve_metrics)
         self.port.admin.attach(config, self.reconfigure)
+        self.acl = BrokerAcl(acl_file_path(config)) if config.acl_enable else None
+        """RocketMQ's plain ACL on the broker port (None: off; ``aclEnable``)."""
+        if self.acl is not None:
+            self.port.set_guard(self.acl.guard)
         self.stored_listeners: list[Callable[[Sequence[Message], Sequence[PutResult]], None]] = []
         """Called after every put that stored messages (:meth:`put_now`), with the messages
         and their results: long polling wakes the pulls held on their queues."""
@@ -327,6 +332,8 @@ class Broker:
             async with trio.open_nursery() as nursery:
                 await nursery.start(store.run)
                 await nursery.start(self._offsets.run, config.flush_consumer_offset_interval)
+                if self.acl is not None:
+                    nursery.start_soon(self.acl.watch)
                 nursery.start_soon(self._housekeeping, config.flush_consumer_offset_interval)
                 ha_address: tuple[str, int] | None = None
                 if self.role is BrokerRole.SLAVE:

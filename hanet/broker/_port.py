@@ -70,6 +70,7 @@ from hanet.protocol import (
     RemotingDispatcher,
     RemotingHeaderError,
     RequestCode,
+    RequestGuard,
     RequestProcessor,
     ResponseCode,
     SearchOffsetRequestHeader,
@@ -189,6 +190,10 @@ class BrokerPort:
     def register(self, code: int, processor: RequestProcessor) -> None:
         """Serve ``code`` with ``processor`` (another service's requests: retries, locks)."""
         self.processors[int(code)] = processor
+
+    def set_guard(self, guard: RequestGuard | None) -> None:
+        """Check every request with ``guard`` before its processor (the ACL)."""
+        self._dispatcher.guard = guard
 
     def initialize(self, channel: StreamChannel) -> None:
         """The pipeline of a broker port connection."""

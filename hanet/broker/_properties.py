@@ -82,12 +82,14 @@ _PROPERTIES: dict[str, tuple[str, Any]] = {
     "destroyMapedFileIntervalForcibly": ("destroy_mapped_file_interval_forcibly", _ms),
     "cleanResourceInterval": ("clean_resource_interval", _ms),
     "autoCreateTopicEnable": ("auto_create_topic_enable", _bool),
+    "aclEnable": ("acl_enable", _bool),
     # hanet's own (RocketMQ has no such setting):
     "slaveSyncInterval": ("slave_sync_interval", _ms),
     "masterBrokerAddress": ("master_broker_address", str),
     "brokerIP2": ("broker_ip2", str),
     "totalMemoryBytes": ("total_memory_bytes", int),
     "maxPartialBytes": ("max_partial_bytes", int),
+    "aclFile": ("acl_file", Path),
 }
 
 # Keys hanet does not use are accepted with one warning listing them (RocketMQ has hundreds of

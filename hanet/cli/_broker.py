@@ -55,6 +55,7 @@ from hanet.store import (
     recorded_file_size,
 )
 
+from ._credentials import add_credentials, signed_verb
 from ._support import (
     EXIT_OK,
     fail,
@@ -171,6 +172,10 @@ _COMMON_FLAGS = (
         "BYTES",
     ),
     _Flag(
+        ("--acl-file",), "acl_file", Path,
+        "with --acl-enable: RocketMQ's plain_acl.yml (<store>/config/plain_acl.yml)", "FILE",
+    ),
+    _Flag(
         ("--broker-ip2",), "broker_ip2", str,
         "the host slaves reach the HA port at, as registered (brokerIP2; default: --broker-ip)",
         "HOST",
@@ -246,6 +251,11 @@ def _add_service_flags(parser: argparse.ArgumentParser) -> None:
         "and its slaves",
     )  # fmt: skip
     parser.add_argument(
+        "--acl-enable", action="store_true",
+        help="check every broker port request against RocketMQ's plain_acl.yml (aclEnable)",
+    )  # fmt: skip
+    add_credentials(parser, what="this broker's registrations and metadata copies")
+    parser.add_argument(
         "--config", type=Path, default=None, metavar="FILE",
         help="broker.conf-style properties (RocketMQ names); flags override it",
     )  # fmt: skip
@@ -282,6 +292,8 @@ def build_config(args: argparse.Namespace, role: BrokerRole | None = None) -> Br
         changes["full_sync"] = True
     if getattr(args, "slave_read_enable", False):
         changes["slave_read_enable"] = True
+    if getattr(args, "acl_enable", False):
+        changes["acl_enable"] = True
     if role is not None:
         changes["broker_role"] = role
     elif config.broker_role is BrokerRole.SLAVE and "broker_role" not in changes:
@@ -323,7 +335,7 @@ def register(subparsers: Any) -> None:
     )  # fmt: skip
     _add_flags(parser, _COMMON_FLAGS + _MASTER_FLAGS)
     _add_service_flags(parser)
-    parser.set_defaults(func=run_master)
+    parser.set_defaults(func=signed_verb(run_master))
 
     parser = subparsers.add_parser(
         "slave",
@@ -352,7 +364,7 @@ def register(subparsers: Any) -> None:
     )  # fmt: skip
     _add_flags(parser, _COMMON_FLAGS + _SLAVE_FLAGS)
     _add_service_flags(parser)
-    parser.set_defaults(func=run_slave)
+    parser.set_defaults(func=signed_verb(run_slave))
 
 
 def _offset(text: str) -> int:

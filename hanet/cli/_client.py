@@ -62,6 +62,7 @@ from hanet.ha import BrokerRole
 from hanet.protocol import MASTER_ID, ResponseCode
 from hanet.store import record_to_json
 
+from ._credentials import add_credentials, signed_verb
 from ._support import (
     EXIT_FAILED,
     EXIT_OK,
@@ -117,7 +118,7 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
-    parser.set_defaults(func=run_put)
+    parser.set_defaults(func=signed_verb(run_put))
 
     parser = subparsers.add_parser(
         "pull",
@@ -134,7 +135,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--offset", type=int, default=0, metavar="N", help="queue offset (0)")
     parser.add_argument("--max", type=int, default=32, metavar="M", help="most messages (32)")
     parser.add_argument("--json", action="store_true", help="one JSON object per message")
-    parser.set_defaults(func=run_pull)
+    parser.set_defaults(func=signed_verb(run_pull))
 
     parser = subparsers.add_parser(
         "status",
@@ -150,7 +151,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--interval", type=float, default=1.0, metavar="S", help="--watch refresh seconds (1)"
     )
-    parser.set_defaults(func=run_status)
+    parser.set_defaults(func=signed_verb(run_status))
 
 
 def _add_broker(parser: argparse.ArgumentParser) -> None:
@@ -177,6 +178,7 @@ def _add_broker(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--tls-key", type=Path, default=None, metavar="FILE", help="the key of --tls-cert",
     )  # fmt: skip
+    add_credentials(parser)
 
 
 def _parse_addresses(text: str) -> list[tuple[str, int]]:

@@ -38,6 +38,7 @@ from hanet.client import (
 from hanet.store import record_to_json
 
 from ._client import add_namesrv, client_tls, name_server_client
+from ._credentials import add_credentials, signed_verb
 from ._support import EXIT_OK, fail, first_message, interrupted, stop_status
 
 __all__ = ["message_json", "register", "run_consume"]
@@ -103,7 +104,8 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--tls-key", type=Path, default=None, metavar="FILE", help="the key of --tls-cert"
     )
-    parser.set_defaults(func=run_consume)
+    add_credentials(parser)
+    parser.set_defaults(func=signed_verb(run_consume))
 
 
 def message_json(message: ConsumedMessage) -> dict[str, Any]:

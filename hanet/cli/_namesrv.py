@@ -6,7 +6,9 @@ clients and to RocketMQ's own; a registration not renewed for ``--expire-after``
 expires, and one whose connection closes leaves at once. ``--ready-file FILE`` writes the
 bound address as JSON once serving (port 0 picks a free port). ``--tls-cert``/``--tls-key``
 serve TLS (``--tls-ca``: mutual TLS) and ``--listen-allow`` limits the networks that may
-connect, as on a broker's port. Every new broker, address change and expiry is logged.
+connect, as on a broker's port. ``--acl-file FILE`` checks every request against RocketMQ's
+``plain_acl.yml`` (signed requests; registering needs an admin account). Every new broker,
+address change and expiry is logged.
 
 Who may register: a registration belongs to the identity it came from (the certificate name
 under mutual TLS, the remote IP on plain TCP) and no other identity can take it over, renew it
@@ -133,6 +135,11 @@ def register(subparsers: Any) -> None:
         "--ready-file", type=Path, default=None, metavar="FILE",
         help="write the bound address here as JSON once serving",
     )  # fmt: skip
+    parser.add_argument(
+        "--acl-file", type=Path, default=None, metavar="FILE",
+        help="turn RocketMQ's plain ACL on with this plain_acl.yml (reloaded when it changes; "
+        "registrations need an admin account)",
+    )  # fmt: skip
     parser.set_defaults(func=run_namesrv)
 
 
@@ -160,6 +167,7 @@ def _build(args: argparse.Namespace) -> NameServer:
         trust=trust,
         max_registrations=args.max_registrations,
         max_per_identity=args.max_registrations_per_identity,
+        acl_file=args.acl_file,
     )
 
 

@@ -39,6 +39,12 @@ HEART_BEAT with a ``HeartbeatData`` body, UNREGISTER_CLIENT, GET_CONSUMER_LIST_B
       async with FailoverClient.connect(await names.put_addresses("TopicTest")) as producer:
           await producer.put("TopicTest", b"hello")
 
+For a broker or name server with RocketMQ's ACL on, sign every request of the clients opened
+in a block (and the tasks started from it) as RocketMQ's ``AclClientRPCHook`` does::
+
+    with signing(Credentials("myAccessKey", "mySecretKey")):
+        async with BrokerClient.connect("127.0.0.1", 10911) as client: ...
+
 A put is answered with RocketMQ's status, from the answer's code; a status other than PUT_OK is
 not an exception (FLUSH_SLAVE_TIMEOUT, for one, means stored on the master but not yet on a
 slave; SERVICE_NOT_AVAILABLE, a slave's refusal). Errors are typed, all
@@ -53,6 +59,7 @@ from hanet.protocol import (
     BrokerRegistration,
     BrokerStatus,
     ClusterInfo,
+    Credentials,
     MasterLink,
     RouteBroker,
     SlaveInfo,
@@ -100,6 +107,7 @@ from ._remoting import (
     RemotingResponseError,
     RemotingTimeoutError,
     ServerRequestHandler,
+    signing,
 )
 
 __all__ = [
@@ -122,6 +130,7 @@ __all__ = [
     "ConsumedMessage",
     "Consumer",
     "ConsumerStats",
+    "Credentials",
     "FailoverClient",
     "InvalidMessageError",
     "MasterLink",
@@ -155,4 +164,5 @@ __all__ = [
     "message_problem",
     "parse_broker_address",
     "retry_topic_of",
+    "signing",
 ]

@@ -4,16 +4,21 @@
 server, a RocketMQ broker or name server). Requests are pipelined: each gets the next
 ``opaque`` and its answer is matched by it, in any order. Requests the server sends this way
 (RocketMQ's ``NOTIFY_CONSUMER_IDS_CHANGED``, say) go to the ``on_request`` callback.
+
+With :class:`~hanet.protocol.Credentials` (``connect(credentials=...)``, or every connection
+opened inside ``with signing(credentials):`` and the tasks started there) each request is
+signed as RocketMQ's ``AclClientRPCHook`` signs it, for a broker or name server with ACL on.
 """
 
 from __future__ import annotations
 
+import contextvars
 import itertools
 import logging
 import math
 import ssl
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from functools import partial
 from typing import Any, Self
 
@@ -27,11 +32,13 @@ from hanet.handlers import DecoderError, EncoderError
 from hanet.protocol import (
     FLAG_ONEWAY,
     MAX_FRAME_LENGTH,
+    Credentials,
     HanetRequestCode,
     RemotingCommand,
     RequestCode,
     ResponseCode,
     remoting_pipeline,
+    sign_request,
 )
 
 __all__ = [
@@ -43,6 +50,7 @@ __all__ = [
     "RemotingResponseError",
     "RemotingTimeoutError",
     "ServerRequestHandler",
+    "signing",
 ]
 
 log = logging.getLogger("hanet.client")
@@ -51,6 +59,23 @@ DEFAULT_MAX_IN_FLIGHT = 4096
 
 ServerRequestHandler = Callable[[RemotingCommand], RemotingCommand | None]
 """Takes a request the server sent; returns its answer (ignored for a oneway request)."""
+
+
+_CREDENTIALS: contextvars.ContextVar[Credentials | None] = contextvars.ContextVar(
+    "hanet_client_credentials", default=None
+)
+
+
+@contextmanager
+def signing(credentials: Credentials | None) -> Iterator[None]:
+    """Sign the requests of every :class:`RemotingConnection` opened in this block, and in
+    the tasks started from it, with ``credentials`` (None: unsigned). How hanet's verbs sign
+    whatever clients they open (broker, name server, consumer)."""
+    token = _CREDENTIALS.set(credentials)
+    try:
+        yield
+    finally:
+        _CREDENTIALS.reset(token)
 
 
 class RemotingError(HanetError):
@@ -171,8 +196,11 @@ class RemotingConnection:
         *,
         request_timeout: float | None,
         max_in_flight: int,
+        credentials: Credentials | None = None,
     ) -> None:
         self._channel = channel
+        self.credentials = credentials
+        """Signs every request (None: unsigned)."""
         self._router = router
         self.address = address
         self.request_timeout = request_timeout
@@ -193,6 +221,7 @@ class RemotingConnection:
         tls: ssl.SSLContext | None = None,
         server_hostname: str | None = None,
         on_request: ServerRequestHandler | None = None,
+        credentials: Credentials | None = None,
     ) -> AsyncIterator[Self]:
         """Connect to ``host:port``; the connection closes when the block exits.
 
@@ -208,6 +237,8 @@ class RemotingConnection:
             on_request: serves requests the server sends (None: answered
                 REQUEST_CODE_NOT_SUPPORTED, oneways dropped). Called in the connection's
                 reader: it must not block.
+            credentials: sign every request with these (default: those of the enclosing
+                :func:`signing` block, if any).
 
         Raises:
             RemotingConnectionError: the connection could not be made.
@@ -236,6 +267,7 @@ class RemotingConnection:
                 (host, port),
                 request_timeout=request_timeout,
                 max_in_flight=max_in_flight,
+                credentials=credentials or _CREDENTIALS.get(),
             )
             try:
                 yield client
@@ -305,6 +337,8 @@ class RemotingConnection:
             RemotingConnectionError: the connection is closed.
             ValueError: the request does not encode.
         """
+        if self.credentials is not None:
+            request = sign_request(request, self.credentials)
         oneway = attrs.evolve(
             request, opaque=next(self._ids) & 0x7FFFFFFF, flag=request.flag | FLAG_ONEWAY
         )
@@ -335,6 +369,8 @@ class RemotingConnection:
                 router.pending.pop(opaque, None)
                 error = router.closed_error or RemotingConnectionError("connection closed")
                 raise error from None
+        if self.credentials is not None:
+            request = sign_request(request, self.credentials)
         future = self._channel.write_and_flush_nowait(request.with_opaque(opaque))
         if future.done() and future.exception() is not None:
             router.pending.pop(opaque, None)

@@ -188,6 +188,10 @@ class BrokerConfig:
         max_partial_bytes: bytes all connections of a port (the broker port, the HA port)
             may hold in unfinished frames together (None: the framework's 64 MiB; 0: no cap);
             a connection that needs more waits, see ``hanet.boot.serve``.
+        acl_enable: check every broker port request against RocketMQ's ``plain_acl.yml``
+            (``aclEnable``; off).
+        acl_file: that file (``aclFile``, hanet's own key; default
+            ``<store>/config/plain_acl.yml``).
     """
 
     broker_role: BrokerRole = BrokerRole.ASYNC_MASTER
@@ -256,6 +260,9 @@ class BrokerConfig:
             destroy_mapped_file_interval_forcibly=self.destroy_mapped_file_interval_forcibly,
             clean_resource_interval=self.clean_resource_interval,
         )
+
+    acl_enable: bool = False
+    acl_file: Path | None = attrs.field(default=None, converter=_optional_path)
 
     def __attrs_post_init__(self) -> None:
         try:

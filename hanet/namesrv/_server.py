@@ -40,6 +40,7 @@ import ssl
 import time
 from collections.abc import Callable, Hashable
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import trio
@@ -49,6 +50,8 @@ from hanet.channel import ChannelInboundHandler, HandlerContext, StreamChannel, 
 from hanet.handlers import IdleStateEvent, IdleStateHandler
 from hanet.protocol import (
     MAX_FRAME_LENGTH,
+    NAMESRV_ADMIN_CODES,
+    AclGuard,
     DataVersion,
     DeleteKVConfigRequestHeader,
     DeleteTopicFromNamesrvRequestHeader,
@@ -57,6 +60,7 @@ from hanet.protocol import (
     GetKVListByNamespaceRequestHeader,
     GetRouteInfoRequestHeader,
     GetTopicsByClusterRequestHeader,
+    PlainAclFile,
     PutKVConfigRequestHeader,
     QueryDataVersionRequestHeader,
     QueryDataVersionResponseHeader,
@@ -127,6 +131,12 @@ class NameServer:
             registration belongs to its certificate name, or its remote IP on plain TCP).
         max_registrations: most registrations held in all.
         max_per_identity: most registrations one identity holds.
+        acl_file: check every request against this RocketMQ ``plain_acl.yml`` (None: no
+            ACL), reloaded within a second of a change; registrations and KV config
+            changes need an admin account (:data:`~hanet.protocol.NAMESRV_ADMIN_CODES`).
+
+    Raises:
+        AclConfigError: ``acl_file`` is missing or does not load.
     """
 
     def __init__(
@@ -144,6 +154,7 @@ class NameServer:
         trust: BrokerTrust | None = None,
         max_registrations: int = MAX_BROKERS,
         max_per_identity: int = MAX_PER_IDENTITY,
+        acl_file: Path | None = None,
     ) -> None:
         if scan_interval <= 0:
             raise ValueError(f"scan_interval must be > 0, got {scan_interval}")
@@ -188,6 +199,13 @@ class NameServer:
             {code: self._processor(p) for code, p in table.items()}, port="the name server"
         )
         """The dispatch table every connection shares."""
+        self.acl: PlainAclFile | None = None
+        """The ACL file in force (None: no ACL)."""
+        if acl_file is not None:
+            acl = self.acl = PlainAclFile(acl_file)
+            self.dispatcher.guard = AclGuard(
+                lambda: acl.config, port="the name server", admin_codes=NAMESRV_ADMIN_CODES
+            )
 
     def now(self) -> float:
         """The time registrations are stamped with (seconds since the epoch)."""
@@ -223,12 +241,20 @@ class NameServer:
                 )
             )
             nursery.start_soon(self._scan)
+            if self.acl is not None:
+                nursery.start_soon(self._watch_acl, self.acl)
             log.info(
                 "name server on %s (registrations expire after %g s)",
                 format_address(self.address),
                 self.registry.expire_after,
             )
             task_status.started(self.address)
+
+    @staticmethod
+    async def _watch_acl(acl: PlainAclFile) -> None:
+        while True:
+            await trio.sleep(1.0)
+            acl.poll()
 
     async def _scan(self) -> None:
         while True:

@@ -18,11 +18,33 @@ client speak (RocketMQ keeps this in ``remoting/protocol`` and ``common/protocol
 - :mod:`~hanet.protocol._fastjson`: JSON as RocketMQ's fastjson writes and reads it.
 - :mod:`~hanet.protocol._status`: :class:`BrokerStatus`, hanet's status document (the body of
   HANET_STATUS), with its JSON.
+- :mod:`~hanet.protocol._acl`, :mod:`~hanet.protocol._acl_config`,
+  :mod:`~hanet.protocol._acl_validator`: RocketMQ 4.9.8's ACL: request signing
+  (:class:`Credentials`, :func:`sign_request`), ``plain_acl.yml`` (:class:`PlainAclConfig`,
+  :class:`PlainAclFile`, read with :func:`parse_yaml`, the YAML subset it uses) and the check
+  (:func:`check_request`, :class:`AclGuard`, a :class:`RemotingDispatcher` guard).
 
 The broker (:mod:`hanet.broker`), the name server (:mod:`hanet.namesrv`) and the clients
 (:mod:`hanet.client`) import this package and nothing of each other's.
 """
 
+from ._acl import Credentials, sign_request, signature, signing_content
+from ._acl_config import (
+    AclAccount,
+    AclConfigError,
+    AddressPattern,
+    Perm,
+    PlainAclConfig,
+    PlainAclFile,
+)
+from ._acl_validator import (
+    ADMIN_CODES,
+    NAMESRV_ADMIN_CODES,
+    AclDenied,
+    AclGuard,
+    check_request,
+    needed_resources,
+)
 from ._admin import (
     ClientConnection,
     ConsumerConnection,
@@ -73,7 +95,13 @@ from ._bodies import (
     offset_table_to_json,
 )
 from ._codes import HanetRequestCode, LanguageCode, RequestCode, ResponseCode, SerializeType
-from ._dispatch import RemotingDispatcher, RequestProcessor, ResponseListener, not_supported
+from ._dispatch import (
+    RemotingDispatcher,
+    RequestGuard,
+    RequestProcessor,
+    ResponseListener,
+    not_supported,
+)
 from ._fastjson import FastjsonError
 from ._fastjson import dumps as fastjson_dumps
 from ._fastjson import loads as fastjson_loads
@@ -173,18 +201,26 @@ from ._status import (
     MetadataSync,
     SlaveInfo,
 )
+from ._yaml_subset import YamlSubsetError, YamlValue, parse_yaml
 
 __all__ = [
+    "ADMIN_CODES",
     "FLAG_ONEWAY",
     "FLAG_RESPONSE",
     "MASTER_ID",
     "MAX_FRAME_LENGTH",
     "MAX_REGISTER_BODY",
+    "NAMESRV_ADMIN_CODES",
     "PERM_INHERIT",
     "PERM_READ",
     "PERM_WRITE",
     "ROCKETMQ_VERSION",
     "V4_9_4",
+    "AclAccount",
+    "AclConfigError",
+    "AclDenied",
+    "AclGuard",
+    "AddressPattern",
     "BatchMessage",
     "BrokerData",
     "BrokerRegistration",
@@ -203,6 +239,7 @@ __all__ = [
     "ConsumerOffsetsInfo",
     "ConsumerSendMsgBackRequestHeader",
     "CreateTopicRequestHeader",
+    "Credentials",
     "DLedgerInfo",
     "DLedgerPeer",
     "DataVersion",
@@ -245,6 +282,9 @@ __all__ = [
     "ObjectKeyed",
     "OffsetTable",
     "OffsetWrapper",
+    "Perm",
+    "PlainAclConfig",
+    "PlainAclFile",
     "ProducerConnection",
     "ProducerData",
     "PullMessageRequestHeader",
@@ -267,6 +307,7 @@ __all__ = [
     "RemotingHeader",
     "RemotingHeaderError",
     "RequestCode",
+    "RequestGuard",
     "RequestProcessor",
     "ResetOffsetBody",
     "ResetOffsetRequestHeader",
@@ -297,8 +338,11 @@ __all__ = [
     "ViewMessageRequestHeader",
     "WritePermOfBrokerRequestHeader",
     "WritePermOfBrokerResponseHeader",
+    "YamlSubsetError",
+    "YamlValue",
     "body_crc32",
     "body_json",
+    "check_request",
     "decode_batch",
     "decode_command",
     "encode_batch",
@@ -309,14 +353,19 @@ __all__ = [
     "java_hashmap_order",
     "load_body",
     "loads_object_keys",
+    "needed_resources",
     "not_supported",
     "offset_table_from_json",
     "offset_table_to_json",
+    "parse_yaml",
     "properties_to_string",
     "properties_to_text",
     "remoting_pipeline",
     "reset_offset_body_for_c",
     "route_standard_json",
+    "sign_request",
+    "signature",
+    "signing_content",
     "string_to_properties",
     "text_to_properties",
 ]

@@ -13,6 +13,8 @@ pipeline handler, after :func:`~hanet.protocol.remoting_pipeline`'s handlers:
   field) gets a ``SYSTEM_ERROR`` answer with the reason; any other exception is a bug of ours,
   logged with its traceback and answered ``SYSTEM_ERROR`` too, so one request cannot end a
   connection's other requests;
+- a ``guard`` (the ACL) sees every request before its processor: an answer it returns is
+  the request's answer and the processor is not called (a oneway request gets none);
 - an answer (the peer answering a request this side sent) goes to ``on_response``;
 - a frame that does not decode closes the connection, logged at WARNING with the peer.
 """
@@ -29,7 +31,13 @@ from hanet.handlers import DecoderError
 from ._codes import ResponseCode
 from ._remoting import RemotingCommand, RemotingHeaderError
 
-__all__ = ["RemotingDispatcher", "RequestProcessor", "ResponseListener", "not_supported"]
+__all__ = [
+    "RemotingDispatcher",
+    "RequestGuard",
+    "RequestProcessor",
+    "ResponseListener",
+    "not_supported",
+]
 
 log = logging.getLogger("hanet.protocol")
 
@@ -38,6 +46,9 @@ RequestProcessor = Callable[[HandlerContext, RemotingCommand], RemotingCommand |
 
 ResponseListener = Callable[[HandlerContext, RemotingCommand], None]
 """Takes an answer to a request this side sent on the connection."""
+
+RequestGuard = Callable[[HandlerContext, RemotingCommand], RemotingCommand | None]
+"""Sees a request before its processor: returns a refusal to answer instead, or None."""
 
 
 def not_supported(request: RemotingCommand) -> RemotingCommand:
@@ -56,6 +67,7 @@ class RemotingDispatcher(ChannelInboundHandler):
         port: the port's name in log lines ("the broker port", "the name server").
         on_response: takes answers to requests this side sent (None: they are logged at
             DEBUG and dropped).
+        guard: checks each request before its processor (None: none; settable later).
     """
 
     sharable = True
@@ -66,10 +78,12 @@ class RemotingDispatcher(ChannelInboundHandler):
         *,
         port: str = "the broker port",
         on_response: ResponseListener | None = None,
+        guard: RequestGuard | None = None,
     ) -> None:
         self.processors = processors
         self.port = port
         self.on_response = on_response
+        self.guard = guard
 
     def channel_read(self, ctx: HandlerContext, msg: Any) -> None:
         if not isinstance(msg, RemotingCommand):
@@ -88,10 +102,14 @@ class RemotingDispatcher(ChannelInboundHandler):
     def serve(self, ctx: HandlerContext, request: RemotingCommand) -> RemotingCommand | None:
         """The answer to ``request`` (None: answered later, or nothing to answer)."""
         processor = self.processors.get(request.code)
-        if processor is None:
-            log.debug("%s: request code %d not supported", self.port, request.code)
-            return not_supported(request)
         try:
+            if self.guard is not None:
+                refusal = self.guard(ctx, request)
+                if refusal is not None:
+                    return refusal
+            if processor is None:
+                log.debug("%s: request code %d not supported", self.port, request.code)
+                return not_supported(request)
             return processor(ctx, request)
         except RemotingHeaderError as exc:
             log.info("%s: %s from %s: %s", self.port, request.describe(), _peer(ctx), exc)

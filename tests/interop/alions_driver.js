@@ -12,12 +12,12 @@
 const USAGE = `usage: node alions_driver.js <produce|consume|bench> --namesrv HOST:PORT --topic T
   [--group G] [--count N] [--in-flight K] [--tag X] [--delay-level L] [--prefix P]
   [--fail-first] [--from-first] [--seconds S] [--expect N] [--timeout S] [--instance NAME]
-  [--poll-ms MS] [--modules NODE_MODULES_DIR] [--verbose]`;
+  [--poll-ms MS] [--modules NODE_MODULES_DIR] [--access-key AK --secret-key SK] [--verbose]`;
 
 const FLAGS = new Set([ 'fail-first', 'from-first', 'verbose' ]);
 const VALUES = new Set([
   'namesrv', 'topic', 'group', 'count', 'in-flight', 'tag', 'delay-level', 'prefix', 'seconds',
-  'expect', 'timeout', 'instance', 'modules', 'poll-ms',
+  'expect', 'timeout', 'instance', 'modules', 'poll-ms', 'access-key', 'secret-key',
 ]);
 const INTEGERS = new Set([ 'count', 'in-flight', 'delay-level', 'expect', 'poll-ms' ]);
 const NUMBERS = new Set([ 'seconds', 'timeout' ]);
@@ -109,6 +109,11 @@ function clientOptions(opts) {
     logger: makeLogger(opts.verbose),
   };
   if (opts.instance) options.instanceName = opts.instance;
+  // RocketMQ's ACL: ali-ons signs every request (brokers and name servers) with these
+  if (opts['access-key']) {
+    options.accessKey = opts['access-key'];
+    options.secretKey = opts['secret-key'];
+  }
   // how often routes are read from the name server (ali-ons' option name, misspelt; 30 s)
   if (opts['poll-ms']) options.pollNameServerInteval = opts['poll-ms'];
   return options;

@@ -72,6 +72,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--instance", help="instance name (part of the client id)")
     parser.add_argument("--send-timeout-ms", type=int, default=3000)
     parser.add_argument("--home", help="HOME for the C++ client: its logs/rocketmq-cpp goes here")
+    parser.add_argument("--access-key", help="sign requests (RocketMQ's ACL) with this account")
+    parser.add_argument("--secret-key", help="the account's secret key")
     args = parser.parse_args(argv)
     for name in ("count", "in_flight", "delay_level", "expect", "seconds", "timeout"):
         if getattr(args, name) < 0:
@@ -181,6 +183,8 @@ def produce(args: argparse.Namespace, stop: Stop, bench: bool) -> None:
     client, _ffi, _exceptions = load_client(args.home)
     producer = client.Producer(args.group, timeout=args.send_timeout_ms)
     producer.set_namesrv_addr(args.namesrv)
+    if args.access_key:
+        producer.set_session_credentials(args.access_key, args.secret_key or "", "ALIYUN")
     producer.start()
     client_id = client_id_from_log()
     started = time.monotonic()
@@ -305,6 +309,8 @@ def consume(args: argparse.Namespace, stop: Stop) -> None:
     client, ffi, exceptions = load_client(args.home)
     consumer = client.PushConsumer(args.group)
     consumer.set_namesrv_addr(args.namesrv)
+    if args.access_key:
+        consumer.set_session_credentials(args.access_key, args.secret_key or "", "ALIYUN")
     if args.instance:
         consumer.set_instance_name(args.instance)
     lock = threading.Lock()
