@@ -1,10 +1,27 @@
-"""A broker's registration with the name servers (RocketMQ's ``registerBrokerAll``)."""
+"""A broker's registration with the name servers (RocketMQ's ``registerBrokerAll``).
+
+As RocketMQ 4.9.8's broker:
+
+- REGISTER_BROKER to every name server at start and every ``interval`` (30 s) after, each
+  name server on its own schedule;
+- a oneway REGISTER_BROKER to every name server at once when a topic is created on the broker
+  (:meth:`NameServerRegistrar.wake`), not at the next round;
+- the answer's master addresses go to ``on_answer`` (a slave without a configured master finds
+  it there, RocketMQ's ``updateMasterHAServerAddrPeriodically``);
+- UNREGISTER_BROKER to every name server on a clean stop.
+
+Unlike RocketMQ, a name server that cannot be reached (not started yet, restarting) is tried
+again after a short back-off (0.5 s doubling up to 5 s), not at the next 30 s round, and a
+held connection that closes (the name server restarted) is registered over again at once: a
+broker started before its name server is registered within seconds of the name server
+coming up.
+"""
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import trio
 
@@ -23,30 +40,37 @@ log = logging.getLogger("hanet.broker")
 
 _UNREGISTER_TIMEOUT = 5.0  # seconds a clean shutdown spends leaving the name servers
 
+RETRY_FIRST = 0.5
+"""Seconds before a name server that could not be reached is tried again (doubling)."""
+
+RETRY_MAX = 5.0
+"""The longest wait before trying an unreachable name server again."""
+
 Address = tuple[str, int]
 
 
 class NameServerRegistrar:
-    """Register with every name server at start and every ``interval`` seconds (a
-    registration not renewed for 120 s expires there), and at once after :meth:`wake` (a new
-    topic); unregister when cancelled (a clean shutdown leaves the cluster at once, within a
-    few seconds at most).
+    """Keep a broker registered with every name server (see the module docstring) while
+    :meth:`run` runs; unregister when it is cancelled (a clean shutdown leaves the cluster at
+    once, within a few seconds at most).
 
     Each name server gets REGISTER_BROKER (the topic config table and its data version,
     ``bodyCrc32``) over a connection held open while :meth:`run` runs, as RocketMQ's broker
     does: the name server drops the broker when that connection closes, so a broker that dies
-    leaves the routes at once. A lost connection is made again at the next round.
+    leaves the routes at once (a registration not renewed for 120 s expires there too).
 
-    Each answer goes to ``on_answer``: a slave learns its master's addresses from it. A
-    registration no name server took is logged at WARNING and tried again next round; a
-    refusal (another live broker holds this broker's name and id) is logged at WARNING with
-    the name server's reason.
+    Each answer goes to ``on_answer``: a slave learns its master's addresses from it. A name
+    server that cannot be reached is logged at WARNING once (and at INFO when it takes the
+    registration again) and retried after ``retry_first`` seconds, doubling up to
+    ``retry_max``; a refusal (another live broker holds this broker's name and id) is logged
+    at WARNING with the name server's reason and tried again next round.
 
     Args:
         client: the name servers.
-        registration: makes the current registration (addresses, topics) each round.
-        interval: seconds between registrations (30).
-        on_answer: called with each answer.
+        registration: makes the current registration (addresses, topics) each time.
+        interval: seconds between registrations with each name server (30).
+        on_answer: called with each round's answer (:meth:`register`).
+        retry_first, retry_max: the back-off for an unreachable name server (seconds).
     """
 
     def __init__(
@@ -56,45 +80,73 @@ class NameServerRegistrar:
         *,
         interval: float = 30.0,
         on_answer: Callable[[RegisterBrokerResponse], None] | None = None,
+        retry_first: float = RETRY_FIRST,
+        retry_max: float = RETRY_MAX,
     ) -> None:
         self.client = client
         self.registration = registration
         self.interval = interval
         self.on_answer = on_answer
+        self.retry_first = retry_first
+        self.retry_max = retry_max
         self.registrations = 0
         """How many rounds some name server took."""
         self.failures = 0
-        """How many rounds no name server took."""
+        """How many rounds no name server took while none held the registration."""
+        self.announcements = 0
+        """How many oneway registrations were sent (one per name server, topic creations)."""
         self.last_registered: float | None = None
         """When (trio time) some name server last took a round (None: none yet)."""
         self.last_error: str | None = None
-        """Why the last round failed (None after a success)."""
+        """Why the last round failed while no name server held the registration (None
+        after a success): the broker is not routable while it is set."""
         self.last_answer: RegisterBrokerResponse | None = None
         """The last successful round's answer (a slave's master addresses)."""
         self.data_version: DataVersion | None = None
         """The version of the topics last registered (a new one each time they change)."""
         self._topics: tuple[tuple[str, int], ...] | None = None
-        self._woken = trio.Event()
+        self._wakeup = trio.Event()
+        self._announce = False
         self._nursery: trio.Nursery | None = None
         self._connections: dict[Address, NameServerConnection] = {}
+        self._due: dict[Address, float] = {}  # when each name server is registered next
+        self._backoff: dict[Address, float] = {}  # the next retry delay of a failing one
+        self._unreachable: set[Address] = set()  # logged as such (once)
+        self._holding: set[Address] = set()  # the name servers whose last attempt succeeded
 
     def wake(self) -> None:
-        """Register now rather than at the next interval (something to announce changed)."""
-        self._woken.set()
+        """Announce the registration now, oneway, to every name server (a topic was created:
+        RocketMQ's ``registerBrokerAll(..., oneway=true, ...)``)."""
+        self._announce = True
+        self._wakeup.set()
+
+    def next_due(self, address: Address) -> float | None:
+        """When (trio time) the name server at ``address`` is registered with next (None:
+        not running)."""
+        return self._due.get(address)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Register now and every interval until cancelled; then unregister."""
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
+            now = trio.current_time()
+            self._due = {address: now for address in self.client.addresses}
             task_status.started()
             try:
                 while True:
-                    self._woken = trio.Event()  # a wake from now on asks for another round
-                    await self.register()
-                    with trio.move_on_after(self.interval):
-                        await self._woken.wait()
+                    self._wakeup = trio.Event()  # what sets it from now on wakes the loop
+                    if self._announce:
+                        self._announce = False
+                        await self.announce()
+                    now = trio.current_time()
+                    due = [a for a in self.client.addresses if self._due[a] <= now]
+                    if due:
+                        await self.register(due)
+                    with trio.move_on_at(min(self._due.values())):
+                        await self._wakeup.wait()
             finally:
                 self._nursery = None
+                self._due = {}
                 nursery.cancel_scope.cancel()  # the held connections
                 with trio.CancelScope(shield=True), trio.move_on_after(_UNREGISTER_TIMEOUT):
                     await self.unregister()
@@ -114,7 +166,8 @@ class NameServerRegistrar:
     async def _hold(
         self, address: Address, *, task_status: trio.TaskStatus[NameServerConnection]
     ) -> None:
-        """Hold a connection to ``address`` open until it closes (or :meth:`run` ends).
+        """Hold a connection to ``address`` open until it closes (or :meth:`run` ends); a
+        connection the name server closed is registered over again at once.
 
         Raises (to :meth:`trio.Nursery.start`'s caller): the connection could not be made.
         """
@@ -135,50 +188,96 @@ class NameServerRegistrar:
             if not started:
                 raise
             log.debug("connection to name server %s:%d: %s", *address, exc)
+        if self._nursery is not None and address in self._due:
+            self._due[address] = trio.current_time()  # the name server restarted? again now
+            self._wakeup.set()
+
+    async def _connection(self, address: Address) -> NameServerConnection:
+        """The held connection to ``address``, made when there is none.
+
+        Raises:
+            RemotingConnectionError: it could not be made.
+        """
+        held = self._connections.get(address)
+        if held is not None and held.is_connected:
+            return held
+        nursery = self._nursery
+        assert nursery is not None
+        connection: NameServerConnection = await nursery.start(self._hold, address)
+        return connection
 
     async def _register_at(
         self, address: Address, registration: BrokerRegistration, version: DataVersion
     ) -> RegisterBrokerResponse:
-        nursery = self._nursery
-        if nursery is None:  # not running: a connection for this round only
+        if self._nursery is None:  # not running: a connection for this call only
             async with self.client.connection(address) as connection:
                 return await connection.register_broker(registration, version)
-        held = self._connections.get(address)
-        if held is None or not held.is_connected:
-            held = await nursery.start(self._hold, address)
-        return await held.register_broker(registration, version)
+        return await (await self._connection(address)).register_broker(registration, version)
 
-    async def register(self) -> bool:
-        """One round: register with every name server; returns whether one took it."""
+    def _took(self, address: Address) -> None:
+        """``address`` took the registration: next at the interval."""
+        self._holding.add(address)
+        if address in self._due:
+            self._due[address] = trio.current_time() + self.interval
+        self._backoff.pop(address, None)
+        if address in self._unreachable:
+            self._unreachable.discard(address)
+            log.info("name server %s:%d reached again: registered", *address)
+
+    def _missed(self, address: Address, name: str, exc: RemotingError) -> None:
+        """``address`` did not take the registration: a refusal next round, an unreachable
+        name server after the back-off."""
+        self._holding.discard(address)
+        if isinstance(exc, RemotingResponseError):
+            log.warning("name server %s:%d refused %s: %s", *address, name, exc)
+            if address in self._due:
+                self._due[address] = trio.current_time() + self.interval
+            return
+        delay = min(self._backoff.get(address, self.retry_first), self.interval)
+        self._backoff[address] = min(delay * 2, self.retry_max)
+        if address in self._due:
+            self._due[address] = trio.current_time() + delay
+        if address not in self._unreachable:
+            self._unreachable.add(address)
+            log.warning(
+                "cannot register %s with name server %s:%d (retrying every %g s at most): %s",
+                name,
+                *address,
+                min(self.retry_max, self.interval),
+                exc,
+            )
+        else:
+            log.debug("name server %s:%d: %s (again in %.1f s)", *address, exc, delay)
+
+    async def register(self, addresses: Sequence[Address] | None = None) -> bool:
+        """One round: register with every name server (or those of ``addresses``); returns
+        whether one took it. The answer that tells the most (a master with its HA address,
+        else a master) goes to ``on_answer``."""
+        targets = list(self.client.addresses if addresses is None else addresses)
         registration = self.registration()
         version = self._version(registration)
+        name = f"{registration.cluster}/{registration.broker_name} id {registration.broker_id}"
         answers: list[RegisterBrokerResponse] = []
         errors: list[tuple[Address, RemotingError]] = []
 
         async def one(address: Address) -> None:
             try:
-                answers.append(await self._register_at(address, registration, version))
+                answer = await self._register_at(address, registration, version)
             except RemotingError as exc:
                 errors.append((address, exc))
+                self._missed(address, name, exc)
+            else:
+                answers.append(answer)
+                self._took(address)
 
         async with trio.open_nursery() as nursery:
-            for address in self.client.addresses:
+            for address in targets:
                 nursery.start_soon(one, address)
-        name = f"{registration.cluster}/{registration.broker_name} id {registration.broker_id}"
-        for address, exc in errors:
-            if isinstance(exc, RemotingResponseError):
-                log.warning("name server %s:%d refused %s: %s", *address, name, exc)
         if not answers:
-            exc = errors[-1][1]
-            if self.last_error is None and not isinstance(exc, RemotingResponseError):
-                log.warning(
-                    "cannot register %s with the name servers (retrying every %.0f s): %s",
-                    name,
-                    self.interval,
-                    exc,
-                )
-            self.last_error = f"{type(exc).__name__}: {exc}"
-            self.failures += 1
+            if not self._holding:  # registered nowhere (else: still routable elsewhere)
+                exc = errors[-1][1]
+                self.last_error = f"{type(exc).__name__}: {exc}"
+                self.failures += 1
             return False
         if self.registrations == 0 or self.last_error is not None:
             log.info(
@@ -196,6 +295,27 @@ class NameServerRegistrar:
         if self.on_answer is not None:
             self.on_answer(answer)
         return True
+
+    async def announce(self) -> None:
+        """A oneway REGISTER_BROKER to every name server (no answer awaited; a name server
+        that cannot be reached is retried after the back-off with a full registration)."""
+        registration = self.registration()
+        version = self._version(registration)
+        name = f"{registration.cluster}/{registration.broker_name} id {registration.broker_id}"
+
+        async def one(address: Address) -> None:
+            try:
+                await (await self._connection(address)).register_broker_oneway(
+                    registration, version
+                )
+            except RemotingError as exc:
+                self._missed(address, name, exc)
+            else:
+                self.announcements += 1
+
+        async with trio.open_nursery() as nursery:
+            for address in self.client.addresses:
+                nursery.start_soon(one, address)
 
     async def unregister(self) -> None:
         """Leave every name server that can be reached (best effort)."""

@@ -124,7 +124,8 @@ _COMMON_FLAGS = (
     ),
     _Flag(
         ("--namesrv",), "namesrv_addr", str,
-        "register with these name servers every 30 s (none)", "HOST:PORT[,HOST:PORT...]",
+        "register with these name servers every 30 s (none; ';' or ',' between them)",
+        "HOST:PORT[;HOST:PORT...]",
     ),
     _Flag(
         ("--cluster",), "broker_cluster_name", str,

@@ -70,9 +70,18 @@ def _address(instance: object, attribute: attrs.Attribute[Any], value: str | Non
         parse_address(value)
 
 
+def _address_list(value: str) -> list[str]:
+    """``A;B`` (RocketMQ's ``namesrvAddr``) or ``A,B`` split into its parts (one trailing
+    separator allowed, as RocketMQ's split drops it)."""
+    parts = [part.strip() for part in re.split(r"[;,]", value)]
+    if len(parts) > 1 and not parts[-1]:
+        parts.pop()
+    return parts
+
+
 def _addresses(instance: object, attribute: attrs.Attribute[Any], value: str | None) -> None:
     if value is not None:
-        parts = [part.strip() for part in value.split(",")]
+        parts = _address_list(value)
         if not all(parts):
             raise ConfigError(f"{attribute.name}: an empty address in {value!r}")
         for part in parts:
@@ -149,8 +158,8 @@ class BrokerConfig:
         ha_allow, listen_allow: comma-separated networks (CIDR) the HA port and the broker
             port accept connections from (default: any).
         metrics_listen: ``HOST:PORT`` of the Prometheus endpoint (none by default).
-        namesrv_addr: the name servers, ``HOST:PORT[,HOST:PORT...]`` (``namesrvAddr``; none:
-            no registration).
+        namesrv_addr: the name servers, ``HOST:PORT[;HOST:PORT...]`` (``namesrvAddr``; ``,``
+            separates them too; none: no registration).
         broker_cluster_name: the cluster registered under (``brokerClusterName``).
         broker_name: the master/slave set (``brokerName``): a master and its slaves share it.
         broker_id: 0 for a master, 1 and up for a slave (``brokerId``; None: 0 for a master,
@@ -242,7 +251,7 @@ class BrokerConfig:
         """:attr:`namesrv_addr` split into ``(host, port)`` pairs (empty when unset)."""
         if not self.namesrv_addr:
             return []
-        return [parse_address(part.strip()) for part in self.namesrv_addr.split(",")]
+        return [parse_address(part) for part in _address_list(self.namesrv_addr)]
 
     @property
     def memory_bytes(self) -> int:
