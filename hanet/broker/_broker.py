@@ -32,7 +32,7 @@ In a cluster (RocketMQ's behaviour throughout):
 - Pull answers suggest a broker id (:func:`suggest_broker_id`): a slave to a consumer far
   behind when ``slave_read_enable``.
 - A slave copies its master's topics, offsets, delay offsets and subscription groups
-  (:class:`SlaveSync`) at each connection to the master and every ``slave_sync_interval``,
+  (:class:`SlaveSync`) 3 s after it knows its master and every ``slave_sync_interval`` (10 s),
   from the master's broker port the name server names (or ``master_broker_address``); the
   master takes the larger offsets the slave holds (commits made to the slave while the
   master was down).
@@ -330,12 +330,7 @@ class Broker:
                         tls=config.client_tls(),
                     )
                     await nursery.start(self.sync.run)
-                    self.slave = HASlave(
-                        store,
-                        config,
-                        extra_handlers=self._slave_handlers,
-                        on_connect=self.sync.trigger,
-                    )
+                    self.slave = HASlave(store, config, extra_handlers=self._slave_handlers)
                     await nursery.start(self.slave.run)
                 else:
                     self.master = HAMaster(store, config)

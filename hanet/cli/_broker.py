@@ -194,7 +194,7 @@ _SLAVE_FLAGS = (
     ),
     _Flag(
         ("--master-broker",), "master_broker_address", str,
-        "the master's broker port, to copy its topics and consumer offsets from every 60 s "
+        "the master's broker port, to copy its topics and consumer offsets from every 10 s "
         "(default: as the name server says)", "HOST:PORT",
     ),
 )  # fmt: skip

@@ -175,8 +175,9 @@ class BrokerConfig:
         total_memory_bytes: the physical memory that ratio is of (None: the machine's).
         register_broker_interval: seconds between registrations with the name servers
             (``registerNameServerPeriod``, 30).
-        slave_sync_interval: seconds between a slave's copies of its master's topic config and
-            consumer offsets (60; also at each connection to the master).
+        slave_sync_interval: seconds between a slave's copies of its master's topic config,
+            consumer offsets, delay offsets and subscription groups (10, the first 3 s after
+            the master is known, as RocketMQ 4.9.8).
         flush_consumer_offset_interval: seconds between writes of the consumer offsets
             (``flushConsumerOffsetInterval``, 5).
         master_broker_address: ``HOST:PORT`` of the master's broker port, where a slave copies
@@ -224,7 +225,7 @@ class BrokerConfig:
     access_message_in_memory_max_ratio: int = attrs.field(default=40, validator=_percent)
     total_memory_bytes: int | None = attrs.field(default=None, validator=_positive)
     register_broker_interval: float = attrs.field(default=30.0, validator=_positive)
-    slave_sync_interval: float = attrs.field(default=60.0, validator=_positive)
+    slave_sync_interval: float = attrs.field(default=10.0, validator=_positive)
     flush_consumer_offset_interval: float = attrs.field(default=5.0, validator=_positive)
     master_broker_address: str | None = attrs.field(default=None, validator=_address)
     broker_ip1: str | None = attrs.field(default=None, validator=_host)
