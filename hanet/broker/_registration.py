@@ -109,6 +109,7 @@ class NameServerRegistrar:
         self._announce = False
         self._nursery: trio.Nursery | None = None
         self._connections: dict[Address, NameServerConnection] = {}
+        self._hold_scopes: set[trio.CancelScope] = set()
         self._due: dict[Address, float] = {}  # when each name server is registered next
         self._backoff: dict[Address, float] = {}  # the next retry delay of a failing one
         self._unreachable: set[Address] = set()  # logged as such (once)
@@ -147,9 +148,11 @@ class NameServerRegistrar:
             finally:
                 self._nursery = None
                 self._due = {}
-                nursery.cancel_scope.cancel()  # the held connections
                 with trio.CancelScope(shield=True), trio.move_on_after(_UNREGISTER_TIMEOUT):
                     await self.unregister()
+                for scope in list(self._hold_scopes):
+                    scope.cancel()  # then the held connections close
+                nursery.cancel_scope.cancel()
 
     def _version(self, registration: BrokerRegistration) -> DataVersion:
         if registration.data_version is not None:
@@ -172,22 +175,28 @@ class NameServerRegistrar:
         Raises (to :meth:`trio.Nursery.start`'s caller): the connection could not be made.
         """
         started = False
-        try:
-            async with self.client.connection(address) as connection:
-                self._connections[address] = connection
-                task_status.started(connection)
-                started = True
-                try:
-                    await connection.channel.wait_closed()
-                finally:
-                    if self._connections.get(address) is connection:
-                        del self._connections[address]
-                reason = connection.channel.close_reason or "closed"
-                log.info("connection to name server %s:%d closed: %s", *address, reason)
-        except HanetError as exc:
-            if not started:
-                raise
-            log.debug("connection to name server %s:%d: %s", *address, exc)
+        # Shielded (cancelled by run() itself): a clean stop unregisters over the connection
+        # before closing it.
+        with trio.CancelScope(shield=True) as scope:
+            self._hold_scopes.add(scope)
+            try:
+                async with self.client.connection(address) as connection:
+                    self._connections[address] = connection
+                    task_status.started(connection)
+                    started = True
+                    try:
+                        await connection.channel.wait_closed()
+                    finally:
+                        if self._connections.get(address) is connection:
+                            del self._connections[address]
+                    reason = connection.channel.close_reason or "closed"
+                    log.info("connection to name server %s:%d closed: %s", *address, reason)
+            except HanetError as exc:
+                if not started:
+                    raise
+                log.debug("connection to name server %s:%d: %s", *address, exc)
+            finally:
+                self._hold_scopes.discard(scope)
         if self._nursery is not None and address in self._due:
             self._due[address] = trio.current_time()  # the name server restarted? again now
             self._wakeup.set()
@@ -318,10 +327,28 @@ class NameServerRegistrar:
                 nursery.start_soon(one, address)
 
     async def unregister(self) -> None:
-        """Leave every name server that can be reached (best effort)."""
-        try:
-            await self.client.unregister_broker(self.registration())
-        except RemotingError as exc:  # pragma: no cover - the client logs and goes on
-            log.debug("unregister: %s", exc)
-        else:
-            log.info("unregistered from the name servers")
+        """UNREGISTER_BROKER to every name server that can be reached (best effort), over the
+        held connection when there is one, as RocketMQ's broker at a clean stop."""
+        registration = self.registration()
+        left: list[Address] = []
+
+        async def one(address: Address) -> None:
+            try:
+                held = self._connections.get(address)
+                if held is not None and held.is_connected:
+                    await held.unregister_broker(registration)
+                else:
+                    async with self.client.connection(address) as connection:
+                        await connection.unregister_broker(registration)
+            except RemotingError as exc:
+                log.debug("unregister at %s:%d: %s", *address, exc)
+            else:
+                left.append(address)
+
+        async with trio.open_nursery() as nursery:
+            for address in self.client.addresses:
+                nursery.start_soon(one, address)
+        if left:
+            log.info(
+                "unregistered from %d of %d name servers", len(left), len(self.client.addresses)
+            )
