@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import attrs
+import pytest
 import trio
 import trio.testing
 from broker_support import commit, config, connect, heartbeat_request, put, running
@@ -26,6 +27,7 @@ from hanet.protocol import (
     decode_command,
     remoting_pipeline,
 )
+from hanet.testing import free_ports
 
 FIXTURES = Path(__file__).parent / "fixtures" / "remoting"
 SYNC_CODES = [
@@ -244,3 +246,39 @@ async def test_a_rocketmq_slave_reads_a_hanet_masters_answers(tmp_path: Path) ->
     reference = theirs_groups["subscriptionGroupTable"]["cap_lite_cg"]
     assert list(group) == list(reference)
     assert group == reference | {"groupName": "rmqtest_pushcg"}
+
+
+async def test_a_master_serves_rocketmqs_vip_channel_where_its_slaves_ask_for_topics(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A 4.9.8 slave asks GET_ALL_TOPIC_CONFIG on its master's port - 2 (the VIP channel)."""
+    for _ in range(5):  # a fixed broker port whose port - 2 is free too
+        (vip,) = free_ports(1)
+        try:
+            cfg = attrs.evolve(config(tmp_path), listen_port=vip + 2)
+            async with running(cfg) as (master, addresses):
+                await put(master, "TestTopic", b"x")
+                async with connect(("127.0.0.1", vip)) as c:
+                    request = RemotingCommand.request(RequestCode.GET_ALL_TOPIC_CONFIG)
+                    body = bytes((await c.invoke_checked(request)).body)
+                    assert json.loads(body)["topicConfigTable"]["TestTopic"]["readQueueNums"] == 4
+                async with connect(addresses.broker) as c:
+                    assert bytes((await c.invoke_checked(request)).body) == body
+            break
+        except OSError:
+            continue
+    else:
+        pytest.skip("no free pair of ports")
+    # Port 0 (any free port): no VIP channel; a port - 2 in use: a warning, the broker runs.
+    busy = trio.socket.socket()
+    await busy.bind(("127.0.0.1", 0))
+    busy.listen()
+    port = busy.getsockname()[1] + 2
+    try:
+        async with running(attrs.evolve(config(tmp_path), listen_port=port)) as (_, addresses):
+            assert addresses.broker == ("127.0.0.1", port)
+        assert "cannot serve the VIP channel (RocketMQ's broker port - 2)" in caplog.text
+    except OSError:
+        pass  # port itself taken meanwhile: nothing to check
+    finally:
+        busy.close()

@@ -111,6 +111,7 @@ from ._schedule import ScheduleService, delay_rewrite
 from ._slave_sync import DELAY_OFFSETS_FILE, SlaveSync
 from ._status import store_status
 from ._topics import TOPICS_FILE, TopicTable
+from ._vip import open_vip_listeners
 
 __all__ = ["Broker", "BrokerAddresses"]
 
@@ -288,6 +289,8 @@ class Broker:
             listeners = await trio.open_tcp_listeners(config.listen_port, host=config.listen_host)
             name = listeners[0].socket.getsockname()
             broker_address = (name[0], name[1])
+            if config.vip_channel and config.listen_port:
+                listeners += await open_vip_listeners(config.listen_host, config.listen_port)
         try:
             store = CommitLogStore.open(
                 config.store_path_root_dir, self._make_store_config(broker_address)

@@ -77,6 +77,7 @@ _PROPERTIES: dict[str, tuple[str, Any]] = {
     "masterBrokerAddress": ("master_broker_address", str),
     "brokerIP2": ("broker_ip2", str),
     "totalMemoryBytes": ("total_memory_bytes", int),
+    "vipChannel": ("vip_channel", _bool),
 }
 
 # Keys of a real broker.conf that mean nothing to hanet; accepted and ignored quietly. Other

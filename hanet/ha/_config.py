@@ -187,6 +187,9 @@ class BrokerConfig:
             the listen host, or 127.0.0.1 for a wildcard one).
         broker_ip2: the host others reach a master's HA port at, as registered (RocketMQ's
             ``brokerIP2``; default: ``broker_ip1``, else the HA listen host as above).
+        vip_channel: serve the broker port on ``listen_port - 2`` too (RocketMQ's VIP channel,
+            where a RocketMQ slave copies its master's topics from; True; only for a fixed
+            ``listen_port``).
     """
 
     broker_role: BrokerRole = BrokerRole.ASYNC_MASTER
@@ -230,6 +233,7 @@ class BrokerConfig:
     master_broker_address: str | None = attrs.field(default=None, validator=_address)
     broker_ip1: str | None = attrs.field(default=None, validator=_host)
     broker_ip2: str | None = attrs.field(default=None, validator=_host)
+    vip_channel: bool = True
 
     def __attrs_post_init__(self) -> None:
         broker_id = self.broker_id
