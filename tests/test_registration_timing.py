@@ -164,7 +164,7 @@ async def test_a_broker_started_before_its_name_server_registers_within_seconds(
     warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
     assert len(warnings) == 1  # logged once, not at every retry
     assert "cannot register C/broker-a id 0 with name server ns-a:9876" in warnings[0]
-    assert "name server ns-a:9876 reached again" in caplog.text
+    assert "name server ns-a:9876 took the registration again" in caplog.text
 
 
 async def test_the_back_off_doubles_up_to_5_s(autojump_clock: trio.testing.MockClock) -> None:

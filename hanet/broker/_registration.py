@@ -14,7 +14,8 @@ Unlike RocketMQ, a name server that cannot be reached (not started yet, restarti
 again after a short back-off (0.5 s doubling up to 5 s), not at the next 30 s round, and a
 held connection that closes (the name server restarted) is registered over again at once: a
 broker started before its name server is registered within seconds of the name server
-coming up.
+coming up. A refused registration (hanet's name server does not let a live registration be
+taken over from another address) is retried after the same back-off.
 """
 
 from __future__ import annotations
@@ -63,7 +64,7 @@ class NameServerRegistrar:
     server that cannot be reached is logged at WARNING once (and at INFO when it takes the
     registration again) and retried after ``retry_first`` seconds, doubling up to
     ``retry_max``; a refusal (another live broker holds this broker's name and id) is logged
-    at WARNING with the name server's reason and tried again next round.
+    at WARNING (once) with the name server's reason and tried again after the same back-off.
 
     Args:
         client: the name servers.
@@ -119,6 +120,15 @@ class NameServerRegistrar:
         """Announce the registration now, oneway, to every name server (a topic was created:
         RocketMQ's ``registerBrokerAll(..., oneway=true, ...)``)."""
         self._announce = True
+        self._wakeup.set()
+
+    def renew(self) -> None:
+        """Register with every name server now, awaiting the answers (what changed is who
+        this broker is: a DLedger node's role and broker id)."""
+        now = trio.current_time()
+        for address in self._due:
+            self._due[address] = now
+        self._backoff.clear()
         self._wakeup.set()
 
     def next_due(self, address: Address) -> float | None:
@@ -231,32 +241,38 @@ class NameServerRegistrar:
         self._backoff.pop(address, None)
         if address in self._unreachable:
             self._unreachable.discard(address)
-            log.info("name server %s:%d reached again: registered", *address)
+            log.info("name server %s:%d took the registration again", *address)
 
     def _missed(self, address: Address, name: str, exc: RemotingError) -> None:
-        """``address`` did not take the registration: a refusal next round, an unreachable
-        name server after the back-off."""
+        """``address`` did not take the registration (unreachable, or a refusal: another
+        live broker holds this name and id, e.g. a DLedger leader not yet re-registered as a
+        follower): again after the back-off; logged at WARNING once until it takes one."""
         self._holding.discard(address)
-        if isinstance(exc, RemotingResponseError):
-            log.warning("name server %s:%d refused %s: %s", *address, name, exc)
-            if address in self._due:
-                self._due[address] = trio.current_time() + self.interval
-            return
         delay = min(self._backoff.get(address, self.retry_first), self.interval)
         self._backoff[address] = min(delay * 2, self.retry_max)
         if address in self._due:
             self._due[address] = trio.current_time() + delay
-        if address not in self._unreachable:
-            self._unreachable.add(address)
+        if address in self._unreachable:
+            log.debug("name server %s:%d: %s (again in %.1f s)", *address, exc, delay)
+            return
+        self._unreachable.add(address)
+        every = min(self.retry_max, self.interval)
+        if isinstance(exc, RemotingResponseError):
+            log.warning(
+                "name server %s:%d refused %s (retrying every %g s at most): %s",
+                *address,
+                name,
+                every,
+                exc,
+            )
+        else:
             log.warning(
                 "cannot register %s with name server %s:%d (retrying every %g s at most): %s",
                 name,
                 *address,
-                min(self.retry_max, self.interval),
+                every,
                 exc,
             )
-        else:
-            log.debug("name server %s:%d: %s (again in %.1f s)", *address, exc, delay)
 
     async def register(self, addresses: Sequence[Address] | None = None) -> bool:
         """One round: register with every name server (or those of ``addresses``); returns
