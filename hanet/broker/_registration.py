@@ -101,6 +101,8 @@ class NameServerRegistrar:
         self.last_error: str | None = None
         """Why the last round failed while no name server held the registration (None
         after a success): the broker is not routable while it is set."""
+        self.registered: BrokerRegistration | None = None
+        """What the last round some name server took registered."""
         self.last_answer: RegisterBrokerResponse | None = None
         """The last successful round's answer (a slave's master addresses)."""
         self.data_version: DataVersion | None = None
@@ -115,6 +117,7 @@ class NameServerRegistrar:
         self._backoff: dict[Address, float] = {}  # the next retry delay of a failing one
         self._unreachable: set[Address] = set()  # logged as such (once)
         self._holding: set[Address] = set()  # the name servers whose last attempt succeeded
+        self._generation = 0  # bumped by renew()
 
     def wake(self) -> None:
         """Announce the registration now, oneway, to every name server (a topic was created:
@@ -126,6 +129,7 @@ class NameServerRegistrar:
         """Register with every name server now, awaiting the answers (what changed is who
         this broker is: a DLedger node's role and broker id)."""
         now = trio.current_time()
+        self._generation += 1  # a round in flight no longer counts as this one
         for address in self._due:
             self._due[address] = now
         self._backoff.clear()
@@ -233,24 +237,25 @@ class NameServerRegistrar:
                 return await connection.register_broker(registration, version)
         return await (await self._connection(address)).register_broker(registration, version)
 
-    def _took(self, address: Address) -> None:
-        """``address`` took the registration: next at the interval."""
+    def _took(self, address: Address, generation: int) -> None:
+        """``address`` took the registration: next at the interval (unless :meth:`renew`
+        was called since it was made: then again now)."""
         self._holding.add(address)
-        if address in self._due:
+        if address in self._due and generation == self._generation:
             self._due[address] = trio.current_time() + self.interval
         self._backoff.pop(address, None)
         if address in self._unreachable:
             self._unreachable.discard(address)
             log.info("name server %s:%d took the registration again", *address)
 
-    def _missed(self, address: Address, name: str, exc: RemotingError) -> None:
+    def _missed(self, address: Address, name: str, exc: RemotingError, generation: int) -> None:
         """``address`` did not take the registration (unreachable, or a refusal: another
         live broker holds this name and id, e.g. a DLedger leader not yet re-registered as a
         follower): again after the back-off; logged at WARNING once until it takes one."""
         self._holding.discard(address)
         delay = min(self._backoff.get(address, self.retry_first), self.interval)
         self._backoff[address] = min(delay * 2, self.retry_max)
-        if address in self._due:
+        if address in self._due and generation == self._generation:
             self._due[address] = trio.current_time() + delay
         if address in self._unreachable:
             log.debug("name server %s:%d: %s (again in %.1f s)", *address, exc, delay)
@@ -282,6 +287,7 @@ class NameServerRegistrar:
         registration = self.registration()
         version = self._version(registration)
         name = f"{registration.cluster}/{registration.broker_name} id {registration.broker_id}"
+        generation = self._generation
         answers: list[RegisterBrokerResponse] = []
         errors: list[tuple[Address, RemotingError]] = []
 
@@ -290,10 +296,10 @@ class NameServerRegistrar:
                 answer = await self._register_at(address, registration, version)
             except RemotingError as exc:
                 errors.append((address, exc))
-                self._missed(address, name, exc)
+                self._missed(address, name, exc, generation)
             else:
                 answers.append(answer)
-                self._took(address)
+                self._took(address, generation)
 
         async with trio.open_nursery() as nursery:
             for address in targets:
@@ -314,6 +320,7 @@ class NameServerRegistrar:
             answers, key=lambda a: (a.master_ha_address is not None, a.master_address is not None)
         )  # the answer that tells the most: a master with its HA address, else a master
         self.registrations += 1
+        self.registered = registration
         self.last_registered = trio.current_time()
         self.last_error = None
         self.last_answer = answer
@@ -327,6 +334,7 @@ class NameServerRegistrar:
         registration = self.registration()
         version = self._version(registration)
         name = f"{registration.cluster}/{registration.broker_name} id {registration.broker_id}"
+        generation = self._generation
 
         async def one(address: Address) -> None:
             try:
@@ -334,7 +342,7 @@ class NameServerRegistrar:
                     registration, version
                 )
             except RemotingError as exc:
-                self._missed(address, name, exc)
+                self._missed(address, name, exc, generation)
             else:
                 self.announcements += 1
 
