@@ -18,7 +18,7 @@ import trio
 import trio.testing
 
 from hanet.boot import Connector, run_channel
-from hanet.broker import NameServerRegistrar
+from hanet.broker import NameServerRegistrar, apply_properties
 from hanet.channel import ChannelInboundHandler, HandlerContext, StreamChannel
 from hanet.client import NameServerClient
 from hanet.errors import ConfigError
@@ -284,6 +284,8 @@ def test_namesrv_addr_takes_semicolons_as_rocketmq_and_commas() -> None:
     for text in ("ns-a:9876;ns-b:9877", "ns-a:9876,ns-b:9877", "ns-a:9876; ns-b:9877;"):
         config = BrokerConfig(namesrv_addr=text)
         assert config.namesrv_addresses == [("ns-a", 9876), ("ns-b", 9877)]
+    conf = apply_properties({"namesrvAddr": "ns-a:9876;ns-b:9877"})  # broker.conf
+    assert conf.namesrv_addresses == [("ns-a", 9876), ("ns-b", 9877)]
     for bad in ("ns-a:9876;;ns-b:9877", ";", "ns-a:9876;nope"):
         with pytest.raises(ConfigError, match=r"empty address|HOST:PORT"):
             BrokerConfig(namesrv_addr=bad)
