@@ -131,7 +131,7 @@ async def test_two_name_servers_as_rocketmq_writes_them_and_unregister_on_stop(
                 r"broker DefaultCluster/broker-a/0 at 127\.0\.0\.1:\d+ unregistered", text
             )
             assert "its connection closed" not in text
-        assert "unregistered from 2 of 2 name servers" in broker.log.read_text()
+        assert "unregistered from the name servers (2 of 2)" in broker.log.read_text()
     finally:
         await broker.close()
         await first.close()

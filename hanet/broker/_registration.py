@@ -374,5 +374,7 @@ class NameServerRegistrar:
                 nursery.start_soon(one, address)
         if left:
             log.info(
-                "unregistered from %d of %d name servers", len(left), len(self.client.addresses)
+                "unregistered from the name servers (%d of %d)",
+                len(left),
+                len(self.client.addresses),
             )
