@@ -135,11 +135,6 @@ class NameServerRegistrar:
         self._backoff.clear()
         self._wakeup.set()
 
-    def next_due(self, address: Address) -> float | None:
-        """When (trio time) the name server at ``address`` is registered with next (None:
-        not running)."""
-        return self._due.get(address)
-
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Register now and every interval until cancelled; then unregister."""
         async with trio.open_nursery() as nursery:

@@ -151,11 +151,6 @@ class SlaveSync:
                 self._next = trio.current_time() + self.first_delay
                 self._wake.set()
 
-    @property
-    def next_sync(self) -> float | None:
-        """When (trio time) the next sync is due (None: not running, or no master known)."""
-        return self._next if self.master_address is not None else None
-
     def status(self) -> MetadataSync:
         """The STATUS document's ``metadata_sync`` section (call within trio)."""
         last = self.last_synced
