@@ -32,7 +32,7 @@ from ._consumers import (
     ConsumerRegistry,
     ConsumerRegistryFull,
 )
-from ._dledger import DEFAULT_QUEUES, DLedgerBrokerService
+from ._dledger import DEFAULT_QUEUES, DLedgerBrokerService, dledger_broker_id
 from ._hold import (
     CHECK_INTERVAL,
     MAX_HELD_PULLS,
@@ -162,6 +162,7 @@ __all__ = [
     "decode_offsets",
     "delay_level",
     "delay_rewrite",
+    "dledger_broker_id",
     "dlq_topic",
     "encode_offsets",
     "load_properties",

@@ -32,7 +32,7 @@ In a cluster (RocketMQ's behaviour throughout):
 - Pull answers suggest a broker id (:func:`suggest_broker_id`): a slave to a consumer far
   behind when ``slave_read_enable``.
 - A slave copies its master's topics, offsets, delay offsets and subscription groups
-  (:class:`SlaveSync`) at each connection to the master and every ``slave_sync_interval``,
+  (:class:`SlaveSync`) 3 s after it knows its master and every ``slave_sync_interval`` (10 s),
   from the master's broker port the name server names (or ``master_broker_address``); the
   master takes the larger offsets the slave holds (commits made to the slave while the
   master was down).
@@ -114,6 +114,7 @@ from ._schedule import ScheduleService, delay_rewrite
 from ._slave_sync import DELAY_OFFSETS_FILE, SlaveSync
 from ._status import store_status
 from ._topics import TOPICS_FILE, TopicTable
+from ._vip import open_vip_listeners
 
 __all__ = ["Broker", "BrokerAddresses"]
 
@@ -301,6 +302,8 @@ class Broker:
             listeners = await trio.open_tcp_listeners(config.listen_port, host=config.listen_host)
             name = listeners[0].socket.getsockname()
             broker_address = (name[0], name[1])
+            if config.vip_channel and config.listen_port:
+                listeners += await open_vip_listeners(config.listen_host, config.listen_port)
         try:
             store = CommitLogStore.open(
                 config.store_path_root_dir, self._make_store_config(broker_address)
@@ -346,12 +349,7 @@ class Broker:
                         tls=config.client_tls(),
                     )
                     await nursery.start(self.sync.run)
-                    self.slave = HASlave(
-                        store,
-                        config,
-                        extra_handlers=self._slave_handlers,
-                        on_connect=self.sync.trigger,
-                    )
+                    self.slave = HASlave(store, config, extra_handlers=self._slave_handlers)
                     await nursery.start(self.slave.run)
                 else:
                     self.master = HAMaster(store, config)

@@ -12,19 +12,30 @@ Consumer offsets (QUERY/UPDATE_CONSUMER_OFFSET) are kept per node in a :class:`C
 (memory only unless one with a file is given; they are not replicated through Raft), and so
 are the consumer groups' members (a consumer heartbeats to each node it reaches) and the
 topics (a :class:`TopicTable`, completed from the view's consume queues).
+
+With name servers (:meth:`DLedgerBrokerService.run_registration`) a node registers as RocketMQ
+4.9.8's DLedger brokers do, so RocketMQ's clients find the leader through the routes: the
+leader as broker id 0 (the master), a follower or candidate as a slave whose id is the number
+in its self id plus one (``n0`` -> 1, ``n2`` -> 3: ``DLedgerCommitLog``'s id; an id without a
+number: its place among the peers plus one), all under one broker name (default: the group).
+A role change registers again at once (RocketMQ's ``changeToMaster`` / ``changeToSlave``); the
+name server drops the node's entry under its old id, its address being the same.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import trio
 
-from hanet.channel import HandlerContext, StreamChannel
+from hanet.channel import HandlerContext, StreamChannel, format_address
+from hanet.client import NameServerClient
 from hanet.dledger import AppendStatus, DLedgerNode, PutOutcome
 from hanet.protocol import (
     MAX_FRAME_LENGTH,
+    BrokerRegistration,
     BrokerStatus,
+    ClusterLink,
     DLedgerInfo,
     DLedgerPeer,
     PullMessageRequestHeader,
@@ -38,10 +49,11 @@ from ._consumers import ConsumerRegistry, consumer_groups
 from ._hold import PullHoldService
 from ._offsets import ConsumerOffsets
 from ._port import BrokerPort, default_subscription_groups
+from ._registration import NameServerRegistrar
 from ._status import store_status
 from ._topics import TopicTable
 
-__all__ = ["DEFAULT_QUEUES", "DLedgerBrokerService"]
+__all__ = ["DEFAULT_QUEUES", "DLedgerBrokerService", "dledger_broker_id"]
 
 DEFAULT_QUEUES = 4
 """Queues of a topic created by a send (RocketMQ's defaultTopicQueueNums)."""
@@ -66,6 +78,7 @@ class DLedgerBrokerService:
         offsets: ConsumerOffsets | None = None,
         max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
         cluster_name: str = "DefaultCluster",
+        broker_name: str | None = None,
     ) -> None:
         self.node = node
         self.max_in_flight = max_in_flight
@@ -75,6 +88,10 @@ class DLedgerBrokerService:
         self._topics = TopicTable(default_queues=queues)
         self.queues = queues
         self.cluster_name = cluster_name
+        self.broker_name = broker_name if broker_name is not None else node.config.group
+        """The broker name registered with the name servers (default: the DLedger group)."""
+        self.registrar: NameServerRegistrar | None = None
+        """The registration with the name servers (None unless :meth:`run_registration`)."""
         self.broker_address: str | None = None
         self._started = trio.current_time()
         self.puts = 0
@@ -106,6 +123,89 @@ class DLedgerBrokerService:
     def _repull(self, ctx: HandlerContext, request: RemotingCommand) -> RemotingCommand | None:
         header = PullMessageRequestHeader.from_fields(request.fields)
         return self.port.serve_pull(ctx, request, header, allow_suspend=False)
+
+    # -- registration with the name servers ---------------------------------------------------
+
+    @property
+    def broker_id(self) -> int:
+        """The broker id registered: 0 on the leader, else :func:`dledger_broker_id`."""
+        if self.node.is_leader:
+            return 0
+        config = self.node.config
+        return dledger_broker_id(config.node_id, config.peers)
+
+    def registration(self) -> BrokerRegistration:
+        """What this node registers now (see the module docstring): the leader as
+        SYNC_MASTER id 0, any other role as a SLAVE; its broker port and topics.
+
+        Raises:
+            RuntimeError: :attr:`broker_address` is not set.
+        """
+        if not self.broker_address:
+            raise RuntimeError("the DLedger node's broker address is not set")
+        leader = self.node.is_leader
+        topics = self.topic_table.queue_counts() if self.node.store is not None else {}
+        return BrokerRegistration(
+            cluster=self.cluster_name,
+            broker_name=self.broker_name,
+            broker_id=self.broker_id,
+            role="SYNC_MASTER" if leader else "SLAVE",
+            broker_address=self.broker_address,
+            topics=tuple(sorted(topics.items())),
+        )
+
+    async def run_registration(
+        self,
+        client: NameServerClient,
+        *,
+        interval: float = 30.0,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Register with ``client``'s name servers every ``interval`` seconds, at once (and
+        awaiting the answers) after each role change, oneway when a topic is created here;
+        unregister when cancelled. Needs :attr:`broker_address`.
+
+        Raises:
+            RuntimeError: :attr:`broker_address` is not set.
+        """
+        self.registration()  # fail now, not in the registrar's task
+        registrar = self.registrar = NameServerRegistrar(
+            client, self.registration, interval=interval
+        )
+        self._topics.on_change = registrar.wake
+        try:
+            async with trio.open_nursery() as nursery:
+                await nursery.start(registrar.run)
+                task_status.started()
+                while True:
+                    # Each change, and a check every second (a change missed while this task
+                    # was waking up from the one before).
+                    with trio.move_on_after(1.0):
+                        await self.node.wait_role_change()
+                        registrar.renew()
+                        continue
+                    registered = registrar.registered
+                    if registered is not None and registered.broker_id != self.broker_id:
+                        registrar.renew()
+        finally:
+            self._topics.on_change = None
+
+    def cluster_link(self) -> ClusterLink | None:
+        """The status's ``cluster`` section (None without :meth:`run_registration`)."""
+        registrar = self.registrar
+        if registrar is None:
+            return None
+        last = registrar.last_registered
+        return ClusterLink(
+            name=self.cluster_name,
+            broker_name=self.broker_name,
+            broker_id=self.broker_id,
+            name_servers=tuple(format_address(a) for a in registrar.client.addresses),
+            registrations=registrar.registrations,
+            failures=registrar.failures,
+            last_registered_ago=None if last is None else round(trio.current_time() - last, 3),
+            last_error=registrar.last_error,
+        )
 
     async def housekeeping(self, interval: float = 10.0) -> None:
         """Every ``interval`` seconds until cancelled, drop the consumers not heard from in
@@ -214,9 +314,9 @@ class DLedgerBrokerService:
         """No metrics on a DLedger node."""
 
     def status(self) -> BrokerStatus:
-        """The status document: the view's offsets, ``role``, the ``dledger`` section and the
-        ``consumer_offsets`` (no ``cluster`` or ``metadata_sync``: a DLedger group has no name
-        server registration nor slaves)."""
+        """The status document: the view's offsets, ``role``, the ``dledger`` section, the
+        ``consumer_offsets`` and, when it registers with name servers, ``cluster`` (no
+        ``metadata_sync``: a DLedger group has no classic slaves)."""
         node = self.node
         state = node.status()
         info = DLedgerInfo(
@@ -242,6 +342,7 @@ class DLedgerBrokerService:
             puts=self.puts,
             uptime=round(trio.current_time() - self._started, 3),
             dledger=info,
+            cluster=self.cluster_link(),
             consumer_offsets=self._offsets.status(),
             consumer_groups=consumer_groups(self._consumers),
         )
@@ -267,3 +368,13 @@ def _result(outcome: PutOutcome) -> PutResult:
         PutStatus.SERVICE_NOT_AVAILABLE,
         detail=f"{outcome.status.name}: too many puts waiting for a quorum, not appended",
     )
+
+
+def dledger_broker_id(node_id: str, peers: Iterable[str]) -> int:
+    """A DLedger follower's broker id as RocketMQ 4.9.8 derives it: the number after the self
+    id's first character plus one (``n0`` -> 1; ``DLedgerCommitLog``'s id), else (an id
+    without such a number) its place among ``peers`` plus one."""
+    number = node_id[1:]
+    if number.isascii() and number.isdigit() and len(number) < 10:
+        return int(number) + 1
+    return list(peers).index(node_id) + 1

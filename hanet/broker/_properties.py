@@ -90,6 +90,7 @@ _PROPERTIES: dict[str, tuple[str, Any]] = {
     "totalMemoryBytes": ("total_memory_bytes", int),
     "maxPartialBytes": ("max_partial_bytes", int),
     "aclFile": ("acl_file", Path),
+    "vipChannel": ("vip_channel", _bool),
 }
 
 # Keys hanet does not use are accepted with one warning listing them (RocketMQ has hundreds of

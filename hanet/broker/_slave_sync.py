@@ -16,11 +16,14 @@ consumer restarted after the failover starts where it left off.
 from __future__ import annotations
 
 import logging
+import math
 import ssl
+from collections.abc import Callable
 from pathlib import Path
 
 import trio
 
+from hanet.boot import Connector
 from hanet.channel import parse_address
 from hanet.client import RemotingConnection, RemotingError
 from hanet.protocol import (
@@ -38,7 +41,13 @@ from ._offsets import ConsumerOffsets
 from ._schedule import decode_offsets, offsets_document
 from ._topics import TopicTable
 
-__all__ = ["DELAY_OFFSETS_FILE", "SUBSCRIPTION_GROUPS_FILE", "SlaveSync"]
+__all__ = [
+    "DELAY_OFFSETS_FILE",
+    "SUBSCRIPTION_GROUPS_FILE",
+    "SYNC_DELAY",
+    "SYNC_INTERVAL",
+    "SlaveSync",
+]
 
 log = logging.getLogger("hanet.broker")
 
@@ -49,10 +58,19 @@ SUBSCRIPTION_GROUPS_FILE = Path("config") / "subscriptionGroup.json"
 """The consumer groups' settings, under the store directory (RocketMQ's name)."""
 
 
+SYNC_DELAY = 3.0
+"""Seconds from learning the master to the first sync (RocketMQ 4.9.8's BrokerController)."""
+
+SYNC_INTERVAL = 10.0
+"""Seconds between two syncs (RocketMQ 4.9.8's BrokerController)."""
+
+
 class SlaveSync:
-    """Every ``interval`` seconds, and at once when :meth:`trigger` is called (the slave just
-    connected to its master, or learned a new master address), copy the master's metadata
-    (see the module docstring).
+    """Copy the master's metadata (see the module docstring) ``first_delay`` seconds (3) after
+    the master's broker address is known (given, or learned from a name server's answer:
+    :meth:`set_master_address`) and every ``interval`` seconds (10) after, as RocketMQ 4.9.8's
+    slave does; at once when :meth:`trigger` is called. A new master address is synced
+    from ``first_delay`` seconds after it is learned.
 
     A failed sync (master unreachable, an error answer, a body that does not decode, a file
     that cannot be written) is logged at WARNING and tried again next round. Nothing is
@@ -64,9 +82,12 @@ class SlaveSync:
         store_dir: the store directory, under whose ``config/`` ``delayOffset.json`` and
             ``subscriptionGroup.json`` are written (None: not written).
         master_address: the master's broker port ``host:port`` (None: unknown yet).
-        interval: seconds between syncs (60).
+        interval: seconds between syncs (10).
+        first_delay: seconds from learning the master to the first sync (3).
         tls: the context to connect with (None: plain TCP).
         timeout: seconds for connecting and for each answer.
+        connector: opens the stream to the master given its ``(host, port)``, instead of TCP
+            (a test's memory streams).
     """
 
     def __init__(
@@ -76,17 +97,21 @@ class SlaveSync:
         store_dir: Path | None = None,
         *,
         master_address: str | None = None,
-        interval: float = 60.0,
+        interval: float = SYNC_INTERVAL,
+        first_delay: float = SYNC_DELAY,
         tls: ssl.SSLContext | None = None,
         timeout: float = 10.0,
+        connector: Callable[[tuple[str, int]], Connector] | None = None,
     ) -> None:
         self.offsets = offsets
         self.topic_table = topics
         self.store_dir = store_dir
         self.master_address = master_address
         self.interval = interval
+        self.first_delay = first_delay
         self.tls = tls
         self.timeout = timeout
+        self.connector = connector
         self.subscription_groups = SubscriptionGroupWrapper()
         """The master's consumer group settings, as last copied."""
         self.syncs = 0
@@ -102,6 +127,8 @@ class SlaveSync:
         self.last_error: str | None = None
         """Why the last sync failed (None after a success)."""
         self._wake = trio.Event()
+        self._next: float | None = None  # when the next sync is due (None: no master yet)
+        self._running = False
 
     @property
     def topics(self) -> dict[str, int]:
@@ -110,15 +137,19 @@ class SlaveSync:
 
     def trigger(self) -> None:
         """Sync now (at the next chance), not at the end of the interval."""
+        if self._running:
+            self._next = trio.current_time()
         self._wake.set()
 
     def set_master_address(self, address: str) -> None:
-        """Sync from the master at ``address`` from now on (a sync follows at once when it
-        changed)."""
+        """Sync from the master at ``address`` from now on: ``first_delay`` seconds after it
+        changed, then every interval."""
         if address != self.master_address:
             log.info("metadata sync: master broker %s -> %s", self.master_address, address)
             self.master_address = address
-            self.trigger()
+            if self._running:
+                self._next = trio.current_time() + self.first_delay
+                self._wake.set()
 
     def status(self) -> MetadataSync:
         """The STATUS document's ``metadata_sync`` section (call within trio)."""
@@ -134,15 +165,25 @@ class SlaveSync:
         )
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Sync on each :meth:`trigger` (the slave connected to its master) and every
-        interval (when the master's broker address is known), until cancelled."""
+        """Sync ``first_delay`` seconds after the master is known and every interval after
+        (and on each :meth:`trigger`), until cancelled."""
+        self._running = True
+        if self.master_address is not None:
+            self._next = trio.current_time() + self.first_delay
         task_status.started()
-        while True:
-            with trio.move_on_after(self.interval):
-                await self._wake.wait()
-            self._wake = trio.Event()
-            if self.master_address is not None:
-                await self.sync_logged()
+        try:
+            while True:
+                self._wake = trio.Event()
+                due = self._next if self.master_address is not None else None
+                if due is not None and due <= trio.current_time():
+                    await self.sync_logged()
+                    self._next = trio.current_time() + self.interval
+                    continue
+                with trio.move_on_at(math.inf if due is None else due):
+                    await self._wake.wait()
+        finally:
+            self._running = False
+            self._next = None
 
     async def sync_logged(self) -> bool:
         """:meth:`sync`, a failure logged at WARNING (and kept in :attr:`last_error`)."""
@@ -173,8 +214,14 @@ class SlaveSync:
         if self.master_address is None:
             raise ValueError("the master's broker address is not known")
         host, port = parse_address(self.master_address)
+        connector = None if self.connector is None else self.connector((host, port))
         async with RemotingConnection.connect(
-            host, port, connect_timeout=self.timeout, request_timeout=self.timeout, tls=self.tls
+            host,
+            port,
+            connect_timeout=self.timeout,
+            request_timeout=self.timeout,
+            tls=self.tls,
+            connector=connector,
         ) as conn:
 
             async def fetch(code: RequestCode) -> bytes:
@@ -227,7 +274,7 @@ class SlaveSync:
     ) -> None:
         table = self.topic_table
         changed = table.replace(topics.topic_config_table, topics.data_version)
-        if changed or (table.path is not None and not table.path.exists()):
+        if table.path is not None and (changed or not table.path.exists()):
             table.mark_dirty()
             await trio.to_thread.run_sync(table.persist)
         await self.offsets.persist_async()

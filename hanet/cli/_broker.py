@@ -146,7 +146,8 @@ _COMMON_FLAGS = (
     ),
     _Flag(
         ("--namesrv",), "namesrv_addr", str,
-        "register with these name servers every 30 s (none)", "HOST:PORT[,HOST:PORT...]",
+        "register with these name servers every 30 s (none; ';' or ',' between them)",
+        "HOST:PORT[;HOST:PORT...]",
     ),
     _Flag(
         ("--cluster",), "broker_cluster_name", str,
@@ -225,7 +226,7 @@ _SLAVE_FLAGS = (
     ),
     _Flag(
         ("--master-broker",), "master_broker_address", str,
-        "the master's broker port, to copy its topics and consumer offsets from every 60 s "
+        "the master's broker port, to copy its topics and consumer offsets from every 10 s "
         "(default: as the name server says)", "HOST:PORT",
     ),
 )  # fmt: skip

@@ -24,6 +24,10 @@
 - Consumer offsets committed to a node are kept by that node in
   ``DIR/config/consumerOffset.json``, written every 5 s and at shutdown (they are not
   replicated through Raft).
+- ``--namesrv A;B`` registers the node with name servers as RocketMQ's DLedger brokers: the
+  leader as broker id 0 of ``--broker-name`` (default: the group), the others as slaves (id:
+  the number in ``--id`` plus one), again at once when its role changes, so RocketMQ's clients
+  find the leader through the routes.
 
 The broker port itself is :class:`hanet.broker.DLedgerBrokerService`.
 """
@@ -33,6 +37,7 @@ from __future__ import annotations
 import argparse
 import errno
 import os
+import re
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -51,6 +56,7 @@ from hanet.broker import (
 from hanet.channel import (
     format_address,
 )
+from hanet.client import NameServerClient
 from hanet.dledger import (
     DEFAULT_DATA_FILE_SIZE,
     DEFAULT_INDEX_FILE_SIZE,
@@ -157,7 +163,28 @@ def register(subparsers: Any) -> None:
         "unfinished frames; one that needs more stops reading until there is room; appends "
         "are cut at half of it (64M; 0: no cap)",
     )  # fmt: skip
+    parser.add_argument(
+        "--namesrv", type=_parse_namesrv, default=None, metavar="HOST:PORT[;HOST:PORT...]",
+        help="register with these name servers as RocketMQ's DLedger brokers do: the leader "
+        "as broker id 0, the others as slaves, again at each role change (none)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--cluster", default="DefaultCluster", metavar="NAME",
+        help="the cluster name registered (DefaultCluster)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--broker-name", default=None, metavar="NAME",
+        help="the broker name registered, shared by the group's nodes (default: --group)",
+    )  # fmt: skip
     parser.set_defaults(func=run_dledger)
+
+
+def _parse_namesrv(text: str) -> list[tuple[str, int]]:
+    """``HOST:PORT[;HOST:PORT...]`` (``,`` too) as an argparse type."""
+    addresses = [parse_address(part.strip()) for part in re.split(r"[;,]", text) if part.strip()]
+    if not addresses:
+        raise argparse.ArgumentTypeError("no address")
+    return addresses
 
 
 async def run_dledger(args: argparse.Namespace) -> int:
@@ -221,7 +248,13 @@ async def run_dledger(args: argparse.Namespace) -> int:
             # Each node keeps the offsets committed to it (consumers commit to any node).
             offsets = ConsumerOffsets.load(args.store / OFFSETS_FILE)
             await nursery.start(offsets.run, OFFSETS_FLUSH_INTERVAL)
-            service = DLedgerBrokerService(node, queues=args.queues, offsets=offsets)
+            service = DLedgerBrokerService(
+                node,
+                queues=args.queues,
+                offsets=offsets,
+                cluster_name=args.cluster,
+                broker_name=args.broker_name,
+            )
             service.broker_address = broker_address
             nursery.start_soon(service.housekeeping)
             await nursery.start(service.run_holds)
@@ -235,6 +268,8 @@ async def run_dledger(args: argparse.Namespace) -> int:
                     max_partial_bytes=args.max_partial_bytes,
                 )
             )
+            if args.namesrv:
+                await nursery.start(service.run_registration, NameServerClient(args.namesrv))
             peer = node.peer_address
             peer_text = format_address(peer) if peer else peers[args.node_id]
             print(

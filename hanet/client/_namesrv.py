@@ -14,6 +14,7 @@ from typing import TypeVar
 import attrs
 import trio
 
+from hanet.boot import Connector
 from hanet.protocol import (
     PERM_WRITE,
     BrokerRegistration,
@@ -78,6 +79,13 @@ class NameServerConnection(RemotingConnection):
         request = registration.request(data_version)
         response = await self.invoke_checked(request, what="REGISTER_BROKER")
         return _decoded("REGISTER_BROKER", lambda: RegisterBrokerResponse.from_command(response))
+
+    async def register_broker_oneway(
+        self, registration: BrokerRegistration, data_version: DataVersion | None = None
+    ) -> None:
+        """REGISTER_BROKER marked oneway (no answer awaited): what RocketMQ's broker sends at
+        once when a topic is created on it."""
+        await self.invoke_oneway(registration.request(data_version))
 
     async def unregister_broker(self, registration: BrokerRegistration) -> None:
         """Remove a broker at once (a clean shutdown)."""
@@ -158,11 +166,14 @@ class NameServerClient:
         addresses: ``(host, port)`` of each name server.
         tls: the TLS context to connect with (None: plain TCP).
         timeout: seconds for connecting and for each answer.
+        connector: opens the stream to a name server instead of TCP (``tls`` unused): given
+            the address, a :data:`~hanet.boot.Connector` (a test's memory streams).
     """
 
     addresses: Sequence[tuple[str, int]]
     tls: ssl.SSLContext | None = None
     timeout: float = 3.0
+    connector: Callable[[tuple[str, int]], Connector] | None = None
 
     def __attrs_post_init__(self) -> None:
         if not self.addresses:
@@ -182,6 +193,7 @@ class NameServerClient:
             connect_timeout=self.timeout,
             request_timeout=self.timeout,
             tls=self.tls,
+            connector=None if self.connector is None else self.connector(address),
         ) as connection:
             yield connection
 

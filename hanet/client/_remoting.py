@@ -25,7 +25,7 @@ from typing import Any, Self
 import attrs
 import trio
 
-from hanet.boot import run_channel, tcp_connector
+from hanet.boot import Connector, run_channel, tcp_connector
 from hanet.channel import ChannelInboundHandler, HandlerContext, StreamChannel
 from hanet.errors import HanetError
 from hanet.handlers import DecoderError, EncoderError
@@ -222,6 +222,7 @@ class RemotingConnection:
         server_hostname: str | None = None,
         on_request: ServerRequestHandler | None = None,
         credentials: Credentials | None = None,
+        connector: Connector | None = None,
     ) -> AsyncIterator[Self]:
         """Connect to ``host:port``; the connection closes when the block exits.
 
@@ -239,13 +240,16 @@ class RemotingConnection:
                 reader: it must not block.
             credentials: sign every request with these (default: those of the enclosing
                 :func:`signing` block, if any).
+            connector: opens the stream instead of TCP to ``host:port`` (``tls`` unused): a
+                stream of one's own, e.g. a memory stream in a test.
 
         Raises:
             RemotingConnectionError: the connection could not be made.
         """
         try:
             with trio.fail_after(connect_timeout):
-                connector = tcp_connector(host, port, tls=tls, server_hostname=server_hostname)
+                if connector is None:
+                    connector = tcp_connector(host, port, tls=tls, server_hostname=server_hostname)
                 stream = await connector()
         except (OSError, trio.TooSlowError) as exc:
             detail = "timed out" if isinstance(exc, trio.TooSlowError) else str(exc)

@@ -70,9 +70,18 @@ def _address(instance: object, attribute: attrs.Attribute[Any], value: str | Non
         parse_address(value)
 
 
+def _address_list(value: str) -> list[str]:
+    """``A;B`` (RocketMQ's ``namesrvAddr``) or ``A,B`` split into its parts (one trailing
+    separator allowed, as RocketMQ's split drops it)."""
+    parts = [part.strip() for part in re.split(r"[;,]", value)]
+    if len(parts) > 1 and not parts[-1]:
+        parts.pop()
+    return parts
+
+
 def _addresses(instance: object, attribute: attrs.Attribute[Any], value: str | None) -> None:
     if value is not None:
-        parts = [part.strip() for part in value.split(",")]
+        parts = _address_list(value)
         if not all(parts):
             raise ConfigError(f"{attribute.name}: an empty address in {value!r}")
         for part in parts:
@@ -149,8 +158,8 @@ class BrokerConfig:
         ha_allow, listen_allow: comma-separated networks (CIDR) the HA port and the broker
             port accept connections from (default: any).
         metrics_listen: ``HOST:PORT`` of the Prometheus endpoint (none by default).
-        namesrv_addr: the name servers, ``HOST:PORT[,HOST:PORT...]`` (``namesrvAddr``; none:
-            no registration).
+        namesrv_addr: the name servers, ``HOST:PORT[;HOST:PORT...]`` (``namesrvAddr``; ``,``
+            separates them too; none: no registration).
         broker_cluster_name: the cluster registered under (``brokerClusterName``).
         broker_name: the master/slave set (``brokerName``): a master and its slaves share it.
         broker_id: 0 for a master, 1 and up for a slave (``brokerId``; None: 0 for a master,
@@ -166,8 +175,9 @@ class BrokerConfig:
         total_memory_bytes: the physical memory that ratio is of (None: the machine's).
         register_broker_interval: seconds between registrations with the name servers
             (``registerNameServerPeriod``, 30).
-        slave_sync_interval: seconds between a slave's copies of its master's topic config and
-            consumer offsets (60; also at each connection to the master).
+        slave_sync_interval: seconds between a slave's copies of its master's topic config,
+            consumer offsets, delay offsets and subscription groups (10, the first 3 s after
+            the master is known, as RocketMQ 4.9.8).
         flush_consumer_offset_interval: seconds between writes of the consumer offsets
             (``flushConsumerOffsetInterval``, 5).
         master_broker_address: ``HOST:PORT`` of the master's broker port, where a slave copies
@@ -192,6 +202,9 @@ class BrokerConfig:
             (``aclEnable``; off).
         acl_file: that file (``aclFile``, hanet's own key; default
             ``<store>/config/plain_acl.yml``).
+        vip_channel: serve the broker port on ``listen_port - 2`` too (RocketMQ's VIP channel,
+            where a RocketMQ slave copies its master's topics from; True; only for a fixed
+            ``listen_port``).
     """
 
     broker_role: BrokerRole = BrokerRole.ASYNC_MASTER
@@ -230,7 +243,7 @@ class BrokerConfig:
     access_message_in_memory_max_ratio: int = attrs.field(default=40, validator=_percent)
     total_memory_bytes: int | None = attrs.field(default=None, validator=_positive)
     register_broker_interval: float = attrs.field(default=30.0, validator=_positive)
-    slave_sync_interval: float = attrs.field(default=60.0, validator=_positive)
+    slave_sync_interval: float = attrs.field(default=10.0, validator=_positive)
     flush_consumer_offset_interval: float = attrs.field(default=5.0, validator=_positive)
     master_broker_address: str | None = attrs.field(default=None, validator=_address)
     broker_ip1: str | None = attrs.field(default=None, validator=_host)
@@ -263,6 +276,7 @@ class BrokerConfig:
 
     acl_enable: bool = False
     acl_file: Path | None = attrs.field(default=None, converter=_optional_path)
+    vip_channel: bool = True
 
     def __attrs_post_init__(self) -> None:
         try:
@@ -289,7 +303,7 @@ class BrokerConfig:
         """:attr:`namesrv_addr` split into ``(host, port)`` pairs (empty when unset)."""
         if not self.namesrv_addr:
             return []
-        return [parse_address(part.strip()) for part in self.namesrv_addr.split(",")]
+        return [parse_address(part) for part in _address_list(self.namesrv_addr)]
 
     @property
     def memory_bytes(self) -> int:

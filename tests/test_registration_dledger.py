@@ -1,0 +1,115 @@
+"""A DLedger group registered with name servers as RocketMQ's DLedger brokers: the leader as
+broker id 0, the others as slaves (id: the number in the self id plus one), registered again
+at each role change so the routes lead RocketMQ's clients to the new leader. In-process:
+three nodes on a memory network, hanet's name server over memory streams."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import trio
+from test_registration_timing import A, NameServers
+
+from hanet.broker import DLedgerBrokerService, dledger_broker_id
+from hanet.dledger import DLedgerNode, MemoryNetwork, NodeConfig, RaftConfig
+from hanet.namesrv import NameServer
+
+PEERS = {"n0": "n0:0", "n1": "n1:0", "n2": "n2:0"}
+ADDRESS = {"n0": "10.0.0.1:10911", "n1": "10.0.0.2:10911", "n2": "10.0.0.3:10911"}
+
+
+def test_broker_ids_as_rocketmq_derives_them() -> None:
+    assert [dledger_broker_id(n, PEERS) for n in PEERS] == [1, 2, 3]
+    assert dledger_broker_id("RaftNode07", ["RaftNode07"]) == 1  # not a number after 'R'
+    assert dledger_broker_id("b", ["a", "b"]) == 2
+    assert dledger_broker_id("n12", ["n12"]) == 13
+
+
+def members(server: NameServer) -> dict[int, str]:
+    """broker id -> address of the group's broker name ``g``."""
+    return {
+        b.broker_id: b.broker_address for b in server.registry.brokers() if b.broker_name == "g"
+    }
+
+
+async def wait_for(predicate: object, what: str, seconds: float = 10) -> None:
+    assert callable(predicate)
+    with trio.move_on_after(seconds):
+        while not predicate():  # noqa: ASYNC110 - polls the name server's table
+            await trio.sleep(0.02)
+        return
+    pytest.fail(f"timed out waiting for {what}")
+
+
+async def test_the_leader_is_broker_id_0_and_a_new_leader_takes_it(tmp_path: Path) -> None:
+    raft = RaftConfig(election_timeout=0.3, heartbeat_interval=0.05, retransmit_timeout=0.15)
+    network = MemoryNetwork()
+    async with trio.open_nursery() as nursery:
+        servers = NameServers(nursery)
+        server = servers.start(A)
+        nodes: dict[str, DLedgerNode] = {}
+        services: dict[str, DLedgerBrokerService] = {}
+        scopes: dict[str, trio.CancelScope] = {}
+
+        async def member(node_id: str, *, task_status: trio.TaskStatus[None]) -> None:
+            config = NodeConfig(
+                group="g", node_id=node_id, peers=PEERS, store_dir=tmp_path / node_id, raft=raft
+            )
+            node = nodes[node_id] = DLedgerNode(
+                config, connector=network.connector_for(node_id), listen=False
+            )
+            service = services[node_id] = DLedgerBrokerService(node, cluster_name="C")
+            service.broker_address = ADDRESS[node_id]
+            async with trio.open_nursery() as own:
+                scopes[node_id] = own.cancel_scope
+                network.register(node, own)
+                await own.start(node.run)
+                await own.start(service.run_registration, servers.client(A))
+                task_status.started()
+
+        for node_id in PEERS:
+            await nursery.start(member, node_id)
+
+        def leader() -> str | None:
+            return next((n for n, node in nodes.items() if node.is_leader), None)
+
+        def settled() -> bool:
+            first = leader()
+            if first is None:
+                return False
+            expected = {dledger_broker_id(n, PEERS): ADDRESS[n] for n in PEERS if n != first}
+            return members(server) == {0: ADDRESS[first], **expected}
+
+        await wait_for(settled, "the leader at id 0, the followers at theirs")
+        first = leader()
+        assert first is not None
+        # A topic a send creates on the leader is announced at once (oneway): its route
+        # leads there.
+        announced = services[first].registrar
+        assert announced is not None and announced.announcements == 0
+        services[first].topic_table.create_for_send("TopicTest", 4)
+        await wait_for(lambda: server.registry.route("TopicTest") is not None, "the route")
+        route = server.registry.route("TopicTest")
+        assert route is not None
+        assert route.broker_datas[0].broker_addrs[0] == ADDRESS[first]
+        assert announced.announcements == 1
+        status = services[first].status()
+        assert status.cluster is not None and status.cluster.broker_id == 0
+        # The leader stops: the next leader registers as id 0 at once (not in 30 s), and its
+        # entry under its follower id goes (same address).
+        network.unregister(first)
+        scopes[first].cancel()
+        await wait_for(lambda: leader() not in (None, first), "a new leader")
+        second = leader()
+        assert second is not None
+        others = [n for n in PEERS if n not in (first, second)]
+        await wait_for(
+            lambda: (
+                members(server)
+                == {0: ADDRESS[second], **{dledger_broker_id(n, PEERS): ADDRESS[n] for n in others}}
+            ),
+            "the new leader at id 0",
+            seconds=5,
+        )
+        nursery.cancel_scope.cancel()
