@@ -84,6 +84,7 @@ from ._index import (
     scan_totals,
     scan_windows,
 )
+from ._index_file import IndexQueryResult, IndexService
 from ._mapped_queue import MappedFileQueue
 from ._recovery import RecoveryResult, find_valid_end
 from ._scanner import StopReason, decode_record
@@ -176,6 +177,17 @@ class CommitLogStore:
         self._store_host = host
         self._store_port = port
         self._writer = RecordWriter(self.commit_log, config, host, port, self._queue_for)
+        self.index: IndexService | None = (
+            IndexService(
+                root / "index",
+                config.max_hash_slot_num,
+                config.max_index_num,
+                config.max_msgs_num_batch,
+            )
+            if config.message_index_enable
+            else None
+        )
+        """The index files (``index/``; None when ``message_index_enable`` is off)."""
 
     # -- opening and closing -----------------------------------------------------------------
 
@@ -199,6 +211,8 @@ class CommitLogStore:
                 queue.close()
             if store._checkpoint is not None:
                 store._checkpoint.close()
+            if store.index is not None:
+                store.index.close()
             lock.release()
             raise
         return store
@@ -240,6 +254,9 @@ class CommitLogStore:
                 )
         self._flushed = self._validated = self.commit_log.max_offset
         self._dispatched = result.start_offset
+        if self.index is not None:  # rolled back to the valid end; built again by dispatch
+            self.index.load()
+            self.index.recover(self.commit_log, result.end_offset)
         self.dispatch()
         if isinstance(self._dispatch_error, CorruptRecordError):  # pragma: no cover
             raise self._dispatch_error  # recovery validated the records
@@ -349,6 +366,8 @@ class CommitLogStore:
                 queue.close()
             if self._checkpoint is not None:
                 self._checkpoint.close()
+            if self.index is not None:
+                self.index.close()
             (self.root / "abort").unlink(missing_ok=True)
             self._lock.release()
 
@@ -608,6 +627,7 @@ class CommitLogStore:
             self._last_store_timestamp = now
             if in_step:
                 self._dispatched = self.commit_log.max_offset
+                self._build_index()
             else:
                 self.dispatch()
             self._notify()
@@ -620,6 +640,8 @@ class CommitLogStore:
         for queue in self._queues.values():
             queue.truncate_physical(offset)
         self._dispatched = min(self._dispatched, offset)
+        if self.index is not None:
+            self.index.truncate(offset, files)
 
     def _files_created(self) -> int:
         return self.commit_log.created + sum(q.files.created for q in self._queues.values())
@@ -757,6 +779,8 @@ class CommitLogStore:
                 self._note_create_error(None)
             if empty:
                 self._dispatched = offset
+                if self.index is not None:
+                    self.index.start_at(offset)
                 if offset % self.config.mapped_file_size:
                     self._write_checkpoint(sync=True)
             self._raw_bytes += keep
@@ -893,6 +917,8 @@ class CommitLogStore:
         files.truncate(offset)
         for queue in self._queues.values():
             queue.truncate_physical(offset)
+        if self.index is not None:
+            self.index.truncate(offset, files)
         self._validated = min(self._validated, offset)
         self._dispatched = min(self._dispatched, offset)
         self._flushed = min(self._flushed, offset)
@@ -976,7 +1002,35 @@ class CommitLogStore:
                 self._dispatch_error = stop.error()
                 logger.warning("%s: dispatch stopped: %s", self.root, self._dispatch_error)
                 break
+        self._build_index()
         return self.dispatch_error
+
+    def _build_index(self) -> None:
+        """Index the dispatched records not indexed yet (RocketMQ's ``buildIndex`` dispatcher):
+        after every put and dispatch, on masters and slaves."""
+        index = self.index
+        if index is None or index.indexed_offset >= self._dispatched:
+            return
+        try:
+            index.build(self.commit_log, self._dispatched)
+        except Exception:  # pragma: no cover - a bug must not stop puts and replication
+            logger.exception("%s: building the index failed at %d", self.root, index.indexed_offset)
+
+    def query_index(
+        self, topic: str, key: str, max_num: int, begin: int, end: int
+    ) -> IndexQueryResult:
+        """The physical offsets of the messages of ``topic`` whose ``KEYS`` or ``UNIQ_KEY``
+        hashes as ``key`` (RocketMQ's ``queryOffset``: matched by hash, so a caller checks
+        the records), stored in ``[begin, end]`` ms; at most ``max_num`` (and
+        ``max_msgs_num_batch``), ascending, each once; with the newest index file's end
+        timestamp and end offset (RocketMQ's ``indexLastUpdateTimestamp`` /
+        ``indexLastUpdatePhyoffset``). Nothing without the index
+        (``message_index_enable`` off)."""
+        if self.index is None:
+            return [], 0, 0
+        offsets, stamp, offset = self.index.query(topic, key, max_num, begin, end)
+        low = self.commit_log.min_offset
+        return sorted({o for o in offsets if low <= o < self._dispatched}), stamp, offset
 
     def _fail_dispatch(self, offset: int, queue: tuple[str, int] | None, exc: Exception) -> None:
         where = "" if queue is None else f"consume queue {queue[0]}/{queue[1]}: "
@@ -1110,6 +1164,8 @@ class CommitLogStore:
         self._flush_commit_log()
         for queue in list(self._queues.values()):
             queue.flush()
+        if self.index is not None:
+            self.index.flush()
         self._write_checkpoint(sync=True)
 
     def flush(self) -> int:
