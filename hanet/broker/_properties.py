@@ -77,6 +77,10 @@ _PROPERTIES: dict[str, tuple[str, Any]] = {
     "masterBrokerAddress": ("master_broker_address", str),
     "brokerIP2": ("broker_ip2", str),
     "totalMemoryBytes": ("total_memory_bytes", int),
+    # the index files (RocketMQ's names)
+    "messageIndexEnable": ("message_index_enable", _bool),
+    "maxHashSlotNum": ("max_hash_slot_num", int),
+    "maxIndexNum": ("max_index_num", int),
 }
 
 # Keys of a real broker.conf that mean nothing to hanet; accepted and ignored quietly. Other

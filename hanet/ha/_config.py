@@ -177,6 +177,11 @@ class BrokerConfig:
             the listen host, or 127.0.0.1 for a wildcard one).
         broker_ip2: the host others reach a master's HA port at, as registered (RocketMQ's
             ``brokerIP2``; default: ``broker_ip1``, else the HA listen host as above).
+        message_index_enable: build the index files (``messageIndexEnable``, True): messages
+            found by key and unique id (QUERY_MESSAGE).
+        max_hash_slot_num, max_index_num: hash slots and entries per index file
+            (``maxHashSlotNum`` 5,000,000, ``maxIndexNum`` 20,000,000); must match the files
+            on disk.
     """
 
     broker_role: BrokerRole = BrokerRole.ASYNC_MASTER
@@ -220,6 +225,9 @@ class BrokerConfig:
     master_broker_address: str | None = attrs.field(default=None, validator=_address)
     broker_ip1: str | None = attrs.field(default=None, validator=_host)
     broker_ip2: str | None = attrs.field(default=None, validator=_host)
+    message_index_enable: bool = True
+    max_hash_slot_num: int = attrs.field(default=5_000_000, validator=_positive)
+    max_index_num: int = attrs.field(default=20_000_000, validator=_positive)
 
     def __attrs_post_init__(self) -> None:
         broker_id = self.broker_id
