@@ -276,8 +276,8 @@ async def _view(args: argparse.Namespace, msg_id: MessageId) -> MessageRecord | 
             host, port, connect_timeout=min(args.timeout, 3.0), request_timeout=args.timeout
         ) as client:
             record = await view_message(client, msg_id.offset)
-    except (BrokerError, RemotingError, OSError, ValueError):
-        return None
+    except (BrokerError, RemotingError, OSError, ValueError, argparse.ArgumentTypeError):
+        return None  # the id names no reachable broker: it may be a unique id
     if record is None or record.msg_id != str(msg_id):
         return None
     return record
