@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 import trio
-from broker_support import config, connect, running
+from broker_support import config, running
 
 from hanet.cli import _admin_query
 from hanet.client import BrokerClient, query_message, view_message

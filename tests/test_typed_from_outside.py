@@ -14,7 +14,7 @@ pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[1]
 
-USER_CODE = """\
+USER_CODE = '''\
 from __future__ import annotations
 
 from hanet import ChannelInboundHandler, HandlerContext
@@ -37,7 +37,7 @@ def shout(line: bytes) -> str:
 
 
 WRONG: int = shout(b"hi\\n")
-"""
+'''
 
 
 def _install(tmp_path: Path, *, editable: bool) -> Path:
