@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import struct
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -39,10 +40,10 @@ def spec_hash(key: str) -> int:
     return 0 if h == -(2**31) else abs(h)
 
 
-def config(slots: int = 8, entries: int = 32, **changes: object) -> StoreConfig:
+def config(slots: int = 8, entries: int = 32, **changes: Any) -> StoreConfig:
     return StoreConfig(
         mapped_file_size=FILE, max_hash_slot_num=slots, max_index_num=entries, **changes
-    )  # type: ignore[arg-type]
+    )
 
 
 def message(

@@ -9,13 +9,12 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 import trio
 from broker_support import config, running
 
-from hanet.cli import _admin_query
+from hanet.cli import build_parser
 from hanet.client import BrokerClient, query_message, view_message
 from hanet.protocol import (
     QueryMessageRequestHeader,
@@ -27,13 +26,20 @@ from hanet.protocol import (
 from hanet.store import decode_record
 
 END = 2**63 - 1
+
+
+def _address(address: tuple[str, int] | None) -> tuple[str, int]:
+    assert address is not None
+    return address
+
+
 SMALL_INDEX = {"max_hash_slot_num": 2, "max_index_num": 64}
 
 
 async def test_query_message_over_the_wire(tmp_path: Path) -> None:
     async with (
         running(config(tmp_path, **SMALL_INDEX)) as (_, addresses),
-        BrokerClient.connect(*addresses.broker) as client,
+        BrokerClient.connect(*_address(addresses.broker)) as client,
     ):
         replies = [await client.put("T", b"m%d" % i, keys=f"order{i % 2} all") for i in range(4)]
         aa = await client.put("T", b"Aa", keys="Aa")
@@ -65,7 +71,8 @@ async def test_query_message_over_the_wire(tmp_path: Path) -> None:
             QueryMessageRequestHeader("T", "nope", 32, 0, END).to_fields(),
         )
         answer = await client.invoke(request)
-        assert answer.code == ResponseCode.QUERY_NOT_FOUND == 22
+        assert answer.code == ResponseCode.QUERY_NOT_FOUND
+        assert int(ResponseCode.QUERY_NOT_FOUND) == 22
         assert answer.remark == "can not find message, maybe time range not correct"
         assert QueryMessageResponseHeader.from_fields(answer.fields) == header
         # by unique id (UNIQ_KEY, the _UNIQUE_KEY_QUERY flag)
@@ -87,26 +94,17 @@ async def test_query_message_over_the_wire(tmp_path: Path) -> None:
 
 async def test_an_index_disabled_broker_finds_nothing(tmp_path: Path) -> None:
     cfg = config(tmp_path, message_index_enable=False)
-    async with running(cfg) as (_, addresses), BrokerClient.connect(*addresses.broker) as client:
+    async with (
+        running(cfg) as (_, addresses),
+        BrokerClient.connect(*_address(addresses.broker)) as client,
+    ):
         await client.put("T", b"m", keys="k")
         assert (await query_message(client, "T", "k")).messages == ()
     assert not (tmp_path / "index").exists()
 
 
 def _parse(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser()
-    sub = parser.add_subparsers(dest="verb", required=True)
-    _admin_query.register(_Registry(sub))
-    return parser.parse_args(["admin-query", *argv])
-
-
-class _Registry:
-    def __init__(self, sub: Any) -> None:
-        self.sub = sub
-
-    def add_parser(self, name: str, **kwargs: Any) -> argparse.ArgumentParser:
-        parser: argparse.ArgumentParser = self.sub.add_parser(name, **kwargs)
-        return parser
+    return build_parser().parse_args(["admin-query", *argv])
 
 
 async def _verb(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
@@ -118,9 +116,10 @@ async def _verb(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[in
 async def test_query_verbs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     async with (
         running(config(tmp_path)) as (_, addresses),
-        BrokerClient.connect(*addresses.broker) as client,
+        BrokerClient.connect(*_address(addresses.broker)) as client,
     ):
-        broker = f"{addresses.broker[0]}:{addresses.broker[1]}"
+        host, port = _address(addresses.broker)
+        broker = f"{host}:{port}"
         replies = [await client.put("T", b"m%d" % i, keys=f"k{i}", queue_id=1) for i in range(3)]
         status, out = await _verb(
             ["queryMsgByKey", "-b", broker, "-t", "T", "-k", "k1", "--json"], capsys

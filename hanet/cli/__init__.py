@@ -24,7 +24,18 @@ from typing import Any, cast
 
 import trio
 
-from . import _broker, _client, _consume, _demo, _dledger, _echo, _namesrv, _spark, _store
+from . import (
+    _admin_query,
+    _broker,
+    _client,
+    _consume,
+    _demo,
+    _dledger,
+    _echo,
+    _namesrv,
+    _spark,
+    _store,
+)
 from ._broker import build_config
 from ._support import EXIT_BROKEN_PIPE, EXIT_INTERRUPTED
 
@@ -42,7 +53,18 @@ Handler = Callable[[argparse.Namespace], Awaitable[int]]
 
 # Verb families in the order ``hanet --help`` lists them. The Spark verbs load pyspark only
 # when they run, and explain what to install when it is missing.
-_VERB_MODULES = (_store, _broker, _dledger, _namesrv, _client, _consume, _demo, _spark, _echo)
+_VERB_MODULES = (
+    _store,
+    _broker,
+    _dledger,
+    _namesrv,
+    _client,
+    _consume,
+    _demo,
+    _spark,
+    _echo,
+    _admin_query,  # admin-query: until `hanet admin` takes its verbs
+)
 
 
 def _logging_options(parser: argparse.ArgumentParser, default: Any) -> None:

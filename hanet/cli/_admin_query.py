@@ -96,7 +96,10 @@ def add_verbs(verbs: _Registry) -> None:
     parser = verbs.add_parser(
         "queryMsgById",
         help="a message by its offset message id or unique id",
-        description=__doc__.split("\n\n")[1] if __doc__ else None,
+        description="An offset message id is looked up at the broker it names "
+        "(VIEW_MESSAGE_BY_ID); any other id, or one whose broker has no record there, is taken "
+        "as a unique id (UNIQ_KEY) and looked up on the topic's brokers (-t needed) with "
+        "QUERY_MESSAGE, as mqadmin does.",
     )
     _common(parser)
     parser.add_argument("-i", "--msgId", dest="msg_id", required=True, help="the message id")
