@@ -73,7 +73,7 @@ def test_key_hash_is_rocketmqs() -> None:
 def test_file_layout_byte_for_byte(tmp_path: Path) -> None:
     slots, entries = 4, 8
     with CommitLogStore.open(tmp_path, config(slots, entries)) as store:
-        first = store.put(message("a b", "U1"))
+        first = store.put(message("a b", "7F0000010A2B18B4AAC2000000000001"))
         second = store.put(message("a", None))
         third = store.put(message("", "U3", topic="Other"))
         store.put(message())  # no key: not indexed
@@ -84,7 +84,7 @@ def test_file_layout_byte_for_byte(tmp_path: Path) -> None:
     assert len(data) == 40 + 4 * slots + 20 * entries
     # The same file built from the spec: keys in RocketMQ's order (UNIQ_KEY, then KEYS).
     keys = [
-        ("T#U1", first),
+        ("T#7F0000010A2B18B4AAC2000000000001", first),
         ("T#a", first),
         ("T#b", first),
         ("T#a", second),

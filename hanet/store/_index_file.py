@@ -29,16 +29,17 @@ from __future__ import annotations
 
 import errno
 import logging
+import mmap
 import os
 import re
 import struct
+import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import attrs
 
-from ._codec import decode_properties, java_string_hash
 from ._errors import StoreError, StoreLayoutError
 from ._index import ROW, STOP_REASONS, scan_windows
 from ._mapped_queue import MappedFileQueue
@@ -77,18 +78,88 @@ _ENTRY = struct.Struct(">iqii")
 _SLOT = struct.Struct(">i")
 _INVALID = 0
 _I32_MAX = 2**31 - 1
+_PAGE = mmap.PAGESIZE
 _NAME = re.compile(r"^\d{17}$")
 _ROLLBACK = 0x3 << 2  # MessageSysFlag.TRANSACTION_ROLLBACK_TYPE
 _SYS_FLAG_AT = 36  # after TOTALSIZE, MAGICCODE, BODYCRC, QUEUEID, FLAG, QUEUEOFFSET, PHYSICALOFFSET
 _BLANK = STOP_REASONS.index(StopReason.BLANK)
+_UTF16 = "utf-16-le" if sys.byteorder == "little" else "utf-16-be"
+_KEY_PROPERTIES = re.compile(rb"(?:^|\x02)(KEYS|UNIQ_KEY)\x01([^\x02]*)")
 _KEYS = b"KEYS\x01"
 _UNIQ_KEY = b"UNIQ_KEY\x01"
 
 
+_POWERS: dict[int, int] = {}  # 31 ** n mod 2 ** 32 by n
+_POW12 = pow(31, 12, 0x100000000)
+_HEADS: dict[str, tuple[int, int]] = {}  # the first 20 characters of unique ids -> hash
+
+
+def _java_hash(text: str) -> tuple[int, int]:
+    """Java's ``String.hashCode`` of ``text`` as an unsigned 32-bit int, and its length in
+    UTF-16 code units."""
+    units: bytes | memoryview = (
+        text.encode("ascii") if text.isascii() else memoryview(text.encode(_UTF16)).cast("H")
+    )
+    value = 0
+    for unit in units:
+        value = (value * 31 + unit) & 0xFFFFFFFF
+    return value, len(units)
+
+
+def _positive(value: int) -> int:
+    """RocketMQ's ``indexKeyHashMethod`` of an unsigned 32-bit ``hashCode``: its absolute
+    value as a signed int, 0 for ``Integer.MIN_VALUE``."""
+    return value if value < 0x80000000 else (0 if value == 0x80000000 else 0x100000000 - value)
+
+
+def _key_hash(prefix: tuple[int, int], key: str) -> int:
+    """:func:`index_key_hash` of ``topic#`` + ``key`` from the prefix's :func:`_java_hash`.
+
+    A unique id of RocketMQ's clients (32 hex characters) starts with 20 that one producer
+    repeats (its address, process id and a random number): their hash is cached."""
+    if len(key) == 32:
+        head = _HEADS.get(key[:20])
+        if head is None:
+            if len(_HEADS) >= 4096:
+                _HEADS.clear()
+            head = _HEADS[key[:20]] = _java_hash(key[:20])
+        tail, length = _java_hash(key[20:])
+        value = (head[0] * _POW12 + tail) & 0xFFFFFFFF
+        length += 20
+    else:
+        value, length = _java_hash(key)
+    power = _POWERS.get(length)
+    if power is None:
+        power = _POWERS[length] = pow(31, length, 0x100000000)
+    return _positive((prefix[0] * power + value) & 0xFFFFFFFF)
+
+
 def index_key_hash(key: str) -> int:
     """RocketMQ's ``indexKeyHashMethod``: ``abs(key.hashCode())``, 0 for ``Integer.MIN_VALUE``."""
-    value = java_string_hash(key)
-    return 0 if value == -(2**31) else abs(value)
+    return _positive(_java_hash(key)[0])
+
+
+def _raw_keys(raw: bytes) -> list[str]:
+    """:func:`_record_keys` of a raw properties field (the last ``UNIQ_KEY`` and ``KEYS``,
+    as a Java ``HashMap`` keeps them)."""
+    found = dict(_KEY_PROPERTIES.findall(raw))
+    keys = []
+    uniq = found.get(b"UNIQ_KEY")
+    if uniq is not None:
+        keys.append(uniq.decode("utf-8", "replace"))
+    value = found.get(b"KEYS")
+    if value:
+        keys.extend(key for key in value.decode("utf-8", "replace").split(" ") if key)
+    return keys
+
+
+def _record_keys(properties: dict[str, str]) -> Iterator[str]:
+    uniq = properties.get("UNIQ_KEY")
+    if uniq is not None:
+        yield uniq
+    for key in properties.get("KEYS", "").split(" "):
+        if key:
+            yield key
 
 
 def index_file_size(slots: int, entries: int) -> int:
@@ -99,14 +170,7 @@ def index_file_size(slots: int, entries: int) -> int:
 def record_index_keys(topic: str, properties: dict[str, str]) -> list[str]:
     """The index keys of a record, in RocketMQ's order: ``topic#UNIQ_KEY`` first, then
     ``topic#key`` for each non-empty space-separated key of ``KEYS``."""
-    keys = []
-    uniq = properties.get("UNIQ_KEY")
-    if uniq is not None:
-        keys.append(f"{topic}#{uniq}")
-    for key in properties.get("KEYS", "").split(" "):
-        if key:
-            keys.append(f"{topic}#{key}")
-    return keys
+    return [f"{topic}#{key}" for key in _record_keys(properties)]
 
 
 @attrs.define
@@ -139,7 +203,13 @@ class IndexHeader:
 
 
 class IndexFile:
-    """One index file (see the module docstring). Open with :meth:`create` or :meth:`load`."""
+    """One index file (see the module docstring). Open with :meth:`create` or :meth:`load`.
+
+    Entries and the header are written with ``pwrite`` (a full disk is an ``OSError``);
+    slots are stored into the shared mapping, each page of the slot table given its blocks
+    first (rewritten once with ``pwrite``), so a full disk is an ``OSError`` there too, never
+    a ``SIGBUS``. Reads go through the mapping.
+    """
 
     def __init__(self, path: Path, slots: int, entries: int, fd: int, header: IndexHeader) -> None:
         self.path = path
@@ -147,7 +217,9 @@ class IndexFile:
         self.entries = entries
         self.header = header
         self._fd = fd
+        self._map: mmap.mmap | None = mmap.mmap(fd, 0)
         self._entries_at = INDEX_HEADER_SIZE + slots * INDEX_SLOT_SIZE
+        self._reserved: set[int] = set()  # slot table pages known to have their blocks
         self.dirty = False
 
     @classmethod
@@ -164,11 +236,11 @@ class IndexFile:
             if end_timestamp > 0:
                 header.begin_timestamp = header.end_timestamp = end_timestamp
             os.pwrite(fd, header.pack(), 0)
+            index_file = cls(path, slots, entries, fd, header)
         except BaseException:
             os.close(fd)
             path.unlink(missing_ok=True)
             raise
-        index_file = cls(path, slots, entries, fd, header)
         index_file.dirty = True
         return index_file
 
@@ -196,10 +268,10 @@ class IndexFile:
                     f"index file {path}: header counts {header.index_count} entries and "
                     f"{header.hash_slot_count} slots, more than the file holds"
                 )
+            return cls(path, slots, entries, fd, header)
         except BaseException:
             os.close(fd)
             raise
-        return cls(path, slots, entries, fd, header)
 
     @property
     def name(self) -> str:
@@ -218,16 +290,27 @@ class IndexFile:
     def _slot_at(self, key_hash: int) -> int:
         return INDEX_HEADER_SIZE + (key_hash % self.slots) * INDEX_SLOT_SIZE
 
+    def _write_slot(self, position: int, value: int) -> None:
+        """Store a slot (its page's blocks reserved first: a full disk raises OSError)."""
+        page = position // _PAGE
+        if page not in self._reserved:
+            at = page * _PAGE
+            os.pwrite(self._fd, os.pread(self._fd, _PAGE, at), at)
+            self._reserved.add(page)
+        assert self._map is not None
+        _SLOT.pack_into(self._map, position, value)
+
     def _read_slot(self, position: int) -> int:
-        value: int = _SLOT.unpack(os.pread(self._fd, INDEX_SLOT_SIZE, position))[0]
+        assert self._map is not None
+        value: int = _SLOT.unpack_from(self._map, position)[0]
         return value
 
     def entry(self, number: int) -> tuple[int, int, int, int]:
         """Entry ``number``: ``(key hash, physical offset, time diff, previous entry)``."""
-        data = os.pread(self._fd, INDEX_ENTRY_SIZE, self._entries_at + number * INDEX_ENTRY_SIZE)
-        if len(data) < INDEX_ENTRY_SIZE:
-            return (0, 0, 0, 0)
-        key_hash, phy_offset, diff, previous = _ENTRY.unpack(data)
+        assert self._map is not None
+        key_hash, phy_offset, diff, previous = _ENTRY.unpack_from(
+            self._map, self._entries_at + number * INDEX_ENTRY_SIZE
+        )
         return key_hash, phy_offset, diff, previous
 
     def put_key(self, key: str, phy_offset: int, store_timestamp: int) -> bool:
@@ -235,43 +318,72 @@ class IndexFile:
         the file is full.
 
         Raises:
-            OSError: the file could not be written (a full disk): nothing was counted.
+            OSError: the file could not be written (a full disk): nothing was added.
+        """
+        return self.put_keys([(index_key_hash(key), phy_offset, store_timestamp)]) == 1
+
+    def put_keys(self, keys: Sequence[tuple[int, int, int]]) -> int:
+        """Add ``(key hash, physical offset, store timestamp)`` keys in order, as many as the
+        file has room for; returns how many. Each is what RocketMQ's ``putKey`` writes; the
+        entries go in one write, then each slot, then the header (the commit point).
+
+        Raises:
+            OSError: the file could not be written (a full disk): nothing was added (the
+                slots already written are put back).
         """
         header = self.header
         count = header.index_count
-        if count >= self.entries:
-            return False
-        key_hash = index_key_hash(key)
-        slot_at = self._slot_at(key_hash)
-        previous = self._read_slot(slot_at)
-        if previous <= _INVALID or previous > count:
-            previous = _INVALID
-        if header.begin_timestamp <= 0:
-            diff = 0
-        else:
-            diff = min(max((store_timestamp - header.begin_timestamp) // 1000, 0), _I32_MAX)
-            if store_timestamp < header.begin_timestamp:  # Java's division truncates to 0
+        room = self.entries - count
+        if room <= 0 or not keys:
+            return 0
+        if len(keys) > room:
+            keys = keys[:room]
+        slots = self.slots
+        read_slot = self._read_slot
+        begin = header.begin_timestamp
+        used = header.hash_slot_count
+        pending: dict[int, int] = {}  # slot position -> entry number, for this batch
+        packed = bytearray()
+        pack = _ENTRY.pack
+        number = count
+        end_phy = header.end_phy_offset
+        end_stamp = header.end_timestamp
+        begin_phy = header.begin_phy_offset
+        for key_hash, phy_offset, stamp in keys:
+            slot_at = INDEX_HEADER_SIZE + (key_hash % slots) * INDEX_SLOT_SIZE
+            previous = pending.get(slot_at)
+            if previous is None:
+                previous = read_slot(slot_at)
+                if previous <= _INVALID or previous > count:
+                    previous = _INVALID
+            if begin <= 0:
                 diff = 0
+            else:
+                diff = (stamp - begin) // 1000 if stamp > begin else 0
+                diff = min(diff, _I32_MAX)
+            packed += pack(key_hash, phy_offset, diff, previous)
+            pending[slot_at] = number
+            if number <= 1:  # the file's first key sets its begin (RocketMQ's)
+                begin_phy = phy_offset
+                begin = stamp
+            if previous == _INVALID:
+                used += 1
+            end_phy, end_stamp = phy_offset, stamp
+            number += 1
         fd = self._fd
-        os.pwrite(
-            fd,
-            _ENTRY.pack(key_hash, phy_offset, diff, previous),
-            self._entries_at + count * INDEX_ENTRY_SIZE,
-        )
-        os.pwrite(fd, _SLOT.pack(count), slot_at)
-        updated = attrs.evolve(header)
-        if count <= 1:
-            updated.begin_phy_offset = phy_offset
-            updated.begin_timestamp = store_timestamp
-        if previous == _INVALID:
-            updated.hash_slot_count += 1
-        updated.index_count = count + 1
-        updated.end_phy_offset = phy_offset
-        updated.end_timestamp = store_timestamp
-        os.pwrite(fd, updated.pack(), 0)  # the commit point: one write
-        self.header = updated
         self.dirty = True
-        return True
+        os.pwrite(fd, packed, self._entries_at + count * INDEX_ENTRY_SIZE)
+        try:
+            write_slot = self._write_slot
+            for slot_at, value in pending.items():
+                write_slot(slot_at, value)
+            updated = IndexHeader(begin, end_stamp, begin_phy, end_phy, used, number)
+            os.pwrite(fd, updated.pack(), 0)
+        except OSError:
+            self.repair()
+            raise
+        self.header = updated
+        return len(keys)
 
     def time_matched(self, begin: int, end: int) -> bool:
         """RocketMQ's ``isTimeMatched``: whether ``[begin, end]`` overlaps the file's span."""
@@ -301,19 +413,27 @@ class IndexFile:
                 break
             number = previous
 
-    def repair(self) -> bool:
-        """Undo a key whose slot was written but whose header was not (a process killed
-        in :meth:`put_key`); True if there was one."""
+    def repair(self) -> int:
+        """Undo the keys whose slots were written but whose header was not (a process killed
+        in :meth:`put_keys`, or a write that failed); returns how many slots were put back."""
         count = self.header.index_count
-        if count >= self.entries:
-            return False
-        key_hash, _, _, previous = self.entry(count)
-        slot_at = self._slot_at(key_hash)
-        if self._read_slot(slot_at) != count:
-            return False
-        os.pwrite(self._fd, _SLOT.pack(previous), slot_at)
-        self.dirty = True
-        return True
+        written = []
+        number = count
+        while number < self.entries:
+            entry = self.entry(number)
+            if entry == (0, 0, 0, 0):
+                break
+            written.append((number, entry))
+            number += 1
+        undone = 0
+        for number, (key_hash, _, _, previous) in reversed(written):
+            slot_at = self._slot_at(key_hash)
+            if self._read_slot(slot_at) == number:
+                self._write_slot(slot_at, previous)
+                undone += 1
+        if undone:
+            self.dirty = True
+        return undone
 
     def entry_offsets_from_end(self) -> Iterator[int]:
         """The physical offsets of the entries, newest first."""
@@ -333,7 +453,7 @@ class IndexFile:
                 break
             slot_at = self._slot_at(key_hash)
             if self._read_slot(slot_at) == number:
-                os.pwrite(self._fd, _SLOT.pack(previous), slot_at)
+                self._write_slot(slot_at, previous)
                 if previous == _INVALID:
                     header.hash_slot_count = max(header.hash_slot_count - 1, 0)
             header.index_count = number
@@ -358,6 +478,9 @@ class IndexFile:
             os.fsync(self._fd)
 
     def close(self) -> None:
+        if self._map is not None:
+            self._map.close()
+            self._map = None
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
@@ -488,51 +611,58 @@ class IndexService:
             self.error = None
 
     def _index_rows(self, view: memoryview, base: int, rows: bytes) -> bool:
-        topics: dict[int, str] = {}
+        """Index the keys of the records of ``rows`` (one scan window), in one batch."""
+        prefixes: dict[int, tuple[int, int]] = {}  # topic id -> hash and length of "topic#"
+        batch: list[tuple[int, int, int]] = []  # (key hash, offset, store timestamp)
+        origins: list[tuple[int, int]] = []  # (record offset, key number in the record)
+        indexed, skip = self.indexed_offset, self._skip
         for offset, _, _, _, _, stored, t_start, t_length, t_id in ROW.iter_unpack(rows):
-            if offset < self.indexed_offset:
+            if offset < indexed:
                 continue
-            if offset > self.indexed_offset:
-                self.indexed_offset = offset
-                self._skip = 0
             at = t_start + t_length
             length = int.from_bytes(view[at : at + 2], "big")
             raw = bytes(view[at + 2 : at + 2 + length])
             if _KEYS not in raw and _UNIQ_KEY not in raw:
                 continue
             at_flag = offset - base + _SYS_FLAG_AT
-            sys_flag = int.from_bytes(view[at_flag : at_flag + 4], "big")
-            if sys_flag & _ROLLBACK == _ROLLBACK:
+            if int.from_bytes(view[at_flag : at_flag + 4], "big") & _ROLLBACK == _ROLLBACK:
                 continue
-            topic = topics.get(t_id)
-            if topic is None:
-                topic = topics[t_id] = str(view[t_start:at], "utf-8")
-            keys = record_index_keys(topic, decode_properties(raw))
-            done = self._skip
-            for key in keys[done:]:
-                try:
-                    self._put(key, offset, stored)
-                except OSError as exc:
-                    self._skip = done
-                    if self.error is None:
-                        logger.error(
-                            "%s: cannot write the index (%s): indexing stops at offset %d "
-                            "until it can (lookups miss the records after it)",
-                            self.directory,
-                            exc,
-                            offset,
-                        )
-                    self.error = f"index: {exc}"
-                    return False
-                done += 1
-            self._skip = done
+            prefix = prefixes.get(t_id)
+            if prefix is None:
+                prefix = prefixes[t_id] = _java_hash(str(view[t_start:at], "utf-8") + "#")
+            first = skip if offset == indexed else 0
+            for number, key in enumerate(_raw_keys(raw)):
+                if number >= first:
+                    batch.append((_key_hash(prefix, key), offset, stored))
+                    origins.append((offset, number))
+        if not batch:
+            return True
+        done = 0
+        try:
+            while done < len(batch):
+                index_file = self._writable()
+                added = index_file.put_keys(batch[done:] if done else batch)
+                if added == 0 and not index_file.full:  # pragma: no cover - defensive
+                    break
+                done += added
+                if index_file.full and done < len(batch):
+                    logger.info("%s is full: a new index file follows", index_file.path)
+        except OSError as exc:
+            offset, number = origins[done]
+            self.indexed_offset, self._skip = offset, number
+            if self.error is None:
+                logger.error(
+                    "%s: cannot write the index (%s): indexing stops at offset %d until it can "
+                    "(lookups miss the records from there on)",
+                    self.directory,
+                    exc,
+                    offset,
+                )
+            self.error = f"index: {exc}"
+            return False
+        offset, number = origins[-1]
+        self.indexed_offset, self._skip = offset, number + 1
         return True
-
-    def _put(self, key: str, offset: int, stored: int) -> None:
-        index_file = self._writable()
-        while not index_file.put_key(key, offset, stored):
-            logger.info("%s is full: a new index file follows", index_file.path)
-            index_file = self._writable()
 
     def _writable(self) -> IndexFile:
         end_phy, end_stamp = 0, 0
