@@ -230,3 +230,37 @@ def test_a_slave_builds_the_index_from_replicated_bytes(tmp_path: Path) -> None:
         slave.append_raw(1000, data[1000:])
         assert offsets(slave, "k7") == [puts[7].wrote_offset]
         assert offsets(slave, "U19") == [puts[19].wrote_offset]
+
+
+def test_keys_of_an_interrupted_batch_are_undone_at_open(tmp_path: Path) -> None:
+    cfg = config(slots=2, entries=32)
+    with CommitLogStore.open(tmp_path, cfg) as store:
+        puts = [store.put(message(f"k{i} all")) for i in range(3)]
+        assert store.index is not None
+        index_file = store.index.files[0]
+        path = index_file.path
+        header = path.read_bytes()[:40]
+        stamp = puts[-1].store_timestamp
+        ghosts = [(index_key_hash(f"T#ghost{i}"), 10**6 + i, stamp) for i in range(5)]
+        assert index_file.put_keys(ghosts) == 5
+    with path.open("r+b") as f:  # killed before the header: the old one, slots moved on
+        f.write(header)
+    with CommitLogStore.open(tmp_path, cfg) as store:
+        assert offsets(store, "all") == [p.wrote_offset for p in puts]
+        assert all(offsets(store, f"ghost{i}") == [] for i in range(5))
+        later = store.put(message("all"))
+        assert offsets(store, "all") == [p.wrote_offset for p in puts] + [later.wrote_offset]
+
+
+def test_a_torn_last_file_is_built_again(tmp_path: Path) -> None:
+    cfg = config(slots=4, entries=4)  # 3 keys a file
+    with CommitLogStore.open(tmp_path, cfg) as store:
+        puts = [store.put(message(f"k{i}")) for i in range(5)]
+        assert store.index is not None
+        path = store.index.files[-1].path
+    data = bytearray(path.read_bytes())
+    data[24:32] = (123_456).to_bytes(8, "big")  # endPhyOffset of pages that never hit the disk
+    path.write_bytes(bytes(data))
+    with CommitLogStore.open(tmp_path, cfg) as store:
+        for i, put in enumerate(puts):
+            assert offsets(store, f"k{i}") == [put.wrote_offset]

@@ -532,10 +532,22 @@ class IndexService:
             if not (_NAME.match(path.name) and path.is_file()):
                 continue
             self.files.append(IndexFile.load(path, self.slots, self.entries))
-        if self.files and self.files[-1].repair():
+        if not self.files:
+            return
+        last = self.files[-1]
+        if last.repair():
+            logger.warning("%s: undid keys half-written when the last run stopped", last.path)
+        if last.count > 0 and _newest(last) != last.header.end_phy_offset:
+            # not what a kill leaves (the header is written last, in one write): pages lost
+            # with the machine. Built again from the commit log.
             logger.warning(
-                "%s: undid a key half-written when the last run stopped", self.files[-1].path
+                "%s: its header and its newest entry disagree (offset %d against %d): "
+                "deleted, its keys are indexed again from the commit log",
+                last.path,
+                last.header.end_phy_offset,
+                _newest(last),
             )
+            self._delete(last, "inconsistent")
 
     def recover(self, commit_log: MappedFileQueue, end: int) -> None:
         """Roll the files back to the commit log's valid end ``end`` and find where building
@@ -713,11 +725,11 @@ class IndexService:
             self.indexed_offset = offset
             self._skip = 0
 
-    def _delete(self, index_file: IndexFile) -> None:
+    def _delete(self, index_file: IndexFile, why: str = "its keys were past the data") -> None:
         index_file.close()
         index_file.path.unlink(missing_ok=True)
         self.files.remove(index_file)
-        logger.info("%s: deleted (its keys were past the data)", index_file.path)
+        logger.info("%s: deleted (%s)", index_file.path, why)
 
     def flush(self) -> None:
         """fsync the files written since the last flush."""
