@@ -14,8 +14,10 @@ import pytest
 import trio
 from broker_support import config, running
 
+from hanet.broker import apply_properties
 from hanet.cli import build_parser
 from hanet.client import BrokerClient, query_message, view_message
+from hanet.errors import ConfigError
 from hanet.protocol import (
     QueryMessageRequestHeader,
     QueryMessageResponseHeader,
@@ -202,3 +204,12 @@ async def test_lookups_after_kill_9(tmp_path: Path) -> None:
         if process.returncode is None:
             process.kill()
         await process.wait()
+
+
+def test_index_settings_in_broker_conf() -> None:
+    cfg = apply_properties(
+        {"messageIndexEnable": "false", "maxHashSlotNum": "16", "maxIndexNum": "40"}
+    )
+    assert (cfg.message_index_enable, cfg.max_hash_slot_num, cfg.max_index_num) == (False, 16, 40)
+    with pytest.raises(ConfigError, match="max_index_num"):
+        apply_properties({"maxIndexNum": "1"})

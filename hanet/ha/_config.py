@@ -113,6 +113,11 @@ def _at_least_one(instance: object, attribute: attrs.Attribute[Any], value: int)
         raise ConfigError(f"{attribute.name} must be >= 1 (the master itself), got {value}")
 
 
+def _index_entries(instance: object, attribute: attrs.Attribute[Any], value: int) -> None:
+    if value < 2:
+        raise ConfigError(f"{attribute.name} must be >= 2 (entry 0 is never used), got {value}")
+
+
 @attrs.frozen
 class BrokerConfig:
     """One broker's settings (defaults as RocketMQ's, see docs/protocol.md).
@@ -227,7 +232,7 @@ class BrokerConfig:
     broker_ip2: str | None = attrs.field(default=None, validator=_host)
     message_index_enable: bool = True
     max_hash_slot_num: int = attrs.field(default=5_000_000, validator=_positive)
-    max_index_num: int = attrs.field(default=20_000_000, validator=_positive)
+    max_index_num: int = attrs.field(default=20_000_000, validator=_index_entries)
 
     def __attrs_post_init__(self) -> None:
         broker_id = self.broker_id
