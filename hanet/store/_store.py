@@ -23,6 +23,10 @@ Shape (what the HA layer relies on):
   into a new file does not reserve it (nor, with ``warm_mapped_files``, pre-fault it); a
   write that finds none ready creates it itself, as without ``run()``. New files are not
   faulted in by default: they take memory as they are written, not all at once.
+- The index files (``index/``, :attr:`CommitLogStore.index`; RocketMQ's key index, see
+  ``_index_file.py``) are built right after each put and dispatch, from the dispatched
+  records, rolled back with the commit log (:meth:`~CommitLogStore.truncate_to`, recovery)
+  and fsynced with the consume queues; :meth:`~CommitLogStore.query_index` looks keys up.
 - New data is announced to listeners (:meth:`~CommitLogStore.add_listener`), called
   synchronously with the new max offset: the HA master turns that into a wake-up, no polling.
 - Replicated bytes are validated **before** they are copied into the commit log
