@@ -264,3 +264,17 @@ def test_a_torn_last_file_is_built_again(tmp_path: Path) -> None:
     with CommitLogStore.open(tmp_path, cfg) as store:
         for i, put in enumerate(puts):
             assert offsets(store, f"k{i}") == [put.wrote_offset]
+
+
+def test_expired_files_are_deleted_below_a_new_minimum_offset(tmp_path: Path) -> None:
+    with CommitLogStore.open(tmp_path, config(slots=3, entries=3)) as store:  # 2 keys a file
+        puts = [store.put(message(f"k{i}")) for i in range(6)]
+        assert store.index is not None and len(store.index.files) == 3
+        assert store.index.delete_expired(puts[3].wrote_offset) == 1  # keys of records 0 and 1
+        assert [f.header.begin_phy_offset for f in store.index.files] == [
+            puts[2].wrote_offset,
+            puts[4].wrote_offset,
+        ]
+        assert offsets(store, "k0") == [] and offsets(store, "k5") == [puts[5].wrote_offset]
+        assert store.index.delete_expired(2**62) == 1  # never the newest
+        assert offsets(store, "k5") == [puts[5].wrote_offset]

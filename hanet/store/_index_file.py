@@ -725,6 +725,16 @@ class IndexService:
             self.indexed_offset = offset
             self._skip = 0
 
+    def delete_expired(self, offset: int) -> int:
+        """Delete the oldest files whose keys all point below ``offset`` (the commit log's new
+        minimum offset after retention), never the newest file (RocketMQ's
+        ``deleteExpiredFile``); returns how many."""
+        deleted = 0
+        while len(self.files) > 1 and self.files[0].header.end_phy_offset < offset:
+            self._delete(self.files[0], f"its keys are below the commit log's start {offset}")
+            deleted += 1
+        return deleted
+
     def _delete(self, index_file: IndexFile, why: str = "its keys were past the data") -> None:
         index_file.close()
         index_file.path.unlink(missing_ok=True)
