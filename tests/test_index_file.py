@@ -278,3 +278,12 @@ def test_expired_files_are_deleted_below_a_new_minimum_offset(tmp_path: Path) ->
         assert offsets(store, "k0") == [] and offsets(store, "k5") == [puts[5].wrote_offset]
         assert store.index.delete_expired(2**62) == 1  # never the newest
         assert offsets(store, "k5") == [puts[5].wrote_offset]
+
+
+def test_an_empty_file_left_by_a_kill_is_deleted(tmp_path: Path) -> None:
+    with CommitLogStore.open(tmp_path, config()) as store:
+        put = store.put(message("k"))
+    (tmp_path / "index" / "29991231235959999").touch()  # os.open done, ftruncate not yet
+    with CommitLogStore.open(tmp_path, config()) as store:
+        assert offsets(store, "k") == [put.wrote_offset]
+    assert not (tmp_path / "index" / "29991231235959999").exists()

@@ -531,6 +531,10 @@ class IndexService:
         for path in sorted(self.directory.iterdir()):
             if not (_NAME.match(path.name) and path.is_file()):
                 continue
+            if path.stat().st_size == 0:  # a kill while it was being made: nothing in it yet
+                logger.warning("%s: empty (made when the last run stopped): deleted", path)
+                path.unlink()
+                continue
             self.files.append(IndexFile.load(path, self.slots, self.entries))
         if not self.files:
             return
