@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import trio
 
 from hanet.store import (
     CommitLogStore,
@@ -77,6 +78,7 @@ def test_file_layout_byte_for_byte(tmp_path: Path) -> None:
         second = store.put(message("a", None))
         third = store.put(message("", "U3", topic="Other"))
         store.put(message())  # no key: not indexed
+        store.build_index()  # puts leave up to 256 KiB to the next batch
         (index_file,) = store.index.files if store.index else []
         path = index_file.path
     assert len(path.name) == 17 and path.name.isdigit()
@@ -145,6 +147,7 @@ def test_collisions_in_a_tiny_slot_table(tmp_path: Path) -> None:
 def test_a_full_file_is_followed_by_a_new_one(tmp_path: Path) -> None:
     with CommitLogStore.open(tmp_path, config(slots=3, entries=4)) as store:  # 3 keys a file
         puts = [store.put(message(f"k{i} all")) for i in range(7)]
+        store.build_index()
         assert store.index is not None
         files = store.index.files
         assert len(files) == 5 and [f.name for f in files] == sorted(f.name for f in files)
@@ -181,6 +184,7 @@ def test_a_half_written_key_is_undone_at_open(tmp_path: Path) -> None:
     cfg = config(slots=1, entries=16)
     with CommitLogStore.open(tmp_path, cfg) as store:
         puts = [store.put(message(f"k{i}")) for i in range(3)]
+        store.build_index()
         assert store.index is not None
         index_file = store.index.files[0]
         path = index_file.path
@@ -236,6 +240,7 @@ def test_keys_of_an_interrupted_batch_are_undone_at_open(tmp_path: Path) -> None
     cfg = config(slots=2, entries=32)
     with CommitLogStore.open(tmp_path, cfg) as store:
         puts = [store.put(message(f"k{i} all")) for i in range(3)]
+        store.build_index()
         assert store.index is not None
         index_file = store.index.files[0]
         path = index_file.path
@@ -256,6 +261,7 @@ def test_a_torn_last_file_is_built_again(tmp_path: Path) -> None:
     cfg = config(slots=4, entries=4)  # 3 keys a file
     with CommitLogStore.open(tmp_path, cfg) as store:
         puts = [store.put(message(f"k{i}")) for i in range(5)]
+        store.build_index()
         assert store.index is not None
         path = store.index.files[-1].path
     data = bytearray(path.read_bytes())
@@ -269,6 +275,7 @@ def test_a_torn_last_file_is_built_again(tmp_path: Path) -> None:
 def test_expired_files_are_deleted_below_a_new_minimum_offset(tmp_path: Path) -> None:
     with CommitLogStore.open(tmp_path, config(slots=3, entries=3)) as store:  # 2 keys a file
         puts = [store.put(message(f"k{i}")) for i in range(6)]
+        store.build_index()
         assert store.index is not None and len(store.index.files) == 3
         assert store.index.delete_expired(puts[3].wrote_offset) == 1  # keys of records 0 and 1
         assert [f.header.begin_phy_offset for f in store.index.files] == [
@@ -287,3 +294,26 @@ def test_an_empty_file_left_by_a_kill_is_deleted(tmp_path: Path) -> None:
     with CommitLogStore.open(tmp_path, config()) as store:
         assert offsets(store, "k") == [put.wrote_offset]
     assert not (tmp_path / "index" / "29991231235959999").exists()
+
+
+def test_puts_index_in_batches_and_the_flusher_catches_up(tmp_path: Path) -> None:
+    cfg = config(slots=64, entries=10_000, flush_interval=0.05)
+    with CommitLogStore.open(tmp_path, cfg) as store:
+        assert store.index is not None
+        first = store.put(message("k0", body=b"x" * 1000))
+        assert store.index.indexed_offset == 0  # left for a batch
+        puts = [first] + [store.put(message(f"k{i}", body=b"x" * 1000)) for i in range(1, 600)]
+        assert 0 < store.index.indexed_offset < store.max_offset  # 256 KiB at a time
+        assert store.max_offset - store.index.indexed_offset < 256 * 1024 + 2048
+
+        async def flusher() -> None:
+            async with trio.open_nursery() as nursery:
+                await nursery.start(store.run)
+                with trio.fail_after(10):
+                    while store.index is not None and store.index.indexed_offset < store.max_offset:  # noqa: ASYNC110 - polls the flusher
+                        await trio.sleep(0.01)
+                nursery.cancel_scope.cancel()
+
+        trio.run(flusher)
+        for i in (0, 299, 599):
+            assert store.index.query("T", f"k{i}", 32, 0, END)[0] == [puts[i].wrote_offset]

@@ -41,7 +41,7 @@ from pathlib import Path
 import attrs
 
 from ._errors import StoreError, StoreLayoutError
-from ._index import ROW, STOP_REASONS, scan_windows
+from ._index import ROW, SCAN_WINDOW, STOP_REASONS, scan_windows
 from ._mapped_queue import MappedFileQueue
 from ._scanner import StopReason, decode_record
 
@@ -593,14 +593,17 @@ class IndexService:
             self.indexed_offset = offset
             self._skip = 0
 
-    def build(self, commit_log: MappedFileQueue, end: int) -> None:
+    def build(self, commit_log: MappedFileQueue, end: int, *, budget: int | None = None) -> bool:
         """Index the records in ``[indexed_offset, end)`` (all complete and valid: the store
-        dispatched them). A file that cannot be written (a full disk) stops the build at the
-        record it was on, logged once; the next call tries again."""
+        dispatched them); with ``budget``, stop at a record boundary once about that many bytes
+        were scanned. Returns whether it reached ``end``. A file that cannot be written (a full
+        disk) stops the build at the record it was on, logged once; the next call tries
+        again."""
         if self.indexed_offset < commit_log.min_offset:
             self.indexed_offset = commit_log.min_offset
             self._skip = 0
-        position = self.indexed_offset
+        position = start = self.indexed_offset
+        window = SCAN_WINDOW if budget is None else max(budget, 64 * 1024)
         while position < end:
             mapped = commit_log.find(position)
             if mapped is None:  # pragma: no cover - offsets inside the data have a file
@@ -609,9 +612,14 @@ class IndexService:
             view = mapped.view
             stop_at = min(end - base, mapped.wrote)
             result = None
-            for result in scan_windows(view, position - base, stop_at, base, None, False, True):
+            for result in scan_windows(
+                view, position - base, stop_at, base, None, False, True, window=window
+            ):
                 if result[4] and not self._index_rows(view, base, result[5]):
-                    return
+                    return False
+                if budget is not None and base + result[0] - start >= budget:
+                    self.indexed_offset, self._skip = base + result[0], 0  # a record boundary
+                    return self.indexed_offset >= end
             if result is None:  # pragma: no cover - scan_windows yields at least once
                 break
             reached = base + result[0]
@@ -625,6 +633,7 @@ class IndexService:
         if self.error is not None and self.indexed_offset >= end:
             logger.info("%s: index files can be written again", self.directory)
             self.error = None
+        return self.indexed_offset >= end
 
     def _index_rows(self, view: memoryview, base: int, rows: bytes) -> bool:
         """Index the keys of the records of ``rows`` (one scan window), in one batch."""

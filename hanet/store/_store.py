@@ -100,6 +100,8 @@ __all__ = ["CommitLogStore", "DispatchError", "Listener"]
 logger = logging.getLogger(__name__)
 
 _NEVER = 2**63
+_INDEX_LAG = 256 * 1024  # dispatched bytes a put or dispatch leaves unindexed at most
+_INDEX_STEP = 1 << 20  # bytes the flusher indexes between two checkpoints
 _QUEUE_FILL = 0.9  # consume queue files are preallocated once this full (small, many queues)
 
 _END, _BLANK, _UNWRITTEN, _INCOMPLETE = (
@@ -262,6 +264,7 @@ class CommitLogStore:
             self.index.load()
             self.index.recover(self.commit_log, result.end_offset)
         self.dispatch()
+        self._build_index(force=True)
         if isinstance(self._dispatch_error, CorruptRecordError):  # pragma: no cover
             raise self._dispatch_error  # recovery validated the records
         self._last_store_timestamp = self._flushed_store_timestamp = checkpoint.physic_msg_timestamp
@@ -363,6 +366,7 @@ class CommitLogStore:
             if self._notify_pending:  # raw appends left for a dispatch that never came
                 self._notify_pending = False
                 self._dispatch()
+            self._build_index(force=True)
             self._flush_all()
         finally:
             self.commit_log.close()
@@ -381,6 +385,7 @@ class CommitLogStore:
             return
         while self._flush_done is not None:  # let a group commit in flight finish
             await self._flush_done.wait()
+        self._build_index(force=True)
         async with self._flush_lock:
             await trio.to_thread.run_sync(self._flush_if_open)
         self.close()
@@ -1009,16 +1014,30 @@ class CommitLogStore:
         self._build_index()
         return self.dispatch_error
 
-    def _build_index(self) -> None:
-        """Index the dispatched records not indexed yet (RocketMQ's ``buildIndex`` dispatcher):
-        after every put and dispatch, on masters and slaves."""
+    def _build_index(self, *, force: bool = False, budget: int | None = None) -> bool:
+        """Index the dispatched records not indexed yet (RocketMQ's ``buildIndex`` dispatcher),
+        on masters and slaves: after a put or dispatch once ``_INDEX_LAG`` bytes wait (in
+        batches: one build costs puts little per record), all of them with ``force`` (before a
+        lookup, at open and close; :meth:`run` every ``flush_interval``, ``budget`` bytes at a
+        time). Returns whether the index is caught up."""
         index = self.index
-        if index is None or index.indexed_offset >= self._dispatched:
-            return
+        if index is None:
+            return True
+        lag = self._dispatched - index.indexed_offset
+        if lag <= 0:
+            return True
+        if not force and lag < _INDEX_LAG:
+            return False
         try:
-            index.build(self.commit_log, self._dispatched)
+            return index.build(self.commit_log, self._dispatched, budget=budget)
         except Exception:  # pragma: no cover - a bug must not stop puts and replication
             logger.exception("%s: building the index failed at %d", self.root, index.indexed_offset)
+            return True
+
+    def build_index(self) -> None:
+        """Index every dispatched record now (puts leave up to 256 KiB to the next batch;
+        lookups, :meth:`run` and :meth:`close` catch up by themselves)."""
+        self._build_index(force=True)
 
     def query_index(
         self, topic: str, key: str, max_num: int, begin: int, end: int
@@ -1032,6 +1051,7 @@ class CommitLogStore:
         (``message_index_enable`` off)."""
         if self.index is None:
             return [], 0, 0
+        self._build_index(force=True)
         offsets, stamp, offset = self.index.query(topic, key, max_num, begin, end)
         low = self.commit_log.min_offset
         return sorted({o for o in offsets if low <= o < self._dispatched}), stamp, offset
@@ -1213,6 +1233,8 @@ class CommitLogStore:
             task_status.started()
             while not self._closed:
                 await trio.sleep(self.config.flush_interval)
+                while not self._closed and not self._build_index(force=True, budget=_INDEX_STEP):
+                    await trio.lowlevel.checkpoint()  # puts go on between steps
                 async with self._flush_lock:
                     await trio.to_thread.run_sync(self._flush_if_open)
             nursery.cancel_scope.cancel()
