@@ -24,9 +24,11 @@ Shape (what the HA layer relies on):
   write that finds none ready creates it itself, as without ``run()``. New files are not
   faulted in by default: they take memory as they are written, not all at once.
 - The index files (``index/``, :attr:`CommitLogStore.index`; RocketMQ's key index, see
-  ``_index_file.py``) are built right after each put and dispatch, from the dispatched
-  records, rolled back with the commit log (:meth:`~CommitLogStore.truncate_to`, recovery)
-  and fsynced with the consume queues; :meth:`~CommitLogStore.query_index` looks keys up.
+  ``_index_file.py``) are built from the dispatched records in batches: by a put or dispatch
+  once 256 KiB wait, and caught up by every lookup (:meth:`~CommitLogStore.query_index`), by
+  :meth:`~CommitLogStore.run` each ``flush_interval`` and at open and close; rolled back with
+  the commit log (:meth:`~CommitLogStore.truncate_to`, recovery) and fsynced with the
+  consume queues.
 - New data is announced to listeners (:meth:`~CommitLogStore.add_listener`), called
   synchronously with the new max offset: the HA master turns that into a wake-up, no polling.
 - Replicated bytes are validated **before** they are copied into the commit log
