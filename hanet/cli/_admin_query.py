@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import time
 from collections.abc import Iterable
 from typing import Any, Protocol
 
@@ -169,21 +170,57 @@ class _Usage(Exception):
     pass
 
 
-def _show(records: Iterable[MessageRecord], as_json: bool) -> int:
+def _show(records: Iterable[MessageRecord], as_json: bool, *, detail: bool = False) -> int:
+    """Print the records (a table, each in detail with ``detail``, or JSON lines); exit 1
+    with RocketMQ's NO_MESSAGE words when there are none."""
     found = list(records)
     if not found:
         print("no message (NO_MESSAGE: query message finished, but no message)")
         return EXIT_FAILED
-    for record in found:
-        if as_json:
+    if as_json:
+        for record in found:
             print(json.dumps(record_to_json(record)), flush=True)
-    if not as_json:
+    elif detail:
+        for record in found:
+            _print_detail(record)
+    else:
         print(f"{'#Message ID':<34} {'#Unique Key':<34} {'#QID':>4} {'#Offset':>10}  #Keys")
         for r in found:
             unique = r.properties.get("UNIQ_KEY", "")
             keys = r.properties.get("KEYS", "")
             print(f"{r.msg_id:<34} {unique:<34} {r.queue_id:>4} {r.queue_offset:>10}  {keys}")
     return 0
+
+
+def _print_detail(record: MessageRecord) -> None:
+    """One message as mqadmin's ``printMsg`` shows it."""
+    fields = record_to_json(record)
+    rows = [
+        ("OffsetID", record.msg_id),
+        ("Unique Key", record.properties.get("UNIQ_KEY", "")),
+        ("Topic", record.topic),
+        ("Tags", f"[{record.properties.get('TAGS', '')}]"),
+        ("Keys", f"[{record.properties.get('KEYS', '')}]"),
+        ("Queue ID", record.queue_id),
+        ("Queue Offset", record.queue_offset),
+        ("CommitLog Offset", record.physical_offset),
+        ("Reconsume Times", record.reconsume_times),
+        ("Born Timestamp", _stamp(record.born_timestamp)),
+        ("Store Timestamp", _stamp(record.store_timestamp)),
+        ("Born Host", fields["born_host"]),
+        ("Store Host", fields["store_host"]),
+        ("System Flag", record.sys_flag),
+        ("Properties", record.properties),
+        ("Body", fields.get("body", fields.get("body_base64"))),
+    ]
+    for name, value in rows:
+        print(f"{name + ':':<20}{value}")
+    print()
+
+
+def _stamp(millis: int) -> str:
+    seconds, ms = divmod(millis, 1000)
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(seconds)) + f",{ms:03d}"
 
 
 async def _query_all(
@@ -251,7 +288,7 @@ async def query_by_id(args: argparse.Namespace) -> int:
     if parsed is not None:
         record = await _view(args, parsed)
         if record is not None:
-            return _show([record], args.json)
+            return _show([record], args.json, detail=True)
     if args.topic is None:
         return fail(
             f"{msg_id}: no message at the broker the id names; give -t TOPIC to look it up "
@@ -267,7 +304,7 @@ async def query_by_id(args: argparse.Namespace) -> int:
     if errors and not found:
         return fail("; ".join(errors))
     found.sort(key=lambda r: r.store_timestamp)
-    return _show(found[:1], args.json)
+    return _show(found[:1], args.json, detail=True)
 
 
 async def _view(args: argparse.Namespace, msg_id: MessageId) -> MessageRecord | None:
@@ -303,4 +340,4 @@ async def query_by_offset(args: argparse.Namespace) -> int:
     except (RemotingError, OSError) as exc:
         return fail(f"{host}:{port}: {exc}")
     records = [r for r in pulled.messages if r.queue_offset == args.offset]
-    return _show(records, args.json)
+    return _show(records, args.json, detail=True)
