@@ -13,6 +13,9 @@ from pathlib import Path
 import pytest
 import trio
 from broker_support import config, running
+from test_cli_processes import cluster as processes
+from test_cli_processes import connect as process_client
+from test_cli_processes import in_sync
 
 from hanet.broker import Broker, BrokerAddresses, apply_properties
 from hanet.cli import build_parser
@@ -250,3 +253,24 @@ async def test_query_verbs_through_the_name_server(
             )
             assert status == 2  # no route
         nursery.cancel_scope.cancel()
+
+
+@pytest.mark.slow
+async def test_a_slave_finds_what_its_master_stored(tmp_path: Path) -> None:
+    async with processes(tmp_path) as c:
+        master = await c.master()
+        slave = await c.slave(master)
+        async with process_client(master) as client:
+            replies = [await client.put("T", b"m%d" % i, keys=f"s{i} all") for i in range(30)]
+            unique = (await query_message(client, "T", "s4")).messages[0].properties["UNIQ_KEY"]
+        with trio.fail_after(15):
+            while not await in_sync(master, slave):  # noqa: ASYNC110 - polls two processes
+                await trio.sleep(0.05)
+        async with process_client(slave) as client:  # the slave built its own index
+            assert [r.msg_id for r in (await query_message(client, "T", "s4")).messages] == [
+                replies[4].msg_id
+            ]
+            by_unique = await query_message(client, "T", unique, unique=True)
+            assert [r.body for r in by_unique.messages] == [b"m4"]
+            assert len((await query_message(client, "T", "all")).messages) == 30
+    assert any((tmp_path / "slave" / "index").iterdir())
