@@ -1,20 +1,21 @@
 """Message lookups of ``hanet admin``, named after mqadmin's:
 
 - ``queryMsgById -i ID [-t TOPIC] [-n NAMESRV | -b BROKER]``: an offset message id (what a
-  broker answers a send with) is looked up at the broker it names (VIEW_MESSAGE_BY_ID); when
-  the id is not one, or that broker has no record there, it is taken as a unique id
-  (``UNIQ_KEY``, what clients show as the message id) and looked up with QUERY_MESSAGE on
-  the topic's brokers (``-t`` needed), as mqadmin's ``viewMessage`` falls back to
-  ``queryMessageByUniqKey``; the oldest match wins.
+  broker answers a send with) is looked up at the broker it names, then at ``-b``'s (a slave
+  holds the same offsets; VIEW_MESSAGE_BY_ID); when the id is not one, or no broker has its
+  record, it is taken as a unique id (``UNIQ_KEY``, what clients show as the message id) and
+  looked up with QUERY_MESSAGE on the topic's brokers (``-t`` needed), as mqadmin's
+  ``viewMessage`` falls back to ``queryMessageByUniqKey``; the oldest match wins.
 - ``queryMsgByKey -t TOPIC -k KEY [-n NAMESRV | -b BROKER]``: every message of the topic with
   the key (``KEYS``) on each broker (QUERY_MESSAGE).
 - ``queryMsgByOffset -t TOPIC -q QUEUE -o OFFSET (-b BROKER | -n NAMESRV)``: the message at a
   queue offset (a pull of one message).
 
 The brokers are ``-b HOST:PORT[,HOST:PORT...]`` or, with ``-n``, the topic's route: the master
-of each broker name (a slave when the master is down). A table is printed (``--json``: one
-JSON object per message, every field). Found nothing: exit 1, "no message" (RocketMQ's
-NO_MESSAGE); a broker that cannot be reached: exit 2.
+of each broker name (its first live member). A table is printed (one message: in detail, as
+mqadmin's ``printMsg``; ``--json``: one JSON object per message, every field). Found
+nothing: exit 1, "no message" (RocketMQ's NO_MESSAGE); a broker that cannot be reached: exit
+2.
 
 :func:`add_verbs` adds the three verbs to a registry like the one ``hanet/cli/__init__.py``
 hands to verb modules; :func:`register` adds them under a top-level ``admin-query`` verb.
@@ -308,19 +309,26 @@ async def query_by_id(args: argparse.Namespace) -> int:
 
 
 async def _view(args: argparse.Namespace, msg_id: MessageId) -> MessageRecord | None:
-    """The record an offset message id names, at its broker (None: none there, or the broker
-    cannot be reached: the id may be a unique id)."""
+    """The record an offset message id names: at the broker it names, else at ``-b``'s
+    (a slave holds the same offsets); only a record whose own offset id is ``msg_id``
+    counts. None: none there (the id may be a unique id)."""
+    candidates: list[tuple[str, int]] = []
     try:
-        host, port = parse_address(msg_id.address)
-        async with BrokerClient.connect(
-            host, port, connect_timeout=min(args.timeout, 3.0), request_timeout=args.timeout
-        ) as client:
-            record = await view_message(client, msg_id.offset)
-    except (BrokerError, RemotingError, OSError, ValueError, argparse.ArgumentTypeError):
-        return None  # the id names no reachable broker: it may be a unique id
-    if record is None or record.msg_id != str(msg_id):
-        return None
-    return record
+        candidates.append(parse_address(msg_id.address))
+    except (ValueError, argparse.ArgumentTypeError):
+        pass  # not an address: the id is no offset id
+    candidates += [a for a in (args.broker or []) if a not in candidates]
+    for host, port in candidates:
+        try:
+            async with BrokerClient.connect(
+                host, port, connect_timeout=min(args.timeout, 3.0), request_timeout=args.timeout
+            ) as client:
+                record = await view_message(client, msg_id.offset)
+        except (BrokerError, RemotingError, OSError, ValueError):
+            continue
+        if record is not None and record.msg_id == str(msg_id):
+            return record
+    return None
 
 
 async def query_by_offset(args: argparse.Namespace) -> int:
