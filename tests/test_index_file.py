@@ -4,6 +4,7 @@ commit log, a key half-written by a kill undone at the next open, slaves buildin
 
 from __future__ import annotations
 
+import errno
 import os
 import struct
 from pathlib import Path
@@ -317,3 +318,25 @@ def test_puts_index_in_batches_and_the_flusher_catches_up(tmp_path: Path) -> Non
         trio.run(flusher)
         for i in (0, 299, 599):
             assert store.index.query("T", f"k{i}", 32, 0, END)[0] == [puts[i].wrote_offset]
+
+
+def test_an_index_the_disk_cannot_take_catches_up_later(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    put_keys = IndexFile.put_keys
+
+    def full(self: IndexFile, keys: Any) -> int:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    with CommitLogStore.open(tmp_path, config()) as store:
+        first = store.put(message("a"))
+        monkeypatch.setattr(IndexFile, "put_keys", full)
+        later = [store.put(message(f"k{i}")) for i in range(3)]
+        assert all(p.ok for p in later)  # puts go on
+        assert offsets(store, "k1") == []  # not indexed yet
+        assert store.index is not None and "No space left" in (store.index.error or "")
+        assert sum("cannot write the index" in r.message for r in caplog.records) == 1
+        monkeypatch.setattr(IndexFile, "put_keys", put_keys)
+        assert offsets(store, "a") == [first.wrote_offset]
+        assert offsets(store, "k1") == [later[1].wrote_offset]
+        assert store.index.error is None

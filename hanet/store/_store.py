@@ -1021,7 +1021,8 @@ class CommitLogStore:
         on masters and slaves: after a put or dispatch once ``_INDEX_LAG`` bytes wait (in
         batches: one build costs puts little per record), all of them with ``force`` (before a
         lookup, at open and close; :meth:`run` every ``flush_interval``, ``budget`` bytes at a
-        time). Returns whether the index is caught up."""
+        time). Returns whether there is nothing more to do now (caught up, or stopped by a
+        file it cannot write)."""
         index = self.index
         if index is None:
             return True
@@ -1031,7 +1032,8 @@ class CommitLogStore:
         if not force and lag < _INDEX_LAG:
             return False
         try:
-            return index.build(self.commit_log, self._dispatched, budget=budget)
+            done = index.build(self.commit_log, self._dispatched, budget=budget)
+            return done or index.error is not None  # a file it cannot write: later
         except Exception:  # pragma: no cover - a bug must not stop puts and replication
             logger.exception("%s: building the index failed at %d", self.root, index.indexed_offset)
             return True
