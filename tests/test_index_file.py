@@ -22,6 +22,7 @@ from hanet.store import (
     StoreRole,
     index_file_size,
     index_key_hash,
+    record_index_keys,
 )
 
 FILE = 64 * 1024
@@ -70,6 +71,8 @@ def test_key_hash_is_rocketmqs() -> None:
     for key in ("T#k1", "TopicTest#\u00e9t\u00e9", "x#\U0001f600", "Topic#" + "z" * 40):
         assert index_key_hash(key) == spec_hash(key)
     assert index_file_size(5_000_000, 20_000_000) == 420_000_040
+    keys = record_index_keys("T", {"KEYS": " a  b ", "UNIQ_KEY": "U", "TAGS": "t"})
+    assert keys == ["T#U", "T#a", "T#b"]  # RocketMQ's order; empty keys skipped
 
 
 def test_file_layout_byte_for_byte(tmp_path: Path) -> None:

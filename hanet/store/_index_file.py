@@ -76,6 +76,7 @@ INDEX_ENTRY_SIZE = 20
 _HEADER = struct.Struct(">qqqqii")
 _ENTRY = struct.Struct(">iqii")
 _SLOT = struct.Struct(">i")
+_U16 = struct.Struct(">H")
 _INVALID = 0
 _I32_MAX = 2**31 - 1
 _PAGE = mmap.PAGESIZE
@@ -639,27 +640,27 @@ class IndexService:
         """Index the keys of the records of ``rows`` (one scan window), in one batch."""
         prefixes: dict[int, tuple[int, int]] = {}  # topic id -> hash and length of "topic#"
         batch: list[tuple[int, int, int]] = []  # (key hash, offset, store timestamp)
-        origins: list[tuple[int, int]] = []  # (record offset, key number in the record)
         indexed, skip = self.indexed_offset, self._skip
+        u16, i32 = _U16.unpack_from, _SLOT.unpack_from
+        append = batch.append
         for offset, _, _, _, _, stored, t_start, t_length, t_id in ROW.iter_unpack(rows):
             if offset < indexed:
                 continue
-            at = t_start + t_length
-            length = int.from_bytes(view[at : at + 2], "big")
-            raw = bytes(view[at + 2 : at + 2 + length])
+            at = t_start + t_length + 2
+            raw = bytes(view[at : at + u16(view, at - 2)[0]])
             if _KEYS not in raw and _UNIQ_KEY not in raw:
                 continue
-            at_flag = offset - base + _SYS_FLAG_AT
-            if int.from_bytes(view[at_flag : at_flag + 4], "big") & _ROLLBACK == _ROLLBACK:
+            if i32(view, offset - base + _SYS_FLAG_AT)[0] & _ROLLBACK == _ROLLBACK:
                 continue
             prefix = prefixes.get(t_id)
             if prefix is None:
-                prefix = prefixes[t_id] = _java_hash(str(view[t_start:at], "utf-8") + "#")
-            first = skip if offset == indexed else 0
-            for number, key in enumerate(_raw_keys(raw)):
-                if number >= first:
-                    batch.append((_key_hash(prefix, key), offset, stored))
-                    origins.append((offset, number))
+                topic = str(view[t_start : t_start + t_length], "utf-8")
+                prefix = prefixes[t_id] = _java_hash(topic + "#")
+            keys = _raw_keys(raw)
+            if offset == indexed and skip:
+                keys = keys[skip:]
+            for key in keys:
+                append((_key_hash(prefix, key), offset, stored))
         if not batch:
             return True
         done = 0
@@ -668,13 +669,15 @@ class IndexService:
                 index_file = self._writable()
                 added = index_file.put_keys(batch[done:] if done else batch)
                 if added == 0 and not index_file.full:  # pragma: no cover - defensive
-                    break
+                    raise OSError(f"{index_file.path} took no key")
                 done += added
                 if index_file.full and done < len(batch):
                     logger.info("%s is full: a new index file follows", index_file.path)
         except OSError as exc:
-            offset, number = origins[done]
-            self.indexed_offset, self._skip = offset, number
+            offset = batch[done][1]
+            number = sum(1 for entry in batch[:done] if entry[1] == offset)
+            self.indexed_offset = offset
+            self._skip = number + (skip if offset == indexed else 0)
             if self.error is None:
                 logger.error(
                     "%s: cannot write the index (%s): indexing stops at offset %d until it can "
@@ -685,8 +688,12 @@ class IndexService:
                 )
             self.error = f"index: {exc}"
             return False
-        offset, number = origins[-1]
-        self.indexed_offset, self._skip = offset, number + 1
+        offset = batch[-1][1]
+        number = sum(1 for entry in batch[-64:] if entry[1] == offset)
+        if number == 64:  # a record with many keys: count them all
+            number = sum(1 for entry in batch if entry[1] == offset)
+        self.indexed_offset = offset
+        self._skip = number + (skip if offset == indexed else 0)
         return True
 
     def _writable(self) -> IndexFile:
