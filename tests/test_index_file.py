@@ -343,3 +343,15 @@ def test_an_index_the_disk_cannot_take_catches_up_later(
         assert offsets(store, "a") == [first.wrote_offset]
         assert offsets(store, "k1") == [later[1].wrote_offset]
         assert store.index.error is None
+
+
+def test_only_the_keys_and_unique_key_properties_are_keys(tmp_path: Path) -> None:
+    with CommitLogStore.open(tmp_path, config()) as store:
+        props = {"XKEYS": "nope", "KEYS": "yes too", "MY_UNIQ_KEY": "no", "UNIQ_KEY": "U1"}
+        put = store.put(Message("T", b"m", properties=props))
+        rollback = Message("T", b"r", properties={"KEYS": "rolled"}, sys_flag=0xC)
+        assert store.put(rollback).ok
+        for key in ("yes", "too", "U1"):
+            assert offsets(store, key) == [put.wrote_offset]
+        for key in ("nope", "no", "rolled"):  # a rolled-back transaction's keys are not indexed
+            assert offsets(store, key) == []
