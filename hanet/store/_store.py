@@ -103,7 +103,8 @@ logger = logging.getLogger(__name__)
 
 _NEVER = 2**63
 _INDEX_LAG = 256 * 1024  # dispatched bytes a put or dispatch leaves unindexed at most
-_INDEX_STEP = 1 << 20  # bytes the flusher indexes between two checkpoints
+_INDEX_STEP = 1 << 20  # bytes indexed at most by one put or dispatch, or one flusher step
+_INDEX_CATCH_UP = 16 << 20  # bytes a lookup, open or close indexes at most (the flusher: all)
 _QUEUE_FILL = 0.9  # consume queue files are preallocated once this full (small, many queues)
 
 _END, _BLANK, _UNWRITTEN, _INCOMPLETE = (
@@ -266,7 +267,15 @@ class CommitLogStore:
             self.index.load()
             self.index.recover(self.commit_log, result.end_offset)
         self.dispatch()
-        self._build_index(force=True)
+        self._build_index(force=True, budget=_INDEX_CATCH_UP)
+        if self.index is not None and self._dispatched - self.index.indexed_offset > 0:
+            logger.info(
+                "%s: %d bytes of the commit log to index from offset %d: built by the "
+                "flusher while the store serves",
+                self.root,
+                self._dispatched - self.index.indexed_offset,
+                self.index.indexed_offset,
+            )
         if isinstance(self._dispatch_error, CorruptRecordError):  # pragma: no cover
             raise self._dispatch_error  # recovery validated the records
         self._last_store_timestamp = self._flushed_store_timestamp = checkpoint.physic_msg_timestamp
@@ -368,7 +377,7 @@ class CommitLogStore:
             if self._notify_pending:  # raw appends left for a dispatch that never came
                 self._notify_pending = False
                 self._dispatch()
-            self._build_index(force=True)
+            self._build_index(force=True, budget=_INDEX_CATCH_UP)  # the rest at the next open
             self._flush_all()
         finally:
             self.commit_log.close()
@@ -387,7 +396,7 @@ class CommitLogStore:
             return
         while self._flush_done is not None:  # let a group commit in flight finish
             await self._flush_done.wait()
-        self._build_index(force=True)
+        self._build_index(force=True, budget=_INDEX_CATCH_UP)
         async with self._flush_lock:
             await trio.to_thread.run_sync(self._flush_if_open)
         self.close()
@@ -1018,19 +1027,23 @@ class CommitLogStore:
 
     def _build_index(self, *, force: bool = False, budget: int | None = None) -> bool:
         """Index the dispatched records not indexed yet (RocketMQ's ``buildIndex`` dispatcher),
-        on masters and slaves: after a put or dispatch once ``_INDEX_LAG`` bytes wait (in
-        batches: one build costs puts little per record), all of them with ``force`` (before a
-        lookup, at open and close; :meth:`run` every ``flush_interval``, ``budget`` bytes at a
-        time). Returns whether there is nothing more to do now (caught up, or stopped by a
-        file it cannot write)."""
+        on masters and slaves, at most ``budget`` bytes of them: after a put or dispatch once
+        ``_INDEX_LAG`` bytes wait (in batches: one build costs puts little per record; at most
+        ``_INDEX_STEP``), with ``force`` before a lookup, at open and close (at most
+        ``_INDEX_CATCH_UP``: a store that never had an index is indexed by the flusher, not
+        by its first lookup) and in :meth:`run` every ``flush_interval`` until caught up.
+        Returns whether there is nothing more to do now (caught up, or stopped by a file it
+        cannot write)."""
         index = self.index
         if index is None:
             return True
         lag = self._dispatched - index.indexed_offset
         if lag <= 0:
             return True
-        if not force and lag < _INDEX_LAG:
-            return False
+        if not force:
+            if lag < _INDEX_LAG:
+                return False
+            budget = _INDEX_STEP
         try:
             done = index.build(self.commit_log, self._dispatched, budget=budget)
             return done or index.error is not None  # a file it cannot write: later
@@ -1040,7 +1053,7 @@ class CommitLogStore:
 
     def build_index(self) -> None:
         """Index every dispatched record now (puts leave up to 256 KiB to the next batch;
-        lookups, :meth:`run` and :meth:`close` catch up by themselves)."""
+        lookups, :meth:`run`, open and :meth:`close` catch up by themselves)."""
         self._build_index(force=True)
 
     def query_index(
@@ -1051,11 +1064,13 @@ class CommitLogStore:
         the records), stored in ``[begin, end]`` ms; at most ``max_num`` (and
         ``max_msgs_num_batch``), ascending, each once; with the newest index file's end
         timestamp and end offset (RocketMQ's ``indexLastUpdateTimestamp`` /
-        ``indexLastUpdatePhyoffset``). Nothing without the index
+        ``indexLastUpdatePhyoffset``). The records waiting for the index are indexed first
+        (up to 16 MiB of them: a larger backlog, a store that never had an index, is the
+        flusher's, and the end offset says how far it got). Nothing without the index
         (``message_index_enable`` off)."""
         if self.index is None:
             return [], 0, 0
-        self._build_index(force=True)
+        self._build_index(force=True, budget=_INDEX_CATCH_UP)
         offsets, stamp, offset = self.index.query(topic, key, max_num, begin, end)
         low = self.commit_log.min_offset
         return sorted({o for o in offsets if low <= o < self._dispatched}), stamp, offset
