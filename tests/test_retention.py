@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+import attrs
 import pytest
 import trio
 import trio.testing
@@ -163,6 +164,30 @@ def test_deleting_commit_log_files_moves_every_min_offset_and_survives_a_restart
     with CommitLogStore.open(root, CONFIG) as store:  # the trimmed store recovers as it was
         assert store.min_offset == second and store.max_offset > before_max
         assert {q: store.min_queue_offset("T", q) for q in (0, 1)} == mins
+
+
+def test_index_files_below_the_new_min_offset_are_deleted_and_the_rest_still_found(
+    tmp_path: Path,
+) -> None:
+    config = attrs.evolve(CONFIG, max_hash_slot_num=8, max_index_num=6)  # 5 keys a file
+    with CommitLogStore.open(tmp_path / "s", config) as store:
+        for i in range(100):
+            message = Message("T", b"x" * 200, queue_id=i % 2, properties={"KEYS": f"k{i}"})
+            assert store.put(message).ok
+        store.flush()
+        assert store.query_index("T", "k0", 10, 0, 2**62)[0] == [0]
+        assert store.index is not None
+        before = len(store.index.files)
+        assert before >= 10
+        for _ in range(3):
+            assert store.delete_first_commit_log_file()
+        low = store.min_offset
+        deleted = store.clean_index_files()
+        assert deleted >= 1 and len(store.index.files) == before - deleted
+        assert all(f.header.end_phy_offset >= low for f in store.index.files)
+        assert store.query_index("T", "k0", 10, 0, 2**62)[0] == []  # its file went
+        found = store.query_index("T", "k99", 10, 0, 2**62)[0]
+        assert len(found) == 1 and found[0] >= low
 
 
 def test_the_last_file_and_unflushed_records_are_never_deleted(tmp_path: Path) -> None:

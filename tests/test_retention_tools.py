@@ -8,8 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from hanet.cli import build_parser, main
-from hanet.cli._broker import build_config
+from hanet.cli import build_config, build_parser, main
 from hanet.store import (
     STORE_PROPERTIES,
     CommitLogStore,

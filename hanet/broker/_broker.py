@@ -273,6 +273,9 @@ class Broker:
             role=StoreRole.SLAVE if self.role is BrokerRole.SLAVE else StoreRole.MASTER,
             store_host=_advertised(address, self.config.broker_ip1),
             disk_max_used_space_ratio=self.config.disk_max_used_space_ratio,
+            message_index_enable=self.config.message_index_enable,
+            max_hash_slot_num=self.config.max_hash_slot_num,
+            max_index_num=self.config.max_index_num,
         )
 
     # -- the service ----------------------------------------------------------------------------

@@ -91,6 +91,7 @@ from ._consumers import ConsumerRegistry, ConsumerRegistryFull
 from ._locks import QueueLocks
 from ._offsets import ConsumerOffsetsFull
 from ._pull import GetMessageStatus, PullResult, serve_pull, subscription_filter
+from ._query import query_message
 from ._send import Sends
 from ._topics import TopicTableFull, retry_topic
 
@@ -160,6 +161,7 @@ class BrokerPort:
             RequestCode.SEARCH_OFFSET_BY_TIMESTAMP: self.search_offset_by_timestamp,
             RequestCode.GET_EARLIEST_MSG_STORETIME: self.get_earliest_msg_storetime,
             RequestCode.VIEW_MESSAGE_BY_ID: self.view_message_by_id,
+            RequestCode.QUERY_MESSAGE: self.query_message,
             RequestCode.HEART_BEAT: self.admin.heart_beat,
             RequestCode.UNREGISTER_CLIENT: self.unregister_client,
             RequestCode.GET_CONSUMER_LIST_BY_GROUP: self.get_consumer_list_by_group,
@@ -435,6 +437,10 @@ class BrokerPort:
                 ResponseCode.SYSTEM_ERROR, f"can not find message by the offset, {header.offset}"
             )
         return request.response(ResponseCode.SUCCESS, None, None, data)
+
+    def query_message(self, ctx: HandlerContext, request: RemotingCommand) -> RemotingCommand:
+        """QUERY_MESSAGE: the messages of a topic with a key or unique id (``_query.py``)."""
+        return query_message(self.backend.store, request)
 
     # -- clients ----------------------------------------------------------------------------
 

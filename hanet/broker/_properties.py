@@ -91,6 +91,10 @@ _PROPERTIES: dict[str, tuple[str, Any]] = {
     "maxPartialBytes": ("max_partial_bytes", int),
     "aclFile": ("acl_file", Path),
     "vipChannel": ("vip_channel", _bool),
+    # the index files (RocketMQ's names)
+    "messageIndexEnable": ("message_index_enable", _bool),
+    "maxHashSlotNum": ("max_hash_slot_num", int),
+    "maxIndexNum": ("max_index_num", int),
 }
 
 # Keys hanet does not use are accepted with one warning listing them (RocketMQ has hundreds of

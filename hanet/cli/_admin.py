@@ -21,8 +21,8 @@ Every verb takes ``-n HOST:PORT[;HOST:PORT...]`` (the name servers; ``,`` separa
   (only settings that may change live; the broker refuses others, saying so).
 - ``wipeWritePerm -b BROKER_NAME`` / ``addWritePerm -b BROKER_NAME``: on every name server.
 
-Other modules add verbs through :data:`EXTRA_VERBS` (functions taking the :class:`AdminVerbs`
-registry). Exit status: 0 done; 1 a server refused (its remark on stderr); 2 the command
+Message lookups (``queryMsgById``, ``queryMsgByKey``, ``queryMsgByOffset``) come from
+:mod:`._admin_query`. Exit status: 0 done; 1 a server refused (its remark on stderr); 2 the command
 could not run (bad options, nothing answering).
 """
 
@@ -45,14 +45,12 @@ from hanet.protocol import (
     SubscriptionGroupConfig,
 )
 
+from . import _admin_query
 from ._support import EXIT_ERROR, EXIT_FAILED, EXIT_OK, fail
 
-__all__ = ["EXTRA_VERBS", "AdminVerbs", "admin_client", "parse_time", "register"]
+__all__ = ["AdminVerbs", "admin_client", "parse_time", "register"]
 
 Handler = Callable[[argparse.Namespace], Awaitable[int]]
-
-EXTRA_VERBS: list[Callable[[AdminVerbs], None]] = []
-"""Functions adding more verbs under ``hanet admin`` (each called with the registry)."""
 
 
 def _name_servers(text: str) -> list[tuple[str, int]]:
@@ -591,5 +589,4 @@ def register(subparsers: Any) -> None:
     )
     verbs = AdminVerbs(parser.add_subparsers(dest="admin_verb", metavar="VERB", required=True))
     _add_verbs(verbs)
-    for extra in EXTRA_VERBS:
-        extra(verbs)
+    _admin_query.add_verbs(verbs)

@@ -467,6 +467,9 @@ def _prepare_slave_store(config: BrokerConfig, truncate_to: int | None, resync: 
         mapped_file_size=config.mapped_file_size_commit_log,
         flush_disk_type=config.flush_disk_type,
         role=StoreRole.SLAVE,
+        message_index_enable=config.message_index_enable,
+        max_hash_slot_num=config.max_hash_slot_num,
+        max_index_num=config.max_index_num,
     )
     root = config.store_path_root_dir
     with CommitLogStore.open(root, store_config) as store:

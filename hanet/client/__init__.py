@@ -99,6 +99,7 @@ from ._consumer import (
 from ._failover import FailoverClient, parse_broker_address
 from ._messages import AUTO_QUEUE, PullStatus, PutMessage, PutReply, message_problem
 from ._namesrv import NameServerClient, NameServerConnection
+from ._query import QUERY_MAX_TIMESTAMP, QueryResult, query_message, view_message
 from ._remoting import (
     RemotingConnection,
     RemotingConnectionError,
@@ -115,6 +116,7 @@ __all__ = [
     "DEFAULT_PRODUCER_GROUP",
     "DEFAULT_PULL_GROUP",
     "MAX_ROUTE_QUEUES",
+    "QUERY_MAX_TIMESTAMP",
     "AdminClient",
     "BrokerClient",
     "BrokerConnectionError",
@@ -143,6 +145,7 @@ __all__ = [
     "PutMessage",
     "PutReply",
     "PutStatus",
+    "QueryResult",
     "QueueKey",
     "QueuePosition",
     "RemotingConnection",
@@ -163,6 +166,8 @@ __all__ = [
     "default_client_id",
     "message_problem",
     "parse_broker_address",
+    "query_message",
     "retry_topic_of",
     "signing",
+    "view_message",
 ]

@@ -122,6 +122,11 @@ def _at_least_one(instance: object, attribute: attrs.Attribute[Any], value: int)
         raise ConfigError(f"{attribute.name} must be >= 1 (the master itself), got {value}")
 
 
+def _index_entries(instance: object, attribute: attrs.Attribute[Any], value: int) -> None:
+    if value < 2:
+        raise ConfigError(f"{attribute.name} must be >= 2 (entry 0 is never used), got {value}")
+
+
 @attrs.frozen
 class BrokerConfig:
     """One broker's settings (defaults as RocketMQ's, see docs/protocol.md).
@@ -205,6 +210,11 @@ class BrokerConfig:
         vip_channel: serve the broker port on ``listen_port - 2`` too (RocketMQ's VIP channel,
             where a RocketMQ slave copies its master's topics from; True; only for a fixed
             ``listen_port``).
+        message_index_enable: build the index files (``messageIndexEnable``, True): messages
+            found by key and unique id (QUERY_MESSAGE).
+        max_hash_slot_num, max_index_num: hash slots and entries per index file
+            (``maxHashSlotNum`` 5,000,000, ``maxIndexNum`` 20,000,000); must match the files
+            on disk.
     """
 
     broker_role: BrokerRole = BrokerRole.ASYNC_MASTER
@@ -259,6 +269,13 @@ class BrokerConfig:
     auto_create_topic_enable: bool = True
     max_partial_bytes: int | None = attrs.field(default=None, validator=_optional_non_negative)
 
+    acl_enable: bool = False
+    acl_file: Path | None = attrs.field(default=None, converter=_optional_path)
+    vip_channel: bool = True
+    message_index_enable: bool = True
+    max_hash_slot_num: int = attrs.field(default=5_000_000, validator=_positive)
+    max_index_num: int = attrs.field(default=20_000_000, validator=_index_entries)
+
     @property
     def retention(self) -> RetentionConfig:
         """The retention settings (validated when the config is made)."""
@@ -273,10 +290,6 @@ class BrokerConfig:
             destroy_mapped_file_interval_forcibly=self.destroy_mapped_file_interval_forcibly,
             clean_resource_interval=self.clean_resource_interval,
         )
-
-    acl_enable: bool = False
-    acl_file: Path | None = attrs.field(default=None, converter=_optional_path)
-    vip_channel: bool = True
 
     def __attrs_post_init__(self) -> None:
         try:

@@ -50,6 +50,8 @@ __all__ = [
     "PullSysFlag",
     "QueryConsumerOffsetRequestHeader",
     "QueryConsumerOffsetResponseHeader",
+    "QueryMessageRequestHeader",
+    "QueryMessageResponseHeader",
     "RemotingHeader",
     "SearchOffsetRequestHeader",
     "SearchOffsetResponseHeader",
@@ -478,6 +480,28 @@ class ViewMessageRequestHeader(RemotingHeader):
     message id); the answer's body is the record as stored."""
 
     offset: int = _wire("offset", _Kind.LONG)
+
+
+@attrs.frozen
+class QueryMessageRequestHeader(RemotingHeader):
+    """QUERY_MESSAGE (12): the messages of ``topic`` whose key (``KEYS`` or, with the ext
+    field ``_UNIQUE_KEY_QUERY=true``, ``UNIQ_KEY``) is ``key``, stored between the two
+    timestamps (ms); at most ``maxNum``. The answer's body is the records as stored."""
+
+    topic: str = _wire("topic", _Kind.STR)
+    key: str = _wire("key", _Kind.STR)
+    max_num: int = _wire("maxNum", _Kind.INT)
+    begin_timestamp: int = _wire("beginTimestamp", _Kind.LONG)
+    end_timestamp: int = _wire("endTimestamp", _Kind.LONG)
+
+
+@attrs.frozen
+class QueryMessageResponseHeader(RemotingHeader):
+    """The answer to QUERY_MESSAGE: how far the index is built (the newest index file's end
+    timestamp and end offset)."""
+
+    index_last_update_timestamp: int = _wire("indexLastUpdateTimestamp", _Kind.LONG)
+    index_last_update_phyoffset: int = _wire("indexLastUpdatePhyoffset", _Kind.LONG)
 
 
 # -- clients --------------------------------------------------------------------------------

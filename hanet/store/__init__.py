@@ -13,6 +13,8 @@
 - :class:`MappedFile` / :class:`MappedFileQueue`: fixed-size preallocated, pre-faulted mapped
   files named by their 20-digit start offset (``_mapped_file.py``, ``_mapped_queue.py``).
 - :class:`ConsumeQueue`: 20-byte entries per topic and queue (``_consume_queue.py``).
+- :class:`IndexService` / :class:`IndexFile`: RocketMQ's index files (``index/``), messages
+  found by ``KEYS`` and ``UNIQ_KEY`` (``_index_file.py``; :meth:`CommitLogStore.query_index`).
 - :func:`record_to_json` (``_json.py``) and :func:`compare_commit_logs` (``_compare.py``): what
   the command line prints and the demo and tests check.
 - :class:`CommitLogStore`: puts, raw appends (HA slave), dispatch, flushing, recovery
@@ -96,6 +98,18 @@ from ._index import native_group_entries as native_index_group_entries
 from ._index import scan_stop as index_scan_stop
 from ._index import scan_windows as scan_index_windows
 from ._index import topic_names as index_topic_names
+from ._index_file import (
+    INDEX_ENTRY_SIZE,
+    INDEX_HEADER_SIZE,
+    INDEX_SLOT_SIZE,
+    IndexFile,
+    IndexHeader,
+    IndexQueryResult,
+    IndexService,
+    index_file_size,
+    index_key_hash,
+    record_index_keys,
+)
 from ._json import record_to_json
 from ._mapped_file import MappedFile, file_name
 from ._mapped_queue import MappedFileQueue, list_mapped_files
@@ -125,9 +139,12 @@ __all__ = [
     "DEFAULT_DISK_MAX_USED_SPACE_RATIO",
     "DEFAULT_MAPPED_FILE_SIZE",
     "DEFAULT_MAX_MESSAGE_SIZE",
+    "INDEX_ENTRY_SIZE",
     "INDEX_FIXED_COLUMNS",
+    "INDEX_HEADER_SIZE",
     "INDEX_ROW",
     "INDEX_SCAN_WINDOW",
+    "INDEX_SLOT_SIZE",
     "INDEX_STOP_REASONS",
     "INDEX_VAR_COLUMNS",
     "MAGIC_V1",
@@ -151,9 +168,13 @@ __all__ = [
     "FlushDiskType",
     "Holder",
     "IndexEntryGroup",
+    "IndexFile",
     "IndexGroupFunction",
+    "IndexHeader",
+    "IndexQueryResult",
     "IndexScanFunction",
     "IndexScanResult",
+    "IndexService",
     "Listener",
     "MappedFile",
     "MappedFileQueue",
@@ -187,8 +208,10 @@ __all__ = [
     "file_name",
     "format_host",
     "fsync_directory",
+    "index_file_size",
     "index_group_entries",
     "index_group_entries_py",
+    "index_key_hash",
     "index_scan_stop",
     "index_topic_names",
     "java_string_hash",
@@ -206,6 +229,7 @@ __all__ = [
     "read_store_sizes",
     "record_columns",
     "record_columns_py",
+    "record_index_keys",
     "record_size",
     "record_to_json",
     "recorded_file_size",

@@ -85,6 +85,11 @@ def _cq_size(instance: object, attribute: attrs.Attribute[Any], value: int) -> N
         raise ValueError(f"{attribute.name} must be a positive multiple of 20, got {value}")
 
 
+def _index_num(instance: object, attribute: attrs.Attribute[Any], value: int) -> None:
+    if value < 2:
+        raise ValueError(f"{attribute.name} must be >= 2 (entry 0 is never used), got {value}")
+
+
 @attrs.frozen
 class StoreConfig:
     """Settings of a :class:`CommitLogStore` (defaults as RocketMQ's).
@@ -135,6 +140,10 @@ class StoreConfig:
     )
     disk_check_interval: float = attrs.field(default=1.0, validator=_positive)
     preallocate_at: float | None = attrs.field(default=0.5, validator=_fraction)
+    message_index_enable: bool = True
+    max_hash_slot_num: int = attrs.field(default=5_000_000, validator=_positive)
+    max_index_num: int = attrs.field(default=20_000_000, validator=_index_num)
+    max_msgs_num_batch: int = attrs.field(default=64, validator=_positive)
 
 
 @attrs.frozen

@@ -552,6 +552,11 @@ class RetentionService:
                 )
                 if interval > 0:
                     await trio.sleep(interval)
+        deleted = store.clean_index_files()
+        if deleted:
+            logger.info(
+                "%s: deleted %d index file(s) below commit log offset %d", store.root, deleted, low
+            )
         for listener in list(self.min_offset_listeners):
             try:
                 listener(low)

@@ -23,6 +23,12 @@ Shape (what the HA layer relies on):
   into a new file does not reserve it (nor, with ``warm_mapped_files``, pre-fault it); a
   write that finds none ready creates it itself, as without ``run()``. New files are not
   faulted in by default: they take memory as they are written, not all at once.
+- The index files (``index/``, :attr:`CommitLogStore.index`; RocketMQ's key index, see
+  ``_index_file.py``) are built from the dispatched records in batches: by a put or dispatch
+  once 256 KiB wait, and caught up by every lookup (:meth:`~CommitLogStore.query_index`), by
+  :meth:`~CommitLogStore.run` each ``flush_interval`` and at open and close; rolled back with
+  the commit log (:meth:`~CommitLogStore.truncate_to`, recovery) and fsynced with the
+  consume queues.
 - New data is announced to listeners (:meth:`~CommitLogStore.add_listener`), called
   synchronously with the new max offset: the HA master turns that into a wake-up, no polling.
 - Replicated bytes are validated **before** they are copied into the commit log
@@ -85,6 +91,7 @@ from ._index import (
     scan_totals,
     scan_windows,
 )
+from ._index_file import IndexQueryResult, IndexService
 from ._mapped_queue import MappedFileQueue, list_mapped_files
 from ._recovery import RecoveryResult, find_valid_end
 from ._scanner import StopReason, decode_record
@@ -104,6 +111,9 @@ __all__ = ["CommitLogStore", "DispatchError", "Listener", "recorded_file_size"]
 logger = logging.getLogger(__name__)
 
 _NEVER = 2**63
+_INDEX_LAG = 256 * 1024  # dispatched bytes a put or dispatch leaves unindexed at most
+_INDEX_STEP = 1 << 20  # bytes indexed at most by one put or dispatch, or one flusher step
+_INDEX_CATCH_UP = 16 << 20  # bytes a lookup, open or close indexes at most (the flusher: all)
 _QUEUE_FILL = 0.9  # consume queue files are preallocated once this full (small, many queues)
 
 _END, _BLANK, _UNWRITTEN, _INCOMPLETE = (
@@ -200,6 +210,17 @@ class CommitLogStore:
         self._store_host = host
         self._store_port = port
         self._writer = RecordWriter(self.commit_log, config, host, port, self._queue_for)
+        self.index: IndexService | None = (
+            IndexService(
+                root / "index",
+                config.max_hash_slot_num,
+                config.max_index_num,
+                config.max_msgs_num_batch,
+            )
+            if config.message_index_enable
+            else None
+        )
+        """The index files (``index/``; None when ``message_index_enable`` is off)."""
 
     # -- opening and closing -----------------------------------------------------------------
 
@@ -231,6 +252,8 @@ class CommitLogStore:
                 queue.close()
             if store._checkpoint is not None:
                 store._checkpoint.close()
+            if store.index is not None:
+                store.index.close()
             lock.release()
             raise
         return store
@@ -290,7 +313,19 @@ class CommitLogStore:
                 )
         self._flushed = self._validated = self.commit_log.max_offset
         self._dispatched = result.start_offset
+        if self.index is not None:  # rolled back to the valid end; built again by dispatch
+            self.index.load()
+            self.index.recover(self.commit_log, result.end_offset)
         self.dispatch()
+        self._build_index(force=True, budget=_INDEX_CATCH_UP)
+        if self.index is not None and self._dispatched - self.index.indexed_offset > 0:
+            logger.info(
+                "%s: %d bytes of the commit log to index from offset %d: built by the "
+                "flusher while the store serves",
+                self.root,
+                self._dispatched - self.index.indexed_offset,
+                self.index.indexed_offset,
+            )
         if isinstance(self._dispatch_error, CorruptRecordError):  # pragma: no cover
             raise self._dispatch_error  # recovery validated the records
         self._last_store_timestamp = self._flushed_store_timestamp = checkpoint.physic_msg_timestamp
@@ -395,6 +430,7 @@ class CommitLogStore:
             if self._notify_pending:  # raw appends left for a dispatch that never came
                 self._notify_pending = False
                 self._dispatch()
+            self._build_index(force=True, budget=_INDEX_CATCH_UP)  # the rest at the next open
             self._flush_all()
         finally:
             self.commit_log.close()
@@ -402,6 +438,8 @@ class CommitLogStore:
                 queue.close()
             if self._checkpoint is not None:
                 self._checkpoint.close()
+            if self.index is not None:
+                self.index.close()
             (self.root / "abort").unlink(missing_ok=True)
             self._lock.release()
 
@@ -411,6 +449,7 @@ class CommitLogStore:
             return
         while self._flush_done is not None:  # let a group commit in flight finish
             await self._flush_done.wait()
+        self._build_index(force=True, budget=_INDEX_CATCH_UP)
         async with self._flush_lock:
             await trio.to_thread.run_sync(self._flush_if_open)
         self.close()
@@ -599,6 +638,13 @@ class CommitLogStore:
             return 0
         return queue.delete_expired_files(self.commit_log.min_offset, force=force)
 
+    def clean_index_files(self) -> int:
+        """Delete the index files (never the newest) whose keys all point below the commit
+        log's min offset (retention, after commit log files went); returns how many."""
+        if self.index is None or self._closed:
+            return 0
+        return self.index.delete_expired(self.commit_log.min_offset)
+
     # -- listeners ---------------------------------------------------------------------------
 
     def add_listener(self, listener: Listener) -> None:
@@ -710,6 +756,7 @@ class CommitLogStore:
             self._last_store_timestamp = now
             if in_step:
                 self._dispatched = self.commit_log.max_offset
+                self._build_index()
             else:
                 self.dispatch()
             self._notify()
@@ -722,6 +769,8 @@ class CommitLogStore:
         for queue in self._queues.values():
             queue.truncate_physical(offset)
         self._dispatched = min(self._dispatched, offset)
+        if self.index is not None:
+            self.index.truncate(offset, files)
 
     def _files_created(self) -> int:
         return self.commit_log.created + sum(q.files.created for q in self._queues.values())
@@ -859,6 +908,8 @@ class CommitLogStore:
                 self._note_create_error(None)
             if empty:
                 self._dispatched = offset
+                if self.index is not None:
+                    self.index.start_at(offset)
                 if offset % self.config.mapped_file_size:
                     self._write_checkpoint(sync=True)
             self._raw_bytes += keep
@@ -995,6 +1046,8 @@ class CommitLogStore:
         files.truncate(offset)
         for queue in self._queues.values():
             queue.truncate_physical(offset)
+        if self.index is not None:
+            self.index.truncate(offset, files)
         self._validated = min(self._validated, offset)
         self._dispatched = min(self._dispatched, offset)
         self._flushed = min(self._flushed, offset)
@@ -1078,7 +1131,58 @@ class CommitLogStore:
                 self._dispatch_error = stop.error()
                 logger.warning("%s: dispatch stopped: %s", self.root, self._dispatch_error)
                 break
+        self._build_index()
         return self.dispatch_error
+
+    def _build_index(self, *, force: bool = False, budget: int | None = None) -> bool:
+        """Index the dispatched records not indexed yet (RocketMQ's ``buildIndex`` dispatcher),
+        on masters and slaves, at most ``budget`` bytes of them: after a put or dispatch once
+        ``_INDEX_LAG`` bytes wait (in batches: one build costs puts little per record; at most
+        ``_INDEX_STEP``), with ``force`` before a lookup, at open and close (at most
+        ``_INDEX_CATCH_UP``: a store that never had an index is indexed by the flusher, not
+        by its first lookup) and in :meth:`run` every ``flush_interval`` until caught up.
+        Returns whether there is nothing more to do now (caught up, or stopped by a file it
+        cannot write)."""
+        index = self.index
+        if index is None:
+            return True
+        lag = self._dispatched - index.indexed_offset
+        if lag <= 0:
+            return True
+        if not force:
+            if lag < _INDEX_LAG:
+                return False
+            budget = _INDEX_STEP
+        try:
+            done = index.build(self.commit_log, self._dispatched, budget=budget)
+            return done or index.error is not None  # a file it cannot write: later
+        except Exception:  # pragma: no cover - a bug must not stop puts and replication
+            logger.exception("%s: building the index failed at %d", self.root, index.indexed_offset)
+            return True
+
+    def build_index(self) -> None:
+        """Index every dispatched record now (puts leave up to 256 KiB to the next batch;
+        lookups, :meth:`run`, open and :meth:`close` catch up by themselves)."""
+        self._build_index(force=True)
+
+    def query_index(
+        self, topic: str, key: str, max_num: int, begin: int, end: int
+    ) -> IndexQueryResult:
+        """The physical offsets of the messages of ``topic`` whose ``KEYS`` or ``UNIQ_KEY``
+        hashes as ``key`` (RocketMQ's ``queryOffset``: matched by hash, so a caller checks
+        the records), stored in ``[begin, end]`` ms; at most ``max_num`` (and
+        ``max_msgs_num_batch``), ascending, each once; with the newest index file's end
+        timestamp and end offset (RocketMQ's ``indexLastUpdateTimestamp`` /
+        ``indexLastUpdatePhyoffset``). The records waiting for the index are indexed first
+        (up to 16 MiB of them: a larger backlog, a store that never had an index, is the
+        flusher's, and the end offset says how far it got). Nothing without the index
+        (``message_index_enable`` off)."""
+        if self.index is None:
+            return [], 0, 0
+        self._build_index(force=True, budget=_INDEX_CATCH_UP)
+        offsets, stamp, offset = self.index.query(topic, key, max_num, begin, end)
+        low = self.commit_log.min_offset
+        return sorted({o for o in offsets if low <= o < self._dispatched}), stamp, offset
 
     def _fail_dispatch(self, offset: int, queue: tuple[str, int] | None, exc: Exception) -> None:
         where = "" if queue is None else f"consume queue {queue[0]}/{queue[1]}: "
@@ -1212,6 +1316,8 @@ class CommitLogStore:
         self._flush_commit_log()
         for queue in list(self._queues.values()):
             queue.flush()
+        if self.index is not None:
+            self.index.flush()
         self._write_checkpoint(sync=True)
 
     def flush(self) -> int:
@@ -1255,6 +1361,8 @@ class CommitLogStore:
             task_status.started()
             while not self._closed:
                 await trio.sleep(self.config.flush_interval)
+                while not self._closed and not self._build_index(force=True, budget=_INDEX_STEP):
+                    await trio.lowlevel.checkpoint()  # puts go on between steps
                 async with self._flush_lock:
                     await trio.to_thread.run_sync(self._flush_if_open)
             nursery.cancel_scope.cancel()
