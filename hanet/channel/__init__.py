@@ -30,7 +30,7 @@ from ._handler import (
     ChannelInboundHandler,
     ChannelOutboundHandler,
 )
-from ._outbound import OutboundBuffer, ReadOnlyBuffer, WaterMarks, message_size
+from ._outbound import FileRegion, OutboundBuffer, ReadOnlyBuffer, WaterMarks, message_size
 from ._pipeline import Pipeline
 from ._stream_channel import StreamChannel
 from ._timers import TimerHandle, TimerQueue
@@ -57,6 +57,7 @@ __all__ = [
     "ChannelPipelineError",
     "ChannelStatistics",
     "EmbeddedChannel",
+    "FileRegion",
     "HandlerContext",
     "MemoryBudget",
     "OutboundBuffer",

@@ -12,7 +12,7 @@ import attrs
 from ._address import format_address
 from ._errors import ChannelClosedError
 from ._future import ChannelFuture, WriteFuture
-from ._outbound import OutboundBuffer, ReadOnlyBuffer, WaterMarks
+from ._outbound import FileRegion, OutboundBuffer, ReadOnlyBuffer, WaterMarks
 from ._pipeline import Pipeline
 from ._timers import TimerHandle, TimerQueue
 
@@ -258,10 +258,13 @@ class Channel:
 
     def _transport_write(self, msg: Any, future: WriteFuture) -> None:
         if not self._open:
+            if type(msg) is FileRegion:
+                msg.release()
             future.set_exception(ChannelClosedError(f"{self} is closed"))
             return
-        # bytes and a ReadOnlyBuffer (its view) are queued as they are
-        if type(msg) is not bytes and type(msg) is not ReadOnlyBuffer:
+        # bytes, a ReadOnlyBuffer (its view) and a FileRegion are queued as they are
+        kind = type(msg)
+        if kind is not bytes and kind is not ReadOnlyBuffer and kind is not FileRegion:
             if isinstance(msg, bytearray | memoryview):
                 msg = bytes(msg)  # snapshot: the caller may reuse its buffer at once
             else:

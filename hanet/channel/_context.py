@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from . import _handler as h
 from ._errors import ChannelClosedError
 from ._future import ChannelFuture, WriteFuture
+from ._outbound import FileRegion
 from ._timers import TimerHandle
 
 if TYPE_CHECKING:
@@ -171,6 +172,8 @@ class HandlerContext:
         if future.done():
             return future
         if not self.pipeline.channel.is_open:
+            if type(msg) is FileRegion:
+                msg.release()  # as Netty releases a message whose write fails
             future.set_exception(ChannelClosedError(f"{self.pipeline.channel} is closed"))
             return future
         ctx = self.prev

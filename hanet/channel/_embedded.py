@@ -11,7 +11,7 @@ from ._channel import Channel, ChannelConfig
 from ._errors import ChannelClosedError
 from ._future import WriteFuture
 from ._handler import ChannelHandler
-from ._outbound import message_size
+from ._outbound import FileRegion, message_size
 
 __all__ = ["EmbeddedChannel"]
 
@@ -181,6 +181,8 @@ class EmbeddedChannel(Channel):
 
     def _transport_write(self, msg: Any, future: WriteFuture) -> None:
         if not self._open:
+            if type(msg) is FileRegion:
+                msg.release()
             future.set_exception(ChannelClosedError("the embedded channel is closed"))
             return
         if isinstance(msg, bytearray | memoryview):
@@ -191,7 +193,19 @@ class EmbeddedChannel(Channel):
         self._outbound.add_flush()
         for msg, future in self._outbound.take_all_flushed():
             size = message_size(msg)
-            self._outbound_msgs.append(msg)
+            if type(msg) is FileRegion:
+                # what a socket would carry: the region's bytes (then the region is released)
+                try:
+                    data = bytes(msg.read())
+                except (OSError, EOFError) as exc:
+                    msg.release()
+                    self._outbound.sent(size)
+                    future.set_exception(exc)
+                    continue
+                msg.release()
+                self._outbound_msgs.append(data)
+            else:
+                self._outbound_msgs.append(msg)
             self._bytes_written += size
             self._messages_written += 1
             self._outbound.sent(size)

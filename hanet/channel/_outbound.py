@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections import deque
 from collections.abc import Callable
 from typing import Any
@@ -10,7 +11,7 @@ import attrs
 
 from ._future import WriteFuture
 
-__all__ = ["OutboundBuffer", "ReadOnlyBuffer", "WaterMarks"]
+__all__ = ["FileRegion", "OutboundBuffer", "ReadOnlyBuffer", "WaterMarks"]
 
 
 def _check_marks(instance: WaterMarks, attribute: object, value: int) -> None:
@@ -61,11 +62,84 @@ class ReadOnlyBuffer:
         return self.view.nbytes
 
 
+def _check_region(instance: FileRegion, attribute: object, value: int) -> None:
+    if value < 0:
+        raise ValueError(f"a file region's {attribute.name} must be >= 0: {value}")  # type: ignore[attr-defined]
+
+
+@attrs.define(eq=False)
+class FileRegion:
+    """``count`` bytes of an open file from ``position``, sent without being copied through
+    Python (Netty's ``DefaultFileRegion``).
+
+    On plain TCP a channel sends them with ``os.sendfile`` straight from the file; on any other
+    stream (TLS, memory streams) it sends ``view`` when one is given (the same bytes, e.g. the
+    store's mapping) or else reads them with ``os.pread``. :class:`~hanet.testing.EmbeddedChannel`
+    records the bytes. The region owns ``fd``, as Netty's region owns its file: it is closed by
+    :meth:`release`, which the channel calls once the bytes are sent or the write failed.
+    :meth:`of` duplicates a descriptor the caller keeps, so the file may be closed, truncated or
+    deleted by its owner meanwhile and the region still reads what it named.
+    """
+
+    fd: int
+    position: int = attrs.field(validator=_check_region)
+    count: int = attrs.field(validator=_check_region)
+    view: memoryview | None = None
+    released: bool = attrs.field(default=False, init=False)
+
+    @classmethod
+    def of(cls, fd: int, position: int, count: int, view: memoryview | None = None) -> FileRegion:
+        """A region of the file open as ``fd`` (not taken: the region works on a duplicate)."""
+        if position < 0 or count < 0:
+            name = "position" if position < 0 else "count"
+            raise ValueError(f"a file region's {name} must be >= 0: {min(position, count)}")
+        if view is not None and view.nbytes != count:
+            raise ValueError(f"the view has {view.nbytes} bytes, the region {count}")
+        return cls(os.dup(fd), position, count, view)
+
+    def __len__(self) -> int:
+        return self.count
+
+    def read(self) -> bytes | memoryview:
+        """The region's bytes: ``view`` if given, else read from the file."""
+        if self.view is not None:
+            return self.view
+        if self.released:
+            raise ValueError("the file region was released")
+        out = bytearray()
+        while len(out) < self.count:
+            chunk = os.pread(self.fd, self.count - len(out), self.position + len(out))
+            if not chunk:
+                raise EOFError(
+                    f"file region [{self.position}, {self.position + self.count}) goes past "
+                    f"the end of the file (at {self.position + len(out)})"
+                )
+            out += chunk
+        return bytes(out)
+
+    def release(self) -> None:
+        """Close the descriptor (idempotent); the view is dropped too."""
+        if not self.released:
+            self.released = True
+            self.view = None
+            os.close(self.fd)
+
+
 def message_size(msg: Any) -> int:
-    """Bytes a message counts for in the buffer: its length if bytes-like, else 0."""
+    """Bytes a message counts for in the buffer: its length if bytes-like or a file region,
+    else 0."""
     if isinstance(msg, bytes | bytearray | memoryview):
         return len(msg) if not isinstance(msg, memoryview) else msg.nbytes
+    if type(msg) is FileRegion:
+        return msg.count
     return 0
+
+
+def release_regions(parts: list[Any]) -> None:
+    """Release every :class:`FileRegion` among ``parts`` (sent or failed)."""
+    for part in parts:
+        if type(part) is FileRegion:
+            part.release()
 
 
 class OutboundBuffer:
@@ -86,6 +160,9 @@ class OutboundBuffer:
         #: Queued payload bytes (flushed or not, until sent).
         self.queued_bytes = 0
         self.is_writable = True
+        #: Whether the last :meth:`take` returned a :class:`FileRegion` among its messages.
+        self.regions_taken = False
+        self._regions_queued = 0
 
     @property
     def bytes_before_unwritable(self) -> int:
@@ -101,6 +178,8 @@ class OutboundBuffer:
         """Queue a message (not yet flushed); a :class:`ReadOnlyBuffer` is queued as its view."""
         if type(msg) is ReadOnlyBuffer:
             msg = msg.view
+        elif type(msg) is FileRegion:
+            self._regions_queued += 1
         size = message_size(msg)
         self._unflushed.append((msg, size, future))
         self.queued_bytes += size
@@ -140,6 +219,12 @@ class OutboundBuffer:
             parts.append(msg)
             futures.append(future)
             total += size
+        if self._regions_queued:
+            regions = sum(1 for part in parts if type(part) is FileRegion)
+            self._regions_queued -= regions
+            self.regions_taken = regions > 0
+        else:
+            self.regions_taken = False
         return parts, futures, total
 
     def take_bytes(self, max_bytes: int) -> tuple[bytes, list[WriteFuture], int]:
@@ -150,6 +235,7 @@ class OutboundBuffer:
     def take_all_flushed(self) -> list[tuple[Any, WriteFuture]]:
         """Remove every flushed message (the embedded channel's 'socket')."""
         out = [(msg, future) for msg, _, future in self._flushed]
+        self._regions_queued -= sum(1 for msg, _ in out if type(msg) is FileRegion)
         self._flushed.clear()
         return out
 
@@ -168,5 +254,8 @@ class OutboundBuffer:
         self._unflushed.clear()
         self.pending_bytes = 0
         self.queued_bytes = 0
-        for _, _, future in entries:
+        self._regions_queued = 0
+        for msg, _, future in entries:
+            if type(msg) is FileRegion:
+                msg.release()
             future.set_exception(exc_factory())

@@ -7,6 +7,7 @@ import errno
 import logging
 import math
 import os
+import socket
 import sys
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -16,6 +17,7 @@ import trio
 from ._address import format_address
 from ._channel import Channel, ChannelConfig
 from ._errors import ChannelClosedError
+from ._outbound import FileRegion, release_regions
 
 __all__ = ["StreamChannel"]
 
@@ -104,7 +106,58 @@ def _arena() -> _ReceiveArena:
         return arena
 
 
-async def _sendmsg_all(sock: trio.socket.SocketType, parts: list[Any], nbytes: int) -> None:
+async def _send_parts(sock: trio.socket.SocketType, parts: list[Any], nbytes: int) -> None:
+    """Send ``parts``: runs of bytes with gathering writes, each :class:`FileRegion` with
+    ``sendfile`` from its file (the bytes before a region are sent with ``MSG_MORE``, so a header
+    and the region that follows it leave in the same segments)."""
+    run: list[Any] = []
+    run_bytes = 0
+    for part in parts:
+        if type(part) is FileRegion:
+            if run:
+                await _sendmsg_all(sock, run, run_bytes, _MSG_MORE)
+                run = []
+                run_bytes = 0
+            await _sendfile_all(sock, part)
+        else:
+            run.append(part)
+            run_bytes += len(part) if type(part) is not memoryview else part.nbytes
+    if run or not parts:
+        await _sendmsg_all(sock, run, run_bytes)
+
+
+_MSG_MORE = getattr(socket, "MSG_MORE", 0)
+
+
+async def _sendfile_all(sock: trio.socket.SocketType, region: FileRegion) -> None:
+    """Send a file region with ``os.sendfile``, waiting whenever the socket is full."""
+    out = sock.fileno()
+    offset = region.position
+    left = region.count
+    try:
+        while left:
+            try:
+                sent = os.sendfile(out, region.fd, offset, left)
+            except BlockingIOError:
+                await trio.lowlevel.wait_writable(sock)
+                continue
+            if not sent:
+                raise trio.BrokenResourceError(
+                    f"file region [{region.position}, {region.position + region.count}) goes "
+                    f"past the end of its file (at {offset})"
+                )
+            offset += sent
+            left -= sent
+            await trio.lowlevel.checkpoint()
+    except OSError as exc:
+        if exc.errno == errno.EBADF and sock.fileno() == -1:
+            raise trio.ClosedResourceError("the socket was closed") from exc
+        raise trio.BrokenResourceError(f"sendfile failed: {exc}") from exc
+
+
+async def _sendmsg_all(
+    sock: trio.socket.SocketType, parts: list[Any], nbytes: int, flags: int = 0
+) -> None:
     """Send every byte of ``parts`` with as few ``sendmsg`` calls as the kernel allows.
 
     OS errors become trio's stream errors, as ``SocketStream.send_all`` translates them.
@@ -114,7 +167,7 @@ async def _sendmsg_all(sock: trio.socket.SocketType, parts: list[Any], nbytes: i
         return
     try:
         while True:
-            sent = await sock.sendmsg(parts)
+            sent = await sock.sendmsg(parts, (), flags)
             nbytes -= sent
             if nbytes <= 0:
                 return
@@ -475,7 +528,18 @@ class StreamChannel(Channel):
             parts, futures, nbytes = outbound.take(coalesce, _IOV_MAX)
             self._sending = True
             try:
-                if sock is not None:
+                if outbound.regions_taken:
+                    # file regions: sendfile on plain TCP, their bytes on any other stream
+                    try:
+                        if sock is not None:
+                            await _send_parts(sock, parts, nbytes)
+                        else:
+                            await stream.send_all(
+                                b"".join(p.read() if type(p) is FileRegion else p for p in parts)
+                            )
+                    finally:
+                        release_regions(parts)
+                elif sock is not None:
                     await _sendmsg_all(sock, parts, nbytes)
                 else:
                     await stream.send_all(parts[0] if len(parts) == 1 else b"".join(parts))
