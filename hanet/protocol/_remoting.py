@@ -21,11 +21,17 @@ they were given (decoded, or inserted by a processor).
 
 ``flag`` bit 0 marks an answer, bit 1 a oneway request (no answer is sent). An answer echoes its
 request's ``opaque`` and serialize type.
+
+The JSON header of each command is read and written by the optional C extension
+``_speedups.c`` when it is built (:data:`NATIVE`): it takes the plain headers clients send and
+hands anything else to the Python code here, which stays the reference (``HANET_NO_EXTENSIONS=1``
+runs it alone).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import struct
 from collections.abc import Iterable, Mapping
 from typing import Any, cast
@@ -40,6 +46,7 @@ __all__ = [
     "FLAG_ONEWAY",
     "FLAG_RESPONSE",
     "MAX_FRAME_LENGTH",
+    "NATIVE",
     "ROCKETMQ_VERSION",
     "RemotingCommand",
     "RemotingCommandError",
@@ -66,6 +73,23 @@ _PREFIX = struct.Struct(">II")
 _FIXED = struct.Struct(">hBhii")  # code, language, version, opaque, flag
 _U16 = struct.Struct(">H")
 _U32 = struct.Struct(">I")
+
+
+
+
+def _load_speedups() -> Any:
+    try:
+        from . import _speedups  # noqa: PLC0415 - optional: built by pip install -e .
+    except ImportError:
+        return None
+    return _speedups
+
+
+_SPEEDUPS = _load_speedups()
+
+NATIVE = _SPEEDUPS is not None and not os.environ.get("HANET_NO_EXTENSIONS")
+"""Whether the JSON headers go through the C extension (built, and ``HANET_NO_EXTENSIONS``
+unset)."""
 
 
 class RemotingCommandError(CorruptedFrameError):
@@ -222,6 +246,36 @@ class RemotingCommand:
         return f"{kind} code={self.code} opaque={self.opaque}"
 
 
+_new = object.__new__
+_set = object.__setattr__
+
+
+def _trusted(
+    code: int,
+    language: LanguageCode | int,
+    version: int,
+    opaque: int,
+    flag: int,
+    remark: str | None,
+    ext_fields: dict[str, str] | None,
+    body: bytes | bytearray | memoryview,
+    serialize_type: SerializeType,
+) -> RemotingCommand:
+    """A command from values already checked (a decoded header: ext fields all strings),
+    without the converter's copy."""
+    cmd: RemotingCommand = _new(RemotingCommand)
+    _set(cmd, "code", code)
+    _set(cmd, "language", language)
+    _set(cmd, "version", version)
+    _set(cmd, "opaque", opaque)
+    _set(cmd, "flag", flag)
+    _set(cmd, "remark", remark)
+    _set(cmd, "ext_fields", ext_fields)
+    _set(cmd, "body", body)
+    _set(cmd, "serialize_type", serialize_type)
+    return cmd
+
+
 def _java_hash(text: str) -> int:
     h = 0
     data = text.encode("utf-16-be")
@@ -268,7 +322,29 @@ def _hashmap_order(fields: Mapping[str, str]) -> tuple[str, ...]:
 _JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
 
 
+_LANGUAGE_NAMES = {member: member.name for member in LanguageCode}
+
+
 def _json_header(cmd: RemotingCommand) -> bytes:
+    if _native_encode is not None:
+        fields = cmd.ext_fields
+        language = cmd.language
+        try:
+            return _native_encode(
+                int(cmd.code),
+                None if fields is None else [(k, fields[k]) for k in _hashmap_order(fields)],
+                int(cmd.flag),
+                _LANGUAGE_NAMES[language] if type(language) is LanguageCode else "OTHER",
+                int(cmd.opaque),
+                cmd.remark,
+                int(cmd.version),
+            )
+        except OverflowError:  # a number past 64 bits: the Python encoder writes it
+            pass
+    return _json_header_py(cmd)
+
+
+def _json_header_py(cmd: RemotingCommand) -> bytes:
     # One C-encoded dict, its keys in the order 4.9.8 writes them (alphabetical; the ext
     # fields in HashMap order).
     header: dict[str, object] = {"code": int(cmd.code)}
@@ -345,9 +421,30 @@ def _int(header: Mapping[str, Any], key: str, default: int) -> int:
 
 
 _JSON_DECODE = json.JSONDecoder().decode
+_native_decode = _SPEEDUPS.decode_json_header if NATIVE else None
+_native_encode = _SPEEDUPS.encode_json_header if NATIVE else None
 
 
 def _decode_json(data: memoryview, body: memoryview) -> RemotingCommand:
+    if _native_decode is not None:
+        plain = _native_decode(data)
+        if plain is not None:  # a plain header (numbers in range, ext fields as strings)
+            code, language, version, opaque, flag, remark, ext = plain
+            return _trusted(
+                code,
+                _language(language),
+                version,
+                opaque,
+                flag,
+                remark,
+                ext,
+                body,
+                SerializeType.JSON,
+            )
+    return _decode_json_py(data, body)
+
+
+def _decode_json_py(data: memoryview, body: memoryview) -> RemotingCommand:
     try:
         header = _JSON_DECODE(str(data, "utf-8"))
     except ValueError:  # not UTF-8 (UnicodeDecodeError), a BOM, not JSON: the long way
