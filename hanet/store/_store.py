@@ -474,6 +474,15 @@ class CommitLogStore:
         queue = self._queues.get((topic, queue_id))
         return None if queue is None else queue.get(queue_offset)
 
+    def consume_queue_entries(
+        self, topic: str, queue_id: int, queue_offset: int, count: int
+    ) -> list[tuple[int, int, int]]:
+        """Up to ``count`` consecutive entries from ``queue_offset`` (as
+        :meth:`consume_queue_entry`), read in one go; fewer where a consume queue file ends
+        (ask again from there), [] when the queue does not hold ``queue_offset``."""
+        queue = self._queues.get((topic, queue_id))
+        return [] if queue is None else queue.entries(queue_offset, count)
+
     def get_message(self, topic: str, queue_id: int, queue_offset: int) -> MessageRecord | None:
         """The message at a queue offset, or None when the queue does not hold it.
 
