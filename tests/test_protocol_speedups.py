@@ -21,6 +21,7 @@ from hanet.protocol import _remoting as remoting
 
 ROOT = Path(__file__).resolve().parents[1]
 
+speedups: Any
 try:
     from hanet.protocol import _speedups as speedups
 except ImportError:  # pragma: no cover - built by pip install -e .
@@ -91,9 +92,13 @@ _scalar = (
     | st.none()
     | st.floats(allow_nan=True, allow_infinity=True)
     | st.text(max_size=12)
-    | st.sampled_from(["", "\ud800", "a\"b\\c\n\t\x01\x7f", "\u00e9\u4e2d\U0001f600"])
+    | st.sampled_from(["", "\ud800", 'a"b\\c\n\t\x01\x7f', "\u00e9\u4e2d\U0001f600"])
 )
-_value = _scalar | st.lists(_scalar, max_size=1) | st.dictionaries(st.text(max_size=2), _scalar, max_size=1)
+_value = (
+    _scalar
+    | st.lists(_scalar, max_size=1)
+    | st.dictionaries(st.text(max_size=2), _scalar, max_size=1)
+)
 _ext = st.none() | st.dictionaries(st.text(max_size=4), _value, max_size=5) | _scalar
 _known = st.sampled_from(["code", "language", "version", "opaque", "flag", "remark", "extFields"])
 

@@ -33,7 +33,7 @@ from __future__ import annotations
 import json
 import os
 import struct
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, cast
 
 import attrs
@@ -73,8 +73,6 @@ _PREFIX = struct.Struct(">II")
 _FIXED = struct.Struct(">hBhii")  # code, language, version, opaque, flag
 _U16 = struct.Struct(">H")
 _U32 = struct.Struct(">I")
-
-
 
 
 def _load_speedups() -> Any:
@@ -421,8 +419,13 @@ def _int(header: Mapping[str, Any], key: str, default: int) -> int:
 
 
 _JSON_DECODE = json.JSONDecoder().decode
-_native_decode = _SPEEDUPS.decode_json_header if NATIVE else None
-_native_encode = _SPEEDUPS.encode_json_header if NATIVE else None
+_Plain = tuple[int, str | int, int, int, int, str | None, dict[str, str] | None]
+_native_decode: Callable[[memoryview], _Plain | None] | None = (
+    _SPEEDUPS.decode_json_header if NATIVE else None
+)
+_native_encode: (
+    Callable[[int, list[tuple[str, str]] | None, int, str, int, str | None, int], bytes] | None
+) = _SPEEDUPS.encode_json_header if NATIVE else None
 
 
 def _decode_json(data: memoryview, body: memoryview) -> RemotingCommand:
