@@ -224,14 +224,17 @@ class RemotingCommand:
         body: bytes | bytearray | memoryview = b"",
     ) -> RemotingCommand:
         """The answer to this request: same opaque and serialize type, the response flag set."""
-        return RemotingCommand(
+        # As RemotingCommand(...) with these values (the fields converted the same way).
+        return _trusted(
             int(code),
-            opaque=self.opaque,
-            flag=FLAG_RESPONSE,
-            remark=remark,
-            ext_fields=fields,
-            body=body,
-            serialize_type=self.serialize_type,
+            LanguageCode.JAVA,
+            ROCKETMQ_VERSION,
+            self.opaque,
+            FLAG_RESPONSE,
+            remark,
+            _fields(fields),
+            body,
+            self.serialize_type,
         )
 
     def with_opaque(self, opaque: int) -> RemotingCommand:
