@@ -598,8 +598,8 @@ class CommitLogStore:
         if not isinstance(messages, (list, tuple)):
             messages = list(messages)
         now = max(time.time_ns() // 1_000_000, self._last_store_timestamp)
-        in_step = self._dispatched == self.commit_log.max_offset
         before = self.commit_log.max_offset
+        in_step = self._dispatched == before
         writer = self._writer
         try:
             results = writer.write(messages, now, dispatch=in_step)
@@ -610,13 +610,14 @@ class CommitLogStore:
         if writer.create_error is not None or self._create_error is not None:
             self._note_create_error(writer.create_error)
             writer.create_error = None
-        if self.commit_log.max_offset != before:
-            if self.commit_log.max_offset >= self._allocate_mark:
+        after = self.commit_log.max_offset
+        if after != before:
+            if after >= self._allocate_mark:
                 self._wake_allocator()
-            self._validated = self.commit_log.max_offset
+            self._validated = after
             self._last_store_timestamp = now
             if in_step:
-                self._dispatched = self.commit_log.max_offset
+                self._dispatched = after
             else:
                 self.dispatch()
             self._notify()
