@@ -23,9 +23,9 @@ they were given (decoded, or inserted by a processor).
 request's ``opaque`` and serialize type.
 
 The JSON header of each command is read and written by the optional C extension
-``_speedups.c`` when it is built (:data:`NATIVE`): it takes the plain headers clients send and
-hands anything else to the Python code here, which stays the reference (``HANET_NO_EXTENSIONS=1``
-runs it alone).
+``_speedups.c`` when it is built (:data:`NATIVE_HEADERS`): it takes the plain headers clients
+send and hands anything else to the Python code here, which stays the reference
+(``HANET_NO_EXTENSIONS=1`` runs it alone).
 """
 
 from __future__ import annotations
@@ -46,15 +46,18 @@ __all__ = [
     "FLAG_ONEWAY",
     "FLAG_RESPONSE",
     "MAX_FRAME_LENGTH",
-    "NATIVE",
+    "NATIVE_HEADERS",
     "ROCKETMQ_VERSION",
     "RemotingCommand",
     "RemotingCommandError",
     "RemotingHeaderError",
     "decode_command",
+    "decode_json_header_py",
     "encode_command",
     "encode_header",
+    "encode_json_header_py",
     "java_hashmap_order",
+    "native_header_codec",
 ]
 
 MAX_FRAME_LENGTH = 16 * 1024 * 1024
@@ -85,9 +88,14 @@ def _load_speedups() -> Any:
 
 _SPEEDUPS = _load_speedups()
 
-NATIVE = _SPEEDUPS is not None and not os.environ.get("HANET_NO_EXTENSIONS")
+NATIVE_HEADERS = _SPEEDUPS is not None and not os.environ.get("HANET_NO_EXTENSIONS")
 """Whether the JSON headers go through the C extension (built, and ``HANET_NO_EXTENSIONS``
 unset)."""
+
+native_header_codec: Any = _SPEEDUPS
+"""The C extension (``decode_json_header``, ``encode_json_header``), or None when it is not
+built; reachable with ``HANET_NO_EXTENSIONS`` set too, so tests can compare it with the
+Python reference (:func:`decode_json_header_py`, :func:`encode_json_header_py`)."""
 
 
 class RemotingCommandError(CorruptedFrameError):
@@ -342,10 +350,12 @@ def _json_header(cmd: RemotingCommand) -> bytes:
             )
         except OverflowError:  # a number past 64 bits: the Python encoder writes it
             pass
-    return _json_header_py(cmd)
+    return encode_json_header_py(cmd)
 
 
-def _json_header_py(cmd: RemotingCommand) -> bytes:
+def encode_json_header_py(cmd: RemotingCommand) -> bytes:
+    """The JSON header of ``cmd`` as 4.9.8 writes it: the pure-Python reference of the native
+    encoder (the same bytes)."""
     # One C-encoded dict, its keys in the order 4.9.8 writes them (alphabetical; the ext
     # fields in HashMap order).
     header: dict[str, object] = {"code": int(cmd.code)}
@@ -424,11 +434,11 @@ def _int(header: Mapping[str, Any], key: str, default: int) -> int:
 _JSON_DECODE = json.JSONDecoder().decode
 _Plain = tuple[int, str | int, int, int, int, str | None, dict[str, str] | None]
 _native_decode: Callable[[memoryview], _Plain | None] | None = (
-    _SPEEDUPS.decode_json_header if NATIVE else None
+    _SPEEDUPS.decode_json_header if NATIVE_HEADERS else None
 )
 _native_encode: (
     Callable[[int, list[tuple[str, str]] | None, int, str, int, str | None, int], bytes] | None
-) = _SPEEDUPS.encode_json_header if NATIVE else None
+) = _SPEEDUPS.encode_json_header if NATIVE_HEADERS else None
 
 
 def _decode_json(data: memoryview, body: memoryview) -> RemotingCommand:
@@ -447,10 +457,18 @@ def _decode_json(data: memoryview, body: memoryview) -> RemotingCommand:
                 body,
                 SerializeType.JSON,
             )
-    return _decode_json_py(data, body)
+    return decode_json_header_py(data, body)
 
 
-def _decode_json_py(data: memoryview, body: memoryview) -> RemotingCommand:
+def decode_json_header_py(
+    data: bytes | bytearray | memoryview, body: bytes | bytearray | memoryview = b""
+) -> RemotingCommand:
+    """The command of a JSON header (and ``body``): the pure-Python reference of the
+    native decoder, which hands it every header it does not take itself.
+
+    Raises:
+        RemotingCommandError: the header is not a remoting command's.
+    """
     try:
         header = _JSON_DECODE(str(data, "utf-8"))
     except ValueError:  # not UTF-8 (UnicodeDecodeError), a BOM, not JSON: the long way
