@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 
 .PHONY: demo test lint typecheck pytest bench install java compiler clean
 
-$(STAMP): pyproject.toml hanet/store/_speedups.c
+$(STAMP): pyproject.toml hanet/store/_speedups.c hanet/protocol/_speedups.c
 	@command -v java >/dev/null 2>&1 || $(MAKE) java
 	@(command -v cc >/dev/null 2>&1 && test -f /usr/include/zlib.h) || $(MAKE) compiler
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)

@@ -1,6 +1,7 @@
 """Real RocketMQ clients against ``hanet master``: sends of 1 KiB messages, then a pull drain.
 
-Run: ``.venv/bin/python bench/clients.py [--seconds S] [--clients alions,cpp] [--queues N]``
+Run: ``.venv/bin/python bench/clients.py [--seconds S] [--clients alions,cpp] [--queues N]
+[--rounds R] [--ab DIR]``
 
 For each client a fresh ``hanet namesrv`` and ``hanet master`` (ASYNC_MASTER, ASYNC_FLUSH) start
 as processes, with the bench topic in the master's ``config/topics.json``. The client sends
@@ -9,7 +10,16 @@ as processes, with the bench topic in the master's ``config/topics.json``. The c
 with one thread (``tests/interop/cpp_driver.py bench --in-flight 1``); the driver reports
 msgs/s and each send's p50/p99. Then the drain reads every message back with hanet's own
 ``BrokerClient.pull`` (PULL_MESSAGE over remoting, 32 messages a pull, one pull in flight per
-queue on one connection, as a RocketMQ pull consumer): msgs/s and each pull's p50/p99.
+queue on one connection, as a RocketMQ pull consumer): msgs/s and each pull's p50/p99. That
+drain is bound by the Python client's decoding, so a raw drain follows: the same pulls as
+frames built by this script, each answer's header read and its records counted by their size
+fields, not decoded; the broker is then the busy side, and its CPU per pulled message is the
+figure to compare (the goals use this drain).
+
+``--rounds R`` repeats every run; ``--ab DIR`` also runs the hanet source tree in ``DIR`` (a
+worktree of an older commit, with its built extensions) in every round, the order of the two
+alternating, and prints each figure's median and range per tree: on a shared machine the
+load moves between runs, so compare rounds run side by side, never single figures.
 
 Before the timed sends one put by hanet's client (to another topic) takes the first commit log
 file (``--file-size``, 1G as RocketMQ; reserved ahead of the first put and mapped without
@@ -34,6 +44,8 @@ import json
 import os
 import resource
 import signal
+import statistics
+import struct
 import subprocess
 import sys
 import tempfile
@@ -56,7 +68,15 @@ from interop_support import (
 )
 
 from hanet.client import BrokerClient
-from hanet.protocol import DataVersion, TopicConfig, TopicConfigSerializeWrapper
+from hanet.protocol import (
+    DataVersion,
+    PullMessageRequestHeader,
+    RemotingCommand,
+    RequestCode,
+    TopicConfig,
+    TopicConfigSerializeWrapper,
+    encode_command,
+)
 
 HANET = (sys.executable, "-m", "hanet")
 TOPIC = "BenchClients"
@@ -177,11 +197,17 @@ def _read_json(path: Path) -> dict[str, Any] | None:
     return data
 
 
-async def _start(argv: list[str], log: Path, ready: Path) -> tuple[trio.Process, dict[str, Any]]:
+async def _start(
+    argv: list[str], log: Path, ready: Path, tree: Path | None = None
+) -> tuple[trio.Process, dict[str, Any]]:
+    """Start ``hanet ARGV``: this tree's, or the source tree ``tree``'s (--ab)."""
+    env = cwd = None
+    if tree is not None:  # ``python -m`` puts its working directory first on sys.path
+        cwd, env = tree, dict(os.environ, PYTHONPATH=str(tree))
     with log.open("wb") as out:
         process = await trio.lowlevel.open_process(
             [*HANET, "--log-level", "WARNING", *argv, "--ready-file", str(ready)],
-            stdin=subprocess.DEVNULL, stdout=out, stderr=out,
+            stdin=subprocess.DEVNULL, stdout=out, stderr=out, env=env, cwd=cwd,
         )  # fmt: skip
     with trio.fail_after(30):
         while (data := _read_json(ready)) is None:
@@ -283,8 +309,100 @@ async def drain(address: tuple[str, int], queues: int) -> dict[str, Any]:
     }
 
 
-async def one_client(client: str, args: argparse.Namespace, root: Path) -> dict[str, Any]:
-    directory = root / client
+def _pull_frame(queue_id: int, offset: int, opaque: int) -> bytes:
+    header = PullMessageRequestHeader(
+        consumer_group="bench-raw-drain",
+        topic=TOPIC,
+        queue_id=queue_id,
+        queue_offset=offset,
+        max_msg_nums=PULL_BATCH,
+        sys_flag=0,
+        commit_offset=0,
+        suspend_timeout_millis=0,
+        subscription="*",
+        sub_version=0,
+    )
+    command = RemotingCommand.request(RequestCode.PULL_MESSAGE, header.to_fields(), opaque=opaque)
+    return encode_command(command)
+
+
+_FRAME_HEAD = struct.Struct(">II")
+_RECORD_SIZE = struct.Struct(">i")
+
+
+async def raw_drain(address: tuple[str, int], queues: int) -> dict[str, Any]:
+    """Pulls every message of the topic's queues as the Python client does (32 a pull, one
+    pull in flight per queue, one connection), but without decoding them: each answer's
+    JSON header is read and its records counted by their size fields. The client's cost is
+    a small part of the broker's, so this drain measures the broker."""
+    async with BrokerClient.connect(*address) as client:
+        ends = [await client.max_offset(TOPIC, q) for q in range(queues)]
+    stream = await trio.open_tcp_stream(*address)
+    latencies: list[float] = []
+    sent_at: dict[int, float] = {}
+    offsets = [0] * queues
+    count = 0
+    opaque = 0
+    buffer = bytearray()
+    started = time.perf_counter()
+    async with stream:
+
+        async def pull(queue_id: int) -> None:
+            nonlocal opaque
+            opaque += 1
+            sent_at[opaque] = time.perf_counter()
+            owner[opaque] = queue_id
+            await stream.send_all(_pull_frame(queue_id, offsets[queue_id], opaque))
+
+        owner: dict[int, int] = {}
+        for q in range(queues):
+            if ends[q]:
+                await pull(q)
+        while sent_at:
+            data = await stream.receive_some(1 << 20)
+            if not data:
+                raise RuntimeError("the broker closed the drain's connection")
+            buffer += data
+            while len(buffer) >= 8:
+                length, mark = _FRAME_HEAD.unpack_from(buffer)
+                if len(buffer) < 4 + length:
+                    break
+                header_len = mark & 0xFFFFFF
+                header = json.loads(bytes(buffer[8 : 8 + header_len]))
+                body = memoryview(buffer)[8 + header_len : 4 + length]
+                ident = header["opaque"]
+                latencies.append(time.perf_counter() - sent_at.pop(ident))
+                queue_id = owner.pop(ident)
+                if header["code"] != 0:
+                    raise RuntimeError(f"queue {queue_id}: pull answered {header}")
+                pos = 0
+                while pos < len(body):  # each record starts with its total size
+                    (size,) = _RECORD_SIZE.unpack_from(body, pos)
+                    pos += size
+                    count += 1
+                body.release()
+                offsets[queue_id] = int(header["extFields"]["nextBeginOffset"])
+                del buffer[: 4 + length]
+                if offsets[queue_id] < ends[queue_id]:
+                    await pull(queue_id)
+    seconds = time.perf_counter() - started
+    latencies.sort()
+    n = len(latencies)
+    return {
+        "messages": count,
+        "expected": sum(ends),
+        "msgs_per_sec": round(count / seconds, 1),
+        "pulls": n,
+        "pull_p50_ms": round(latencies[n // 2] * 1e3, 3) if n else None,
+        "pull_p99_ms": round(latencies[min(n - 1, int(n * 0.99))] * 1e3, 3) if n else None,
+        "seconds": round(seconds, 3),
+    }
+
+
+async def one_client(
+    client: str, args: argparse.Namespace, root: Path, tree: Path | None = None
+) -> dict[str, Any]:
+    directory = root / f"{client}-{'B' if tree else 'A'}"
     directory.mkdir()
     _write_topic(directory / "master", args.queues)
     processes: list[trio.Process] = []
@@ -298,7 +416,7 @@ async def one_client(client: str, args: argparse.Namespace, root: Path) -> dict[
             ["master", "--store", str(directory / "master"), "--listen", "127.0.0.1:0",
              "--ha-listen", "127.0.0.1:0", "--role", "ASYNC_MASTER", "--flush", "ASYNC_FLUSH",
              "--mapped-file-size", args.file_size, "--namesrv", ns_ready["namesrv"]],
-            directory / "master.log", directory / "master.ready",
+            directory / "master.log", directory / "master.ready", tree,
         )  # fmt: skip
         processes.append(master)
         pid = int(ready["pid"])
@@ -328,6 +446,11 @@ async def one_client(client: str, args: argparse.Namespace, root: Path) -> dict[
                 await nursery.start(draining.sample)
                 drained = await drain((host, int(port)), args.queues)
             nursery.cancel_scope.cancel()
+        async with trio.open_nursery() as nursery:
+            with Phase(pid) as raw_draining:
+                await nursery.start(raw_draining.sample)
+                raw_drained = await raw_drain((host, int(port)), args.queues)
+            nursery.cancel_scope.cancel()
     finally:
         for process in reversed(processes):
             await _stop(process)
@@ -344,10 +467,16 @@ async def one_client(client: str, args: argparse.Namespace, root: Path) -> dict[
             "seconds": sent.get("elapsedS"),
             **sending.figures(sent.get("sent")),
         },
+        "tree": str(tree) if tree else "this tree",
         "drain": {
             "how": "hanet BrokerClient.pull, 32 a pull",
             **drained,
             **draining.figures(drained["messages"]),
+        },
+        "raw_drain": {
+            "how": "PULL_MESSAGE frames, 32 a pull, records counted not decoded",
+            **raw_drained,
+            **raw_draining.figures(raw_drained["messages"]),
         },
         "warmup": {
             "first_put_seconds": round(first_put, 3),
@@ -401,11 +530,12 @@ def _table(runs: list[dict[str, Any]]) -> None:
     print(f"{'run':<44}{'msgs/s':>9}{'p50 ms':>9}{'p99 ms':>9}{'broker CPU':>12}"
           f"{'us/msg':>8}{'private MB':>12}{'load 1m':>9}")  # fmt: skip
     for run in runs:
-        for phase in ("send", "drain"):
+        tag = f"[{run.get('round', 1)}{'B' if run['tree'] != 'this tree' else 'A'}] "
+        for phase in ("send", "drain", "raw_drain"):
             f = run[phase]
             p50 = f.get("p50_ms", f.get("pull_p50_ms"))
             p99 = f.get("p99_ms", f.get("pull_p99_ms"))
-            name = run["what"] if phase == "send" else f"  drain ({run['client']})"
+            name = tag + (run["what"] if phase == "send" else f"  {phase.replace('_', ' ')}")
             print(f"{name:<44}{f['msgs_per_sec'] or 0:>9,.0f}{p50 or 0:>9.2f}{p99 or 0:>9.2f}"
                   f"{f['broker_cpu_percent']:>11.1f}%{f['broker_cpu_us_per_msg'] or 0:>8.1f}"
                   f"{f['broker_private_mb']:>12.1f}{f['loadavg'][0]:>9.2f}")  # fmt: skip
@@ -416,29 +546,81 @@ def _table(runs: list[dict[str, Any]]) -> None:
           f"~{ROCKETMQ_PRIVATE_MB} MB private")  # fmt: skip
 
 
+_COMPARED = {
+    "send_msgs_per_sec": ("send", "msgs_per_sec"),
+    "send_broker_us_per_msg": ("send", "broker_cpu_us_per_msg"),
+    "drain_msgs_per_sec": ("drain", "msgs_per_sec"),
+    "raw_drain_msgs_per_sec": ("raw_drain", "msgs_per_sec"),
+    "raw_drain_broker_us_per_msg": ("raw_drain", "broker_cpu_us_per_msg"),
+}
+
+
+def _compare(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per client and tree: each figure of every round, its median and range."""
+    out: dict[str, Any] = {}
+    for run in runs:
+        key = f"{run['client']} {'B' if run['tree'] != 'this tree' else 'A'}"
+        row = out.setdefault(key, {name: [] for name in _COMPARED})
+        for name, (phase, figure) in _COMPARED.items():
+            row[name].append(run[phase][figure])
+    for key, row in out.items():
+        for name in _COMPARED:
+            values = [v for v in row[name] if v is not None]
+            row[name] = {
+                "rounds": values,
+                "median": statistics.median(values) if values else None,
+                "range": [min(values), max(values)] if values else None,
+            }
+        out[key] = row
+    return out
+
+
 async def main(args: argparse.Namespace) -> None:
     runs: list[dict[str, Any]] = []
     skipped: dict[str, str] = {}
+    trees: list[Path | None] = [None] if args.ab is None else [None, args.ab]
     with tempfile.TemporaryDirectory(prefix="hanet-bench-clients-") as tmp:
-        for client in args.clients.split(","):
-            if client not in CLIENTS:
-                sys.exit(f"unknown client {client!r}: want {', '.join(CLIENTS)}")
-            reason = unavailable(client)
-            if reason is not None:
-                print(f"{client}: skipped ({reason})", flush=True)
-                skipped[client] = reason
-                continue
-            run = await one_client(client, args, Path(tmp))
-            s, d = run["send"], run["drain"]
-            print(f"{CLIENTS[client]}: {s['msgs_per_sec']} msgs/s (p50 {s['p50_ms']} ms, p99 "
-                  f"{s['p99_ms']} ms), broker {s['broker_cpu_percent']} % CPU, "
-                  f"{s['broker_private_mb']} MB private; drain {d['msgs_per_sec']} msgs/s",
-                  flush=True)  # fmt: skip
-            runs.append(run)
+        for r in range(args.rounds):
+            for client in args.clients.split(","):
+                if client not in CLIENTS:
+                    sys.exit(f"unknown client {client!r}: want {', '.join(CLIENTS)}")
+                if client in skipped:
+                    continue
+                reason = unavailable(client)
+                if reason is not None:
+                    print(f"{client}: skipped ({reason})", flush=True)
+                    skipped[client] = reason
+                    continue
+                for tree in trees if r % 2 == 0 else trees[::-1]:  # A/B order alternates
+                    root = Path(tmp) / f"round-{r + 1}"
+                    root.mkdir(exist_ok=True)
+                    run = await one_client(client, args, root, tree)
+                    run["round"] = r + 1
+                    s, d, w = run["send"], run["drain"], run["raw_drain"]
+                    label = f"round {r + 1} {'B' if tree else 'A'} {CLIENTS[client]}"
+                    print(f"{label}: {s['msgs_per_sec']} msgs/s (p50 {s['p50_ms']} ms, p99 "
+                          f"{s['p99_ms']} ms), broker {s['broker_cpu_percent']} % CPU "
+                          f"{s['broker_cpu_us_per_msg']} us/msg, {s['broker_private_mb']} MB "
+                          f"private; drain {d['msgs_per_sec']} msgs/s; raw drain "
+                          f"{w['msgs_per_sec']} msgs/s, broker {w['broker_cpu_us_per_msg']} "
+                          f"us/msg; load {s['loadavg'][0]}", flush=True)  # fmt: skip
+                    runs.append(run)
     _table(runs)
+    compared = _compare(runs)
+    if args.ab is not None or args.rounds > 1:
+        print()
+        for key, row in compared.items():
+            figures = ", ".join(
+                f"{name} {v['median']:,.1f} ({v['range'][0]:,.1f}-{v['range'][1]:,.1f})"
+                for name, v in row.items()
+                if v["median"] is not None
+            )
+            print(f"{key} (median, range over {args.rounds} rounds): {figures}")
     goals: dict[str, bool] = {}
     for run in runs:
-        client, send, drained = run["client"], run["send"], run["drain"]
+        if run["tree"] != "this tree":
+            continue
+        client, send, drained = run["client"], run["send"], run["raw_drain"]
         goals[f"{client}_sends_at_least_rocketmq"] = (send["msgs_per_sec"] or 0) >= ROCKETMQ_SENDS[
             client
         ][0]
@@ -455,7 +637,10 @@ async def main(args: argparse.Namespace) -> None:
                 "queues": args.queues,
                 "file_size": args.file_size,
                 "cpus": os.cpu_count(),
+                "rounds": args.rounds,
+                "ab": str(args.ab) if args.ab else None,
                 "runs": runs,
+                "compared": compared,
                 "skipped": skipped,
                 "rocketmq_4_9_8": ROCKETMQ_4_9_8,
                 "goals": goals,
@@ -478,4 +663,13 @@ if __name__ == "__main__":
         "--profile", type=Path, metavar="DIR",
         help="record the broker with py-spy during each send phase into DIR (py-spy on PATH)",
     )  # fmt: skip
-    trio.run(main, parser.parse_args())
+    parser.add_argument("--rounds", type=int, default=1, help="rounds of every run (1)")
+    parser.add_argument(
+        "--ab", type=Path, default=None, metavar="DIR",
+        help="also run the hanet source tree in DIR (e.g. a worktree of an older commit with "
+        "its built extensions), interleaved with this tree's in every round",
+    )  # fmt: skip
+    arguments = parser.parse_args()
+    if arguments.ab is not None:
+        arguments.ab = arguments.ab.resolve()
+    trio.run(main, arguments)

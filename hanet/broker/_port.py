@@ -291,6 +291,7 @@ class BrokerPort:
                 header.max_msg_nums,
                 tags=tags,
                 suggest=backend.suggest,
+                views=True,  # joined into the answer's body below: the one copy
             )
         except StoreError as exc:
             # A record that fails its checks is never served: answer, keep the connection.

@@ -32,6 +32,8 @@ __all__ = [
 MAX_PULL_BYTES = 4 * 1024 * 1024
 """A pull stops adding messages past this many record bytes (the first always goes)."""
 
+_TO_FILE_END = 1 << 62
+
 MAX_PULL_MESSAGES = 1024
 """The most messages one pull answers, whatever ``maxMsgNums`` asks."""
 
@@ -56,7 +58,8 @@ class PullResult:
         status: how it went.
         next_offset: the queue offset to pull from next.
         min_offset, max_offset: the queue's bounds.
-        records: the records as stored, in queue order (FOUND only).
+        records: the records as stored, in queue order (FOUND only): copies, or views of
+            the mapped commit log (``serve_pull(views=True)``).
         suggested: the member to pull from next (``suggestWhichBrokerId``).
     """
 
@@ -64,7 +67,7 @@ class PullResult:
     next_offset: int
     min_offset: int
     max_offset: int
-    records: tuple[bytes, ...] = ()
+    records: tuple[bytes | memoryview, ...] = ()
     suggested: int = MASTER_ID
 
 
@@ -107,8 +110,13 @@ def serve_pull(
     *,
     tags: frozenset[int] | None = None,
     suggest: Callable[[int], int] | None = None,
+    views: bool = False,
 ) -> PullResult:
     """Serve a pull from ``store``'s consume queues (synchronous; reads mapped files).
+
+    ``views``: the records are read-only views of the mapped commit log instead of copies:
+    copy them (the answer's body) before anything else runs, as a slave or a DLedger
+    follower may truncate (zero) what they show.
 
     ``tags``: the tag hashes to return (:func:`subscription_filter`; None: all); entries of
     other tags are skipped and a range holding none answers NO_MATCHED_MESSAGE with the
@@ -126,7 +134,7 @@ def serve_pull(
     def answer(
         status: GetMessageStatus,
         next_offset: int,
-        records: tuple[bytes, ...] = (),
+        records: tuple[bytes | memoryview, ...] = (),
         behind: int = 0,
     ) -> PullResult:
         suggested = MASTER_ID if suggest is None else suggest(behind)
@@ -142,37 +150,50 @@ def serve_pull(
         return answer(GetMessageStatus.OFFSET_OVERFLOW_ONE, offset)
     if offset > high:
         return answer(GetMessageStatus.OFFSET_OVERFLOW_BADLY, high)
-    records: list[bytes] = []
+    records: list[bytes | memoryview] = []
     budget = MAX_PULL_BYTES
     end = min(offset + min(max(max_messages, 1), MAX_PULL_MESSAGES), high)
     next_offset = offset
     pulled_end = 0
     floor = store.min_offset
-    while next_offset < end:
-        entry = store.consume_queue_entry(topic, queue_id, next_offset)
-        if entry is None:
+    # A view from a record to its file's end serves the queue's next records (they lie
+    # after it, interleaved with other queues') without a lookup each.
+    span: memoryview = memoryview(b"")
+    span_start = 0
+    full = False
+    while next_offset < end and not full:
+        # The entries in one go (one consume queue file at a time), then each record.
+        entries = store.consume_queue_entries(topic, queue_id, next_offset, end - next_offset)
+        if not entries:
             break
-        physical, size, tags_hash = entry
-        if (
-            size == CQ_BLANK_SIZE
-            or (tags is not None and tags_hash not in tags)
-            or physical < floor  # being deleted (RocketMQ: MESSAGE_WAS_REMOVING)
-        ):
+        for physical, size, tags_hash in entries:
+            if (
+                size == CQ_BLANK_SIZE
+                or (tags is not None and tags_hash not in tags)
+                or physical < floor  # being deleted (RocketMQ: MESSAGE_WAS_REMOVING)
+            ):
+                next_offset += 1
+                continue
+            if records and size > budget:
+                full = True
+                break
+            if size <= 0:
+                raise CorruptRecordError(physical, f"not a {size}-byte record")
+            at = physical - span_start
+            if not 0 <= at <= len(span) - size:
+                span, span_start, at = store.read_view(physical, _TO_FILE_END), physical, 0
+            record = span[at : at + size]
+            records.append(_validated(record if views else record.tobytes(), physical, size))
+            pulled_end = physical + size
+            budget -= size
             next_offset += 1
-            continue
-        if records and size > budget:
-            break
-        records.append(_validated(store.read(physical, size), physical, size))
-        pulled_end = physical + size
-        budget -= size
-        next_offset += 1
     if not records:
         return answer(GetMessageStatus.NO_MATCHED_MESSAGE, next_offset)
     behind = max(store.max_offset - pulled_end, 0)
     return answer(GetMessageStatus.FOUND, next_offset, tuple(records), behind)
 
 
-def _validated(record: bytes, physical: int, size: int) -> bytes:
+def _validated(record: bytes | memoryview, physical: int, size: int) -> bytes | memoryview:
     """``record`` when it is the whole valid record its consume queue entry points at.
 
     A pull never serves bytes that fail their checks (a byte flipped on disk, an entry that

@@ -13,6 +13,7 @@ import trio
 
 from hanet.channel import HandlerContext
 from hanet.protocol import (
+    FLAG_ONEWAY,
     PERM_WRITE,
     MessageProperty,
     RemotingCommand,
@@ -49,6 +50,8 @@ NOT_ALLOWED_SEND_TOPICS = frozenset({"SCHEDULE_TOPIC_XXXX", "RMQ_SYS_TRANS_OP_HA
 """System topics no producer may send to (RocketMQ's ``NOT_ALLOWED_SEND_TOPIC_SET``)."""
 
 _MAX_LEGAL_TOPICS = 10_000
+_CLUSTER_PAIR = len(MessageProperty.CLUSTER) + 2  # name, \x01, value, \x02
+_SIZE_UNKNOWN = MAX_PROPERTIES_SIZE + 1
 _HOST_FLAGS = 0x10 | 0x20  # SYSFLAG bits the store sets from the addresses
 RETRY_TOPIC_PREFIX = "%RETRY%"
 
@@ -79,6 +82,9 @@ _REMARKS = {
 }
 
 
+_MSG_ID, _QUEUE_ID, _QUEUE_OFFSET = SendMessageResponseHeader("", 0, 0).to_fields()
+
+
 class _Refused(Exception):
     """A send refused before anything was stored."""
 
@@ -106,10 +112,15 @@ def send_answer(
     code = _STATUS_CODES.get(final, ResponseCode.SYSTEM_ERROR)
     if final in _STORED:
         msg_id = first.msg_id if len(results) == 1 else ",".join(r.msg_id for r in results)
-        header = SendMessageResponseHeader(msg_id, queue_id, first.queue_offset)
-        fields = header.to_fields()
-        fields[MessageProperty.MSG_REGION] = "DefaultRegion"
-        fields[MessageProperty.TRACE_ON] = "true"
+        # SendMessageResponseHeader(msg_id, queue_id, queue_offset).to_fields(), written out
+        # (the one answer every send gets), then the region and trace flag as 4.9.8.
+        fields = {
+            _MSG_ID: msg_id,
+            _QUEUE_ID: str(queue_id),
+            _QUEUE_OFFSET: str(first.queue_offset),
+            MessageProperty.MSG_REGION: "DefaultRegion",
+            MessageProperty.TRACE_ON: "true",
+        }
         remark = None if final is PutStatus.PUT_OK else final.value
         return request.response(code, remark, fields)
     remark = worst.detail or _REMARKS.get(final, "")
@@ -190,9 +201,12 @@ class Sends:
     ) -> None:
         """Write a send's answer (not for a oneway send) and count it."""
         answer = send_answer(request, results, queue_id, status)
-        if not request.is_oneway:
+        if not request.flag & FLAG_ONEWAY:
             ctx.write(answer)
-        statuses = [status if r.status is PutStatus.PUT_OK else r.status for r in results]
+        if len(results) == 1 and results[0].status is PutStatus.PUT_OK:
+            statuses = [status]
+        else:
+            statuses = [status if r.status is PutStatus.PUT_OK else r.status for r in results]
         self.port.backend.observe_put(statuses, trio.current_time() - started)
 
     def _admit(
@@ -240,8 +254,10 @@ class Sends:
             if not batch:
                 raise _Refused(ResponseCode.MESSAGE_ILLEGAL, "the batch holds no message")
             parts = [(m.body, dict(m.properties), m.flag) for m in batch]
+            text = None
         else:
-            parts = [(bytes(request.body), string_to_properties(header.properties), header.flag)]
+            text = header.properties or ""
+            parts = [(bytes(request.body), string_to_properties(text), header.flag)]
         messages: list[Message] = []
         wait = False
         cluster = self.port.backend.cluster_name
@@ -255,7 +271,14 @@ class Sends:
                 )
             if cluster:
                 properties[MessageProperty.CLUSTER] = cluster
-            size = len(encode_properties(properties))
+            # ASCII properties encode to at most the header's text they were parsed from
+            # (and a closing separator) with the cluster pair: encoded (the store does it
+            # again) only when that bound is over the limit or the text is not ASCII.
+            size = _SIZE_UNKNOWN
+            if text is not None and text.isascii():
+                size = len(text) + 1 + (len(cluster) * 4 + _CLUSTER_PAIR if cluster else 0)
+            if size > MAX_PROPERTIES_SIZE:
+                size = len(encode_properties(properties))
             if size > MAX_PROPERTIES_SIZE:
                 raise _Refused(
                     ResponseCode.MESSAGE_ILLEGAL,

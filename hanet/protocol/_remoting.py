@@ -21,13 +21,19 @@ they were given (decoded, or inserted by a processor).
 
 ``flag`` bit 0 marks an answer, bit 1 a oneway request (no answer is sent). An answer echoes its
 request's ``opaque`` and serialize type.
+
+The JSON header of each command is read and written by the optional C extension
+``_speedups.c`` when it is built (:data:`NATIVE_HEADERS`): it takes the plain headers clients
+send and hands anything else to the Python code here, which stays the reference
+(``HANET_NO_EXTENSIONS=1`` runs it alone).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import struct
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, cast
 
 import attrs
@@ -40,14 +46,18 @@ __all__ = [
     "FLAG_ONEWAY",
     "FLAG_RESPONSE",
     "MAX_FRAME_LENGTH",
+    "NATIVE_HEADERS",
     "ROCKETMQ_VERSION",
     "RemotingCommand",
     "RemotingCommandError",
     "RemotingHeaderError",
     "decode_command",
+    "decode_json_header_py",
     "encode_command",
     "encode_header",
+    "encode_json_header_py",
     "java_hashmap_order",
+    "native_header_codec",
 ]
 
 MAX_FRAME_LENGTH = 16 * 1024 * 1024
@@ -66,6 +76,26 @@ _PREFIX = struct.Struct(">II")
 _FIXED = struct.Struct(">hBhii")  # code, language, version, opaque, flag
 _U16 = struct.Struct(">H")
 _U32 = struct.Struct(">I")
+
+
+def _load_speedups() -> Any:
+    try:
+        from . import _speedups  # noqa: PLC0415 - optional: built by pip install -e .
+    except ImportError:
+        return None
+    return _speedups
+
+
+_SPEEDUPS = _load_speedups()
+
+NATIVE_HEADERS = _SPEEDUPS is not None and not os.environ.get("HANET_NO_EXTENSIONS")
+"""Whether the JSON headers go through the C extension (built, and ``HANET_NO_EXTENSIONS``
+unset)."""
+
+native_header_codec: Any = _SPEEDUPS
+"""The C extension (``decode_json_header``, ``encode_json_header``), or None when it is not
+built; reachable with ``HANET_NO_EXTENSIONS`` set too, so tests can compare it with the
+Python reference (:func:`decode_json_header_py`, :func:`encode_json_header_py`)."""
 
 
 class RemotingCommandError(CorruptedFrameError):
@@ -202,14 +232,17 @@ class RemotingCommand:
         body: bytes | bytearray | memoryview = b"",
     ) -> RemotingCommand:
         """The answer to this request: same opaque and serialize type, the response flag set."""
-        return RemotingCommand(
+        # As RemotingCommand(...) with these values (the fields converted the same way).
+        return _trusted(
             int(code),
-            opaque=self.opaque,
-            flag=FLAG_RESPONSE,
-            remark=remark,
-            ext_fields=fields,
-            body=body,
-            serialize_type=self.serialize_type,
+            LanguageCode.JAVA,
+            ROCKETMQ_VERSION,
+            self.opaque,
+            FLAG_RESPONSE,
+            remark,
+            _fields(fields),
+            body,
+            self.serialize_type,
         )
 
     def with_opaque(self, opaque: int) -> RemotingCommand:
@@ -220,6 +253,36 @@ class RemotingCommand:
         """A short description for logs: kind, code and opaque."""
         kind = "answer" if self.is_response else "oneway" if self.is_oneway else "request"
         return f"{kind} code={self.code} opaque={self.opaque}"
+
+
+_new = object.__new__
+_set = object.__setattr__
+
+
+def _trusted(
+    code: int,
+    language: LanguageCode | int,
+    version: int,
+    opaque: int,
+    flag: int,
+    remark: str | None,
+    ext_fields: dict[str, str] | None,
+    body: bytes | bytearray | memoryview,
+    serialize_type: SerializeType,
+) -> RemotingCommand:
+    """A command from values already checked (a decoded header: ext fields all strings),
+    without the converter's copy."""
+    cmd: RemotingCommand = _new(RemotingCommand)
+    _set(cmd, "code", code)
+    _set(cmd, "language", language)
+    _set(cmd, "version", version)
+    _set(cmd, "opaque", opaque)
+    _set(cmd, "flag", flag)
+    _set(cmd, "remark", remark)
+    _set(cmd, "ext_fields", ext_fields)
+    _set(cmd, "body", body)
+    _set(cmd, "serialize_type", serialize_type)
+    return cmd
 
 
 def _java_hash(text: str) -> int:
@@ -268,7 +331,31 @@ def _hashmap_order(fields: Mapping[str, str]) -> tuple[str, ...]:
 _JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
 
 
+_LANGUAGE_NAMES = {member: member.name for member in LanguageCode}
+
+
 def _json_header(cmd: RemotingCommand) -> bytes:
+    if _native_encode is not None:
+        fields = cmd.ext_fields
+        language = cmd.language
+        try:
+            return _native_encode(
+                int(cmd.code),
+                None if fields is None else [(k, fields[k]) for k in _hashmap_order(fields)],
+                int(cmd.flag),
+                _LANGUAGE_NAMES[language] if type(language) is LanguageCode else "OTHER",
+                int(cmd.opaque),
+                cmd.remark,
+                int(cmd.version),
+            )
+        except OverflowError:  # a number past 64 bits: the Python encoder writes it
+            pass
+    return encode_json_header_py(cmd)
+
+
+def encode_json_header_py(cmd: RemotingCommand) -> bytes:
+    """The JSON header of ``cmd`` as 4.9.8 writes it: the pure-Python reference of the native
+    encoder (the same bytes)."""
     # One C-encoded dict, its keys in the order 4.9.8 writes them (alphabetical; the ext
     # fields in HashMap order).
     header: dict[str, object] = {"code": int(cmd.code)}
@@ -345,9 +432,43 @@ def _int(header: Mapping[str, Any], key: str, default: int) -> int:
 
 
 _JSON_DECODE = json.JSONDecoder().decode
+_Plain = tuple[int, str | int, int, int, int, str | None, dict[str, str] | None]
+_native_decode: Callable[[memoryview], _Plain | None] | None = (
+    _SPEEDUPS.decode_json_header if NATIVE_HEADERS else None
+)
+_native_encode: (
+    Callable[[int, list[tuple[str, str]] | None, int, str, int, str | None, int], bytes] | None
+) = _SPEEDUPS.encode_json_header if NATIVE_HEADERS else None
 
 
 def _decode_json(data: memoryview, body: memoryview) -> RemotingCommand:
+    if _native_decode is not None:
+        plain = _native_decode(data)
+        if plain is not None:  # a plain header (numbers in range, ext fields as strings)
+            code, language, version, opaque, flag, remark, ext = plain
+            return _trusted(
+                code,
+                _language(language),
+                version,
+                opaque,
+                flag,
+                remark,
+                ext,
+                body,
+                SerializeType.JSON,
+            )
+    return decode_json_header_py(data, body)
+
+
+def decode_json_header_py(
+    data: bytes | bytearray | memoryview, body: bytes | bytearray | memoryview = b""
+) -> RemotingCommand:
+    """The command of a JSON header (and ``body``): the pure-Python reference of the
+    native decoder, which hands it every header it does not take itself.
+
+    Raises:
+        RemotingCommandError: the header is not a remoting command's.
+    """
     try:
         header = _JSON_DECODE(str(data, "utf-8"))
     except ValueError:  # not UTF-8 (UnicodeDecodeError), a BOM, not JSON: the long way

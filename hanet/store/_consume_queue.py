@@ -159,6 +159,22 @@ class ConsumeQueue:
         )
         return entry
 
+    def entries(self, queue_offset: int, count: int) -> list[tuple[int, int, int]]:
+        """Up to ``count`` entries from ``queue_offset`` on, as :meth:`get` each, read in one
+        go from one file (fewer at a file's end: ask again from there); [] if not held."""
+        high = min(queue_offset + count, self.max_queue_offset)
+        if not self.min_queue_offset <= queue_offset < high:
+            return []
+        position = queue_offset * CQ_ENTRY_SIZE
+        mapped = self.files.find(position)
+        if mapped is None:
+            return []
+        start = position - mapped.start_offset
+        end = min(start + (high - queue_offset) * CQ_ENTRY_SIZE, mapped.wrote)
+        if end <= start:
+            return []
+        return list(_ENTRY.iter_unpack(mapped.view[start:end]))
+
     def truncate_physical(self, physical_end: int, floor: int = 0) -> int:
         """Drop the entries from queue offset ``floor`` on that point at or past
         ``physical_end``, with the blank entries just before them (they filled the gap before

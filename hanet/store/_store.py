@@ -581,6 +581,15 @@ class CommitLogStore:
         queue = self._queues.get((topic, queue_id))
         return None if queue is None else queue.get(queue_offset)
 
+    def consume_queue_entries(
+        self, topic: str, queue_id: int, queue_offset: int, count: int
+    ) -> list[tuple[int, int, int]]:
+        """Up to ``count`` consecutive entries from ``queue_offset`` (as
+        :meth:`consume_queue_entry`), read in one go; fewer where a consume queue file ends
+        (ask again from there), [] when the queue does not hold ``queue_offset``."""
+        queue = self._queues.get((topic, queue_id))
+        return [] if queue is None else queue.entries(queue_offset, count)
+
     def get_message(self, topic: str, queue_id: int, queue_offset: int) -> MessageRecord | None:
         """The message at a queue offset, or None when the queue does not hold it.
 
@@ -737,8 +746,8 @@ class CommitLogStore:
         if not isinstance(messages, (list, tuple)):
             messages = list(messages)
         now = max(time.time_ns() // 1_000_000, self._last_store_timestamp)
-        in_step = self._dispatched == self.commit_log.max_offset
         before = self.commit_log.max_offset
+        in_step = self._dispatched == before
         writer = self._writer
         try:
             results = writer.write(messages, now, dispatch=in_step)
@@ -749,13 +758,14 @@ class CommitLogStore:
         if writer.create_error is not None or self._create_error is not None:
             self._note_create_error(writer.create_error)
             writer.create_error = None
-        if self.commit_log.max_offset != before:
-            if self.commit_log.max_offset >= self._allocate_mark:
+        after = self.commit_log.max_offset
+        if after != before:
+            if after >= self._allocate_mark:
                 self._wake_allocator()
-            self._validated = self.commit_log.max_offset
+            self._validated = after
             self._last_store_timestamp = now
             if in_step:
-                self._dispatched = self.commit_log.max_offset
+                self._dispatched = after
                 self._build_index()
             else:
                 self.dispatch()

@@ -1,0 +1,16 @@
+"""Types of the native remoting header codec (``_speedups.c``); see ``hanet.protocol._remoting``."""
+
+from collections.abc import Sequence
+
+def decode_json_header(
+    buf: bytes | bytearray | memoryview,
+) -> tuple[int, str | int, int, int, int, str | None, dict[str, str] | None] | None: ...
+def encode_json_header(
+    code: int,
+    ext: Sequence[tuple[str, str]] | None,
+    flag: int,
+    language: str,
+    opaque: int,
+    remark: str | None,
+    version: int,
+) -> bytes: ...
