@@ -100,22 +100,24 @@ class AdminVerbs:
 
     def __init__(self, subparsers: Any) -> None:
         self._subparsers = subparsers
-        self._common = argparse.ArgumentParser(add_help=False)
-        self._common.add_argument(
-            "-n", "--namesrv", type=_name_servers, default=None, metavar="HOST:PORT[;HOST:PORT]",
-            help="the name servers (';' or ',' between them)",
-        )  # fmt: skip
-        self._common.add_argument(
-            "--json", action="store_true", help="print one JSON document instead of a table"
-        )
-        self._common.add_argument(
-            "--timeout", type=float, default=5.0, metavar="SECONDS",
-            help="seconds for connecting and for each answer (5)",
-        )  # fmt: skip
 
     def add_parser(self, name: str, **kwargs: Any) -> argparse.ArgumentParser:
         """A verb's parser with the common options."""
-        kwargs["parents"] = [*kwargs.get("parents", ()), self._common]
+        # A fresh parent per verb: argparse's "resolve" takes a redefined option's strings off
+        # the parent's action itself, which a shared parent would pass on to every verb.
+        common = argparse.ArgumentParser(add_help=False)
+        common.add_argument(
+            "-n", "--namesrv", type=_name_servers, default=None, metavar="HOST:PORT[;HOST:PORT]",
+            help="the name servers (';' or ',' between them)",
+        )  # fmt: skip
+        common.add_argument(
+            "--json", action="store_true", help="print one JSON document instead of a table"
+        )
+        common.add_argument(
+            "--timeout", type=float, default=5.0, metavar="SECONDS",
+            help="seconds for connecting and for each answer (5)",
+        )  # fmt: skip
+        kwargs["parents"] = [*kwargs.get("parents", ()), common]
         kwargs.setdefault("conflict_handler", "resolve")  # a verb may define -n its own way
         parser: argparse.ArgumentParser = self._subparsers.add_parser(name, **kwargs)
         return parser
