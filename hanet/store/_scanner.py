@@ -27,6 +27,8 @@ import attrs
 from ._codec import (
     BLANK_MAGIC,
     BLANK_RECORD_SIZE,
+    CRC32_PROPERTY,
+    CRC32_RESERVED_LEN,
     HEADER_STRUCTS,
     HEADER_V4,
     HOST_FLAGS,
@@ -35,6 +37,7 @@ from ._codec import (
     MAGIC_V2,
     MIN_RECORD_SIZE,
     PREFIX_STRUCT,
+    SYS_FLAG_KNOWN_BITS,
     MessageRecord,
 )
 from ._errors import CorruptRecordError
@@ -97,8 +100,11 @@ class RecordScanner:
     past ``len(buf)`` and never copies the buffer (only each body, topic and properties).
 
     Validation, as RocketMQ's ``checkMessageAndReturnSize`` and recovery: the magic, TOTALSIZE
-    against the fields it sums and against the room left in the buffer, every length, UTF-8 of
-    the topic and (with ``check_crc``) the body CRC.
+    against the fields it sums and against the room left in the buffer, every length, SYSFLAG
+    bits (only those RocketMQ defines), a non-negative queue id and queue offset, UTF-8 of
+    the topic, (with ``check_crc``) the body CRC, and the whole-record CRC property
+    (``__CRC32#``) when the properties end with one: its form always, its CRC with
+    ``check_crc``.
 
     Args:
         buf: the bytes, typically ``memoryview(mmap)`` of a whole file.
@@ -221,6 +227,13 @@ class RecordScanner:
             if h is None:
                 h = header_v4_unpack(buf, pos)
             sys_flag = h[7]
+            if sys_flag & ~SYS_FLAG_KNOWN_BITS:
+                self._stop(
+                    pos,
+                    StopReason.INVALID,
+                    f"sys flag 0x{sys_flag & 0xFFFFFFFF:X} has bits no RocketMQ version defines",
+                )
+                return
             hsize = v4_size
             if sys_flag & HOST_FLAGS:
                 layout = HEADER_STRUCTS[(sys_flag & HOST_FLAGS) >> 4]
@@ -235,6 +248,12 @@ class RecordScanner:
                     StopReason.INVALID,
                     f"physical offset field {h[6]} does not match the record's offset",
                 )
+                return
+            if h[3] < 0:
+                self._stop(pos, StopReason.INVALID, f"queue id {h[3]} is negative")
+                return
+            if h[5] < 0:
+                self._stop(pos, StopReason.INVALID, f"queue offset {h[5]} is negative")
                 return
             body_len = h[16]
             p = pos + hsize
@@ -270,6 +289,11 @@ class RecordScanner:
                     f"total size {total} does not match its fields (properties length {props_len})",
                 )
                 return
+            if props_len >= CRC32_RESERVED_LEN:
+                problem = _crc32_problem(buf, pos, rec_end, props_len, check_crc)
+                if problem is not None:
+                    self._stop(pos, StopReason.INVALID, problem)
+                    return
             self.record_offset = base + pos
             self.position = rec_end
             yield new_tuple(
@@ -297,6 +321,36 @@ class RecordScanner:
                 ),
             )
             pos = rec_end
+
+
+_CRC32_NAME = CRC32_PROPERTY.encode()
+
+
+def _crc32_problem(
+    buf: memoryview, pos: int, rec_end: int, props_len: int, check_crc: bool
+) -> str | None:
+    """Why the whole-record CRC property ending a record's properties fails, or None (also
+    when the record has none). A property whose name is at most 2 bytes off ``__CRC32#``
+    counts as one (damaged): a flip in its name does not turn the check off."""
+    t = rec_end - CRC32_RESERVED_LEN
+    name = buf[t : t + 8]
+    matches = sum(1 for a, b in zip(name, _CRC32_NAME, strict=True) if a == b)
+    if matches < 6:
+        return None
+    digits = bytes(buf[t + 9 : rec_end - 1])
+    if (
+        matches != 8
+        or buf[t + 8] != 1
+        or buf[rec_end - 1] != 2
+        or (props_len > CRC32_RESERVED_LEN and buf[t - 1] != 2)
+        or not digits.isdigit()
+    ):
+        return "whole-record CRC property is malformed"
+    if check_crc:
+        expected = int(digits[::-1])
+        if zlib.crc32(buf[pos:t]) & 0x7FFFFFFF != expected:
+            return "whole-record CRC mismatch"
+    return None
 
 
 def scan_records(

@@ -45,6 +45,8 @@
 #define MIN_RECORD_SIZE 91
 #define BORN_V6 0x10
 #define STORE_V6 0x20
+#define SYS_FLAG_KNOWN_BITS 0x7FF
+#define CRC32_RESERVED_LEN 20 /* "__CRC32#" \x01 10 digits \x02 */
 
 enum { R_END = 0, R_BLANK = 1, R_UNWRITTEN = 2, R_INCOMPLETE = 3, R_INVALID = 4 };
 
@@ -337,6 +339,38 @@ static int rows_reserve(rows_buf *r) {
     return 1;
 }
 
+/* Why the whole-record CRC property (RocketMQ 5's "__CRC32#", enabledAppendPropCRC) ending
+ * the properties of the record at buf[pos:rec_end] fails, or NULL (also when there is none).
+ * A name at most 2 bytes off "__CRC32#" counts as one, damaged. The CRC (zlib's, & 0x7FFFFFFF,
+ * of every byte before the property's 20) is the body CRC already computed combined with the
+ * CRCs of the bytes before and after the body: the body is read once. As _scanner.py's
+ * _crc32_problem. */
+static const char *crc32_problem(const unsigned char *buf, int64_t pos, int64_t hsize,
+                                 int32_t body_len, int64_t rec_end, int32_t props_len,
+                                 int check_crc, uint32_t body_crc_full) {
+    static const char name[8] = {'_', '_', 'C', 'R', 'C', '3', '2', '#'};
+    const unsigned char *t = buf + rec_end - CRC32_RESERVED_LEN;
+    int matches = 0;
+    for (int i = 0; i < 8; i++) matches += t[i] == (unsigned char)name[i];
+    if (matches < 6) return NULL;
+    int well_formed = matches == 8 && t[8] == 1 && t[19] == 2 &&
+                      (props_len == CRC32_RESERVED_LEN || t[-1] == 2);
+    uint64_t expected = 0;
+    for (int i = 9; well_formed && i >= 0 && i < 19; i++) {
+        if (t[i] < '0' || t[i] > '9') well_formed = 0;
+    }
+    if (!well_formed) return "whole-record CRC property is malformed";
+    if (!check_crc) return NULL;
+    for (int i = 18; i >= 9; i--) expected = expected * 10 + (uint64_t)(t[i] - '0');
+    const unsigned char *body = buf + pos + hsize;
+    uLong crc = crc32(0L, buf + pos, (uInt)hsize);
+    crc = crc32_combine(crc, body_crc_full, (z_off_t)body_len);
+    int64_t rest = (int64_t)(t - (body + body_len));
+    crc = crc32_combine(crc, crc32(0L, body + body_len, (uInt)rest), (z_off_t)rest);
+    if ((uint64_t)(crc & 0x7FFFFFFFu) != expected) return "whole-record CRC mismatch";
+    return NULL;
+}
+
 #define PUT(type, value)                         \
     do {                                         \
         type v_ = (type)(value);                 \
@@ -445,6 +479,12 @@ static PyObject *scan(PyObject *Py_UNUSED(self), PyObject *args, PyObject *kwarg
         /* From here total >= 91 bytes of the record are in the buffer. */
         int64_t rec_end = pos + total;
         int32_t sys_flag = rd_i32(r + 36);
+        if (sys_flag & ~SYS_FLAG_KNOWN_BITS) {
+            reason = R_INVALID;
+            snprintf(detail, sizeof detail, "sys flag 0x%X has bits no RocketMQ version defines",
+                     (unsigned)sys_flag);
+            break;
+        }
         int born6 = (sys_flag & BORN_V6) ? 12 : 0;
         int store6 = (sys_flag & STORE_V6) ? 12 : 0;
         int64_t hsize = HEADER_V4 + born6 + store6;
@@ -464,6 +504,17 @@ static PyObject *scan(PyObject *Py_UNUSED(self), PyObject *args, PyObject *kwarg
         int32_t body_crc = rd_i32(r + 8);
         int32_t queue_id = rd_i32(r + 12);
         int64_t queue_offset = rd_i64(r + 20);
+        if (queue_id < 0) {
+            reason = R_INVALID;
+            snprintf(detail, sizeof detail, "queue id %d is negative", (int)queue_id);
+            break;
+        }
+        if (queue_offset < 0) {
+            reason = R_INVALID;
+            snprintf(detail, sizeof detail, "queue offset %lld is negative",
+                     (long long)queue_offset);
+            break;
+        }
         int64_t store_ts = rd_i64(r + 56 + born6);
         int32_t body_len = rd_i32(r + hsize - 4);
         int64_t p = pos + hsize;
@@ -472,8 +523,10 @@ static PyObject *scan(PyObject *Py_UNUSED(self), PyObject *args, PyObject *kwarg
             snprintf(detail, sizeof detail, "body length %d does not fit", (int)body_len);
             break;
         }
+        uint32_t body_crc_full = 0;
         if (check_crc) {
-            uint32_t crc = body_crc32(buf + p, (size_t)body_len) & 0x7FFFFFFFu;
+            body_crc_full = body_crc32(buf + p, (size_t)body_len);
+            uint32_t crc = body_crc_full & 0x7FFFFFFFu;
             if ((int64_t)crc != (int64_t)body_crc) {
                 reason = R_INVALID;
                 strcpy(detail, "body CRC mismatch");
@@ -509,6 +562,15 @@ static PyObject *scan(PyObject *Py_UNUSED(self), PyObject *args, PyObject *kwarg
                      "total size %d does not match its fields (properties length %d)",
                      (int)total, (int)props_len);
             break;
+        }
+        if (props_len >= CRC32_RESERVED_LEN) {
+            const char *problem = crc32_problem(buf, pos, hsize, body_len, rec_end, props_len,
+                                                check_crc, body_crc_full);
+            if (problem != NULL) {
+                reason = R_INVALID;
+                strcpy(detail, problem);
+                break;
+            }
         }
         int32_t thash = tags_hash(buf + p, props_len, &gil, &ok);
         if (!ok) break;

@@ -2,11 +2,13 @@
 
 :class:`RecordWriter` validates each message (statuses as RocketMQ's), assigns its queue
 offset, physical offset and store timestamp, writes the record straight into the last mapped
-file with :func:`pack_record_into`, ends a file with a blank record when the record does not fit
-with 8 spare bytes, and appends the consume queue entry (before the record: a consume queue
-file that cannot be created refuses the message, CREATE_MAPPED_FILE_FAILED, as a commit log
-file that cannot be created does). It is the put hot path: one loop per
-batch, everything looked up once per batch, no intermediate bytes objects but the properties.
+file with :func:`pack_record_into` and seals it with RocketMQ 5's whole-record CRC property
+(``__CRC32#``, computed last, over every other byte of the record), ends a file with a
+blank record when the record does not fit with 8 spare bytes, and appends the consume queue
+entry (before the record: a consume queue file that cannot be created refuses the message,
+CREATE_MAPPED_FILE_FAILED, as a commit log file that cannot be created does). It is the put
+hot path: one loop per batch, everything looked up once per batch, no intermediate bytes
+objects but the properties.
 """
 
 from __future__ import annotations
@@ -18,12 +20,16 @@ from ._codec import (
     _TOPIC_CHARACTERS,
     BLANK_RECORD_SIZE,
     BORN_HOST_V6_FLAG,
+    CRC32_PROPERTY,
+    CRC32_RESERVED_LEN,
+    CRC32_TRAILER_EMPTY,
     HEADER_STRUCTS,
     I16_STRUCT,
     MAGIC_V1,
     MAX_PROPERTIES_SIZE,
     MAX_TOPIC_SIZE_V1,
     STORE_HOST_V6_FLAG,
+    crc32_trailer,
     encode_properties,
     java_string_hash,
     offset_msg_id,
@@ -119,6 +125,7 @@ class RecordWriter:
         put_bytes = 0
         puts = 0
         pending: dict[tuple[str, int], int] = {}
+        reserved = CRC32_TRAILER_EMPTY
         create_failed: PutResult | None = None
         try:
             for message in messages:
@@ -126,7 +133,9 @@ class RecordWriter:
                 body = message.body
                 topic_bytes = topic.encode()
                 properties = message.properties
-                props = encode_properties(properties) if properties else b""
+                if properties and CRC32_PROPERTY in properties:  # about another record
+                    properties = {k: v for k, v in properties.items() if k != CRC32_PROPERTY}
+                props = encode_properties(properties) + reserved if properties else reserved
                 born_host = message.born_host
                 if (
                     len(body) > self._max_body
@@ -247,6 +256,10 @@ class RecordWriter:
                 view[p:end] = topic_bytes
                 i16_pack_into(view, end, len(props))
                 view[end + 2 : end + 2 + len(props)] = props
+                # The whole-record CRC property, last: every other byte is final now.
+                crc_end = wrote + size - CRC32_RESERVED_LEN
+                whole_crc = crc32(view[wrote:crc_end]) & 0x7FFFFFFF
+                view[crc_end : crc_end + CRC32_RESERVED_LEN] = crc32_trailer(whole_crc)
                 wrote += size
                 space -= size
                 put_bytes += size
