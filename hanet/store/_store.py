@@ -55,6 +55,7 @@ from pathlib import Path
 
 import trio
 
+from ._agreement import QueueMismatchError, RecordQueueMismatch, queue_disagreement
 from ._codec import MessageRecord, parse_host
 from ._config import (
     FlushDiskType,
@@ -241,8 +242,9 @@ class CommitLogStore:
         self._flushed = self._validated = self.commit_log.max_offset
         self._dispatched = result.start_offset
         self.dispatch()
-        if isinstance(self._dispatch_error, CorruptRecordError):  # pragma: no cover
-            raise self._dispatch_error  # recovery validated the records
+        error = self._dispatch_error
+        if isinstance(error, CorruptRecordError) and not isinstance(error, RecordQueueMismatch):
+            raise error  # pragma: no cover - recovery validated the records
         self._last_store_timestamp = self._flushed_store_timestamp = checkpoint.physic_msg_timestamp
         abort.touch()
 
@@ -947,7 +949,7 @@ class CommitLogStore:
             result: ScanResult | None = None
             failed = False
             for result in scan_windows(view, self._dispatched - base, end, base, None, False, True):
-                if result[4] and not self._dispatch_rows(view, result[5]):
+                if result[4] and not self._dispatch_rows(view, result[5], base):
                     failed = True
                     break
             if failed:
@@ -990,13 +992,15 @@ class CommitLogStore:
                 "replication go on)",
             )
             return
-        error = DispatchError(offset, f"{where}{exc}")
-        self._dispatch_error = error
+        stop: CorruptRecordError | DispatchError = DispatchError(offset, f"{where}{exc}")
+        if isinstance(exc, QueueMismatchError):  # the record disagrees with its queue
+            stop = RecordQueueMismatch(offset, f"{where}{exc}")
+        self._dispatch_error = stop
         logger.error(
-            "%s: %s; puts are refused from now on (reads and replication go on)", self.root, error
+            "%s: %s; puts are refused from now on (reads and replication go on)", self.root, stop
         )
 
-    def _dispatch_rows(self, view: memoryview, rows: bytes) -> bool:
+    def _dispatch_rows(self, view: memoryview, rows: bytes, base: int = 0) -> bool:
         """Append the consume queue entries of ``rows`` (one scan of ``view``; see
         ``_index.py``): one write per queue (per run of consecutive queue offsets), as
         :func:`group_entries` groups them. A record already in its queue is skipped (recovery
@@ -1023,6 +1027,7 @@ class CommitLogStore:
                 high = queue.max_queue_offset
                 if key not in floors:
                     highs[tid, queue_id] = floors[key] = high
+                queue_disagreement(queue, first, packed, view, base)  # raises QueueMismatch
                 if first < high:  # already (partly) in the queue: skip what it holds
                     if first + count <= high:
                         continue
