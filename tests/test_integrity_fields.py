@@ -312,3 +312,24 @@ def test_a_queue_offset_that_disagrees_with_the_consume_queue_is_named(
         assert slave.dispatched_offset == bad
     assert main(["verify", str(tmp_path / "slave"), "--mapped-file-size", str(FILE)]) != 0
     assert f"offset {bad}" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("damaged", ["topic", "queue offset", "body"], indirect=True)
+def test_spark_marks_the_damaged_record_and_reads_on(damaged: tuple[CommitLogStore, int]) -> None:
+    """The Spark source gives the damaged record as a row with ``crc_ok`` false (its bytes
+    are not trusted) and goes on with the records after it."""
+    pytest.importorskip("pyarrow")
+    from hanet.spark import commit_log_batches, find_stores, plan_commit_log
+
+    store, bad = damaged
+    store.flush()
+    rows = [
+        row
+        for location in find_stores(str(store.root))
+        for part in plan_commit_log(location)
+        for batch in commit_log_batches(part, columns=["status", "crc_ok", "physical_offset"])
+        for row in batch.to_pylist()
+    ]
+    assert len(rows) == 60
+    assert [row["physical_offset"] for row in rows if not row["crc_ok"]] == [bad]
+    assert all(row["status"] == "ok" for row in rows)
