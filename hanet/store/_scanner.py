@@ -102,9 +102,9 @@ class RecordScanner:
     Validation, as RocketMQ's ``checkMessageAndReturnSize`` and recovery: the magic, TOTALSIZE
     against the fields it sums and against the room left in the buffer, every length, SYSFLAG
     bits (only those RocketMQ defines), a non-negative queue id and queue offset, UTF-8 of
-    the topic, (with ``check_crc``) the body CRC, and the whole-record CRC property
-    (``__CRC32#``) when the properties end with one: its form always, its CRC with
-    ``check_crc``.
+    the topic, then the whole-record CRC property (``__CRC32#``) when the properties end with
+    one: its form always, its CRC with ``check_crc`` (a match covers the body and BODYCRC:
+    the body is not read twice); without one, with ``check_crc``, the body CRC.
 
     Args:
         buf: the bytes, typically ``memoryview(mmap)`` of a whole file.
@@ -261,9 +261,6 @@ class RecordScanner:
                 self._stop(pos, StopReason.INVALID, f"body length {body_len} does not fit")
                 return
             body_view = buf[p : p + body_len]
-            if check_crc and (crc32(body_view) & 0x7FFFFFFF) != h[2]:
-                self._stop(pos, StopReason.INVALID, "body CRC mismatch")
-                return
             p += body_len
             if magic == MAGIC_V1:
                 topic_len = buf[p]
@@ -289,11 +286,19 @@ class RecordScanner:
                     f"total size {total} does not match its fields (properties length {props_len})",
                 )
                 return
-            if props_len >= CRC32_RESERVED_LEN:
+            # The CRCs last. A matching whole-record CRC covers the body and BODYCRC too: the
+            # body is not read twice (a mismatch says which CRC fails).
+            sealed = props_len >= CRC32_RESERVED_LEN and _crc32_claimed(buf, rec_end)
+            if sealed:
                 problem = _crc32_problem(buf, pos, rec_end, props_len, check_crc)
                 if problem is not None:
+                    if check_crc and (crc32(body_view) & 0x7FFFFFFF) != h[2]:
+                        problem = "body CRC mismatch"
                     self._stop(pos, StopReason.INVALID, problem)
                     return
+            elif check_crc and (crc32(body_view) & 0x7FFFFFFF) != h[2]:
+                self._stop(pos, StopReason.INVALID, "body CRC mismatch")
+                return
             self.record_offset = base + pos
             self.position = rec_end
             yield new_tuple(
@@ -326,17 +331,20 @@ class RecordScanner:
 _CRC32_NAME = CRC32_PROPERTY.encode()
 
 
+def _crc32_claimed(buf: memoryview, rec_end: int) -> bool:
+    """Whether the last 20 bytes of a record (inside its properties) claim to be the
+    whole-record CRC property: a name at most 2 bytes off ``__CRC32#`` (a flipped bit in the
+    name does not turn the check off)."""
+    t = rec_end - CRC32_RESERVED_LEN
+    return sum(1 for a, b in zip(buf[t : t + 8], _CRC32_NAME, strict=True) if a == b) >= 6
+
+
 def _crc32_problem(
     buf: memoryview, pos: int, rec_end: int, props_len: int, check_crc: bool
 ) -> str | None:
-    """Why the whole-record CRC property ending a record's properties fails, or None (also
-    when the record has none). A property whose name is at most 2 bytes off ``__CRC32#``
-    counts as one (damaged): a flip in its name does not turn the check off."""
+    """Why the whole-record CRC property claimed by a record's last 20 bytes fails, or None."""
     t = rec_end - CRC32_RESERVED_LEN
-    name = buf[t : t + 8]
-    matches = sum(1 for a, b in zip(name, _CRC32_NAME, strict=True) if a == b)
-    if matches < 6:
-        return None
+    matches = sum(1 for a, b in zip(buf[t : t + 8], _CRC32_NAME, strict=True) if a == b)
     digits = bytes(buf[t + 9 : rec_end - 1])
     if (
         matches != 8

@@ -163,6 +163,21 @@ static uint32_t body_crc32(const unsigned char *buf, size_t len) {
     return (uint32_t)crc32(crc, buf, (uInt)len);
 }
 
+/* zlib's crc32(crc, buf, len): a running CRC continued over buf[:len], by carry-less
+ * multiplication for the 16-byte blocks when the CPU has it (as body_crc32). */
+static uint32_t crc32_continue(uint32_t crc, const unsigned char *buf, size_t len) {
+#ifdef HAVE_CLMUL_CRC
+    if (have_clmul && len >= 64) {
+        size_t blocks = len & ~(size_t)15;
+        crc = ~crc32_clmul(buf, blocks, ~crc);
+        buf += blocks;
+        len -= blocks;
+        if (len == 0) return crc;
+    }
+#endif
+    return (uint32_t)crc32(crc, buf, (uInt)len);
+}
+
 /* Strict UTF-8, exactly what Python's "strict" decoder accepts. */
 static int utf8_valid(const unsigned char *s, Py_ssize_t n) {
     Py_ssize_t i = 0;
@@ -339,20 +354,26 @@ static int rows_reserve(rows_buf *r) {
     return 1;
 }
 
-/* Why the whole-record CRC property (RocketMQ 5's "__CRC32#", enabledAppendPropCRC) ending
- * the properties of the record at buf[pos:rec_end] fails, or NULL (also when there is none).
- * A name at most 2 bytes off "__CRC32#" counts as one, damaged. The CRC (zlib's, & 0x7FFFFFFF,
- * of every byte before the property's 20) is the body CRC already computed combined with the
- * CRCs of the bytes before and after the body: the body is read once. As _scanner.py's
- * _crc32_problem. */
-static const char *crc32_problem(const unsigned char *buf, int64_t pos, int64_t hsize,
-                                 int32_t body_len, int64_t rec_end, int32_t props_len,
-                                 int check_crc, uint32_t body_crc_full) {
-    static const char name[8] = {'_', '_', 'C', 'R', 'C', '3', '2', '#'};
+static const unsigned char CRC32_NAME[8] = {'_', '_', 'C', 'R', 'C', '3', '2', '#'};
+
+/* Whether the 20 bytes at t claim to be the whole-record CRC property: a name at most 2 bytes
+ * off "__CRC32#". One 8-byte compare for the common cases (no property, an intact one). */
+static inline int crc32_claimed(const unsigned char *t) {
+    if (t[0] != '_' && t[1] != '_' && t[2] != 'C') return 0; /* 3 bytes off already */
+    int matches = 0;
+    for (int i = 0; i < 8; i++) matches += t[i] == CRC32_NAME[i];
+    return matches >= 6;
+}
+
+/* Why the whole-record CRC property (RocketMQ 5's "__CRC32#", enabledAppendPropCRC) claimed
+ * by the last 20 bytes of the record at buf[pos:rec_end] (crc32_claimed) fails, or NULL. The
+ * CRC (zlib's, & 0x7FFFFFFF, of every byte before the property's 20) is one pass over the
+ * record by carry-less multiplication. As _scanner.py's _crc32_problem. */
+static const char *crc32_problem(const unsigned char *buf, int64_t pos, int64_t rec_end,
+                                 int32_t props_len, int check_crc) {
     const unsigned char *t = buf + rec_end - CRC32_RESERVED_LEN;
     int matches = 0;
-    for (int i = 0; i < 8; i++) matches += t[i] == (unsigned char)name[i];
-    if (matches < 6) return NULL;
+    for (int i = 0; i < 8; i++) matches += t[i] == CRC32_NAME[i];
     int well_formed = matches == 8 && t[8] == 1 && t[19] == 2 &&
                       (props_len == CRC32_RESERVED_LEN || t[-1] == 2);
     uint64_t expected = 0;
@@ -362,11 +383,7 @@ static const char *crc32_problem(const unsigned char *buf, int64_t pos, int64_t 
     if (!well_formed) return "whole-record CRC property is malformed";
     if (!check_crc) return NULL;
     for (int i = 18; i >= 9; i--) expected = expected * 10 + (uint64_t)(t[i] - '0');
-    const unsigned char *body = buf + pos + hsize;
-    uLong crc = crc32(0L, buf + pos, (uInt)hsize);
-    crc = crc32_combine(crc, body_crc_full, (z_off_t)body_len);
-    int64_t rest = (int64_t)(t - (body + body_len));
-    crc = crc32_combine(crc, crc32(0L, body + body_len, (uInt)rest), (z_off_t)rest);
+    uint32_t crc = crc32_continue(0, buf + pos, (size_t)(t - (buf + pos)));
     if ((uint64_t)(crc & 0x7FFFFFFFu) != expected) return "whole-record CRC mismatch";
     return NULL;
 }
@@ -523,16 +540,7 @@ static PyObject *scan(PyObject *Py_UNUSED(self), PyObject *args, PyObject *kwarg
             snprintf(detail, sizeof detail, "body length %d does not fit", (int)body_len);
             break;
         }
-        uint32_t body_crc_full = 0;
-        if (check_crc) {
-            body_crc_full = body_crc32(buf + p, (size_t)body_len);
-            uint32_t crc = body_crc_full & 0x7FFFFFFFu;
-            if ((int64_t)crc != (int64_t)body_crc) {
-                reason = R_INVALID;
-                strcpy(detail, "body CRC mismatch");
-                break;
-            }
-        }
+        const unsigned char *body = buf + p;
         p += body_len;
         int32_t topic_len;
         if (magic == MAGIC_V1) {
@@ -563,14 +571,23 @@ static PyObject *scan(PyObject *Py_UNUSED(self), PyObject *args, PyObject *kwarg
                      (int)total, (int)props_len);
             break;
         }
-        if (props_len >= CRC32_RESERVED_LEN) {
-            const char *problem = crc32_problem(buf, pos, hsize, body_len, rec_end, props_len,
-                                                check_crc, body_crc_full);
+        /* The CRCs last. A matching whole-record CRC covers the body and BODYCRC too: the
+         * body is not read twice (a mismatch says which CRC fails). */
+        if (props_len >= CRC32_RESERVED_LEN && crc32_claimed(buf + rec_end - CRC32_RESERVED_LEN)) {
+            const char *problem = crc32_problem(buf, pos, rec_end, props_len, check_crc);
             if (problem != NULL) {
+                if (check_crc &&
+                    (int64_t)(body_crc32(body, (size_t)body_len) & 0x7FFFFFFFu) != (int64_t)body_crc)
+                    problem = "body CRC mismatch";
                 reason = R_INVALID;
                 strcpy(detail, problem);
                 break;
             }
+        } else if (check_crc &&
+                   (int64_t)(body_crc32(body, (size_t)body_len) & 0x7FFFFFFFu) != (int64_t)body_crc) {
+            reason = R_INVALID;
+            strcpy(detail, "body CRC mismatch");
+            break;
         }
         int32_t thash = tags_hash(buf + p, props_len, &gil, &ok);
         if (!ok) break;
