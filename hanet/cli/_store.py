@@ -139,7 +139,8 @@ async def verify(args: argparse.Namespace) -> int:
 def _read_consume_queues(
     root: Path,
 ) -> dict[tuple[str, int], tuple[int, list[tuple[int, int, int]]]]:
-    """``(topic, queue) -> (first queue offset, entries)``, up to the first zero entry."""
+    """``(topic, queue) -> (first queue offset, entries)``, up to the last written entry (a
+    zeroed entry before it is kept, and reported as not matching its record)."""
     queues: dict[tuple[str, int], tuple[int, list[tuple[int, int, int]]]] = {}
     directory = root / "consumequeue"
     if not directory.is_dir():
@@ -152,12 +153,12 @@ def _read_consume_queues(
             if not files:
                 continue
             data = b"".join(path.read_bytes() for _, path in files)
-            entries = []
-            for i in range(0, len(data) - CQ_ENTRY_SIZE + 1, CQ_ENTRY_SIZE):
-                entry: tuple[int, int, int] = _ENTRY.unpack_from(data, i)
-                if entry[1] == 0:
-                    break
-                entries.append(entry)
+            entries: list[tuple[int, int, int]] = [
+                _ENTRY.unpack_from(data, i)
+                for i in range(0, len(data) - CQ_ENTRY_SIZE + 1, CQ_ENTRY_SIZE)
+            ]
+            while entries and entries[-1][1] == 0:  # the unwritten tail (a zeroed entry
+                entries.pop()  # before the last written one stays: it is compared)
             queues[topic_dir.name, int(queue_dir.name)] = (files[0][0] // CQ_ENTRY_SIZE, entries)
     return queues
 

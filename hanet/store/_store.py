@@ -51,6 +51,7 @@ import logging
 import shutil
 import time
 from collections.abc import Callable, Iterable, Sequence
+from functools import partial
 from pathlib import Path
 
 import trio
@@ -86,6 +87,7 @@ from ._index import (
     scan_windows,
 )
 from ._mapped_queue import MappedFileQueue
+from ._rebuild import FROM_START, load_checked
 from ._recovery import RecoveryResult, find_valid_end
 from ._scanner import StopReason, decode_record
 from ._store_files import Checkpoint, CheckpointFile, StoreLock, read_checkpoint
@@ -153,6 +155,7 @@ class CommitLogStore:
         self._listeners: list[Listener] = []
         self._dispatched = 0
         self._validated = 0
+        self._rebuild_from = 2**63 - 1  # where dispatch rebuilds damaged consume queues from
         self._notify_pending = False  # raw appends not announced yet (dispatch=False)
         self._dispatch_error: CorruptRecordError | DispatchError | None = None
         self._replica_error: CorruptRecordError | None = None
@@ -241,6 +244,13 @@ class CommitLogStore:
                 )
         self._flushed = self._validated = self.commit_log.max_offset
         self._dispatched = result.start_offset
+        if self.commit_log.files and not self._queues:  # no consume queue at all: rebuild
+            self._rebuild_from = FROM_START
+        if self._rebuild_from < self._dispatched:
+            low = self.commit_log.min_offset
+            start = low if self._rebuild_from == FROM_START else max(self._rebuild_from, low)
+            logger.warning("%s: rebuilding consume queues from offset %d", self.root, start)
+            self._dispatched = min(self._dispatched, start)
         self.dispatch()
         error = self._dispatch_error
         if isinstance(error, CorruptRecordError) and not isinstance(error, RecordQueueMismatch):
@@ -314,8 +324,10 @@ class CommitLogStore:
             for queue_dir in sorted(topic_dir.iterdir()):
                 if not (queue_dir.is_dir() and queue_dir.name.isdigit()):
                     continue
-                queue = self._new_queue(topic_dir.name, int(queue_dir.name))
-                queue.load()
+                key = (topic_dir.name, int(queue_dir.name))
+                _, restart = load_checked(self._new_queue(*key), partial(self._new_queue, *key))
+                if restart is not None:  # rebuilt from the commit log by the first dispatch
+                    self._rebuild_from = min(self._rebuild_from, restart)
 
     def _queue_for(self, topic: str, queue_id: int) -> ConsumeQueue:
         queue = self._queues.get((topic, queue_id))
