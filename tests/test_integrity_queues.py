@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from hanet.cli import main
-from hanet.store import CommitLogStore, Message, StoreConfig, file_name
+from hanet.store import CommitLogStore, CorruptRecordError, Message, StoreConfig, file_name
 
 CONFIG = StoreConfig(mapped_file_size=64 * 1024, consume_queue_file_size=20 * 50)
 
@@ -91,3 +91,24 @@ def test_a_lost_consumequeue_directory_is_rebuilt(tmp_path: Path) -> None:
     make_store(tmp_path)
     shutil.rmtree(tmp_path / "consumequeue")
     all_readable(tmp_path)
+
+
+def test_a_pull_refuses_an_entry_that_points_at_another_record(tmp_path: Path) -> None:
+    """An entry pointing at another record of the same size (damaged on disk) would serve the
+    wrong message: the pull checks the record's topic, queue, queue offset and tag hash."""
+    from hanet.broker import serve_pull
+
+    make_store(tmp_path)
+    path = queue_file(tmp_path, 0, 0)
+    data = bytearray(path.read_bytes())
+    data[5 * 20 : 6 * 20] = data[7 * 20 : 8 * 20]  # entry 5 now points at the record of 7
+    path.write_bytes(bytes(data))
+    with CommitLogStore.open(tmp_path, CONFIG) as store:
+        entry = store.consume_queue_entry("Orders", 0, 5)
+        assert entry is not None
+        assert serve_pull(store, "Orders", 0, 0, 5).records  # the entries before it serve
+        with pytest.raises(CorruptRecordError) as info:
+            serve_pull(store, "Orders", 0, 5, 1)
+        assert info.value.offset == entry[0]
+        assert "entry Orders/0 5" in info.value.reason and "Orders/0 7" in info.value.reason
+    assert verify(tmp_path) == 1

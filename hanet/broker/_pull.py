@@ -12,6 +12,7 @@ import attrs
 from hanet.protocol import MASTER_ID
 from hanet.store import (
     CQ_BLANK_SIZE,
+    INDEX_ROW,
     CommitLogStore,
     CorruptRecordError,
     index_scan_stop,
@@ -157,7 +158,9 @@ def serve_pull(
             continue
         if records and size > budget:
             break
-        records.append(_validated(store.read(physical, size), physical, size))
+        record = _validated(store.read(physical, size), physical, size)
+        _agrees(record, physical, topic, queue_id, next_offset, tags_hash)
+        records.append(record)
         pulled_end = physical + size
         budget -= size
         next_offset += 1
@@ -165,6 +168,27 @@ def serve_pull(
         return answer(GetMessageStatus.NO_MATCHED_MESSAGE, next_offset)
     behind = max(store.max_offset - pulled_end, 0)
     return answer(GetMessageStatus.FOUND, next_offset, tuple(records), behind)
+
+
+def _agrees(
+    record: bytes, physical: int, topic: str, queue_id: int, queue_offset: int, tags_hash: int
+) -> None:
+    """A record served for a consume queue entry must be that entry's: its topic, queue id,
+    queue offset and tag hash (an entry damaged on disk, or pointing at another record of the
+    same size, would serve the wrong message).
+
+    Raises:
+        CorruptRecordError: it is not.
+    """
+    row = INDEX_ROW.unpack(scan_index(record, 0, len(record), physical, None, False, True)[5])
+    _, _, rec_queue, rec_offset, rec_hash, _, start, length, _ = row
+    rec_topic = record[start : start + length].decode("utf-8", "replace")
+    if (rec_topic, rec_queue, rec_offset, rec_hash) != (topic, queue_id, queue_offset, tags_hash):
+        raise CorruptRecordError(
+            physical,
+            f"the consume queue entry {topic}/{queue_id} {queue_offset} (tag hash {tags_hash}) "
+            f"points at a record of {rec_topic}/{rec_queue} {rec_offset} (tag hash {rec_hash})",
+        )
 
 
 def _validated(record: bytes, physical: int, size: int) -> bytes:
