@@ -316,8 +316,12 @@ class _SlaveConnection(ChannelInboundHandler):
         if offset > high:
             advice = (
                 f"the master's log ends at {high}, this slave's at {offset}: the slave is ahead "
-                f"by {offset - high} bytes; run `hanet slave --truncate-to {high}` (if the master "
-                "took no puts since it lost its tail) or `hanet slave --resync` to follow it"
+                f"by {offset - high} bytes: it holds data this master lost (acknowledged "
+                "messages, possibly); keep that copy: make the slave the master, or stop this "
+                f"master and give it the slave's commit log from {high} on. Only if those bytes "
+                f"were never acknowledged: `hanet slave --truncate-to {high}` (if the master took "
+                "no puts since it lost its tail) or `hanet slave --resync` throw them away to "
+                "follow this master"
             )
         else:
             advice = (

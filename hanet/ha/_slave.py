@@ -255,8 +255,11 @@ class HASlave:
                 "in a row, without sending anything: it refuses that offset. Is this slave ahead "
                 "of the master (the master lost or truncated data), behind its oldest data, or "
                 "connected to the wrong master? The master's log and status say which, with its "
-                "offsets; to follow it, run `hanet slave --truncate-to OFFSET` (the master's max "
-                "offset, if the master took no puts since it lost data) or `hanet slave --resync`",
+                "offsets. If this slave is ahead, it holds data the master lost: keep it (make "
+                "this slave the master, or give the master its commit log) unless that data was "
+                "never acknowledged; only then, to follow the master, run `hanet slave "
+                "--truncate-to OFFSET` (the master's max offset, if the master took no puts since "
+                "it lost data) or `hanet slave --resync` (both throw data away)",
                 self.master_address,
                 reported,
                 self._refusals,
