@@ -324,11 +324,13 @@ async def test_the_slave_verb_truncates_then_replicates(
                 await trio.sleep(0.01)
         nursery.cancel_scope.cancel()
     out = [r.getMessage() for r in caplog.records if r.name == "hanet.broker"]
-    assert out[0] == (
+    assert out[0].startswith(
         f"--truncate-to {cut}: store {tmp_path / 's'}, commit log [0, {end}): truncated the "
-        f"commit log from {end} to {cut} ({end - cut} bytes dropped); replication resumes from "
-        "there"
+        f"commit log from {end} to {cut} ({end - cut} bytes cut, kept in {tmp_path / 's' / 'cut'}"
     )
+    assert out[0].endswith("); replication resumes from there")
+    (kept,) = (tmp_path / "s" / "cut").iterdir()  # the cut bytes, byte for byte
+    assert sum(p.stat().st_size for p in kept.iterdir()) == end - cut
     assert out[1].startswith("SLAVE ready: ")
     with open_store(tmp_path / "s", StoreRole.SLAVE, size=64 * 1024) as store:
         assert store.max_offset == cut
