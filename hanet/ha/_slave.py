@@ -413,11 +413,12 @@ class HASlave:
 
 
 def keep_aside(store: CommitLogStore, offset: int) -> Path:
-    """Keep the commit log bytes from ``offset`` on before a truncation drops them: files
-    wholly past it are hard-linked (no copy) and the written part of the file holding
-    ``offset`` from there on is copied (it is zeroed in place, a link would see that), into ``<store>/cut/<time>-<offset>/`` (named as in ``commitlog/``, the partial one
-    ``<its name>.from-<offset>``). A truncation on the operator's word is then undoable by
-    hand: nothing acknowledged is thrown away for good. Returns the directory."""
+    """Keep the commit log bytes from ``offset`` on before a truncation drops them, into
+    ``<store>/cut/<time>-<offset>/`` (named as in ``commitlog/``): files wholly past it are
+    hard-linked (no copy), the written part of the file holding ``offset`` is copied from there
+    (``<its name>.from-<offset>``: it is zeroed in place, a link would see that). A truncation
+    on the operator's word is then undoable by hand: nothing acknowledged is thrown away for
+    good. Returns the directory."""
     directory = store.root / "cut" / f"{time.strftime('%Y%m%dT%H%M%S')}-{offset}"
     directory.mkdir(parents=True, exist_ok=True)
     size = store.config.mapped_file_size
