@@ -182,6 +182,9 @@ class RecordScanner:
         header_v4_unpack = HEADER_V4.unpack_from
         v4_size = HEADER_V4.size
         crc32 = zlib.crc32
+        unknown_bits = ~SYS_FLAG_KNOWN_BITS
+        crc32_head = _CRC32_HEAD
+        reserved = CRC32_RESERVED_LEN
         new_tuple = tuple.__new__
         record = MessageRecord
         while True:
@@ -227,7 +230,7 @@ class RecordScanner:
             if h is None:
                 h = header_v4_unpack(buf, pos)
             sys_flag = h[7]
-            if sys_flag & ~SYS_FLAG_KNOWN_BITS:
+            if sys_flag & unknown_bits:
                 self._stop(
                     pos,
                     StopReason.INVALID,
@@ -288,15 +291,31 @@ class RecordScanner:
                 return
             # The CRCs last. A matching whole-record CRC covers the body and BODYCRC too: the
             # body is not read twice (a mismatch says which CRC fails).
-            sealed = props_len >= CRC32_RESERVED_LEN and _crc32_claimed(buf, rec_end)
-            if sealed:
-                problem = _crc32_problem(buf, pos, rec_end, props_len, check_crc)
-                if problem is not None:
-                    if check_crc and (crc32(body_view) & 0x7FFFFFFF) != h[2]:
-                        problem = "body CRC mismatch"
-                    self._stop(pos, StopReason.INVALID, problem)
-                    return
-            elif check_crc and (crc32(body_view) & 0x7FFFFFFF) != h[2]:
+            problem = None
+            t = rec_end - reserved  # where a whole-record CRC property starts
+            if props_len >= reserved and (buf[t] == 95 or buf[t + 1] == 95 or buf[t + 2] == 67):
+                tail = bytes(buf[t:rec_end])  # "_", "_" or "C": it may claim to be one
+                if (
+                    tail[:9] == crc32_head
+                    and tail[19] == 2
+                    and tail[9:19].isdigit()
+                    and (props_len == reserved or buf[t - 1] == 2)
+                ):
+                    if check_crc and crc32(buf[pos:t]) & 0x7FFFFFFF != int(tail[18:8:-1]):
+                        problem = "whole-record CRC mismatch"
+                    sealed = True
+                else:
+                    sealed = _crc32_claimed(tail)
+                    if sealed:
+                        problem = "whole-record CRC property is malformed"
+            else:
+                sealed = False
+            if problem is not None:
+                if check_crc and (crc32(body_view) & 0x7FFFFFFF) != h[2]:
+                    problem = "body CRC mismatch"
+                self._stop(pos, StopReason.INVALID, problem)
+                return
+            if not sealed and check_crc and (crc32(body_view) & 0x7FFFFFFF) != h[2]:
                 self._stop(pos, StopReason.INVALID, "body CRC mismatch")
                 return
             self.record_offset = base + pos
@@ -329,36 +348,14 @@ class RecordScanner:
 
 
 _CRC32_NAME = CRC32_PROPERTY.encode()
+_CRC32_HEAD = _CRC32_NAME + b"\x01"
 
 
-def _crc32_claimed(buf: memoryview, rec_end: int) -> bool:
-    """Whether the last 20 bytes of a record (inside its properties) claim to be the
-    whole-record CRC property: a name at most 2 bytes off ``__CRC32#`` (a flipped bit in the
-    name does not turn the check off)."""
-    t = rec_end - CRC32_RESERVED_LEN
-    return sum(1 for a, b in zip(buf[t : t + 8], _CRC32_NAME, strict=True) if a == b) >= 6
-
-
-def _crc32_problem(
-    buf: memoryview, pos: int, rec_end: int, props_len: int, check_crc: bool
-) -> str | None:
-    """Why the whole-record CRC property claimed by a record's last 20 bytes fails, or None."""
-    t = rec_end - CRC32_RESERVED_LEN
-    matches = sum(1 for a, b in zip(buf[t : t + 8], _CRC32_NAME, strict=True) if a == b)
-    digits = bytes(buf[t + 9 : rec_end - 1])
-    if (
-        matches != 8
-        or buf[t + 8] != 1
-        or buf[rec_end - 1] != 2
-        or (props_len > CRC32_RESERVED_LEN and buf[t - 1] != 2)
-        or not digits.isdigit()
-    ):
-        return "whole-record CRC property is malformed"
-    if check_crc:
-        expected = int(digits[::-1])
-        if zlib.crc32(buf[pos:t]) & 0x7FFFFFFF != expected:
-            return "whole-record CRC mismatch"
-    return None
+def _crc32_claimed(tail: bytes) -> bool:
+    """Whether the last 20 bytes of a record's properties claim to be the whole-record CRC
+    property: a name at most 2 bytes off ``__CRC32#`` (a flipped bit in the name does not
+    turn the check off)."""
+    return sum(1 for a, b in zip(tail[:8], _CRC32_NAME, strict=True) if a == b) >= 6
 
 
 def scan_records(
