@@ -333,3 +333,23 @@ def test_spark_marks_the_damaged_record_and_reads_on(damaged: tuple[CommitLogSto
     assert len(rows) == 60
     assert [row["physical_offset"] for row in rows if not row["crc_ok"]] == [bad]
     assert all(row["status"] == "ok" for row in rows)
+
+
+@pytest.mark.parametrize("body_size", [0, 10, 63, 64, 100, 1000, 5000])
+def test_the_native_seal_fills_what_the_reference_does(body_size: int) -> None:
+    """The put path seals with ``_speedups.seal`` when built: the same bytes as
+    ``seal_record`` (zlib's CRC)."""
+    seal = getattr(pytest.importorskip("hanet.store._speedups"), "seal", None)
+    if seal is None:  # pragma: no cover
+        pytest.skip("the native scanner is not built")
+    record = MessageRecord.create(
+        topic="T",
+        body=bytes(range(256)) * (body_size // 256) + b"x" * (body_size % 256),
+        properties={"TAGS": "a"},
+        crc32=True,
+    )
+    unsealed = bytearray(b"pad" + encode_record(record) + b"tail")
+    seal(unsealed, 3, record.size)
+    assert bytes(unsealed[3:-4]) == encode_record(record, seal=True)
+    with pytest.raises(ValueError):
+        seal(unsealed, 8, record.size)  # past the end of the buffer

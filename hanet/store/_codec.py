@@ -191,11 +191,7 @@ CRC32_TRAILER_EMPTY = CRC32_NAME + b"\x01" + b"0" * 10 + b"\x02"
 def crc32_trailer(crc: int) -> bytes:
     """The 20 bytes of the whole-record CRC property for ``crc`` (RocketMQ 5's
     ``MessageDecoder.createCrc32``): its 10 decimal digits least significant first."""
-    digits = bytearray(b"0" * 10)
-    for i in range(10):
-        digits[i] = 48 + crc % 10
-        crc //= 10
-    return CRC32_NAME + b"\x01" + bytes(digits) + b"\x02"
+    return CRC32_NAME + b"\x01" + f"{crc:010d}"[::-1].encode() + b"\x02"
 
 
 def record_crc(record: bytes | bytearray | memoryview) -> int:

@@ -1154,6 +1154,34 @@ static PyObject *populate(PyObject *Py_UNUSED(self), PyObject *arg) {
     Py_RETURN_NONE;
 }
 
+/* ---- seal(): the whole-record CRC property of a record just written (the put path) ----
+ *
+ *     seal(buf, pos, size) -> None
+ *
+ * The record at buf[pos:pos + size] ends its properties with the property's reserved 20 bytes
+ * ("__CRC32#" \x01 10 digits \x02, name and separators already written): the 10 digits get
+ * the CRC (zlib's, & 0x7FFFFFFF) of every byte before those 20, least significant first.
+ * The reference is hanet.store._codec.seal_record. */
+static PyObject *seal(PyObject *Py_UNUSED(self), PyObject *args) {
+    Py_buffer view;
+    Py_ssize_t pos, size;
+    if (!PyArg_ParseTuple(args, "w*nn:seal", &view, &pos, &size)) return NULL;
+    if (pos < 0 || size < CRC32_RESERVED_LEN || pos > view.len - size) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_ValueError, "seal: the record is not inside the buffer");
+        return NULL;
+    }
+    unsigned char *r = (unsigned char *)view.buf + pos;
+    uint32_t crc = crc32_continue(0, r, (size_t)(size - CRC32_RESERVED_LEN)) & 0x7FFFFFFFu;
+    unsigned char *digits = r + size - CRC32_RESERVED_LEN + 9;
+    for (int i = 0; i < 10; i++) {
+        digits[i] = (unsigned char)('0' + crc % 10);
+        crc /= 10;
+    }
+    PyBuffer_Release(&view);
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"scan", (PyCFunction)(void (*)(void))scan, METH_VARARGS | METH_KEYWORDS,
      "scan(buf, start=0, end=None, base_offset=0, limit=None, check_crc=True, "
@@ -1167,6 +1195,10 @@ static PyMethodDef methods[] = {
      "group_entries(rows)\n--\n\n"
      "The consume queue entries of scan rows, one packed blob per run of consecutive queue "
      "offsets of one queue; see hanet.store._index."},
+    {"seal", (PyCFunction)seal, METH_VARARGS,
+     "seal(buf, pos, size)\n--\n\n"
+     "Fill the whole-record CRC property ending the record at buf[pos:pos + size]; see "
+     "hanet.store._codec.seal_record."},
     {"populate", (PyCFunction)populate, METH_O,
      "populate(buf)\n--\n\n"
      "Fault every page of a writable mapping in for writing, with the GIL released."},

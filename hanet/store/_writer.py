@@ -29,7 +29,6 @@ from ._codec import (
     MAX_PROPERTIES_SIZE,
     MAX_TOPIC_SIZE_V1,
     STORE_HOST_V6_FLAG,
-    crc32_trailer,
     encode_properties,
     java_string_hash,
     offset_msg_id,
@@ -41,8 +40,11 @@ from ._consume_queue import ConsumeQueue
 from ._errors import CreateMappedFileError
 from ._mapped_file import MappedFile
 from ._mapped_queue import MappedFileQueue
+from ._native import ENABLED, native
 
 __all__ = ["RecordWriter"]
+
+_NATIVE_SEAL: Callable[[memoryview, int, int], None] | None = native("seal") if ENABLED else None
 
 _HOST_FLAGS = BORN_HOST_V6_FLAG | STORE_HOST_V6_FLAG
 _PUT_OK = PutStatus.PUT_OK
@@ -126,6 +128,7 @@ class RecordWriter:
         puts = 0
         pending: dict[tuple[str, int], int] = {}
         reserved = CRC32_TRAILER_EMPTY
+        native_seal = _NATIVE_SEAL
         create_failed: PutResult | None = None
         try:
             for message in messages:
@@ -256,10 +259,15 @@ class RecordWriter:
                 view[p:end] = topic_bytes
                 i16_pack_into(view, end, len(props))
                 view[end + 2 : end + 2 + len(props)] = props
-                # The whole-record CRC property, last: every other byte is final now.
-                crc_end = wrote + size - CRC32_RESERVED_LEN
-                whole_crc = crc32(view[wrote:crc_end]) & 0x7FFFFFFF
-                view[crc_end : crc_end + CRC32_RESERVED_LEN] = crc32_trailer(whole_crc)
+                # The whole-record CRC property, last: every other byte is final now. Its
+                # name and separators are in place (the reserved bytes): only the 10 digits,
+                # least significant first (crc32_trailer's, without a call).
+                if native_seal is not None:  # carry-less multiplication: ~10x zlib's
+                    native_seal(view, wrote, size)
+                else:
+                    crc_end = wrote + size - CRC32_RESERVED_LEN
+                    whole_crc = crc32(view[wrote:crc_end]) & 0x7FFFFFFF
+                    view[crc_end + 9 : crc_end + 19] = f"{whole_crc:010d}"[::-1].encode()
                 wrote += size
                 space -= size
                 put_bytes += size
