@@ -147,6 +147,25 @@ __attribute__((target("pclmul,sse4.1"))) static uint32_t crc32_clmul(const unsig
 static int have_clmul = 0;
 #endif
 
+/* zlib's CRC-32 table (reflected polynomial 0xEDB88320), filled at import: the tail of fewer
+ * than 16 bytes after the carry-less blocks is done inline, a zlib call costs more. */
+static uint32_t crc_table[256];
+
+static void crc_table_init(void) {
+    for (uint32_t n = 0; n < 256; n++) {
+        uint32_t c = n;
+        for (int k = 0; k < 8; k++) c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+        crc_table[n] = c;
+    }
+}
+
+/* zlib's crc32(crc, buf, len) for a short len, bytewise. */
+static inline uint32_t crc32_tail(uint32_t crc, const unsigned char *buf, size_t len) {
+    uint32_t c = ~crc;
+    while (len--) c = crc_table[(c ^ *buf++) & 0xFF] ^ (c >> 8);
+    return ~c;
+}
+
 /* zlib's crc32 of buf[:len]: carry-less multiplication for the 16-byte blocks when the CPU
  * has it (zlib's table CRC is the memory-bandwidth floor of a scan otherwise). */
 static uint32_t body_crc32(const unsigned char *buf, size_t len) {
@@ -170,9 +189,7 @@ static uint32_t crc32_continue(uint32_t crc, const unsigned char *buf, size_t le
     if (have_clmul && len >= 64) {
         size_t blocks = len & ~(size_t)15;
         crc = ~crc32_clmul(buf, blocks, ~crc);
-        buf += blocks;
-        len -= blocks;
-        if (len == 0) return crc;
+        return crc32_tail(crc, buf + blocks, len - blocks);
     }
 #endif
     return (uint32_t)crc32(crc, buf, (uInt)len);
@@ -1212,6 +1229,7 @@ static struct PyModuleDef module = {
 };
 
 PyMODINIT_FUNC PyInit__speedups(void) {
+    crc_table_init();
 #ifdef HAVE_CLMUL_CRC
     unsigned int a, b, c, d;
     if (__get_cpuid(1, &a, &b, &c, &d)) have_clmul = (c & bit_PCLMUL) && (c & bit_SSE4_1);
