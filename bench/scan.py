@@ -4,7 +4,8 @@ Run: ``.venv/bin/python bench/scan.py [--mib N] [--repeat N] [--dir DIR]``
 
 For 1 KiB and 100-byte bodies, a commit log file of ``--mib`` MiB is written (records at
 their own physical offsets, TAGS and KEYS properties, 8 queues), mapped and pre-faulted, and
-scanned with every check on (magic, sizes, UTF-8, body CRC, PHYSICALOFFSET) by:
+scanned with every check on (magic, sizes, UTF-8, body CRC, PHYSICALOFFSET; with ``--crc32``
+the records carry the whole-record CRC property and it is checked too) by:
 
 - ``native``: ``hanet.store.native_scan`` (``_speedups.c``: one call, packed rows);
 - ``python``: ``scan_index_py``, the reference with the identical output (RecordScanner and
@@ -41,8 +42,9 @@ from hanet.store import (
 )
 
 
-def write_file(path: Path, size: int, body_size: int) -> int:
-    """A commit log file of ``size`` bytes: records, then a blank record. Returns the count."""
+def write_file(path: Path, size: int, body_size: int, crc32: bool = False) -> int:
+    """A commit log file of ``size`` bytes: records, then a blank record. Returns the count.
+    ``crc32``: records end with the whole-record CRC property, as the store writes them."""
     data = bytearray()
     count = 0
     while True:
@@ -55,7 +57,9 @@ def write_file(path: Path, size: int, body_size: int) -> int:
                 physical_offset=len(data),
                 store_timestamp=1700000000000 + count,
                 properties={"TAGS": f"tag{count % 16}", "KEYS": f"k{count}"},
-            )
+                crc32=crc32,
+            ),
+            seal=crc32,
         )
         if len(data) + len(record) + 8 > size:
             break
@@ -124,15 +128,23 @@ def main() -> None:
     parser.add_argument("--mib", type=int, default=32, help="file size in MiB (default 32)")
     parser.add_argument("--repeat", type=int, default=5, help="runs per figure, best kept")
     parser.add_argument("--dir", type=Path, default=None, help="where to write the files")
+    parser.add_argument(
+        "--crc32",
+        action="store_true",
+        help="records with the whole-record CRC property (as the store writes them), checked",
+    )
     args = parser.parse_args()
     results: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
         for name, body in (("1KiB", 1024), ("100B", 100)):
             path = Path(tmp) / f"scan-{name}"
-            count = write_file(path, args.mib << 20, body)
+            count = write_file(path, args.mib << 20, body, args.crc32)
             results[name] = bench_file(path, count, args.repeat)
             path.unlink()
-    print(f"{args.mib} MiB files, every check on (CRC, PHYSICALOFFSET), best of {args.repeat}")
+    sealed = ", whole-record CRC property" if args.crc32 else ""
+    print(
+        f"{args.mib} MiB files{sealed}, every check on (CRC, PHYSICALOFFSET), best of {args.repeat}"
+    )
     header = f"{'body':<6}{'records':>10}{'native rec/s':>15}{'python rec/s':>15}"
     header += f"{'ratio':>8}{'RecordScanner rec/s':>21}{'ratio':>8}"
     header += f"{'native MB/s':>13}{'read MB/s':>11}{'fraction':>10}"
@@ -149,6 +161,7 @@ def main() -> None:
             f"{f['native_fraction_of_read']:>10.3f}"
         )
     figures: dict[str, Any] = {"bench": "scan", "mib": args.mib, "python": sys.version.split()[0]}
+    figures["crc32"] = args.crc32
     for name, f in results.items():
         for key, value in f.items():
             figures[f"{name}_{key}"] = round(value, 3) if isinstance(value, float) else value

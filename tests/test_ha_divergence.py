@@ -269,9 +269,9 @@ async def test_a_file_size_mismatch_stops_the_slave_with_one_clear_error(
         # the slave holds bytes of two master files
         low, high = slave_store.min_offset, slave_store.max_offset
         assert commit_log_bytes(slave_store, low, high) == commit_log_bytes(master_store, low, high)
-        if low < high:
-            big = max(master_size, slave_size)
-            assert low // big == (high - 1) // big
+        for start in range(low - low % slave_size, high, slave_size):
+            first, last = max(start, low), min(start + slave_size, high) - 1
+            assert first // master_size == last // master_size
 
 
 # -- 3. the command line -------------------------------------------------------------------------
@@ -324,11 +324,13 @@ async def test_the_slave_verb_truncates_then_replicates(
                 await trio.sleep(0.01)
         nursery.cancel_scope.cancel()
     out = [r.getMessage() for r in caplog.records if r.name == "hanet.broker"]
-    assert out[0] == (
+    assert out[0].startswith(
         f"--truncate-to {cut}: store {tmp_path / 's'}, commit log [0, {end}): truncated the "
-        f"commit log from {end} to {cut} ({end - cut} bytes dropped); replication resumes from "
-        "there"
+        f"commit log from {end} to {cut} ({end - cut} bytes cut, kept in {tmp_path / 's' / 'cut'}"
     )
+    assert out[0].endswith("); replication resumes from there")
+    (kept,) = (tmp_path / "s" / "cut").iterdir()  # the cut bytes, byte for byte
+    assert sum(p.stat().st_size for p in kept.iterdir()) == end - cut
     assert out[1].startswith("SLAVE ready: ")
     with open_store(tmp_path / "s", StoreRole.SLAVE, size=64 * 1024) as store:
         assert store.max_offset == cut

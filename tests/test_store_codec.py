@@ -247,9 +247,9 @@ def records(draw: st.DrawFn) -> MessageRecord:
     return MessageRecord.create(
         topic=draw(st.text(alphabet=st.characters(exclude_categories=["Cs"]), max_size=150)),
         body=draw(st.binary(max_size=300)),
-        queue_id=draw(i32),
+        queue_id=draw(st.integers(0, 2**31 - 1)),
         flag=draw(i32),
-        queue_offset=draw(i64),
+        queue_offset=draw(st.integers(0, 2**63 - 1)),
         physical_offset=draw(i64),
         sys_flag=draw(st.integers(0, 0x3FF)),
         born_timestamp=draw(i64),

@@ -285,8 +285,8 @@ def regions(draw: st.DrawFn) -> bytes:
         record = MessageRecord.create(
             topic=draw(topics),
             body=draw(st.binary(max_size=200)),
-            queue_id=draw(i32),
-            queue_offset=draw(i64),
+            queue_id=draw(st.integers(0, 2**31 - 1)),
+            queue_offset=draw(st.integers(0, 2**63 - 1)),
             physical_offset=len(data),
             sys_flag=draw(st.integers(0, 0x3FF)),
             born_host=draw(hosts),

@@ -13,6 +13,7 @@ import trio
 
 from hanet.store import (
     BLANK_MAGIC,
+    CRC32_RESERVED_LEN,
     CommitLogStore,
     FlushDiskType,
     Message,
@@ -144,7 +145,8 @@ def test_slave_and_closed_store_refuse_puts(tmp_path: Path) -> None:
 
 
 def _size(body_len: int) -> int:
-    return record_size(0, body_len, len("TopicTest"), 0)
+    # + the whole-record CRC property every put record ends with
+    return record_size(0, body_len, len("TopicTest"), CRC32_RESERVED_LEN)
 
 
 def test_exactly_eight_bytes_left_then_blank(store: CommitLogStore) -> None:
@@ -364,4 +366,6 @@ def test_ipv6_hosts(tmp_path: Path) -> None:
         assert record.sys_flag & 0x30 == 0x30
         assert record.born_address == "[2001:db8::7]:4321"
         assert record.store_address == "[::1]:10911"
-        assert result.wrote_size == record_size(0x30, 2, 1, 0) == 91 + 2 + 1 + 24
+        assert (
+            result.wrote_size == record_size(0x30, 2, 1, CRC32_RESERVED_LEN) == 91 + 2 + 1 + 24 + 20
+        )

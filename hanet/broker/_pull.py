@@ -12,6 +12,7 @@ import attrs
 from hanet.protocol import MASTER_ID
 from hanet.store import (
     CQ_BLANK_SIZE,
+    INDEX_ROW,
     CommitLogStore,
     CorruptRecordError,
     index_scan_stop,
@@ -156,6 +157,7 @@ def serve_pull(
     next_offset = offset
     pulled_end = 0
     floor = store.min_offset
+    topic_bytes = topic.encode()
     # A view from a record to its file's end serves the queue's next records (they lie
     # after it, interleaved with other queues') without a lookup each.
     span: memoryview = memoryview(b"")
@@ -183,7 +185,17 @@ def serve_pull(
             if not 0 <= at <= len(span) - size:
                 span, span_start, at = store.read_view(physical, _TO_FILE_END), physical, 0
             record = span[at : at + size]
-            records.append(_validated(record if views else record.tobytes(), physical, size))
+            records.append(
+                _checked(
+                    record if views else record.tobytes(),
+                    physical,
+                    size,
+                    topic_bytes,
+                    queue_id,
+                    next_offset,
+                    tags_hash,
+                )
+            )
             pulled_end = physical + size
             budget -= size
             next_offset += 1
@@ -193,16 +205,37 @@ def serve_pull(
     return answer(GetMessageStatus.FOUND, next_offset, tuple(records), behind)
 
 
-def _validated(record: bytes | memoryview, physical: int, size: int) -> bytes | memoryview:
-    """``record`` when it is the whole valid record its consume queue entry points at.
+def _checked(
+    record: bytes | memoryview,
+    physical: int,
+    size: int,
+    topic: bytes,
+    queue_id: int,
+    queue_offset: int,
+    tags_hash: int,
+) -> bytes | memoryview:
+    """``record`` when it is the whole valid record its consume queue entry points at, and
+    that entry's: its topic, queue id, queue offset and tag hash (an entry damaged on disk, or
+    pointing at another record of the same size, would serve the wrong message).
 
     A pull never serves bytes that fail their checks (a byte flipped on disk, an entry that
     points at the wrong place): the error names the record's physical offset. Checked by
-    the store's record index (native when built), which decodes no body.
+    the store's record index (native when built), which decodes no body; one scan gives both
+    the checks and the fields compared.
     """
     result = scan_index(record, 0, size, physical, None, True, True)
     position, count = result[0], result[4]
-    if count == 1 and position == size:
-        return record
-    detail = index_scan_stop(result, physical).detail if count == 0 else ""
-    raise CorruptRecordError(physical, detail or f"not a {size}-byte record")
+    if count != 1 or position != size:
+        detail = index_scan_stop(result, physical).detail if count == 0 else ""
+        raise CorruptRecordError(physical, detail or f"not a {size}-byte record")
+    _, _, rec_queue, rec_offset, rec_hash, _, start, length, _ = INDEX_ROW.unpack_from(result[5])
+    rec_topic = bytes(record[start : start + length])
+    if (rec_topic, rec_queue, rec_offset, rec_hash) != (topic, queue_id, queue_offset, tags_hash):
+        raise CorruptRecordError(
+            physical,
+            f"the consume queue entry {topic.decode('utf-8', 'replace')}/{queue_id} "
+            f"{queue_offset} (tag hash {tags_hash}) points at a record of "
+            f"{rec_topic.decode('utf-8', 'replace')}/{rec_queue} {rec_offset} "
+            f"(tag hash {rec_hash})",
+        )
+    return record

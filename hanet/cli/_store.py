@@ -3,8 +3,9 @@
 - ``hanet dump STORE_DIR [--json] [--from OFFSET] [--limit N] [--mapped-file-size BYTES]``
   prints one line per message (with ``--json`` one JSON object per line).
 - ``hanet verify STORE_DIR [--mapped-file-size BYTES]`` checks every record (magic, lengths,
-  CRC, PHYSICALOFFSET, blank records ending their files) and every consume queue entry, and
-  exits 0 when all hold, 1 naming the first bad offset and why.
+  CRC, the whole-record CRC property, PHYSICALOFFSET, blank records ending their files, queue
+  offsets following each other) and every consume queue entry, and exits 0 when all hold, 1
+  naming every inconsistency found (offset and why; the first 20 printed, the rest counted).
 
 Both read a log that no longer starts at 0 (retention deleted its first files): from its
 first file on; consume queue entries of deleted records are counted, not errors. The file
@@ -146,7 +147,8 @@ async def verify(args: argparse.Namespace) -> int:
 def _read_consume_queues(
     root: Path,
 ) -> dict[tuple[str, int], tuple[int, list[tuple[int, int, int]]]]:
-    """``(topic, queue) -> (first queue offset, entries)``, up to the first zero entry."""
+    """``(topic, queue) -> (first queue offset, entries)``, up to the last written entry (a
+    zeroed entry before it is kept, and reported as not matching its record)."""
     queues: dict[tuple[str, int], tuple[int, list[tuple[int, int, int]]]] = {}
     directory = root / "consumequeue"
     if not directory.is_dir():
@@ -159,12 +161,12 @@ def _read_consume_queues(
             if not files:
                 continue
             data = b"".join(path.read_bytes() for _, path in files)
-            entries = []
-            for i in range(0, len(data) - CQ_ENTRY_SIZE + 1, CQ_ENTRY_SIZE):
-                entry: tuple[int, int, int] = _ENTRY.unpack_from(data, i)
-                if entry[1] == 0:
-                    break
-                entries.append(entry)
+            entries: list[tuple[int, int, int]] = [
+                _ENTRY.unpack_from(data, i)
+                for i in range(0, len(data) - CQ_ENTRY_SIZE + 1, CQ_ENTRY_SIZE)
+            ]
+            while entries and entries[-1][1] == 0:  # the unwritten tail (a zeroed entry
+                entries.pop()  # before the last written one stays: it is compared)
             queues[topic_dir.name, int(queue_dir.name)] = (files[0][0] // CQ_ENTRY_SIZE, entries)
     return queues
 
@@ -177,7 +179,13 @@ def _queue_end(entries: list[tuple[int, int, int]]) -> int | None:
     return None
 
 
+_SHOWN_PROBLEMS = 20  # problems printed one per line; the rest are counted
+
+
 def _verify(reader: CommitLogReader, root: Path | None) -> int:
+    """Every record against its neighbours and its consume queue entry, every entry against
+    the records: each inconsistency is named (the first :data:`_SHOWN_PROBLEMS` printed, the
+    rest counted); exit 1 when there is any."""
     check_queues = root is not None and (root / "consumequeue").is_dir()
     queues = _read_consume_queues(root) if root is not None and check_queues else {}
     # The dispatch frontier: records past the end of every consume queue entry are not
@@ -186,6 +194,7 @@ def _verify(reader: CommitLogReader, root: Path | None) -> int:
     ends = (_queue_end(entries) for _, entries in queues.values())
     frontier = max((e for e in ends if e is not None), default=reader.min_offset)
     undispatched = 0
+    problems: list[str] = []
     seen: dict[tuple[str, int], int] = {}
     count = 0
     end = reader.min_offset
@@ -197,7 +206,13 @@ def _verify(reader: CommitLogReader, root: Path | None) -> int:
             end = offset + size
             topic = topics[topic_id]
             key = (topic, queue_id)
-            seen[key] = max(seen.get(key, 0), queue_offset + 1)
+            following = seen.get(key)
+            if following is not None and queue_offset != following:
+                problems.append(
+                    f"record at offset {offset}: {topic}/{queue_id} queue offset {queue_offset} "
+                    f"does not follow the queue's previous record ({following - 1})"
+                )
+            seen[key] = max(following or 0, queue_offset + 1)
             if not check_queues:
                 continue
             first, entries = queues.get(key, (0, []))
@@ -206,26 +221,26 @@ def _verify(reader: CommitLogReader, root: Path | None) -> int:
                 if offset >= frontier:
                     undispatched += 1
                     continue
-                return fail(
+                problems.append(
                     f"record at offset {offset} ({topic}/{queue_id} queue offset "
-                    f"{queue_offset}) has no consume queue entry",
-                    EXIT_FAILED,
+                    f"{queue_offset}) has no consume queue entry"
                 )
+                continue
             expected = (offset, size, tags_hash)
             if entries[index] != expected:
-                return fail(
+                problems.append(
                     f"consume queue {topic}/{queue_id} entry {queue_offset} "
-                    f"is {entries[index]}, expected {expected} for the record at offset {offset}",
-                    EXIT_FAILED,
+                    f"is {entries[index]}, expected {expected} for the record at offset {offset}"
                 )
     stop = reader.stop
     assert stop is not None
     if stop.reason is StopReason.INVALID:
-        return fail(f"bad record at offset {stop.offset}: {stop.detail}", EXIT_FAILED)
+        problems.append(f"bad record at offset {stop.offset}: {stop.detail}")
     data_end = end
     if stop.reason is StopReason.BLANK:
         end = stop.offset + stop.blank_size
     trimmed = 0
+    unchecked = 0  # entries past a bad record the walk stopped at: that record is the problem
     for key, (first, entries) in sorted(queues.items()):
         for index, (offset, size, _) in enumerate(entries):
             if size == CQ_BLANK_SIZE:
@@ -233,12 +248,25 @@ def _verify(reader: CommitLogReader, root: Path | None) -> int:
             if offset < reader.min_offset:  # its record was deleted by retention
                 trimmed += 1
                 continue
-            if first + index >= seen.get(key, 0) or offset + size > end:
-                return fail(
+            if stop.reason is StopReason.INVALID and offset >= stop.offset:
+                unchecked += 1
+            elif first + index >= seen.get(key, 0) or offset + size > end:
+                problems.append(
                     f"consume queue {key[0]}/{key[1]} entry {first + index} points at "
-                    f"{offset} (+{size}), past the valid data",
-                    EXIT_FAILED,
+                    f"{offset} (+{size}), past the valid data"
                 )
+    problems.extend(_queue_file_problems(root) if root is not None and check_queues else ())
+    if problems:
+        for problem in problems[:_SHOWN_PROBLEMS]:
+            fail(problem, EXIT_FAILED)
+        more = len(problems) - _SHOWN_PROBLEMS
+        if more > 0:
+            fail(f"... and {more} more problem(s)", EXIT_FAILED)
+        if unchecked:
+            fail(f"{unchecked} consume queue entries past the bad record not checked", EXIT_FAILED)
+        if len(problems) > 1:
+            fail(f"{len(problems)} problem(s) found", EXIT_FAILED)
+        return EXIT_FAILED
     where = "" if check_queues else " (no consume queues to check)"
     if trimmed:
         where += f", {trimmed} entr{'y' if trimmed == 1 else 'ies'} below the first offset"
@@ -251,3 +279,20 @@ def _verify(reader: CommitLogReader, root: Path | None) -> int:
         f"{len(queues)} consume queue(s){where}"
     )
     return EXIT_OK
+
+
+def _queue_file_problems(root: Path) -> list[str]:
+    """Consume queue files that are not whole entries (a file cut short): RocketMQ's files
+    are all of one size, a multiple of 20 bytes."""
+    problems = []
+    for topic_dir in sorted(p for p in (root / "consumequeue").iterdir() if p.is_dir()):
+        for queue_dir in sorted(p for p in topic_dir.iterdir() if p.is_dir()):
+            files = list_mapped_files(queue_dir) if queue_dir.name.isdigit() else []
+            sizes = {path.stat().st_size for _, path in files}
+            if len(sizes) > 1 or any(size % CQ_ENTRY_SIZE for size in sizes):
+                shown = ", ".join(f"{path.name}: {path.stat().st_size}" for _, path in files)
+                problems.append(
+                    f"consume queue {topic_dir.name}/{queue_dir.name}: files of different or "
+                    f"partial-entry sizes ({shown})"
+                )
+    return problems

@@ -64,7 +64,7 @@ from ._entry import (
 )
 from ._errors import DLedgerError, EntryFormatError
 from ._log import LogEntry
-from ._raft import HardState
+from ._raft import HardState, RaftConfig, implausible_term
 
 __all__ = [
     "DEFAULT_DATA_FILE_SIZE",
@@ -74,6 +74,7 @@ __all__ = [
 ]
 
 log = logging.getLogger("hanet.dledger")
+_MAX_SAVED_TERM_GAP = RaftConfig().max_term_gap  # a saved term past the log's by more: refused
 
 DEFAULT_DATA_FILE_SIZE = 1024 * 1024 * 1024
 """Bytes of a data file (DLedger's default, 1 GiB)."""
@@ -500,7 +501,14 @@ class FileLog:
             raise DLedgerError(f"{path}: not a hard state document: {raw!r}")
         term, voted = raw.get("term"), raw.get("voted_for")
         if not isinstance(term, int) or not (voted is None or isinstance(voted, str)):
-            raise DLedgerError(f"{path}: bad term or vote: {raw!r}")
+            raise DLedgerError(f"{path}: bad term or vote: {str(raw)[:200]}")
+        problem = implausible_term(term, self.last_term, _MAX_SAVED_TERM_GAP)
+        if problem is not None:
+            raise DLedgerError(
+                f"{path}: the saved term cannot be this node's: {problem}; restore the file "
+                "from a backup, or remove it to start this node at term 0 with no vote (safe "
+                "only if it cannot have voted in a recent term)"
+            )
         return HardState(term, voted)
 
     def save_hard_state(self, state: HardState) -> None:

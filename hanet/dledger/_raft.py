@@ -40,6 +40,7 @@ What this core does beyond DLedger's:
 from __future__ import annotations
 
 import enum
+import logging
 import math
 from collections.abc import Callable, Iterable
 from typing import Protocol
@@ -49,7 +50,10 @@ import attrs
 from ._errors import IllegalTransitionError
 from ._log import LogEntry, RaftLog
 
+logger = logging.getLogger("hanet.dledger")
+
 __all__ = [
+    "MAX_TERM",
     "TRANSITIONS",
     "AppendRequest",
     "AppendResponse",
@@ -67,6 +71,7 @@ __all__ = [
     "Role",
     "VoteRequest",
     "VoteResponse",
+    "implausible_term",
 ]
 
 
@@ -175,6 +180,31 @@ class HardState:
 
     term: int = 0
     voted_for: str | None = None
+
+
+MAX_TERM = 2**63 - 1
+"""The largest term: terms are ``i64`` on the wire (a Java ``long`` in DLedger)."""
+
+
+def implausible_term(term: int, last_log_term: int, max_term_gap: int) -> str | None:
+    """Why a saved ``term`` cannot be this node's, or None.
+
+    Negative, beyond an ``i64``, or more than ``max_term_gap`` beyond the term of the node's
+    last log entry: every peer would refuse each of its messages as impossible (their terms
+    follow the log's, a new leader's no-op starts each term), so the node would run silently
+    stuck.
+    """
+    if term < 0:
+        return f"term {term} is negative"
+    if term > MAX_TERM:
+        return f"term {term} does not fit the wire's 64 bits"
+    if term > last_log_term + max_term_gap:
+        return (
+            f"term {term} is more than {max_term_gap} beyond the term {last_log_term} of the "
+            "last log entry (peers refuse messages that far ahead: the node could never "
+            "take part)"
+        )
+    return None
 
 
 # ---------------------------------------------------------------------------------- messages
@@ -372,6 +402,9 @@ class RaftNode:
         self.peers: tuple[str, ...] = tuple(sorted(p for p in set(peers) if p != node_id))
         self.log = log
         self.config = config or RaftConfig()
+        problem = implausible_term(hard_state.term, log.last_term, self.config.max_term_gap)
+        if problem is not None:
+            raise ValueError(f"the saved term cannot be used: {problem}")
         self._random = random
         self._role = Role.FOLLOWER
         self._term = hard_state.term
@@ -787,12 +820,28 @@ class RaftNode:
                 if last is not None:
                     target = last + 1
             target = min(target, response.prev_index, peer.next_index)
+            if target <= peer.match_index:
+                # It no longer holds what it acknowledged (it truncated its log after damage
+                # at a restart): step back to what it holds and refill it from there.
+                lost = peer.match_index
+                peer.match_index = max(target - 1, 0)
+                self._note_lost(source, lost, peer.match_index)
             peer.next_index = max(target, peer.match_index + 1)
             peer.inflight.clear()
             peer.probing = True
             peer.last_progress = now
             self._send_append(peer, source, now)
         self._replicate(now, source)
+
+    def _note_lost(self, peer: str, acknowledged: int, holds: int) -> None:
+        logger.warning(
+            "%s: %s acknowledged index %d but now holds only up to %d (its log was cut after "
+            "damage?): sending the entries again",
+            self.node_id,
+            peer,
+            acknowledged,
+            holds,
+        )
 
     # ------------------------------------------------------------------------ replication
 

@@ -30,13 +30,16 @@ from hanet.store import (
     MAGIC_V1,
     MAGIC_V2,
     MIN_RECORD_SIZE,
+    NATIVE_SCANNER,
     CommitLogStore,
     CorruptRecordError,
+    IndexScanResult,
     PutStatus,
     ScanStop,
     StopReason,
     index_scan_stop,
     scan_index,
+    scan_index_windows,
 )
 
 from ._config import BrokerConfig
@@ -60,6 +63,10 @@ _PREFIX = struct.Struct(">iI")  # a record's TOTALSIZE and MAGICCODE
 # that a corrupt size field cannot make the master copy a whole file.
 _RECORD_OVERHEAD_MAX = 2 * 32 * 1024 + 64 * 1024
 _EMPTY = memoryview(b"")
+_END_CODE = 0  # STOP_REASONS codes of a scan_index result
+_BLANK_CODE = 1
+_INCOMPLETE_CODE = 3
+_INVALID_CODE = 4
 
 
 @attrs.frozen
@@ -81,6 +88,28 @@ def _stop_reason(scanner: _Scanned) -> str:
     if stop.reason is StopReason.UNWRITTEN:
         return "zero size and magic inside the written data"
     return stop.detail or stop.reason.value
+
+
+def _header_walk(region: memoryview, limit: int) -> IndexScanResult:
+    """Where the record holding the end of ``region`` (a file's bytes from a record start)
+    starts, by record sizes and magic alone, as a scan result: INCOMPLETE at that record, END
+    at a boundary, BLANK in a blank tail, INVALID at a bad size or magic."""
+    position = 0
+    end = len(region)
+    while position < end:
+        if end - position < _PREFIX.size:
+            return position, _INCOMPLETE_CODE, "", 0, 0, b""
+        total, magic = _PREFIX.unpack_from(region, position)
+        if magic == BLANK_MAGIC:
+            if BLANK_RECORD_SIZE <= total <= limit - position:
+                return position, _BLANK_CODE, "", total, 0, b""
+            return position, _INVALID_CODE, f"blank record of bad size {total}", 0, 0, b""
+        if magic not in (MAGIC_V1, MAGIC_V2) or not MIN_RECORD_SIZE <= total <= limit - position:
+            return position, _INVALID_CODE, f"total size {total}, magic 0x{magic:08X}", 0, 0, b""
+        if total > end - position:
+            return position, _INCOMPLETE_CODE, "", 0, 0, b""
+        position += total
+    return position, _END_CODE, "", 0, 0, b""
 
 
 class _SlaveConnection(ChannelInboundHandler):
@@ -155,7 +184,7 @@ class _SlaveConnection(ChannelInboundHandler):
             start = offset
             problem = self._check_boundary(offset)
             if problem is not None:
-                self._refuse(ctx, f"request offset {offset} is not a record boundary: {problem}")
+                self._refuse(ctx, f"request offset {offset} cannot be served: {problem}")
                 return
         else:
             self._refuse_diverged(ctx, offset, low, high)
@@ -171,8 +200,9 @@ class _SlaveConnection(ChannelInboundHandler):
 
     def _check_boundary(self, offset: int) -> str | None:
         """None when ``offset`` (within the data) is a place a transfer may start: the data
-        end, a file start, the start of a valid record, or inside the blank tail of a file
-        (where a slave may have stopped while the tail was being shipped). Otherwise why not.
+        end, a file start, the start of a valid record, inside a valid record (where a
+        RocketMQ slave stopped mid-frame) or inside the blank tail of a file (where a slave
+        may have stopped while the tail was being shipped). Otherwise why not.
         """
         store = self.master.store
         file_size = store.config.mapped_file_size
@@ -182,51 +212,72 @@ class _SlaveConnection(ChannelInboundHandler):
             if self._validate(offset):
                 return None
             return "the record there is not complete"
-        except CorruptRecordError as exc:
-            if self._walk_to(offset):
-                return None
-            return exc.reason
+        except CorruptRecordError as exc:  # inside a record (a RocketMQ slave cut mid-frame)?
+            return self._walk_to(offset, exc.reason)
 
-    def _walk_to(self, offset: int) -> bool:
-        """Whether ``offset`` is inside a record a transfer may resume in: a record larger
-        than a batch cut at a piece boundary, or the blank tail of the file.
+    def _walk_to(self, offset: int, reason: str) -> str | None:
+        """None when ``offset`` is inside a valid record (or the blank tail of its file) a
+        transfer may resume in, else why not.
 
-        A record larger than a batch goes out in batch-sized pieces, so a slave (RocketMQ's
-        too) that lost its connection in the middle of one asks for ``record start + k *
-        batch``; a slave may also stop inside a blank tail shipped in pieces. Found by walking
-        the record headers of the offset's file from its start (once, at connect; views of
-        the mapped file, no copies); a size field larger than any record ends the walk. A
-        large record must be valid and is then shipped from ``offset`` on; a blank tail is
-        shipped as it is (as :meth:`_validate` does).
+        RocketMQ's master serves any offset its log holds, and a RocketMQ slave cut off while
+        a frame was on its way (frames are cut every 32 KiB, not at records) asks for one inside
+        a record. The record around ``offset`` is found by the store's record index (native
+        when built; sizes, magic and PHYSICALOFFSET checked, no CRC) over the offset's file
+        from its start up to ``offset``, once, at connect; views of the mapped file, no copies.
+        That record is then validated whole (CRCs included) and shipped from ``offset`` on; a
+        blank tail is shipped as it is (as :meth:`_validate` does). Data that fails its checks
+        before or around ``offset`` is a refusal naming it; ``reason``: why the bytes at
+        ``offset`` are not a record (the refusal when ``offset`` is a record boundary after
+        all).
         """
         store = self.master.store
-        batch = self.master.config.ha_transfer_batch_size
         file_size = store.config.mapped_file_size
+        file_start = max(offset - offset % file_size, store.min_offset)
+        region = store.read_view(file_start, offset - file_start)
+        if len(region) < offset - file_start:
+            return "the data before it is not readable"
+        file_end = offset - offset % file_size + file_size
+        if NATIVE_SCANNER:  # GB/s; windows bound the rows held at once, the last one stops
+            windows = scan_index_windows(
+                region, 0, len(region), file_start, file_end - file_start, False, True
+            )
+            (result,) = deque(windows, maxlen=1)
+        else:  # sizes and magic only: a pure-Python scan of a large file would block for long
+            result = _header_walk(region, file_end - file_start)
+        position = file_start + result[0]
+        code = result[1]
+        del region
+        if code == _BLANK_CODE:
+            total = result[3]
+            if position + total == file_end:
+                self._valid_end = position + total  # offset is inside the blank tail
+                return None
+            return f"blank record of {total} bytes at {position} does not end the file"
+        if code == _END_CODE:
+            return f"the record at {offset} is damaged: {reason}"
+        if code != _INCOMPLETE_CODE:
+            stop = index_scan_stop(result, file_start)
+            return f"damaged data at {stop.offset} before it: {_stop_reason(_Scanned(0, stop))}"
+        header = store.read_view(position, _PREFIX.size)
+        total, _ = _PREFIX.unpack_from(header, 0)
         limit = store.config.max_message_size + _RECORD_OVERHEAD_MAX
-        position = offset - offset % file_size
-        file_end = position + file_size
-        while position < offset:
-            header = store.read_view(position, _PREFIX.size)
-            if len(header) < _PREFIX.size:
-                return False
-            total, magic = _PREFIX.unpack_from(header, 0)
-            if magic == BLANK_MAGIC:
-                if total >= BLANK_RECORD_SIZE and position + total == file_end:
-                    self._valid_end = file_end  # offset is inside the blank tail
-                    return True
-                return False
-            if magic not in (MAGIC_V1, MAGIC_V2) or not MIN_RECORD_SIZE <= total <= limit:
-                return False
-            if position + total > offset:
-                if total <= batch or (offset - position) % batch:
-                    return False
-                whole = store.read_view(position, total)
-                if len(whole) < total or _scan(whole, position).position != total:
-                    return False
-                self._valid_end = position + total
-                return True
-            position += total
-        return False
+        if total > limit:
+            return f"the record at {position} has a total size {total} larger than any record"
+        whole = store.read_view(position, total)
+        if len(whole) < total:
+            return f"the record at {position} is not complete"
+        scanned = _scan(whole, position)
+        if scanned.position != total:
+            return f"the record at {position} around it is damaged: {_stop_reason(scanned)}"
+        self._valid_end = position + total
+        log.info(
+            "slave %s: offset %d is inside the valid record at %d (%d bytes): served from there",
+            self.address,
+            offset,
+            position,
+            total,
+        )
+        return None
 
     def _validate(self, offset: int) -> memoryview:
         """Validated bytes from ``offset`` (usually at most a batch, a whole record when one is
@@ -297,8 +348,12 @@ class _SlaveConnection(ChannelInboundHandler):
         if offset > high:
             advice = (
                 f"the master's log ends at {high}, this slave's at {offset}: the slave is ahead "
-                f"by {offset - high} bytes; run `hanet slave --truncate-to {high}` (if the master "
-                "took no puts since it lost its tail) or `hanet slave --resync` to follow it"
+                f"by {offset - high} bytes: it holds data this master lost (acknowledged "
+                "messages, possibly); keep that copy: make the slave the master, or stop this "
+                f"master and give it the slave's commit log from {high} on. Only if those bytes "
+                f"were never acknowledged: `hanet slave --truncate-to {high}` (if the master took "
+                "no puts since it lost its tail) or `hanet slave --resync` throw them away to "
+                "follow this master"
             )
         else:
             advice = (

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import logging
+import os
+import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import trio
 
@@ -18,7 +21,7 @@ from hanet.handlers.ha import (
     TransferFrameDecoder,
     transfer_frame_decoder,
 )
-from hanet.store import CommitLogStore, RecordScanner, StopReason
+from hanet.store import CommitLogStore, RecordScanner, StopReason, list_mapped_files
 
 from ._config import BrokerConfig
 from ._status import SlaveStatus
@@ -255,8 +258,11 @@ class HASlave:
                 "in a row, without sending anything: it refuses that offset. Is this slave ahead "
                 "of the master (the master lost or truncated data), behind its oldest data, or "
                 "connected to the wrong master? The master's log and status say which, with its "
-                "offsets; to follow it, run `hanet slave --truncate-to OFFSET` (the master's max "
-                "offset, if the master took no puts since it lost data) or `hanet slave --resync`",
+                "offsets. If this slave is ahead, it holds data the master lost: keep it (make "
+                "this slave the master, or give the master its commit log) unless that data was "
+                "never acknowledged; only then, to follow the master, run `hanet slave "
+                "--truncate-to OFFSET` (the master's max offset, if the master took no puts since "
+                "it lost data) or `hanet slave --resync` (both throw data away)",
                 self.master_address,
                 reported,
                 self._refusals,
@@ -356,10 +362,11 @@ class HASlave:
         problem = HASlave._boundary_problem(store, offset)
         if problem is not None:
             raise ValueError(f"cannot truncate to {offset}: {problem}")
+        aside = keep_aside(store, offset)
         store.truncate_to(offset)
         return (
-            f"truncated the commit log from {high} to {offset} ({high - offset} bytes dropped); "
-            "replication resumes from there"
+            f"truncated the commit log from {high} to {offset} ({high - offset} bytes cut, kept "
+            f"in {aside}); replication resumes from there"
         )
 
     @staticmethod
@@ -396,9 +403,32 @@ class HASlave:
         low, high = store.min_offset, store.max_offset
         if not store.commit_log.files:
             return "the commit log is empty already: a full sync follows"
+        aside = keep_aside(store, low)
         store.truncate_to(low)  # drops every consume queue entry
         store.commit_log.delete_all()
         return (
-            f"deleted the commit log [{low}, {high}) ({high - low} bytes) and its consume "
-            "queues: the slave starts over as a new one"
+            f"deleted the commit log [{low}, {high}) ({high - low} bytes, kept in {aside}) and "
+            "its consume queues: the slave starts over as a new one"
         )
+
+
+def keep_aside(store: CommitLogStore, offset: int) -> Path:
+    """Keep the commit log bytes from ``offset`` on before a truncation drops them, into
+    ``<store>/cut/<time>-<offset>/`` (named as in ``commitlog/``): files wholly past it are
+    hard-linked (no copy), the written part of the file holding ``offset`` is copied from there
+    (``<its name>.from-<offset>``: it is zeroed in place, a link would see that). A truncation
+    on the operator's word is then undoable by hand: nothing acknowledged is thrown away for
+    good. Returns the directory."""
+    directory = store.root / "cut" / f"{time.strftime('%Y%m%dT%H%M%S')}-{offset}"
+    directory.mkdir(parents=True, exist_ok=True)
+    size = store.config.mapped_file_size
+    for start, path in list_mapped_files(store.root / "commitlog"):
+        if start > offset:  # deleted by the truncation: a link keeps it
+            os.link(path, directory / path.name)
+        elif start + size > offset:  # zeroed in place from the offset on: a copy
+            end = min(start + size, store.max_offset)
+            with path.open("rb") as source:
+                source.seek(offset - start)
+                data = source.read(max(end - offset, 0))
+            (directory / f"{path.name}.from-{offset}").write_bytes(data)
+    return directory

@@ -17,10 +17,11 @@ already in Arrow's buffer layout: no Python per record), computing only the colu
 With ``HANET_NO_EXTENSIONS=1`` the same code runs on the pure-Python references
 (:func:`~hanet.store.scan_index_py`, :func:`~hanet.store.record_columns_py`).
 
-A record whose only fault is its body CRC becomes a row with ``crc_ok = false`` and the scan
-goes on after it. Anything else that is not a record (garbage, a torn tail, a blank record that
-does not end its file, unwritten zeros in a file that is not the last) ends the scan of the
-range with one row of ``status = 'corrupt'`` naming the offset and the reason.
+A record whose only fault is a CRC (its body CRC or its whole-record CRC property) becomes a
+row with ``crc_ok = false`` and the scan goes on after it. Anything else that is not a record
+(garbage, a torn tail, a blank record that does not end its file, unwritten zeros in a file
+that is not the last) ends the scan of the range with one row of ``status = 'corrupt'`` naming
+the offset and the reason.
 """
 
 from __future__ import annotations
@@ -39,12 +40,10 @@ from hanet.store import (
     INDEX_SCAN_WINDOW as SCAN_WINDOW,
 )
 from hanet.store import (
-    CorruptRecordError,
     IndexScanResult,
     ScanStop,
     StopReason,
     decode_properties,
-    decode_record,
     format_host,
     index_scan_stop,
     record_columns,
@@ -135,10 +134,11 @@ def commit_log_batches(
     :func:`commit_log_schema` with ``include_body`` and ``columns``: the columns not asked for
     are not computed).
 
-    Good records give ``status = 'ok'`` rows (``crc_ok`` false for a body CRC mismatch); the
-    scan ends at the range's end, at a blank record that ends the file, at unwritten zeros in
-    the store's last file, or at anything else with one final ``status = 'corrupt'`` row.
-    Never raises for bad data. The file is mapped read-only and unmapped before returning.
+    Good records give ``status = 'ok'`` rows (``crc_ok`` false for a body or whole-record CRC
+    mismatch); the scan ends at the range's end, at a blank record that ends the file, at
+    unwritten zeros in the store's last file, or at anything else with one final ``status =
+    'corrupt'`` row. Never raises for bad data. The file is mapped read-only and unmapped
+    before returning.
     """
     converter = _BatchBuilder(part, commit_log_schema(include_body, columns))
     with open(part.path, "rb") as f:
@@ -181,7 +181,8 @@ def _is_invalid(stop: ScanStop) -> bool:
 
 
 def _crc_failure(view: memoryview, stop: ScanStop, file_start: int) -> bytes | None:
-    """The row of the record at an INVALID stop if its only fault is the body CRC, else None."""
+    """The row of the record at an INVALID stop if its only fault is a CRC (the body's or the
+    whole-record CRC property's), else None."""
     position = stop.offset - file_start
     if position + 4 > len(view):
         return None
@@ -191,16 +192,9 @@ def _crc_failure(view: memoryview, stop: ScanStop, file_start: int) -> bytes | N
     result = scan_index(view, position, end, file_start, None, False, True)
     if result[4] == 0:
         return None
-    row = result[5][: ROW.size]
-    try:
-        record = decode_record(
-            view[position : position + ROW.unpack(row)[1]],
-            base_offset=stop.offset,
-            check_crc=False,
-        )
-    except CorruptRecordError:  # pragma: no cover - the scan without the CRC found a record
-        return None
-    return None if record.crc_ok else row
+    # Found without the CRC checks but not with them: a CRC is what fails (a whole-record CRC
+    # mismatch with a good body CRC is a damaged header field, topic or property).
+    return result[5][: ROW.size]
 
 
 def _judge_stop(stop: ScanStop, part: CommitLogRange, file_size: int) -> tuple[int, str] | None:

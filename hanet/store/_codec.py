@@ -11,6 +11,11 @@ then the body, the topic and the properties::
 
 The header is read with one compiled :class:`struct.Struct` per host layout (``unpack_from`` on
 the caller's buffer, no per-field slicing), the body CRC is computed on a zero-copy memoryview.
+Records hanet writes end their properties with RocketMQ 5's whole-record CRC property
+(``__CRC32#``, ``enabledAppendPropCRC``): ``__CRC32#\x01`` and the 10 decimal digits (least
+significant first) of ``zlib.crc32`` (& 0x7FFFFFFF) of every byte of the record before those
+20 bytes, then ``\x02``. It covers every field (offsets, store host, topic, properties), not
+only the body; to RocketMQ 4.9.8 it is an ordinary property.
 A file ends with a *blank record* (``i32 space left, i32 CB D4 31 94``) when the next record
 does not fit with 8 spare bytes.
 
@@ -32,6 +37,8 @@ __all__ = [
     "BLANK_MAGIC",
     "BLANK_RECORD_SIZE",
     "BORN_HOST_V6_FLAG",
+    "CRC32_PROPERTY",
+    "CRC32_RESERVED_LEN",
     "MAGIC_V1",
     "MAGIC_V2",
     "MAX_PROPERTIES_SIZE",
@@ -40,8 +47,10 @@ __all__ = [
     "MAX_TOPIC_SIZE_V1",
     "MIN_RECORD_SIZE",
     "STORE_HOST_V6_FLAG",
+    "SYS_FLAG_KNOWN_BITS",
     "MessageRecord",
     "body_crc",
+    "crc32_trailer",
     "decode_properties",
     "encode_blank",
     "encode_properties",
@@ -53,8 +62,12 @@ __all__ = [
     "pack_record_into",
     "parse_host",
     "property_problem",
+    "record_crc",
     "record_size",
+    "seal_record",
+    "strip_crc32_property",
     "topic_problem",
+    "with_crc32_reserved",
 ]
 
 MAGIC_V1 = 0xDAA320A7
@@ -69,6 +82,15 @@ BORN_HOST_V6_FLAG = 0x10
 """SYSFLAG bit: the born host is an IPv6 address (16 bytes)."""
 STORE_HOST_V6_FLAG = 0x20
 """SYSFLAG bit: the store host is an IPv6 address (16 bytes)."""
+SYS_FLAG_KNOWN_BITS = 0x7FF
+"""Every SYSFLAG bit RocketMQ (4.9.8 and 5.x) defines: compressed, multi tags, transaction
+type (2 bits), born / store host IPv6, need unwrap, inner batch, compression type (3 bits).
+A record with any other bit set is damaged."""
+CRC32_PROPERTY = "__CRC32#"
+"""Name of RocketMQ 5's whole-record CRC property (``MessageConst.PROPERTY_CRC32``)."""
+CRC32_RESERVED_LEN = 20
+"""Bytes the whole-record CRC property takes at the end of the properties
+(``CommitLog.CRC32_RESERVED_LEN``): ``__CRC32#``, ``\x01``, 10 digits, ``\x02``."""
 MAX_PROPERTIES_SIZE = 32767
 """Largest properties field (its length is an ``i16``)."""
 MAX_TOPIC_SIZE_V1 = 127
@@ -160,6 +182,31 @@ def record_size(
     if v2 is None:
         v2 = topic_len > MAX_TOPIC_SIZE_V1
     return size + (2 if v2 else 1) + 2
+
+
+CRC32_NAME = CRC32_PROPERTY.encode()
+CRC32_TRAILER_EMPTY = CRC32_NAME + b"\x01" + b"0" * 10 + b"\x02"
+
+
+def crc32_trailer(crc: int) -> bytes:
+    """The 20 bytes of the whole-record CRC property for ``crc`` (RocketMQ 5's
+    ``MessageDecoder.createCrc32``): its 10 decimal digits least significant first."""
+    return CRC32_NAME + b"\x01" + f"{crc:010d}"[::-1].encode() + b"\x02"
+
+
+def record_crc(record: bytes | bytearray | memoryview) -> int:
+    """The whole-record CRC of a sealed record: ``zlib.crc32`` (& 0x7FFFFFFF) of every byte
+    but the last :data:`CRC32_RESERVED_LEN` (RocketMQ 5 with ``enabledAppendPropCRC``)."""
+    return zlib.crc32(memoryview(record)[: len(record) - CRC32_RESERVED_LEN]) & 0x7FFFFFFF
+
+
+def seal_record(buf: bytearray | memoryview, pos: int, size: int) -> None:
+    """Fill the whole-record CRC property ending the record at ``buf[pos:pos + size]`` (its
+    properties end with :data:`CRC32_RESERVED_LEN` reserved bytes), once every other field,
+    offsets and store timestamp included, is final."""
+    end = pos + size
+    crc = zlib.crc32(buf[pos : end - CRC32_RESERVED_LEN]) & 0x7FFFFFFF
+    buf[end - CRC32_RESERVED_LEN : end] = crc32_trailer(crc)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -276,9 +323,16 @@ class MessageRecord(NamedTuple):
         reconsume_times: int = 0,
         prepared_transaction_offset: int = 0,
         properties: Mapping[str, str] | bytes = b"",
+        crc32: bool = False,
     ) -> MessageRecord:
-        """A record with its size, magic (V2 for topics over 127 bytes), CRC and host flags set."""
+        """A record with its size, magic (V2 for topics over 127 bytes), CRC and host flags set.
+
+        ``crc32``: end the properties with the whole-record CRC property's reserved bytes
+        (as hanet's store writes them); ``encode_record(record, seal=True)`` fills it.
+        """
         raw = properties if isinstance(properties, bytes) else encode_properties(properties)
+        if crc32:
+            raw = with_crc32_reserved(raw)
         sys_flag &= ~HOST_FLAGS
         if len(born_host) == 16:
             sys_flag |= BORN_HOST_V6_FLAG
@@ -309,8 +363,11 @@ class MessageRecord(NamedTuple):
 
     @property
     def properties(self) -> dict[str, str]:
-        """The properties parsed into a new dict (in stored order)."""
-        return decode_properties(self.properties_raw)
+        """The properties parsed into a new dict (in stored order), without the whole-record
+        CRC property (``__CRC32#``: about these bytes, not the message; the raw keeps it)."""
+        properties = decode_properties(self.properties_raw)
+        properties.pop(CRC32_PROPERTY, None)
+        return properties
 
     @property
     def tags(self) -> str | None:
@@ -410,8 +467,30 @@ def pack_record_into(
     buf[end + 2 : end + 2 + len(properties_raw)] = properties_raw
 
 
-def encode_record(record: MessageRecord) -> bytes:
+def with_crc32_reserved(raw: bytes) -> bytes:
+    """Properties ``raw`` ending with the whole-record CRC property's reserved bytes (any
+    CRC property already in them dropped; a ``\x02`` added before it when missing)."""
+    raw = strip_crc32_property(raw)
+    if raw and not raw.endswith(b"\x02"):
+        raw += b"\x02"
+    return raw + CRC32_TRAILER_EMPTY
+
+
+def strip_crc32_property(raw: bytes) -> bytes:
+    """Properties ``raw`` without a whole-record CRC property (RocketMQ drops it from a
+    message before storing it again: its value is about another record)."""
+    if CRC32_NAME not in raw:
+        return raw
+    items = raw.split(b"\x02")
+    kept = [item for item in items if not item.startswith(CRC32_NAME + b"\x01")]
+    return b"\x02".join(kept)
+
+
+def encode_record(record: MessageRecord, *, seal: bool = False) -> bytes:
     """Encode a record to its exact bytes (``record.size`` of them).
+
+    ``seal``: fill the whole-record CRC property that ends its properties
+    (:meth:`MessageRecord.create` with ``crc32=True``) from the other bytes.
 
     Raises:
         ValueError: the record's size, host flags or lengths are inconsistent.
@@ -458,6 +537,12 @@ def encode_record(record: MessageRecord) -> bytes:
         topic=topic,
         properties_raw=record.properties_raw,
     )
+    if seal:
+        if not record.properties_raw.endswith(CRC32_TRAILER_EMPTY[-1:]) or (
+            record.properties_raw[-CRC32_RESERVED_LEN:][:9] != CRC32_NAME + b"\x01"
+        ):
+            raise ValueError("the properties do not end with a whole-record CRC property")
+        seal_record(buf, 0, record.size)
     return bytes(buf)
 
 

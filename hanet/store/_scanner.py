@@ -27,6 +27,8 @@ import attrs
 from ._codec import (
     BLANK_MAGIC,
     BLANK_RECORD_SIZE,
+    CRC32_PROPERTY,
+    CRC32_RESERVED_LEN,
     HEADER_STRUCTS,
     HEADER_V4,
     HOST_FLAGS,
@@ -35,6 +37,7 @@ from ._codec import (
     MAGIC_V2,
     MIN_RECORD_SIZE,
     PREFIX_STRUCT,
+    SYS_FLAG_KNOWN_BITS,
     MessageRecord,
 )
 from ._errors import CorruptRecordError
@@ -97,8 +100,11 @@ class RecordScanner:
     past ``len(buf)`` and never copies the buffer (only each body, topic and properties).
 
     Validation, as RocketMQ's ``checkMessageAndReturnSize`` and recovery: the magic, TOTALSIZE
-    against the fields it sums and against the room left in the buffer, every length, UTF-8 of
-    the topic and (with ``check_crc``) the body CRC.
+    against the fields it sums and against the room left in the buffer, every length, SYSFLAG
+    bits (only those RocketMQ defines), a non-negative queue id and queue offset, UTF-8 of
+    the topic, then the whole-record CRC property (``__CRC32#``) when the properties end with
+    one: its form always, its CRC with ``check_crc`` (a match covers the body and BODYCRC:
+    the body is not read twice); without one, with ``check_crc``, the body CRC.
 
     Args:
         buf: the bytes, typically ``memoryview(mmap)`` of a whole file.
@@ -176,6 +182,9 @@ class RecordScanner:
         header_v4_unpack = HEADER_V4.unpack_from
         v4_size = HEADER_V4.size
         crc32 = zlib.crc32
+        unknown_bits = ~SYS_FLAG_KNOWN_BITS
+        crc32_head = _CRC32_HEAD
+        reserved = CRC32_RESERVED_LEN
         new_tuple = tuple.__new__
         record = MessageRecord
         while True:
@@ -221,6 +230,13 @@ class RecordScanner:
             if h is None:
                 h = header_v4_unpack(buf, pos)
             sys_flag = h[7]
+            if sys_flag & unknown_bits:
+                self._stop(
+                    pos,
+                    StopReason.INVALID,
+                    f"sys flag 0x{sys_flag & 0xFFFFFFFF:X} has bits no RocketMQ version defines",
+                )
+                return
             hsize = v4_size
             if sys_flag & HOST_FLAGS:
                 layout = HEADER_STRUCTS[(sys_flag & HOST_FLAGS) >> 4]
@@ -236,15 +252,18 @@ class RecordScanner:
                     f"physical offset field {h[6]} does not match the record's offset",
                 )
                 return
+            if h[3] < 0:
+                self._stop(pos, StopReason.INVALID, f"queue id {h[3]} is negative")
+                return
+            if h[5] < 0:
+                self._stop(pos, StopReason.INVALID, f"queue offset {h[5]} is negative")
+                return
             body_len = h[16]
             p = pos + hsize
             if body_len < 0 or body_len > rec_end - p - 3:
                 self._stop(pos, StopReason.INVALID, f"body length {body_len} does not fit")
                 return
             body_view = buf[p : p + body_len]
-            if check_crc and (crc32(body_view) & 0x7FFFFFFF) != h[2]:
-                self._stop(pos, StopReason.INVALID, "body CRC mismatch")
-                return
             p += body_len
             if magic == MAGIC_V1:
                 topic_len = buf[p]
@@ -269,6 +288,35 @@ class RecordScanner:
                     StopReason.INVALID,
                     f"total size {total} does not match its fields (properties length {props_len})",
                 )
+                return
+            # The CRCs last. A matching whole-record CRC covers the body and BODYCRC too: the
+            # body is not read twice (a mismatch says which CRC fails).
+            problem = None
+            t = rec_end - reserved  # where a whole-record CRC property starts
+            if props_len >= reserved and (buf[t] == 95 or buf[t + 1] == 95 or buf[t + 2] == 67):
+                tail = bytes(buf[t:rec_end])  # "_", "_" or "C": it may claim to be one
+                if (
+                    tail[:9] == crc32_head
+                    and tail[19] == 2
+                    and tail[9:19].isdigit()
+                    and (props_len == reserved or buf[t - 1] == 2)
+                ):
+                    if check_crc and crc32(buf[pos:t]) & 0x7FFFFFFF != int(tail[18:8:-1]):
+                        problem = "whole-record CRC mismatch"
+                    sealed = True
+                else:
+                    sealed = _crc32_claimed(tail)
+                    if sealed:
+                        problem = "whole-record CRC property is malformed"
+            else:
+                sealed = False
+            if problem is not None:
+                if check_crc and (crc32(body_view) & 0x7FFFFFFF) != h[2]:
+                    problem = "body CRC mismatch"
+                self._stop(pos, StopReason.INVALID, problem)
+                return
+            if not sealed and check_crc and (crc32(body_view) & 0x7FFFFFFF) != h[2]:
+                self._stop(pos, StopReason.INVALID, "body CRC mismatch")
                 return
             self.record_offset = base + pos
             self.position = rec_end
@@ -297,6 +345,17 @@ class RecordScanner:
                 ),
             )
             pos = rec_end
+
+
+_CRC32_NAME = CRC32_PROPERTY.encode()
+_CRC32_HEAD = _CRC32_NAME + b"\x01"
+
+
+def _crc32_claimed(tail: bytes) -> bool:
+    """Whether the last 20 bytes of a record's properties claim to be the whole-record CRC
+    property: a name at most 2 bytes off ``__CRC32#`` (a flipped bit in the name does not
+    turn the check off)."""
+    return sum(1 for a, b in zip(tail[:8], _CRC32_NAME, strict=True) if a == b) >= 6
 
 
 def scan_records(

@@ -45,6 +45,8 @@
 #define MIN_RECORD_SIZE 91
 #define BORN_V6 0x10
 #define STORE_V6 0x20
+#define SYS_FLAG_KNOWN_BITS 0x7FF
+#define CRC32_RESERVED_LEN 20 /* "__CRC32#" \x01 10 digits \x02 */
 
 enum { R_END = 0, R_BLANK = 1, R_UNWRITTEN = 2, R_INCOMPLETE = 3, R_INVALID = 4 };
 
@@ -145,6 +147,25 @@ __attribute__((target("pclmul,sse4.1"))) static uint32_t crc32_clmul(const unsig
 static int have_clmul = 0;
 #endif
 
+/* zlib's CRC-32 table (reflected polynomial 0xEDB88320), filled at import: the tail of fewer
+ * than 16 bytes after the carry-less blocks is done inline, a zlib call costs more. */
+static uint32_t crc_table[256];
+
+static void crc_table_init(void) {
+    for (uint32_t n = 0; n < 256; n++) {
+        uint32_t c = n;
+        for (int k = 0; k < 8; k++) c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+        crc_table[n] = c;
+    }
+}
+
+/* zlib's crc32(crc, buf, len) for a short len, bytewise. */
+static inline uint32_t crc32_tail(uint32_t crc, const unsigned char *buf, size_t len) {
+    uint32_t c = ~crc;
+    while (len--) c = crc_table[(c ^ *buf++) & 0xFF] ^ (c >> 8);
+    return ~c;
+}
+
 /* zlib's crc32 of buf[:len]: carry-less multiplication for the 16-byte blocks when the CPU
  * has it (zlib's table CRC is the memory-bandwidth floor of a scan otherwise). */
 static uint32_t body_crc32(const unsigned char *buf, size_t len) {
@@ -156,6 +177,19 @@ static uint32_t body_crc32(const unsigned char *buf, size_t len) {
         buf += blocks;
         len -= blocks;
         if (len == 0) return crc;
+    }
+#endif
+    return (uint32_t)crc32(crc, buf, (uInt)len);
+}
+
+/* zlib's crc32(crc, buf, len): a running CRC continued over buf[:len], by carry-less
+ * multiplication for the 16-byte blocks when the CPU has it (as body_crc32). */
+static uint32_t crc32_continue(uint32_t crc, const unsigned char *buf, size_t len) {
+#ifdef HAVE_CLMUL_CRC
+    if (have_clmul && len >= 64) {
+        size_t blocks = len & ~(size_t)15;
+        crc = ~crc32_clmul(buf, blocks, ~crc);
+        return crc32_tail(crc, buf + blocks, len - blocks);
     }
 #endif
     return (uint32_t)crc32(crc, buf, (uInt)len);
@@ -337,6 +371,40 @@ static int rows_reserve(rows_buf *r) {
     return 1;
 }
 
+static const unsigned char CRC32_NAME[8] = {'_', '_', 'C', 'R', 'C', '3', '2', '#'};
+
+/* Whether the 20 bytes at t claim to be the whole-record CRC property: a name at most 2 bytes
+ * off "__CRC32#". One 8-byte compare for the common cases (no property, an intact one). */
+static inline int crc32_claimed(const unsigned char *t) {
+    if (t[0] != '_' && t[1] != '_' && t[2] != 'C') return 0; /* 3 bytes off already */
+    int matches = 0;
+    for (int i = 0; i < 8; i++) matches += t[i] == CRC32_NAME[i];
+    return matches >= 6;
+}
+
+/* Why the whole-record CRC property (RocketMQ 5's "__CRC32#", enabledAppendPropCRC) claimed
+ * by the last 20 bytes of the record at buf[pos:rec_end] (crc32_claimed) fails, or NULL. The
+ * CRC (zlib's, & 0x7FFFFFFF, of every byte before the property's 20) is one pass over the
+ * record by carry-less multiplication. As _scanner.py's _crc32_problem. */
+static const char *crc32_problem(const unsigned char *buf, int64_t pos, int64_t rec_end,
+                                 int32_t props_len, int check_crc) {
+    const unsigned char *t = buf + rec_end - CRC32_RESERVED_LEN;
+    int matches = 0;
+    for (int i = 0; i < 8; i++) matches += t[i] == CRC32_NAME[i];
+    int well_formed = matches == 8 && t[8] == 1 && t[19] == 2 &&
+                      (props_len == CRC32_RESERVED_LEN || t[-1] == 2);
+    uint64_t expected = 0;
+    for (int i = 9; well_formed && i >= 0 && i < 19; i++) {
+        if (t[i] < '0' || t[i] > '9') well_formed = 0;
+    }
+    if (!well_formed) return "whole-record CRC property is malformed";
+    if (!check_crc) return NULL;
+    for (int i = 18; i >= 9; i--) expected = expected * 10 + (uint64_t)(t[i] - '0');
+    uint32_t crc = crc32_continue(0, buf + pos, (size_t)(t - (buf + pos)));
+    if ((uint64_t)(crc & 0x7FFFFFFFu) != expected) return "whole-record CRC mismatch";
+    return NULL;
+}
+
 #define PUT(type, value)                         \
     do {                                         \
         type v_ = (type)(value);                 \
@@ -445,6 +513,12 @@ static PyObject *scan(PyObject *Py_UNUSED(self), PyObject *args, PyObject *kwarg
         /* From here total >= 91 bytes of the record are in the buffer. */
         int64_t rec_end = pos + total;
         int32_t sys_flag = rd_i32(r + 36);
+        if (sys_flag & ~SYS_FLAG_KNOWN_BITS) {
+            reason = R_INVALID;
+            snprintf(detail, sizeof detail, "sys flag 0x%X has bits no RocketMQ version defines",
+                     (unsigned)sys_flag);
+            break;
+        }
         int born6 = (sys_flag & BORN_V6) ? 12 : 0;
         int store6 = (sys_flag & STORE_V6) ? 12 : 0;
         int64_t hsize = HEADER_V4 + born6 + store6;
@@ -464,6 +538,17 @@ static PyObject *scan(PyObject *Py_UNUSED(self), PyObject *args, PyObject *kwarg
         int32_t body_crc = rd_i32(r + 8);
         int32_t queue_id = rd_i32(r + 12);
         int64_t queue_offset = rd_i64(r + 20);
+        if (queue_id < 0) {
+            reason = R_INVALID;
+            snprintf(detail, sizeof detail, "queue id %d is negative", (int)queue_id);
+            break;
+        }
+        if (queue_offset < 0) {
+            reason = R_INVALID;
+            snprintf(detail, sizeof detail, "queue offset %lld is negative",
+                     (long long)queue_offset);
+            break;
+        }
         int64_t store_ts = rd_i64(r + 56 + born6);
         int32_t body_len = rd_i32(r + hsize - 4);
         int64_t p = pos + hsize;
@@ -472,14 +557,7 @@ static PyObject *scan(PyObject *Py_UNUSED(self), PyObject *args, PyObject *kwarg
             snprintf(detail, sizeof detail, "body length %d does not fit", (int)body_len);
             break;
         }
-        if (check_crc) {
-            uint32_t crc = body_crc32(buf + p, (size_t)body_len) & 0x7FFFFFFFu;
-            if ((int64_t)crc != (int64_t)body_crc) {
-                reason = R_INVALID;
-                strcpy(detail, "body CRC mismatch");
-                break;
-            }
-        }
+        const unsigned char *body = buf + p;
         p += body_len;
         int32_t topic_len;
         if (magic == MAGIC_V1) {
@@ -508,6 +586,24 @@ static PyObject *scan(PyObject *Py_UNUSED(self), PyObject *args, PyObject *kwarg
             snprintf(detail, sizeof detail,
                      "total size %d does not match its fields (properties length %d)",
                      (int)total, (int)props_len);
+            break;
+        }
+        /* The CRCs last. A matching whole-record CRC covers the body and BODYCRC too: the
+         * body is not read twice (a mismatch says which CRC fails). */
+        if (props_len >= CRC32_RESERVED_LEN && crc32_claimed(buf + rec_end - CRC32_RESERVED_LEN)) {
+            const char *problem = crc32_problem(buf, pos, rec_end, props_len, check_crc);
+            if (problem != NULL) {
+                if (check_crc &&
+                    (int64_t)(body_crc32(body, (size_t)body_len) & 0x7FFFFFFFu) != (int64_t)body_crc)
+                    problem = "body CRC mismatch";
+                reason = R_INVALID;
+                strcpy(detail, problem);
+                break;
+            }
+        } else if (check_crc &&
+                   (int64_t)(body_crc32(body, (size_t)body_len) & 0x7FFFFFFFu) != (int64_t)body_crc) {
+            reason = R_INVALID;
+            strcpy(detail, "body CRC mismatch");
             break;
         }
         int32_t thash = tags_hash(buf + p, props_len, &gil, &ok);
@@ -1075,6 +1171,34 @@ static PyObject *populate(PyObject *Py_UNUSED(self), PyObject *arg) {
     Py_RETURN_NONE;
 }
 
+/* ---- seal(): the whole-record CRC property of a record just written (the put path) ----
+ *
+ *     seal(buf, pos, size) -> None
+ *
+ * The record at buf[pos:pos + size] ends its properties with the property's reserved 20 bytes
+ * ("__CRC32#" \x01 10 digits \x02, name and separators already written): the 10 digits get
+ * the CRC (zlib's, & 0x7FFFFFFF) of every byte before those 20, least significant first.
+ * The reference is hanet.store._codec.seal_record. */
+static PyObject *seal(PyObject *Py_UNUSED(self), PyObject *args) {
+    Py_buffer view;
+    Py_ssize_t pos, size;
+    if (!PyArg_ParseTuple(args, "w*nn:seal", &view, &pos, &size)) return NULL;
+    if (pos < 0 || size < CRC32_RESERVED_LEN || pos > view.len - size) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_ValueError, "seal: the record is not inside the buffer");
+        return NULL;
+    }
+    unsigned char *r = (unsigned char *)view.buf + pos;
+    uint32_t crc = crc32_continue(0, r, (size_t)(size - CRC32_RESERVED_LEN)) & 0x7FFFFFFFu;
+    unsigned char *digits = r + size - CRC32_RESERVED_LEN + 9;
+    for (int i = 0; i < 10; i++) {
+        digits[i] = (unsigned char)('0' + crc % 10);
+        crc /= 10;
+    }
+    PyBuffer_Release(&view);
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"scan", (PyCFunction)(void (*)(void))scan, METH_VARARGS | METH_KEYWORDS,
      "scan(buf, start=0, end=None, base_offset=0, limit=None, check_crc=True, "
@@ -1088,6 +1212,10 @@ static PyMethodDef methods[] = {
      "group_entries(rows)\n--\n\n"
      "The consume queue entries of scan rows, one packed blob per run of consecutive queue "
      "offsets of one queue; see hanet.store._index."},
+    {"seal", (PyCFunction)seal, METH_VARARGS,
+     "seal(buf, pos, size)\n--\n\n"
+     "Fill the whole-record CRC property ending the record at buf[pos:pos + size]; see "
+     "hanet.store._codec.seal_record."},
     {"populate", (PyCFunction)populate, METH_O,
      "populate(buf)\n--\n\n"
      "Fault every page of a writable mapping in for writing, with the GIL released."},
@@ -1101,6 +1229,7 @@ static struct PyModuleDef module = {
 };
 
 PyMODINIT_FUNC PyInit__speedups(void) {
+    crc_table_init();
 #ifdef HAVE_CLMUL_CRC
     unsigned int a, b, c, d;
     if (__get_cpuid(1, &a, &b, &c, &d)) have_clmul = (c & bit_PCLMUL) && (c & bit_SSE4_1);

@@ -57,10 +57,12 @@ import logging
 import shutil
 import time
 from collections.abc import Callable, Iterable, Sequence
+from functools import partial
 from pathlib import Path
 
 import trio
 
+from ._agreement import QueueMismatchError, RecordQueueMismatch, queue_disagreement
 from ._codec import MessageRecord, parse_host
 from ._config import (
     FlushDiskType,
@@ -93,6 +95,7 @@ from ._index import (
 )
 from ._index_file import IndexQueryResult, IndexService
 from ._mapped_queue import MappedFileQueue, list_mapped_files
+from ._rebuild import FROM_START, load_checked
 from ._recovery import RecoveryResult, find_valid_end
 from ._scanner import StopReason, decode_record
 from ._store_files import (
@@ -186,6 +189,7 @@ class CommitLogStore:
         self._listeners: list[Listener] = []
         self._dispatched = 0
         self._validated = 0
+        self._rebuild_from = 2**63 - 1  # where dispatch rebuilds damaged consume queues from
         self._notify_pending = False  # raw appends not announced yet (dispatch=False)
         self._dispatch_error: CorruptRecordError | DispatchError | None = None
         self._replica_error: CorruptRecordError | None = None
@@ -316,6 +320,13 @@ class CommitLogStore:
         if self.index is not None:  # rolled back to the valid end; built again by dispatch
             self.index.load()
             self.index.recover(self.commit_log, result.end_offset)
+        if self.commit_log.files and not self._queues:  # no consume queue at all: rebuild
+            self._rebuild_from = FROM_START
+        if self._rebuild_from < self._dispatched:
+            low = self.commit_log.min_offset
+            start = low if self._rebuild_from == FROM_START else max(self._rebuild_from, low)
+            logger.warning("%s: rebuilding consume queues from offset %d", self.root, start)
+            self._dispatched = min(self._dispatched, start)
         self.dispatch()
         self._build_index(force=True, budget=_INDEX_CATCH_UP)
         if self.index is not None and self._dispatched - self.index.indexed_offset > 0:
@@ -326,8 +337,9 @@ class CommitLogStore:
                 self._dispatched - self.index.indexed_offset,
                 self.index.indexed_offset,
             )
-        if isinstance(self._dispatch_error, CorruptRecordError):  # pragma: no cover
-            raise self._dispatch_error  # recovery validated the records
+        error = self._dispatch_error
+        if isinstance(error, CorruptRecordError) and not isinstance(error, RecordQueueMismatch):
+            raise error  # pragma: no cover - recovery validated the records
         self._last_store_timestamp = self._flushed_store_timestamp = checkpoint.physic_msg_timestamp
         if self.commit_log.files:  # retention deleted files: queues start at the log's min
             for queue in self._queues.values():
@@ -400,8 +412,10 @@ class CommitLogStore:
             for queue_dir in sorted(topic_dir.iterdir()):
                 if not (queue_dir.is_dir() and queue_dir.name.isdigit()):
                     continue
-                queue = self._new_queue(topic_dir.name, int(queue_dir.name))
-                queue.load()
+                key = (topic_dir.name, int(queue_dir.name))
+                _, restart = load_checked(self._new_queue(*key), partial(self._new_queue, *key))
+                if restart is not None:  # rebuilt from the commit log by the first dispatch
+                    self._rebuild_from = min(self._rebuild_from, restart)
 
     def _queue_for(self, topic: str, queue_id: int) -> ConsumeQueue:
         queue = self._queues.get((topic, queue_id))
@@ -1112,7 +1126,7 @@ class CommitLogStore:
             result: ScanResult | None = None
             failed = False
             for result in scan_windows(view, self._dispatched - base, end, base, None, False, True):
-                if result[4] and not self._dispatch_rows(view, result[5]):
+                if result[4] and not self._dispatch_rows(view, result[5], base):
                     failed = True
                     break
             if failed:
@@ -1206,13 +1220,15 @@ class CommitLogStore:
                 "replication go on)",
             )
             return
-        error = DispatchError(offset, f"{where}{exc}")
-        self._dispatch_error = error
+        stop: CorruptRecordError | DispatchError = DispatchError(offset, f"{where}{exc}")
+        if isinstance(exc, QueueMismatchError):  # the record disagrees with its queue
+            stop = RecordQueueMismatch(offset, f"{where}{exc}")
+        self._dispatch_error = stop
         logger.error(
-            "%s: %s; puts are refused from now on (reads and replication go on)", self.root, error
+            "%s: %s; puts are refused from now on (reads and replication go on)", self.root, stop
         )
 
-    def _dispatch_rows(self, view: memoryview, rows: bytes) -> bool:
+    def _dispatch_rows(self, view: memoryview, rows: bytes, base: int = 0) -> bool:
         """Append the consume queue entries of ``rows`` (one scan of ``view``; see
         ``_index.py``): one write per queue (per run of consecutive queue offsets), as
         :func:`group_entries` groups them. A record already in its queue is skipped (recovery
@@ -1239,6 +1255,7 @@ class CommitLogStore:
                 high = queue.max_queue_offset
                 if key not in floors:
                     highs[tid, queue_id] = floors[key] = high
+                queue_disagreement(queue, first, packed, view, base)  # raises QueueMismatch
                 if first < high:  # already (partly) in the queue: skip what it holds
                     if first + count <= high:
                         continue

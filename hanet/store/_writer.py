@@ -2,11 +2,13 @@
 
 :class:`RecordWriter` validates each message (statuses as RocketMQ's), assigns its queue
 offset, physical offset and store timestamp, writes the record straight into the last mapped
-file with :func:`pack_record_into`, ends a file with a blank record when the record does not fit
-with 8 spare bytes, and appends the consume queue entry (before the record: a consume queue
-file that cannot be created refuses the message, CREATE_MAPPED_FILE_FAILED, as a commit log
-file that cannot be created does). It is the put hot path: one loop per
-batch, everything looked up once per batch, no intermediate bytes objects but the properties.
+file with :func:`pack_record_into` and seals it with RocketMQ 5's whole-record CRC property
+(``__CRC32#``, computed last, over every other byte of the record), ends a file with a
+blank record when the record does not fit with 8 spare bytes, and appends the consume queue
+entry (before the record: a consume queue file that cannot be created refuses the message,
+CREATE_MAPPED_FILE_FAILED, as a commit log file that cannot be created does). It is the put
+hot path: one loop per batch, everything looked up once per batch, no intermediate bytes
+objects but the properties.
 """
 
 from __future__ import annotations
@@ -18,6 +20,9 @@ from ._codec import (
     _TOPIC_CHARACTERS,
     BLANK_RECORD_SIZE,
     BORN_HOST_V6_FLAG,
+    CRC32_PROPERTY,
+    CRC32_RESERVED_LEN,
+    CRC32_TRAILER_EMPTY,
     HEADER_STRUCTS,
     I16_STRUCT,
     MAGIC_V1,
@@ -35,8 +40,11 @@ from ._consume_queue import ConsumeQueue
 from ._errors import CreateMappedFileError
 from ._mapped_file import MappedFile
 from ._mapped_queue import MappedFileQueue
+from ._native import ENABLED, native
 
 __all__ = ["RecordWriter"]
+
+_NATIVE_SEAL: Callable[[memoryview, int, int], None] | None = native("seal") if ENABLED else None
 
 _HOST_FLAGS = BORN_HOST_V6_FLAG | STORE_HOST_V6_FLAG
 _PUT_OK = PutStatus.PUT_OK
@@ -119,6 +127,8 @@ class RecordWriter:
         put_bytes = 0
         puts = 0
         pending: dict[tuple[str, int], int] = {}
+        reserved = CRC32_TRAILER_EMPTY
+        native_seal = _NATIVE_SEAL
         create_failed: PutResult | None = None
         try:
             for message in messages:
@@ -126,7 +136,9 @@ class RecordWriter:
                 body = message.body
                 topic_bytes = topic.encode()
                 properties = message.properties
-                props = encode_properties(properties) if properties else b""
+                if properties and CRC32_PROPERTY in properties:  # about another record
+                    properties = {k: v for k, v in properties.items() if k != CRC32_PROPERTY}
+                props = encode_properties(properties) + reserved if properties else reserved
                 born_host = message.born_host
                 if (
                     len(body) > self._max_body
@@ -247,6 +259,15 @@ class RecordWriter:
                 view[p:end] = topic_bytes
                 i16_pack_into(view, end, len(props))
                 view[end + 2 : end + 2 + len(props)] = props
+                # The whole-record CRC property, last: every other byte is final now. Its
+                # name and separators are in place (the reserved bytes): only the 10 digits,
+                # least significant first (crc32_trailer's, without a call).
+                if native_seal is not None:  # carry-less multiplication: ~10x zlib's
+                    native_seal(view, wrote, size)
+                else:
+                    crc_end = wrote + size - CRC32_RESERVED_LEN
+                    whole_crc = crc32(view[wrote:crc_end]) & 0x7FFFFFFF
+                    view[crc_end + 9 : crc_end + 19] = f"{whole_crc:010d}"[::-1].encode()
                 wrote += size
                 space -= size
                 put_bytes += size
