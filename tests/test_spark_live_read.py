@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from hanet.broker._log_read import MAX_READ_BYTES, read_log
+from hanet.broker import MAX_READ_BYTES, read_log
 from hanet.protocol import HanetRequestCode, RemotingCommand, RemotingHeaderError, ResponseCode
 from hanet.store import CommitLogStore, Message, StoreConfig, file_name
 
@@ -22,9 +22,15 @@ pytest.importorskip("pyarrow")
 
 import pyarrow as pa
 
-from hanet.spark import _remote
-from hanet.spark._arrow import commit_log_batches
-from hanet.spark._layout import find_stores, plan_commit_log
+from hanet.spark import (
+    LogChunk,
+    LogReadError,
+    commit_log_batches,
+    find_stores,
+    plan_broker,
+    plan_commit_log,
+    remote_batches,
+)
 
 pytestmark = pytest.mark.spark
 
@@ -117,7 +123,7 @@ def test_seek_finds_the_next_record(store: CommitLogStore) -> None:
 
 
 class DirectClient:
-    """:class:`~hanet.spark._remote.LogReadClient` calling the processor on a store."""
+    """:class:`~hanet.spark.LogReadClient` calling the processor on a store."""
 
     def __init__(self, store: CommitLogStore) -> None:
         self.store = store
@@ -137,8 +143,8 @@ class DirectClient:
             fields["offset"] = offset
         answer = read_log(self.store, request(**fields))
         if answer.code != ResponseCode.SUCCESS:
-            raise _remote.LogReadError(answer.remark)
-        return _remote._chunk("test", answer)
+            raise LogReadError(answer.remark)
+        return LogChunk.from_answer("test", answer)
 
 
 def file_rows(store: CommitLogStore, max_range: int) -> list[dict[str, Any]]:
@@ -151,15 +157,13 @@ def file_rows(store: CommitLogStore, max_range: int) -> list[dict[str, Any]]:
     return rows_of(batches)
 
 
-def broker_rows(
-    store: CommitLogStore, max_range: int, monkeypatch: pytest.MonkeyPatch
-) -> list[dict[str, Any]]:
-    monkeypatch.setattr(_remote, "LogReadClient", DirectClient(store))
-    monkeypatch.setattr(_remote, "READ_BYTES", 700)  # several answers per file
+def broker_rows(store: CommitLogStore, max_range: int) -> list[dict[str, Any]]:
+    client = DirectClient(store)
     batches = [
         b
-        for part in _remote.plan_broker("test", max_range)
-        for b in _remote.remote_batches(part, include_body=True)
+        for part in plan_broker("test", max_range, connect=client)
+        # several answers per file
+        for b in remote_batches(part, include_body=True, read_bytes=700, connect=client)
     ]
     return rows_of(batches)
 
@@ -170,17 +174,13 @@ def rows_of(batches: list[pa.RecordBatch]) -> list[dict[str, Any]]:
 
 
 @pytest.mark.parametrize("max_range", [FILE, 3000])
-def test_the_same_rows_as_the_files(
-    store: CommitLogStore, max_range: int, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_the_same_rows_as_the_files(store: CommitLogStore, max_range: int) -> None:
     expected = file_rows(store, max_range)
     assert len(expected) == 120
-    assert broker_rows(store, max_range, monkeypatch) == expected
+    assert broker_rows(store, max_range) == expected
 
 
-def test_the_same_crc_and_corrupt_rows_as_the_files(
-    store: CommitLogStore, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_the_same_crc_and_corrupt_rows_as_the_files(store: CommitLogStore) -> None:
     in_second = [o for o, _ in records(store) if FILE <= o < 2 * FILE]
     bad_body, bad_header = in_second[1], in_second[4]
     path = store.root / "commitlog" / file_name(FILE)
@@ -192,7 +192,7 @@ def test_the_same_crc_and_corrupt_rows_as_the_files(
         f.seek(bad_header - FILE + 4)
         f.write(b"\xde\xad\xbe\xef")
     expected = file_rows(store, FILE)
-    got = broker_rows(store, FILE, monkeypatch)
+    got = broker_rows(store, FILE)
     assert got == expected
     second = [r for r in got if r["file"] == file_name(FILE)]
     assert [r["status"] for r in second] == ["ok"] * 4 + ["corrupt"]

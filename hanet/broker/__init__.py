@@ -40,6 +40,7 @@ from ._hold import (
     Repull,
 )
 from ._locks import LOCK_MAX_LIVE_TIME, MAX_LOCKS, LockStatistics, QueueLocks
+from ._log_read import MAX_READ_BYTES, SEEK_BYTES, read_log
 from ._metrics import BrokerMetrics, serve_metrics
 from ._offsets import (
     MAX_OFFSET_ENTRIES,
@@ -109,6 +110,7 @@ __all__ = [
     "MAX_PULL_MESSAGES",
     "MAX_QUEUE_ID",
     "MAX_QUEUE_OFFSETS",
+    "MAX_READ_BYTES",
     "MAX_SUSPEND",
     "MAX_TOPICS",
     "MESSAGE_DELAY_LEVEL",
@@ -117,6 +119,7 @@ __all__ = [
     "RETRY_GROUP_TOPIC_PREFIX",
     "RETRY_PAUSE",
     "SCHEDULE_TOPIC",
+    "SEEK_BYTES",
     "SERVER_CHANNEL_MAX_IDLE",
     "SUBSCRIPTION_GROUPS_FILE",
     "TOPICS_FILE",
@@ -158,6 +161,7 @@ __all__ = [
     "parse_delay_levels",
     "parse_properties",
     "read_config_file",
+    "read_log",
     "redirect_retry_send",
     "retry_topic",
     "send_answer",

@@ -142,15 +142,17 @@ def _walk(
     if reason in (StopReason.END, StopReason.INCOMPLETE) and reached < data_end:
         # a window's edge: look at the next record so that bad data there is reported now
         # (a read starting at it would be refused as not a record boundary)
+        reason = StopReason.END
         if not _record_at(view, reached, file_start):
             probe_end = min(data_end, reached + SEEK_BYTES)
-            reason, detail, blank = _scan(view, reached, probe_end, file_start, file_size)[1:]
-            if reason is StopReason.END:
-                reason = StopReason.INCOMPLETE
-        else:
-            reason = StopReason.END
+            probed = _scan(view, reached, probe_end, file_start, file_size)
+            if probed[1] is not StopReason.INCOMPLETE or probe_end == data_end:
+                reason, detail, blank = probed[1:]
+    stopped = reason is not StopReason.END and (
+        reason is not StopReason.INCOMPLETE or reached == data_end
+    )
     fields: dict[str, object] = {**bounds, "offset": start}
-    if reason is StopReason.END or (reason is StopReason.INCOMPLETE and reached < data_end):
+    if not stopped:
         fields["nextOffset"] = file_start + (file_size if reached == file_size else reached)
     else:
         fields.update(

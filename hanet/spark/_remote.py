@@ -30,9 +30,9 @@ import socket
 import ssl
 import struct
 import tempfile
-from collections.abc import Generator, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import parse_qs, urlsplit
 
 import attrs
@@ -72,9 +72,11 @@ __all__ = [
     "BROKER_SCHEME",
     "READ_BYTES",
     "BrokerLogReader",
+    "Connect",
     "LogChunk",
     "LogReadClient",
     "LogReadError",
+    "LogSource",
     "RemoteRange",
     "TlsFiles",
     "broker_addresses",
@@ -168,6 +170,15 @@ class LogChunk:
     file_size: int
     stop: ScanStop | None
 
+    @classmethod
+    def from_answer(cls, address: str, answer: RemotingCommand) -> LogChunk:
+        """The chunk of a SUCCESS answer from ``address``.
+
+        Raises:
+            LogReadError: a field missing or malformed.
+        """
+        return _chunk(address, answer)
+
 
 def broker_addresses(text: str) -> list[str]:
     """``HOST:PORT,HOST:PORT`` (or a ``hanet://`` path) as a list of addresses.
@@ -255,7 +266,7 @@ class LogReadClient:
             if answer.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED:
                 reason = f"not a hanet broker with HANET_READ_LOG ({reason})"
             raise LogReadError(f"broker {self.address}: {reason}")
-        return _chunk(self.address, answer)
+        return LogChunk.from_answer(self.address, answer)
 
     def _frame(self) -> bytes:
         length = _LENGTH.unpack(self._exactly(4))[0]
@@ -276,6 +287,11 @@ class LogReadClient:
 
 
 def _chunk(address: str, answer: RemotingCommand) -> LogChunk:
+    """The :class:`LogChunk` of a SUCCESS answer from ``address``.
+
+    Raises:
+        LogReadError: a field missing or malformed.
+    """
     f = answer.fields
     try:
         stop = None
@@ -323,8 +339,24 @@ class RemoteRange:
     tls: TlsFiles | None = None
 
 
+class LogSource(Protocol):
+    """What reads a broker's log: :class:`LogReadClient`'s :meth:`~LogReadClient.read`."""
+
+    def read(self, offset: int | None, max_bytes: int, *, seek: bool = False) -> LogChunk:
+        """One HANET_READ_LOG."""
+        ...
+
+
+Connect = Callable[[str, TlsFiles | None], contextlib.AbstractContextManager[LogSource]]
+"""Opens a :class:`LogReadClient` (address, TLS): a test passes its own."""
+
+
 def plan_broker(
-    broker: str, max_range_bytes: int = DEFAULT_MAX_RANGE_BYTES, tls: TlsFiles | None = None
+    broker: str,
+    max_range_bytes: int = DEFAULT_MAX_RANGE_BYTES,
+    tls: TlsFiles | None = None,
+    *,
+    connect: Connect | None = None,
 ) -> list[RemoteRange]:
     """The ranges of a broker's log, from its offsets (one request): one per file, or one per
     ``max_range_bytes`` of a larger file.
@@ -332,7 +364,7 @@ def plan_broker(
     Raises:
         LogReadError: the broker cannot be reached or refuses.
     """
-    with LogReadClient(broker, tls) as client:
+    with (connect or LogReadClient)(broker, tls) as client:
         probe = client.read(None, 0)
     size, low, high = probe.file_size, probe.min_offset, probe.max_offset
     ranges = []
@@ -352,6 +384,8 @@ def remote_batches(
     include_body: bool = False,
     columns: Sequence[str] | None = None,
     batch_rows: int = DEFAULT_BATCH_ROWS,
+    read_bytes: int = READ_BYTES,
+    connect: Connect | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """The rows of one broker range as Arrow batches: what :func:`~._arrow.commit_log_batches`
     gives for the same bytes in a file (the same rows, CRC failures and corrupt rows).
@@ -362,11 +396,11 @@ def remote_batches(
     schema = commit_log_schema(include_body, columns)
     name = file_name(part.file_start)
     end = part.file_start + part.end
-    with LogReadClient(part.broker, part.tls) as client:
+    with (connect or LogReadClient)(part.broker, part.tls) as client:
         position = part.file_start + part.start
         seek = part.start > 0
         while position < end:
-            chunk = client.read(position, min(READ_BYTES, end - position), seek=seek)
+            chunk = client.read(position, min(read_bytes, end - position), seek=seek)
             seek = False
             chunk_range = CommitLogRange(
                 store=part.broker,
