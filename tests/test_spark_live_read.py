@@ -198,3 +198,16 @@ def test_the_same_crc_and_corrupt_rows_as_the_files(store: CommitLogStore) -> No
     assert [r["status"] for r in second] == ["ok"] * 4 + ["corrupt"]
     assert [r["crc_ok"] for r in second[:4]] == [True, False, True, True]
     assert "magic" in second[4]["error"]
+
+
+def test_the_command_line_refuses_unreachable_brokers_in_one_line(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from hanet.cli import main
+
+    assert main(["audit", "--broker", "127.0.0.1:1"]) == 2
+    assert "hanet: broker 127.0.0.1:1: cannot connect" in capsys.readouterr().err
+    assert main(["diff", "hanet://127.0.0.1:1", "/nonexistent"]) == 2
+    assert "diff reads store files, not brokers" in capsys.readouterr().err
+    assert main(["stats"]) == 2
+    assert "give a STORE or --broker HOST:PORT" in capsys.readouterr().err

@@ -56,10 +56,11 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import socket
 import time
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import urlencode, urlsplit
 
 from hanet.spark import find_stores
 from hanet.store import CommitLogReader, StoreError
@@ -183,12 +184,24 @@ def _check_stores(verb: str, paths: list[str]) -> None:
         raise StoreError(f"{verb}: give a STORE or --broker HOST:PORT")
     for path in paths:
         if path.startswith("hanet://"):  # --broker: the broker is asked when Spark plans
+            if verb == "diff":
+                raise StoreError(f"{path}: diff reads store files, not brokers")
+            _check_broker(urlsplit(path).netloc)
             continue
         stores = find_stores(path)
         if verb == "diff" and len(stores) != 1:
             raise StoreError(f"{path}: diff compares one store with one store, not {len(stores)}")
         for store in stores:
             CommitLogReader(store.commit_log_dir)  # file sizes, gaps
+
+
+def _check_broker(address: str) -> None:
+    """A broker that does not accept a connection is one line now, not a Spark traceback."""
+    host, port = parse_address(address)
+    try:
+        socket.create_connection((host, port), timeout=5).close()
+    except OSError as exc:
+        raise StoreError(f"broker {address}: cannot connect: {exc}") from None
 
 
 def _run(verb: str, args: argparse.Namespace, paths: list[str]) -> int:
