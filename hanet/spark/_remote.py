@@ -163,7 +163,7 @@ class LogChunk:
     """
 
     offset: int
-    data: bytes
+    data: bytes | bytearray | memoryview
     next_offset: int
     min_offset: int
     max_offset: int
@@ -268,13 +268,13 @@ class LogReadClient:
             raise LogReadError(f"broker {self.address}: {reason}")
         return LogChunk.from_answer(self.address, answer)
 
-    def _frame(self) -> bytes:
+    def _frame(self) -> bytearray:
         length = _LENGTH.unpack(self._exactly(4))[0]
         if length > _MAX_FRAME:
             raise LogReadError(f"broker {self.address}: a frame of {length} bytes")
         return self._exactly(length)
 
-    def _exactly(self, n: int) -> bytes:
+    def _exactly(self, n: int) -> bytearray:
         buf = bytearray(n)
         view = memoryview(buf)
         got = 0
@@ -283,7 +283,7 @@ class LogReadClient:
             if not k:
                 raise LogReadError(f"broker {self.address}: the connection closed")
             got += k
-        return bytes(buf)
+        return buf
 
 
 def _chunk(address: str, answer: RemotingCommand) -> LogChunk:
@@ -304,7 +304,7 @@ def _chunk(address: str, answer: RemotingCommand) -> LogChunk:
             )
         return LogChunk(
             offset=int(f["offset"]),
-            data=bytes(answer.body),
+            data=answer.body,  # a view of the frame read: no copy
             next_offset=int(f["nextOffset"]),
             min_offset=int(f["minOffset"]),
             max_offset=int(f["maxOffset"]),
