@@ -27,7 +27,18 @@ pytest.importorskip("pyarrow")
 
 from pyspark.sql import DataFrame, SparkSession
 
-from hanet.spark import audit, spark_session, stats
+from hanet.spark import (
+    LogReadError,
+    TlsFiles,
+    audit,
+    commit_log_batches,
+    find_stores,
+    plan_broker,
+    plan_commit_log,
+    remote_batches,
+    spark_session,
+    stats,
+)
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -53,6 +64,27 @@ def make_store(root: Path) -> list[tuple[int, int]]:
     return found
 
 
+def start_master(base: Path, root: Path, *extra: str) -> tuple[subprocess.Popen[bytes], str]:
+    """A ``hanet master`` process on ``root``; its broker port's address."""
+    ready = base / "ready.json"
+    with (base / "master.log").open("wb") as log:
+        process = subprocess.Popen(
+            [
+                sys.executable, "-m", "hanet", "master", "--store", str(root),
+                "--listen", "127.0.0.1:0", "--ha-listen", "127.0.0.1:0",
+                "--mapped-file-size", str(FILE), "--ready-file", str(ready), *extra,
+            ],
+            stdout=log, stderr=log, cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)),
+        )  # fmt: skip
+    deadline = time.monotonic() + 20
+    while not ready.exists() or not ready.read_text().strip().endswith("}"):
+        if process.poll() is not None or time.monotonic() > deadline:
+            process.kill()
+            raise AssertionError(f"the master did not start: {(base / 'master.log').read_text()}")
+        time.sleep(0.05)
+    return process, json.loads(ready.read_text())["broker"]
+
+
 @pytest.fixture(scope="module")
 def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     base = tmp_path_factory.mktemp("live")
@@ -65,24 +97,8 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     cert, key = base / "broker.crt", base / "broker.key"
     leaf.private_key_and_cert_chain_pem.write_to_path(str(cert))
     leaf.private_key_pem.write_to_path(str(key))
-    ready = base / "ready.json"
-    log = (base / "master.log").open("wb")
-    process = subprocess.Popen(
-        [
-            sys.executable, "-m", "hanet", "master", "--store", str(root),
-            "--listen", "127.0.0.1:0", "--ha-listen", "127.0.0.1:0",
-            "--mapped-file-size", str(FILE), "--tls-cert", str(cert), "--tls-key", str(key),
-            "--ready-file", str(ready),
-        ],
-        stdout=log, stderr=log, cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)),
-    )  # fmt: skip
+    process, address = start_master(base, root, "--tls-cert", str(cert), "--tls-key", str(key))
     try:
-        deadline = time.monotonic() + 20
-        while not ready.exists() or not ready.read_text().strip().endswith("}"):
-            assert process.poll() is None, (base / "master.log").read_text()
-            assert time.monotonic() < deadline, "the master did not start"
-            time.sleep(0.05)
-        address = json.loads(ready.read_text())["broker"]
         second = [o for o, _ in records if FILE <= o < 2 * FILE]
         bad_body, bad_header = second[1], second[4]
         path = root / "commitlog" / file_name(FILE)
@@ -102,7 +118,6 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     finally:
         process.terminate()
         process.wait(10)
-        log.close()
 
 
 @pytest.fixture(scope="module")
@@ -180,3 +195,50 @@ def test_hanet_audit_broker_on_the_command_line(live: dict[str, Any]) -> None:
     # the records after the damage in its file are not read: their queues show gaps
     assert {kind for kind, _ in found} == {"crc", "corrupt", "queue_gap"}
     assert [s["store"] for s in report["stores"]] == [live["address"]]
+
+
+def without_store(row: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in row.items() if k != "store"}
+
+
+def test_mutual_tls_reads_with_a_client_certificate_only(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    make_store(root)
+    ca = trustme.CA()
+    ca.cert_pem.write_to_path(str(tmp_path / "ca.pem"))
+    for name, host in (("broker", "127.0.0.1"), ("reader", "reader.example")):
+        leaf = ca.issue_cert(host)
+        leaf.private_key_and_cert_chain_pem.write_to_path(str(tmp_path / f"{name}.crt"))
+        leaf.private_key_pem.write_to_path(str(tmp_path / f"{name}.key"))
+    process, address = start_master(
+        tmp_path, root,
+        "--tls-cert", str(tmp_path / "broker.crt"), "--tls-key", str(tmp_path / "broker.key"),
+        "--tls-ca", str(tmp_path / "ca.pem"),
+    )  # fmt: skip
+    try:
+        tls = TlsFiles.load(
+            str(tmp_path / "ca.pem"), str(tmp_path / "reader.crt"), str(tmp_path / "reader.key")
+        )
+        # the driver reads the files; the tasks get their contents
+        assert tls is not None and tls.cert is not None
+        (location,) = find_stores(str(root))
+        expected = [
+            r
+            for part in plan_commit_log(location)
+            for b in commit_log_batches(part)
+            for r in b.to_pylist()
+        ]
+        got = [
+            r
+            for part in plan_broker(address, tls=tls)
+            for b in remote_batches(part)
+            for r in b.to_pylist()
+        ]
+        assert len(got) == 200
+        assert [without_store(r) for r in got] == [without_store(r) for r in expected]
+        without = TlsFiles.load(str(tmp_path / "ca.pem"))
+        with pytest.raises(LogReadError, match=f"broker {address}"):
+            plan_broker(address, tls=without)
+    finally:
+        process.terminate()
+        process.wait(10)
