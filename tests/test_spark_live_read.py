@@ -173,7 +173,7 @@ def rows_of(batches: list[pa.RecordBatch]) -> list[dict[str, Any]]:
     return sorted(rows, key=lambda r: (r["physical_offset"], r["status"]))
 
 
-@pytest.mark.parametrize("max_range", [FILE, 3000])
+@pytest.mark.parametrize("max_range", [FILE, 3000, 200])
 def test_the_same_rows_as_the_files(store: CommitLogStore, max_range: int) -> None:
     expected = file_rows(store, max_range)
     assert len(expected) == 120

@@ -401,6 +401,8 @@ def remote_batches(
         seek = part.start > 0
         while position < end:
             chunk = client.read(position, min(read_bytes, end - position), seek=seek)
+            if seek and chunk.offset >= end:
+                return  # no record starts in this range: the next range reads from there
             seek = False
             chunk_range = CommitLogRange(
                 store=part.broker,
