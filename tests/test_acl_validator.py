@@ -17,6 +17,7 @@ from hanet.protocol import (
     AclGuard,
     AddressPattern,
     Credentials,
+    HanetRequestCode,
     HeartbeatData,
     PlainAclConfig,
     PlainAclFile,
@@ -223,6 +224,15 @@ def test_admin_codes_and_admin_accounts() -> None:
     with pytest.raises(AclDenied):
         check_request(CONFIG, register, HOST, admin_codes=NAMESRV_ADMIN_CODES)
     check_request(CONFIG, register, HOST)  # not on a broker
+    # hanet's additions: resetting any group's offsets, reading the whole log, route changes
+    for code in (RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, HanetRequestCode.HANET_READ_LOG):
+        assert refusal(signed(code, {"topic": "t"})).startswith(
+            f"Need admin permission for request code={int(code)}"
+        )
+        check_request(CONFIG, signed(code, {"topic": "t"}, creds=ADMIN), HOST)
+    wipe = signed(RequestCode.WIPE_WRITE_PERM_OF_BROKER, {"brokerName": "b"})
+    with pytest.raises(AclDenied):
+        check_request(CONFIG, wipe, HOST, admin_codes=NAMESRV_ADMIN_CODES)
 
 
 def test_the_account_white_address_skips_the_signature() -> None:

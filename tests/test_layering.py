@@ -6,7 +6,7 @@ nothing else of hanet. Arrows point one way:
     errors <- channel <- boot; handlers -> channel; store -> errors;
     protocol -> handlers, store; ha -> handlers, boot, store; dledger -> handlers, boot, store;
     broker -> ha, dledger, protocol, boot, store;
-    client -> protocol, boot, store; spark -> store; cli -> anything;
+    client -> protocol, boot, store; spark -> protocol, store; cli -> anything;
     only ``hanet/__main__.py`` imports the cli.
 
 A layer may also use what the layers it names stand on (``ha`` uses ``channel`` through
@@ -41,7 +41,7 @@ ARROWS: dict[str, set[str]] = {
     "broker": {"ha", "dledger", "protocol", "client", "boot", "store"},
     "client": {"protocol", "boot", "store"},
     "namesrv": {"protocol", "boot"},
-    "spark": {"store"},
+    "spark": {"protocol", "store"},
     "cli": set(),  # anything: see test_cli_is_imported_by_main_only
     "main": {"cli"},
 }

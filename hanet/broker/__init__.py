@@ -42,6 +42,7 @@ from ._hold import (
     Repull,
 )
 from ._locks import LOCK_MAX_LIVE_TIME, MAX_LOCKS, LockStatistics, QueueLocks
+from ._log_read import MAX_READ_BYTES, SEEK_BYTES, read_log
 from ._metrics import BrokerMetrics, ConsumerLagCollector, serve_metrics
 from ._offsets import (
     MAX_OFFSET_ENTRIES,
@@ -113,6 +114,7 @@ __all__ = [
     "MAX_PULL_MESSAGES",
     "MAX_QUEUE_ID",
     "MAX_QUEUE_OFFSETS",
+    "MAX_READ_BYTES",
     "MAX_SUSPEND",
     "MAX_TOPICS",
     "MESSAGE_DELAY_LEVEL",
@@ -122,6 +124,7 @@ __all__ = [
     "RETRY_GROUP_TOPIC_PREFIX",
     "RETRY_PAUSE",
     "SCHEDULE_TOPIC",
+    "SEEK_BYTES",
     "SERVER_CHANNEL_MAX_IDLE",
     "SUBSCRIPTION_GROUPS_FILE",
     "SYSTEM_TOPICS",
@@ -169,6 +172,7 @@ __all__ = [
     "parse_delay_levels",
     "parse_properties",
     "read_config_file",
+    "read_log",
     "redirect_retry_send",
     "retry_topic",
     "send_answer",

@@ -89,6 +89,7 @@ from ._backend import BrokerBackend
 from ._connection import BrokerConnection, connection_of
 from ._consumers import ConsumerRegistry, ConsumerRegistryFull
 from ._locks import QueueLocks
+from ._log_read import read_log
 from ._offsets import ConsumerOffsetsFull
 from ._pull import GetMessageStatus, PullResult, serve_pull, subscription_filter
 from ._query import query_message
@@ -172,6 +173,7 @@ class BrokerPort:
             RequestCode.LOCK_BATCH_MQ: self.locks.lock_batch_mq,
             RequestCode.UNLOCK_BATCH_MQ: self.locks.unlock_batch_mq,
             HanetRequestCode.HANET_STATUS: self.hanet_status,
+            HanetRequestCode.HANET_READ_LOG: lambda ctx, req: read_log(self.backend.store, req),
         }
         """Request code -> processor: the one table every connection of the port uses."""
         self.processors.update(self.admin.processors())

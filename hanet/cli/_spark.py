@@ -8,6 +8,12 @@
 - ``hanet stats STORE... [--top N]``: messages and bytes per topic per minute, store latency
   percentiles per topic, the largest messages.
 
+``audit`` and ``stats`` also read running brokers with ``--broker HOST:PORT`` (repeatable;
+``--tls-ca/--tls-cert/--tls-key`` as the clients'): each Spark task reads its range of the
+broker's commit log over the broker port (HANET_READ_LOG), so executors need no access to the
+broker's files; a broker's ``store`` column is its ``HOST:PORT`` and its consume
+queues are not compared.
+
 Common options: ``--spark-master`` (default ``local[*]``, or spark-submit's ``--master`` when
 run as ``spark-submit path/to/hanet/__main__.py audit ...``; any Spark master URL; a
 ``spark://`` master that does not accept a connection within 5 s is an error at once),
@@ -50,13 +56,16 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import socket
 import time
+from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode, urlsplit
 
 from hanet.spark import find_stores
 from hanet.store import CommitLogReader, StoreError
 
-from ._support import fail
+from ._support import fail, parse_address
 
 __all__ = ["audit_command", "diff_command", "register", "stats_command"]
 
@@ -70,7 +79,8 @@ def register(subparsers: Any) -> None:
         help="audit stores on Spark: counts, corrupt data, CRCs, queue offsets, consume queues",
         description="Audit one or more stores on Spark. Exit status 1 when a problem is found.",
     )
-    parser.add_argument("stores", nargs="+", metavar="STORE", help="store, commitlog/ or glob")
+    parser.add_argument("stores", nargs="*", metavar="STORE", help="store, commitlog/ or glob")
+    _broker_options(parser)
     parser.add_argument(
         "--no-consume-queues", action="store_true",
         help="skip rebuilding the consume queues and comparing them",
@@ -95,10 +105,38 @@ def register(subparsers: Any) -> None:
         description="Messages and bytes per topic per minute, store-minus-born latency "
         "percentiles per topic, largest messages.",
     )
-    parser.add_argument("stores", nargs="+", metavar="STORE", help="store, commitlog/ or glob")
+    parser.add_argument("stores", nargs="*", metavar="STORE", help="store, commitlog/ or glob")
+    _broker_options(parser)
     parser.add_argument("--top", type=int, default=10, metavar="N", help="largest messages shown")
     _common(parser)
     parser.set_defaults(func=stats_command)
+
+
+def _broker_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--broker", action="append", default=[], type=parse_address, metavar="HOST:PORT",
+        help="also read this running broker's commit log over its broker port (repeatable; "
+        "no shared files: consume queues are not compared)",
+    )  # fmt: skip
+    for flag, what in (
+        ("--tls-ca", "talk TLS to --broker, trusting this CA (plain TCP without it)"),
+        ("--tls-cert", "present this certificate (PEM) to a --broker that requires one"),
+        ("--tls-key", "the key of --tls-cert"),
+    ):
+        parser.add_argument(flag, default=None, metavar="FILE", help=what)
+
+
+def _broker_paths(args: argparse.Namespace) -> list[str]:
+    """``--broker`` as ``hanet://HOST:PORT`` paths (with the TLS files in the query)."""
+    tls = {
+        key: str(Path(value).resolve())
+        for key, value in (
+            ("tlsCa", args.tls_ca), ("tlsCert", args.tls_cert), ("tlsKey", args.tls_key)
+        )
+        if value
+    }  # fmt: skip
+    query = f"?{urlencode(tls)}" if tls else ""
+    return [f"hanet://{host}:{port}{query}" for host, port in args.broker]
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -125,6 +163,7 @@ def _common(parser: argparse.ArgumentParser) -> None:
 
 async def audit_command(args: argparse.Namespace) -> int:
     """``hanet audit``: see the module docstring."""
+    args.stores = [*args.stores, *_broker_paths(args)]
     return _run("audit", args, list(args.stores))
 
 
@@ -135,17 +174,34 @@ async def diff_command(args: argparse.Namespace) -> int:
 
 async def stats_command(args: argparse.Namespace) -> int:
     """``hanet stats``: see the module docstring."""
+    args.stores = [*args.stores, *_broker_paths(args)]
     return _run("stats", args, list(args.stores))
 
 
 def _check_stores(verb: str, paths: list[str]) -> None:
     """Fail early, in one line, on paths that are not stores (rather than deep in Spark)."""
+    if not paths:
+        raise StoreError(f"{verb}: give a STORE or --broker HOST:PORT")
     for path in paths:
+        if path.startswith("hanet://"):  # --broker: the broker is asked when Spark plans
+            if verb == "diff":
+                raise StoreError(f"{path}: diff reads store files, not brokers")
+            _check_broker(urlsplit(path).netloc)
+            continue
         stores = find_stores(path)
         if verb == "diff" and len(stores) != 1:
             raise StoreError(f"{path}: diff compares one store with one store, not {len(stores)}")
         for store in stores:
             CommitLogReader(store.commit_log_dir)  # file sizes, gaps
+
+
+def _check_broker(address: str) -> None:
+    """A broker that does not accept a connection is one line now, not a Spark traceback."""
+    host, port = parse_address(address)
+    try:
+        socket.create_connection((host, port), timeout=5).close()
+    except OSError as exc:
+        raise StoreError(f"broker {address}: cannot connect: {exc}") from None
 
 
 def _run(verb: str, args: argparse.Namespace, paths: list[str]) -> int:

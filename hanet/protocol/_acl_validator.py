@@ -49,7 +49,7 @@ from ._acl_config import (
     check_permission,
 )
 from ._bodies import HeartbeatData, LockBatchRequestBody
-from ._codes import RequestCode, ResponseCode
+from ._codes import HanetRequestCode, RequestCode, ResponseCode
 from ._remoting import RemotingCommand, RemotingHeaderError
 
 __all__ = [
@@ -70,17 +70,26 @@ ADMIN_CODES = frozenset(
         RequestCode.DELETE_TOPIC_IN_BROKER,
         RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP,
         RequestCode.DELETE_SUBSCRIPTIONGROUP,
+        # hanet's additions: moving any group's offsets, and reading the whole commit log
+        RequestCode.INVOKE_BROKER_TO_RESET_OFFSET,
+        HanetRequestCode.HANET_READ_LOG,
     }
 )
-"""Request codes only an admin account may send (RocketMQ's ``Permission.ADMIN_CODE``)."""
+"""Request codes only an admin account may send (RocketMQ's ``Permission.ADMIN_CODE``, and
+hanet's: INVOKE_BROKER_TO_RESET_OFFSET would let any account move another group's offsets,
+HANET_READ_LOG hands out every message)."""
 
 NAMESRV_ADMIN_CODES = ADMIN_CODES | {
     RequestCode.REGISTER_BROKER,
     RequestCode.UNREGISTER_BROKER,
     RequestCode.PUT_KV_CONFIG,
     RequestCode.DELETE_KV_CONFIG,
+    RequestCode.DELETE_TOPIC_IN_NAMESRV,
+    RequestCode.WIPE_WRITE_PERM_OF_BROKER,
+    RequestCode.ADD_WRITE_PERM_OF_BROKER,
 }
-"""On hanet's name server: also who may register brokers and change the KV config."""
+"""On hanet's name server: also who may register brokers, change the KV config, delete
+topics from routes and take or give back a broker's write permission."""
 
 TRACE_TOPIC = "RMQ_SYS_TRACE_TOPIC"
 """Sends to the message trace topic skip the permission check (RocketMQ's rule)."""

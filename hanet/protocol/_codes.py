@@ -121,6 +121,9 @@ class HanetRequestCode(enum.IntEnum):
     """The broker's status document (JSON body; :class:`~hanet.protocol.BrokerStatus`)."""
     HANET_METRICS = 30002
     """The broker's Prometheus metrics in the text exposition format."""
+    HANET_READ_LOG = 30003
+    """Raw commit log bytes from an offset, cut at a record boundary (``hanet.spark``'s live
+    audit; ext fields ``offset``, ``maxBytes``, ``seek``)."""
 
 
 class ResponseCode(enum.IntEnum):

@@ -15,6 +15,10 @@ the ``hanet`` command line works without the extra.
   (``_arrow.py``), :func:`consume_queue_batches` one consume queue file (``_queues.py``);
   :func:`find_stores`, :func:`plan_commit_log` plan the ranges (``_layout.py``);
   :func:`compare_records` says where two records' bytes differ (``_fields.py``).
+- Live brokers without shared files (``_remote.py``): ``option("brokers", "HOST:PORT,...")`` or
+  a ``hanet://HOST:PORT`` path; :func:`plan_broker` plans a broker's ranges,
+  :func:`remote_batches` reads one over the broker port (:class:`LogReadClient`,
+  HANET_READ_LOG).
 
 Example::
 
@@ -52,6 +56,16 @@ if TYPE_CHECKING:
         plan_consume_queues,
     )
     from ._queues import consume_queue_batches, consume_queue_schema
+    from ._remote import (
+        BROKER_SCHEME,
+        LogChunk,
+        LogReadClient,
+        LogReadError,
+        RemoteRange,
+        TlsFiles,
+        plan_broker,
+        remote_batches,
+    )
     from ._session import (
         JAVA_HINT,
         SparkUnavailableError,
@@ -69,6 +83,7 @@ if TYPE_CHECKING:
     from ._stats import StatsResult, stats
 
 __all__ = [
+    "BROKER_SCHEME",
     "JAVA_HINT",
     "PROBLEM_KINDS",
     "AuditResult",
@@ -78,11 +93,16 @@ __all__ = [
     "ConsumeQueueFile",
     "DiffResult",
     "DiffSummary",
+    "LogChunk",
+    "LogReadClient",
+    "LogReadError",
     "PropertyColumns",
     "RecordDifference",
+    "RemoteRange",
     "SparkUnavailableError",
     "StatsResult",
     "StoreLocation",
+    "TlsFiles",
     "audit",
     "commit_log",
     "commit_log_batches",
@@ -99,11 +119,13 @@ __all__ = [
     "find_stores",
     "java_problem",
     "java_string_hash_column",
+    "plan_broker",
     "plan_commit_log",
     "plan_consume_queues",
     "properties_map_column",
     "record_spans",
     "register",
+    "remote_batches",
     "spark_session",
     "stats",
 ]
@@ -129,6 +151,16 @@ _HOMES = {
         "plan_consume_queues",
     ),
     "_queues": ("consume_queue_batches", "consume_queue_schema"),
+    "_remote": (
+        "BROKER_SCHEME",
+        "LogChunk",
+        "LogReadClient",
+        "LogReadError",
+        "RemoteRange",
+        "TlsFiles",
+        "plan_broker",
+        "remote_batches",
+    ),
     "_session": ("JAVA_HINT", "SparkUnavailableError", "describe", "java_problem", "spark_session"),
     "_source": (
         "CommitLogDataSource",

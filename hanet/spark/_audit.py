@@ -26,6 +26,7 @@ from pyspark.sql import functions as F
 
 from ._frames import commit_log, consume_queue, java_string_hash_column, paths_of, record_end
 from ._layout import find_stores, plan_consume_queues
+from ._remote import BROKER_SCHEME
 
 __all__ = ["PROBLEM_KINDS", "AuditResult", "audit"]
 
@@ -139,6 +140,7 @@ def _stores_with_consume_queues(stores: str | Sequence[str]) -> list[str]:
     return [
         location.name
         for path in paths_of(stores)
+        if not path.startswith(BROKER_SCHEME)  # a broker's consume queues are not read
         for location in find_stores(path)
         if plan_consume_queues(location)
     ]

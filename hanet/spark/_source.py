@@ -54,6 +54,7 @@ from ._layout import (
     plan_consume_queues,
 )
 from ._queues import consume_queue_batches, consume_queue_schema
+from ._remote import broker_reader
 
 __all__ = [
     "CommitLogDataSource",
@@ -141,14 +142,16 @@ class CommitLogDataSource(DataSource):
         return commit_log_struct(self._include_body(), self._columns())
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        """A reader planning one partition per file or file range."""
-        return _CommitLogReader(
-            path=_path(self.options),
+        """A reader planning one partition per file or file range (of brokers' logs with
+        option ``brokers`` or a ``hanet://`` path: :mod:`hanet.spark._remote`)."""
+        settings: dict[str, Any] = dict(
             include_body=self._include_body(),
             columns=self._columns(),
             max_range_bytes=_int_option(self.options, "maxPartitionBytes", DEFAULT_MAX_RANGE_BYTES),
             batch_rows=_int_option(self.options, "batchRows", DEFAULT_BATCH_ROWS),
         )
+        remote = broker_reader(self.options, **settings)
+        return remote or _CommitLogReader(path=_path(self.options), **settings)
 
 
 class _CommitLogReader(DataSourceReader):

@@ -1,0 +1,532 @@
+"""Commit logs read from running brokers over the network (HANET_READ_LOG), no shared files.
+
+What ``spark.read.format("commitlog").option("brokers", "HOST:PORT,...")`` (or
+``load("hanet://HOST:PORT,...")``) reads: the driver asks each broker for its log's offsets and
+file size (:func:`plan_broker`) and plans the same ranges as for the files (one per commit log
+file, or per ``maxPartitionBytes`` of a larger one, the cuts found by the broker with ``seek``);
+each Spark task reads its range answer after answer (at most 4 MiB each, whole records) with
+:class:`LogReadClient`, a small synchronous client of the remoting protocol (Spark's Python
+workers are not trio programs) over :mod:`hanet.protocol`'s codec, and turns the records into
+the same Arrow batches as the file reader (:func:`remote_batches`): same rows, same CRC and
+corrupt rows. The ``store`` column is the broker's address as given; the ``file`` column the
+20-digit name of the file the record is in.
+
+The data read is the log as the broker holds it when planned: each range ends at the maximum
+offset the driver saw, so records written meanwhile are not part of this read. A range whose
+start was deleted by retention meanwhile fails its task with the broker's error.
+
+TLS: ``tlsCa``, ``tlsCert``, ``tlsKey`` (paths on the driver, as ``hanet``'s clients'
+``--tls-ca/--tls-cert/--tls-key``): the driver reads the files and the tasks get their
+contents, so executors need no copy of them. Consume queues are not read from brokers (the audit
+skips their comparison for a broker).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import socket
+import ssl
+import struct
+import tempfile
+from collections.abc import Callable, Generator, Iterator, Sequence
+from pathlib import Path
+from typing import Any, Protocol
+from urllib.parse import parse_qs, urlsplit
+
+import attrs
+import pyarrow as pa
+from pyspark.sql.datasource import DataSourceReader, InputPartition
+
+from hanet.protocol import (
+    HanetRequestCode,
+    RemotingCommand,
+    RemotingCommandError,
+    ResponseCode,
+    decode_command,
+    encode_command,
+)
+from hanet.store import (
+    INDEX_ROW,
+    INDEX_SCAN_WINDOW,
+    IndexScanResult,
+    ScanStop,
+    StopReason,
+    file_name,
+    index_scan_stop,
+    scan_index_windows,
+)
+
+from ._arrow import (
+    DEFAULT_BATCH_ROWS,
+    _BatchBuilder,
+    _crc_failure,
+    _is_invalid,
+    _judge_stop,
+    commit_log_schema,
+)
+from ._layout import DEFAULT_MAX_RANGE_BYTES, CommitLogRange
+
+__all__ = [
+    "BROKER_SCHEME",
+    "READ_BYTES",
+    "BrokerLogReader",
+    "Connect",
+    "LogChunk",
+    "LogReadClient",
+    "LogReadError",
+    "LogSource",
+    "RemoteRange",
+    "TlsFiles",
+    "broker_addresses",
+    "broker_reader",
+    "broker_tls_options",
+    "plan_broker",
+    "remote_batches",
+]
+
+BROKER_SCHEME = "hanet://"
+"""A ``load()`` path naming brokers instead of files: ``hanet://HOST:PORT[,HOST:PORT...]``,
+optionally ``?tlsCa=FILE&tlsCert=FILE&tlsKey=FILE``."""
+READ_BYTES = 4 * 1024 * 1024
+"""Bytes asked for per request (the broker's cap)."""
+TIMEOUT = 30.0
+"""Seconds to connect, and to wait for each answer."""
+
+_LENGTH = struct.Struct(">I")
+_MAX_FRAME = 16 * 1024 * 1024 + 64 * 1024
+
+
+class LogReadError(Exception):
+    """A broker could not be reached, or refused a read (its reason in the message)."""
+
+
+@attrs.frozen
+class TlsFiles:
+    """The TLS files' contents (PEM), read on the driver, used on the executors."""
+
+    ca: bytes | None = None
+    cert: bytes | None = None
+    key: bytes | None = None
+
+    @classmethod
+    def load(
+        cls, ca: str | None = None, cert: str | None = None, key: str | None = None
+    ) -> TlsFiles | None:
+        """The contents of the files named (None: no TLS: no CA and no certificate)."""
+        if not ca and not cert:
+            return None
+
+        def read(path: str | None) -> bytes | None:
+            if not path:
+                return None
+            try:
+                return Path(path).read_bytes()
+            except OSError as exc:
+                raise LogReadError(f"cannot read the TLS file {path}: {exc}") from None
+
+        return cls(read(ca), read(cert), read(key or cert))
+
+    def context(self) -> ssl.SSLContext:
+        """A client context: the broker's certificate checked against the CA (the system's
+        without one), this side's certificate presented when given (mutual TLS)."""
+        context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH)
+        context.minimum_version = ssl.TLSVersion.TLSv1_2
+        try:
+            if self.ca is not None:
+                context.load_verify_locations(cadata=self.ca.decode("ascii"))
+            if self.cert is not None:
+                with tempfile.TemporaryDirectory(prefix="hanet-tls-") as directory:
+                    cert = Path(directory) / "cert.pem"
+                    key = Path(directory) / "key.pem"
+                    cert.write_bytes(self.cert)
+                    key.write_bytes(self.key or self.cert)
+                    os.chmod(key, 0o600)
+                    context.load_cert_chain(cert, key)
+        except (ssl.SSLError, ValueError, OSError) as exc:
+            raise LogReadError(f"cannot load the TLS files: {exc}") from None
+        return context
+
+
+@attrs.frozen
+class LogChunk:
+    """One HANET_READ_LOG answer.
+
+    Attributes:
+        offset: the physical offset of ``data[0]``.
+        data: whole records (CRCs unchecked by the broker).
+        next_offset: where to read on.
+        min_offset, max_offset, file_size: the broker's log.
+        stop: where and why the broker's walk stopped on something that is not a record (a
+            blank tail, unwritten zeros, bad data), or None.
+    """
+
+    offset: int
+    data: bytes | bytearray | memoryview
+    next_offset: int
+    min_offset: int
+    max_offset: int
+    file_size: int
+    stop: ScanStop | None
+
+    @classmethod
+    def from_answer(cls, address: str, answer: RemotingCommand) -> LogChunk:
+        """The chunk of a SUCCESS answer from ``address``.
+
+        Raises:
+            LogReadError: a field missing or malformed.
+        """
+        return _chunk(address, answer)
+
+
+def broker_addresses(text: str) -> list[str]:
+    """``HOST:PORT,HOST:PORT`` (or a ``hanet://`` path) as a list of addresses.
+
+    Raises:
+        ValueError: an empty list or an address without a port number.
+    """
+    if text.startswith(BROKER_SCHEME):
+        text = urlsplit(text).netloc
+    addresses = [a.strip() for a in text.split(",") if a.strip()]
+    if not addresses:
+        raise ValueError("no broker address given (HOST:PORT,...)")
+    for address in addresses:
+        _split(address)
+    return addresses
+
+
+def broker_tls_options(path: str) -> dict[str, str]:
+    """The ``tlsCa``/``tlsCert``/``tlsKey`` of a ``hanet://`` path's query."""
+    query = parse_qs(urlsplit(path).query)
+    return {k: v[-1] for k, v in query.items() if k in ("tlsCa", "tlsCert", "tlsKey")}
+
+
+def _split(address: str) -> tuple[str, int]:
+    host, sep, port = address.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"bad broker address {address!r}: expected HOST:PORT")
+    return host.strip("[]"), int(port)
+
+
+class LogReadClient:
+    """A synchronous connection to one broker port for HANET_READ_LOG (one request at a
+    time). Use as a context manager."""
+
+    def __init__(self, address: str, tls: TlsFiles | None = None, timeout: float = TIMEOUT):
+        self.address = address
+        host, port = _split(address)
+        try:
+            sock = socket.create_connection((host, port), timeout=timeout)
+        except OSError as exc:
+            raise LogReadError(f"broker {address}: cannot connect: {exc}") from None
+        if tls is not None:
+            try:
+                sock = tls.context().wrap_socket(sock, server_hostname=host)
+            except (OSError, ssl.SSLError) as exc:
+                sock.close()
+                raise LogReadError(f"broker {address}: TLS handshake failed: {exc}") from None
+        self._sock = sock
+        self._opaque = itertools.count(1)
+
+    def __enter__(self) -> LogReadClient:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the connection."""
+        with contextlib.suppress(OSError):
+            self._sock.close()
+
+    def read(self, offset: int | None, max_bytes: int, *, seek: bool = False) -> LogChunk:
+        """One HANET_READ_LOG (``offset`` None: the log's start).
+
+        Raises:
+            LogReadError: the connection failed or the broker refused (its reason).
+        """
+        fields: dict[str, object] = {"maxBytes": max_bytes}
+        if offset is not None:
+            fields["offset"] = offset
+        if seek:
+            fields["seek"] = "true"
+        opaque = next(self._opaque)
+        request = RemotingCommand.request(HanetRequestCode.HANET_READ_LOG, fields, opaque=opaque)
+        try:
+            self._sock.sendall(encode_command(request))
+            while True:
+                answer = decode_command(self._frame())
+                if answer.is_response and answer.opaque == opaque:
+                    break
+        except (OSError, RemotingCommandError) as exc:
+            raise LogReadError(f"broker {self.address}: read failed: {exc}") from None
+        if answer.code != ResponseCode.SUCCESS:
+            reason = answer.remark or f"code {answer.code}"
+            if answer.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED:
+                reason = f"not a hanet broker with HANET_READ_LOG ({reason})"
+            raise LogReadError(f"broker {self.address}: {reason}")
+        return LogChunk.from_answer(self.address, answer)
+
+    def _frame(self) -> bytearray:
+        length = _LENGTH.unpack(self._exactly(4))[0]
+        if length > _MAX_FRAME:
+            raise LogReadError(f"broker {self.address}: a frame of {length} bytes")
+        return self._exactly(length)
+
+    def _exactly(self, n: int) -> bytearray:
+        buf = bytearray(n)
+        view = memoryview(buf)
+        got = 0
+        while got < n:
+            k = self._sock.recv_into(view[got:])
+            if not k:
+                raise LogReadError(f"broker {self.address}: the connection closed")
+            got += k
+        return buf
+
+
+def _chunk(address: str, answer: RemotingCommand) -> LogChunk:
+    """The :class:`LogChunk` of a SUCCESS answer from ``address``.
+
+    Raises:
+        LogReadError: a field missing or malformed.
+    """
+    f = answer.fields
+    try:
+        stop = None
+        if "stopReason" in f:
+            stop = ScanStop(
+                int(f["stopOffset"]),
+                StopReason(f["stopReason"]),
+                f.get("stopDetail", ""),
+                int(f.get("blankSize", "0")),
+            )
+        return LogChunk(
+            offset=int(f["offset"]),
+            data=answer.body,  # a view of the frame read: no copy
+            next_offset=int(f["nextOffset"]),
+            min_offset=int(f["minOffset"]),
+            max_offset=int(f["maxOffset"]),
+            file_size=int(f["fileSize"]),
+            stop=stop,
+        )
+    except (KeyError, ValueError) as exc:
+        raise LogReadError(f"broker {address}: a malformed HANET_READ_LOG answer: {exc}") from None
+
+
+@attrs.frozen
+class RemoteRange:
+    """What one partition reads from a broker: a range of one commit log file.
+
+    Attributes:
+        broker: ``HOST:PORT``; also the ``store`` column.
+        file_start: the file's start offset.
+        file_size: the broker's commit log file size.
+        start: position in the file where the range starts (the first record at or after it
+            when not 0).
+        end: position where it ends (records starting before it are read).
+        last_file: the file is the broker's last one (its data ends at the log's end).
+        tls: TLS files' contents, or None for plain TCP.
+    """
+
+    broker: str
+    file_start: int
+    file_size: int
+    start: int
+    end: int
+    last_file: bool
+    tls: TlsFiles | None = None
+
+
+class LogSource(Protocol):
+    """What reads a broker's log: :class:`LogReadClient`'s :meth:`~LogReadClient.read`."""
+
+    def read(self, offset: int | None, max_bytes: int, *, seek: bool = False) -> LogChunk:
+        """One HANET_READ_LOG."""
+        ...
+
+
+Connect = Callable[[str, TlsFiles | None], contextlib.AbstractContextManager[LogSource]]
+"""Opens a :class:`LogReadClient` (address, TLS): a test passes its own."""
+
+
+def plan_broker(
+    broker: str,
+    max_range_bytes: int = DEFAULT_MAX_RANGE_BYTES,
+    tls: TlsFiles | None = None,
+    *,
+    connect: Connect | None = None,
+) -> list[RemoteRange]:
+    """The ranges of a broker's log, from its offsets (one request): one per file, or one per
+    ``max_range_bytes`` of a larger file.
+
+    Raises:
+        LogReadError: the broker cannot be reached or refuses.
+    """
+    with (connect or LogReadClient)(broker, tls) as client:
+        probe = client.read(None, 0)
+    size, low, high = probe.file_size, probe.min_offset, probe.max_offset
+    ranges = []
+    for file_start in range(low - low % size, high, size):
+        end = min(size, high - file_start)
+        first = low - file_start if file_start < low else 0
+        cuts = [*range(first, end, max_range_bytes), end]
+        last_file = file_start + size >= high
+        for a, b in itertools.pairwise(cuts):
+            ranges.append(RemoteRange(broker, file_start, size, a, b, last_file, tls))
+    return ranges
+
+
+def remote_batches(
+    part: RemoteRange,
+    *,
+    include_body: bool = False,
+    columns: Sequence[str] | None = None,
+    batch_rows: int = DEFAULT_BATCH_ROWS,
+    read_bytes: int = READ_BYTES,
+    connect: Connect | None = None,
+) -> Iterator[pa.RecordBatch]:
+    """The rows of one broker range as Arrow batches: what :func:`~._arrow.commit_log_batches`
+    gives for the same bytes in a file (the same rows, CRC failures and corrupt rows).
+
+    Raises:
+        LogReadError: the broker cannot be reached, or refuses (e.g. the range was deleted).
+    """
+    schema = commit_log_schema(include_body, columns)
+    name = file_name(part.file_start)
+    end = part.file_start + part.end
+    with (connect or LogReadClient)(part.broker, part.tls) as client:
+        position = part.file_start + part.start
+        seek = part.start > 0
+        while position < end:
+            chunk = client.read(position, min(read_bytes, end - position), seek=seek)
+            if seek and chunk.offset >= end:
+                return  # no record starts in this range: the next range reads from there
+            seek = False
+            chunk_range = CommitLogRange(
+                store=part.broker,
+                path=name,
+                file_start=chunk.offset,
+                start=0,
+                end=len(chunk.data),
+                last_file=part.last_file,
+            )
+            builder = _BatchBuilder(chunk_range, schema)
+            corrupt = yield from _chunk_batches(builder, chunk, batch_rows)
+            if corrupt:
+                return
+            if chunk.stop is not None:
+                file_range = attrs.evolve(chunk_range, file_start=part.file_start)
+                judged = _judge_stop(chunk.stop, file_range, part.file_size)
+                if judged is not None:
+                    yield builder.corrupt_row(*judged)
+                return
+            if chunk.next_offset <= position and not chunk.data:
+                return  # the log's end (or nothing found by seek)
+            position = chunk.next_offset
+
+
+def _chunk_batches(
+    builder: _BatchBuilder, chunk: LogChunk, batch_rows: int
+) -> Generator[pa.RecordBatch, None, bool]:
+    """The batches of one answer's records (body CRCs checked here); True returned when a
+    record fails anything but its CRC (a corrupt row was yielded: the range ends)."""
+    view = memoryview(chunk.data)
+    limit = chunk.file_size - chunk.offset % chunk.file_size
+    rows_step = max(1, batch_rows) * INDEX_ROW.size
+    position = 0
+    while True:
+        result: IndexScanResult | None = None
+        for result in scan_index_windows(
+            view, position, len(view), chunk.offset, limit, True, True, window=INDEX_SCAN_WINDOW
+        ):
+            rows = result[5]
+            for at in range(0, len(rows), rows_step):
+                yield builder.build(view, rows[at : at + rows_step], None)
+        assert result is not None
+        stop = index_scan_stop(result, chunk.offset)
+        bad_crc = _crc_failure(view, stop, chunk.offset) if _is_invalid(stop) else None
+        if bad_crc is None:
+            if stop.reason is StopReason.END:
+                return False
+            yield builder.corrupt_row(stop.offset, stop.detail or stop.reason.value)
+            return True
+        yield builder.build(view, bad_crc, False)
+        position = stop.offset - chunk.offset + INDEX_ROW.unpack(bad_crc)[1]
+
+
+class BrokerLogReader(DataSourceReader):
+    """The ``commitlog`` reader of brokers: partitions planned by :func:`plan_broker`, each
+    read by :func:`remote_batches`."""
+
+    def __init__(
+        self,
+        brokers: Sequence[str],
+        tls: TlsFiles | None,
+        *,
+        include_body: bool,
+        columns: list[str] | None,
+        max_range_bytes: int,
+        batch_rows: int,
+    ) -> None:
+        self.brokers = list(brokers)
+        self.tls = tls
+        self.include_body = include_body
+        self.columns = columns
+        self.max_range_bytes = max_range_bytes
+        self.batch_rows = batch_rows
+
+    def partitions(self) -> Sequence[InputPartition]:
+        """One partition per commit log file of each broker, or per range of a large file."""
+        return [
+            InputPartition(r)
+            for broker in self.brokers
+            for r in plan_broker(broker, self.max_range_bytes, self.tls)
+        ]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        """The Arrow batches of one range, read from its broker."""
+        if partition.value is None:  # Spark's stand-in when there is nothing to read
+            return iter(())
+        return remote_batches(
+            partition.value,
+            include_body=self.include_body,
+            columns=self.columns,
+            batch_rows=self.batch_rows,
+        )
+
+
+def broker_reader(
+    options: Any,
+    *,
+    include_body: bool,
+    columns: list[str] | None,
+    max_range_bytes: int,
+    batch_rows: int,
+) -> BrokerLogReader | None:
+    """The reader of the brokers a ``commitlog`` load names (option ``brokers``, or a
+    ``hanet://`` path; TLS options ``tlsCa``/``tlsCert``/``tlsKey`` or the path's query), or
+    None when it names files."""
+    path = str(options.get("path") or "")
+    spec = options.get("brokers")
+    tls_options = {k: options.get(k) for k in ("tlsCa", "tlsCert", "tlsKey")}
+    if path.startswith(BROKER_SCHEME):
+        if spec:
+            raise ValueError("give brokers either as option brokers or as a hanet:// path")
+        spec = path
+        for key, value in broker_tls_options(path).items():
+            tls_options[key] = tls_options[key] or value
+    elif not spec:
+        return None
+    elif path:
+        raise ValueError("option brokers reads from brokers: load() takes no path then")
+    tls = TlsFiles.load(tls_options["tlsCa"], tls_options["tlsCert"], tls_options["tlsKey"])
+    return BrokerLogReader(
+        broker_addresses(str(spec)),
+        tls,
+        include_body=include_body,
+        columns=columns,
+        max_range_bytes=max_range_bytes,
+        batch_rows=batch_rows,
+    )
