@@ -140,6 +140,8 @@ class BrokerConfig:
         ha_send_heartbeat_interval: seconds of silence before a heartbeat (5).
         ha_housekeeping_interval: seconds without input before a connection is closed (20).
         ha_transfer_batch_size: most body bytes per transfer frame (32 KiB).
+        ha_sendfile: send transfer bodies with ``sendfile`` from the commit log's files on
+            plain TCP (Netty's ``FileRegion``; True); over TLS, or False, the mapping is sent.
         ha_slave_fallbehind_max: a slave further behind than this is not counted healthy for
             SYNC puts (256 MiB).
         slave_timeout: how long a SYNC put waits for slaves (3 s) before FLUSH_SLAVE_TIMEOUT.
@@ -227,6 +229,7 @@ class BrokerConfig:
     ha_send_heartbeat_interval: float = attrs.field(default=5.0, validator=_positive)
     ha_housekeeping_interval: float = attrs.field(default=20.0, validator=_positive)
     ha_transfer_batch_size: int = attrs.field(default=32 * 1024, validator=_positive)
+    ha_sendfile: bool = True
     ha_slave_fallbehind_max: int = attrs.field(default=256 * 1024 * 1024, validator=_positive)
     slave_timeout: float = attrs.field(default=3.0, validator=_positive)
     in_sync_replicas: int = attrs.field(default=2, validator=_at_least_one)

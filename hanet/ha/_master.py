@@ -15,6 +15,7 @@ from hanet.boot import AllowList, certificate_names, run_channel, serve
 from hanet.channel import (
     ChannelConfig,
     ChannelInboundHandler,
+    FileRegion,
     HandlerContext,
     ReadOnlyBuffer,
     StreamChannel,
@@ -130,6 +131,8 @@ class _SlaveConnection(ChannelInboundHandler):
         # next_offset and not sent yet (a view of the mapped commit log).
         self._valid_end = -1
         self._pending = _EMPTY
+        # sendfile needs the socket itself: plain TCP (TLS encrypts in user space)
+        self._sendfile = master.config.ha_sendfile and type(channel.stream) is trio.SocketStream
         self._started = trio.current_time()
         self._rate_samples: deque[tuple[float, int]] = deque([(self._started, 0)])
         names = certificate_names(channel.stream)
@@ -393,9 +396,7 @@ class _SlaveConnection(ChannelInboundHandler):
                     return
                 if not body:
                     break
-                # The body is a view of the mapped commit log sent without a copy: bytes
-                # written on a master never change.
-                last_write = ctx.write(TransferFrame(self.next_offset, ReadOnlyBuffer(body)))
+                last_write = ctx.write(TransferFrame(self.next_offset, self._payload(body)))
                 self.next_offset += len(body)
                 sent += len(body)
                 if cap is not None:
@@ -418,6 +419,18 @@ class _SlaveConnection(ChannelInboundHandler):
                 continue
             ctx.write_and_flush(TransferFrame(self.next_offset, b""))
             last_sent = trio.current_time()
+
+    def _payload(self, body: memoryview) -> ReadOnlyBuffer | FileRegion:
+        """What carries ``body`` (validated bytes at :attr:`next_offset`): on plain TCP a
+        region of its commit log file, sent with ``sendfile`` (``ha_sendfile``); else the view
+        of the mapping itself, sent without a copy (bytes written on a master never change)."""
+        if self._sendfile:
+            try:
+                fd, position = self.master.store.file_position(self.next_offset)
+            except ValueError:  # its file closed meanwhile (retention): the view still reads
+                return ReadOnlyBuffer(body)
+            return FileRegion.of(fd, position, body.nbytes, body)
+        return ReadOnlyBuffer(body)
 
     def _next_body(self, batch: int) -> memoryview:
         """At most ``batch`` validated bytes at :attr:`next_offset` (empty: none yet)."""

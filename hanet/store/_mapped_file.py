@@ -301,6 +301,11 @@ class MappedFile:
             self.flushed = max(self.flushed, wrote)
         return self.flushed
 
+    def fileno(self) -> int:
+        """The open file's descriptor (-1 once closed): for ``sendfile`` from it, through a
+        duplicate (the store may close or delete the file meanwhile)."""
+        return self._fd
+
     def close(self) -> None:
         """Unmap and close the file (idempotent)."""
         if self._fd < 0:

@@ -544,6 +544,19 @@ class CommitLogStore:
         """
         return self.commit_log.read_view(offset, max_bytes)
 
+    def file_position(self, offset: int) -> tuple[int, int]:
+        """``(descriptor, position)``: the commit log file holding ``offset`` and where in it,
+        for sending its bytes with ``sendfile`` (duplicate the descriptor: the store may close
+        the file meanwhile, e.g. retention).
+
+        Raises:
+            ValueError: no open file holds ``offset``.
+        """
+        mapped = self.commit_log.find(offset)
+        if mapped is None or mapped.fileno() < 0:
+            raise ValueError(f"no open commit log file holds offset {offset}")
+        return mapped.fileno(), offset - mapped.start_offset
+
     def read_record(self, offset: int) -> MessageRecord:
         """Decode the record at a physical offset.
 

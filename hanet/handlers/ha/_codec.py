@@ -9,6 +9,7 @@ import attrs
 
 from hanet.channel import (
     ChannelOutboundHandler,
+    FileRegion,
     HandlerContext,
     ReadOnlyBuffer,
     WriteFuture,
@@ -49,16 +50,21 @@ class TransferFrame:
 
     A :class:`~hanet.channel.ReadOnlyBuffer` body (bytes that stay as they are until sent, such
     as a view of a master's mapped commit log) is written by :class:`TransferFrameEncoder`
-    without a copy."""
+    without a copy; a :class:`~hanet.channel.FileRegion` body is sent from its file."""
 
     offset: int
-    body: bytes | memoryview | ReadOnlyBuffer = b""
+    body: bytes | memoryview | ReadOnlyBuffer | FileRegion = b""
 
     @property
     def data(self) -> bytes | memoryview:
-        """The body's bytes (the view of a :class:`~hanet.channel.ReadOnlyBuffer` body)."""
+        """The body's bytes (the view of a :class:`~hanet.channel.ReadOnlyBuffer` body, the
+        bytes of a :class:`~hanet.channel.FileRegion`)."""
         body = self.body
-        return body.view if isinstance(body, ReadOnlyBuffer) else body
+        if isinstance(body, ReadOnlyBuffer):
+            return body.view
+        if isinstance(body, FileRegion):
+            return body.read()
+        return body
 
     @property
     def is_heartbeat(self) -> bool:
@@ -117,8 +123,8 @@ def transfer_frame_decoder(batch_size: int = 32 * 1024) -> LengthFieldBasedFrame
 class TransferFrameEncoder(ChannelOutboundHandler):
     """Write a :class:`TransferFrame` as its 12-byte header then its body (two messages, so
     the body is not copied by the encoder; the outbound buffer sends them together). A
-    :class:`~hanet.channel.ReadOnlyBuffer` body is passed on as it is: the channel sends it
-    without its snapshot copy."""
+    :class:`~hanet.channel.ReadOnlyBuffer` or :class:`~hanet.channel.FileRegion` body is passed
+    on as it is: the channel sends it without its snapshot copy, or from its file."""
 
     sharable = True
 
