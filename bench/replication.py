@@ -13,6 +13,9 @@ Each round, in alternating order:
   receiving and storing that first transfer is not counted) until its last byte is stored and
   its consume queues hold every record (the slave's store runs as a broker runs it: flusher
   and the next file made ahead of need).
+- mapping: hanet again with the master sending the mapped bytes (``ha_sendfile`` off) instead
+  of ``sendfile`` from the files; each hanet round also reports the master's and the slave's
+  CPU seconds per GB sent.
 - raw: the same files sent by a plain trio sender, one ``send_all`` per 12-byte header + 32 KiB
   frame, to a plain trio receiver that counts bytes (no store, no checks).
 - iperf3 (if installed): the loopback ceiling.
@@ -96,18 +99,22 @@ def tls_settings(tls_dir: str, name: str) -> dict[str, Any]:
     }
 
 
-async def run_master(root: str, tls_dir: str = "") -> None:
+async def run_master(root: str, tls_dir: str = "", sendfile: bool = True) -> None:
     from hanet.ha import BrokerConfig, HAMaster
     from hanet.store import CommitLogStore, StoreConfig
 
     store = CommitLogStore.open(Path(root), StoreConfig(mapped_file_size=FILE_SIZE))
-    config = BrokerConfig(ha_listen_port=0, full_sync=True, **tls_settings(tls_dir, "master"))
+    config = BrokerConfig(
+        ha_listen_port=0, full_sync=True, ha_sendfile=sendfile, **tls_settings(tls_dir, "master")
+    )
     master = HAMaster(store, config)
     async with trio.open_nursery() as nursery:
         _, port = await nursery.start(master.serve)
+        cpu = time.process_time()  # from here on: serving the slave (and idling)
         print(port, store.max_offset, flush=True)
         await trio.to_thread.run_sync(sys.stdin.read)  # until the parent closes stdin
         nursery.cancel_scope.cancel()
+    print(json.dumps({"cpu": time.process_time() - cpu}), flush=True)
     store.close()
 
 
@@ -120,12 +127,13 @@ async def run_slave(root: str, port: int, end: int, tls_dir: str = "") -> None:
         Path(root), StoreConfig(mapped_file_size=FILE_SIZE, role=StoreRole.SLAVE)
     )
     done = trio.Event()
-    start = 0.0
+    start = cpu = 0.0
 
     def progress(offset: int) -> None:
-        nonlocal start
+        nonlocal start, cpu
         if not start:
             start = time.perf_counter()
+            cpu = time.process_time()
         if offset >= end:
             done.set()
 
@@ -137,10 +145,11 @@ async def run_slave(root: str, port: int, end: int, tls_dir: str = "") -> None:
         await done.wait()
         store.dispatch()  # what the dispatcher has not reached yet: consume queues complete
         elapsed = time.perf_counter() - start
+        cpu = time.process_time() - cpu
         nursery.cancel_scope.cancel()
     ok = store.dispatch_error is None and store.dispatched_offset >= end
     store.close()
-    print(json.dumps({"seconds": elapsed, "bytes": end, "valid": ok}), flush=True)
+    print(json.dumps({"seconds": elapsed, "bytes": end, "valid": ok, "cpu": cpu}), flush=True)
 
 
 async def raw_sender(root: str, port: int) -> None:
@@ -191,18 +200,23 @@ def warm(master_root: Path) -> None:
                 pass
 
 
-def hanet_round(master_root: Path, tls_dir: Path | None = None) -> float:
+def hanet_round(
+    master_root: Path, tls_dir: Path | None = None, sendfile: bool = True
+) -> tuple[float, float, float]:
+    """Bytes a second; the master's and the slave's CPU seconds per GB sent."""
     tls = str(tls_dir) if tls_dir is not None else ""
-    master = spawn("--role", "master", str(master_root), tls)
+    master = spawn("--role", "master", str(master_root), tls, "1" if sendfile else "0")
     assert master.stdout is not None and master.stdin is not None
     port, end = master.stdout.readline().split()
     slave = spawn("--role", "slave", str(OUT / "slave"), port, end, tls)
     out, _ = slave.communicate(timeout=1800)
     master.stdin.close()
+    master_cpu = json.loads(master.stdout.read().strip().splitlines()[-1])["cpu"]
     master.wait(timeout=60)
     result = json.loads(out.strip().splitlines()[-1])
     assert result["valid"], "the slave found invalid records"
-    return float(result["bytes"]) / float(result["seconds"])
+    gb = float(result["bytes"]) / 1e9
+    return float(result["bytes"]) / float(result["seconds"]), master_cpu / gb, result["cpu"] / gb
 
 
 def raw_round(master_root: Path) -> float:
@@ -244,7 +258,7 @@ def main() -> None:
     if args.role:
         role, *rest = args.role
         if role == "master":
-            trio.run(run_master, rest[0], rest[1] if len(rest) > 1 else "")
+            trio.run(run_master, rest[0], rest[1] if len(rest) > 1 else "", rest[2:3] != ["0"])
         elif role == "slave":
             trio.run(
                 run_slave, rest[0], int(rest[1]), int(rest[2]), rest[3] if len(rest) > 3 else ""
@@ -258,19 +272,27 @@ def main() -> None:
     print(f"generating or reusing a {args.size_mib} MiB master store ...", flush=True)
     master_root = build_master(size)
     tls_dir = make_certificates() if args.tls else None
-    rates: dict[str, list[float]] = {"hanet": [], "raw": [], "iperf3": [], "tls": []}
+    rates: dict[str, list[float]] = {
+        "hanet": [], "mapping": [], "raw": [], "iperf3": [], "tls": []
+    }  # fmt: skip
+    cpu: dict[str, list[tuple[float, float]]] = {"hanet": [], "mapping": [], "tls": []}
     for i in range(args.rounds):
-        order = ["hanet", "raw", *(["tls"] if args.tls else [])]
+        order = ["hanet", "mapping", "raw", *(["tls"] if args.tls else [])]
         if i % 2:
             order.reverse()
         for name in order:
             warm(master_root)
             if name == "raw":
                 rate = raw_round(master_root)
+                extra = ""
             else:
-                rate = hanet_round(master_root, tls_dir if name == "tls" else None)
+                rate, master_cpu, slave_cpu = hanet_round(
+                    master_root, tls_dir if name == "tls" else None, sendfile=name != "mapping"
+                )
+                cpu[name].append((master_cpu, slave_cpu))
+                extra = f"  CPU s/GB: master {master_cpu:.2f}, slave {slave_cpu:.2f}"
             rates[name].append(rate)
-            print(f"round {i + 1} {name:6s} {rate / 1e6:8.1f} MB/s", flush=True)
+            print(f"round {i + 1} {name:7s} {rate / 1e6:8.1f} MB/s{extra}", flush=True)
         ip = iperf_round(size)
         if ip is not None:
             rates["iperf3"].append(ip)
@@ -280,6 +302,7 @@ def main() -> None:
     print(f"{'path':30s} {'MB/s':>10s} {'vs raw':>8s}")
     for name, label in [
         ("hanet", "hanet master -> slave (stores)"),
+        ("mapping", "the same, master sends mapping"),
         ("raw", "raw trio, send_all per frame"),
         ("iperf3", "iperf3 (loopback ceiling)"),
         ("tls", "hanet over mutual TLS"),
@@ -305,6 +328,19 @@ def main() -> None:
         "hanet_rounds_mb_s": [round(rate / 1e6, 1) for rate in rates["hanet"]],
         "raw_rounds_mb_s": [round(rate / 1e6, 1) for rate in rates["raw"]],
     }
+    for name, label in [("hanet", "sendfile"), ("mapping", "mapping"), ("tls", "tls")]:
+        if cpu[name]:
+            master_side = statistics.median(m for m, _ in cpu[name])
+            slave_side = statistics.median(s for _, s in cpu[name])
+            print(
+                f"CPU seconds per GB ({label}, median of rounds): master {master_side:.2f}, "
+                f"slave {slave_side:.2f}"
+            )
+            figures[f"{label}_master_cpu_s_per_gb"] = round(master_side, 3)
+            figures[f"{label}_slave_cpu_s_per_gb"] = round(slave_side, 3)
+    if best.get("mapping"):
+        figures["mapping_mb_s"] = round(best["mapping"] / 1e6, 1)
+        figures["sendfile_vs_mapping"] = round(best["hanet"] / best["mapping"], 3)
     if "iperf3" in best:
         figures["iperf3_mb_s"] = round(best["iperf3"] / 1e6, 1)
         figures["ratio_vs_iperf3"] = round(best["hanet"] / best["iperf3"], 3)
