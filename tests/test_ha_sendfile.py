@@ -1,6 +1,6 @@
-"""The HA master sends transfer bodies with sendfile from its commit log files on plain TCP
-(a FileRegion per frame, the validated bytes only), the mapping otherwise; the slave gets the
-same log either way."""
+"""With ``ha_sendfile`` the HA master sends transfer bodies with sendfile from its commit log
+files on plain TCP (a FileRegion per frame, the validated bytes only); by default the mapping;
+the slave gets the same log either way."""
 
 from __future__ import annotations
 
