@@ -107,9 +107,11 @@ from ._codec import DEFAULT_MAX_PEER_FRAME, Hello, peer_frame_handlers
 from ._entry import ENTRY_HEADER_SIZE
 from ._filelog import DEFAULT_DATA_FILE_SIZE, DEFAULT_INDEX_FILE_SIZE, FileLog
 from ._peers import Members, PeerHandler, split_address
+from ._persist import Persister, off_loop
 from ._raft import (
     AppendStatus,
     Envelope,
+    HardState,
     Output,
     RaftConfig,
     RaftNode,
@@ -130,6 +132,8 @@ log = logging.getLogger("hanet.dledger")
 
 _APPLIED = "applied"
 _INBOX = 10_000
+_BATCH = 1024
+"""Inputs the loop takes together: the puts among them are appended in one round."""
 
 PEER_IDLE_TIMEOUT = 120.0
 """Seconds after which the peer port closes a connection that sent nothing (RocketMQ's
@@ -281,6 +285,15 @@ class NodeStatus:
 
 
 @attrs.define
+class _Held:
+    """What a batch of inputs produced, released once what it depends on is durable."""
+
+    hard_state: HardState | None = None
+    messages: list[Envelope] = attrs.field(factory=list)
+    done: list[_Put] = attrs.field(factory=list)
+
+
+@attrs.define
 class _Put:
     message: Message
     done: trio.Event = attrs.field(factory=trio.Event)
@@ -320,6 +333,8 @@ class DLedgerNode:
         self._by_index: dict[int, _Put] = {}
         self._applied = 0
         self._saved = (-1, -1)
+        self._view_mark: tuple[int, int] | None = None
+        self._persist: Persister | None = None
         self._saved_error: str | None = None
         self._ready = trio.Event()
         self._role_changed = trio.Event()
@@ -470,6 +485,7 @@ class DLedgerNode:
                 await listener.aclose()
             raise
         self._store_host = parse_host(host_text)
+        self._persist = Persister(self.log)
         # SYNC_FLUSH as a group commit: one fsync per batch of inputs, before it is acted on
         self.log.sync_on_append = False
         try:
@@ -542,8 +558,9 @@ class DLedgerNode:
         channel.pipeline.write_and_flush(Hello(self.config.node_id, peer, mine))
 
     def _fail_all(self) -> None:
+        # an outcome not yet released may wait for an fsync that did not happen: unknown
         for request in list(self._puts.values()):
-            if request.outcome is None:
+            if not request.done.is_set():
                 request.outcome = PutOutcome(AppendStatus.WAIT_QUORUM_ACK_TIMEOUT)
                 request.done.set()
 
@@ -597,13 +614,25 @@ class DLedgerNode:
             pass  # overloaded: Raft retransmits
 
     async def _flusher(self) -> None:
-        """Every ``flush_interval``: fsync the log (ASYNC_FLUSH) and checkpoint the view."""
-        assert self.log is not None
+        """Every ``flush_interval``: fsync the log (ASYNC_FLUSH) and checkpoint the view, off
+        the event loop."""
+        assert self._persist is not None
         while True:
             await trio.sleep(self.config.flush_interval)
             if self.config.flush is FlushDiskType.ASYNC_FLUSH:
-                self.log.flush()
-            self._checkpoint_view()
+                await self._persist.sync_log()
+            await self._record_view()
+
+    async def _record_view(self) -> None:
+        """Record how far the view goes, once the store's own flusher (a worker thread) has
+        made that part durable: the last end noted that the store's flushed offset covers, so
+        the record never runs ahead of the disk. The end reached now is noted for next time."""
+        store = self.store
+        assert store is not None
+        ready = self._view_mark
+        if ready is not None and ready != self._saved and store.flushed_offset >= ready[1]:
+            await off_loop(self._save_applied, *ready)
+        self._view_mark = (self._applied, store.max_offset)
 
     def _checkpoint_view(self) -> None:
         """fsync the view, then record how far it goes (so the record never runs ahead)."""
@@ -617,106 +646,140 @@ class DLedgerNode:
 
     async def _loop(self) -> None:
         raft = self.raft
-        output = raft.tick(trio.current_time())
-        self._act(output)
+        held = _Held()
+        ticked = raft.tick(trio.current_time())
+        self._act(ticked, held)
+        await self._release(held)
         while True:
             item: Any = None
-            deadline = output.next_deadline
+            deadline = ticked.next_deadline
             if deadline > trio.current_time():
                 with trio.move_on_at(deadline if math.isfinite(deadline) else math.inf):
                     item = await self._inbox.receive()
             else:
                 await trio.lowlevel.checkpoint()
             batch = [item] if item is not None else []
-            while len(batch) < 256:
+            while len(batch) < _BATCH:
                 try:
                     batch.append(self._inbox.receive_nowait())
                 except trio.WouldBlock:
                     break
-            touched: set[str] = set()
-            for entry in batch:
-                now = trio.current_time()
-                kind, value = entry
+            held = _Held()
+            puts: list[tuple[int, _Put]] = []
+            for kind, value in batch:
+                if kind == "put":
+                    request = self._puts.get(value)
+                    if request is not None:  # else abandoned before it was read
+                        puts.append((value, request))
+                    continue
+                if puts:  # the puts that came together: one append round
+                    self._act(self._propose(trio.current_time(), puts), held)
+                    puts = []
                 if kind == "msg":
                     envelope, channel = value
-                    output = raft.receive(now, envelope.source, envelope.message)
+                    output = raft.receive(trio.current_time(), envelope.source, envelope.message)
                     if output.refused is not None:
                         # impossible from an honest member: that connection goes, we stay
                         log.error("%s: closing the connection of %s", output.refused, channel)
                         channel.close_nowait(output.refused)
+                    self._act(output, held)
                 elif kind == "hello":
                     hello, channel = value
                     if channel.is_open:
                         self.broker_addresses[hello.source] = hello.broker_address
-                    continue
-                else:
-                    output = self._propose(now, value)
-                touched |= self._act(output, flush=False)
-            output = raft.tick(trio.current_time())
-            touched |= self._act(output, flush=False)
-            self._sync_log()
-            self._flush(touched)
+            if puts:
+                self._act(self._propose(trio.current_time(), puts), held)
+            ticked = raft.tick(trio.current_time())
+            self._act(ticked, held)
+            await self._release(held)
 
-    def _sync_log(self) -> None:
-        """Under SYNC_FLUSH, fsync the entries appended so far (before anything leaves)."""
-        assert self.log is not None
+    async def _release(self, held: _Held) -> None:
+        """Persist what ``held`` depends on, then send its messages and end its puts.
+
+        The hard state is saved first (fsynced, in a worker thread); under SYNC_FLUSH the
+        entries appended so far are fsynced too (one fsync per batch: a group commit). Only
+        then do the messages leave (a follower's acknowledgement, a vote) and the puts' tasks
+        wake to answer. While a thread fsyncs, this task waits but the node's other tasks
+        (peer and client connections) go on reading, so the next batch is larger.
+        """
+        persist = self._persist
+        assert persist is not None
+        if held.hard_state is not None:
+            await persist.save_hard_state(held.hard_state)
         if self.config.flush is FlushDiskType.SYNC_FLUSH:
-            self.log.flush()
-
-    def _propose(self, now: float, request_id: int) -> Output:
-        raft = self.raft
-        request = self._puts.get(request_id)
-        if request is None:  # abandoned before it was read
-            return raft.tick(now)
-        body = b""
-        if raft.role is Role.LEADER:
-            assert self.log is not None
-            body = self._encode(request.message)
-            before = raft.log.last_index
-            output = raft.propose(now, request_id, body)
-            if raft.log.last_index > before:
-                self._by_index[raft.log.last_index] = request
-            return output
-        return raft.propose(now, request_id, b"x")  # answered NOT_LEADER at once
-
-    def _encode(self, message: Message) -> bytes:
-        assert self.log is not None
-        host, port = self._store_host
-        born = message.born_timestamp or time.time_ns() // 1_000_000
-        record = MessageRecord.create(
-            topic=message.topic,
-            body=message.body,
-            queue_id=message.queue_id,
-            flag=message.flag,
-            sys_flag=message.sys_flag,
-            born_timestamp=born,
-            born_host=message.born_host,
-            born_port=message.born_port,
-            store_timestamp=time.time_ns() // 1_000_000,
-            store_host=host,
-            store_port=port,
-            reconsume_times=message.reconsume_times,
-            prepared_transaction_offset=message.prepared_transaction_offset,
-            properties=encode_properties(message.properties) if message.properties else b"",
-        )
-        pos = self.log.next_entry_pos(record.size)
-        return encode_record(record._replace(physical_offset=pos + ENTRY_HEADER_SIZE))
-
-    def _act(self, output: Output, *, flush: bool = True) -> set[str]:
-        """Persist, send, apply, answer: in this order."""
-        assert self.log is not None
-        if output.hard_state is not None:
-            self.log.save_hard_state(output.hard_state)
-        if flush:
-            self._sync_log()
+            await persist.sync_log()
         touched = set()
-        for envelope in output.messages:
+        for envelope in held.messages:
             client = self._clients.get(envelope.target)
             channel = client.channel if client is not None else None
             if channel is None or not channel.is_open or not channel.is_writable:
                 continue
             channel.pipeline.write(envelope)
             touched.add(envelope.target)
+        self._flush(touched)
+        for request in held.done:
+            request.done.set()
+
+    def _propose(self, now: float, puts: list[tuple[int, _Put]]) -> Output:
+        raft = self.raft
+        if raft.role is not Role.LEADER:  # answered NOT_LEADER at once
+            return raft.propose_many(now, [(request_id, b"x") for request_id, _ in puts])
+        bodies = self._encode_many([request.message for _, request in puts])
+        before = raft.log.last_index
+        output = raft.propose_many(
+            now, [(request_id, body) for (request_id, _), body in zip(puts, bodies, strict=True)]
+        )
+        for i in range(raft.log.last_index - before):
+            self._by_index[before + 1 + i] = puts[i][1]
+        return output
+
+    def _encode_many(self, messages: Sequence[Message]) -> list[bytes]:
+        """Each message as a commit log record, its ``PHYSICALOFFSET`` where its entry will
+        be when they are appended in this order (as :meth:`FileLog.next_entry_pos` says for
+        one, a file's tail too short for an entry skipped)."""
+        log_ = self.log
+        assert log_ is not None
+        size = log_.data_file_size
+        end = log_.end_pos
+        out = []
+        for message in messages:
+            record = self._record(message)
+            length = ENTRY_HEADER_SIZE + record.size
+            if length > size:
+                log_.next_entry_pos(record.size)  # raises: larger than a data file
+            pos = end - end % size + size if end % size + length > size else end
+            out.append(encode_record(record._replace(physical_offset=pos + ENTRY_HEADER_SIZE)))
+            end = pos + length
+        return out
+
+    def _record(self, message: Message) -> MessageRecord:
+        host, port = self._store_host
+        now = time.time_ns() // 1_000_000
+        return MessageRecord.create(
+            topic=message.topic,
+            body=message.body,
+            queue_id=message.queue_id,
+            flag=message.flag,
+            sys_flag=message.sys_flag,
+            born_timestamp=message.born_timestamp or now,
+            born_host=message.born_host,
+            born_port=message.born_port,
+            store_timestamp=now,
+            store_host=host,
+            store_port=port,
+            reconsume_times=message.reconsume_times,
+            prepared_transaction_offset=message.prepared_transaction_offset,
+            properties=encode_properties(message.properties) if message.properties else b"",
+        )
+
+    def _act(self, output: Output, held: _Held) -> None:
+        """Apply what ``output`` committed and note what it says to persist, send and
+        answer: :meth:`_release` does that once the batch is processed."""
+        if output.hard_state is not None:
+            # a later hard state covers an earlier one of the batch: its term is not lower,
+            # and within a term a vote is never withdrawn
+            held.hard_state = output.hard_state
+        held.messages.extend(output.messages)
         if output.commit_index is not None:
             self._apply(output.commit_index)
         for result in output.results:
@@ -728,10 +791,7 @@ class DLedgerNode:
                 request.outcome = self._outcome(
                     request, result.status, result.index, result.leader_id
                 )
-                request.done.set()
-        if flush:
-            self._flush(touched)
-        return touched
+                held.done.append(request)
 
     def _outcome(
         self, request: _Put, status: AppendStatus, index: int, leader: str | None
