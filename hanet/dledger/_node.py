@@ -109,6 +109,7 @@ from ._filelog import DEFAULT_DATA_FILE_SIZE, DEFAULT_INDEX_FILE_SIZE, FileLog
 from ._peers import Members, PeerHandler, split_address
 from ._persist import Persister, off_loop
 from ._raft import (
+    AppendRequest,
     AppendStatus,
     Envelope,
     HardState,
@@ -133,6 +134,8 @@ log = logging.getLogger("hanet.dledger")
 _APPLIED = "applied"
 _INBOX = 10_000
 _BATCH = 1024
+_MAX_BODIES = 1 << 16
+"""Appended entries whose bodies the node keeps until they are applied (else read back)."""
 """Inputs the loop takes together: the puts among them are appended in one round."""
 
 PEER_IDLE_TIMEOUT = 120.0
@@ -331,6 +334,9 @@ class DLedgerNode:
         self._ids = itertools.count(1)
         self._puts: dict[int, _Put] = {}
         self._by_index: dict[int, _Put] = {}
+        self._bodies: dict[int, tuple[int, bytes]] = {}
+        """Index -> (term, body) of entries appended and not yet applied: applied from here
+        instead of read back from the log."""
         self._applied = 0
         self._saved = (-1, -1)
         self._view_mark: tuple[int, int] | None = None
@@ -677,7 +683,11 @@ class DLedgerNode:
                     puts = []
                 if kind == "msg":
                     envelope, channel = value
-                    output = raft.receive(trio.current_time(), envelope.source, envelope.message)
+                    message = envelope.message
+                    output = raft.receive(trio.current_time(), envelope.source, message)
+                    if output.refused is None and isinstance(message, AppendRequest):
+                        for appended in message.entries:
+                            self._bodies[appended.index] = (appended.term, appended.body)
                     if output.refused is not None:
                         # impossible from an honest member: that connection goes, we stay
                         log.error("%s: closing the connection of %s", output.refused, channel)
@@ -729,8 +739,10 @@ class DLedgerNode:
         output = raft.propose_many(
             now, [(request_id, body) for (request_id, _), body in zip(puts, bodies, strict=True)]
         )
+        term = raft.term
         for i in range(raft.log.last_index - before):
             self._by_index[before + 1 + i] = puts[i][1]
+            self._bodies[before + 1 + i] = (term, bodies[i])
         return output
 
     def _encode_many(self, messages: Sequence[Message]) -> list[bytes]:
@@ -885,14 +897,19 @@ class DLedgerNode:
         offset = start
         buf = bytearray()
         queues: dict[tuple[str, int], int] = {}
-        for entry in log_.iter_entries(self._applied + 1, commit_index):
-            index = entry.index + 1
-            if not entry.body:
+        bodies = self._bodies
+        for index in range(self._applied + 1, min(commit_index, log_.last_index) + 1):
+            cached = bodies.pop(index, None)
+            if cached is not None and log_.term_at(index) == cached[0]:
+                # the same index and term: the same entry (Raft's log matching)
+                body, pos = cached[1], log_.position(index)
+            else:
+                entry = log_.read_entry(index)  # checks the entry's CRC
+                body, pos = entry.body, entry.pos
+            if not body:
                 continue
-            # no body CRC here: append_raw checks every record (and read_entry the entry's)
-            record = decode_record(
-                entry.body, base_offset=entry.pos + ENTRY_HEADER_SIZE, check_crc=False
-            )
+            # no body CRC here: append_raw checks every record
+            record = decode_record(body, base_offset=pos + ENTRY_HEADER_SIZE, check_crc=False)
             space = file_size - offset % file_size
             if record.size + BLANK_RECORD_SIZE > space:
                 buf += encode_blank(space)
@@ -925,6 +942,8 @@ class DLedgerNode:
                     f"{store.dispatch_error}"
                 )
         self._applied = commit_index
+        if len(bodies) > _MAX_BODIES:  # entries never applied (cut by a new leader)
+            bodies.clear()
 
 
 class MemoryNetwork:
