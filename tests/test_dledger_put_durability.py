@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 import trio
 import trio.testing
@@ -45,8 +46,15 @@ RAFT = RaftConfig(
 
 
 class Group:
-    def __init__(self, root: Path, nursery: trio.Nursery, size: int, flush: FlushDiskType) -> None:
-        self.root, self.nursery, self.flush = root, nursery, flush
+    def __init__(
+        self,
+        root: Path,
+        nursery: trio.Nursery,
+        size: int,
+        flush: FlushDiskType,
+        raft: RaftConfig = RAFT,
+    ) -> None:
+        self.root, self.nursery, self.flush, self.raft = root, nursery, flush, raft
         self.ids = [f"n{i}" for i in range(size)]
         self.network = MemoryNetwork()
         self.nodes: dict[str, DLedgerNode] = {}
@@ -58,7 +66,7 @@ class Group:
                 node_id=node_id,
                 peers={i: f"{i}:0" for i in self.ids},
                 store_dir=self.root / node_id,
-                raft=RAFT,
+                raft=self.raft,
                 data_file_size=256 * 1024,
                 index_file_size=32 * 1024,
                 mapped_file_size=256 * 1024,
@@ -133,6 +141,26 @@ async def test_puts_that_arrive_together_go_in_one_append(
         if isinstance(e.message, AppendRequest) and e.message.entries
     ]
     assert carried == [40, 40]  # one append per follower carries the whole batch
+
+
+async def test_a_batch_past_max_pending_is_cut_there_and_a_follower_refuses_it_all(
+    autojump_clock: trio.testing.MockClock, nursery: trio.Nursery, tmp_path: Path
+) -> None:
+    group = Group(
+        tmp_path, nursery, 3, FlushDiskType.ASYNC_FLUSH, attrs.evolve(RAFT, max_pending=5)
+    )
+    await group.start_all()
+    leader = await group.leader()
+    outcomes = await leader.put_many(messages(8))
+    assert [o.status for o in outcomes] == [AppendStatus.SUCCESS] * 5 + [
+        AppendStatus.LEADER_PENDING_FULL
+    ] * 3
+    follower = next(n for n in group.nodes.values() if n is not leader)
+    refused = await follower.put_many(messages(3))
+    assert {o.status for o in refused} == {AppendStatus.NOT_LEADER}
+    assert {o.leader_id for o in refused} == {leader.config.node_id}
+    # the refused ones were never appended: the leader's log ends with the five
+    assert leader.raft.log.last_index == outcomes[4].index
 
 
 @pytest.mark.parametrize("size", [1, 3])
