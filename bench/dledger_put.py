@@ -58,7 +58,7 @@ def cpp_worker(args: argparse.Namespace) -> int:
     """The C++ client in this process (``--cpp-worker``): a warm-up, then ``--count`` sends of
     ``--size`` bytes from ``--concurrency`` threads; one JSON line."""
     sys.path.insert(0, str(CPP_DRIVER.parent))
-    from cpp_driver import load_client, percentile  # type: ignore[import-not-found]
+    from cpp_driver import load_client, percentile
 
     client, _ffi, _exc = load_client(args.home)
     producer = client.Producer(f"bench-{os.getpid()}", timeout=10_000)
@@ -76,6 +76,7 @@ def cpp_worker(args: argparse.Namespace) -> int:
     lock = threading.Lock()
     state = {"next": 0, "failed": 0}
     latencies: list[float] = []
+    errors: list[str] = []
 
     def worker() -> None:
         while True:
@@ -88,9 +89,11 @@ def cpp_worker(args: argparse.Namespace) -> int:
             t0 = time.perf_counter()
             try:
                 producer.send_sync(msg)
-            except Exception:
+            except Exception as exc:
                 with lock:
                     state["failed"] += 1
+                    if not errors:
+                        errors.append(f"{type(exc).__name__}: {exc}"[:300])
                 continue
             ms = (time.perf_counter() - t0) * 1000
             with lock:
@@ -112,6 +115,7 @@ def cpp_worker(args: argparse.Namespace) -> int:
                 "latency_ms_p50": percentile(ordered, 50),
                 "latency_ms_p99": percentile(ordered, 99),
                 "failed": state["failed"],
+                "first_error": errors[0] if errors else None,
             }
         ),
         flush=True,
@@ -277,6 +281,8 @@ def main() -> int:
             "p50_ms_median": statistics.median(r["latency_ms_p50"] for r in results),
             "p99_ms_median": p99,
             "load1": loads,
+            "failed": sum(r["failed"] for r in results),
+            "first_error": next((r["first_error"] for r in results if r.get("first_error")), None),
             "vs_rocketmq_dledger": round(vs_rmq, 3) if vs_rmq else None,
         }
         if base:
