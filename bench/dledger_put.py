@@ -7,7 +7,8 @@ sends ``--count`` messages per size and client with ``--concurrency`` in flight:
 server in this process where the leader is registered as broker ``0`` of its name (the C++
 client needs a route; the node's own registration is another piece of work). Every
 measurement is printed with the 1-minute load average: the machine may be shared, so the
-figures are noisy; compare medians over rounds and look at the spread.
+figures are noisy; compare medians over rounds and look at the spread. The nodes' CPU time per
+message (all nodes, and the leader's) is reported too: less sensitive to the machine's load.
 
     .venv/bin/python bench/dledger_put.py --rounds 3 --count 3000 --ab /tmp/main-checkout
 
@@ -171,10 +172,22 @@ def run_cpp(group: Group, leader: str, size: int, args: argparse.Namespace) -> d
     return result
 
 
+def cpu_seconds(group: Group) -> dict[str, float]:
+    """Each node's CPU time (user + system) so far: a figure less sensitive than the rate to
+    what else the machine runs."""
+    tick = os.sysconf("SC_CLK_TCK")
+    used = {}
+    for node, proc in group.procs.items():
+        fields = Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        used[node] = (int(fields[11]) + int(fields[12])) / tick
+    return used
+
+
 def row(round_: int, code: str, nodes: int, size: int, client: str, r: dict[str, Any]) -> None:
     print(f"{round_:>5d} {code:6s} {nodes:>5d} {size:>5d} {client:6s} "
           f"{r['messages_per_second']:>8,.0f} {r['latency_ms_p50']:>7} {r['latency_ms_p99']:>7} "
-          f"{r['failed']:>4} {r['load1']:>5.1f}", flush=True)  # fmt: skip
+          f"{r['failed']:>4} {r['load1']:>5.1f} {r['cpu_us_per_msg']:>7,.0f} "
+          f"{r['leader_cpu_us_per_msg']:>7,}", flush=True)  # fmt: skip
 
 
 def cpp_available() -> str | None:
@@ -219,7 +232,8 @@ def main() -> int:
     args.home = root / "cpp-home"
     runs: dict[tuple[str, int, int, str], list[dict[str, Any]]] = {}
     print(f"{'round':>5s} {'code':6s} {'nodes':>5s} {'size':>5s} {'client':6s} {'msg/s':>8s} "
-          f"{'p50 ms':>7s} {'p99 ms':>7s} {'fail':>4s} {'load1':>5s}", flush=True)  # fmt: skip
+          f"{'p50 ms':>7s} {'p99 ms':>7s} {'fail':>4s} {'load1':>5s} {'cpu us':>7s} {'leader':>7s}",
+          flush=True)  # fmt: skip
     try:
         for round_ in range(1, args.rounds + 1):
             order = list(codes) if round_ % 2 else list(reversed(codes))
@@ -232,10 +246,20 @@ def main() -> int:
                         leader = trio.run(group.leader)
                         for size in sizes:
                             for client in clients:
+                                before = cpu_seconds(group)
                                 if client == "cpp":
                                     result = run_cpp(group, leader, size, args)
                                 else:
                                     result = run_hanet(group, size, args)
+                                used = cpu_seconds(group)
+                                result["cpu_us_per_msg"] = (
+                                    round(sum(used.values()) - sum(before.values()), 6)
+                                    * 1e6
+                                    / args.count
+                                )
+                                result["leader_cpu_us_per_msg"] = round(
+                                    (used[leader] - before[leader]) * 1e6 / args.count
+                                )
                                 load = os.getloadavg()[0]
                                 result["load1"] = load
                                 runs.setdefault((code, count, size, client), []).append(result)
@@ -254,7 +278,7 @@ def main() -> int:
         "cases": {},
     }
     print(f"\n{'case':22s} {'msg/s median (min-max)':>26s} {'p99 med':>8s} {'vs base':>8s} "
-          f"{'vs RocketMQ':>12s} {'load1':>5s}")  # fmt: skip
+          f"{'vs RocketMQ':>12s} {'load1':>5s} {'cpu us/msg':>10s} {'base':>6s}")  # fmt: skip
     for (code, count, size, client), results in sorted(runs.items()):
         if code != "branch":
             continue
@@ -268,12 +292,15 @@ def main() -> int:
         low, high = ROCKETMQ.get((count, size), (0.0, 0.0))
         vs_rmq = median / ((low + high) / 2) if high else None
         loads = [r["load1"] for r in results]
+        cpu = statistics.median(r["cpu_us_per_msg"] for r in results)
+        base_cpu = statistics.median(r["cpu_us_per_msg"] for r in base) if base else None
         name = f"{count}n/{size}B/{client}"
         spread = f"{median:,.0f} ({min(rates):,.0f}-{max(rates):,.0f})"
         print(f"{name:22s} {spread:>26s} {p99:>8} "
               f"{(f'{vs_base:.2f}x' if vs_base else '-'):>8s} "
               f"{(f'{vs_rmq:.2f}x' if vs_rmq else '-'):>12s} "
-              f"{statistics.median(loads):>5.1f}")  # fmt: skip
+              f"{statistics.median(loads):>5.1f} {cpu:>10,.0f} "
+              f"{(f'{base_cpu:,.0f}' if base_cpu else '-'):>6s}")  # fmt: skip
         case: dict[str, Any] = {
             "msg_s_median": median,
             "msg_s_min": min(rates),
@@ -281,6 +308,10 @@ def main() -> int:
             "p50_ms_median": statistics.median(r["latency_ms_p50"] for r in results),
             "p99_ms_median": p99,
             "load1": loads,
+            "cpu_us_per_msg_median": cpu,
+            "leader_cpu_us_per_msg_median": statistics.median(
+                r["leader_cpu_us_per_msg"] for r in results
+            ),
             "failed": sum(r["failed"] for r in results),
             "first_error": next((r["first_error"] for r in results if r.get("first_error")), None),
             "vs_rocketmq_dledger": round(vs_rmq, 3) if vs_rmq else None,
@@ -288,6 +319,8 @@ def main() -> int:
         if base:
             case["base_msg_s_median"] = statistics.median(r["messages_per_second"] for r in base)
             case["vs_base"] = round(vs_base, 3) if vs_base else None
+            case["base_cpu_us_per_msg_median"] = base_cpu
+            case["cpu_vs_base"] = round(cpu / base_cpu, 3) if base_cpu else None
         figures["cases"][name] = case
     print(json.dumps(figures))
     return 0
