@@ -106,6 +106,7 @@ from hanet.store import (
 from ._codec import DEFAULT_MAX_PEER_FRAME, Hello, peer_frame_handlers
 from ._entry import ENTRY_HEADER_SIZE
 from ._filelog import DEFAULT_DATA_FILE_SIZE, DEFAULT_INDEX_FILE_SIZE, FileLog
+from ._log import LogEntry
 from ._peers import Members, PeerHandler, split_address
 from ._persist import Persister, off_loop
 from ._raft import (
@@ -504,7 +505,7 @@ class DLedgerNode:
             self._raft = RaftNode(
                 cfg.node_id,
                 cfg.peers,
-                self.log,
+                _CachedLog(self.log, self._bodies),
                 hard,
                 trio.current_time(),
                 self._rng,
@@ -944,6 +945,48 @@ class DLedgerNode:
         self._applied = commit_index
         if len(bodies) > _MAX_BODIES:  # entries never applied (cut by a new leader)
             bodies.clear()
+
+
+class _CachedLog:
+    """The node's :class:`FileLog` as the Raft core sees it, with the entries appended and
+    not yet applied sent from memory (``bodies``: index -> term, body) rather than read back
+    and CRC-checked again for each follower; anything else (a lagging follower, a no-op) is
+    read from the files. Other attributes are the file log's."""
+
+    def __init__(self, log: FileLog, bodies: dict[int, tuple[int, bytes]]) -> None:
+        self._log = log
+        self._bodies = bodies
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._log, name)
+
+    @property
+    def last_index(self) -> int:
+        return self._log.last_index
+
+    @property
+    def last_term(self) -> int:
+        return self._log.last_term
+
+    def term_at(self, index: int) -> int | None:
+        return self._log.term_at(index)
+
+    def append(self, entries: Sequence[LogEntry]) -> None:
+        self._log.append(entries)
+
+    def truncate_from(self, index: int) -> None:
+        self._log.truncate_from(index)
+
+    def entries_from(self, index: int, max_count: int) -> list[LogEntry]:
+        log_, bodies = self._log, self._bodies
+        out: list[LogEntry] = []
+        stop = min(max(index, 1) + max(max_count, 0), log_.last_index + 1)
+        for i in range(max(index, 1), stop):
+            cached = bodies.get(i)
+            if cached is None or cached[1] == b"" or log_.term_at(i) != cached[0]:
+                return out + log_.entries_from(i, stop - i)
+            out.append(LogEntry(i, cached[0], cached[1]))
+        return out
 
 
 class MemoryNetwork:
