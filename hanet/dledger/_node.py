@@ -2,13 +2,20 @@
 peer connections, a :class:`~hanet.dledger.FileLog` and a commit log view.
 
 **The loop.** Every input (a peer message, a client put, a timer) goes through one task, in
-order, in batches of what arrived together. For each :class:`~hanet.dledger.Output` it:
-persists the hard state (:meth:`FileLog.save_hard_state`: fsynced, atomic), *then* writes the
-messages, applies the newly committed entries, and marks the puts that ended. Under SYNC_FLUSH
-the entries a batch appended are fsynced once at its end (a group commit), before the batch's
-messages are flushed to the network and before any put's answer can leave (the answers are
-written by the put's own task, which runs only after the loop yields). Timers come from trio's
-clock, so tests run in virtual time (``MockClock``).
+order, in batches of what arrived together; the puts of a batch are encoded and appended in one
+round (:meth:`RaftNode.propose_many`: one append per follower carries them, as RocketMQ's
+batch push; appends stay pipelined, ``RaftConfig.max_inflight`` per follower). For each
+:class:`~hanet.dledger.Output` it applies the newly committed entries and notes what to
+persist, send and answer; at the end of the batch it **persists, then sends and answers**: the
+hard state (:meth:`FileLog.save_hard_state`: fsynced, atomic) and, under SYNC_FLUSH, the
+entries appended so far (one fsync per batch: a group commit) are written by a
+:class:`~hanet.dledger.Persister` in a worker thread, and only then are the batch's messages
+written to the peers (a follower's acknowledgement names only fsynced entries) and its puts
+woken to answer. While a thread fsyncs, the node's connections go on reading (the next batch
+grows). Under ASYNC_FLUSH the log is fsynced every ``flush_interval`` in a worker thread too,
+so a slow disk never stalls heartbeats. Entries appended and not yet applied are kept in
+memory: appends to followers and the view are made from them, not read back. Timers come from
+trio's clock, so tests run in virtual time (``MockClock``).
 
 **Peers.** Each node listens on its peer address; towards each peer it keeps one outgoing
 connection (:class:`hanet.boot.ReconnectingClient`, short retry delays) and sends every message
@@ -45,8 +52,9 @@ blank record ends a file as the store itself does). Every node applies the same 
 entries in the same order, so every node's view is byte-identical, and consume queues,
 ``hanet pull`` / ``dump`` / ``verify`` and the Spark sources work on it unchanged. A PUT's
 answer (offset, queue offset, message id) is the message's place in that view. The view is
-derived: every ``flush_interval`` (and at shutdown) the view is fsynced, then ``applied``
-(JSON: the last applied index and the view's end) is replaced; at start a view that goes past
+derived: the store's own flusher fsyncs it every ``flush_interval`` in a worker thread, and
+``applied`` (JSON: the last applied index and the view's end) is replaced once the store's
+flushed offset covers that end (at shutdown: after a last fsync); at start a view that goes past
 it is cut back there and re-applied, and one that does not reach it (or a log that lost the
 entries it names) is rebuilt from the log.
 

@@ -5,7 +5,7 @@ from any monotonic clock) and returning an :class:`Output`:
 
 - :meth:`RaftNode.tick`: timers (election timeout, heartbeats, append deadlines, quorum check);
 - :meth:`RaftNode.receive`: a message from a peer;
-- :meth:`RaftNode.propose`: a client append.
+- :meth:`RaftNode.propose`: a client append (:meth:`RaftNode.propose_many`: several, in one round).
 
 The driver then, **in this order**: persists ``output.hard_state`` when it is not None (the term
 and vote the messages depend on: a vote granted and forgotten by a crash could be granted
