@@ -11,11 +11,13 @@ hard state (:meth:`FileLog.save_hard_state`: fsynced, atomic) and, under SYNC_FL
 entries appended so far (one fsync per batch: a group commit) are written by a
 :class:`~hanet.dledger.Persister` in a worker thread, and only then are the batch's messages
 written to the peers (a follower's acknowledgement names only fsynced entries) and its puts
-woken to answer. While a thread fsyncs, the node's connections go on reading (the next batch
-grows). Under ASYNC_FLUSH the log is fsynced every ``flush_interval`` in a worker thread too,
-so a slow disk never stalls heartbeats. Entries appended and not yet applied are kept in
-memory: appends to followers and the view are made from them, not read back. Timers come from
-trio's clock, so tests run in virtual time (``MockClock``).
+woken to answer, batch after batch in order. While a thread fsyncs, the loop goes on with
+the next batches (one fsync then covers them all); their messages wait behind it, so under
+SYNC_FLUSH a slow fsync delays heartbeats by its length. Under ASYNC_FLUSH the log is
+fsynced every ``flush_interval`` in a worker thread, never in the way of heartbeats.
+Entries appended and not yet applied are kept in memory: appends to followers and the view
+are made from them, not read back. Timers come from trio's clock, so tests run in virtual
+time (``MockClock``).
 
 **Peers.** Each node listens on its peer address; towards each peer it keeps one outgoing
 connection (:class:`hanet.boot.ReconnectingClient`, short retry delays) and sends every message
@@ -350,6 +352,9 @@ class DLedgerNode:
         self._saved = (-1, -1)
         self._view_mark: tuple[int, int] | None = None
         self._persist: Persister | None = None
+        self._send_release, self._releases = trio.open_memory_channel[_Held](math.inf)
+        self._queued = 0
+        """Batches handed to the releaser and not yet released."""
         self._saved_error: str | None = None
         self._ready = trio.Event()
         self._role_changed = trio.Event()
@@ -548,6 +553,7 @@ class DLedgerNode:
                     self._clients[peer] = client
                     await nursery.start(client.run)
                 nursery.start_soon(self._flusher)
+                nursery.start_soon(self._releaser)
                 nursery.start_soon(self._keepalive)
                 log.info(
                     "dledger %s/%s: term %d, %d entries, applied %d",
@@ -664,7 +670,7 @@ class DLedgerNode:
         held = _Held()
         ticked = raft.tick(trio.current_time())
         self._act(ticked, held)
-        await self._release(held)
+        self._hand_over(held)
         while True:
             item: Any = None
             deadline = ticked.next_deadline
@@ -710,23 +716,52 @@ class DLedgerNode:
                 self._act(self._propose(trio.current_time(), puts), held)
             ticked = raft.tick(trio.current_time())
             self._act(ticked, held)
-            await self._release(held)
+            self._hand_over(held)
 
-    async def _release(self, held: _Held) -> None:
-        """Persist what ``held`` depends on, then send its messages and end its puts.
+    def _hand_over(self, held: _Held) -> None:
+        """Release ``held`` at once when it has nothing to persist and nothing is queued
+        before it (ASYNC_FLUSH, no new term or vote); else queue it for :meth:`_releaser`."""
+        if not (held.messages or held.done or held.hard_state is not None):
+            return
+        wait = held.hard_state is not None or self.config.flush is FlushDiskType.SYNC_FLUSH
+        if not wait and self._queued == 0:
+            self._send_held(held)
+            return
+        self._queued += 1
+        self._send_release.send_nowait(held)
+
+    async def _releaser(self) -> None:
+        """Persist, then send and answer, in the order the batches were processed.
 
         The hard state is saved first (fsynced, in a worker thread); under SYNC_FLUSH the
-        entries appended so far are fsynced too (one fsync per batch: a group commit). Only
-        then do the messages leave (a follower's acknowledgement, a vote) and the puts' tasks
-        wake to answer. While a thread fsyncs, this task waits but the node's other tasks
-        (peer and client connections) go on reading, so the next batch is larger.
+        entries appended so far are fsynced too, one fsync for every batch queued meanwhile
+        (a group commit). Only then do the batches' messages leave (a follower's
+        acknowledgement, a vote) and their puts' tasks wake to answer. The loop goes on with
+        the next batches while a thread fsyncs: a leader holds back the appends carrying its
+        entries until they are durable on its own disk, so an entry counts towards a commit
+        only once durable on the leader and on the followers that acknowledged it.
         """
         persist = self._persist
         assert persist is not None
-        if held.hard_state is not None:
-            await persist.save_hard_state(held.hard_state)
-        if self.config.flush is FlushDiskType.SYNC_FLUSH:
-            await persist.sync_log()
+        async for held in self._releases:
+            group = [held]
+            while True:
+                try:
+                    group.append(self._releases.receive_nowait())
+                except trio.WouldBlock:
+                    break
+            # a later hard state covers an earlier one: its term is not lower, and within a
+            # term a vote is never withdrawn
+            hard = next((h.hard_state for h in reversed(group) if h.hard_state), None)
+            if hard is not None:
+                await persist.save_hard_state(hard)
+            if self.config.flush is FlushDiskType.SYNC_FLUSH:
+                await persist.sync_log()
+            for each in group:
+                self._send_held(each)
+            self._queued -= len(group)
+
+    def _send_held(self, held: _Held) -> None:
         touched = set()
         for envelope in held.messages:
             client = self._clients.get(envelope.target)
@@ -795,7 +830,7 @@ class DLedgerNode:
 
     def _act(self, output: Output, held: _Held) -> None:
         """Apply what ``output`` committed and note what it says to persist, send and
-        answer: :meth:`_release` does that once the batch is processed."""
+        answer: :meth:`_hand_over` releases that once the batch is processed."""
         if output.hard_state is not None:
             # a later hard state covers an earlier one of the batch: its term is not lower,
             # and within a term a vote is never withdrawn
