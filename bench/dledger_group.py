@@ -5,6 +5,7 @@ Not a benchmark itself: ``bench/failover.py`` and ``bench/dledger_put.py`` start
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -28,6 +29,7 @@ class Group:
         election_timeout: float = 0.5,
         flush: str = "ASYNC_FLUSH",
         file_size: str = "64M",
+        code: Path | None = None,
     ) -> None:
         self.root = root
         self.ids = [f"n{i}" for i in range(size)]
@@ -38,6 +40,13 @@ class Group:
         self.flush = flush
         self.file_size = file_size
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.env = dict(os.environ)
+        """The nodes' environment: with ``code``, hanet is imported from that directory (a
+        checkout of another revision, for an A/B run)."""
+        if code is not None:
+            self.env["PYTHONPATH"] = os.pathsep.join(
+                [str(code), *filter(None, [os.environ.get("PYTHONPATH")])]
+            )
 
     @property
     def broker_list(self) -> str:
@@ -78,6 +87,7 @@ class Group:
                 ],
                 stdout=subprocess.DEVNULL,
                 stderr=log,
+                env=self.env,
             )
 
     def start_all(self) -> None:

@@ -26,7 +26,9 @@ What is here:
   connection speaks for the member it authenticated as (mutual TLS, or its ``--peers``
   address; ``_peers.py``), and what no honest member sends is refused
   (:attr:`Output.refused`) and closes its connection; :class:`MemoryNetwork` runs nodes over
-  memory streams in tests.
+  memory streams in tests; its fsyncs and hard state writes run in worker threads
+  (:class:`Persister`; ``_persist.py``), and what a batch of inputs sends or answers leaves
+  only once what it depends on is durable.
 
 The broker port of a node (``hanet dledger``) lives in the command line
 (``hanet/cli/_dledger.py``): it speaks :mod:`hanet.protocol`, which this layer may not import.
@@ -100,6 +102,7 @@ if TYPE_CHECKING:
         PutOutcome,
         parse_peers,
     )
+    from ._persist import Persister
 
 __all__ = [
     "BLANK_MAGIC",
@@ -137,6 +140,7 @@ __all__ = [
     "Output",
     "PeerCodec",
     "PeerStatus",
+    "Persister",
     "PreVoteRequest",
     "PreVoteResponse",
     "PutOutcome",
@@ -184,6 +188,7 @@ _LAZY: dict[str, str] = {
     "PeerStatus": "._node",
     "PutOutcome": "._node",
     "parse_peers": "._node",
+    "Persister": "._persist",
 }
 
 

@@ -190,6 +190,13 @@ class _Files:
         if removed:
             fsync_directory(self.directory)
 
+    def take_dirty(self) -> list[int]:
+        """Duplicates of the descriptors written since the last sync (the marks cleared):
+        the caller fsyncs and closes them, in a worker thread, say."""
+        fds = [os.dup(self._fds[start]) for start in sorted(self.dirty) if start in self._fds]
+        self.dirty.clear()
+        return fds
+
     def sync(self) -> None:
         for start in sorted(self.dirty):
             fd = self._fds.get(start)
@@ -487,6 +494,12 @@ class FileLog:
         """fsync what was written since the last flush (data first, then index)."""
         self._data.sync()
         self._index.sync()
+
+    def take_dirty(self) -> list[int]:
+        """What :meth:`flush` would fsync, as duplicated descriptors (data files first, then
+        the index) that the caller fsyncs and closes: a flush off the event loop, safe
+        against appends (and a truncation closing a file) meanwhile."""
+        return self._data.take_dirty() + self._index.take_dirty()
 
     def load_hard_state(self) -> HardState:
         """The persisted term and vote (``HardState()`` when none was saved)."""

@@ -2,13 +2,22 @@
 peer connections, a :class:`~hanet.dledger.FileLog` and a commit log view.
 
 **The loop.** Every input (a peer message, a client put, a timer) goes through one task, in
-order, in batches of what arrived together. For each :class:`~hanet.dledger.Output` it:
-persists the hard state (:meth:`FileLog.save_hard_state`: fsynced, atomic), *then* writes the
-messages, applies the newly committed entries, and marks the puts that ended. Under SYNC_FLUSH
-the entries a batch appended are fsynced once at its end (a group commit), before the batch's
-messages are flushed to the network and before any put's answer can leave (the answers are
-written by the put's own task, which runs only after the loop yields). Timers come from trio's
-clock, so tests run in virtual time (``MockClock``).
+order, in batches of what arrived together; the puts of a batch are encoded and appended in one
+round (:meth:`RaftNode.propose_many`: one append per follower carries them, as RocketMQ's
+batch push; appends stay pipelined, ``RaftConfig.max_inflight`` per follower). For each
+:class:`~hanet.dledger.Output` it applies the newly committed entries and notes what to
+persist, send and answer; at the end of the batch it **persists, then sends and answers**: the
+hard state (:meth:`FileLog.save_hard_state`: fsynced, atomic) and, under SYNC_FLUSH, the
+entries appended so far (one fsync per batch: a group commit) are written by a
+:class:`~hanet.dledger.Persister` in a worker thread, and only then are the batch's messages
+written to the peers (a follower's acknowledgement names only fsynced entries) and its puts
+woken to answer, batch after batch in order. While a thread fsyncs, the loop goes on with
+the next batches (one fsync then covers them all); their messages wait behind it, so under
+SYNC_FLUSH a slow fsync delays heartbeats by its length. Under ASYNC_FLUSH the log is
+fsynced every ``flush_interval`` in a worker thread, never in the way of heartbeats.
+Entries appended and not yet applied are kept in memory: appends to followers and the view
+are made from them, not read back. Timers come from trio's clock, so tests run in virtual
+time (``MockClock``).
 
 **Peers.** Each node listens on its peer address; towards each peer it keeps one outgoing
 connection (:class:`hanet.boot.ReconnectingClient`, short retry delays) and sends every message
@@ -45,8 +54,9 @@ blank record ends a file as the store itself does). Every node applies the same 
 entries in the same order, so every node's view is byte-identical, and consume queues,
 ``hanet pull`` / ``dump`` / ``verify`` and the Spark sources work on it unchanged. A PUT's
 answer (offset, queue offset, message id) is the message's place in that view. The view is
-derived: every ``flush_interval`` (and at shutdown) the view is fsynced, then ``applied``
-(JSON: the last applied index and the view's end) is replaced; at start a view that goes past
+derived: the store's own flusher fsyncs it every ``flush_interval`` in a worker thread, and
+``applied`` (JSON: the last applied index and the view's end) is replaced once the store's
+flushed offset covers that end (at shutdown: after a last fsync); at start a view that goes past
 it is cut back there and re-applied, and one that does not reach it (or a log that lost the
 entries it names) is rebuilt from the log.
 
@@ -107,10 +117,14 @@ from hanet.store import (
 from ._codec import DEFAULT_MAX_PEER_FRAME, Hello, peer_frame_handlers
 from ._entry import ENTRY_HEADER_SIZE
 from ._filelog import DEFAULT_DATA_FILE_SIZE, DEFAULT_INDEX_FILE_SIZE, FileLog
+from ._log import LogEntry
 from ._peers import Members, PeerHandler, split_address
+from ._persist import Persister, off_loop
 from ._raft import (
+    AppendRequest,
     AppendStatus,
     Envelope,
+    HardState,
     Output,
     RaftConfig,
     RaftNode,
@@ -131,6 +145,10 @@ log = logging.getLogger("hanet.dledger")
 
 _APPLIED = "applied"
 _INBOX = 10_000
+_BATCH = 1024
+_MAX_BODIES = 1 << 16
+"""Appended entries whose bodies the node keeps until they are applied (else read back)."""
+"""Inputs the loop takes together: the puts among them are appended in one round."""
 
 PEER_IDLE_TIMEOUT = 120.0
 """Seconds after which the peer port closes a connection that sent nothing (RocketMQ's
@@ -286,6 +304,15 @@ class NodeStatus:
 
 
 @attrs.define
+class _Held:
+    """What a batch of inputs produced, released once what it depends on is durable."""
+
+    hard_state: HardState | None = None
+    messages: list[Envelope] = attrs.field(factory=list)
+    done: list[_Put] = attrs.field(factory=list)
+
+
+@attrs.define
 class _Put:
     message: Message
     done: trio.Event = attrs.field(factory=trio.Event)
@@ -323,8 +350,16 @@ class DLedgerNode:
         self._ids = itertools.count(1)
         self._puts: dict[int, _Put] = {}
         self._by_index: dict[int, _Put] = {}
+        self._bodies: dict[int, tuple[int, bytes]] = {}
+        """Index -> (term, body) of entries appended and not yet applied: applied from here
+        instead of read back from the log."""
         self._applied = 0
         self._saved = (-1, -1)
+        self._view_mark: tuple[int, int] | None = None
+        self._persist: Persister | None = None
+        self._send_release, self._releases = trio.open_memory_channel[_Held](math.inf)
+        self._queued = 0
+        """Batches handed to the releaser and not yet released."""
         self._saved_error: str | None = None
         self._ready = trio.Event()
         self._role_changed = trio.Event()
@@ -475,6 +510,7 @@ class DLedgerNode:
                 await listener.aclose()
             raise
         self._store_host = parse_host(host_text)
+        self._persist = Persister(self.log)
         # SYNC_FLUSH as a group commit: one fsync per batch of inputs, before it is acted on
         self.log.sync_on_append = False
         try:
@@ -494,7 +530,7 @@ class DLedgerNode:
             self._raft = RaftNode(
                 cfg.node_id,
                 cfg.peers,
-                self.log,
+                _CachedLog(self.log, self._bodies),
                 hard,
                 trio.current_time(),
                 self._rng,
@@ -530,6 +566,7 @@ class DLedgerNode:
                     self._clients[peer] = client
                     await nursery.start(client.run)
                 nursery.start_soon(self._flusher)
+                nursery.start_soon(self._releaser)
                 nursery.start_soon(self._keepalive)
                 log.info(
                     "dledger %s/%s: term %d, %d entries, applied %d",
@@ -555,8 +592,9 @@ class DLedgerNode:
         channel.pipeline.write_and_flush(Hello(self.config.node_id, peer, mine))
 
     def _fail_all(self) -> None:
+        # an outcome not yet released may wait for an fsync that did not happen: unknown
         for request in list(self._puts.values()):
-            if request.outcome is None:
+            if not request.done.is_set():
                 request.outcome = PutOutcome(AppendStatus.WAIT_QUORUM_ACK_TIMEOUT)
                 request.done.set()
 
@@ -610,13 +648,25 @@ class DLedgerNode:
             pass  # overloaded: Raft retransmits
 
     async def _flusher(self) -> None:
-        """Every ``flush_interval``: fsync the log (ASYNC_FLUSH) and checkpoint the view."""
-        assert self.log is not None
+        """Every ``flush_interval``: fsync the log (ASYNC_FLUSH) and checkpoint the view, off
+        the event loop."""
+        assert self._persist is not None
         while True:
             await trio.sleep(self.config.flush_interval)
             if self.config.flush is FlushDiskType.ASYNC_FLUSH:
-                self.log.flush()
-            self._checkpoint_view()
+                await self._persist.sync_log()
+            await self._record_view()
+
+    async def _record_view(self) -> None:
+        """Record how far the view goes, once the store's own flusher (a worker thread) has
+        made that part durable: the last end noted that the store's flushed offset covers, so
+        the record never runs ahead of the disk. The end reached now is noted for next time."""
+        store = self.store
+        assert store is not None
+        ready = self._view_mark
+        if ready is not None and ready != self._saved and store.flushed_offset >= ready[1]:
+            await off_loop(self._save_applied, *ready)
+        self._view_mark = (self._applied, store.max_offset)
 
     def _checkpoint_view(self) -> None:
         """fsync the view, then record how far it goes (so the record never runs ahead)."""
@@ -630,106 +680,175 @@ class DLedgerNode:
 
     async def _loop(self) -> None:
         raft = self.raft
-        output = raft.tick(trio.current_time())
-        self._act(output)
+        held = _Held()
+        ticked = raft.tick(trio.current_time())
+        self._act(ticked, held)
+        self._hand_over(held)
         while True:
             item: Any = None
-            deadline = output.next_deadline
+            deadline = ticked.next_deadline
             if deadline > trio.current_time():
                 with trio.move_on_at(deadline if math.isfinite(deadline) else math.inf):
                     item = await self._inbox.receive()
             else:
                 await trio.lowlevel.checkpoint()
             batch = [item] if item is not None else []
-            while len(batch) < 256:
+            while len(batch) < _BATCH:
                 try:
                     batch.append(self._inbox.receive_nowait())
                 except trio.WouldBlock:
                     break
-            touched: set[str] = set()
-            for entry in batch:
-                now = trio.current_time()
-                kind, value = entry
+            held = _Held()
+            puts: list[tuple[int, _Put]] = []
+            for kind, value in batch:
+                if kind == "put":
+                    request = self._puts.get(value)
+                    if request is not None:  # else abandoned before it was read
+                        puts.append((value, request))
+                    continue
+                if puts:  # the puts that came together: one append round
+                    self._act(self._propose(trio.current_time(), puts), held)
+                    puts = []
                 if kind == "msg":
                     envelope, channel = value
-                    output = raft.receive(now, envelope.source, envelope.message)
+                    message = envelope.message
+                    output = raft.receive(trio.current_time(), envelope.source, message)
+                    if output.refused is None and isinstance(message, AppendRequest):
+                        for appended in message.entries:
+                            self._bodies[appended.index] = (appended.term, appended.body)
                     if output.refused is not None:
                         # impossible from an honest member: that connection goes, we stay
                         log.error("%s: closing the connection of %s", output.refused, channel)
                         channel.close_nowait(output.refused)
+                    self._act(output, held)
                 elif kind == "hello":
                     hello, channel = value
                     if channel.is_open:
                         self.broker_addresses[hello.source] = hello.broker_address
-                    continue
-                else:
-                    output = self._propose(now, value)
-                touched |= self._act(output, flush=False)
-            output = raft.tick(trio.current_time())
-            touched |= self._act(output, flush=False)
-            self._sync_log()
-            self._flush(touched)
+            if puts:
+                self._act(self._propose(trio.current_time(), puts), held)
+            ticked = raft.tick(trio.current_time())
+            self._act(ticked, held)
+            self._hand_over(held)
 
-    def _sync_log(self) -> None:
-        """Under SYNC_FLUSH, fsync the entries appended so far (before anything leaves)."""
-        assert self.log is not None
-        if self.config.flush is FlushDiskType.SYNC_FLUSH:
-            self.log.flush()
+    def _hand_over(self, held: _Held) -> None:
+        """Release ``held`` at once when it has nothing to persist and nothing is queued
+        before it (ASYNC_FLUSH, no new term or vote); else queue it for :meth:`_releaser`."""
+        if not (held.messages or held.done or held.hard_state is not None):
+            return
+        wait = held.hard_state is not None or self.config.flush is FlushDiskType.SYNC_FLUSH
+        if not wait and self._queued == 0:
+            self._send_held(held)
+            return
+        self._queued += 1
+        self._send_release.send_nowait(held)
 
-    def _propose(self, now: float, request_id: int) -> Output:
-        raft = self.raft
-        request = self._puts.get(request_id)
-        if request is None:  # abandoned before it was read
-            return raft.tick(now)
-        body = b""
-        if raft.role is Role.LEADER:
-            assert self.log is not None
-            body = self._encode(request.message)
-            before = raft.log.last_index
-            output = raft.propose(now, request_id, body)
-            if raft.log.last_index > before:
-                self._by_index[raft.log.last_index] = request
-            return output
-        return raft.propose(now, request_id, b"x")  # answered NOT_LEADER at once
+    async def _releaser(self) -> None:
+        """Persist, then send and answer, in the order the batches were processed.
 
-    def _encode(self, message: Message) -> bytes:
-        assert self.log is not None
-        host, port = self._store_host
-        born = message.born_timestamp or time.time_ns() // 1_000_000
-        record = MessageRecord.create(
-            topic=message.topic,
-            body=message.body,
-            queue_id=message.queue_id,
-            flag=message.flag,
-            sys_flag=message.sys_flag,
-            born_timestamp=born,
-            born_host=message.born_host,
-            born_port=message.born_port,
-            store_timestamp=time.time_ns() // 1_000_000,
-            store_host=host,
-            store_port=port,
-            reconsume_times=message.reconsume_times,
-            prepared_transaction_offset=message.prepared_transaction_offset,
-            properties=encode_properties(message.properties) if message.properties else b"",
-        )
-        pos = self.log.next_entry_pos(record.size)
-        return encode_record(record._replace(physical_offset=pos + ENTRY_HEADER_SIZE))
+        The hard state is saved first (fsynced, in a worker thread); under SYNC_FLUSH the
+        entries appended so far are fsynced too, one fsync for every batch queued meanwhile
+        (a group commit). Only then do the batches' messages leave (a follower's
+        acknowledgement, a vote) and their puts' tasks wake to answer. The loop goes on with
+        the next batches while a thread fsyncs: a leader holds back the appends carrying its
+        entries until they are durable on its own disk, so an entry counts towards a commit
+        only once durable on the leader and on the followers that acknowledged it.
+        """
+        persist = self._persist
+        assert persist is not None
+        async for held in self._releases:
+            group = [held]
+            while True:
+                try:
+                    group.append(self._releases.receive_nowait())
+                except trio.WouldBlock:
+                    break
+            # a later hard state covers an earlier one: its term is not lower, and within a
+            # term a vote is never withdrawn
+            hard = next((h.hard_state for h in reversed(group) if h.hard_state), None)
+            if hard is not None:
+                await persist.save_hard_state(hard)
+            if self.config.flush is FlushDiskType.SYNC_FLUSH:
+                await persist.sync_log()
+            for each in group:
+                self._send_held(each)
+            self._queued -= len(group)
 
-    def _act(self, output: Output, *, flush: bool = True) -> set[str]:
-        """Persist, send, apply, answer: in this order."""
-        assert self.log is not None
-        if output.hard_state is not None:
-            self.log.save_hard_state(output.hard_state)
-        if flush:
-            self._sync_log()
+    def _send_held(self, held: _Held) -> None:
         touched = set()
-        for envelope in output.messages:
+        for envelope in held.messages:
             client = self._clients.get(envelope.target)
             channel = client.channel if client is not None else None
             if channel is None or not channel.is_open or not channel.is_writable:
                 continue
             channel.pipeline.write(envelope)
             touched.add(envelope.target)
+        self._flush(touched)
+        for request in held.done:
+            request.done.set()
+
+    def _propose(self, now: float, puts: list[tuple[int, _Put]]) -> Output:
+        raft = self.raft
+        if raft.role is not Role.LEADER:  # answered NOT_LEADER at once
+            return raft.propose_many(now, [(request_id, b"x") for request_id, _ in puts])
+        bodies = self._encode_many([request.message for _, request in puts])
+        before = raft.log.last_index
+        output = raft.propose_many(
+            now, [(request_id, body) for (request_id, _), body in zip(puts, bodies, strict=True)]
+        )
+        term = raft.term
+        for i in range(raft.log.last_index - before):
+            self._by_index[before + 1 + i] = puts[i][1]
+            self._bodies[before + 1 + i] = (term, bodies[i])
+        return output
+
+    def _encode_many(self, messages: Sequence[Message]) -> list[bytes]:
+        """Each message as a commit log record, its ``PHYSICALOFFSET`` where its entry will
+        be when they are appended in this order (as :meth:`FileLog.next_entry_pos` says for
+        one, a file's tail too short for an entry skipped)."""
+        log_ = self.log
+        assert log_ is not None
+        size = log_.data_file_size
+        end = log_.end_pos
+        out = []
+        for message in messages:
+            record = self._record(message)
+            length = ENTRY_HEADER_SIZE + record.size
+            if length > size:
+                log_.next_entry_pos(record.size)  # raises: larger than a data file
+            pos = end - end % size + size if end % size + length > size else end
+            out.append(encode_record(record._replace(physical_offset=pos + ENTRY_HEADER_SIZE)))
+            end = pos + length
+        return out
+
+    def _record(self, message: Message) -> MessageRecord:
+        host, port = self._store_host
+        now = time.time_ns() // 1_000_000
+        return MessageRecord.create(
+            topic=message.topic,
+            body=message.body,
+            queue_id=message.queue_id,
+            flag=message.flag,
+            sys_flag=message.sys_flag,
+            born_timestamp=message.born_timestamp or now,
+            born_host=message.born_host,
+            born_port=message.born_port,
+            store_timestamp=now,
+            store_host=host,
+            store_port=port,
+            reconsume_times=message.reconsume_times,
+            prepared_transaction_offset=message.prepared_transaction_offset,
+            properties=encode_properties(message.properties) if message.properties else b"",
+        )
+
+    def _act(self, output: Output, held: _Held) -> None:
+        """Apply what ``output`` committed and note what it says to persist, send and
+        answer: :meth:`_hand_over` releases that once the batch is processed."""
+        if output.hard_state is not None:
+            # a later hard state covers an earlier one of the batch: its term is not lower,
+            # and within a term a vote is never withdrawn
+            held.hard_state = output.hard_state
+        held.messages.extend(output.messages)
         if output.commit_index is not None:
             self._apply(output.commit_index)
         for result in output.results:
@@ -741,10 +860,7 @@ class DLedgerNode:
                 request.outcome = self._outcome(
                     request, result.status, result.index, result.leader_id
                 )
-                request.done.set()
-        if flush:
-            self._flush(touched)
-        return touched
+                held.done.append(request)
 
     def _outcome(
         self, request: _Put, status: AppendStatus, index: int, leader: str | None
@@ -838,14 +954,19 @@ class DLedgerNode:
         offset = start
         buf = bytearray()
         queues: dict[tuple[str, int], int] = {}
-        for entry in log_.iter_entries(self._applied + 1, commit_index):
-            index = entry.index + 1
-            if not entry.body:
+        bodies = self._bodies
+        for index in range(self._applied + 1, min(commit_index, log_.last_index) + 1):
+            cached = bodies.pop(index, None)
+            if cached is not None and log_.term_at(index) == cached[0]:
+                # the same index and term: the same entry (Raft's log matching)
+                body, pos = cached[1], log_.position(index)
+            else:
+                entry = log_.read_entry(index)  # checks the entry's CRC
+                body, pos = entry.body, entry.pos
+            if not body:
                 continue
-            # no body CRC here: append_raw checks every record (and read_entry the entry's)
-            record = decode_record(
-                entry.body, base_offset=entry.pos + ENTRY_HEADER_SIZE, check_crc=False
-            )
+            # no body CRC here: append_raw checks every record
+            record = decode_record(body, base_offset=pos + ENTRY_HEADER_SIZE, check_crc=False)
             space = file_size - offset % file_size
             if record.size + BLANK_RECORD_SIZE > space:
                 buf += encode_blank(space)
@@ -878,6 +999,50 @@ class DLedgerNode:
                     f"{store.dispatch_error}"
                 )
         self._applied = commit_index
+        if len(bodies) > _MAX_BODIES:  # entries never applied (cut by a new leader)
+            bodies.clear()
+
+
+class _CachedLog:
+    """The node's :class:`FileLog` as the Raft core sees it, with the entries appended and
+    not yet applied sent from memory (``bodies``: index -> term, body) rather than read back
+    and CRC-checked again for each follower; anything else (a lagging follower, a no-op) is
+    read from the files. Other attributes are the file log's."""
+
+    def __init__(self, log: FileLog, bodies: dict[int, tuple[int, bytes]]) -> None:
+        self._log = log
+        self._bodies = bodies
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._log, name)
+
+    @property
+    def last_index(self) -> int:
+        return self._log.last_index
+
+    @property
+    def last_term(self) -> int:
+        return self._log.last_term
+
+    def term_at(self, index: int) -> int | None:
+        return self._log.term_at(index)
+
+    def append(self, entries: Sequence[LogEntry]) -> None:
+        self._log.append(entries)
+
+    def truncate_from(self, index: int) -> None:
+        self._log.truncate_from(index)
+
+    def entries_from(self, index: int, max_count: int) -> list[LogEntry]:
+        log_, bodies = self._log, self._bodies
+        out: list[LogEntry] = []
+        stop = min(max(index, 1) + max(max_count, 0), log_.last_index + 1)
+        for i in range(max(index, 1), stop):
+            cached = bodies.get(i)
+            if cached is None or cached[1] == b"" or log_.term_at(i) != cached[0]:
+                return out + log_.entries_from(i, stop - i)
+            out.append(LogEntry(i, cached[0], cached[1]))
+        return out
 
 
 class MemoryNetwork:

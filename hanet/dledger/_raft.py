@@ -5,7 +5,7 @@ from any monotonic clock) and returning an :class:`Output`:
 
 - :meth:`RaftNode.tick`: timers (election timeout, heartbeats, append deadlines, quorum check);
 - :meth:`RaftNode.receive`: a message from a peer;
-- :meth:`RaftNode.propose`: a client append.
+- :meth:`RaftNode.propose`: a client append (:meth:`RaftNode.propose_many`: several, in one round).
 
 The driver then, **in this order**: persists ``output.hard_state`` when it is not None (the term
 and vote the messages depend on: a vote granted and forgotten by a crash could be granted
@@ -42,7 +42,7 @@ from __future__ import annotations
 import enum
 import logging
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Protocol
 
 import attrs
@@ -523,6 +523,36 @@ class RaftNode:
             index = self.log.last_index + 1
             self.log.append([LogEntry(index, self._term, body)])
             self._pending[index] = _Pending(request_id, now + self.config.append_timeout)
+            for peer in self.peers:
+                self._replicate(now, peer)
+            self._advance_commit()
+        return self._output()
+
+    def propose_many(self, now: float, requests: Sequence[tuple[int, bytes]]) -> Output:
+        """:meth:`propose` for several client entries (``(request_id, body)``, in order):
+        appended together and replicated in one round (RocketMQ's batch push); those past
+        ``max_pending`` are refused with LEADER_PENDING_FULL."""
+        if self._role is not Role.LEADER:
+            for request_id, _ in requests:
+                self._results.append(
+                    AppendResult(request_id, AppendStatus.NOT_LEADER, leader_id=self._leader_id)
+                )
+            return self._output()
+        room = max(self.config.max_pending - len(self._pending), 0)
+        first = self.log.last_index + 1
+        entries = [
+            LogEntry(first + i, self._term, body) for i, (_, body) in enumerate(requests[:room])
+        ]
+        if entries:
+            self.log.append(entries)
+            deadline = now + self.config.append_timeout
+            for entry, (request_id, _) in zip(entries, requests, strict=False):
+                self._pending[entry.index] = _Pending(request_id, deadline)
+        for request_id, _ in requests[room:]:
+            self._results.append(
+                AppendResult(request_id, AppendStatus.LEADER_PENDING_FULL, leader_id=self.node_id)
+            )
+        if entries:
             for peer in self.peers:
                 self._replicate(now, peer)
             self._advance_commit()

@@ -1,0 +1,31 @@
+"""A short run of the DLedger put benchmark (bench/dledger_put.py): one round, few messages,
+1 and 3 nodes with hanet's client; every put acknowledged, the figures reported."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_a_short_round_reports_each_case_with_its_load() -> None:
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "dledger_put.py"), "--rounds", "1",
+         "--count", "200", "--sizes", "100", "--clients", "hanet"],
+        check=False, capture_output=True, text=True, timeout=120, cwd=ROOT,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert set(result["cases"]) == {"1n/100B/hanet", "3n/100B/hanet"}
+    for case in result["cases"].values():
+        assert case["failed"] == 0
+        assert case["msg_s_median"] > 0 and case["p99_ms_median"] > 0
+        assert len(case["load1"]) == 1 and case["cpu_us_per_msg_median"] >= 0
+        assert case["vs_rocketmq_dledger"] > 0
