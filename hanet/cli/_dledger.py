@@ -28,6 +28,10 @@
   leader as broker id 0 of ``--broker-name`` (default: the group), the others as slaves (id:
   the number in ``--id`` plus one), again at once when its role changes, so RocketMQ's clients
   find the leader through the routes.
+- ``--acl-enable`` (or ``--acl-file FILE``) checks every broker port request against
+  RocketMQ's ``plain_acl.yml`` (default ``DIR/config/plain_acl.yml``), as ``hanet master
+  --acl-enable`` does: signed requests, per-topic and per-group permissions, reloaded within a
+  second of a change; a file that does not load stops the start.
 
 The broker port itself is :class:`hanet.broker.DLedgerBrokerService`.
 """
@@ -46,9 +50,11 @@ import trio
 
 from hanet.boot import AllowList, TlsConfig, run_until_stopped, serve_listeners
 from hanet.broker import (
+    ACL_FILE,
     DEFAULT_QUEUES,
     OFFSETS_FILE,
     SERVER_CHANNEL_MAX_IDLE,
+    BrokerAcl,
     ConfigFileError,
     ConsumerOffsets,
     DLedgerBrokerService,
@@ -66,6 +72,7 @@ from hanet.dledger import (
     RaftConfig,
     parse_peers,
 )
+from hanet.protocol import AclConfigError
 from hanet.store import (
     FlushDiskType,
     StoreError,
@@ -158,6 +165,15 @@ def register(subparsers: Any) -> None:
         help="networks the peer port accepts (any)",
     )  # fmt: skip
     parser.add_argument(
+        "--acl-enable", action="store_true",
+        help="check every broker port request against RocketMQ's plain_acl.yml (aclEnable)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--acl-file", type=Path, default=None, metavar="FILE",
+        help="RocketMQ's plain_acl.yml (turns the ACL on; default with --acl-enable: "
+        "<store>/config/plain_acl.yml)",
+    )  # fmt: skip
+    parser.add_argument(
         "--max-partial-bytes", type=parse_size, default=None, metavar="BYTES",
         help="bytes all connections of a port (the peer port, the broker port) may hold in "
         "unfinished frames; one that needs more stops reading until there is room; appends "
@@ -239,6 +255,14 @@ async def run_dledger(args: argparse.Namespace) -> int:
         for listener in listeners:
             await listener.aclose()
         return fail(str(exc))
+    acl = None
+    if args.acl_enable or args.acl_file is not None:
+        try:
+            acl = BrokerAcl(args.acl_file or args.store / ACL_FILE)
+        except AclConfigError as exc:
+            for listener in listeners:
+                await listener.aclose()
+            return fail(str(exc))
     node = DLedgerNode(config)
     stopped = EXIT_OK
 
@@ -256,6 +280,9 @@ async def run_dledger(args: argparse.Namespace) -> int:
                 broker_name=args.broker_name,
             )
             service.broker_address = broker_address
+            if acl is not None:
+                service.port.set_guard(acl.guard)
+                nursery.start_soon(acl.watch)
             nursery.start_soon(service.housekeeping)
             await nursery.start(service.run_holds)
             await nursery.start(
