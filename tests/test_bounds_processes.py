@@ -118,8 +118,8 @@ async def _attack(
             async with BrokerClient.connect(*honest, request_timeout=5.0) as client:
                 while True:
                     reply = await client.put(topic, b"honest message")
-                    assert reply.status is PutStatus.PUT_OK
-                    ok += 1
+                    # without a budget a put may time out under the attack: count the good ones
+                    ok += reply.status is PutStatus.PUT_OK
                     await trio.sleep(0.02)
         _, peak = _memory(pid)
         nursery.cancel_scope.cancel()

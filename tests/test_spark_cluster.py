@@ -13,7 +13,6 @@ import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -53,13 +52,14 @@ def spark_env(tmp_path: Path) -> dict[str, str]:
     return env
 
 
-def alive_workers(ui_port: int) -> int:
+def registered_workers(master_log: Path) -> int:
+    """Workers the master has registered, from its log (its web UI port may be taken by
+    another Spark on the machine, so the log is what is sure)."""
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{ui_port}/json/", timeout=2) as answer:
-            state: dict[str, Any] = json.load(answer)
-    except OSError:
-        return -1
-    return int(state.get("aliveworkers", 0))
+        text = master_log.read_text(errors="replace")
+    except FileNotFoundError:
+        return 0
+    return text.count("Registering worker ")
 
 
 @pytest.fixture(scope="module")
@@ -82,6 +82,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         for i in range(2)
     ]  # fmt: skip
     processes: list[subprocess.Popen[bytes]] = []
+    master_log = logs / "0.log"
     try:
         for i, command in enumerate(commands):
             with (logs / f"{i}.log").open("wb") as log:
@@ -91,14 +92,14 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
                         start_new_session=True,
                     )
                 )  # fmt: skip
-            if i == 0:
+            if i == 0:  # the master elected itself before the workers come
                 deadline = time.monotonic() + 60
-                while alive_workers(ui_port) < 0:
-                    assert time.monotonic() < deadline, (logs / "0.log").read_text()
-                    assert processes[0].poll() is None, (logs / "0.log").read_text()
+                while "New state: ALIVE" not in master_log.read_text(errors="replace"):
+                    assert time.monotonic() < deadline, master_log.read_text()
+                    assert processes[0].poll() is None, master_log.read_text()
                     time.sleep(0.2)
         deadline = time.monotonic() + 90
-        while alive_workers(ui_port) < 2:
+        while registered_workers(master_log) < 2:
             dead = [p for p in processes if p.poll() is not None]
             assert not dead and time.monotonic() < deadline, "\n".join(
                 f.read_text() for f in sorted(logs.iterdir())

@@ -316,11 +316,12 @@ def test_slave_divergence_is_found(
         store_timestamp=original.store_timestamp,
         store_host=original.store_host,
         store_port=original.store_port,
-        properties=original.properties_raw,
+        properties=original.properties,  # the whole-record CRC property made again, sealed
+        crc32=True,
     )
     assert other.size == size
     with CommitLogStore.open(tmp_path / "slave", SLAVE) as slave:
-        slave.append_raw(at, encode_record(other))
+        slave.append_raw(at, encode_record(other, seal=True))
     result = diff(spark, str(master), str(tmp_path / "slave"))
     try:
         assert result.summary.first_difference == at
@@ -336,7 +337,8 @@ def test_slave_divergence_is_found(
         assert (row["physical_offset"], row["master_size"], row["slave_size"]) == (at, size, size)
         assert row["master_body_crc"] != row["slave_body_crc"]
         assert (row["first_diff_offset"], row["first_diff_field"]) == (byte, "body_crc")
-        assert row["differing_fields"] == "body_crc,body"
+        # the whole-record CRC property (in the properties) differs with the body
+        assert row["differing_fields"] == "body_crc,body,properties"
         one_sided = result.records.where("kind != 'differs'").collect()
         assert one_sided and all(r["first_diff_offset"] is None for r in one_sided)
     finally:
@@ -351,7 +353,7 @@ def test_slave_divergence_is_found(
     assert report["verdict"] == result.summary.verdict
     (differs,) = [r for r in report["records"] if r["kind"] == "differs"]
     assert differs["first_diff_field"] == "body_crc"
-    assert differs["differing_fields"] == "body_crc,body"
+    assert differs["differing_fields"] == "body_crc,body,properties"
     assert report["ranges"] == [  # the record at `at` is on both sides (it differs)
         {
             "side": "master",
