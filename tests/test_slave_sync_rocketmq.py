@@ -282,3 +282,11 @@ async def test_a_master_serves_rocketmqs_vip_channel_where_its_slaves_ask_for_to
         pass  # port itself taken meanwhile: nothing to check
     finally:
         busy.close()
+    # A broker whose HA port is its port - 2 keeps its HA port and runs without the VIP channel
+    (ha,) = free_ports(1)
+    cfg = attrs.evolve(config(tmp_path), listen_port=ha + 2, ha_listen_port=ha)
+    async with running(cfg) as (_, addresses):
+        assert addresses.ha == ("127.0.0.1", ha)
+    assert f"no VIP channel (RocketMQ's broker port - 2): 127.0.0.1:{ha} is this broker's HA" in (
+        caplog.text
+    )

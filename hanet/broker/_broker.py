@@ -306,7 +306,9 @@ class Broker:
             name = listeners[0].socket.getsockname()
             broker_address = (name[0], name[1])
             if config.vip_channel and config.listen_port:
-                listeners += await open_vip_listeners(config.listen_host, config.listen_port)
+                listeners += await open_vip_listeners(
+                    config.listen_host, config.listen_port, avoid=config.ha_listen_port
+                )
         try:
             store = CommitLogStore.open(
                 config.store_path_root_dir, self._make_store_config(broker_address)

@@ -27,12 +27,23 @@ VIP_CHANNEL_OFFSET = 2
 """The VIP channel's port is the broker port minus this (RocketMQ's)."""
 
 
-async def open_vip_listeners(host: str, port: int) -> list[trio.SocketListener]:
+async def open_vip_listeners(
+    host: str, port: int, *, avoid: int | None = None
+) -> list[trio.SocketListener]:
     """Listeners of the VIP channel of a broker port on ``host:port`` (none for port 0 or a
-    port below 3, or when ``port - 2`` cannot be bound: logged at WARNING)."""
+    port below 3, or when ``port - 2`` cannot be bound: logged at WARNING). ``avoid``: a port
+    of the broker's own opened after this one (its HA port): never taken for the VIP channel
+    (a broker whose HA port is its port - 2 runs without it, with a WARNING)."""
     if port <= VIP_CHANNEL_OFFSET:
         return []
     vip = port - VIP_CHANNEL_OFFSET
+    if vip == avoid:
+        log.warning(
+            "no VIP channel (RocketMQ's broker port - 2): %s is this broker's HA port; "
+            "RocketMQ slaves cannot copy this broker's topics",
+            format_address((host, vip)),
+        )
+        return []
     try:
         listeners = await trio.open_tcp_listeners(vip, host=host)
     except OSError as exc:
