@@ -53,7 +53,7 @@ import importlib
 import time
 from typing import Any
 
-from hanet.spark import find_stores
+from hanet.spark import DEFAULT_DRIVER_ROWS, find_stores
 from hanet.store import CommitLogReader, StoreError
 
 from ._support import fail
@@ -120,6 +120,11 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--limit", type=int, default=None, metavar="N",
         help="rows printed per table (default 20; with --json, default all)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--driver-rows", type=int, default=DEFAULT_DRIVER_ROWS, metavar="N",
+        help="stores of at most N records in all are read by the driver and Spark starts "
+        f"for a short job (default {DEFAULT_DRIVER_ROWS}; 0: always read by the executors)",
     )  # fmt: skip
 
 

@@ -10,6 +10,7 @@ the ``hanet.cli._spark`` docstring describes instead, and nothing else.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 import time
@@ -26,10 +27,12 @@ from hanet.spark import (
     audit,
     describe,
     diff,
+    is_small,
     spark_session,
     stats,
 )
 
+from ._spark_progress import Progress
 from ._spark_report import json_rows, show, write_json, write_tables
 from ._support import EXIT_ERROR, EXIT_FAILED, EXIT_OK
 
@@ -48,15 +51,19 @@ def run(verb: str, args: argparse.Namespace, started: float) -> int:
     jobs: dict[str, Job] = {"audit": _audit, "diff": _diff, "stats": _stats}
     job = jobs[verb]
     owned = SparkSession.getActiveSession() is None
+    paths = [args.master, args.slave] if verb == "diff" else list(args.stores)
+    small = is_small(paths, args.driver_rows)
     try:
-        spark = spark_session(args.spark_master)
+        spark = spark_session(args.spark_master, quick=small)
     except SparkUnavailableError as exc:
         print(f"hanet: {exc}", file=sys.stderr)
         return EXIT_ERROR
     try:
         line = describe(spark)
-        _say(args, f"{line} (ready in {time.monotonic() - started:.1f} s)")
-        status, fields = job(spark, args)
+        how = "read in the driver" if small else "read by the executors"
+        _say(args, f"{line} (ready in {time.monotonic() - started:.1f} s; stores {how})")
+        with Progress(spark) if not _interactive() else contextlib.nullcontext():
+            status, fields = job(spark, args)
         elapsed = time.monotonic() - started
         if args.json:
             head = {"command": verb, "ok": status == EXIT_OK, "spark": line}
@@ -71,10 +78,16 @@ def run(verb: str, args: argparse.Namespace, started: float) -> int:
 
 
 def _say(args: argparse.Namespace, *lines: str) -> None:
-    """Print progress lines for a person: not with ``--json`` (stdout is the document)."""
-    if not args.json:
-        for line in lines:
-            print(line, flush=True)
+    """Print progress lines for a person: on stdout, or on stderr with ``--json`` (stdout is
+    the document)."""
+    out = sys.stderr if args.json else sys.stdout
+    for line in lines:
+        print(line, file=out, flush=True)
+
+
+def _interactive() -> bool:
+    """Spark draws its own progress bar (stdout and stderr are terminals)."""
+    return sys.stdout.isatty() and sys.stderr.isatty()
 
 
 def _printed(args: argparse.Namespace) -> int:
@@ -109,7 +122,12 @@ def _tables(
 def _audit(spark: SparkSession, args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
     _say(args, f"auditing {', '.join(args.stores)}")
     started = time.monotonic()
-    result = audit(spark, args.stores, consume_queues=not args.no_consume_queues)
+    result = audit(
+        spark,
+        args.stores,
+        consume_queues=not args.no_consume_queues,
+        driver_rows=args.driver_rows,
+    )
     _say(args, f"scanned {result.rows} rows in {time.monotonic() - started:.1f} s")
     try:
         store_rows = result.stores.collect()
@@ -147,7 +165,7 @@ def store_line(row: Any) -> str:
 def _diff(spark: SparkSession, args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
     _say(args, f"comparing master {args.master} with slave {args.slave}")
     started = time.monotonic()
-    result = diff(spark, args.master, args.slave)
+    result = diff(spark, args.master, args.slave, driver_rows=args.driver_rows)
     summary = result.summary
     _say(args, f"scanned and matched both in {time.monotonic() - started:.1f} s")
     try:
@@ -176,7 +194,7 @@ def _diff(spark: SparkSession, args: argparse.Namespace) -> tuple[int, dict[str,
 def _stats(spark: SparkSession, args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
     _say(args, f"statistics of {', '.join(args.stores)}")
     started = time.monotonic()
-    result = stats(spark, args.stores, top=args.top)
+    result = stats(spark, args.stores, top=args.top, driver_rows=args.driver_rows)
     _say(args, f"scanned {result.rows} records in {time.monotonic() - started:.1f} s")
     try:
 

@@ -11,6 +11,9 @@ the ``hanet`` command line works without the extra.
 - Jobs returning DataFrames: :func:`audit` (``_audit.py``), :func:`diff` (``_diff.py``),
   :func:`stats` (``_stats.py``); the ``hanet audit|diff|stats`` verbs print them
   (:mod:`hanet.cli`).
+- Small stores are read in the driver and handed to Spark as Arrow tables
+  (:func:`commit_log_table`, :func:`consume_queue_table`, :func:`is_small`; ``_local.py``):
+  the jobs do so up to :data:`DEFAULT_DRIVER_ROWS` rows (their ``driver_rows`` argument).
 - Without Spark: :func:`commit_log_batches` reads one commit log range as Arrow batches
   (``_arrow.py``), :func:`consume_queue_batches` one consume queue file (``_queues.py``);
   :func:`find_stores`, :func:`plan_commit_log` plan the ranges (``_layout.py``);
@@ -43,6 +46,7 @@ if TYPE_CHECKING:
     from ._fields import RecordDifference, compare_records, record_spans
     from ._frames import commit_log, consume_queue, java_string_hash_column
     from ._layout import (
+        DEFAULT_DRIVER_ROWS,
         CommitLogRange,
         ConsumeQueueFile,
         StoreLocation,
@@ -51,6 +55,7 @@ if TYPE_CHECKING:
         plan_commit_log,
         plan_consume_queues,
     )
+    from ._local import commit_log_table, consume_queue_table, is_small
     from ._queues import consume_queue_batches, consume_queue_schema
     from ._session import (
         JAVA_HINT,
@@ -69,6 +74,7 @@ if TYPE_CHECKING:
     from ._stats import StatsResult, stats
 
 __all__ = [
+    "DEFAULT_DRIVER_ROWS",
     "JAVA_HINT",
     "PROBLEM_KINDS",
     "AuditResult",
@@ -88,15 +94,18 @@ __all__ = [
     "commit_log_batches",
     "commit_log_schema",
     "commit_log_struct",
+    "commit_log_table",
     "compare_records",
     "consume_queue",
     "consume_queue_batches",
     "consume_queue_schema",
     "consume_queue_struct",
+    "consume_queue_table",
     "describe",
     "diff",
     "find_record_start",
     "find_stores",
+    "is_small",
     "java_problem",
     "java_string_hash_column",
     "plan_commit_log",
@@ -120,6 +129,7 @@ _HOMES = {
     "_fields": ("RecordDifference", "compare_records", "record_spans"),
     "_frames": ("commit_log", "consume_queue", "java_string_hash_column"),
     "_layout": (
+        "DEFAULT_DRIVER_ROWS",
         "CommitLogRange",
         "ConsumeQueueFile",
         "StoreLocation",
@@ -128,6 +138,7 @@ _HOMES = {
         "plan_commit_log",
         "plan_consume_queues",
     ),
+    "_local": ("commit_log_table", "consume_queue_table", "is_small"),
     "_queues": ("consume_queue_batches", "consume_queue_schema"),
     "_session": ("JAVA_HINT", "SparkUnavailableError", "describe", "java_problem", "spark_session"),
     "_source": (
