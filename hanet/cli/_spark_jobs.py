@@ -54,7 +54,7 @@ def run(verb: str, args: argparse.Namespace, started: float) -> int:
     paths = [args.master, args.slave] if verb == "diff" else list(args.stores)
     small = is_small(paths, args.driver_rows)
     try:
-        spark = spark_session(args.spark_master, quick=small)
+        spark = spark_session(args.spark_master, quick=small, sources=not small)
     except SparkUnavailableError as exc:
         print(f"hanet: {exc}", file=sys.stderr)
         return EXIT_ERROR

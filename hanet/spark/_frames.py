@@ -9,7 +9,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from ._local import commit_log_table, consume_queue_table
-from ._source import commit_log_struct, consume_queue_struct
+from ._source import commit_log_struct, consume_queue_struct, register
 
 __all__ = ["commit_log", "consume_queue", "java_string_hash_column", "paths_of", "record_end"]
 
@@ -46,6 +46,7 @@ def commit_log(
         )
         if table is not None:
             return spark.createDataFrame(table, commit_log_struct(include_body, columns))
+    register(spark)
     reader = spark.read.format("commitlog").option("includeBody", str(include_body).lower())
     if columns:
         reader = reader.option("columns", ",".join(columns))
@@ -64,6 +65,7 @@ def consume_queue(
         table = consume_queue_table(paths, max_rows=driver_rows)
         if table is not None:
             return spark.createDataFrame(table, consume_queue_struct())
+    register(spark)
     reader = spark.read.format("consumequeue")
     return reduce(DataFrame.unionByName, (reader.load(p) for p in paths))
 

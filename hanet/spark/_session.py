@@ -33,6 +33,7 @@ import threading
 from collections.abc import Mapping
 from pathlib import Path
 
+import pyspark
 from py4j.protocol import Py4JError  # type: ignore[import-untyped]
 from pyspark import SparkConf, SparkContext
 from pyspark.errors import PySparkException
@@ -41,6 +42,7 @@ from pyspark.sql import SparkSession
 
 from hanet.errors import HanetError
 
+from ._cds import CdsPlan, cds_plan
 from ._source import register
 
 __all__ = [
@@ -69,7 +71,8 @@ _JVM_NOTICES = (b"WARNING: Using incubator modules",)
 QUICK_JVM_OPTIONS = ("-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC")
 """JVM options for a short job (``spark_session(quick=True)``): the JIT compiles with C1 only
 (a short job's first queries are mostly JIT and class loading; C2 would compete for the cores
-and rarely pays off before the job ends) and the serial collector (no GC threads)."""
+and rarely pays off before the job ends) and the serial collector (no GC threads). The driver
+JVM also maps Spark's classes from a class data sharing archive (:mod:`hanet.spark._cds`)."""
 
 
 class SparkUnavailableError(HanetError):
@@ -95,6 +98,7 @@ def spark_session(
     app_name: str = "hanet",
     config: Mapping[str, str] | None = None,
     quick: bool = False,
+    sources: bool = True,
 ) -> SparkSession:
     """A Spark session for the hanet jobs, with the data sources registered.
 
@@ -108,6 +112,8 @@ def spark_session(
         quick: start for a short job (:data:`QUICK_JVM_OPTIONS` for the driver JVM and
             Spark's launcher, no Spark UI): seconds less to start and to plan the first
             queries, slower on long ones. Ignored under spark-submit and when a session runs.
+        sources: register the data sources now (else the jobs do when they first read
+            through them: a few seconds saved when every store is read in the driver).
 
     Raises:
         SparkUnavailableError: no Java, an unreachable ``spark://`` master, or the JVM did not
@@ -118,7 +124,8 @@ def spark_session(
         running = _start(master, app_name, config or {}, quick)
     running.sparkContext.setLogLevel("WARN" if _interactive() else "ERROR")
     logging.getLogger("py4j").setLevel(logging.WARNING)  # py4j logs every connection at INFO
-    register(running)
+    if sources:
+        register(running)
     return running
 
 
@@ -127,6 +134,7 @@ def _start(
 ) -> SparkSession:
     submitted = "PYSPARK_GATEWAY_PORT" in os.environ  # inside spark-submit: its JVM runs
     settings: dict[str, str] = {}
+    cds: CdsPlan | None = None
     if not submitted:  # spark-submit's own settings (--master, --conf ...) stay as they are
         problem = java_problem()
         if problem is not None:
@@ -142,7 +150,9 @@ def _start(
             "spark.driver.extraJavaOptions": java_options,
         }
         if quick:
-            settings["spark.driver.extraJavaOptions"] += " " + " ".join(QUICK_JVM_OPTIONS)
+            cds = cds_plan(pyspark.__version__)
+            quick_options = " ".join((*QUICK_JVM_OPTIONS, *cds.options))
+            settings["spark.driver.extraJavaOptions"] += " " + quick_options
             settings["spark.ui.enabled"] = "false"
             os.environ.setdefault("SPARK_LAUNCHER_OPTS", " ".join(QUICK_JVM_OPTIONS))
     if master is not None and master.startswith("local"):
@@ -161,7 +171,12 @@ def _start(
             if master is not None:
                 conf.setMaster(master)
             SparkContext(conf=conf, gateway=_launch_filtered(conf))
-        return builder.getOrCreate()
+        session = builder.getOrCreate()
+        if cds is not None:
+            process = getattr(SparkContext._gateway, "proc", None)
+            if process is not None:
+                cds.launched(process.pid)
+        return session
     except PySparkException as exc:
         raise SparkUnavailableError(f"Spark did not start: {exc}\n{JAVA_HINT}") from exc
     except Py4JError as exc:
