@@ -14,12 +14,12 @@ import contextlib
 import json
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import attrs
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import SparkSession
 
 from hanet.spark import (
     PROBLEM_KINDS,
@@ -33,7 +33,7 @@ from hanet.spark import (
 )
 
 from ._spark_progress import Progress
-from ._spark_report import json_rows, show, write_json, write_tables
+from ._spark_report import AnyTable, Collected, json_rows, show, write_json, write_tables
 from ._support import EXIT_ERROR, EXIT_FAILED, EXIT_OK
 
 __all__ = ["run"]
@@ -96,7 +96,7 @@ def _printed(args: argparse.Namespace) -> int:
 
 def _tables(
     args: argparse.Namespace,
-    tables: dict[str, DataFrame],
+    tables: Mapping[str, AnyTable],
     fields: dict[str, Any],
     printed: Callable[[], None],
 ) -> dict[str, Any]:
@@ -135,7 +135,12 @@ def _audit(spark: SparkSession, args: argparse.Namespace) -> tuple[int, dict[str
         verdicts = [store_line(row) for row in store_rows]
         # The stores table (a groupBy, join and pivot over every row, not cached) is computed
         # once: what is printed, put in the JSON document or written is the collected rows.
-        stores = spark.createDataFrame(store_rows, schema=result.stores.schema)
+        schema = result.stores.schema
+        stores = Collected(
+            columns=list(schema.names),
+            rows=store_rows,
+            frame=lambda: spark.createDataFrame(store_rows, schema=schema),
+        )
 
         def printed() -> None:
             limit = _printed(args)
@@ -144,7 +149,8 @@ def _audit(spark: SparkSession, args: argparse.Namespace) -> tuple[int, dict[str
             show("problems", result.problems, limit=limit, total=total)
 
         fields = {"scanned": result.rows, "problem_count": total, "verdicts": verdicts}
-        tables = {"stores": stores, "queues": result.queues, "problems": result.problems}
+        tables: dict[str, AnyTable] = {"stores": stores, "queues": result.queues}
+        tables["problems"] = result.problems
         document = _tables(args, tables, fields, printed)
         _say(args, "", *verdicts)
     finally:
