@@ -106,3 +106,16 @@ def test_a_small_audit_with_json_says_what_it_does_on_stderr(tmp_path: Path) -> 
         "bytes in 2 files, no problems"
     )
     assert "WARN" not in done.stderr
+
+
+def test_remote_without_a_connect_server_is_one_line_and_status_2(tmp_path: Path) -> None:
+    make_store(tmp_path / "store", 3)
+    done = hanet("audit", str(tmp_path / "store"), "--json", "--remote", "sc://127.0.0.1:1")
+    assert done.returncode == 2
+    assert done.stdout == ""
+    line = done.stderr.strip().splitlines()[-1]
+    # with pyspark's Connect client installed it is the connection that fails; without, the
+    # message says what to install
+    assert line.startswith(
+        ("hanet: cannot reach Spark Connect at sc://127.0.0.1:1", "hanet: --remote needs")
+    ), done.stderr

@@ -107,6 +107,11 @@ def _common(parser: argparse.ArgumentParser) -> None:
         help="Spark master (default local[*], or spark-submit's --master under spark-submit)",
     )  # fmt: skip
     parser.add_argument(
+        "--remote", default=None, metavar="sc://HOST:PORT",
+        help="run on a running Spark Connect server instead of starting Spark here "
+        "(needs pip install 'pyspark[connect]'; hanet importable by the server's Python)",
+    )  # fmt: skip
+    parser.add_argument(
         "--json", action="store_true",
         help="print the report as one JSON document on stdout instead of tables",
     )  # fmt: skip

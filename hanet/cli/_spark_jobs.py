@@ -25,6 +25,7 @@ from hanet.spark import (
     PROBLEM_KINDS,
     SparkUnavailableError,
     audit,
+    connect_session,
     describe,
     diff,
     is_small,
@@ -50,11 +51,14 @@ def run(verb: str, args: argparse.Namespace, started: float) -> int:
     """
     jobs: dict[str, Job] = {"audit": _audit, "diff": _diff, "stats": _stats}
     job = jobs[verb]
-    owned = SparkSession.getActiveSession() is None
+    owned = args.remote is not None or SparkSession.getActiveSession() is None
     paths = [args.master, args.slave] if verb == "diff" else list(args.stores)
     small = is_small(paths, args.driver_rows)
     try:
-        spark = spark_session(args.spark_master, quick=small, sources=not small)
+        if args.remote is not None:
+            spark = connect_session(args.remote)
+        else:
+            spark = spark_session(args.spark_master, quick=small, sources=not small)
     except SparkUnavailableError as exc:
         print(f"hanet: {exc}", file=sys.stderr)
         return EXIT_ERROR

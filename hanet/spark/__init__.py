@@ -60,6 +60,7 @@ if TYPE_CHECKING:
     from ._session import (
         JAVA_HINT,
         SparkUnavailableError,
+        connect_session,
         describe,
         java_problem,
         spark_session,
@@ -96,6 +97,7 @@ __all__ = [
     "commit_log_struct",
     "commit_log_table",
     "compare_records",
+    "connect_session",
     "consume_queue",
     "consume_queue_batches",
     "consume_queue_schema",
@@ -140,7 +142,14 @@ _HOMES = {
     ),
     "_local": ("commit_log_table", "consume_queue_table", "is_small"),
     "_queues": ("consume_queue_batches", "consume_queue_schema"),
-    "_session": ("JAVA_HINT", "SparkUnavailableError", "describe", "java_problem", "spark_session"),
+    "_session": (
+        "JAVA_HINT",
+        "SparkUnavailableError",
+        "connect_session",
+        "describe",
+        "java_problem",
+        "spark_session",
+    ),
     "_source": (
         "CommitLogDataSource",
         "ConsumeQueueDataSource",

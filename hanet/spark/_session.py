@@ -39,6 +39,7 @@ from pyspark import SparkConf, SparkContext
 from pyspark.errors import PySparkException
 from pyspark.java_gateway import launch_gateway
 from pyspark.sql import SparkSession
+from pyspark.sql.connect.utils import check_dependencies
 
 from hanet.errors import HanetError
 
@@ -51,6 +52,7 @@ __all__ = [
     "QUICK_JVM_OPTIONS",
     "SparkUnavailableError",
     "check_master",
+    "connect_session",
     "describe",
     "java_problem",
     "spark_session",
@@ -246,8 +248,47 @@ def _local_cores(master: str) -> int:
     return os.cpu_count() or 1
 
 
+def connect_session(remote: str) -> SparkSession:
+    """A session on a running Spark Connect server (``sc://HOST:PORT``), for the hanet jobs.
+
+    The jobs run there as they do locally; a store of at most ``driver_rows`` rows is read
+    here and sent as Arrow, a larger one is read by the server's executors through the data
+    sources (registered over Connect when first used: the server's Python workers must import
+    ``hanet``). Needs pyspark's Connect client (``pip install 'pyspark[connect]'``).
+
+    Raises:
+        SparkUnavailableError: no Connect client installed, or the server did not answer.
+    """
+    try:
+        check_dependencies()
+    except (ImportError, PySparkException) as exc:
+        raise SparkUnavailableError(
+            f"--remote needs pyspark's Spark Connect client: pip install 'pyspark[connect]' ({exc})"
+        ) from exc
+    address = remote.removeprefix("sc://").split("/")[0].split(";")[0]
+    host, _, port = address.rpartition(":")
+    if not remote.startswith("sc://") or not host or not port.isdigit():
+        raise SparkUnavailableError(f"bad Spark Connect URL {remote!r}: want sc://HOST:PORT")
+    try:  # the client would retry an unreachable server for minutes
+        with socket.create_connection((host.strip("[]"), int(port)), MASTER_CONNECT_TIMEOUT):
+            pass
+    except OSError as exc:
+        reason = exc.strerror or exc or type(exc).__name__
+        raise SparkUnavailableError(f"cannot reach Spark Connect at {remote} ({reason})") from exc
+    try:
+        session = SparkSession.builder.remote(remote).getOrCreate()
+        session.version  # noqa: B018 - the first call that reaches the server
+    except Exception as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise SparkUnavailableError(f"cannot use Spark Connect at {remote}: {first}") from exc
+    return session
+
+
 def describe(spark: SparkSession) -> str:
-    """``Spark 4.3.0 on local[*] with 2 cores``: which Spark, where, how many cores."""
+    """``Spark 4.3.0 on local[*] with 2 cores``: which Spark, where, how many cores
+    (``Spark 4.3.0 over Spark Connect`` for a Connect session)."""
+    if not hasattr(spark, "_jsc"):  # a Spark Connect session has no SparkContext here
+        return f"Spark {spark.version} over Spark Connect"
     context = spark.sparkContext
     cores = context.defaultParallelism
     return f"Spark {spark.version} on {context.master} with {cores} core{'s' * (cores != 1)}"
