@@ -18,13 +18,22 @@ other fields of the JSON document, for JSON), ``--limit N`` (rows printed per ta
 20; with ``--json``, rows per list, default all). The first line printed names the Spark
 version, master and cores; each table says how long it took and the last line how long the
 whole job did. Spark's stage progress bar runs on stderr when stdout and stderr are terminals;
-otherwise Spark is quiet (errors only). A STORE is a store root, a ``commitlog/`` directory or
-a quoted glob of stores.
+otherwise Spark is quiet (errors only) and hanet prints the running stages on stderr every 5 s.
+A STORE is a store root, a ``commitlog/`` directory or a quoted glob of stores.
 
-With ``--json`` stdout is one JSON document and nothing else: an object with ``command``
-(the verb), ``ok`` (false exactly when the exit status is 1), ``spark`` (the Spark line),
-``seconds`` (how long the job took), one key per table holding a list of row objects (keys
-are the column names; timestamps are ISO 8601 strings in UTC), and the verdict fields:
+Small jobs stay small: stores of at most ``--driver-rows`` records in all (200,000) are read
+by the driver and handed to Spark as Arrow tables (no Python workers), and Spark starts for a
+short job (C1 JIT only, no UI, Spark's classes mapped from a class data sharing archive that
+the first such run leaves in ``~/.cache/hanet``; ``HANET_SPARK_CDS=0`` turns that off).
+``--driver-rows 0`` reads every store through the executors. ``--remote sc://HOST:PORT`` runs
+the job on a running Spark Connect server instead (``pip install 'pyspark[connect]'`` here,
+``hanet`` importable by the server's Python), so repeated runs reuse one warm Spark.
+
+With ``--json`` stdout is one JSON document and nothing else (the progress lines go to
+stderr): an object with ``command`` (the verb), ``ok`` (false exactly when the exit status
+is 1), ``spark`` (the Spark line), ``seconds`` (how long the job took), one key per table
+holding a list of row objects (keys are the column names; timestamps are ISO 8601 strings in
+UTC), and the verdict fields:
 
 - audit: tables ``stores``, ``queues``, ``problems``; ``scanned`` (commit log rows read),
   ``problem_count`` (all problems, also those past ``--limit``), ``verdicts`` (each store's
