@@ -106,8 +106,9 @@ def audit(
         entries = consume_queue(spark, with_queues, driver_rows=driver_rows).cache()
         cached.append(entries)
         problems = problems.unionByName(_consume_queue_problems(ok, entries, with_queues))
-    problems = problems.orderBy("store", "physical_offset", "kind").cache()
-    cached.append(problems)
+    found = problems.cache()  # unsorted: sorting a cached table costs a sampling job more
+    cached.append(found)
+    problems = found.orderBy("store", "physical_offset", "kind")
     queues = (
         ok.groupBy("store", "topic", "queue_id")
         .agg(
@@ -128,7 +129,7 @@ def audit(
         F.min(F.when(F.col("status") == "ok", F.col("physical_offset"))).alias("first_offset"),
         F.max(F.when(F.col("status") == "ok", record_end())).alias("end_offset"),
     )
-    counts = problems.groupBy("store").pivot("kind", list(PROBLEM_KINDS)).count()
+    counts = found.groupBy("store").pivot("kind", list(PROBLEM_KINDS)).count()
     store_table = (
         totals.join(counts, "store", "left")
         .fillna(0, subset=list(PROBLEM_KINDS))
