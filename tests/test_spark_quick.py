@@ -15,8 +15,8 @@ from hanet.store import CommitLogStore, Message, StoreConfig
 
 pa = pytest.importorskip("pyarrow")
 
-from hanet.cli._spark_progress import stage_lines  # noqa: E402  (after the importorskip)
-from hanet.spark import (  # noqa: E402
+from hanet.spark import (  # noqa: E402  (after the importorskip)
+    cds_plan,
     commit_log_batches,
     commit_log_table,
     consume_queue_batches,
@@ -25,8 +25,8 @@ from hanet.spark import (  # noqa: E402
     is_small,
     plan_commit_log,
     plan_consume_queues,
+    stage_lines,
 )
-from hanet.spark._cds import cds_plan  # noqa: E402
 
 CONFIG = StoreConfig(mapped_file_size=4096, consume_queue_file_size=400)
 COLUMNS = ("store", "file", "physical_offset", "size", "topic", "queue_id", "status")

@@ -23,6 +23,7 @@ from pyspark.sql import SparkSession
 
 from hanet.spark import (
     PROBLEM_KINDS,
+    Progress,
     SparkUnavailableError,
     audit,
     connect_session,
@@ -33,7 +34,6 @@ from hanet.spark import (
     stats,
 )
 
-from ._spark_progress import Progress
 from ._spark_report import AnyTable, Collected, json_rows, show, write_json, write_tables
 from ._support import EXIT_ERROR, EXIT_FAILED, EXIT_OK
 

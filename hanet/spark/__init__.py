@@ -14,6 +14,10 @@ the ``hanet`` command line works without the extra.
 - Small stores are read in the driver and handed to Spark as Arrow tables
   (:func:`commit_log_table`, :func:`consume_queue_table`, :func:`is_small`; ``_local.py``):
   the jobs do so up to :data:`DEFAULT_DRIVER_ROWS` rows (their ``driver_rows`` argument).
+  :func:`spark_session` with ``quick=True`` starts the JVM for a short job, mapping Spark's
+  classes from a class data sharing archive (:func:`cds_plan`; ``_cds.py``);
+  :func:`connect_session` joins a Spark Connect server. :class:`Progress` prints the running
+  stages on stderr while Spark's own progress bar is off (``_progress.py``).
 - Without Spark: :func:`commit_log_batches` reads one commit log range as Arrow batches
   (``_arrow.py``), :func:`consume_queue_batches` one consume queue file (``_queues.py``);
   :func:`find_stores`, :func:`plan_commit_log` plan the ranges (``_layout.py``);
@@ -42,6 +46,7 @@ if TYPE_CHECKING:
         properties_map_column,
     )
     from ._audit import PROBLEM_KINDS, AuditResult, audit
+    from ._cds import CdsPlan, cds_plan
     from ._diff import DiffResult, DiffSummary, diff
     from ._fields import RecordDifference, compare_records, record_spans
     from ._frames import commit_log, consume_queue, java_string_hash_column
@@ -56,6 +61,7 @@ if TYPE_CHECKING:
         plan_consume_queues,
     )
     from ._local import commit_log_table, consume_queue_table, is_small
+    from ._progress import PROGRESS_INTERVAL, Progress, stage_lines
     from ._queues import consume_queue_batches, consume_queue_schema
     from ._session import (
         JAVA_HINT,
@@ -78,19 +84,23 @@ __all__ = [
     "DEFAULT_DRIVER_ROWS",
     "JAVA_HINT",
     "PROBLEM_KINDS",
+    "PROGRESS_INTERVAL",
     "AuditResult",
+    "CdsPlan",
     "CommitLogDataSource",
     "CommitLogRange",
     "ConsumeQueueDataSource",
     "ConsumeQueueFile",
     "DiffResult",
     "DiffSummary",
+    "Progress",
     "PropertyColumns",
     "RecordDifference",
     "SparkUnavailableError",
     "StatsResult",
     "StoreLocation",
     "audit",
+    "cds_plan",
     "commit_log",
     "commit_log_batches",
     "commit_log_schema",
@@ -116,11 +126,13 @@ __all__ = [
     "record_spans",
     "register",
     "spark_session",
+    "stage_lines",
     "stats",
 ]
 
 _HOMES = {
     "_arrow": (
+        "Progress",
         "PropertyColumns",
         "commit_log_batches",
         "commit_log_schema",
@@ -140,6 +152,8 @@ _HOMES = {
         "plan_commit_log",
         "plan_consume_queues",
     ),
+    "_cds": ("CdsPlan", "cds_plan"),
+    "_progress": ("PROGRESS_INTERVAL", "Progress", "stage_lines"),
     "_local": ("commit_log_table", "consume_queue_table", "is_small"),
     "_queues": ("consume_queue_batches", "consume_queue_schema"),
     "_session": (

@@ -1,4 +1,5 @@
-"""Progress of a long Spark job on stderr, for when Spark's own progress bar is off.
+"""Progress of a long Spark job on stderr, for when Spark's own progress bar is off (no
+pyspark import: it works on the session it is given).
 
 Spark draws its stage progress bar only on a terminal (``hanet.spark.spark_session``). With
 ``--json``, or stdout piped, a long audit would print nothing for minutes: :class:`Progress`
