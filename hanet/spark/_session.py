@@ -24,6 +24,7 @@ for a minute before giving up.
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import os
 import shutil
@@ -39,7 +40,6 @@ from pyspark import SparkConf, SparkContext
 from pyspark.errors import PySparkException
 from pyspark.java_gateway import launch_gateway
 from pyspark.sql import SparkSession
-from pyspark.sql.connect.utils import check_dependencies
 
 from hanet.errors import HanetError
 
@@ -70,6 +70,8 @@ LOG4J_CONFIG = Path(__file__).with_name("log4j2.properties")
 MASTER_CONNECT_TIMEOUT = 5.0
 """Seconds :func:`check_master` waits for a ``spark://`` master to accept a connection."""
 _JVM_NOTICES = (b"WARNING: Using incubator modules",)
+_CONNECT_CLIENT = ("pandas", "numpy", "grpc", "grpc_status", "zstandard")
+"""What pyspark's Spark Connect client imports (``pip install 'pyspark[connect]'``)."""
 QUICK_JVM_OPTIONS = ("-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC")
 """JVM options for a short job (``spark_session(quick=True)``): the JIT compiles with C1 only
 (a short job's first queries are mostly JIT and class loading; C2 would compete for the cores
@@ -259,12 +261,12 @@ def connect_session(remote: str) -> SparkSession:
     Raises:
         SparkUnavailableError: no Connect client installed, or the server did not answer.
     """
-    try:
-        check_dependencies()
-    except (ImportError, PySparkException) as exc:
+    missing = [name for name in _CONNECT_CLIENT if importlib.util.find_spec(name) is None]
+    if missing:  # pyspark.sql.connect checks them on import, and may exit rather than raise
         raise SparkUnavailableError(
-            f"--remote needs pyspark's Spark Connect client: pip install 'pyspark[connect]' ({exc})"
-        ) from exc
+            "--remote needs pyspark's Spark Connect client: pip install 'pyspark[connect]' "
+            f"(missing: {', '.join(missing)})"
+        )
     address = remote.removeprefix("sc://").split("/")[0].split(";")[0]
     host, _, port = address.rpartition(":")
     if not remote.startswith("sc://") or not host or not port.isdigit():
