@@ -36,7 +36,7 @@ def make_store(root: Path, count: int) -> None:
 
 def hanet(*argv: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     """``python -m hanet ARGV`` with stdout and stderr pipes (not terminals)."""
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env = dict(os.environ, PYTHONPATH=str(ROOT), HANET_SPARK_CDS="0")  # no 150 MB archive
     env.pop("PYSPARK_GATEWAY_PORT", None)
     return subprocess.run(
         [sys.executable, "-m", "hanet", *argv],
@@ -53,12 +53,13 @@ def test_stats_on_a_pipe_is_quiet_and_counts_each_store(tmp_path: Path) -> None:
     master, slave = tmp_path / "master", tmp_path / "slave"
     make_store(master, 30)
     make_store(slave, 20)  # a slave that is behind: its counts are its own
-    done = hanet("stats", str(master), str(slave), "--json")
+    done = hanet("stats", str(master), str(slave), "--json", "--driver-rows", "0")
     assert done.returncode == 0, done.stderr
     assert "[Stage" not in done.stderr
     assert "WARN" not in done.stderr
     assert "Setting default log level" not in done.stderr
     report = json.loads(done.stdout)  # stdout is the JSON document and nothing else
+    assert "stores read by the executors" in done.stderr
     assert report["command"] == "stats"
     assert report["ok"] is True
     assert report["scanned"] == 50
@@ -88,3 +89,34 @@ def test_an_unreachable_master_is_one_line_and_status_2(tmp_path: Path) -> None:
     assert done.stdout == ""
     (line,) = done.stderr.splitlines()
     assert line.startswith("hanet: cannot reach the Spark master spark://127.0.0.1:1")
+
+
+def test_a_small_audit_with_json_says_what_it_does_on_stderr(tmp_path: Path) -> None:
+    make_store(tmp_path / "store", 40)
+    done = hanet("audit", str(tmp_path / "store"), "--json")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)  # the progress lines are not on stdout
+    assert (report["scanned"], report["problem_count"]) == (40, 0)
+    assert [row["messages"] for row in report["stores"]] == [40]
+    lines = done.stderr.splitlines()  # pyspark may warn first (pandas 3 installed, say)
+    at = next(i for i, line in enumerate(lines) if line.startswith("Spark "))
+    assert "stores read in the driver" in lines[at]
+    assert lines[at + 1] == f"auditing {tmp_path / 'store'}"
+    assert lines[at + 2].startswith("scanned 40 rows in ")
+    assert lines[-1] == f"{tmp_path / 'store'}: 40 messages, {report['stores'][0]['bytes']} " + (
+        "bytes in 2 files, no problems"
+    )
+    assert "WARN" not in done.stderr
+
+
+def test_remote_without_a_connect_server_is_one_line_and_status_2(tmp_path: Path) -> None:
+    make_store(tmp_path / "store", 3)
+    done = hanet("audit", str(tmp_path / "store"), "--json", "--remote", "sc://127.0.0.1:1")
+    assert done.returncode == 2
+    assert done.stdout == ""
+    line = done.stderr.strip().splitlines()[-1]
+    # with pyspark's Connect client installed it is the connection that fails; without, the
+    # message says what to install
+    assert line.startswith(
+        ("hanet: cannot reach Spark Connect at sc://127.0.0.1:1", "hanet: --remote needs")
+    ), done.stderr

@@ -453,3 +453,45 @@ def test_cli_diff_and_stats(
     (store,) = report["stores"]
     assert (store["store"], store["messages"], store["crc"]) == (str(FIXTURE), 47, 0)
     assert len(report["queues"]) == 1 and report["problems"] == []
+
+
+def test_jobs_give_the_same_tables_read_in_the_driver_or_by_the_executors(
+    spark: SparkSession, generated: tuple[Path, Counter[tuple[str, int]]], tmp_path: Path
+) -> None:
+    root = tmp_path / "store"
+    shutil.copytree(generated[0], root)
+    path = root / "commitlog" / file_name(FILE)
+    data = bytearray(path.read_bytes())
+    data[500] ^= 0xFF  # somewhere in the second file: a corrupt row or a CRC failure
+    path.write_bytes(bytes(data))
+    stores = [str(root), str(FIXTURE)]
+    tables = []
+    for driver_rows in (0, 100_000):
+        result = audit(spark, stores, driver_rows=driver_rows)
+        counted = stats(spark, stores, driver_rows=driver_rows)
+        try:
+            tables.append(
+                (
+                    result.rows,
+                    result.stores.collect(),
+                    result.queues.collect(),
+                    result.problems.collect(),
+                    counted.per_minute.collect(),
+                    counted.latency.collect(),
+                    counted.largest.collect(),
+                )
+            )
+        finally:
+            result.unpersist()
+            counted.unpersist()
+    by_executors, in_driver = tables
+    assert in_driver == by_executors
+    assert {row["kind"] for row in in_driver[3]} & {"corrupt", "crc"}
+    first = diff(spark, str(generated[0]), str(root), driver_rows=0)
+    second = diff(spark, str(generated[0]), str(root))
+    try:
+        assert first.summary == second.summary
+        assert first.records.collect() == second.records.collect()
+    finally:
+        first.unpersist()
+        second.unpersist()

@@ -24,13 +24,22 @@ other fields of the JSON document, for JSON), ``--limit N`` (rows printed per ta
 20; with ``--json``, rows per list, default all). The first line printed names the Spark
 version, master and cores; each table says how long it took and the last line how long the
 whole job did. Spark's stage progress bar runs on stderr when stdout and stderr are terminals;
-otherwise Spark is quiet (errors only). A STORE is a store root, a ``commitlog/`` directory or
-a quoted glob of stores.
+otherwise Spark is quiet (errors only) and hanet prints the running stages on stderr every 5 s.
+A STORE is a store root, a ``commitlog/`` directory or a quoted glob of stores.
 
-With ``--json`` stdout is one JSON document and nothing else: an object with ``command``
-(the verb), ``ok`` (false exactly when the exit status is 1), ``spark`` (the Spark line),
-``seconds`` (how long the job took), one key per table holding a list of row objects (keys
-are the column names; timestamps are ISO 8601 strings in UTC), and the verdict fields:
+Small jobs stay small: stores of at most ``--driver-rows`` records in all (200,000) are read
+by the driver and handed to Spark as Arrow tables (no Python workers), and Spark starts for a
+short job (C1 JIT only, no UI, Spark's classes mapped from a class data sharing archive that
+the first such run leaves in ``~/.cache/hanet``; ``HANET_SPARK_CDS=0`` turns that off).
+``--driver-rows 0`` reads every store through the executors. ``--remote sc://HOST:PORT`` runs
+the job on a running Spark Connect server instead (``pip install 'pyspark[connect]'`` here,
+``hanet`` importable by the server's Python), so repeated runs reuse one warm Spark.
+
+With ``--json`` stdout is one JSON document and nothing else (the progress lines go to
+stderr): an object with ``command`` (the verb), ``ok`` (false exactly when the exit status
+is 1), ``spark`` (the Spark line), ``seconds`` (how long the job took), one key per table
+holding a list of row objects (keys are the column names; timestamps are ISO 8601 strings in
+UTC), and the verdict fields:
 
 - audit: tables ``stores``, ``queues``, ``problems``; ``scanned`` (commit log rows read),
   ``problem_count`` (all problems, also those past ``--limit``), ``verdicts`` (each store's
@@ -62,7 +71,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode, urlsplit
 
-from hanet.spark import find_stores
+from hanet.spark import DEFAULT_DRIVER_ROWS, find_stores
 from hanet.store import CommitLogReader, StoreError
 
 from ._support import fail, parse_address
@@ -145,6 +154,11 @@ def _common(parser: argparse.ArgumentParser) -> None:
         help="Spark master (default local[*], or spark-submit's --master under spark-submit)",
     )  # fmt: skip
     parser.add_argument(
+        "--remote", default=None, metavar="sc://HOST:PORT",
+        help="run on a running Spark Connect server instead of starting Spark here "
+        "(needs pip install 'pyspark[connect]'; hanet importable by the server's Python)",
+    )  # fmt: skip
+    parser.add_argument(
         "--json", action="store_true",
         help="print the report as one JSON document on stdout instead of tables",
     )  # fmt: skip
@@ -158,6 +172,11 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--limit", type=int, default=None, metavar="N",
         help="rows printed per table (default 20; with --json, default all)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--driver-rows", type=int, default=DEFAULT_DRIVER_ROWS, metavar="N",
+        help="stores of at most N records in all are read by the driver and Spark starts "
+        f"for a short job (default {DEFAULT_DRIVER_ROWS}; 0: always read by the executors)",
     )  # fmt: skip
 
 

@@ -10,27 +10,31 @@ the ``hanet.cli._spark`` docstring describes instead, and nothing else.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import attrs
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import SparkSession
 
 from hanet.spark import (
     PROBLEM_KINDS,
+    Progress,
     SparkUnavailableError,
     audit,
+    connect_session,
     describe,
     diff,
+    is_small,
     spark_session,
     stats,
 )
 
-from ._spark_report import json_rows, show, write_json, write_tables
+from ._spark_report import AnyTable, Collected, json_rows, show, write_json, write_tables
 from ._support import EXIT_ERROR, EXIT_FAILED, EXIT_OK
 
 __all__ = ["run"]
@@ -47,16 +51,23 @@ def run(verb: str, args: argparse.Namespace, started: float) -> int:
     """
     jobs: dict[str, Job] = {"audit": _audit, "diff": _diff, "stats": _stats}
     job = jobs[verb]
-    owned = SparkSession.getActiveSession() is None
+    owned = args.remote is not None or SparkSession.getActiveSession() is None
+    paths = [args.master, args.slave] if verb == "diff" else list(args.stores)
+    small = is_small(paths, args.driver_rows)
     try:
-        spark = spark_session(args.spark_master)
+        if args.remote is not None:
+            spark = connect_session(args.remote)
+        else:
+            spark = spark_session(args.spark_master, quick=small, sources=not small)
     except SparkUnavailableError as exc:
         print(f"hanet: {exc}", file=sys.stderr)
         return EXIT_ERROR
     try:
         line = describe(spark)
-        _say(args, f"{line} (ready in {time.monotonic() - started:.1f} s)")
-        status, fields = job(spark, args)
+        how = "read in the driver" if small else "read by the executors"
+        _say(args, f"{line} (ready in {time.monotonic() - started:.1f} s; stores {how})")
+        with Progress(spark) if not _interactive() else contextlib.nullcontext():
+            status, fields = job(spark, args)
         elapsed = time.monotonic() - started
         if args.json:
             head = {"command": verb, "ok": status == EXIT_OK, "spark": line}
@@ -71,10 +82,16 @@ def run(verb: str, args: argparse.Namespace, started: float) -> int:
 
 
 def _say(args: argparse.Namespace, *lines: str) -> None:
-    """Print progress lines for a person: not with ``--json`` (stdout is the document)."""
-    if not args.json:
-        for line in lines:
-            print(line, flush=True)
+    """Print progress lines for a person: on stdout, or on stderr with ``--json`` (stdout is
+    the document)."""
+    out = sys.stderr if args.json else sys.stdout
+    for line in lines:
+        print(line, file=out, flush=True)
+
+
+def _interactive() -> bool:
+    """Spark draws its own progress bar (stdout and stderr are terminals)."""
+    return sys.stdout.isatty() and sys.stderr.isatty()
 
 
 def _printed(args: argparse.Namespace) -> int:
@@ -83,7 +100,7 @@ def _printed(args: argparse.Namespace) -> int:
 
 def _tables(
     args: argparse.Namespace,
-    tables: dict[str, DataFrame],
+    tables: Mapping[str, AnyTable],
     fields: dict[str, Any],
     printed: Callable[[], None],
 ) -> dict[str, Any]:
@@ -109,7 +126,12 @@ def _tables(
 def _audit(spark: SparkSession, args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
     _say(args, f"auditing {', '.join(args.stores)}")
     started = time.monotonic()
-    result = audit(spark, args.stores, consume_queues=not args.no_consume_queues)
+    result = audit(
+        spark,
+        args.stores,
+        consume_queues=not args.no_consume_queues,
+        driver_rows=args.driver_rows,
+    )
     _say(args, f"scanned {result.rows} rows in {time.monotonic() - started:.1f} s")
     try:
         store_rows = result.stores.collect()
@@ -117,7 +139,12 @@ def _audit(spark: SparkSession, args: argparse.Namespace) -> tuple[int, dict[str
         verdicts = [store_line(row) for row in store_rows]
         # The stores table (a groupBy, join and pivot over every row, not cached) is computed
         # once: what is printed, put in the JSON document or written is the collected rows.
-        stores = spark.createDataFrame(store_rows, schema=result.stores.schema)
+        schema = result.stores.schema
+        stores = Collected(
+            columns=list(schema.names),
+            rows=store_rows,
+            frame=lambda: spark.createDataFrame(store_rows, schema=schema),
+        )
 
         def printed() -> None:
             limit = _printed(args)
@@ -126,7 +153,8 @@ def _audit(spark: SparkSession, args: argparse.Namespace) -> tuple[int, dict[str
             show("problems", result.problems, limit=limit, total=total)
 
         fields = {"scanned": result.rows, "problem_count": total, "verdicts": verdicts}
-        tables = {"stores": stores, "queues": result.queues, "problems": result.problems}
+        tables: dict[str, AnyTable] = {"stores": stores, "queues": result.queues}
+        tables["problems"] = result.problems
         document = _tables(args, tables, fields, printed)
         _say(args, "", *verdicts)
     finally:
@@ -147,7 +175,7 @@ def store_line(row: Any) -> str:
 def _diff(spark: SparkSession, args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
     _say(args, f"comparing master {args.master} with slave {args.slave}")
     started = time.monotonic()
-    result = diff(spark, args.master, args.slave)
+    result = diff(spark, args.master, args.slave, driver_rows=args.driver_rows)
     summary = result.summary
     _say(args, f"scanned and matched both in {time.monotonic() - started:.1f} s")
     try:
@@ -176,7 +204,7 @@ def _diff(spark: SparkSession, args: argparse.Namespace) -> tuple[int, dict[str,
 def _stats(spark: SparkSession, args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
     _say(args, f"statistics of {', '.join(args.stores)}")
     started = time.monotonic()
-    result = stats(spark, args.stores, top=args.top)
+    result = stats(spark, args.stores, top=args.top, driver_rows=args.driver_rows)
     _say(args, f"scanned {result.rows} records in {time.monotonic() - started:.1f} s")
     try:
 

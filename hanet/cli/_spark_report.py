@@ -9,10 +9,11 @@ import json
 import shutil
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
+import attrs
 from pyspark.sql import DataFrame
 from rich import box
 from rich.console import Console
@@ -20,6 +21,7 @@ from rich.table import Table
 
 __all__ = [
     "OUT_FORMATS",
+    "Collected",
     "format_table",
     "json_rows",
     "json_value",
@@ -30,6 +32,25 @@ __all__ = [
 
 OUT_FORMATS = ("parquet", "csv", "json")
 """What ``--out`` writes."""
+
+
+@attrs.frozen
+class Collected:
+    """A table already collected on the driver: printed and put in the JSON document as it is
+    (no second Spark job); a DataFrame again (``frame``) only to be written out."""
+
+    columns: list[str]
+    rows: list[Any]
+    frame: Callable[[], DataFrame]
+
+
+AnyTable = DataFrame | Collected
+
+
+def _take(df: AnyTable, limit: int | None) -> list[Any]:
+    if isinstance(df, Collected):
+        return list(df.rows if limit is None else df.rows[:limit])
+    return (df if limit is None else df.limit(limit)).collect()
 
 
 def _cell(value: Any) -> str:
@@ -61,7 +82,7 @@ def format_table(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
 
 
 def show(
-    title: str, df: DataFrame, *, limit: int, total: int | None = None, out: TextIO | None = None
+    title: str, df: AnyTable, *, limit: int, total: int | None = None, out: TextIO | None = None
 ) -> list[Any]:
     """Print ``title`` and the first ``limit`` rows of ``df`` as a table; returns those rows.
 
@@ -71,7 +92,7 @@ def show(
     """
     out = out or sys.stdout
     started = time.monotonic()
-    rows = df.limit(limit + 1).collect() if total is None else df.limit(limit).collect()
+    rows = _take(df, limit + 1 if total is None else limit)
     more = len(rows) > limit if total is None else total > limit
     rows = rows[:limit]
     elapsed = time.monotonic() - started
@@ -79,7 +100,7 @@ def show(
         f"first {limit}" if more else f"{len(rows)} row{'s' * (len(rows) != 1)}"
     )  # fmt: skip
     heading = f"{title} ({count}, {elapsed:.1f} s)"
-    columns = list(df.columns)
+    columns = list(df.columns)  # a Collected has them too
     if not (out.isatty() and _rich_table(heading, columns, rows, out)):
         print(f"\n{heading}", file=out)
         if rows:
@@ -124,10 +145,10 @@ def json_value(value: Any) -> Any:
     return value
 
 
-def json_rows(df: DataFrame, limit: int | None = None) -> list[dict[str, Any]]:
+def json_rows(df: AnyTable, limit: int | None = None) -> list[dict[str, Any]]:
     """The rows of ``df`` (the first ``limit`` when given) as JSON objects, keys in column
     order."""
-    rows = (df if limit is None else df.limit(limit)).collect()
+    rows = _take(df, limit)
     return [{k: json_value(v) for k, v in row.asDict().items()} for row in rows]
 
 
@@ -137,7 +158,7 @@ def write_json(path: Path, document: Any) -> None:
     path.write_text(json.dumps(document, indent=1) + "\n", encoding="utf-8")
 
 
-def write_tables(tables: Mapping[str, DataFrame], out: str, fmt: str) -> list[str]:
+def write_tables(tables: Mapping[str, AnyTable], out: str, fmt: str) -> list[str]:
     """Write each table to ``out/<name>`` (a Spark output directory) as Parquet or CSV with a
     header, or to the one file ``out/<name>.json`` (a JSON array of row objects, collected on
     the driver), replacing what was there; returns the paths written."""
@@ -150,7 +171,8 @@ def write_tables(tables: Mapping[str, DataFrame], out: str, fmt: str) -> list[st
             write_json(Path(f"{target}.json"), json_rows(df))
             written.append(f"{target}.json")
             continue
-        writer = df.write.mode("overwrite")
+        frame = df.frame() if isinstance(df, Collected) else df
+        writer = frame.write.mode("overwrite")
         if fmt == "csv":
             writer.option("header", "true").csv(target)
         else:

@@ -11,6 +11,13 @@ the ``hanet`` command line works without the extra.
 - Jobs returning DataFrames: :func:`audit` (``_audit.py``), :func:`diff` (``_diff.py``),
   :func:`stats` (``_stats.py``); the ``hanet audit|diff|stats`` verbs print them
   (:mod:`hanet.cli`).
+- Small stores are read in the driver and handed to Spark as Arrow tables
+  (:func:`commit_log_table`, :func:`consume_queue_table`, :func:`is_small`; ``_local.py``):
+  the jobs do so up to :data:`DEFAULT_DRIVER_ROWS` rows (their ``driver_rows`` argument).
+  :func:`spark_session` with ``quick=True`` starts the JVM for a short job, mapping Spark's
+  classes from a class data sharing archive (:func:`cds_plan`; ``_cds.py``);
+  :func:`connect_session` joins a Spark Connect server. :class:`Progress` prints the running
+  stages on stderr while Spark's own progress bar is off (``_progress.py``).
 - Without Spark: :func:`commit_log_batches` reads one commit log range as Arrow batches
   (``_arrow.py``), :func:`consume_queue_batches` one consume queue file (``_queues.py``);
   :func:`find_stores`, :func:`plan_commit_log` plan the ranges (``_layout.py``);
@@ -43,10 +50,12 @@ if TYPE_CHECKING:
         properties_map_column,
     )
     from ._audit import PROBLEM_KINDS, AuditResult, audit
+    from ._cds import CdsPlan, cds_plan
     from ._diff import DiffResult, DiffSummary, diff
     from ._fields import RecordDifference, compare_records, record_spans
     from ._frames import commit_log, consume_queue, java_string_hash_column
     from ._layout import (
+        DEFAULT_DRIVER_ROWS,
         CommitLogRange,
         ConsumeQueueFile,
         StoreLocation,
@@ -55,6 +64,8 @@ if TYPE_CHECKING:
         plan_commit_log,
         plan_consume_queues,
     )
+    from ._local import commit_log_table, consume_queue_table, is_small
+    from ._progress import PROGRESS_INTERVAL, Progress, stage_lines
     from ._queues import consume_queue_batches, consume_queue_schema
     from ._remote import (
         BROKER_SCHEME,
@@ -69,6 +80,7 @@ if TYPE_CHECKING:
     from ._session import (
         JAVA_HINT,
         SparkUnavailableError,
+        connect_session,
         describe,
         java_problem,
         spark_session,
@@ -84,9 +96,12 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BROKER_SCHEME",
+    "DEFAULT_DRIVER_ROWS",
     "JAVA_HINT",
     "PROBLEM_KINDS",
+    "PROGRESS_INTERVAL",
     "AuditResult",
+    "CdsPlan",
     "CommitLogDataSource",
     "CommitLogRange",
     "ConsumeQueueDataSource",
@@ -96,6 +111,7 @@ __all__ = [
     "LogChunk",
     "LogReadClient",
     "LogReadError",
+    "Progress",
     "PropertyColumns",
     "RecordDifference",
     "RemoteRange",
@@ -104,19 +120,24 @@ __all__ = [
     "StoreLocation",
     "TlsFiles",
     "audit",
+    "cds_plan",
     "commit_log",
     "commit_log_batches",
     "commit_log_schema",
     "commit_log_struct",
+    "commit_log_table",
     "compare_records",
+    "connect_session",
     "consume_queue",
     "consume_queue_batches",
     "consume_queue_schema",
     "consume_queue_struct",
+    "consume_queue_table",
     "describe",
     "diff",
     "find_record_start",
     "find_stores",
+    "is_small",
     "java_problem",
     "java_string_hash_column",
     "plan_broker",
@@ -127,11 +148,13 @@ __all__ = [
     "register",
     "remote_batches",
     "spark_session",
+    "stage_lines",
     "stats",
 ]
 
 _HOMES = {
     "_arrow": (
+        "Progress",
         "PropertyColumns",
         "commit_log_batches",
         "commit_log_schema",
@@ -142,6 +165,7 @@ _HOMES = {
     "_fields": ("RecordDifference", "compare_records", "record_spans"),
     "_frames": ("commit_log", "consume_queue", "java_string_hash_column"),
     "_layout": (
+        "DEFAULT_DRIVER_ROWS",
         "CommitLogRange",
         "ConsumeQueueFile",
         "StoreLocation",
@@ -150,6 +174,9 @@ _HOMES = {
         "plan_commit_log",
         "plan_consume_queues",
     ),
+    "_cds": ("CdsPlan", "cds_plan"),
+    "_progress": ("PROGRESS_INTERVAL", "Progress", "stage_lines"),
+    "_local": ("commit_log_table", "consume_queue_table", "is_small"),
     "_queues": ("consume_queue_batches", "consume_queue_schema"),
     "_remote": (
         "BROKER_SCHEME",
@@ -161,7 +188,14 @@ _HOMES = {
         "plan_broker",
         "remote_batches",
     ),
-    "_session": ("JAVA_HINT", "SparkUnavailableError", "describe", "java_problem", "spark_session"),
+    "_session": (
+        "JAVA_HINT",
+        "SparkUnavailableError",
+        "connect_session",
+        "describe",
+        "java_problem",
+        "spark_session",
+    ),
     "_source": (
         "CommitLogDataSource",
         "ConsumeQueueDataSource",

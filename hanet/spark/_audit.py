@@ -26,6 +26,7 @@ from pyspark.sql import functions as F
 
 from ._frames import commit_log, consume_queue, java_string_hash_column, paths_of, record_end
 from ._layout import find_stores, plan_consume_queues
+from ._local import DEFAULT_DRIVER_ROWS
 from ._remote import BROKER_SCHEME
 
 __all__ = ["PROBLEM_KINDS", "AuditResult", "audit"]
@@ -82,26 +83,33 @@ class AuditResult:
 
 
 def audit(
-    spark: SparkSession, stores: str | Sequence[str], *, consume_queues: bool = True
+    spark: SparkSession,
+    stores: str | Sequence[str],
+    *,
+    consume_queues: bool = True,
+    driver_rows: int = DEFAULT_DRIVER_ROWS,
 ) -> AuditResult:
     """Audit one or more stores (paths or globs); ``consume_queues=False`` skips the rebuild
-    and comparison of the consume queues.
+    and comparison of the consume queues. Commit logs and consume queues of at most
+    ``driver_rows`` rows are read in the driver (:func:`~hanet.spark.commit_log`), larger ones
+    (all with 0) by the executors.
 
     Scans the commit logs once, here (a Spark job); the tables are computed from that cached
     scan when they are used.
     """
-    scan = commit_log(spark, stores, columns=_COLUMNS).cache()
+    scan = commit_log(spark, stores, columns=_COLUMNS, driver_rows=driver_rows).cache()
     rows = scan.count()
     ok = scan.where(F.col("status") == "ok")
     problems = _record_problems(scan).unionByName(_queue_offsets(ok))
     cached = [scan]
     with_queues = _stores_with_consume_queues(stores) if consume_queues else []
     if with_queues:
-        entries = consume_queue(spark, with_queues).cache()
+        entries = consume_queue(spark, with_queues, driver_rows=driver_rows).cache()
         cached.append(entries)
         problems = problems.unionByName(_consume_queue_problems(ok, entries, with_queues))
-    problems = problems.orderBy("store", "physical_offset", "kind").cache()
-    cached.append(problems)
+    found = problems.cache()  # unsorted: sorting a cached table costs a sampling job more
+    cached.append(found)
+    problems = found.orderBy("store", "physical_offset", "kind")
     queues = (
         ok.groupBy("store", "topic", "queue_id")
         .agg(
@@ -122,7 +130,7 @@ def audit(
         F.min(F.when(F.col("status") == "ok", F.col("physical_offset"))).alias("first_offset"),
         F.max(F.when(F.col("status") == "ok", record_end())).alias("end_offset"),
     )
-    counts = problems.groupBy("store").pivot("kind", list(PROBLEM_KINDS)).count()
+    counts = found.groupBy("store").pivot("kind", list(PROBLEM_KINDS)).count()
     store_table = (
         totals.join(counts, "store", "left")
         .fillna(0, subset=list(PROBLEM_KINDS))

@@ -33,6 +33,7 @@ from pyspark.sql import functions as F
 from ._fields import compare_records
 from ._frames import commit_log, record_end
 from ._layout import find_stores
+from ._local import DEFAULT_DRIVER_ROWS
 
 __all__ = ["DiffResult", "DiffSummary", "diff"]
 
@@ -104,10 +105,10 @@ class DiffResult:
         self._scan.unpersist()
 
 
-def _side(spark: SparkSession, store: str, side: str) -> DataFrame:
+def _side(spark: SparkSession, store: str, side: str, driver_rows: int) -> DataFrame:
     fingerprint = F.xxhash64(*_FINGERPRINT_COLUMNS, F.to_json("properties"))
     columns = ("file", "physical_offset", "size", "status", "properties", *_FINGERPRINT_COLUMNS)
-    return commit_log(spark, store, columns=columns).select(
+    return commit_log(spark, store, columns=columns, driver_rows=driver_rows).select(
         F.lit(side).alias("side"),
         "file",
         "physical_offset",
@@ -118,9 +119,14 @@ def _side(spark: SparkSession, store: str, side: str) -> DataFrame:
     )
 
 
-def diff(spark: SparkSession, master: str, slave: str) -> DiffResult:
-    """Compare a slave's store with its master's (two paths); see the module docstring."""
-    scan = _side(spark, master, "master").unionByName(_side(spark, slave, "slave")).cache()
+def diff(
+    spark: SparkSession, master: str, slave: str, *, driver_rows: int = DEFAULT_DRIVER_ROWS
+) -> DiffResult:
+    """Compare a slave's store with its master's (two paths); see the module docstring. A
+    side of at most ``driver_rows`` rows is read in the driver (:func:`~hanet.spark.commit_log`).
+    """
+    master_side = _side(spark, master, "master", driver_rows)
+    scan = master_side.unionByName(_side(spark, slave, "slave", driver_rows)).cache()
     ok = scan.where(F.col("status") == "ok")
     m = ok.where(F.col("side") == "master").drop("side", "status")
     s = ok.where(F.col("side") == "slave").drop("side", "status")

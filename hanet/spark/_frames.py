@@ -8,6 +8,10 @@ from functools import reduce
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from ._local import commit_log_table, consume_queue_table
+from ._remote import BROKER_SCHEME
+from ._source import commit_log_struct, consume_queue_struct, register
+
 __all__ = ["commit_log", "consume_queue", "java_string_hash_column", "paths_of", "record_end"]
 
 
@@ -22,9 +26,14 @@ def commit_log(
     *,
     include_body: bool = False,
     columns: Sequence[str] | None = None,
+    driver_rows: int = 0,
 ) -> DataFrame:
     """The ``commitlog`` rows of one or more stores (each a path or a glob), as one DataFrame;
     only ``columns`` when given (the others are not computed).
+
+    Stores of at most ``driver_rows`` rows in all are read in the driver and handed to Spark
+    as an Arrow table (:mod:`hanet.spark._local`: no Python workers); larger ones, and all
+    with ``driver_rows=0``, through the ``commitlog`` data source.
 
     Raises:
         ValueError: no path given.
@@ -32,17 +41,33 @@ def commit_log(
     paths = paths_of(stores)
     if not paths:
         raise ValueError("no store given")
+    if driver_rows > 0 and not any(p.startswith(BROKER_SCHEME) for p in paths):
+        # (a live broker's log is read over the network by the data source's tasks)
+        table = commit_log_table(
+            paths, include_body=include_body, columns=columns, max_rows=driver_rows
+        )
+        if table is not None:
+            return spark.createDataFrame(table, commit_log_struct(include_body, columns))
+    register(spark)
     reader = spark.read.format("commitlog").option("includeBody", str(include_body).lower())
     if columns:
         reader = reader.option("columns", ",".join(columns))
     return reduce(DataFrame.unionByName, (reader.load(p) for p in paths))
 
 
-def consume_queue(spark: SparkSession, stores: str | Sequence[str]) -> DataFrame:
-    """The ``consumequeue`` rows of one or more stores, as one DataFrame."""
+def consume_queue(
+    spark: SparkSession, stores: str | Sequence[str], *, driver_rows: int = 0
+) -> DataFrame:
+    """The ``consumequeue`` rows of one or more stores, as one DataFrame (read in the driver
+    when there are at most ``driver_rows``, as :func:`commit_log` does)."""
     paths = paths_of(stores)
     if not paths:
         raise ValueError("no store given")
+    if driver_rows > 0:
+        table = consume_queue_table(paths, max_rows=driver_rows)
+        if table is not None:
+            return spark.createDataFrame(table, consume_queue_struct())
+    register(spark)
     reader = spark.read.format("consumequeue")
     return reduce(DataFrame.unionByName, (reader.load(p) for p in paths))
 

@@ -33,6 +33,7 @@ from hanet.store import (
 )
 
 __all__ = [
+    "DEFAULT_DRIVER_ROWS",
     "DEFAULT_MAX_RANGE_BYTES",
     "SYNC_SEARCH_BYTES",
     "CommitLogRange",
@@ -46,6 +47,10 @@ __all__ = [
 
 DEFAULT_MAX_RANGE_BYTES = 128 * 1024 * 1024
 """Files larger than this (128 MiB, Spark's ``maxPartitionBytes``) are read in several ranges."""
+DEFAULT_DRIVER_ROWS = 200_000
+"""The jobs read stores of at most this many rows in the driver (:mod:`hanet.spark._local`): a
+fraction of a second of native scan, about 30 MB of the audit's columns. Here, not there,
+because the command line needs it without pyarrow."""
 SYNC_SEARCH_BYTES = 8 * 1024 * 1024
 """How far :func:`find_record_start` looks for a record start before giving up (8 MiB: twice
 the largest RocketMQ message)."""

@@ -37,6 +37,7 @@ CONSUME_QUEUE_COLUMNS: tuple[tuple[str, Any], ...] = (
 
 _ENTRY = struct.Struct(">qiq")
 _BLANK_SIZE = 0x7FFFFFFF  # RocketMQ's fillPreBlank entries
+_FIRST_CHUNK = 1024
 
 
 def consume_queue_schema() -> pa.Schema:
@@ -60,8 +61,10 @@ def consume_queue_batches(
     first_queue_offset = part.start // CQ_ENTRY_SIZE
     index = 0
     count = len(data) // CQ_ENTRY_SIZE
+    step = min(batch_rows, _FIRST_CHUNK)  # most files are mostly unwritten: look small first
     while index < count:
-        stop = min(count, index + batch_rows)
+        stop = min(count, index + step)
+        step = min(batch_rows, step * 4)
         chunk = data[index * CQ_ENTRY_SIZE : stop * CQ_ENTRY_SIZE]
         entries = list(_ENTRY.iter_unpack(chunk))
         end = _first_unwritten(entries)

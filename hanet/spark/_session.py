@@ -24,6 +24,7 @@ for a minute before giving up.
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import os
 import shutil
@@ -33,6 +34,7 @@ import threading
 from collections.abc import Mapping
 from pathlib import Path
 
+import pyspark
 from py4j.protocol import Py4JError  # type: ignore[import-untyped]
 from pyspark import SparkConf, SparkContext
 from pyspark.errors import PySparkException
@@ -41,13 +43,16 @@ from pyspark.sql import SparkSession
 
 from hanet.errors import HanetError
 
+from ._cds import CdsPlan, cds_plan
 from ._source import register
 
 __all__ = [
     "JAVA_HINT",
     "MASTER_CONNECT_TIMEOUT",
+    "QUICK_JVM_OPTIONS",
     "SparkUnavailableError",
     "check_master",
+    "connect_session",
     "describe",
     "java_problem",
     "spark_session",
@@ -65,6 +70,13 @@ LOG4J_CONFIG = Path(__file__).with_name("log4j2.properties")
 MASTER_CONNECT_TIMEOUT = 5.0
 """Seconds :func:`check_master` waits for a ``spark://`` master to accept a connection."""
 _JVM_NOTICES = (b"WARNING: Using incubator modules",)
+_CONNECT_CLIENT = ("pandas", "numpy", "grpc", "grpc_status", "zstandard")
+"""What pyspark's Spark Connect client imports (``pip install 'pyspark[connect]'``)."""
+QUICK_JVM_OPTIONS = ("-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC")
+"""JVM options for a short job (``spark_session(quick=True)``): the JIT compiles with C1 only
+(a short job's first queries are mostly JIT and class loading; C2 would compete for the cores
+and rarely pays off before the job ends) and the serial collector (no GC threads). The driver
+JVM also maps Spark's classes from a class data sharing archive (:mod:`hanet.spark._cds`)."""
 
 
 class SparkUnavailableError(HanetError):
@@ -89,6 +101,8 @@ def spark_session(
     *,
     app_name: str = "hanet",
     config: Mapping[str, str] | None = None,
+    quick: bool = False,
+    sources: bool = True,
 ) -> SparkSession:
     """A Spark session for the hanet jobs, with the data sources registered.
 
@@ -99,6 +113,11 @@ def spark_session(
         config: more Spark settings; they win over hanet's defaults (UTC session time zone,
             console progress bar on a terminal only, quiet driver logs, shuffle partitions of
             twice the local cores; none of them under spark-submit).
+        quick: start for a short job (:data:`QUICK_JVM_OPTIONS` for the driver JVM and
+            Spark's launcher, no Spark UI): seconds less to start and to plan the first
+            queries, slower on long ones. Ignored under spark-submit and when a session runs.
+        sources: register the data sources now (else the jobs do when they first read
+            through them: a few seconds saved when every store is read in the driver).
 
     Raises:
         SparkUnavailableError: no Java, an unreachable ``spark://`` master, or the JVM did not
@@ -106,16 +125,20 @@ def spark_session(
     """
     running = SparkSession.getActiveSession()
     if running is None:
-        running = _start(master, app_name, config or {})
+        running = _start(master, app_name, config or {}, quick)
     running.sparkContext.setLogLevel("WARN" if _interactive() else "ERROR")
     logging.getLogger("py4j").setLevel(logging.WARNING)  # py4j logs every connection at INFO
-    register(running)
+    if sources:
+        register(running)
     return running
 
 
-def _start(master: str | None, app_name: str, config: Mapping[str, str]) -> SparkSession:
+def _start(
+    master: str | None, app_name: str, config: Mapping[str, str], quick: bool
+) -> SparkSession:
     submitted = "PYSPARK_GATEWAY_PORT" in os.environ  # inside spark-submit: its JVM runs
     settings: dict[str, str] = {}
+    cds: CdsPlan | None = None
     if not submitted:  # spark-submit's own settings (--master, --conf ...) stay as they are
         problem = java_problem()
         if problem is not None:
@@ -123,13 +146,19 @@ def _start(master: str | None, app_name: str, config: Mapping[str, str]) -> Spar
         master = master or "local[*]"
         check_master(master)
         level = "warn" if _interactive() else "error"
+        log4j = f"-Dlog4j2.configurationFile={LOG4J_CONFIG.as_uri()}"
+        java_options = f"{log4j} -Dhanet.spark.log={level}"
         settings = {
             "spark.ui.showConsoleProgress": str(_interactive()).lower(),
             "spark.sql.session.timeZone": "UTC",
-            "spark.driver.extraJavaOptions": (
-                f"-Dlog4j2.configurationFile={LOG4J_CONFIG.as_uri()} -Dhanet.spark.log={level}"
-            ),
+            "spark.driver.extraJavaOptions": java_options,
         }
+        if quick:
+            cds = cds_plan(pyspark.__version__)
+            quick_options = " ".join((*QUICK_JVM_OPTIONS, *cds.options))
+            settings["spark.driver.extraJavaOptions"] += " " + quick_options
+            settings["spark.ui.enabled"] = "false"
+            os.environ.setdefault("SPARK_LAUNCHER_OPTS", " ".join(QUICK_JVM_OPTIONS))
     if master is not None and master.startswith("local"):
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -146,7 +175,12 @@ def _start(master: str | None, app_name: str, config: Mapping[str, str]) -> Spar
             if master is not None:
                 conf.setMaster(master)
             SparkContext(conf=conf, gateway=_launch_filtered(conf))
-        return builder.getOrCreate()
+        session = builder.getOrCreate()
+        if cds is not None:
+            process = getattr(SparkContext._gateway, "proc", None)
+            if process is not None:
+                cds.launched(process.pid)
+        return session
     except PySparkException as exc:
         raise SparkUnavailableError(f"Spark did not start: {exc}\n{JAVA_HINT}") from exc
     except Py4JError as exc:
@@ -216,8 +250,47 @@ def _local_cores(master: str) -> int:
     return os.cpu_count() or 1
 
 
+def connect_session(remote: str) -> SparkSession:
+    """A session on a running Spark Connect server (``sc://HOST:PORT``), for the hanet jobs.
+
+    The jobs run there as they do locally; a store of at most ``driver_rows`` rows is read
+    here and sent as Arrow, a larger one is read by the server's executors through the data
+    sources (registered over Connect when first used: the server's Python workers must import
+    ``hanet``). Needs pyspark's Connect client (``pip install 'pyspark[connect]'``).
+
+    Raises:
+        SparkUnavailableError: no Connect client installed, or the server did not answer.
+    """
+    missing = [name for name in _CONNECT_CLIENT if importlib.util.find_spec(name) is None]
+    if missing:  # pyspark.sql.connect checks them on import, and may exit rather than raise
+        raise SparkUnavailableError(
+            "--remote needs pyspark's Spark Connect client: pip install 'pyspark[connect]' "
+            f"(missing: {', '.join(missing)})"
+        )
+    address = remote.removeprefix("sc://").split("/")[0].split(";")[0]
+    host, _, port = address.rpartition(":")
+    if not remote.startswith("sc://") or not host or not port.isdigit():
+        raise SparkUnavailableError(f"bad Spark Connect URL {remote!r}: want sc://HOST:PORT")
+    try:  # the client would retry an unreachable server for minutes
+        with socket.create_connection((host.strip("[]"), int(port)), MASTER_CONNECT_TIMEOUT):
+            pass
+    except OSError as exc:
+        reason = exc.strerror or exc or type(exc).__name__
+        raise SparkUnavailableError(f"cannot reach Spark Connect at {remote} ({reason})") from exc
+    try:
+        session = SparkSession.builder.remote(remote).getOrCreate()
+        session.version  # noqa: B018 - the first call that reaches the server
+    except Exception as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise SparkUnavailableError(f"cannot use Spark Connect at {remote}: {first}") from exc
+    return session
+
+
 def describe(spark: SparkSession) -> str:
-    """``Spark 4.3.0 on local[*] with 2 cores``: which Spark, where, how many cores."""
+    """``Spark 4.3.0 on local[*] with 2 cores``: which Spark, where, how many cores
+    (``Spark 4.3.0 over Spark Connect`` for a Connect session)."""
+    if not hasattr(spark, "_jsc"):  # a Spark Connect session has no SparkContext here
+        return f"Spark {spark.version} over Spark Connect"
     context = spark.sparkContext
     cores = context.defaultParallelism
     return f"Spark {spark.version} on {context.master} with {cores} core{'s' * (cores != 1)}"

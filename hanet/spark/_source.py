@@ -67,10 +67,17 @@ __all__ = [
 _TRUE = frozenset({"true", "1", "yes"})
 
 
+_REGISTERED = "_hanet_sources_registered"
+
+
 def register(spark: SparkSession) -> None:
-    """Register the ``commitlog`` and ``consumequeue`` formats with a Spark session."""
+    """Register the ``commitlog`` and ``consumequeue`` formats with a Spark session (once per
+    session object: later calls do nothing)."""
+    if getattr(spark, _REGISTERED, False):
+        return
     spark.dataSource.register(CommitLogDataSource)
     spark.dataSource.register(ConsumeQueueDataSource)
+    setattr(spark, _REGISTERED, True)
 
 
 def _spark_type(arrow_type: Any) -> DataType:

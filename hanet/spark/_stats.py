@@ -20,6 +20,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from ._frames import commit_log
+from ._local import DEFAULT_DRIVER_ROWS
 
 __all__ = ["LATENCY_PERCENTILES", "StatsResult", "stats"]
 
@@ -43,8 +44,15 @@ class StatsResult:
         self._scan.unpersist()
 
 
-def stats(spark: SparkSession, stores: str | Sequence[str], *, top: int = 10) -> StatsResult:
-    """Statistics of one or more stores (paths or globs); ``top`` largest messages.
+def stats(
+    spark: SparkSession,
+    stores: str | Sequence[str],
+    *,
+    top: int = 10,
+    driver_rows: int = DEFAULT_DRIVER_ROWS,
+) -> StatsResult:
+    """Statistics of one or more stores (paths or globs); ``top`` largest messages; stores of
+    at most ``driver_rows`` rows are read in the driver (:func:`~hanet.spark.commit_log`).
 
     Scans the commit logs once, here (a Spark job); the tables are computed from that cached
     scan when they are used.
@@ -61,7 +69,8 @@ def stats(spark: SparkSession, stores: str | Sequence[str], *, top: int = 10) ->
         "keys",
         "status",
     )
-    scan = commit_log(spark, stores, columns=columns).where(F.col("status") == "ok").cache()
+    scan = commit_log(spark, stores, columns=columns, driver_rows=driver_rows)
+    scan = scan.where(F.col("status") == "ok").cache()
     rows = scan.count()
     per_minute = (
         scan.groupBy(
