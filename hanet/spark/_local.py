@@ -22,6 +22,7 @@ import pyarrow as pa
 from ._arrow import commit_log_batches, commit_log_schema
 from ._layout import DEFAULT_DRIVER_ROWS, find_stores, plan_commit_log, plan_consume_queues
 from ._queues import consume_queue_batches, consume_queue_schema
+from ._remote import BROKER_SCHEME
 
 __all__ = ["DEFAULT_DRIVER_ROWS", "commit_log_table", "consume_queue_table", "is_small"]
 
@@ -81,6 +82,6 @@ def consume_queue_table(
 def is_small(paths: Sequence[str], max_rows: int = DEFAULT_DRIVER_ROWS) -> bool:
     """The commit logs of the stores named by ``paths`` hold at most ``max_rows`` rows in all
     (what :func:`commit_log_table` would read; one cheap column computed)."""
-    if max_rows <= 0:
-        return False
+    if max_rows <= 0 or any(p.startswith(BROKER_SCHEME) for p in paths):
+        return False  # a live broker's log is read by the data source's tasks
     return commit_log_table(paths, columns=("size",), max_rows=max_rows) is not None
