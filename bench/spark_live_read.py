@@ -32,6 +32,7 @@ from typing import Any
 import trustme
 
 from hanet.spark import (
+    AUDIT_COLUMNS,
     TlsFiles,
     commit_log_batches,
     find_stores,
@@ -42,20 +43,6 @@ from hanet.spark import (
 from hanet.store import CommitLogStore, Message, StoreConfig
 
 FILE_SIZE = 16 * 1024 * 1024
-AUDIT_COLUMNS = (
-    "store",
-    "file",
-    "physical_offset",
-    "size",
-    "topic",
-    "queue_id",
-    "queue_offset",
-    "body_crc",
-    "crc_ok",
-    "tags",
-    "status",
-    "error",
-)
 ROOT = Path(__file__).resolve().parents[1]
 
 

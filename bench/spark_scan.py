@@ -42,7 +42,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from hanet.spark import commit_log_batches, find_stores, plan_commit_log
+from hanet.spark import AUDIT_COLUMNS, commit_log_batches, find_stores, plan_commit_log
 from hanet.store import (
     NATIVE_SCANNER,
     MessageRecord,
@@ -56,21 +56,6 @@ from hanet.store import (
 FILE_SIZE = 1024 * 1024 * 1024
 DEFAULT_DIR = Path(__file__).resolve().parent / "out" / "spark-scan"
 GOAL = 1.5
-AUDIT_COLUMNS = (
-    "store",
-    "file",
-    "physical_offset",
-    "size",
-    "topic",
-    "queue_id",
-    "queue_offset",
-    "body_crc",
-    "crc_ok",
-    "tags",
-    "status",
-    "error",
-)
-"""What ``hanet audit`` reads (``columns`` option): the projected scan."""
 
 
 def generate(root: Path, size: int, body_bytes: int, file_size: int) -> dict[str, Any]:

@@ -49,7 +49,7 @@ if TYPE_CHECKING:
         commit_log_schema,
         properties_map_column,
     )
-    from ._audit import PROBLEM_KINDS, AuditResult, audit
+    from ._audit import AUDIT_COLUMNS, PROBLEM_KINDS, AuditResult, audit
     from ._cds import CdsPlan, cds_plan
     from ._diff import DiffResult, DiffSummary, diff
     from ._fields import RecordDifference, compare_records, record_spans
@@ -95,6 +95,7 @@ if TYPE_CHECKING:
     from ._stats import StatsResult, stats
 
 __all__ = [
+    "AUDIT_COLUMNS",
     "BROKER_SCHEME",
     "DEFAULT_DRIVER_ROWS",
     "JAVA_HINT",
@@ -160,7 +161,7 @@ _HOMES = {
         "commit_log_schema",
         "properties_map_column",
     ),
-    "_audit": ("PROBLEM_KINDS", "AuditResult", "audit"),
+    "_audit": ("AUDIT_COLUMNS", "PROBLEM_KINDS", "AuditResult", "audit"),
     "_diff": ("DiffResult", "DiffSummary", "diff"),
     "_fields": ("RecordDifference", "compare_records", "record_spans"),
     "_frames": ("commit_log", "consume_queue", "java_string_hash_column"),

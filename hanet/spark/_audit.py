@@ -29,7 +29,7 @@ from ._layout import find_stores, plan_consume_queues
 from ._local import DEFAULT_DRIVER_ROWS
 from ._remote import BROKER_SCHEME
 
-__all__ = ["PROBLEM_KINDS", "AuditResult", "audit"]
+__all__ = ["AUDIT_COLUMNS", "PROBLEM_KINDS", "AuditResult", "audit"]
 
 PROBLEM_KINDS = (
     "corrupt",
@@ -43,7 +43,7 @@ PROBLEM_KINDS = (
 """The ``kind`` values of the ``problems`` table, in the order the ``stores`` table counts them."""
 
 _QUEUE_KEY = ("store", "topic", "queue_id", "queue_offset")
-_COLUMNS = (
+AUDIT_COLUMNS = (
     "store",
     "file",
     "physical_offset",
@@ -97,7 +97,7 @@ def audit(
     Scans the commit logs once, here (a Spark job); the tables are computed from that cached
     scan when they are used.
     """
-    scan = commit_log(spark, stores, columns=_COLUMNS, driver_rows=driver_rows).cache()
+    scan = commit_log(spark, stores, columns=AUDIT_COLUMNS, driver_rows=driver_rows).cache()
     rows = scan.count()
     ok = scan.where(F.col("status") == "ok")
     problems = _record_problems(scan).unionByName(_queue_offsets(ok))
