@@ -79,9 +79,10 @@ static PyObject *parse_string(Parser *ps) {
         ps->p = p + 1;
         return s;
     }
-    /* escapes: unescape into the scratch buffer */
+    /* escapes: unescape into the scratch buffer (no longer than the rest of the input: an
+     * escape is never shorter than the bytes it stands for) */
     Py_ssize_t n = p - start;
-    if (grow(ps, (end - start) * 3 + 8) < 0) {
+    if (grow(ps, end - start) < 0) {
         PyErr_NoMemory();
         return NULL;
     }
