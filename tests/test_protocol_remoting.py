@@ -125,6 +125,12 @@ def test_malformed_frames_are_refused_with_a_reason(frame: bytes, reason: str) -
         decode_command(frame)
 
 
+def test_a_json_header_nested_too_deep_is_refused_not_raised_past_the_codec() -> None:
+    header = b'{"code":1,"x":' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+    with pytest.raises(RemotingCommandError, match="does not parse"):
+        decode_command(struct.pack(">I", len(header)) + header)
+
+
 def test_binary_header_lengths_are_checked() -> None:
     good = encode_command(
         RemotingCommand.request(34, {"k": "v"}, serialize_type=SerializeType.ROCKETMQ)

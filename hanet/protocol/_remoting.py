@@ -470,12 +470,12 @@ def decode_json_header_py(
         RemotingCommandError: the header is not a remoting command's.
     """
     try:
-        header = _JSON_DECODE(str(data, "utf-8"))
-    except ValueError:  # not UTF-8 (UnicodeDecodeError), a BOM, not JSON: the long way
         try:
+            header = _JSON_DECODE(str(data, "utf-8"))
+        except ValueError:  # not UTF-8 (UnicodeDecodeError), a BOM, not JSON: the long way
             header = json.loads(bytes(data))
-        except (UnicodeDecodeError, ValueError) as exc:
-            raise RemotingCommandError(f"JSON header does not parse: {exc}") from None
+    except (ValueError, RecursionError) as exc:  # RecursionError: nested too deep
+        raise RemotingCommandError(f"JSON header does not parse: {exc}") from None
     if not isinstance(header, dict):
         raise RemotingCommandError("JSON header is not an object")
     ext = header.get("extFields")
