@@ -75,7 +75,7 @@ def _java_order(key: str) -> bytes:
     return key.encode("utf-16-be", "surrogatepass")
 
 
-def _sorted_values(fields: Mapping[str, str], skipped: frozenset[str] | set[str]) -> bytes:
+def _sorted_values(fields: Mapping[str, str], skipped: frozenset[str]) -> bytes:
     keys = list(fields)
     if "".join(keys).isascii():
         keys.sort()  # code points and UTF-16 code units agree on ASCII
@@ -97,7 +97,8 @@ def signing_content(
 ) -> bytes:
     """The bytes a signature covers: the values of ``fields`` but ``exclude``, in the order of
     their keys, as UTF-8, then ``body``."""
-    content = _sorted_values(fields or {}, set(exclude))
+    skipped = exclude if isinstance(exclude, frozenset) else frozenset(exclude)
+    content = _sorted_values(fields or {}, skipped)
     if body:
         content += bytes(body)
     return content
@@ -116,11 +117,8 @@ def request_signature(
     *,
     exclude: frozenset[str] = _SIGNATURE_ONLY,
 ) -> str:
-    """``signature(signing_content(fields, body, exclude=exclude), secret_key)``."""
-    content = _sorted_values(fields or {}, exclude)
-    if body:
-        content += body
-    return base64.b64encode(hmac.digest(secret_key.encode("utf-8"), content, "sha1")).decode()
+    """The signature of ``fields`` but ``exclude`` and ``body`` (what a server recomputes)."""
+    return signature(signing_content(fields, body, exclude=exclude), secret_key)
 
 
 def sign_request(request: RemotingCommand, credentials: Credentials) -> RemotingCommand:
