@@ -147,6 +147,8 @@ def test_unsigned_unknown_and_forged_requests_are_refused() -> None:
     tampered = RemotingCommand.request(310, good.fields, b"y")  # body changed after signing
     assert refusal(tampered) == "Check signature failed for accessKey=ordinaryUser"
     assert check_request(CONFIG, good, HOST) is CONFIG.accounts["ordinaryUser"]
+    surrogate = RemotingCommand.request(310, {**good.fields, "Signature": "\ud800"}, b"x")
+    assert refusal(surrogate) == "Check signature failed for accessKey=ordinaryUser"
 
 
 NO_ORDERS = "No default permission for topic:orders"
