@@ -120,7 +120,8 @@ def test_rocketmq_address_patterns(pattern: str, inside: list[str], outside: lis
 
 
 @pytest.mark.parametrize(
-    "pattern", ["10.0.0.0/8", "192.168.*.5", "192.168", "300.1.1.*", "1.2.3.9-2", "*.1.2.3", "x"]
+    "pattern",
+    ["10.0.0.0/8", "192.168.*.5", "192.168", "300.1.1.*", "1.2.3.9-2", "*.1.2.3", "x", "1.2.3.4*"],
 )
 def test_bad_address_patterns(pattern: str) -> None:
     with pytest.raises(ValueError):

@@ -217,7 +217,9 @@ def _v4_range(text: str) -> tuple[int, tuple[int, ...], int, int, int]:
     parts = [part.strip() for part in text.split(".")]
     if len(parts) != 4:
         raise ValueError(f"{text!r}: an IPv4 pattern has 4 parts")
-    index = next(i for i, part in enumerate(parts) if part == "*" or "-" in part)
+    index = next((i for i, part in enumerate(parts) if part == "*" or "-" in part), None)
+    if index is None:
+        raise ValueError(f"{text!r}: '*' stands for a whole part, as 192.168.1.*")
     if index == 0:
         raise ValueError(f"{text!r}: the first part cannot be a range (use *)")
     if any(part != "*" for part in parts[index + 1 :]):
