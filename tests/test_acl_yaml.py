@@ -143,3 +143,8 @@ globalWhiteRemoteAddresses:
         "dataVersion": [{"counter": "3", "timestamp": "1631252325024"}],
         "globalWhiteRemoteAddresses": ["10.10.103.*"],
     }
+
+
+def test_nesting_too_deep_is_refused_not_a_recursion_error() -> None:
+    with pytest.raises(YamlSubsetError, match="nested too deep"):
+        parse_yaml("- " * 5000 + "x", "deep.yml")

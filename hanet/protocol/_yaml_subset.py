@@ -59,7 +59,10 @@ def parse_yaml(text: str, source: str = "<yaml>") -> YamlValue:
     if not lines:
         return None
     parser = _Parser(lines, source)
-    value = parser.block(0, lines[0].indent)
+    try:
+        value = parser.block(0, lines[0].indent)
+    except RecursionError:  # "- - - ... x": one level of Python recursion per level
+        raise YamlSubsetError(f"{source}: nested too deep") from None
     if parser.pos < len(lines):
         parser.fail(lines[parser.pos], "unexpected indentation")
     return value
