@@ -148,7 +148,10 @@ def test_object_keys_and_bad_bodies() -> None:
     assert isinstance(value, ObjectKeyed)
     assert list(value) == [({"a": 1}, 2), ({"a": 3}, [True, None, "x"])]
     assert loads_object_keys('{0:"a",k:1.5}', "test") == {"0": "a", "k": 1.5}
-    for bad in (b"{", b'{"a":1', b"\xff", b'{"a":1} x', b"[" * 100 + b"]" * 100):
+    with pytest.raises(RemotingHeaderError):
+        loads_object_keys("[\u0663]", "test")  # a non-ASCII digit is not JSON
+    digits = b"9" * 5000  # past int()'s digit limit
+    for bad in (b"{", b'{"a":1', b"\xff", b'{"a":1} x', b"[" * 100 + b"]" * 100, digits):
         with pytest.raises(RemotingHeaderError):
             loads_object_keys(bad, "test")
     with pytest.raises(RemotingHeaderError, match="message queues"):

@@ -193,7 +193,7 @@ class ObjectKeyed(list[tuple[Any, Any]]):
 
 _scanstring: Callable[[str, int], tuple[str, int]] = getattr(json.decoder, "scanstring")  # noqa: B009
 
-_NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
+_NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?", re.ASCII)
 _BARE = re.compile(r"[A-Za-z_$][A-Za-z0-9_$]*")
 _LITERALS = {"true": True, "false": False, "null": None}
 
@@ -244,7 +244,10 @@ class _Parser:
         if match:
             self.at = match.end()
             token = match.group()
-            return float(token) if any(ch in token for ch in ".eE") else int(token)
+            try:
+                return float(token) if any(ch in token for ch in ".eE") else int(token)
+            except ValueError:  # past int()'s digit limit
+                raise self.fail(f"a number of {len(token)} characters") from None
         match = _BARE.match(self.text, self.at)
         if match and match.group() in _LITERALS:
             self.at = match.end()
