@@ -164,6 +164,12 @@ def test_missing_and_bad_fields_are_named() -> None:
         GetMaxOffsetRequestHeader.from_fields({"topic": "T", "queueId": "x1"})
     with pytest.raises(RemotingHeaderError, match="out of range"):
         GetMaxOffsetRequestHeader.from_fields({"topic": "T", "queueId": str(1 << 31)})
+    for digits in ("9" * 5000, "-" + "9" * 5000):  # past int()'s digit limit too
+        with pytest.raises(RemotingHeaderError, match="out of range"):
+            GetMaxOffsetRequestHeader.from_fields({"topic": "T", "queueId": digits})
+    assert GetMaxOffsetRequestHeader.from_fields({"topic": "T", "queueId": "0" * 30 + "7"}) == (
+        GetMaxOffsetRequestHeader("T", 7)
+    )
     with pytest.raises(RemotingHeaderError, match=r"e \(queueId\) is missing"):
         SendMessageRequestHeader.from_v2_fields({"a": "g", "b": "T", "c": "D", "d": "4"})
     with pytest.raises(RemotingHeaderError, match="not a boolean"):

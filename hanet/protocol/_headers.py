@@ -98,6 +98,10 @@ def _parse(cls: type, name: str, kind: _Kind, text: str) -> Any:
         raise RemotingHeaderError(
             f"{cls.__name__}: field {name} is {text[:40]!r}, not {kind.value}"
         )
+    if len(digits.lstrip("0")) > 19:  # past any Long (and past int()'s digit limit)
+        raise RemotingHeaderError(
+            f"{cls.__name__}: field {name} {stripped[:24]}... is out of range"
+        )
     value = int(stripped)
     low, high = _RANGES[kind]
     if not low <= value <= high:
@@ -178,7 +182,7 @@ class RemotingHeader:
                 lines.append(f'{pad}elif text == "false": values[{attr!r}] = False')
                 lines.append(f"{pad}else: values[{attr!r}] = {parse}")
             else:  # plain digits (the usual case): _parse's checks, the short way
-                lines.append(f"{pad}if text.isdigit() and text.isascii():")
+                lines.append(f"{pad}if text.isdigit() and text.isascii() and len(text) < 20:")
                 lines.append(f"{pad}    value = int(text)")
                 lines.append(f"{pad}    if value > {_RANGES[kind][1]}:")
                 lines.append(f"{pad}        raise _out_of_range({shown!r}, value)")
