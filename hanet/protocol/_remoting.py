@@ -112,15 +112,8 @@ _LANGUAGES: dict[str, LanguageCode] = dict(LanguageCode.__members__)
 
 
 def _language(value: object) -> LanguageCode | int:
-    if type(value) is str:
-        found = _LANGUAGES.get(value)
-        if found is not None:
-            return found
     if isinstance(value, str):
-        try:
-            return LanguageCode[value]
-        except KeyError:
-            return LanguageCode.OTHER
+        return _LANGUAGES.get(value, LanguageCode.OTHER)
     if isinstance(value, int) and not isinstance(value, bool):
         try:
             return LanguageCode(value)
