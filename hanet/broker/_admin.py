@@ -671,14 +671,16 @@ class BrokerAdmin:
                 f"Consumer not online, so can not reset offset, Group: {group} Topic: {topic} "
                 f"Timestamp: {header.timestamp}",
             )
-        body = ResetOffsetBody(table)
-        fields = ResetOffsetRequestHeader(topic, group, header.timestamp, header.is_force)
+        encoded = ResetOffsetBody(table).encode()
+        pushed_fields = ResetOffsetRequestHeader(
+            topic, group, header.timestamp, header.is_force
+        ).to_fields()
         # RocketMQ's broker writes the C++ clients' shape when the reset is asked in CPP
         c_shape = request.language in (LanguageCode.CPP, "CPP")
-        pushed = reset_offset_body_for_c(table) if c_shape else body.encode()
+        pushed = reset_offset_body_for_c(table) if c_shape else encoded
         for member in members:
             push = RemotingCommand.request(
-                RequestCode.RESET_CONSUMER_CLIENT_OFFSET, fields.to_fields(), pushed, oneway=True
+                RequestCode.RESET_CONSUMER_CLIENT_OFFSET, pushed_fields, pushed, oneway=True
             )
             channel = getattr(member.channel, "channel", None)
             if channel is not None:
@@ -701,7 +703,7 @@ class BrokerAdmin:
             connection_of(ctx).peer,
             len(members),
         )
-        return request.response(body=body.encode())
+        return request.response(body=encoded)
 
     @staticmethod
     def offset_by_time(store: CommitLogStore, topic: str, queue_id: int, timestamp: int) -> int:
