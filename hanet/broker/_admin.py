@@ -309,6 +309,9 @@ class BrokerAdmin:
         for key, client in list(self._consumers.items()):
             if now - client.seen > expiry:
                 del self._consumers[key]
+        groups = {group for group, _ in self._consumers}  # a group gone: its subscriptions
+        for group in [g for g in self._subscriptions if g not in groups]:
+            del self._subscriptions[group]
         for group, members in list(self._producers.items()):
             for client_id, client in list(members.items()):
                 if now - client.seen > expiry or not _open(client.channel):
