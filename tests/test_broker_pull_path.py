@@ -101,3 +101,23 @@ def test_consume_queue_entries_stop_at_a_file_end(store: CommitLogStore) -> None
     assert len(store.consume_queue_entries("T", 0, 7, 100)) == 7
     assert store.consume_queue_entries("T", 0, 30, 5) == []
     assert store.consume_queue_entries("T", 9, 0, 5) == []
+
+
+def test_an_entry_pointing_at_another_topics_record_is_never_served(
+    store: CommitLogStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a record of "U" at queue 0 offset 0 with T's tag and size: only its topic differs
+    assert store.put(Message("U", b"000" + b"x" * 700, queue_id=0, properties={"TAGS": "odd"})).ok
+    wrong = store.consume_queue_entries("U", 0, 0, 1)
+    entries = store.consume_queue_entries
+    monkeypatch.setattr(
+        store,
+        "consume_queue_entries",
+        lambda topic, queue_id, offset, count: (
+            wrong if (topic, offset) == ("T", 0) else entries(topic, queue_id, offset, count)
+        ),
+    )
+    for views in (True, False):
+        with pytest.raises(CorruptRecordError, match=r"T/0 0 .* points at a record of U/0 0"):
+            serve_pull(store, "T", 0, 0, 1, views=views)
+    assert serve_pull(store, "T", 0, 1, 1).status is GetMessageStatus.FOUND

@@ -309,6 +309,9 @@ class BrokerAdmin:
         for key, client in list(self._consumers.items()):
             if now - client.seen > expiry:
                 del self._consumers[key]
+        groups = {group for group, _ in self._consumers}  # a group gone: its subscriptions
+        for group in [g for g in self._subscriptions if g not in groups]:
+            del self._subscriptions[group]
         for group, members in list(self._producers.items()):
             for client_id, client in list(members.items()):
                 if now - client.seen > expiry or not _open(client.channel):
@@ -671,14 +674,16 @@ class BrokerAdmin:
                 f"Consumer not online, so can not reset offset, Group: {group} Topic: {topic} "
                 f"Timestamp: {header.timestamp}",
             )
-        body = ResetOffsetBody(table)
-        fields = ResetOffsetRequestHeader(topic, group, header.timestamp, header.is_force)
+        encoded = ResetOffsetBody(table).encode()
+        pushed_fields = ResetOffsetRequestHeader(
+            topic, group, header.timestamp, header.is_force
+        ).to_fields()
         # RocketMQ's broker writes the C++ clients' shape when the reset is asked in CPP
         c_shape = request.language in (LanguageCode.CPP, "CPP")
-        pushed = reset_offset_body_for_c(table) if c_shape else body.encode()
+        pushed = reset_offset_body_for_c(table) if c_shape else encoded
         for member in members:
             push = RemotingCommand.request(
-                RequestCode.RESET_CONSUMER_CLIENT_OFFSET, fields.to_fields(), pushed, oneway=True
+                RequestCode.RESET_CONSUMER_CLIENT_OFFSET, pushed_fields, pushed, oneway=True
             )
             channel = getattr(member.channel, "channel", None)
             if channel is not None:
@@ -701,7 +706,7 @@ class BrokerAdmin:
             connection_of(ctx).peer,
             len(members),
         )
-        return request.response(body=body.encode())
+        return request.response(body=encoded)
 
     @staticmethod
     def offset_by_time(store: CommitLogStore, topic: str, queue_id: int, timestamp: int) -> int:

@@ -218,12 +218,7 @@ class Broker:
             lambda: self.port.admin.consumer_lag() if self._store is not None else iter(())
         )
         self._sync_flush = config.flush_disk_type is FlushDiskType.SYNC_FLUSH
-        self._suggest = partial(
-            suggest_broker_id,
-            memory=config.memory_bytes * config.access_message_in_memory_max_ratio // 100,
-            slave_read_enable=config.slave_read_enable,
-            which_broker=config.which_broker_when_consume_slowly,
-        )
+        self._suggest = _suggester(config)
 
     @property
     def role(self) -> BrokerRole:
@@ -566,12 +561,7 @@ class Broker:
         """Take the settings that may change live (UPDATE_BROKER_CONFIG: see
         :data:`hanet.broker.LIVE_SETTINGS`)."""
         self.config = config
-        self._suggest = partial(
-            suggest_broker_id,
-            memory=config.memory_bytes * config.access_message_in_memory_max_ratio // 100,
-            slave_read_enable=config.slave_read_enable,
-            which_broker=config.which_broker_when_consume_slowly,
-        )
+        self._suggest = _suggester(config)
         if self._topics is not None:
             self._topics.default_queues = config.default_topic_queue_nums
         if self.registrar is not None:
@@ -735,6 +725,16 @@ class Broker:
                 ),
             )
         return status
+
+
+def _suggester(config: BrokerConfig) -> Callable[[int], int]:
+    """``suggestWhichBrokerId`` by the bytes a pull left behind, under ``config``'s settings."""
+    return partial(
+        suggest_broker_id,
+        memory=config.memory_bytes * config.access_message_in_memory_max_ratio // 100,
+        slave_read_enable=config.slave_read_enable,
+        which_broker=config.which_broker_when_consume_slowly,
+    )
 
 
 def _advertised(address: tuple[str, int] | None, host: str | None = None) -> str:

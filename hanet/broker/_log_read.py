@@ -184,13 +184,16 @@ def _record_at(view: memoryview, position: int, file_start: int) -> bool:
 def _seek(view: memoryview, position: int, file_start: int) -> int | None:
     """The first record start at or after ``position`` (see the module), or None."""
     window = bytes(view[position : position + SEEK_BYTES + 4])
-    search = 4
-    while search < len(window):
-        hits = [h for h in (window.find(m, search) for m in _MAGICS) if h >= 0]
-        if not hits:
+    # each magic's next hit, found again only once passed: the window is scanned once per
+    # magic, however many false hits (magic bytes in bodies) it holds
+    hits = [window.find(m, 4) for m in _MAGICS]
+    while True:
+        found = [h for h in hits if h >= 0]
+        if not found:
             return None
-        candidate = min(hits) - 4
+        candidate = min(found) - 4
         if _record_at(view, position + candidate, file_start):
             return position + candidate
-        search = candidate + 5
-    return None
+        for i, hit in enumerate(hits):
+            if hit == candidate + 4:
+                hits[i] = window.find(_MAGICS[i], hit + 1)

@@ -184,18 +184,10 @@ def serve_pull(
             at = physical - span_start
             if not 0 <= at <= len(span) - size:
                 span, span_start, at = store.read_view(physical, _TO_FILE_END), physical, 0
-            record = span[at : at + size]
-            records.append(
-                _checked(
-                    record if views else record.tobytes(),
-                    physical,
-                    size,
-                    topic_bytes,
-                    queue_id,
-                    next_offset,
-                    tags_hash,
-                )
+            record = _checked(
+                span[at : at + size], physical, size, topic_bytes, queue_id, next_offset, tags_hash
             )
+            records.append(record if views else record.tobytes())
             pulled_end = physical + size
             budget -= size
             next_offset += 1
@@ -206,14 +198,14 @@ def serve_pull(
 
 
 def _checked(
-    record: bytes | memoryview,
+    record: memoryview,
     physical: int,
     size: int,
     topic: bytes,
     queue_id: int,
     queue_offset: int,
     tags_hash: int,
-) -> bytes | memoryview:
+) -> memoryview:
     """``record`` when it is the whole valid record its consume queue entry points at, and
     that entry's: its topic, queue id, queue offset and tag hash (an entry damaged on disk, or
     pointing at another record of the same size, would serve the wrong message).
@@ -229,8 +221,10 @@ def _checked(
         detail = index_scan_stop(result, physical).detail if count == 0 else ""
         raise CorruptRecordError(physical, detail or f"not a {size}-byte record")
     _, _, rec_queue, rec_offset, rec_hash, _, start, length, _ = INDEX_ROW.unpack_from(result[5])
-    rec_topic = bytes(record[start : start + length])
-    if (rec_topic, rec_queue, rec_offset, rec_hash) != (topic, queue_id, queue_offset, tags_hash):
+    if (rec_queue, rec_offset, rec_hash) != (queue_id, queue_offset, tags_hash) or (
+        record[start : start + length] != topic  # compared in place: no copy per record
+    ):
+        rec_topic = bytes(record[start : start + length])
         raise CorruptRecordError(
             physical,
             f"the consume queue entry {topic.decode('utf-8', 'replace')}/{queue_id} "

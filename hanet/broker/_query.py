@@ -65,12 +65,10 @@ def query_message(store: CommitLogStore, request: RemotingCommand) -> RemotingCo
     for offset in offsets:
         try:
             record = store.read_record(offset)
-            data = store.read(offset, record.size)
+            if record_has_key(record, header.topic, header.key, unique=unique):
+                records.append(store.read(offset, record.size))  # copied only when it is sent
         except (StoreError, ValueError) as exc:  # deleted meanwhile, or not a record there
             log.warning("QUERY_MESSAGE %s#%s: offset %d: %s", header.topic, header.key, offset, exc)
-            continue
-        if record_has_key(record, header.topic, header.key, unique=unique):
-            records.append(data)
     fields = QueryMessageResponseHeader(stamp, phy_offset).to_fields()
     if records:
         return request.response(ResponseCode.SUCCESS, None, fields, b"".join(records))
