@@ -385,7 +385,12 @@ async def test_a_mapped_file_is_kept_until_destroy_interval_then_unlinked(
 ) -> None:
     collections: list[int] = []  # full garbage collections on the event loop
     real_collect = gc.collect
-    monkeypatch.setattr(gc, "collect", lambda *a: collections.append(1) or real_collect(*a))
+
+    def collect(*args: int) -> int:
+        collections.append(1)
+        return real_collect(*args)
+
+    monkeypatch.setattr(gc, "collect", collect)
     wall = FakeWall(start_hour=4)
     with CommitLogStore.open(tmp_path / "s", CONFIG) as store:
         fill(store, 60)
