@@ -276,6 +276,21 @@ def test_a_torn_last_file_is_built_again(tmp_path: Path) -> None:
             assert offsets(store, f"k{i}") == [put.wrote_offset]
 
 
+def test_a_file_with_a_damaged_header_is_built_again(tmp_path: Path) -> None:
+    cfg = config(slots=4, entries=4)  # 3 keys a file
+    with CommitLogStore.open(tmp_path, cfg) as store:
+        puts = [store.put(message(f"k{i}")) for i in range(8)]
+        store.build_index()
+        assert store.index is not None and len(store.index.files) == 3
+        path = store.index.files[1].path
+    data = bytearray(path.read_bytes())
+    data[36:40] = (9_999).to_bytes(4, "big")  # indexCount past what the file holds
+    path.write_bytes(bytes(data))
+    with CommitLogStore.open(tmp_path, cfg) as store:  # opens; the keys are indexed again
+        for i, put in enumerate(puts):
+            assert offsets(store, f"k{i}") == [put.wrote_offset]
+
+
 def test_expired_files_are_deleted_below_a_new_minimum_offset(tmp_path: Path) -> None:
     with CommitLogStore.open(tmp_path, config(slots=3, entries=3)) as store:  # 2 keys a file
         puts = [store.put(message(f"k{i}")) for i in range(6)]

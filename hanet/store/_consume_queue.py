@@ -218,27 +218,17 @@ class ConsumeQueue:
             else:
                 low = middle + 1
         while low < end:  # blank entries before the first kept one go with what they preceded
-            entry = self._entry(low)
+            entry = self.get(low)
             if entry is None or entry[1] != CQ_BLANK_SIZE:
                 break
             low += 1
         self.min_queue_offset = low
         return low
 
-    def _entry(self, queue_offset: int) -> tuple[int, int, int] | None:
-        position = queue_offset * CQ_ENTRY_SIZE
-        mapped = self.files.find(position)
-        if mapped is None or position - mapped.start_offset >= mapped.wrote:
-            return None
-        entry: tuple[int, int, int] = _ENTRY.unpack_from(
-            mapped.view, position - mapped.start_offset
-        )
-        return entry
-
     def _next_physical(self, queue_offset: int, end: int) -> int | None:
         """The physical offset of the first non-blank entry in ``[queue_offset, end)``."""
         for q in range(queue_offset, end):
-            entry = self._entry(q)
+            entry = self.get(q)
             if entry is None:
                 return None
             if entry[1] != CQ_BLANK_SIZE:

@@ -203,6 +203,10 @@ class IndexHeader:
         return header
 
 
+class _DamagedIndexFile(StoreLayoutError):
+    """An index file whose header counts more than it holds (:meth:`IndexFile.load`)."""
+
+
 class IndexFile:
     """One index file (see the module docstring). Open with :meth:`create` or :meth:`load`.
 
@@ -250,8 +254,8 @@ class IndexFile:
         """Open an existing file.
 
         Raises:
-            StoreLayoutError: its size is not the one ``slots`` and ``entries`` make, or its
-                header does not fit it.
+            StoreLayoutError: its size is not the one ``slots`` and ``entries`` make, or
+                (:class:`_DamagedIndexFile`) its header does not fit it.
         """
         expected = index_file_size(slots, entries)
         fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
@@ -264,8 +268,8 @@ class IndexFile:
                     "settings it was made with)"
                 )
             header = IndexHeader.unpack(os.pread(fd, INDEX_HEADER_SIZE, 0))
-            if header.index_count > entries or not 0 <= header.hash_slot_count <= slots:
-                raise StoreLayoutError(
+            if not 0 <= header.index_count <= entries or not 0 <= header.hash_slot_count <= slots:
+                raise _DamagedIndexFile(
                     f"index file {path}: header counts {header.index_count} entries and "
                     f"{header.hash_slot_count} slots, more than the file holds"
                 )
@@ -529,14 +533,30 @@ class IndexService:
         """
         if not self.directory.is_dir():
             return
-        for path in sorted(self.directory.iterdir()):
-            if not (_NAME.match(path.name) and path.is_file()):
-                continue
+        paths = sorted(p for p in self.directory.iterdir() if _NAME.match(p.name) and p.is_file())
+        for number, path in enumerate(paths):
             if path.stat().st_size == 0:  # a kill while it was being made: nothing in it yet
                 logger.warning("%s: empty (made when the last run stopped): deleted", path)
                 path.unlink()
                 continue
-            self.files.append(IndexFile.load(path, self.slots, self.entries))
+            try:
+                self.files.append(IndexFile.load(path, self.slots, self.entries))
+            except _DamagedIndexFile as exc:
+                # derived data: it and the later files go, their keys are indexed again
+                later = paths[number:]
+                resume = (
+                    f"offset {self.files[-1].header.end_phy_offset}" if self.files else "its start"
+                )
+                logger.warning(
+                    "%s; deleted with %d later index file(s): their keys are indexed again "
+                    "from the commit log (from %s)",
+                    exc,
+                    len(later) - 1,
+                    resume,
+                )
+                for damaged in later:
+                    damaged.unlink(missing_ok=True)
+                break
         if not self.files:
             return
         last = self.files[-1]

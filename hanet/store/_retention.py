@@ -469,8 +469,10 @@ class RetentionService:
             force = (
                 since is not None and now - since >= config.destroy_mapped_file_interval_forcibly
             )
+            # A file held by a reader: one garbage collection when first found held (a view
+            # in a reference cycle), not one per round until it is forced.
             if not store.delete_first_commit_log_file(force=force) and not (
-                self._released_only(mapped.start) and self._collect_and_delete()
+                since is None and self._released_only(mapped.start) and self._collect_and_delete()
             ):
                 if since is None and self._released_only(mapped.start):
                     self._held_since[mapped.start] = now

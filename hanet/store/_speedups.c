@@ -385,7 +385,7 @@ static inline int crc32_claimed(const unsigned char *t) {
 /* Why the whole-record CRC property (RocketMQ 5's "__CRC32#", enabledAppendPropCRC) claimed
  * by the last 20 bytes of the record at buf[pos:rec_end] (crc32_claimed) fails, or NULL. The
  * CRC (zlib's, & 0x7FFFFFFF, of every byte before the property's 20) is one pass over the
- * record by carry-less multiplication. As _scanner.py's _crc32_problem. */
+ * record by carry-less multiplication. As the scan loop of _scanner.py. */
 static const char *crc32_problem(const unsigned char *buf, int64_t pos, int64_t rec_end,
                                  int32_t props_len, int check_crc) {
     const unsigned char *t = buf + rec_end - CRC32_RESERVED_LEN;

@@ -21,7 +21,6 @@ from ._codec import (
     BLANK_RECORD_SIZE,
     BORN_HOST_V6_FLAG,
     CRC32_PROPERTY,
-    CRC32_RESERVED_LEN,
     CRC32_TRAILER_EMPTY,
     HEADER_STRUCTS,
     I16_STRUCT,
@@ -33,6 +32,7 @@ from ._codec import (
     java_string_hash,
     offset_msg_id,
     pack_blank_into,
+    seal_record,
     topic_problem,
 )
 from ._config import Message, PutResult, PutStatus, StoreConfig
@@ -44,7 +44,8 @@ from ._native import ENABLED, native
 
 __all__ = ["RecordWriter"]
 
-_NATIVE_SEAL: Callable[[memoryview, int, int], None] | None = native("seal") if ENABLED else None
+# carry-less multiplication in the extension: ~10x zlib's
+_SEAL: Callable[[memoryview, int, int], None] = (native("seal") if ENABLED else None) or seal_record
 
 _HOST_FLAGS = BORN_HOST_V6_FLAG | STORE_HOST_V6_FLAG
 _PUT_OK = PutStatus.PUT_OK
@@ -128,7 +129,7 @@ class RecordWriter:
         puts = 0
         pending: dict[tuple[str, int], int] = {}
         reserved = CRC32_TRAILER_EMPTY
-        native_seal = _NATIVE_SEAL
+        seal = _SEAL
         create_failed: PutResult | None = None
         try:
             for message in messages:
@@ -259,15 +260,8 @@ class RecordWriter:
                 view[p:end] = topic_bytes
                 i16_pack_into(view, end, len(props))
                 view[end + 2 : end + 2 + len(props)] = props
-                # The whole-record CRC property, last: every other byte is final now. Its
-                # name and separators are in place (the reserved bytes): only the 10 digits,
-                # least significant first (crc32_trailer's, without a call).
-                if native_seal is not None:  # carry-less multiplication: ~10x zlib's
-                    native_seal(view, wrote, size)
-                else:
-                    crc_end = wrote + size - CRC32_RESERVED_LEN
-                    whole_crc = crc32(view[wrote:crc_end]) & 0x7FFFFFFF
-                    view[crc_end + 9 : crc_end + 19] = f"{whole_crc:010d}"[::-1].encode()
+                # The whole-record CRC property, last: every other byte is final now.
+                seal(view, wrote, size)
                 wrote += size
                 space -= size
                 put_bytes += size
