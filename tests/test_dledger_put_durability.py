@@ -28,6 +28,8 @@ from hanet.dledger import (
     AppendStatus,
     DLedgerNode,
     Envelope,
+    FileLog,
+    LogEntry,
     MemoryNetwork,
     NodeConfig,
     PeerCodec,
@@ -209,6 +211,38 @@ async def test_sync_flush_acknowledges_and_answers_only_durable_entries(
             puts.start_soon(put, messages(10 + k))
     assert violations == []
     assert acks > 0 or size == 1
+
+
+async def test_a_log_sync_cancelled_at_once_still_fsyncs_and_closes_what_it_took(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The dirty files are taken (their marks cleared) before the worker thread starts: a
+    cancel then must not lose their fsync, nor leak the duplicated descriptors."""
+    fsync = os.fsync
+    synced: list[int] = []
+
+    def counting(fd: int) -> None:
+        synced.append(fd)
+        fsync(fd)
+
+    with FileLog.open(tmp_path, flush=FlushDiskType.ASYNC_FLUSH) as log:
+        log.append([LogEntry(1, 1, b"entry")])
+        persister = Persister(log)
+        monkeypatch.setattr(os, "fsync", counting)
+        take_dirty = log.take_dirty
+        scope = trio.CancelScope()
+
+        def take_then_cancel() -> list[int]:
+            fds = take_dirty()
+            scope.cancel()  # lands at the hand-off to the worker thread
+            return fds
+
+        monkeypatch.setattr(log, "take_dirty", take_then_cancel)
+        open_fds = len(os.listdir("/proc/self/fd"))
+        with scope:
+            await persister.sync_log()
+        assert len(synced) == 2  # the data and index files taken were fsynced all the same
+        assert len(os.listdir("/proc/self/fd")) == open_fds
 
 
 @pytest.mark.slow
