@@ -808,17 +808,13 @@ class DLedgerNode:
         one, a file's tail too short for an entry skipped)."""
         log_ = self.log
         assert log_ is not None
-        size = log_.data_file_size
         end = log_.end_pos
         out = []
         for message in messages:
             record = self._record(message)
-            length = ENTRY_HEADER_SIZE + record.size
-            if length > size:
-                log_.next_entry_pos(record.size)  # raises: larger than a data file
-            pos = end - end % size + size if end % size + length > size else end
+            pos = log_.next_entry_pos(record.size, end)
             out.append(encode_record(record._replace(physical_offset=pos + ENTRY_HEADER_SIZE)))
-            end = pos + length
+            end = pos + ENTRY_HEADER_SIZE + record.size
         return out
 
     def _record(self, message: Message) -> MessageRecord:
