@@ -145,6 +145,30 @@ async def test_puts_that_arrive_together_go_in_one_append(
     assert carried == [40, 40]  # one append per follower carries the whole batch
 
 
+async def test_entries_past_the_in_memory_body_budget_are_read_back_from_the_log(
+    autojump_clock: trio.testing.MockClock,
+    nursery: trio.Nursery,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The bodies of appended entries kept in memory until applied are bounded in bytes (a
+    leader's appends that never commit cannot fill a follower's memory); what does not fit
+    is read back from the log, and every view is the same."""
+    monkeypatch.setattr("hanet.dledger._node._MAX_BODY_BYTES", 64)
+    group = Group(tmp_path, nursery, 3, FlushDiskType.ASYNC_FLUSH)
+    await group.start_all()
+    leader = await group.leader()
+    outcomes = await leader.put_many(messages(40))
+    assert [o.status for o in outcomes] == [AppendStatus.SUCCESS] * 40
+    stores = [n.store for n in group.nodes.values() if n.store is not None]
+    assert len(stores) == 3
+    with trio.fail_after(10):
+        while len({store.max_offset for store in stores}) != 1:  # noqa: ASYNC110 - nodes apply
+            await trio.sleep(0.05)
+    views = {store.read_view(0, store.max_offset).tobytes() for store in stores}
+    assert len(views) == 1 and len(next(iter(views))) == stores[0].max_offset > 0
+
+
 async def test_a_batch_past_max_pending_is_cut_there_and_a_follower_refuses_it_all(
     autojump_clock: trio.testing.MockClock, nursery: trio.Nursery, tmp_path: Path
 ) -> None:
