@@ -797,21 +797,29 @@ class DLedgerNode:
             return raft.propose_many(now, [(request_id, b"x") for request_id, _ in puts])
         bodies = self._encode_many([request.message for _, request in puts])
         before = raft.log.last_index
+        term = raft.term
+        # kept first: the appends propose_many sends to the followers are made from them
+        for i, body in enumerate(bodies):
+            self._keep_body(before + 1 + i, term, body)
         output = raft.propose_many(
             now, [(request_id, body) for (request_id, _), body in zip(puts, bodies, strict=True)]
         )
-        term = raft.term
-        for i in range(raft.log.last_index - before):
+        appended = raft.log.last_index - before
+        for i in range(appended):
             self._by_index[before + 1 + i] = puts[i][1]
-            self._keep_body(before + 1 + i, term, bodies[i])
+        for i in range(appended, len(bodies)):  # refused (LEADER_PENDING_FULL)
+            self._drop_body(before + 1 + i)
         return output
+
+    def _drop_body(self, index: int) -> None:
+        old = self._bodies.pop(index, None)
+        if old is not None:
+            self._body_bytes -= len(old[1])
 
     def _keep_body(self, index: int, term: int, body: bytes) -> None:
         """Keep an appended entry's body until it is applied, within :data:`_MAX_BODY_BYTES`
         (else it is read back from the log when needed)."""
-        old = self._bodies.pop(index, None)
-        if old is not None:
-            self._body_bytes -= len(old[1])
+        self._drop_body(index)
         if self._body_bytes + len(body) <= _MAX_BODY_BYTES:
             self._bodies[index] = (term, body)
             self._body_bytes += len(body)
