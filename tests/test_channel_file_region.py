@@ -200,6 +200,31 @@ async def test_a_region_past_the_end_of_its_file_fails_its_write_and_closes(
     assert region.released
 
 
+async def test_a_region_past_the_end_of_its_file_on_a_memory_stream_fails_only_its_channel(
+    tmp_path: Path,
+) -> None:
+    """Where the region is read rather than sent with sendfile, a short file fails the write
+    and closes that connection, as sendfile's end of file does; nothing escapes the channel."""
+    path = tmp_path / "short"
+    path.write_bytes(b"x" * 100)
+    fd = os.open(path, os.O_RDONLY)
+    region = FileRegion.of(fd, 50, 100)  # 50 bytes short
+    os.close(fd)
+    left, right = trio.testing.memory_stream_pair()
+    errors: list[BaseException] = []
+
+    async def write(channel: StreamChannel) -> None:
+        try:
+            await channel.pipeline.write_and_flush(region)
+        except ChannelClosedError as exc:
+            errors.append(exc)
+        await channel.wait_closed()
+
+    assert await send_through_channel(left, right, write) == b""
+    assert len(errors) == 1 and "past the end" in str(errors[0].__cause__)
+    assert region.released
+
+
 async def test_regions_queued_when_the_channel_closes_are_released(data_fd: int) -> None:
     left, _right = trio.testing.memory_stream_pair()
     regions = [FileRegion.of(data_fd, 0, 10) for _ in range(3)]
@@ -214,6 +239,15 @@ async def test_regions_queued_when_the_channel_closes_are_released(data_fd: int)
         failed.append(channel.pipeline.write(regions[2]))  # written after the close
     assert all(region.released for region in regions)
     assert all(isinstance(f.exception(), ChannelClosedError) for f in failed)
+
+
+def test_a_region_written_with_a_future_already_done_is_released(data_fd: int) -> None:
+    channel = EmbeddedChannel()
+    future = WriteFuture()
+    future.set_exception(ChannelClosedError("given up"))
+    region = FileRegion.of(data_fd, 0, 10)
+    assert channel.pipeline.write(region, future) is future
+    assert region.released
 
 
 def test_embedded_channel_records_a_regions_bytes_and_releases_it(data_fd: int) -> None:

@@ -28,6 +28,8 @@ from hanet.dledger import (
     AppendStatus,
     DLedgerNode,
     Envelope,
+    FileLog,
+    LogEntry,
     MemoryNetwork,
     NodeConfig,
     PeerCodec,
@@ -143,6 +145,30 @@ async def test_puts_that_arrive_together_go_in_one_append(
     assert carried == [40, 40]  # one append per follower carries the whole batch
 
 
+async def test_entries_past_the_in_memory_body_budget_are_read_back_from_the_log(
+    autojump_clock: trio.testing.MockClock,
+    nursery: trio.Nursery,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The bodies of appended entries kept in memory until applied are bounded in bytes (a
+    leader's appends that never commit cannot fill a follower's memory); what does not fit
+    is read back from the log, and every view is the same."""
+    monkeypatch.setattr("hanet.dledger._node._MAX_BODY_BYTES", 64)
+    group = Group(tmp_path, nursery, 3, FlushDiskType.ASYNC_FLUSH)
+    await group.start_all()
+    leader = await group.leader()
+    outcomes = await leader.put_many(messages(40))
+    assert [o.status for o in outcomes] == [AppendStatus.SUCCESS] * 40
+    stores = [n.store for n in group.nodes.values() if n.store is not None]
+    assert len(stores) == 3
+    with trio.fail_after(10):
+        while len({store.max_offset for store in stores}) != 1:  # noqa: ASYNC110 - nodes apply
+            await trio.sleep(0.05)
+    views = {store.read_view(0, store.max_offset).tobytes() for store in stores}
+    assert len(views) == 1 and len(next(iter(views))) == stores[0].max_offset > 0
+
+
 async def test_a_batch_past_max_pending_is_cut_there_and_a_follower_refuses_it_all(
     autojump_clock: trio.testing.MockClock, nursery: trio.Nursery, tmp_path: Path
 ) -> None:
@@ -209,6 +235,38 @@ async def test_sync_flush_acknowledges_and_answers_only_durable_entries(
             puts.start_soon(put, messages(10 + k))
     assert violations == []
     assert acks > 0 or size == 1
+
+
+async def test_a_log_sync_cancelled_at_once_still_fsyncs_and_closes_what_it_took(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The dirty files are taken (their marks cleared) before the worker thread starts: a
+    cancel then must not lose their fsync, nor leak the duplicated descriptors."""
+    fsync = os.fsync
+    synced: list[int] = []
+
+    def counting(fd: int) -> None:
+        synced.append(fd)
+        fsync(fd)
+
+    with FileLog.open(tmp_path, flush=FlushDiskType.ASYNC_FLUSH) as log:
+        log.append([LogEntry(1, 1, b"entry")])
+        persister = Persister(log)
+        monkeypatch.setattr(os, "fsync", counting)
+        take_dirty = log.take_dirty
+        scope = trio.CancelScope()
+
+        def take_then_cancel() -> list[int]:
+            fds = take_dirty()
+            scope.cancel()  # lands at the hand-off to the worker thread
+            return fds
+
+        monkeypatch.setattr(log, "take_dirty", take_then_cancel)
+        open_fds = len(os.listdir("/proc/self/fd"))
+        with scope:
+            await persister.sync_log()
+        assert len(synced) == 2  # the data and index files taken were fsynced all the same
+        assert len(os.listdir("/proc/self/fd")) == open_fds
 
 
 @pytest.mark.slow

@@ -169,12 +169,11 @@ class HandlerContext:
         """
         if future is None:
             future = WriteFuture()
-        if future.done():
-            return future
-        if not self.pipeline.channel.is_open:
+        if future.done() or not self.pipeline.channel.is_open:
             if type(msg) is FileRegion:
-                msg.release()  # as Netty releases a message whose write fails
-            future.set_exception(ChannelClosedError(f"{self.pipeline.channel} is closed"))
+                msg.release()  # as Netty releases a message whose write cannot go on
+            if not future.done():
+                future.set_exception(ChannelClosedError(f"{self.pipeline.channel} is closed"))
             return future
         ctx = self.prev
         while ctx is not None and not ctx._mask & h.WRITE:

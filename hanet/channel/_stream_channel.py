@@ -129,6 +129,15 @@ async def _send_parts(sock: trio.socket.SocketType, parts: list[Any], nbytes: in
 _MSG_MORE = getattr(socket, "MSG_MORE", 0)
 
 
+def _read_regions(parts: list[Any]) -> bytes:
+    """``parts`` joined, each :class:`FileRegion` read (for a stream sendfile cannot reach); a
+    region its file cannot fill loses the connection, as with sendfile."""
+    try:
+        return b"".join(p.read() if type(p) is FileRegion else p for p in parts)
+    except (OSError, EOFError) as exc:
+        raise trio.BrokenResourceError(str(exc)) from exc
+
+
 async def _sendfile_all(sock: trio.socket.SocketType, region: FileRegion) -> None:
     """Send a file region with ``os.sendfile``, waiting whenever the socket is full."""
     out = sock.fileno()
@@ -534,9 +543,7 @@ class StreamChannel(Channel):
                         if sock is not None:
                             await _send_parts(sock, parts, nbytes)
                         else:
-                            await stream.send_all(
-                                b"".join(p.read() if type(p) is FileRegion else p for p in parts)
-                            )
+                            await stream.send_all(_read_regions(parts))
                     finally:
                         release_regions(parts)
                 elif sock is not None:

@@ -383,9 +383,10 @@ class FileLog:
             return self._terms[index - 1]
         return None
 
-    def next_entry_pos(self, body_length: int) -> int:
-        """Where an entry with a body of ``body_length`` bytes appended now would start."""
-        return self._place(self._end, ENTRY_HEADER_SIZE + body_length)
+    def next_entry_pos(self, body_length: int, end: int | None = None) -> int:
+        """Where an entry with a body of ``body_length`` bytes appended now (or once the data
+        ends at ``end``) would start."""
+        return self._place(self._end if end is None else end, ENTRY_HEADER_SIZE + body_length)
 
     def _place(self, pos: int, length: int) -> int:
         size = self.data_file_size

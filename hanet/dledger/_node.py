@@ -146,9 +146,12 @@ log = logging.getLogger("hanet.dledger")
 _APPLIED = "applied"
 _INBOX = 10_000
 _BATCH = 1024
+"""Inputs the loop takes together: the puts among them are appended in one round."""
 _MAX_BODIES = 1 << 16
 """Appended entries whose bodies the node keeps until they are applied (else read back)."""
-"""Inputs the loop takes together: the puts among them are appended in one round."""
+_MAX_BODY_BYTES = 64 * 1024 * 1024
+"""Bytes of those bodies kept at most: past it, entries are read back from the log (appends
+a leader sends that do not commit cannot fill a follower's memory)."""
 
 PEER_IDLE_TIMEOUT = 120.0
 """Seconds after which the peer port closes a connection that sent nothing (RocketMQ's
@@ -352,7 +355,8 @@ class DLedgerNode:
         self._by_index: dict[int, _Put] = {}
         self._bodies: dict[int, tuple[int, bytes]] = {}
         """Index -> (term, body) of entries appended and not yet applied: applied from here
-        instead of read back from the log."""
+        instead of read back from the log (:meth:`_keep_body`)."""
+        self._body_bytes = 0
         self._applied = 0
         self._saved = (-1, -1)
         self._view_mark: tuple[int, int] | None = None
@@ -715,7 +719,7 @@ class DLedgerNode:
                     output = raft.receive(trio.current_time(), envelope.source, message)
                     if output.refused is None and isinstance(message, AppendRequest):
                         for appended in message.entries:
-                            self._bodies[appended.index] = (appended.term, appended.body)
+                            self._keep_body(appended.index, appended.term, appended.body)
                     if output.refused is not None:
                         # impossible from an honest member: that connection goes, we stay
                         log.error("%s: closing the connection of %s", output.refused, channel)
@@ -793,14 +797,32 @@ class DLedgerNode:
             return raft.propose_many(now, [(request_id, b"x") for request_id, _ in puts])
         bodies = self._encode_many([request.message for _, request in puts])
         before = raft.log.last_index
+        term = raft.term
+        # kept first: the appends propose_many sends to the followers are made from them
+        for i, body in enumerate(bodies):
+            self._keep_body(before + 1 + i, term, body)
         output = raft.propose_many(
             now, [(request_id, body) for (request_id, _), body in zip(puts, bodies, strict=True)]
         )
-        term = raft.term
-        for i in range(raft.log.last_index - before):
+        appended = raft.log.last_index - before
+        for i in range(appended):
             self._by_index[before + 1 + i] = puts[i][1]
-            self._bodies[before + 1 + i] = (term, bodies[i])
+        for i in range(appended, len(bodies)):  # refused (LEADER_PENDING_FULL)
+            self._drop_body(before + 1 + i)
         return output
+
+    def _drop_body(self, index: int) -> None:
+        old = self._bodies.pop(index, None)
+        if old is not None:
+            self._body_bytes -= len(old[1])
+
+    def _keep_body(self, index: int, term: int, body: bytes) -> None:
+        """Keep an appended entry's body until it is applied, within :data:`_MAX_BODY_BYTES`
+        (else it is read back from the log when needed)."""
+        self._drop_body(index)
+        if self._body_bytes + len(body) <= _MAX_BODY_BYTES:
+            self._bodies[index] = (term, body)
+            self._body_bytes += len(body)
 
     def _encode_many(self, messages: Sequence[Message]) -> list[bytes]:
         """Each message as a commit log record, its ``PHYSICALOFFSET`` where its entry will
@@ -808,17 +830,13 @@ class DLedgerNode:
         one, a file's tail too short for an entry skipped)."""
         log_ = self.log
         assert log_ is not None
-        size = log_.data_file_size
         end = log_.end_pos
         out = []
         for message in messages:
             record = self._record(message)
-            length = ENTRY_HEADER_SIZE + record.size
-            if length > size:
-                log_.next_entry_pos(record.size)  # raises: larger than a data file
-            pos = end - end % size + size if end % size + length > size else end
+            pos = log_.next_entry_pos(record.size, end)
             out.append(encode_record(record._replace(physical_offset=pos + ENTRY_HEADER_SIZE)))
-            end = pos + length
+            end = pos + ENTRY_HEADER_SIZE + record.size
         return out
 
     def _record(self, message: Message) -> MessageRecord:
@@ -957,6 +975,8 @@ class DLedgerNode:
         bodies = self._bodies
         for index in range(self._applied + 1, min(commit_index, log_.last_index) + 1):
             cached = bodies.pop(index, None)
+            if cached is not None:
+                self._body_bytes -= len(cached[1])
             if cached is not None and log_.term_at(index) == cached[0]:
                 # the same index and term: the same entry (Raft's log matching)
                 body, pos = cached[1], log_.position(index)
@@ -1001,6 +1021,7 @@ class DLedgerNode:
         self._applied = commit_index
         if len(bodies) > _MAX_BODIES:  # entries never applied (cut by a new leader)
             bodies.clear()
+            self._body_bytes = 0
 
 
 class _CachedLog:

@@ -71,7 +71,10 @@ class Persister:
             fds = self.log.take_dirty()
             if fds:
                 self.syncs += 1
-                await off_loop(_fsync_all, fds)
+                # the marks are cleared: a cancel before the thread starts (off_loop
+                # checkpoints first) would leak the descriptors and lose their fsync
+                with trio.CancelScope(shield=True):
+                    await off_loop(_fsync_all, fds)
 
     async def save_hard_state(self, state: HardState) -> None:
         """Persist the term and vote (atomically, fsynced: :meth:`FileLog.save_hard_state`)."""

@@ -511,22 +511,7 @@ class RaftNode:
 
         Refused at once with NOT_LEADER (not the leader) or LEADER_PENDING_FULL.
         """
-        if self._role is not Role.LEADER:
-            self._results.append(
-                AppendResult(request_id, AppendStatus.NOT_LEADER, leader_id=self._leader_id)
-            )
-        elif len(self._pending) >= self.config.max_pending:
-            self._results.append(
-                AppendResult(request_id, AppendStatus.LEADER_PENDING_FULL, leader_id=self.node_id)
-            )
-        else:
-            index = self.log.last_index + 1
-            self.log.append([LogEntry(index, self._term, body)])
-            self._pending[index] = _Pending(request_id, now + self.config.append_timeout)
-            for peer in self.peers:
-                self._replicate(now, peer)
-            self._advance_commit()
-        return self._output()
+        return self.propose_many(now, ((request_id, body),))
 
     def propose_many(self, now: float, requests: Sequence[tuple[int, bytes]]) -> Output:
         """:meth:`propose` for several client entries (``(request_id, body)``, in order):

@@ -28,6 +28,7 @@ from hanet.handlers.ha import OffsetReport, OffsetReportDecoder, TransferFrame, 
 from hanet.store import (
     BLANK_MAGIC,
     BLANK_RECORD_SIZE,
+    INDEX_STOP_REASONS,
     MAGIC_V1,
     MAGIC_V2,
     MIN_RECORD_SIZE,
@@ -64,10 +65,11 @@ _PREFIX = struct.Struct(">iI")  # a record's TOTALSIZE and MAGICCODE
 # that a corrupt size field cannot make the master copy a whole file.
 _RECORD_OVERHEAD_MAX = 2 * 32 * 1024 + 64 * 1024
 _EMPTY = memoryview(b"")
-_END_CODE = 0  # STOP_REASONS codes of a scan_index result
-_BLANK_CODE = 1
-_INCOMPLETE_CODE = 3
-_INVALID_CODE = 4
+# the codes of a scan_index result's stop reasons
+_END_CODE = INDEX_STOP_REASONS.index(StopReason.END)
+_BLANK_CODE = INDEX_STOP_REASONS.index(StopReason.BLANK)
+_INCOMPLETE_CODE = INDEX_STOP_REASONS.index(StopReason.INCOMPLETE)
+_INVALID_CODE = INDEX_STOP_REASONS.index(StopReason.INVALID)
 
 
 @attrs.frozen

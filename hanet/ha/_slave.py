@@ -21,7 +21,13 @@ from hanet.handlers.ha import (
     TransferFrameDecoder,
     transfer_frame_decoder,
 )
-from hanet.store import CommitLogStore, RecordScanner, StopReason, list_mapped_files
+from hanet.store import (
+    CommitLogStore,
+    RecordScanner,
+    StopReason,
+    fsync_directory,
+    list_mapped_files,
+)
 
 from ._config import BrokerConfig
 from ._status import SlaveStatus
@@ -412,6 +418,9 @@ class HASlave:
         )
 
 
+_COPY_CHUNK = 1024 * 1024  # a file's tail is copied aside in pieces, not read whole
+
+
 def keep_aside(store: CommitLogStore, offset: int) -> Path:
     """Keep the commit log bytes from ``offset`` on before a truncation drops them, into
     ``<store>/cut/<time>-<offset>/`` (named as in ``commitlog/``): files wholly past it are
@@ -426,9 +435,16 @@ def keep_aside(store: CommitLogStore, offset: int) -> Path:
         if start > offset:  # deleted by the truncation: a link keeps it
             os.link(path, directory / path.name)
         elif start + size > offset:  # zeroed in place from the offset on: a copy
-            end = min(start + size, store.max_offset)
-            with path.open("rb") as source:
+            left = max(min(start + size, store.max_offset) - offset, 0)
+            with (
+                path.open("rb") as source,
+                (directory / f"{path.name}.from-{offset}").open("wb") as target,
+            ):
                 source.seek(offset - start)
-                data = source.read(max(end - offset, 0))
-            (directory / f"{path.name}.from-{offset}").write_bytes(data)
+                while left and (chunk := source.read(min(left, _COPY_CHUNK))):
+                    target.write(chunk)
+                    left -= len(chunk)
+                target.flush()
+                os.fsync(target.fileno())  # on disk before the truncation zeroes the original
+    fsync_directory(directory)
     return directory
