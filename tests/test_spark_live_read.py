@@ -218,8 +218,8 @@ def test_the_command_line_refuses_unreachable_brokers_in_one_line(
 
 
 def test_an_answer_without_a_file_size_is_refused(store: CommitLogStore) -> None:
-    answer = read_log(store, request(maxBytes=100))
-    answer.fields["fileSize"] = "0"
+    good = read_log(store, request(maxBytes=100))
+    answer = request().response(fields={**good.fields, "fileSize": 0}, body=good.body)
     with pytest.raises(LogReadError, match="malformed HANET_READ_LOG answer"):
         LogChunk.from_answer("test", answer)
 
