@@ -7,6 +7,9 @@ store (its mappings see it, as a running broker's would).
 
 from __future__ import annotations
 
+import contextlib
+import socket
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,6 +27,7 @@ import pyarrow as pa
 
 from hanet.spark import (
     LogChunk,
+    LogReadClient,
     LogReadError,
     commit_log_batches,
     find_stores,
@@ -211,3 +215,68 @@ def test_the_command_line_refuses_unreachable_brokers_in_one_line(
     assert "diff reads store files, not brokers" in capsys.readouterr().err
     assert main(["stats"]) == 2
     assert "give a STORE or --broker HOST:PORT" in capsys.readouterr().err
+
+
+def test_an_answer_without_a_file_size_is_refused(store: CommitLogStore) -> None:
+    good = read_log(store, request(maxBytes=100))
+    answer = request().response(fields={**good.fields, "fileSize": 0}, body=good.body)
+    with pytest.raises(LogReadError, match="malformed HANET_READ_LOG answer"):
+        LogChunk.from_answer("test", answer)
+
+
+class GoingBack(DirectClient):
+    """A broker that answers every read with the log's first records."""
+
+    def read(self, offset: int | None, max_bytes: int, *, seek: bool = False) -> Any:
+        return super().read(None, max_bytes)
+
+
+def test_a_broker_that_does_not_move_on_fails_the_task(store: CommitLogStore) -> None:
+    (part, *_) = plan_broker("test", FILE, connect=DirectClient(store))
+    with pytest.raises(LogReadError, match="did not move on"):
+        list(remote_batches(part, read_bytes=700, connect=GoingBack(store)))
+
+
+@pytest.fixture
+def silent_broker() -> Iterator[tuple[str, list[bytes]]]:
+    """A loopback listener that accepts one connection and sends what the test puts in
+    ``to_send`` (then keeps it open without a word)."""
+    to_send: list[bytes] = []
+    listener = socket.create_server(("127.0.0.1", 0))
+    done = threading.Event()
+
+    def serve() -> None:
+        conn, _ = listener.accept()
+        with conn, contextlib.suppress(OSError):
+            conn.recv(65536)
+            for data in to_send:
+                conn.sendall(data)
+                if done.wait(0.1):
+                    return
+            done.wait(10)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    yield f"127.0.0.1:{listener.getsockname()[1]}", to_send
+    done.set()
+    thread.join(10)
+    listener.close()
+
+
+def test_a_broker_that_trickles_its_answer_times_out(
+    silent_broker: tuple[str, list[bytes]],
+) -> None:
+    address, to_send = silent_broker
+    to_send.extend([b"\x00"] * 20)  # a byte at a time, for longer than the timeout
+    with (
+        LogReadClient(address, timeout=0.25) as client,
+        pytest.raises(LogReadError, match="no answer in"),
+    ):
+        client.read(None, 0)
+
+
+def test_an_oversized_frame_is_refused(silent_broker: tuple[str, list[bytes]]) -> None:
+    address, to_send = silent_broker
+    to_send.append(b"\x7f\xff\xff\xff")
+    with LogReadClient(address) as client, pytest.raises(LogReadError, match="a frame of"):
+        client.read(None, 0)

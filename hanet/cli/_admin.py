@@ -36,9 +36,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from hanet.channel import parse_address
 from hanet.client import AdminClient, NameServerClient, RemotingError, RemotingResponseError
-from hanet.errors import ConfigError
 from hanet.protocol import (
     CreateTopicRequestHeader,
     MessageQueue,
@@ -46,24 +44,11 @@ from hanet.protocol import (
 )
 
 from . import _admin_query
-from ._support import EXIT_ERROR, EXIT_FAILED, EXIT_OK, fail
+from ._support import EXIT_ERROR, EXIT_FAILED, EXIT_OK, fail, parse_addresses
 
 __all__ = ["AdminVerbs", "admin_client", "parse_time", "register"]
 
 Handler = Callable[[argparse.Namespace], Awaitable[int]]
-
-
-def _name_servers(text: str) -> list[tuple[str, int]]:
-    addresses = []
-    for part in text.replace(";", ",").split(","):
-        if part.strip():
-            try:
-                addresses.append(parse_address(part.strip()))
-            except ConfigError as exc:
-                raise argparse.ArgumentTypeError(str(exc)) from None
-    if not addresses:
-        raise argparse.ArgumentTypeError("no name server address")
-    return addresses
 
 
 def _boolean(text: str) -> bool:
@@ -107,7 +92,7 @@ class AdminVerbs:
         # the parent's action itself, which a shared parent would pass on to every verb.
         common = argparse.ArgumentParser(add_help=False)
         common.add_argument(
-            "-n", "--namesrv", type=_name_servers, default=None, metavar="HOST:PORT[;HOST:PORT]",
+            "-n", "--namesrv", type=parse_addresses, default=None, metavar="HOST:PORT[;HOST:PORT]",
             help="the name servers (';' or ',' between them)",
         )  # fmt: skip
         common.add_argument(

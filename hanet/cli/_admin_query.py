@@ -41,7 +41,7 @@ from hanet.client import (
 from hanet.protocol import MessageId
 from hanet.store import record_to_json
 
-from ._support import EXIT_FAILED, fail, parse_address
+from ._support import EXIT_FAILED, fail, parse_address, parse_addresses
 
 __all__ = [
     "add_verbs",
@@ -57,23 +57,13 @@ class _Registry(Protocol):
     def add_parser(self, name: str, **kwargs: Any) -> argparse.ArgumentParser: ...
 
 
-def _addresses(text: str) -> list[tuple[str, int]]:
-    parts = [p.strip() for p in text.replace(";", ",").split(",") if p.strip()]
-    if not parts:
-        raise argparse.ArgumentTypeError("no address")
-    try:
-        return [parse_address(p) for p in parts]
-    except (ValueError, argparse.ArgumentTypeError) as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "-n", "--namesrv", type=_addresses, default=None, metavar="HOST:PORT[;HOST:PORT...]",
+        "-n", "--namesrv", type=parse_addresses, default=None, metavar="HOST:PORT[;HOST:PORT...]",
         help="the name servers: the topic's brokers are looked up there",
     )  # fmt: skip
     parser.add_argument(
-        "-b", "--broker", type=_addresses, default=None, metavar="HOST:PORT[,HOST:PORT...]",
+        "-b", "--broker", type=parse_addresses, default=None, metavar="HOST:PORT[,HOST:PORT...]",
         help="the broker ports to ask (instead of the topic's route)",
     )  # fmt: skip
     parser.add_argument("--json", action="store_true", help="one JSON object per message")

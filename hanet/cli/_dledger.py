@@ -41,7 +41,6 @@ from __future__ import annotations
 import argparse
 import errno
 import os
-import re
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -85,6 +84,7 @@ from ._support import (
     first_message,
     interrupted,
     parse_address,
+    parse_addresses,
     parse_size,
     stop_status,
     write_ready_file,
@@ -180,7 +180,7 @@ def register(subparsers: Any) -> None:
         "are cut at half of it (64M; 0: no cap)",
     )  # fmt: skip
     parser.add_argument(
-        "--namesrv", type=_parse_namesrv, default=None, metavar="HOST:PORT[;HOST:PORT...]",
+        "--namesrv", type=parse_addresses, default=None, metavar="HOST:PORT[;HOST:PORT...]",
         help="register with these name servers as RocketMQ's DLedger brokers do: the leader "
         "as broker id 0, the others as slaves, again at each role change (none)",
     )  # fmt: skip
@@ -193,14 +193,6 @@ def register(subparsers: Any) -> None:
         help="the broker name registered, shared by the group's nodes (default: --group)",
     )  # fmt: skip
     parser.set_defaults(func=run_dledger)
-
-
-def _parse_namesrv(text: str) -> list[tuple[str, int]]:
-    """``HOST:PORT[;HOST:PORT...]`` (``,`` too) as an argparse type."""
-    addresses = [parse_address(part.strip()) for part in re.split(r"[;,]", text) if part.strip()]
-    if not addresses:
-        raise argparse.ArgumentTypeError("no address")
-    return addresses
 
 
 async def run_dledger(args: argparse.Namespace) -> int:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import signal
 import sys
 from pathlib import Path
@@ -23,6 +24,7 @@ __all__ = [
     "first_message",
     "interrupted",
     "parse_address",
+    "parse_addresses",
     "parse_size",
     "stop_status",
     "write_ready_file",
@@ -66,6 +68,15 @@ def parse_address(text: str) -> tuple[str, int]:
         return _split_address(text)
     except ConfigError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def parse_addresses(text: str) -> list[tuple[str, int]]:
+    """``HOST:PORT[;HOST:PORT...]`` (``,`` separates too; RocketMQ's ``namesrvAddr``) as an
+    argparse type."""
+    addresses = [parse_address(part.strip()) for part in re.split(r"[;,]", text) if part.strip()]
+    if not addresses:
+        raise argparse.ArgumentTypeError("no address")
+    return addresses
 
 
 def first_error(group: BaseExceptionGroup[Any]) -> BaseException:

@@ -20,7 +20,6 @@ import logging
 import ssl
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
-from typing import TypeVar
 
 import attrs
 
@@ -42,7 +41,6 @@ from hanet.protocol import (
     OffsetWrapper,
     ProducerConnection,
     RemotingCommand,
-    RemotingHeaderError,
     RequestCode,
     ResetOffsetBody,
     ResetOffsetRequestHeader,
@@ -62,11 +60,10 @@ from hanet.protocol import (
 )
 
 from ._failover import parse_broker_address
-from ._namesrv import NameServerClient
+from ._namesrv import NameServerClient, _decoded
 from ._remoting import (
     RemotingConnection,
     RemotingConnectionError,
-    RemotingProtocolError,
     RemotingResponseError,
 )
 
@@ -74,20 +71,11 @@ __all__ = ["AdminClient", "ResetResult", "retry_topic_of"]
 
 log = logging.getLogger("hanet.client")
 
-T = TypeVar("T")
-
 
 def retry_topic_of(group: str) -> str:
     """A consumer group's retry topic (``%RETRY%group``): where ``mqadmin`` looks a group's
     brokers up."""
     return f"%RETRY%{group}"
-
-
-def _decoded(what: str, decode: Callable[[], T]) -> T:
-    try:
-        return decode()
-    except RemotingHeaderError as exc:
-        raise RemotingProtocolError(f"malformed {what} answer: {exc}") from exc
 
 
 def _count(

@@ -30,6 +30,7 @@ import socket
 import ssl
 import struct
 import tempfile
+import time
 from collections.abc import Callable, Generator, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Protocol
@@ -215,14 +216,16 @@ class LogReadClient:
 
     def __init__(self, address: str, tls: TlsFiles | None = None, timeout: float = TIMEOUT):
         self.address = address
+        self._timeout = timeout
         host, port = _split(address)
+        context = tls.context() if tls is not None else None  # before a socket to leak
         try:
             sock = socket.create_connection((host, port), timeout=timeout)
         except OSError as exc:
             raise LogReadError(f"broker {address}: cannot connect: {exc}") from None
-        if tls is not None:
+        if context is not None:
             try:
-                sock = tls.context().wrap_socket(sock, server_hostname=host)
+                sock = context.wrap_socket(sock, server_hostname=host)
             except (OSError, ssl.SSLError) as exc:
                 sock.close()
                 raise LogReadError(f"broker {address}: TLS handshake failed: {exc}") from None
@@ -253,10 +256,12 @@ class LogReadClient:
             fields["seek"] = "true"
         opaque = next(self._opaque)
         request = RemotingCommand.request(HanetRequestCode.HANET_READ_LOG, fields, opaque=opaque)
+        deadline = time.monotonic() + self._timeout
         try:
+            self._sock.settimeout(self._timeout)
             self._sock.sendall(encode_command(request))
             while True:
-                answer = decode_command(self._frame())
+                answer = decode_command(self._frame(deadline))
                 if answer.is_response and answer.opaque == opaque:
                     break
         except (OSError, RemotingCommandError) as exc:
@@ -268,18 +273,28 @@ class LogReadClient:
             raise LogReadError(f"broker {self.address}: {reason}")
         return LogChunk.from_answer(self.address, answer)
 
-    def _frame(self) -> bytearray:
-        length = _LENGTH.unpack(self._exactly(4))[0]
+    def _frame(self, deadline: float) -> bytearray:
+        length = _LENGTH.unpack(self._exactly(4, deadline))[0]
         if length > _MAX_FRAME:
             raise LogReadError(f"broker {self.address}: a frame of {length} bytes")
-        return self._exactly(length)
+        return self._exactly(length, deadline)
 
-    def _exactly(self, n: int) -> bytearray:
+    def _exactly(self, n: int, deadline: float) -> bytearray:
+        """``n`` bytes, all by ``deadline`` (a peer trickling bytes does not hold a task)."""
         buf = bytearray(n)
         view = memoryview(buf)
         got = 0
         while got < n:
-            k = self._sock.recv_into(view[got:])
+            left = deadline - time.monotonic()
+            try:
+                if left <= 0:
+                    raise TimeoutError
+                self._sock.settimeout(left)
+                k = self._sock.recv_into(view[got:])
+            except TimeoutError:
+                raise LogReadError(
+                    f"broker {self.address}: no answer in {self._timeout} s"
+                ) from None
             if not k:
                 raise LogReadError(f"broker {self.address}: the connection closed")
             got += k
@@ -302,7 +317,7 @@ def _chunk(address: str, answer: RemotingCommand) -> LogChunk:
                 f.get("stopDetail", ""),
                 int(f.get("blankSize", "0")),
             )
-        return LogChunk(
+        chunk = LogChunk(
             offset=int(f["offset"]),
             data=answer.body,  # a view of the frame read: no copy
             next_offset=int(f["nextOffset"]),
@@ -311,6 +326,11 @@ def _chunk(address: str, answer: RemotingCommand) -> LogChunk:
             file_size=int(f["fileSize"]),
             stop=stop,
         )
+        if chunk.file_size <= 0 or not 0 <= chunk.offset <= chunk.next_offset:
+            raise ValueError(
+                f"fileSize {chunk.file_size}, offset {chunk.offset}, nextOffset {chunk.next_offset}"
+            )
+        return chunk
     except (KeyError, ValueError) as exc:
         raise LogReadError(f"broker {address}: a malformed HANET_READ_LOG answer: {exc}") from None
 
@@ -422,7 +442,9 @@ def remote_batches(
                 if judged is not None:
                     yield builder.corrupt_row(*judged)
                 return
-            if chunk.next_offset <= position and not chunk.data:
+            if chunk.next_offset <= position:
+                if chunk.data:  # a broker going back would have this task read forever
+                    raise LogReadError(f"broker {part.broker}: the read did not move on")
                 return  # the log's end (or nothing found by seek)
             position = chunk.next_offset
 
