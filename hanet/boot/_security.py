@@ -22,7 +22,7 @@ import attrs
 import trio
 
 from hanet.channel import format_address
-from hanet.errors import ConfigError
+from hanet.errors import ConfigError, HanetError
 
 __all__ = [
     "HANDSHAKE_TIMEOUT",
@@ -43,7 +43,7 @@ HANDSHAKE_TIMEOUT = 10.0
 _LOG_EVERY = 60.0
 
 
-class TlsHandshakeError(ConnectionError):
+class TlsHandshakeError(HanetError, ConnectionError):
     """The TLS handshake failed (no certificate, an untrusted or expired one, not TLS...)."""
 
 

@@ -17,6 +17,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 
+from hanet.errors import HanetError
 from hanet.protocol import ConsumerGroupInfo
 
 __all__ = [
@@ -40,7 +41,7 @@ MAX_CONSUMER_GROUPS = 10_000
 """Most groups with live members one broker keeps."""
 
 
-class ConsumerRegistryFull(ValueError):
+class ConsumerRegistryFull(HanetError, ValueError):
     """A heartbeat that would add a member or a group beyond the registry's bounds."""
 
 

@@ -11,6 +11,7 @@ from typing import Any
 
 import trio
 
+from hanet.errors import HanetError
 from hanet.protocol import ConsumerOffsetsInfo, offset_table_from_json, offset_table_to_json
 
 from ._config_files import read_config_file, write_config_file
@@ -43,7 +44,7 @@ MAX_QUEUE_ID = 0xFFFF
 """The largest queue id an offset is kept for."""
 
 
-class ConsumerOffsetsFull(ValueError):
+class ConsumerOffsetsFull(HanetError, ValueError):
     """A commit that would add an entry or a queue offset beyond the table's bounds, or a
     queue id outside ``[0, MAX_QUEUE_ID]``."""
 

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 import trio
 
 from hanet.channel import HandlerContext
+from hanet.errors import HanetError
 from hanet.protocol import (
     FLAG_ONEWAY,
     PERM_WRITE,
@@ -85,7 +86,7 @@ _REMARKS = {
 _MSG_ID, _QUEUE_ID, _QUEUE_OFFSET = SendMessageResponseHeader("", 0, 0).to_fields()
 
 
-class _Refused(Exception):
+class _Refused(HanetError):
     """A send refused before anything was stored."""
 
     def __init__(self, code: int, remark: str) -> None:

@@ -19,6 +19,7 @@ from typing import Any
 
 import attrs
 
+from hanet.errors import HanetError
 from hanet.protocol import (
     DataVersion,
     RemotingHeaderError,
@@ -44,11 +45,11 @@ def retry_topic(group: str) -> str:
     return f"%RETRY%{group}"
 
 
-class TopicTableFull(ValueError):
+class TopicTableFull(HanetError, ValueError):
     """A send or heartbeat would create a topic past :data:`MAX_TOPICS`."""
 
 
-class TopicNotExist(LookupError):
+class TopicNotExist(HanetError, LookupError):
     """A send to a topic the broker does not have, with ``autoCreateTopicEnable=false``."""
 
 

@@ -38,6 +38,7 @@ from hanet.client import (
     query_message,
     view_message,
 )
+from hanet.errors import HanetError
 from hanet.protocol import MessageId
 from hanet.store import record_to_json
 
@@ -138,7 +139,7 @@ async def _brokers(
     return out
 
 
-class _Usage(Exception):
+class _Usage(HanetError):
     pass
 
 

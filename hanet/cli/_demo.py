@@ -36,6 +36,7 @@ from rich.table import Table
 
 from hanet.boot import TlsConfig
 from hanet.client import BrokerClient, BrokerStatus, RemotingError
+from hanet.errors import HanetError
 from hanet.store import compare_commit_logs
 
 __all__ = ["register"]
@@ -45,7 +46,7 @@ HANET = (sys.executable, "-m", "hanet")
 """The ``hanet`` command as a subprocess of this interpreter (no console script needed)."""
 
 
-class DemoError(Exception):
+class DemoError(HanetError):
     """A part of the demo could not start or stopped unexpectedly."""
 
 

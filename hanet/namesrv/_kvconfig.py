@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 
+from hanet.errors import HanetError
 from hanet.protocol import KVTable
 
 __all__ = ["MAX_KV_PAIRS", "NAMESPACE_ORDER_TOPIC_CONFIG", "KVConfig", "KVConfigFullError"]
@@ -23,7 +24,7 @@ NAMESPACE_ORDER_TOPIC_CONFIG = "ORDER_TOPIC_CONFIG"
 """RocketMQ's ``NamesrvUtil.NAMESPACE_ORDER_TOPIC_CONFIG``."""
 
 
-class KVConfigFullError(ValueError):
+class KVConfigFullError(HanetError, ValueError):
     """A new pair beyond :data:`MAX_KV_PAIRS`."""
 
 

@@ -31,7 +31,7 @@ from collections.abc import Hashable, Iterable
 import attrs
 
 from hanet.channel import parse_address
-from hanet.errors import ConfigError
+from hanet.errors import ConfigError, HanetError
 from hanet.protocol import (
     MASTER_ID,
     PERM_WRITE,
@@ -89,7 +89,7 @@ BrokerKey = tuple[str, str, int]
 """``(cluster, broker_name, broker_id)``."""
 
 
-class RegistrationError(ValueError):
+class RegistrationError(HanetError, ValueError):
     """A registration the name server refuses because it is malformed or over a bound; the
     message says what is wrong with it."""
 

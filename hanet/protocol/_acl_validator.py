@@ -38,6 +38,7 @@ import time
 from collections.abc import Callable, Iterable
 
 from hanet.channel import HandlerContext, format_address
+from hanet.errors import HanetError
 
 from ._acl import ACCESS_KEY as _ACCESS_KEY
 from ._acl import SIGNATURE, UNIQUE_MSG_QUERY_FLAG, request_signature
@@ -99,7 +100,7 @@ EXCEPTION = "org.apache.rocketmq.acl.common.AclException: "
 _UNSIGNED = frozenset({SIGNATURE, UNIQUE_MSG_QUERY_FLAG})
 
 
-class AclDenied(Exception):
+class AclDenied(HanetError):
     """A refusal; the message is RocketMQ's (``No acl config for KEY``, ...)."""
 
 

@@ -16,10 +16,12 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from hanet.errors import HanetError
+
 __all__ = ["FastjsonError", "dumps", "loads"]
 
 
-class FastjsonError(ValueError):
+class FastjsonError(HanetError, ValueError):
     """Text that is not JSON, even as fastjson reads it."""
 
 

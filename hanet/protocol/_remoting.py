@@ -38,6 +38,7 @@ from typing import Any, cast
 
 import attrs
 
+from hanet.errors import HanetError
 from hanet.handlers import CorruptedFrameError
 
 from ._codes import LanguageCode, ResponseCode, SerializeType
@@ -102,7 +103,7 @@ class RemotingCommandError(CorruptedFrameError):
     """A frame that is not a remoting command (the connection that sent it is closed)."""
 
 
-class RemotingHeaderError(ValueError):
+class RemotingHeaderError(HanetError, ValueError):
     """A well-formed command whose custom header (ext fields) or body does not make the
     request it names: a missing or malformed field. Answered SYSTEM_ERROR with the reason, as
     RocketMQ answers a header it cannot decode; the connection stays."""

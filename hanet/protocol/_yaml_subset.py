@@ -20,6 +20,8 @@ from typing import NoReturn, Union
 
 import attrs
 
+from hanet.errors import HanetError
+
 __all__ = ["YamlSubsetError", "YamlValue", "parse_yaml"]
 
 YamlValue = Union[str, None, list["YamlValue"], dict[str, "YamlValue"]]  # noqa: UP007
@@ -38,7 +40,7 @@ _INDICATORS = {
 }
 
 
-class YamlSubsetError(ValueError):
+class YamlSubsetError(HanetError, ValueError):
     """Text outside the YAML subset read here (or not YAML at all); names the line."""
 
 

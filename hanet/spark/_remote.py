@@ -40,6 +40,7 @@ import attrs
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
+from hanet.errors import HanetError
 from hanet.protocol import (
     HanetRequestCode,
     RemotingCommand,
@@ -99,7 +100,7 @@ _LENGTH = struct.Struct(">I")
 _MAX_FRAME = 16 * 1024 * 1024 + 64 * 1024
 
 
-class LogReadError(Exception):
+class LogReadError(HanetError):
     """A broker could not be reached, or refused a read (its reason in the message)."""
 
 

@@ -13,6 +13,8 @@ in RocketMQ 4.9.8, never in a queue) are left alone.
 
 from __future__ import annotations
 
+from hanet.errors import HanetError
+
 from ._consume_queue import ConsumeQueue
 from ._errors import CorruptRecordError
 
@@ -23,7 +25,7 @@ _TRANSACTION_BITS = 0xC
 _PREPARED_OR_ROLLBACK = (0x4, 0xC)
 
 
-class QueueMismatchError(ValueError):
+class QueueMismatchError(HanetError, ValueError):
     """A record's queue offset does not agree with its consume queue (raised by
     :func:`queue_disagreement`)."""
 
