@@ -68,6 +68,14 @@ from hanet.protocol import (
 from hanet.store import MessageRecord, PutStatus
 
 from ._admin import AdminClient, ResetResult, retry_topic_of
+from ._assignment import (
+    MAX_ROUTE_QUEUES,
+    Assignment,
+    QueueKey,
+    Rebalance,
+    RebalanceOutcome,
+    allocate_averagely,
+)
 from ._broker import (
     DEFAULT_PRODUCER_GROUP,
     DEFAULT_PULL_GROUP,
@@ -82,23 +90,18 @@ from ._broker import (
     RequestConnection,
 )
 from ._consumer import (
-    MAX_ROUTE_QUEUES,
-    BrokerLink,
-    Connector,
     ConsumedMessage,
     Consumer,
     ConsumerStats,
-    MembershipLink,
-    QueueKey,
     QueuePosition,
     RouteSource,
-    allocate_averagely,
-    broker_connector,
     default_client_id,
 )
+from ._consumer_config import ConsumerConfig, ConsumerSettings
 from ._failover import FailoverClient, parse_broker_address
 from ._messages import AUTO_QUEUE, PullStatus, PutMessage, PutReply, message_problem
 from ._namesrv import NameServerClient, NameServerConnection
+from ._pool import BrokerConnector, BrokerLink, MembershipLink, broker_connector
 from ._query import QUERY_MAX_TIMESTAMP, QueryResult, query_message, view_message
 from ._remoting import (
     RemotingConnection,
@@ -111,6 +114,10 @@ from ._remoting import (
     signing,
 )
 
+Connector = BrokerConnector
+"""Deprecated alias of :class:`BrokerConnector` (renamed: :data:`hanet.boot.Connector` is
+another type, a stream connector); kept for code that imports it, to be removed later."""
+
 __all__ = [
     "AUTO_QUEUE",
     "DEFAULT_PRODUCER_GROUP",
@@ -118,8 +125,10 @@ __all__ = [
     "MAX_ROUTE_QUEUES",
     "QUERY_MAX_TIMESTAMP",
     "AdminClient",
+    "Assignment",
     "BrokerClient",
     "BrokerConnectionError",
+    "BrokerConnector",
     "BrokerError",
     "BrokerLink",
     "BrokerProtocolError",
@@ -131,6 +140,8 @@ __all__ = [
     "Connector",
     "ConsumedMessage",
     "Consumer",
+    "ConsumerConfig",
+    "ConsumerSettings",
     "ConsumerStats",
     "Credentials",
     "FailoverClient",
@@ -148,6 +159,8 @@ __all__ = [
     "QueryResult",
     "QueueKey",
     "QueuePosition",
+    "Rebalance",
+    "RebalanceOutcome",
     "RemotingConnection",
     "RemotingConnectionError",
     "RemotingError",

@@ -68,6 +68,12 @@ Usage (run it twice: the two processes share the queues)::
     async with Consumer.open(names, "my-group", "TopicTest", from_beginning=True) as consumer:
         async for message in consumer:
             print(message.queue_id, message.queue_offset, message.body)
+
+The settings are a :class:`ConsumerConfig` (``config=``), or its fields as keyword arguments
+(as above); both together: the keywords override the config's fields.
+
+The consumer is the I/O driver of three parts: the connections (:mod:`._pool`), which member
+to ask (:mod:`._members`) and which queues to hold (:mod:`._assignment`, sans-IO).
 """
 
 from __future__ import annotations
@@ -78,9 +84,9 @@ import secrets
 import socket
 import ssl
 import time
-from collections.abc import AsyncIterator, Iterator, Sequence
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from typing import Protocol, Self, TypeVar, runtime_checkable
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from typing import Protocol, Self, Unpack
 
 import attrs
 import trio
@@ -97,99 +103,24 @@ from hanet.protocol import (
 )
 from hanet.store import MessageRecord
 
-from ._broker import (
-    BrokerClient,
-    BrokerConnectionError,
-    BrokerError,
-    BrokerRequestError,
-    BrokerTimeoutError,
-    PullResult,
-)
-from ._failover import parse_broker_address
+from ._assignment import Assignment, QueueKey, RebalanceOutcome, bounded_route, queues_of
+from ._broker import BrokerRequestError, PullResult
+from ._consumer_config import ConsumerConfig, ConsumerSettings
+from ._members import MemberCaller
 from ._messages import PullStatus
-from ._remoting import RemotingError, RemotingResponseError, ServerRequestHandler
+from ._pool import BrokerConnector, BrokerLink, ConnectionPool, MembershipLink, broker_connector
+from ._remoting import RemotingError, RemotingResponseError
 
 __all__ = [
-    "MAX_ROUTE_QUEUES",
-    "BrokerLink",
-    "Connector",
     "ConsumedMessage",
     "Consumer",
     "ConsumerStats",
-    "MembershipLink",
-    "QueueKey",
     "QueuePosition",
     "RouteSource",
-    "allocate_averagely",
-    "broker_connector",
     "default_client_id",
 ]
 
 log = logging.getLogger("hanet.client.consumer")
-
-QueueKey = tuple[str, int]
-"""A queue of the topic: ``(broker_name, queue_id)``."""
-
-
-class BrokerLink(Protocol):
-    """What the consumer asks of a broker connection (:class:`BrokerClient` has it)."""
-
-    async def pull(
-        self, topic: str, queue_id: int, offset: int = 0, max_messages: int = 32, *, group: str
-    ) -> PullResult: ...
-
-    async def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None: ...
-
-    async def query_offset(self, group: str, topic: str, queue_id: int) -> int | None: ...
-
-
-@runtime_checkable
-class MembershipLink(Protocol):
-    """A broker connection that serves consumer groups (:class:`BrokerClient` does); a link
-    without these methods makes the consumer alone in its group."""
-
-    async def consumer_heartbeat(
-        self,
-        group: str,
-        client_id: str,
-        topics: Sequence[str] = (),
-        *,
-        from_beginning: bool,
-        sub_version: int | None = None,
-    ) -> None: ...
-
-    async def unregister_consumer(self, group: str, client_id: str) -> None: ...
-
-    async def consumer_list(self, group: str) -> tuple[str, ...]: ...
-
-
-@runtime_checkable
-class _Closable(Protocol):
-    """A link that tells whether its connection is still open (:class:`BrokerClient`)."""
-
-    @property
-    def is_connected(self) -> bool: ...
-
-
-T = TypeVar("T")
-
-
-def allocate_averagely(queues: Sequence[T], client_ids: Sequence[str], client_id: str) -> list[T]:
-    """The queues ``client_id`` takes (RocketMQ's ``AllocateMessageQueueAveragely``).
-
-    Both lists must be sorted the same way by every member. Each member takes a contiguous
-    range; the first ``len(queues) % len(client_ids)`` members take one more. A member not in
-    ``client_ids`` takes nothing; with more members than queues the last ones take nothing.
-    """
-    if client_id not in client_ids or not queues:
-        return []
-    index = client_ids.index(client_id)
-    count, members = len(queues), len(client_ids)
-    mod = count % members
-    first = mod > 0 and index < mod  # one of the members taking one queue more
-    size = 1 if count <= members else count // members + (1 if first else 0)
-    start = index * size if first else index * size + mod
-    return [queues[(start + i) % count] for i in range(min(size, count - start))]
 
 
 def default_client_id() -> str:
@@ -206,24 +137,6 @@ class RouteSource(Protocol):
     async def route(self, topic: str) -> TopicRoute: ...
 
 
-class Connector(Protocol):
-    """Opens a connection to a broker port given as ``host:port`` whose requests from the
-    broker (``NOTIFY_CONSUMER_IDS_CHANGED``) go to ``on_request``; raises
-    :class:`BrokerConnectionError` when it cannot."""
-
-    def __call__(
-        self, address: str, *, on_request: ServerRequestHandler | None = None
-    ) -> AbstractAsyncContextManager[BrokerLink]: ...
-
-
-MAX_ROUTE_QUEUES = 1024
-"""Most queues of a broker name the consumer takes from a route (the name server refuses
-registrations with more: ``hanet.namesrv.MAX_QUEUES``); queue ids above are ignored, so a
-route naming 2**31-1 queues does not make it hold that many."""
-
-_FRESH_MEMBERS = 1.0
-"""Seconds a member list the heartbeat loop fetched stays good for the rebalance it starts."""
-
 _SKIP_FORWARD = frozenset(
     {
         PullStatus.OFFSET_TOO_SMALL,
@@ -234,9 +147,6 @@ _SKIP_FORWARD = frozenset(
     }
 )
 """Pull answers whose next offset is followed forward from any member."""
-
-_LINK_ERRORS = (BrokerConnectionError, BrokerTimeoutError)
-"""Failures that say a member cannot be reached (it is skipped for a while)."""
 
 
 @attrs.frozen
@@ -325,124 +235,6 @@ class QueuePosition:
     started: bool = False
 
 
-class _Links:
-    """One connection per broker address, held open in a nursery; failed addresses are
-    skipped for ``retry_interval`` seconds."""
-
-    def __init__(
-        self,
-        nursery: trio.Nursery,
-        connector: Connector,
-        retry_interval: float,
-        on_request: ServerRequestHandler | None = None,
-    ) -> None:
-        self._nursery = nursery
-        self._connector = connector
-        self._on_request = on_request
-        self.retry_interval = retry_interval
-        self._links: dict[str, BrokerLink] = {}
-        self._stops: dict[str, trio.Event] = {}
-        self._down_until: dict[str, float] = {}
-        self._scopes: set[trio.CancelScope] = set()
-        self._lock = trio.Lock()
-
-    def has_failed(self, address: str) -> bool:
-        """True when the last connection to ``address`` failed (it has not answered since)."""
-        return address in self._down_until
-
-    def is_down(self, address: str) -> bool:
-        """True while a failed address is being skipped."""
-        return self._down_until.get(address, -1.0) > trio.current_time()
-
-    async def _hold(self, address: str, task_status: trio.TaskStatus[BrokerLink]) -> None:
-        started = False
-        stop = trio.Event()
-        # Shielded: a cancellation of the consumer leaves the connections open for the last
-        # commit; :meth:`close` ends them (connecting is bounded by the connect timeout).
-        with trio.CancelScope(shield=True) as scope:
-            self._scopes.add(scope)
-            try:
-                async with self._connector(address, on_request=self._on_request) as link:
-                    self._stops[address] = stop
-                    task_status.started(link)
-                    started = True
-                    await stop.wait()
-            except BrokerError as exc:
-                if not started:
-                    raise
-                log.debug("connection to %s ended: %s", address, exc)
-            finally:
-                self._scopes.discard(scope)
-                if self._stops.get(address) is stop:
-                    del self._stops[address]
-
-    def close(self) -> None:
-        """Close every connection."""
-        self._links.clear()
-        for scope in list(self._scopes):
-            scope.cancel()
-
-    async def get(self, address: str) -> BrokerLink:
-        """The connection to ``address``, opened when there is none.
-
-        Raises:
-            BrokerConnectionError: the address is being skipped, or does not accept, or its
-                connection closed since (a malformed answer closes it): then it is skipped
-                for ``retry_interval`` seconds like any failed member.
-        """
-        link = self._links.get(address)
-        if link is not None and isinstance(link, _Closable) and not link.is_connected:
-            self.failed(address)
-            raise BrokerConnectionError(f"connection to {address} closed")
-        if link is not None:
-            return link
-        async with self._lock:
-            link = self._links.get(address)
-            if link is not None:
-                return link
-            if self.is_down(address):
-                raise BrokerConnectionError(f"{address} failed recently; skipped for now")
-            try:
-                opened: BrokerLink = await self._nursery.start(self._hold, address)
-            except BrokerError:
-                self.failed(address)
-                raise
-            self._links[address] = opened
-            if self._down_until.pop(address, None) is not None:
-                log.info("%s answers again", address)
-            return opened
-
-    def failed(self, address: str) -> None:
-        """Close the connection to ``address`` and skip it for ``retry_interval`` seconds."""
-        self._links.pop(address, None)
-        stop = self._stops.pop(address, None)
-        if stop is not None:
-            stop.set()
-        self._down_until[address] = trio.current_time() + self.retry_interval
-
-
-def broker_connector(*, tls: ssl.SSLContext | None = None, timeout: float = 5.0) -> Connector:
-    """A :data:`Connector` opening :class:`BrokerClient` connections (``timeout``: seconds
-    to connect and per request)."""
-
-    def connect(
-        address: str, *, on_request: ServerRequestHandler | None = None
-    ) -> AbstractAsyncContextManager[BrokerLink]:
-        parsed = parse_broker_address(address)
-        if parsed is None:
-            raise BrokerConnectionError(f"not a broker address: {address!r}")
-        return BrokerClient.connect(
-            parsed[0],
-            parsed[1],
-            connect_timeout=timeout,
-            request_timeout=timeout,
-            tls=tls,
-            on_request=on_request,
-        )
-
-    return connect
-
-
 class Consumer:
     """A consumer of one topic for one group; open it with :meth:`open` and iterate it.
 
@@ -457,48 +249,35 @@ class Consumer:
         group: str,
         topic: str,
         *,
-        from_beginning: bool,
-        connector: Connector,
-        pull_batch: int,
-        poll_interval: float,
-        commit_interval: float,
-        route_interval: float,
-        retry_interval: float,
-        buffer: int,
-        client_id: str | None = None,
-        heartbeat_interval: float = 10.0,
-        rebalance_interval: float = 20.0,
+        connector: BrokerConnector,
+        config: ConsumerConfig | None = None,
     ) -> None:
+        config = config if config is not None else ConsumerConfig()
         self.group = group
         self.topic = topic
-        self.from_beginning = from_beginning
-        self.pull_batch = pull_batch
-        self.poll_interval = poll_interval
-        self.commit_interval = commit_interval
-        self.route_interval = route_interval
-        self.retry_interval = retry_interval
-        self.client_id = client_id or default_client_id()
-        self.heartbeat_interval = heartbeat_interval
-        self.rebalance_interval = rebalance_interval
-        self.members: tuple[str, ...] = ()
-        """The group's members at the last rebalance (sorted client ids)."""
+        self.config = config
+        self.client_id = config.client_id or default_client_id()
         self.stats = ConsumerStats()
         self.route: TopicRoute | None = None
         """The route last looked up (None: none yet)."""
-        self._names = names
-        self._links = _Links(nursery, connector, retry_interval, self._on_broker_request)
-        self._wake = trio.Event()  # set to end the pull loop's idle wait at once
-        self._sub_version = int(time.time() * 1000)  # the subscription's, kept
         self.notifications = 0
         """NOTIFY_CONSUMER_IDS_CHANGED requests received for this group."""
+        self._names = names
+        self._pool = ConnectionPool(
+            nursery, connector, config.retry_interval, self._on_broker_request
+        )
+        self._members = MemberCaller(self._pool, self._route_failed)
+        self._assignment = Assignment(
+            self.client_id, config.rebalance_interval, config.heartbeat_interval
+        )
+        self._wake = trio.Event()  # set to end the pull loop's idle wait at once
+        self._sub_version = int(time.time() * 1000)  # the subscription's, kept
         self._brokers: dict[str, RouteBroker] = {}
         self._queues: dict[QueueKey, QueuePosition] = {}
         self._route_due = -1.0
-        self._assigned: set[QueueKey] = set()
-        self._generations: dict[QueueKey, int] = {}  # bumped when a queue is released
-        self._rebalance_due = -1.0
-        self._fresh_members: tuple[tuple[str, ...], float] | None = None  # (list, when)
-        self._send, self._receive = trio.open_memory_channel[tuple[ConsumedMessage, int]](buffer)
+        self._send, self._receive = trio.open_memory_channel[tuple[ConsumedMessage, int]](
+            config.buffer
+        )
         self._last: tuple[ConsumedMessage, int] | None = None
         self._commit_lock = trio.Lock()
 
@@ -510,19 +289,10 @@ class Consumer:
         group: str,
         topic: str,
         *,
-        from_beginning: bool = False,
-        connector: Connector | None = None,
+        config: ConsumerConfig | None = None,
+        connector: BrokerConnector | None = None,
         tls: ssl.SSLContext | None = None,
-        request_timeout: float = 5.0,
-        pull_batch: int = 32,
-        poll_interval: float = 0.2,
-        commit_interval: float = 5.0,
-        route_interval: float = 30.0,
-        retry_interval: float = 5.0,
-        buffer: int = 64,
-        client_id: str | None = None,
-        heartbeat_interval: float = 10.0,
-        rebalance_interval: float = 20.0,
+        **settings: Unpack[ConsumerSettings],
     ) -> AsyncIterator[Self]:
         """Start consuming ``topic`` for ``group``; at the block's exit, pulling stops, the
         offsets consumed are committed and the consumer leaves the group (within
@@ -532,46 +302,21 @@ class Consumer:
 
         Args:
             names: the name servers (:class:`~hanet.client.NameServerClient`).
-            from_beginning: where a queue the group never committed starts: its first message
-                (True) or its end (False, RocketMQ's CONSUME_FROM_LAST_OFFSET).
+            config: the settings (default: :class:`ConsumerConfig`'s defaults).
             connector: opens broker connections (default: :class:`BrokerClient` with ``tls``
                 and ``request_timeout``).
-            request_timeout: seconds to connect and per request.
-            pull_batch: most messages a pull asks for.
-            poll_interval: seconds to wait after a round of pulls that found nothing.
-            commit_interval: seconds between commits.
-            route_interval: seconds between route lookups.
-            retry_interval: seconds a member whose connection failed is skipped.
-            buffer: messages pulled ahead of the caller.
-            client_id: this member's id in the group (default: :func:`default_client_id`).
-            heartbeat_interval: seconds between heartbeats (and member list checks).
-            rebalance_interval: seconds between rebalances when nothing changes.
+            settings: :class:`ConsumerConfig` fields (``from_beginning``, ``pull_batch``,
+                ``commit_interval``, ...) overriding ``config``'s.
+
+        Raises:
+            ValueError: a setting out of range.
         """
-        if pull_batch < 1 or buffer < 0:
-            raise ValueError("pull_batch must be >= 1, buffer >= 0")
-        if heartbeat_interval <= 0 or rebalance_interval <= 0:
-            raise ValueError("heartbeat_interval and rebalance_interval must be > 0")
+        config = attrs.evolve(config if config is not None else ConsumerConfig(), **settings)
         if connector is None:
-            connector = broker_connector(tls=tls, timeout=request_timeout)
+            connector = broker_connector(tls=tls, timeout=config.request_timeout)
         error: BaseException | None = None
         async with trio.open_nursery() as links:
-            consumer = cls(
-                links,
-                names,
-                group,
-                topic,
-                from_beginning=from_beginning,
-                connector=connector,
-                pull_batch=pull_batch,
-                poll_interval=poll_interval,
-                commit_interval=commit_interval,
-                route_interval=route_interval,
-                retry_interval=retry_interval,
-                buffer=buffer,
-                client_id=client_id,
-                heartbeat_interval=heartbeat_interval,
-                rebalance_interval=rebalance_interval,
-            )
+            consumer = cls(links, names, group, topic, connector=connector, config=config)
             clean = False
             try:
                 async with trio.open_nursery() as loops:
@@ -593,10 +338,10 @@ class Consumer:
                 with trio.CancelScope(shield=True):
                     if clean:
                         consumer.ack()
-                    with trio.move_on_after(request_timeout):
+                    with trio.move_on_after(config.request_timeout):
                         await consumer.commit()
                         await consumer._unregister()
-                consumer._links.close()
+                consumer._pool.close()
                 links.cancel_scope.cancel()
         if error is not None:
             raise error
@@ -614,7 +359,7 @@ class Consumer:
                 message, generation = await self._receive.receive()
             except (trio.EndOfChannel, trio.ClosedResourceError):
                 raise StopAsyncIteration from None
-            if generation == self._generations.get(message.key, 0):
+            if generation == self._assignment.generation(message.key):
                 break
             # Its queue was released since it was pulled: its new holder delivers it.
         self._last = (message, generation)
@@ -629,7 +374,7 @@ class Consumer:
             return
         message, generation = last
         position = self._queues.get(message.key)
-        if position is None or generation != self._generations.get(message.key, 0):
+        if position is None or generation != self._assignment.generation(message.key):
             return  # its queue was released meanwhile
         after = message.queue_offset + 1
         if position.consumed is None or after > position.consumed:
@@ -643,7 +388,12 @@ class Consumer:
     @property
     def assigned(self) -> list[QueueKey]:
         """The queues this member holds now, sorted."""
-        return sorted(self._assigned)
+        return sorted(self._assignment.held)
+
+    @property
+    def members(self) -> tuple[str, ...]:
+        """The group's members at the last rebalance (sorted client ids)."""
+        return self._assignment.members
 
     def positions(self) -> dict[QueueKey, QueuePosition]:
         """The state (a copy) of each queue held now or before, by ``(broker_name,
@@ -655,6 +405,7 @@ class Consumer:
     async def refresh_route(self) -> None:
         """Look the route up now; a failure keeps the last route (and is retried soon)."""
         self.stats.route_lookups += 1
+        retry = min(1.0, self.config.retry_interval)
         try:
             route = await self._names.route(self.topic)
         except (BrokerRequestError, RemotingResponseError) as exc:
@@ -662,45 +413,37 @@ class Consumer:
                 log.warning("route of %s: %s", self.topic, exc)
             else:
                 log.debug("no broker holds %s yet", self.topic)
-            self._route_due = trio.current_time() + min(1.0, self.retry_interval)
+            self._route_due = trio.current_time() + retry
             return
         except RemotingError as exc:
             log.warning("route of %s: no name server answers: %s", self.topic, exc)
-            self._route_due = trio.current_time() + min(1.0, self.retry_interval)
+            self._route_due = trio.current_time() + retry
             return
-        route = _bounded(route)
+        route = bounded_route(route)
         if route != self.route:
             log.info("route of %s: %s", self.topic, _describe(route))
-        if _queues_of(route) != (_queues_of(self.route) if self.route is not None else []):
-            self._rebalance_due = trio.current_time()
+        self._assignment.route_changed(self.route, route, trio.current_time())
         self.route = route
         self._brokers = {broker.broker_name: broker for broker in route.brokers}
-        self._route_due = trio.current_time() + self.route_interval
+        interval = self.config.route_interval
         if any(broker.address_of(MASTER_ID) is None for broker in route.brokers):
             # A broker name without its master (the name server dropped it when its
             # connection closed): looked up again soon, to go back to it once it returns.
-            self._route_due = trio.current_time() + min(self.route_interval, self.retry_interval)
+            interval = min(interval, self.config.retry_interval)
+        self._route_due = trio.current_time() + interval
 
     def _route_failed(self) -> None:
         """A member failed: look the route up again soon (not more than once a retry)."""
-        self._route_due = min(self._route_due, trio.current_time() + min(1.0, self.retry_interval))
+        soon = trio.current_time() + min(1.0, self.config.retry_interval)
+        self._route_due = min(self._route_due, soon)
 
     def _live_queues(self) -> list[QueueKey]:
+        held = self._assignment.held
         return [
             key
             for key in self._queues
-            if key in self._assigned
-            and key[0] in self._brokers
-            and key[1] < self._brokers[key[0]].queues
+            if key in held and key[0] in self._brokers and key[1] < self._brokers[key[0]].queues
         ]
-
-    def _members(self, broker: RouteBroker, first: int) -> Iterator[tuple[int, str]]:
-        """The members to try, in order: ``first``, the master, the slaves by id; those
-        being skipped after a failure left out."""
-        order = sorted(broker.addresses, key=lambda m: (m[0] != first, m[0] != MASTER_ID, m[0]))
-        for broker_id, address in order:
-            if not self._links.is_down(address):
-                yield broker_id, address
 
     # -- pulling -----------------------------------------------------------------------------
 
@@ -708,14 +451,14 @@ class Consumer:
         while True:
             if trio.current_time() >= self._route_due:
                 await self.refresh_route()
-            if trio.current_time() >= self._rebalance_due:
+            if self._assignment.is_due(trio.current_time()):
                 await self.rebalance()
             found = False
             for key in self._live_queues():
                 if await self._pull_queue(key):
                     found = True
             if not found:
-                with trio.move_on_after(self.poll_interval):
+                with trio.move_on_after(self.config.poll_interval):
                     await self._wake.wait()
                 if self._wake.is_set():
                     self._wake = trio.Event()
@@ -732,8 +475,7 @@ class Consumer:
             if group is None or group.consumer_group == self.group:
                 self.notifications += 1
                 log.debug("group %s: the broker says its members changed", self.group)
-                self._rebalance_due = trio.current_time()
-                self._fresh_members = None
+                self._assignment.request(trio.current_time())
                 self._wake.set()
             return None if request.is_oneway else request.response(ResponseCode.SUCCESS)
         if request.is_oneway:
@@ -743,82 +485,56 @@ class Consumer:
         )
 
     async def _pull_queue(self, key: QueueKey) -> bool:
-        """Pull one batch of ``key`` and hand it to the caller; True when it found messages."""
+        """Pull one batch of ``key`` and hand it to the caller; True when it found messages.
+        An error answer ends the round for this queue (the next round asks again)."""
         broker = self._brokers[key[0]]
         position = self._queues[key]
-        if not position.started:
-            try:
-                await self._start(key, broker, position)
-            except BrokerError as exc:
-                log.debug("%s queue %d: no member answers the offset query: %s", *key, exc)
-                return False
-        tried = 0
-        for broker_id, address in self._members(broker, position.suggested_broker_id):
-            tried += 1
-            try:
-                link = await self._links.get(address)
-                offset = position.pull_offset
-                if offset is None:
-                    # CONSUME_FROM_LAST_OFFSET: the queue's end, as this member knows it.
-                    probe = await link.pull(self.topic, key[1], 0, 1, group=self.group)
-                    offset = self._begin(key, position, probe.max_offset)
-                result = await link.pull(
-                    self.topic, key[1], offset, self.pull_batch, group=self.group
-                )
-            except _LINK_ERRORS as exc:
-                self._member_failed(key, broker_id, address, exc)
-                continue
-            except BrokerError as exc:
-                log.warning("pull %s queue %d from %s: %s", key[0], key[1], address, exc)
-                return False
-            if tried > 1:
-                self.stats.failovers += 1
-            return await self._take(key, broker_id, position, offset, result)
-        return False
+        if not position.started and not await self._start(key, broker, position):
+            return False
 
-    def _member_failed(
-        self, key: QueueKey, broker_id: int, address: str, exc: BaseException
-    ) -> None:
-        role = "master" if broker_id == MASTER_ID else f"slave {broker_id}"
-        # Said once; retried every retry interval until it answers again.
-        level = logging.DEBUG if self._links.has_failed(address) else logging.WARNING
-        log.log(
-            level, "%s %s (%s) failed: %s; using another member, retrying every %g s",
-            key[0], role, address, exc, self.retry_interval,
-        )  # fmt: skip
-        self._links.failed(address)
-        self._route_failed()
+        async def pull(link: BrokerLink) -> tuple[int, PullResult]:
+            offset = position.pull_offset
+            if offset is None:
+                # CONSUME_FROM_LAST_OFFSET: the queue's end, as this member knows it.
+                probe = await link.pull(self.topic, key[1], 0, 1, group=self.group)
+                offset = self._begin(key, position, probe.max_offset)
+            batch = self.config.pull_batch
+            return offset, await link.pull(self.topic, key[1], offset, batch, group=self.group)
 
-    async def _start(self, key: QueueKey, broker: RouteBroker, position: QueuePosition) -> None:
+        answer = await self._members.first(
+            broker,
+            pull,
+            what=f"pull {key[0]} queue {key[1]}",
+            first=position.suggested_broker_id,
+            after_error=False,
+        )
+        if answer is None:
+            return False
+        if answer.tried > 1:
+            self.stats.failovers += 1
+        offset, result = answer.value
+        return await self._take(key, answer.broker_id, position, offset, result)
+
+    async def _start(self, key: QueueKey, broker: RouteBroker, position: QueuePosition) -> bool:
         """Set where ``key`` starts: the committed offset (master first), else per
         ``from_beginning`` (the end is left to the first pull: ``pull_offset`` stays None).
-
-        Raises:
-            BrokerError: no member answered (the last member's error; BrokerConnectionError
-                when every member is being skipped).
-        """
-        last: BrokerError | None = None
-        for broker_id, address in self._members(broker, MASTER_ID):
-            try:
-                link = await self._links.get(address)
-                committed = await link.query_offset(self.group, self.topic, key[1])
-            except _LINK_ERRORS as exc:
-                self._member_failed(key, broker_id, address, exc)
-                last = exc
-                continue
-            except BrokerError as exc:
-                # An ERROR answer or a malformed one: ask the next member.
-                log.warning("offset of %s queue %d from %s: %s", key[0], key[1], address, exc)
-                last = exc
-                continue
-            position.started = True
-            if committed is not None:
-                position.committed, position.committed_to = committed, broker_id
-                self._begin(key, position, committed, "the committed offset")
-            elif self.from_beginning:
-                self._begin(key, position, 0, "the beginning")
-            return
-        raise last if last is not None else BrokerConnectionError(f"no member of {key[0]}")
+        False when no member answered."""
+        answer = await self._members.first(
+            broker,
+            lambda link: link.query_offset(self.group, self.topic, key[1]),
+            what=f"offset of {key[0]} queue {key[1]}",
+        )
+        if answer is None:
+            log.debug("%s queue %d: no member answers the offset query", *key)
+            return False
+        position.started = True
+        committed = answer.value
+        if committed is not None:
+            position.committed, position.committed_to = committed, answer.broker_id
+            self._begin(key, position, committed, "the committed offset")
+        elif self.config.from_beginning:
+            self._begin(key, position, 0, "the beginning")
+        return True
 
     def _begin(self, key: QueueKey, position: QueuePosition, offset: int, why: str = "") -> int:
         position.pull_offset = offset
@@ -844,7 +560,7 @@ class Consumer:
         status = result.status
         if status is PullStatus.FOUND:
             position.pull_offset = result.next_offset
-            generation = self._generations.get(key, 0)
+            generation = self._assignment.generation(key)
             for record in result.messages:
                 await self._send.send((ConsumedMessage(record, key[0], broker_id), generation))
             return bool(result.messages)
@@ -864,120 +580,108 @@ class Consumer:
 
     async def _heartbeat_loop(self) -> None:
         while True:
-            await trio.sleep(self.heartbeat_interval)
+            await trio.sleep(self.config.heartbeat_interval)
             await self.heartbeat()
             members = await self._member_list()
-            if members is not None and members != self.members:
+            # The rebalance a change starts takes the list as it is (no second heartbeat
+            # round and member list request).
+            if members is not None and self._assignment.members_seen(members, trio.current_time()):
                 log.info("group %s: members now %s", self.group, ", ".join(members) or "none")
-                self._rebalance_due = trio.current_time()
-                # The rebalance this starts takes the list as it is (no second heartbeat
-                # round and member list request).
-                self._fresh_members = (members, trio.current_time())
 
-    def _membership_links(self) -> Iterator[tuple[str, RouteBroker]]:
+    def _membership_brokers(self) -> Iterator[RouteBroker]:
         for name in sorted(self._brokers):
-            yield name, self._brokers[name]
+            yield self._brokers[name]
 
     async def heartbeat(self) -> None:
         """Heartbeat to every member of each broker name that can be reached now."""
-        for name, broker in self._membership_links():
-            for broker_id, address in self._members(broker, MASTER_ID):
-                try:
-                    link = await self._links.get(address)
-                    if not isinstance(link, MembershipLink):
-                        break
-                    await link.consumer_heartbeat(
-                        self.group,
-                        self.client_id,
-                        (self.topic,),
-                        from_beginning=self.from_beginning,
-                        sub_version=self._sub_version,
-                    )
-                except _LINK_ERRORS as exc:
-                    self._member_failed((name, -1), broker_id, address, exc)
-                except BrokerError as exc:
-                    log.debug("heartbeat to %s: %s", address, exc)
+
+        async def beat(link: BrokerLink) -> bool:
+            if not isinstance(link, MembershipLink):
+                return False
+            await link.consumer_heartbeat(
+                self.group,
+                self.client_id,
+                (self.topic,),
+                from_beginning=self.config.from_beginning,
+                sub_version=self._sub_version,
+            )
+            return True
+
+        for broker in self._membership_brokers():
+            await self._members.each(broker, beat, what="heartbeat")
 
     async def _unregister(self) -> None:
         """Leave the group on every member that can be reached (a clean exit)."""
-        for _name, broker in self._membership_links():
-            for _broker_id, address in self._members(broker, MASTER_ID):
-                try:
-                    link = await self._links.get(address)
-                    if not isinstance(link, MembershipLink):
-                        break
-                    await link.unregister_consumer(self.group, self.client_id)
-                except BrokerError as exc:
-                    log.debug("unregister from %s: %s", address, exc)
+
+        async def leave(link: BrokerLink) -> bool:
+            if not isinstance(link, MembershipLink):
+                return False
+            await link.unregister_consumer(self.group, self.client_id)
+            return True
+
+        for broker in self._membership_brokers():
+            await self._members.each(broker, leave, what="unregister")
 
     async def _member_list(self) -> tuple[str, ...] | None:
         """The group's members from the master of the first broker name that answers, else a
         slave; ``(client_id,)`` when the brokers do not serve consumer groups; None when no
         broker answers."""
+
+        async def ask(link: BrokerLink) -> tuple[str, ...] | None:
+            if not isinstance(link, MembershipLink):
+                return None  # no consumer groups here
+            try:
+                return await link.consumer_list(self.group)
+            except BrokerRequestError as exc:
+                if exc.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED:
+                    return None
+                raise
+
         unsupported = False
-        for name, broker in self._membership_links():
-            for broker_id, address in self._members(broker, MASTER_ID):
-                try:
-                    link = await self._links.get(address)
-                    if not isinstance(link, MembershipLink):
-                        unsupported = True
-                        continue
-                    return await link.consumer_list(self.group)
-                except _LINK_ERRORS as exc:
-                    self._member_failed((name, -1), broker_id, address, exc)
-                except BrokerRequestError as exc:
-                    if exc.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED:
-                        unsupported = True
-                    else:
-                        log.warning("member list of %s from %s: %s", self.group, address, exc)
-                except BrokerError as exc:
-                    log.warning("member list of %s from %s: %s", self.group, address, exc)
+        for broker in self._membership_brokers():
+            answer = await self._members.first(broker, ask, what=f"member list of {self.group}")
+            if answer is not None and answer.value is not None:
+                return answer.value
+            unsupported = unsupported or answer is not None
         return (self.client_id,) if unsupported else None
 
     async def rebalance(self) -> None:
         """Take this member's share of the queues now (see the module docstring): heartbeat,
         ask the members, release (commit first) the queues lost, take the ones gained."""
-        self._rebalance_due = trio.current_time() + self.rebalance_interval
+        members = self._assignment.start(trio.current_time())
         if self.route is None:
             return
-        fresh, self._fresh_members = self._fresh_members, None
-        if fresh is not None and trio.current_time() - fresh[1] <= _FRESH_MEMBERS:
-            members: tuple[str, ...] | None = fresh[0]  # the heartbeat loop just asked
-        else:
+        if members is None:
             await self.heartbeat()
             members = await self._member_list()
-        if members is None:
+        queues = queues_of(self.route)
+        decision = self._assignment.decide(queues, members, trio.current_time())
+        if decision.outcome is RebalanceOutcome.NO_MEMBERS:
             log.warning(
                 "group %s: no broker answers the member list; keeping my queues", self.group
             )
             return
-        self.members = members
-        if self.client_id not in members:
+        if decision.outcome is RebalanceOutcome.NOT_LISTED:
             log.info("group %s: %s not listed yet; keeping my queues", self.group, self.client_id)
-            self._rebalance_due = trio.current_time() + min(1.0, self.heartbeat_interval)
             return
-        mine = set(allocate_averagely(_queues_of(self.route), members, self.client_id))
-        lost = self._assigned - mine
-        gained = mine - self._assigned
-        if not lost and not gained:
+        if decision.outcome is RebalanceOutcome.UNCHANGED:
             return
-        for key in sorted(lost):
+        for key in decision.lost:
             await self._release(key)
-        for key in gained:  # a queue's state exists once it is held
+        for key in decision.gained:  # a queue's state exists once it is held
             self._queues.setdefault(key, QueuePosition())
-        self._assigned = mine
-        self.stats.held |= mine
+        self._assignment.take(decision)
+        self.stats.held |= decision.held
         self.stats.rebalances += 1
         log.info(
             "group %s: %s holds %d of %d queues (%d members): %s",
-            self.group, self.client_id, len(mine), len(_queues_of(self.route)), len(members),
-            ", ".join(f"{b}/{q}" for b, q in sorted(mine)) or "none",
+            self.group, self.client_id, len(decision.held), len(queues), len(self.members),
+            ", ".join(f"{b}/{q}" for b, q in sorted(decision.held)) or "none",
         )  # fmt: skip
 
     async def _release(self, key: QueueKey) -> None:
         """Commit ``key`` then give it up: its next holder starts from the commit."""
-        self._assigned.discard(key)
-        self._generations[key] = self._generations.get(key, 0) + 1
+        self._assignment.release(key)
         broker = self._brokers.get(key[0])
         if broker is None:
             return  # left the route: offsets kept, as for any queue of a missing broker name
@@ -1000,7 +704,7 @@ class Consumer:
 
     async def _commit_loop(self) -> None:
         while True:
-            await trio.sleep(self.commit_interval)
+            await trio.sleep(self.config.commit_interval)
             await self.commit()
 
     async def commit(self) -> None:
@@ -1023,47 +727,19 @@ class Consumer:
 
     async def _commit_one(self, key: QueueKey, broker: RouteBroker, offset: int) -> int | None:
         """Commit to the master, else a slave; the member that took it, or None."""
-        tried = 0
-        for broker_id, address in self._members(broker, MASTER_ID):
-            tried += 1
-            try:
-                link = await self._links.get(address)
-                await link.commit_offset(self.group, self.topic, key[1], offset)
-            except _LINK_ERRORS as exc:
-                self._member_failed(key, broker_id, address, exc)
-                continue
-            except BrokerError as exc:
-                log.warning("commit %s queue %d to %s: %s", key[0], key[1], address, exc)
-                continue
-            self.stats.commits += 1
-            if broker_id != MASTER_ID:
-                self.stats.slave_commits += 1
-            if tried > 1:
-                self.stats.failovers += 1
-            return broker_id
-        return None
-
-
-def _bounded(route: TopicRoute) -> TopicRoute:
-    """``route`` with at most :data:`MAX_ROUTE_QUEUES` queues per broker name."""
-    if all(broker.queues <= MAX_ROUTE_QUEUES for broker in route.brokers):
-        return route
-    for broker in route.brokers:
-        if broker.queues > MAX_ROUTE_QUEUES:
-            log.warning(
-                "route of %s: %s has %d queues; taking the first %d",
-                route.topic, broker.broker_name, broker.queues, MAX_ROUTE_QUEUES,
-            )  # fmt: skip
-    brokers = tuple(
-        attrs.evolve(broker, queues=min(broker.queues, MAX_ROUTE_QUEUES))
-        for broker in route.brokers
-    )
-    return attrs.evolve(route, brokers=brokers)
-
-
-def _queues_of(route: TopicRoute) -> list[QueueKey]:
-    """Every queue of the route, sorted (how each member lists them to share them out)."""
-    return sorted((b.broker_name, q) for b in route.brokers for q in range(b.queues))
+        answer = await self._members.first(
+            broker,
+            lambda link: link.commit_offset(self.group, self.topic, key[1], offset),
+            what=f"commit {key[0]} queue {key[1]}",
+        )
+        if answer is None:
+            return None
+        self.stats.commits += 1
+        if answer.broker_id != MASTER_ID:
+            self.stats.slave_commits += 1
+        if answer.tried > 1:
+            self.stats.failovers += 1
+        return answer.broker_id
 
 
 def _describe(route: TopicRoute) -> str:
