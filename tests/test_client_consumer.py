@@ -22,6 +22,8 @@ from hanet.client import (
     BrokerRequestError,
     ConsumedMessage,
     Consumer,
+    ConsumerConfig,
+    ConsumerSettings,
     PullResult,
     PullStatus,
     RouteBroker,
@@ -649,3 +651,45 @@ async def test_a_notify_consumer_ids_changed_rebalances_at_once(
     # Every heartbeat named the same subscription version (as RocketMQ's clients do).
     versions = set().union(*(link.versions for link in links))
     assert len(versions) == 1 and None not in versions
+
+
+# -- the settings ---------------------------------------------------------------------------
+
+
+def test_every_setting_is_a_keyword_of_open() -> None:
+    assert set(ConsumerSettings.__annotations__) == set(attrs.fields_dict(ConsumerConfig))
+
+
+@pytest.mark.parametrize(
+    ("setting", "value"),
+    [("pull_batch", 0), ("buffer", -1), ("heartbeat_interval", 0.0), ("commit_interval", -1.0)],
+)
+def test_a_setting_out_of_range_is_refused_by_name(setting: str, value: float) -> None:
+    with pytest.raises(ValueError, match=setting):
+        settings: dict[str, Any] = {setting: value}
+        ConsumerConfig(**settings)
+
+
+async def test_keywords_override_the_config_given(
+    autojump_clock: trio.testing.MockClock, cluster: FakeCluster
+) -> None:
+    config = ConsumerConfig(pull_batch=2, client_id="me", from_beginning=False)
+    produced = cluster.produce(8)
+    async with Consumer.open(
+        _Names(cluster), GROUP, TOPIC, config=config, connector=cluster.connector,
+        from_beginning=True,
+    ) as consumer:  # fmt: skip
+        assert consumer.config == attrs.evolve(config, from_beginning=True)
+        assert consumer.client_id == "me"
+        got = await take(consumer, 8)
+    assert bodies(got) == sorted(produced)
+    assert {offset for _queue, offset in cluster.master.pulls} >= {0, 2}  # batches of two
+    with pytest.raises(ValueError, match="pull_batch"):
+        async with Consumer.open(_Names(cluster), GROUP, TOPIC, pull_batch=0):
+            pass
+
+
+def test_the_old_connector_name_still_imports() -> None:
+    from hanet.client import BrokerConnector, Connector
+
+    assert Connector is BrokerConnector

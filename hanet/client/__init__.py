@@ -75,6 +75,7 @@ from ._assignment import (
     Rebalance,
     RebalanceOutcome,
     allocate_averagely,
+    queues_of,
 )
 from ._broker import (
     DEFAULT_PRODUCER_GROUP,
@@ -180,6 +181,7 @@ __all__ = [
     "message_problem",
     "parse_broker_address",
     "query_message",
+    "queues_of",
     "retry_topic_of",
     "signing",
     "view_message",

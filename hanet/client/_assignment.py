@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import enum
 import logging
-from collections.abc import Sequence, Set
+from collections.abc import Sequence
 from typing import TypeVar
 
 import attrs
@@ -22,7 +22,6 @@ import attrs
 from hanet.protocol import TopicRoute
 
 __all__ = [
-    "FRESH_MEMBERS",
     "MAX_ROUTE_QUEUES",
     "Assignment",
     "QueueKey",
@@ -42,9 +41,6 @@ MAX_ROUTE_QUEUES = 1024
 """Most queues of a broker name the consumer takes from a route (the name server refuses
 registrations with more: ``hanet.namesrv.MAX_QUEUES``); queue ids above are ignored, so a
 route naming 2**31-1 queues does not make it hold that many."""
-
-FRESH_MEMBERS = 1.0
-"""Seconds a member list the heartbeat loop fetched stays good for the rebalance it starts."""
 
 T = TypeVar("T")
 
@@ -124,14 +120,18 @@ class Assignment:
     A rebalance is due at the start, every ``interval`` seconds, at once on :meth:`request`
     (a broker said the members changed, or the route's queues changed) and when
     :meth:`members_seen` sees the list change (that list is used as it is, for
-    :data:`FRESH_MEMBERS` seconds). While the member list does not name this consumer yet,
-    it is asked again within ``min(1, listed_retry)`` seconds.
+    ``fresh_for`` seconds: the rebalance it starts asks no broker again). While the member
+    list does not name this consumer yet, it is asked again within ``min(1, listed_retry)``
+    seconds.
     """
 
-    def __init__(self, client_id: str, interval: float, listed_retry: float) -> None:
+    def __init__(
+        self, client_id: str, interval: float, listed_retry: float, fresh_for: float = 1.0
+    ) -> None:
         self.client_id = client_id
         self.interval = interval
         self.listed_retry = listed_retry
+        self.fresh_for = fresh_for
         self.held: frozenset[QueueKey] = frozenset()
         self.members: tuple[str, ...] = ()
         """The members at the last rebalance that got a list (sorted client ids)."""
@@ -172,7 +172,7 @@ class Assignment:
         use when the heartbeat loop fetched one just now, else None (ask the brokers)."""
         self.due = now + self.interval
         fresh, self._fresh = self._fresh, None
-        if fresh is not None and now - fresh[1] <= FRESH_MEMBERS:
+        if fresh is not None and now - fresh[1] <= self.fresh_for:
             return fresh[0]
         return None
 
@@ -206,7 +206,3 @@ class Assignment:
     def take(self, decision: Rebalance) -> None:
         """Hold what ``decision`` decided (its lost queues released already)."""
         self.held = decision.held
-
-    def holds(self, keys: Set[QueueKey]) -> frozenset[QueueKey]:
-        """Those of ``keys`` held now."""
-        return self.held & frozenset(keys)
