@@ -3,8 +3,9 @@
 Each layer is a package; a module may import its own layer and the layers its rule names,
 nothing else of hanet. Arrows point one way:
 
-    errors <- channel <- boot; handlers -> channel; store -> errors;
-    protocol -> handlers, store; ha -> handlers, boot, store; dledger -> handlers, boot, store;
+    errors <- channel <- boot; handlers -> channel; store -> errors; status (plain records);
+    protocol -> handlers, store, status; ha -> handlers, boot, store, status;
+    dledger -> handlers, boot, store, status;
     broker -> ha, dledger, protocol, boot, store;
     client -> protocol, boot, store; spark -> protocol, store; cli -> anything;
     only ``hanet/__main__.py`` imports the cli.
@@ -29,15 +30,16 @@ ROOT = Path(__file__).resolve().parents[1]
 # layer -> the layers it may import directly (besides itself).
 ARROWS: dict[str, set[str]] = {
     "errors": set(),
+    "status": set(),
     "channel": {"errors"},
     "boot": {"channel"},
     "hanet": {"channel", "boot"},  # hanet/__init__.py: the facade
     "testing": {"channel", "boot"},
     "handlers": {"channel"},
     "store": {"errors"},
-    "protocol": {"handlers", "store"},
-    "ha": {"handlers", "boot", "store"},
-    "dledger": {"handlers", "boot", "store"},
+    "protocol": {"handlers", "store", "status"},
+    "ha": {"handlers", "boot", "store", "status"},
+    "dledger": {"handlers", "boot", "store", "status"},
     "broker": {"ha", "dledger", "protocol", "client", "boot", "store"},
     "client": {"protocol", "boot", "store"},
     "namesrv": {"protocol", "boot"},
@@ -45,7 +47,7 @@ ARROWS: dict[str, set[str]] = {
     "cli": set(),  # anything: see test_cli_is_imported_by_main_only
     "main": {"cli"},
 }
-SANS_IO = ("handlers", "protocol")
+SANS_IO = ("handlers", "protocol", "status")
 PYSPARK_ALLOWED = ("spark", "cli")
 
 

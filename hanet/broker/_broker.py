@@ -85,7 +85,6 @@ from hanet.protocol import (
     RegisterBrokerResponse,
     RemotingCommand,
     RequestCode,
-    SlaveInfo,
     SubscriptionGroupWrapper,
 )
 from hanet.store import (
@@ -706,8 +705,8 @@ class Broker:
             status = attrs.evolve(
                 status,
                 replicated_offset=master.replicated_offset,
-                slaves=tuple(SlaveInfo(**attrs.asdict(s)) for s in master.slaves),
-                closed_slaves=tuple(SlaveInfo(**attrs.asdict(s)) for s in master.closed),
+                slaves=master.slaves,
+                closed_slaves=master.closed,
             )
         if self.slave is not None:
             link = self.slave.status()

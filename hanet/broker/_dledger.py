@@ -36,8 +36,6 @@ from hanet.protocol import (
     BrokerRegistration,
     BrokerStatus,
     ClusterLink,
-    DLedgerInfo,
-    DLedgerPeer,
     PullMessageRequestHeader,
     RemotingCommand,
     SubscriptionGroupWrapper,
@@ -317,22 +315,7 @@ class DLedgerBrokerService:
         """The status document: the view's offsets, ``role``, the ``dledger`` section, the
         ``consumer_offsets`` and, when it registers with name servers, ``cluster`` (no
         ``metadata_sync``: a DLedger group has no classic slaves)."""
-        node = self.node
-        state = node.status()
-        info = DLedgerInfo(
-            group=state.group,
-            id=state.id,
-            role=state.role,
-            term=state.term,
-            leader=state.leader,
-            commit_index=state.commit_index,
-            applied_index=state.applied_index,
-            last_index=state.last_index,
-            leader_address=state.leader_address,
-            peers=tuple(
-                DLedgerPeer(p.id, p.address, p.connected, p.match_index, p.lag) for p in state.peers
-            ),
-        )
+        state = self.node.status()
         stats = self.store.statistics()
         return store_status(
             stats,
@@ -341,7 +324,7 @@ class DLedgerBrokerService:
             ha_address=None,
             puts=self.puts,
             uptime=round(trio.current_time() - self._started, 3),
-            dledger=info,
+            dledger=state,
             cluster=self.cluster_link(),
             consumer_offsets=self._offsets.status(),
             consumer_groups=consumer_groups(self._consumers),

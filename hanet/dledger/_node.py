@@ -99,6 +99,7 @@ from hanet.channel import (
     StreamChannel,
 )
 from hanet.errors import ConfigError
+from hanet.status import DLedgerInfo, DLedgerPeer
 from hanet.store import (
     BLANK_RECORD_SIZE,
     CommitLogStore,
@@ -279,31 +280,12 @@ class PutOutcome:
     msg_id: str = ""
 
 
-@attrs.frozen
-class PeerStatus:
-    """A peer as the leader sees it (match index and lag 0 elsewhere)."""
+PeerStatus = DLedgerPeer
+"""A peer as the leader sees it (match index and lag 0 elsewhere):
+:class:`hanet.status.DLedgerPeer`, as the STATUS document carries it."""
 
-    id: str
-    address: str
-    connected: bool
-    match_index: int
-    lag: int
-
-
-@attrs.frozen
-class NodeStatus:
-    """A node's Raft state."""
-
-    group: str
-    id: str
-    role: str
-    term: int
-    leader: str | None
-    leader_address: str | None
-    commit_index: int
-    applied_index: int
-    last_index: int
-    peers: tuple[PeerStatus, ...]
+NodeStatus = DLedgerInfo
+"""A node's Raft state: :class:`hanet.status.DLedgerInfo`, as the STATUS document carries it."""
 
 
 @attrs.define

@@ -25,6 +25,7 @@ from hanet.channel import (
 )
 from hanet.handlers import IdleState, IdleStateEvent, IdleStateHandler
 from hanet.handlers.ha import OffsetReport, OffsetReportDecoder, TransferFrame, TransferFrameEncoder
+from hanet.status import SlaveInfo
 from hanet.store import (
     BLANK_MAGIC,
     BLANK_RECORD_SIZE,
@@ -45,7 +46,7 @@ from hanet.store import (
 )
 
 from ._config import BrokerConfig
-from ._status import MasterStatus, SlaveConnectionStatus
+from ._status import MasterStatus
 from ._sync import ReplicaWaiters
 
 __all__ = ["HAMaster"]
@@ -473,9 +474,9 @@ class _SlaveConnection(ChannelInboundHandler):
         then, sent = samples[0]
         return (self.bytes_sent - sent) / max(now - then, 1e-9)
 
-    def status(self) -> SlaveConnectionStatus:
+    def status(self) -> SlaveInfo:
         max_offset = self.master.store.max_offset
-        return SlaveConnectionStatus(
+        return SlaveInfo(
             address=self.address,
             state=self.state,
             request_offset=self.request_offset,
@@ -503,7 +504,7 @@ class HAMaster:
         self.store = store
         self.config = config
         self._connections: set[_SlaveConnection] = set()
-        self._closed: deque[SlaveConnectionStatus] = deque(maxlen=_RECENTLY_CLOSED)
+        self._closed: deque[SlaveInfo] = deque(maxlen=_RECENTLY_CLOSED)
         self._waiters = ReplicaWaiters()
         self._new_data = trio.Event()
         self.address: tuple[str, int] | None = None

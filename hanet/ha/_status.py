@@ -4,29 +4,14 @@ from __future__ import annotations
 
 import attrs
 
+from hanet.status import SlaveInfo
+
 __all__ = ["MasterStatus", "SlaveConnectionStatus", "SlaveStatus"]
 
 
-@attrs.frozen
-class SlaveConnectionStatus:
-    """One slave as the master sees it.
-
-    Attributes:
-        bytes_per_second: the rate over about the last 5 s.
-        identity: the name in the slave's TLS certificate (None without TLS).
-        replica: whether its acks count toward ``in_sync_replicas``.
-    """
-
-    address: str
-    state: str
-    request_offset: int
-    ack_offset: int
-    next_offset: int
-    lag_bytes: int
-    bytes_sent: int
-    bytes_per_second: float
-    identity: str | None = None
-    replica: bool = True
+SlaveConnectionStatus = SlaveInfo
+"""One slave as the master sees it: :class:`hanet.status.SlaveInfo`, the record the STATUS
+document carries (this name is kept for code that imports it)."""
 
 
 @attrs.frozen
@@ -36,8 +21,8 @@ class MasterStatus:
     min_offset: int
     max_offset: int
     replicated_offset: int
-    slaves: tuple[SlaveConnectionStatus, ...]
-    closed: tuple[SlaveConnectionStatus, ...] = ()
+    slaves: tuple[SlaveInfo, ...]
+    closed: tuple[SlaveInfo, ...] = ()
 
 
 @attrs.frozen
