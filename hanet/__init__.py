@@ -28,6 +28,7 @@ if TYPE_CHECKING:
         run_channel,
         serve,
         serve_listeners,
+        serve_on,
         tcp_connector,
     )
     from hanet.channel import (
@@ -85,6 +86,7 @@ __all__ = [
     "run_channel",
     "serve",
     "serve_listeners",
+    "serve_on",
     "tcp_connector",
 ]
 
@@ -101,6 +103,7 @@ _BOOT = frozenset(
         "run_channel",
         "serve",
         "serve_listeners",
+        "serve_on",
         "tcp_connector",
     }
 )

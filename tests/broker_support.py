@@ -14,7 +14,7 @@ from typing import Any
 import attrs
 import trio
 
-from hanet.boot import serve_listeners
+from hanet.boot import serve_on
 from hanet.broker import Broker, BrokerAddresses
 from hanet.channel import HandlerContext, StreamChannel
 from hanet.client import RemotingConnection
@@ -329,6 +329,6 @@ async def name_server() -> AsyncIterator[tuple[FakeNameServer, str]]:
     async with trio.open_nursery() as nursery:
         listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
         address = fmt(listeners[0].socket.getsockname())
-        await nursery.start(partial(serve_listeners, server.initialize, listeners))
+        await nursery.start(partial(serve_on, server.initialize, listeners))
         yield server, address
         nursery.cancel_scope.cancel()

@@ -17,7 +17,7 @@ from hanet.boot import (
     CAPACITY_ERRNOS,
     Server,
     default_max_connections,
-    serve_listeners,
+    serve_on,
 )
 from hanet.channel import ChannelInboundHandler, HandlerContext, StreamChannel
 
@@ -59,7 +59,7 @@ def echo_init(channel: StreamChannel) -> None:
 
 async def start(nursery: trio.Nursery, listener: MemoryListener, **kwargs: Any) -> Server:
     server: Server = await nursery.start(
-        functools.partial(serve_listeners, echo_init, [listener], name="test port", **kwargs)
+        functools.partial(serve_on, echo_init, [listener], name="test port", **kwargs)
     )
     return server
 

@@ -28,7 +28,7 @@ from broker_support import (
     wait_for,
 )
 
-from hanet.boot import serve_listeners
+from hanet.boot import serve_on
 from hanet.broker import (
     OFFSETS_FILE,
     TOPICS_FILE,
@@ -85,7 +85,7 @@ async def _dledger_leader(
     service = DLedgerBrokerService(node, **kwargs)
     listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
     port = listeners[0].socket.getsockname()[1]
-    await nursery.start(partial(serve_listeners, service.initialize, listeners))
+    await nursery.start(partial(serve_on, service.initialize, listeners))
     with trio.fail_after(10):
         while node.status().role != "LEADER":  # noqa: ASYNC110
             await trio.sleep(0.05)
@@ -185,7 +185,7 @@ async def test_a_dledger_follower_refuses_sends_naming_the_leader(tmp_path: Path
         service = DLedgerBrokerService(follower)
         listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
         port = listeners[0].socket.getsockname()[1]
-        await nursery.start(partial(serve_listeners, service.initialize, listeners))
+        await nursery.start(partial(serve_on, service.initialize, listeners))
         async with RemotingConnection.connect("127.0.0.1", port) as c:
             refused = await send(c, "T", b"x", 0)
             assert refused.code == ResponseCode.SERVICE_NOT_AVAILABLE

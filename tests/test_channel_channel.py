@@ -22,7 +22,7 @@ from hanet import (
     connect,
     run_channel,
     serve,
-    serve_listeners,
+    serve_on,
 )
 from hanet.testing import EmbeddedChannel
 
@@ -332,7 +332,7 @@ async def test_tls_echo_over_ssl_streams() -> None:
     async with trio.open_nursery() as nursery:
         tcp = await trio.open_tcp_listeners(0, host="127.0.0.1")
         listeners = [trio.SSLListener(t, server_ctx) for t in tcp]
-        server: Server = await nursery.start(serve_listeners, init_with(Echo), listeners)
+        server: Server = await nursery.start(serve_on, init_with(Echo), listeners)
         assert server.addresses == [("127.0.0.1", tcp[0].socket.getsockname()[1])]
         stream = await trio.open_ssl_over_tcp_stream(
             "127.0.0.1", server.port, ssl_context=client_ctx

@@ -19,6 +19,7 @@ from ._bootstrap import (
     run_channel,
     serve,
     serve_listeners,
+    serve_on,
     tcp_connector,
 )
 from ._limits import ACCEPT_BACKOFF, CAPACITY_ERRNOS, default_max_connections, partial_budget
@@ -63,5 +64,6 @@ __all__ = [
     "secure_stream",
     "serve",
     "serve_listeners",
+    "serve_on",
     "tcp_connector",
 ]

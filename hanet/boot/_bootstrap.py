@@ -38,6 +38,8 @@ __all__ = [
     "connect",
     "run_channel",
     "serve",
+    "serve_listeners",
+    "serve_on",
     "tcp_connector",
 ]
 
@@ -320,7 +322,7 @@ async def serve(
     budget can then never be reached: keep ``max_partial_bytes`` above the largest frame.
     """
     listeners = await trio.open_tcp_listeners(port, host=host, backlog=backlog)
-    await serve_listeners(
+    await serve_on(
         initializer,
         listeners,
         config=config,
@@ -335,7 +337,7 @@ async def serve(
     )
 
 
-async def serve_listeners(
+async def serve_on(
     initializer: ChannelInitializer,
     listeners: Sequence[trio.abc.Listener[trio.abc.Stream]],
     *,
@@ -350,7 +352,10 @@ async def serve_listeners(
     task_status: trio.TaskStatus[Server] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """As :func:`serve`, on listeners the caller opened (TCP or memory listeners); the
-    connection cap, the idle timeout and the memory budget apply across all of them."""
+    connection cap, the idle timeout and the memory budget apply across all of them.
+
+    (Named ``serve_listeners`` before: that is trio's name for a function taking a stream
+    handler; ``serve_listeners`` stays an alias of this one, deprecated.)"""
     addresses: list[tuple[str, int]] = []
     for listener in listeners:
         sock = _listener_socket(listener)
@@ -384,6 +389,11 @@ async def serve_listeners(
             nursery.start_soon(_accept_loop, listener, server, handler, nursery)
         task_status.started(server)
         await trio.sleep(math.inf)
+
+
+serve_listeners = serve_on
+"""Deprecated alias of :func:`serve_on` (``trio.serve_listeners`` takes a stream handler, this
+one a channel initializer); kept for code that imports it, to be removed later."""
 
 
 def _listener_socket(listener: object) -> Any:

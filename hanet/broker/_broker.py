@@ -66,7 +66,7 @@ from functools import partial
 import attrs
 import trio
 
-from hanet.boot import AllowList, serve_listeners
+from hanet.boot import AllowList, serve_on
 from hanet.channel import ChannelHandler, HandlerContext, format_address, parse_address
 from hanet.client import NameServerClient
 from hanet.errors import ConfigError
@@ -385,7 +385,7 @@ class Broker:
                 if listeners:
                     await nursery.start(
                         partial(
-                            serve_listeners,
+                            serve_on,
                             self.port.initialize,
                             listeners,
                             tls=config.server_tls(),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hanet.protocol import BrokerStatus, DispatchError
+from hanet.protocol import BrokerStatus, DispatchErrorInfo
 from hanet.store import StoreStatistics
 
 __all__ = ["store_status"]
@@ -20,7 +20,7 @@ def store_status(stats: StoreStatistics, **fields: Any) -> BrokerStatus:
         flushed_offset=stats.flushed_offset,
         dispatched_offset=stats.dispatched_offset,
         mapped_files=stats.mapped_files,
-        dispatch_error=DispatchError(*stats.dispatch_error) if stats.dispatch_error else None,
+        dispatch_error=DispatchErrorInfo(*stats.dispatch_error) if stats.dispatch_error else None,
         disk_full=stats.disk_full,
         disk_used_ratio=(
             None if stats.disk_used_ratio is None else round(stats.disk_used_ratio, 4)

@@ -47,7 +47,7 @@ from typing import Any
 
 import trio
 
-from hanet.boot import AllowList, TlsConfig, run_until_stopped, serve_listeners
+from hanet.boot import AllowList, TlsConfig, run_until_stopped, serve_on
 from hanet.broker import (
     ACL_FILE,
     DEFAULT_QUEUES,
@@ -279,7 +279,7 @@ async def run_dledger(args: argparse.Namespace) -> int:
             await nursery.start(service.run_holds)
             await nursery.start(
                 partial(
-                    serve_listeners,
+                    serve_on,
                     service.initialize,
                     listeners,
                     name="broker port",

@@ -90,7 +90,7 @@ from hanet.boot import (
     RetryPolicy,
     TlsConfig,
     run_channel,
-    serve_listeners,
+    serve_on,
     tcp_connector,
 )
 from hanet.channel import (
@@ -528,7 +528,7 @@ class DLedgerNode:
                 if listeners:
                     await nursery.start(
                         functools.partial(
-                            serve_listeners,
+                            serve_on,
                             self._accepted_initializer,
                             listeners,
                             name="dledger peer port",

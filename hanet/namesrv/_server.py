@@ -45,7 +45,7 @@ from typing import Any
 
 import trio
 
-from hanet.boot import AllowList, serve_listeners
+from hanet.boot import AllowList, serve_on
 from hanet.channel import ChannelInboundHandler, HandlerContext, StreamChannel, format_address
 from hanet.handlers import IdleStateEvent, IdleStateHandler
 from hanet.protocol import (
@@ -231,7 +231,7 @@ class NameServer:
         async with trio.open_nursery() as nursery:
             await nursery.start(
                 partial(
-                    serve_listeners,
+                    serve_on,
                     self.initialize,
                     listeners,
                     tls=self.tls,

@@ -54,6 +54,7 @@ __all__ = [
     "DLedgerInfo",
     "DLedgerPeer",
     "DispatchError",
+    "DispatchErrorInfo",
     "MasterLink",
     "MetadataSync",
     "SlaveInfo",
@@ -173,11 +174,17 @@ class ConsumerGroupInfo:
 
 
 @attrs.frozen
-class DispatchError:
-    """The first record that failed while being dispatched to the consume queues."""
+class DispatchErrorInfo:
+    """The first record that failed while being dispatched to the consume queues (the
+    store's :class:`hanet.store.DispatchError`, as the STATUS document reports it)."""
 
     offset: int
     reason: str
+
+
+DispatchError = DispatchErrorInfo
+"""Deprecated alias of :class:`DispatchErrorInfo` (``hanet.store.DispatchError`` is the
+exception); kept for code that imports it, to be removed later."""
 
 
 @attrs.frozen
@@ -219,7 +226,7 @@ class BrokerStatus:
     dispatched_offset: int
     puts: int
     mapped_files: int
-    dispatch_error: DispatchError | None
+    dispatch_error: DispatchErrorInfo | None
     uptime: float
     replicated_offset: int | None = None
     slaves: tuple[SlaveInfo, ...] = ()
@@ -277,7 +284,7 @@ def _lists(instance: object, field: object, value: Any) -> Any:
 
 
 _NESTED: dict[str, type] = {
-    "dispatch_error": DispatchError,
+    "dispatch_error": DispatchErrorInfo,
     "master": MasterLink,
     "slaves": SlaveInfo,
     "closed_slaves": SlaveInfo,
