@@ -90,15 +90,9 @@ from ._broker import (
     PullResult,
     RequestConnection,
 )
-from ._consumer import (
-    ConsumedMessage,
-    Consumer,
-    ConsumerStats,
-    QueuePosition,
-    RouteSource,
-    default_client_id,
-)
+from ._consumer import Consumer, RouteSource, default_client_id
 from ._consumer_config import ConsumerConfig, ConsumerSettings
+from ._consumer_state import ConsumedMessage, ConsumerStats, QueuePosition
 from ._failover import FailoverClient, parse_broker_address
 from ._messages import AUTO_QUEUE, PullStatus, PutMessage, PutReply, message_problem
 from ._namesrv import NameServerClient, NameServerConnection

@@ -72,8 +72,9 @@ Usage (run it twice: the two processes share the queues)::
 The settings are a :class:`ConsumerConfig` (``config=``), or its fields as keyword arguments
 (as above); both together: the keywords override the config's fields.
 
-The consumer is the I/O driver of three parts: the connections (:mod:`._pool`), which member
-to ask (:mod:`._members`) and which queues to hold (:mod:`._assignment`, sans-IO).
+The consumer is the I/O driver of four parts: the connections (:mod:`._pool`), which member
+to ask (:mod:`._members`), which queues to hold (:mod:`._assignment`, sans-IO) and where it
+is in each (:mod:`._consumer_state`, sans-IO).
 """
 
 from __future__ import annotations
@@ -101,24 +102,17 @@ from hanet.protocol import (
     RouteBroker,
     TopicRoute,
 )
-from hanet.store import MessageRecord
 
 from ._assignment import Assignment, QueueKey, RebalanceOutcome, bounded_route, queues_of
 from ._broker import BrokerRequestError, PullResult
 from ._consumer_config import ConsumerConfig, ConsumerSettings
+from ._consumer_state import ConsumedMessage, ConsumerStats, QueuePosition
 from ._members import MemberCaller
 from ._messages import PullStatus
 from ._pool import BrokerConnector, BrokerLink, ConnectionPool, MembershipLink, broker_connector
 from ._remoting import RemotingError, RemotingResponseError
 
-__all__ = [
-    "ConsumedMessage",
-    "Consumer",
-    "ConsumerStats",
-    "QueuePosition",
-    "RouteSource",
-    "default_client_id",
-]
+__all__ = ["Consumer", "RouteSource", "default_client_id"]
 
 log = logging.getLogger("hanet.client.consumer")
 
@@ -135,104 +129,6 @@ class RouteSource(Protocol):
     :class:`~hanet.client.RemotingError` when no name server answers."""
 
     async def route(self, topic: str) -> TopicRoute: ...
-
-
-_SKIP_FORWARD = frozenset(
-    {
-        PullStatus.OFFSET_TOO_SMALL,
-        PullStatus.NO_MESSAGE_IN_QUEUE,
-        PullStatus.NO_MATCHED_MESSAGE,
-        PullStatus.OFFSET_FOUND_NULL,
-        PullStatus.MESSAGE_WAS_REMOVING,
-    }
-)
-"""Pull answers whose next offset is followed forward from any member."""
-
-
-@attrs.frozen
-class ConsumedMessage:
-    """A message handed to the caller.
-
-    Attributes:
-        record: the message as stored (decoded, CRC checked).
-        broker_name: the broker name whose queue holds it.
-        broker_id: the member it was pulled from (0: the master, 1 and up: a slave).
-    """
-
-    record: MessageRecord
-    broker_name: str
-    broker_id: int
-
-    @property
-    def key(self) -> QueueKey:
-        """Its queue: ``(broker_name, queue_id)``."""
-        return (self.broker_name, self.record.queue_id)
-
-    @property
-    def queue_id(self) -> int:
-        """The queue id within its broker name."""
-        return self.record.queue_id
-
-    @property
-    def queue_offset(self) -> int:
-        """Its offset in the queue."""
-        return self.record.queue_offset
-
-    @property
-    def body(self) -> bytes:
-        """The message body."""
-        return self.record.body
-
-
-@attrs.define
-class ConsumerStats:
-    """What a consumer did so far (for tools and tests).
-
-    Attributes:
-        delivered: messages handed to the caller.
-        pulls: pull requests answered.
-        slave_pulls: of which answered by a slave.
-        failovers: pulls or commits that went to another member because one failed.
-        commits: offsets committed (one per queue and commit).
-        slave_commits: of which committed to a slave.
-        commit_failures: commits no member took (retried at the next commit).
-        route_lookups: routes looked up.
-        rebalances: rebalances that changed the queues held.
-        held: every queue held at some point (``(broker_name, queue_id)``).
-    """
-
-    delivered: int = 0
-    pulls: int = 0
-    slave_pulls: int = 0
-    failovers: int = 0
-    commits: int = 0
-    slave_commits: int = 0
-    commit_failures: int = 0
-    route_lookups: int = 0
-    rebalances: int = 0
-    held: set[QueueKey] = attrs.field(factory=set)
-
-
-@attrs.define
-class QueuePosition:
-    """The consumer's state of one queue.
-
-    Attributes:
-        pull_offset: where the next pull starts (None: not started yet).
-        consumed: the offset after the last message the caller consumed (what is committed).
-        committed: the offset last committed (None: never, or not known).
-        committed_to: the member that took (or answered) it: a commit that went to a slave
-            is made again on the master once it answers.
-        suggested_broker_id: the member the last answer suggested.
-        started: whether the committed offset was looked up.
-    """
-
-    pull_offset: int | None = None
-    consumed: int | None = None
-    committed: int | None = None
-    committed_to: int | None = None
-    suggested_broker_id: int = MASTER_ID
-    started: bool = False
 
 
 class Consumer:
@@ -376,9 +272,7 @@ class Consumer:
         position = self._queues.get(message.key)
         if position is None or generation != self._assignment.generation(message.key):
             return  # its queue was released meanwhile
-        after = message.queue_offset + 1
-        if position.consumed is None or after > position.consumed:
-            position.consumed = after
+        position.consume(message.queue_offset + 1)
 
     @property
     def buffered(self) -> int:
@@ -530,15 +424,14 @@ class Consumer:
         position.started = True
         committed = answer.value
         if committed is not None:
-            position.committed, position.committed_to = committed, answer.broker_id
+            position.committed_at(committed, answer.broker_id)
             self._begin(key, position, committed, "the committed offset")
         elif self.config.from_beginning:
             self._begin(key, position, 0, "the beginning")
         return True
 
     def _begin(self, key: QueueKey, position: QueuePosition, offset: int, why: str = "") -> int:
-        position.pull_offset = offset
-        position.consumed = offset
+        position.begin(offset)
         log.info(
             "%s queue %d of %s: starting at %d (%s)",
             key[0], key[1], self.topic, offset, why or "the queue's end",
@@ -556,25 +449,13 @@ class Consumer:
         self.stats.pulls += 1
         if broker_id != MASTER_ID:
             self.stats.slave_pulls += 1
-        position.suggested_broker_id = result.suggested_broker_id
-        status = result.status
-        if status is PullStatus.FOUND:
-            position.pull_offset = result.next_offset
-            generation = self._assignment.generation(key)
-            for record in result.messages:
-                await self._send.send((ConsumedMessage(record, key[0], broker_id), generation))
-            return bool(result.messages)
-        if status in _SKIP_FORWARD:
-            # Messages before the queue's start are gone, or those read matched nothing or
-            # are no longer there: move up to the next offset (never back).
-            position.pull_offset = max(offset, result.next_offset)
-        elif status is PullStatus.OFFSET_OVERFLOW_BADLY and broker_id == MASTER_ID:
-            log.warning(
-                "%s queue %d: offset %d is past the master's end %d; pulling from there",
-                key[0], key[1], offset, result.next_offset,
-            )  # fmt: skip
-            position.pull_offset = result.next_offset
-        return False
+        position.follow(key, broker_id, offset, result)
+        if result.status is not PullStatus.FOUND:
+            return False
+        generation = self._assignment.generation(key)
+        for record in result.messages:
+            await self._send.send((ConsumedMessage(record, key[0], broker_id), generation))
+        return bool(result.messages)
 
     # -- membership and rebalancing ----------------------------------------------------------
 
@@ -687,14 +568,9 @@ class Consumer:
             return  # left the route: offsets kept, as for any queue of a missing broker name
         position = self._queues.get(key)
         async with self._commit_lock:
-            consumed = None if position is None else position.consumed
-            due = (
-                position is not None
-                and consumed is not None
-                and (consumed != position.committed or position.committed_to != MASTER_ID)
-            )
-            if due and consumed is not None:
-                taken_by = await self._commit_one(key, broker, consumed)
+            due = None if position is None else position.commit_due()
+            if due is not None:
+                taken_by = await self._commit_one(key, broker, due)
                 if taken_by is None:
                     self.stats.commit_failures += 1
                     log.warning("%s queue %d: released without a commit", *key)
@@ -713,17 +589,15 @@ class Consumer:
         reached. A queue no member takes is retried at the next commit."""
         async with self._commit_lock:
             for key, position in list(self._queues.items()):
-                consumed = position.consumed
-                if consumed is None or (
-                    consumed == position.committed and position.committed_to == MASTER_ID
-                ):
+                due = position.commit_due()
+                if due is None:
                     continue
                 broker = self._brokers.get(key[0])
-                taken_by = None if broker is None else await self._commit_one(key, broker, consumed)
+                taken_by = None if broker is None else await self._commit_one(key, broker, due)
                 if taken_by is None:
                     self.stats.commit_failures += 1
                     continue
-                position.committed, position.committed_to = consumed, taken_by
+                position.committed_at(due, taken_by)
 
     async def _commit_one(self, key: QueueKey, broker: RouteBroker, offset: int) -> int | None:
         """Commit to the master, else a slave; the member that took it, or None."""
