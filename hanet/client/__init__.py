@@ -29,7 +29,9 @@ HEART_BEAT with a ``HeartbeatData`` body, UNREGISTER_CLIENT, GET_CONSUMER_LIST_B
   share of the queues among the group's members (:func:`allocate_averagely`, rebalanced at
   once on the broker's NOTIFY_CONSUMER_IDS_CHANGED), pulls them (from a slave when the master
   suggests it or cannot be reached), and commits offsets (to the master, else a slave): at
-  least once across a master's loss and a rebalance.
+  least once across a master's loss and a rebalance. Its settings are a
+  :class:`ConsumerConfig` (or its fields as keywords of :meth:`Consumer.open`);
+  :class:`Assignment` is its sans-IO share of the queues.
 - :class:`AdminClient` sends what RocketMQ's ``mqadmin`` sends (topics, consumer progress,
   offset resets, broker settings, write permission) to the name servers and broker ports.
 - :class:`NameServerClient` talks to the name servers (``hanet namesrv`` or RocketMQ's):
