@@ -59,6 +59,10 @@ class FakeBroker:
     commits: list[tuple[int, int]] = attrs.field(factory=list)
     query_error: Exception | None = None
     """Raised (as an answer) by every offset query while set."""
+    pull_error: Exception | None = None
+    """Raised (as an answer) by every pull while set."""
+    commit_error: Exception | None = None
+    """Raised (as an answer) by every commit while set."""
     garbles: bool = False
     """Answers pulls with something malformed while set: the connection closes."""
 
@@ -91,6 +95,8 @@ class FakeLink:
         if self.broker.garbles:
             self.closed_by = BrokerProtocolError("malformed answer from the broker")
             raise self.closed_by
+        if self.broker.pull_error is not None:
+            raise self.broker.pull_error
         self.broker.pulls.append((queue_id, offset))
         records = self.broker.queues.get(queue_id)
         suggest = self.broker.suggest
@@ -109,6 +115,8 @@ class FakeLink:
     async def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         await trio.sleep(0.001)
         self.broker.check(self.epoch)
+        if self.broker.commit_error is not None:
+            raise self.broker.commit_error
         self.broker.offsets[(group, topic, queue_id)] = offset
         self.broker.commits.append((queue_id, offset))
 
@@ -468,6 +476,33 @@ async def test_a_queue_whose_members_all_answer_error_waits_for_them(
         cluster.master.query_error = cluster.slave.query_error = None
         got = await take(consumer, 4)
     assert bodies(got) == sorted(produced)
+
+
+async def test_a_commit_the_master_answers_with_an_error_goes_to_the_slave(
+    autojump_clock: trio.testing.MockClock, cluster: FakeCluster
+) -> None:
+    cluster.produce(4)
+    cluster.master.commit_error = BrokerRequestError(ResponseCode.SYSTEM_ERROR, "disk full")
+    async with open_consumer(cluster) as consumer:
+        await take(consumer, 4)
+    assert cluster.slave.offsets == {(GROUP, TOPIC, 0): 2, (GROUP, TOPIC, 1): 2}
+    assert consumer.stats.slave_commits == 2 and consumer.stats.failovers >= 2
+    assert consumer.positions()[("broker-a", 0)].committed_to == 1  # the master again later
+
+
+async def test_a_pull_the_master_answers_with_an_error_waits_for_the_master(
+    autojump_clock: trio.testing.MockClock, cluster: FakeCluster
+) -> None:
+    produced = cluster.produce(4)
+    cluster.master.pull_error = BrokerRequestError(ResponseCode.SYSTEM_ERROR, "busy")
+    async with open_consumer(cluster) as consumer:
+        await trio.sleep(2)
+        # An error answer is not a lost member: the slave is not asked instead.
+        assert consumer.stats.delivered == 0 and cluster.slave.pulls == []
+        cluster.master.pull_error = None
+        got = await take(consumer, 4)
+    assert bodies(got) == sorted(produced)
+    assert {m.broker_id for m in got} == {0}
 
 
 async def test_a_connection_closed_by_a_malformed_answer_fails_over_and_reconnects(
