@@ -242,3 +242,46 @@ def test_mutual_tls_reads_with_a_client_certificate_only(tmp_path: Path) -> None
     finally:
         process.terminate()
         process.wait(10)
+
+
+ACL = """
+accounts:
+  - accessKey: operator
+    secretKey: operator-secret
+    admin: true
+"""
+
+
+def test_a_broker_under_acl_is_read_with_an_admin_account(
+    tmp_path: Path, spark: SparkSession
+) -> None:
+    root = tmp_path / "store"
+    make_store(root)
+    acl = tmp_path / "plain_acl.yml"
+    acl.write_text(ACL)
+    process, address = start_master(tmp_path, root, "--acl-enable", "--acl-file", str(acl))
+    try:
+
+        def reader() -> Any:  # (option() changes a reader in place)
+            return spark.read.format("commitlog").option("brokers", address)
+
+        signed = reader().option("accessKey", "operator").option("secretKey", "operator-secret")
+        assert signed.load().count() == 200  # the tasks signed their reads too
+        with pytest.raises(Exception, match="No accessKey is configured"):
+            reader().load().count()
+        # the command line: the secret from the environment, off the process list
+        env = dict(os.environ, PYTHONPATH=str(ROOT), HANET_SECRET_KEY="operator-secret")
+        env.pop("PYSPARK_GATEWAY_PORT", None)
+        done = subprocess.run(
+            [
+                sys.executable, "-m", "hanet", "stats", "--broker", address,
+                "--access-key", "operator", "--json", "--spark-master", "local[2]",
+            ],
+            check=False, capture_output=True, text=True, env=env, cwd=ROOT, timeout=180,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        report = json.loads(done.stdout)
+        assert sum(row["messages"] for row in report["per_minute"]) == 200
+    finally:
+        process.terminate()
+        process.wait(10)

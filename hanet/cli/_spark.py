@@ -9,10 +9,11 @@
   percentiles per topic, the largest messages.
 
 ``audit`` and ``stats`` also read running brokers with ``--broker HOST:PORT`` (repeatable;
-``--tls-ca/--tls-cert/--tls-key`` as the clients'): each Spark task reads its range of the
-broker's commit log over the broker port (HANET_READ_LOG), so executors need no access to the
-broker's files; a broker's ``store`` column is its ``HOST:PORT`` and its consume
-queues are not compared.
+``--tls-ca/--tls-cert/--tls-key`` as the clients'; ``--access-key`` with ``--secret-key`` or
+``$HANET_SECRET_KEY`` for a broker under RocketMQ's ACL, whose account must be an admin): each
+Spark task reads its range of the broker's commit log over the broker port (HANET_READ_LOG),
+so executors need no access to the broker's files; a broker's ``store`` column is its
+``HOST:PORT`` and its consume queues are not compared.
 
 Common options: ``--spark-master`` (default ``local[*]``, or spark-submit's ``--master`` when
 run as ``spark-submit path/to/hanet/__main__.py audit ...``; any Spark master URL; a
@@ -71,9 +72,11 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode, urlsplit
 
+from hanet.errors import ConfigError
 from hanet.spark import DEFAULT_DRIVER_ROWS, find_stores
 from hanet.store import CommitLogReader, StoreError
 
+from ._credentials import add_credentials, credentials_of
 from ._support import fail, parse_address
 
 __all__ = ["audit_command", "diff_command", "register", "stats_command"]
@@ -133,6 +136,7 @@ def _broker_options(parser: argparse.ArgumentParser) -> None:
         ("--tls-key", "the key of --tls-cert"),
     ):
         parser.add_argument(flag, default=None, metavar="FILE", help=what)
+    add_credentials(parser, what="the reads of --broker")
 
 
 def _broker_paths(args: argparse.Namespace) -> list[str]:
@@ -178,6 +182,18 @@ def _common(parser: argparse.ArgumentParser) -> None:
         help="stores of at most N records in all are read by the driver and Spark starts "
         f"for a short job (default {DEFAULT_DRIVER_ROWS}; 0: always read by the executors)",
     )  # fmt: skip
+
+
+def _source_options(args: argparse.Namespace) -> dict[str, str]:
+    """The ``commitlog`` source's ACL options of ``--access-key``/``--secret-key``.
+
+    Raises:
+        ConfigError: one without the other.
+    """
+    credentials = credentials_of(args)
+    if credentials is None:
+        return {}
+    return {"accessKey": credentials.access_key, "secretKey": credentials.secret_key}
 
 
 async def audit_command(args: argparse.Namespace) -> int:
@@ -226,8 +242,9 @@ def _check_broker(address: str) -> None:
 def _run(verb: str, args: argparse.Namespace, paths: list[str]) -> int:
     started = time.monotonic()
     try:
+        args.source_options = _source_options(args) if verb != "diff" else {}
         _check_stores(verb, paths)
-    except StoreError as exc:
+    except (StoreError, ConfigError) as exc:
         return fail(str(exc))
     try:
         commands = importlib.import_module("hanet.cli._spark_jobs")  # imports pyspark

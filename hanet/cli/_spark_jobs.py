@@ -131,6 +131,7 @@ def _audit(spark: SparkSession, args: argparse.Namespace) -> tuple[int, dict[str
         args.stores,
         consume_queues=not args.no_consume_queues,
         driver_rows=args.driver_rows,
+        options=args.source_options,
     )
     _say(args, f"scanned {result.rows} rows in {time.monotonic() - started:.1f} s")
     try:
@@ -204,7 +205,13 @@ def _diff(spark: SparkSession, args: argparse.Namespace) -> tuple[int, dict[str,
 def _stats(spark: SparkSession, args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
     _say(args, f"statistics of {', '.join(args.stores)}")
     started = time.monotonic()
-    result = stats(spark, args.stores, top=args.top, driver_rows=args.driver_rows)
+    result = stats(
+        spark,
+        args.stores,
+        top=args.top,
+        driver_rows=args.driver_rows,
+        options=args.source_options,
+    )
     _say(args, f"scanned {result.rows} records in {time.monotonic() - started:.1f} s")
     try:
 

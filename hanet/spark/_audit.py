@@ -18,7 +18,7 @@ until :meth:`AuditResult.unpersist`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import attrs
 from pyspark.sql import Column, DataFrame, SparkSession, Window
@@ -88,16 +88,20 @@ def audit(
     *,
     consume_queues: bool = True,
     driver_rows: int = DEFAULT_DRIVER_ROWS,
+    options: Mapping[str, str] | None = None,
 ) -> AuditResult:
     """Audit one or more stores (paths or globs); ``consume_queues=False`` skips the rebuild
     and comparison of the consume queues. Commit logs and consume queues of at most
     ``driver_rows`` rows are read in the driver (:func:`~hanet.spark.commit_log`), larger ones
-    (all with 0) by the executors.
+    (all with 0) by the executors; ``options`` go to the ``commitlog`` source (e.g.
+    ``accessKey``/``secretKey`` for brokers under ACL).
 
     Scans the commit logs once, here (a Spark job); the tables are computed from that cached
     scan when they are used.
     """
-    scan = commit_log(spark, stores, columns=AUDIT_COLUMNS, driver_rows=driver_rows).cache()
+    scan = commit_log(
+        spark, stores, columns=AUDIT_COLUMNS, driver_rows=driver_rows, options=options
+    ).cache()
     rows = scan.count()
     ok = scan.where(F.col("status") == "ok")
     problems = _record_problems(scan).unionByName(_queue_offsets(ok))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from functools import reduce
 
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -27,6 +27,7 @@ def commit_log(
     include_body: bool = False,
     columns: Sequence[str] | None = None,
     driver_rows: int = 0,
+    options: Mapping[str, str] | None = None,
 ) -> DataFrame:
     """The ``commitlog`` rows of one or more stores (each a path or a glob), as one DataFrame;
     only ``columns`` when given (the others are not computed).
@@ -34,6 +35,9 @@ def commit_log(
     Stores of at most ``driver_rows`` rows in all are read in the driver and handed to Spark
     as an Arrow table (:mod:`hanet.spark._local`: no Python workers); larger ones, and all
     with ``driver_rows=0``, through the ``commitlog`` data source.
+
+    ``options`` are further options of the ``commitlog`` source (``accessKey`` and
+    ``secretKey`` sign the reads of brokers under RocketMQ's ACL).
 
     Raises:
         ValueError: no path given.
@@ -52,6 +56,8 @@ def commit_log(
     reader = spark.read.format("commitlog").option("includeBody", str(include_body).lower())
     if columns:
         reader = reader.option("columns", ",".join(columns))
+    if options:
+        reader = reader.options(**options)
     return reduce(DataFrame.unionByName, (reader.load(p) for p in paths))
 
 

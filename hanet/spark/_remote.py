@@ -19,6 +19,11 @@ TLS: ``tlsCa``, ``tlsCert``, ``tlsKey`` (paths on the driver, as ``hanet``'s cli
 ``--tls-ca/--tls-cert/--tls-key``): the driver reads the files and the tasks get their
 contents, so executors need no copy of them. Consume queues are not read from brokers (the audit
 skips their comparison for a broker).
+
+ACL: a broker with RocketMQ's plain ACL answers HANET_READ_LOG only to an admin account; the
+options ``accessKey`` and ``secretKey`` (both, or neither) sign every request as RocketMQ's
+``AclClientRPCHook`` does. They are options, never part of a ``hanet://`` path, so the secret
+is not in the path Spark shows in plans and logs; the tasks get the secret with the reader.
 """
 
 from __future__ import annotations
@@ -42,12 +47,14 @@ from pyspark.sql.datasource import DataSourceReader, InputPartition
 
 from hanet.errors import HanetError
 from hanet.protocol import (
+    Credentials,
     HanetRequestCode,
     RemotingCommand,
     RemotingCommandError,
     ResponseCode,
     decode_command,
     encode_command,
+    sign_request,
 )
 from hanet.store import (
     INDEX_ROW,
@@ -82,6 +89,7 @@ __all__ = [
     "RemoteRange",
     "TlsFiles",
     "broker_addresses",
+    "broker_credentials",
     "broker_reader",
     "broker_tls_options",
     "plan_broker",
@@ -215,9 +223,17 @@ class LogReadClient:
     """A synchronous connection to one broker port for HANET_READ_LOG (one request at a
     time). Use as a context manager."""
 
-    def __init__(self, address: str, tls: TlsFiles | None = None, timeout: float = TIMEOUT):
+    def __init__(
+        self,
+        address: str,
+        tls: TlsFiles | None = None,
+        timeout: float = TIMEOUT,
+        *,
+        credentials: Credentials | None = None,
+    ):
         self.address = address
         self._timeout = timeout
+        self._credentials = credentials
         host, port = _split(address)
         context = tls.context() if tls is not None else None  # before a socket to leak
         try:
@@ -257,6 +273,8 @@ class LogReadClient:
             fields["seek"] = "true"
         opaque = next(self._opaque)
         request = RemotingCommand.request(HanetRequestCode.HANET_READ_LOG, fields, opaque=opaque)
+        if self._credentials is not None:
+            request = sign_request(request, self._credentials)
         deadline = time.monotonic() + self._timeout
         try:
             self._sock.settimeout(self._timeout)
@@ -349,6 +367,7 @@ class RemoteRange:
         end: position where it ends (records starting before it are read).
         last_file: the file is the broker's last one (its data ends at the log's end).
         tls: TLS files' contents, or None for plain TCP.
+        credentials: the ACL account that signs the reads, or None.
     """
 
     broker: str
@@ -358,6 +377,7 @@ class RemoteRange:
     end: int
     last_file: bool
     tls: TlsFiles | None = None
+    credentials: Credentials | None = None
 
 
 class LogSource(Protocol):
@@ -372,12 +392,22 @@ Connect = Callable[[str, TlsFiles | None], contextlib.AbstractContextManager[Log
 """Opens a :class:`LogReadClient` (address, TLS): a test passes its own."""
 
 
+def _open(
+    connect: Connect | None, broker: str, tls: TlsFiles | None, credentials: Credentials | None
+) -> contextlib.AbstractContextManager[LogSource]:
+    """``connect(broker, tls)``, or a :class:`LogReadClient` signing with ``credentials``."""
+    if connect is not None:
+        return connect(broker, tls)
+    return LogReadClient(broker, tls, credentials=credentials)
+
+
 def plan_broker(
     broker: str,
     max_range_bytes: int = DEFAULT_MAX_RANGE_BYTES,
     tls: TlsFiles | None = None,
     *,
     connect: Connect | None = None,
+    credentials: Credentials | None = None,
 ) -> list[RemoteRange]:
     """The ranges of a broker's log, from its offsets (one request): one per file, or one per
     ``max_range_bytes`` of a larger file.
@@ -385,7 +415,7 @@ def plan_broker(
     Raises:
         LogReadError: the broker cannot be reached or refuses.
     """
-    with (connect or LogReadClient)(broker, tls) as client:
+    with _open(connect, broker, tls, credentials) as client:
         probe = client.read(None, 0)
     size, low, high = probe.file_size, probe.min_offset, probe.max_offset
     ranges = []
@@ -395,7 +425,7 @@ def plan_broker(
         cuts = [*range(first, end, max_range_bytes), end]
         last_file = file_start + size >= high
         for a, b in itertools.pairwise(cuts):
-            ranges.append(RemoteRange(broker, file_start, size, a, b, last_file, tls))
+            ranges.append(RemoteRange(broker, file_start, size, a, b, last_file, tls, credentials))
     return ranges
 
 
@@ -417,7 +447,7 @@ def remote_batches(
     schema = commit_log_schema(include_body, columns)
     name = file_name(part.file_start)
     end = part.file_start + part.end
-    with (connect or LogReadClient)(part.broker, part.tls) as client:
+    with _open(connect, part.broker, part.tls, part.credentials) as client:
         position = part.file_start + part.start
         seek = part.start > 0
         while position < end:
@@ -488,6 +518,7 @@ class BrokerLogReader(DataSourceReader):
         brokers: Sequence[str],
         tls: TlsFiles | None,
         *,
+        credentials: Credentials | None = None,
         include_body: bool,
         columns: list[str] | None,
         max_range_bytes: int,
@@ -495,6 +526,7 @@ class BrokerLogReader(DataSourceReader):
     ) -> None:
         self.brokers = list(brokers)
         self.tls = tls
+        self.credentials = credentials
         self.include_body = include_body
         self.columns = columns
         self.max_range_bytes = max_range_bytes
@@ -505,7 +537,9 @@ class BrokerLogReader(DataSourceReader):
         return [
             InputPartition(r)
             for broker in self.brokers
-            for r in plan_broker(broker, self.max_range_bytes, self.tls)
+            for r in plan_broker(
+                broker, self.max_range_bytes, self.tls, credentials=self.credentials
+            )
         ]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
@@ -529,8 +563,12 @@ def broker_reader(
     batch_rows: int,
 ) -> BrokerLogReader | None:
     """The reader of the brokers a ``commitlog`` load names (option ``brokers``, or a
-    ``hanet://`` path; TLS options ``tlsCa``/``tlsCert``/``tlsKey`` or the path's query), or
-    None when it names files."""
+    ``hanet://`` path; TLS options ``tlsCa``/``tlsCert``/``tlsKey`` or the path's query; ACL
+    options ``accessKey``/``secretKey``), or None when it names files.
+
+    Raises:
+        ValueError: brokers named twice, or one ACL option without the other.
+    """
     path = str(options.get("path") or "")
     spec = options.get("brokers")
     tls_options = {k: options.get(k) for k in ("tlsCa", "tlsCert", "tlsKey")}
@@ -548,8 +586,25 @@ def broker_reader(
     return BrokerLogReader(
         broker_addresses(str(spec)),
         tls,
+        credentials=broker_credentials(options),
         include_body=include_body,
         columns=columns,
         max_range_bytes=max_range_bytes,
         batch_rows=batch_rows,
     )
+
+
+def broker_credentials(options: Any) -> Credentials | None:
+    """The ACL account of options ``accessKey`` and ``secretKey``, or None without them.
+
+    Raises:
+        ValueError: one without the other.
+    """
+    access_key = str(options.get("accessKey") or "")
+    secret_key = str(options.get("secretKey") or "")
+    if not access_key and not secret_key:
+        return None
+    if not access_key or not secret_key:
+        missing = "accessKey" if not access_key else "secretKey"
+        raise ValueError(f"option {missing} is needed with the other ACL option")
+    return Credentials(access_key, secret_key)

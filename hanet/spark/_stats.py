@@ -13,7 +13,7 @@ its slave given together are two stores with their own rows, not one topic count
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import attrs
 from pyspark.sql import DataFrame, SparkSession
@@ -50,9 +50,12 @@ def stats(
     *,
     top: int = 10,
     driver_rows: int = DEFAULT_DRIVER_ROWS,
+    options: Mapping[str, str] | None = None,
 ) -> StatsResult:
     """Statistics of one or more stores (paths or globs); ``top`` largest messages; stores of
-    at most ``driver_rows`` rows are read in the driver (:func:`~hanet.spark.commit_log`).
+    at most ``driver_rows`` rows are read in the driver (:func:`~hanet.spark.commit_log`);
+    ``options`` go to the ``commitlog`` source (e.g. ``accessKey``/``secretKey`` for brokers
+    under ACL).
 
     Scans the commit logs once, here (a Spark job); the tables are computed from that cached
     scan when they are used.
@@ -69,7 +72,7 @@ def stats(
         "keys",
         "status",
     )
-    scan = commit_log(spark, stores, columns=columns, driver_rows=driver_rows)
+    scan = commit_log(spark, stores, columns=columns, driver_rows=driver_rows, options=options)
     scan = scan.where(F.col("status") == "ok").cache()
     rows = scan.count()
     per_minute = (
