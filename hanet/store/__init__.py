@@ -71,6 +71,14 @@ from ._config import (
     StoreStatistics,
 )
 from ._consume_queue import CQ_BLANK_SIZE, CQ_ENTRY_SIZE, ConsumeQueue
+from ._epoch import (
+    EPOCH_FILE,
+    EpochEntry,
+    EpochFile,
+    EpochFileError,
+    EpochHistory,
+    find_consistent_point,
+)
 from ._errors import (
     CorruptRecordError,
     CreateMappedFileError,
@@ -147,6 +155,7 @@ __all__ = [
     "DEFAULT_DISK_MAX_USED_SPACE_RATIO",
     "DEFAULT_MAPPED_FILE_SIZE",
     "DEFAULT_MAX_MESSAGE_SIZE",
+    "EPOCH_FILE",
     "INDEX_ENTRY_SIZE",
     "INDEX_FIXED_COLUMNS",
     "INDEX_HEADER_SIZE",
@@ -174,6 +183,10 @@ __all__ = [
     "CorruptRecordError",
     "CreateMappedFileError",
     "DispatchError",
+    "EpochEntry",
+    "EpochFile",
+    "EpochFileError",
+    "EpochHistory",
     "FlushDiskType",
     "Holder",
     "IndexEntryGroup",
@@ -216,6 +229,7 @@ __all__ = [
     "encode_properties",
     "encode_record",
     "file_name",
+    "find_consistent_point",
     "format_host",
     "fsync_directory",
     "index_file_size",
