@@ -101,6 +101,7 @@ def test_damaged_files_name_the_file_and_offset(tmp_path: Path) -> None:
 def test_history_json_round_trip_and_validation() -> None:
     history = EpochHistory((E(1, 0), E(3, 700)), 900)
     assert EpochHistory.from_json(history.to_json()) == history
+    bad: object
     for bad in (
         [],
         {"entries": [], "maxOffset": -1},

@@ -652,6 +652,9 @@ def status_renderable(status: BrokerStatus) -> Any:
                 f"the master refuses offset {link.refused_offset}: "
                 "hanet slave --truncate-to OFFSET or --resync",
             )
+        if link.epoch_check:  # a divergence's names the offset
+            diverged = link.epoch_diverged_at is not None
+            head.add_row("epochs diverged" if diverged else "epochs", link.epoch_check)
         if link.error:
             head.add_row("stopped", link.error)
     _offsets_row(head, status)

@@ -100,6 +100,9 @@ class MasterLink:
             ``--resync`` is the way out; the master's status says which.
         refused_offset: the offset the master refuses.
         error: why the slave stopped for good (a commit log file size mismatch), or None.
+        epoch_diverged_at: the consistent point with the master's epochs this slave's log
+            goes past, while it refuses to follow (-1: no common epoch; None: not diverged).
+        epoch_check: the last epoch check's outcome in one line (None: none made).
     """
 
     address: str
@@ -110,6 +113,8 @@ class MasterLink:
     diverged: bool = False
     refused_offset: int | None = None
     error: str | None = None
+    epoch_diverged_at: int | None = None
+    epoch_check: str | None = None
 
 
 @attrs.frozen
