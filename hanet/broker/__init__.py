@@ -33,6 +33,7 @@ from ._consumers import (
     ConsumerRegistryFull,
 )
 from ._dledger import DEFAULT_QUEUES, DLedgerBrokerService, dledger_broker_id
+from ._epochs import fetch_epochs, serve_epochs
 from ._hold import (
     CHECK_INTERVAL,
     MAX_HELD_PULLS,
@@ -168,6 +169,7 @@ __all__ = [
     "dledger_broker_id",
     "dlq_topic",
     "encode_offsets",
+    "fetch_epochs",
     "load_properties",
     "parse_delay_levels",
     "parse_properties",
@@ -176,6 +178,7 @@ __all__ = [
     "redirect_retry_send",
     "retry_topic",
     "send_answer",
+    "serve_epochs",
     "serve_metrics",
     "serve_pull",
     "subscription_filter",

@@ -8,7 +8,9 @@ The request has no fields. The answer's body is JSON::
 the epochs of ``<store>/epoch`` that start at or before the commit log's max offset, ascending,
 and that max offset (the last epoch's end); ext field ``maxOffset`` too. A damaged epoch file
 answers SYSTEM_ERROR naming it. A RocketMQ 4.9.8 broker answers REQUEST_CODE_NOT_SUPPORTED:
-its slaves follow without an epoch check (:func:`fetch_epochs` returns why).
+its slaves follow without an epoch check (:func:`fetch_epochs` returns why), as do the slaves
+of a master whose ACL refuses them (NO_PERMISSION: sign with ``--access-key``; HANET_EPOCHS
+needs an account, no resource).
 """
 
 from __future__ import annotations
@@ -59,6 +61,11 @@ async def fetch_epochs(
         raise ConnectionError(f"cannot ask the master's broker port {address}: {exc}") from exc
     if answer.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED:
         return f"the master's broker port {address} keeps no epochs (a RocketMQ 4.9.8 broker)"
+    if answer.code == ResponseCode.NO_PERMISSION:  # followed as before: say why, do not block
+        return (
+            f"the master's broker port {address} refused HANET_EPOCHS ({answer.remark or ''}): "
+            "sign this slave's requests (--access-key) to compare epochs"
+        )
     if answer.code != ResponseCode.SUCCESS:
         raise ConnectionError(
             f"the master's broker port {address} answered HANET_EPOCHS with code "

@@ -231,7 +231,8 @@ class EpochGate:
         self.diverged_at = None
         self._logged = None
         if note != self.note:
-            log.info("slave epoch check: %s", note)
+            level = logging.WARNING if note.startswith("epochs not compared") else logging.INFO
+            log.log(level, "slave epoch check: %s", note)
         self.note = note
 
     def advance(self) -> None:
