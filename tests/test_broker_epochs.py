@@ -16,6 +16,7 @@ from test_broker_metrics import STATUS, sample
 from test_ha_divergence import leaves
 
 from hanet.broker import BrokerMetrics, apply_properties, fetch_epochs
+from hanet.cli import build_config, build_parser
 from hanet.client import RemotingConnection, signing
 from hanet.ha import BrokerConfig
 from hanet.protocol import HanetRequestCode, MasterLink, RemotingCommand, ResponseCode
@@ -104,3 +105,7 @@ def test_the_setting_and_its_names() -> None:
     with pytest.raises(ValueError, match="refuse or truncate"):
         BrokerConfig(ha_divergence="drop")
     assert apply_properties({"haDivergence": "truncate"}).ha_divergence == "truncate"
+    argv = ["slave", "--master-ha", "127.0.0.1:1", "--ha-divergence", "truncate"]
+    assert build_config(build_parser().parse_args(argv)).ha_divergence == "truncate"
+    with pytest.raises(SystemExit):
+        build_parser().parse_args([*argv[:-1], "drop"])
