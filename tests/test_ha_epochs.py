@@ -239,16 +239,7 @@ async def test_a_damaged_epoch_file_stops_the_slave_with_its_name(
     start_master_term(master_store)
     with open_store(tmp_path / "slave", StoreRole.SLAVE) as slave_store:
         (slave_store.root / EPOCH_FILE).write_bytes(b"hanet-epochs 1\n1 0\ncrc32 deadbeef\n")
-        master = HAMaster(master_store, CONFIG)
         with pytest.raises(BaseException) as info:
-            async with trio.open_nursery() as nursery:
-                slave = HASlave(
-                    slave_store,
-                    CONFIG,
-                    connector=Link(nursery, master),
-                    epoch_source=source_of(master_store),
-                )
-                await nursery.start(slave.run)
-                await trio.sleep(30)
+            await follow(master_store, slave_store)
         (error,) = [e for e in leaves(info.value) if isinstance(e, EpochFileError)]
         assert str(slave_store.root / EPOCH_FILE) in str(error) and error.offset == 19

@@ -8,14 +8,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hanet.store import (
-    EPOCH_FILE,
-    EpochEntry,
-    EpochFile,
-    EpochFileError,
-    EpochHistory,
-    find_consistent_point,
-)
+import hanet.store
+from hanet.store import EPOCH_FILE, EpochEntry, EpochFile, EpochFileError, EpochHistory
+
+find_consistent_point = hanet.store.find_consistent_point
 
 E = EpochEntry
 
