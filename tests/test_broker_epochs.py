@@ -36,9 +36,11 @@ async def test_each_master_start_is_a_term_served_as_hanet_epochs(tmp_path: Path
         history = await fetch_epochs(fmt(addresses.broker))
         assert history == EpochHistory((EpochEntry(1, 0),), master.store.max_offset)
         assert first_end <= master.store.max_offset
+        assert master.status().epoch == 1
     async with running(cfg) as (master, addresses):  # restarted: epoch 2 where the log ended
         end = master.store.max_offset
         await put(master, "T", b"y" * 500)
+        assert master.status().epoch == 2
         answer = await ask(fmt(addresses.broker))
         assert answer.code == ResponseCode.SUCCESS
         assert answer.fields["maxOffset"] == str(master.store.max_offset)

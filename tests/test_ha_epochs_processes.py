@@ -89,6 +89,7 @@ async def test_failover_then_the_old_master_rejoins_refused_then_truncated(
         b = await c.master("b")
         point = EpochFile.load(tmp_path / "b").entries[-1].start_offset
         assert [e.epoch for e in EpochFile.load(tmp_path / "b").entries] == [1, 2, 3, 4]
+        assert (await status_of(b)).epoch == 4
         results = await put_numbered(b, 1000, 100)
         assert {s for _, s in results} == {PutStatus.PUT_OK}
         acked += [body for body, _ in results]

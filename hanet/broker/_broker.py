@@ -104,7 +104,7 @@ from hanet.store import (
 from ._acl import BrokerAcl, acl_file_path
 from ._connection import DEFAULT_MAX_IN_FLIGHT
 from ._consumers import CONSUMER_EXPIRY, ConsumerRegistry, consumer_groups
-from ._epochs import fetch_epochs
+from ._epochs import fetch_epochs, last_epoch
 from ._hold import PullHoldService
 from ._metrics import BrokerMetrics, serve_metrics
 from ._offsets import OFFSETS_FILE, ConsumerOffsets
@@ -713,6 +713,7 @@ class Broker:
             metadata_sync=self.sync.status() if self.sync is not None else None,
             consumer_offsets=offsets.status() if offsets is not None else None,
             consumer_groups=consumer_groups(self.consumers),
+            epoch=last_epoch(self.store),
         )
         if self.master is not None:
             master = self.master.status()

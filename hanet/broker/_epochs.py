@@ -23,10 +23,19 @@ from hanet.client import RemotingConnection, RemotingError
 from hanet.protocol import HanetRequestCode, RemotingCommand, ResponseCode
 from hanet.store import CommitLogStore, EpochFile, EpochFileError, EpochHistory
 
-__all__ = ["fetch_epochs", "serve_epochs"]
+__all__ = ["fetch_epochs", "last_epoch", "serve_epochs"]
 
 EPOCHS_TIMEOUT = 3.0
 """Seconds a slave waits to connect to its master's broker port, then for the answer."""
+
+
+def last_epoch(store: CommitLogStore) -> int | None:
+    """The newest epoch of ``store``'s history (None: none, or a damaged file)."""
+    try:
+        last = EpochFile.load(store.root).last
+    except EpochFileError:
+        return None
+    return None if last is None else last.epoch
 
 
 def serve_epochs(store: CommitLogStore, request: RemotingCommand) -> RemotingCommand:

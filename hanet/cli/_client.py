@@ -634,6 +634,8 @@ def status_renderable(status: BrokerStatus) -> Any:
     head.add_row("offsets", f"{status.min_offset} .. {status.max_offset}")
     head.add_row("flushed", str(status.flushed_offset))
     head.add_row("dispatched", str(status.dispatched_offset))
+    if status.epoch is not None:
+        head.add_row("epoch", str(status.epoch))
     if status.dispatch_error is not None:
         error = status.dispatch_error
         head.add_row("dispatch stopped", f"at {error.offset}: {error.reason}")

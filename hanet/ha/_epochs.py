@@ -216,7 +216,7 @@ class EpochGate:
         now = trio.current_time()
         if self._logged is None or now - self._logged >= _LOG_INTERVAL:
             self._logged = now
-            log.error("slave of its master: %s", message)
+            log.error("epoch check: %s", message)
         raise SlaveDivergedError(message, point)
 
     def _adopt(self, master: EpochHistory, end: int) -> None:

@@ -290,6 +290,8 @@ class BrokerStatus:
         metadata_sync: a slave's copy of its master's topics and offsets (None on a master).
         consumer_offsets: the consumer offsets held (None: not known, an older broker).
         consumer_groups: the consumer groups with live members here.
+        epoch: the newest epoch of the store's history (a master's term; a slave's copy of its
+            master's), None without one (a RocketMQ 4.9.8 master's slave, a DLedger node).
     """
 
     role: str
@@ -315,6 +317,7 @@ class BrokerStatus:
     metadata_sync: MetadataSync | None = None
     consumer_offsets: ConsumerOffsetsInfo | None = None
     consumer_groups: tuple[ConsumerGroupInfo, ...] = ()
+    epoch: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The JSON object (nested objects as dicts, tuples as lists)."""
