@@ -65,6 +65,30 @@ async def test_a_damaged_epoch_file_is_named_and_stops_a_master(tmp_path: Path) 
     assert "CRC mismatch" in str(error) and error.path == tmp_path / "m" / EPOCH_FILE
 
 
+async def test_the_master_names_a_diverged_slave_too(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    async with running(config(tmp_path / "m")) as (master, addresses):
+        await put(master, "T", b"z" * 300)
+        end = master.store.max_offset
+        # a slave that holds more of epoch 1 than this master, then an epoch 2 of its own
+        slave = EpochHistory((EpochEntry(1, 0), EpochEntry(2, end + 100)), end + 900)
+        for _ in range(3):
+            assert isinstance(await fetch_epochs(fmt(addresses.broker), slave), EpochHistory)
+        # a new slave (no epochs yet) is not a divergence
+        await fetch_epochs(fmt(addresses.broker), EpochHistory((), 0))
+        bad = RemotingCommand.request(HanetRequestCode.HANET_EPOCHS, body=b"{not json")
+        host, _, port = fmt(addresses.broker).rpartition(":")
+        async with RemotingConnection.connect(host, int(port)) as conn:
+            answer = await conn.invoke(bad)
+        assert answer.code == ResponseCode.SYSTEM_ERROR
+        assert "not an epoch history" in (answer.remark or "")
+    warnings = [r.getMessage() for r in caplog.records if r.name == "hanet.broker.epochs"]
+    assert len(warnings) == 1  # once a minute per slave and point
+    assert f"diverged from this master at offset {end}" in warnings[0]
+    assert f"its log goes on to {end + 900}" in warnings[0]
+
+
 async def test_an_acl_master_answers_signed_slaves_and_unsigned_ones_are_not_blocked(
     tmp_path: Path,
 ) -> None:

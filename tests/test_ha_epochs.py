@@ -54,8 +54,8 @@ def epochs_of(store: CommitLogStore) -> EpochHistory:
 
 def source_of(
     store: CommitLogStore, calls: list[int] | None = None
-) -> Callable[[], Awaitable[EpochHistory]]:
-    async def source() -> EpochHistory:
+) -> Callable[[EpochHistory], Awaitable[EpochHistory]]:
+    async def source(mine: EpochHistory) -> EpochHistory:
         if calls is not None:
             calls.append(store.max_offset)
         return epochs_of(store)
@@ -188,7 +188,7 @@ async def test_a_master_without_epochs_is_followed_as_before(
 ) -> None:
     put(master_store, 40)  # a RocketMQ 4.9.8 master: no epoch file, no HANET_EPOCHS
 
-    async def rocketmq_498() -> str:
+    async def rocketmq_498(mine: EpochHistory) -> str:
         return "the master's broker port keeps no epochs (a RocketMQ 4.9.8 broker)"
 
     master = HAMaster(master_store, CONFIG)

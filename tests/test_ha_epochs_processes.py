@@ -105,6 +105,7 @@ async def test_failover_then_the_old_master_rejoins_refused_then_truncated(
         assert link is not None and link.epoch_diverged_at == point and not link.connected
         assert f"diverged from the master at offset {point}" in (link.epoch_check or "")
         assert f"diverged from the master at offset {point}" in a.text()
+        assert f"diverged from this master at offset {point}" in b.text()  # both sides
         assert not (tmp_path / "a" / "cut").exists()
         assert await c.stop(a) == 0
         # with --ha-divergence truncate it cuts there (keeping the bytes aside) and follows

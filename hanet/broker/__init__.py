@@ -33,7 +33,7 @@ from ._consumers import (
     ConsumerRegistryFull,
 )
 from ._dledger import DEFAULT_QUEUES, DLedgerBrokerService, dledger_broker_id
-from ._epochs import fetch_epochs, serve_epochs
+from ._epochs import EpochService, fetch_epochs
 from ._hold import (
     CHECK_INTERVAL,
     MAX_HELD_PULLS,
@@ -146,6 +146,7 @@ __all__ = [
     "ConsumerRegistryFull",
     "DLedgerBrokerService",
     "DelayLevelError",
+    "EpochService",
     "GetMessageStatus",
     "HoldHook",
     "HoldStatistics",
@@ -178,7 +179,6 @@ __all__ = [
     "redirect_retry_send",
     "retry_topic",
     "send_answer",
-    "serve_epochs",
     "serve_metrics",
     "serve_pull",
     "subscription_filter",

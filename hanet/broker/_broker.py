@@ -435,10 +435,10 @@ class Broker:
             self._store = None
             log.info("store %s closed", config.store_path_root_dir)
 
-    async def _master_epochs(self) -> EpochHistory | str:
+    async def _master_epochs(self, mine: EpochHistory) -> EpochHistory | str:
         """A slave's question to its master's broker port (see :mod:`._epochs`)."""
         address = self.sync.master_address if self.sync is not None else None
-        return await fetch_epochs(address, tls=self.config.client_tls())
+        return await fetch_epochs(address, mine, tls=self.config.client_tls())
 
     def _retention_holders(self) -> list[Holder]:
         """A master's connected slaves and the offsets they acknowledged: retention keeps

@@ -47,8 +47,9 @@ __all__ = [
 
 log = logging.getLogger("hanet.ha.epochs")
 
-EpochSource = Callable[[], Awaitable[EpochHistory | str]]
-"""Asks the master for its epoch history; a string says why there is none to compare (a
+EpochSource = Callable[[EpochHistory], Awaitable[EpochHistory | str]]
+"""Asks the master for its epoch history, telling it the slave's (the master logs a divergence
+too); a string says why there is none to compare (a
 RocketMQ 4.9.8 master, an unknown broker port). Raises OSError when the master cannot be
 asked now (the slave tries again at its next connection attempt)."""
 
@@ -142,8 +143,8 @@ class EpochGate:
             EpochFileError: this slave's epoch file is damaged.
         """
         epochs = self._file()  # a damaged file: stop before asking anything
-        answer = await self.source()
         store = self.store
+        answer = await self.source(epochs.history(store.max_offset))
         if isinstance(answer, str):
             self._pending = []
             self._settle(f"epochs not compared: {answer}")
