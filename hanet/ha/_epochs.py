@@ -218,7 +218,11 @@ class EpochGate:
         if self._logged is None or now - self._logged >= _LOG_INTERVAL:
             self._logged = now
             log.error("epoch check: %s", message)
-        raise SlaveDivergedError(message, point)
+        raise SlaveDivergedError(  # short: the reconnecting client logs it at each attempt
+            f"epoch check: not following, diverged from the master at offset {point} "
+            "(the ERROR above and the status say more)",
+            point,
+        )
 
     def _adopt(self, master: EpochHistory, end: int) -> None:
         """Keep the master's entries up to ``end``; the later ones as replication reaches
