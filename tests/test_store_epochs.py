@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 import hanet.store
 from hanet.store import EPOCH_FILE, EpochEntry, EpochFile, EpochFileError, EpochHistory
+from hanet.store._epoch import format_epoch_file, parse_epoch_file
 
 find_consistent_point = hanet.store.find_consistent_point
 
@@ -187,3 +188,28 @@ def test_point_is_where_the_histories_fork(
         local_next[0] if local_next else local_end, remote_next[0] if remote_next else remote_end
     )
     assert point == expected
+
+
+_HISTORIES = st.lists(st.tuples(st.integers(1, 50), st.integers(1, 10**12)), max_size=8).map(
+    lambda steps: [
+        E(sum(s[0] for s in steps[: i + 1]), sum(s[1] for s in steps[:i]))
+        for i in range(len(steps))
+    ]
+)
+
+
+@given(_HISTORIES, st.data())
+def test_any_one_byte_changed_is_named_never_misread(
+    entries: list[EpochEntry], data: st.DataObject
+) -> None:
+    raw = format_epoch_file(entries)
+    path = Path("store") / EPOCH_FILE
+    assert parse_epoch_file(path, raw) == tuple(entries)
+    position = data.draw(st.integers(0, len(raw) - 1))
+    value = data.draw(st.integers(0, 255).filter(lambda b: b != raw[position]))
+    damaged = raw[:position] + bytes([value]) + raw[position + 1 :]
+    with pytest.raises(EpochFileError) as info:
+        parse_epoch_file(path, damaged)
+    assert info.value.offset is not None and 0 <= info.value.offset <= len(damaged)
+    with pytest.raises(EpochFileError):
+        parse_epoch_file(path, raw[: data.draw(st.integers(0, len(raw) - 1))])  # cut short
