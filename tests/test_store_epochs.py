@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 
 import hanet.store
 from hanet.store import EPOCH_FILE, EpochEntry, EpochFile, EpochFileError, EpochHistory
-from hanet.store._epoch import format_epoch_file, parse_epoch_file
+from hanet.store import format_epoch_file as format_file
+from hanet.store import parse_epoch_file as parse_file
 
 find_consistent_point = hanet.store.find_consistent_point
 
@@ -202,14 +203,14 @@ _HISTORIES = st.lists(st.tuples(st.integers(1, 50), st.integers(1, 10**12)), max
 def test_any_one_byte_changed_is_named_never_misread(
     entries: list[EpochEntry], data: st.DataObject
 ) -> None:
-    raw = format_epoch_file(entries)
+    raw = format_file(entries)
     path = Path("store") / EPOCH_FILE
-    assert parse_epoch_file(path, raw) == tuple(entries)
+    assert parse_file(path, raw) == tuple(entries)
     position = data.draw(st.integers(0, len(raw) - 1))
     value = data.draw(st.integers(0, 255).filter(lambda b: b != raw[position]))
     damaged = raw[:position] + bytes([value]) + raw[position + 1 :]
     with pytest.raises(EpochFileError) as info:
-        parse_epoch_file(path, damaged)
+        parse_file(path, damaged)
     assert info.value.offset is not None and 0 <= info.value.offset <= len(damaged)
     with pytest.raises(EpochFileError):
-        parse_epoch_file(path, raw[: data.draw(st.integers(0, len(raw) - 1))])  # cut short
+        parse_file(path, raw[: data.draw(st.integers(0, len(raw) - 1))])  # cut short

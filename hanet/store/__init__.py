@@ -78,6 +78,8 @@ from ._epoch import (
     EpochFileError,
     EpochHistory,
     find_consistent_point,
+    format_epoch_file,
+    parse_epoch_file,
 )
 from ._errors import (
     CorruptRecordError,
@@ -230,6 +232,7 @@ __all__ = [
     "encode_record",
     "file_name",
     "find_consistent_point",
+    "format_epoch_file",
     "format_host",
     "fsync_directory",
     "index_file_size",
@@ -247,6 +250,7 @@ __all__ = [
     "pack_blank_into",
     "pack_record_into",
     "parse_delete_when",
+    "parse_epoch_file",
     "parse_host",
     "plan_retention",
     "property_problem",

@@ -41,6 +41,8 @@ __all__ = [
     "EpochFileError",
     "EpochHistory",
     "find_consistent_point",
+    "format_epoch_file",
+    "parse_epoch_file",
 ]
 
 EPOCH_FILE = "epoch"
@@ -226,6 +228,7 @@ class EpochFile:
 
 
 def format_epoch_file(entries: Sequence[EpochEntry]) -> bytes:
+    """The bytes of an epoch file holding ``entries`` (see the module)."""
     text = "".join(f"{e.epoch} {e.start_offset}\n" for e in entries)
     body = f"{_HEADER}\n{text}".encode("ascii")
     return body + f"crc32 {zlib.crc32(body):08x}\n".encode("ascii")
