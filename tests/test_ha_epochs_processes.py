@@ -149,13 +149,18 @@ async def test_a_master_without_epochs_is_still_followed(tmp_path: Path) -> None
         master = await c.master("master")
         assert [r for _, r in await put_numbered(master, 0, 200)] == [PutStatus.PUT_OK] * 200
         slave = await c.slave(master, "slave", "--master-broker", old_port)
-        await wait_for(partial(in_sync, master, slave))
+        never_asks = await c.slave(master, "slave2")  # no broker port to ask: as a 4.9.8 slave
+        await wait_for(partial(in_sync, master, slave, never_asks))
         link = (await status_of(slave)).master
         assert link is not None and link.epoch_diverged_at is None
         assert "keeps no epochs (a RocketMQ 4.9.8 broker)" in (link.epoch_check or "")
+        link = (await status_of(never_asks)).master
+        assert link is not None and "broker port is not known" in (link.epoch_check or "")
         assert await c.stop(slave) == 0
+        assert await c.stop(never_asks) == 0
         assert await c.stop(master) == 0
         nursery.cancel_scope.cancel()
-    comparison = compare_commit_logs(tmp_path / "master", tmp_path / "slave")
-    assert comparison.identical, comparison.mismatch
-    assert not (tmp_path / "slave" / "epoch").exists()  # nothing adopted
+    for name in ("slave", "slave2"):
+        comparison = compare_commit_logs(tmp_path / "master", tmp_path / name)
+        assert comparison.identical, comparison.mismatch
+        assert not (tmp_path / name / "epoch").exists()  # nothing adopted
