@@ -33,6 +33,7 @@ from ._consumers import (
     ConsumerRegistryFull,
 )
 from ._dledger import DEFAULT_QUEUES, DLedgerBrokerService, dledger_broker_id
+from ._epochs import EpochService, fetch_epochs
 from ._hold import (
     CHECK_INTERVAL,
     MAX_HELD_PULLS,
@@ -145,6 +146,7 @@ __all__ = [
     "ConsumerRegistryFull",
     "DLedgerBrokerService",
     "DelayLevelError",
+    "EpochService",
     "GetMessageStatus",
     "HoldHook",
     "HoldStatistics",
@@ -168,6 +170,7 @@ __all__ = [
     "dledger_broker_id",
     "dlq_topic",
     "encode_offsets",
+    "fetch_epochs",
     "load_properties",
     "parse_delay_levels",
     "parse_properties",

@@ -70,7 +70,7 @@ from hanet.boot import AllowList, serve_on
 from hanet.channel import ChannelHandler, HandlerContext, format_address, parse_address
 from hanet.client import NameServerClient
 from hanet.errors import ConfigError
-from hanet.ha import BrokerConfig, BrokerRole, HAMaster, HASlave
+from hanet.ha import BrokerConfig, BrokerRole, HAMaster, HASlave, start_master_term
 from hanet.protocol import (
     MAX_FRAME_LENGTH,
     PERM_INHERIT,
@@ -89,6 +89,7 @@ from hanet.protocol import (
 )
 from hanet.store import (
     CommitLogStore,
+    EpochHistory,
     FlushDiskType,
     Holder,
     Message,
@@ -102,6 +103,7 @@ from hanet.store import (
 from ._acl import BrokerAcl, acl_file_path
 from ._connection import DEFAULT_MAX_IN_FLIGHT
 from ._consumers import CONSUMER_EXPIRY, ConsumerRegistry, consumer_groups
+from ._epochs import fetch_epochs, last_epoch
 from ._hold import PullHoldService
 from ._metrics import BrokerMetrics, serve_metrics
 from ._offsets import OFFSETS_FILE, ConsumerOffsets
@@ -348,9 +350,15 @@ class Broker:
                         tls=config.client_tls(),
                     )
                     await nursery.start(self.sync.run)
-                    self.slave = HASlave(store, config, extra_handlers=self._slave_handlers)
+                    self.slave = HASlave(
+                        store,
+                        config,
+                        extra_handlers=self._slave_handlers,
+                        epoch_source=self._master_epochs,
+                    )
                     await nursery.start(self.slave.run)
                 else:
+                    start_master_term(store)  # each master term starts an epoch
                     self.master = HAMaster(store, config)
                     ha_address = await nursery.start(self.master.serve)
                     self.schedule = ScheduleService(
@@ -425,6 +433,11 @@ class Broker:
                 await store.aclose()
             self._store = None
             log.info("store %s closed", config.store_path_root_dir)
+
+    async def _master_epochs(self, mine: EpochHistory) -> EpochHistory | str:
+        """A slave's question to its master's broker port (see :mod:`._epochs`)."""
+        address = self.sync.master_address if self.sync is not None else None
+        return await fetch_epochs(address, mine, tls=self.config.client_tls())
 
     def _retention_holders(self) -> list[Holder]:
         """A master's connected slaves and the offsets they acknowledged: retention keeps
@@ -699,6 +712,7 @@ class Broker:
             metadata_sync=self.sync.status() if self.sync is not None else None,
             consumer_offsets=offsets.status() if offsets is not None else None,
             consumer_groups=consumer_groups(self.consumers),
+            epoch=last_epoch(self.store),
         )
         if self.master is not None:
             master = self.master.status()
@@ -721,6 +735,8 @@ class Broker:
                     diverged=link.diverged,
                     refused_offset=link.refused_offset,
                     error=link.error,
+                    epoch_diverged_at=link.epoch_diverged_at,
+                    epoch_check=link.epoch_check,
                 ),
             )
         return status

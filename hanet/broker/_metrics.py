@@ -108,6 +108,20 @@ class _StatusCollector(Collector):
             yield CounterMetricFamily(
                 "hanet_master_connects", "Connections made to the master", value=link.connects
             )
+            diverged_at = link.epoch_diverged_at
+            yield GaugeMetricFamily(
+                "hanet_epoch_diverged",
+                "1 while this slave refuses to follow: its log goes past where its master's "
+                "epochs part from its own",
+                value=0 if diverged_at is None else 1,
+            )
+            if diverged_at is not None:
+                yield GaugeMetricFamily(
+                    "hanet_epoch_diverged_offset",
+                    "The offset where this slave's log parts from its master's (-1: no "
+                    "common epoch)",
+                    value=diverged_at,
+                )
         yield from _cluster_metrics(status)
 
 

@@ -88,6 +88,7 @@ from ._admin import BrokerAdmin
 from ._backend import BrokerBackend
 from ._connection import BrokerConnection, connection_of
 from ._consumers import ConsumerRegistry, ConsumerRegistryFull
+from ._epochs import EpochService
 from ._locks import QueueLocks
 from ._log_read import read_log
 from ._offsets import ConsumerOffsetsFull
@@ -174,6 +175,7 @@ class BrokerPort:
             RequestCode.UNLOCK_BATCH_MQ: self.locks.unlock_batch_mq,
             HanetRequestCode.HANET_STATUS: self.hanet_status,
             HanetRequestCode.HANET_READ_LOG: lambda ctx, req: read_log(self.backend.store, req),
+            HanetRequestCode.HANET_EPOCHS: EpochService(backend).serve,
         }
         """Request code -> processor: the one table every connection of the port uses."""
         self.processors.update(self.admin.processors())

@@ -95,6 +95,7 @@ _PROPERTIES: dict[str, tuple[str, Any]] = {
     "messageIndexEnable": ("message_index_enable", _bool),
     "maxHashSlotNum": ("max_hash_slot_num", int),
     "maxIndexNum": ("max_index_num", int),
+    "haDivergence": ("ha_divergence", str),
 }
 
 # Keys hanet does not use are accepted with one warning listing them (RocketMQ has hundreds of

@@ -229,6 +229,12 @@ _SLAVE_FLAGS = (
         "the master's broker port, to copy its topics and consumer offsets from every 10 s "
         "(default: as the name server says)", "HOST:PORT",
     ),
+    _Flag(
+        ("--ha-divergence",), "ha_divergence", str,
+        "when this slave's log goes past where its master's epochs part from its own: refuse "
+        "(default: do not follow, name the offset) or truncate there (the cut bytes kept "
+        "under <store>/cut/)", choices=("refuse", "truncate"),
+    ),
 )  # fmt: skip
 
 

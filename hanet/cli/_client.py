@@ -634,6 +634,8 @@ def status_renderable(status: BrokerStatus) -> Any:
     head.add_row("offsets", f"{status.min_offset} .. {status.max_offset}")
     head.add_row("flushed", str(status.flushed_offset))
     head.add_row("dispatched", str(status.dispatched_offset))
+    if status.epoch is not None:
+        head.add_row("epoch", str(status.epoch))
     if status.dispatch_error is not None:
         error = status.dispatch_error
         head.add_row("dispatch stopped", f"at {error.offset}: {error.reason}")
@@ -652,6 +654,9 @@ def status_renderable(status: BrokerStatus) -> Any:
                 f"the master refuses offset {link.refused_offset}: "
                 "hanet slave --truncate-to OFFSET or --resync",
             )
+        if link.epoch_check:  # a divergence's names the offset
+            diverged = link.epoch_diverged_at is not None
+            head.add_row("epochs diverged" if diverged else "epochs", link.epoch_check)
         if link.error:
             head.add_row("stopped", link.error)
     _offsets_row(head, status)

@@ -8,6 +8,13 @@ RocketMQ's defaults. The broker service that puts a broker port in front of them
 """
 
 from ._config import BrokerConfig, BrokerRole
+from ._epochs import (
+    DivergencePolicy,
+    EpochGate,
+    EpochSource,
+    SlaveDivergedError,
+    start_master_term,
+)
 from ._master import HAMaster
 from ._slave import HASlave
 from ._status import MasterStatus, SlaveConnectionStatus, SlaveStatus
@@ -16,10 +23,15 @@ from ._sync import ReplicaWaiters
 __all__ = [
     "BrokerConfig",
     "BrokerRole",
+    "DivergencePolicy",
+    "EpochGate",
+    "EpochSource",
     "HAMaster",
     "HASlave",
     "MasterStatus",
     "ReplicaWaiters",
     "SlaveConnectionStatus",
+    "SlaveDivergedError",
     "SlaveStatus",
+    "start_master_term",
 ]

@@ -127,6 +127,11 @@ def _index_entries(instance: object, attribute: attrs.Attribute[Any], value: int
         raise ConfigError(f"{attribute.name} must be >= 2 (entry 0 is never used), got {value}")
 
 
+def _divergence(instance: object, attribute: attrs.Attribute[Any], value: str) -> None:
+    if value not in ("refuse", "truncate"):
+        raise ConfigError(f"{attribute.name} must be refuse or truncate, got {value!r}")
+
+
 @attrs.frozen
 class BrokerConfig:
     """One broker's settings (defaults as RocketMQ's, see docs/protocol.md).
@@ -218,6 +223,10 @@ class BrokerConfig:
             ``listen_port``).
         message_index_enable: build the index files (``messageIndexEnable``, True): messages
             found by key and unique id (QUERY_MESSAGE).
+        ha_divergence: what a slave whose log goes past the consistent point with its
+            master's epochs does (``haDivergence``, hanet's own key): ``refuse`` (the default:
+            it does not follow, the point named in its log and status) or ``truncate`` (it
+            truncates to the point, the cut bytes kept under ``<store>/cut/``, and follows).
         max_hash_slot_num, max_index_num: hash slots and entries per index file
             (``maxHashSlotNum`` 5,000,000, ``maxIndexNum`` 20,000,000); must match the files
             on disk.
@@ -282,6 +291,7 @@ class BrokerConfig:
     message_index_enable: bool = True
     max_hash_slot_num: int = attrs.field(default=5_000_000, validator=_positive)
     max_index_num: int = attrs.field(default=20_000_000, validator=_index_entries)
+    ha_divergence: str = attrs.field(default="refuse", validator=_divergence)
 
     @property
     def retention(self) -> RetentionConfig:

@@ -30,6 +30,7 @@ from hanet.store import (
 )
 
 from ._config import BrokerConfig
+from ._epochs import DivergencePolicy, EpochGate, EpochSource
 from ._status import SlaveStatus
 
 __all__ = ["HASlave"]
@@ -85,6 +86,8 @@ class HASlave:
             see every applied :class:`hanet.handlers.ha.TransferFrame`.
         on_connect: called each time a connection to the master is made (a broker syncs its
             metadata then).
+        epoch_source: asks the master for its epoch history before each connection (see
+            :class:`EpochGate`; None: no epoch check, as a RocketMQ 4.9.8 slave).
     """
 
     def __init__(
@@ -94,6 +97,7 @@ class HASlave:
         connector: Connector | None = None,
         extra_handlers: Callable[[], Sequence[ChannelHandler]] | None = None,
         on_connect: Callable[[], None] | None = None,
+        epoch_source: EpochSource | None = None,
     ) -> None:
         self.store = store
         self.config = config
@@ -109,6 +113,13 @@ class HASlave:
             connector = self._connect_to_master
         else:
             self.master_address = config.ha_master_address or "(custom connector)"
+        self.epochs: EpochGate | None = None
+        """The epoch check before each connection (None without an ``epoch_source``)."""
+        if epoch_source is not None:
+            self.epochs = EpochGate(
+                store, epoch_source, DivergencePolicy(config.ha_divergence), self.truncate_store
+            )
+            connector = self._gated(connector, self.epochs)
         self._on_connect = on_connect
         self._address_known = trio.Event()
         self._client_scope: trio.CancelScope | None = None
@@ -141,6 +152,14 @@ class HASlave:
         assert address is not None  # run() waits until it is known
         host, port = parse_address(address)
         return await tcp_connector(host, port, tls=self._tls)()
+
+    @staticmethod
+    def _gated(connector: Connector, gate: EpochGate) -> Connector:
+        async def connect() -> trio.abc.Stream:
+            await gate.check()  # refuses (an OSError) or truncates before any HA byte
+            return await connector()
+
+        return connect
 
     def set_master_address(self, address: str) -> bool:
         """Follow the master at ``address`` (``host:port`` of its HA port) from now on; returns
@@ -195,6 +214,8 @@ class HASlave:
 
     def _reported(self) -> None:
         """After each report: wake the dispatcher (or, without one, dispatch now)."""
+        if self.epochs is not None:
+            self.epochs.advance()
         wanted = self._dispatch_wanted
         if wanted is not None:
             wanted.set()
@@ -333,6 +354,8 @@ class HASlave:
             refused_offset=self._refused_offset if self._refusals else None,
             refusals=self._refusals,
             error=self._fatal,
+            epoch_diverged_at=None if self.epochs is None else self.epochs.diverged_at,
+            epoch_check=None if self.epochs is None else self.epochs.note,
         )
 
     # -- the operator's way out of a divergence ------------------------------------------------

@@ -38,6 +38,9 @@ class SlaveStatus:
         refused_offset: the offset the master closed on (after one such close already).
         refusals: how many times in a row.
         error: why the slave stopped for good (a commit log file size mismatch), or None.
+        epoch_diverged_at: the consistent point with the master's epochs this slave's log
+            goes past, while it refuses to follow (-1: no common epoch); None otherwise.
+        epoch_check: the last epoch check's outcome in one line (None: no check made).
     """
 
     master_address: str
@@ -50,3 +53,5 @@ class SlaveStatus:
     refused_offset: int | None = None
     refusals: int = 0
     error: str | None = None
+    epoch_diverged_at: int | None = None
+    epoch_check: str | None = None

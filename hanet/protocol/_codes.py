@@ -124,6 +124,9 @@ class HanetRequestCode(enum.IntEnum):
     HANET_READ_LOG = 30003
     """Raw commit log bytes from an offset, cut at a record boundary (``hanet.spark``'s live
     audit; ext fields ``offset``, ``maxBytes``, ``seek``)."""
+    HANET_EPOCHS = 30004
+    """The broker's epoch history (JSON body ``entries`` and ``maxOffset``), asked by a slave
+    before it follows, to find where its log and its master's part."""
 
 
 class ResponseCode(enum.IntEnum):

@@ -71,6 +71,9 @@ class MasterLink:
             ``--resync`` is the way out; the master's status says which.
         refused_offset: the offset the master refuses.
         error: why the slave stopped for good (a commit log file size mismatch), or None.
+        epoch_diverged_at: the consistent point with the master's epochs this slave's log
+            goes past, while it refuses to follow (-1: no common epoch; None: not diverged).
+        epoch_check: the last epoch check's outcome in one line (None: none made).
     """
 
     address: str
@@ -81,6 +84,8 @@ class MasterLink:
     diverged: bool = False
     refused_offset: int | None = None
     error: str | None = None
+    epoch_diverged_at: int | None = None
+    epoch_check: str | None = None
 
 
 @attrs.frozen
@@ -215,6 +220,8 @@ class BrokerStatus:
         metadata_sync: a slave's copy of its master's topics and offsets (None on a master).
         consumer_offsets: the consumer offsets held (None: not known, an older broker).
         consumer_groups: the consumer groups with live members here.
+        epoch: the newest epoch of the store's history (a master's term; a slave's copy of its
+            master's), None without one (a RocketMQ 4.9.8 master's slave, a DLedger node).
     """
 
     role: str
@@ -240,6 +247,7 @@ class BrokerStatus:
     metadata_sync: MetadataSync | None = None
     consumer_offsets: ConsumerOffsetsInfo | None = None
     consumer_groups: tuple[ConsumerGroupInfo, ...] = ()
+    epoch: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The JSON object (nested objects as dicts, tuples as lists)."""

@@ -71,6 +71,16 @@ from ._config import (
     StoreStatistics,
 )
 from ._consume_queue import CQ_BLANK_SIZE, CQ_ENTRY_SIZE, ConsumeQueue
+from ._epoch import (
+    EPOCH_FILE,
+    EpochEntry,
+    EpochFile,
+    EpochFileError,
+    EpochHistory,
+    find_consistent_point,
+    format_epoch_file,
+    parse_epoch_file,
+)
 from ._errors import (
     CorruptRecordError,
     CreateMappedFileError,
@@ -147,6 +157,7 @@ __all__ = [
     "DEFAULT_DISK_MAX_USED_SPACE_RATIO",
     "DEFAULT_MAPPED_FILE_SIZE",
     "DEFAULT_MAX_MESSAGE_SIZE",
+    "EPOCH_FILE",
     "INDEX_ENTRY_SIZE",
     "INDEX_FIXED_COLUMNS",
     "INDEX_HEADER_SIZE",
@@ -174,6 +185,10 @@ __all__ = [
     "CorruptRecordError",
     "CreateMappedFileError",
     "DispatchError",
+    "EpochEntry",
+    "EpochFile",
+    "EpochFileError",
+    "EpochHistory",
     "FlushDiskType",
     "Holder",
     "IndexEntryGroup",
@@ -216,6 +231,8 @@ __all__ = [
     "encode_properties",
     "encode_record",
     "file_name",
+    "find_consistent_point",
+    "format_epoch_file",
     "format_host",
     "fsync_directory",
     "index_file_size",
@@ -233,6 +250,7 @@ __all__ = [
     "pack_blank_into",
     "pack_record_into",
     "parse_delete_when",
+    "parse_epoch_file",
     "parse_host",
     "plan_retention",
     "property_problem",

@@ -1,0 +1,162 @@
+"""HANET_EPOCHS (30004): a broker's epoch history, asked by a slave before it follows.
+
+The request's body is empty or the asking slave's own history, in the answer's form below: the
+master then computes the consistent point too and, when the slave's log goes past it, logs a
+WARNING naming the slave, the point and both histories (at most once a minute per slave and
+point); a body that is not a history answers SYSTEM_ERROR. The answer's body is JSON::
+
+    {"entries": [{"epoch": 1, "startOffset": 0}, {"epoch": 2, "startOffset": 40960}],
+     "maxOffset": 81920}
+
+the epochs of ``<store>/epoch`` that start at or before the commit log's max offset, ascending,
+and that max offset (the last epoch's end); ext field ``maxOffset`` too. A damaged epoch file
+answers SYSTEM_ERROR naming it. A RocketMQ 4.9.8 broker answers REQUEST_CODE_NOT_SUPPORTED:
+its slaves follow without an epoch check (:func:`fetch_epochs` returns why), as do the slaves
+of a master whose ACL refuses them (NO_PERMISSION: sign with ``--access-key``; HANET_EPOCHS
+needs an account, no resource).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import ssl
+
+import trio
+
+from hanet.channel import HandlerContext, parse_address
+from hanet.client import RemotingConnection, RemotingError
+from hanet.protocol import HanetRequestCode, RemotingCommand, ResponseCode
+from hanet.store import (
+    CommitLogStore,
+    EpochFile,
+    EpochFileError,
+    EpochHistory,
+    find_consistent_point,
+)
+
+from ._backend import BrokerBackend
+from ._connection import connection_of
+
+__all__ = ["EpochService", "fetch_epochs", "last_epoch"]
+
+log = logging.getLogger("hanet.broker.epochs")
+
+_LOG_INTERVAL = 60.0  # a refusing slave asks every few seconds
+
+EPOCHS_TIMEOUT = 3.0
+"""Seconds a slave waits to connect to its master's broker port, then for the answer."""
+
+
+def last_epoch(store: CommitLogStore) -> int | None:
+    """The newest epoch of ``store``'s history (None: none, or a damaged file)."""
+    try:
+        last = EpochFile.load(store.root).last
+    except EpochFileError:
+        return None
+    return None if last is None else last.epoch
+
+
+class EpochService:
+    """Serves HANET_EPOCHS from a backend's store (see the module)."""
+
+    def __init__(self, backend: BrokerBackend) -> None:
+        self.backend = backend
+        self._logged: dict[tuple[str, int], float] = {}
+
+    def serve(self, ctx: HandlerContext, request: RemotingCommand) -> RemotingCommand:
+        store = self.backend.store
+        end = store.max_offset
+        try:
+            history = EpochFile.load(store.root).history(end)
+        except EpochFileError as exc:
+            return request.response(ResponseCode.SYSTEM_ERROR, str(exc))
+        if request.body:
+            try:
+                slave = EpochHistory.from_json(json.loads(bytes(request.body)))
+            except ValueError as exc:  # a JSONDecodeError or UnicodeDecodeError too
+                return request.response(
+                    ResponseCode.SYSTEM_ERROR, f"the request's body is not an epoch history: {exc}"
+                )
+            self._compare(connection_of(ctx).peer, slave, history)
+        body = json.dumps(history.to_json(), separators=(",", ":")).encode()
+        return request.response(ResponseCode.SUCCESS, None, {"maxOffset": end}, body)
+
+    def _compare(self, peer: str, slave: EpochHistory, mine: EpochHistory) -> None:
+        """Log a slave whose log goes past the consistent point (it refuses or truncates)."""
+        if not slave.entries or slave.end_offset == 0:
+            return  # a new slave, or one without epochs: nothing to compare
+        point = find_consistent_point(
+            slave.entries, slave.end_offset, mine.entries, mine.end_offset
+        )
+        if point >= slave.end_offset:
+            return
+        key = (peer.rpartition(":")[0], point)
+        now = trio.current_time()
+        if now - self._logged.get(key, -_LOG_INTERVAL) < _LOG_INTERVAL:
+            return
+        if len(self._logged) > 1024:  # bounded: forget the oldest notes
+            self._logged.clear()
+        self._logged[key] = now
+        log.warning(
+            "slave %s diverged from this master at offset %d: its log goes on to %d with bytes "
+            "no shared master term wrote (its epochs %s, this master's %s, log end %d); it "
+            "refuses to follow, or truncates to %d with haDivergence=truncate",
+            peer,
+            point,
+            slave.end_offset,
+            _entries(slave),
+            _entries(mine),
+            mine.end_offset,
+            point,
+        )
+
+
+def _entries(history: EpochHistory) -> str:
+    return ", ".join(f"{e.epoch}@{e.start_offset}" for e in history.entries) or "none"
+
+
+async def fetch_epochs(
+    address: str | None,
+    mine: EpochHistory | None = None,
+    *,
+    tls: ssl.SSLContext | None = None,
+    within: float = EPOCHS_TIMEOUT,
+) -> EpochHistory | str:
+    """Ask the broker port at ``address`` for its epoch history, telling it ``mine`` (the
+    slave's); a string says why there is none to compare (no address known, a broker without
+    epochs).
+
+    Raises:
+        OSError: the broker could not be reached, or answered an error or a bad body.
+    """
+    if address is None:
+        return "the master's broker port is not known (--master-broker, or a name server)"
+    host, port = parse_address(address)
+    try:
+        async with RemotingConnection.connect(
+            host, port, connect_timeout=within, request_timeout=within, tls=tls
+        ) as conn:
+            body = b"" if mine is None else json.dumps(mine.to_json()).encode()
+            request = RemotingCommand.request(HanetRequestCode.HANET_EPOCHS, body=body)
+            answer = await conn.invoke(request)
+    except RemotingError as exc:
+        raise ConnectionError(f"cannot ask the master's broker port {address}: {exc}") from exc
+    if answer.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED:
+        return f"the master's broker port {address} keeps no epochs (a RocketMQ 4.9.8 broker)"
+    if answer.code == ResponseCode.NO_PERMISSION:  # followed as before: say why, do not block
+        return (
+            f"the master's broker port {address} refused HANET_EPOCHS ({answer.remark or ''}): "
+            "sign this slave's requests (--access-key) to compare epochs"
+        )
+    if answer.code != ResponseCode.SUCCESS:
+        raise ConnectionError(
+            f"the master's broker port {address} answered HANET_EPOCHS with code "
+            f"{answer.code}: {answer.remark or ''}"
+        )
+    try:
+        return EpochHistory.from_json(json.loads(bytes(answer.body)))
+    except ValueError as exc:  # a JSONDecodeError too
+        raise ConnectionError(
+            f"the master's broker port {address} sent a bad epoch history: {exc}"
+        ) from exc
