@@ -29,6 +29,7 @@ from collections.abc import Awaitable, Callable
 
 import trio
 
+from hanet.errors import HanetError
 from hanet.store import (
     CommitLogStore,
     EpochEntry,
@@ -64,7 +65,7 @@ class DivergencePolicy(enum.Enum):
     TRUNCATE = "truncate"
 
 
-class SlaveDivergedError(ConnectionRefusedError):
+class SlaveDivergedError(HanetError, ConnectionRefusedError):
     """The slave does not follow: its log goes past the consistent point (an OSError, so the
     reconnecting client tries again later).
 
