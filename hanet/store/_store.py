@@ -55,6 +55,7 @@ from __future__ import annotations
 
 import logging
 import shutil
+import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from functools import partial
@@ -82,6 +83,7 @@ from ._errors import (
     StoreError,
     StoreLayoutError,
 )
+from ._flush_mark import FlushMark
 from ._index import (
     ROW,
     SCAN_WINDOW,
@@ -193,15 +195,14 @@ class CommitLogStore:
         self._notify_pending = False  # raw appends not announced yet (dispatch=False)
         self._dispatch_error: CorruptRecordError | DispatchError | None = None
         self._replica_error: CorruptRecordError | None = None
-        self._flushed = 0
+        self._mark = FlushMark()  # _flushed, _flushed_store_timestamp; see _flush_commit_log
+        self._checkpoint_lock = threading.Lock()  # one checkpoint write at a time
         self._flush_lock = trio.Lock()
         self._flush_done: trio.Event | None = None
         self._last_store_timestamp = 0
-        self._flushed_store_timestamp = 0
         self._closed = False
         self._abnormal = False
         self._raw_bytes = 0
-        self._flushes = 0
         self._disk_full = False
         self._disk_used_ratio: float | None = None
         self._disk_checked_at = -config.disk_check_interval
@@ -1343,14 +1344,33 @@ class CommitLogStore:
                 self._flush_done = None
                 done.set()
 
+    # The flushed offset and its timestamp live in a FlushMark (worker threads advance it, the
+    # event loop's thread sets it): recovery and truncate_to assign these as before.
+
+    @property
+    def _flushed(self) -> int:
+        return self._mark.offset
+
+    @_flushed.setter
+    def _flushed(self, offset: int) -> None:
+        self._mark.set(offset=offset)
+
+    @property
+    def _flushed_store_timestamp(self) -> int:
+        return self._mark.timestamp
+
+    @_flushed_store_timestamp.setter
+    def _flushed_store_timestamp(self, timestamp: int) -> None:
+        self._mark.set(timestamp=timestamp)
+
     def _flush_commit_log(self) -> None:
-        timestamp = self._last_store_timestamp
+        """Fsync the commit log (blocks; any thread, also two at once): the flushed offset
+        moves forward only, and not at all past a truncation made meanwhile."""
+        token = self._mark.token()  # before the target is read
+        timestamp = self._last_store_timestamp  # before the target: never newer than its data
         target = self.commit_log.max_offset
         self.commit_log.flush()
-        self._flushes += 1
-        if target > self._flushed:
-            self._flushed = target
-            self._flushed_store_timestamp = timestamp
+        self._mark.advance(token, target, timestamp)
 
     def _flush_all(self) -> None:
         self._flush_commit_log()
@@ -1371,22 +1391,23 @@ class CommitLogStore:
         return self._flushed
 
     def _write_checkpoint(self, *, sync: bool) -> None:
-        timestamp = self._flushed_store_timestamp
-        start = self.commit_log.min_offset
-        if self.commit_log.files and start == self.commit_log.files[0].start_offset:
-            start = 0
         assert self._checkpoint is not None  # opened with the store
-        self._checkpoint.write(
-            Checkpoint(
-                physic_msg_timestamp=timestamp,
-                logics_msg_timestamp=timestamp,
-                index_msg_timestamp=timestamp,
-                master_flushed_offset=self._flushed,
-                confirm_phy_offset=self._dispatched,
-                data_start_offset=start,
-            ),
-            sync=sync,
-        )
+        with self._checkpoint_lock:  # the last write holds the newest pair
+            flushed, timestamp = self._mark.pair()
+            start = self.commit_log.min_offset
+            if self.commit_log.files and start == self.commit_log.files[0].start_offset:
+                start = 0
+            self._checkpoint.write(
+                Checkpoint(
+                    physic_msg_timestamp=timestamp,
+                    logics_msg_timestamp=timestamp,
+                    index_msg_timestamp=timestamp,
+                    master_flushed_offset=flushed,
+                    confirm_phy_offset=self._dispatched,
+                    data_start_offset=start,
+                ),
+                sync=sync,
+            )
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """The flusher service: run it in a nursery for the life of the store.
@@ -1484,7 +1505,7 @@ class CommitLogStore:
             puts=self._writer.puts,
             put_bytes=self._writer.put_bytes,
             raw_appended_bytes=self._raw_bytes,
-            flushes=self._flushes,
+            flushes=self._mark.flushes,
             dispatch_error=None if error is None else (error.offset, error.reason),
             recovered_abnormally=self._abnormal,
             truncated_at=(
