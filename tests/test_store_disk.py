@@ -210,6 +210,44 @@ def test_a_put_needing_a_consume_queue_file_the_disk_cannot_hold(
         assert again.max_queue_offset("T", 0) == 2
 
 
+@pytest.mark.parametrize("retryable", [True, False], ids=["file", "other"])
+def test_a_write_failing_every_time_is_tried_once_and_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, retryable: bool
+) -> None:
+    """A consume queue write failing under the writer (its record already in the commit log)
+    undoes the batch and refuses it with the reason, without writing it again: a file that
+    cannot be created answers CREATE_MAPPED_FILE_FAILED and puts go on once it can; any other
+    failure stops puts."""
+    with CommitLogStore.open(tmp_path, MASTER) as store:
+        assert store.put(Message("T", b"a")).ok
+        before = store.max_offset
+        real = store._writer.write
+        calls = 0
+        cause = OSError(errno.ENOSPC if retryable else errno.ENOTDIR, "refused")
+
+        def failing(messages: list[Message], now: int, *, dispatch: bool) -> Any:
+            nonlocal calls
+            calls += 1
+            real(messages[:1], now, dispatch=dispatch)  # written, then its queue fails
+            raise CreateMappedFileError("consumequeue/T/0", cause) if retryable else cause
+
+        monkeypatch.setattr(store._writer, "write", failing)
+        results = store.put_batch([Message("T", b"b"), Message("T", b"c")])
+        assert calls == 1
+        assert store.max_offset == before
+        monkeypatch.undo()
+        if retryable:
+            assert {r.status for r in results} == {PutStatus.CREATE_MAPPED_FILE_FAILED}
+            assert all(ENOSPC in r.detail and "consumequeue/T/0" in r.detail for r in results)
+            assert store.put(Message("T", b"d")).ok
+        else:
+            assert {r.status for r in results} == {PutStatus.SERVICE_NOT_AVAILABLE}
+            assert all(f"dispatch failed at offset {before}" in r.detail for r in results)
+            assert store.put(Message("T", b"d")).status is PutStatus.SERVICE_NOT_AVAILABLE
+        assert store.get_messages("T", 0, 0) is not None
+        assert store.max_queue_offset("T", 0) == 2 if retryable else 1
+
+
 def test_dispatch_waits_for_a_consume_queue_file_and_retries(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:

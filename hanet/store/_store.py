@@ -782,7 +782,7 @@ class CommitLogStore:
         except Exception as exc:  # a consume queue could not be written: undo the batch
             self._undo_write(before)
             self._fail_dispatch(before, None, exc)
-            return self._write(messages)  # refused, with the reason
+            return self._refuse_failed(messages, exc)  # once: never written again here
         if writer.create_error is not None or self._create_error is not None:
             self._note_create_error(writer.create_error)
             writer.create_error = None
@@ -799,6 +799,20 @@ class CommitLogStore:
                 self.dispatch()
             self._notify()
         return results
+
+    def _refuse_failed(self, messages: Sequence[Message], exc: Exception) -> list[PutResult]:
+        """The answers to a batch whose write failed and was undone: CREATE_MAPPED_FILE_FAILED
+        for a file that could not be created (puts go on once it can), else
+        SERVICE_NOT_AVAILABLE with the dispatch error that now refuses puts."""
+        error = self._dispatch_error
+        if isinstance(exc, CreateMappedFileError):
+            refused = PutResult(PutStatus.CREATE_MAPPED_FILE_FAILED, detail=str(exc))
+        else:
+            reason = exc if error is None else error
+            refused = PutResult(
+                PutStatus.SERVICE_NOT_AVAILABLE, detail=f"the store refuses puts: {reason}"
+            )
+        return [refused for _ in messages]
 
     def _undo_write(self, offset: int) -> None:
         files = self.commit_log
