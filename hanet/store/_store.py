@@ -75,6 +75,7 @@ from ._config import (
     StoreStatistics,
 )
 from ._consume_queue import CQ_BLANK_SIZE, CQ_ENTRY_SIZE, ConsumeQueue
+from ._disk_guard import Clock, DiskGuard
 from ._errors import (
     CorruptRecordError,
     CreateMappedFileError,
@@ -175,7 +176,9 @@ class CommitLogStore:
         recovery: what recovery found at open.
     """
 
-    def __init__(self, root: Path, config: StoreConfig, lock: StoreLock) -> None:
+    def __init__(
+        self, root: Path, config: StoreConfig, lock: StoreLock, clock: Clock = time.monotonic
+    ) -> None:
         self.root = root
         self.config = config
         self._lock = lock
@@ -203,9 +206,9 @@ class CommitLogStore:
         self._closed = False
         self._abnormal = False
         self._raw_bytes = 0
-        self._disk_full = False
-        self._disk_used_ratio: float | None = None
-        self._disk_checked_at = -config.disk_check_interval
+        self._disk = DiskGuard(
+            root, config.disk_max_used_space_ratio, config.disk_check_interval, clock
+        )
         self._create_error: str | None = None
         self._created_at_error = 0
         self._allocate_mark = _NEVER  # a commit log max offset that wakes the allocator
@@ -230,8 +233,12 @@ class CommitLogStore:
     # -- opening and closing -----------------------------------------------------------------
 
     @classmethod
-    def open(cls, root: Path, config: StoreConfig | None = None) -> CommitLogStore:
+    def open(
+        cls, root: Path, config: StoreConfig | None = None, *, clock: Clock = time.monotonic
+    ) -> CommitLogStore:
         """Open (or create) the store at ``root`` and recover it. Synchronous.
+
+        ``clock`` (seconds, monotonic) times the disk usage readings (a test's fake clock).
 
         The file sizes are recorded in ``<root>/store.properties`` when the store is first
         opened (:func:`recorded_file_size` reads them back): a later open with other sizes
@@ -245,7 +252,7 @@ class CommitLogStore:
         config = config or StoreConfig()
         root.mkdir(parents=True, exist_ok=True)
         lock = StoreLock(root / "lock")
-        store = cls(root, config, lock)
+        store = cls(root, config, lock, clock)
         try:
             recorded = store._check_sizes()
             store._recover()
@@ -766,10 +773,8 @@ class CommitLogStore:
                 detail = "a slave store refuses puts"
             refused = PutResult(PutStatus.SERVICE_NOT_AVAILABLE, detail=detail)
             return [refused for _ in messages]
-        if time.monotonic() - self._disk_checked_at >= self.config.disk_check_interval:
-            self.check_disk()
-        if self._disk_full:
-            refused = PutResult(PutStatus.SERVICE_NOT_AVAILABLE, detail=self._disk_detail())
+        if self._disk.refresh():
+            refused = PutResult(PutStatus.SERVICE_NOT_AVAILABLE, detail=self._disk.detail())
             return [refused for _ in messages]
         if not isinstance(messages, (list, tuple)):
             messages = list(messages)
@@ -851,56 +856,19 @@ class CommitLogStore:
     def check_disk(self) -> bool:
         """Read the store file system's usage now; returns whether puts are refused for it.
 
-        Puts read it at most every ``disk_check_interval`` seconds by themselves. When more
-        than ``disk_max_used_space_ratio`` percent is used (RocketMQ's and ``df``'s ratio: used
-        over used plus available), puts answer SERVICE_NOT_AVAILABLE with the disk detail until
-        usage drops again. Logs a WARNING when that starts and an INFO when it ends.
+        Puts read it at most every ``disk_check_interval`` seconds (of the store's clock) by
+        themselves. When more than ``disk_max_used_space_ratio`` percent is used (RocketMQ's
+        and ``df``'s ratio: used over used plus available), puts answer SERVICE_NOT_AVAILABLE
+        with the disk detail until usage drops again. Logs a WARNING when that starts and an
+        INFO when it ends.
         """
-        self._disk_checked_at = time.monotonic()
-        try:
-            usage = shutil.disk_usage(self.root)
-        except OSError as exc:
-            logger.debug("%s: cannot read the disk usage: %s", self.root, exc)
-            self._disk_used_ratio = None
-            return self._disk_full
-        # RocketMQ's (and df's) used percentage: used / (used + available to us); the blocks
-        # reserved for root count as neither.
-        entire = usage.used + usage.free
-        ratio = usage.used / entire if entire > 0 else 0.0
-        self._disk_used_ratio = ratio
-        full = ratio * 100 > self.config.disk_max_used_space_ratio
-        if full and not self._disk_full:
-            logger.warning("%s: %s: puts are refused", self.root, self._disk_detail())
-        elif self._disk_full and not full:
-            logger.info(
-                "%s: disk used %s %% <= diskMaxUsedSpaceRatio %d %%: puts are accepted again",
-                self.root,
-                self._percent(ratio),
-                self.config.disk_max_used_space_ratio,
-            )
-        self._disk_full = full
-        return full
+        return self._disk.check()
 
     @property
     def disk_full(self) -> bool:
         """Whether puts are refused because the disk is used past ``disk_max_used_space_ratio``
         (as of the last :meth:`check_disk`)."""
-        return self._disk_full
-
-    def _percent(self, ratio: float) -> str:
-        percent = ratio * 100
-        shown = f"{percent:.0f}"
-        limit = self.config.disk_max_used_space_ratio
-        if (int(shown) > limit) != (percent > limit):  # rounding would hide the comparison
-            shown = f"{percent:.2f}"
-        return shown
-
-    def _disk_detail(self) -> str:
-        ratio = self._disk_used_ratio or 0.0
-        return (
-            f"disk full: disk used {self._percent(ratio)} % > diskMaxUsedSpaceRatio "
-            f"{self.config.disk_max_used_space_ratio} %"
-        )
+        return self._disk.full
 
     # -- raw appends (slave) -----------------------------------------------------------------
 
@@ -1506,8 +1474,7 @@ class CommitLogStore:
     def statistics(self) -> StoreStatistics:
         """A snapshot of the store's state (reads the disk usage if the last reading is older
         than ``disk_check_interval``)."""
-        if time.monotonic() - self._disk_checked_at >= self.config.disk_check_interval:
-            self.check_disk()
+        self._disk.refresh()
         error = self.dispatch_error
         return StoreStatistics(
             min_offset=self.min_offset,
@@ -1528,7 +1495,7 @@ class CommitLogStore:
                 else self.recovery.end_offset
             ),
             closed=self._closed,
-            disk_full=self._disk_full,
-            disk_used_ratio=self._disk_used_ratio,
+            disk_full=self._disk.full,
+            disk_used_ratio=self._disk.used_ratio,
             create_error=self._create_error,
         )
