@@ -49,6 +49,10 @@ Shape (what the HA layer relies on):
 
 One process at a time: the ``lock`` file is ``flock``-ed, a second opener gets
 :class:`StoreLockedError`. The store is not thread-safe; use it from one trio run.
+
+Its parts in their own modules: the trio side (group commit, periodic flush, allocator) in
+``_flusher.py``, the flushed offset its worker threads advance in ``_flush_mark.py``, the disk
+guard (on the store's injectable clock) in ``_disk_guard.py``.
 """
 
 from __future__ import annotations
@@ -85,6 +89,7 @@ from ._errors import (
     StoreLayoutError,
 )
 from ._flush_mark import FlushMark
+from ._flusher import Flusher
 from ._index import (
     ROW,
     SCAN_WINDOW,
@@ -116,11 +121,9 @@ __all__ = ["CommitLogStore", "DispatchError", "Listener", "recorded_file_size"]
 
 logger = logging.getLogger(__name__)
 
-_NEVER = 2**63
 _INDEX_LAG = 256 * 1024  # dispatched bytes a put or dispatch leaves unindexed at most
 _INDEX_STEP = 1 << 20  # bytes indexed at most by one put or dispatch, or one flusher step
 _INDEX_CATCH_UP = 16 << 20  # bytes a lookup, open or close indexes at most (the flusher: all)
-_QUEUE_FILL = 0.9  # consume queue files are preallocated once this full (small, many queues)
 
 _END, _BLANK, _UNWRITTEN, _INCOMPLETE = (
     STOP_REASONS.index(reason)
@@ -200,8 +203,17 @@ class CommitLogStore:
         self._replica_error: CorruptRecordError | None = None
         self._mark = FlushMark()  # _flushed, _flushed_store_timestamp; see _flush_commit_log
         self._checkpoint_lock = threading.Lock()  # one checkpoint write at a time
-        self._flush_lock = trio.Lock()
-        self._flush_done: trio.Event | None = None
+        self._flusher = Flusher(
+            config,
+            self.commit_log,
+            self._mark,
+            root=root,
+            closed=lambda: self._closed,
+            queue_files=lambda: [queue.files for queue in self._queues.values()],
+            flush_commit_log=self._flush_commit_log,
+            flush_all=self._flush_if_open,
+            index_step=partial(self._build_index, force=True, budget=_INDEX_STEP),
+        )
         self._last_store_timestamp = 0
         self._closed = False
         self._abnormal = False
@@ -211,8 +223,6 @@ class CommitLogStore:
         )
         self._create_error: str | None = None
         self._created_at_error = 0
-        self._allocate_mark = _NEVER  # a commit log max offset that wakes the allocator
-        self._allocate_wanted: trio.Event | None = None
         self.recovery = RecoveryResult(0, 0, None, 0)
         host, port = parse_host(config.store_host)
         self._store_host = host
@@ -469,11 +479,8 @@ class CommitLogStore:
         """:meth:`close` with the final fsyncs in a worker thread."""
         if self._closed:
             return
-        while self._flush_done is not None:  # let a group commit in flight finish
-            await self._flush_done.wait()
         self._build_index(force=True, budget=_INDEX_CATCH_UP)
-        async with self._flush_lock:
-            await trio.to_thread.run_sync(self._flush_if_open)
+        await self._flusher.flush_all()  # after a group commit in flight
         self.close()
 
     def __enter__(self) -> CommitLogStore:
@@ -589,9 +596,7 @@ class CommitLogStore:
         ``cleanUnusedTopic`` after DELETE_TOPIC_IN_BROKER); the commit log keeps the records.
         Done between two flushes (the flusher's worker thread never holds a closed queue).
         Returns the queues forgotten."""
-        while self._flush_done is not None:  # let a group commit in flight finish
-            await self._flush_done.wait()
-        async with self._flush_lock:
+        async with self._flusher.exclusive():
             keys = [key for key in self._queues if key[0] == topic]
             for key in keys:
                 self._queues.pop(key).close()
@@ -1306,25 +1311,7 @@ class CommitLogStore:
         Raises:
             StoreClosedError: the store was closed before the data was flushed.
         """
-        if self._flushed >= offset:
-            await trio.lowlevel.checkpoint()
-            return
-        while self._flushed < offset:
-            if self._closed:
-                raise StoreClosedError("the store was closed before the data was flushed")
-            running = self._flush_done
-            if running is not None:  # join the fsync in flight, then look again
-                await running.wait()
-                continue
-            done = self._flush_done = trio.Event()
-            try:
-                # One scheduling round first: putters woken with us write their records and
-                # join this fsync instead of needing the next one.
-                await trio.lowlevel.cancel_shielded_checkpoint()
-                await trio.to_thread.run_sync(self._flush_commit_log)
-            finally:
-                self._flush_done = None
-                done.set()
+        await self._flusher.wait_flushed(offset)
 
     # The flushed offset and its timestamp live in a FlushMark (worker threads advance it, the
     # event loop's thread sets it): recovery and truncate_to assign these as before.
@@ -1398,72 +1385,15 @@ class CommitLogStore:
         puts' waits do that), the consume queues and the checkpoint, in a worker thread.
         Returns when the store is closed; cancel it to stop (a flush in progress finishes).
         """
-        async with trio.open_nursery() as nursery:
-            if self.config.preallocate_at is not None:
-                await nursery.start(self._allocate_ahead, self.config.preallocate_at)
-            task_status.started()
-            while not self._closed:
-                await trio.sleep(self.config.flush_interval)
-                while not self._closed and not self._build_index(force=True, budget=_INDEX_STEP):
-                    await trio.lowlevel.checkpoint()  # puts go on between steps
-                async with self._flush_lock:
-                    await trio.to_thread.run_sync(self._flush_if_open)
-            nursery.cancel_scope.cancel()
+        await self._flusher.run(task_status=task_status)
 
-    async def _allocate_ahead(
-        self, fill: float, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
-    ) -> None:
-        """Make the next commit log file (and consume queue files) ahead of need, in a worker
-        thread: woken by a write past :attr:`_allocate_mark`, else every ``flush_interval``."""
-        task_status.started()
-        try:
-            # A master's commit log starts at 0: its first file is made ahead too, so the
-            # first put does not reserve and map it on the event loop.
-            first = 0 if self.config.role is StoreRole.MASTER else None
-            while not self._closed:
-                failed = not await self._preallocate(self.commit_log, fill, first)
-                for queue in list(self._queues.values()):
-                    await self._preallocate(queue.files, max(fill, _QUEUE_FILL))
-                wanted = self._allocate_wanted = trio.Event()
-                # After a failure (a full disk) only the timer tries again, not every write.
-                self._allocate_mark = _NEVER if failed else self._next_allocation_mark(fill)
-                with trio.move_on_after(self.config.flush_interval):
-                    await wanted.wait()
-        finally:
-            self._allocate_mark = _NEVER
-            self._allocate_wanted = None
-
-    def _next_allocation_mark(self, fill: float) -> int:
-        files = self.commit_log
-        if not files.files:
-            return 0
-        last = files.files[-1]
-        start = last.end_offset if files.ready_next is not None else last.start_offset
-        return start + int(last.size * fill)
+    # append_raw and _write wake the allocator through these
+    @property
+    def _allocate_mark(self) -> int:
+        return self._flusher.allocate_mark
 
     def _wake_allocator(self) -> None:
-        self._allocate_mark = _NEVER
-        wanted = self._allocate_wanted
-        if wanted is not None:
-            wanted.set()
-
-    async def _preallocate(
-        self, files: MappedFileQueue, fill: float, first: int | None = None
-    ) -> bool:
-        """Preallocate the next file of ``files`` (its first one at ``first`` when it has
-        none) if it is due; False if that failed."""
-        start = files.begin_next(fill, first)
-        if start is None:
-            return True
-        failed = False
-        try:
-            await trio.to_thread.run_sync(files.allocate_next, start)
-        except (OSError, StoreError) as exc:  # the write that needs it will create it (or say
-            failed = True  # why: CREATE_MAPPED_FILE_FAILED)
-            logger.debug("%s: cannot preallocate %s: %s", self.root, files.directory, exc)
-        finally:
-            files.end_next()
-        return not failed
+        self._flusher.wake_allocator()
 
     def _flush_if_open(self) -> None:
         if not self._closed:
