@@ -3,7 +3,8 @@
 Everything else in the store is synchronous. The :class:`Flusher` runs what blocks on the disk
 (fsyncs, reserving the next file) in worker threads, through callables the store hands it:
 
-- :meth:`Flusher.wait_flushed` is the group commit: the first waiter fsyncs everything written
+- :meth:`Flusher.wait_flushed` is the group commit (:meth:`Flusher.durable`, what a SYNC_FLUSH
+  put waits for, bounded by ``sync_flush_timeout``): the first waiter fsyncs everything written
   so far, waiters that arrive meanwhile wait for that fsync (all woken at once), and the first
   of them whose offset it did not cover starts the next one.
 - :meth:`Flusher.run` is the service: every ``flush_interval`` it catches the index up (in
@@ -24,7 +25,7 @@ from pathlib import Path
 
 import trio
 
-from ._config import StoreConfig, StoreRole
+from ._config import FlushDiskType, StoreConfig, StoreRole
 from ._errors import StoreClosedError, StoreError
 from ._flush_mark import FlushMark
 from ._mapped_queue import MappedFileQueue
@@ -112,6 +113,18 @@ class Flusher:
             finally:
                 self._done = None
                 done.set()
+
+    async def durable(self, offset: int | None) -> bool:
+        """What a put waits for: under SYNC_FLUSH, :meth:`wait_flushed` for ``offset`` up to
+        ``sync_flush_timeout`` (False when that ran out); else (or with ``offset`` None:
+        nothing was stored) one checkpoint, True."""
+        if offset is None or self._config.flush_disk_type is not FlushDiskType.SYNC_FLUSH:
+            await trio.lowlevel.checkpoint()
+            return True
+        with trio.move_on_after(self._config.sync_flush_timeout):
+            await self.wait_flushed(offset)
+            return True
+        return False
 
     @asynccontextmanager
     async def exclusive(self) -> AsyncIterator[None]:

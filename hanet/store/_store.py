@@ -70,7 +70,6 @@ import trio
 from ._agreement import QueueMismatchError, RecordQueueMismatch, queue_disagreement
 from ._codec import MessageRecord, parse_host
 from ._config import (
-    FlushDiskType,
     Message,
     PutResult,
     PutStatus,
@@ -739,31 +738,18 @@ class CommitLogStore:
         stored (it may or may not be on disk yet).
         """
         result = self.put(message)
-        return await self._wait_durable(result, result.end_offset)
-
-    async def put_batch_async(self, messages: Sequence[Message]) -> list[PutResult]:
-        """:meth:`put_batch`, then under SYNC_FLUSH one wait for all of them."""
-        results = self.put_batch(messages)
-        ends = [r.end_offset for r in results if r.status is PutStatus.PUT_OK]
-        if not ends:
-            await trio.lowlevel.checkpoint()
-            return results
-        waited = await self._wait_durable(results[0], max(ends))
-        if waited.status is PutStatus.PUT_OK:
-            return results
-        return [r._replace(status=waited.status) if r.ok else r for r in results]
-
-    async def _wait_durable(self, result: PutResult, offset: int) -> PutResult:
-        if (
-            result.status is not PutStatus.PUT_OK
-            or self.config.flush_disk_type is not FlushDiskType.SYNC_FLUSH
-        ):
-            await trio.lowlevel.checkpoint()
-            return result
-        with trio.move_on_after(self.config.sync_flush_timeout):
-            await self.wait_flushed(offset)
+        if await self._flusher.durable(result.end_offset if result.ok else None):
             return result
         return result._replace(status=PutStatus.FLUSH_DISK_TIMEOUT)
+
+    async def put_batch_async(self, messages: Sequence[Message]) -> list[PutResult]:
+        """:meth:`put_batch`, then under SYNC_FLUSH one wait for all the stored messages (each
+        keeps its own answer; the stored ones answer FLUSH_DISK_TIMEOUT if it times out)."""
+        results = self.put_batch(messages)
+        ends = [r.end_offset for r in results if r.ok]
+        if await self._flusher.durable(max(ends) if ends else None):
+            return results
+        return [r._replace(status=PutStatus.FLUSH_DISK_TIMEOUT) if r.ok else r for r in results]
 
     def _write(self, messages: Iterable[Message]) -> list[PutResult]:
         error = self._dispatch_error
