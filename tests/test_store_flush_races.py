@@ -4,6 +4,7 @@ offset backwards."""
 
 from __future__ import annotations
 
+import errno
 import os
 import struct
 import sys
@@ -17,12 +18,16 @@ from typing import Any
 
 import pytest
 import trio
+import trio.testing
 
 from hanet.store import (
     CommitLogStore,
+    FlushDiskType,
     MappedFile,
     Message,
+    PutStatus,
     StoreConfig,
+    StoreError,
     StoreRole,
     file_name,
 )
@@ -238,3 +243,57 @@ def test_the_periodic_flush_and_a_group_commit_interleaved_anywhere(tmp_path: Pa
         assert flushed == (second.end_offset, second.store_timestamp), stop_at
         assert written in pairs, stop_at
     assert stop_at > 10
+
+
+# -- a stuck disk under SYNC_FLUSH -----------------------------------------------------------
+
+
+async def test_a_sync_flush_put_on_a_stuck_disk_answers_flush_disk_timeout(
+    autojump_clock: trio.testing.MockClock, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fsync a put started takes longer than ``sync_flush_timeout``: the put answers
+    FLUSH_DISK_TIMEOUT on time (the message stays stored); the fsync goes on in its thread and
+    counts once it returns, and a later wait joins it instead of starting another."""
+    config = StoreConfig(
+        mapped_file_size=FILE, flush_disk_type=FlushDiskType.SYNC_FLUSH, sync_flush_timeout=2.0
+    )
+    with CommitLogStore.open(tmp_path, config) as store:
+        with gated_sync(monkeypatch, "commitlog") as gate:
+
+            async def release_later() -> None:
+                await trio.sleep(60)
+                gate.release()
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(release_later)
+                start = trio.current_time()
+                result = await store.put_async(Message("T", b"a"))
+                assert result.status is PutStatus.FLUSH_DISK_TIMEOUT
+                assert trio.current_time() - start == pytest.approx(2.0)
+                assert store.get_message("T", 0, 0) is not None
+                assert store.flushed_offset == 0
+                await store.wait_flushed(result.end_offset)  # the same fsync
+                assert trio.current_time() - start == pytest.approx(60.0)
+            assert store.flushed_offset == result.end_offset
+        assert [p for p in gate.synced if "commitlog" in p] == [
+            str(tmp_path / "commitlog" / file_name(0))
+        ]
+
+
+async def test_a_failed_group_commit_fsync_fails_its_waiters(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with CommitLogStore.open(tmp_path, MASTER) as store:
+        end = store.put(Message("T", b"a")).end_offset
+
+        def broken(fd: int) -> None:
+            raise OSError(errno.EIO, "Input/output error")
+
+        with monkeypatch.context() as patch:
+            patch.setattr(os, "fdatasync", broken)
+            with pytest.raises(StoreError, match=r"fsync failed.*Input/output") as caught:
+                await store.wait_flushed(end)
+        assert isinstance(caught.value.__cause__, OSError)
+        assert store.flushed_offset == 0
+        await store.wait_flushed(end)  # the next wait tries again
+        assert store.flushed_offset == end

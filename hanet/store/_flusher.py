@@ -22,6 +22,7 @@ import logging
 from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import trio
 
@@ -29,6 +30,9 @@ from ._config import FlushDiskType, StoreConfig, StoreRole
 from ._errors import StoreClosedError, StoreError
 from ._flush_mark import FlushMark
 from ._mapped_queue import MappedFileQueue
+
+if TYPE_CHECKING:
+    from outcome import Outcome
 
 __all__ = ["NEVER", "Flusher"]
 
@@ -38,6 +42,14 @@ NEVER = 2**63
 """An :attr:`Flusher.allocate_mark` no write reaches."""
 
 _QUEUE_FILL = 0.9  # consume queue files are preallocated once this full (small, many queues)
+
+
+class _Fsync:
+    """One group commit fsync: set when its thread returned, with the error it raised."""
+
+    def __init__(self) -> None:
+        self.done = trio.Event()
+        self.error: BaseException | None = None
 
 
 class Flusher:
@@ -79,7 +91,7 @@ class Flusher:
         self._flush_all = flush_all
         self._index_step = index_step
         self._lock = trio.Lock()  # held by the periodic flush
-        self._done: trio.Event | None = None  # the group commit in flight
+        self._fsync: _Fsync | None = None  # the group commit in flight (until it returns)
         self.allocate_mark = NEVER
         """A commit log max offset that wakes the allocator (:meth:`wake_allocator`)."""
         self._allocate_wanted: trio.Event | None = None
@@ -88,10 +100,12 @@ class Flusher:
 
     async def wait_flushed(self, offset: int) -> None:
         """Wait until commit log data before ``offset`` is fsynced (group commit; see the
-        module doc). Cancellation abandons the wait, not the fsync in progress.
+        module doc). Cancellation (a timeout) abandons the wait, never the fsync: it goes on in
+        its thread, counts when it returns, and later waiters join it.
 
         Raises:
             StoreClosedError: the store was closed before the data was flushed.
+            StoreError: the fsync this wait joined failed (the error is its cause).
         """
         mark = self._mark
         if mark.offset >= offset:
@@ -100,19 +114,42 @@ class Flusher:
         while mark.offset < offset:
             if self._closed():
                 raise StoreClosedError("the store was closed before the data was flushed")
-            running = self._done
-            if running is not None:  # join the fsync in flight, then look again
-                await running.wait()
-                continue
-            done = self._done = trio.Event()
-            try:
+            fsync = self._fsync
+            if fsync is None:
+                fsync = self._fsync = _Fsync()
                 # One scheduling round first: putters woken with us write their records and
                 # join this fsync instead of needing the next one.
                 await trio.lowlevel.cancel_shielded_checkpoint()
-                await trio.to_thread.run_sync(self._flush_commit_log)
-            finally:
-                self._done = None
-                done.set()
+                self._start(fsync)
+            await fsync.done.wait()
+            if fsync.error is not None:
+                raise StoreError(f"the commit log fsync failed: {fsync.error}") from fsync.error
+
+    def _start(self, fsync: _Fsync) -> None:
+        """Run the commit log fsync in a thread of its own (not a cancellable wait for one:
+        a put's timeout must not wait for the disk); it reports back through the event loop."""
+        token = trio.lowlevel.current_trio_token()
+
+        def deliver(result: Outcome[None]) -> None:  # in the worker thread
+            error: BaseException | None = None
+            try:
+                result.unwrap()
+            except BaseException as exc:  # handed to the waiters
+                error = exc
+            try:
+                token.run_sync_soon(self._finished, fsync, error)
+            except trio.RunFinishedError:
+                pass  # the run is over: nobody waits for it
+
+        trio.lowlevel.start_thread_soon(self._flush_commit_log, deliver, name="hanet fsync")
+
+    def _finished(self, fsync: _Fsync, error: BaseException | None) -> None:
+        if self._fsync is fsync:
+            self._fsync = None
+        if error is not None:
+            fsync.error = error
+            logger.error("%s: the commit log fsync failed: %s", self._root, error)
+        fsync.done.set()
 
     async def durable(self, offset: int | None) -> bool:
         """What a put waits for: under SYNC_FLUSH, :meth:`wait_flushed` for ``offset`` up to
@@ -130,8 +167,8 @@ class Flusher:
     async def exclusive(self) -> AsyncIterator[None]:
         """Between two flushes: a group commit in flight finishes first, and the periodic
         flush waits until the block is left."""
-        while self._done is not None:
-            await self._done.wait()
+        while self._fsync is not None:
+            await self._fsync.done.wait()
         async with self._lock:
             yield
 

@@ -1292,10 +1292,12 @@ class CommitLogStore:
         The first waiter fsyncs everything written so far in a worker thread; waiters that
         arrive meanwhile wait for that fsync (all woken at once), and the first of them whose
         offset it did not cover starts the next one. Always checkpoints.
-        Cancellation abandons the wait, not the fsync in progress.
+        Cancellation (a timeout) abandons the wait at once, not the fsync in progress: it
+        counts when it returns, and later waiters join it.
 
         Raises:
             StoreClosedError: the store was closed before the data was flushed.
+            StoreError: the fsync failed (its ``OSError`` is the cause).
         """
         await self._flusher.wait_flushed(offset)
 
