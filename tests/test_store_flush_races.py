@@ -297,3 +297,22 @@ async def test_a_failed_group_commit_fsync_fails_its_waiters(
         assert store.flushed_offset == 0
         await store.wait_flushed(end)  # the next wait tries again
         assert store.flushed_offset == end
+
+
+async def test_waiting_for_data_a_truncation_dropped(tmp_path: Path) -> None:
+    """A wait for an offset past the data end (truncated away) fails at once, instead of
+    fsyncing again and again for bytes that are not there."""
+    with (
+        CommitLogStore.open(tmp_path / "m", MASTER) as master,
+        CommitLogStore.open(tmp_path / "s", SLAVE) as slave,
+    ):
+        for _ in range(3):
+            assert master.put(Message("T", b"x" * 300)).ok
+        slave.append_raw(0, master.read(0, FILE))
+        end = slave.max_offset
+        cut = master.read_record(0).size
+        slave.truncate_to(cut)
+        with trio.fail_after(5), pytest.raises(StoreError, match=f"past the data end {cut}"):
+            await slave.wait_flushed(end)
+        await slave.wait_flushed(cut)
+        assert slave.flushed_offset == cut

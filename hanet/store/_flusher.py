@@ -105,7 +105,8 @@ class Flusher:
 
         Raises:
             StoreClosedError: the store was closed before the data was flushed.
-            StoreError: the fsync this wait joined failed (the error is its cause).
+            StoreError: the fsync this wait joined failed (the error is its cause), or the
+                commit log ends before ``offset`` (truncated since those bytes were written).
         """
         mark = self._mark
         if mark.offset >= offset:
@@ -114,6 +115,9 @@ class Flusher:
         while mark.offset < offset:
             if self._closed():
                 raise StoreClosedError("the store was closed before the data was flushed")
+            end = self._commit_log.max_offset
+            if offset > end:  # truncated meanwhile (a slave): no fsync will ever reach it
+                raise StoreError(f"cannot wait for offset {offset}: past the data end {end}")
             fsync = self._fsync
             if fsync is None:
                 fsync = self._fsync = _Fsync()

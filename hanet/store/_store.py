@@ -1297,7 +1297,8 @@ class CommitLogStore:
 
         Raises:
             StoreClosedError: the store was closed before the data was flushed.
-            StoreError: the fsync failed (its ``OSError`` is the cause).
+            StoreError: the fsync failed (its ``OSError`` is the cause), or the commit log
+                ends before ``offset`` (truncated since).
         """
         await self._flusher.wait_flushed(offset)
 
