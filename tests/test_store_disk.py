@@ -10,13 +10,11 @@ import os
 import shutil
 import struct
 import subprocess
-import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any, NamedTuple
 
-import attrs
 import pytest
 import trio
 import trio.testing
@@ -210,6 +208,44 @@ def test_a_put_needing_a_consume_queue_file_the_disk_cannot_hold(
         assert again.max_queue_offset("T", 0) == 2
 
 
+@pytest.mark.parametrize("retryable", [True, False], ids=["file", "other"])
+def test_a_write_failing_every_time_is_tried_once_and_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, retryable: bool
+) -> None:
+    """A consume queue write failing under the writer (its record already in the commit log)
+    undoes the batch and refuses it with the reason, without writing it again: a file that
+    cannot be created answers CREATE_MAPPED_FILE_FAILED and puts go on once it can; any other
+    failure stops puts."""
+    with CommitLogStore.open(tmp_path, MASTER) as store:
+        assert store.put(Message("T", b"a")).ok
+        before = store.max_offset
+        real = store._writer.write
+        calls = 0
+        cause = OSError(errno.ENOSPC if retryable else errno.ENOTDIR, "refused")
+
+        def failing(messages: list[Message], now: int, *, dispatch: bool) -> Any:
+            nonlocal calls
+            calls += 1
+            real(messages[:1], now, dispatch=dispatch)  # written, then its queue fails
+            raise CreateMappedFileError("consumequeue/T/0", cause) if retryable else cause
+
+        monkeypatch.setattr(store._writer, "write", failing)
+        results = store.put_batch([Message("T", b"b"), Message("T", b"c")])
+        assert calls == 1
+        assert store.max_offset == before
+        monkeypatch.undo()
+        if retryable:
+            assert {r.status for r in results} == {PutStatus.CREATE_MAPPED_FILE_FAILED}
+            assert all(ENOSPC in r.detail and "consumequeue/T/0" in r.detail for r in results)
+            assert store.put(Message("T", b"d")).ok
+        else:
+            assert {r.status for r in results} == {PutStatus.SERVICE_NOT_AVAILABLE}
+            assert all(f"dispatch failed at offset {before}" in r.detail for r in results)
+            assert store.put(Message("T", b"d")).status is PutStatus.SERVICE_NOT_AVAILABLE
+        assert store.get_messages("T", 0, 0) is not None
+        assert store.max_queue_offset("T", 0) == 2 if retryable else 1
+
+
 def test_dispatch_waits_for_a_consume_queue_file_and_retries(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -320,6 +356,16 @@ class DiskUsage(NamedTuple):
     free: int
 
 
+class FakeClock:
+    """The store's clock, moved by the test."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
 class Usage:
     """A stand-in for ``shutil.disk_usage`` reporting ``used`` percent."""
 
@@ -338,8 +384,8 @@ def test_puts_are_refused_past_the_used_ratio(
     caplog.set_level(logging.INFO)
     usage = Usage(50)
     monkeypatch.setattr(shutil, "disk_usage", usage)
-    cached = attrs.evolve(MASTER, disk_check_interval=3600.0)  # only explicit checks
-    with CommitLogStore.open(tmp_path, cached) as store:
+    clock = FakeClock()  # stands still: only explicit checks after the first put
+    with CommitLogStore.open(tmp_path, MASTER, clock=clock) as store:
         assert store.put(Message("T", b"a")).ok
         assert usage.calls == 1  # the first put read it
         stats = store.statistics()
@@ -379,18 +425,25 @@ def test_the_used_ratio_is_read_at_most_once_a_second(
     assert MASTER.disk_check_interval == 1.0
     usage = Usage(10)
     monkeypatch.setattr(shutil, "disk_usage", usage)
-    config = attrs.evolve(MASTER, disk_check_interval=0.05)
-    with CommitLogStore.open(tmp_path, config) as store:
+    clock = FakeClock()
+    with CommitLogStore.open(tmp_path, MASTER, clock=clock) as store:
         assert store.put(Message("T", b"a")).ok
-        start = time.monotonic()
+        assert usage.calls == 1
+        usage.used = 80
         for _ in range(20):
             assert store.put(Message("T", b"a")).ok
-        if time.monotonic() - start < 0.05:  # a very slow machine reads it again: fine
-            assert usage.calls == 1
-        usage.used = 80
-        time.sleep(0.06)
+        clock.now += 0.999
+        assert store.put(Message("T", b"a")).ok and not store.statistics().disk_full
+        assert usage.calls == 1
+        clock.now += 0.001  # a second after the first reading
         assert store.put(Message("T", b"a")).status is PutStatus.SERVICE_NOT_AVAILABLE
-        assert usage.calls >= 2
+        assert usage.calls == 2
+        usage.used = 10
+        clock.now += 0.5
+        assert store.put(Message("T", b"a")).status is PutStatus.SERVICE_NOT_AVAILABLE
+        clock.now += 0.5
+        assert store.put(Message("T", b"a")).ok
+        assert usage.calls == 3
 
 
 def test_an_unreadable_disk_usage_refuses_nothing(

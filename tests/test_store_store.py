@@ -337,6 +337,19 @@ async def test_sync_flush_group_commit(tmp_path: Path) -> None:
         await store.wait_flushed(store.max_offset + 1)
 
 
+@pytest.mark.parametrize("flush", [FlushDiskType.ASYNC_FLUSH, FlushDiskType.SYNC_FLUSH])
+async def test_a_batch_whose_first_message_is_refused(tmp_path: Path, flush: FlushDiskType) -> None:
+    """Each message of put_batch_async keeps its own answer, and under SYNC_FLUSH the stored
+    ones are fsynced before it returns, whatever the first message's answer."""
+    config = StoreConfig(mapped_file_size=1 << 20, flush_disk_type=flush)
+    with CommitLogStore.open(tmp_path, config) as store:
+        batch = await store.put_batch_async([Message("bad topic", b"y"), Message("T", b"x")])
+        assert [r.status for r in batch] == [PutStatus.MESSAGE_ILLEGAL, PutStatus.PUT_OK]
+        assert store.get_message("T", 0, 0) is not None
+        if flush is FlushDiskType.SYNC_FLUSH:
+            assert store.flushed_offset == store.max_offset == batch[1].end_offset
+
+
 async def test_async_flusher_runs_in_a_nursery(tmp_path: Path) -> None:
     config = StoreConfig(mapped_file_size=1 << 20, flush_interval=0.02)
     store = CommitLogStore.open(tmp_path, config)

@@ -12,7 +12,10 @@ reaches ~10 GB/s, but faulting in a 1 GiB file takes about a second and 1 GiB of
 
 Writes are plain memory writes (synchronous, never blocking on the disk); :meth:`flush`
 (``fdatasync``, which also writes back pages dirtied through the mapping on Linux) is the only
-call that waits for the disk and is meant to run in a worker thread.
+call that waits for the disk and is meant to run in a worker thread. Closing the file (the event
+loop truncating or deleting it) never waits for such a sync: the descriptor stays open until the
+last sync using it returns, so a sync never meets a closed descriptor nor a number the process
+reused for another file.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from __future__ import annotations
 import errno
 import mmap
 import os
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -100,6 +104,11 @@ class MappedFile:
     view: memoryview
     wrote: int = 0
     flushed: int = 0
+    # Syncs in worker threads against close and truncation on the event loop's thread.
+    _sync_lock: threading.Lock = attrs.field(init=False, factory=threading.Lock)
+    _syncing: int = attrs.field(init=False, default=0)  # syncs using the descriptor now
+    _orphan: int = attrs.field(init=False, default=-1)  # closed while syncing: the last closes it
+    _truncations: int = attrs.field(init=False, default=0)
 
     @classmethod
     def create(cls, path: Path, start_offset: int, size: int, *, warm: bool = True) -> MappedFile:
@@ -293,13 +302,37 @@ class MappedFile:
         """``fdatasync`` the file; returns the write position that is now on disk.
 
         Blocks on the disk: call it from a worker thread. Safe to run while the event loop
-        goes on writing into the mapping (later writes are simply not covered).
+        goes on writing into the mapping (later writes are simply not covered), truncating
+        (:meth:`truncated`: the dropped bytes are not counted) or closing the file (the sync
+        keeps the descriptor until it returns; nothing is synced once it is closed).
         """
-        wrote = self.wrote
-        if self.flushed < wrote:
-            os.fdatasync(self._fd)
-            self.flushed = max(self.flushed, wrote)
-        return self.flushed
+        with self._sync_lock:
+            wrote = self.wrote
+            fd = self._fd
+            if self.flushed >= wrote or fd < 0:
+                return self.flushed
+            self._syncing += 1
+            truncations = self._truncations
+        try:
+            os.fdatasync(fd)
+        finally:
+            with self._sync_lock:
+                self._syncing -= 1
+                orphan = -1 if self._syncing else self._orphan
+                self._orphan = -1 if orphan >= 0 else self._orphan
+            if orphan >= 0:
+                os.close(orphan)  # closed while this sync ran
+        with self._sync_lock:
+            if truncations == self._truncations:  # else the synced bytes may be gone
+                self.flushed = max(self.flushed, wrote)
+            return self.flushed
+
+    def truncated(self, position: int) -> None:
+        """The bytes from ``position`` on were dropped (zeroed, or written again later): they
+        no longer count as flushed, nor do they for a sync in progress."""
+        with self._sync_lock:
+            self.flushed = min(self.flushed, position)
+            self._truncations += 1
 
     def fileno(self) -> int:
         """The open file's descriptor (-1 once closed): for ``sendfile`` from it, through a
@@ -315,8 +348,16 @@ class MappedFile:
             self._mmap.close()
         except BufferError:
             pass  # a caller still holds a view: the mapping goes away with the last one
-        os.close(self._fd)
-        self._fd = -1
+        self._close_descriptor()
+
+    def _close_descriptor(self) -> None:
+        """Close the descriptor now, or when the last sync using it returns (never blocks)."""
+        with self._sync_lock:
+            fd, self._fd = self._fd, -1
+            if self._syncing:
+                self._orphan = fd
+                return
+        os.close(fd)
 
     def delete(self) -> None:
         """Close and remove the file."""
@@ -340,6 +381,5 @@ class MappedFile:
         except BufferError:
             self.view = memoryview(self._mmap)  # still mapped: a holder's view is alive
             return False
-        os.close(self._fd)
-        self._fd = -1
+        self._close_descriptor()
         return True

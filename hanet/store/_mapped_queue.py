@@ -443,7 +443,7 @@ class MappedFileQueue:
                 if pos < mapped.size:
                     mapped.zero_from(pos)
                 mapped.wrote = pos
-                mapped.flushed = min(mapped.flushed, pos)
+                mapped.truncated(pos)
         if keep and self._data_start > offset:
             self._data_start = max(offset, keep[0].start_offset)
         ready = self._next

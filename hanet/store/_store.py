@@ -49,12 +49,17 @@ Shape (what the HA layer relies on):
 
 One process at a time: the ``lock`` file is ``flock``-ed, a second opener gets
 :class:`StoreLockedError`. The store is not thread-safe; use it from one trio run.
+
+Its parts in their own modules: the trio side (group commit, periodic flush, allocator) in
+``_flusher.py``, the flushed offset its worker threads advance in ``_flush_mark.py``, the disk
+guard (on the store's injectable clock) in ``_disk_guard.py``.
 """
 
 from __future__ import annotations
 
 import logging
 import shutil
+import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from functools import partial
@@ -65,7 +70,6 @@ import trio
 from ._agreement import QueueMismatchError, RecordQueueMismatch, queue_disagreement
 from ._codec import MessageRecord, parse_host
 from ._config import (
-    FlushDiskType,
     Message,
     PutResult,
     PutStatus,
@@ -74,6 +78,7 @@ from ._config import (
     StoreStatistics,
 )
 from ._consume_queue import CQ_BLANK_SIZE, CQ_ENTRY_SIZE, ConsumeQueue
+from ._disk_guard import Clock, DiskGuard
 from ._errors import (
     CorruptRecordError,
     CreateMappedFileError,
@@ -82,6 +87,8 @@ from ._errors import (
     StoreError,
     StoreLayoutError,
 )
+from ._flush_mark import FlushMark
+from ._flusher import Flusher
 from ._index import (
     ROW,
     SCAN_WINDOW,
@@ -113,11 +120,9 @@ __all__ = ["CommitLogStore", "DispatchError", "Listener", "recorded_file_size"]
 
 logger = logging.getLogger(__name__)
 
-_NEVER = 2**63
 _INDEX_LAG = 256 * 1024  # dispatched bytes a put or dispatch leaves unindexed at most
 _INDEX_STEP = 1 << 20  # bytes indexed at most by one put or dispatch, or one flusher step
 _INDEX_CATCH_UP = 16 << 20  # bytes a lookup, open or close indexes at most (the flusher: all)
-_QUEUE_FILL = 0.9  # consume queue files are preallocated once this full (small, many queues)
 
 _END, _BLANK, _UNWRITTEN, _INCOMPLETE = (
     STOP_REASONS.index(reason)
@@ -173,7 +178,9 @@ class CommitLogStore:
         recovery: what recovery found at open.
     """
 
-    def __init__(self, root: Path, config: StoreConfig, lock: StoreLock) -> None:
+    def __init__(
+        self, root: Path, config: StoreConfig, lock: StoreLock, clock: Clock = time.monotonic
+    ) -> None:
         self.root = root
         self.config = config
         self._lock = lock
@@ -193,22 +200,28 @@ class CommitLogStore:
         self._notify_pending = False  # raw appends not announced yet (dispatch=False)
         self._dispatch_error: CorruptRecordError | DispatchError | None = None
         self._replica_error: CorruptRecordError | None = None
-        self._flushed = 0
-        self._flush_lock = trio.Lock()
-        self._flush_done: trio.Event | None = None
+        self._mark = FlushMark()  # _flushed, _flushed_store_timestamp; see _flush_commit_log
+        self._checkpoint_lock = threading.Lock()  # one checkpoint write at a time
+        self._flusher = Flusher(
+            config,
+            self.commit_log,
+            self._mark,
+            root=root,
+            closed=lambda: self._closed,
+            queue_files=lambda: [queue.files for queue in self._queues.values()],
+            flush_commit_log=self._flush_commit_log,
+            flush_all=self._flush_if_open,
+            index_step=partial(self._build_index, force=True, budget=_INDEX_STEP),
+        )
         self._last_store_timestamp = 0
-        self._flushed_store_timestamp = 0
         self._closed = False
         self._abnormal = False
         self._raw_bytes = 0
-        self._flushes = 0
-        self._disk_full = False
-        self._disk_used_ratio: float | None = None
-        self._disk_checked_at = -config.disk_check_interval
+        self._disk = DiskGuard(
+            root, config.disk_max_used_space_ratio, config.disk_check_interval, clock
+        )
         self._create_error: str | None = None
         self._created_at_error = 0
-        self._allocate_mark = _NEVER  # a commit log max offset that wakes the allocator
-        self._allocate_wanted: trio.Event | None = None
         self.recovery = RecoveryResult(0, 0, None, 0)
         host, port = parse_host(config.store_host)
         self._store_host = host
@@ -229,8 +242,12 @@ class CommitLogStore:
     # -- opening and closing -----------------------------------------------------------------
 
     @classmethod
-    def open(cls, root: Path, config: StoreConfig | None = None) -> CommitLogStore:
+    def open(
+        cls, root: Path, config: StoreConfig | None = None, *, clock: Clock = time.monotonic
+    ) -> CommitLogStore:
         """Open (or create) the store at ``root`` and recover it. Synchronous.
+
+        ``clock`` (seconds, monotonic) times the disk usage readings (a test's fake clock).
 
         The file sizes are recorded in ``<root>/store.properties`` when the store is first
         opened (:func:`recorded_file_size` reads them back): a later open with other sizes
@@ -244,7 +261,7 @@ class CommitLogStore:
         config = config or StoreConfig()
         root.mkdir(parents=True, exist_ok=True)
         lock = StoreLock(root / "lock")
-        store = cls(root, config, lock)
+        store = cls(root, config, lock, clock)
         try:
             recorded = store._check_sizes()
             store._recover()
@@ -461,11 +478,8 @@ class CommitLogStore:
         """:meth:`close` with the final fsyncs in a worker thread."""
         if self._closed:
             return
-        while self._flush_done is not None:  # let a group commit in flight finish
-            await self._flush_done.wait()
         self._build_index(force=True, budget=_INDEX_CATCH_UP)
-        async with self._flush_lock:
-            await trio.to_thread.run_sync(self._flush_if_open)
+        await self._flusher.flush_all()  # after a group commit in flight
         self.close()
 
     def __enter__(self) -> CommitLogStore:
@@ -581,9 +595,7 @@ class CommitLogStore:
         ``cleanUnusedTopic`` after DELETE_TOPIC_IN_BROKER); the commit log keeps the records.
         Done between two flushes (the flusher's worker thread never holds a closed queue).
         Returns the queues forgotten."""
-        while self._flush_done is not None:  # let a group commit in flight finish
-            await self._flush_done.wait()
-        async with self._flush_lock:
+        async with self._flusher.exclusive():
             keys = [key for key in self._queues if key[0] == topic]
             for key in keys:
                 self._queues.pop(key).close()
@@ -726,31 +738,18 @@ class CommitLogStore:
         stored (it may or may not be on disk yet).
         """
         result = self.put(message)
-        return await self._wait_durable(result, result.end_offset)
-
-    async def put_batch_async(self, messages: Sequence[Message]) -> list[PutResult]:
-        """:meth:`put_batch`, then under SYNC_FLUSH one wait for all of them."""
-        results = self.put_batch(messages)
-        ends = [r.end_offset for r in results if r.status is PutStatus.PUT_OK]
-        if not ends:
-            await trio.lowlevel.checkpoint()
-            return results
-        waited = await self._wait_durable(results[0], max(ends))
-        if waited.status is PutStatus.PUT_OK:
-            return results
-        return [r._replace(status=waited.status) if r.ok else r for r in results]
-
-    async def _wait_durable(self, result: PutResult, offset: int) -> PutResult:
-        if (
-            result.status is not PutStatus.PUT_OK
-            or self.config.flush_disk_type is not FlushDiskType.SYNC_FLUSH
-        ):
-            await trio.lowlevel.checkpoint()
-            return result
-        with trio.move_on_after(self.config.sync_flush_timeout):
-            await self.wait_flushed(offset)
+        if await self._flusher.durable(result.end_offset if result.ok else None):
             return result
         return result._replace(status=PutStatus.FLUSH_DISK_TIMEOUT)
+
+    async def put_batch_async(self, messages: Sequence[Message]) -> list[PutResult]:
+        """:meth:`put_batch`, then under SYNC_FLUSH one wait for all the stored messages (each
+        keeps its own answer; the stored ones answer FLUSH_DISK_TIMEOUT if it times out)."""
+        results = self.put_batch(messages)
+        ends = [r.end_offset for r in results if r.ok]
+        if await self._flusher.durable(max(ends) if ends else None):
+            return results
+        return [r._replace(status=PutStatus.FLUSH_DISK_TIMEOUT) if r.ok else r for r in results]
 
     def _write(self, messages: Iterable[Message]) -> list[PutResult]:
         error = self._dispatch_error
@@ -765,10 +764,8 @@ class CommitLogStore:
                 detail = "a slave store refuses puts"
             refused = PutResult(PutStatus.SERVICE_NOT_AVAILABLE, detail=detail)
             return [refused for _ in messages]
-        if time.monotonic() - self._disk_checked_at >= self.config.disk_check_interval:
-            self.check_disk()
-        if self._disk_full:
-            refused = PutResult(PutStatus.SERVICE_NOT_AVAILABLE, detail=self._disk_detail())
+        if self._disk.refresh():
+            refused = PutResult(PutStatus.SERVICE_NOT_AVAILABLE, detail=self._disk.detail())
             return [refused for _ in messages]
         if not isinstance(messages, (list, tuple)):
             messages = list(messages)
@@ -781,7 +778,7 @@ class CommitLogStore:
         except Exception as exc:  # a consume queue could not be written: undo the batch
             self._undo_write(before)
             self._fail_dispatch(before, None, exc)
-            return self._write(messages)  # refused, with the reason
+            return self._refuse_failed(messages, exc)  # once: never written again here
         if writer.create_error is not None or self._create_error is not None:
             self._note_create_error(writer.create_error)
             writer.create_error = None
@@ -798,6 +795,20 @@ class CommitLogStore:
                 self.dispatch()
             self._notify()
         return results
+
+    def _refuse_failed(self, messages: Sequence[Message], exc: Exception) -> list[PutResult]:
+        """The answers to a batch whose write failed and was undone: CREATE_MAPPED_FILE_FAILED
+        for a file that could not be created (puts go on once it can), else
+        SERVICE_NOT_AVAILABLE with the dispatch error that now refuses puts."""
+        error = self._dispatch_error
+        if isinstance(exc, CreateMappedFileError):
+            refused = PutResult(PutStatus.CREATE_MAPPED_FILE_FAILED, detail=str(exc))
+        else:
+            reason = exc if error is None else error
+            refused = PutResult(
+                PutStatus.SERVICE_NOT_AVAILABLE, detail=f"the store refuses puts: {reason}"
+            )
+        return [refused for _ in messages]
 
     def _undo_write(self, offset: int) -> None:
         files = self.commit_log
@@ -836,56 +847,19 @@ class CommitLogStore:
     def check_disk(self) -> bool:
         """Read the store file system's usage now; returns whether puts are refused for it.
 
-        Puts read it at most every ``disk_check_interval`` seconds by themselves. When more
-        than ``disk_max_used_space_ratio`` percent is used (RocketMQ's and ``df``'s ratio: used
-        over used plus available), puts answer SERVICE_NOT_AVAILABLE with the disk detail until
-        usage drops again. Logs a WARNING when that starts and an INFO when it ends.
+        Puts read it at most every ``disk_check_interval`` seconds (of the store's clock) by
+        themselves. When more than ``disk_max_used_space_ratio`` percent is used (RocketMQ's
+        and ``df``'s ratio: used over used plus available), puts answer SERVICE_NOT_AVAILABLE
+        with the disk detail until usage drops again. Logs a WARNING when that starts and an
+        INFO when it ends.
         """
-        self._disk_checked_at = time.monotonic()
-        try:
-            usage = shutil.disk_usage(self.root)
-        except OSError as exc:
-            logger.debug("%s: cannot read the disk usage: %s", self.root, exc)
-            self._disk_used_ratio = None
-            return self._disk_full
-        # RocketMQ's (and df's) used percentage: used / (used + available to us); the blocks
-        # reserved for root count as neither.
-        entire = usage.used + usage.free
-        ratio = usage.used / entire if entire > 0 else 0.0
-        self._disk_used_ratio = ratio
-        full = ratio * 100 > self.config.disk_max_used_space_ratio
-        if full and not self._disk_full:
-            logger.warning("%s: %s: puts are refused", self.root, self._disk_detail())
-        elif self._disk_full and not full:
-            logger.info(
-                "%s: disk used %s %% <= diskMaxUsedSpaceRatio %d %%: puts are accepted again",
-                self.root,
-                self._percent(ratio),
-                self.config.disk_max_used_space_ratio,
-            )
-        self._disk_full = full
-        return full
+        return self._disk.check()
 
     @property
     def disk_full(self) -> bool:
         """Whether puts are refused because the disk is used past ``disk_max_used_space_ratio``
         (as of the last :meth:`check_disk`)."""
-        return self._disk_full
-
-    def _percent(self, ratio: float) -> str:
-        percent = ratio * 100
-        shown = f"{percent:.0f}"
-        limit = self.config.disk_max_used_space_ratio
-        if (int(shown) > limit) != (percent > limit):  # rounding would hide the comparison
-            shown = f"{percent:.2f}"
-        return shown
-
-    def _disk_detail(self) -> str:
-        ratio = self._disk_used_ratio or 0.0
-        return (
-            f"disk full: disk used {self._percent(ratio)} % > diskMaxUsedSpaceRatio "
-            f"{self.config.disk_max_used_space_ratio} %"
-        )
+        return self._disk.full
 
     # -- raw appends (slave) -----------------------------------------------------------------
 
@@ -1318,39 +1292,43 @@ class CommitLogStore:
         The first waiter fsyncs everything written so far in a worker thread; waiters that
         arrive meanwhile wait for that fsync (all woken at once), and the first of them whose
         offset it did not cover starts the next one. Always checkpoints.
-        Cancellation abandons the wait, not the fsync in progress.
+        Cancellation (a timeout) abandons the wait at once, not the fsync in progress: it
+        counts when it returns, and later waiters join it.
 
         Raises:
             StoreClosedError: the store was closed before the data was flushed.
+            StoreError: the fsync failed (its ``OSError`` is the cause), or the commit log
+                ends before ``offset`` (truncated since).
         """
-        if self._flushed >= offset:
-            await trio.lowlevel.checkpoint()
-            return
-        while self._flushed < offset:
-            if self._closed:
-                raise StoreClosedError("the store was closed before the data was flushed")
-            running = self._flush_done
-            if running is not None:  # join the fsync in flight, then look again
-                await running.wait()
-                continue
-            done = self._flush_done = trio.Event()
-            try:
-                # One scheduling round first: putters woken with us write their records and
-                # join this fsync instead of needing the next one.
-                await trio.lowlevel.cancel_shielded_checkpoint()
-                await trio.to_thread.run_sync(self._flush_commit_log)
-            finally:
-                self._flush_done = None
-                done.set()
+        await self._flusher.wait_flushed(offset)
+
+    # The flushed offset and its timestamp live in a FlushMark (worker threads advance it, the
+    # event loop's thread sets it): recovery and truncate_to assign these as before.
+
+    @property
+    def _flushed(self) -> int:
+        return self._mark.offset
+
+    @_flushed.setter
+    def _flushed(self, offset: int) -> None:
+        self._mark.set(offset=offset)
+
+    @property
+    def _flushed_store_timestamp(self) -> int:
+        return self._mark.timestamp
+
+    @_flushed_store_timestamp.setter
+    def _flushed_store_timestamp(self, timestamp: int) -> None:
+        self._mark.set(timestamp=timestamp)
 
     def _flush_commit_log(self) -> None:
-        timestamp = self._last_store_timestamp
+        """Fsync the commit log (blocks; any thread, also two at once): the flushed offset
+        moves forward only, and not at all past a truncation made meanwhile."""
+        token = self._mark.token()  # before the target is read
+        timestamp = self._last_store_timestamp  # before the target: never newer than its data
         target = self.commit_log.max_offset
         self.commit_log.flush()
-        self._flushes += 1
-        if target > self._flushed:
-            self._flushed = target
-            self._flushed_store_timestamp = timestamp
+        self._mark.advance(token, target, timestamp)
 
     def _flush_all(self) -> None:
         self._flush_commit_log()
@@ -1371,22 +1349,23 @@ class CommitLogStore:
         return self._flushed
 
     def _write_checkpoint(self, *, sync: bool) -> None:
-        timestamp = self._flushed_store_timestamp
-        start = self.commit_log.min_offset
-        if self.commit_log.files and start == self.commit_log.files[0].start_offset:
-            start = 0
         assert self._checkpoint is not None  # opened with the store
-        self._checkpoint.write(
-            Checkpoint(
-                physic_msg_timestamp=timestamp,
-                logics_msg_timestamp=timestamp,
-                index_msg_timestamp=timestamp,
-                master_flushed_offset=self._flushed,
-                confirm_phy_offset=self._dispatched,
-                data_start_offset=start,
-            ),
-            sync=sync,
-        )
+        with self._checkpoint_lock:  # the last write holds the newest pair
+            flushed, timestamp = self._mark.pair()
+            start = self.commit_log.min_offset
+            if self.commit_log.files and start == self.commit_log.files[0].start_offset:
+                start = 0
+            self._checkpoint.write(
+                Checkpoint(
+                    physic_msg_timestamp=timestamp,
+                    logics_msg_timestamp=timestamp,
+                    index_msg_timestamp=timestamp,
+                    master_flushed_offset=flushed,
+                    confirm_phy_offset=self._dispatched,
+                    data_start_offset=start,
+                ),
+                sync=sync,
+            )
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """The flusher service: run it in a nursery for the life of the store.
@@ -1395,72 +1374,15 @@ class CommitLogStore:
         puts' waits do that), the consume queues and the checkpoint, in a worker thread.
         Returns when the store is closed; cancel it to stop (a flush in progress finishes).
         """
-        async with trio.open_nursery() as nursery:
-            if self.config.preallocate_at is not None:
-                await nursery.start(self._allocate_ahead, self.config.preallocate_at)
-            task_status.started()
-            while not self._closed:
-                await trio.sleep(self.config.flush_interval)
-                while not self._closed and not self._build_index(force=True, budget=_INDEX_STEP):
-                    await trio.lowlevel.checkpoint()  # puts go on between steps
-                async with self._flush_lock:
-                    await trio.to_thread.run_sync(self._flush_if_open)
-            nursery.cancel_scope.cancel()
+        await self._flusher.run(task_status=task_status)
 
-    async def _allocate_ahead(
-        self, fill: float, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
-    ) -> None:
-        """Make the next commit log file (and consume queue files) ahead of need, in a worker
-        thread: woken by a write past :attr:`_allocate_mark`, else every ``flush_interval``."""
-        task_status.started()
-        try:
-            # A master's commit log starts at 0: its first file is made ahead too, so the
-            # first put does not reserve and map it on the event loop.
-            first = 0 if self.config.role is StoreRole.MASTER else None
-            while not self._closed:
-                failed = not await self._preallocate(self.commit_log, fill, first)
-                for queue in list(self._queues.values()):
-                    await self._preallocate(queue.files, max(fill, _QUEUE_FILL))
-                wanted = self._allocate_wanted = trio.Event()
-                # After a failure (a full disk) only the timer tries again, not every write.
-                self._allocate_mark = _NEVER if failed else self._next_allocation_mark(fill)
-                with trio.move_on_after(self.config.flush_interval):
-                    await wanted.wait()
-        finally:
-            self._allocate_mark = _NEVER
-            self._allocate_wanted = None
-
-    def _next_allocation_mark(self, fill: float) -> int:
-        files = self.commit_log
-        if not files.files:
-            return 0
-        last = files.files[-1]
-        start = last.end_offset if files.ready_next is not None else last.start_offset
-        return start + int(last.size * fill)
+    # append_raw and _write wake the allocator through these
+    @property
+    def _allocate_mark(self) -> int:
+        return self._flusher.allocate_mark
 
     def _wake_allocator(self) -> None:
-        self._allocate_mark = _NEVER
-        wanted = self._allocate_wanted
-        if wanted is not None:
-            wanted.set()
-
-    async def _preallocate(
-        self, files: MappedFileQueue, fill: float, first: int | None = None
-    ) -> bool:
-        """Preallocate the next file of ``files`` (its first one at ``first`` when it has
-        none) if it is due; False if that failed."""
-        start = files.begin_next(fill, first)
-        if start is None:
-            return True
-        failed = False
-        try:
-            await trio.to_thread.run_sync(files.allocate_next, start)
-        except (OSError, StoreError) as exc:  # the write that needs it will create it (or say
-            failed = True  # why: CREATE_MAPPED_FILE_FAILED)
-            logger.debug("%s: cannot preallocate %s: %s", self.root, files.directory, exc)
-        finally:
-            files.end_next()
-        return not failed
+        self._flusher.wake_allocator()
 
     def _flush_if_open(self) -> None:
         if not self._closed:
@@ -1471,8 +1393,7 @@ class CommitLogStore:
     def statistics(self) -> StoreStatistics:
         """A snapshot of the store's state (reads the disk usage if the last reading is older
         than ``disk_check_interval``)."""
-        if time.monotonic() - self._disk_checked_at >= self.config.disk_check_interval:
-            self.check_disk()
+        self._disk.refresh()
         error = self.dispatch_error
         return StoreStatistics(
             min_offset=self.min_offset,
@@ -1484,7 +1405,7 @@ class CommitLogStore:
             puts=self._writer.puts,
             put_bytes=self._writer.put_bytes,
             raw_appended_bytes=self._raw_bytes,
-            flushes=self._flushes,
+            flushes=self._mark.flushes,
             dispatch_error=None if error is None else (error.offset, error.reason),
             recovered_abnormally=self._abnormal,
             truncated_at=(
@@ -1493,7 +1414,7 @@ class CommitLogStore:
                 else self.recovery.end_offset
             ),
             closed=self._closed,
-            disk_full=self._disk_full,
-            disk_used_ratio=self._disk_used_ratio,
+            disk_full=self._disk.full,
+            disk_used_ratio=self._disk.used_ratio,
             create_error=self._create_error,
         )
