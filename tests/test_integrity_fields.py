@@ -169,17 +169,17 @@ def test_both_scanners_check_a_sealed_record_alike(scan: str) -> None:
     assert run is not None
     record = MessageRecord.create(topic="T", body=b"b" * 200, properties={"K": "v"}, crc32=True)
     good = encode_record(record, seal=True)
-    assert run(good, 0, None, 0, None, True, True)[1:5] == (0, "", 0, 1)
+    assert run(good, 0, None, 0, None, check_physical_offset=True)[1:5] == (0, "", 0, 1)
     for position in range(len(good)):
         bad = bytearray(good)
         bad[position] ^= 0x01
-        result = run(bytes(bad), 0, None, 0, None, True, True)
+        result = run(bytes(bad), 0, None, 0, None, check_physical_offset=True)
         assert result[4] == 0, f"a flip at byte {position} went unnoticed"
-        assert result == scan_index_py(bytes(bad), 0, None, 0, None, True, True)
+        assert result == scan_index_py(bytes(bad), 0, None, 0, None, check_physical_offset=True)
     # without CRC checks, only the form of the property is checked
     digit = bytearray(good)
     digit[-2] ^= 0x01
-    assert run(bytes(digit), 0, None, 0, None, False, True)[4] == 1
+    assert run(bytes(digit), 0, None, 0, None, check_crc=False, check_physical_offset=True)[4] == 1
 
 
 def test_a_rocketmq_4_record_without_the_property_still_reads() -> None:

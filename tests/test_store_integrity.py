@@ -82,9 +82,9 @@ def test_a_large_record_in_small_frames_is_not_rescanned_per_frame(
         data = master.read(0, master.max_offset)
         scanned: list[int] = []
 
-        def counting(buf: Any, start: int, end: Any, *args: Any) -> Any:
+        def counting(buf: Any, start: int, end: Any, *args: Any, **flags: Any) -> Any:
             scanned.append(len(buf))
-            return scan_index(buf, start, end, *args)
+            return scan_index(buf, start, end, *args, **flags)
 
         monkeypatch.setattr("hanet.store._store.scan_index", counting)
         frame = 1024

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 from hanet.protocol import RemotingCommand, RemotingHeaderError, ResponseCode
 from hanet.store import (
-    INDEX_STOP_REASONS,
     MAGIC_V1,
     MAGIC_V2,
     CommitLogStore,
@@ -105,8 +104,10 @@ def read_log(store: CommitLogStore, request: RemotingCommand) -> RemotingCommand
 
 
 def _scan(view: memoryview, start: int, end: int, file_start: int, file_size: int) -> _Stop:
-    result = scan_index(view, start, end, file_start, file_size, False, True)
-    return result[0], INDEX_STOP_REASONS[result[1]], result[2], result[3]
+    result = scan_index(
+        view, start, end, file_start, file_size, check_crc=False, check_physical_offset=True
+    )
+    return result.position, result.reason, result.detail, result.blank_size
 
 
 _Stop = tuple[int, StopReason, str, int]

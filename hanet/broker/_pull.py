@@ -15,7 +15,6 @@ from hanet.store import (
     INDEX_ROW,
     CommitLogStore,
     CorruptRecordError,
-    index_scan_stop,
     java_string_hash,
     scan_index,
 )
@@ -215,12 +214,11 @@ def _checked(
     the store's record index (native when built), which decodes no body; one scan gives both
     the checks and the fields compared.
     """
-    result = scan_index(record, 0, size, physical, None, True, True)
-    position, count = result[0], result[4]
-    if count != 1 or position != size:
-        detail = index_scan_stop(result, physical).detail if count == 0 else ""
+    result = scan_index(record, 0, size, physical, check_physical_offset=True)
+    if result.records != 1 or result.position != size:
+        detail = result.detail if result.records == 0 else ""
         raise CorruptRecordError(physical, detail or f"not a {size}-byte record")
-    _, _, rec_queue, rec_offset, rec_hash, _, start, length, _ = INDEX_ROW.unpack_from(result[5])
+    _, _, rec_queue, rec_offset, rec_hash, _, start, length, _ = INDEX_ROW.unpack_from(result.rows)
     if (rec_queue, rec_offset, rec_hash) != (queue_id, queue_offset, tags_hash) or (
         record[start : start + length] != topic  # compared in place: no copy per record
     ):

@@ -101,7 +101,6 @@ from ._index import ScanResult as IndexScanResult
 from ._index import group_entries as index_group_entries
 from ._index import group_entries_py as index_group_entries_py
 from ._index import native_group_entries as native_index_group_entries
-from ._index import scan_stop as index_scan_stop
 from ._index import scan_windows as scan_index_windows
 from ._index import topic_names as index_topic_names
 from ._index_file import (
@@ -117,6 +116,7 @@ from ._index_file import (
     record_index_keys,
 )
 from ._json import record_to_json
+from ._judge import StopJudgement, StopKind, judge_stop
 from ._mapped_file import MappedFile, file_name
 from ._mapped_queue import MappedFileQueue, list_mapped_files
 from ._reader import CommitLogReader, resolve_store_dir
@@ -198,6 +198,8 @@ __all__ = [
     "RetentionService",
     "RetentionStatistics",
     "ScanStop",
+    "StopJudgement",
+    "StopKind",
     "StopReason",
     "StoreClosedError",
     "StoreConfig",
@@ -222,9 +224,9 @@ __all__ = [
     "index_group_entries",
     "index_group_entries_py",
     "index_key_hash",
-    "index_scan_stop",
     "index_topic_names",
     "java_string_hash",
+    "judge_stop",
     "list_mapped_files",
     "native_columns",
     "native_index_group_entries",

@@ -41,7 +41,7 @@ from pathlib import Path
 import attrs
 
 from ._errors import StoreError, StoreLayoutError
-from ._index import ROW, SCAN_WINDOW, STOP_REASONS, scan_windows
+from ._index import ROW, SCAN_WINDOW, scan_windows
 from ._mapped_queue import MappedFileQueue
 from ._scanner import StopReason, decode_record
 
@@ -83,7 +83,6 @@ _PAGE = mmap.PAGESIZE
 _NAME = re.compile(r"^\d{17}$")
 _ROLLBACK = 0x3 << 2  # MessageSysFlag.TRANSACTION_ROLLBACK_TYPE
 _SYS_FLAG_AT = 36  # after TOTALSIZE, MAGICCODE, BODYCRC, QUEUEID, FLAG, QUEUEOFFSET, PHYSICALOFFSET
-_BLANK = STOP_REASONS.index(StopReason.BLANK)
 _UTF16 = "utf-16-le" if sys.byteorder == "little" else "utf-16-be"
 _KEY_PROPERTIES = re.compile(rb"(?:^|\x02)(KEYS|UNIQ_KEY)\x01([^\x02]*)")
 _KEYS = b"KEYS\x01"
@@ -634,17 +633,24 @@ class IndexService:
             stop_at = min(end - base, mapped.wrote)
             result = None
             for result in scan_windows(
-                view, position - base, stop_at, base, None, False, True, window=window
+                view,
+                position - base,
+                stop_at,
+                base,
+                check_crc=False,
+                check_physical_offset=True,
+                window=window,
             ):
-                if result[4] and not self._index_rows(view, base, result[5]):
+                if result.records and not self._index_rows(view, base, result.rows):
                     return False
-                if budget is not None and base + result[0] - start >= budget:
-                    self.indexed_offset, self._skip = base + result[0], 0  # a record boundary
+                if budget is not None and base + result.position - start >= budget:
+                    # a record boundary
+                    self.indexed_offset, self._skip = base + result.position, 0
                     return self.indexed_offset >= end
             if result is None:  # pragma: no cover - scan_windows yields at least once
                 break
-            reached = base + result[0]
-            if result[1] == _BLANK or reached >= base + mapped.size:
+            reached = base + result.position
+            if result.reason is StopReason.BLANK or reached >= base + mapped.size:
                 reached = mapped.end_offset  # past the blank tail: the next file
             elif reached == position:  # pragma: no cover - dispatched data always scans
                 break

@@ -12,12 +12,15 @@ queue entries at or past it, and re-dispatches from the walk's start (dispatch i
 
 from __future__ import annotations
 
+from functools import partial
+
 import attrs
 
 from ._errors import CorruptRecordError
-from ._index import scan_stop, scan_totals
+from ._index import scan_totals
+from ._judge import StopKind, judge_stop
 from ._mapped_queue import MappedFileQueue
-from ._scanner import ScanStop, StopReason, decode_record
+from ._scanner import ScanStop, decode_record
 
 __all__ = ["RecoveryResult", "find_valid_end"]
 
@@ -67,6 +70,19 @@ def _start_index(files: MappedFileQueue, abnormal: bool, checkpoint_timestamp: i
     return 0
 
 
+def _data_after(files: MappedFileQueue, index: int, offset: int) -> int | None:
+    """Non-zero data after ``offset`` (in file ``index``): in its file, or a later file's
+    start; None when the rest is zeros."""
+    mapped = files.files[index]
+    following = mapped.first_nonzero(offset - mapped.start_offset)
+    if following is not None:
+        return mapped.start_offset + following
+    for after in files.files[index + 1 :]:
+        if after.first_nonzero(0, 4096) is not None:
+            return after.start_offset
+    return None
+
+
 def find_valid_end(
     files: MappedFileQueue, *, abnormal: bool, checkpoint_timestamp: int
 ) -> RecoveryResult:
@@ -87,31 +103,17 @@ def find_valid_end(
     for i, mapped in enumerate(files.files[index:], index):
         later = len(files.files) - i - 1
         result, count = scan_totals(
-            mapped.view, position, None, mapped.start_offset, None, True, True
+            mapped.view, position, None, mapped.start_offset, check_physical_offset=True
         )
         records += count
-        stop = scan_stop(result, mapped.start_offset)
         position = 0
-        if stop.reason is StopReason.BLANK:
-            if stop.offset + stop.blank_size != mapped.end_offset:
-                stop = attrs.evolve(
-                    stop,
-                    reason=StopReason.INVALID,
-                    detail=f"blank record of {stop.blank_size} bytes does not end the file",
-                )
-                return RecoveryResult(start, stop.offset, stop, records, later_files=later)
+        verdict = judge_stop(
+            result.stop(mapped.start_offset),
+            mapped.end_offset,
+            data_after=partial(_data_after, files, i),
+        )
+        if verdict.kind is StopKind.NEXT_FILE:
             continue
-        if stop.reason is StopReason.END:  # records filled the file to its last byte
-            continue
-        data_after = None
-        if stop.reason is StopReason.UNWRITTEN:
-            following = mapped.first_nonzero(stop.offset - mapped.start_offset)
-            if following is not None:
-                data_after = mapped.start_offset + following
-            else:
-                for after in files.files[i + 1 :]:
-                    if after.first_nonzero(0, 4096) is not None:
-                        data_after = after.start_offset
-                        break
-        return RecoveryResult(start, stop.offset, stop, records, data_after, later)
+        stop = verdict.stop
+        return RecoveryResult(start, stop.offset, stop, records, verdict.data_after, later)
     return RecoveryResult(start, files.files[-1].end_offset, None, records)

@@ -85,15 +85,14 @@ from ._errors import (
 from ._index import (
     ROW,
     SCAN_WINDOW,
-    STOP_REASONS,
     ScanResult,
     group_entries,
     scan_index,
-    scan_stop,
     scan_totals,
     scan_windows,
 )
 from ._index_file import IndexQueryResult, IndexService
+from ._judge import StopKind, judge_stop
 from ._mapped_queue import MappedFileQueue, list_mapped_files
 from ._rebuild import FROM_START, load_checked
 from ._recovery import RecoveryResult, find_valid_end
@@ -118,11 +117,6 @@ _INDEX_LAG = 256 * 1024  # dispatched bytes a put or dispatch leaves unindexed a
 _INDEX_STEP = 1 << 20  # bytes indexed at most by one put or dispatch, or one flusher step
 _INDEX_CATCH_UP = 16 << 20  # bytes a lookup, open or close indexes at most (the flusher: all)
 _QUEUE_FILL = 0.9  # consume queue files are preallocated once this full (small, many queues)
-
-_END, _BLANK, _UNWRITTEN, _INCOMPLETE = (
-    STOP_REASONS.index(reason)
-    for reason in (StopReason.END, StopReason.BLANK, StopReason.UNWRITTEN, StopReason.INCOMPLETE)
-)
 
 Listener = Callable[[int], None]
 """Called with the new max offset after data was added to the commit log (after raw appends
@@ -358,7 +352,7 @@ class CommitLogStore:
                 result.end_offset,
                 result.data_after,
             )
-        if stop is not None and stop.reason is StopReason.INVALID:
+        elif stop is not None and stop.reason is StopReason.INVALID:
             logger.warning(
                 "%s: truncating the commit log at %d: %s",
                 self.root,
@@ -1033,29 +1027,17 @@ class CommitLogStore:
             segment = buf[index : index + segment_end - position]
             limit = file_end - position
             if len(segment) <= SCAN_WINDOW:  # one call (what scan_totals makes of it)
-                result = scan_index(segment, 0, None, position, limit, True, True)
+                result = scan_index(segment, 0, None, position, limit, check_physical_offset=True)
             else:
-                result, _ = scan_totals(segment, 0, None, position, limit, True, True)
-            code = result[1]
-            reached = position + result[0]
-            if code == _BLANK:
-                blank_size = result[3]
-                if reached + blank_size != file_end:
-                    return reached, CorruptRecordError(
-                        reached,
-                        f"blank record of {blank_size} bytes does not end the file",
-                    )
-                if segment_end < file_end:  # the rest of the blank tail is still to come
-                    return reached, None
-            elif code == _END:
-                if segment_end < file_end:
-                    return reached, None
-            elif code == _INCOMPLETE:
-                return reached, None
-            elif code == _UNWRITTEN:
-                return reached, CorruptRecordError(reached, "zeros where a record should start")
-            else:
-                return reached, scan_stop(result, position).error()
+                result, _ = scan_totals(
+                    segment, 0, None, position, limit, check_physical_offset=True
+                )
+            verdict = judge_stop(result.stop(position), file_end, written=True)
+            reached = verdict.stop.offset
+            if verdict.damaged:
+                return reached, verdict.stop.error()
+            if verdict.kind is not StopKind.NEXT_FILE or segment_end < file_end:
+                return reached, None  # the data end, or the rest of the file still to come
             position = file_end
         return end, None
 
@@ -1138,36 +1120,29 @@ class CommitLogStore:
             end = min(mapped.wrote, max(self._validated - base, self._dispatched - base))
             result: ScanResult | None = None
             failed = False
-            for result in scan_windows(view, self._dispatched - base, end, base, None, False, True):
-                if result[4] and not self._dispatch_rows(view, result[5], base):
+            for result in scan_windows(
+                view,
+                self._dispatched - base,
+                end,
+                base,
+                check_crc=False,
+                check_physical_offset=True,
+            ):
+                if result.records and not self._dispatch_rows(view, result.rows, base):
                     failed = True
                     break
             if failed:
                 break
             assert result is not None
-            stop = scan_stop(result, base)
-            position = result[0]
-            self._dispatched = base + position
-            if stop.reason is StopReason.BLANK:
-                if stop.offset + stop.blank_size != mapped.end_offset:
-                    self._dispatch_error = CorruptRecordError(
-                        stop.offset,
-                        f"blank record of {stop.blank_size} bytes does not end the file",
-                    )
-                    break
-                if mapped.wrote < mapped.size:  # the rest of the blank tail is still to come
-                    break
-                self._dispatched = mapped.end_offset
-            elif stop.reason is StopReason.END:
-                if position < mapped.size:
-                    break
-                self._dispatched = mapped.end_offset
-            elif stop.reason is StopReason.INCOMPLETE:
-                break
-            else:
-                self._dispatch_error = stop.error()
+            verdict = judge_stop(result.stop(base), mapped.end_offset, written=True)
+            self._dispatched = base + result.position
+            if verdict.damaged:
+                self._dispatch_error = verdict.stop.error()
                 logger.warning("%s: dispatch stopped: %s", self.root, self._dispatch_error)
                 break
+            if verdict.kind is not StopKind.NEXT_FILE or mapped.wrote < mapped.size:
+                break  # the data end, or the rest of the file still to come
+            self._dispatched = mapped.end_offset
         self._build_index()
         return self.dispatch_error
 
