@@ -17,8 +17,10 @@ import pytest
 import trio
 import trio.testing
 
+from hanet.broker import read_log, serve_pull
 from hanet.cli import main
 from hanet.ha import BrokerConfig, HAMaster
+from hanet.protocol import HanetRequestCode, RemotingCommand, ResponseCode
 from hanet.store import (
     CRC32_PROPERTY,
     CRC32_RESERVED_LEN,
@@ -194,6 +196,13 @@ async def test_the_master_pushes_nothing_from_the_damaged_record(
     autojump_clock: trio.testing.MockClock, damaged: tuple[CommitLogStore, int]
 ) -> None:
     store, bad = damaged
+    received, master = await push_all(store)
+    assert len(received) == bad
+    assert f"corrupt record at offset {bad}" in master.status().closed[0].state
+
+
+async def push_all(store: CommitLogStore) -> tuple[bytearray, HAMaster]:
+    """What a master of ``store`` pushes to a slave asking from 0, until it closes."""
     master = HAMaster(store, BrokerConfig(mapped_file_size_commit_log=FILE, full_sync=True))
     received = bytearray()
     async with trio.open_nursery() as nursery:
@@ -217,8 +226,7 @@ async def test_the_master_pushes_nothing_from_the_damaged_record(
                     with contextlib.suppress(trio.BrokenResourceError):
                         await stream.send_all(REPORT.pack(len(received)))
         nursery.cancel_scope.cancel()
-    assert len(received) == bad
-    assert f"corrupt record at offset {bad}" in master.status().closed[0].state
+    return received, master
 
 
 @all_fields
@@ -247,16 +255,28 @@ def test_verify_fails_with_the_offset(
 
 
 @all_fields
-def test_recovery_names_the_damaged_record(
+def test_recovery_keeps_the_later_records_and_names_the_damaged_range(
     damaged: tuple[CommitLogStore, int], caplog: pytest.LogCaptureFixture
 ) -> None:
     store, bad = damaged
+    size = len(store.read(bad, 4096)) and store.consume_queue_entry("Orders", 0, 15)
+    assert size
+    end, later = store.max_offset, store.consume_queue_entry("Orders", 1, 29)
     store.close()
     caplog.set_level(logging.WARNING)
     with open_store(store.root) as reopened:
-        assert reopened.recovery is not None
-        assert reopened.recovery.end_offset <= bad
-    assert f"at {bad}:" in caplog.text
+        assert reopened.max_offset == end  # nothing after the damaged record was dropped
+        (damaged_range,) = reopened.damage.ranges
+        assert damaged_range.start == bad
+        assert damaged_range.end == bad + size[1]  # exactly the one record
+        assert reopened.statistics().damaged[0][:2] == (bad, bad + size[1])
+        assert later is not None
+        assert reopened.read_record(later[0]).queue_offset == 29  # the last record survives
+        assert reopened.consume_queue_entry("Orders", 1, 29) == later
+        assert (reopened.root / "damaged.json").exists()
+    assert str(bad) in caplog.text
+    with open_store(store.root) as again:  # the mark is persisted
+        assert again.damage.ranges == (damaged_range,)
 
 
 @all_fields
@@ -353,3 +373,75 @@ def test_the_native_seal_fills_what_the_reference_does(body_size: int) -> None:
     assert bytes(unsealed[3:-4]) == encode_record(record, seal=True)
     with pytest.raises(ValueError):
         seal(unsealed, 8, record.size)  # past the end of the buffer
+
+
+# -- repair, not loss: the damaged range is refused, then repaired from an intact copy ----------
+
+
+def reopened_with_damage(tmp_path: Path, field: str) -> tuple[CommitLogStore, int, bytes]:
+    """A master store of 60 records reopened after the 31st had ``field`` flipped on disk,
+    and that record's intact bytes (what a slave holds)."""
+    store = open_store(tmp_path / "master")
+    put(store, 60)
+    entry = store.consume_queue_entry("Orders", 0, 15)
+    assert entry is not None
+    good = log_bytes(store, entry[0], entry[0] + entry[1])
+    flip(store, entry[0], field)
+    store.close()
+    return open_store(tmp_path / "master"), entry[0], good
+
+
+@pytest.mark.parametrize("field", ["queue id", "topic", "store host"])
+def test_the_damaged_range_is_repaired_from_an_intact_copy(
+    tmp_path: Path, field: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    store, bad, good = reopened_with_damage(tmp_path, field)
+    with store:
+        (damaged_range,) = store.damage.ranges
+        assert main(["verify", str(store.root), "--mapped-file-size", str(FILE)]) != 0
+        assert f"damaged commit log range {damaged_range}" in capsys.readouterr().err
+        entry = store.consume_queue_entry("Orders", 0, 15)  # dispatched before the damage
+        assert entry is not None and entry[0] == bad
+        wrong = bytearray(good)
+        wrong[-3] ^= 1
+        with pytest.raises(CorruptRecordError):
+            store.repair(damaged_range, bytes(wrong))  # checked before it is written
+        with pytest.raises(CorruptRecordError):
+            store.repair(damaged_range, good[:-1])  # must fit the range exactly
+        assert len(store.statistics().damaged) == 1
+        assert store.repair(damaged_range, good) == 1
+        assert store.statistics().damaged == ()
+        assert store.read_record(bad).queue_offset == 15
+        assert store.consume_queue_entry("Orders", 0, 15) == entry
+        assert not (store.root / "damaged.json").exists()
+    with open_store(store.root) as again:  # repaired on disk: clean at the next open
+        assert not again.damage.ranges
+        assert again.read_record(bad).queue_offset == 15
+
+
+async def test_a_damaged_range_is_refused_by_the_master_pulls_and_log_reads(
+    autojump_clock: trio.testing.MockClock, tmp_path: Path
+) -> None:
+    store, bad, _ = reopened_with_damage(tmp_path, "topic")
+    with store:
+        (damaged_range,) = store.damage.ranges
+        # a pull that reaches the gap is refused, naming the range (not skipped)
+        assert len(serve_pull(store, "Orders", 0, 13, 2).records) == 2
+        with pytest.raises(CorruptRecordError) as info:
+            serve_pull(store, "Orders", 0, 14, 4)
+        assert str(damaged_range) in info.value.reason
+        assert serve_pull(store, "Orders", 1, 0, 32).records  # another queue is served
+        # the master pushes up to the range, then stops, naming it; the slave keeps its data
+        received, master = await push_all(store)
+        assert len(received) == bad
+        state = master.status().closed[0].state
+        assert str(damaged_range) in state and "truncate" not in state
+        # HANET_READ_LOG serves up to the range and refuses inside it
+        answer = read_log(
+            store, RemotingCommand.request(HanetRequestCode.HANET_READ_LOG, {"offset": bad})
+        )
+        assert answer.code != ResponseCode.SUCCESS and str(damaged_range) in (answer.remark or "")
+        before = read_log(
+            store, RemotingCommand.request(HanetRequestCode.HANET_READ_LOG, {"offset": 0})
+        )
+        assert before.code == ResponseCode.SUCCESS and len(before.body or b"") == bad

@@ -168,6 +168,8 @@ def serve_pull(
         if not entries:
             break
         for physical, size, tags_hash in entries:
+            if store.damage:  # a gap, or an entry into a damaged range: named, not skipped
+                _refuse_damaged(store, topic, queue_id, next_offset, physical, size, pulled_end)
             if (
                 size == CQ_BLANK_SIZE
                 or (tags is not None and tags_hash not in tags)
@@ -194,6 +196,45 @@ def serve_pull(
         return answer(GetMessageStatus.NO_MATCHED_MESSAGE, next_offset)
     behind = max(store.max_offset - pulled_end, 0)
     return answer(GetMessageStatus.FOUND, next_offset, tuple(records), behind)
+
+
+def _refuse_damaged(
+    store: CommitLogStore,
+    topic: str,
+    queue_id: int,
+    queue_offset: int,
+    physical: int,
+    size: int,
+    before: int,
+) -> None:
+    """In a store with damaged commit log ranges: an entry pointing into one, or a blank
+    entry (a gap) with one between the queue's records around it (the lost message may be in
+    it), is refused, naming the range, rather than served or skipped (it may be repaired)."""
+    if size != CQ_BLANK_SIZE:
+        damaged = store.damaged(physical, physical + max(size, 1))
+        if damaged is not None:
+            raise CorruptRecordError(
+                physical, f"the damaged commit log range {damaged} (not served until repaired)"
+            )
+        return
+    low = before
+    if queue_offset > 0 and not low:
+        previous = store.consume_queue_entry(topic, queue_id, queue_offset - 1)
+        low = previous[0] if previous is not None else 0
+    high = store.max_offset
+    last = min(store.max_queue_offset(topic, queue_id), queue_offset + 1025)
+    for following in range(queue_offset + 1, last):
+        entry = store.consume_queue_entry(topic, queue_id, following)
+        if entry is not None and entry[1] != CQ_BLANK_SIZE:
+            high = entry[0]
+            break
+    damaged = store.damaged(low, high)
+    if damaged is not None:
+        raise CorruptRecordError(
+            damaged.start,
+            f"message {topic}/{queue_id}@{queue_offset} may be in the damaged commit log range "
+            f"{damaged} (not served until repaired)",
+        )
 
 
 def _checked(

@@ -302,6 +302,13 @@ class _SlaveConnection(ChannelInboundHandler):
         batch = self.master.config.ha_transfer_batch_size
         file_size = store.config.mapped_file_size
         file_end = offset - offset % file_size + file_size
+        damaged = store.damaged(offset, offset + batch)
+        if damaged is not None:  # never served; the slave keeps what it has (it may repair it)
+            if damaged.start <= offset:
+                raise CorruptRecordError(
+                    offset, f"the master's commit log range {damaged} is damaged (not served)"
+                )
+            batch = damaged.start - offset
         if offset < self._valid_end:
             return store.read_view(offset, min(batch, self._valid_end - offset))
         chunk = store.read_view(offset, batch)

@@ -71,6 +71,7 @@ from ._config import (
     StoreStatistics,
 )
 from ._consume_queue import CQ_BLANK_SIZE, CQ_ENTRY_SIZE, ConsumeQueue
+from ._damage import DAMAGE_FILE, DamagedRange, DamageLedger, next_valid_record
 from ._errors import (
     CorruptRecordError,
     CreateMappedFileError,
@@ -143,6 +144,7 @@ __all__ = [
     "CQ_ENTRY_SIZE",
     "CRC32_PROPERTY",
     "CRC32_RESERVED_LEN",
+    "DAMAGE_FILE",
     "DEFAULT_CONSUME_QUEUE_FILE_SIZE",
     "DEFAULT_DISK_MAX_USED_SPACE_RATIO",
     "DEFAULT_MAPPED_FILE_SIZE",
@@ -173,6 +175,8 @@ __all__ = [
     "ConsumeQueue",
     "CorruptRecordError",
     "CreateMappedFileError",
+    "DamageLedger",
+    "DamagedRange",
     "DispatchError",
     "FlushDiskType",
     "Holder",
@@ -231,6 +235,7 @@ __all__ = [
     "native_columns",
     "native_index_group_entries",
     "native_scan",
+    "next_valid_record",
     "offset_msg_id",
     "pack_blank_into",
     "pack_record_into",

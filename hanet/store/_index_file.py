@@ -40,6 +40,7 @@ from pathlib import Path
 
 import attrs
 
+from ._damage import DamagedRange
 from ._errors import StoreError, StoreLayoutError
 from ._index import ROW, SCAN_WINDOW, scan_windows
 from ._mapped_queue import MappedFileQueue
@@ -613,24 +614,38 @@ class IndexService:
             self.indexed_offset = offset
             self._skip = 0
 
-    def build(self, commit_log: MappedFileQueue, end: int, *, budget: int | None = None) -> bool:
+    def build(
+        self,
+        commit_log: MappedFileQueue,
+        end: int,
+        *,
+        budget: int | None = None,
+        skip: Sequence[DamagedRange] = (),
+    ) -> bool:
         """Index the records in ``[indexed_offset, end)`` (all complete and valid: the store
         dispatched them); with ``budget``, stop at a record boundary once about that many bytes
         were scanned. Returns whether it reached ``end``. A file that cannot be written (a full
         disk) stops the build at the record it was on, logged once; the next call tries
-        again."""
+        again. ``skip``: damaged ranges (sorted), never indexed."""
         if self.indexed_offset < commit_log.min_offset:
             self.indexed_offset = commit_log.min_offset
             self._skip = 0
         position = start = self.indexed_offset
         window = SCAN_WINDOW if budget is None else max(budget, 64 * 1024)
         while position < end:
+            damaged = next((r for r in skip if r.end > position), None)
+            if damaged is not None and damaged.start <= position:
+                position = self.indexed_offset = min(damaged.end, end)
+                self._skip = 0
+                continue
             mapped = commit_log.find(position)
             if mapped is None:  # pragma: no cover - offsets inside the data have a file
                 break
             base = mapped.start_offset
             view = mapped.view
             stop_at = min(end - base, mapped.wrote)
+            if damaged is not None:
+                stop_at = min(stop_at, damaged.start - base)
             result = None
             for result in scan_windows(
                 view,
@@ -652,8 +667,8 @@ class IndexService:
             reached = base + result.position
             if result.reason is StopReason.BLANK or reached >= base + mapped.size:
                 reached = mapped.end_offset  # past the blank tail: the next file
-            elif reached == position:  # pragma: no cover - dispatched data always scans
-                break
+            elif reached == position and (damaged is None or reached != damaged.start):
+                break  # pragma: no cover - dispatched data always scans
             position = min(reached, end) if reached < mapped.end_offset else reached
             self.indexed_offset = position
             self._skip = 0

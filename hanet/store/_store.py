@@ -74,6 +74,7 @@ from ._config import (
     StoreStatistics,
 )
 from ._consume_queue import CQ_BLANK_SIZE, CQ_ENTRY_SIZE, ConsumeQueue
+from ._damage import DamagedRange, DamageLedger
 from ._errors import (
     CorruptRecordError,
     CreateMappedFileError,
@@ -96,6 +97,7 @@ from ._judge import StopKind, judge_stop
 from ._mapped_queue import MappedFileQueue, list_mapped_files
 from ._rebuild import FROM_START, load_checked
 from ._recovery import RecoveryResult, find_valid_end
+from ._repair import repair_range
 from ._scanner import StopReason, decode_record
 from ._store_files import (
     STORE_PROPERTIES,
@@ -204,6 +206,8 @@ class CommitLogStore:
         self._allocate_mark = _NEVER  # a commit log max offset that wakes the allocator
         self._allocate_wanted: trio.Event | None = None
         self.recovery = RecoveryResult(0, 0, None, 0)
+        self.damage = DamageLedger(root)
+        """The commit log's damaged ranges (kept, refused, repaired from a replica)."""
         host, port = parse_host(config.store_host)
         self._store_host = host
         self._store_port = port
@@ -295,6 +299,7 @@ class CommitLogStore:
         )
         self.recovery = result
         self._log_recovery(result, had_checkpoint, checkpoint.physic_msg_timestamp)
+        self._mark_damaged(result.damaged, result.end_offset)
         if self.commit_log.files:
             self.commit_log.truncate(result.end_offset)
             for mapped in self.commit_log.files:
@@ -339,6 +344,26 @@ class CommitLogStore:
             for queue in self._queues.values():
                 queue.correct_min_offset(self.commit_log.min_offset)
         abort.touch()
+
+    def _mark_damaged(self, damaged: tuple[DamagedRange, ...], end: int) -> None:
+        self.damage.truncate(end)
+        for r in damaged:
+            logger.error(
+                "%s: commit log bytes %s fail their checks; the valid records after them are "
+                "kept; the range is refused until repaired (hanet master --repair-from)",
+                self.root,
+                r,
+            )
+            self.damage.add(r)
+
+    def damaged(self, start: int, end: int) -> DamagedRange | None:
+        """The first damaged range sharing a byte with ``[start, end)``, or None."""
+        return self.damage.find(start, end) if self.damage else None
+
+    def repair(self, damaged: DamagedRange, data: bytes) -> int:
+        """Write ``data``, a replica's intact copy, over ``damaged``: see
+        :func:`~._repair.repair_range`."""
+        return repair_range(self, damaged, data)
 
     def _log_recovery(self, result: RecoveryResult, had_checkpoint: bool, timestamp: int) -> None:
         if not self.commit_log.files:
@@ -1070,6 +1095,7 @@ class CommitLogStore:
         self._validated = min(self._validated, offset)
         self._dispatched = min(self._dispatched, offset)
         self._flushed = min(self._flushed, offset)
+        self.damage.truncate(offset)
         error = self._dispatch_error
         if error is not None and error.offset >= offset:
             self._dispatch_error = None
@@ -1108,6 +1134,10 @@ class CommitLogStore:
             return self.dispatch_error
         files = self.commit_log
         while self._dispatched < files.max_offset:
+            skip = self.damaged(self._dispatched, self._dispatched + 1)
+            if skip is not None:  # never dispatched: the records after it are
+                self._dispatched = skip.end
+                continue
             mapped = files.find(self._dispatched)
             if mapped is None:  # pragma: no cover - offsets inside the data always have a file
                 break
@@ -1118,6 +1148,9 @@ class CommitLogStore:
             # re-reads them with a bounds-checked scan but no second CRC pass. Past it lies at
             # most the head of a record still to come.
             end = min(mapped.wrote, max(self._validated - base, self._dispatched - base))
+            damage = self.damage.next_start(self._dispatched) if self.damage else None
+            if damage is not None and damage < base + end:
+                end = damage - base
             result: ScanResult | None = None
             failed = False
             for result in scan_windows(
@@ -1141,6 +1174,8 @@ class CommitLogStore:
                 logger.warning("%s: dispatch stopped: %s", self.root, self._dispatch_error)
                 break
             if verdict.kind is not StopKind.NEXT_FILE or mapped.wrote < mapped.size:
+                if damage is not None and self._dispatched == damage:
+                    continue  # skipped at the top of the loop
                 break  # the data end, or the rest of the file still to come
             self._dispatched = mapped.end_offset
         self._build_index()
@@ -1166,7 +1201,9 @@ class CommitLogStore:
                 return False
             budget = _INDEX_STEP
         try:
-            done = index.build(self.commit_log, self._dispatched, budget=budget)
+            done = index.build(
+                self.commit_log, self._dispatched, budget=budget, skip=self.damage.ranges
+            )
             return done or index.error is not None  # a file it cannot write: later
         except Exception:  # pragma: no cover - a bug must not stop puts and replication
             logger.exception("%s: building the index failed at %d", self.root, index.indexed_offset)
@@ -1471,4 +1508,5 @@ class CommitLogStore:
             disk_full=self._disk_full,
             disk_used_ratio=self._disk_used_ratio,
             create_error=self._create_error,
+            damaged=tuple((r.start, r.end, r.reason) for r in self.damage),
         )
