@@ -44,7 +44,7 @@ from hanet.broker import (
     load_properties,
     parse_properties,
 )
-from hanet.errors import ConfigError
+from hanet.errors import ConfigError, HanetError
 from hanet.ha import BrokerConfig, BrokerRole, HASlave
 from hanet.store import (
     CommitLogStore,
@@ -56,6 +56,7 @@ from hanet.store import (
 )
 
 from ._credentials import add_credentials, signed_verb
+from ._repair import RepairError, repair_from
 from ._support import (
     EXIT_OK,
     fail,
@@ -334,6 +335,11 @@ def register(subparsers: Any) -> None:
         "--full-sync", action="store_true",
         help="a new slave starts from the first file, not the last",
     )  # fmt: skip
+    parser.add_argument(
+        "--repair-from", default=None, metavar="HOST:PORT",
+        help="first repair the commit log's damaged ranges from a replica's broker port "
+        "(HANET_READ_LOG): each record checked before it is written",
+    )  # fmt: skip
     _add_flags(parser, _COMMON_FLAGS + _MASTER_FLAGS)
     _add_service_flags(parser)
     parser.set_defaults(func=signed_verb(run_master))
@@ -452,7 +458,25 @@ async def run_master(args: argparse.Namespace) -> int:
         broker = Broker(config)
     except (ConfigError, ValueError) as exc:
         return fail(str(exc))
+    if args.repair_from is not None:
+        store_config = _store_config(config, StoreRole.MASTER)
+        try:
+            await repair_from(store_config, config.store_path_root_dir, args.repair_from)
+        except (RepairError, StoreError, HanetError) as exc:
+            return fail(str(exc))
     return await _serve(broker, args.ready_file)
+
+
+def _store_config(config: BrokerConfig, role: StoreRole) -> StoreConfig:
+    """The store settings of ``config`` for a tool that opens the store before the broker."""
+    return StoreConfig(
+        mapped_file_size=config.mapped_file_size_commit_log,
+        flush_disk_type=config.flush_disk_type,
+        role=role,
+        message_index_enable=config.message_index_enable,
+        max_hash_slot_num=config.max_hash_slot_num,
+        max_index_num=config.max_index_num,
+    )
 
 
 def _prepare_slave_store(config: BrokerConfig, truncate_to: int | None, resync: bool) -> None:
@@ -463,14 +487,7 @@ def _prepare_slave_store(config: BrokerConfig, truncate_to: int | None, resync: 
         StoreError: the store cannot be opened (locked, another file size, ...).
         ValueError: the offset is not a record boundary inside the data.
     """
-    store_config = StoreConfig(
-        mapped_file_size=config.mapped_file_size_commit_log,
-        flush_disk_type=config.flush_disk_type,
-        role=StoreRole.SLAVE,
-        message_index_enable=config.message_index_enable,
-        max_hash_slot_num=config.max_hash_slot_num,
-        max_index_num=config.max_index_num,
-    )
+    store_config = _store_config(config, StoreRole.SLAVE)
     root = config.store_path_root_dir
     with CommitLogStore.open(root, store_config) as store:
         before = f"[{store.min_offset}, {store.max_offset})"

@@ -1,0 +1,75 @@
+"""Repair, not loss, with real processes: a master whose commit log has a flipped byte keeps the
+records after it, and ``hanet master --repair-from`` repairs the damaged record from its slave's
+broker port (HANET_READ_LOG) before it serves: the two logs end byte-identical."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+import trio
+from test_cli_processes import (
+    FILE,
+    _truthy,
+    assert_identical,
+    cluster,
+    connect,
+    connected_slaves,
+    in_sync,
+    put_many,
+    status_of,
+    wait_for,
+)
+
+from hanet.store import CommitLogReader
+
+pytestmark = pytest.mark.slow
+
+
+def flip_a_body_byte(store: Path, index: int) -> int:
+    """Flip the first body byte of the ``index``-th record of ``store``; its offset."""
+    reader = CommitLogReader(store / "commitlog", FILE)
+    offset = next(o for i, (o, _) in enumerate(reader.records()) if i == index)
+    where = offset + 88
+    path = store / "commitlog" / f"{where - where % FILE:020d}"
+    with path.open("r+b") as f:
+        f.seek(where % FILE)
+        byte = f.read(1)[0]
+        f.seek(where % FILE)
+        f.write(bytes([byte ^ 0x01]))
+        f.flush()
+        os.fsync(f.fileno())
+    return offset
+
+
+async def test_a_master_repairs_a_damaged_record_from_its_slave(tmp_path: Path) -> None:
+    async with cluster(tmp_path) as c:
+        master = await c.master("master", "--full-sync")
+        slave = await c.slave(master)
+        await wait_for(lambda: _truthy(connected_slaves(master)))
+        async with connect(master) as client:
+            assert await put_many(client, 1500) == 1500
+        await wait_for(lambda: in_sync(master, slave))
+        end = (await status_of(master)).max_offset
+        assert await c.stop(master) == 0
+        assert await c.stop(slave) == 0
+        bad = flip_a_body_byte(tmp_path / "master", 700)
+        slave = await c.slave(master)  # serves its broker port while the master is down
+        master = await c.master(
+            "master",
+            *("--listen", master.ready["broker"], "--ha-listen", master.ready["ha"]),
+            *("--repair-from", slave.ready["broker"]),
+        )
+        assert f"repaired [{bad}, " in master.text()
+        status = await status_of(master)
+        assert status.max_offset == end  # nothing dropped
+        await wait_for(lambda: _truthy(connected_slaves(master)))
+        assert await c.stop(master) == 0
+        assert await c.stop(slave) == 0
+    assert not (tmp_path / "master" / "damaged.json").exists()
+    assert_identical(tmp_path)
+    verify = ["verify", str(tmp_path / "master"), "--mapped-file-size", str(FILE)]
+    done = await trio.run_process([sys.executable, "-m", "hanet", *verify], capture_stdout=True)
+    assert done.returncode == 0 and done.stdout.startswith(b"OK: 1500 messages")
