@@ -17,10 +17,16 @@ import pytest
 import trio
 import trio.testing
 
-from hanet.broker import read_log, serve_pull
+from hanet.broker import BrokerMetrics, read_log, serve_pull
 from hanet.cli import main
 from hanet.ha import BrokerConfig, HAMaster
-from hanet.protocol import HanetRequestCode, RemotingCommand, ResponseCode
+from hanet.protocol import (
+    BrokerStatus,
+    DamagedRangeInfo,
+    HanetRequestCode,
+    RemotingCommand,
+    ResponseCode,
+)
 from hanet.store import (
     CRC32_PROPERTY,
     CRC32_RESERVED_LEN,
@@ -445,3 +451,23 @@ async def test_a_damaged_range_is_refused_by_the_master_pulls_and_log_reads(
             store, RemotingCommand.request(HanetRequestCode.HANET_READ_LOG, {"offset": 0})
         )
         assert before.code == ResponseCode.SUCCESS and len(before.body or b"") == bad
+
+
+def test_status_and_metrics_name_the_damaged_ranges() -> None:
+    damaged = DamagedRangeInfo(6720, 6944, "whole-record CRC mismatch")
+    status = BrokerStatus(
+        role="ASYNC_MASTER",
+        broker_address=None,
+        ha_address=None,
+        min_offset=0,
+        max_offset=20000,
+        flushed_offset=20000,
+        dispatched_offset=20000,
+        puts=0,
+        mapped_files=2,
+        dispatch_error=None,
+        uptime=1.0,
+        damaged_ranges=(damaged,),
+    )
+    assert BrokerStatus.decode(status.encode()) == status
+    assert b"hanet_damaged_bytes 224.0" in BrokerMetrics(lambda: status).exposition()

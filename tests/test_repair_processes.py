@@ -56,15 +56,17 @@ async def test_a_master_repairs_a_damaged_record_from_its_slave(tmp_path: Path) 
         assert await c.stop(master) == 0
         assert await c.stop(slave) == 0
         bad = flip_a_body_byte(tmp_path / "master", 700)
+        ports = ("--listen", master.ready["broker"], "--ha-listen", master.ready["ha"])
+        master = await c.master("master", *ports)  # keeps everything, names the damage
+        status = await status_of(master)
+        (damaged,) = status.damaged_ranges
+        assert damaged.start == bad and status.max_offset == end
+        assert await c.stop(master) == 0
         slave = await c.slave(master)  # serves its broker port while the master is down
-        master = await c.master(
-            "master",
-            *("--listen", master.ready["broker"], "--ha-listen", master.ready["ha"]),
-            *("--repair-from", slave.ready["broker"]),
-        )
+        master = await c.master("master", *ports, "--repair-from", slave.ready["broker"])
         assert f"repaired [{bad}, " in master.text()
         status = await status_of(master)
-        assert status.max_offset == end  # nothing dropped
+        assert status.max_offset == end and not status.damaged_ranges  # nothing dropped
         await wait_for(lambda: _truthy(connected_slaves(master)))
         assert await c.stop(master) == 0
         assert await c.stop(slave) == 0

@@ -52,6 +52,7 @@ __all__ = [
     "ConsumerOffsetsInfo",
     "DLedgerInfo",
     "DLedgerPeer",
+    "DamagedRangeInfo",
     "DispatchError",
     "MasterLink",
     "MetadataSync",
@@ -258,6 +259,16 @@ class DispatchError:
 
 
 @attrs.frozen
+class DamagedRangeInfo:
+    """A commit log range that failed its checks, kept with the valid records after it and
+    refused until repaired (``hanet master --repair-from``)."""
+
+    start: int
+    end: int
+    reason: str
+
+
+@attrs.frozen
 class BrokerStatus:
     """A broker's role, offsets and replication state (the STATUS answer).
 
@@ -285,6 +296,7 @@ class BrokerStatus:
         metadata_sync: a slave's copy of its master's topics and offsets (None on a master).
         consumer_offsets: the consumer offsets held (None: not known, an older broker).
         consumer_groups: the consumer groups with live members here.
+        damaged_ranges: the commit log's damaged ranges (refused until repaired).
     """
 
     role: str
@@ -310,6 +322,7 @@ class BrokerStatus:
     metadata_sync: MetadataSync | None = None
     consumer_offsets: ConsumerOffsetsInfo | None = None
     consumer_groups: tuple[ConsumerGroupInfo, ...] = ()
+    damaged_ranges: tuple[DamagedRangeInfo, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         """The JSON object (nested objects as dicts, tuples as lists)."""
@@ -364,8 +377,9 @@ _NESTED: dict[str, type] = {
     "metadata_sync": MetadataSync,
     "consumer_offsets": ConsumerOffsetsInfo,
     "consumer_groups": ConsumerGroupInfo,
+    "damaged_ranges": DamagedRangeInfo,
 }
-_LISTS = frozenset({"slaves", "closed_slaves", "peers", "consumer_groups"})
+_LISTS = frozenset({"slaves", "closed_slaves", "peers", "consumer_groups", "damaged_ranges"})
 _SCALARS: dict[str, tuple[type, ...]] = {
     "str": (str,),
     "int": (int,),
