@@ -471,3 +471,24 @@ def test_status_and_metrics_name_the_damaged_ranges() -> None:
     )
     assert BrokerStatus.decode(status.encode()) == status
     assert b"hanet_damaged_bytes 224.0" in BrokerMetrics(lambda: status).exposition()
+
+
+@pytest.mark.parametrize("crashed", [False, True])
+def test_a_damaged_last_record_is_kept_after_a_clean_stop_cut_after_a_crash(
+    tmp_path: Path, crashed: bool
+) -> None:
+    store = open_store(tmp_path / "master")
+    put(store, 20)
+    entry = store.consume_queue_entry("Orders", 1, 9)  # the last record
+    assert entry is not None and entry[0] + entry[1] == store.max_offset
+    end = store.max_offset
+    flip(store, entry[0], "topic")
+    store.close()
+    if crashed:  # the abort file of a run that did not close the store: a torn last write
+        (tmp_path / "master" / "abort").touch()
+    with open_store(tmp_path / "master") as reopened:
+        if crashed:
+            assert reopened.max_offset == entry[0] and not reopened.damage.ranges
+        else:  # a replica may hold it: kept and named, so no slave is told to drop its copy
+            assert reopened.max_offset == end
+            assert [(r.start, r.end) for r in reopened.damage.ranges] == [(entry[0], end)]

@@ -23,6 +23,8 @@ from ._damage import DamagedRange, next_valid_record
 from ._errors import CorruptRecordError
 from ._index import scan_totals
 from ._judge import StopKind, judge_stop
+from ._codec import MIN_RECORD_SIZE
+from ._mapped_file import MappedFile
 from ._mapped_queue import MappedFileQueue
 from ._scanner import ScanStop, StopReason, decode_record
 
@@ -107,7 +109,8 @@ def find_valid_end(
     position = max(files.min_offset - first.start_offset, 0) if index == 0 else 0
     start = first.start_offset + position
     records = 0
-    damaged: list[tuple[DamagedRange, int]] = []  # with the records counted before each
+    # with the records counted before each (-1: kept even with no valid record after it)
+    damaged: list[tuple[DamagedRange, int]] = []
     i = index
     while i < len(files.files):
         mapped = files.files[i]
@@ -133,6 +136,12 @@ def find_valid_end(
                 i = (resumed - files.files[0].start_offset) // files.file_size
                 position = resumed - files.files[i].start_offset
                 continue
+            claimed = None if abnormal else _claimed_end(mapped, stop.offset)
+            if claimed is not None:  # after a clean stop: a damaged last record, not a torn
+                # write: kept as a damaged range (a replica may hold it), not cut off
+                damaged.append((DamagedRange(stop.offset, claimed, stop.detail), -1))
+                position = claimed - mapped.start_offset
+                continue
         kept, end, final = _kept(damaged, records, stop)
         return RecoveryResult(start, end, final, records, verdict.data_after, later, kept)
     kept, end, final = _kept(damaged, records, None, files.files[-1].end_offset)
@@ -147,13 +156,22 @@ def _kept(
 ) -> tuple[tuple[DamagedRange, ...], int, ScanStop | None]:
     """The damaged ranges a valid record follows, the data end and the stop: damage that
     only bad data or the data end follows ends the data at its start (nothing is kept)."""
-    kept = [d for d, before in damaged if before < records]
-    if len(kept) < len(damaged):
-        first = damaged[len(kept)][0]
-        detail = first.reason
-        return tuple(kept), first.start, ScanStop(first.start, StopReason.INVALID, detail)
+    for n, (first, before) in enumerate(damaged):
+        if before >= records:  # nothing valid after it: the data ends at its start
+            kept = tuple(d for d, _ in damaged[:n])
+            return kept, first.start, ScanStop(first.start, StopReason.INVALID, first.reason)
+    kept = tuple(d for d, _ in damaged)
     assert stop is not None or end is not None
     return tuple(kept), stop.offset if stop is not None else end or 0, stop
+
+
+def _claimed_end(mapped: MappedFile, offset: int) -> int | None:
+    """Where the record at ``offset`` ends by its size field, when that fits its file."""
+    position = offset - mapped.start_offset
+    total = int.from_bytes(mapped.view[position : position + 4], "big", signed=True)
+    if MIN_RECORD_SIZE <= total <= mapped.size - position:
+        return offset + total
+    return None
 
 
 def _resync(files: MappedFileQueue, index: int, offset: int) -> int | None:
