@@ -5,6 +5,7 @@ broker port (HANET_READ_LOG) before it serves: the two logs end byte-identical."
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -75,3 +76,31 @@ async def test_a_master_repairs_a_damaged_record_from_its_slave(tmp_path: Path) 
     verify = ["verify", str(tmp_path / "master"), "--mapped-file-size", str(FILE)]
     done = await trio.run_process([sys.executable, "-m", "hanet", *verify], capture_stdout=True)
     assert done.returncode == 0 and done.stdout.startswith(b"OK: 1500 messages")
+
+
+async def test_a_master_that_lost_its_tail_takes_it_back_from_its_slave(tmp_path: Path) -> None:
+    async with cluster(tmp_path) as c:
+        master = await c.master("master", "--full-sync")
+        slave = await c.slave(master)
+        await wait_for(lambda: _truthy(connected_slaves(master)))
+        async with connect(master) as client:
+            assert await put_many(client, 1500) == 1500
+        await wait_for(lambda: in_sync(master, slave))
+        end = (await status_of(master)).max_offset
+        assert await c.stop(master, signal.SIGKILL) == -signal.SIGKILL
+        # pages never written back: the last 3000 bytes of the master's data are zeros
+        path = tmp_path / "master" / "commitlog" / f"{end - end % FILE:020d}"
+        with path.open("r+b") as f:
+            f.seek(end % FILE - 3000)
+            f.write(bytes(3000))
+        ports = ("--listen", master.ready["broker"], "--ha-listen", master.ready["ha"])
+        master = await c.master("master", *ports, "--repair-from", slave.ready["broker"])
+        assert "(a lost tail)" in master.text()
+        assert (await status_of(master)).max_offset == end  # every acknowledged record back
+        await wait_for(lambda: _truthy(connected_slaves(master)))  # the slave follows again
+        async with connect(master) as client:
+            assert await put_many(client, 100) == 100
+        await wait_for(lambda: in_sync(master, slave))
+        assert await c.stop(master) == 0
+        assert await c.stop(slave) == 0
+    assert_identical(tmp_path)

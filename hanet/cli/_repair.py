@@ -1,5 +1,5 @@
-"""``hanet master --repair-from HOST:PORT``: repair the damaged ranges of a master's commit log
-from a replica that holds them intact.
+"""``hanet master --repair-from HOST:PORT[,HOST:PORT...]``: repair the damaged ranges of a
+master's commit log, and a tail it lost, from replicas that hold them intact.
 
 Before the broker starts, the master's store is opened (recovery marks what is damaged, see
 ``hanet.store``), and each damaged range is read from the replica's broker port with hanet's
@@ -7,18 +7,26 @@ HANET_READ_LOG request (30003), a chunk at a time (whole records; a file's blank
 rebuilt from the answer's stop). :meth:`~hanet.store.CommitLogStore.repair` then checks every
 fetched record fully and that the bytes fit the range exactly before it writes them over the
 damaged bytes, clears the mark and fills the consume queue entries. A range the replica cannot
-serve intact is an error naming it: nothing of it is written.
+serve intact is an error naming it: nothing of it is written. Each replica is tried in turn.
+
+A master that lost the tail of its log (a crash before it flushed) while a replica holds more
+takes the replica's records from its own end on, validated as a slave validates them
+(``append_raw``), after checking that the replica's bytes just before that end are its own (the
+replica holds the same log, not another one): no acknowledged message stays lost, and no slave
+is left ahead of its master.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
+from functools import partial
 from pathlib import Path
 
-from hanet.client import BrokerClient
+from hanet.client import BrokerClient, BrokerError
 from hanet.errors import HanetError
 from hanet.protocol import HanetRequestCode, RemotingCommand, ResponseCode
-from hanet.store import CommitLogStore, DamagedRange, StoreConfig, encode_blank
+from hanet.store import CommitLogStore, DamagedRange, StoreConfig, StoreError, encode_blank
 
 __all__ = ["RepairError", "repair_from"]
 
@@ -31,67 +39,142 @@ class RepairError(HanetError):
     """A damaged range could not be repaired (the reason names it)."""
 
 
-async def repair_from(store_config: StoreConfig, root: Path, address: str) -> list[str]:
-    """Repair every damaged range of the store at ``root`` from the broker port at
-    ``address`` (``HOST:PORT``); returns one line per range repaired.
+async def repair_from(store_config: StoreConfig, root: Path, addresses: str) -> list[str]:
+    """Repair every damaged range of the store at ``root``, then refill a lost tail, from the
+    broker ports ``addresses`` (``HOST:PORT,...``, tried in turn); one line per repair.
 
     Raises:
-        RepairError: a range could not be fetched intact or did not check (nothing of it
-            was written); earlier ranges stay repaired.
+        RepairError: a range no replica could serve intact, or a bad address (nothing of that
+            range was written; earlier repairs stay).
     """
-    host, sep, port = address.rpartition(":")
-    if not sep or not port.isdigit():
-        raise RepairError(f"--repair-from {address!r}: expected HOST:PORT (a broker port)")
+    replicas = [_split(a.strip()) for a in addresses.split(",") if a.strip()]
+    if not replicas:
+        raise RepairError("--repair-from: no replica address (HOST:PORT,...)")
     done: list[str] = []
     with CommitLogStore.open(root, store_config) as store:
-        if not store.damage:
-            return done
-        async with BrokerClient.connect(host.strip("[]"), int(port)) as client:
-            for damaged in store.damage.ranges:
-                data = await _fetch(client, damaged, store_config.mapped_file_size)
-                try:
-                    count = store.repair(damaged, data)
-                except ValueError as exc:  # CorruptRecordError is one
-                    raise RepairError(f"damaged range {damaged} not repaired: {exc}") from exc
-                line = f"repaired {damaged} from {address}: {count} record(s)"
-                log.warning("%s: %s", root, line)
-                done.append(line)
+        for damaged in store.damage.ranges:
+            done.append(await _from_any(replicas, partial(_repair, store, damaged)))
+        tail = await _from_any(replicas, partial(_refill_tail, store), every=True)
+        if tail:
+            done.append(tail)
+    for line in done:
+        log.warning("%s: %s", root, line)
     return done
 
 
-async def _fetch(client: BrokerClient, damaged: DamagedRange, file_size: int) -> bytes:
-    """The bytes of ``damaged`` as the replica holds them (HANET_READ_LOG answers)."""
-    data = bytearray()
-    position = damaged.start
-    while position < damaged.end:
-        fields = {"offset": position, "maxBytes": min(_CHUNK, damaged.end - position)}
-        answer = await client.invoke(
-            RemotingCommand.request(HanetRequestCode.HANET_READ_LOG, fields)
+def _split(address: str) -> tuple[str, int]:
+    host, sep, port = address.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise RepairError(f"--repair-from {address!r}: expected HOST:PORT (a broker port)")
+    return host.strip("[]"), int(port)
+
+
+async def _from_any(
+    replicas: list[tuple[str, int]],
+    attempt: Callable[[BrokerClient], Awaitable[str]],
+    *,
+    every: bool = False,
+) -> str:
+    """``attempt`` with each replica in turn: the first success (with ``every``, the lines of
+    all that did something; a replica that fails is skipped, never an error)."""
+    failures: list[str] = []
+    lines: list[str] = []
+    for host, port in replicas:
+        try:
+            async with BrokerClient.connect(host, port, connect_timeout=5) as client:
+                line = await attempt(client)
+        except (RepairError, BrokerError, StoreError, ValueError) as exc:
+            failures.append(f"{host}:{port}: {exc}")
+            continue
+        if not every:
+            return line
+        if line:
+            lines.append(line)
+    if every:
+        return "; ".join(lines)
+    raise RepairError("; ".join(failures))
+
+
+async def _repair(store: CommitLogStore, damaged: DamagedRange, client: BrokerClient) -> str:
+    data, _ = await _read(client, damaged.start, damaged.end, store.config.mapped_file_size)
+    if len(data) != damaged.end - damaged.start:
+        raise RepairError(
+            f"damaged range {damaged}: the replica's records end at "
+            f"{damaged.start + len(data)}, not at the range's end (not the same log?)"
         )
-        if answer.code != ResponseCode.SUCCESS:
+    try:
+        count = store.repair(damaged, data)
+    except ValueError as exc:  # CorruptRecordError is one
+        raise RepairError(f"damaged range {damaged} not repaired: {exc}") from exc
+    return f"repaired {damaged} from {_name(client)}: {count} record(s)"
+
+
+async def _refill_tail(store: CommitLogStore, client: BrokerClient) -> str:
+    """Take the records a replica holds past the store's end (nothing when it holds none)."""
+    start = store.max_offset
+    bounds = await _answer(client, {"offset": store.min_offset, "maxBytes": 0})
+    replica_end = int(bounds.fields.get("maxOffset", 0) or 0)
+    if replica_end <= start:
+        return ""
+    file_size = store.config.mapped_file_size
+    if start > 0:  # the replica's bytes just before our end must be ours
+        low = max(start - 4096, int(bounds.fields.get("minOffset", 0) or 0))
+        seen = await _answer(client, {"offset": low, "maxBytes": start - low, "seek": "true"})
+        at = int(seen.fields.get("offset", low) or low)
+        theirs = bytes(seen.body or b"")
+        if theirs and bytes(store.read(at, len(theirs))) != theirs:
             raise RepairError(
-                f"damaged range {damaged}: {client.address[0]}:{client.address[1]} refused "
-                f"offset {position}: {answer.remark or answer.code}"
+                f"its log differs from this master's before {start} (at {at}): not the same log"
             )
+    position = start
+    while position < replica_end:
+        data, _ = await _read(client, position, replica_end, file_size, once=True)
+        if not data:
+            break
+        store.append_raw(position, data)
+        if store.max_offset != position + len(data):
+            error = store.dispatch_error
+            raise RepairError(f"its records at {position} failed validation: {error}")
+        position += len(data)
+    return f"took {position - start} bytes past {start} (a lost tail) from {_name(client)}"
+
+
+async def _answer(client: BrokerClient, fields: dict[str, object]) -> RemotingCommand:
+    answer = await client.invoke(RemotingCommand.request(HanetRequestCode.HANET_READ_LOG, fields))
+    if answer.code != ResponseCode.SUCCESS:
+        raise RepairError(f"{_name(client)} refused {fields}: {answer.remark or answer.code}")
+    return answer
+
+
+def _name(client: BrokerClient) -> str:
+    return f"{client.address[0]}:{client.address[1]}"
+
+
+async def _read(
+    client: BrokerClient, start: int, end: int, file_size: int, *, once: bool = False
+) -> tuple[bytes, int]:
+    """The replica's bytes of ``[start, end)`` as whole records (a file's blank tail rebuilt
+    as the writer makes it), stopping early where the replica has no record; with ``once``,
+    one answer's worth. Returns the bytes and where they end."""
+    data = bytearray()
+    position = start
+    while position < end:
+        answer = await _answer(
+            client, {"offset": position, "maxBytes": min(_CHUNK, end - position)}
+        )
         body = bytes(answer.body or b"")
         data += body
         position += len(body)
         reason = answer.fields.get("stopReason")
         stop = int(answer.fields.get("stopOffset", -1) or -1)
-        if reason == "blank" and stop == position:  # a file's blank tail: as the writer makes it
+        if reason == "blank" and stop == position:
             blank = int(answer.fields.get("blankSize", 0) or 0)
-            if blank <= 0 or (position + blank) % file_size:
-                raise RepairError(f"damaged range {damaged}: a bad blank record at {position}")
+            if blank < 8 or (position + blank) % file_size:
+                raise RepairError(f"{_name(client)}: a bad blank record at {position}")
             data += encode_blank(blank) + bytes(blank - 8)
             position += blank
         elif not body:
-            why = answer.fields.get("stopDetail") or reason or "no data"
-            raise RepairError(
-                f"damaged range {damaged}: the replica has no intact record at {position} ({why})"
-            )
-    if position != damaged.end:
-        raise RepairError(
-            f"damaged range {damaged}: the replica's records end at {position}, not at the "
-            "range's end (it does not hold the same log)"
-        )
-    return bytes(data)
+            break
+        if once:
+            break
+    return bytes(data), position
