@@ -19,11 +19,11 @@ from functools import partial
 
 import attrs
 
+from ._codec import MIN_RECORD_SIZE
 from ._damage import DamagedRange, next_valid_record
 from ._errors import CorruptRecordError
 from ._index import scan_totals
 from ._judge import StopKind, judge_stop
-from ._codec import MIN_RECORD_SIZE
 from ._mapped_file import MappedFile
 from ._mapped_queue import MappedFileQueue
 from ._scanner import ScanStop, StopReason, decode_record
