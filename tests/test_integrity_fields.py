@@ -205,6 +205,8 @@ async def test_the_master_pushes_nothing_from_the_damaged_record(
     received, master = await push_all(store)
     assert len(received) == bad
     assert f"corrupt record at offset {bad}" in master.status().closed[0].state
+    (damaged_range,) = store.damage.ranges  # marked: named, refused, repairable
+    assert damaged_range.start == bad and store.statistics().damaged
 
 
 async def push_all(store: CommitLogStore) -> tuple[bytearray, HAMaster]:

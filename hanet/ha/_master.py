@@ -458,8 +458,13 @@ class _SlaveConnection(ChannelInboundHandler):
     async def _stop_at_corrupt_record(
         self, ctx: HandlerContext, exc: CorruptRecordError, last_write: WriteFuture | None
     ) -> None:
-        """Never push a bad record: let the valid bytes already written go out, then close."""
+        """Never push a bad record: let the valid bytes already written go out, then close.
+        The bad bytes are marked damaged in the store (named in status, refused, repairable
+        from a slave that holds them)."""
         reason = f"corrupt record at offset {exc.offset}: {exc.reason}"
+        damaged = self.master.store.mark_damaged(exc.offset, exc.reason)
+        if damaged is not None and str(damaged) not in reason:
+            reason += f" (damaged range {damaged})"
         log.error(
             "slave %s: %s; the master's commit log is damaged there, transfer stopped at %d",
             self.address,

@@ -19,7 +19,7 @@ import attrs
 from ._codec import BLANK_MAGIC, BLANK_RECORD_SIZE, MAGIC_V1, MAGIC_V2, MIN_RECORD_SIZE
 from ._index import scan_index
 
-__all__ = ["DAMAGE_FILE", "DamageLedger", "DamagedRange", "next_valid_record"]
+__all__ = ["DAMAGE_FILE", "DamageLedger", "DamagedRange", "damage_end", "next_valid_record"]
 
 DAMAGE_FILE = "damaged.json"
 """The ledger's file name in the store directory."""
@@ -169,6 +169,16 @@ def next_valid_record(
                 return candidate
         position += _CHUNK
     return None
+
+
+def damage_end(view: memoryview, offset: int, base_offset: int, data_end: int) -> int:
+    """Where damage found at ``offset`` in a file mapped from ``base_offset`` ends: at the
+    next valid record (or blank record ending the file), else at the file's end or
+    ``data_end``, whichever comes first."""
+    found = next_valid_record(view, offset - base_offset + 1, base_offset)
+    if found is not None:
+        return min(base_offset + found, data_end)
+    return min(base_offset + len(view), data_end)
 
 
 def _find_all(data: bytes, needle: bytes) -> Iterator[int]:

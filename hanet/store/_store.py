@@ -74,7 +74,7 @@ from ._config import (
     StoreStatistics,
 )
 from ._consume_queue import CQ_BLANK_SIZE, CQ_ENTRY_SIZE, ConsumeQueue
-from ._damage import DamagedRange, DamageLedger
+from ._damage import DamagedRange, DamageLedger, damage_end
 from ._errors import (
     CorruptRecordError,
     CreateMappedFileError,
@@ -359,6 +359,23 @@ class CommitLogStore:
     def damaged(self, start: int, end: int) -> DamagedRange | None:
         """The first damaged range sharing a byte with ``[start, end)``, or None."""
         return self.damage.find(start, end) if self.damage else None
+
+    def mark_damaged(self, offset: int, reason: str) -> DamagedRange | None:
+        """The record at ``offset`` failed its checks on a read (an HA transfer): mark it and
+        what follows up to the next valid record (or its file's end) damaged, persisted, so
+        that it is named and refused and can be repaired; returns the range (the one already
+        marked when ``offset`` is in one), None when ``offset`` is outside the data."""
+        known = self.damaged(offset, offset + 1)
+        mapped = self.commit_log.find(offset)
+        if known is not None or mapped is None or not offset < self.max_offset:
+            return known
+        end = damage_end(mapped.view, offset, mapped.start_offset, self.max_offset)
+        damaged = DamagedRange(offset, end, reason)
+        logger.error(
+            "%s: commit log bytes %s fail their checks: marked damaged", self.root, damaged
+        )
+        self.damage.add(damaged)
+        return damaged
 
     def repair(self, damaged: DamagedRange, data: bytes) -> int:
         """Write ``data``, a replica's intact copy, over ``damaged``: see
