@@ -40,7 +40,7 @@ import trio
 
 from hanet.client import BrokerClient, BrokerError, PutStatus
 from hanet.store import CommitLogReader, list_mapped_files
-from hanet.testing import free_ports
+from hanet.testing import flip_store_byte, free_ports
 
 FILE = 1024 * 1024
 FAST = [
@@ -188,17 +188,8 @@ def flip_a_record(store: Path, rng: random.Random) -> int | None:
     if len(offsets) < 4:
         return None
     offset = rng.choice(offsets[len(offsets) // 2 : -1])
-    flip_byte(store, offset + 88)  # the body's first byte (IPv4 hosts: an 88-byte header)
+    flip_store_byte(store, offset + 88, FILE)  # the body's first byte (IPv4: 88-byte header)
     return offset
-
-
-def flip_byte(store: Path, where: int) -> None:
-    path = store / "commitlog" / f"{where - where % FILE:020d}"
-    with path.open("r+b") as f:
-        f.seek(where % FILE)
-        byte = f.read(1)[0]
-        f.seek(where % FILE)
-        f.write(bytes([byte ^ 0x01]))
 
 
 def lose_tail(store: Path, rng: random.Random) -> int:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import shutil
 import struct
 import zlib
 from collections.abc import Iterator
@@ -494,3 +495,28 @@ def test_a_damaged_last_record_is_kept_after_a_clean_stop_cut_after_a_crash(
         else:  # a replica may hold it: kept and named, so no slave is told to drop its copy
             assert reopened.max_offset == end
             assert [(r.start, r.end) for r in reopened.damage.ranges] == [(entry[0], end)]
+
+
+def test_a_record_lost_before_its_dispatch_leaves_a_gap_that_a_repair_fills(
+    tmp_path: Path,
+) -> None:
+    store = open_store(tmp_path / "master")
+    put(store, 60)
+    entry = store.consume_queue_entry("Orders", 0, 15)
+    assert entry is not None
+    good = log_bytes(store, entry[0], entry[0] + entry[1])
+    flip(store, entry[0], "queue offset")
+    store.close()
+    shutil.rmtree(tmp_path / "master" / "consumequeue")  # rebuilt from the commit log
+    with open_store(tmp_path / "master") as reopened:
+        (damaged_range,) = reopened.damage.ranges
+        assert reopened.dispatch_error is None  # the gap is the damage's, not a bad field
+        assert reopened.consume_queue_entry("Orders", 0, 15) == (0, 0x7FFFFFFF, 0)
+        assert reopened.max_queue_offset("Orders", 0) == 30
+        with pytest.raises(CorruptRecordError) as info:
+            serve_pull(reopened, "Orders", 0, 15, 1)  # refused, not skipped
+        assert str(damaged_range) in info.value.reason
+        assert reopened.put(Message("Orders", b"after", queue_id=0)).ok
+        assert reopened.repair(damaged_range, good) == 1
+        assert reopened.consume_queue_entry("Orders", 0, 15) == entry
+        assert len(serve_pull(reopened, "Orders", 0, 15, 1).records) == 1

@@ -4,7 +4,6 @@ broker port (HANET_READ_LOG) before it serves: the two logs end byte-identical."
 
 from __future__ import annotations
 
-import os
 import signal
 import sys
 from pathlib import Path
@@ -13,6 +12,8 @@ import pytest
 import trio
 from test_cli_processes import (
     FILE,
+    Cluster,
+    Proc,
     _truthy,
     assert_identical,
     cluster,
@@ -25,6 +26,7 @@ from test_cli_processes import (
 )
 
 from hanet.store import CommitLogReader
+from hanet.testing import flip_store_byte
 
 pytestmark = pytest.mark.slow
 
@@ -33,27 +35,24 @@ def flip_a_body_byte(store: Path, index: int) -> int:
     """Flip the first body byte of the ``index``-th record of ``store``; its offset."""
     reader = CommitLogReader(store / "commitlog", FILE)
     offset = next(o for i, (o, _) in enumerate(reader.records()) if i == index)
-    where = offset + 88
-    path = store / "commitlog" / f"{where - where % FILE:020d}"
-    with path.open("r+b") as f:
-        f.seek(where % FILE)
-        byte = f.read(1)[0]
-        f.seek(where % FILE)
-        f.write(bytes([byte ^ 0x01]))
-        f.flush()
-        os.fsync(f.fileno())
+    flip_store_byte(store, offset + 88, FILE)  # the body's first byte (IPv4: 88-byte header)
     return offset
+
+
+async def replicated(c: Cluster) -> tuple[Proc, Proc, int]:
+    """A master and its slave holding the same 1500 messages; the master's max offset."""
+    master = await c.master("master", "--full-sync")
+    slave = await c.slave(master)
+    await wait_for(lambda: _truthy(connected_slaves(master)))
+    async with connect(master) as client:
+        assert await put_many(client, 1500) == 1500
+    await wait_for(lambda: in_sync(master, slave))
+    return master, slave, (await status_of(master)).max_offset
 
 
 async def test_a_master_repairs_a_damaged_record_from_its_slave(tmp_path: Path) -> None:
     async with cluster(tmp_path) as c:
-        master = await c.master("master", "--full-sync")
-        slave = await c.slave(master)
-        await wait_for(lambda: _truthy(connected_slaves(master)))
-        async with connect(master) as client:
-            assert await put_many(client, 1500) == 1500
-        await wait_for(lambda: in_sync(master, slave))
-        end = (await status_of(master)).max_offset
+        master, slave, end = await replicated(c)
         assert await c.stop(master) == 0
         assert await c.stop(slave) == 0
         bad = flip_a_body_byte(tmp_path / "master", 700)
@@ -80,13 +79,7 @@ async def test_a_master_repairs_a_damaged_record_from_its_slave(tmp_path: Path) 
 
 async def test_a_master_that_lost_its_tail_takes_it_back_from_its_slave(tmp_path: Path) -> None:
     async with cluster(tmp_path) as c:
-        master = await c.master("master", "--full-sync")
-        slave = await c.slave(master)
-        await wait_for(lambda: _truthy(connected_slaves(master)))
-        async with connect(master) as client:
-            assert await put_many(client, 1500) == 1500
-        await wait_for(lambda: in_sync(master, slave))
-        end = (await status_of(master)).max_offset
+        master, slave, end = await replicated(c)
         assert await c.stop(master, signal.SIGKILL) == -signal.SIGKILL
         # pages never written back: the last 3000 bytes of the master's data are zeros
         path = tmp_path / "master" / "commitlog" / f"{end - end % FILE:020d}"

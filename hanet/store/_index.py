@@ -244,29 +244,10 @@ _new_tuple = tuple.__new__
 def _wrap_native(
     scan: Callable[..., tuple[int, int, str, int, int, bytes]],
 ) -> ScanFunction:
-    def native_scan(
-        buf: Buffer,
-        start: int = 0,
-        end: int | None = None,
-        base_offset: int = 0,
-        limit: int | None = None,
-        *,
-        check_crc: bool = True,
-        check_physical_offset: bool = False,
-    ) -> ScanResult:
-        """``hanet.store._speedups.scan``: :func:`scan_index_py` in C, same output."""
-        return _new_tuple(
-            ScanResult,
-            scan(
-                buf,
-                start,
-                end,
-                base_offset,
-                limit,
-                check_crc=check_crc,
-                check_physical_offset=check_physical_offset,
-            ),
-        )
+    def native_scan(*args: Any, **flags: Any) -> ScanResult:
+        """``hanet.store._speedups.scan``: :func:`scan_index_py` in C (same signature, the
+        flags keyword-only there too), same output."""
+        return _new_tuple(ScanResult, scan(*args, **flags))
 
     return native_scan
 

@@ -1297,7 +1297,7 @@ class CommitLogStore:
                 high = queue.max_queue_offset
                 if key not in floors:
                     highs[tid, queue_id] = floors[key] = high
-                queue_disagreement(queue, first, packed, view, base)  # raises QueueMismatch
+                queue_disagreement(queue, first, packed, view, base, self.damage)  # may raise
                 if first < high:  # already (partly) in the queue: skip what it holds
                     if first + count <= high:
                         continue
