@@ -520,3 +520,14 @@ def test_a_record_lost_before_its_dispatch_leaves_a_gap_that_a_repair_fills(
         assert reopened.repair(damaged_range, good) == 1
         assert reopened.consume_queue_entry("Orders", 0, 15) == entry
         assert len(serve_pull(reopened, "Orders", 0, 15, 1).records) == 1
+
+
+def test_a_damaged_range_goes_with_its_file(tmp_path: Path) -> None:
+    store, _, _ = reopened_with_damage(tmp_path, "body")
+    with store:
+        (damaged_range,) = store.damage.ranges
+        put(store, 60)  # into a second file
+        store.flush()
+        assert store.commit_log.files[0].end_offset > damaged_range.end
+        assert store.delete_first_commit_log_file()  # the damaged range's file
+        assert not store.damage.ranges and not (store.root / "damaged.json").exists()

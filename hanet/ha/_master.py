@@ -367,8 +367,9 @@ class _SlaveConnection(ChannelInboundHandler):
             advice = (
                 f"the master's log ends at {high}, this slave's at {offset}: the slave is ahead "
                 f"by {offset - high} bytes: it holds data this master lost (acknowledged "
-                "messages, possibly); keep that copy: make the slave the master, or stop this "
-                f"master and give it the slave's commit log from {high} on. Only if those bytes "
+                "messages, possibly); keep that copy: make the slave the master, or restart this "
+                "master with `hanet master --repair-from SLAVE_BROKER_PORT` (it takes the lost "
+                f"tail back from the slave, checked). Only if those bytes "
                 f"were never acknowledged: `hanet slave --truncate-to {high}` (if the master took "
                 "no puts since it lost its tail) or `hanet slave --resync` throw them away to "
                 "follow this master"

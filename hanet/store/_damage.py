@@ -99,6 +99,13 @@ class DamageLedger:
             self._ranges = ranges
             self._save()
 
+    def forget_below(self, offset: int) -> None:
+        """Forget ranges that end at or below ``offset`` (their file was deleted)."""
+        ranges = [r for r in self._ranges if r.end > offset]
+        if len(ranges) != len(self._ranges):
+            self._ranges = ranges
+            self._save()
+
     def find(self, start: int, end: int) -> DamagedRange | None:
         """The first damaged range sharing a byte with ``[start, end)``, or None."""
         for r in self._ranges:

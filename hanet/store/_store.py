@@ -700,6 +700,7 @@ class CommitLogStore:
         low = self.commit_log.min_offset
         for queue in self._queues.values():
             queue.correct_min_offset(low)
+        self.damage.forget_below(low)  # deleted with its file
         return True
 
     def clean_consume_queue(self, topic: str, queue_id: int, *, force: bool = False) -> int:
