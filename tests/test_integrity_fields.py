@@ -531,3 +531,21 @@ def test_a_damaged_range_goes_with_its_file(tmp_path: Path) -> None:
         assert store.commit_log.files[0].end_offset > damaged_range.end
         assert store.delete_first_commit_log_file()  # the damaged range's file
         assert not store.damage.ranges and not (store.root / "damaged.json").exists()
+
+
+def test_a_repair_indexes_the_keys_the_index_lost_with_the_damage(tmp_path: Path) -> None:
+    store = open_store(tmp_path / "master")
+    for i in range(40):
+        message = Message("Orders", b"%05d" % i * 20, properties={"KEYS": f"key-{i}"})
+        assert store.put(message).ok
+    bad = store.query_index("Orders", "key-20", 8, 0, 2**62)[0][0]
+    good = log_bytes(store, bad, bad + store.read_record(bad).size)
+    flip(store, bad, "body")
+    store.close()
+    shutil.rmtree(tmp_path / "master" / "index")  # rebuilt from the log, past the damage
+    with open_store(tmp_path / "master") as reopened:
+        (damaged_range,) = reopened.damage.ranges
+        assert reopened.query_index("Orders", "key-20", 8, 0, 2**62)[0] == []
+        assert reopened.query_index("Orders", "key-21", 8, 0, 2**62)[0] != []
+        assert reopened.repair(damaged_range, good) == 1
+        assert reopened.query_index("Orders", "key-20", 8, 0, 2**62)[0] == [bad]

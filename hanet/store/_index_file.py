@@ -677,6 +677,31 @@ class IndexService:
             self.error = None
         return self.indexed_offset >= end
 
+    def index_repaired(self, view: memoryview, base: int, rows: bytes) -> int:
+        """Index the records of ``rows`` (a scan of ``view``, whose byte 0 is at offset
+        ``base``) just written over a repaired damaged range, below :attr:`indexed_offset`:
+        those none of whose keys the index holds at their offset yet (records indexed before
+        they were damaged are not added twice). Returns how many records were indexed."""
+        missing = bytearray()
+        for row in ROW.iter_unpack(rows):
+            offset, t_start, t_length = row[0], row[6], row[7]
+            at = t_start + t_length + 2
+            keys = _raw_keys(bytes(view[at : at + _U16.unpack_from(view, at - 2)[0]]))
+            topic = str(view[t_start : t_start + t_length], "utf-8")
+            if keys and all(
+                offset not in self.query(topic, key, self.max_batch, 0, 2**63 - 1)[0]
+                for key in keys
+            ):
+                missing += ROW.pack(*row)
+        if missing:
+            indexed, skip = self.indexed_offset, self._skip
+            self.indexed_offset = self._skip = 0  # below it, on purpose
+            try:
+                self._index_rows(view, base, bytes(missing))
+            finally:
+                self.indexed_offset, self._skip = indexed, skip
+        return len(missing) // ROW.size
+
     def _index_rows(self, view: memoryview, base: int, rows: bytes) -> bool:
         """Index the keys of the records of ``rows`` (one scan window), in one batch."""
         prefixes: dict[int, tuple[int, int]] = {}  # topic id -> hash and length of "topic#"

@@ -41,6 +41,7 @@ def repair_range(store: CommitLogStore, damaged: DamagedRange, data: bytes) -> i
     file_size = store.config.mapped_file_size
     view = memoryview(data)
     rows: list[tuple[tuple[int, ...], str]] = []
+    scans: list[tuple[memoryview, int, bytes]] = []  # (segment, its offset, its rows)
     position = start
     while position < end:  # one file at a time: a range may go on in the next file
         file_end = position - position % file_size + file_size
@@ -57,6 +58,7 @@ def repair_range(store: CommitLogStore, damaged: DamagedRange, data: bytes) -> i
             (row, str(segment[row[6] : row[6] + row[7]], "utf-8"))
             for row in ROW.iter_unpack(result.rows)
         )
+        scans.append((segment, position, result.rows))
         position = min(end, file_end)
     position = start
     while position < end:
@@ -75,5 +77,8 @@ def repair_range(store: CommitLogStore, damaged: DamagedRange, data: bytes) -> i
         entry = queue.get(queue_offset)
         if entry is not None and entry[1] == CQ_BLANK_SIZE:  # the gap dispatch left
             queue.fill_blank(queue_offset, physical, size, tags_hash)
+    if store.index is not None:  # keys the index lost with the damage (none added twice)
+        for segment, base, segment_rows in scans:
+            store.index.index_repaired(segment, base, segment_rows)
     store.damage.remove(damaged)
     return len(rows)
