@@ -97,3 +97,17 @@ async def test_a_master_that_lost_its_tail_takes_it_back_from_its_slave(tmp_path
         assert await c.stop(master) == 0
         assert await c.stop(slave) == 0
     assert_identical(tmp_path)
+
+
+async def test_a_slave_repairs_a_damaged_record_from_its_master(tmp_path: Path) -> None:
+    async with cluster(tmp_path) as c:
+        master, slave, end = await replicated(c)
+        assert await c.stop(slave) == 0
+        bad = flip_a_body_byte(tmp_path / "slave", 900)
+        slave = await c.slave(master, "slave", "--repair-from", master.ready["broker"])
+        assert f"repaired [{bad}, " in slave.text()
+        status = await status_of(slave)
+        assert status.max_offset == end and not status.damaged_ranges
+        assert await c.stop(slave) == 0
+        assert await c.stop(master) == 0
+    assert_identical(tmp_path)

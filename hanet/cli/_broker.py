@@ -369,6 +369,11 @@ def register(subparsers: Any) -> None:
         "--resync", action="store_true",
         help="first delete the store's commit log and consume queues: start over as a new slave",
     )  # fmt: skip
+    parser.add_argument(
+        "--repair-from", default=None, metavar="HOST:PORT",
+        help="first repair the store's damaged ranges from the master's (or another replica's) "
+        "broker port (HANET_READ_LOG): each record checked before it is written",
+    )  # fmt: skip
     _add_flags(parser, _COMMON_FLAGS + _SLAVE_FLAGS)
     _add_service_flags(parser)
     parser.set_defaults(func=signed_verb(run_slave))
@@ -459,12 +464,19 @@ async def run_master(args: argparse.Namespace) -> int:
     except (ConfigError, ValueError) as exc:
         return fail(str(exc))
     if args.repair_from is not None:
-        store_config = _store_config(config, StoreRole.MASTER)
-        try:
-            await repair_from(store_config, config.store_path_root_dir, args.repair_from)
-        except (RepairError, StoreError, HanetError) as exc:
-            return fail(str(exc))
+        code = await _repair(config, StoreRole.MASTER, args.repair_from)
+        if code:
+            return code
     return await _serve(broker, args.ready_file)
+
+
+async def _repair(config: BrokerConfig, role: StoreRole, replicas: str) -> int:
+    """``--repair-from``: repair the store before the broker opens it (0, or a failure)."""
+    try:
+        await repair_from(_store_config(config, role), config.store_path_root_dir, replicas)
+    except (RepairError, StoreError, HanetError) as exc:
+        return fail(str(exc))
+    return EXIT_OK
 
 
 def _store_config(config: BrokerConfig, role: StoreRole) -> StoreConfig:
@@ -515,4 +527,8 @@ async def run_slave(args: argparse.Namespace) -> int:
             _prepare_slave_store(config, args.truncate_to, args.resync)
         except (StoreError, ValueError) as exc:
             return fail(str(exc))
+    if args.repair_from is not None:
+        code = await _repair(config, StoreRole.SLAVE, args.repair_from)
+        if code:
+            return code
     return await _serve(broker, args.ready_file)
