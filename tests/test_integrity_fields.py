@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import shutil
 import struct
 import zlib
@@ -39,12 +38,12 @@ from hanet.store import (
     StoreRole,
     decode_record,
     encode_record,
-    file_name,
     native_scan,
     record_crc,
     scan_index_py,
     scan_records,
 )
+from hanet.testing import flip_store_byte
 
 FILE = 16384
 REPORT = struct.Struct(">q")
@@ -107,15 +106,7 @@ def field_position(record: MessageRecord, field: str) -> tuple[int, int]:
 def flip(store: CommitLogStore, offset: int, field: str) -> None:
     """Flip bits of ``field`` of the record at ``offset`` on disk (the mapping sees it)."""
     position, mask = field_position(store.read_record(offset), field)
-    where = offset + position
-    path = store.root / "commitlog" / file_name(where - where % FILE)
-    with path.open("r+b") as f:
-        f.seek(where % FILE)
-        byte = f.read(1)[0]
-        f.seek(where % FILE)
-        f.write(bytes([byte ^ mask]))
-        f.flush()
-        os.fsync(f.fileno())
+    flip_store_byte(store.root, offset + position, FILE, mask)
 
 
 def log_bytes(store: CommitLogStore, start: int, end: int) -> bytes:
