@@ -35,6 +35,7 @@ from hanet.store import (
     Message,
     MessageRecord,
     StoreConfig,
+    StoreLayoutError,
     StoreRole,
     decode_record,
     encode_record,
@@ -540,3 +541,10 @@ def test_a_repair_indexes_the_keys_the_index_lost_with_the_damage(tmp_path: Path
         assert reopened.query_index("Orders", "key-21", 8, 0, 2**62)[0] != []
         assert reopened.repair(damaged_range, good) == 1
         assert reopened.query_index("Orders", "key-20", 8, 0, 2**62)[0] == [bad]
+
+
+def test_a_malformed_damage_file_is_a_clear_error(tmp_path: Path) -> None:
+    open_store(tmp_path / "master").close()
+    (tmp_path / "master" / "damaged.json").write_text("{not json")
+    with pytest.raises(StoreLayoutError, match=r"damaged\.json: not a list of damaged ranges"):
+        open_store(tmp_path / "master")

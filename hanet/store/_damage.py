@@ -17,6 +17,7 @@ from pathlib import Path
 import attrs
 
 from ._codec import BLANK_MAGIC, BLANK_RECORD_SIZE, MAGIC_V1, MAGIC_V2, MIN_RECORD_SIZE
+from ._errors import StoreLayoutError
 from ._index import scan_index
 
 __all__ = ["DAMAGE_FILE", "DamageLedger", "DamagedRange", "damage_end", "next_valid_record"]
@@ -49,13 +50,21 @@ class DamageLedger:
     (written whole to a temporary file, fsynced, then renamed over it)."""
 
     def __init__(self, directory: Path | None) -> None:
+        """Raises:
+        StoreLayoutError: the file is there but is not a list of ranges."""
         self.path = None if directory is None else directory / DAMAGE_FILE
         self._ranges: list[DamagedRange] = []
         if self.path is not None and self.path.exists():
-            entries = json.loads(self.path.read_text() or "[]")
-            self._ranges = sorted(
-                DamagedRange(int(e["start"]), int(e["end"]), str(e["reason"])) for e in entries
-            )
+            try:
+                entries = json.loads(self.path.read_text() or "[]")
+                self._ranges = sorted(
+                    DamagedRange(int(e["start"]), int(e["end"]), str(e["reason"])) for e in entries
+                )
+            except (ValueError, KeyError, TypeError) as exc:
+                raise StoreLayoutError(
+                    f"{self.path}: not a list of damaged ranges ({exc!r}); it names the commit "
+                    "log ranges that failed their checks: fix or remove it to go on"
+                ) from None
 
     @property
     def ranges(self) -> tuple[DamagedRange, ...]:
