@@ -26,7 +26,7 @@ from test_cli_processes import (
 )
 
 from hanet.store import CommitLogReader
-from hanet.testing import flip_store_byte
+from hanet.testing import flip_store_byte, free_ports
 
 pytestmark = pytest.mark.slow
 
@@ -111,3 +111,27 @@ async def test_a_slave_repairs_a_damaged_record_from_its_master(tmp_path: Path) 
         assert await c.stop(slave) == 0
         assert await c.stop(master) == 0
     assert_identical(tmp_path)
+
+
+async def test_a_serving_master_repairs_damage_found_in_a_transfer_from_its_slave(
+    tmp_path: Path,
+) -> None:
+    (port,) = free_ports(1)
+    async with cluster(tmp_path) as c:
+        master = await c.master("master", "--full-sync", "--repair-from", f"127.0.0.1:{port}")
+        first = await c.slave(master, "slave", "--listen", f"127.0.0.1:{port}")
+        await wait_for(lambda: _truthy(connected_slaves(master)))
+        async with connect(master) as client:
+            assert await put_many(client, 1500) == 1500
+        await wait_for(lambda: in_sync(master, first))
+        bad = flip_a_body_byte(tmp_path / "master", 300)  # under the running master
+        # a new slave reads from 0: the master finds the damage, marks it, repairs it from
+        # the first slave and goes on; the new slave gets every byte
+        second = await c.slave(master, "slave2")
+        await wait_for(lambda: in_sync(master, first, second), 30)
+        assert f"repaired [{bad}, " in master.text()
+        assert not (await status_of(master)).damaged_ranges
+        for proc in (second, first, master):
+            assert await c.stop(proc) == 0
+    assert_identical(tmp_path)
+    assert_identical(tmp_path, slave="slave2")

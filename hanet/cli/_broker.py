@@ -41,8 +41,10 @@ from hanet.broker import (
     Broker,
     BrokerAddresses,
     ConfigFileError,
+    RepairError,
     load_properties,
     parse_properties,
+    repair_store,
 )
 from hanet.errors import ConfigError, HanetError
 from hanet.ha import BrokerConfig, BrokerRole, HASlave
@@ -56,7 +58,6 @@ from hanet.store import (
 )
 
 from ._credentials import add_credentials, signed_verb
-from ._repair import RepairError, repair_from
 from ._support import (
     EXIT_OK,
     fail,
@@ -460,7 +461,7 @@ async def run_master(args: argparse.Namespace) -> int:
         config = build_config(args)
         if config.broker_role is BrokerRole.SLAVE:
             raise ConfigError("hanet master cannot run the SLAVE role (use hanet slave)")
-        broker = Broker(config)
+        broker = Broker(config, repair_from=args.repair_from)
     except (ConfigError, ValueError) as exc:
         return fail(str(exc))
     if args.repair_from is not None:
@@ -473,7 +474,7 @@ async def run_master(args: argparse.Namespace) -> int:
 async def _repair(config: BrokerConfig, role: StoreRole, replicas: str) -> int:
     """``--repair-from``: repair the store before the broker opens it (0, or a failure)."""
     try:
-        await repair_from(_store_config(config, role), config.store_path_root_dir, replicas)
+        await repair_store(_store_config(config, role), config.store_path_root_dir, replicas)
     except (RepairError, StoreError, HanetError) as exc:
         return fail(str(exc))
     return EXIT_OK

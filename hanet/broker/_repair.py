@@ -1,8 +1,10 @@
-"""``hanet master --repair-from HOST:PORT[,HOST:PORT...]``: repair the damaged ranges of a
-master's commit log, and a tail it lost, from replicas that hold them intact.
+"""Repairing a store from replicas (``--repair-from HOST:PORT[,HOST:PORT...]``): its damaged
+ranges, and a tail it lost, from replicas that hold them intact.
 
-Before the broker starts, the master's store is opened (recovery marks what is damaged, see
-``hanet.store``), and each damaged range is read from the replica's broker port with hanet's
+Before the broker starts (:func:`repair_store`), the store is opened (recovery marks what is
+damaged, see ``hanet.store``); while a master runs (:func:`auto_repair`), a range marked on the
+way (a record that failed its checks in an HA transfer) is repaired as soon as a replica serves
+it. Each damaged range is read from the replica's broker port with hanet's
 HANET_READ_LOG request (30003), a chunk at a time (whole records; a file's blank tail is
 rebuilt from the answer's stop). :meth:`~hanet.store.CommitLogStore.repair` then checks every
 fetched record fully and that the bytes fit the range exactly before it writes them over the
@@ -13,7 +15,7 @@ A master that lost the tail of its log (a crash before it flushed) while a repli
 takes the replica's records from its own end on, validated as a slave validates them
 (``append_raw``), after checking that the replica's bytes just before that end are its own (the
 replica holds the same log, not another one): no acknowledged message stays lost, and no slave
-is left ahead of its master.
+is left ahead of its master (before the broker starts only: a serving master takes puts).
 """
 
 from __future__ import annotations
@@ -23,14 +25,16 @@ from collections.abc import Awaitable, Callable
 from functools import partial
 from pathlib import Path
 
+import trio
+
 from hanet.client import BrokerClient, BrokerError
 from hanet.errors import HanetError
 from hanet.protocol import HanetRequestCode, RemotingCommand, ResponseCode
 from hanet.store import CommitLogStore, DamagedRange, StoreConfig, StoreError, encode_blank
 
-__all__ = ["RepairError", "repair_from"]
+__all__ = ["RepairError", "auto_repair", "repair_damage", "repair_store"]
 
-log = logging.getLogger("hanet.cli.repair")
+log = logging.getLogger("hanet.broker.repair")
 
 _CHUNK = 4 * 1024 * 1024
 
@@ -39,27 +43,60 @@ class RepairError(HanetError):
     """A damaged range could not be repaired (the reason names it)."""
 
 
-async def repair_from(store_config: StoreConfig, root: Path, addresses: str) -> list[str]:
-    """Repair every damaged range of the store at ``root``, then refill a lost tail, from the
-    broker ports ``addresses`` (``HOST:PORT,...``, tried in turn); one line per repair.
+async def repair_store(store_config: StoreConfig, root: Path, addresses: str) -> list[str]:
+    """Open the store at ``root``, repair every damaged range, then refill a lost tail, from
+    the broker ports ``addresses`` (``HOST:PORT,...``, tried in turn); one line per repair.
 
     Raises:
         RepairError: a range no replica could serve intact, or a bad address (nothing of that
             range was written; earlier repairs stay).
     """
+    replicas = _replicas(addresses)
+    with CommitLogStore.open(root, store_config) as store:
+        done = await repair_damage(store, addresses)
+        tail = await _from_any(replicas, partial(_refill_tail, store), every=True)
+        if tail:
+            log.warning("%s: %s", root, tail)
+            done.append(tail)
+    return done
+
+
+async def repair_damage(store: CommitLogStore, addresses: str) -> list[str]:
+    """Repair every damaged range of the open ``store`` from ``addresses`` (tried in turn);
+    one line per range repaired.
+
+    Raises:
+        RepairError: as :func:`repair_store`.
+    """
+    replicas = _replicas(addresses)
+    done: list[str] = []
+    for damaged in store.damage.ranges:
+        line = await _from_any(replicas, partial(_repair, store, damaged))
+        log.warning("%s: %s", store.root, line)
+        done.append(line)
+    return done
+
+
+async def auto_repair(store: CommitLogStore, addresses: str, interval: float) -> None:
+    """Every ``interval`` seconds, repair the damaged ranges of a serving ``store`` from
+    ``addresses`` (a range no replica serves yet is tried again later). Runs until
+    cancelled."""
+    _replicas(addresses)  # a bad address fails now, not every round
+    while True:
+        await trio.sleep(interval)
+        if not store.damage:
+            continue
+        try:
+            await repair_damage(store, addresses)
+        except RepairError as exc:
+            log.warning("%s: damaged ranges not repaired yet: %s", store.root, exc)
+
+
+def _replicas(addresses: str) -> list[tuple[str, int]]:
     replicas = [_split(a.strip()) for a in addresses.split(",") if a.strip()]
     if not replicas:
         raise RepairError("--repair-from: no replica address (HOST:PORT,...)")
-    done: list[str] = []
-    with CommitLogStore.open(root, store_config) as store:
-        for damaged in store.damage.ranges:
-            done.append(await _from_any(replicas, partial(_repair, store, damaged)))
-        tail = await _from_any(replicas, partial(_refill_tail, store), every=True)
-        if tail:
-            done.append(tail)
-    for line in done:
-        log.warning("%s: %s", root, line)
-    return done
+    return replicas
 
 
 def _split(address: str) -> tuple[str, int]:
