@@ -90,15 +90,15 @@ def bench_file(path: Path, count: int, repeat: int) -> dict[str, Any]:
         figures: dict[str, Any] = {"records": count, "bytes": len(view)}
         native = native_scan
         if native is not None:
-            result = native(view, 0, None, 0, None, True, True)
-            assert result[4] == count and result[1] == 1, result[:5]
-            assert result == scan_index_py(view, 0, None, 0, None, True, True)
+            result = native(view, 0, None, 0, check_physical_offset=True)
+            assert result.records == count and result.code == 1, result[:5]
+            assert result == scan_index_py(view, 0, None, 0, check_physical_offset=True)
             del result
-            native_s = best(repeat, lambda: native(view, 0, None, 0, None, True, True))
+            native_s = best(repeat, lambda: native(view, 0, None, 0, check_physical_offset=True))
             figures["native_records_s"] = count / native_s
             figures["native_mb_s"] = len(view) / native_s / 1e6
         python_s = best(
-            max(1, repeat // 2), lambda: scan_index_py(view, 0, None, 0, None, True, True)
+            max(1, repeat // 2), lambda: scan_index_py(view, 0, None, 0, check_physical_offset=True)
         )
         figures["python_records_s"] = count / python_s
 

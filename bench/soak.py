@@ -2,8 +2,13 @@
 
 Each cycle kills one process chosen at random (master, slave1 or slave2) with SIGKILL, waits a
 moment and starts it again on the same store and ports, while producers keep putting through
-the master (reconnecting while it is down). At the end the producers stop, the slaves catch
-up, every process is stopped with SIGTERM and the stores are checked offline:
+the master (reconnecting while it is down). Every ``--fault-every``-th cycle hits the master's
+disk instead, in turn: a **disk flip** (the master stopped, one byte of a record in its last
+file flipped) or a **lost tail** (the master killed, the last bytes of its data zeroed: pages
+never written back). The master always starts with ``--repair-from`` its slaves' broker ports,
+so it repairs the flipped record, or takes its lost tail back, from a slave before it serves.
+At the end the producers stop, the slaves catch up, every process is stopped with SIGTERM and
+the stores are checked offline:
 
 - every message answered PUT_OK is on the master and on at least one slave, at the offset the
   answer named, with its body intact;
@@ -35,7 +40,7 @@ import trio
 
 from hanet.client import BrokerClient, BrokerError, PutStatus
 from hanet.store import CommitLogReader, list_mapped_files
-from hanet.testing import free_ports
+from hanet.testing import flip_store_byte, free_ports
 
 FILE = 1024 * 1024
 FAST = [
@@ -170,16 +175,58 @@ def data_end(store: Path) -> int:
     return end
 
 
+def flip_a_record(store: Path, rng: random.Random) -> int | None:
+    """Flip one body byte of a record in the second half of the last file (where recovery
+    walks); its offset, or None when that file holds too few records."""
+    files = list_mapped_files(store / "commitlog")
+    start = files[-1][0]
+    offsets = [
+        offset
+        for offset, _ in CommitLogReader(store / "commitlog", FILE).records(start)
+        if offset >= start
+    ]
+    if len(offsets) < 4:
+        return None
+    offset = rng.choice(offsets[len(offsets) // 2 : -1])
+    flip_store_byte(store, offset + 88, FILE)  # the body's first byte (IPv4: 88-byte header)
+    return offset
+
+
+def lose_tail(store: Path, rng: random.Random) -> int:
+    """Zero the last bytes of the store's data (at most to its last file's start); how many."""
+    end = data_end(store)
+    lost = min(rng.randint(500, 8000), end % FILE)
+    path = store / "commitlog" / f"{end - end % FILE:020d}"
+    with path.open("r+b") as f:
+        f.seek(end % FILE - lost)
+        f.write(bytes(lost))
+    return lost
+
+
+async def disk_fault(master: Node, cycle: int, rng: random.Random) -> str:
+    """Hit the master's disk (a flip or a lost tail, alternately) and restart it."""
+    if cycle % 2 == 0:
+        await master.stop()  # a clean stop, then one flipped byte on the disk
+        flipped = flip_a_record(master.store, rng)
+        what = "nothing to flip" if flipped is None else f"flipped a byte of {flipped}"
+    else:
+        await master.kill()  # kill -9, and the pages of its last bytes never written back
+        what = f"lost its last {lose_tail(master.store, rng)} bytes"
+    await master.start()
+    return what
+
+
 async def soak(args: argparse.Namespace, root: Path) -> dict[str, Any]:
     rng = random.Random(args.seed)
-    broker, ha = free_ports(2)
+    broker, ha, *slave_ports = free_ports(4)
+    replicas = ",".join(f"127.0.0.1:{port}" for port in slave_ports)
     master = Node(
         "master",
         root,
         [
             "master", "--store", str(root / "master"), "--role", "SYNC_MASTER",
             "--listen", f"127.0.0.1:{broker}", "--ha-listen", f"127.0.0.1:{ha}",
-            "--slave-timeout", "2", *FAST,
+            "--slave-timeout", "2", "--repair-from", replicas, *FAST,
         ],
     )  # fmt: skip
     slaves = [
@@ -192,15 +239,18 @@ async def soak(args: argparse.Namespace, root: Path) -> dict[str, Any]:
                 str(root / name),
                 "--master-ha",
                 f"127.0.0.1:{ha}",
+                "--listen",
+                f"127.0.0.1:{port}",
                 "--reconnect-interval",
                 "0.2",
                 *FAST,
             ],
         )
-        for name in ("slave1", "slave2")
+        for name, port in zip(("slave1", "slave2"), slave_ports, strict=True)
     ]
     nodes = [master, *slaves]
     producers = Producers(broker, args.producers)
+    faults: list[str] = []
     started = time.monotonic()
     try:
         for node in nodes:
@@ -209,6 +259,11 @@ async def soak(args: argparse.Namespace, root: Path) -> dict[str, Any]:
             nursery.start_soon(producers.run)
             for cycle in range(args.cycles):
                 await trio.sleep(rng.uniform(0.3, 1.0))
+                if args.fault_every and (cycle + 1) % args.fault_every == 0:
+                    what = await disk_fault(master, len(faults), rng)
+                    faults.append(what)
+                    print(f"cycle {cycle + 1:>4}: master {what}", flush=True)
+                    continue
                 victim = rng.choice(nodes)
                 await victim.kill()
                 await trio.sleep(rng.uniform(0.05, 0.5))
@@ -255,6 +310,8 @@ async def soak(args: argparse.Namespace, root: Path) -> dict[str, Any]:
         "seed": args.seed,
         "cycles": args.cycles,
         "kills": {n.name: n.kills for n in nodes},
+        "disk_faults": faults,
+        "master_repairs": _repairs(root / "master.log"),
         "acked": len(producers.acked),
         "statuses": producers.statuses,
         "producer_reconnects": producers.errors,
@@ -266,11 +323,23 @@ async def soak(args: argparse.Namespace, root: Path) -> dict[str, Any]:
     }
 
 
+def _repairs(log: Path) -> dict[str, int]:
+    """What the master's ``--repair-from`` did across its starts (from its log)."""
+    text = log.read_text(encoding="utf-8", errors="replace") if log.exists() else ""
+    return {"ranges": text.count(": repaired ["), "lost_tails": text.count("(a lost tail)")}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cycles", type=int, default=20, help="kill/restart cycles (20)")
     parser.add_argument("--seed", type=int, default=1, help="chaos seed (1)")
     parser.add_argument("--producers", type=int, default=8, help="SYNC producers (8)")
+    parser.add_argument(
+        "--fault-every",
+        type=int,
+        default=5,
+        help="every Nth cycle flips a byte on the master's disk or loses its tail (5; 0: never)",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the stores and logs")
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="hanet-soak-"))

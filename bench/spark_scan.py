@@ -127,8 +127,10 @@ def native_scan(root: Path) -> tuple[int, float]:
     for path in sorted((root / "commitlog").iterdir()):
         with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mapping:
             view = memoryview(mapping)
-            for result in scan_index_windows(view, 0, None, int(path.name), None, True, True):
-                count += result[4]
+            for result in scan_index_windows(
+                view, 0, None, int(path.name), check_physical_offset=True
+            ):
+                count += result.records
             view.release()
     return count, time.perf_counter() - started
 

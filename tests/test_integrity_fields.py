@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
+import shutil
 import struct
 import zlib
 from collections.abc import Iterator
@@ -17,8 +17,16 @@ import pytest
 import trio
 import trio.testing
 
+from hanet.broker import BrokerMetrics, read_log, serve_pull
 from hanet.cli import main
 from hanet.ha import BrokerConfig, HAMaster
+from hanet.protocol import (
+    BrokerStatus,
+    DamagedRangeInfo,
+    HanetRequestCode,
+    RemotingCommand,
+    ResponseCode,
+)
 from hanet.store import (
     CRC32_PROPERTY,
     CRC32_RESERVED_LEN,
@@ -27,15 +35,16 @@ from hanet.store import (
     Message,
     MessageRecord,
     StoreConfig,
+    StoreLayoutError,
     StoreRole,
     decode_record,
     encode_record,
-    file_name,
     native_scan,
     record_crc,
     scan_index_py,
     scan_records,
 )
+from hanet.testing import flip_store_byte
 
 FILE = 16384
 REPORT = struct.Struct(">q")
@@ -98,15 +107,7 @@ def field_position(record: MessageRecord, field: str) -> tuple[int, int]:
 def flip(store: CommitLogStore, offset: int, field: str) -> None:
     """Flip bits of ``field`` of the record at ``offset`` on disk (the mapping sees it)."""
     position, mask = field_position(store.read_record(offset), field)
-    where = offset + position
-    path = store.root / "commitlog" / file_name(where - where % FILE)
-    with path.open("r+b") as f:
-        f.seek(where % FILE)
-        byte = f.read(1)[0]
-        f.seek(where % FILE)
-        f.write(bytes([byte ^ mask]))
-        f.flush()
-        os.fsync(f.fileno())
+    flip_store_byte(store.root, offset + position, FILE, mask)
 
 
 def log_bytes(store: CommitLogStore, start: int, end: int) -> bytes:
@@ -169,17 +170,17 @@ def test_both_scanners_check_a_sealed_record_alike(scan: str) -> None:
     assert run is not None
     record = MessageRecord.create(topic="T", body=b"b" * 200, properties={"K": "v"}, crc32=True)
     good = encode_record(record, seal=True)
-    assert run(good, 0, None, 0, None, True, True)[1:5] == (0, "", 0, 1)
+    assert run(good, 0, None, 0, None, check_physical_offset=True)[1:5] == (0, "", 0, 1)
     for position in range(len(good)):
         bad = bytearray(good)
         bad[position] ^= 0x01
-        result = run(bytes(bad), 0, None, 0, None, True, True)
+        result = run(bytes(bad), 0, None, 0, None, check_physical_offset=True)
         assert result[4] == 0, f"a flip at byte {position} went unnoticed"
-        assert result == scan_index_py(bytes(bad), 0, None, 0, None, True, True)
+        assert result == scan_index_py(bytes(bad), 0, None, 0, None, check_physical_offset=True)
     # without CRC checks, only the form of the property is checked
     digit = bytearray(good)
     digit[-2] ^= 0x01
-    assert run(bytes(digit), 0, None, 0, None, False, True)[4] == 1
+    assert run(bytes(digit), 0, None, 0, None, check_crc=False, check_physical_offset=True)[4] == 1
 
 
 def test_a_rocketmq_4_record_without_the_property_still_reads() -> None:
@@ -194,6 +195,15 @@ async def test_the_master_pushes_nothing_from_the_damaged_record(
     autojump_clock: trio.testing.MockClock, damaged: tuple[CommitLogStore, int]
 ) -> None:
     store, bad = damaged
+    received, master = await push_all(store)
+    assert len(received) == bad
+    assert f"corrupt record at offset {bad}" in master.status().closed[0].state
+    (damaged_range,) = store.damage.ranges  # marked: named, refused, repairable
+    assert damaged_range.start == bad and store.statistics().damaged
+
+
+async def push_all(store: CommitLogStore) -> tuple[bytearray, HAMaster]:
+    """What a master of ``store`` pushes to a slave asking from 0, until it closes."""
     master = HAMaster(store, BrokerConfig(mapped_file_size_commit_log=FILE, full_sync=True))
     received = bytearray()
     async with trio.open_nursery() as nursery:
@@ -217,8 +227,7 @@ async def test_the_master_pushes_nothing_from_the_damaged_record(
                     with contextlib.suppress(trio.BrokenResourceError):
                         await stream.send_all(REPORT.pack(len(received)))
         nursery.cancel_scope.cancel()
-    assert len(received) == bad
-    assert f"corrupt record at offset {bad}" in master.status().closed[0].state
+    return received, master
 
 
 @all_fields
@@ -247,16 +256,28 @@ def test_verify_fails_with_the_offset(
 
 
 @all_fields
-def test_recovery_names_the_damaged_record(
+def test_recovery_keeps_the_later_records_and_names_the_damaged_range(
     damaged: tuple[CommitLogStore, int], caplog: pytest.LogCaptureFixture
 ) -> None:
     store, bad = damaged
+    size = len(store.read(bad, 4096)) and store.consume_queue_entry("Orders", 0, 15)
+    assert size
+    end, later = store.max_offset, store.consume_queue_entry("Orders", 1, 29)
     store.close()
     caplog.set_level(logging.WARNING)
     with open_store(store.root) as reopened:
-        assert reopened.recovery is not None
-        assert reopened.recovery.end_offset <= bad
-    assert f"at {bad}:" in caplog.text
+        assert reopened.max_offset == end  # nothing after the damaged record was dropped
+        (damaged_range,) = reopened.damage.ranges
+        assert damaged_range.start == bad
+        assert damaged_range.end == bad + size[1]  # exactly the one record
+        assert reopened.statistics().damaged[0][:2] == (bad, bad + size[1])
+        assert later is not None
+        assert reopened.read_record(later[0]).queue_offset == 29  # the last record survives
+        assert reopened.consume_queue_entry("Orders", 1, 29) == later
+        assert (reopened.root / "damaged.json").exists()
+    assert str(bad) in caplog.text
+    with open_store(store.root) as again:  # the mark is persisted
+        assert again.damage.ranges == (damaged_range,)
 
 
 @all_fields
@@ -353,3 +374,177 @@ def test_the_native_seal_fills_what_the_reference_does(body_size: int) -> None:
     assert bytes(unsealed[3:-4]) == encode_record(record, seal=True)
     with pytest.raises(ValueError):
         seal(unsealed, 8, record.size)  # past the end of the buffer
+
+
+# -- repair, not loss: the damaged range is refused, then repaired from an intact copy ----------
+
+
+def reopened_with_damage(tmp_path: Path, field: str) -> tuple[CommitLogStore, int, bytes]:
+    """A master store of 60 records reopened after the 31st had ``field`` flipped on disk,
+    and that record's intact bytes (what a slave holds)."""
+    store = open_store(tmp_path / "master")
+    put(store, 60)
+    entry = store.consume_queue_entry("Orders", 0, 15)
+    assert entry is not None
+    good = log_bytes(store, entry[0], entry[0] + entry[1])
+    flip(store, entry[0], field)
+    store.close()
+    return open_store(tmp_path / "master"), entry[0], good
+
+
+@pytest.mark.parametrize("field", ["queue id", "topic", "store host"])
+def test_the_damaged_range_is_repaired_from_an_intact_copy(
+    tmp_path: Path, field: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    store, bad, good = reopened_with_damage(tmp_path, field)
+    with store:
+        (damaged_range,) = store.damage.ranges
+        assert main(["verify", str(store.root), "--mapped-file-size", str(FILE)]) != 0
+        assert f"damaged commit log range {damaged_range}" in capsys.readouterr().err
+        entry = store.consume_queue_entry("Orders", 0, 15)  # dispatched before the damage
+        assert entry is not None and entry[0] == bad
+        wrong = bytearray(good)
+        wrong[-3] ^= 1
+        with pytest.raises(CorruptRecordError):
+            store.repair(damaged_range, bytes(wrong))  # checked before it is written
+        with pytest.raises(CorruptRecordError):
+            store.repair(damaged_range, good[:-1])  # must fit the range exactly
+        assert len(store.statistics().damaged) == 1
+        assert store.repair(damaged_range, good) == 1
+        assert store.statistics().damaged == ()
+        assert store.read_record(bad).queue_offset == 15
+        assert store.consume_queue_entry("Orders", 0, 15) == entry
+        assert not (store.root / "damaged.json").exists()
+    with open_store(store.root) as again:  # repaired on disk: clean at the next open
+        assert not again.damage.ranges
+        assert again.read_record(bad).queue_offset == 15
+
+
+async def test_a_damaged_range_is_refused_by_the_master_pulls_and_log_reads(
+    autojump_clock: trio.testing.MockClock, tmp_path: Path
+) -> None:
+    store, bad, _ = reopened_with_damage(tmp_path, "topic")
+    with store:
+        (damaged_range,) = store.damage.ranges
+        # a pull that reaches the gap is refused, naming the range (not skipped)
+        assert len(serve_pull(store, "Orders", 0, 13, 2).records) == 2
+        with pytest.raises(CorruptRecordError) as info:
+            serve_pull(store, "Orders", 0, 14, 4)
+        assert str(damaged_range) in info.value.reason
+        assert serve_pull(store, "Orders", 1, 0, 32).records  # another queue is served
+        # the master pushes up to the range, then stops, naming it; the slave keeps its data
+        received, master = await push_all(store)
+        assert len(received) == bad
+        state = master.status().closed[0].state
+        assert str(damaged_range) in state and "truncate" not in state
+        # HANET_READ_LOG serves up to the range and refuses inside it
+        answer = read_log(
+            store, RemotingCommand.request(HanetRequestCode.HANET_READ_LOG, {"offset": bad})
+        )
+        assert answer.code != ResponseCode.SUCCESS and str(damaged_range) in (answer.remark or "")
+        before = read_log(
+            store, RemotingCommand.request(HanetRequestCode.HANET_READ_LOG, {"offset": 0})
+        )
+        assert before.code == ResponseCode.SUCCESS and len(before.body or b"") == bad
+
+
+def test_status_and_metrics_name_the_damaged_ranges() -> None:
+    damaged = DamagedRangeInfo(6720, 6944, "whole-record CRC mismatch")
+    status = BrokerStatus(
+        role="ASYNC_MASTER",
+        broker_address=None,
+        ha_address=None,
+        min_offset=0,
+        max_offset=20000,
+        flushed_offset=20000,
+        dispatched_offset=20000,
+        puts=0,
+        mapped_files=2,
+        dispatch_error=None,
+        uptime=1.0,
+        damaged_ranges=(damaged,),
+    )
+    assert BrokerStatus.decode(status.encode()) == status
+    assert b"hanet_damaged_bytes 224.0" in BrokerMetrics(lambda: status).exposition()
+
+
+@pytest.mark.parametrize("crashed", [False, True])
+def test_a_damaged_last_record_is_kept_after_a_clean_stop_cut_after_a_crash(
+    tmp_path: Path, crashed: bool
+) -> None:
+    store = open_store(tmp_path / "master")
+    put(store, 20)
+    entry = store.consume_queue_entry("Orders", 1, 9)  # the last record
+    assert entry is not None and entry[0] + entry[1] == store.max_offset
+    end = store.max_offset
+    flip(store, entry[0], "topic")
+    store.close()
+    if crashed:  # the abort file of a run that did not close the store: a torn last write
+        (tmp_path / "master" / "abort").touch()
+    with open_store(tmp_path / "master") as reopened:
+        if crashed:
+            assert reopened.max_offset == entry[0] and not reopened.damage.ranges
+        else:  # a replica may hold it: kept and named, so no slave is told to drop its copy
+            assert reopened.max_offset == end
+            assert [(r.start, r.end) for r in reopened.damage.ranges] == [(entry[0], end)]
+
+
+def test_a_record_lost_before_its_dispatch_leaves_a_gap_that_a_repair_fills(
+    tmp_path: Path,
+) -> None:
+    store = open_store(tmp_path / "master")
+    put(store, 60)
+    entry = store.consume_queue_entry("Orders", 0, 15)
+    assert entry is not None
+    good = log_bytes(store, entry[0], entry[0] + entry[1])
+    flip(store, entry[0], "queue offset")
+    store.close()
+    shutil.rmtree(tmp_path / "master" / "consumequeue")  # rebuilt from the commit log
+    with open_store(tmp_path / "master") as reopened:
+        (damaged_range,) = reopened.damage.ranges
+        assert reopened.dispatch_error is None  # the gap is the damage's, not a bad field
+        assert reopened.consume_queue_entry("Orders", 0, 15) == (0, 0x7FFFFFFF, 0)
+        assert reopened.max_queue_offset("Orders", 0) == 30
+        with pytest.raises(CorruptRecordError) as info:
+            serve_pull(reopened, "Orders", 0, 15, 1)  # refused, not skipped
+        assert str(damaged_range) in info.value.reason
+        assert reopened.put(Message("Orders", b"after", queue_id=0)).ok
+        assert reopened.repair(damaged_range, good) == 1
+        assert reopened.consume_queue_entry("Orders", 0, 15) == entry
+        assert len(serve_pull(reopened, "Orders", 0, 15, 1).records) == 1
+
+
+def test_a_damaged_range_goes_with_its_file(tmp_path: Path) -> None:
+    store, _, _ = reopened_with_damage(tmp_path, "body")
+    with store:
+        (damaged_range,) = store.damage.ranges
+        put(store, 60)  # into a second file
+        store.flush()
+        assert store.commit_log.files[0].end_offset > damaged_range.end
+        assert store.delete_first_commit_log_file()  # the damaged range's file
+        assert not store.damage.ranges and not (store.root / "damaged.json").exists()
+
+
+def test_a_repair_indexes_the_keys_the_index_lost_with_the_damage(tmp_path: Path) -> None:
+    store = open_store(tmp_path / "master")
+    for i in range(40):
+        message = Message("Orders", b"%05d" % i * 20, properties={"KEYS": f"key-{i}"})
+        assert store.put(message).ok
+    bad = store.query_index("Orders", "key-20", 8, 0, 2**62)[0][0]
+    good = log_bytes(store, bad, bad + store.read_record(bad).size)
+    flip(store, bad, "body")
+    store.close()
+    shutil.rmtree(tmp_path / "master" / "index")  # rebuilt from the log, past the damage
+    with open_store(tmp_path / "master") as reopened:
+        (damaged_range,) = reopened.damage.ranges
+        assert reopened.query_index("Orders", "key-20", 8, 0, 2**62)[0] == []
+        assert reopened.query_index("Orders", "key-21", 8, 0, 2**62)[0] != []
+        assert reopened.repair(damaged_range, good) == 1
+        assert reopened.query_index("Orders", "key-20", 8, 0, 2**62)[0] == [bad]
+
+
+def test_a_malformed_damage_file_is_a_clear_error(tmp_path: Path) -> None:
+    open_store(tmp_path / "master").close()
+    (tmp_path / "master" / "damaged.json").write_text("{not json")
+    with pytest.raises(StoreLayoutError, match=r"damaged\.json: not a list of damaged ranges"):
+        open_store(tmp_path / "master")

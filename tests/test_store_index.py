@@ -33,7 +33,6 @@ from hanet.store import (
     decode_properties,
     encode_blank,
     encode_record,
-    index_scan_stop,
     index_topic_names,
     java_string_hash,
     native_columns,
@@ -49,7 +48,6 @@ ROW = INDEX_ROW
 STOP_REASONS = INDEX_STOP_REASONS
 ScanFunction = IndexScanFunction
 ScanResult = IndexScanResult
-scan_stop = index_scan_stop
 scan_windows = scan_index_windows
 topic_names = index_topic_names
 
@@ -102,7 +100,7 @@ def test_the_native_scanner_is_selected_when_built() -> None:
 
 
 def test_vector_a(scan: ScanFunction) -> None:
-    result = scan(VECTOR_A, 0, None, 0x40001000, None, True, True)
+    result = scan(VECTOR_A, 0, None, 0x40001000, None, check_crc=True, check_physical_offset=True)
     assert result[:5] == (148, 0, "", 0, 1)
     assert rows(result) == [(0x40001000, 148, 3, 7, 2598919, 1700000000123, 0x67, 9, 0)]
     assert list(topic_names(VECTOR_A, result[5])) == ["TopicTest"]
@@ -127,7 +125,7 @@ def test_base_offset_and_start(scan: ScanFunction) -> None:
     data = FIXTURE.read_bytes()
     result = scan(memoryview(data), 172 * 3, None, 8192 * 5)
     assert rows(result)[0][0] == 8192 * 5 + 516
-    assert scan_stop(result, 8192 * 5).offset == 8192 * 5 + 8084
+    assert result.stop(8192 * 5).offset == 8192 * 5 + 8084
 
 
 @pytest.mark.parametrize("cut", [1, 7, 8, 50, 88, 171])
@@ -168,13 +166,16 @@ def test_flipped_bytes(scan: ScanFunction, position: int, detail: str) -> None:
     buf[148 + position] ^= 0x40
     result = scan(buf, 0, None, 1000)
     assert result[:5] == (148, 4, detail, 0, 1)
-    assert scan_stop(result, 1000).offset == 1148
+    assert result.stop(1000).offset == 1148
     assert result == scan_index_py(buf, 0, None, 1000)
 
 
 def test_physical_offset_check(scan: ScanFunction) -> None:
-    assert scan(VECTOR_A, 0, None, 0x40001000, None, True, True)[4] == 1
-    assert scan(VECTOR_A, 0, None, 0, None, True, True)[:5] == (
+    assert (
+        scan(VECTOR_A, 0, None, 0x40001000, None, check_crc=True, check_physical_offset=True)[4]
+        == 1
+    )
+    assert scan(VECTOR_A, 0, None, 0, None, check_crc=True, check_physical_offset=True)[:5] == (
         0,
         4,
         "physical offset field 1073745920 does not match the record's offset",
@@ -186,7 +187,7 @@ def test_physical_offset_check(scan: ScanFunction) -> None:
 def test_crc_check_can_be_skipped(scan: ScanFunction) -> None:
     buf = bytearray(VECTOR_A)
     buf[100] ^= 1
-    assert scan(buf, 0, None, 0, None, False)[4] == 1
+    assert scan(buf, 0, None, 0, None, check_crc=False)[4] == 1
     assert scan(buf)[2] == "body CRC mismatch"
 
 
@@ -250,7 +251,7 @@ def test_windows_give_the_scan_of_one_call(scan: ScanFunction) -> None:
     data = FIXTURE.read_bytes()
     whole = scan(data)
     for window in (1, 100, 172, 500, 8192):
-        results = list(scan_windows(data, 0, None, 0, None, True, False, window=window, scan=scan))
+        results = list(scan_windows(data, 0, None, 0, None, window=window, scan=scan))
         assert [row[:6] for r in results for row in ROW.iter_unpack(r[5])] == [
             row[:6] for row in rows(whole)
         ]
@@ -331,10 +332,10 @@ DIFFERENTIAL = settings(
 )
 
 
-def _both(data: bytes, *args: object) -> ScanResult:
+def _both(data: bytes, *args: object, **flags: bool) -> ScanResult:
     assert native_scan is not None
-    python = scan_index_py(data, *args)  # type: ignore[arg-type]
-    native = native_scan(data, *args)
+    python = scan_index_py(data, *args, **flags)  # type: ignore[arg-type]
+    native = native_scan(data, *args, **flags)
     assert native == python
     return native
 
@@ -351,9 +352,9 @@ needs_native = pytest.mark.skipif(native_scan is None, reason="hanet.store._spee
     base=st.integers(0, 2**40),
 )
 def test_generated_regions_scan_the_same(data: bytes, check: bool, extra: int, base: int) -> None:
-    result = _both(data, 0, None, 0, None, True, True)
+    result = _both(data, 0, None, 0, None, check_crc=True, check_physical_offset=True)
     assert reason(result) is not StopReason.INVALID
-    _both(data, 0, None, base, len(data) + extra, check, check)
+    _both(data, 0, None, base, len(data) + extra, check_crc=check, check_physical_offset=check)
     for row, record in zip(rows(result), RecordScanner(data), strict=True):
         assert row[4] == record.tags_hash
 
@@ -378,15 +379,15 @@ def test_mutated_regions_scan_the_same(
     check_offset: bool,
     base: int,
 ) -> None:
-    _both(data, start, end, base, limit, check_crc, check_offset)
-    _both(data, 0, None, 0, None, check_crc, check_offset)
+    _both(data, start, end, base, limit, check_crc=check_crc, check_physical_offset=check_offset)
+    _both(data, 0, None, 0, None, check_crc=check_crc, check_physical_offset=check_offset)
 
 
 @needs_native
 @DIFFERENTIAL
 @given(data=st.binary(max_size=600), start=st.integers(0, 50), check=st.booleans())
 def test_garbage_after_a_record_scans_the_same(data: bytes, start: int, check: bool) -> None:
-    _both(VECTOR_A + data, start, None, 0, None, check, check)
+    _both(VECTOR_A + data, start, None, 0, None, check_crc=check, check_physical_offset=check)
 
 
 # -- columns(): per-column buffers of the rows (the Spark source's batches) -------------------
@@ -414,7 +415,9 @@ def _values(column: object) -> list[bytes | None]:
 
 
 def test_columns_of_vector_a_are_its_fields() -> None:
-    result = scan_index_py(VECTOR_A, 0, None, 0x40001000, None, True, True)
+    result = scan_index_py(
+        VECTOR_A, 0, None, 0x40001000, None, check_crc=True, check_physical_offset=True
+    )
     cols = dict(
         zip(ALL_COLUMNS, _columns_both(VECTOR_A, result[5], 0x40001000, ALL_COLUMNS), strict=True)
     )
@@ -502,7 +505,15 @@ _FUZZ = textwrap.dedent(
         end = rng.choice([None, rng.randrange(-2, n + 20)])
         limit = rng.choice([None, rng.randrange(-2, n + 20), 2**40])
         base = rng.randrange(0, 2**40)
-        result = scan(buf, start, end, base, limit, rng.random() < 0.5, rng.random() < 0.5)
+        result = scan(
+            buf,
+            start,
+            end,
+            base,
+            limit,
+            check_crc=rng.random() < 0.5,
+            check_physical_offset=rng.random() < 0.5,
+        )
         assert len(result[5]) == 52 * result[4]
         assert 0 <= result[1] <= 4
         columns(buf, result[5], base, names)  # rows of this buffer: never raises

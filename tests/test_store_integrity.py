@@ -82,9 +82,9 @@ def test_a_large_record_in_small_frames_is_not_rescanned_per_frame(
         data = master.read(0, master.max_offset)
         scanned: list[int] = []
 
-        def counting(buf: Any, start: int, end: Any, *args: Any) -> Any:
+        def counting(buf: Any, start: int, end: Any, *args: Any, **flags: Any) -> Any:
             scanned.append(len(buf))
-            return scan_index(buf, start, end, *args)
+            return scan_index(buf, start, end, *args, **flags)
 
         monkeypatch.setattr("hanet.store._store.scan_index", counting)
         frame = 1024
@@ -182,19 +182,21 @@ def test_dispatch_failure_on_a_slave_keeps_replicating(tmp_path: Path) -> None:
         assert slave.dispatched_offset == first
 
 
-def test_recovery_reports_a_zeroed_hole_followed_by_data(
+def test_recovery_keeps_the_data_after_a_zeroed_hole_and_names_the_hole(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     with CommitLogStore.open(tmp_path, MASTER) as store:
         starts = fill(store, 10)
+        end = store.max_offset
     path = tmp_path / "commitlog" / f"{0:020d}"
     data = bytearray(path.read_bytes())
     data[starts[4] : starts[5]] = bytes(starts[5] - starts[4])
     path.write_bytes(bytes(data))
     caplog.set_level(logging.INFO)
     with CommitLogStore.open(tmp_path, MASTER) as store:
-        assert store.max_offset == starts[4]
-    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+        assert store.max_offset == end  # repair, not loss: the records after the hole stay
+        assert [(r.start, r.end) for r in store.damage.ranges] == [(starts[4], starts[5])]
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
     assert any("hole" in m and f"offset {starts[4]}" in m for m in warnings)
 
 

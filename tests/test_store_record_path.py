@@ -349,9 +349,9 @@ def counting_scans(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, bool]]:
     """``(bytes, check_crc)`` of each scan the store's dispatch makes (``scan_windows``)."""
     scanned: list[tuple[int, bool]] = []
 
-    def scan_windows(buf: memoryview, start: int, end: int, *args: Any) -> object:
-        scanned.append((end - start, bool(args[2])))
-        return scan_index_windows(buf, start, end, *args)
+    def scan_windows(buf: memoryview, start: int, end: int, *args: Any, **flags: Any) -> object:
+        scanned.append((end - start, bool(flags.get("check_crc", True))))
+        return scan_index_windows(buf, start, end, *args, **flags)
 
     monkeypatch.setattr("hanet.store._store.scan_windows", scan_windows)
     return scanned

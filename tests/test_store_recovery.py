@@ -14,6 +14,7 @@ from hanet.store import (
     PutResult,
     StopReason,
     StoreConfig,
+    encode_blank,
     file_name,
 )
 
@@ -73,7 +74,7 @@ def test_torn_tail_is_truncated_after_a_crash(tmp_path: Path) -> None:
         assert third.max_queue_offset("T", 0) == 16
 
 
-def test_flipped_byte_verify_names_it_and_recovery_truncates_there(
+def test_flipped_byte_verify_names_it_and_recovery_keeps_what_follows(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     _, results = fill(tmp_path, 80)
@@ -92,14 +93,17 @@ def test_flipped_byte_verify_names_it_and_recovery_truncates_there(
     assert rest == ["hanet: 40 consume queue entries past the bad record not checked"]
 
     (tmp_path / "abort").touch()  # as after a crash: walk from the checkpoint
+    end = results[-1].wrote_offset + results[-1].wrote_size
     with CommitLogStore.open(tmp_path, SMALL) as store:
-        assert store.max_offset == victim.wrote_offset
-        assert store.statistics().truncated_at == victim.wrote_offset
-        assert store.max_queue_offset("T", 0) == 20  # entries of 40..79 dropped
-        assert store.get_message("T", 0, 20) is None
-        assert store.put(Message("T", b"new")).wrote_offset == victim.wrote_offset
-    assert main(["verify", str(tmp_path)]) == 0
-    assert capsys.readouterr().out.startswith("OK: 41 messages")
+        assert store.max_offset == end  # repair, not loss: 41..79 kept
+        assert store.statistics().truncated_at is None
+        (damaged,) = store.damage.ranges
+        assert (damaged.start, damaged.end) == (victim.wrote_offset, victim.end_offset)
+        assert store.max_queue_offset("T", 0) == 40
+        assert store.get_message("T", 0, 39) is not None
+        assert store.put(Message("T", b"new")).wrote_offset == end
+    assert main(["verify", str(tmp_path)]) == 1  # the damaged record, until it is repaired
+    assert f"damaged commit log range [{victim.wrote_offset}, " in capsys.readouterr().err
 
 
 def test_lost_consume_queues_are_rebuilt(tmp_path: Path) -> None:
@@ -131,7 +135,7 @@ def test_consume_queue_ahead_of_commit_log_is_cut(tmp_path: Path) -> None:
         assert again.put(Message("T", b"x", queue_id=1)).queue_offset == 7
 
 
-def test_garbage_between_files_ends_valid_data(tmp_path: Path) -> None:
+def test_garbage_between_files_is_a_damaged_range_the_next_file_is_kept(tmp_path: Path) -> None:
     _, results = fill(tmp_path, 60)
     # turn the blank record that ends the first file into garbage
     first_end = next(r.wrote_offset for r in results if r.wrote_offset >= 4096)
@@ -142,10 +146,19 @@ def test_garbage_between_files_ends_valid_data(tmp_path: Path) -> None:
     path.write_bytes(bytes(data))
     (tmp_path / "abort").touch()
     with CommitLogStore.open(tmp_path, SMALL) as store:
-        assert store.max_offset == last_in_first
-        assert store.max_offset < first_end
-        assert len(store.commit_log.files) == 1
-        assert not (tmp_path / "commitlog" / file_name(4096)).exists()
+        assert store.max_offset == results[-1].end_offset
+        assert first_end == 4096
+        assert [(r.start, r.end) for r in store.damage.ranges] == [(last_in_first, 4096)]
+        assert len(store.commit_log.files) == len(files_of(results))
+        # the intact blank tail (a replica's) repairs it
+        (damaged,) = store.damage.ranges
+        blank = encode_blank(4096 - last_in_first) + bytes(4096 - last_in_first - 8)
+        assert store.repair(damaged, blank) == 0
+        assert not store.damage.ranges
+
+
+def files_of(results: list[PutResult]) -> set[int]:
+    return {r.wrote_offset - r.wrote_offset % 4096 for r in results}
 
 
 FIXTURE = Path(__file__).parent / "fixtures" / "rocketmq-store-8k"  # a real RocketMQ broker's

@@ -65,6 +65,7 @@ from ._pull import (
     suggest_broker_id,
 )
 from ._registration import NameServerRegistrar
+from ._repair import RepairError, auto_repair, repair_damage, repair_store
 from ._retry import (
     DLQ_GROUP_TOPIC_PREFIX,
     DLQ_QUEUE_NUMS,
@@ -155,6 +156,7 @@ __all__ = [
     "PullHoldService",
     "PullResult",
     "QueueLocks",
+    "RepairError",
     "Repull",
     "ScheduleService",
     "ScheduleStatistics",
@@ -164,6 +166,7 @@ __all__ = [
     "TopicTableFull",
     "acl_file_path",
     "apply_properties",
+    "auto_repair",
     "decode_offsets",
     "delay_level",
     "delay_rewrite",
@@ -177,6 +180,8 @@ __all__ = [
     "read_config_file",
     "read_log",
     "redirect_retry_send",
+    "repair_damage",
+    "repair_store",
     "retry_topic",
     "send_answer",
     "serve_metrics",

@@ -110,6 +110,7 @@ from ._offsets import OFFSETS_FILE, ConsumerOffsets
 from ._port import SERVER_CHANNEL_MAX_IDLE, BrokerPort, default_subscription_groups
 from ._pull import suggest_broker_id
 from ._registration import NameServerRegistrar
+from ._repair import auto_repair
 from ._retry import SendBackProcessor
 from ._schedule import ScheduleService, delay_rewrite
 from ._slave_sync import DELAY_OFFSETS_FILE, SlaveSync
@@ -168,6 +169,7 @@ class Broker:
         slave_handlers: Callable[[], Sequence[ChannelHandler]] | None = None,
         store_config: StoreConfig | None = None,
         consumer_expiry: float = CONSUMER_EXPIRY,
+        repair_from: str | None = None,
     ) -> None:
         if (
             config.broker_role is BrokerRole.SLAVE
@@ -182,6 +184,9 @@ class Broker:
         self.max_in_flight = max_in_flight
         self._slave_handlers = slave_handlers
         self._store_config = store_config
+        self.repair_from = repair_from
+        """Replicas' broker ports (``HOST:PORT,...``) a master repairs damaged ranges from
+        while it serves (:func:`~._repair.auto_repair`), or None."""
         self._store: CommitLogStore | None = None
         self._offsets: ConsumerOffsets | None = None
         self._topics: TopicTable | None = None
@@ -361,6 +366,9 @@ class Broker:
                     start_master_term(store)  # each master term starts an epoch
                     self.master = HAMaster(store, config)
                     ha_address = await nursery.start(self.master.serve)
+                    if self.repair_from:
+                        interval = config.ha_housekeeping_interval
+                        nursery.start_soon(auto_repair, store, self.repair_from, interval)
                     self.schedule = ScheduleService(
                         store, self._put_internal, config.store_path_root_dir / DELAY_OFFSETS_FILE
                     )

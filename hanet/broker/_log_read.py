@@ -30,7 +30,6 @@ from __future__ import annotations
 
 from hanet.protocol import RemotingCommand, RemotingHeaderError, ResponseCode
 from hanet.store import (
-    INDEX_STOP_REASONS,
     MAGIC_V1,
     MAGIC_V2,
     CommitLogStore,
@@ -87,11 +86,20 @@ def read_log(store: CommitLogStore, request: RemotingCommand) -> RemotingCommand
         )
     if max_bytes == 0 or offset == high:
         return request.response(fields={**bounds, "offset": offset, "nextOffset": offset})
+    damaged = store.damaged(offset, offset - offset % file_size + file_size)
+    if damaged is not None and damaged.start <= offset:  # never served (bytes before it are)
+        return request.response(
+            ResponseCode.SYSTEM_ERROR,
+            f"offset {offset} is in the damaged commit log range {damaged}",
+            bounds,
+        )
     file_start = offset - offset % file_size
     try:
         view = store.read_view(file_start, file_size)
     except ValueError as exc:  # a first file not at a multiple of the file size
         return request.response(ResponseCode.SYSTEM_ERROR, str(exc), bounds)
+    if damaged is not None and damaged.start < file_start + len(view):
+        view = view[: damaged.start - file_start]  # the data ends there for this answer
     position = offset - file_start
     if seek and position:
         found = _seek(view, position, file_start)
@@ -105,8 +113,10 @@ def read_log(store: CommitLogStore, request: RemotingCommand) -> RemotingCommand
 
 
 def _scan(view: memoryview, start: int, end: int, file_start: int, file_size: int) -> _Stop:
-    result = scan_index(view, start, end, file_start, file_size, False, True)
-    return result[0], INDEX_STOP_REASONS[result[1]], result[2], result[3]
+    result = scan_index(
+        view, start, end, file_start, file_size, check_crc=False, check_physical_offset=True
+    )
+    return result.position, result.reason, result.detail, result.blank_size
 
 
 _Stop = tuple[int, StopReason, str, int]

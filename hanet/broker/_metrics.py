@@ -67,6 +67,11 @@ class _StatusCollector(Collector):
             value=max(status.max_offset - status.dispatched_offset, 0),
         )
         yield GaugeMetricFamily(
+            "hanet_damaged_bytes",
+            "Commit log bytes in damaged ranges (kept, refused until repaired)",
+            value=sum(r.end - r.start for r in status.damaged_ranges),
+        )
+        yield GaugeMetricFamily(
             "hanet_dispatch_stopped",
             "1 when dispatch stopped at a record it could not dispatch",
             value=0 if status.dispatch_error is None else 1,

@@ -15,7 +15,6 @@ from hanet.store import (
     INDEX_ROW,
     CommitLogStore,
     CorruptRecordError,
-    index_scan_stop,
     java_string_hash,
     scan_index,
 )
@@ -169,6 +168,8 @@ def serve_pull(
         if not entries:
             break
         for physical, size, tags_hash in entries:
+            if store.damage:  # a gap, or an entry into a damaged range: named, not skipped
+                _refuse_damaged(store, topic, queue_id, next_offset, physical, size, pulled_end)
             if (
                 size == CQ_BLANK_SIZE
                 or (tags is not None and tags_hash not in tags)
@@ -197,6 +198,45 @@ def serve_pull(
     return answer(GetMessageStatus.FOUND, next_offset, tuple(records), behind)
 
 
+def _refuse_damaged(
+    store: CommitLogStore,
+    topic: str,
+    queue_id: int,
+    queue_offset: int,
+    physical: int,
+    size: int,
+    before: int,
+) -> None:
+    """In a store with damaged commit log ranges: an entry pointing into one, or a blank
+    entry (a gap) with one between the queue's records around it (the lost message may be in
+    it), is refused, naming the range, rather than served or skipped (it may be repaired)."""
+    if size != CQ_BLANK_SIZE:
+        damaged = store.damaged(physical, physical + max(size, 1))
+        if damaged is not None:
+            raise CorruptRecordError(
+                physical, f"the damaged commit log range {damaged} (not served until repaired)"
+            )
+        return
+    low = before
+    if queue_offset > 0 and not low:
+        previous = store.consume_queue_entry(topic, queue_id, queue_offset - 1)
+        low = previous[0] if previous is not None else 0
+    high = store.max_offset
+    last = min(store.max_queue_offset(topic, queue_id), queue_offset + 1025)
+    for following in range(queue_offset + 1, last):
+        entry = store.consume_queue_entry(topic, queue_id, following)
+        if entry is not None and entry[1] != CQ_BLANK_SIZE:
+            high = entry[0]
+            break
+    damaged = store.damaged(low, high)
+    if damaged is not None:
+        raise CorruptRecordError(
+            damaged.start,
+            f"message {topic}/{queue_id}@{queue_offset} may be in the damaged commit log range "
+            f"{damaged} (not served until repaired)",
+        )
+
+
 def _checked(
     record: memoryview,
     physical: int,
@@ -215,12 +255,11 @@ def _checked(
     the store's record index (native when built), which decodes no body; one scan gives both
     the checks and the fields compared.
     """
-    result = scan_index(record, 0, size, physical, None, True, True)
-    position, count = result[0], result[4]
-    if count != 1 or position != size:
-        detail = index_scan_stop(result, physical).detail if count == 0 else ""
+    result = scan_index(record, 0, size, physical, check_physical_offset=True)
+    if result.records != 1 or result.position != size:
+        detail = result.detail if result.records == 0 else ""
         raise CorruptRecordError(physical, detail or f"not a {size}-byte record")
-    _, _, rec_queue, rec_offset, rec_hash, _, start, length, _ = INDEX_ROW.unpack_from(result[5])
+    _, _, rec_queue, rec_offset, rec_hash, _, start, length, _ = INDEX_ROW.unpack_from(result.rows)
     if (rec_queue, rec_offset, rec_hash) != (queue_id, queue_offset, tags_hash) or (
         record[start : start + length] != topic  # compared in place: no copy per record
     ):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hanet.protocol import BrokerStatus, DispatchErrorInfo
+from hanet.protocol import BrokerStatus, DamagedRangeInfo, DispatchErrorInfo
 from hanet.store import StoreStatistics
 
 __all__ = ["store_status"]
@@ -26,5 +26,6 @@ def store_status(stats: StoreStatistics, **fields: Any) -> BrokerStatus:
             None if stats.disk_used_ratio is None else round(stats.disk_used_ratio, 4)
         ),
         create_error=stats.create_error,
+        damaged_ranges=tuple(DamagedRangeInfo(*r) for r in stats.damaged),
         **fields,
     )

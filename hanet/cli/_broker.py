@@ -41,10 +41,12 @@ from hanet.broker import (
     Broker,
     BrokerAddresses,
     ConfigFileError,
+    RepairError,
     load_properties,
     parse_properties,
+    repair_store,
 )
-from hanet.errors import ConfigError
+from hanet.errors import ConfigError, HanetError
 from hanet.ha import BrokerConfig, BrokerRole, HASlave
 from hanet.store import (
     CommitLogStore,
@@ -340,6 +342,11 @@ def register(subparsers: Any) -> None:
         "--full-sync", action="store_true",
         help="a new slave starts from the first file, not the last",
     )  # fmt: skip
+    parser.add_argument(
+        "--repair-from", default=None, metavar="HOST:PORT",
+        help="first repair the commit log's damaged ranges from a replica's broker port "
+        "(HANET_READ_LOG): each record checked before it is written",
+    )  # fmt: skip
     _add_flags(parser, _COMMON_FLAGS + _MASTER_FLAGS)
     _add_service_flags(parser)
     parser.set_defaults(func=signed_verb(run_master))
@@ -368,6 +375,11 @@ def register(subparsers: Any) -> None:
     start.add_argument(
         "--resync", action="store_true",
         help="first delete the store's commit log and consume queues: start over as a new slave",
+    )  # fmt: skip
+    parser.add_argument(
+        "--repair-from", default=None, metavar="HOST:PORT",
+        help="first repair the store's damaged ranges from the master's (or another replica's) "
+        "broker port (HANET_READ_LOG): each record checked before it is written",
     )  # fmt: skip
     _add_flags(parser, _COMMON_FLAGS + _SLAVE_FLAGS)
     _add_service_flags(parser)
@@ -455,10 +467,35 @@ async def run_master(args: argparse.Namespace) -> int:
         config = build_config(args)
         if config.broker_role is BrokerRole.SLAVE:
             raise ConfigError("hanet master cannot run the SLAVE role (use hanet slave)")
-        broker = Broker(config)
+        broker = Broker(config, repair_from=args.repair_from)
     except (ConfigError, ValueError) as exc:
         return fail(str(exc))
+    if args.repair_from is not None:
+        code = await _repair(config, StoreRole.MASTER, args.repair_from)
+        if code:
+            return code
     return await _serve(broker, args.ready_file)
+
+
+async def _repair(config: BrokerConfig, role: StoreRole, replicas: str) -> int:
+    """``--repair-from``: repair the store before the broker opens it (0, or a failure)."""
+    try:
+        await repair_store(_store_config(config, role), config.store_path_root_dir, replicas)
+    except (RepairError, StoreError, HanetError) as exc:
+        return fail(str(exc))
+    return EXIT_OK
+
+
+def _store_config(config: BrokerConfig, role: StoreRole) -> StoreConfig:
+    """The store settings of ``config`` for a tool that opens the store before the broker."""
+    return StoreConfig(
+        mapped_file_size=config.mapped_file_size_commit_log,
+        flush_disk_type=config.flush_disk_type,
+        role=role,
+        message_index_enable=config.message_index_enable,
+        max_hash_slot_num=config.max_hash_slot_num,
+        max_index_num=config.max_index_num,
+    )
 
 
 def _prepare_slave_store(config: BrokerConfig, truncate_to: int | None, resync: bool) -> None:
@@ -469,14 +506,7 @@ def _prepare_slave_store(config: BrokerConfig, truncate_to: int | None, resync: 
         StoreError: the store cannot be opened (locked, another file size, ...).
         ValueError: the offset is not a record boundary inside the data.
     """
-    store_config = StoreConfig(
-        mapped_file_size=config.mapped_file_size_commit_log,
-        flush_disk_type=config.flush_disk_type,
-        role=StoreRole.SLAVE,
-        message_index_enable=config.message_index_enable,
-        max_hash_slot_num=config.max_hash_slot_num,
-        max_index_num=config.max_index_num,
-    )
+    store_config = _store_config(config, StoreRole.SLAVE)
     root = config.store_path_root_dir
     with CommitLogStore.open(root, store_config) as store:
         before = f"[{store.min_offset}, {store.max_offset})"
@@ -504,4 +534,8 @@ async def run_slave(args: argparse.Namespace) -> int:
             _prepare_slave_store(config, args.truncate_to, args.resync)
         except (StoreError, ValueError) as exc:
             return fail(str(exc))
+    if args.repair_from is not None:
+        code = await _repair(config, StoreRole.SLAVE, args.repair_from)
+        if code:
+            return code
     return await _serve(broker, args.ready_file)

@@ -639,6 +639,8 @@ def status_renderable(status: BrokerStatus) -> Any:
     if status.dispatch_error is not None:
         error = status.dispatch_error
         head.add_row("dispatch stopped", f"at {error.offset}: {error.reason}")
+    for damaged in status.damaged_ranges:  # refused until repaired (--repair-from)
+        head.add_row("damaged", f"[{damaged.start}, {damaged.end}): {damaged.reason}")
     if status.role != BrokerRole.SLAVE.value:
         head.add_row("puts", str(status.puts))
         if status.replicated_offset is not None and status.replicated_offset >= 0:

@@ -30,6 +30,7 @@ from hanet.store import (
     CQ_ENTRY_SIZE,
     INDEX_ROW,
     CommitLogReader,
+    DamageLedger,
     MessageRecord,
     StopReason,
     StoreError,
@@ -256,6 +257,10 @@ def _verify(reader: CommitLogReader, root: Path | None) -> int:
                     f"{offset} (+{size}), past the valid data"
                 )
     problems.extend(_queue_file_problems(root) if root is not None and check_queues else ())
+    problems.extend(  # kept by the store, refused until repaired (hanet master --repair-from)
+        f"damaged commit log range {damaged}, marked by the store: not repaired yet"
+        for damaged in (DamageLedger(root) if root is not None else ())
+    )
     if problems:
         for problem in problems[:_SHOWN_PROBLEMS]:
             fail(problem, EXIT_FAILED)

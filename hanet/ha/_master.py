@@ -39,8 +39,9 @@ from hanet.store import (
     IndexScanResult,
     PutStatus,
     ScanStop,
+    StopKind,
     StopReason,
-    index_scan_stop,
+    judge_stop,
     scan_index,
     scan_index_windows,
 )
@@ -83,14 +84,14 @@ class _Scanned:
 def _scan(buf: bytes | memoryview, offset: int) -> _Scanned:
     """Validate ``buf`` (commit log bytes starting at physical ``offset``) in one call of the
     store's record index (native when built) up to its first stop."""
-    result = scan_index(buf, 0, len(buf), offset, None, True, True)
-    return _Scanned(result[0], index_scan_stop(result, offset))
+    result = scan_index(buf, 0, len(buf), offset, check_physical_offset=True)
+    return _Scanned(result.position, result.stop(offset))
 
 
-def _stop_reason(scanner: _Scanned) -> str:
-    stop = scanner.stop
-    if stop.reason is StopReason.UNWRITTEN:
-        return "zero size and magic inside the written data"
+def _stop_reason(scanner: _Scanned, file_end: int) -> str:
+    """Why the bytes at a stop inside the written data (of the file ending at ``file_end``)
+    cannot be sent."""
+    stop = judge_stop(scanner.stop, file_end, written=True).stop
     return stop.detail or stop.reason.value
 
 
@@ -102,18 +103,20 @@ def _header_walk(region: memoryview, limit: int) -> IndexScanResult:
     end = len(region)
     while position < end:
         if end - position < _PREFIX.size:
-            return position, _INCOMPLETE_CODE, "", 0, 0, b""
+            return IndexScanResult(position, _INCOMPLETE_CODE, "", 0, 0, b"")
         total, magic = _PREFIX.unpack_from(region, position)
         if magic == BLANK_MAGIC:
             if BLANK_RECORD_SIZE <= total <= limit - position:
-                return position, _BLANK_CODE, "", total, 0, b""
-            return position, _INVALID_CODE, f"blank record of bad size {total}", 0, 0, b""
+                return IndexScanResult(position, _BLANK_CODE, "", total, 0, b"")
+            detail = f"blank record of bad size {total}"
+            return IndexScanResult(position, _INVALID_CODE, detail, 0, 0, b"")
         if magic not in (MAGIC_V1, MAGIC_V2) or not MIN_RECORD_SIZE <= total <= limit - position:
-            return position, _INVALID_CODE, f"total size {total}, magic 0x{magic:08X}", 0, 0, b""
+            detail = f"total size {total}, magic 0x{magic:08X}"
+            return IndexScanResult(position, _INVALID_CODE, detail, 0, 0, b"")
         if total > end - position:
-            return position, _INCOMPLETE_CODE, "", 0, 0, b""
+            return IndexScanResult(position, _INCOMPLETE_CODE, "", 0, 0, b"")
         position += total
-    return position, _END_CODE, "", 0, 0, b""
+    return IndexScanResult(position, _END_CODE, "", 0, 0, b"")
 
 
 class _SlaveConnection(ChannelInboundHandler):
@@ -245,25 +248,27 @@ class _SlaveConnection(ChannelInboundHandler):
         file_end = offset - offset % file_size + file_size
         if NATIVE_SCANNER:  # GB/s; windows bound the rows held at once, the last one stops
             windows = scan_index_windows(
-                region, 0, len(region), file_start, file_end - file_start, False, True
+                region,
+                0,
+                len(region),
+                file_start,
+                file_end - file_start,
+                check_crc=False,
+                check_physical_offset=True,
             )
             (result,) = deque(windows, maxlen=1)
         else:  # sizes and magic only: a pure-Python scan of a large file would block for long
             result = _header_walk(region, file_end - file_start)
-        position = file_start + result[0]
-        code = result[1]
         del region
-        if code == _BLANK_CODE:
-            total = result[3]
-            if position + total == file_end:
-                self._valid_end = position + total  # offset is inside the blank tail
-                return None
-            return f"blank record of {total} bytes at {position} does not end the file"
-        if code == _END_CODE:
+        verdict = judge_stop(result.stop(file_start), file_end, written=True)
+        position = verdict.stop.offset
+        if verdict.damaged:
+            return f"damaged data at {position} before it: {verdict.stop.detail}"
+        if verdict.kind is StopKind.NEXT_FILE:  # offset is inside the blank tail
+            self._valid_end = file_end
+            return None
+        if result.reason is StopReason.END:
             return f"the record at {offset} is damaged: {reason}"
-        if code != _INCOMPLETE_CODE:
-            stop = index_scan_stop(result, file_start)
-            return f"damaged data at {stop.offset} before it: {_stop_reason(_Scanned(0, stop))}"
         header = store.read_view(position, _PREFIX.size)
         total, _ = _PREFIX.unpack_from(header, 0)
         limit = store.config.max_message_size + _RECORD_OVERHEAD_MAX
@@ -274,7 +279,8 @@ class _SlaveConnection(ChannelInboundHandler):
             return f"the record at {position} is not complete"
         scanned = _scan(whole, position)
         if scanned.position != total:
-            return f"the record at {position} around it is damaged: {_stop_reason(scanned)}"
+            why = _stop_reason(scanned, file_end)
+            return f"the record at {position} around it is damaged: {why}"
         self._valid_end = position + total
         log.info(
             "slave %s: offset %d is inside the valid record at %d (%d bytes): served from there",
@@ -297,6 +303,13 @@ class _SlaveConnection(ChannelInboundHandler):
         batch = self.master.config.ha_transfer_batch_size
         file_size = store.config.mapped_file_size
         file_end = offset - offset % file_size + file_size
+        damaged = store.damaged(offset, offset + batch)
+        if damaged is not None:  # never served; the slave keeps what it has (it may repair it)
+            if damaged.start <= offset:
+                raise CorruptRecordError(
+                    offset, f"the master's commit log range {damaged} is damaged (not served)"
+                )
+            batch = damaged.start - offset
         if offset < self._valid_end:
             return store.read_view(offset, min(batch, self._valid_end - offset))
         chunk = store.read_view(offset, batch)
@@ -334,7 +347,7 @@ class _SlaveConnection(ChannelInboundHandler):
             if scanner.position == total:
                 self._valid_end = offset + total
                 return whole
-        raise CorruptRecordError(offset, _stop_reason(scanner))
+        raise CorruptRecordError(offset, _stop_reason(scanner, file_end))
 
     def _refuse(self, ctx: HandlerContext, reason: str) -> None:
         log.warning("slave %s: %s; closing", self.address, reason)
@@ -355,8 +368,9 @@ class _SlaveConnection(ChannelInboundHandler):
             advice = (
                 f"the master's log ends at {high}, this slave's at {offset}: the slave is ahead "
                 f"by {offset - high} bytes: it holds data this master lost (acknowledged "
-                "messages, possibly); keep that copy: make the slave the master, or stop this "
-                f"master and give it the slave's commit log from {high} on. Only if those bytes "
+                "messages, possibly); keep that copy: make the slave the master, or restart this "
+                "master with `hanet master --repair-from SLAVE_BROKER_PORT` (it takes the lost "
+                f"tail back from the slave, checked). Only if those bytes "
                 f"were never acknowledged: `hanet slave --truncate-to {high}` (if the master took "
                 "no puts since it lost its tail) or `hanet slave --resync` throw them away to "
                 "follow this master"
@@ -446,8 +460,13 @@ class _SlaveConnection(ChannelInboundHandler):
     async def _stop_at_corrupt_record(
         self, ctx: HandlerContext, exc: CorruptRecordError, last_write: WriteFuture | None
     ) -> None:
-        """Never push a bad record: let the valid bytes already written go out, then close."""
+        """Never push a bad record: let the valid bytes already written go out, then close.
+        The bad bytes are marked damaged in the store (named in status, refused, repairable
+        from a slave that holds them)."""
         reason = f"corrupt record at offset {exc.offset}: {exc.reason}"
+        damaged = self.master.store.mark_damaged(exc.offset, exc.reason)
+        if damaged is not None and str(damaged) not in reason:
+            reason += f" (damaged range {damaged})"
         log.error(
             "slave %s: %s; the master's commit log is damaged there, transfer stopped at %d",
             self.address,

@@ -53,6 +53,7 @@ __all__ = [
     "ConsumerOffsetsInfo",
     "DLedgerInfo",
     "DLedgerPeer",
+    "DamagedRangeInfo",
     "DispatchError",
     "DispatchErrorInfo",
     "MasterLink",
@@ -193,6 +194,16 @@ exception); kept for code that imports it, to be removed later."""
 
 
 @attrs.frozen
+class DamagedRangeInfo:
+    """A commit log range that failed its checks, kept with the valid records after it and
+    refused until repaired (``hanet master --repair-from``)."""
+
+    start: int
+    end: int
+    reason: str
+
+
+@attrs.frozen
 class BrokerStatus:
     """A broker's role, offsets and replication state (the STATUS answer).
 
@@ -222,6 +233,7 @@ class BrokerStatus:
         consumer_groups: the consumer groups with live members here.
         epoch: the newest epoch of the store's history (a master's term; a slave's copy of its
             master's), None without one (a RocketMQ 4.9.8 master's slave, a DLedger node).
+        damaged_ranges: the commit log's damaged ranges (refused until repaired).
     """
 
     role: str
@@ -248,6 +260,7 @@ class BrokerStatus:
     consumer_offsets: ConsumerOffsetsInfo | None = None
     consumer_groups: tuple[ConsumerGroupInfo, ...] = ()
     epoch: int | None = None
+    damaged_ranges: tuple[DamagedRangeInfo, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         """The JSON object (nested objects as dicts, tuples as lists)."""
@@ -302,8 +315,9 @@ _NESTED: dict[str, type] = {
     "metadata_sync": MetadataSync,
     "consumer_offsets": ConsumerOffsetsInfo,
     "consumer_groups": ConsumerGroupInfo,
+    "damaged_ranges": DamagedRangeInfo,
 }
-_LISTS = frozenset({"slaves", "closed_slaves", "peers", "consumer_groups"})
+_LISTS = frozenset({"slaves", "closed_slaves", "peers", "consumer_groups", "damaged_ranges"})
 _SCALARS: dict[str, tuple[type, ...]] = {
     "str": (str,),
     "int": (int,),

@@ -45,7 +45,7 @@ from hanet.store import (
     StopReason,
     decode_properties,
     format_host,
-    index_scan_stop,
+    judge_stop,
     record_columns,
     scan_index,
     scan_index_windows,
@@ -153,13 +153,18 @@ def commit_log_batches(
             # One scan call per window (native when built): rows, not records; each batch's
             # columns come from those rows in a few calls (record_columns), no Python per row.
             for result in scan_index_windows(
-                view, position, part.end, part.file_start, None, True, True, window=window
+                view,
+                position,
+                part.end,
+                part.file_start,
+                check_physical_offset=True,
+                window=window,
             ):
-                rows = result[5]
+                rows = result.rows
                 for at in range(0, len(rows), rows_step):
                     yield converter.build(view, rows[at : at + rows_step], None)
             assert result is not None
-            stop = index_scan_stop(result, part.file_start)
+            stop = result.stop(part.file_start)
             bad_crc = _crc_failure(view, stop, part.file_start) if _is_invalid(stop) else None
             if bad_crc is None:
                 corrupt = _judge_stop(stop, part, len(view))
@@ -189,28 +194,22 @@ def _crc_failure(view: memoryview, stop: ScanStop, file_start: int) -> bytes | N
     # this one record only: unbounded, the scan would pack rows for the rest of the file
     total = int.from_bytes(view[position : position + 4], "big")
     end = min(position + total, len(view))
-    result = scan_index(view, position, end, file_start, None, False, True)
-    if result[4] == 0:
+    result = scan_index(
+        view, position, end, file_start, check_crc=False, check_physical_offset=True
+    )
+    if result.records == 0:
         return None
     # Found without the CRC checks but not with them: a CRC is what fails (a whole-record CRC
     # mismatch with a good body CRC is a damaged header field, topic or property).
-    return result[5][: ROW.size]
+    return result.rows[: ROW.size]
 
 
 def _judge_stop(stop: ScanStop, part: CommitLogRange, file_size: int) -> tuple[int, str] | None:
     """``(offset, reason)`` of the corrupt row a scan stop calls for, or None (a normal end)."""
-    reason = stop.reason
-    if reason is StopReason.END:
+    verdict = judge_stop(stop, part.file_start + file_size, last_file=part.last_file)
+    if not verdict.damaged:
         return None
-    if reason is StopReason.BLANK:
-        if stop.offset - part.file_start + stop.blank_size == file_size:
-            return None
-        return stop.offset, f"blank record of {stop.blank_size} bytes does not end the file"
-    if reason is StopReason.UNWRITTEN:
-        if part.last_file:
-            return None
-        return stop.offset, "unwritten data, but more files follow (a full file ends blank)"
-    return stop.offset, stop.detail or reason.value
+    return verdict.stop.offset, verdict.stop.detail or verdict.stop.reason.value
 
 
 _NATIVE_COLUMNS = {

@@ -63,7 +63,6 @@ from hanet.store import (
     ScanStop,
     StopReason,
     file_name,
-    index_scan_stop,
     scan_index_windows,
 )
 
@@ -492,13 +491,19 @@ def _chunk_batches(
     while True:
         result: IndexScanResult | None = None
         for result in scan_index_windows(
-            view, position, len(view), chunk.offset, limit, True, True, window=INDEX_SCAN_WINDOW
+            view,
+            position,
+            len(view),
+            chunk.offset,
+            limit,
+            check_physical_offset=True,
+            window=INDEX_SCAN_WINDOW,
         ):
-            rows = result[5]
+            rows = result.rows
             for at in range(0, len(rows), rows_step):
                 yield builder.build(view, rows[at : at + rows_step], None)
         assert result is not None
-        stop = index_scan_stop(result, chunk.offset)
+        stop = result.stop(chunk.offset)
         bad_crc = _crc_failure(view, stop, chunk.offset) if _is_invalid(stop) else None
         if bad_crc is None:
             if stop.reason is StopReason.END:

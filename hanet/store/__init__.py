@@ -71,6 +71,7 @@ from ._config import (
     StoreStatistics,
 )
 from ._consume_queue import CQ_BLANK_SIZE, CQ_ENTRY_SIZE, ConsumeQueue
+from ._damage import DAMAGE_FILE, DamagedRange, DamageLedger, next_valid_record
 from ._epoch import (
     EPOCH_FILE,
     EpochEntry,
@@ -111,7 +112,6 @@ from ._index import ScanResult as IndexScanResult
 from ._index import group_entries as index_group_entries
 from ._index import group_entries_py as index_group_entries_py
 from ._index import native_group_entries as native_index_group_entries
-from ._index import scan_stop as index_scan_stop
 from ._index import scan_windows as scan_index_windows
 from ._index import topic_names as index_topic_names
 from ._index_file import (
@@ -127,6 +127,7 @@ from ._index_file import (
     record_index_keys,
 )
 from ._json import record_to_json
+from ._judge import StopJudgement, StopKind, judge_stop
 from ._mapped_file import MappedFile, file_name
 from ._mapped_queue import MappedFileQueue, list_mapped_files
 from ._reader import CommitLogReader, resolve_store_dir
@@ -153,6 +154,7 @@ __all__ = [
     "CQ_ENTRY_SIZE",
     "CRC32_PROPERTY",
     "CRC32_RESERVED_LEN",
+    "DAMAGE_FILE",
     "DEFAULT_CONSUME_QUEUE_FILE_SIZE",
     "DEFAULT_DISK_MAX_USED_SPACE_RATIO",
     "DEFAULT_MAPPED_FILE_SIZE",
@@ -184,6 +186,8 @@ __all__ = [
     "ConsumeQueue",
     "CorruptRecordError",
     "CreateMappedFileError",
+    "DamageLedger",
+    "DamagedRange",
     "DispatchError",
     "EpochEntry",
     "EpochFile",
@@ -213,6 +217,8 @@ __all__ = [
     "RetentionService",
     "RetentionStatistics",
     "ScanStop",
+    "StopJudgement",
+    "StopKind",
     "StopReason",
     "StoreClosedError",
     "StoreConfig",
@@ -239,13 +245,14 @@ __all__ = [
     "index_group_entries",
     "index_group_entries_py",
     "index_key_hash",
-    "index_scan_stop",
     "index_topic_names",
     "java_string_hash",
+    "judge_stop",
     "list_mapped_files",
     "native_columns",
     "native_index_group_entries",
     "native_scan",
+    "next_valid_record",
     "offset_msg_id",
     "pack_blank_into",
     "pack_record_into",

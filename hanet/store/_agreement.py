@@ -15,7 +15,9 @@ from __future__ import annotations
 
 from hanet.errors import HanetError
 
+from ._codec import MIN_RECORD_SIZE
 from ._consume_queue import ConsumeQueue
+from ._damage import DamageLedger
 from ._errors import CorruptRecordError
 
 __all__ = ["QueueMismatchError", "RecordQueueMismatch", "queue_disagreement"]
@@ -35,13 +37,20 @@ class RecordQueueMismatch(CorruptRecordError):
 
 
 def queue_disagreement(
-    queue: ConsumeQueue, first: int, packed: bytes | memoryview, view: memoryview, base: int
+    queue: ConsumeQueue,
+    first: int,
+    packed: bytes | memoryview,
+    view: memoryview,
+    base: int,
+    damage: DamageLedger | None = None,
 ) -> None:
     """Check the first of a run of records of ``queue`` (queue offset ``first``, packed
     consume queue entries ``packed``) against what ``queue`` holds.
 
     ``view``: the commit log file the records are in, ``base`` its start offset (to read the
-    record's SYSFLAG).
+    record's SYSFLAG). ``damage``: the store's damaged ranges: a gap is no disagreement when
+    damaged bytes between the queue's last record and this one could hold the missing ones
+    (they were lost with the damage; the gap becomes blank entries until a repair fills it).
 
     Raises:
         QueueMismatchError: the queue offset leaves a gap after the queue's entries, or the
@@ -61,6 +70,8 @@ def queue_disagreement(
         sys_flag = int.from_bytes(view[position + _SYS_FLAG_AT : position + _SYS_FLAG_AT + 4])
         if sys_flag & _TRANSACTION_BITS in _PREPARED_OR_ROLLBACK:
             return
+    if first > high and damage and _lost_in_damage(queue, high, first, physical, damage):
+        return
     if first > high:
         raise QueueMismatchError(
             f"queue offset {first} of the record at {physical} leaves a gap after the queue's "
@@ -72,3 +83,16 @@ def queue_disagreement(
             f"queue offset {first} of the record at {physical} is held by the record at "
             f"{entry[0]} ({entry[1]} bytes)"
         )
+
+
+def _lost_in_damage(
+    queue: ConsumeQueue, high: int, first: int, physical: int, damage: DamageLedger
+) -> bool:
+    """Whether the queue offsets ``[high, first)`` may be records lost in damaged ranges that
+    lie between the queue's last record and the record at ``physical``."""
+    last = queue.get(high - 1)
+    after = 0 if last is None else last[0] + last[1]
+    lost = sum(
+        min(r.end, physical) - max(r.start, after) for r in damage if r.overlaps(after, physical)
+    )
+    return lost > 0 and first - high <= lost // MIN_RECORD_SIZE

@@ -237,6 +237,8 @@ class StoreStatistics:
             when it could not be read.
         create_error: why the last new commit log or consume queue file could not be created
             (puts needing it answer CREATE_MAPPED_FILE_FAILED), or None once one was created.
+        damaged: the commit log ranges that failed their checks with valid records after
+            them: ``(start, end, reason)`` each, kept and refused until repaired.
     """
 
     min_offset: int
@@ -256,3 +258,4 @@ class StoreStatistics:
     disk_full: bool = False
     disk_used_ratio: float | None = None
     create_error: str | None = None
+    damaged: tuple[tuple[int, int, str], ...] = ()

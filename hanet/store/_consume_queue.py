@@ -146,6 +146,24 @@ class ConsumeQueue:
             queue.append_raw(position, entries)
         self.min_queue_offset = queue_offset
 
+    def fill_blank(
+        self, queue_offset: int, physical_offset: int, size: int, tags_hash: int
+    ) -> None:
+        """Write the entry of a repaired record over the blank entry (a gap) at
+        ``queue_offset``.
+
+        Raises:
+            ValueError: no blank entry is held there.
+        """
+        entry = self.get(queue_offset)
+        if entry is None or entry[1] != CQ_BLANK_SIZE:
+            raise ValueError(f"no blank entry at queue offset {queue_offset}")
+        position = queue_offset * CQ_ENTRY_SIZE
+        mapped = self.files.find(position)
+        assert mapped is not None
+        at = position - mapped.start_offset
+        mapped.view[at : at + CQ_ENTRY_SIZE] = _ENTRY.pack(physical_offset, size, tags_hash)
+
     def get(self, queue_offset: int) -> tuple[int, int, int] | None:
         """``(physical offset, size, tag hash)`` of an entry, or None if not held."""
         if not self.min_queue_offset <= queue_offset < self.max_queue_offset:

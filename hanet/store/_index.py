@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from ._native import ENABLED, native
 from ._scanner import RecordScanner, ScanStop, StopReason
@@ -53,7 +53,6 @@ __all__ = [
     "record_columns_py",
     "scan_index",
     "scan_index_py",
-    "scan_stop",
     "scan_totals",
     "scan_windows",
     "topic_names",
@@ -74,11 +73,39 @@ STOP_REASONS = (
 _CODES = {reason: code for code, reason in enumerate(STOP_REASONS)}
 _I64_MAX = 2**63 - 1
 
-ScanResult = tuple[int, int, str, int, int, bytes]
-"""``(position, reason code, detail, blank_size, count, rows)``."""
+
+class ScanResult(NamedTuple):
+    """What one scan of a buffer found (:func:`scan_index`)."""
+
+    position: int
+    """Buffer position of the stop (right after the last valid record)."""
+    code: int
+    """The stop reason, an index into :data:`STOP_REASONS` (:attr:`reason`)."""
+    detail: str
+    """As :attr:`ScanStop.detail`."""
+    blank_size: int
+    """As :attr:`ScanStop.blank_size`."""
+    records: int
+    """How many valid records (rows)."""
+    rows: bytes
+    """``records`` packed :data:`ROW` structs."""
+
+    @property
+    def reason(self) -> StopReason:
+        """The stop reason."""
+        return STOP_REASONS[self.code]
+
+    def stop(self, base_offset: int) -> ScanStop:
+        """The :class:`ScanStop` of this scan of a buffer whose byte 0 is at ``base_offset``."""
+        return ScanStop(
+            base_offset + self.position, STOP_REASONS[self.code], self.detail, self.blank_size
+        )
+
 
 Buffer = bytes | bytearray | memoryview
 ScanFunction = Callable[..., ScanResult]
+"""A scan: ``(buf, start=0, end=None, base_offset=0, limit=None, *, check_crc=True,
+check_physical_offset=False)`` (:func:`scan_index_py`'s signature)."""
 
 
 def scan_index_py(
@@ -87,6 +114,7 @@ def scan_index_py(
     end: int | None = None,
     base_offset: int = 0,
     limit: int | None = None,
+    *,
     check_crc: bool = True,
     check_physical_offset: bool = False,
 ) -> ScanResult:
@@ -137,13 +165,9 @@ def scan_index_py(
         count += 1
     stop = scanner.stop
     assert stop is not None
-    return scanner.position, _CODES[stop.reason], stop.detail, stop.blank_size, count, bytes(rows)
-
-
-def scan_stop(result: ScanResult, base_offset: int) -> ScanStop:
-    """The :class:`ScanStop` of a scan of a buffer whose byte 0 is at ``base_offset``."""
-    position, code, detail, blank, _, _ = result
-    return ScanStop(base_offset + position, STOP_REASONS[code], detail, blank)
+    return ScanResult(
+        scanner.position, _CODES[stop.reason], stop.detail, stop.blank_size, count, bytes(rows)
+    )
 
 
 def topic_names(buf: Buffer, rows: bytes) -> Iterator[str]:
@@ -213,8 +237,24 @@ def group_entries_py(rows: Buffer) -> list[EntryGroup]:
     ]
 
 
-native_scan: ScanFunction | None = native("scan")
-"""``hanet.store._speedups.scan``, or None when the extension is not built."""
+_native_scan: Callable[..., tuple[int, int, str, int, int, bytes]] | None = native("scan")
+_new_tuple = tuple.__new__
+
+
+def _wrap_native(
+    scan: Callable[..., tuple[int, int, str, int, int, bytes]],
+) -> ScanFunction:
+    def native_scan(*args: Any, **flags: Any) -> ScanResult:
+        """``hanet.store._speedups.scan``: :func:`scan_index_py` in C (same signature, the
+        flags keyword-only there too), same output."""
+        return _new_tuple(ScanResult, scan(*args, **flags))
+
+    return native_scan
+
+
+native_scan: ScanFunction | None = None if _native_scan is None else _wrap_native(_native_scan)
+"""``hanet.store._speedups.scan`` (a :class:`ScanResult`), or None when the extension is not
+built."""
 NATIVE_SCANNER = native_scan is not None and ENABLED
 """Whether :data:`scan_index` is the native scan (built, and ``HANET_NO_EXTENSIONS`` unset)."""
 scan_index: ScanFunction = (
@@ -241,9 +281,9 @@ def scan_windows(
     end: int | None = None,
     base_offset: int = 0,
     limit: int | None = None,
+    *,
     check_crc: bool = True,
     check_physical_offset: bool = False,
-    *,
     window: int = SCAN_WINDOW,
     scan: ScanFunction | None = None,
 ) -> Iterator[ScanResult]:
@@ -264,16 +304,19 @@ def scan_windows(
     while True:
         window_end = min(stop_end, position + size)
         result = scan_function(
-            buf, position, window_end, base_offset, limit, check_crc, check_physical_offset
+            buf,
+            position,
+            window_end,
+            base_offset,
+            limit,
+            check_crc=check_crc,
+            check_physical_offset=check_physical_offset,
         )
-        reached, code = result[0], result[1]
-        if window_end >= stop_end or STOP_REASONS[code] not in (
-            StopReason.END,
-            StopReason.INCOMPLETE,
-        ):
+        reached = result.position
+        if window_end >= stop_end or result.reason not in (StopReason.END, StopReason.INCOMPLETE):
             yield result
             return
-        if result[4]:
+        if result.records:
             yield result
         size = size * 2 if reached == position else window
         position = reached
@@ -285,6 +328,7 @@ def scan_totals(
     end: int | None = None,
     base_offset: int = 0,
     limit: int | None = None,
+    *,
     check_crc: bool = True,
     check_physical_offset: bool = False,
 ) -> tuple[ScanResult, int]:
@@ -293,9 +337,15 @@ def scan_totals(
     count = 0
     result: ScanResult | None = None
     for result in scan_windows(
-        buf, start, end, base_offset, limit, check_crc, check_physical_offset
+        buf,
+        start,
+        end,
+        base_offset,
+        limit,
+        check_crc=check_crc,
+        check_physical_offset=check_physical_offset,
     ):
-        count += result[4]
+        count += result.records
     assert result is not None
     return result, count
 

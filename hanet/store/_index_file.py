@@ -40,8 +40,9 @@ from pathlib import Path
 
 import attrs
 
+from ._damage import DamagedRange
 from ._errors import StoreError, StoreLayoutError
-from ._index import ROW, SCAN_WINDOW, STOP_REASONS, scan_windows
+from ._index import ROW, SCAN_WINDOW, scan_windows
 from ._mapped_queue import MappedFileQueue
 from ._scanner import StopReason, decode_record
 
@@ -83,7 +84,6 @@ _PAGE = mmap.PAGESIZE
 _NAME = re.compile(r"^\d{17}$")
 _ROLLBACK = 0x3 << 2  # MessageSysFlag.TRANSACTION_ROLLBACK_TYPE
 _SYS_FLAG_AT = 36  # after TOTALSIZE, MAGICCODE, BODYCRC, QUEUEID, FLAG, QUEUEOFFSET, PHYSICALOFFSET
-_BLANK = STOP_REASONS.index(StopReason.BLANK)
 _UTF16 = "utf-16-le" if sys.byteorder == "little" else "utf-16-be"
 _KEY_PROPERTIES = re.compile(rb"(?:^|\x02)(KEYS|UNIQ_KEY)\x01([^\x02]*)")
 _KEYS = b"KEYS\x01"
@@ -614,40 +614,61 @@ class IndexService:
             self.indexed_offset = offset
             self._skip = 0
 
-    def build(self, commit_log: MappedFileQueue, end: int, *, budget: int | None = None) -> bool:
+    def build(
+        self,
+        commit_log: MappedFileQueue,
+        end: int,
+        *,
+        budget: int | None = None,
+        skip: Sequence[DamagedRange] = (),
+    ) -> bool:
         """Index the records in ``[indexed_offset, end)`` (all complete and valid: the store
         dispatched them); with ``budget``, stop at a record boundary once about that many bytes
         were scanned. Returns whether it reached ``end``. A file that cannot be written (a full
         disk) stops the build at the record it was on, logged once; the next call tries
-        again."""
+        again. ``skip``: damaged ranges (sorted), never indexed."""
         if self.indexed_offset < commit_log.min_offset:
             self.indexed_offset = commit_log.min_offset
             self._skip = 0
         position = start = self.indexed_offset
         window = SCAN_WINDOW if budget is None else max(budget, 64 * 1024)
         while position < end:
+            damaged = next((r for r in skip if r.end > position), None)
+            if damaged is not None and damaged.start <= position:
+                position = self.indexed_offset = min(damaged.end, end)
+                self._skip = 0
+                continue
             mapped = commit_log.find(position)
             if mapped is None:  # pragma: no cover - offsets inside the data have a file
                 break
             base = mapped.start_offset
             view = mapped.view
             stop_at = min(end - base, mapped.wrote)
+            if damaged is not None:
+                stop_at = min(stop_at, damaged.start - base)
             result = None
             for result in scan_windows(
-                view, position - base, stop_at, base, None, False, True, window=window
+                view,
+                position - base,
+                stop_at,
+                base,
+                check_crc=False,
+                check_physical_offset=True,
+                window=window,
             ):
-                if result[4] and not self._index_rows(view, base, result[5]):
+                if result.records and not self._index_rows(view, base, result.rows):
                     return False
-                if budget is not None and base + result[0] - start >= budget:
-                    self.indexed_offset, self._skip = base + result[0], 0  # a record boundary
+                if budget is not None and base + result.position - start >= budget:
+                    # a record boundary
+                    self.indexed_offset, self._skip = base + result.position, 0
                     return self.indexed_offset >= end
             if result is None:  # pragma: no cover - scan_windows yields at least once
                 break
-            reached = base + result[0]
-            if result[1] == _BLANK or reached >= base + mapped.size:
+            reached = base + result.position
+            if result.reason is StopReason.BLANK or reached >= base + mapped.size:
                 reached = mapped.end_offset  # past the blank tail: the next file
-            elif reached == position:  # pragma: no cover - dispatched data always scans
-                break
+            elif reached == position and (damaged is None or reached != damaged.start):
+                break  # pragma: no cover - dispatched data always scans
             position = min(reached, end) if reached < mapped.end_offset else reached
             self.indexed_offset = position
             self._skip = 0
@@ -655,6 +676,31 @@ class IndexService:
             logger.info("%s: index files can be written again", self.directory)
             self.error = None
         return self.indexed_offset >= end
+
+    def index_repaired(self, view: memoryview, base: int, rows: bytes) -> int:
+        """Index the records of ``rows`` (a scan of ``view``, whose byte 0 is at offset
+        ``base``) just written over a repaired damaged range, below :attr:`indexed_offset`:
+        those none of whose keys the index holds at their offset yet (records indexed before
+        they were damaged are not added twice). Returns how many records were indexed."""
+        missing = bytearray()
+        for row in ROW.iter_unpack(rows):
+            offset, t_start, t_length = row[0], row[6], row[7]
+            at = t_start + t_length + 2
+            keys = _raw_keys(bytes(view[at : at + _U16.unpack_from(view, at - 2)[0]]))
+            topic = str(view[t_start : t_start + t_length], "utf-8")
+            if keys and all(
+                offset not in self.query(topic, key, self.max_batch, 0, 2**63 - 1)[0]
+                for key in keys
+            ):
+                missing += ROW.pack(*row)
+        if missing:
+            indexed, skip = self.indexed_offset, self._skip
+            self.indexed_offset = self._skip = 0  # below it, on purpose
+            try:
+                self._index_rows(view, base, bytes(missing))
+            finally:
+                self.indexed_offset, self._skip = indexed, skip
+        return len(missing) // ROW.size
 
     def _index_rows(self, view: memoryview, base: int, rows: bytes) -> bool:
         """Index the keys of the records of ``rows`` (one scan window), in one batch."""

@@ -16,7 +16,8 @@ from typing import TypeVar
 
 from ._codec import MessageRecord
 from ._errors import StoreLayoutError
-from ._index import ScanResult, scan_stop, scan_windows, topic_names
+from ._index import ScanResult, scan_windows, topic_names
+from ._judge import StopKind, judge_stop
 from ._mapped_file import file_name
 from ._mapped_queue import list_mapped_files
 from ._scanner import RecordScanner, ScanStop, StopReason, first_nonzero
@@ -150,11 +151,13 @@ class CommitLogReader:
             view: memoryview, position: int, start: int
         ) -> Generator[tuple[list[str], bytes], None, ScanStop | None]:
             result: ScanResult | None = None
-            for result in scan_windows(view, position, None, start, None, check_crc, True):
-                if result[4]:
-                    yield list(topic_names(view, result[5])), result[5]
+            for result in scan_windows(
+                view, position, None, start, check_crc=check_crc, check_physical_offset=True
+            ):
+                if result.records:
+                    yield list(topic_names(view, result.rows)), result.rows
             assert result is not None
-            return scan_stop(result, start)
+            return result.stop(start)
 
         return self._walk(start_offset, scan_file)
 
@@ -183,49 +186,24 @@ class CommitLogReader:
                 os.close(fd)
             self.files_read += 1
             view = memoryview(mapping)
+
+            def data_after(offset: int, view: memoryview = view, start: int = start) -> int | None:
+                following = first_nonzero(view, offset - start)
+                return None if following is None else start + following
+
             try:
                 stop = yield from scan_file(view, position, start)
-                if stop is not None and stop.reason is StopReason.UNWRITTEN:
-                    following = first_nonzero(view, stop.offset - start)
-                    if following is not None:  # not the end of the data: a zeroed hole
-                        stop = ScanStop(
-                            stop.offset,
-                            StopReason.INVALID,
-                            f"a zeroed hole at offset {stop.offset}: non-zero data follows "
-                            f"at {start + following}",
-                        )
+                assert stop is not None
+                verdict = judge_stop(
+                    stop, start + self.file_size, last_file=last, data_after=data_after
+                )
             finally:
                 try:
                     view.release()
                     mapping.close()
                 except BufferError:  # pragma: no cover - a caller kept a view
                     pass
-            assert stop is not None
             position = 0
-            if stop.reason is StopReason.BLANK:
-                if stop.offset + stop.blank_size != start + self.file_size:
-                    self.stop = ScanStop(
-                        stop.offset,
-                        StopReason.INVALID,
-                        f"blank record of {stop.blank_size} bytes does not end the file",
-                    )
-                    return
-                if last:
-                    self.stop = stop
-                    return
-                continue
-            if stop.reason is StopReason.END:
-                if last:
-                    self.stop = stop
-                    return
-                continue
-            if stop.reason is not StopReason.INVALID and not last:
-                self.stop = ScanStop(
-                    stop.offset,
-                    StopReason.INVALID,
-                    f"{stop.reason.value} data in {path.name}, but more files follow "
-                    "(a full file ends with a blank record)",
-                )
+            if verdict.kind is not StopKind.NEXT_FILE or last:
+                self.stop = verdict.stop
                 return
-            self.stop = stop
-            return

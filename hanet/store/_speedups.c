@@ -421,7 +421,7 @@ static PyObject *scan(PyObject *Py_UNUSED(self), PyObject *args, PyObject *kwarg
     PyObject *end_obj = Py_None, *limit_obj = Py_None;
     long long base = 0;
     int check_crc = 1, check_offset = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "y*|nOLOpp:scan", kwlist, &view, &start,
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "y*|nOLO$pp:scan", kwlist, &view, &start,
                                      &end_obj, &base, &limit_obj, &check_crc, &check_offset))
         return NULL;
     PyObject *result = NULL;

@@ -12,6 +12,7 @@ def scan(
     end: int | None = None,
     base_offset: int = 0,
     limit: int | None = None,
+    *,
     check_crc: bool = True,
     check_physical_offset: bool = False,
 ) -> tuple[int, int, str, int, int, bytes]: ...

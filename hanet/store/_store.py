@@ -78,6 +78,7 @@ from ._config import (
     StoreStatistics,
 )
 from ._consume_queue import CQ_BLANK_SIZE, CQ_ENTRY_SIZE, ConsumeQueue
+from ._damage import DamagedRange, DamageLedger, damage_end
 from ._disk_guard import Clock, DiskGuard
 from ._errors import (
     CorruptRecordError,
@@ -92,18 +93,18 @@ from ._flusher import Flusher
 from ._index import (
     ROW,
     SCAN_WINDOW,
-    STOP_REASONS,
     ScanResult,
     group_entries,
     scan_index,
-    scan_stop,
     scan_totals,
     scan_windows,
 )
 from ._index_file import IndexQueryResult, IndexService
+from ._judge import StopKind, judge_stop
 from ._mapped_queue import MappedFileQueue, list_mapped_files
 from ._rebuild import FROM_START, load_checked
 from ._recovery import RecoveryResult, find_valid_end
+from ._repair import repair_range
 from ._scanner import StopReason, decode_record
 from ._store_files import (
     STORE_PROPERTIES,
@@ -123,11 +124,6 @@ logger = logging.getLogger(__name__)
 _INDEX_LAG = 256 * 1024  # dispatched bytes a put or dispatch leaves unindexed at most
 _INDEX_STEP = 1 << 20  # bytes indexed at most by one put or dispatch, or one flusher step
 _INDEX_CATCH_UP = 16 << 20  # bytes a lookup, open or close indexes at most (the flusher: all)
-
-_END, _BLANK, _UNWRITTEN, _INCOMPLETE = (
-    STOP_REASONS.index(reason)
-    for reason in (StopReason.END, StopReason.BLANK, StopReason.UNWRITTEN, StopReason.INCOMPLETE)
-)
 
 Listener = Callable[[int], None]
 """Called with the new max offset after data was added to the commit log (after raw appends
@@ -223,6 +219,8 @@ class CommitLogStore:
         self._create_error: str | None = None
         self._created_at_error = 0
         self.recovery = RecoveryResult(0, 0, None, 0)
+        self.damage = DamageLedger(root)
+        """The commit log's damaged ranges (kept, refused, repaired from a replica)."""
         host, port = parse_host(config.store_host)
         self._store_host = host
         self._store_port = port
@@ -318,6 +316,7 @@ class CommitLogStore:
         )
         self.recovery = result
         self._log_recovery(result, had_checkpoint, checkpoint.physic_msg_timestamp)
+        self._mark_damaged(result.damaged, result.end_offset)
         if self.commit_log.files:
             self.commit_log.truncate(result.end_offset)
             for mapped in self.commit_log.files:
@@ -363,6 +362,43 @@ class CommitLogStore:
                 queue.correct_min_offset(self.commit_log.min_offset)
         abort.touch()
 
+    def _mark_damaged(self, damaged: tuple[DamagedRange, ...], end: int) -> None:
+        self.damage.truncate(end)
+        for r in damaged:
+            logger.error(
+                "%s: commit log bytes %s fail their checks; the valid records after them are "
+                "kept; the range is refused until repaired (hanet master --repair-from)",
+                self.root,
+                r,
+            )
+            self.damage.add(r)
+
+    def damaged(self, start: int, end: int) -> DamagedRange | None:
+        """The first damaged range sharing a byte with ``[start, end)``, or None."""
+        return self.damage.find(start, end) if self.damage else None
+
+    def mark_damaged(self, offset: int, reason: str) -> DamagedRange | None:
+        """The record at ``offset`` failed its checks on a read (an HA transfer): mark it and
+        what follows up to the next valid record (or its file's end) damaged, persisted, so
+        that it is named and refused and can be repaired; returns the range (the one already
+        marked when ``offset`` is in one), None when ``offset`` is outside the data."""
+        known = self.damaged(offset, offset + 1)
+        mapped = self.commit_log.find(offset)
+        if known is not None or mapped is None or not offset < self.max_offset:
+            return known
+        end = damage_end(mapped.view, offset, mapped.start_offset, self.max_offset)
+        damaged = DamagedRange(offset, end, reason)
+        logger.error(
+            "%s: commit log bytes %s fail their checks: marked damaged", self.root, damaged
+        )
+        self.damage.add(damaged)
+        return damaged
+
+    def repair(self, damaged: DamagedRange, data: bytes) -> int:
+        """Write ``data``, a replica's intact copy, over ``damaged``: see
+        :func:`~._repair.repair_range`."""
+        return repair_range(self, damaged, data)
+
     def _log_recovery(self, result: RecoveryResult, had_checkpoint: bool, timestamp: int) -> None:
         if not self.commit_log.files:
             return
@@ -375,7 +411,7 @@ class CommitLogStore:
                 result.end_offset,
                 result.data_after,
             )
-        if stop is not None and stop.reason is StopReason.INVALID:
+        elif stop is not None and stop.reason is StopReason.INVALID:
             logger.warning(
                 "%s: truncating the commit log at %d: %s",
                 self.root,
@@ -676,6 +712,7 @@ class CommitLogStore:
         low = self.commit_log.min_offset
         for queue in self._queues.values():
             queue.correct_min_offset(low)
+        self.damage.forget_below(low)  # deleted with its file
         return True
 
     def clean_consume_queue(self, topic: str, queue_id: int, *, force: bool = False) -> int:
@@ -1007,29 +1044,17 @@ class CommitLogStore:
             segment = buf[index : index + segment_end - position]
             limit = file_end - position
             if len(segment) <= SCAN_WINDOW:  # one call (what scan_totals makes of it)
-                result = scan_index(segment, 0, None, position, limit, True, True)
+                result = scan_index(segment, 0, None, position, limit, check_physical_offset=True)
             else:
-                result, _ = scan_totals(segment, 0, None, position, limit, True, True)
-            code = result[1]
-            reached = position + result[0]
-            if code == _BLANK:
-                blank_size = result[3]
-                if reached + blank_size != file_end:
-                    return reached, CorruptRecordError(
-                        reached,
-                        f"blank record of {blank_size} bytes does not end the file",
-                    )
-                if segment_end < file_end:  # the rest of the blank tail is still to come
-                    return reached, None
-            elif code == _END:
-                if segment_end < file_end:
-                    return reached, None
-            elif code == _INCOMPLETE:
-                return reached, None
-            elif code == _UNWRITTEN:
-                return reached, CorruptRecordError(reached, "zeros where a record should start")
-            else:
-                return reached, scan_stop(result, position).error()
+                result, _ = scan_totals(
+                    segment, 0, None, position, limit, check_physical_offset=True
+                )
+            verdict = judge_stop(result.stop(position), file_end, written=True)
+            reached = verdict.stop.offset
+            if verdict.damaged:
+                return reached, verdict.stop.error()
+            if verdict.kind is not StopKind.NEXT_FILE or segment_end < file_end:
+                return reached, None  # the data end, or the rest of the file still to come
             position = file_end
         return end, None
 
@@ -1062,6 +1087,7 @@ class CommitLogStore:
         self._validated = min(self._validated, offset)
         self._dispatched = min(self._dispatched, offset)
         self._flushed = min(self._flushed, offset)
+        self.damage.truncate(offset)
         error = self._dispatch_error
         if error is not None and error.offset >= offset:
             self._dispatch_error = None
@@ -1100,6 +1126,10 @@ class CommitLogStore:
             return self.dispatch_error
         files = self.commit_log
         while self._dispatched < files.max_offset:
+            skip = self.damaged(self._dispatched, self._dispatched + 1)
+            if skip is not None:  # never dispatched: the records after it are
+                self._dispatched = skip.end
+                continue
             mapped = files.find(self._dispatched)
             if mapped is None:  # pragma: no cover - offsets inside the data always have a file
                 break
@@ -1110,38 +1140,36 @@ class CommitLogStore:
             # re-reads them with a bounds-checked scan but no second CRC pass. Past it lies at
             # most the head of a record still to come.
             end = min(mapped.wrote, max(self._validated - base, self._dispatched - base))
+            damage = self.damage.next_start(self._dispatched) if self.damage else None
+            if damage is not None and damage < base + end:
+                end = damage - base
             result: ScanResult | None = None
             failed = False
-            for result in scan_windows(view, self._dispatched - base, end, base, None, False, True):
-                if result[4] and not self._dispatch_rows(view, result[5], base):
+            for result in scan_windows(
+                view,
+                self._dispatched - base,
+                end,
+                base,
+                check_crc=False,
+                check_physical_offset=True,
+            ):
+                if result.records and not self._dispatch_rows(view, result.rows, base):
                     failed = True
                     break
             if failed:
                 break
             assert result is not None
-            stop = scan_stop(result, base)
-            position = result[0]
-            self._dispatched = base + position
-            if stop.reason is StopReason.BLANK:
-                if stop.offset + stop.blank_size != mapped.end_offset:
-                    self._dispatch_error = CorruptRecordError(
-                        stop.offset,
-                        f"blank record of {stop.blank_size} bytes does not end the file",
-                    )
-                    break
-                if mapped.wrote < mapped.size:  # the rest of the blank tail is still to come
-                    break
-                self._dispatched = mapped.end_offset
-            elif stop.reason is StopReason.END:
-                if position < mapped.size:
-                    break
-                self._dispatched = mapped.end_offset
-            elif stop.reason is StopReason.INCOMPLETE:
-                break
-            else:
-                self._dispatch_error = stop.error()
+            verdict = judge_stop(result.stop(base), mapped.end_offset, written=True)
+            self._dispatched = base + result.position
+            if verdict.damaged:
+                self._dispatch_error = verdict.stop.error()
                 logger.warning("%s: dispatch stopped: %s", self.root, self._dispatch_error)
                 break
+            if verdict.kind is not StopKind.NEXT_FILE or mapped.wrote < mapped.size:
+                if damage is not None and self._dispatched == damage:
+                    continue  # skipped at the top of the loop
+                break  # the data end, or the rest of the file still to come
+            self._dispatched = mapped.end_offset
         self._build_index()
         return self.dispatch_error
 
@@ -1165,7 +1193,9 @@ class CommitLogStore:
                 return False
             budget = _INDEX_STEP
         try:
-            done = index.build(self.commit_log, self._dispatched, budget=budget)
+            done = index.build(
+                self.commit_log, self._dispatched, budget=budget, skip=self.damage.ranges
+            )
             return done or index.error is not None  # a file it cannot write: later
         except Exception:  # pragma: no cover - a bug must not stop puts and replication
             logger.exception("%s: building the index failed at %d", self.root, index.indexed_offset)
@@ -1242,7 +1272,7 @@ class CommitLogStore:
                 high = queue.max_queue_offset
                 if key not in floors:
                     highs[tid, queue_id] = floors[key] = high
-                queue_disagreement(queue, first, packed, view, base)  # raises QueueMismatch
+                queue_disagreement(queue, first, packed, view, base, self.damage)  # may raise
                 if first < high:  # already (partly) in the queue: skip what it holds
                     if first + count <= high:
                         continue
@@ -1417,4 +1447,5 @@ class CommitLogStore:
             disk_full=self._disk.full,
             disk_used_ratio=self._disk.used_ratio,
             create_error=self._create_error,
+            damaged=tuple((r.start, r.end, r.reason) for r in self.damage),
         )
