@@ -17,8 +17,7 @@ from hanet.protocol import Credentials
 pytest.importorskip("pyspark")
 pytest.importorskip("pyarrow")
 
-from hanet.spark import LogReadError, plan_broker, remote_batches
-from hanet.spark._remote import broker_credentials
+from hanet.spark import LogReadError, broker_credentials, plan_broker, remote_batches
 
 ACL = """
 accounts:

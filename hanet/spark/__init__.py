@@ -74,6 +74,7 @@ if TYPE_CHECKING:
         LogReadError,
         RemoteRange,
         TlsFiles,
+        broker_credentials,
         plan_broker,
         remote_batches,
     )
@@ -121,6 +122,7 @@ __all__ = [
     "StoreLocation",
     "TlsFiles",
     "audit",
+    "broker_credentials",
     "cds_plan",
     "commit_log",
     "commit_log_batches",
@@ -186,6 +188,7 @@ _HOMES = {
         "LogReadError",
         "RemoteRange",
         "TlsFiles",
+        "broker_credentials",
         "plan_broker",
         "remote_batches",
     ),
