@@ -24,6 +24,8 @@ from hanet.store import (
     index_key_hash,
     record_index_keys,
 )
+from hanet.store._index_file import _java_hash_py
+from hanet.store._native import native
 
 FILE = 64 * 1024
 END = 2**63 - 1
@@ -73,6 +75,20 @@ def test_key_hash_is_rocketmqs() -> None:
     assert index_file_size(5_000_000, 20_000_000) == 420_000_040
     keys = record_index_keys("T", {"KEYS": " a  b ", "UNIQ_KEY": "U", "TAGS": "t"})
     assert keys == ["T#U", "T#a", "T#b"]  # RocketMQ's order; empty keys skipped
+
+
+@pytest.mark.skipif(native("java_hash") is None, reason="the C extension is not built")
+def test_native_key_hash_matches_the_reference() -> None:
+    """The extension's java_hash (what puts use) agrees with the pure-Python one and with
+    Java on every width of str: ASCII, Latin-1, the BMP, past it (surrogate pairs), long."""
+    fast = native("java_hash")
+    texts = ["", "Aa", "polygenelubricants", "caf\u00e9", "\u65e5\u672c\u8a9e", "a\U0001f600b",
+             "x" * 1030, "\u00ff" * 300 + "\U00010000", "K" * 5000 + "\u20ac"]  # fmt: skip
+    for text in texts:
+        assert fast(text) == _java_hash_py(text)
+        assert fast(text)[1] == len(text.encode("utf-16-le")) // 2
+        h = fast(text)[0]
+        assert (h - 2**32 if h >= 2**31 else h) == java_hash(text)
 
 
 def test_file_layout_byte_for_byte(tmp_path: Path) -> None:
