@@ -27,6 +27,10 @@ _IOV_MAX = 1024  # buffers per sendmsg (Linux's IOV_MAX)
 _CHUNK_SIZE = 1024 * 1024  # the receive arena's chunks
 _MIN_READ = 16 * 1024  # a chunk with less free room than this is left for a fresh one
 _SPARE_CHUNKS = 4  # full chunks kept for reuse once no view of them is left
+# Whether full chunks are reused: only where ``sys.getrefcount`` tells that nothing refers to a
+# chunk any more, i.e. on CPython (reference counting). Elsewhere (PyPy, GraalPy) the count is
+# not exact, so a chunk still seen through a kept frame could be written over: never reused.
+_REUSE_CHUNKS = sys.implementation.name == "cpython"
 _NO_CHUNK = bytearray()
 
 
@@ -43,7 +47,9 @@ class _ReceiveArena:
     A full chunk that nothing refers to any more (every view of it is gone, which is the usual
     case: handlers copy what they keep) is taken again instead of a fresh one: a fresh 1 MiB
     ``bytearray`` is zeroed and faulted in page by page, which cost a replicating slave about a
-    tenth of its time. Up to :data:`_SPARE_CHUNKS` full chunks are kept for that.
+    tenth of its time. Up to :data:`_SPARE_CHUNKS` full chunks are kept for that. Whether
+    nothing refers to a chunk is judged by ``sys.getrefcount``, which is exact on CPython only:
+    on any other interpreter a full chunk is never taken again (:data:`_REUSE_CHUNKS`).
     """
 
     __slots__ = ("chunk", "readonly", "spare", "top", "writable")
@@ -80,9 +86,13 @@ class _ReceiveArena:
             self.writable.release()
             self.readonly.release()
         self.chunk = _NO_CHUNK  # the caller sets the chunk returned
+        if not _REUSE_CHUNKS:
+            spare.clear()
+            return bytearray(size)
         for i in range(len(spare)):
             # Referenced by the list and getrefcount's argument only: no view of it is left
-            # anywhere (a view holds its buffer through the object it was made from).
+            # anywhere (a view holds its buffer through the object it was made from). CPython
+            # only: its reference counts are exact (see _REUSE_CHUNKS).
             if sys.getrefcount(spare[i]) <= 2 and len(spare[i]) >= size:
                 return spare.pop(i)
         return bytearray(size)
