@@ -10,6 +10,7 @@ from typing import Any
 
 import trio
 import trio.testing
+from channel_support import tcp_pair
 
 from hanet import (
     ChannelConfig,
@@ -19,16 +20,6 @@ from hanet import (
     WaterMarks,
     run_channel,
 )
-
-
-async def tcp_pair() -> tuple[trio.SocketStream, trio.SocketStream]:
-    (listener,) = await trio.open_tcp_listeners(0, host="127.0.0.1")
-    async with listener:
-        port = listener.socket.getsockname()[1]
-        client = await trio.open_tcp_stream("127.0.0.1", port)
-        server = await listener.accept()
-    assert isinstance(server, trio.SocketStream)
-    return client, server
 
 
 async def read_exactly(stream: trio.abc.ReceiveStream, n: int) -> bytes:

@@ -10,6 +10,7 @@ from typing import Any
 
 import trio
 import trio.testing
+from channel_support import tcp_pair
 
 from hanet import ChannelInboundHandler, HandlerContext, StreamChannel, run_channel
 from hanet.channel import EmbeddedChannel, ReadOnlyBuffer
@@ -25,16 +26,6 @@ class Keeper(ChannelInboundHandler):
 
     def channel_read(self, ctx: HandlerContext, msg: Any) -> None:
         self.kept.append(msg)
-
-
-async def tcp_pair() -> tuple[trio.SocketStream, trio.SocketStream]:
-    (listener,) = await trio.open_tcp_listeners(0, host="127.0.0.1")
-    async with listener:
-        port = listener.socket.getsockname()[1]
-        client = await trio.open_tcp_stream("127.0.0.1", port)
-        server = await listener.accept()
-    assert isinstance(server, trio.SocketStream)
-    return client, server
 
 
 async def receive_all(payload: bytes, *handlers: Any, chunks: list[int]) -> None:
@@ -217,16 +208,7 @@ async def test_chunks_are_reused_only_once_no_view_of_them_is_left(
     # The arena takes a full chunk again once nothing refers to it (no fresh 1 MiB buffer per
     # MiB received) and never while a view of it (or of a view of it) lives: the kept views
     # still show what they showed when they came in.
-    made: list[int] = []
-
-    def counting_bytearray(*args: Any) -> bytearray:
-        buffer = bytearray(*args)
-        if len(buffer) >= 1 << 20:
-            made.append(len(buffer))
-        return buffer
-
-    arena_module = "hanet.channel._stream_channel"
-    monkeypatch.setattr(f"{arena_module}.bytearray", counting_bytearray, raising=False)
+    made = _counting_chunks(monkeypatch)
     payload = random.Random(3).randbytes(24 * 1024 * 1024)
     keeper = SometimesKeeper(4)
     await receive_all(payload, keeper, chunks=[100_000, 300_000, 4096, 65_536])
