@@ -48,10 +48,13 @@ class Answerer(ChannelInboundHandler):
         for byte in bytes(msg):
             answer = bytes([byte]) * self.size
             future = ctx.write_and_flush(answer)
-            future.add_done_callback(lambda f, b=byte: self.events.append(f"sent {chr(b)}"))
+            future.add_done_callback(functools.partial(self._sent, chr(byte)))
             self.futures.append(future)
         if self.close_after:
             ctx.close()
+
+    def _sent(self, letter: str, future: Any) -> None:
+        self.events.append(f"sent {letter}")
 
     def channel_writability_changed(self, ctx: HandlerContext) -> None:
         self.events.append("writable" if ctx.channel.is_writable else "unwritable")
