@@ -52,7 +52,7 @@ def _fields(rng: random.Random, cls: Any, code: int | None) -> dict[str, str]:
         roll = rng.random()
         if roll < 0.85:
             kind = str(field.type).split(" ")[0]
-            plain = {"bool": rng.choice(["true", "false"]), "int": str(rng.randrange(99))}
+            plain = {"bool": rng.choice(["true", "false", "0", "1"]), "int": str(rng.randrange(99))}
             fields[key] = plain.get(kind, "T")
         elif roll < 0.98:
             fields[key] = rng.choice(_TEXTS)
@@ -118,6 +118,8 @@ def test_read_header_builds_what_init_would() -> None:
     with pytest.raises(attrs.exceptions.FrozenInstanceError):
         header.count = 1
     assert read(Sample, {"n": "x", "c": "2147483647"}, SPEC) == Sample("x", 2**31 - 1)
+    for text, flag in (("1", True), ("0", False), ("", False), ("false", False)):  # C++: 0/1
+        assert read(Sample, {"n": "x", "c": "1", "f": text}, SPEC) == Sample("x", 1, flag)
     # Anything but the plain shape is left to the Python reader (None).
     for fields in ({"c": "1"}, {"n": "x", "c": "2147483648"}, {"n": "x", "c": "-1"},
                    {"n": "x", "c": "1", "f": "TRUE"}, {"n": 5, "c": "1"},

@@ -28,9 +28,9 @@
  *
  * A typed header (a frozen attrs class) from a command's ext fields (a dict of str), without
  * its __init__: ``spec`` is one (attr, key, kind, maximum, required, default) per field in
- * declaration order, kind 0 a string, 1 a boolean ("true"/"false"), 2 a number (ASCII digits,
- * at most 19, no sign, at most ``maximum``); key None: never on the wire (then required means
- * missing). An absent optional field takes ``default``. Returns None for anything else (a
+ * declaration order, kind 0 a string, 1 a boolean ("true" or "1", "false", "0" or ""), 2 a
+ * number (ASCII digits, at most 19, no sign, at most ``maximum``); key None: never on the wire
+ * (then required means missing). An absent optional field takes ``default``. Returns None for anything else (a
  * missing required field, a value of another shape, fields not a dict): the caller's Python
  * reader (the reference, hanet/protocol/_headers.py) then reads it or names what is wrong.
  */
@@ -601,9 +601,10 @@ static PyObject *header_value(PyObject *text, long kind, unsigned long long maxi
         PyErr_Clear(); /* a lone surrogate: the reference says what is wrong */
         return NULL;
     }
-    if (kind == KIND_BOOL) {
-        if (n == 4 && memcmp(p, "true", 4) == 0) Py_RETURN_TRUE;
-        if (n == 5 && memcmp(p, "false", 5) == 0) Py_RETURN_FALSE;
+    if (kind == KIND_BOOL) { /* the C++ client sends "0" and "1" */
+        if ((n == 4 && memcmp(p, "true", 4) == 0) || (n == 1 && p[0] == '1')) Py_RETURN_TRUE;
+        if ((n == 5 && memcmp(p, "false", 5) == 0) || (n == 1 && p[0] == '0') || n == 0)
+            Py_RETURN_FALSE;
         return NULL;
     }
     if (n < 1 || n > 19) return NULL;
