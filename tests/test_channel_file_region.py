@@ -15,6 +15,7 @@ import pytest
 import trio
 import trio.testing
 import trustme
+from channel_support import tcp_pair
 
 from hanet import ChannelInboundHandler, HandlerContext, StreamChannel, run_channel
 from hanet.channel import (
@@ -44,16 +45,6 @@ def is_open(fd: int) -> bool:
     except OSError:
         return False
     return True
-
-
-async def tcp_pair() -> tuple[trio.SocketStream, trio.SocketStream]:
-    (listener,) = await trio.open_tcp_listeners(0, host="127.0.0.1")
-    async with listener:
-        port = listener.socket.getsockname()[1]
-        client = await trio.open_tcp_stream("127.0.0.1", port)
-        server = await listener.accept()
-    assert isinstance(server, trio.SocketStream)
-    return client, server
 
 
 async def receive_until_eof(stream: trio.abc.ReceiveStream, slow: bool = False) -> bytes:

@@ -10,6 +10,7 @@ from typing import Any
 
 import trio
 import trio.testing
+from channel_support import tcp_pair
 
 from hanet import ChannelInboundHandler, HandlerContext, StreamChannel, run_channel
 from hanet.channel import EmbeddedChannel, ReadOnlyBuffer
@@ -25,16 +26,6 @@ class Keeper(ChannelInboundHandler):
 
     def channel_read(self, ctx: HandlerContext, msg: Any) -> None:
         self.kept.append(msg)
-
-
-async def tcp_pair() -> tuple[trio.SocketStream, trio.SocketStream]:
-    (listener,) = await trio.open_tcp_listeners(0, host="127.0.0.1")
-    async with listener:
-        port = listener.socket.getsockname()[1]
-        client = await trio.open_tcp_stream("127.0.0.1", port)
-        server = await listener.accept()
-    assert isinstance(server, trio.SocketStream)
-    return client, server
 
 
 async def receive_all(payload: bytes, *handlers: Any, chunks: list[int]) -> None:
@@ -217,16 +208,7 @@ async def test_chunks_are_reused_only_once_no_view_of_them_is_left(
     # The arena takes a full chunk again once nothing refers to it (no fresh 1 MiB buffer per
     # MiB received) and never while a view of it (or of a view of it) lives: the kept views
     # still show what they showed when they came in.
-    made: list[int] = []
-
-    def counting_bytearray(*args: Any) -> bytearray:
-        buffer = bytearray(*args)
-        if len(buffer) >= 1 << 20:
-            made.append(len(buffer))
-        return buffer
-
-    arena_module = "hanet.channel._stream_channel"
-    monkeypatch.setattr(f"{arena_module}.bytearray", counting_bytearray, raising=False)
+    made = _counting_chunks(monkeypatch)
     payload = random.Random(3).randbytes(24 * 1024 * 1024)
     keeper = SometimesKeeper(4)
     await receive_all(payload, keeper, chunks=[100_000, 300_000, 4096, 65_536])
@@ -239,3 +221,70 @@ async def test_chunks_are_reused_only_once_no_view_of_them_is_left(
     pinned = len({id(view.obj) for view, _ in keeper.kept})
     assert pinned < 12
     assert len(made) <= pinned + 6, (len(made), pinned)
+
+
+class FrameKeeper(ChannelInboundHandler):
+    """Keeps the first frames it reads (views of the arena) and what they showed then."""
+
+    def __init__(self, keep: int) -> None:
+        self.keep = keep
+        self.kept: list[tuple[memoryview, bytes]] = []
+        self.count = 0
+
+    def channel_read(self, ctx: HandlerContext, msg: Any) -> None:
+        self.count += 1
+        if len(self.kept) < self.keep:
+            self.kept.append((msg, bytes(msg)))
+
+
+def _counting_chunks(monkeypatch: Any) -> list[int]:
+    made: list[int] = []
+
+    def counting_bytearray(*args: Any) -> bytearray:
+        buffer = bytearray(*args)
+        if len(buffer) >= 1 << 20:
+            made.append(len(buffer))
+        return buffer
+
+    monkeypatch.setattr(
+        "hanet.channel._stream_channel.bytearray", counting_bytearray, raising=False
+    )
+    return made
+
+
+async def _frames_through(monkeypatch: Any, reuse: bool) -> tuple[FrameKeeper, list[int]]:
+    # 16 MiB of 2 KiB frames, each different; the handler keeps the first 20 (decoded in place).
+    monkeypatch.setattr("hanet.channel._stream_channel._REUSE_CHUNKS", reuse)
+    made = _counting_chunks(monkeypatch)
+    rng = random.Random(5)
+    bodies = [rng.randbytes(2044) for _ in range(8192)]
+    payload = b"".join(len(b).to_bytes(4, "big") + b for b in bodies)
+    keeper = FrameKeeper(20)
+    await receive_all(
+        payload,
+        LengthFieldBasedFrameDecoder(1 << 20, 0, 4, 0, 4, views=True),
+        keeper,
+        chunks=[65_536, 200_000],
+    )
+    assert keeper.count == len(bodies)
+    assert [seen for _, seen in keeper.kept] == bodies[:20]
+    assert any(type(frame.obj) is bytearray for frame, _ in keeper.kept)  # in the arena
+    return keeper, made
+
+
+async def test_a_frame_kept_by_a_handler_survives_the_reuse_of_chunks(monkeypatch: Any) -> None:
+    # The chunks other frames went through are taken again (few fresh ones for 16 MiB), and
+    # never the one the kept frames are views of: they still show their bytes.
+    keeper, made = await _frames_through(monkeypatch, reuse=True)
+    assert len(made) < 10, made
+    for frame, seen in keeper.kept:
+        assert bytes(frame) == seen
+
+
+async def test_chunks_are_never_reused_off_cpython(monkeypatch: Any) -> None:
+    # Without exact reference counts (any interpreter but CPython) no chunk is taken again:
+    # a fresh chunk for every MiB received.
+    keeper, made = await _frames_through(monkeypatch, reuse=False)
+    assert len(made) >= 16, made
+    for frame, seen in keeper.kept:
+        assert bytes(frame) == seen

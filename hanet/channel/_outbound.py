@@ -198,6 +198,11 @@ class OutboundBuffer:
     def has_flushed(self) -> bool:
         return bool(self._flushed)
 
+    @property
+    def has_regions(self) -> bool:
+        """Whether a :class:`FileRegion` is queued (flushed or not)."""
+        return self._regions_queued > 0
+
     def take(
         self, max_bytes: int, max_parts: int = 1024
     ) -> tuple[list[Any], list[WriteFuture], int]:

@@ -27,6 +27,10 @@ _IOV_MAX = 1024  # buffers per sendmsg (Linux's IOV_MAX)
 _CHUNK_SIZE = 1024 * 1024  # the receive arena's chunks
 _MIN_READ = 16 * 1024  # a chunk with less free room than this is left for a fresh one
 _SPARE_CHUNKS = 4  # full chunks kept for reuse once no view of them is left
+# Whether full chunks are reused: only where ``sys.getrefcount`` tells that nothing refers to a
+# chunk any more, i.e. on CPython (reference counting). Elsewhere (PyPy, GraalPy) the count is
+# not exact, so a chunk still seen through a kept frame could be written over: never reused.
+_REUSE_CHUNKS = sys.implementation.name == "cpython"
 _NO_CHUNK = bytearray()
 
 
@@ -43,7 +47,9 @@ class _ReceiveArena:
     A full chunk that nothing refers to any more (every view of it is gone, which is the usual
     case: handlers copy what they keep) is taken again instead of a fresh one: a fresh 1 MiB
     ``bytearray`` is zeroed and faulted in page by page, which cost a replicating slave about a
-    tenth of its time. Up to :data:`_SPARE_CHUNKS` full chunks are kept for that.
+    tenth of its time. Up to :data:`_SPARE_CHUNKS` full chunks are kept for that. Whether
+    nothing refers to a chunk is judged by ``sys.getrefcount``, which is exact on CPython only:
+    on any other interpreter a full chunk is never taken again (:data:`_REUSE_CHUNKS`).
     """
 
     __slots__ = ("chunk", "readonly", "spare", "top", "writable")
@@ -80,9 +86,13 @@ class _ReceiveArena:
             self.writable.release()
             self.readonly.release()
         self.chunk = _NO_CHUNK  # the caller sets the chunk returned
+        if not _REUSE_CHUNKS:
+            spare.clear()
+            return bytearray(size)
         for i in range(len(spare)):
             # Referenced by the list and getrefcount's argument only: no view of it is left
-            # anywhere (a view holds its buffer through the object it was made from).
+            # anywhere (a view holds its buffer through the object it was made from). CPython
+            # only: its reference counts are exact (see _REUSE_CHUNKS).
             if sys.getrefcount(spare[i]) <= 2 and len(spare[i]) >= size:
                 return spare.pop(i)
         return bytearray(size)
@@ -180,18 +190,29 @@ async def _sendmsg_all(
             nbytes -= sent
             if nbytes <= 0:
                 return
-            # A partial send: drop what left, keep the rest of a part cut in two.
-            i = 0
-            while sent >= len(parts[i]):
-                sent -= len(parts[i])
-                i += 1
-            parts = parts[i:]
-            if sent:
-                parts[0] = memoryview(parts[0])[sent:]
+            parts = _cut(parts, sent)  # a partial send: the rest
     except OSError as exc:
-        if exc.errno == errno.EBADF:
-            raise trio.ClosedResourceError("the socket was closed") from exc
-        raise trio.BrokenResourceError(f"socket connection broken: {exc}") from exc
+        raise _stream_error(exc) from exc
+
+
+def _stream_error(exc: OSError) -> trio.ClosedResourceError | trio.BrokenResourceError:
+    """trio's stream error for a socket's ``exc``, as ``SocketStream`` translates them."""
+    if exc.errno == errno.EBADF:
+        return trio.ClosedResourceError("the socket was closed")
+    return trio.BrokenResourceError(f"socket connection broken: {exc}")
+
+
+def _cut(parts: list[Any], sent: int) -> list[Any]:
+    """What is left of ``parts`` once their first ``sent`` bytes left (a part cut in two
+    becomes a view of its rest)."""
+    i = 0
+    while sent >= len(parts[i]):
+        sent -= len(parts[i])
+        i += 1
+    parts = parts[i:]
+    if sent:
+        parts[0] = memoryview(parts[0])[sent:]
+    return parts
 
 
 async def _receive_into(
@@ -253,10 +274,14 @@ class StreamChannel(Channel):
 
     :meth:`run` drives it: its task reads and feeds received bytes into the pipeline, a writer
     task drains the outbound buffer with ``send_all`` (coalescing what was flushed together),
-    and a timer task serves handlers' timers, in the channel's own nursery. ``channel_active``
-    fires when :meth:`run` starts and ``channel_inactive`` exactly once when it ends, however it
-    ends (peer EOF, an error, ``close``, cancellation from outside). Nothing of the channel
-    outlives :meth:`run`.
+    and a timer task serves handlers' timers, in the channel's own nursery. On plain TCP, what
+    the handlers flush while the reader's task runs them (a read and its read-complete) is
+    written by that task once the read is complete, in one gathering write, when the writer is
+    idle: no task is woken for the usual answer to a request. Whatever the socket does not take
+    at once is left to the writer task, which sends it before anything flushed later.
+    ``channel_active`` fires when :meth:`run` starts and ``channel_inactive`` exactly once when
+    it ends, however it ends (peer EOF, an error, ``close``, cancellation from outside).
+    Nothing of the channel outlives :meth:`run`.
     """
 
     def __init__(self, stream: trio.abc.Stream, config: ChannelConfig | None = None) -> None:
@@ -278,6 +303,11 @@ class StreamChannel(Channel):
         # ("draining"); a lost connection has nothing to drain into.
         self._draining = False
         self._sending = False
+        # Flushes while the reader's task runs the pipeline on TCP wait for the read's end
+        # (the reader writes them itself); a partial direct write leaves its rest to the writer:
+        # (parts left, their bytes, the write's futures, the write's bytes).
+        self._in_read = False
+        self._rest: tuple[list[Any], int, list[Any], int] | None = None
         self._reader_scope: trio.CancelScope | None = None
         self._timers.on_earlier = self._wake_timers
         self._writable_event: trio.Event | None = None
@@ -364,6 +394,10 @@ class StreamChannel(Channel):
         was_active = self._active
         self._active = False
         self._timers.clear()
+        if self._rest is not None:  # a direct write's rest the writer never took up
+            for future in self._rest[2]:
+                future.set_exception(ChannelClosedError(f"{self} closed"))
+            self._rest = None
         self._outbound.fail_all(lambda: ChannelClosedError(f"{self} closed"))
         if self._writable_event is not None:
             self._writable_event.set()
@@ -415,7 +449,7 @@ class StreamChannel(Channel):
         if not self._open:
             return  # a flush after the close flushes nothing: unflushed writes fail with it
         self._outbound.add_flush()
-        if self._outbound.has_flushed:
+        if self._outbound.has_flushed and not self._in_read:
             if self._writer_started:
                 self._writer_wakeup.set()
             elif self._nursery is not None:
@@ -513,8 +547,23 @@ class StreamChannel(Channel):
                 return
             self._reads += 1
             self._bytes_read += len(data)
-            pipeline.fire_channel_read(data)
-            pipeline.fire_channel_read_complete()
+            if sock is None:
+                pipeline.fire_channel_read(data)
+                pipeline.fire_channel_read_complete()
+                continue
+            self._in_read = True
+            try:
+                pipeline.fire_channel_read(data)
+                pipeline.fire_channel_read_complete()
+                if self._outbound.has_flushed and self._open:
+                    self._write_from_reader(sock.fileno())
+            finally:
+                self._in_read = False
+            if self._outbound.has_flushed and self._open:  # left to the writer
+                if self._writer_started:
+                    self._writer_wakeup.set()
+                else:
+                    self._start_writer()
 
     async def _writer(self) -> None:
         stream = self.stream
@@ -527,6 +576,9 @@ class StreamChannel(Channel):
         if sock is not None and not hasattr(sock, "sendmsg"):  # pragma: no cover - Windows
             sock = None
         while True:
+            if self._rest is not None:
+                await self._send_rest(sock)
+                continue
             if not outbound.has_flushed:
                 if self._draining:
                     self._drained()
@@ -551,11 +603,7 @@ class StreamChannel(Channel):
                 else:
                     await stream.send_all(parts[0] if len(parts) == 1 else b"".join(parts))
             except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
-                closed = ChannelClosedError(f"{self}: connection lost while sending")
-                closed.__cause__ = exc
-                for future in futures:
-                    future.set_exception(closed)
-                self._lost(f"connection lost while sending: {exc.__cause__ or exc!r}")
+                self._send_failed(futures, exc)
                 return
             except BaseException:
                 for future in futures:
@@ -563,12 +611,76 @@ class StreamChannel(Channel):
                 raise
             finally:
                 self._sending = False
-            self._sends += 1
-            self._messages_written += len(futures)
-            self._bytes_written += nbytes
-            outbound.sent(nbytes, len(futures))
+            self._sent(futures, nbytes)
+
+    async def _send_rest(self, sock: trio.socket.SocketType | None) -> None:
+        """Send the rest of a write the reader's task began (:meth:`_write_from_reader`)."""
+        assert self._rest is not None and sock is not None
+        parts, left, futures, nbytes = self._rest
+        try:
+            await _sendmsg_all(sock, parts, left)
+        except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+            self._rest = None
+            self._sending = False
+            self._send_failed(futures, exc)
+            return
+        except BaseException:
+            self._rest = None
+            self._sending = False
             for future in futures:
-                future.set_result()
+                future.set_exception(ChannelClosedError(f"{self} closed"))
+            raise
+        self._rest = None
+        self._sending = False
+        self._sent(futures, nbytes)
+
+    def _write_from_reader(self, fd: int) -> None:
+        """Write what is flushed from the reader's task, at the end of a read: gathering
+        writes (``writev``) while the socket takes everything; a write it takes in part leaves
+        its rest to the writer task (which sends it first). Nothing is written while the writer
+        is sending (it keeps the order) or when a file region is queued (sendfile is the
+        writer's)."""
+        outbound = self._outbound
+        coalesce = self.config.write_coalesce
+        while outbound.has_flushed and self._open and not self._sending:
+            if outbound.has_regions:
+                return
+            parts, futures, nbytes = outbound.take(coalesce, _IOV_MAX)
+            try:
+                sent = os.writev(fd, parts)
+            except BlockingIOError:
+                sent = 0
+            except OSError as exc:
+                error = _stream_error(exc)
+                error.__cause__ = exc
+                self._send_failed(futures, error)
+                return
+            if sent < nbytes:
+                self._rest = (_cut(parts, sent), nbytes - sent, futures, nbytes)
+                self._sending = True
+                if self._writer_started:
+                    self._writer_wakeup.set()
+                else:
+                    self._start_writer()
+                return
+            self._sent(futures, nbytes)
+
+    def _sent(self, futures: list[Any], nbytes: int) -> None:
+        """A write of ``nbytes`` left for the kernel: count it, complete its futures."""
+        self._sends += 1
+        self._messages_written += len(futures)
+        self._bytes_written += nbytes
+        self._outbound.sent(nbytes, len(futures))
+        for future in futures:
+            future.set_result()
+
+    def _send_failed(self, futures: list[Any], exc: BaseException) -> None:
+        """A write could not be sent: the connection is lost, its futures fail."""
+        closed = ChannelClosedError(f"{self}: connection lost while sending")
+        closed.__cause__ = exc
+        for future in futures:
+            future.set_exception(closed)
+        self._lost(f"connection lost while sending: {exc.__cause__ or exc!r}")
 
     async def _timer_task(self) -> None:
         timers = self._timers

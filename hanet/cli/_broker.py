@@ -58,6 +58,7 @@ from hanet.store import (
 )
 
 from ._credentials import add_credentials, signed_verb
+from ._heap import freeze_startup_heap
 from ._support import (
     EXIT_OK,
     fail,
@@ -436,6 +437,7 @@ async def _serve(broker: Broker, ready_file: Path | None) -> int:
                 master = broker.slave.master_address or "(from the name server)"
                 parts.append(f"master {master}")
             log.info("%s ready: %s", broker.role.value, ", ".join(parts))
+            freeze_startup_heap()
             if ready_file is not None:
                 write_ready_file(ready_file, _ready_data(broker, addresses))
 

@@ -33,7 +33,7 @@ from typing import Any, ClassVar, Self, cast
 import attrs
 
 from ._codes import RequestCode
-from ._remoting import RemotingHeaderError
+from ._remoting import NATIVE_HEADERS, RemotingHeaderError, native_header_codec
 
 __all__ = [
     "ConsumerSendMsgBackRequestHeader",
@@ -107,6 +107,42 @@ def _parse(cls: type, name: str, kind: _Kind, text: str) -> Any:
     if not low <= value <= high:
         raise RemotingHeaderError(f"{cls.__name__}: field {name} {value} is out of range")
     return value
+
+
+_KIND_CODES = {_Kind.STR: 0, _Kind.BOOL: 1, _Kind.INT: 2, _Kind.LONG: 2}
+
+
+def _with_native(
+    cls: type, keys: Mapping[str, str] | None, reader: Callable[[Mapping[str, str]], object]
+) -> Callable[[Mapping[str, str]], object]:
+    """``reader`` behind the extension's ``read_header`` (plain fields read in C, without
+    ``__init__``: the generated one only stores them); anything else still goes to ``reader``,
+    which names what is wrong. Just ``reader`` without the extension."""
+    if not NATIVE_HEADERS:
+        return reader
+    spec = []
+    for field in attrs.fields(cls):
+        kind = field.metadata["kind"]
+        if isinstance(field.default, attrs.Factory):  # type: ignore[arg-type]
+            return reader  # pragma: no cover - no header has one
+        spec.append(
+            (
+                field.name,
+                field.metadata["wire"] if keys is None else keys.get(field.metadata["wire"]),
+                _KIND_CODES[kind],
+                _RANGES[kind][1] if kind in _RANGES else 0,
+                field.metadata["required"],
+                None if field.default is attrs.NOTHING else field.default,
+            )
+        )
+    native_spec = tuple(spec)
+    native = native_header_codec.read_header
+
+    def read(fields: Mapping[str, str]) -> object:
+        header = native(cls, fields, native_spec)
+        return reader(fields) if header is None else header
+
+    return read
 
 
 # Each header class's reader, with the wire names (True) or the V2 keys (False).
@@ -205,6 +241,7 @@ class RemotingHeader:
         }
         exec(compile("\n".join(lines), f"<{name} reader>", "exec"), namespace)
         reader: Callable[[Mapping[str, str]], object] = namespace["read"]
+        reader = _with_native(cls, keys, reader)
         if keys is None or keys is _V2_KEYS:  # the two key maps in use: remember theirs
             _readers[(cls, keys is None)] = reader
         return reader

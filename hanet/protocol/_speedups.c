@@ -23,6 +23,16 @@
  * the order to write them, or None (no extFields); ``remark`` a str or None (left out).
  * Strings are escaped as Python's json module with ensure_ascii=False (the same bytes); a
  * string that is not valid Unicode (a lone surrogate) raises UnicodeEncodeError as str.encode.
+ *
+ *     read_header(cls, fields, spec) -> cls instance | None
+ *
+ * A typed header (a frozen attrs class) from a command's ext fields (a dict of str), without
+ * its __init__: ``spec`` is one (attr, key, kind, maximum, required, default) per field in
+ * declaration order, kind 0 a string, 1 a boolean ("true" or "1", "false", "0" or ""), 2 a
+ * number (ASCII digits, at most 19, no sign, at most ``maximum``); key None: never on the wire
+ * (then required means missing). An absent optional field takes ``default``. Returns None for anything else (a
+ * missing required field, a value of another shape, fields not a dict): the caller's Python
+ * reader (the reference, hanet/protocol/_headers.py) then reads it or names what is wrong.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -574,6 +584,101 @@ out:
     return result;
 }
 
+/* ---- typed headers ---------------------------------------------------------------------- */
+
+enum { KIND_STR = 0, KIND_BOOL = 1, KIND_NUMBER = 2 };
+
+/* The value of one field read from its text, a new reference; NULL without an error set: not
+ * the plain shape (the Python reader decides). */
+static PyObject *header_value(PyObject *text, long kind, unsigned long long maximum) {
+    if (kind == KIND_STR) {
+        Py_INCREF(text);
+        return text;
+    }
+    Py_ssize_t n;
+    const char *p = PyUnicode_AsUTF8AndSize(text, &n);
+    if (p == NULL) {
+        PyErr_Clear(); /* a lone surrogate: the reference says what is wrong */
+        return NULL;
+    }
+    if (kind == KIND_BOOL) { /* the C++ client sends "0" and "1" */
+        if ((n == 4 && memcmp(p, "true", 4) == 0) || (n == 1 && p[0] == '1')) Py_RETURN_TRUE;
+        if ((n == 5 && memcmp(p, "false", 5) == 0) || (n == 1 && p[0] == '0') || n == 0)
+            Py_RETURN_FALSE;
+        return NULL;
+    }
+    if (n < 1 || n > 19) return NULL;
+    unsigned long long value = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (p[i] < '0' || p[i] > '9') return NULL;
+        value = value * 10u + (unsigned long long)(p[i] - '0');
+    }
+    if (value > maximum) return NULL;
+    return PyLong_FromUnsignedLongLong(value);
+}
+
+static PyObject *read_header(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 3 || !PyType_Check(args[0]) || !PyTuple_Check(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "read_header(cls, fields, spec)");
+        return NULL;
+    }
+    PyTypeObject *cls = (PyTypeObject *)args[0];
+    PyObject *fields = args[1], *spec = args[2];
+    if (!PyDict_CheckExact(fields)) Py_RETURN_NONE;
+    Py_ssize_t count = PyTuple_GET_SIZE(spec);
+    PyObject *values[64];
+    if (count > 64) Py_RETURN_NONE;
+    Py_ssize_t made = 0;
+    PyObject *obj = NULL;
+    for (; made < count; made++) {
+        PyObject *item = PyTuple_GET_ITEM(spec, made);
+        if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 6) {
+            PyErr_SetString(PyExc_TypeError, "read_header: a spec item is not a 6-tuple");
+            goto fail;
+        }
+        PyObject *key = PyTuple_GET_ITEM(item, 1);
+        long kind = PyLong_AsLong(PyTuple_GET_ITEM(item, 2));
+        unsigned long long maximum = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(item, 3));
+        int required = PyObject_IsTrue(PyTuple_GET_ITEM(item, 4));
+        if (PyErr_Occurred() || required < 0) goto fail;
+        PyObject *text = NULL;
+        if (key != Py_None) {
+            text = PyDict_GetItemWithError(fields, key); /* borrowed */
+            if (text == NULL && PyErr_Occurred()) goto fail;
+        }
+        PyObject *value;
+        if (text == NULL) {
+            if (required) goto plain_not;
+            value = PyTuple_GET_ITEM(item, 5);
+            Py_INCREF(value);
+        } else {
+            if (!PyUnicode_CheckExact(text)) goto plain_not;
+            value = header_value(text, kind, maximum);
+            if (value == NULL) goto plain_not;
+        }
+        values[made] = value;
+    }
+    obj = cls->tp_alloc(cls, 0);
+    if (obj == NULL) goto fail;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        /* object.__setattr__: a frozen class's own __setattr__ refuses, its slots take it */
+        if (PyObject_GenericSetAttr(obj, PyTuple_GET_ITEM(PyTuple_GET_ITEM(spec, i), 0),
+                                    values[i]) < 0) {
+            Py_CLEAR(obj);
+            goto fail;
+        }
+    }
+    for (Py_ssize_t i = 0; i < made; i++) Py_DECREF(values[i]);
+    return obj;
+plain_not:
+    for (Py_ssize_t i = 0; i < made; i++) Py_DECREF(values[i]);
+    Py_RETURN_NONE;
+fail:
+    for (Py_ssize_t i = 0; i < made; i++) Py_DECREF(values[i]);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
     {"decode_json_header", (PyCFunction)decode_json_header, METH_O,
      "decode_json_header(buf)\n--\n\n"
@@ -582,6 +687,10 @@ static PyMethodDef methods[] = {
     {"encode_json_header", (PyCFunction)(void (*)(void))encode_json_header, METH_FASTCALL,
      "encode_json_header(code, ext, flag, language, opaque, remark, version)\n--\n\n"
      "The JSON header 4.9.8 writes; see hanet.protocol._remoting."},
+    {"read_header", (PyCFunction)(void (*)(void))read_header, METH_FASTCALL,
+     "read_header(cls, fields, spec)\n--\n\n"
+     "A typed header from plain ext fields, or None (the Python reader decides); see "
+     "hanet.protocol._headers."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -1199,6 +1199,42 @@ static PyObject *seal(PyObject *Py_UNUSED(self), PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* java_hash(text) -> (hash, length): Java's String.hashCode of text as an unsigned 32-bit int
+ * and its length in UTF-16 code units (a code point past the BMP is two surrogates, as in
+ * Java); the reference is hanet.store._index_file._java_hash_py. */
+static PyObject *java_hash(PyObject *self, PyObject *text) {
+    (void)self;
+    if (!PyUnicode_Check(text)) {
+        PyErr_SetString(PyExc_TypeError, "java_hash() takes a str");
+        return NULL;
+    }
+    Py_ssize_t n = PyUnicode_GET_LENGTH(text);
+    int kind = PyUnicode_KIND(text);
+    const void *data = PyUnicode_DATA(text);
+    uint32_t h = 0;
+    Py_ssize_t units = n;
+    if (kind == PyUnicode_1BYTE_KIND) {
+        const Py_UCS1 *p = (const Py_UCS1 *)data;
+        for (Py_ssize_t i = 0; i < n; i++) h = h * 31u + p[i];
+    } else if (kind == PyUnicode_2BYTE_KIND) {
+        const Py_UCS2 *p = (const Py_UCS2 *)data;
+        for (Py_ssize_t i = 0; i < n; i++) h = h * 31u + p[i];
+    } else {
+        for (Py_ssize_t i = 0; i < n; i++) {
+            Py_UCS4 c = PyUnicode_READ(kind, data, i);
+            if (c >= 0x10000) {
+                c -= 0x10000;
+                h = h * 31u + (0xD800u + (c >> 10));
+                h = h * 31u + (0xDC00u + (c & 0x3FFu));
+                units++;
+            } else {
+                h = h * 31u + c;
+            }
+        }
+    }
+    return Py_BuildValue("(kn)", (unsigned long)h, units);
+}
+
 static PyMethodDef methods[] = {
     {"scan", (PyCFunction)(void (*)(void))scan, METH_VARARGS | METH_KEYWORDS,
      "scan(buf, start=0, end=None, base_offset=0, limit=None, check_crc=True, "
@@ -1219,6 +1255,10 @@ static PyMethodDef methods[] = {
     {"populate", (PyCFunction)populate, METH_O,
      "populate(buf)\n--\n\n"
      "Fault every page of a writable mapping in for writing, with the GIL released."},
+    {"java_hash", (PyCFunction)java_hash, METH_O,
+     "java_hash(text)\n--\n\n"
+     "Java's String.hashCode of text (unsigned 32-bit) and its length in UTF-16 units; see "
+     "hanet.store._index_file._java_hash_py."},
     {NULL, NULL, 0, NULL},
 };
 
