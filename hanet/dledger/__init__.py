@@ -59,6 +59,7 @@ from ._errors import (
     DLedgerError,
     EntryFormatError,
     IllegalTransitionError,
+    NodeNotRunningError,
     TruncatedEntryError,
 )
 from ._log import InMemoryLog, LogEntry, RaftLog
@@ -136,6 +137,7 @@ __all__ = [
     "MemoryNetwork",
     "Message",
     "NodeConfig",
+    "NodeNotRunningError",
     "NodeStatus",
     "Output",
     "PeerCodec",

@@ -116,6 +116,7 @@ from hanet.store import (
 
 from ._codec import DEFAULT_MAX_PEER_FRAME, Hello, peer_frame_handlers
 from ._entry import ENTRY_HEADER_SIZE
+from ._errors import NodeNotRunningError
 from ._filelog import DEFAULT_DATA_FILE_SIZE, DEFAULT_INDEX_FILE_SIZE, FileLog
 from ._log import LogEntry
 from ._peers import Members, PeerHandler, split_address
@@ -380,7 +381,9 @@ class DLedgerNode:
     def raft(self) -> RaftNode:
         """The Raft core (only while running)."""
         if self._raft is None:
-            raise RuntimeError("the node is not running")
+            raise NodeNotRunningError(
+                f"the DLedger node {self.config.node_id} is not running (starting or stopped)"
+            )
         return self._raft
 
     @property
