@@ -520,6 +520,7 @@ class DLedgerNode:
         self._persist = Persister(self.log)
         # SYNC_FLUSH as a group commit: one fsync per batch of inputs, before it is acted on
         self.log.sync_on_append = False
+        raft_started = False
         try:
             if self._listen and self._server_tls is None:
                 await self._members.resolve()
@@ -544,6 +545,7 @@ class DLedgerNode:
                 attrs.evolve(cfg.raft, max_batch_bytes=budget),
             )
             self._raft.on_role_change(self._on_role_change)
+            raft_started = True
             async with trio.open_nursery() as nursery:
                 await nursery.start(self.store.run)
                 if listeners:
@@ -588,11 +590,11 @@ class DLedgerNode:
         finally:
             with trio.CancelScope(shield=True):
                 self._fail_all()
-                if self._raft is not None and not self.store.closed:
-                    self._checkpoint_view()
+                self._raft = None  # a STATUS meanwhile: not running
+                if raft_started and not self.store.closed:
+                    await off_loop(self._checkpoint_view)
                 await self.store.aclose()
-                self.log.close()
-                self._raft = None
+                await off_loop(self.log.close)
 
     def _hello(self, peer: str, channel: StreamChannel) -> None:
         mine = self.broker_addresses.get(self.config.node_id, "")

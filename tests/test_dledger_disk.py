@@ -1,0 +1,100 @@
+"""A DLedger group whose disks block: no fsync runs on the event loop, so a leader whose every
+fsync hangs goes on heartbeating (no election) and committing under ASYNC_FLUSH (three nodes
+on a memory network, real time: worker threads really block)."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import trio
+
+from hanet.dledger import AppendStatus, DLedgerNode, MemoryNetwork, NodeConfig, RaftConfig
+from hanet.store import FlushDiskType, Message
+
+RAFT = RaftConfig(election_timeout=0.4, heartbeat_interval=0.05, retransmit_timeout=0.2)
+IDS = ("n0", "n1", "n2")
+BLOCK = 1.5
+"""Seconds each fsync blocks for: several election timeouts."""
+
+
+class BlockedDisk:
+    """``os.fsync`` / ``os.fdatasync`` that block for :data:`BLOCK` seconds, noting the
+    calls made on the event loop's thread."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.loop_thread = threading.get_ident()
+        self.on_loop: list[str] = []
+        self.calls = 0
+        self._monkeypatch = monkeypatch
+
+    def _fake(self, name: str, real: Callable[[int], None]) -> Callable[[int], None]:
+        def sync(fd: int) -> None:
+            self.calls += 1
+            if threading.get_ident() == self.loop_thread:
+                self.on_loop.append(name)
+            time.sleep(BLOCK)
+            real(fd)
+
+        return sync
+
+    def block(self) -> None:
+        self._monkeypatch.setattr(os, "fsync", self._fake("fsync", os.fsync))
+        self._monkeypatch.setattr(os, "fdatasync", self._fake("fdatasync", os.fdatasync))
+
+    def unblock(self) -> None:
+        self._monkeypatch.undo()
+
+
+async def test_a_blocked_disk_stops_neither_heartbeats_nor_commits(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    network = MemoryNetwork()
+    nodes: dict[str, DLedgerNode] = {}
+    async with trio.open_nursery() as nursery:
+        for node_id in IDS:
+            config = NodeConfig(
+                group="g",
+                node_id=node_id,
+                peers={i: f"{i}:0" for i in IDS},
+                store_dir=tmp_path / node_id,
+                raft=RAFT,
+                data_file_size=16 * 1024,  # new files while blocked: created off the loop
+                index_file_size=32 * 64,
+                mapped_file_size=16 * 1024,
+                flush=FlushDiskType.ASYNC_FLUSH,
+                flush_interval=0.05,
+            )
+            node = DLedgerNode(config, connector=network.connector_for(node_id), listen=False)
+            network.register(node, nursery)
+            await nursery.start(node.run)
+            nodes[node_id] = node
+        with trio.fail_after(10):
+            while not any(n.is_leader for n in nodes.values()):  # noqa: ASYNC110
+                await trio.sleep(0.02)
+        (leader,) = [n for n in nodes.values() if n.is_leader]
+        term = leader.raft.term
+        disk = BlockedDisk(monkeypatch)
+        disk.block()
+        try:
+            started = trio.current_time()
+            count = 0
+            with trio.fail_after(30):
+                while trio.current_time() - started < 3 * BLOCK:
+                    message = Message(topic="T", body=b"x" * 300, queue_id=count % 4)
+                    outcomes = await leader.put_many([message] * 8)
+                    assert {o.status for o in outcomes} == {AppendStatus.SUCCESS}
+                    count += 8
+                    await trio.sleep(0.01)
+        finally:
+            disk.unblock()
+        assert disk.calls > 0  # the flushers did run, and blocked
+        assert disk.on_loop == []
+        assert leader.is_leader and leader.raft.term == term  # no election meanwhile
+        assert all(n.raft.term == term for n in nodes.values())
+        assert count > 100
+        nursery.cancel_scope.cancel()
