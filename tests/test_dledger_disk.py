@@ -13,8 +13,14 @@ from pathlib import Path
 import pytest
 import trio
 
-from hanet.dledger import AppendStatus, DLedgerNode, MemoryNetwork, NodeConfig, RaftConfig
+from hanet.dledger import (
+    AppendStatus,
+    DLedgerNode,
+    NodeConfig,
+    RaftConfig,
+)
 from hanet.store import FlushDiskType, Message
+from hanet.testing import MemoryNetwork
 
 RAFT = RaftConfig(election_timeout=0.4, heartbeat_interval=0.05, retransmit_timeout=0.2)
 IDS = ("n0", "n1", "n2")

@@ -21,7 +21,6 @@ from hanet.dledger import (
     Envelope,
     Hello,
     LogEntry,
-    MemoryNetwork,
     NodeConfig,
     PreVoteRequest,
     PreVoteResponse,
@@ -46,6 +45,7 @@ from hanet.store import (
     decode_record,
     encode_record,
 )
+from hanet.testing import MemoryNetwork
 
 RAFT = RaftConfig(
     election_timeout=0.3,

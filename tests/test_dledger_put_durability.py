@@ -30,13 +30,13 @@ from hanet.dledger import (
     Envelope,
     FileLog,
     LogEntry,
-    MemoryNetwork,
     NodeConfig,
     PeerCodec,
     Persister,
     RaftConfig,
 )
 from hanet.store import FlushDiskType, Message
+from hanet.testing import MemoryNetwork
 
 RAFT = RaftConfig(
     election_timeout=0.3,

@@ -13,8 +13,13 @@ from broker_support import connect, status
 
 from hanet.boot import serve_listeners
 from hanet.broker import DLedgerBrokerService
-from hanet.dledger import DLedgerNode, MemoryNetwork, NodeConfig, RaftConfig
+from hanet.dledger import (
+    DLedgerNode,
+    NodeConfig,
+    RaftConfig,
+)
 from hanet.protocol import HanetRequestCode, RemotingCommand, ResponseCode
+from hanet.testing import MemoryNetwork
 
 
 def _node(tmp_path: Path) -> DLedgerNode:

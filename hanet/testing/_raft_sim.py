@@ -39,14 +39,15 @@ from typing import Any
 
 import attrs
 
-from ._log import InMemoryLog, LogEntry
-from ._raft import (
+from hanet.dledger import (
     AppendRequest,
     AppendResponse,
     AppendResult,
     AppendStatus,
     Envelope,
     HardState,
+    InMemoryLog,
+    LogEntry,
     Output,
     PreVoteRequest,
     RaftConfig,
