@@ -49,6 +49,7 @@ import attrs
 
 from ._errors import IllegalTransitionError
 from ._log import LogEntry, RaftLog
+from ._progress import Progress
 
 logger = logging.getLogger("hanet.dledger")
 
@@ -356,20 +357,6 @@ class Output:
 
 
 @attrs.define
-class _Peer:
-    """The leader's view of one follower."""
-
-    next_index: int
-    match_index: int = 0
-    # (first, last) index of each append with entries in flight, oldest first
-    inflight: list[tuple[int, int]] = attrs.field(factory=list)
-    probing: bool = True  # one append at a time until the follower's position is known
-    last_progress: float = 0.0
-    last_heard: float = -math.inf
-    sent: int = 0  # the highest index sent to it in this term (an ack beyond is forged)
-
-
-@attrs.define
 class _Pending:
     request_id: int
     deadline: float
@@ -422,7 +409,7 @@ class RaftNode:
         # candidate -> the term of the last pre-vote this node granted it
         self._prevote_granted: dict[str, int] = {}
         self._refused: str | None = None
-        self._progress: dict[str, _Peer] = {}
+        self._progress: dict[str, Progress] = {}
         self._pending: dict[int, _Pending] = {}  # by index, in index order
         self._messages: list[Envelope] = []
         self._results: list[AppendResult] = []
@@ -606,7 +593,7 @@ class RaftNode:
         self._election_deadline = math.inf
         first_new = self.log.last_index + 1
         self._progress = {
-            peer: _Peer(next_index=first_new, last_progress=now, last_heard=now)
+            peer: Progress(next_index=first_new, last_progress=now, last_heard=now)
             for peer in self.peers
         }
         # the no-op of this term: commits what earlier terms left (current-term commit rule)
@@ -820,13 +807,7 @@ class RaftNode:
         peer = self._progress[source]
         peer.last_heard = now
         if response.success:
-            if response.match_index > peer.match_index:
-                peer.match_index = response.match_index
-                peer.last_progress = now
-            peer.inflight = [sent for sent in peer.inflight if sent[1] > peer.match_index]
-            peer.next_index = max(peer.next_index, peer.match_index + 1)
-            if peer.probing and peer.match_index + 1 >= peer.next_index:
-                peer.probing = False
+            peer.acknowledged(response.match_index, now)
             self._advance_commit()
         elif response.prev_index >= peer.match_index:  # else stale: it matches beyond that
             target = response.conflict_index
@@ -834,17 +815,11 @@ class RaftNode:
                 last = self._last_index_of_term(response.conflict_term, response.prev_index)
                 if last is not None:
                     target = last + 1
-            target = min(target, response.prev_index, peer.next_index)
-            if target <= peer.match_index:
+            lost = peer.refused(min(target, response.prev_index), now)
+            if lost is not None:
                 # It no longer holds what it acknowledged (it truncated its log after damage
                 # at a restart): step back to what it holds and refill it from there.
-                lost = peer.match_index
-                peer.match_index = max(target - 1, 0)
                 self._note_lost(source, lost, peer.match_index)
-            peer.next_index = max(target, peer.match_index + 1)
-            peer.inflight.clear()
-            peer.probing = True
-            peer.last_progress = now
             self._send_append(peer, source, now)
         self._replicate(now, source)
 
@@ -860,18 +835,13 @@ class RaftNode:
 
     # ------------------------------------------------------------------------ replication
 
-    def _send_append(self, peer: _Peer, target: str, now: float) -> None:
+    def _send_append(self, peer: Progress, target: str, now: float) -> None:
         """Send entries from ``peer.next_index`` (none when caught up), advancing next."""
         prev = peer.next_index - 1
         prev_term = self.log.term_at(prev)
         assert prev_term is not None
         entries = self._batch(self.log.entries_from(peer.next_index, self.config.max_batch))
-        peer.sent = max(peer.sent, prev + len(entries))
-        if entries:
-            if not peer.inflight:
-                peer.last_progress = now
-            peer.next_index += len(entries)
-            peer.inflight.append((entries[0].index, entries[-1].index))
+        peer.sent_append(prev, len(entries), now)
         self._send(
             target,
             AppendRequest(self._term, self.node_id, prev, prev_term, entries, self._commit_index),
@@ -892,7 +862,7 @@ class RaftNode:
         if self._role is not Role.LEADER:
             return
         peer = self._progress[target]
-        limit = 1 if peer.probing else self.config.max_inflight
+        limit = peer.window(self.config.max_inflight)
         while len(peer.inflight) < limit and peer.next_index <= self.log.last_index:
             self._send_append(peer, target, now)
 
@@ -900,11 +870,8 @@ class RaftNode:
         self._heartbeat_deadline = now + self.config.heartbeat_interval
         for target in self.peers:
             peer = self._progress[target]
-            if peer.inflight and now - peer.last_progress >= self.config.retransmit_timeout:
-                # go back to the oldest append not acknowledged: something was lost
-                peer.next_index = max(peer.inflight[0][0], peer.match_index + 1)
-                peer.inflight.clear()
-                peer.probing = True
+            if peer.stalled(now, self.config.retransmit_timeout):
+                peer.rewind()  # something was lost
             if peer.probing and not peer.inflight:
                 self._send_append(peer, target, now)
             else:  # an empty append at the known match: never disturbs the pipeline
@@ -949,7 +916,7 @@ class RaftNode:
         if not self.config.check_quorum:
             return
         horizon = now - self.config.election_timeout
-        active = 1 + sum(1 for p in self._progress.values() if p.last_heard >= horizon)
+        active = 1 + sum(1 for p in self._progress.values() if p.heard_since(horizon))
         if active < self.quorum:
             self._become_follower(now, self._term, None)
 
