@@ -315,6 +315,32 @@ class _Held:
     done: list[_Put] = attrs.field(factory=list)
 
 
+@attrs.frozen
+class _PutArrived:
+    """Inbox: a client put (its id in :attr:`DLedgerNode._puts`)."""
+
+    request_id: int
+
+
+@attrs.frozen
+class _PeerMessage:
+    """Inbox: a Raft message from a peer, and the connection it came on."""
+
+    envelope: Envelope
+    channel: Channel
+
+
+@attrs.frozen
+class _PeerHello:
+    """Inbox: a peer's HELLO (its broker address), and the connection it came on."""
+
+    hello: Hello
+    channel: Channel
+
+
+_InboxItem = _PutArrived | _PeerMessage | _PeerHello
+
+
 @attrs.define
 class _Put:
     message: Message
@@ -345,7 +371,7 @@ class DLedgerNode:
         self._connector = connector or self._tcp_connector
         self._listen = listen
         self._rng = rng or random.Random()
-        self._send_inbox, self._inbox = trio.open_memory_channel[Any](_INBOX)
+        self._send_inbox, self._inbox = trio.open_memory_channel[_InboxItem](_INBOX)
         self._raft: RaftNode | None = None
         self.log: FileLog | None = None
         self.store: CommitLogStore | None = None
@@ -417,7 +443,7 @@ class DLedgerNode:
             request = _Put(message)
             request_id = next(self._ids)
             try:
-                self._send_inbox.send_nowait(("put", request_id))
+                self._send_inbox.send_nowait(_PutArrived(request_id))
             except trio.WouldBlock:
                 request.outcome = PutOutcome(AppendStatus.LEADER_PENDING_FULL)
                 request.done.set()
@@ -645,13 +671,13 @@ class DLedgerNode:
 
     def _deliver_hello(self, hello: Hello, channel: Channel) -> None:
         try:
-            self._send_inbox.send_nowait(("hello", (hello, channel)))
+            self._send_inbox.send_nowait(_PeerHello(hello, channel))
         except trio.WouldBlock:
             pass  # overloaded: the member repeats it every keepalive_interval
 
     def _deliver(self, envelope: Envelope, channel: Channel) -> None:
         try:
-            self._send_inbox.send_nowait(("msg", (envelope, channel)))
+            self._send_inbox.send_nowait(_PeerMessage(envelope, channel))
         except trio.WouldBlock:
             pass  # overloaded: Raft retransmits
 
@@ -693,14 +719,14 @@ class DLedgerNode:
         self._act(ticked, held)
         self._hand_over(held)
         while True:
-            item: Any = None
+            item: _InboxItem | None = None
             deadline = ticked.next_deadline
             if deadline > trio.current_time():
                 with trio.move_on_at(deadline if math.isfinite(deadline) else math.inf):
                     item = await self._inbox.receive()
             else:
                 await trio.lowlevel.checkpoint()
-            batch = [item] if item is not None else []
+            batch: list[_InboxItem] = [item] if item is not None else []
             while len(batch) < _BATCH:
                 try:
                     batch.append(self._inbox.receive_nowait())
@@ -708,17 +734,17 @@ class DLedgerNode:
                     break
             held = _Held()
             puts: list[tuple[int, _Put]] = []
-            for kind, value in batch:
-                if kind == "put":
-                    request = self._puts.get(value)
+            for each in batch:
+                if isinstance(each, _PutArrived):
+                    request = self._puts.get(each.request_id)
                     if request is not None:  # else abandoned before it was read
-                        puts.append((value, request))
+                        puts.append((each.request_id, request))
                     continue
                 if puts:  # the puts that came together: one append round
-                    self._act(self._propose(trio.current_time(), puts), held)
+                    self._propose(trio.current_time(), puts, held)
                     puts = []
-                if kind == "msg":
-                    envelope, channel = value
+                if isinstance(each, _PeerMessage):
+                    envelope, channel = each.envelope, each.channel
                     message = envelope.message
                     output = raft.receive(trio.current_time(), envelope.source, message)
                     if output.refused is None and isinstance(message, AppendRequest):
@@ -729,12 +755,10 @@ class DLedgerNode:
                         log.error("%s: closing the connection of %s", output.refused, channel)
                         channel.close_nowait(output.refused)
                     self._act(output, held)
-                elif kind == "hello":
-                    hello, channel = value
-                    if channel.is_open:
-                        self.broker_addresses[hello.source] = hello.broker_address
+                elif each.channel.is_open:  # a HELLO
+                    self.broker_addresses[each.hello.source] = each.hello.broker_address
             if puts:
-                self._act(self._propose(trio.current_time(), puts), held)
+                self._propose(trio.current_time(), puts, held)
             ticked = raft.tick(trio.current_time())
             self._act(ticked, held)
             self._hand_over(held)
@@ -795,10 +819,17 @@ class DLedgerNode:
         for request in held.done:
             request.done.set()
 
-    def _propose(self, now: float, puts: list[tuple[int, _Put]]) -> Output:
+    def _propose(self, now: float, puts: list[tuple[int, _Put]], held: _Held) -> None:
+        """Append the puts that came together in one round (a leader), else answer them
+        NOT_LEADER at once, naming the leader this node knows of."""
         raft = self.raft
-        if raft.role is not Role.LEADER:  # answered NOT_LEADER at once
-            return raft.propose_many(now, [(request_id, b"x") for request_id, _ in puts])
+        if raft.role is not Role.LEADER:
+            leader = raft.leader_id
+            for _, request in puts:
+                if request.outcome is None:
+                    request.outcome = self._outcome(request, AppendStatus.NOT_LEADER, 0, leader)
+                    held.done.append(request)
+            return
         bodies = self._encode_many([request.message for _, request in puts])
         before = raft.log.last_index
         term = raft.term
@@ -813,7 +844,7 @@ class DLedgerNode:
             self._by_index[before + 1 + i] = puts[i][1]
         for i in range(appended, len(bodies)):  # refused (LEADER_PENDING_FULL)
             self._drop_body(before + 1 + i)
-        return output
+        self._act(output, held)
 
     def _drop_body(self, index: int) -> None:
         old = self._bodies.pop(index, None)
