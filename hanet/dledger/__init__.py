@@ -9,8 +9,10 @@ What is here:
 - the Raft state machine of one node (:class:`RaftNode`; ``_raft.py``): pure, no I/O and no
   trio, driven by :meth:`RaftNode.tick`, :meth:`RaftNode.receive` and
   :meth:`RaftNode.propose`, each returning an :class:`Output` the driver acts on (persist the
-  hard state, then send). Pre-vote, check quorum, fast back-off by term, commit of
-  current-term entries only (a no-op opens each term), pipelined appends;
+  hard state and the log writes it names, then send: the core never writes its log).
+  Pre-vote, check quorum, fast back-off by term, commit of current-term entries only (a
+  no-op opens each term), pipelined appends; per-follower progress (:class:`Progress`;
+  ``_progress.py``);
 - the file-backed log (:class:`FileLog`; ``_filelog.py``): DLedger's data and index files
   (Raft index ``i`` is DLedger index ``i - 1``; a no-op is an entry with an empty body), the
   term and vote persisted atomically, recovery that checks each entry's body CRC and the

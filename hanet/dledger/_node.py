@@ -14,7 +14,11 @@ written to the peers (a follower's acknowledgement names only fsynced entries) a
 woken to answer, batch after batch in order. While a thread fsyncs, the loop goes on with
 the next batches (one fsync then covers them all); their messages wait behind it, so under
 SYNC_FLUSH a slow fsync delays heartbeats by its length. Under ASYNC_FLUSH the log is
-fsynced every ``flush_interval`` in a worker thread, never in the way of heartbeats.
+fsynced every ``flush_interval`` in a worker thread, never in the way of heartbeats. The Raft
+core never writes: its outputs name the entries to append (written into the files at once,
+fsynced as above) and, on a follower whose log conflicts with the leader's, the tail to drop
+(zeroed and fsynced by the :class:`~hanet.dledger.Persister` in a worker thread before the
+loop goes on). No fsync runs on the event loop.
 Entries appended and not yet applied are kept in memory: appends to followers and the view
 are made from them, not read back. Timers come from trio's clock, so tests run in virtual
 time (``MockClock``).
@@ -747,6 +751,9 @@ class DLedgerNode:
                     envelope, channel = each.envelope, each.channel
                     message = envelope.message
                     output = raft.receive(trio.current_time(), envelope.source, message)
+                    if output.truncate_from is not None:  # a follower's conflicting tail
+                        assert self._persist is not None
+                        await self._persist.truncate_log(output.truncate_from)
                     if output.refused is None and isinstance(message, AppendRequest):
                         for appended in message.entries:
                             self._keep_body(appended.index, appended.term, appended.body)
@@ -839,7 +846,7 @@ class DLedgerNode:
         output = raft.propose_many(
             now, [(request_id, body) for (request_id, _), body in zip(puts, bodies, strict=True)]
         )
-        appended = raft.log.last_index - before
+        appended = len(output.entries)
         for i in range(appended):
             self._by_index[before + 1 + i] = puts[i][1]
         for i in range(appended, len(bodies)):  # refused (LEADER_PENDING_FULL)
@@ -895,8 +902,14 @@ class DLedgerNode:
         )
 
     def _act(self, output: Output, held: _Held) -> None:
-        """Apply what ``output`` committed and note what it says to persist, send and
-        answer: :meth:`_hand_over` releases that once the batch is processed."""
+        """Write the entries ``output`` appends (into the files, fsynced later off the event
+        loop; a truncation it names was made before), apply what it committed and note what
+        it says to persist, send and answer: :meth:`_hand_over` releases that once the batch
+        is processed (after the fsync it depends on)."""
+        if output.entries:
+            log_ = self.log
+            assert log_ is not None
+            log_.append(output.entries)
         if output.hard_state is not None:
             # a later hard state covers an earlier one of the batch: its term is not lower,
             # and within a term a vote is never withdrawn

@@ -76,6 +76,13 @@ class Persister:
                 with trio.CancelScope(shield=True):
                     await off_loop(_fsync_all, fds)
 
+    async def truncate_log(self, index: int) -> None:
+        """Remove the log's entries at ``index`` and after, durably
+        (:meth:`FileLog.truncate_from`), between two flushes."""
+        async with self._lock:
+            with trio.CancelScope(shield=True):  # never half done for the driver
+                await off_loop(self.log.truncate_from, index)
+
     async def save_hard_state(self, state: HardState) -> None:
         """Persist the term and vote (atomically, fsynced: :meth:`FileLog.save_hard_state`)."""
         async with self._lock:

@@ -7,11 +7,15 @@ from any monotonic clock) and returning an :class:`Output`:
 - :meth:`RaftNode.receive`: a message from a peer;
 - :meth:`RaftNode.propose`: a client append (:meth:`RaftNode.propose_many`: several, in one round).
 
-The driver then, **in this order**: persists ``output.hard_state`` when it is not None (the term
-and vote the messages depend on: a vote granted and forgotten by a crash could be granted
-twice), sends ``output.messages``, applies the log up to ``output.commit_index``, answers
-``output.results``, and calls :meth:`RaftNode.tick` again at ``output.next_deadline``. The log
-itself (:class:`hanet.dledger.RaftLog`) is durable when ``append`` returns.
+The core never writes: it reads the driver's log (:class:`hanet.dledger.RaftLog`) and each
+output names what to write, as etcd-io/raft's ``Ready``. The driver then, **in this order**:
+persists ``output.hard_state`` when it is not None (the term and vote the messages depend on: a
+vote granted and forgotten by a crash could be granted twice), removes the entries from
+``output.truncate_from`` and appends ``output.entries`` (:meth:`Output.write_to`; before its
+next call into the core, and durable before it sends), sends ``output.messages``, applies the
+log up to ``output.commit_index``, answers ``output.results``, and calls :meth:`RaftNode.tick`
+again at ``output.next_deadline``. Within a call the core sees its own writes staged on top of
+the driver's log (:class:`StagedLog`).
 
 What this core does beyond DLedger's:
 
@@ -50,6 +54,7 @@ import attrs
 from ._errors import IllegalTransitionError
 from ._log import LogEntry, RaftLog
 from ._progress import Progress
+from ._staged import StagedLog
 
 logger = logging.getLogger("hanet.dledger")
 
@@ -333,10 +338,15 @@ class AppendResult:
 
 @attrs.frozen
 class Output:
-    """What the driver does after a call, in this order.
+    """What the driver does after a call, in this order (etcd-io/raft's ``Ready``).
 
     Attributes:
         hard_state: persist this first (None: unchanged since the previous call).
+        truncate_from: remove the log's entries at this index and after (None: keep them),
+            durably, before anything is sent (the core never writes its log).
+        entries: then append these to the log: written before the next call into the core,
+            durable before the messages are sent (under SYNC_FLUSH; a leader counts its own
+            log towards a commit).
         messages: then send these.
         commit_index: the new commit index, to apply the log up to (None: unchanged).
         results: client appends that ended.
@@ -351,6 +361,15 @@ class Output:
     results: tuple[AppendResult, ...]
     next_deadline: float
     refused: str | None = None
+    truncate_from: int | None = None
+    entries: tuple[LogEntry, ...] = ()
+
+    def write_to(self, log: RaftLog) -> None:
+        """Make the log writes this output names (truncate, then append) on ``log``."""
+        if self.truncate_from is not None:
+            log.truncate_from(self.truncate_from)
+        if self.entries:
+            log.append(self.entries)
 
 
 # ------------------------------------------------------------------------------------- node
@@ -387,7 +406,7 @@ class RaftNode:
     ) -> None:
         self.node_id = node_id
         self.peers: tuple[str, ...] = tuple(sorted(p for p in set(peers) if p != node_id))
-        self.log = log
+        self._log = StagedLog(log)
         self.config = config or RaftConfig()
         problem = implausible_term(hard_state.term, log.last_term, self.config.max_term_gap)
         if problem is not None:
@@ -458,6 +477,12 @@ class RaftNode:
         progress = self._progress.get(peer)
         return progress.match_index if progress else 0
 
+    @property
+    def log(self) -> StagedLog:
+        """The log as the core sees it: the driver's, with the current call's writes on
+        top (:attr:`StagedLog.stable` is the driver's own)."""
+        return self._log
+
     def on_role_change(self, listener: Callable[[Role, int], None]) -> None:
         """Call ``listener(role, term)`` after each role change (tests, metrics)."""
         self._listeners.append(listener)
@@ -466,6 +491,7 @@ class RaftNode:
 
     def tick(self, now: float) -> Output:
         """Run the timers that are due at ``now``."""
+        self._log.check_written()
         if self._role is Role.LEADER:
             if now >= self._quorum_deadline:
                 self._check_quorum(now)
@@ -483,6 +509,7 @@ class RaftNode:
         A message impossible from an honest member changes nothing; :attr:`Output.refused`
         says why.
         """
+        self._log.check_written()
         if source in self.peers:
             reason = self._impossible(source, message)
             if reason is None:
@@ -504,6 +531,7 @@ class RaftNode:
         """:meth:`propose` for several client entries (``(request_id, body)``, in order):
         appended together and replicated in one round (RocketMQ's batch push); those past
         ``max_pending`` are refused with LEADER_PENDING_FULL."""
+        self._log.check_written()
         if self._role is not Role.LEADER:
             for request_id, _ in requests:
                 self._results.append(
@@ -996,8 +1024,16 @@ class RaftNode:
                 deadline = min(deadline, next(iter(self._pending.values())).deadline)
         else:
             deadline = self._election_deadline
+        cut, entries = self._log.take()
         output = Output(
-            changed, tuple(self._messages), commit, tuple(self._results), deadline, self._refused
+            changed,
+            tuple(self._messages),
+            commit,
+            tuple(self._results),
+            deadline,
+            self._refused,
+            cut,
+            entries,
         )
         self._messages.clear()
         self._results.clear()
