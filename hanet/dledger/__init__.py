@@ -11,7 +11,7 @@ What is here:
   :meth:`RaftNode.propose`, each returning an :class:`Output` the driver acts on (persist the
   hard state and the log writes it names, then send: the core never writes its log).
   Pre-vote, check quorum, fast back-off by term, commit of current-term entries only (a
-  no-op opens each term), pipelined appends; per-follower progress (:class:`Progress`;
+  no-op opens each term), pipelined appends; per-follower progress (``Progress``;
   ``_progress.py``);
 - the file-backed log (:class:`FileLog`; ``_filelog.py``): DLedger's data and index files
   (Raft index ``i`` is DLedger index ``i - 1``; a no-op is an entry with an empty body), the

@@ -293,6 +293,9 @@ Message = (
 )
 """Any message nodes exchange."""
 
+_Step = VoteResponse | AppendRequest | AppendResponse
+"""The messages a role's step function takes (the others are handled alike in every role)."""
+
 
 @attrs.frozen
 class Envelope:
@@ -413,6 +416,8 @@ class RaftNode:
             raise ValueError(f"the saved term cannot be used: {problem}")
         self._random = random
         self._role = Role.FOLLOWER
+        self._tick: Callable[[float], None] = self._tick_elector
+        self._step: Callable[[float, str, _Step], None] = self._step_follower
         self._term = hard_state.term
         self._voted_for = hard_state.voted_for
         self._persisted = hard_state
@@ -492,15 +497,7 @@ class RaftNode:
     def tick(self, now: float) -> Output:
         """Run the timers that are due at ``now``."""
         self._log.check_written()
-        if self._role is Role.LEADER:
-            if now >= self._quorum_deadline:
-                self._check_quorum(now)
-            if self._role is Role.LEADER:
-                self._expire_pending(now)
-                if now >= self._heartbeat_deadline:
-                    self._heartbeat(now)
-        elif now >= self._election_deadline:
-            self._on_election_timeout(now)
+        self._tick(now)
         return self._output()
 
     def receive(self, now: float, source: str, message: Message) -> Output:
@@ -564,6 +561,11 @@ class RaftNode:
         if (self._role, role) not in TRANSITIONS:
             raise IllegalTransitionError(f"{self.node_id}: {self._role.name} -> {role.name}")
         self._role = role
+        self._tick, self._step = {
+            Role.FOLLOWER: (self._tick_elector, self._step_follower),
+            Role.CANDIDATE: (self._tick_elector, self._step_candidate),
+            Role.LEADER: (self._tick_leader, self._step_leader),
+        }[role]
         for listener in self._listeners:
             listener(role, self._term)
 
@@ -580,6 +582,43 @@ class RaftNode:
         self._progress = {}
         self._heartbeat_deadline = self._quorum_deadline = math.inf
         self._reset_election_timer(now)
+
+    # ------------------------------------------------------------------- per-role steps
+
+    def _tick_elector(self, now: float) -> None:
+        """A follower's or a candidate's timer: the election timeout."""
+        if now >= self._election_deadline:
+            self._on_election_timeout(now)
+
+    def _tick_leader(self, now: float) -> None:
+        """A leader's timers: check quorum, client append deadlines, heartbeats."""
+        if now >= self._quorum_deadline and not self._check_quorum(now):
+            return  # stepped down
+        self._expire_pending(now)
+        if now >= self._heartbeat_deadline:
+            self._heartbeat(now)
+
+    def _step_follower(self, now: float, source: str, message: _Step) -> None:
+        """A follower takes appends; a vote or append answer is stale for it."""
+        if isinstance(message, AppendRequest):
+            self._on_append_request(now, source, message)
+
+    def _step_candidate(self, now: float, source: str, message: _Step) -> None:
+        """A candidate counts votes; an append of its own term means the leader won."""
+        if isinstance(message, VoteResponse):
+            self._on_vote_response(now, source, message)
+        elif isinstance(message, AppendRequest):
+            if message.term == self._term:
+                self._become_follower(now, message.term, source)
+            self._on_append_request(now, source, message)
+
+    def _step_leader(self, now: float, source: str, message: _Step) -> None:
+        """A leader follows its followers' answers; an append can only be a deposed
+        leader's (one of its own term is refused as impossible), answered with its term."""
+        if isinstance(message, AppendResponse):
+            self._on_append_response(now, source, message)
+        elif isinstance(message, AppendRequest):
+            self._on_append_request(now, source, message)
 
     def _on_election_timeout(self, now: float) -> None:
         if self.config.pre_vote:
@@ -645,13 +684,9 @@ class RaftNode:
             leader = source if isinstance(message, AppendRequest) else None
             self._become_follower(now, message.term, leader)
         if isinstance(message, VoteRequest):
-            self._on_vote_request(now, source, message)
-        elif isinstance(message, VoteResponse):
-            self._on_vote_response(now, source, message)
-        elif isinstance(message, AppendRequest):
-            self._on_append_request(now, source, message)
+            self._on_vote_request(now, source, message)  # the same in every role
         else:
-            self._on_append_response(now, source, message)
+            self._step(now, source, message)
 
     def _in_lease(self, now: float) -> bool:
         """Whether this node is the leader or heard from a live one within the election
@@ -775,7 +810,7 @@ class RaftNode:
         self._send(source, VoteResponse(self._term, granted))
 
     def _on_vote_response(self, now: float, source: str, response: VoteResponse) -> None:
-        if self._role is not Role.CANDIDATE or response.term != self._term:
+        if response.term != self._term:
             return
         if response.granted:
             self._votes.add(source)
@@ -786,8 +821,6 @@ class RaftNode:
         if request.term < self._term:
             self._send(source, AppendResponse(self._term, False, request.prev_index))
             return
-        if self._role is not Role.FOLLOWER:  # a candidate of this term: the leader won
-            self._become_follower(now, request.term, source)
         self._leader_id = source
         self._last_leader_contact = now
         self._prevote_term = None
@@ -830,7 +863,7 @@ class RaftNode:
         self._send(source, AppendResponse(self._term, True, request.prev_index, match_index=match))
 
     def _on_append_response(self, now: float, source: str, response: AppendResponse) -> None:
-        if self._role is not Role.LEADER or response.term != self._term:
+        if response.term != self._term:
             return
         peer = self._progress[source]
         peer.last_heard = now
@@ -887,8 +920,6 @@ class RaftNode:
 
     def _replicate(self, now: float, target: str) -> None:
         """Fill the pipeline to ``target`` with what it lacks."""
-        if self._role is not Role.LEADER:
-            return
         peer = self._progress[target]
         limit = peer.window(self.config.max_inflight)
         while len(peer.inflight) < limit and peer.next_index <= self.log.last_index:
@@ -919,8 +950,6 @@ class RaftNode:
             self._replicate(now, target)
 
     def _advance_commit(self) -> None:
-        if self._role is not Role.LEADER:
-            return
         matches = sorted(
             [self.log.last_index, *(p.match_index for p in self._progress.values())],
             reverse=True,
@@ -939,14 +968,17 @@ class RaftNode:
                     AppendResult(pending.request_id, AppendStatus.SUCCESS, index, self._term)
                 )
 
-    def _check_quorum(self, now: float) -> None:
+    def _check_quorum(self, now: float) -> bool:
+        """Step down without a majority heard from within an election timeout; False then."""
         self._quorum_deadline = now + self.config.election_timeout
         if not self.config.check_quorum:
-            return
+            return True
         horizon = now - self.config.election_timeout
         active = 1 + sum(1 for p in self._progress.values() if p.heard_since(horizon))
         if active < self.quorum:
             self._become_follower(now, self._term, None)
+            return False
+        return True
 
     def _expire_pending(self, now: float) -> None:
         # appended in index order with the same timeout: deadlines increase along the dict
