@@ -6,7 +6,8 @@ What is here:
   :func:`encode_entry`, :func:`decode_entry`, :class:`IndexEntry`, ...; ``_entry.py``);
 - the log the Raft core works on (:class:`RaftLog`, a Protocol, and :class:`InMemoryLog`;
   ``_log.py``);
-- the Raft state machine of one node (:class:`RaftNode`; ``_raft.py``): pure, no I/O and no
+- the Raft state machine of one node (:class:`RaftNode`; ``_raft.py``; its messages, config
+  and :class:`Output` in ``_messages.py``): pure, no I/O and no
   trio, driven by :meth:`RaftNode.tick`, :meth:`RaftNode.receive` and
   :meth:`RaftNode.propose`, each returning an :class:`Output` the driver acts on (persist the
   hard state and the log writes it names, then send: the core never writes its log).
@@ -65,7 +66,7 @@ from ._errors import (
     TruncatedEntryError,
 )
 from ._log import InMemoryLog, LogEntry, RaftLog
-from ._raft import (
+from ._messages import (
     TRANSITIONS,
     AppendRequest,
     AppendResponse,
@@ -78,12 +79,12 @@ from ._raft import (
     PreVoteRequest,
     PreVoteResponse,
     RaftConfig,
-    RaftNode,
     RandomSource,
     Role,
     VoteRequest,
     VoteResponse,
 )
+from ._raft import RaftNode
 
 if TYPE_CHECKING:
     from ._codec import (

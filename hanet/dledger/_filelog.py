@@ -67,7 +67,7 @@ from ._entry import (
 )
 from ._errors import DLedgerError, EntryFormatError
 from ._log import LogEntry
-from ._raft import HardState, RaftConfig, implausible_term
+from ._messages import HardState, RaftConfig, implausible_term
 
 __all__ = [
     "DEFAULT_DATA_FILE_SIZE",

@@ -84,7 +84,6 @@ from typing import Any
 
 import attrs
 import trio
-import trio.testing
 
 from hanet.boot import (
     AllowList,
@@ -123,18 +122,18 @@ from ._entry import ENTRY_HEADER_SIZE
 from ._errors import NodeNotRunningError
 from ._filelog import DEFAULT_DATA_FILE_SIZE, DEFAULT_INDEX_FILE_SIZE, FileLog
 from ._log import LogEntry
-from ._peers import Members, PeerHandler, split_address
-from ._persist import Persister, off_loop
-from ._raft import (
+from ._messages import (
     AppendRequest,
     AppendStatus,
     Envelope,
     HardState,
     Output,
     RaftConfig,
-    RaftNode,
     Role,
 )
+from ._peers import Members, PeerHandler, split_address
+from ._persist import Persister, off_loop
+from ._raft import RaftNode
 
 __all__ = [
     "DLedgerNode",

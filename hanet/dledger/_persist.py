@@ -26,7 +26,7 @@ import trio
 import trio.testing
 
 from ._filelog import FileLog
-from ._raft import HardState
+from ._messages import HardState
 
 __all__ = ["Persister", "off_loop"]
 
