@@ -154,7 +154,7 @@ async def test_entries_past_the_in_memory_body_budget_are_read_back_from_the_log
     """The bodies of appended entries kept in memory until applied are bounded in bytes (a
     leader's appends that never commit cannot fill a follower's memory); what does not fit
     is read back from the log, and every view is the same."""
-    monkeypatch.setattr("hanet.dledger._node._MAX_BODY_BYTES", 64)
+    monkeypatch.setattr("hanet.dledger._view._MAX_BODY_BYTES", 64)
     group = Group(tmp_path, nursery, 3, FlushDiskType.ASYNC_FLUSH)
     await group.start_all()
     leader = await group.leader()

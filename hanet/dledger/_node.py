@@ -47,8 +47,8 @@ Every ``keepalive_interval`` each outgoing connection carries a HELLO again, so 
 can close connections idle for ``idle_timeout`` (RocketMQ's 120 s) without ever closing a
 live member's.
 
-**Entries and the commit log view.** A put's message is encoded as a RocketMQ commit log record
-by the leader (store timestamp, store host = the leader's broker address) with
+**Entries and the commit log view** (``_view.py``). A put's message is encoded as a RocketMQ
+commit log record by the leader (store timestamp, store host = the leader's broker address) with
 ``PHYSICALOFFSET`` = the entry's position + 48, as DLedger's commit log does (the queue offset
 field is left 0 in the entry). Committed entries are *applied* to a
 :class:`hanet.store.CommitLogStore` in the node's store directory (role SLAVE, so only these
@@ -72,15 +72,12 @@ from __future__ import annotations
 
 import functools
 import itertools
-import json
 import logging
 import math
-import os
 import random
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 import attrs
 import trio
@@ -103,15 +100,12 @@ from hanet.channel import (
 )
 from hanet.errors import ConfigError
 from hanet.store import (
-    BLANK_RECORD_SIZE,
     CommitLogStore,
     FlushDiskType,
     Message,
     MessageRecord,
     StoreConfig,
     StoreRole,
-    decode_record,
-    encode_blank,
     encode_properties,
     encode_record,
     parse_host,
@@ -121,7 +115,6 @@ from ._codec import DEFAULT_MAX_PEER_FRAME, Hello, peer_frame_handlers
 from ._entry import ENTRY_HEADER_SIZE
 from ._errors import NodeNotRunningError
 from ._filelog import DEFAULT_DATA_FILE_SIZE, DEFAULT_INDEX_FILE_SIZE, FileLog
-from ._log import LogEntry
 from ._messages import (
     AppendRequest,
     AppendStatus,
@@ -134,6 +127,7 @@ from ._messages import (
 from ._peers import Members, PeerHandler, split_address
 from ._persist import Persister, off_loop
 from ._raft import RaftNode
+from ._view import Bodies, CachedLog, CommitLogView
 
 __all__ = [
     "DLedgerNode",
@@ -146,15 +140,9 @@ __all__ = [
 
 log = logging.getLogger("hanet.dledger")
 
-_APPLIED = "applied"
 _INBOX = 10_000
 _BATCH = 1024
 """Inputs the loop takes together: the puts among them are appended in one round."""
-_MAX_BODIES = 1 << 16
-"""Appended entries whose bodies the node keeps until they are applied (else read back)."""
-_MAX_BODY_BYTES = 64 * 1024 * 1024
-"""Bytes of those bodies kept at most: past it, entries are read back from the log (appends
-a leader sends that do not commit cannot fill a follower's memory)."""
 
 PEER_IDLE_TIMEOUT = 120.0
 """Seconds after which the peer port closes a connection that sent nothing (RocketMQ's
@@ -382,18 +370,15 @@ class DLedgerNode:
         self._ids = itertools.count(1)
         self._puts: dict[int, _Put] = {}
         self._by_index: dict[int, _Put] = {}
-        self._bodies: dict[int, tuple[int, bytes]] = {}
-        """Index -> (term, body) of entries appended and not yet applied: applied from here
-        instead of read back from the log (:meth:`_keep_body`)."""
-        self._body_bytes = 0
-        self._applied = 0
-        self._saved = (-1, -1)
+        self._bodies = Bodies()
+        """Index -> (term, body) of entries appended and not yet applied: applied and sent
+        from here instead of read back from the log."""
+        self._view: CommitLogView | None = None
         self._view_mark: tuple[int, int] | None = None
         self._persist: Persister | None = None
         self._send_release, self._releases = trio.open_memory_channel[_Held](math.inf)
         self._queued = 0
         """Batches handed to the releaser and not yet released."""
-        self._saved_error: str | None = None
         self._ready = trio.Event()
         self._role_changed = trio.Event()
         self.peer_address: tuple[str, int] | None = None
@@ -424,7 +409,7 @@ class DLedgerNode:
 
     @property
     def applied_index(self) -> int:
-        return self._applied
+        return self._view.applied if self._view is not None else 0
 
     async def wait_role_change(self) -> None:
         """Wait until the node's role or leader changes."""
@@ -489,7 +474,7 @@ class DLedgerNode:
             leader=leader,
             leader_address=self.broker_addresses.get(leader) if leader else None,
             commit_index=raft.commit_index,
-            applied_index=self._applied,
+            applied_index=self.applied_index,
             last_index=raft.log.last_index,
             peers=tuple(peers),
         )
@@ -552,7 +537,8 @@ class DLedgerNode:
         try:
             if self._listen and self._server_tls is None:
                 await self._members.resolve()
-            self._load_applied()
+            self._view = CommitLogView(cfg.node_id, self.log, self.store, self._bodies)
+            self._view.load()
             hard = self.log.load_hard_state()
             # an append must fit in a peer frame: cap its byte budget at half of one
             budget = min(cfg.raft.max_batch_bytes, max(cfg.max_frame_length // 2, 1))
@@ -566,7 +552,7 @@ class DLedgerNode:
             self._raft = RaftNode(
                 cfg.node_id,
                 cfg.peers,
-                _CachedLog(self.log, self._bodies),
+                CachedLog(self.log, self._bodies),
                 hard,
                 trio.current_time(),
                 self._rng,
@@ -611,7 +597,7 @@ class DLedgerNode:
                     cfg.node_id,
                     self._raft.term,
                     self.log.last_index,
-                    self._applied,
+                    self.applied_index,
                 )
                 task_status.started(self)
                 await self._loop()
@@ -698,22 +684,22 @@ class DLedgerNode:
         """Record how far the view goes, once the store's own flusher (a worker thread) has
         made that part durable: the last end noted that the store's flushed offset covers, so
         the record never runs ahead of the disk. The end reached now is noted for next time."""
-        store = self.store
-        assert store is not None
+        view = self._view
+        assert view is not None
         ready = self._view_mark
-        if ready is not None and ready != self._saved and store.flushed_offset >= ready[1]:
-            await off_loop(self._save_applied, *ready)
-        self._view_mark = (self._applied, store.max_offset)
+        if ready is not None and ready != view.saved and view.store.flushed_offset >= ready[1]:
+            await off_loop(view.save, *ready)
+        self._view_mark = (view.applied, view.store.max_offset)
 
     def _checkpoint_view(self) -> None:
         """fsync the view, then record how far it goes (so the record never runs ahead)."""
-        store = self.store
-        assert store is not None
-        if self._saved == (self._applied, store.max_offset):
+        view = self._view
+        assert view is not None
+        state = (view.applied, view.store.max_offset)
+        if view.saved == state:
             return
-        state = (self._applied, store.max_offset)
-        store.flush()
-        self._save_applied(*state)
+        view.store.flush()
+        view.save(*state)
 
     async def _loop(self) -> None:
         raft = self.raft
@@ -755,7 +741,7 @@ class DLedgerNode:
                         await self._persist.truncate_log(output.truncate_from)
                     if output.refused is None and isinstance(message, AppendRequest):
                         for appended in message.entries:
-                            self._keep_body(appended.index, appended.term, appended.body)
+                            self._bodies.keep(appended.index, appended.term, appended.body)
                     if output.refused is not None:
                         # impossible from an honest member: that connection goes, we stay
                         log.error("%s: closing the connection of %s", output.refused, channel)
@@ -841,7 +827,7 @@ class DLedgerNode:
         term = raft.term
         # kept first: the appends propose_many sends to the followers are made from them
         for i, body in enumerate(bodies):
-            self._keep_body(before + 1 + i, term, body)
+            self._bodies.keep(before + 1 + i, term, body)
         output = raft.propose_many(
             now, [(request_id, body) for (request_id, _), body in zip(puts, bodies, strict=True)]
         )
@@ -849,21 +835,8 @@ class DLedgerNode:
         for i in range(appended):
             self._by_index[before + 1 + i] = puts[i][1]
         for i in range(appended, len(bodies)):  # refused (LEADER_PENDING_FULL)
-            self._drop_body(before + 1 + i)
+            self._bodies.drop(before + 1 + i)
         self._act(output, held)
-
-    def _drop_body(self, index: int) -> None:
-        old = self._bodies.pop(index, None)
-        if old is not None:
-            self._body_bytes -= len(old[1])
-
-    def _keep_body(self, index: int, term: int, body: bytes) -> None:
-        """Keep an appended entry's body until it is applied, within :data:`_MAX_BODY_BYTES`
-        (else it is read back from the log when needed)."""
-        self._drop_body(index)
-        if self._body_bytes + len(body) <= _MAX_BODY_BYTES:
-            self._bodies[index] = (term, body)
-            self._body_bytes += len(body)
 
     def _encode_many(self, messages: Sequence[Message]) -> list[bytes]:
         """Each message as a commit log record, its ``PHYSICALOFFSET`` where its entry will
@@ -954,160 +927,18 @@ class DLedgerNode:
         self._role_changed.set()
         self._role_changed = trio.Event()
 
-    # -- the commit log view --------------------------------------------------------------
-
-    def _load_applied(self) -> None:
-        store, log_ = self.store, self.log
-        assert store is not None and log_ is not None
-        path = self.config.store_dir / "dledger" / _APPLIED
-        index, offset = 0, 0
-        try:
-            raw = json.loads(path.read_text(encoding="utf-8"))
-            index, offset = int(raw["index"]), int(raw["offset"])
-        except FileNotFoundError:
-            pass
-        except (ValueError, KeyError, TypeError) as exc:
-            log.warning("%s: unreadable (%s): rebuilding the commit log view", path, exc)
-            index, offset = 0, -1
-        if offset >= 0 and store.min_offset <= offset < store.max_offset:
-            # the view went on past its last checkpoint: drop that part, it is applied again
-            store.truncate_to(offset)
-        if index > log_.last_index or offset != store.max_offset:
-            if store.max_offset > 0 or index > 0:
-                log.warning(
-                    "%s: the commit log view (end %d) does not match %s (index %d, end %d): "
-                    "rebuilding it from the log",
-                    self.config.node_id,
-                    store.max_offset,
-                    path,
-                    index,
-                    offset,
-                )
-            if store.max_offset > 0:
-                store.truncate_to(store.min_offset)
-                if store.max_offset > 0:
-                    raise RuntimeError(f"{store.root}: cannot empty the commit log view")
-            index = 0
-        self._applied = index
-        self._saved = (index, store.max_offset)
-
-    def _save_applied(self, index: int, offset: int) -> None:
-        path = self.config.store_dir / "dledger" / _APPLIED
-        temp = path.with_name(_APPLIED + ".tmp")
-        try:
-            temp.write_text(json.dumps({"index": index, "offset": offset}), encoding="utf-8")
-            os.replace(temp, path)
-        except OSError as exc:
-            # out of descriptors, say: the record stays behind the view, which is safe (the
-            # part past it is applied again at the next start); tried again next time
-            if self._saved_error is None:
-                log.warning("%s: cannot write %s (%s): retrying", self.config.node_id, path, exc)
-            self._saved_error = str(exc)
-            return
-        if self._saved_error is not None:
-            log.info("%s: %s written again", self.config.node_id, path)
-            self._saved_error = None
-        self._saved = (index, offset)
-
     def _apply(self, commit_index: int) -> None:
-        store, log_ = self.store, self.log
-        assert store is not None and log_ is not None
-        if commit_index <= self._applied:
-            return
-        file_size = store.config.mapped_file_size
-        start = store.max_offset
-        offset = start
-        buf = bytearray()
-        queues: dict[tuple[str, int], int] = {}
-        bodies = self._bodies
-        for index in range(self._applied + 1, min(commit_index, log_.last_index) + 1):
-            cached = bodies.pop(index, None)
-            if cached is not None:
-                self._body_bytes -= len(cached[1])
-            if cached is not None and log_.term_at(index) == cached[0]:
-                # the same index and term: the same entry (Raft's log matching)
-                body, pos = cached[1], log_.position(index)
-            else:
-                entry = log_.read_entry(index)  # checks the entry's CRC
-                body, pos = entry.body, entry.pos
-            if not body:
-                continue
-            # no body CRC here: append_raw checks every record
-            record = decode_record(body, base_offset=pos + ENTRY_HEADER_SIZE, check_crc=False)
-            space = file_size - offset % file_size
-            if record.size + BLANK_RECORD_SIZE > space:
-                buf += encode_blank(space)
-                buf += bytes(space - BLANK_RECORD_SIZE)
-                offset += space
-            key = (record.topic, record.queue_id)
-            queue_offset = queues.get(key)
-            if queue_offset is None:
-                queue_offset = store.max_queue_offset(*key)
-            queues[key] = queue_offset + 1
-            stamped = record._replace(physical_offset=offset, queue_offset=queue_offset)
-            buf += encode_record(stamped)
-            request = self._by_index.get(index)
-            if request is not None:
-                request.applied = PutOutcome(
-                    AppendStatus.SUCCESS,
-                    wrote_offset=offset,
-                    wrote_size=record.size,
-                    queue_id=record.queue_id,
-                    queue_offset=queue_offset,
-                    store_timestamp=record.store_timestamp,
-                    msg_id=stamped.msg_id,
-                )
-            offset += record.size
-        if buf:
-            store.append_raw(start, buf)
-            if store.max_offset != offset:
-                raise RuntimeError(
-                    f"{self.config.node_id}: the commit log view refused committed entries: "
-                    f"{store.dispatch_error}"
-                )
-        self._applied = commit_index
-        if len(bodies) > _MAX_BODIES:  # entries never applied (cut by a new leader)
-            bodies.clear()
-            self._body_bytes = 0
-
-
-class _CachedLog:
-    """The node's :class:`FileLog` as the Raft core sees it, with the entries appended and
-    not yet applied sent from memory (``bodies``: index -> term, body) rather than read back
-    and CRC-checked again for each follower; anything else (a lagging follower, a no-op) is
-    read from the files. Other attributes are the file log's."""
-
-    def __init__(self, log: FileLog, bodies: dict[int, tuple[int, bytes]]) -> None:
-        self._log = log
-        self._bodies = bodies
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._log, name)
-
-    @property
-    def last_index(self) -> int:
-        return self._log.last_index
-
-    @property
-    def last_term(self) -> int:
-        return self._log.last_term
-
-    def term_at(self, index: int) -> int | None:
-        return self._log.term_at(index)
-
-    def append(self, entries: Sequence[LogEntry]) -> None:
-        self._log.append(entries)
-
-    def truncate_from(self, index: int) -> None:
-        self._log.truncate_from(index)
-
-    def entries_from(self, index: int, max_count: int) -> list[LogEntry]:
-        log_, bodies = self._log, self._bodies
-        out: list[LogEntry] = []
-        stop = min(max(index, 1) + max(max_count, 0), log_.last_index + 1)
-        for i in range(max(index, 1), stop):
-            cached = bodies.get(i)
-            if cached is None or cached[1] == b"" or log_.term_at(i) != cached[0]:
-                return out + log_.entries_from(i, stop - i)
-            out.append(LogEntry(i, cached[0], cached[1]))
-        return out
+        """Apply up to ``commit_index`` to the view; the puts appended here learn where their
+        messages went."""
+        view = self._view
+        assert view is not None
+        for index, placed in view.apply(commit_index, self._by_index).items():
+            self._by_index[index].applied = PutOutcome(
+                AppendStatus.SUCCESS,
+                wrote_offset=placed.wrote_offset,
+                wrote_size=placed.wrote_size,
+                queue_id=placed.queue_id,
+                queue_offset=placed.queue_offset,
+                store_timestamp=placed.store_timestamp,
+                msg_id=placed.msg_id,
+            )
