@@ -154,7 +154,7 @@ class _Files:
             self.dir_dirty = True  # fsynced with the data (take_dirty / sync)
         return fd
 
-    def write(self, pos: int, data: bytes) -> None:
+    def write(self, pos: int, data: bytes | memoryview) -> None:
         """Write ``data`` at ``pos`` (it must lie in one file)."""
         start = pos - pos % self.file_size
         assert pos - start + len(data) <= self.file_size
@@ -162,6 +162,15 @@ class _Files:
         assert fd is not None
         os.pwrite(fd, data, pos - start)
         self.dirty.add(start)
+
+    def write_across(self, pos: int, data: bytes) -> None:
+        """Write ``data`` at ``pos``, split where it crosses into the next file."""
+        view = memoryview(data)
+        while view:
+            room = self.file_size - pos % self.file_size
+            self.write(pos, view[:room])
+            pos += min(room, len(view))
+            view = view[room:]
 
     def read(self, pos: int, size: int) -> bytes:
         """Up to ``size`` bytes at ``pos`` within its file (b"" when the file is missing)."""
@@ -412,31 +421,43 @@ class FileLog:
             ValueError: an index out of sequence, a term below the last one, an empty client
                 body or a no-op with a body.
         """
-        for entry in entries:
-            expected = len(self._terms) + 1
+        expected, last_term = len(self._terms) + 1, self.last_term
+        for entry in entries:  # all checked before anything is written
             if entry.index != expected:
                 raise ValueError(f"entry index {entry.index}, expected {expected}")
-            if entry.term < self.last_term:
-                raise ValueError(f"entry term {entry.term} below the last term {self.last_term}")
+            if entry.term < last_term:
+                raise ValueError(f"entry term {entry.term} below the last term {last_term}")
             if entry.noop == bool(entry.body):
                 raise ValueError("a no-op has an empty body and a client entry a non-empty one")
+            self._place(0, ENTRY_HEADER_SIZE + len(entry.body))  # fits a file
+            expected, last_term = expected + 1, entry.term
+        if not entries:
+            return
+        # one write per run of contiguous bytes in a file (a batch: one pwrite, not two per
+        # entry), the index entries in one run
+        run_start, run = self._end, bytearray()
+        index_start = (entries[0].index - 1) * INDEX_ENTRY_SIZE
+        index_run = bytearray()
+        for entry in entries:
             length = ENTRY_HEADER_SIZE + len(entry.body)
             pos = self._place(self._end, length)
-            if pos != self._end:
+            if pos != self._end:  # the rest of this file is too short: blank, next file
                 left = pos - self._end
                 if left >= _BLANK_HEAD:
-                    self._data.write(self._end, encode_blank(left))
+                    run += encode_blank(left)
+                if run:
+                    self._data.write(run_start, bytes(run))
+                run_start, run = pos, bytearray()
             dindex = entry.index - 1
-            raw = encode_entry(DLedgerEntry(dindex, entry.term, entry.body, pos=pos))
-            self._data.write(pos, raw)
-            self._index.write(
-                dindex * INDEX_ENTRY_SIZE,
-                encode_index_entry(IndexEntry(pos, length, dindex, entry.term)),
-            )
+            run += encode_entry(DLedgerEntry(dindex, entry.term, entry.body, pos=pos))
+            index_run += encode_index_entry(IndexEntry(pos, length, dindex, entry.term))
             self._terms.append(entry.term)
             self._positions.append(pos)
             self._sizes.append(length)
             self._end = pos + length
+        if run:
+            self._data.write(run_start, bytes(run))
+        self._index.write_across(index_start, bytes(index_run))
         if self.flush_mode is FlushDiskType.SYNC_FLUSH and self.sync_on_append:
             self.flush()
 
