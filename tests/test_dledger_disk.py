@@ -22,10 +22,11 @@ from hanet.dledger import (
 from hanet.store import FlushDiskType, Message
 from hanet.testing import MemoryNetwork
 
-RAFT = RaftConfig(election_timeout=0.4, heartbeat_interval=0.05, retransmit_timeout=0.2)
+RAFT = RaftConfig(election_timeout=1.0, heartbeat_interval=0.1, retransmit_timeout=0.3)
 IDS = ("n0", "n1", "n2")
-BLOCK = 1.5
-"""Seconds each fsync blocks for: several election timeouts."""
+BLOCK = 2.5
+"""Seconds each fsync blocks for: longer than any election timeout (drawn from [1.0, 2.0)),
+so one fsync on the event loop would depose the leader."""
 
 
 class BlockedDisk:
@@ -90,7 +91,7 @@ async def test_a_blocked_disk_stops_neither_heartbeats_nor_commits(
             started = trio.current_time()
             count = 0
             with trio.fail_after(30):
-                while trio.current_time() - started < 3 * BLOCK:
+                while trio.current_time() - started < 2 * BLOCK:
                     message = Message(topic="T", body=b"x" * 300, queue_id=count % 4)
                     outcomes = await leader.put_many([message] * 8)
                     assert {o.status for o in outcomes} == {AppendStatus.SUCCESS}
