@@ -1,8 +1,9 @@
 """A DLedger node's disk work off the event loop: :class:`Persister`.
 
-Every fsync a node needs (the log's data and index files, the hard state) runs in a worker
-thread, one at a time, so a slow disk delays only what depends on it; the event loop goes on
-reading peers and clients meanwhile. The log's dirty files are taken on the event loop as
+Every fsync a node needs (the log's data and index files with their directories, the hard
+state, a follower's truncation of a conflicting tail) runs in a worker thread, one at a time,
+so a slow disk delays only what depends on it; the event loop goes on reading peers and
+clients meanwhile. The log's dirty files are taken on the event loop as
 duplicated descriptors (:meth:`FileLog.take_dirty`), so appends made while a thread fsyncs are
 never lost from the next flush, and a file closed by a truncation meanwhile cannot be confused
 with another.
