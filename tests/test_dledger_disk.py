@@ -16,7 +16,10 @@ import trio
 from hanet.dledger import (
     AppendStatus,
     DLedgerNode,
+    FileLog,
+    LogEntry,
     NodeConfig,
+    Persister,
     RaftConfig,
 )
 from hanet.store import FlushDiskType, Message
@@ -30,10 +33,11 @@ so one fsync on the event loop would depose the leader."""
 
 
 class BlockedDisk:
-    """``os.fsync`` / ``os.fdatasync`` that block for :data:`BLOCK` seconds, noting the
-    calls made on the event loop's thread."""
+    """``os.fsync`` / ``os.fdatasync`` that block for ``seconds``, noting the calls made on
+    the event loop's thread."""
 
-    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, seconds: float = BLOCK) -> None:
+        self.seconds = seconds
         self.loop_thread = threading.get_ident()
         self.on_loop: list[str] = []
         self.calls = 0
@@ -44,7 +48,7 @@ class BlockedDisk:
             self.calls += 1
             if threading.get_ident() == self.loop_thread:
                 self.on_loop.append(name)
-            time.sleep(BLOCK)
+            time.sleep(self.seconds)
             real(fd)
 
         return sync
@@ -105,3 +109,21 @@ async def test_a_blocked_disk_stops_neither_heartbeats_nor_commits(
         assert all(n.raft.term == term for n in nodes.values())
         assert count > 100
         nursery.cancel_scope.cancel()
+
+
+async def test_a_followers_truncation_fsyncs_off_the_event_loop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The tail a follower drops is zeroed and fsynced in a worker thread, durably before
+    the driver goes on (the Raft core only names it)."""
+    with FileLog.open(tmp_path, flush=FlushDiskType.ASYNC_FLUSH) as log:
+        log.append([LogEntry(1, 1, b"\0" * 8), LogEntry(2, 1, b"\1" * 8)])
+        persister = Persister(log)
+        disk = BlockedDisk(monkeypatch, seconds=0.2)
+        disk.block()
+        try:
+            await persister.truncate_log(2)
+        finally:
+            disk.unblock()
+        assert disk.calls > 0 and disk.on_loop == []
+        assert log.last_index == 1
