@@ -3,7 +3,7 @@
 Run: ``.venv/bin/python bench/dledger_sim.py [--seeds 5000] [--nodes 3,5] [--first 0]``, or
 replay one run with ``--seed N --nodes K`` (prints its result in full).
 
-Each seed is one simulated group (``hanet.dledger.simulate``): seeded crashes (some losing the
+Each seed is one simulated group (``hanet.testing.simulate``): seeded crashes (some losing the
 output of the step they interrupt), restarts, partitions, message delays, reordering, loss and
 duplication, client appends at random, then a settle phase. A seed fails when a safety check
 fails (election safety, log matching, leader completeness, state machine safety, acknowledged
@@ -19,7 +19,7 @@ import sys
 import time
 from typing import Any
 
-from hanet.dledger import SimConfig, SimResult, simulate
+from hanet.testing import SimConfig, SimResult, simulate
 
 
 def _replay(seed: int, nodes: int) -> int:

@@ -43,7 +43,11 @@ from hanet.broker import (
     suggest_broker_id,
 )
 from hanet.client import RemotingConnection
-from hanet.dledger import DLedgerNode, MemoryNetwork, NodeConfig, RaftConfig
+from hanet.dledger import (
+    DLedgerNode,
+    NodeConfig,
+    RaftConfig,
+)
 from hanet.errors import ConfigError
 from hanet.ha import BrokerConfig, BrokerRole
 from hanet.protocol import (
@@ -55,6 +59,7 @@ from hanet.protocol import (
     TopicConfigSerializeWrapper,
 )
 from hanet.store import PutStatus
+from hanet.testing import MemoryNetwork
 
 REGISTRATION = BrokerRegistration("C", "b", 0, "ASYNC_MASTER", "127.0.0.1:1")
 

@@ -11,8 +11,13 @@ import trio
 from broker_support import config, connect, fmt, name_server, put, running, status, wait_for
 
 from hanet.broker import ConsumerOffsets, DLedgerBrokerService
-from hanet.dledger import DLedgerNode, MemoryNetwork, NodeConfig, RaftConfig
+from hanet.dledger import (
+    DLedgerNode,
+    NodeConfig,
+    RaftConfig,
+)
 from hanet.ha import BrokerRole
+from hanet.testing import MemoryNetwork
 
 
 async def dead_address() -> str:

@@ -8,10 +8,8 @@ from __future__ import annotations
 import pytest
 
 from hanet.dledger import (
-    SIM_RAFT_CONFIG,
     AppendRequest,
     AppendResponse,
-    Cluster,
     HardState,
     LogEntry,
     Output,
@@ -19,11 +17,10 @@ from hanet.dledger import (
     PreVoteResponse,
     RaftConfig,
     Role,
-    SimConfig,
     VoteRequest,
     VoteResponse,
-    simulate,
 )
+from hanet.testing import SIM_RAFT_CONFIG, Cluster, SimConfig, simulate
 
 HUGE = 2**63 - 1
 

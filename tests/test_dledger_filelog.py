@@ -173,6 +173,31 @@ def test_append_checks(tmp_path: Path) -> None:
         assert log.next_entry_pos(10) == log.end_pos
 
 
+def test_a_batch_is_written_as_entry_by_entry_and_a_bad_one_writes_nothing(
+    tmp_path: Path,
+) -> None:
+    """An append writes a batch in a few large writes: the files are byte for byte those of
+    one append per entry; an entry refused anywhere in a batch leaves the log untouched."""
+    with open_log(tmp_path / "batch") as log:
+        log.append(entries(1, 50))
+        with pytest.raises(ValueError, match="term"):
+            log.append([*entries(51, 5, term=2), *entries(56, 1, term=1)])
+        assert log.last_index == 50
+        end = log.end_pos
+        log.append(entries(51, 5, term=2))
+    with open_log(tmp_path / "single") as log:
+        for entry in [*entries(1, 50), *entries(51, 5, term=2)]:
+            log.append([entry])
+    for kind in ("data", "index"):
+        batch = sorted((tmp_path / "batch" / kind).iterdir())
+        single = sorted((tmp_path / "single" / kind).iterdir())
+        assert [p.name for p in batch] == [p.name for p in single]
+        assert [p.read_bytes() for p in batch] == [p.read_bytes() for p in single]
+    with open_log(tmp_path / "batch") as log:
+        assert log.last_index == 55
+        assert log.position(51) == log.next_entry_pos(len(record(51)), end)
+
+
 def test_a_file_of_another_size_is_refused(tmp_path: Path) -> None:
     with open_log(tmp_path) as log:
         log.append(entries(1, 1))

@@ -19,9 +19,9 @@ from hanet.dledger import (
     AppendStatus,
     DLedgerNode,
     Envelope,
+    FileLog,
     Hello,
     LogEntry,
-    MemoryNetwork,
     NodeConfig,
     PreVoteRequest,
     PreVoteResponse,
@@ -46,6 +46,7 @@ from hanet.store import (
     decode_record,
     encode_record,
 )
+from hanet.testing import MemoryNetwork
 
 RAFT = RaftConfig(
     election_timeout=0.3,
@@ -243,6 +244,11 @@ async def group(tmp_path: Path) -> AsyncIterator[Group]:
         nursery.cancel_scope.cancel()
 
 
+def file_log(node: DLedgerNode) -> FileLog:
+    assert node.log is not None
+    return node.log
+
+
 def view_records(path: Path) -> list[bytes]:
     reader = CommitLogReader(path / "commitlog")
     return [record.body for _, record in reader.records()]
@@ -275,7 +281,8 @@ async def test_election_replication_and_identical_views(
     assert refused.leader_id == leader.config.node_id
     assert refused.leader_address == BROKERS[leader.config.node_id]
     # the entry's record says offset = pos + 48, as DLedger
-    entry = leader.raft.log.read_entry(2)  # type: ignore[attr-defined]
+    assert leader.log is not None
+    entry = leader.log.read_entry(2)
     assert decode_record(entry.body).physical_offset == entry.pos + 48
 
 
@@ -301,10 +308,7 @@ async def test_leader_killed_a_new_one_is_elected_and_the_old_one_catches_up(
     bodies = [f"m{n}".encode() for n in range(40)]
     for node_id in IDS:
         assert view_records(tmp_path / node_id) == bodies
-    data = {
-        i: b"".join(e.body for e in group.nodes[i].raft.log.iter_entries())  # type: ignore[attr-defined]
-        for i in IDS
-    }
+    data = {i: b"".join(e.body for e in file_log(group.nodes[i]).iter_entries()) for i in IDS}
     assert data["n0"] == data["n1"] == data["n2"]
     for other in IDS[1:]:
         assert (tmp_path / "n0" / "dledger" / "data" / "00000000000000000000").read_bytes() == (
@@ -434,5 +438,5 @@ async def test_sync_flush_group_commit(
         for n in range(40):
             nursery.start_soon(group.put, n)
     await group.converged()
-    assert leader.raft.log.sync_on_append is False  # type: ignore[attr-defined]
+    assert file_log(leader).sync_on_append is False
     assert sorted(view_records(tmp_path / "n0")) == sorted(f"m{n}".encode() for n in range(40))

@@ -30,13 +30,13 @@ from hanet.dledger import (
     Envelope,
     FileLog,
     LogEntry,
-    MemoryNetwork,
     NodeConfig,
     PeerCodec,
     Persister,
     RaftConfig,
 )
 from hanet.store import FlushDiskType, Message
+from hanet.testing import MemoryNetwork
 
 RAFT = RaftConfig(
     election_timeout=0.3,
@@ -154,7 +154,7 @@ async def test_entries_past_the_in_memory_body_budget_are_read_back_from_the_log
     """The bodies of appended entries kept in memory until applied are bounded in bytes (a
     leader's appends that never commit cannot fill a follower's memory); what does not fit
     is read back from the log, and every view is the same."""
-    monkeypatch.setattr("hanet.dledger._node._MAX_BODY_BYTES", 64)
+    monkeypatch.setattr("hanet.dledger._view._MAX_BODY_BYTES", 64)
     group = Group(tmp_path, nursery, 3, FlushDiskType.ASYNC_FLUSH)
     await group.start_all()
     leader = await group.leader()
@@ -265,7 +265,9 @@ async def test_a_log_sync_cancelled_at_once_still_fsyncs_and_closes_what_it_took
         open_fds = len(os.listdir("/proc/self/fd"))
         with scope:
             await persister.sync_log()
-        assert len(synced) == 2  # the data and index files taken were fsynced all the same
+        # the data and index files taken were fsynced all the same, each with its directory
+        # (the first append created both files)
+        assert len(synced) == 4
         assert len(os.listdir("/proc/self/fd")) == open_fds
 
 

@@ -16,12 +16,10 @@ import attrs
 import pytest
 
 from hanet.dledger import (
-    SIM_RAFT_CONFIG,
     TRANSITIONS,
     AppendRequest,
     AppendResponse,
     AppendStatus,
-    Cluster,
     Envelope,
     HardState,
     InMemoryLog,
@@ -32,6 +30,7 @@ from hanet.dledger import (
     VoteRequest,
     VoteResponse,
 )
+from hanet.testing import SIM_RAFT_CONFIG, Cluster
 
 ONE_AT_A_TIME = attrs.evolve(SIM_RAFT_CONFIG, max_batch=1)
 

@@ -9,7 +9,10 @@ from __future__ import annotations
 import attrs
 import pytest
 
-from hanet.dledger import SIM_RAFT_CONFIG, RaftNode, SimConfig, SimResult, simulate
+from hanet.dledger import (
+    RaftNode,
+)
+from hanet.testing import SIM_RAFT_CONFIG, SimConfig, SimResult, simulate
 
 
 def _failures(results: list[SimResult]) -> list[str]:

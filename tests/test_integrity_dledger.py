@@ -12,8 +12,6 @@ from pathlib import Path
 import pytest
 
 from hanet.dledger import (
-    SIM_RAFT_CONFIG,
-    Cluster,
     DLedgerError,
     FileLog,
     HardState,
@@ -23,6 +21,7 @@ from hanet.dledger import (
     Role,
 )
 from hanet.store import FlushDiskType, MessageRecord, encode_record
+from hanet.testing import SIM_RAFT_CONFIG, Cluster
 
 
 def open_log(path: Path) -> FileLog:

@@ -34,7 +34,7 @@ ARROWS: dict[str, set[str]] = {
     "channel": {"errors"},
     "boot": {"channel"},
     "hanet": {"channel", "boot"},  # hanet/__init__.py: the facade
-    "testing": {"channel", "boot"},
+    "testing": {"channel", "boot", "dledger"},
     "handlers": {"channel"},
     "store": {"errors"},
     "protocol": {"handlers", "store", "status"},

@@ -12,8 +12,13 @@ import trio
 from test_registration_timing import A, NameServers
 
 from hanet.broker import DLedgerBrokerService, dledger_broker_id
-from hanet.dledger import DLedgerNode, MemoryNetwork, NodeConfig, RaftConfig
+from hanet.dledger import (
+    DLedgerNode,
+    NodeConfig,
+    RaftConfig,
+)
 from hanet.namesrv import NameServer
+from hanet.testing import MemoryNetwork
 
 PEERS = {"n0": "n0:0", "n1": "n1:0", "n2": "n2:0"}
 ADDRESS = {"n0": "10.0.0.1:10911", "n1": "10.0.0.2:10911", "n2": "10.0.0.3:10911"}

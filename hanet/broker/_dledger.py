@@ -30,7 +30,7 @@ import trio
 
 from hanet.channel import HandlerContext, StreamChannel, format_address
 from hanet.client import NameServerClient
-from hanet.dledger import AppendStatus, DLedgerNode, PutOutcome
+from hanet.dledger import AppendStatus, DLedgerNode, NodeNotRunningError, PutOutcome
 from hanet.protocol import (
     MAX_FRAME_LENGTH,
     BrokerRegistration,
@@ -255,7 +255,7 @@ class DLedgerBrokerService:
             return None
         try:
             state = self.node.status()
-        except RuntimeError:
+        except NodeNotRunningError:
             return "not master: the DLedger node is not running"
         if state.leader:
             where = f" at {state.leader_address}" if state.leader_address else ""
@@ -314,8 +314,14 @@ class DLedgerBrokerService:
     def status(self) -> BrokerStatus:
         """The status document: the view's offsets, ``role``, the ``dledger`` section, the
         ``consumer_offsets`` and, when it registers with name servers, ``cluster`` (no
-        ``metadata_sync``: a DLedger group has no classic slaves)."""
-        state = self.node.status()
+        ``metadata_sync``: a DLedger group has no classic slaves).
+
+        Raises:
+            StoreClosedError: the node is not running (starting or stopping)."""
+        try:
+            state = self.node.status()
+        except NodeNotRunningError as exc:
+            raise StoreClosedError(str(exc)) from None
         stats = self.store.statistics()
         return store_status(
             stats,

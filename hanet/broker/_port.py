@@ -82,7 +82,7 @@ from hanet.protocol import (
     ViewMessageRequestHeader,
     remoting_pipeline,
 )
-from hanet.store import CommitLogStore, Message, PutResult, PutStatus, StoreError
+from hanet.store import CommitLogStore, Message, PutResult, PutStatus, StoreClosedError, StoreError
 
 from ._admin import BrokerAdmin
 from ._backend import BrokerBackend
@@ -524,8 +524,12 @@ class BrokerPort:
         return request.response(body=self.backend.subscription_groups().to_json())
 
     def hanet_status(self, ctx: HandlerContext, request: RemotingCommand) -> RemotingCommand:
-        """HANET_STATUS (30001): the status document (:class:`~hanet.protocol.BrokerStatus`)."""
-        return request.response(body=self.backend.status().encode())
+        """HANET_STATUS (30001): the status document (:class:`~hanet.protocol.BrokerStatus`);
+        SYSTEM_ERROR while the store is not open (a DLedger node starting or stopping)."""
+        try:
+            return request.response(body=self.backend.status().encode())
+        except StoreClosedError as exc:
+            return request.response(ResponseCode.SYSTEM_ERROR, str(exc))
 
 
 def default_subscription_groups(

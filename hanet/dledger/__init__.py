@@ -6,13 +6,14 @@ What is here:
   :func:`encode_entry`, :func:`decode_entry`, :class:`IndexEntry`, ...; ``_entry.py``);
 - the log the Raft core works on (:class:`RaftLog`, a Protocol, and :class:`InMemoryLog`;
   ``_log.py``);
-- the Raft state machine of one node (:class:`RaftNode`; ``_raft.py``): pure, no I/O and no
+- the Raft state machine of one node (:class:`RaftNode`; ``_raft.py``; its messages, config
+  and :class:`Output` in ``_messages.py``): pure, no I/O and no
   trio, driven by :meth:`RaftNode.tick`, :meth:`RaftNode.receive` and
   :meth:`RaftNode.propose`, each returning an :class:`Output` the driver acts on (persist the
-  hard state, then send). Pre-vote, check quorum, fast back-off by term, commit of
-  current-term entries only (a no-op opens each term), pipelined appends;
-- a deterministic simulation (:func:`simulate`, :class:`Cluster`; ``_sim.py``) that checks
-  Raft's safety properties under seeded crashes, partitions, delays, loss and reordering;
+  hard state and the log writes it names, then send: the core never writes its log).
+  Pre-vote, check quorum, fast back-off by term, commit of current-term entries only (a
+  no-op opens each term), pipelined appends; per-follower progress (``Progress``;
+  ``_progress.py``);
 - the file-backed log (:class:`FileLog`; ``_filelog.py``): DLedger's data and index files
   (Raft index ``i`` is DLedger index ``i - 1``; a no-op is an entry with an empty body), the
   term and vote persisted atomically, recovery that checks each entry's body CRC and the
@@ -25,10 +26,12 @@ What is here:
   view (consume queues, ``hanet pull`` / ``dump`` / ``verify`` work on it); each peer
   connection speaks for the member it authenticated as (mutual TLS, or its ``--peers``
   address; ``_peers.py``), and what no honest member sends is refused
-  (:attr:`Output.refused`) and closes its connection; :class:`MemoryNetwork` runs nodes over
-  memory streams in tests; its fsyncs and hard state writes run in worker threads
-  (:class:`Persister`; ``_persist.py``), and what a batch of inputs sends or answers leaves
-  only once what it depends on is durable.
+  (:attr:`Output.refused`) and closes its connection; its fsyncs and hard state writes run
+  in worker threads (:class:`Persister`; ``_persist.py``), and what a batch of inputs sends
+  or answers leaves only once what it depends on is durable.
+
+The test tools live in :mod:`hanet.testing`: ``MemoryNetwork`` runs nodes over memory streams,
+``simulate`` and ``Cluster`` check the Raft core's safety under seeded faults.
 
 The broker port of a node (``hanet dledger``) lives in the command line
 (``hanet/cli/_dledger.py``): it speaks :mod:`hanet.protocol`, which this layer may not import.
@@ -59,10 +62,11 @@ from ._errors import (
     DLedgerError,
     EntryFormatError,
     IllegalTransitionError,
+    NodeNotRunningError,
     TruncatedEntryError,
 )
 from ._log import InMemoryLog, LogEntry, RaftLog
-from ._raft import (
+from ._messages import (
     TRANSITIONS,
     AppendRequest,
     AppendResponse,
@@ -75,13 +79,12 @@ from ._raft import (
     PreVoteRequest,
     PreVoteResponse,
     RaftConfig,
-    RaftNode,
     RandomSource,
     Role,
     VoteRequest,
     VoteResponse,
 )
-from ._sim import SIM_RAFT_CONFIG, Cluster, SimConfig, SimResult, simulate
+from ._raft import RaftNode
 
 if TYPE_CHECKING:
     from ._codec import (
@@ -95,7 +98,6 @@ if TYPE_CHECKING:
     from ._filelog import DEFAULT_DATA_FILE_SIZE, DEFAULT_INDEX_FILE_SIZE, FileLog, LogRecovery
     from ._node import (
         DLedgerNode,
-        MemoryNetwork,
         NodeConfig,
         NodeStatus,
         PeerStatus,
@@ -112,14 +114,12 @@ __all__ = [
     "ENTRY_HEADER_SIZE",
     "ENTRY_MAGIC",
     "INDEX_ENTRY_SIZE",
-    "SIM_RAFT_CONFIG",
     "TRANSITIONS",
     "AppendRequest",
     "AppendResponse",
     "AppendResult",
     "AppendStatus",
     "BodyCrcError",
-    "Cluster",
     "DLedgerEntry",
     "DLedgerError",
     "DLedgerNode",
@@ -133,9 +133,9 @@ __all__ = [
     "IndexEntry",
     "LogEntry",
     "LogRecovery",
-    "MemoryNetwork",
     "Message",
     "NodeConfig",
+    "NodeNotRunningError",
     "NodeStatus",
     "Output",
     "PeerCodec",
@@ -149,8 +149,6 @@ __all__ = [
     "RaftNode",
     "RandomSource",
     "Role",
-    "SimConfig",
-    "SimResult",
     "TruncatedEntryError",
     "VoteRequest",
     "VoteResponse",
@@ -165,7 +163,6 @@ __all__ = [
     "index_entry_offset",
     "parse_peers",
     "peer_frame_handlers",
-    "simulate",
 ]
 
 # The file log, the peer codec and the networked node load on first use: ``import
@@ -182,7 +179,6 @@ _LAZY: dict[str, str] = {
     "encode_envelope": "._codec",
     "peer_frame_handlers": "._codec",
     "DLedgerNode": "._node",
-    "MemoryNetwork": "._node",
     "NodeConfig": "._node",
     "NodeStatus": "._node",
     "PeerStatus": "._node",

@@ -45,7 +45,7 @@ from hanet.handlers import (
 from hanet.store import CorruptRecordError, decode_record
 
 from ._log import LogEntry
-from ._raft import (
+from ._messages import (
     AppendRequest,
     AppendResponse,
     Envelope,

@@ -13,6 +13,7 @@ __all__ = [
     "DLedgerError",
     "EntryFormatError",
     "IllegalTransitionError",
+    "NodeNotRunningError",
     "TruncatedEntryError",
 ]
 
@@ -55,3 +56,7 @@ class BodyCrcError(EntryFormatError):
 
 class IllegalTransitionError(DLedgerError, RuntimeError):
     """The Raft core tried a role change its transition table does not allow (a bug)."""
+
+
+class NodeNotRunningError(DLedgerError, RuntimeError):
+    """The node is not running (starting, or stopped): it has no Raft state to tell."""

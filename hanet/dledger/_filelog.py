@@ -24,8 +24,11 @@ bytes it wrote before it returns (an entry counts toward a quorum only once on d
 the last acknowledged entries of one node). A driver may take the SYNC_FLUSH fsync upon itself
 (:attr:`FileLog.sync_on_append` False): :class:`~hanet.dledger.DLedgerNode` fsyncs once per
 batch of inputs, before any message or answer of that batch leaves (a group commit).
-:meth:`FileLog.truncate_from` and :meth:`FileLog.save_hard_state` are always durable on return;
-the hard state goes through a temporary file, fsync, rename and an fsync of the directory.
+A file created by an append has its directory fsynced with the next flush (with
+:meth:`FileLog.take_dirty`'s descriptors too), never inside :meth:`FileLog.append`.
+:meth:`FileLog.truncate_from` and :meth:`FileLog.save_hard_state` are always durable on return
+(a driver runs them off its event loop); the hard state goes through a temporary file, fsync,
+rename and an fsync of the directory.
 
 **Recovery** (:meth:`FileLog.open`): the data files are the truth. Each entry is decoded in
 order: magic, sizes, index and position in sequence, terms not decreasing, the body CRC (0 is
@@ -64,7 +67,7 @@ from ._entry import (
 )
 from ._errors import DLedgerError, EntryFormatError
 from ._log import LogEntry
-from ._raft import HardState, RaftConfig, implausible_term
+from ._messages import HardState, RaftConfig, implausible_term
 
 __all__ = [
     "DEFAULT_DATA_FILE_SIZE",
@@ -117,6 +120,8 @@ class _Files:
         directory.mkdir(parents=True, exist_ok=True)
         self._fds: dict[int, int] = {}
         self.dirty: set[int] = set()
+        self.dir_dirty = False
+        """A file was created or deleted since the last sync: the directory needs an fsync."""
         try:
             for path in sorted(directory.iterdir()):
                 if path.name.isdigit() and len(path.name) == _NAME_DIGITS:
@@ -146,10 +151,10 @@ class _Files:
             fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
             os.ftruncate(fd, self.file_size)
             self._fds[start] = fd
-            fsync_directory(self.directory)
+            self.dir_dirty = True  # fsynced with the data (take_dirty / sync)
         return fd
 
-    def write(self, pos: int, data: bytes) -> None:
+    def write(self, pos: int, data: bytes | memoryview) -> None:
         """Write ``data`` at ``pos`` (it must lie in one file)."""
         start = pos - pos % self.file_size
         assert pos - start + len(data) <= self.file_size
@@ -157,6 +162,15 @@ class _Files:
         assert fd is not None
         os.pwrite(fd, data, pos - start)
         self.dirty.add(start)
+
+    def write_across(self, pos: int, data: bytes) -> None:
+        """Write ``data`` at ``pos``, split where it crosses into the next file."""
+        view = memoryview(data)
+        while view:
+            room = self.file_size - pos % self.file_size
+            self.write(pos, view[:room])
+            pos += min(room, len(view))
+            view = view[room:]
 
     def read(self, pos: int, size: int) -> bytes:
         """Up to ``size`` bytes at ``pos`` within its file (b"" when the file is missing)."""
@@ -168,7 +182,8 @@ class _Files:
         return os.pread(fd, size, pos - start)
 
     def zero_from(self, pos: int, end: int) -> None:
-        """Zero [pos, end) of ``pos``'s file and delete every later file."""
+        """Zero [pos, end) of ``pos``'s file and delete every later file; no fsync here: the
+        file and the directory are marked for the next sync."""
         start = pos - pos % self.file_size
         fd = self._fds.get(start)
         if fd is not None:
@@ -179,22 +194,21 @@ class _Files:
                 n = min(len(chunk), stop - at)
                 os.pwrite(fd, chunk[:n], at - start)
                 at += n
-            os.fsync(fd)
-            self.dirty.discard(start)
-        removed = False
+            self.dirty.add(start)
         for later in [s for s in self._fds if s > start]:
             os.close(self._fds.pop(later))
             (self.directory / _name(later)).unlink()
             self.dirty.discard(later)
-            removed = True
-        if removed:
-            fsync_directory(self.directory)
+            self.dir_dirty = True
 
     def take_dirty(self) -> list[int]:
         """Duplicates of the descriptors written since the last sync (the marks cleared):
         the caller fsyncs and closes them, in a worker thread, say."""
         fds = [os.dup(self._fds[start]) for start in sorted(self.dirty) if start in self._fds]
         self.dirty.clear()
+        if self.dir_dirty:
+            fds.append(os.open(self.directory, os.O_RDONLY))
+            self.dir_dirty = False
         return fds
 
     def sync(self) -> None:
@@ -203,6 +217,9 @@ class _Files:
             if fd is not None:
                 os.fsync(fd)
         self.dirty.clear()
+        if self.dir_dirty:
+            fsync_directory(self.directory)
+            self.dir_dirty = False
 
     def close(self) -> None:
         for fd in self._fds.values():
@@ -404,42 +421,56 @@ class FileLog:
             ValueError: an index out of sequence, a term below the last one, an empty client
                 body or a no-op with a body.
         """
-        for entry in entries:
-            expected = len(self._terms) + 1
+        expected, last_term = len(self._terms) + 1, self.last_term
+        for entry in entries:  # all checked before anything is written
             if entry.index != expected:
                 raise ValueError(f"entry index {entry.index}, expected {expected}")
-            if entry.term < self.last_term:
-                raise ValueError(f"entry term {entry.term} below the last term {self.last_term}")
+            if entry.term < last_term:
+                raise ValueError(f"entry term {entry.term} below the last term {last_term}")
             if entry.noop == bool(entry.body):
                 raise ValueError("a no-op has an empty body and a client entry a non-empty one")
+            self._place(0, ENTRY_HEADER_SIZE + len(entry.body))  # fits a file
+            expected, last_term = expected + 1, entry.term
+        if not entries:
+            return
+        # one write per run of contiguous bytes in a file (a batch: one pwrite, not two per
+        # entry), the index entries in one run
+        run_start, run = self._end, bytearray()
+        index_start = (entries[0].index - 1) * INDEX_ENTRY_SIZE
+        index_run = bytearray()
+        for entry in entries:
             length = ENTRY_HEADER_SIZE + len(entry.body)
             pos = self._place(self._end, length)
-            if pos != self._end:
+            if pos != self._end:  # the rest of this file is too short: blank, next file
                 left = pos - self._end
                 if left >= _BLANK_HEAD:
-                    self._data.write(self._end, encode_blank(left))
+                    run += encode_blank(left)
+                if run:
+                    self._data.write(run_start, bytes(run))
+                run_start, run = pos, bytearray()
             dindex = entry.index - 1
-            raw = encode_entry(DLedgerEntry(dindex, entry.term, entry.body, pos=pos))
-            self._data.write(pos, raw)
-            self._index.write(
-                dindex * INDEX_ENTRY_SIZE,
-                encode_index_entry(IndexEntry(pos, length, dindex, entry.term)),
-            )
+            run += encode_entry(DLedgerEntry(dindex, entry.term, entry.body, pos=pos))
+            index_run += encode_index_entry(IndexEntry(pos, length, dindex, entry.term))
             self._terms.append(entry.term)
             self._positions.append(pos)
             self._sizes.append(length)
             self._end = pos + length
+        if run:
+            self._data.write(run_start, bytes(run))
+        self._index.write_across(index_start, bytes(index_run))
         if self.flush_mode is FlushDiskType.SYNC_FLUSH and self.sync_on_append:
             self.flush()
 
     def truncate_from(self, index: int) -> None:
         """Remove the entries at ``index`` and after (index >= 1), durably: their bytes are
-        zeroed (later files deleted) in the data and index files."""
+        zeroed (later files deleted) in the data and index files and fsynced before it
+        returns (an entry written later cannot reach the disk before the old ones are gone:
+        a crash could otherwise leave an old entry after a new one). A driver calls it off
+        the event loop."""
         if index < 1:
             raise ValueError(f"cannot truncate from index {index}")
         if index > len(self._terms):
             return
-        self.flush()
         pos = self._positions[index - 1]
         self._data.zero_from(pos, self._end)
         at = (index - 1) * INDEX_ENTRY_SIZE
@@ -448,6 +479,7 @@ class FileLog:
         del self._positions[index - 1 :]
         del self._sizes[index - 1 :]
         self._end = pos
+        self.flush()
 
     def entries_from(self, index: int, max_count: int) -> list[LogEntry]:
         """Up to ``max_count`` entries from ``index`` (1-based)."""
@@ -498,7 +530,8 @@ class FileLog:
 
     def take_dirty(self) -> list[int]:
         """What :meth:`flush` would fsync, as duplicated descriptors (data files first, then
-        the index) that the caller fsyncs and closes: a flush off the event loop, safe
+        the index; each followed by its directory when a file was created or deleted) that
+        the caller fsyncs and closes: a flush off the event loop, safe
         against appends (and a truncation closing a file) meanwhile."""
         return self._data.take_dirty() + self._index.take_dirty()
 

@@ -6,8 +6,9 @@ shares. (DLedger's files number entries from 0: the file store will map Raft ind
 DLedger index ``i - 1``.) Terms never decrease along a log, which lets the core binary-search
 for the first or last entry of a term with :meth:`RaftLog.term_at` alone.
 
-A log's ``append`` and ``truncate_from`` are durable when they return: the core acknowledges
-entries to the leader right after appending them. Pure and synchronous (no I/O, no trio).
+The core only reads its log: each of its outputs names the writes (``truncate_from``, then
+``entries``) and the driver makes them with ``truncate_from`` and ``append``, durably before it
+sends what depends on them. Pure and synchronous (no I/O, no trio).
 """
 
 from __future__ import annotations
@@ -55,11 +56,11 @@ class RaftLog(Protocol):
         ...
 
     def append(self, entries: Sequence[LogEntry]) -> None:
-        """Append entries whose indexes follow :attr:`last_index` (durable on return)."""
+        """Append entries whose indexes follow :attr:`last_index` (the driver's write)."""
         ...
 
     def truncate_from(self, index: int) -> None:
-        """Remove the entries at ``index`` and after (durable on return)."""
+        """Remove the entries at ``index`` and after (the driver's write)."""
         ...
 
     def entries_from(self, index: int, max_count: int) -> list[LogEntry]:

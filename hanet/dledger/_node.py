@@ -14,7 +14,11 @@ written to the peers (a follower's acknowledgement names only fsynced entries) a
 woken to answer, batch after batch in order. While a thread fsyncs, the loop goes on with
 the next batches (one fsync then covers them all); their messages wait behind it, so under
 SYNC_FLUSH a slow fsync delays heartbeats by its length. Under ASYNC_FLUSH the log is
-fsynced every ``flush_interval`` in a worker thread, never in the way of heartbeats.
+fsynced every ``flush_interval`` in a worker thread, never in the way of heartbeats. The Raft
+core never writes: its outputs name the entries to append (written into the files at once,
+fsynced as above) and, on a follower whose log conflicts with the leader's, the tail to drop
+(zeroed and fsynced by the :class:`~hanet.dledger.Persister` in a worker thread before the
+loop goes on). No fsync runs on the event loop.
 Entries appended and not yet applied are kept in memory: appends to followers and the view
 are made from them, not read back. Timers come from trio's clock, so tests run in virtual
 time (``MockClock``).
@@ -43,8 +47,8 @@ Every ``keepalive_interval`` each outgoing connection carries a HELLO again, so 
 can close connections idle for ``idle_timeout`` (RocketMQ's 120 s) without ever closing a
 live member's.
 
-**Entries and the commit log view.** A put's message is encoded as a RocketMQ commit log record
-by the leader (store timestamp, store host = the leader's broker address) with
+**Entries and the commit log view** (``_view.py``). A put's message is encoded as a RocketMQ
+commit log record by the leader (store timestamp, store host = the leader's broker address) with
 ``PHYSICALOFFSET`` = the entry's position + 48, as DLedger's commit log does (the queue offset
 field is left 0 in the entry). Committed entries are *applied* to a
 :class:`hanet.store.CommitLogStore` in the node's store directory (role SLAVE, so only these
@@ -68,19 +72,15 @@ from __future__ import annotations
 
 import functools
 import itertools
-import json
 import logging
 import math
-import os
 import random
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 import attrs
 import trio
-import trio.testing
 
 from hanet.boot import (
     AllowList,
@@ -101,15 +101,12 @@ from hanet.channel import (
 from hanet.errors import ConfigError
 from hanet.status import DLedgerInfo, DLedgerPeer
 from hanet.store import (
-    BLANK_RECORD_SIZE,
     CommitLogStore,
     FlushDiskType,
     Message,
     MessageRecord,
     StoreConfig,
     StoreRole,
-    decode_record,
-    encode_blank,
     encode_properties,
     encode_record,
     parse_host,
@@ -117,24 +114,24 @@ from hanet.store import (
 
 from ._codec import DEFAULT_MAX_PEER_FRAME, Hello, peer_frame_handlers
 from ._entry import ENTRY_HEADER_SIZE
+from ._errors import NodeNotRunningError
 from ._filelog import DEFAULT_DATA_FILE_SIZE, DEFAULT_INDEX_FILE_SIZE, FileLog
-from ._log import LogEntry
-from ._peers import Members, PeerHandler, split_address
-from ._persist import Persister, off_loop
-from ._raft import (
+from ._messages import (
     AppendRequest,
     AppendStatus,
     Envelope,
     HardState,
     Output,
     RaftConfig,
-    RaftNode,
     Role,
 )
+from ._peers import Members, PeerHandler, split_address
+from ._persist import Persister, off_loop
+from ._raft import RaftNode
+from ._view import Bodies, CachedLog, CommitLogView
 
 __all__ = [
     "DLedgerNode",
-    "MemoryNetwork",
     "NodeConfig",
     "NodeStatus",
     "PeerStatus",
@@ -144,15 +141,9 @@ __all__ = [
 
 log = logging.getLogger("hanet.dledger")
 
-_APPLIED = "applied"
 _INBOX = 10_000
 _BATCH = 1024
 """Inputs the loop takes together: the puts among them are appended in one round."""
-_MAX_BODIES = 1 << 16
-"""Appended entries whose bodies the node keeps until they are applied (else read back)."""
-_MAX_BODY_BYTES = 64 * 1024 * 1024
-"""Bytes of those bodies kept at most: past it, entries are read back from the log (appends
-a leader sends that do not commit cannot fill a follower's memory)."""
 
 PEER_IDLE_TIMEOUT = 120.0
 """Seconds after which the peer port closes a connection that sent nothing (RocketMQ's
@@ -297,6 +288,32 @@ class _Held:
     done: list[_Put] = attrs.field(factory=list)
 
 
+@attrs.frozen
+class _PutArrived:
+    """Inbox: a client put (its id in :attr:`DLedgerNode._puts`)."""
+
+    request_id: int
+
+
+@attrs.frozen
+class _PeerMessage:
+    """Inbox: a Raft message from a peer, and the connection it came on."""
+
+    envelope: Envelope
+    channel: Channel
+
+
+@attrs.frozen
+class _PeerHello:
+    """Inbox: a peer's HELLO (its broker address), and the connection it came on."""
+
+    hello: Hello
+    channel: Channel
+
+
+_InboxItem = _PutArrived | _PeerMessage | _PeerHello
+
+
 @attrs.define
 class _Put:
     message: Message
@@ -327,7 +344,7 @@ class DLedgerNode:
         self._connector = connector or self._tcp_connector
         self._listen = listen
         self._rng = rng or random.Random()
-        self._send_inbox, self._inbox = trio.open_memory_channel[Any](_INBOX)
+        self._send_inbox, self._inbox = trio.open_memory_channel[_InboxItem](_INBOX)
         self._raft: RaftNode | None = None
         self.log: FileLog | None = None
         self.store: CommitLogStore | None = None
@@ -335,18 +352,15 @@ class DLedgerNode:
         self._ids = itertools.count(1)
         self._puts: dict[int, _Put] = {}
         self._by_index: dict[int, _Put] = {}
-        self._bodies: dict[int, tuple[int, bytes]] = {}
-        """Index -> (term, body) of entries appended and not yet applied: applied from here
-        instead of read back from the log (:meth:`_keep_body`)."""
-        self._body_bytes = 0
-        self._applied = 0
-        self._saved = (-1, -1)
+        self._bodies = Bodies()
+        """Index -> (term, body) of entries appended and not yet applied: applied and sent
+        from here instead of read back from the log."""
+        self._view: CommitLogView | None = None
         self._view_mark: tuple[int, int] | None = None
         self._persist: Persister | None = None
         self._send_release, self._releases = trio.open_memory_channel[_Held](math.inf)
         self._queued = 0
         """Batches handed to the releaser and not yet released."""
-        self._saved_error: str | None = None
         self._ready = trio.Event()
         self._role_changed = trio.Event()
         self.peer_address: tuple[str, int] | None = None
@@ -362,7 +376,9 @@ class DLedgerNode:
     def raft(self) -> RaftNode:
         """The Raft core (only while running)."""
         if self._raft is None:
-            raise RuntimeError("the node is not running")
+            raise NodeNotRunningError(
+                f"the DLedger node {self.config.node_id} is not running (starting or stopped)"
+            )
         return self._raft
 
     @property
@@ -375,7 +391,7 @@ class DLedgerNode:
 
     @property
     def applied_index(self) -> int:
-        return self._applied
+        return self._view.applied if self._view is not None else 0
 
     async def wait_role_change(self) -> None:
         """Wait until the node's role or leader changes."""
@@ -397,7 +413,7 @@ class DLedgerNode:
             request = _Put(message)
             request_id = next(self._ids)
             try:
-                self._send_inbox.send_nowait(("put", request_id))
+                self._send_inbox.send_nowait(_PutArrived(request_id))
             except trio.WouldBlock:
                 request.outcome = PutOutcome(AppendStatus.LEADER_PENDING_FULL)
                 request.done.set()
@@ -440,7 +456,7 @@ class DLedgerNode:
             leader=leader,
             leader_address=self.broker_addresses.get(leader) if leader else None,
             commit_index=raft.commit_index,
-            applied_index=self._applied,
+            applied_index=self.applied_index,
             last_index=raft.log.last_index,
             peers=tuple(peers),
         )
@@ -499,10 +515,12 @@ class DLedgerNode:
         self._persist = Persister(self.log)
         # SYNC_FLUSH as a group commit: one fsync per batch of inputs, before it is acted on
         self.log.sync_on_append = False
+        raft_started = False
         try:
             if self._listen and self._server_tls is None:
                 await self._members.resolve()
-            self._load_applied()
+            self._view = CommitLogView(cfg.node_id, self.log, self.store, self._bodies)
+            self._view.load()
             hard = self.log.load_hard_state()
             # an append must fit in a peer frame: cap its byte budget at half of one
             budget = min(cfg.raft.max_batch_bytes, max(cfg.max_frame_length // 2, 1))
@@ -516,13 +534,14 @@ class DLedgerNode:
             self._raft = RaftNode(
                 cfg.node_id,
                 cfg.peers,
-                _CachedLog(self.log, self._bodies),
+                CachedLog(self.log, self._bodies),
                 hard,
                 trio.current_time(),
                 self._rng,
                 attrs.evolve(cfg.raft, max_batch_bytes=budget),
             )
             self._raft.on_role_change(self._on_role_change)
+            raft_started = True
             async with trio.open_nursery() as nursery:
                 await nursery.start(self.store.run)
                 if listeners:
@@ -560,18 +579,18 @@ class DLedgerNode:
                     cfg.node_id,
                     self._raft.term,
                     self.log.last_index,
-                    self._applied,
+                    self.applied_index,
                 )
                 task_status.started(self)
                 await self._loop()
         finally:
             with trio.CancelScope(shield=True):
                 self._fail_all()
-                if self._raft is not None and not self.store.closed:
-                    self._checkpoint_view()
+                self._raft = None  # a STATUS meanwhile: not running
+                if raft_started and not self.store.closed:
+                    await off_loop(self._checkpoint_view)
                 await self.store.aclose()
-                self.log.close()
-                self._raft = None
+                await off_loop(self.log.close)
 
     def _hello(self, peer: str, channel: StreamChannel) -> None:
         mine = self.broker_addresses.get(self.config.node_id, "")
@@ -623,13 +642,13 @@ class DLedgerNode:
 
     def _deliver_hello(self, hello: Hello, channel: Channel) -> None:
         try:
-            self._send_inbox.send_nowait(("hello", (hello, channel)))
+            self._send_inbox.send_nowait(_PeerHello(hello, channel))
         except trio.WouldBlock:
             pass  # overloaded: the member repeats it every keepalive_interval
 
     def _deliver(self, envelope: Envelope, channel: Channel) -> None:
         try:
-            self._send_inbox.send_nowait(("msg", (envelope, channel)))
+            self._send_inbox.send_nowait(_PeerMessage(envelope, channel))
         except trio.WouldBlock:
             pass  # overloaded: Raft retransmits
 
@@ -647,22 +666,22 @@ class DLedgerNode:
         """Record how far the view goes, once the store's own flusher (a worker thread) has
         made that part durable: the last end noted that the store's flushed offset covers, so
         the record never runs ahead of the disk. The end reached now is noted for next time."""
-        store = self.store
-        assert store is not None
+        view = self._view
+        assert view is not None
         ready = self._view_mark
-        if ready is not None and ready != self._saved and store.flushed_offset >= ready[1]:
-            await off_loop(self._save_applied, *ready)
-        self._view_mark = (self._applied, store.max_offset)
+        if ready is not None and ready != view.saved and view.store.flushed_offset >= ready[1]:
+            await off_loop(view.save, *ready)
+        self._view_mark = (view.applied, view.store.max_offset)
 
     def _checkpoint_view(self) -> None:
         """fsync the view, then record how far it goes (so the record never runs ahead)."""
-        store = self.store
-        assert store is not None
-        if self._saved == (self._applied, store.max_offset):
+        view = self._view
+        assert view is not None
+        state = (view.applied, view.store.max_offset)
+        if view.saved == state:
             return
-        state = (self._applied, store.max_offset)
-        store.flush()
-        self._save_applied(*state)
+        view.store.flush()
+        view.save(*state)
 
     async def _loop(self) -> None:
         raft = self.raft
@@ -671,14 +690,14 @@ class DLedgerNode:
         self._act(ticked, held)
         self._hand_over(held)
         while True:
-            item: Any = None
+            item: _InboxItem | None = None
             deadline = ticked.next_deadline
             if deadline > trio.current_time():
                 with trio.move_on_at(deadline if math.isfinite(deadline) else math.inf):
                     item = await self._inbox.receive()
             else:
                 await trio.lowlevel.checkpoint()
-            batch = [item] if item is not None else []
+            batch: list[_InboxItem] = [item] if item is not None else []
             while len(batch) < _BATCH:
                 try:
                     batch.append(self._inbox.receive_nowait())
@@ -686,33 +705,34 @@ class DLedgerNode:
                     break
             held = _Held()
             puts: list[tuple[int, _Put]] = []
-            for kind, value in batch:
-                if kind == "put":
-                    request = self._puts.get(value)
+            for each in batch:
+                if isinstance(each, _PutArrived):
+                    request = self._puts.get(each.request_id)
                     if request is not None:  # else abandoned before it was read
-                        puts.append((value, request))
+                        puts.append((each.request_id, request))
                     continue
                 if puts:  # the puts that came together: one append round
-                    self._act(self._propose(trio.current_time(), puts), held)
+                    self._propose(trio.current_time(), puts, held)
                     puts = []
-                if kind == "msg":
-                    envelope, channel = value
+                if isinstance(each, _PeerMessage):
+                    envelope, channel = each.envelope, each.channel
                     message = envelope.message
                     output = raft.receive(trio.current_time(), envelope.source, message)
+                    if output.truncate_from is not None:  # a follower's conflicting tail
+                        assert self._persist is not None
+                        await self._persist.truncate_log(output.truncate_from)
                     if output.refused is None and isinstance(message, AppendRequest):
                         for appended in message.entries:
-                            self._keep_body(appended.index, appended.term, appended.body)
+                            self._bodies.keep(appended.index, appended.term, appended.body)
                     if output.refused is not None:
                         # impossible from an honest member: that connection goes, we stay
                         log.error("%s: closing the connection of %s", output.refused, channel)
                         channel.close_nowait(output.refused)
                     self._act(output, held)
-                elif kind == "hello":
-                    hello, channel = value
-                    if channel.is_open:
-                        self.broker_addresses[hello.source] = hello.broker_address
+                elif each.channel.is_open:  # a HELLO
+                    self.broker_addresses[each.hello.source] = each.hello.broker_address
             if puts:
-                self._act(self._propose(trio.current_time(), puts), held)
+                self._propose(trio.current_time(), puts, held)
             ticked = raft.tick(trio.current_time())
             self._act(ticked, held)
             self._hand_over(held)
@@ -773,38 +793,32 @@ class DLedgerNode:
         for request in held.done:
             request.done.set()
 
-    def _propose(self, now: float, puts: list[tuple[int, _Put]]) -> Output:
+    def _propose(self, now: float, puts: list[tuple[int, _Put]], held: _Held) -> None:
+        """Append the puts that came together in one round (a leader), else answer them
+        NOT_LEADER at once, naming the leader this node knows of."""
         raft = self.raft
-        if raft.role is not Role.LEADER:  # answered NOT_LEADER at once
-            return raft.propose_many(now, [(request_id, b"x") for request_id, _ in puts])
+        if raft.role is not Role.LEADER:
+            leader = raft.leader_id
+            for _, request in puts:
+                if request.outcome is None:
+                    request.outcome = self._outcome(request, AppendStatus.NOT_LEADER, 0, leader)
+                    held.done.append(request)
+            return
         bodies = self._encode_many([request.message for _, request in puts])
         before = raft.log.last_index
         term = raft.term
         # kept first: the appends propose_many sends to the followers are made from them
         for i, body in enumerate(bodies):
-            self._keep_body(before + 1 + i, term, body)
+            self._bodies.keep(before + 1 + i, term, body)
         output = raft.propose_many(
             now, [(request_id, body) for (request_id, _), body in zip(puts, bodies, strict=True)]
         )
-        appended = raft.log.last_index - before
+        appended = len(output.entries)
         for i in range(appended):
             self._by_index[before + 1 + i] = puts[i][1]
         for i in range(appended, len(bodies)):  # refused (LEADER_PENDING_FULL)
-            self._drop_body(before + 1 + i)
-        return output
-
-    def _drop_body(self, index: int) -> None:
-        old = self._bodies.pop(index, None)
-        if old is not None:
-            self._body_bytes -= len(old[1])
-
-    def _keep_body(self, index: int, term: int, body: bytes) -> None:
-        """Keep an appended entry's body until it is applied, within :data:`_MAX_BODY_BYTES`
-        (else it is read back from the log when needed)."""
-        self._drop_body(index)
-        if self._body_bytes + len(body) <= _MAX_BODY_BYTES:
-            self._bodies[index] = (term, body)
-            self._body_bytes += len(body)
+            self._bodies.drop(before + 1 + i)
+        self._act(output, held)
 
     def _encode_many(self, messages: Sequence[Message]) -> list[bytes]:
         """Each message as a commit log record, its ``PHYSICALOFFSET`` where its entry will
@@ -842,8 +856,14 @@ class DLedgerNode:
         )
 
     def _act(self, output: Output, held: _Held) -> None:
-        """Apply what ``output`` committed and note what it says to persist, send and
-        answer: :meth:`_hand_over` releases that once the batch is processed."""
+        """Write the entries ``output`` appends (into the files, fsynced later off the event
+        loop; a truncation it names was made before), apply what it committed and note what
+        it says to persist, send and answer: :meth:`_hand_over` releases that once the batch
+        is processed (after the fsync it depends on)."""
+        if output.entries:
+            log_ = self.log
+            assert log_ is not None
+            log_.append(output.entries)
         if output.hard_state is not None:
             # a later hard state covers an earlier one of the batch: its term is not lower,
             # and within a term a vote is never withdrawn
@@ -889,219 +909,18 @@ class DLedgerNode:
         self._role_changed.set()
         self._role_changed = trio.Event()
 
-    # -- the commit log view --------------------------------------------------------------
-
-    def _load_applied(self) -> None:
-        store, log_ = self.store, self.log
-        assert store is not None and log_ is not None
-        path = self.config.store_dir / "dledger" / _APPLIED
-        index, offset = 0, 0
-        try:
-            raw = json.loads(path.read_text(encoding="utf-8"))
-            index, offset = int(raw["index"]), int(raw["offset"])
-        except FileNotFoundError:
-            pass
-        except (ValueError, KeyError, TypeError) as exc:
-            log.warning("%s: unreadable (%s): rebuilding the commit log view", path, exc)
-            index, offset = 0, -1
-        if offset >= 0 and store.min_offset <= offset < store.max_offset:
-            # the view went on past its last checkpoint: drop that part, it is applied again
-            store.truncate_to(offset)
-        if index > log_.last_index or offset != store.max_offset:
-            if store.max_offset > 0 or index > 0:
-                log.warning(
-                    "%s: the commit log view (end %d) does not match %s (index %d, end %d): "
-                    "rebuilding it from the log",
-                    self.config.node_id,
-                    store.max_offset,
-                    path,
-                    index,
-                    offset,
-                )
-            if store.max_offset > 0:
-                store.truncate_to(store.min_offset)
-                if store.max_offset > 0:
-                    raise RuntimeError(f"{store.root}: cannot empty the commit log view")
-            index = 0
-        self._applied = index
-        self._saved = (index, store.max_offset)
-
-    def _save_applied(self, index: int, offset: int) -> None:
-        path = self.config.store_dir / "dledger" / _APPLIED
-        temp = path.with_name(_APPLIED + ".tmp")
-        try:
-            temp.write_text(json.dumps({"index": index, "offset": offset}), encoding="utf-8")
-            os.replace(temp, path)
-        except OSError as exc:
-            # out of descriptors, say: the record stays behind the view, which is safe (the
-            # part past it is applied again at the next start); tried again next time
-            if self._saved_error is None:
-                log.warning("%s: cannot write %s (%s): retrying", self.config.node_id, path, exc)
-            self._saved_error = str(exc)
-            return
-        if self._saved_error is not None:
-            log.info("%s: %s written again", self.config.node_id, path)
-            self._saved_error = None
-        self._saved = (index, offset)
-
     def _apply(self, commit_index: int) -> None:
-        store, log_ = self.store, self.log
-        assert store is not None and log_ is not None
-        if commit_index <= self._applied:
-            return
-        file_size = store.config.mapped_file_size
-        start = store.max_offset
-        offset = start
-        buf = bytearray()
-        queues: dict[tuple[str, int], int] = {}
-        bodies = self._bodies
-        for index in range(self._applied + 1, min(commit_index, log_.last_index) + 1):
-            cached = bodies.pop(index, None)
-            if cached is not None:
-                self._body_bytes -= len(cached[1])
-            if cached is not None and log_.term_at(index) == cached[0]:
-                # the same index and term: the same entry (Raft's log matching)
-                body, pos = cached[1], log_.position(index)
-            else:
-                entry = log_.read_entry(index)  # checks the entry's CRC
-                body, pos = entry.body, entry.pos
-            if not body:
-                continue
-            # no body CRC here: append_raw checks every record
-            record = decode_record(body, base_offset=pos + ENTRY_HEADER_SIZE, check_crc=False)
-            space = file_size - offset % file_size
-            if record.size + BLANK_RECORD_SIZE > space:
-                buf += encode_blank(space)
-                buf += bytes(space - BLANK_RECORD_SIZE)
-                offset += space
-            key = (record.topic, record.queue_id)
-            queue_offset = queues.get(key)
-            if queue_offset is None:
-                queue_offset = store.max_queue_offset(*key)
-            queues[key] = queue_offset + 1
-            stamped = record._replace(physical_offset=offset, queue_offset=queue_offset)
-            buf += encode_record(stamped)
-            request = self._by_index.get(index)
-            if request is not None:
-                request.applied = PutOutcome(
-                    AppendStatus.SUCCESS,
-                    wrote_offset=offset,
-                    wrote_size=record.size,
-                    queue_id=record.queue_id,
-                    queue_offset=queue_offset,
-                    store_timestamp=record.store_timestamp,
-                    msg_id=stamped.msg_id,
-                )
-            offset += record.size
-        if buf:
-            store.append_raw(start, buf)
-            if store.max_offset != offset:
-                raise RuntimeError(
-                    f"{self.config.node_id}: the commit log view refused committed entries: "
-                    f"{store.dispatch_error}"
-                )
-        self._applied = commit_index
-        if len(bodies) > _MAX_BODIES:  # entries never applied (cut by a new leader)
-            bodies.clear()
-            self._body_bytes = 0
-
-
-class _CachedLog:
-    """The node's :class:`FileLog` as the Raft core sees it, with the entries appended and
-    not yet applied sent from memory (``bodies``: index -> term, body) rather than read back
-    and CRC-checked again for each follower; anything else (a lagging follower, a no-op) is
-    read from the files. Other attributes are the file log's."""
-
-    def __init__(self, log: FileLog, bodies: dict[int, tuple[int, bytes]]) -> None:
-        self._log = log
-        self._bodies = bodies
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._log, name)
-
-    @property
-    def last_index(self) -> int:
-        return self._log.last_index
-
-    @property
-    def last_term(self) -> int:
-        return self._log.last_term
-
-    def term_at(self, index: int) -> int | None:
-        return self._log.term_at(index)
-
-    def append(self, entries: Sequence[LogEntry]) -> None:
-        self._log.append(entries)
-
-    def truncate_from(self, index: int) -> None:
-        self._log.truncate_from(index)
-
-    def entries_from(self, index: int, max_count: int) -> list[LogEntry]:
-        log_, bodies = self._log, self._bodies
-        out: list[LogEntry] = []
-        stop = min(max(index, 1) + max(max_count, 0), log_.last_index + 1)
-        for i in range(max(index, 1), stop):
-            cached = bodies.get(i)
-            if cached is None or cached[1] == b"" or log_.term_at(i) != cached[0]:
-                return out + log_.entries_from(i, stop - i)
-            out.append(LogEntry(i, cached[0], cached[1]))
-        return out
-
-
-class MemoryNetwork:
-    """Peers over trio memory streams, for tests: nodes are registered by id; a connection
-    to a node that is down or cut off fails with ``OSError``.
-
-    Use ``DLedgerNode(config, connector=network.connector_for(node_id), listen=False)`` and
-    :meth:`register` each running node; :meth:`cut` / :meth:`heal` partition two nodes.
-    """
-
-    def __init__(self) -> None:
-        self._nodes: dict[str, tuple[DLedgerNode, trio.Nursery]] = {}
-        self._cut: set[frozenset[str]] = set()
-        self._streams: dict[frozenset[str], list[trio.abc.Stream]] = {}
-
-    def register(self, node: DLedgerNode, nursery: trio.Nursery) -> None:
-        """Make ``node`` reachable; its incoming connections run in ``nursery``."""
-        self._nodes[node.config.node_id] = (node, nursery)
-
-    def unregister(self, node_id: str) -> None:
-        """Make ``node_id`` unreachable."""
-        self._nodes.pop(node_id, None)
-
-    def cut(self, a: str, b: str) -> None:
-        """Partition ``a`` from ``b``: existing connections between them close."""
-        key = frozenset((a, b))
-        self._cut.add(key)
-        for stream in self._streams.pop(key, []):
-            _close_nowait(stream)
-
-    def heal(self, a: str, b: str) -> None:
-        self._cut.discard(frozenset((a, b)))
-
-    def connector_for(self, source: str) -> Callable[[str], Connector]:
-        """The connector factory of node ``source``."""
-
-        def factory(target: str) -> Connector:
-            async def connect() -> trio.abc.Stream:
-                await trio.lowlevel.checkpoint()
-                key = frozenset((source, target))
-                entry = self._nodes.get(target)
-                if entry is None or key in self._cut:
-                    raise OSError(f"{target} is unreachable from {source}")
-                node, nursery = entry
-                left, right = trio.testing.memory_stream_pair()
-                self._streams.setdefault(key, []).extend([left, right])
-                # the memory transport knows who calls: the connection speaks for ``source``
-                nursery.start_soon(functools.partial(node.accept, right, peer=source))
-                return left
-
-            return connect
-
-        return factory
-
-
-def _close_nowait(stream: trio.abc.Stream) -> None:
-    for half in (getattr(stream, "send_stream", None), getattr(stream, "receive_stream", None)):
-        if half is not None:
-            half.close()
+        """Apply up to ``commit_index`` to the view; the puts appended here learn where their
+        messages went."""
+        view = self._view
+        assert view is not None
+        for index, placed in view.apply(commit_index, self._by_index).items():
+            self._by_index[index].applied = PutOutcome(
+                AppendStatus.SUCCESS,
+                wrote_offset=placed.wrote_offset,
+                wrote_size=placed.wrote_size,
+                queue_id=placed.queue_id,
+                queue_offset=placed.queue_offset,
+                store_timestamp=placed.store_timestamp,
+                msg_id=placed.msg_id,
+            )

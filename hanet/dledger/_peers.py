@@ -34,7 +34,7 @@ from hanet.channel import (
 )
 
 from ._codec import Hello
-from ._raft import Envelope
+from ._messages import Envelope
 
 __all__ = ["Members", "PeerHandler", "split_address"]
 

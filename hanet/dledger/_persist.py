@@ -1,8 +1,9 @@
 """A DLedger node's disk work off the event loop: :class:`Persister`.
 
-Every fsync a node needs (the log's data and index files, the hard state) runs in a worker
-thread, one at a time, so a slow disk delays only what depends on it; the event loop goes on
-reading peers and clients meanwhile. The log's dirty files are taken on the event loop as
+Every fsync a node needs (the log's data and index files with their directories, the hard
+state, a follower's truncation of a conflicting tail) runs in a worker thread, one at a time,
+so a slow disk delays only what depends on it; the event loop goes on reading peers and
+clients meanwhile. The log's dirty files are taken on the event loop as
 duplicated descriptors (:meth:`FileLog.take_dirty`), so appends made while a thread fsyncs are
 never lost from the next flush, and a file closed by a truncation meanwhile cannot be confused
 with another.
@@ -26,7 +27,7 @@ import trio
 import trio.testing
 
 from ._filelog import FileLog
-from ._raft import HardState
+from ._messages import HardState
 
 __all__ = ["Persister", "off_loop"]
 
@@ -75,6 +76,13 @@ class Persister:
                 # checkpoints first) would leak the descriptors and lose their fsync
                 with trio.CancelScope(shield=True):
                     await off_loop(_fsync_all, fds)
+
+    async def truncate_log(self, index: int) -> None:
+        """Remove the log's entries at ``index`` and after, durably
+        (:meth:`FileLog.truncate_from`), between two flushes."""
+        async with self._lock:
+            with trio.CancelScope(shield=True):  # never half done for the driver
+                await off_loop(self.log.truncate_from, index)
 
     async def save_hard_state(self, state: HardState) -> None:
         """Persist the term and vote (atomically, fsynced: :meth:`FileLog.save_hard_state`)."""

@@ -7,11 +7,15 @@ from any monotonic clock) and returning an :class:`Output`:
 - :meth:`RaftNode.receive`: a message from a peer;
 - :meth:`RaftNode.propose`: a client append (:meth:`RaftNode.propose_many`: several, in one round).
 
-The driver then, **in this order**: persists ``output.hard_state`` when it is not None (the term
-and vote the messages depend on: a vote granted and forgotten by a crash could be granted
-twice), sends ``output.messages``, applies the log up to ``output.commit_index``, answers
-``output.results``, and calls :meth:`RaftNode.tick` again at ``output.next_deadline``. The log
-itself (:class:`hanet.dledger.RaftLog`) is durable when ``append`` returns.
+The core never writes: it reads the driver's log (:class:`hanet.dledger.RaftLog`) and each
+output names what to write, as etcd-io/raft's ``Ready``. The driver then, **in this order**:
+persists ``output.hard_state`` when it is not None (the term and vote the messages depend on: a
+vote granted and forgotten by a crash could be granted twice), removes the entries from
+``output.truncate_from`` and appends ``output.entries`` (:meth:`Output.write_to`; before its
+next call into the core, and durable before it sends), sends ``output.messages``, applies the
+log up to ``output.commit_index``, answers ``output.results``, and calls :meth:`RaftNode.tick`
+again at ``output.next_deadline``. Within a call the core sees its own writes staged on top of
+the driver's log (:class:`StagedLog`).
 
 What this core does beyond DLedger's:
 
@@ -39,334 +43,50 @@ What this core does beyond DLedger's:
 
 from __future__ import annotations
 
-import enum
 import logging
 import math
 from collections.abc import Callable, Iterable, Sequence
-from typing import Protocol
 
 import attrs
 
 from ._errors import IllegalTransitionError
 from ._log import LogEntry, RaftLog
+from ._messages import (
+    TRANSITIONS,
+    AppendRequest,
+    AppendResponse,
+    AppendResult,
+    AppendStatus,
+    Envelope,
+    HardState,
+    Message,
+    Output,
+    PreVoteRequest,
+    PreVoteResponse,
+    RaftConfig,
+    RandomSource,
+    Role,
+    VoteRequest,
+    VoteResponse,
+    implausible_term,
+)
+from ._progress import Progress
+from ._staged import StagedLog
 
 logger = logging.getLogger("hanet.dledger")
 
-__all__ = [
-    "MAX_TERM",
-    "TRANSITIONS",
-    "AppendRequest",
-    "AppendResponse",
-    "AppendResult",
-    "AppendStatus",
-    "Envelope",
-    "HardState",
-    "Message",
-    "Output",
-    "PreVoteRequest",
-    "PreVoteResponse",
-    "RaftConfig",
-    "RaftNode",
-    "RandomSource",
-    "Role",
-    "VoteRequest",
-    "VoteResponse",
-    "implausible_term",
-]
+__all__ = ["RaftNode"]
 
 
 _ENTRY_OVERHEAD = 21
 """Bytes an entry takes in an append besides its body (index, term, noop flag, length)."""
 
 
-class Role(enum.Enum):
-    """The role of a node in its current term."""
-
-    FOLLOWER = "follower"
-    CANDIDATE = "candidate"
-    LEADER = "leader"
-
-
-TRANSITIONS: frozenset[tuple[Role, Role]] = frozenset(
-    {
-        # a newer term seen, or a pre-vote round restarted: still a follower
-        (Role.FOLLOWER, Role.FOLLOWER),
-        # the pre-vote won (or pre-vote is off): an election in term + 1
-        (Role.FOLLOWER, Role.CANDIDATE),
-        # pre-vote off: the election timed out, another one in term + 1
-        (Role.CANDIDATE, Role.CANDIDATE),
-        # a majority of votes
-        (Role.CANDIDATE, Role.LEADER),
-        # a leader of this term, a newer term, or (pre-vote on) the election timed out
-        (Role.CANDIDATE, Role.FOLLOWER),
-        # a newer term, or check quorum failed
-        (Role.LEADER, Role.FOLLOWER),
-    }
-)
-"""The allowed role changes, ``(from, to)``; :class:`RaftNode` checks every change."""
-
-
-class RandomSource(Protocol):
-    """Where election timeouts get their randomness (``random.Random`` fits)."""
-
-    def random(self) -> float:
-        """A float in [0, 1)."""
-        ...
-
-
-@attrs.frozen
-class RaftConfig:
-    """Timers and limits of a node (seconds and counts).
-
-    Attributes:
-        election_timeout: the minimum election timeout; each one is drawn from
-            ``[election_timeout, 2 * election_timeout)``. Also the pre-vote lease and the
-            check-quorum period.
-        heartbeat_interval: how often a leader sends each follower an append (empty or not).
-        retransmit_timeout: a follower with appends in flight and no progress for this long is
-            sent everything again from its match index.
-        max_inflight: pipelined appends carrying entries in flight per follower.
-        max_batch: entries per append.
-        max_batch_bytes: entry bytes per append (bodies plus 21 bytes of framing each); an
-            append carries at least one entry however large. Keep it at most half the peers'
-            ``max_frame_length`` (a node caps it there) so an append always fits in a frame.
-        max_pending: client appends the leader holds waiting for a quorum; more are refused
-            with LEADER_PENDING_FULL.
-        append_timeout: a client append not committed within this ends with
-            WAIT_QUORUM_ACK_TIMEOUT (outcome unknown).
-        pre_vote: run a pre-vote before each election (and honour a vote request only
-            from a candidate granted a pre-vote for its term, never while a leader is live).
-        check_quorum: a leader steps down after an election timeout without a majority.
-        max_term_gap: a message whose term is more than this beyond this node's is refused as
-            impossible from an honest member (a term only grows by elections, each of which
-            takes a pre-vote majority and an election timeout: a million of them is years of
-            churn). A node that really slept through more elections than this stays out
-            (ERROR in its log) until its ``hardstate`` is moved forward.
-    """
-
-    election_timeout: float = 1.0
-    heartbeat_interval: float = 0.1
-    retransmit_timeout: float = 0.3
-    max_inflight: int = 4
-    max_batch: int = 64
-    max_batch_bytes: int = 128 * 1024 * 1024
-    max_pending: int = 10_000
-    append_timeout: float = 3.0
-    pre_vote: bool = True
-    check_quorum: bool = True
-    max_term_gap: int = 1_000_000
-
-    def __attrs_post_init__(self) -> None:
-        if not 0 < self.heartbeat_interval < self.election_timeout:
-            raise ValueError("need 0 < heartbeat_interval < election_timeout")
-        if self.retransmit_timeout <= 0 or self.append_timeout <= 0:
-            raise ValueError("timeouts must be positive")
-        if self.max_inflight < 1 or self.max_batch < 1 or self.max_pending < 1:
-            raise ValueError("max_inflight, max_batch and max_pending must be >= 1")
-        if self.max_batch_bytes < 1:
-            raise ValueError("max_batch_bytes must be >= 1")
-        if self.max_term_gap < 1:
-            raise ValueError("max_term_gap must be >= 1")
-
-
-@attrs.frozen
-class HardState:
-    """What a node must persist before sending the messages that depend on it.
-
-    Attributes:
-        term: the current term.
-        voted_for: the candidate this node voted for in ``term``, if any.
-    """
-
-    term: int = 0
-    voted_for: str | None = None
-
-
-MAX_TERM = 2**63 - 1
-"""The largest term: terms are ``i64`` on the wire (a Java ``long`` in DLedger)."""
-
-
-def implausible_term(term: int, last_log_term: int, max_term_gap: int) -> str | None:
-    """Why a saved ``term`` cannot be this node's, or None.
-
-    Negative, beyond an ``i64``, or more than ``max_term_gap`` beyond the term of the node's
-    last log entry: every peer would refuse each of its messages as impossible (their terms
-    follow the log's, a new leader's no-op starts each term), so the node would run silently
-    stuck.
-    """
-    if term < 0:
-        return f"term {term} is negative"
-    if term > MAX_TERM:
-        return f"term {term} does not fit the wire's 64 bits"
-    if term > last_log_term + max_term_gap:
-        return (
-            f"term {term} is more than {max_term_gap} beyond the term {last_log_term} of the "
-            "last log entry (peers refuse messages that far ahead: the node could never "
-            "take part)"
-        )
-    return None
-
-
-# ---------------------------------------------------------------------------------- messages
-
-
-@attrs.frozen
-class PreVoteRequest:
-    """Would you vote for me in ``term`` (the sender's term + 1, not adopted by anyone)?"""
-
-    term: int
-    candidate: str
-    last_log_index: int
-    last_log_term: int
-
-
-@attrs.frozen
-class PreVoteResponse:
-    """The answer to a pre-vote for ``for_term``; ``term`` is the responder's current term."""
-
-    term: int
-    for_term: int
-    granted: bool
-
-
-@attrs.frozen
-class VoteRequest:
-    """RequestVote: the candidate's term and the position of its last entry."""
-
-    term: int
-    candidate: str
-    last_log_index: int
-    last_log_term: int
-
-
-@attrs.frozen
-class VoteResponse:
-    """The answer to a vote request; ``term`` is the responder's (possibly new) term."""
-
-    term: int
-    granted: bool
-
-
-@attrs.frozen
-class AppendRequest:
-    """AppendEntries: entries following ``prev_index`` / ``prev_term`` (none: a heartbeat)."""
-
-    term: int
-    leader: str
-    prev_index: int
-    prev_term: int
-    entries: tuple[LogEntry, ...]
-    commit_index: int
-
-
-@attrs.frozen
-class AppendResponse:
-    """The answer to an append.
-
-    Attributes:
-        term: the responder's current term.
-        success: the responder's log matched at ``prev_index`` and now holds the entries.
-        prev_index: the request's ``prev_index`` (echoed).
-        match_index: on success, the last index known to match the leader's log.
-        conflict_term: on refusal, the responder's term at ``prev_index`` (None: its log is
-            shorter than ``prev_index``).
-        conflict_index: on refusal, the first index of ``conflict_term`` in the responder's
-            log, or its last index + 1 when the log is too short.
-    """
-
-    term: int
-    success: bool
-    prev_index: int
-    match_index: int = 0
-    conflict_term: int | None = None
-    conflict_index: int = 0
-
-
-Message = (
-    PreVoteRequest | PreVoteResponse | VoteRequest | VoteResponse | AppendRequest | AppendResponse
-)
-"""Any message nodes exchange."""
-
-
-@attrs.frozen
-class Envelope:
-    """A message with its sender and its addressee."""
-
-    source: str
-    target: str
-    message: Message
-
-
-class AppendStatus(enum.Enum):
-    """How a client append ended.
-
-    NOT_LEADER and LEADER_PENDING_FULL: the entry was not appended, retrying is safe.
-    WAIT_QUORUM_ACK_TIMEOUT: the entry was appended, then the deadline passed or the leader
-    stepped down first: it may or may not be committed (outcome unknown).
-    """
-
-    SUCCESS = "success"
-    NOT_LEADER = "not_leader"
-    LEADER_PENDING_FULL = "leader_pending_full"
-    WAIT_QUORUM_ACK_TIMEOUT = "wait_quorum_ack_timeout"
-
-
-@attrs.frozen
-class AppendResult:
-    """The answer to one client append.
-
-    Attributes:
-        request_id: the caller's id of the append.
-        status: how it ended.
-        index: where the entry was appended (0 when it was not).
-        term: the term it was appended in (0 when it was not).
-        leader_id: with NOT_LEADER, the leader this node knows of (None: unknown).
-    """
-
-    request_id: int
-    status: AppendStatus
-    index: int = 0
-    term: int = 0
-    leader_id: str | None = None
-
-
-@attrs.frozen
-class Output:
-    """What the driver does after a call, in this order.
-
-    Attributes:
-        hard_state: persist this first (None: unchanged since the previous call).
-        messages: then send these.
-        commit_index: the new commit index, to apply the log up to (None: unchanged).
-        results: client appends that ended.
-        next_deadline: call :meth:`RaftNode.tick` at this time (or earlier).
-        refused: why the message given to :meth:`RaftNode.receive` was refused as impossible
-            from an honest member (it changed nothing): log it, close that peer's connection.
-    """
-
-    hard_state: HardState | None
-    messages: tuple[Envelope, ...]
-    commit_index: int | None
-    results: tuple[AppendResult, ...]
-    next_deadline: float
-    refused: str | None = None
+_Step = VoteResponse | AppendRequest | AppendResponse
+"""The messages a role's step function takes (the others are handled alike in every role)."""
 
 
 # ------------------------------------------------------------------------------------- node
-
-
-@attrs.define
-class _Peer:
-    """The leader's view of one follower."""
-
-    next_index: int
-    match_index: int = 0
-    # (first, last) index of each append with entries in flight, oldest first
-    inflight: list[tuple[int, int]] = attrs.field(factory=list)
-    probing: bool = True  # one append at a time until the follower's position is known
-    last_progress: float = 0.0
-    last_heard: float = -math.inf
-    sent: int = 0  # the highest index sent to it in this term (an ack beyond is forged)
 
 
 @attrs.define
@@ -400,13 +120,15 @@ class RaftNode:
     ) -> None:
         self.node_id = node_id
         self.peers: tuple[str, ...] = tuple(sorted(p for p in set(peers) if p != node_id))
-        self.log = log
+        self._log = StagedLog(log)
         self.config = config or RaftConfig()
         problem = implausible_term(hard_state.term, log.last_term, self.config.max_term_gap)
         if problem is not None:
             raise ValueError(f"the saved term cannot be used: {problem}")
         self._random = random
         self._role = Role.FOLLOWER
+        self._tick: Callable[[float], None] = self._tick_elector
+        self._step: Callable[[float, str, _Step], None] = self._step_follower
         self._term = hard_state.term
         self._voted_for = hard_state.voted_for
         self._persisted = hard_state
@@ -422,7 +144,7 @@ class RaftNode:
         # candidate -> the term of the last pre-vote this node granted it
         self._prevote_granted: dict[str, int] = {}
         self._refused: str | None = None
-        self._progress: dict[str, _Peer] = {}
+        self._progress: dict[str, Progress] = {}
         self._pending: dict[int, _Pending] = {}  # by index, in index order
         self._messages: list[Envelope] = []
         self._results: list[AppendResult] = []
@@ -471,6 +193,12 @@ class RaftNode:
         progress = self._progress.get(peer)
         return progress.match_index if progress else 0
 
+    @property
+    def log(self) -> StagedLog:
+        """The log as the core sees it: the driver's, with the current call's writes on
+        top (:attr:`StagedLog.stable` is the driver's own)."""
+        return self._log
+
     def on_role_change(self, listener: Callable[[Role, int], None]) -> None:
         """Call ``listener(role, term)`` after each role change (tests, metrics)."""
         self._listeners.append(listener)
@@ -479,15 +207,8 @@ class RaftNode:
 
     def tick(self, now: float) -> Output:
         """Run the timers that are due at ``now``."""
-        if self._role is Role.LEADER:
-            if now >= self._quorum_deadline:
-                self._check_quorum(now)
-            if self._role is Role.LEADER:
-                self._expire_pending(now)
-                if now >= self._heartbeat_deadline:
-                    self._heartbeat(now)
-        elif now >= self._election_deadline:
-            self._on_election_timeout(now)
+        self._log.check_written()
+        self._tick(now)
         return self._output()
 
     def receive(self, now: float, source: str, message: Message) -> Output:
@@ -496,6 +217,7 @@ class RaftNode:
         A message impossible from an honest member changes nothing; :attr:`Output.refused`
         says why.
         """
+        self._log.check_written()
         if source in self.peers:
             reason = self._impossible(source, message)
             if reason is None:
@@ -517,6 +239,7 @@ class RaftNode:
         """:meth:`propose` for several client entries (``(request_id, body)``, in order):
         appended together and replicated in one round (RocketMQ's batch push); those past
         ``max_pending`` are refused with LEADER_PENDING_FULL."""
+        self._log.check_written()
         if self._role is not Role.LEADER:
             for request_id, _ in requests:
                 self._results.append(
@@ -549,6 +272,11 @@ class RaftNode:
         if (self._role, role) not in TRANSITIONS:
             raise IllegalTransitionError(f"{self.node_id}: {self._role.name} -> {role.name}")
         self._role = role
+        self._tick, self._step = {
+            Role.FOLLOWER: (self._tick_elector, self._step_follower),
+            Role.CANDIDATE: (self._tick_elector, self._step_candidate),
+            Role.LEADER: (self._tick_leader, self._step_leader),
+        }[role]
         for listener in self._listeners:
             listener(role, self._term)
 
@@ -565,6 +293,43 @@ class RaftNode:
         self._progress = {}
         self._heartbeat_deadline = self._quorum_deadline = math.inf
         self._reset_election_timer(now)
+
+    # ------------------------------------------------------------------- per-role steps
+
+    def _tick_elector(self, now: float) -> None:
+        """A follower's or a candidate's timer: the election timeout."""
+        if now >= self._election_deadline:
+            self._on_election_timeout(now)
+
+    def _tick_leader(self, now: float) -> None:
+        """A leader's timers: check quorum, client append deadlines, heartbeats."""
+        if now >= self._quorum_deadline and not self._check_quorum(now):
+            return  # stepped down
+        self._expire_pending(now)
+        if now >= self._heartbeat_deadline:
+            self._heartbeat(now)
+
+    def _step_follower(self, now: float, source: str, message: _Step) -> None:
+        """A follower takes appends; a vote or append answer is stale for it."""
+        if isinstance(message, AppendRequest):
+            self._on_append_request(now, source, message)
+
+    def _step_candidate(self, now: float, source: str, message: _Step) -> None:
+        """A candidate counts votes; an append of its own term means the leader won."""
+        if isinstance(message, VoteResponse):
+            self._on_vote_response(now, source, message)
+        elif isinstance(message, AppendRequest):
+            if message.term == self._term:
+                self._become_follower(now, message.term, source)
+            self._on_append_request(now, source, message)
+
+    def _step_leader(self, now: float, source: str, message: _Step) -> None:
+        """A leader follows its followers' answers; an append can only be a deposed
+        leader's (one of its own term is refused as impossible), answered with its term."""
+        if isinstance(message, AppendResponse):
+            self._on_append_response(now, source, message)
+        elif isinstance(message, AppendRequest):
+            self._on_append_request(now, source, message)
 
     def _on_election_timeout(self, now: float) -> None:
         if self.config.pre_vote:
@@ -606,7 +371,7 @@ class RaftNode:
         self._election_deadline = math.inf
         first_new = self.log.last_index + 1
         self._progress = {
-            peer: _Peer(next_index=first_new, last_progress=now, last_heard=now)
+            peer: Progress(next_index=first_new, last_progress=now, last_heard=now)
             for peer in self.peers
         }
         # the no-op of this term: commits what earlier terms left (current-term commit rule)
@@ -630,13 +395,9 @@ class RaftNode:
             leader = source if isinstance(message, AppendRequest) else None
             self._become_follower(now, message.term, leader)
         if isinstance(message, VoteRequest):
-            self._on_vote_request(now, source, message)
-        elif isinstance(message, VoteResponse):
-            self._on_vote_response(now, source, message)
-        elif isinstance(message, AppendRequest):
-            self._on_append_request(now, source, message)
+            self._on_vote_request(now, source, message)  # the same in every role
         else:
-            self._on_append_response(now, source, message)
+            self._step(now, source, message)
 
     def _in_lease(self, now: float) -> bool:
         """Whether this node is the leader or heard from a live one within the election
@@ -760,7 +521,7 @@ class RaftNode:
         self._send(source, VoteResponse(self._term, granted))
 
     def _on_vote_response(self, now: float, source: str, response: VoteResponse) -> None:
-        if self._role is not Role.CANDIDATE or response.term != self._term:
+        if response.term != self._term:
             return
         if response.granted:
             self._votes.add(source)
@@ -771,8 +532,6 @@ class RaftNode:
         if request.term < self._term:
             self._send(source, AppendResponse(self._term, False, request.prev_index))
             return
-        if self._role is not Role.FOLLOWER:  # a candidate of this term: the leader won
-            self._become_follower(now, request.term, source)
         self._leader_id = source
         self._last_leader_contact = now
         self._prevote_term = None
@@ -815,18 +574,12 @@ class RaftNode:
         self._send(source, AppendResponse(self._term, True, request.prev_index, match_index=match))
 
     def _on_append_response(self, now: float, source: str, response: AppendResponse) -> None:
-        if self._role is not Role.LEADER or response.term != self._term:
+        if response.term != self._term:
             return
         peer = self._progress[source]
         peer.last_heard = now
         if response.success:
-            if response.match_index > peer.match_index:
-                peer.match_index = response.match_index
-                peer.last_progress = now
-            peer.inflight = [sent for sent in peer.inflight if sent[1] > peer.match_index]
-            peer.next_index = max(peer.next_index, peer.match_index + 1)
-            if peer.probing and peer.match_index + 1 >= peer.next_index:
-                peer.probing = False
+            peer.acknowledged(response.match_index, now)
             self._advance_commit()
         elif response.prev_index >= peer.match_index:  # else stale: it matches beyond that
             target = response.conflict_index
@@ -834,17 +587,11 @@ class RaftNode:
                 last = self._last_index_of_term(response.conflict_term, response.prev_index)
                 if last is not None:
                     target = last + 1
-            target = min(target, response.prev_index, peer.next_index)
-            if target <= peer.match_index:
+            lost = peer.refused(min(target, response.prev_index), now)
+            if lost is not None:
                 # It no longer holds what it acknowledged (it truncated its log after damage
                 # at a restart): step back to what it holds and refill it from there.
-                lost = peer.match_index
-                peer.match_index = max(target - 1, 0)
                 self._note_lost(source, lost, peer.match_index)
-            peer.next_index = max(target, peer.match_index + 1)
-            peer.inflight.clear()
-            peer.probing = True
-            peer.last_progress = now
             self._send_append(peer, source, now)
         self._replicate(now, source)
 
@@ -860,18 +607,13 @@ class RaftNode:
 
     # ------------------------------------------------------------------------ replication
 
-    def _send_append(self, peer: _Peer, target: str, now: float) -> None:
+    def _send_append(self, peer: Progress, target: str, now: float) -> None:
         """Send entries from ``peer.next_index`` (none when caught up), advancing next."""
         prev = peer.next_index - 1
         prev_term = self.log.term_at(prev)
         assert prev_term is not None
         entries = self._batch(self.log.entries_from(peer.next_index, self.config.max_batch))
-        peer.sent = max(peer.sent, prev + len(entries))
-        if entries:
-            if not peer.inflight:
-                peer.last_progress = now
-            peer.next_index += len(entries)
-            peer.inflight.append((entries[0].index, entries[-1].index))
+        peer.sent_append(prev, len(entries), now)
         self._send(
             target,
             AppendRequest(self._term, self.node_id, prev, prev_term, entries, self._commit_index),
@@ -889,10 +631,8 @@ class RaftNode:
 
     def _replicate(self, now: float, target: str) -> None:
         """Fill the pipeline to ``target`` with what it lacks."""
-        if self._role is not Role.LEADER:
-            return
         peer = self._progress[target]
-        limit = 1 if peer.probing else self.config.max_inflight
+        limit = peer.window(self.config.max_inflight)
         while len(peer.inflight) < limit and peer.next_index <= self.log.last_index:
             self._send_append(peer, target, now)
 
@@ -900,11 +640,8 @@ class RaftNode:
         self._heartbeat_deadline = now + self.config.heartbeat_interval
         for target in self.peers:
             peer = self._progress[target]
-            if peer.inflight and now - peer.last_progress >= self.config.retransmit_timeout:
-                # go back to the oldest append not acknowledged: something was lost
-                peer.next_index = max(peer.inflight[0][0], peer.match_index + 1)
-                peer.inflight.clear()
-                peer.probing = True
+            if peer.stalled(now, self.config.retransmit_timeout):
+                peer.rewind()  # something was lost
             if peer.probing and not peer.inflight:
                 self._send_append(peer, target, now)
             else:  # an empty append at the known match: never disturbs the pipeline
@@ -924,8 +661,6 @@ class RaftNode:
             self._replicate(now, target)
 
     def _advance_commit(self) -> None:
-        if self._role is not Role.LEADER:
-            return
         matches = sorted(
             [self.log.last_index, *(p.match_index for p in self._progress.values())],
             reverse=True,
@@ -944,14 +679,17 @@ class RaftNode:
                     AppendResult(pending.request_id, AppendStatus.SUCCESS, index, self._term)
                 )
 
-    def _check_quorum(self, now: float) -> None:
+    def _check_quorum(self, now: float) -> bool:
+        """Step down without a majority heard from within an election timeout; False then."""
         self._quorum_deadline = now + self.config.election_timeout
         if not self.config.check_quorum:
-            return
+            return True
         horizon = now - self.config.election_timeout
-        active = 1 + sum(1 for p in self._progress.values() if p.last_heard >= horizon)
+        active = 1 + sum(1 for p in self._progress.values() if p.heard_since(horizon))
         if active < self.quorum:
             self._become_follower(now, self._term, None)
+            return False
+        return True
 
     def _expire_pending(self, now: float) -> None:
         # appended in index order with the same timeout: deadlines increase along the dict
@@ -1029,8 +767,16 @@ class RaftNode:
                 deadline = min(deadline, next(iter(self._pending.values())).deadline)
         else:
             deadline = self._election_deadline
+        cut, entries = self._log.take()
         output = Output(
-            changed, tuple(self._messages), commit, tuple(self._results), deadline, self._refused
+            changed,
+            tuple(self._messages),
+            commit,
+            tuple(self._results),
+            deadline,
+            self._refused,
+            cut,
+            entries,
         )
         self._messages.clear()
         self._results.clear()

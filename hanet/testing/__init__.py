@@ -5,20 +5,31 @@
   flip bytes between two peers, over loopback TCP or any pair of trio streams.
 - :func:`free_ports`: distinct loopback ports that are free right now.
 - :func:`flip_store_byte`: flip bits of a store's commit log on disk.
+- :class:`MemoryNetwork`: DLedger nodes' peers over memory streams.
+- :func:`simulate` (:class:`SimConfig`, :class:`SimResult`, :data:`SIM_RAFT_CONFIG`) and
+  :class:`Cluster`: the Raft core in a seeded simulation, its safety checked.
 """
 
 from hanet.channel import EmbeddedChannel
 
 from ._disk import flip_store_byte
+from ._dledger_network import MemoryNetwork
 from ._faults import FaultProxy, Faults, RelayStatistics, relay
 from ._ports import free_ports
+from ._raft_sim import SIM_RAFT_CONFIG, Cluster, SimConfig, SimResult, simulate
 
 __all__ = [
+    "SIM_RAFT_CONFIG",
+    "Cluster",
     "EmbeddedChannel",
     "FaultProxy",
     "Faults",
+    "MemoryNetwork",
     "RelayStatistics",
+    "SimConfig",
+    "SimResult",
     "flip_store_byte",
     "free_ports",
     "relay",
+    "simulate",
 ]

@@ -4,8 +4,8 @@
 driven by one seeded ``random.Random``: message delays (hence reordering), loss and
 duplication, partitions, crashes and restarts, client appends at random. A crash loses what a
 node did not persist: its in-memory state always, and half the time also the output of the step
-it was in (the hard state not yet persisted and the messages not yet sent). The log is durable
-on return of ``append`` / ``truncate_from``, as its contract says.
+it was in (the hard state and the log writes not yet persisted, the messages not yet sent).
+The log writes an output names are durable once the driver made them (before it sends).
 
 Checked during and after each run (any failure is a string in :attr:`SimResult.violations`):
 
@@ -39,14 +39,15 @@ from typing import Any
 
 import attrs
 
-from ._log import InMemoryLog, LogEntry
-from ._raft import (
+from hanet.dledger import (
     AppendRequest,
     AppendResponse,
     AppendResult,
     AppendStatus,
     Envelope,
     HardState,
+    InMemoryLog,
+    LogEntry,
     Output,
     PreVoteRequest,
     RaftConfig,
@@ -334,6 +335,7 @@ class _Simulation:
             self.check.fail(f"an honest message refused: {output.refused}")
         if output.hard_state is not None:
             node.hard = output.hard_state
+        output.write_to(node.log)  # durable at once, as the node's persister makes it
         for envelope in output.messages:
             self.send(envelope)
         if output.commit_index is not None:
@@ -426,7 +428,8 @@ class _Simulation:
             self.check.fail(f"a forged {type(message).__name__} from {source} was accepted")
         if output.refused is not None:
             self.counts["refused"] += 1
-        if before != after or output.messages or output.hard_state is not None:
+        wrote = output.entries or output.truncate_from is not None
+        if before != after or output.messages or output.hard_state is not None or wrote:
             self.check.fail(f"a forged {type(message).__name__} changed {target.node_id}")
         self.schedule_tick(target, output.next_deadline)
 
@@ -599,6 +602,7 @@ class Cluster:
         """Persist, queue the messages, note the commit index and results of ``output``."""
         if output.hard_state is not None:
             self.hard_states[node_id] = output.hard_state
+        output.write_to(self.logs[node_id])
         self.outbox.extend(output.messages)
         if output.commit_index is not None:
             self.commits[node_id] = output.commit_index

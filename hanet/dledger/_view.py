@@ -1,0 +1,273 @@
+"""A DLedger node's commit log view and the entry bodies it keeps in memory.
+
+:class:`CommitLogView` applies committed entries to a :class:`hanet.store.CommitLogStore`
+(role SLAVE: only these raw appends write to it): each record is re-stamped with its offset in
+the view and its consume queue offset and appended with
+:meth:`~hanet.store.CommitLogStore.append_raw` (a blank record ends a file as the store itself
+does). ``applied`` (JSON: the last applied index and the view's end) records how far the view
+goes; :meth:`CommitLogView.load` makes the view match it at start.
+
+:class:`Bodies` keeps the bodies of entries appended and not yet applied (index -> term, body),
+within a byte budget, so that neither the appends a leader sends (:class:`CachedLog`, the log
+as the Raft core reads it) nor the view read them back from the files.
+
+Synchronous; the node calls :meth:`CommitLogView.save` off its event loop.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Container, Sequence
+from pathlib import Path
+
+import attrs
+
+from hanet.store import (
+    BLANK_RECORD_SIZE,
+    CommitLogStore,
+    decode_record,
+    encode_blank,
+    encode_record,
+)
+
+from ._entry import ENTRY_HEADER_SIZE
+from ._filelog import FileLog
+from ._log import LogEntry
+
+__all__ = ["APPLIED", "Bodies", "CachedLog", "CommitLogView", "Placement"]
+
+log = logging.getLogger("hanet.dledger")
+
+APPLIED = "applied"
+"""The name of the record of how far the view goes, in the log's directory."""
+_APPLIED = APPLIED
+_MAX_BODIES = 1 << 16
+"""Appended entries whose bodies are kept until they are applied (else read back)."""
+_MAX_BODY_BYTES = 64 * 1024 * 1024
+"""Bytes of those bodies kept at most: past it, entries are read back from the log (appends
+a leader sends that do not commit cannot fill a follower's memory)."""
+
+
+class Bodies:
+    """Index -> (term, body) of entries appended and not yet applied, within
+    :data:`_MAX_BODY_BYTES` (an entry past it is read back from the log when needed)."""
+
+    def __init__(self) -> None:
+        self._bodies: dict[int, tuple[int, bytes]] = {}
+        self.bytes = 0
+
+    def __len__(self) -> int:
+        return len(self._bodies)
+
+    def get(self, index: int) -> tuple[int, bytes] | None:
+        return self._bodies.get(index)
+
+    def keep(self, index: int, term: int, body: bytes) -> None:
+        """Keep an appended entry's body until it is applied (replacing one kept there)."""
+        self.drop(index)
+        if self.bytes + len(body) <= _MAX_BODY_BYTES:
+            self._bodies[index] = (term, body)
+            self.bytes += len(body)
+
+    def drop(self, index: int) -> None:
+        self.pop(index)
+
+    def pop(self, index: int) -> tuple[int, bytes] | None:
+        old = self._bodies.pop(index, None)
+        if old is not None:
+            self.bytes -= len(old[1])
+        return old
+
+    def trim(self) -> None:
+        """Forget everything when too many entries were never applied (cut by a new
+        leader)."""
+        if len(self._bodies) > _MAX_BODIES:
+            self._bodies.clear()
+            self.bytes = 0
+
+
+@attrs.frozen
+class Placement:
+    """Where a committed message went in the view."""
+
+    wrote_offset: int
+    wrote_size: int
+    queue_id: int
+    queue_offset: int
+    store_timestamp: int
+    msg_id: str
+
+
+class CommitLogView:
+    """Committed entries of ``log`` applied to ``store`` (see the module docstring).
+
+    Attributes:
+        applied: the last index applied.
+        saved: the (index, offset) ``applied`` holds.
+        saved_error: why the last :meth:`save` failed (None: it did not).
+    """
+
+    def __init__(self, node_id: str, log: FileLog, store: CommitLogStore, bodies: Bodies) -> None:
+        self.node_id = node_id
+        self.log = log
+        self.store = store
+        self.bodies = bodies
+        self.path: Path = log.directory / _APPLIED
+        self.applied = 0
+        self.saved = (-1, -1)
+        self.saved_error: str | None = None
+
+    def load(self) -> None:
+        """Read ``applied`` and make the view match it: a view past it is cut back there;
+        one that does not reach it, or a log that lost what it names, is rebuilt (emptied,
+        applied again from the first entry)."""
+        store, log_, path = self.store, self.log, self.path
+        index, offset = 0, 0
+        try:
+            raw = json.loads(path.read_text(encoding="utf-8"))
+            index, offset = int(raw["index"]), int(raw["offset"])
+        except FileNotFoundError:
+            pass
+        except (ValueError, KeyError, TypeError) as exc:
+            log.warning("%s: unreadable (%s): rebuilding the commit log view", path, exc)
+            index, offset = 0, -1
+        if offset >= 0 and store.min_offset <= offset < store.max_offset:
+            # the view went on past its last checkpoint: drop that part, it is applied again
+            store.truncate_to(offset)
+        if index > log_.last_index or offset != store.max_offset:
+            if store.max_offset > 0 or index > 0:
+                log.warning(
+                    "%s: the commit log view (end %d) does not match %s (index %d, end %d): "
+                    "rebuilding it from the log",
+                    self.node_id,
+                    store.max_offset,
+                    path,
+                    index,
+                    offset,
+                )
+            if store.max_offset > 0:
+                store.truncate_to(store.min_offset)
+                if store.max_offset > 0:
+                    raise RuntimeError(f"{store.root}: cannot empty the commit log view")
+            index = 0
+        self.applied = index
+        self.saved = (index, store.max_offset)
+
+    def save(self, index: int, offset: int) -> None:
+        """Replace ``applied`` with (index, offset); an error is logged once and retried
+        at the next call (the record stays behind the view: safe)."""
+        path = self.path
+        temp = path.with_name(_APPLIED + ".tmp")
+        try:
+            temp.write_text(json.dumps({"index": index, "offset": offset}), encoding="utf-8")
+            os.replace(temp, path)
+        except OSError as exc:
+            # out of descriptors, say: the record stays behind the view, which is safe (the
+            # part past it is applied again at the next start); tried again next time
+            if self.saved_error is None:
+                log.warning("%s: cannot write %s (%s): retrying", self.node_id, path, exc)
+            self.saved_error = str(exc)
+            return
+        if self.saved_error is not None:
+            log.info("%s: %s written again", self.node_id, path)
+            self.saved_error = None
+        self.saved = (index, offset)
+
+    def apply(self, commit_index: int, wanted: Container[int] = ()) -> dict[int, Placement]:
+        """Apply the committed entries up to ``commit_index``; where the messages of the
+        indexes in ``wanted`` went."""
+        store, log_ = self.store, self.log
+        placed: dict[int, Placement] = {}
+        if commit_index <= self.applied:
+            return placed
+        file_size = store.config.mapped_file_size
+        start = store.max_offset
+        offset = start
+        buf = bytearray()
+        queues: dict[tuple[str, int], int] = {}
+        bodies = self.bodies
+        for index in range(self.applied + 1, min(commit_index, log_.last_index) + 1):
+            cached = bodies.pop(index)
+            if cached is not None and log_.term_at(index) == cached[0]:
+                # the same index and term: the same entry (Raft's log matching)
+                body, pos = cached[1], log_.position(index)
+            else:
+                entry = log_.read_entry(index)  # checks the entry's CRC
+                body, pos = entry.body, entry.pos
+            if not body:
+                continue
+            # no body CRC here: append_raw checks every record
+            record = decode_record(body, base_offset=pos + ENTRY_HEADER_SIZE, check_crc=False)
+            space = file_size - offset % file_size
+            if record.size + BLANK_RECORD_SIZE > space:
+                buf += encode_blank(space)
+                buf += bytes(space - BLANK_RECORD_SIZE)
+                offset += space
+            key = (record.topic, record.queue_id)
+            queue_offset = queues.get(key)
+            if queue_offset is None:
+                queue_offset = store.max_queue_offset(*key)
+            queues[key] = queue_offset + 1
+            stamped = record._replace(physical_offset=offset, queue_offset=queue_offset)
+            buf += encode_record(stamped)
+            if index in wanted:
+                placed[index] = Placement(
+                    wrote_offset=offset,
+                    wrote_size=record.size,
+                    queue_id=record.queue_id,
+                    queue_offset=queue_offset,
+                    store_timestamp=record.store_timestamp,
+                    msg_id=stamped.msg_id,
+                )
+            offset += record.size
+        if buf:
+            store.append_raw(start, buf)
+            if store.max_offset != offset:
+                raise RuntimeError(
+                    f"{self.node_id}: the commit log view refused committed entries: "
+                    f"{store.dispatch_error}"
+                )
+        self.applied = commit_index
+        bodies.trim()
+        return placed
+
+
+class CachedLog:
+    """The node's :class:`FileLog` as the Raft core sees it, with the entries appended and
+    not yet applied sent from memory (``bodies``: index -> term, body) rather than read back
+    and CRC-checked again for each follower; anything else (a lagging follower, a no-op) is
+    read from the files."""
+
+    def __init__(self, log: FileLog, bodies: Bodies) -> None:
+        self._log = log
+        self._bodies = bodies
+
+    @property
+    def last_index(self) -> int:
+        return self._log.last_index
+
+    @property
+    def last_term(self) -> int:
+        return self._log.last_term
+
+    def term_at(self, index: int) -> int | None:
+        return self._log.term_at(index)
+
+    def append(self, entries: Sequence[LogEntry]) -> None:
+        self._log.append(entries)
+
+    def truncate_from(self, index: int) -> None:
+        self._log.truncate_from(index)
+
+    def entries_from(self, index: int, max_count: int) -> list[LogEntry]:
+        log_, bodies = self._log, self._bodies
+        out: list[LogEntry] = []
+        stop = min(max(index, 1) + max(max_count, 0), log_.last_index + 1)
+        for i in range(max(index, 1), stop):
+            cached = bodies.get(i)
+            if cached is None or cached[1] == b"" or log_.term_at(i) != cached[0]:
+                return out + log_.entries_from(i, stop - i)
+            out.append(LogEntry(i, cached[0], cached[1]))
+        return out
