@@ -202,11 +202,14 @@ class HanetProcesses:
     """Several :class:`HanetProcess` under one folder; closing kills whatever still runs.
 
     Use it as a context manager, sync or async (``async with HanetProcesses(tmp_path) as
-    procs:``), or through the tests' ``processes`` fixture.
+    procs:``), or through the tests' ``processes`` fixture. ``close_signal`` is what
+    :meth:`close` sends first (kill -9 by default; SIGTERM to stop them cleanly, kill -9 after
+    10 s).
     """
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, close_signal: int = signal.SIGKILL) -> None:
         self.root = root
+        self.close_signal = close_signal
         self.all: list[HanetProcess] = []
 
     def add(self, name: str, *argv: str, **kwargs: Any) -> HanetProcess:
@@ -238,8 +241,8 @@ class HanetProcesses:
         return "\n".join(f"--- {p.name}\n{p.text()[-tail:]}" for p in self.all)
 
     def close(self) -> None:
-        for process in self.all:
-            process.close()
+        for process in reversed(self.all):  # the last started (the clients of others) first
+            process.close(self.close_signal)
 
     def __enter__(self) -> HanetProcesses:
         return self
