@@ -72,4 +72,4 @@ async def test_a_slave_finds_its_master_through_the_name_server_and_follows_it(
     assert await slave.stop() == 0
     assert await master.stop() == 0
     assert await namesrv.stop() == 0
-    assert "Traceback" not in slave.text()
+    assert "Traceback" not in slave.text(0)

@@ -106,7 +106,7 @@ class NamesrvCluster(HanetProcesses):
 
     def assert_no_traceback(self) -> None:
         for service in self.all:
-            assert "Traceback" not in service.text(), service.text()
+            assert "Traceback" not in service.text(0), service.text(0)
 
 
 class Cluster(NamesrvCluster):

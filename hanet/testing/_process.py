@@ -35,12 +35,18 @@ def split_address(text: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace")
+    except FileNotFoundError:
+        return ""
+
+
 class HanetProcess:
     """One ``hanet`` verb as a subprocess, ready once its ready file is written.
 
     ``argv`` is what follows ``hanet``; :meth:`start` may add more for one run. Each run writes
-    its own ready file (``<name>-<run>.ready`` under ``root``) and appends its output to
-    ``<name>.log``. ``ready`` is the last run's ready file (``{"broker": "127.0.0.1:40123",
+    its own ready file and log (``<name>-<run>.ready``, ``<name>-<run>.log`` under ``root``). ``ready`` is the last run's ready file (``{"broker": "127.0.0.1:40123",
     ...}``); :meth:`address` reads one of its addresses.
     """
 
@@ -65,20 +71,19 @@ class HanetProcess:
 
     @property
     def log(self) -> Path:
-        """The file every run's stdout and stderr go to."""
-        return self.root / f"{self.name}.log"
+        """The current (last started) run's stdout and stderr."""
+        return self.root / f"{self.name}-{self.runs}.log"
 
     @property
     def ready_file(self) -> Path:
         """The current (last started) run's ready file."""
         return self.root / f"{self.name}-{self.runs}.ready"
 
-    def text(self) -> str:
-        """Everything the runs printed so far."""
-        try:
-            return self.log.read_text(encoding="utf-8", errors="replace")
-        except FileNotFoundError:
-            return ""
+    def text(self, run: int | None = None) -> str:
+        """What run ``run`` (1, 2, ...; the current one when ``None``) printed so far, or every
+        run's output one after the other with ``run=0``."""
+        runs = range(1, self.runs + 1) if run == 0 else [self.runs if run is None else run]
+        return "".join(_read(self.root / f"{self.name}-{n}.log") for n in runs)
 
     @property
     def pid(self) -> int:
@@ -108,7 +113,7 @@ class HanetProcess:
         self.ready_file.unlink(missing_ok=True)
         command = [sys.executable, "-m", "hanet", *self.argv, *extra]
         command += ["--ready-file", str(self.ready_file)]
-        with self.log.open("ab") as out:
+        with self.log.open("wb") as out:
             self.process = subprocess.Popen(
                 command, stdin=subprocess.DEVNULL, stdout=out, stderr=out, env=self.env
             )
@@ -238,7 +243,7 @@ class HanetProcesses:
 
     def logs(self, tail: int = 3000) -> str:
         """The end of each one's log, for an assertion message."""
-        return "\n".join(f"--- {p.name}\n{p.text()[-tail:]}" for p in self.all)
+        return "\n".join(f"--- {p.name}\n{p.text(0)[-tail:]}" for p in self.all)
 
     def close(self) -> None:
         for process in reversed(self.all):  # the last started (the clients of others) first
@@ -270,7 +275,7 @@ async def wait_until(
     predicate: Callable[[], _T], seconds: float = ..., interval: float = ...
 ) -> _T: ...
 async def wait_until(
-    predicate: Callable[[], object], seconds: float = 10.0, interval: float = 0.01
+    predicate: Callable[[], object], seconds: float = 15.0, interval: float = 0.01
 ) -> object:
     """Poll ``predicate`` (a function, or an async one) until it returns something true; that
     value. Raises :class:`trio.TooSlowError` after ``seconds`` of the current clock (virtual
