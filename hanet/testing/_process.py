@@ -241,6 +241,11 @@ class HanetProcesses:
                 return process
         raise KeyError(name)
 
+    @property
+    def running(self) -> bool:
+        """Whether every one still runs."""
+        return all(p.running for p in self.all)
+
     def logs(self, tail: int = 3000) -> str:
         """The end of each one's log, for an assertion message."""
         return "\n".join(f"--- {p.name}\n{p.text(0)[-tail:]}" for p in self.all)
