@@ -45,9 +45,11 @@ def _read(path: Path) -> str:
 class HanetProcess:
     """One ``hanet`` verb as a subprocess, ready once its ready file is written.
 
-    ``argv`` is what follows ``hanet``; :meth:`start` may add more for one run. Each run writes
-    its own ready file and log (``<name>-<run>.ready``, ``<name>-<run>.log`` under ``root``). ``ready`` is the last run's ready file (``{"broker": "127.0.0.1:40123",
-    ...}``); :meth:`address` reads one of its addresses.
+    ``argv`` is what follows ``hanet``; :meth:`start` may add more for one run. ``env``
+    replaces the environment; ``preexec_fn`` runs in the child before ``hanet`` (to set a
+    resource limit). Each run writes its own ready file and log (``<name>-<run>.ready``,
+    ``<name>-<run>.log`` under ``root``). ``ready`` is the last run's ready data
+    (``{"broker": "127.0.0.1:40123", ...}``); :meth:`address` reads one of its addresses.
     """
 
     def __init__(
@@ -57,12 +59,14 @@ class HanetProcess:
         *argv: str,
         env: Mapping[str, str] | None = None,
         ready_seconds: float = 30.0,
+        preexec_fn: Callable[[], object] | None = None,
     ) -> None:
         self.root = root
         self.name = name
         self.argv: tuple[str, ...] = argv
         self.env = dict(env) if env is not None else None
         self.ready_seconds = ready_seconds
+        self.preexec_fn = preexec_fn
         self.process: subprocess.Popen[bytes] | None = None
         self.ready: dict[str, Any] = {}
         self.runs = 0
@@ -115,7 +119,12 @@ class HanetProcess:
         command += ["--ready-file", str(self.ready_file)]
         with self.log.open("wb") as out:
             self.process = subprocess.Popen(
-                command, stdin=subprocess.DEVNULL, stdout=out, stderr=out, env=self.env
+                command,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=out,
+                env=self.env,
+                preexec_fn=self.preexec_fn,  # noqa: PLW1509 - a test's own limits
             )
         return self.process
 
@@ -164,7 +173,7 @@ class HanetProcess:
         """Its exit status, once it exits (fails after ``seconds``)."""
         process = self._started()
         with trio.fail_after(seconds):
-            while (status := process.poll()) is None:
+            while (status := process.poll()) is None:  # noqa: ASYNC110 - a Popen child
                 await trio.sleep(_POLL)
         return status
 
@@ -258,7 +267,10 @@ class HanetProcesses:
         return self
 
     def __exit__(
-        self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        tb: TracebackType | None,
     ) -> None:
         self.close()
 
@@ -266,7 +278,10 @@ class HanetProcesses:
         return self
 
     async def __aexit__(
-        self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        tb: TracebackType | None,
     ) -> None:
         self.close()
 
