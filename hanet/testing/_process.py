@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import math
 import signal
 import subprocess
 import sys
@@ -258,6 +259,18 @@ class HanetProcesses:
     def logs(self, tail: int = 3000) -> str:
         """The end of each one's log, for an assertion message."""
         return "\n".join(f"--- {p.name}\n{p.text(0)[-tail:]}" for p in self.all)
+
+    async def stop_all(self, sig: int = signal.SIGTERM, seconds: float = 10.0) -> None:
+        """Send ``sig`` to every one that runs, wait up to ``seconds`` for them to exit, then
+        kill -9 whatever still runs."""
+        for process in self.all:
+            process.send_signal(sig)
+        with trio.move_on_after(seconds):
+            for process in self.all:
+                if process.process is not None:
+                    await process.wait(math.inf)
+        for process in self.all:
+            process.close()
 
     def close(self) -> None:
         for process in reversed(self.all):  # the last started (the clients of others) first
