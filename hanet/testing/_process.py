@@ -146,6 +146,10 @@ class HanetProcess:
     async def start(self, *extra: str) -> dict[str, Any]:
         """Start a run (``argv`` then ``extra``) and wait for its ready file; its data."""
         self.spawn(*extra)
+        return await self.wait_ready()
+
+    async def wait_ready(self) -> dict[str, Any]:
+        """Wait for the current run's ready file (after :meth:`spawn`); its data."""
         deadline = trio.current_time() + self.ready_seconds
         while (data := self.poll_ready()) is None:
             if trio.current_time() > deadline:
