@@ -329,6 +329,22 @@ async def test_a_start_that_fails_leaves_no_files(
     assert not store.exists()
 
 
+async def test_a_busy_metrics_port_is_named_as_the_metrics_port(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        ports = ("--listen", "127.0.0.1:0", "--ha-listen", "127.0.0.1:0")
+        metrics = ("--metrics-listen", f"127.0.0.1:{port}")
+        status = await verb("master", "--store", str(tmp_path / "store"), *ports, *metrics)
+    assert status == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line == f"hanet: cannot listen: Address already in use (metrics port 127.0.0.1:{port})"
+    assert not (tmp_path / "store").exists()
+
+
 def test_help_shows_the_defaults(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         main(["master", "--help"])
