@@ -171,3 +171,27 @@ def test_verify_of_a_healthy_store_with_or_without_the_native_code(tmp_path: Pat
     assert native == _verify(tmp_path, native=False)
     status, out, _ = native
     assert status == 0 and out.startswith("OK: 1000 messages") and "12 consume queue(s)" in out
+
+
+@pytest.mark.parametrize(
+    ("argv", "missing"),
+    [
+        (["put", "--broker", "127.0.0.1:1", "--topic", "T", "--body", "x"], "rich"),
+        (["master", "--store", "s"], "prometheus_client"),
+        (["demo", "--tls"], "trustme"),
+    ],
+)
+def test_a_verb_without_its_optional_package_says_what_to_install(
+    argv: list[str], missing: str
+) -> None:
+    code = (
+        "import sys\n"
+        f"sys.modules[{missing!r}] = None  # not installed\n"
+        "from hanet.cli import main\n"
+        f"sys.exit(main({argv!r}))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=False, timeout=60
+    )
+    assert done.returncode == 2
+    assert done.stderr == f"hanet: hanet {argv[0]} needs {missing}: pip install 'hanet[cli]'\n"

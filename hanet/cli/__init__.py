@@ -25,7 +25,7 @@ import sys
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
-from ._support import EXIT_BROKEN_PIPE, EXIT_INTERRUPTED
+from ._support import EXIT_BROKEN_PIPE, EXIT_INTERRUPTED, fail
 
 if TYPE_CHECKING:
     from hanet.ha import BrokerConfig, BrokerRole
@@ -95,6 +95,8 @@ The Spark verbs load pyspark only when they run, and explain what to install whe
 missing."""
 
 _GLOBAL_OPTIONS_WITH_VALUE = ("--log-level", "--log-format")
+_CLI_EXTRA = ("rich", "prometheus_client", "trustme")
+"""The packages of ``hanet[cli]``: a verb that imports one says to install it when missing."""
 
 
 def build_config(args: argparse.Namespace, role: BrokerRole | None = None) -> BrokerConfig:
@@ -236,7 +238,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run one ``hanet`` command; returns the process exit status."""
     if argv is None:
         argv = sys.argv[1:]
-    parser = build_parser(_verb_of(argv))
+    verb = _verb_of(argv)
+    try:
+        parser = build_parser(verb)
+    except ModuleNotFoundError as exc:  # an optional dependency of the command line
+        package = (exc.name or "").split(".")[0]
+        if package not in _CLI_EXTRA:
+            raise
+        return fail(f"hanet {verb} needs {package}: pip install 'hanet[cli]'")
     args = parser.parse_args(argv)
     configure_logging(args.log_level, args.log_format)
     handler = cast(Handler, args.func)
