@@ -5,7 +5,7 @@ slave whose commit log files are not the master's size (stops with one clear err
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -16,6 +16,7 @@ from hanet.cli import build_parser, main
 from hanet.errors import ConfigError
 from hanet.ha import BrokerConfig, HAMaster, HASlave
 from hanet.store import CommitLogStore, Message, PutStatus, StoreConfig, StoreRole
+from hanet.testing import wait_until
 
 FILE = 8192
 CONFIG = BrokerConfig(mapped_file_size_commit_log=FILE, full_sync=True, reconnect_interval=5.0)
@@ -51,12 +52,6 @@ def commit_log_bytes(store: CommitLogStore, start: int, end: int) -> bytes:
     return bytes(out)
 
 
-async def wait_until(predicate: Callable[[], object]) -> None:
-    with trio.fail_after(120):
-        while not predicate():  # noqa: ASYNC110
-            await trio.sleep(0.01)
-
-
 class Link:
     """A connector whose streams lead to ``master``."""
 
@@ -76,7 +71,7 @@ async def replicate(master: HAMaster, slave_store: CommitLogStore, config: Broke
     """Run a slave until it has everything the master has."""
     async with trio.open_nursery() as nursery:
         await nursery.start(HASlave(slave_store, config, connector=Link(nursery, master)).run)
-        await wait_until(lambda: slave_store.max_offset == master.store.max_offset)
+        await wait_until(lambda: slave_store.max_offset == master.store.max_offset, seconds=120)
         nursery.cancel_scope.cancel()
 
 
@@ -125,7 +120,7 @@ async def test_a_slave_ahead_of_the_master_is_refused_and_shown_on_both_sides(
             link = Link(nursery, master)
             slave = HASlave(slave_store, CONFIG, connector=link)
             await nursery.start(slave.run)
-            await wait_until(lambda: link.connects >= 6)  # 25 s of refusals
+            await wait_until(lambda: link.connects >= 6, seconds=120)  # 25 s of refusals
             status = slave.status()
             assert status.diverged and status.refused_offset == slave_end
             assert status.refusals >= 5
@@ -168,7 +163,7 @@ async def test_truncate_to_the_masters_end_lets_the_slave_follow_again(
             link = Link(nursery, master)
             slave = HASlave(slave_store, CONFIG, connector=link)
             await nursery.start(slave.run)
-            await wait_until(lambda: slave_store.max_offset == master_store.max_offset)
+            await wait_until(lambda: slave_store.max_offset == master_store.max_offset, seconds=120)
             assert not slave.status().diverged
             nursery.cancel_scope.cancel()
         assert link.connects == 1

@@ -7,7 +7,7 @@ import contextlib
 import logging
 import os
 import struct
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
@@ -25,6 +25,7 @@ from hanet.store import (
     file_name,
     scan_records,
 )
+from hanet.testing import wait_until
 
 FILE = 8192
 REPORT = struct.Struct(">q")
@@ -105,12 +106,6 @@ async def read_until_eof(stream: trio.abc.Stream) -> list[tuple[int, bytes]]:
     except EOFError:
         pass
     return frames
-
-
-async def wait_until(predicate: Callable[[], object]) -> None:
-    with trio.fail_after(60):
-        while not predicate():  # noqa: ASYNC110
-            await trio.sleep(0.01)
 
 
 Peer = tuple[HAMaster, trio.abc.Stream]
@@ -217,7 +212,9 @@ async def test_a_slave_of_a_corrupt_master_keeps_only_valid_records(
                 return slave_end
 
             await nursery.start(HASlave(slave_store, CONFIG, connector=connect).run)
-            await wait_until(lambda: len(master.status().closed) >= 2)  # reconnected, refused
+            await wait_until(
+                lambda: len(master.status().closed) >= 2, seconds=60
+            )  # reconnected, refused
             nursery.cancel_scope.cancel()
         assert slave_store.max_offset == bad
         assert slave_store.dispatch_error is None
@@ -350,7 +347,7 @@ async def test_a_byte_every_15_s_does_not_keep_the_connection_alive(
                 except (trio.BrokenResourceError, trio.ClosedResourceError):
                     break
                 with trio.move_on_after(15):
-                    await wait_until(lambda: closed_at)
+                    await wait_until(lambda: closed_at, seconds=60)
         nursery.cancel_scope.cancel()
     assert closed_at and 20 <= closed_at[0] < 21
     assert "housekeeping" in master.status().closed[0].state

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import struct
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
@@ -12,6 +12,7 @@ import trio.testing
 
 from hanet.ha import BrokerConfig, BrokerRole, HAMaster, HASlave
 from hanet.store import CommitLogStore, Message, PutStatus, StoreConfig, StoreRole
+from hanet.testing import wait_until
 
 FILE = 8192
 REPORT = struct.Struct(">q")
@@ -69,13 +70,6 @@ class Link:
         return slave_end
 
 
-async def wait_until(predicate: Callable[[], object]) -> None:
-    """Poll in virtual time (these tests run on the autojump clock) for at most 60 s."""
-    with trio.fail_after(60):
-        while not predicate():  # noqa: ASYNC110
-            await trio.sleep(0.01)
-
-
 CONFIG = BrokerConfig(mapped_file_size_commit_log=FILE)
 
 
@@ -91,10 +85,10 @@ async def test_new_slave_syncs_from_the_last_file_and_follows(
         link = Link(nursery, master)
         await nursery.start(HASlave(slave_store, CONFIG, connector=link).run)
         last_file = master_store.max_offset - master_store.max_offset % FILE
-        await wait_until(lambda: slave_store.max_offset == master_store.max_offset)
+        await wait_until(lambda: slave_store.max_offset == master_store.max_offset, seconds=60)
         assert slave_store.min_offset == last_file
         put(master_store, 300)
-        await wait_until(lambda: slave_store.max_offset == master_store.max_offset)
+        await wait_until(lambda: slave_store.max_offset == master_store.max_offset, seconds=60)
         assert commit_log_bytes(slave_store) == commit_log_bytes(master_store, last_file)
         assert slave_store.dispatch_error is None
         status = master.status()
@@ -112,7 +106,7 @@ async def test_full_sync_and_resume_after_restart(
     slave_store = open_store(tmp_path / "s", StoreRole.SLAVE)
     async with trio.open_nursery() as nursery:
         await nursery.start(HASlave(slave_store, config, connector=Link(nursery, master)).run)
-        await wait_until(lambda: slave_store.max_offset == master_store.max_offset)
+        await wait_until(lambda: slave_store.max_offset == master_store.max_offset, seconds=60)
         nursery.cancel_scope.cancel()
     slave_store.close()
     assert slave_store.min_offset == 0
@@ -122,7 +116,7 @@ async def test_full_sync_and_resume_after_restart(
     async with trio.open_nursery() as nursery:
         link = Link(nursery, master)
         await nursery.start(HASlave(slave_store, config, connector=link).run)
-        await wait_until(lambda: slave_store.max_offset == master_store.max_offset)
+        await wait_until(lambda: slave_store.max_offset == master_store.max_offset, seconds=60)
         assert master.status().slaves[0].request_offset == resumed_from
         nursery.cancel_scope.cancel()
     assert commit_log_bytes(slave_store) == commit_log_bytes(master_store)
@@ -288,7 +282,7 @@ async def test_slave_reports_verifies_and_reconnects_after_5_s(
     async with trio.open_nursery() as nursery:
         fake = FakeMaster(nursery)
         await nursery.start(HASlave(slave_store, CONFIG, connector=fake).run)
-        await wait_until(lambda: fake.peers)
+        await wait_until(lambda: fake.peers, seconds=60)
         peer = fake.peers[0]
         assert REPORT.unpack(await read_exactly(peer, 8)) == (0,)
         # an empty slave accepts a heartbeat at any offset, then data at its start
@@ -301,7 +295,7 @@ async def test_slave_reports_verifies_and_reconnects_after_5_s(
         assert round(trio.current_time() - t0) == 5
         # a heartbeat with a wrong offset: the slave closes and reconnects 5 s later
         await peer.send_all(HEADER.pack(end + 100, 0))
-        await wait_until(lambda: len(fake.peers) == 2)
+        await wait_until(lambda: len(fake.peers) == 2, seconds=60)
         assert "master pushed offset not equal the max phy offset in slave" in caplog.text
         assert f"SLAVE: {end} MASTER: {end + 100}" in caplog.text
         gap = fake.connect_times[1] - fake.connect_times[0]
@@ -309,7 +303,7 @@ async def test_slave_reports_verifies_and_reconnects_after_5_s(
         assert REPORT.unpack(await read_exactly(fake.peers[1], 8)) == (end,)
         # silence from the master: closed after 20 s, reconnect 5 s later
         t1 = fake.connect_times[1]
-        await wait_until(lambda: len(fake.peers) == 3)
+        await wait_until(lambda: len(fake.peers) == 3, seconds=60)
         assert round(fake.connect_times[2] - t1) == 25
         nursery.cancel_scope.cancel()
     assert slave_store.max_offset == end
@@ -327,7 +321,7 @@ async def test_sync_put_statuses(
     async with trio.open_nursery() as nursery:
         await nursery.start(HASlave(slave_store, config, connector=Link(nursery, master)).run)
         await wait_until(
-            lambda: master.status().slaves and master.status().slaves[0].ack_offset >= 0
+            lambda: master.status().slaves and master.status().slaves[0].ack_offset >= 0, seconds=60
         )
         end = put(master_store, 1)
         assert await master.wait_for_replicas(end) is PutStatus.PUT_OK
@@ -364,17 +358,22 @@ async def test_two_slaves_in_sync_replicas(
     try:
         async with trio.open_nursery() as nursery:
             await nursery.start(HASlave(stores[0], config, connector=Link(nursery, master)).run)
-            await wait_until(lambda: [s.ack_offset >= 0 for s in master.status().slaves] == [True])
+            await wait_until(
+                lambda: [s.ack_offset >= 0 for s in master.status().slaves] == [True], seconds=60
+            )
             end = put(master_store, 1)
             status = await master.wait_for_replicas(end)
             assert status is (PutStatus.PUT_OK if isr == 2 else PutStatus.SLAVE_NOT_AVAILABLE)
             await nursery.start(HASlave(stores[1], config, connector=Link(nursery, master)).run)
             await wait_until(
-                lambda: [s.ack_offset >= 0 for s in master.status().slaves] == [True, True]
+                lambda: [s.ack_offset >= 0 for s in master.status().slaves] == [True, True],
+                seconds=60,
             )
             end = put(master_store, 1)
             assert await master.wait_for_replicas(end) is expected
-            await wait_until(lambda: all(s.max_offset == master_store.max_offset for s in stores))
+            await wait_until(
+                lambda: all(s.max_offset == master_store.max_offset for s in stores), seconds=60
+            )
             nursery.cancel_scope.cancel()
         assert commit_log_bytes(stores[0]) == commit_log_bytes(stores[1])
     finally:
