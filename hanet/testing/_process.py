@@ -305,19 +305,32 @@ class HanetProcesses:
 
 @overload
 async def wait_until(
-    predicate: Callable[[], Awaitable[_T]], seconds: float = ..., interval: float = ...
+    predicate: Callable[[], Awaitable[_T]],
+    seconds: float = ...,
+    interval: float = ...,
+    *,
+    what: str | None = ...,
 ) -> _T: ...
 @overload
 async def wait_until(
-    predicate: Callable[[], _T], seconds: float = ..., interval: float = ...
+    predicate: Callable[[], _T],
+    seconds: float = ...,
+    interval: float = ...,
+    *,
+    what: str | None = ...,
 ) -> _T: ...
 async def wait_until(
-    predicate: Callable[[], object], seconds: float = 15.0, interval: float = 0.01
+    predicate: Callable[[], object],
+    seconds: float = 15.0,
+    interval: float = 0.01,
+    *,
+    what: str | None = None,
 ) -> object:
     """Poll ``predicate`` (a function, or an async one) until it returns something true; that
-    value. Raises :class:`trio.TooSlowError` after ``seconds`` of the current clock (virtual
-    time under an autojump clock)."""
-    with trio.fail_after(seconds):
+    value. After ``seconds`` of the current clock (virtual time under an autojump clock) it
+    raises :class:`trio.TooSlowError`, or :class:`AssertionError` naming ``what`` was awaited
+    when given."""
+    with trio.move_on_after(seconds) as scope:
         while True:
             value = predicate()
             if inspect.isawaitable(value):
@@ -325,3 +338,7 @@ async def wait_until(
             if value:
                 return value
             await trio.sleep(interval)
+    assert scope.cancelled_caught
+    if what is not None:
+        raise AssertionError(f"timed out after {seconds} s waiting for {what}")
+    raise trio.TooSlowError
