@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import trio
+from ha_support import master_store, slave_store  # noqa: F401 - the HA tests' fixtures
 
 from hanet.testing import HanetProcesses
 

@@ -5,66 +5,20 @@ slave whose commit log files are not the master's size (stops with one clear err
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import trio
 import trio.testing
+from ha_support import FILE, Link, commit_log_bytes, open_store, put
 
 from hanet.cli import build_parser, main
 from hanet.errors import ConfigError
 from hanet.ha import BrokerConfig, HAMaster, HASlave
-from hanet.store import CommitLogStore, Message, PutStatus, StoreConfig, StoreRole
+from hanet.store import CommitLogStore, StoreRole
 from hanet.testing import wait_until
 
-FILE = 8192
 CONFIG = BrokerConfig(mapped_file_size_commit_log=FILE, full_sync=True, reconnect_interval=5.0)
-
-
-def open_store(path: Path, role: StoreRole = StoreRole.MASTER, size: int = FILE) -> CommitLogStore:
-    return CommitLogStore.open(path, StoreConfig(mapped_file_size=size, role=role))
-
-
-@pytest.fixture
-def master_store(tmp_path: Path) -> Iterator[CommitLogStore]:
-    store = open_store(tmp_path / "master")
-    yield store
-    store.close()
-
-
-def put(store: CommitLogStore, n: int, size: int = 100, fill: int = 0) -> int:
-    for i in range(n):
-        body = bytes([(i + fill) % 251]) * size
-        result = store.put(Message(topic="T", body=body, queue_id=0))
-        assert result.status is PutStatus.PUT_OK
-    return store.max_offset
-
-
-def commit_log_bytes(store: CommitLogStore, start: int, end: int) -> bytes:
-    out = bytearray()
-    offset = start
-    while offset < end:
-        chunk = store.read(offset, end - offset)
-        assert chunk
-        out += chunk
-        offset += len(chunk)
-    return bytes(out)
-
-
-class Link:
-    """A connector whose streams lead to ``master``."""
-
-    def __init__(self, nursery: trio.Nursery, master: HAMaster) -> None:
-        self.nursery = nursery
-        self.master = master
-        self.connects = 0
-
-    async def __call__(self) -> trio.abc.Stream:
-        self.connects += 1
-        slave_end, master_end = trio.testing.memory_stream_pair()
-        self.nursery.start_soon(self.master.handle_stream, master_end)
-        return slave_end
 
 
 async def replicate(master: HAMaster, slave_store: CommitLogStore, config: BrokerConfig) -> None:

@@ -7,48 +7,27 @@ import contextlib
 import logging
 import os
 import struct
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 import trio
 import trio.testing
+from ha_support import FILE, commit_log_bytes, open_store, put
 
 from hanet.ha import BrokerConfig, HAMaster, HASlave
 from hanet.store import (
     CommitLogStore,
-    Message,
-    PutStatus,
     StopReason,
-    StoreConfig,
     StoreRole,
     file_name,
     scan_records,
 )
 from hanet.testing import wait_until
 
-FILE = 8192
 REPORT = struct.Struct(">q")
 HEADER = struct.Struct(">qi")
 CONFIG = BrokerConfig(mapped_file_size_commit_log=FILE, full_sync=True)
-
-
-def open_store(path: Path, role: StoreRole = StoreRole.MASTER) -> CommitLogStore:
-    return CommitLogStore.open(path, StoreConfig(mapped_file_size=FILE, role=role))
-
-
-@pytest.fixture
-def master_store(tmp_path: Path) -> Iterator[CommitLogStore]:
-    store = open_store(tmp_path / "master")
-    yield store
-    store.close()
-
-
-def put(store: CommitLogStore, n: int, size: int = 100, topic: str = "T") -> int:
-    for i in range(n):
-        result = store.put(Message(topic=topic, body=bytes([i % 251]) * size, queue_id=0))
-        assert result.status is PutStatus.PUT_OK
-    return store.max_offset
 
 
 def flip_body_byte(store: CommitLogStore, offset: int) -> None:
@@ -64,17 +43,6 @@ def flip_body_byte(store: CommitLogStore, offset: int) -> None:
         f.write(bytes([byte[0] ^ 0xFF]))
         f.flush()
         os.fsync(f.fileno())
-
-
-def commit_log_bytes(store: CommitLogStore, start: int, end: int) -> bytes:
-    out = bytearray()
-    offset = start
-    while offset < end:
-        chunk = store.read(offset, end - offset)
-        assert chunk
-        out += chunk
-        offset += len(chunk)
-    return bytes(out)
 
 
 async def read_exactly(stream: trio.abc.ReceiveStream, n: int) -> bytes:

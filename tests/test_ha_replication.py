@@ -3,71 +3,20 @@
 from __future__ import annotations
 
 import struct
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 import trio
 import trio.testing
+from ha_support import FILE, Link, commit_log_bytes, open_store, put
 
 from hanet.ha import BrokerConfig, BrokerRole, HAMaster, HASlave
 from hanet.store import CommitLogStore, Message, PutStatus, StoreConfig, StoreRole
 from hanet.testing import wait_until
 
-FILE = 8192
 REPORT = struct.Struct(">q")
 HEADER = struct.Struct(">qi")
-
-
-def open_store(path: Path, role: StoreRole = StoreRole.MASTER) -> CommitLogStore:
-    return CommitLogStore.open(path, StoreConfig(mapped_file_size=FILE, role=role))
-
-
-@pytest.fixture
-def master_store(tmp_path: Path) -> Iterator[CommitLogStore]:
-    store = open_store(tmp_path / "master")
-    yield store
-    store.close()
-
-
-@pytest.fixture
-def slave_store(tmp_path: Path) -> Iterator[CommitLogStore]:
-    store = open_store(tmp_path / "slave", StoreRole.SLAVE)
-    yield store
-    store.close()
-
-
-def put(store: CommitLogStore, n: int, size: int = 100, topic: str = "T") -> int:
-    for i in range(n):
-        result = store.put(Message(topic=topic, body=bytes([i % 251]) * size, queue_id=i % 2))
-        assert result.status is PutStatus.PUT_OK
-    return store.max_offset
-
-
-def commit_log_bytes(store: CommitLogStore, start: int = 0) -> bytes:
-    out = bytearray()
-    offset = max(start, store.min_offset)
-    while offset < store.max_offset:
-        chunk = store.read(offset, 1 << 20)
-        out += chunk
-        offset += len(chunk)
-    return bytes(out)
-
-
-class Link:
-    """A connector whose streams lead to the master; tests can cut the current one."""
-
-    def __init__(self, nursery: trio.Nursery, master: HAMaster) -> None:
-        self.nursery = nursery
-        self.master = master
-        self.connects = 0
-        self.peer: trio.abc.Stream | None = None
-
-    async def __call__(self) -> trio.abc.Stream:
-        self.connects += 1
-        slave_end, master_end = trio.testing.memory_stream_pair()
-        self.nursery.start_soon(self.master.handle_stream, master_end)
-        return slave_end
 
 
 CONFIG = BrokerConfig(mapped_file_size_commit_log=FILE)
@@ -78,7 +27,7 @@ async def test_new_slave_syncs_from_the_last_file_and_follows(
     master_store: CommitLogStore,
     slave_store: CommitLogStore,
 ) -> None:
-    put(master_store, 200)  # several files
+    put(master_store, 200, queues=2)  # several files
     assert master_store.max_offset > 3 * FILE
     master = HAMaster(master_store, CONFIG)
     async with trio.open_nursery() as nursery:
@@ -87,7 +36,7 @@ async def test_new_slave_syncs_from_the_last_file_and_follows(
         last_file = master_store.max_offset - master_store.max_offset % FILE
         await wait_until(lambda: slave_store.max_offset == master_store.max_offset, seconds=60)
         assert slave_store.min_offset == last_file
-        put(master_store, 300)
+        put(master_store, 300, queues=2)
         await wait_until(lambda: slave_store.max_offset == master_store.max_offset, seconds=60)
         assert commit_log_bytes(slave_store) == commit_log_bytes(master_store, last_file)
         assert slave_store.dispatch_error is None
@@ -100,7 +49,7 @@ async def test_new_slave_syncs_from_the_last_file_and_follows(
 async def test_full_sync_and_resume_after_restart(
     autojump_clock: trio.testing.MockClock, tmp_path: Path, master_store: CommitLogStore
 ) -> None:
-    put(master_store, 150)
+    put(master_store, 150, queues=2)
     config = BrokerConfig(mapped_file_size_commit_log=FILE, full_sync=True)
     master = HAMaster(master_store, config)
     slave_store = open_store(tmp_path / "s", StoreRole.SLAVE)
@@ -110,7 +59,7 @@ async def test_full_sync_and_resume_after_restart(
         nursery.cancel_scope.cancel()
     slave_store.close()
     assert slave_store.min_offset == 0
-    put(master_store, 150)
+    put(master_store, 150, queues=2)
     slave_store = open_store(tmp_path / "s", StoreRole.SLAVE)
     resumed_from = slave_store.max_offset
     async with trio.open_nursery() as nursery:
@@ -155,7 +104,7 @@ async def test_master_waits_for_a_report_then_sends_heartbeats_every_5_s(
     autojump_clock: trio.testing.MockClock, master_store: CommitLogStore, raw_master: RawMaster
 ) -> None:
     _, peer = raw_master
-    end = put(master_store, 10)
+    end = put(master_store, 10, queues=2)
     with trio.move_on_after(15):
         await peer.receive_some(1)
         pytest.fail("the master must send nothing before the first report")
@@ -176,7 +125,7 @@ async def test_several_reports_in_one_read_use_the_last(
     autojump_clock: trio.testing.MockClock, master_store: CommitLogStore, raw_master: RawMaster
 ) -> None:
     _, peer = raw_master
-    put(master_store, 300)
+    put(master_store, 300, queues=2)
     # a record boundary in the middle, from the consume queue
     target = master_store.consume_queue_entry("T", 0, 40)
     assert target is not None
@@ -230,7 +179,7 @@ async def test_out_of_range_request_is_closed_and_shown(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     master, peer = raw_master
-    put(master_store, 200)
+    put(master_store, 200, queues=2)
     # 10**9 lies beyond the data (7, inside the first record, is served: see
     # test_ha_master_integrity.py)
     await peer.send_all(REPORT.pack(request_offset))
@@ -244,7 +193,7 @@ async def test_report_beyond_max_closes(
     autojump_clock: trio.testing.MockClock, master_store: CommitLogStore, raw_master: RawMaster
 ) -> None:
     master, peer = raw_master
-    end = put(master_store, 5)
+    end = put(master_store, 5, queues=2)
     await peer.send_all(REPORT.pack(end))
     await peer.send_all(REPORT.pack(end + 1))
     with pytest.raises(EOFError):
@@ -277,7 +226,7 @@ async def test_slave_reports_verifies_and_reconnects_after_5_s(
     master_store: CommitLogStore,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    end = put(master_store, 3)
+    end = put(master_store, 3, queues=2)
     data = master_store.read(0, end)
     async with trio.open_nursery() as nursery:
         fake = FakeMaster(nursery)
@@ -316,14 +265,14 @@ async def test_sync_put_statuses(
 ) -> None:
     config = BrokerConfig(broker_role=BrokerRole.SYNC_MASTER, mapped_file_size_commit_log=FILE)
     master = HAMaster(master_store, config)
-    end = put(master_store, 1)
+    end = put(master_store, 1, queues=2)
     assert await master.wait_for_replicas(end) is PutStatus.SLAVE_NOT_AVAILABLE
     async with trio.open_nursery() as nursery:
         await nursery.start(HASlave(slave_store, config, connector=Link(nursery, master)).run)
         await wait_until(
             lambda: master.status().slaves and master.status().slaves[0].ack_offset >= 0, seconds=60
         )
-        end = put(master_store, 1)
+        end = put(master_store, 1, queues=2)
         assert await master.wait_for_replicas(end) is PutStatus.PUT_OK
         # a raw peer that never acks: FLUSH_SLAVE_TIMEOUT after 3 s
         nursery.cancel_scope.cancel()
@@ -338,7 +287,7 @@ async def test_sync_put_times_out_when_the_slave_does_not_ack(
     )
     await peer.send_all(REPORT.pack(0))
     await trio.sleep(0.1)
-    end = put(master_store, 1)
+    end = put(master_store, 1, queues=2)
     start = trio.current_time()
     assert await master.wait_for_replicas(end) is PutStatus.FLUSH_SLAVE_TIMEOUT
     assert round(trio.current_time() - start, 1) == 3.0
@@ -361,7 +310,7 @@ async def test_two_slaves_in_sync_replicas(
             await wait_until(
                 lambda: [s.ack_offset >= 0 for s in master.status().slaves] == [True], seconds=60
             )
-            end = put(master_store, 1)
+            end = put(master_store, 1, queues=2)
             status = await master.wait_for_replicas(end)
             assert status is (PutStatus.PUT_OK if isr == 2 else PutStatus.SLAVE_NOT_AVAILABLE)
             await nursery.start(HASlave(stores[1], config, connector=Link(nursery, master)).run)
@@ -369,7 +318,7 @@ async def test_two_slaves_in_sync_replicas(
                 lambda: [s.ack_offset >= 0 for s in master.status().slaves] == [True, True],
                 seconds=60,
             )
-            end = put(master_store, 1)
+            end = put(master_store, 1, queues=2)
             assert await master.wait_for_replicas(end) is expected
             await wait_until(
                 lambda: all(s.max_offset == master_store.max_offset for s in stores), seconds=60

@@ -11,22 +11,13 @@ from typing import Any
 
 import pytest
 import trio
+from ha_support import commit_log_bytes
 
 from hanet.ha import BrokerConfig, HAMaster, HASlave
 from hanet.store import CommitLogStore, Message, StoreConfig, StoreRole
 from hanet.testing import wait_until
 
 FILE = 64 * 1024
-
-
-def log_bytes(store: CommitLogStore) -> bytes:
-    out = bytearray()
-    offset = store.min_offset
-    while offset < store.max_offset:
-        chunk = store.read(offset, 1 << 20)
-        out += chunk
-        offset += len(chunk)
-    return bytes(out)
 
 
 @pytest.mark.parametrize("sendfile", [True, False], ids=["sendfile", "mapping"])
@@ -67,7 +58,7 @@ async def test_a_slave_over_tcp_gets_the_same_log_by_sendfile_or_the_mapping(
                 assert master_store.put(Message("T", b"late %d" % i, queue_id=i % 4)).ok
             await wait_until(lambda: slave_store.max_offset == master_store.max_offset, seconds=30)
             nursery.cancel_scope.cancel()
-        assert log_bytes(slave_store) == log_bytes(master_store)
+        assert commit_log_bytes(slave_store) == commit_log_bytes(master_store)
         assert slave_store.dispatch_error is None
     if sendfile:
         # every body byte went out by sendfile (the headers by sendmsg)

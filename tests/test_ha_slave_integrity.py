@@ -10,50 +10,20 @@ from __future__ import annotations
 import logging
 import random
 import struct
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 import trio
 import trio.testing
+from ha_support import FILE, commit_log_bytes
 
 from hanet.ha import BrokerConfig, HASlave
-from hanet.store import BLANK_MAGIC, CommitLogStore, Message, StoreConfig, StoreRole
+from hanet.store import BLANK_MAGIC, CommitLogStore, Message
 from hanet.testing import wait_until
 
-FILE = 8192
 REPORT = struct.Struct(">q")
 HEADER = struct.Struct(">qi")
 CONFIG = BrokerConfig(mapped_file_size_commit_log=FILE)
 PHYSICAL_OFFSET_FIELD = 28  # TOTALSIZE, MAGIC, BODYCRC, QUEUEID, FLAG, QUEUEOFFSET
-
-
-def open_store(path: Path, role: StoreRole = StoreRole.MASTER) -> CommitLogStore:
-    return CommitLogStore.open(path, StoreConfig(mapped_file_size=FILE, role=role))
-
-
-@pytest.fixture
-def master_store(tmp_path: Path) -> Iterator[CommitLogStore]:
-    store = open_store(tmp_path / "master")
-    yield store
-    store.close()
-
-
-@pytest.fixture
-def slave_store(tmp_path: Path) -> Iterator[CommitLogStore]:
-    store = open_store(tmp_path / "slave", StoreRole.SLAVE)
-    yield store
-    store.close()
-
-
-def commit_log_bytes(store: CommitLogStore) -> bytes:
-    out = bytearray()
-    offset = store.min_offset
-    while offset < store.max_offset:
-        chunk = store.read(offset, 1 << 20)
-        out += chunk
-        offset += len(chunk)
-    return bytes(out)
 
 
 def corrupt(kind: str, data: bytearray, at: int, size: int) -> None:
