@@ -313,34 +313,35 @@ async def test_status_table_shows_why_a_slave_was_closed(
     assert "request offset 1000000000 is outside the master's" in " ".join(words.split())
 
 
-async def test_a_start_that_fails_leaves_no_files(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+async def _master_on_a_taken_port(
+    store: Path, capsys: pytest.CaptureFixture[str], flag: str
+) -> tuple[int, str]:
+    """``hanet master`` with ``flag`` given a port that is taken (the others free): the taken
+    port and the one line the start failed with."""
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        store = tmp_path / "new-store"
-        status = await verb("master", "--store", str(store), "--listen", "127.0.0.1:0",
-                            "--ha-listen", f"127.0.0.1:{port}")  # fmt: skip
-    assert status == 2
+        ports = {"--listen": "127.0.0.1:0", "--ha-listen": "127.0.0.1:0"}
+        ports[flag] = f"127.0.0.1:{port}"
+        argv = [word for option in ports.items() for word in option]
+        assert await verb("master", "--store", str(store), *argv) == 2
     (line,) = capsys.readouterr().err.strip().splitlines()
+    return port, line
+
+
+async def test_a_start_that_fails_leaves_no_files(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    port, line = await _master_on_a_taken_port(tmp_path / "new-store", capsys, "--ha-listen")
     assert line.startswith("hanet: cannot listen:") and f"HA port 127.0.0.1:{port}" in line
-    assert not store.exists()
+    assert not (tmp_path / "new-store").exists()
 
 
 async def test_a_busy_metrics_port_is_named_as_the_metrics_port(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    with socket.socket() as taken:
-        taken.bind(("127.0.0.1", 0))
-        taken.listen()
-        port = taken.getsockname()[1]
-        ports = ("--listen", "127.0.0.1:0", "--ha-listen", "127.0.0.1:0")
-        metrics = ("--metrics-listen", f"127.0.0.1:{port}")
-        status = await verb("master", "--store", str(tmp_path / "store"), *ports, *metrics)
-    assert status == 2
-    (line,) = capsys.readouterr().err.strip().splitlines()
+    port, line = await _master_on_a_taken_port(tmp_path / "store", capsys, "--metrics-listen")
     assert line == f"hanet: cannot listen: Address already in use (metrics port 127.0.0.1:{port})"
     assert not (tmp_path / "store").exists()
 
