@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import datetime
 import json
+import signal
 import ssl
 import subprocess
 import sys
-import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -30,6 +30,7 @@ from hanet.client import (
 from hanet.ha import BrokerConfig, BrokerRole
 from hanet.namesrv import NameServer
 from hanet.store import compare_commit_logs
+from hanet.testing import HanetProcesses
 
 FILE = 64 * 1024
 
@@ -229,36 +230,19 @@ def test_master_slave_and_producer_processes_over_tls(tmp_path: Path) -> None:
     s_cert, s_key = pki.issue("replica-1")
     p_cert, p_key = pki.issue("producer")
     ca = str(pki.ca_file)
-    procs: list[subprocess.Popen[bytes]] = []
-
-    def start(*argv: str) -> dict[str, Any]:
-        ready = tmp_path / f"ready-{len(procs)}.json"
-        log_path = tmp_path / f"proc-{len(procs)}.log"
-        with log_path.open("wb") as log:
-            command = [sys.executable, "-m", "hanet", *argv, "--ready-file", str(ready)]
-            procs.append(subprocess.Popen(command, stdout=log, stderr=log))
-        end = time.monotonic() + 20
-        while not ready.exists():
-            assert procs[-1].poll() is None, log_path.read_text()
-            assert time.monotonic() < end
-            time.sleep(0.05)
-        data: dict[str, Any] = json.loads(ready.read_text())
-        return data
-
     master_tls = ["--tls-cert", str(cert), "--tls-key", str(key), "--tls-ca", ca]
     slave_tls = ["--tls-cert", str(s_cert), "--tls-key", str(s_key), "--tls-ca", ca]
     producer_tls = ["--tls-ca", ca, "--tls-cert", str(p_cert), "--tls-key", str(p_key)]
     files = ["--mapped-file-size", "64K"]
-    try:
-        master = start(
-            "master", "--store", str(tmp_path / "m"), "--role", "SYNC_MASTER",
-            "--listen", "127.0.0.1:0", "--ha-listen", "127.0.0.1:0",
-            "--tls-replica-pattern", "replica-.*", *files, *master_tls,
-        )  # fmt: skip
-        start(
-            "slave", "--store", str(tmp_path / "s"), "--master-ha", master["ha"],
-            "--reconnect-interval", "0.2", *files, *slave_tls,
-        )  # fmt: skip
+    with HanetProcesses(tmp_path, close_signal=signal.SIGTERM) as processes:
+        store = ["--store", str(tmp_path / "m"), "--role", "SYNC_MASTER", *files]
+        ports = ["--listen", "127.0.0.1:0", "--ha-listen", "127.0.0.1:0"]
+        replicas = ["--tls-replica-pattern", "replica-.*"]
+        argv = ["master", *store, *ports, *replicas, *master_tls]
+        master = processes.start_blocking("master", *argv).ready
+        store = ["--store", str(tmp_path / "s"), "--master-ha", master["ha"], *files]
+        argv = ["slave", *store, "--reconnect-interval", "0.2", *slave_tls]
+        processes.start_blocking("slave", *argv)
         broker = ["--broker", master["broker"], "--topic", "T"]
         put = _hanet("put", *broker, "--count", "300", "--size", "512", "--json", *producer_tls)
         summary = json.loads(put.stdout)
@@ -268,11 +252,6 @@ def test_master_slave_and_producer_processes_over_tls(tmp_path: Path) -> None:
         assert refused.returncode == 2
         (line,) = refused.stderr.strip().splitlines()
         assert line.startswith("hanet: ") and "certificate" in line
-    finally:
-        for proc in procs:
-            proc.terminate()
-        for proc in procs:
-            proc.wait(timeout=20)
     assert compare_commit_logs(tmp_path / "m", tmp_path / "s").identical
 
 
