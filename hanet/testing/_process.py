@@ -10,6 +10,7 @@ whatever still runs when it closes. :func:`wait_until` polls a condition in a tr
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import json
 import math
@@ -48,7 +49,9 @@ class HanetProcess:
 
     ``argv`` is what follows ``hanet``; :meth:`start` may add more for one run. ``env``
     replaces the environment; ``preexec_fn`` runs in the child before ``hanet`` (to set a
-    resource limit). Each run writes its own ready file and log (``<name>-<run>.ready``,
+    resource limit); ``stdout`` takes what the verb prints on stdout (else the log); with
+    ``ready_file=False`` the verb is given no ``--ready-file`` (``hanet consume``) and counts
+    as ready once started. Each run writes its own ready file and log (``<name>-<run>.ready``,
     ``<name>-<run>.log`` under ``root``). ``ready`` is the last run's ready data
     (``{"broker": "127.0.0.1:40123", ...}``); :meth:`address` reads one of its addresses.
     """
@@ -61,6 +64,8 @@ class HanetProcess:
         env: Mapping[str, str] | None = None,
         ready_seconds: float = 30.0,
         preexec_fn: Callable[[], object] | None = None,
+        stdout: Path | None = None,
+        ready_file: bool = True,
     ) -> None:
         self.root = root
         self.name = name
@@ -68,6 +73,8 @@ class HanetProcess:
         self.env = dict(env) if env is not None else None
         self.ready_seconds = ready_seconds
         self.preexec_fn = preexec_fn
+        self.stdout = stdout
+        self.writes_ready_file = ready_file
         self.process: subprocess.Popen[bytes] | None = None
         self.ready: dict[str, Any] = {}
         self.runs = 0
@@ -117,13 +124,16 @@ class HanetProcess:
         self.ready = {}
         self.ready_file.unlink(missing_ok=True)
         command = [sys.executable, "-m", "hanet", *self.argv, *extra]
-        command += ["--ready-file", str(self.ready_file)]
-        with self.log.open("wb") as out:
+        if self.writes_ready_file:
+            command += ["--ready-file", str(self.ready_file)]
+        with contextlib.ExitStack() as files:
+            log = files.enter_context(self.log.open("wb"))
+            out = log if self.stdout is None else files.enter_context(self.stdout.open("ab"))
             self.process = subprocess.Popen(
                 command,
                 stdin=subprocess.DEVNULL,
                 stdout=out,
-                stderr=out,
+                stderr=log,
                 env=self.env,
                 preexec_fn=self.preexec_fn,  # noqa: PLW1509 - a test's own limits
             )
@@ -131,7 +141,10 @@ class HanetProcess:
 
     def poll_ready(self) -> dict[str, Any] | None:
         """The current run's ready data once written; ``None`` before. Fails (killing nothing)
-        when the process exited without writing it."""
+        when the process exited without writing it. A verb that writes no ready file is ready
+        at once (``{}``)."""
+        if not self.writes_ready_file:
+            return self.ready
         try:
             data: dict[str, Any] = json.loads(self.ready_file.read_text(encoding="utf-8"))
         except (FileNotFoundError, ValueError):
