@@ -93,8 +93,18 @@ async def test_a_dledger_node_checks_requests_against_plain_acl(
 
 def test_a_dledger_node_whose_acl_file_does_not_load_exits_2(tmp_path: Path) -> None:
     done = hanet(
-        "dledger", "--group", "g", "--id", "n0", "--peers", f"n0=127.0.0.1:{free_port()}",
-        "--store", str(tmp_path / "n0"), "--listen", "127.0.0.1:0", "--acl-enable",
-    )  # fmt: skip
+        "dledger",
+        "--group",
+        "g",
+        "--id",
+        "n0",
+        "--peers",
+        f"n0=127.0.0.1:{free_port()}",
+        "--store",
+        str(tmp_path / "n0"),
+        "--listen",
+        "127.0.0.1:0",
+        "--acl-enable",
+    )
     assert done.returncode == 2
     assert "plain_acl.yml" in done.stderr and "does not exist" in done.stderr

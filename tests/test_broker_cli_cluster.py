@@ -20,19 +20,39 @@ from hanet.testing import HanetProcesses
 
 def test_cluster_flags_on_master_and_slave(tmp_path: Path) -> None:
     args = build_parser().parse_args(
-        ["master", "--namesrv", "10.0.0.1:9876,10.0.0.2:9876", "--cluster", "C",
-         "--broker-name", "b-1", "--slave-read-enable", "--listen", "0.0.0.0:10911",
-         "--broker-ip", "10.0.0.7", "--broker-ip2", "10.0.1.7"]
-    )  # fmt: skip
+        [
+            "master",
+            "--namesrv",
+            "10.0.0.1:9876,10.0.0.2:9876",
+            "--cluster",
+            "C",
+            "--broker-name",
+            "b-1",
+            "--slave-read-enable",
+            "--listen",
+            "0.0.0.0:10911",
+            "--broker-ip",
+            "10.0.0.7",
+            "--broker-ip2",
+            "10.0.1.7",
+        ]
+    )
     config = build_config(args)
     assert (config.broker_ip1, config.broker_ip2) == ("10.0.0.7", "10.0.1.7")
     assert config.namesrv_addresses == [("10.0.0.1", 9876), ("10.0.0.2", 9876)]
     assert (config.broker_cluster_name, config.broker_name) == ("C", "b-1")
     assert config.slave_read_enable and config.effective_broker_id == 0
     args = build_parser().parse_args(
-        ["slave", "--namesrv", "10.0.0.1:9876", "--broker-id", "2",
-         "--master-broker", "10.0.0.3:10911"]
-    )  # fmt: skip
+        [
+            "slave",
+            "--namesrv",
+            "10.0.0.1:9876",
+            "--broker-id",
+            "2",
+            "--master-broker",
+            "10.0.0.3:10911",
+        ]
+    )
     config = build_config(args, BrokerRole.SLAVE)
     assert config.ha_master_address is None  # learned from the name server
     assert config.effective_broker_id == 2

@@ -55,9 +55,14 @@ async def cluster(tmp_path: Path) -> AsyncIterator[tuple[str, str, Broker]]:
         assert addresses.broker is not None and addresses.ha is not None
         broker_address = f"127.0.0.1:{addresses.broker[1]}"
         registration = BrokerRegistration(
-            "DefaultCluster", "broker-a", 0, "ASYNC_MASTER", broker_address,
-            f"127.0.0.1:{addresses.ha[1]}", ((TOPIC, 4),),
-        )  # fmt: skip
+            "DefaultCluster",
+            "broker-a",
+            0,
+            "ASYNC_MASTER",
+            broker_address,
+            f"127.0.0.1:{addresses.ha[1]}",
+            ((TOPIC, 4),),
+        )
         # Registered over a connection held open: the name server drops a broker whose
         # connection closes.
         async with NameServerClient([names_address]).connection(names_address) as held:
@@ -70,8 +75,21 @@ async def test_put_pull_and_status_through_the_name_server(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     async with cluster(tmp_path) as (names, broker_address, broker):
-        assert await verb("put", "--namesrv", names, "--topic", TOPIC, "--size", "20",
-                          "--count", "8", "--json") == 0  # fmt: skip
+        assert (
+            await verb(
+                "put",
+                "--namesrv",
+                names,
+                "--topic",
+                TOPIC,
+                "--size",
+                "20",
+                "--count",
+                "8",
+                "--json",
+            )
+            == 0
+        )
         assert json.loads(capsys.readouterr().out)["statuses"] == {"PUT_OK": 8}
         assert broker.store.max_queue_offset(TOPIC, 1) == 2
 
@@ -79,12 +97,25 @@ async def test_put_pull_and_status_through_the_name_server(
         assert await verb("put", "--namesrv", names, "--topic", "New", "--body", "x") == 0
         assert capsys.readouterr().out.startswith("PUT_OK")
 
-        assert await verb("pull", "--namesrv", names, "--topic", TOPIC, "--queue", "1",
-                          "--json") == 0  # fmt: skip
+        assert (
+            await verb("pull", "--namesrv", names, "--topic", TOPIC, "--queue", "1", "--json") == 0
+        )
         lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
         assert [m["queue_offset"] for m in lines[:-1]] == [0, 1]
-        assert await verb("pull", "--namesrv", names, "--topic", TOPIC, "--queue", "1",
-                          "--broker-name", "broker-z") == 2  # fmt: skip
+        assert (
+            await verb(
+                "pull",
+                "--namesrv",
+                names,
+                "--topic",
+                TOPIC,
+                "--queue",
+                "1",
+                "--broker-name",
+                "broker-z",
+            )
+            == 2
+        )
         assert "no broker name 'broker-z'" in capsys.readouterr().err
 
         assert await verb("status", "--namesrv", names) == 0
@@ -100,8 +131,21 @@ async def test_consume_every_queue_commit_and_resume(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     async with cluster(tmp_path) as (names, broker_address, _broker):
-        assert await verb("put", "--namesrv", names, "--topic", TOPIC, "--size", "20",
-                          "--count", "10", "--quiet") == 0  # fmt: skip
+        assert (
+            await verb(
+                "put",
+                "--namesrv",
+                names,
+                "--topic",
+                TOPIC,
+                "--size",
+                "20",
+                "--count",
+                "10",
+                "--quiet",
+            )
+            == 0
+        )
         capsys.readouterr()
         consume = ("consume", "--namesrv", names, "--group", "G", "--topic", TOPIC)
         with trio.fail_after(30):
@@ -130,8 +174,20 @@ async def test_consume_every_queue_commit_and_resume(
         # queue whose first message is still in memory (RocketMQ 4.9.8's rule, which a Java
         # consumer follows too), so it starts there.
         with trio.fail_after(30):
-            assert await verb("consume", "--namesrv", names, "--group", "other",
-                              "--topic", TOPIC, "--idle-exit", "1") == 0  # fmt: skip
+            assert (
+                await verb(
+                    "consume",
+                    "--namesrv",
+                    names,
+                    "--group",
+                    "other",
+                    "--topic",
+                    TOPIC,
+                    "--idle-exit",
+                    "1",
+                )
+                == 0
+            )
         assert len(capsys.readouterr().out.splitlines()) == 10
 
 
@@ -139,13 +195,36 @@ async def test_a_consumer_stopped_by_a_signal_commits_what_it_consumed(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     async with cluster(tmp_path) as (names, broker_address, _broker):
-        assert await verb("put", "--namesrv", names, "--topic", TOPIC, "--size", "20",
-                          "--count", "8", "--quiet") == 0  # fmt: skip
+        assert (
+            await verb(
+                "put",
+                "--namesrv",
+                names,
+                "--topic",
+                TOPIC,
+                "--size",
+                "20",
+                "--count",
+                "8",
+                "--quiet",
+            )
+            == 0
+        )
         capsys.readouterr()
         # Cancelled (what SIGTERM does) with the commit interval far away.
         with trio.move_on_after(3):
-            await verb("consume", "--namesrv", names, "--group", "G", "--topic", TOPIC,
-                       "--from-beginning", "--commit-interval", "60")  # fmt: skip
+            await verb(
+                "consume",
+                "--namesrv",
+                names,
+                "--group",
+                "G",
+                "--topic",
+                TOPIC,
+                "--from-beginning",
+                "--commit-interval",
+                "60",
+            )
         assert len(capsys.readouterr().out.splitlines()) == 8
         host, _, port = broker_address.rpartition(":")
         async with BrokerClient.connect(host, int(port)) as client:
@@ -157,11 +236,34 @@ async def test_two_consumers_of_a_group_share_the_queues(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     async with cluster(tmp_path) as (names, _broker_address, _broker):
-        assert await verb("put", "--namesrv", names, "--topic", TOPIC, "--size", "20",
-                          "--count", "40", "--quiet") == 0  # fmt: skip
+        assert (
+            await verb(
+                "put",
+                "--namesrv",
+                names,
+                "--topic",
+                TOPIC,
+                "--size",
+                "20",
+                "--count",
+                "40",
+                "--quiet",
+            )
+            == 0
+        )
         capsys.readouterr()
-        consume = ("consume", "--namesrv", names, "--group", "G", "--topic", TOPIC,
-                   "--from-beginning", "--idle-exit", "3")  # fmt: skip
+        consume = (
+            "consume",
+            "--namesrv",
+            names,
+            "--group",
+            "G",
+            "--topic",
+            TOPIC,
+            "--from-beginning",
+            "--idle-exit",
+            "3",
+        )
         async with trio.open_nursery() as nursery:
             nursery.start_soon(verb, *consume, "--client-id", "one")
             nursery.start_soon(verb, *consume, "--client-id", "two")
@@ -170,8 +272,11 @@ async def test_two_consumers_of_a_group_share_the_queues(
         assert len(lines) >= 40  # at least once: a queue may change hands once at the start
         assert len(set(lines)) == 40
         assert "held" in captured.err
-        held = sorted(line.split("held ")[1].split(" (")[0] for line in captured.err.splitlines()
-                      if "held" in line)  # fmt: skip
+        held = sorted(
+            line.split("held ")[1].split(" (")[0]
+            for line in captured.err.splitlines()
+            if "held" in line
+        )
         assert held == ["broker-a/0, broker-a/1", "broker-a/2, broker-a/3"], captured.err
 
 
@@ -179,8 +284,20 @@ async def test_consume_without_a_name_server_keeps_trying(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     with trio.fail_after(30):
-        assert await verb("consume", "--namesrv", "127.0.0.1:1", "--group", "G",
-                          "--topic", TOPIC, "--idle-exit", "1") == 0  # fmt: skip
+        assert (
+            await verb(
+                "consume",
+                "--namesrv",
+                "127.0.0.1:1",
+                "--group",
+                "G",
+                "--topic",
+                TOPIC,
+                "--idle-exit",
+                "1",
+            )
+            == 0
+        )
     assert "consumed 0 messages" in capsys.readouterr().err
 
 
@@ -275,10 +392,23 @@ async def test_a_consumer_group_continues_on_the_slave_after_the_master_is_kille
 async def test_the_consumers_demo_runs_small(tmp_path: Path) -> None:
     work = tmp_path / "demo"
     result = await trio.run_process(
-        [sys.executable, "-m", "hanet", "demo", "--consumers", "--messages", "600",
-         "--size", "64", "--dir", str(work)],
-        capture_stdout=True, capture_stderr=True, check=False,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "hanet",
+            "demo",
+            "--consumers",
+            "--messages",
+            "600",
+            "--size",
+            "64",
+            "--dir",
+            str(work),
+        ],
+        capture_stdout=True,
+        capture_stderr=True,
+        check=False,
+    )
     out = result.stdout.decode()
     assert result.returncode == 0, out + result.stderr.decode()
     out = " ".join(out.translate(str.maketrans("│┃", "  ")).split())  # table cells wrap

@@ -264,9 +264,18 @@ async def test_the_slave_verb_truncates_then_replicates(
     base = ["slave", "--store", str(tmp_path / "s"), "--master-ha", "127.0.0.1:1"]
     async with trio.open_nursery() as nursery:
         args = build_parser().parse_args(
-            [*base, "--mapped-file-size", "64K", "--truncate-to", str(cut),
-             "--reconnect-interval", "60", "--ready-file", str(ready)]
-        )  # fmt: skip
+            [
+                *base,
+                "--mapped-file-size",
+                "64K",
+                "--truncate-to",
+                str(cut),
+                "--reconnect-interval",
+                "60",
+                "--ready-file",
+                str(ready),
+            ]
+        )
         nursery.start_soon(args.func, args)
         with trio.fail_after(10):
             while not ready.exists():  # noqa: ASYNC110 - written by the verb

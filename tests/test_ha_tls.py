@@ -272,9 +272,11 @@ async def test_a_cluster_over_mutual_tls_name_server_included(tmp_path: Path) ->
         async with running(master_cfg) as (_, m_addr):
             assert m_addr.broker is not None
             slave_cfg = config(
-                tmp_path / "s", broker_role=BrokerRole.SLAVE, namesrv_addr=names,
+                tmp_path / "s",
+                broker_role=BrokerRole.SLAVE,
+                namesrv_addr=names,
                 **pki.tls("replica-1"),
-            )  # fmt: skip
+            )
             async with running(slave_cfg) as (slave, _):
                 async with BrokerClient.connect(*m_addr.broker, tls=pki.client("app")) as c:
                     reply = await c.put("T", b"over tls")

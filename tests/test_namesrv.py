@@ -72,16 +72,26 @@ JAVA = Path(__file__).parent / "fixtures" / "remoting" / "java"
 T0 = 1_700_000_000.0  # a virtual "now", seconds since the epoch
 
 MASTER_A = BrokerRegistration(
-    "DefaultCluster", "broker-a", 0, "SYNC_MASTER", "10.0.0.1:10911", "10.0.0.1:10912",
+    "DefaultCluster",
+    "broker-a",
+    0,
+    "SYNC_MASTER",
+    "10.0.0.1:10911",
+    "10.0.0.1:10912",
     (("TopicTest", 4), ("Orders", 8)),
-)  # fmt: skip
+)
 SLAVE_A = BrokerRegistration(
     "DefaultCluster", "broker-a", 1, "SLAVE", "10.0.0.2:10911", "", (("TopicTest", 4),)
 )
 MASTER_B = BrokerRegistration(
-    "DefaultCluster", "broker-b", 0, "ASYNC_MASTER", "10.0.0.3:10911", "10.0.0.3:10912",
+    "DefaultCluster",
+    "broker-b",
+    0,
+    "ASYNC_MASTER",
+    "10.0.0.3:10911",
+    "10.0.0.3:10912",
     (("TopicTest", 2),),
-)  # fmt: skip
+)
 
 
 def parts(

@@ -199,9 +199,14 @@ async def test_query_verbs_through_the_name_server(
         addresses: BrokerAddresses = await nursery.start(broker.run)
         host, port = _address(addresses.broker)
         registration = BrokerRegistration(
-            "DefaultCluster", "broker-a", 0, "ASYNC_MASTER", f"{host}:{port}",
-            f"127.0.0.1:{_address(addresses.ha)[1]}", (("T", 4),),
-        )  # fmt: skip
+            "DefaultCluster",
+            "broker-a",
+            0,
+            "ASYNC_MASTER",
+            f"{host}:{port}",
+            f"127.0.0.1:{_address(addresses.ha)[1]}",
+            (("T", 4),),
+        )
         async with (
             NameServerClient([names]).connection(names) as held,
             BrokerClient.connect(host, port) as client,

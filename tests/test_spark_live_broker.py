@@ -172,11 +172,25 @@ def test_hanet_audit_broker_on_the_command_line(live: dict[str, Any]) -> None:
     env.pop("PYSPARK_GATEWAY_PORT", None)
     done = subprocess.run(
         [
-            sys.executable, "-m", "hanet", "audit", "--broker", live["address"],
-            "--tls-ca", str(live["ca"]), "--json", "--spark-master", "local[2]",
+            sys.executable,
+            "-m",
+            "hanet",
+            "audit",
+            "--broker",
+            live["address"],
+            "--tls-ca",
+            str(live["ca"]),
+            "--json",
+            "--spark-master",
+            "local[2]",
         ],
-        check=False, capture_output=True, text=True, env=env, cwd=ROOT, timeout=180,
-    )  # fmt: skip
+        check=False,
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=180,
+    )
     assert done.returncode == 1, done.stderr  # problems found
     report = json.loads(done.stdout)
     found = {(p["kind"], p["physical_offset"]) for p in report["problems"]}

@@ -109,9 +109,9 @@ async def test_closing_an_empty_store_removes_its_ready_first_file(tmp_path: Pat
 
 async def test_a_slave_makes_no_first_file_ahead(tmp_path: Path) -> None:
     """A slave's first file starts where the master's data does: unknown until it comes."""
-    store = CommitLogStore.open(tmp_path, StoreConfig(
-        mapped_file_size=FILE, flush_interval=0.05, role=StoreRole.SLAVE
-    ))  # fmt: skip
+    store = CommitLogStore.open(
+        tmp_path, StoreConfig(mapped_file_size=FILE, flush_interval=0.05, role=StoreRole.SLAVE)
+    )
     async with trio.open_nursery() as nursery:
         await nursery.start(store.run)
         await trio.sleep(0.2)
