@@ -38,6 +38,11 @@ async def verb(*argv: str) -> int:
     return status
 
 
+async def on_topic(name: str, names: str, *flags: str) -> int:
+    """``hanet <name> --namesrv <names> --topic TOPIC <flags>``: its exit status."""
+    return await verb(name, "--namesrv", names, "--topic", TOPIC, *flags)
+
+
 @asynccontextmanager
 async def cluster(tmp_path: Path) -> AsyncIterator[tuple[str, str, Broker]]:
     """A name server and a master holding ``T`` (4 queues), registered: their addresses."""
@@ -75,21 +80,7 @@ async def test_put_pull_and_status_through_the_name_server(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     async with cluster(tmp_path) as (names, broker_address, broker):
-        assert (
-            await verb(
-                "put",
-                "--namesrv",
-                names,
-                "--topic",
-                TOPIC,
-                "--size",
-                "20",
-                "--count",
-                "8",
-                "--json",
-            )
-            == 0
-        )
+        assert await on_topic("put", names, "--size", "20", "--count", "8", "--json") == 0
         assert json.loads(capsys.readouterr().out)["statuses"] == {"PUT_OK": 8}
         assert broker.store.max_queue_offset(TOPIC, 1) == 2
 
@@ -97,25 +88,10 @@ async def test_put_pull_and_status_through_the_name_server(
         assert await verb("put", "--namesrv", names, "--topic", "New", "--body", "x") == 0
         assert capsys.readouterr().out.startswith("PUT_OK")
 
-        assert (
-            await verb("pull", "--namesrv", names, "--topic", TOPIC, "--queue", "1", "--json") == 0
-        )
+        assert await on_topic("pull", names, "--queue", "1", "--json") == 0
         lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
         assert [m["queue_offset"] for m in lines[:-1]] == [0, 1]
-        assert (
-            await verb(
-                "pull",
-                "--namesrv",
-                names,
-                "--topic",
-                TOPIC,
-                "--queue",
-                "1",
-                "--broker-name",
-                "broker-z",
-            )
-            == 2
-        )
+        assert await on_topic("pull", names, "--queue", "1", "--broker-name", "broker-z") == 2
         assert "no broker name 'broker-z'" in capsys.readouterr().err
 
         assert await verb("status", "--namesrv", names) == 0
@@ -131,21 +107,7 @@ async def test_consume_every_queue_commit_and_resume(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     async with cluster(tmp_path) as (names, broker_address, _broker):
-        assert (
-            await verb(
-                "put",
-                "--namesrv",
-                names,
-                "--topic",
-                TOPIC,
-                "--size",
-                "20",
-                "--count",
-                "10",
-                "--quiet",
-            )
-            == 0
-        )
+        assert await on_topic("put", names, "--size", "20", "--count", "10", "--quiet") == 0
         capsys.readouterr()
         consume = ("consume", "--namesrv", names, "--group", "G", "--topic", TOPIC)
         with trio.fail_after(30):
@@ -174,20 +136,7 @@ async def test_consume_every_queue_commit_and_resume(
         # queue whose first message is still in memory (RocketMQ 4.9.8's rule, which a Java
         # consumer follows too), so it starts there.
         with trio.fail_after(30):
-            assert (
-                await verb(
-                    "consume",
-                    "--namesrv",
-                    names,
-                    "--group",
-                    "other",
-                    "--topic",
-                    TOPIC,
-                    "--idle-exit",
-                    "1",
-                )
-                == 0
-            )
+            assert await on_topic("consume", names, "--group", "other", "--idle-exit", "1") == 0
         assert len(capsys.readouterr().out.splitlines()) == 10
 
 
@@ -195,35 +144,12 @@ async def test_a_consumer_stopped_by_a_signal_commits_what_it_consumed(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     async with cluster(tmp_path) as (names, broker_address, _broker):
-        assert (
-            await verb(
-                "put",
-                "--namesrv",
-                names,
-                "--topic",
-                TOPIC,
-                "--size",
-                "20",
-                "--count",
-                "8",
-                "--quiet",
-            )
-            == 0
-        )
+        assert await on_topic("put", names, "--size", "20", "--count", "8", "--quiet") == 0
         capsys.readouterr()
         # Cancelled (what SIGTERM does) with the commit interval far away.
         with trio.move_on_after(3):
-            await verb(
-                "consume",
-                "--namesrv",
-                names,
-                "--group",
-                "G",
-                "--topic",
-                TOPIC,
-                "--from-beginning",
-                "--commit-interval",
-                "60",
+            await on_topic(
+                "consume", names, "--group", "G", "--from-beginning", "--commit-interval", "60"
             )
         assert len(capsys.readouterr().out.splitlines()) == 8
         host, _, port = broker_address.rpartition(":")
@@ -236,34 +162,10 @@ async def test_two_consumers_of_a_group_share_the_queues(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     async with cluster(tmp_path) as (names, _broker_address, _broker):
-        assert (
-            await verb(
-                "put",
-                "--namesrv",
-                names,
-                "--topic",
-                TOPIC,
-                "--size",
-                "20",
-                "--count",
-                "40",
-                "--quiet",
-            )
-            == 0
-        )
+        assert await on_topic("put", names, "--size", "20", "--count", "40", "--quiet") == 0
         capsys.readouterr()
-        consume = (
-            "consume",
-            "--namesrv",
-            names,
-            "--group",
-            "G",
-            "--topic",
-            TOPIC,
-            "--from-beginning",
-            "--idle-exit",
-            "3",
-        )
+        consume = ["consume", "--namesrv", names, "--topic", TOPIC, "--group", "G"]
+        consume += ["--from-beginning", "--idle-exit", "3"]
         async with trio.open_nursery() as nursery:
             nursery.start_soon(verb, *consume, "--client-id", "one")
             nursery.start_soon(verb, *consume, "--client-id", "two")
@@ -272,11 +174,8 @@ async def test_two_consumers_of_a_group_share_the_queues(
         assert len(lines) >= 40  # at least once: a queue may change hands once at the start
         assert len(set(lines)) == 40
         assert "held" in captured.err
-        held = sorted(
-            line.split("held ")[1].split(" (")[0]
-            for line in captured.err.splitlines()
-            if "held" in line
-        )
+        held_lines = [line for line in captured.err.splitlines() if "held" in line]
+        held = sorted(line.split("held ")[1].split(" (")[0] for line in held_lines)
         assert held == ["broker-a/0, broker-a/1", "broker-a/2, broker-a/3"], captured.err
 
 
@@ -289,10 +188,10 @@ async def test_consume_without_a_name_server_keeps_trying(
                 "consume",
                 "--namesrv",
                 "127.0.0.1:1",
-                "--group",
-                "G",
                 "--topic",
                 TOPIC,
+                "--group",
+                "G",
                 "--idle-exit",
                 "1",
             )
