@@ -8,6 +8,7 @@ import sys
 from collections import Counter
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -167,8 +168,8 @@ async def test_two_consumers_of_a_group_share_the_queues(
         consume = ["consume", "--namesrv", names, "--topic", TOPIC, "--group", "G"]
         consume += ["--from-beginning", "--idle-exit", "3"]
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(verb, *consume, "--client-id", "one")
-            nursery.start_soon(verb, *consume, "--client-id", "two")
+            for client in ("one", "two"):
+                nursery.start_soon(partial(verb, *consume, "--client-id", client))
         captured = capsys.readouterr()
         lines = captured.out.splitlines()
         assert len(lines) >= 40  # at least once: a queue may change hands once at the start
