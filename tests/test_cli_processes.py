@@ -42,6 +42,16 @@ async def start_slave(processes: HanetProcesses, master: HanetProcess) -> HanetP
     return await processes.start("slave", "slave", *store, *retry, *SMALL)
 
 
+async def replicating(
+    processes: HanetProcesses, *master_flags: str
+) -> tuple[HanetProcess, HanetProcess]:
+    """A master (``master_flags`` last) and a slave, once the slave is connected."""
+    master = await start_master(processes, *master_flags)
+    slave = await start_slave(processes, master)
+    await wait_until(lambda: connected_slaves(master))
+    return master, slave
+
+
 @asynccontextmanager
 async def connect(proc: HanetProcess) -> AsyncIterator[BrokerClient]:
     async with BrokerClient.connect(*proc.address()) as client:
@@ -96,9 +106,7 @@ def assert_identical(root: Path, master: str = "master", slave: str = "slave") -
 async def test_10000_puts_replicated_byte_for_byte(
     processes: HanetProcesses, tmp_path: Path
 ) -> None:
-    master = await start_master(processes, "--role", "SYNC_MASTER", "--full-sync")
-    slave = await start_slave(processes, master)
-    await wait_until(lambda: connected_slaves(master))
+    master, slave = await replicating(processes, "--role", "SYNC_MASTER", "--full-sync")
     async with connect(master) as client:
         assert await put_many(client, 10_000) == 10_000
         master_pull = await client.pull("ProcTopic", 1, 0, 100)
@@ -116,9 +124,7 @@ async def test_10000_puts_replicated_byte_for_byte(
 async def test_slave_killed_and_restarted_resumes_where_it_was(
     processes: HanetProcesses, tmp_path: Path
 ) -> None:
-    master = await start_master(processes, "--full-sync")
-    slave = await start_slave(processes, master)
-    await wait_until(lambda: connected_slaves(master))
+    master, slave = await replicating(processes, "--full-sync")
     stop = trio.Event()
     async with connect(master) as client, trio.open_nursery() as nursery:
 
@@ -154,9 +160,7 @@ async def test_slave_killed_and_restarted_resumes_where_it_was(
 async def test_master_restart_slave_reconnects_and_catches_up(
     processes: HanetProcesses, tmp_path: Path
 ) -> None:
-    master = await start_master(processes, "--full-sync")
-    slave = await start_slave(processes, master)
-    await wait_until(lambda: connected_slaves(master))
+    master, slave = await replicating(processes, "--full-sync")
     async with connect(master) as client:
         assert await put_many(client, 2000) == 2000
     await wait_until(lambda: in_sync(master, slave))
@@ -176,9 +180,7 @@ async def test_master_restart_slave_reconnects_and_catches_up(
 async def test_garbage_to_the_ha_port_closes_only_that_connection(
     processes: HanetProcesses, tmp_path: Path
 ) -> None:
-    master = await start_master(processes, "--full-sync")
-    slave = await start_slave(processes, master)
-    await wait_until(lambda: connected_slaves(master))
+    master, slave = await replicating(processes, "--full-sync")
     for garbage in (b"GET / HTTP/1.1\r\nHost: x\r\n\r\n", b"\xff" * 108):
         assert await exchange(*master.address("ha"), garbage) == b""  # closed, never served
     async with connect(master) as client:

@@ -170,26 +170,10 @@ def test_a_plain_reader_of_a_tls_broker_fails_with_the_reason(
 def test_hanet_audit_broker_on_the_command_line(live: dict[str, Any]) -> None:
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     env.pop("PYSPARK_GATEWAY_PORT", None)
+    audit = ["audit", "--broker", live["address"], "--tls-ca", str(live["ca"]), "--json"]
+    command = [sys.executable, "-m", "hanet", *audit, "--spark-master", "local[2]"]
     done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "hanet",
-            "audit",
-            "--broker",
-            live["address"],
-            "--tls-ca",
-            str(live["ca"]),
-            "--json",
-            "--spark-master",
-            "local[2]",
-        ],
-        check=False,
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=ROOT,
-        timeout=180,
+        command, check=False, capture_output=True, text=True, env=env, cwd=ROOT, timeout=180
     )
     assert done.returncode == 1, done.stderr  # problems found
     report = json.loads(done.stdout)
