@@ -19,6 +19,7 @@ from hanet.broker import Broker, BrokerAddresses
 from hanet.cli import build_config, build_parser, main
 from hanet.ha import BrokerConfig, BrokerRole
 from hanet.store import FlushDiskType
+from hanet.testing import wait_until
 
 FILE = 64 * 1024
 
@@ -234,9 +235,7 @@ async def test_master_verb_serves_and_writes_its_ready_file(
             verb, "master", "--store", str(tmp_path / "m"), "--listen", "127.0.0.1:0",
             "--ha-listen", "127.0.0.1:0", "--mapped-file-size", "64K", "--ready-file", str(ready),
         )  # fmt: skip
-        with trio.fail_after(10):
-            while not ready.exists():  # noqa: ASYNC110 - written by the verb
-                await trio.sleep(0.01)
+        await wait_until(ready.exists, 10)
         data = json.loads(ready.read_text())
         assert data["role"] == "ASYNC_MASTER" and data["ha"].startswith("127.0.0.1:")
         nursery.cancel_scope.cancel()
@@ -256,9 +255,7 @@ async def test_slave_verb_from_a_config_file_serves_its_listen_port(tmp_path: Pa
     ready = tmp_path / "ready.json"
     async with trio.open_nursery() as nursery:
         nursery.start_soon(verb, "slave", "--config", str(conf), "--ready-file", str(ready))
-        with trio.fail_after(10):
-            while not ready.exists():  # noqa: ASYNC110 - written by the verb
-                await trio.sleep(0.01)
+        await wait_until(ready.exists, 10)
         data = json.loads(ready.read_text())
         nursery.cancel_scope.cancel()
     assert data["role"] == "SLAVE" and data["ha"] is None

@@ -277,9 +277,7 @@ async def test_the_slave_verb_truncates_then_replicates(
             ]
         )
         nursery.start_soon(args.func, args)
-        with trio.fail_after(10):
-            while not ready.exists():  # noqa: ASYNC110 - written by the verb
-                await trio.sleep(0.01)
+        await wait_until(ready.exists, 10)
         nursery.cancel_scope.cancel()
     out = [r.getMessage() for r in caplog.records if r.name == "hanet.broker"]
     assert out[0].startswith(
