@@ -253,6 +253,8 @@ def _run(verb: str, args: argparse.Namespace, paths: list[str]) -> int:
     except ModuleNotFoundError as exc:
         if exc.name and exc.name.split(".")[0] in ("pyspark", "pyarrow", "py4j"):
             return fail(SPARK_HINT)
+        if exc.name and exc.name.split(".")[0] == "rich":  # its tables: the command line's extra
+            return fail(f"hanet {verb} needs rich: pip install 'hanet[cli]'")
         raise
     status: int = commands.run(verb, args, started)
     return status
