@@ -21,7 +21,7 @@ from test_interop_clients import NamesrvCluster, bodies, started
 
 from hanet.cli import main
 from hanet.client import BrokerClient
-from hanet.testing import HanetProcess, split_address
+from hanet.testing import HanetProcess, split_address, wait_until_blocking
 
 pytestmark = pytest.mark.slow
 
@@ -84,31 +84,25 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
     running.assert_no_traceback()
 
 
-def wait_until(check: Any, seconds: float = 10.0) -> Any:
-    deadline = time.monotonic() + seconds
-    while True:
-        value = check()
-        if value or time.monotonic() > deadline:
-            return value
-        time.sleep(0.1)
-
-
 def test_two_brokers_managed_through_hanet_admin(cluster: Cluster) -> None:
     a, b = cluster.broker(0), cluster.broker(1)
-    brokers = wait_until(
-        lambda: len(cluster.admin("clusterList")) == 2 and cluster.admin("clusterList")
-    )
+
+    def both_listed() -> Any:
+        rows = cluster.admin("clusterList")
+        return rows if len(rows) == 2 else None
+
+    brokers = wait_until_blocking(both_listed, 10, what="both brokers in clusterList")
     assert {(r["brokerName"], r["addr"]) for r in brokers} == {("broker-a", a), ("broker-b", b)}
     assert all(r["runtime"]["brokerVersionDesc"] == "V4_9_8" for r in brokers)
 
     created = cluster.admin_process("updateTopic", "-t", "AdminT", "-c", "C", "-r", "2", "-w", "2")
     assert sorted(created["brokers"]) == sorted([a, b])
-    route = wait_until(
-        lambda: (
-            len(cluster.admin("topicRoute", "-t", "AdminT", expect=0)["queueDatas"]) == 2
-            and cluster.admin("topicRoute", "-t", "AdminT")
-        )
-    )
+
+    def routed() -> Any:
+        route = cluster.admin("topicRoute", "-t", "AdminT")
+        return route if len(route["queueDatas"]) == 2 else None
+
+    route = wait_until_blocking(routed, 10, what="AdminT routed to both brokers")
     assert route, cluster.logs()
     assert {(q["brokerName"], q["writeQueueNums"], q["perm"]) for q in route["queueDatas"]} == {
         ("broker-a", 2, 6),

@@ -30,7 +30,7 @@ from hanet.client import (
 from hanet.ha import BrokerConfig, BrokerRole
 from hanet.namesrv import NameServer
 from hanet.store import compare_commit_logs
-from hanet.testing import HanetProcesses
+from hanet.testing import HanetProcesses, wait_until
 
 FILE = 64 * 1024
 
@@ -92,12 +92,6 @@ async def running(cfg: BrokerConfig) -> AsyncIterator[tuple[Broker, BrokerAddres
         nursery.cancel_scope.cancel()
 
 
-async def eventually(check: Any, seconds: float = 10) -> None:
-    with trio.fail_after(seconds):
-        while not check():  # noqa: ASYNC110 - polls another service
-            await trio.sleep(0.02)
-
-
 def master_config(tmp_path: Path, pki: Pki, **changes: Any) -> BrokerConfig:
     changes.setdefault("broker_role", BrokerRole.SYNC_MASTER)
     return config(tmp_path / "m", **pki.tls("master", "127.0.0.1"), **changes)
@@ -116,14 +110,14 @@ async def test_slave_with_a_certificate_replicates_over_mutual_tls(tmp_path: Pat
         async with running(slave_cfg) as (slave, _):
             client_tls = pki.client("producer")
             async with BrokerClient.connect(*m_addr.broker, tls=client_tls) as client:
-                await eventually(
+                await wait_until(
                     lambda: master.master is not None and master.master.status().slaves
                 )
                 replies = [await client.put("T", b"secret %d" % i) for i in range(20)]
                 assert {r.status for r in replies} == {PutStatus.PUT_OK}
                 (seen,) = (await client.status()).slaves
                 assert seen.identity == "replica-1" and seen.replica
-            await eventually(lambda: slave.store.max_offset == master.store.max_offset)
+            await wait_until(lambda: slave.store.max_offset == master.store.max_offset)
     assert compare_commit_logs(tmp_path / "m", tmp_path / "s").identical
 
 
@@ -205,7 +199,7 @@ async def test_a_fake_acker_cannot_obtain_put_ok(tmp_path: Path) -> None:
             nursery.start_soon(fake_slave, plain)
             ssl_stream = await open_tls_stream(*m_addr.ha, pki.client("not-a-replica"))
             nursery.start_soon(fake_slave, ssl_stream)
-            await eventually(lambda: master.master is not None and master.master.status().slaves)
+            await wait_until(lambda: master.master is not None and master.master.status().slaves)
             async with BrokerClient.connect(*m_addr.broker, tls=pki.client("producer")) as c:
                 statuses = {(await c.put("T", b"m%d" % i)).status for i in range(10)}
                 assert statuses == {PutStatus.SLAVE_NOT_AVAILABLE}
@@ -282,7 +276,7 @@ async def test_a_cluster_over_mutual_tls_name_server_included(tmp_path: Path) ->
                     reply = await c.put("T", b"over tls")
                     assert reply.ok
                 end = reply.wrote_offset + reply.wrote_size
-                await eventually(lambda: slave.store.max_offset == end)
+                await wait_until(lambda: slave.store.max_offset == end)
                 link = slave.status().master
                 assert link is not None and link.address == f"127.0.0.1:{m_addr.ha[1]}"  # type: ignore[index]
                 cluster = await NameServerClient([(host, port)], tls=pki.client("ops")).cluster()

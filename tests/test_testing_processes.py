@@ -12,7 +12,7 @@ import trio
 import trio.testing
 
 from hanet.client import NameServerClient
-from hanet.testing import HanetProcess, HanetProcesses, wait_until
+from hanet.testing import HanetProcess, HanetProcesses, wait_until, wait_until_blocking
 
 
 @pytest.mark.slow
@@ -62,3 +62,15 @@ async def test_wait_until_polls_functions_and_async_functions(
         await wait_until(lambda: False, 3)
     with pytest.raises(AssertionError, match="timed out after 2 s waiting for the moon"):
         await wait_until(lambda: False, 2, what="the moon")
+
+
+def test_wait_until_blocking_returns_the_value_or_names_what_it_waited_for() -> None:
+    calls: list[int] = []
+
+    def third_call() -> str:
+        calls.append(1)
+        return "yes" if len(calls) == 3 else ""
+
+    assert wait_until_blocking(third_call, 5, 0.001) == "yes"
+    with pytest.raises(AssertionError, match=r"timed out after 0\.05 s waiting for nothing"):
+        wait_until_blocking(lambda: 0, 0.05, 0.01, what="nothing")

@@ -5,14 +5,21 @@
   flip bytes between two peers, over loopback TCP or any pair of trio streams.
 - :func:`free_ports`: distinct loopback ports that are free right now.
 - :class:`HanetProcess` / :class:`HanetProcesses`: ``hanet`` verbs as subprocesses, ready once
-  their ready file is written; :func:`wait_until` polls a condition in a trio run.
+  their ready file is written.
+- :func:`wait_until` polls a condition in a trio run; :func:`wait_until_blocking` outside one.
 """
 
 from hanet.channel import EmbeddedChannel
 
 from ._faults import FaultProxy, Faults, RelayStatistics, relay
 from ._ports import free_ports
-from ._process import HanetProcess, HanetProcesses, split_address, wait_until
+from ._process import (
+    HanetProcess,
+    HanetProcesses,
+    split_address,
+    wait_until,
+    wait_until_blocking,
+)
 
 __all__ = [
     "EmbeddedChannel",
@@ -25,4 +32,5 @@ __all__ = [
     "relay",
     "split_address",
     "wait_until",
+    "wait_until_blocking",
 ]

@@ -24,7 +24,7 @@ from typing import Any, TypeVar, overload
 
 import trio
 
-__all__ = ["HanetProcess", "HanetProcesses", "split_address", "wait_until"]
+__all__ = ["HanetProcess", "HanetProcesses", "split_address", "wait_until", "wait_until_blocking"]
 
 _POLL = 0.02
 _T = TypeVar("_T")
@@ -344,3 +344,21 @@ async def wait_until(
     if what is not None:
         raise AssertionError(f"timed out after {seconds} s waiting for {what}")
     raise trio.TooSlowError
+
+
+def wait_until_blocking(
+    predicate: Callable[[], _T],
+    seconds: float = 15.0,
+    interval: float = 0.05,
+    *,
+    what: str | None = None,
+) -> _T:
+    """:func:`wait_until` outside a trio run (a test that runs ``hanet.cli.main`` itself):
+    sleeps between polls; :class:`AssertionError` after ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while not (value := predicate()):
+        if time.monotonic() > deadline:
+            waited = f" waiting for {what}" if what is not None else ""
+            raise AssertionError(f"timed out after {seconds} s{waited}")
+        time.sleep(interval)
+    return value
