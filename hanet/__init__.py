@@ -12,8 +12,9 @@ loads no networking code.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from hanet.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from hanet.boot import (
@@ -90,38 +91,22 @@ __all__ = [
     "tcp_connector",
 ]
 
-_BOOT = frozenset(
-    {
-        "ChannelInitializer",
-        "Connector",
-        "ReconnectStatistics",
-        "ReconnectingClient",
-        "RetryPolicy",
-        "Server",
-        "ServerStatistics",
-        "connect",
-        "run_channel",
-        "serve",
-        "serve_listeners",
-        "serve_on",
-        "tcp_connector",
-    }
+_BOOT = (
+    "ChannelInitializer",
+    "Connector",
+    "ReconnectStatistics",
+    "ReconnectingClient",
+    "RetryPolicy",
+    "Server",
+    "ServerStatistics",
+    "connect",
+    "run_channel",
+    "serve",
+    "serve_listeners",
+    "serve_on",
+    "tcp_connector",
 )
+_HOMES = {name: "hanet.boot" if name in _BOOT else "hanet.channel" for name in __all__}
+_HOMES["HanetError"] = "hanet.errors"
 
-
-def _home(name: str) -> str:
-    if name == "HanetError":
-        return "hanet.errors"
-    return "hanet.boot" if name in _BOOT else "hanet.channel"
-
-
-def __getattr__(name: str) -> Any:
-    if name not in __all__:
-        raise AttributeError(f"module 'hanet' has no attribute {name!r}")
-    value = getattr(importlib.import_module(_home(name)), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *__all__])
+__getattr__, __dir__ = lazy_exports(__name__, _HOMES)

@@ -5,7 +5,7 @@ register."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from functools import partial
 from pathlib import Path
@@ -80,13 +80,6 @@ def fmt(address: tuple[str, int] | None) -> str:
     """``host:port``."""
     assert address is not None
     return f"{address[0]}:{address[1]}"
-
-
-async def wait_for(predicate: Callable[[], bool], seconds: float = 10) -> None:
-    """Poll ``predicate`` until it holds (fails after ``seconds``)."""
-    with trio.fail_after(seconds):
-        while not predicate():  # noqa: ASYNC110 - polls another service's state
-            await trio.sleep(0.01)
 
 
 async def put(broker: Broker, topic: str, body: bytes, queue_id: int = 0) -> PutResult:

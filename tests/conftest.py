@@ -7,10 +7,14 @@ use them through fixtures only.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 import trio
+from ha_support import master_store, slave_store  # noqa: F401 - the HA tests' fixtures
+
+from hanet.testing import HanetProcesses
 
 
 def _open_fds() -> int:
@@ -42,3 +46,10 @@ def open_fds() -> Callable[[], int]:
 def live_tasks() -> Callable[[], int]:
     """Count the live trio tasks of the current run (call it inside the run)."""
     return _live_tasks
+
+
+@pytest.fixture
+def processes(tmp_path: Path) -> Iterator[HanetProcesses]:
+    """``hanet`` subprocesses under ``tmp_path``, killed when the test ends."""
+    with HanetProcesses(tmp_path) as running:
+        yield running

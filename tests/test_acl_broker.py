@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import trio
-from broker_support import config, fmt, put, running, wait_for
+from broker_support import config, fmt, put, running
 
 from hanet.broker import Broker, apply_properties
 from hanet.client import (
@@ -27,6 +27,7 @@ from hanet.errors import ConfigError
 from hanet.ha import BrokerRole
 from hanet.namesrv import NameServer
 from hanet.protocol import BrokerRegistration, ResponseCode
+from hanet.testing import wait_until
 
 ACL = """
 accounts:
@@ -188,12 +189,12 @@ async def test_a_slave_copies_from_an_acl_master_when_it_signs(tmp_path: Path) -
         async with running(slave_cfg, serve_broker_port=False) as (slave, _):
             unsigned = slave.sync
             assert unsigned is not None
-            await wait_for(lambda: unsigned.last_error is not None)
+            await wait_until(lambda: unsigned.last_error is not None)
             assert "No accessKey is configured" in str(unsigned.last_error)
             assert slave.offsets.table() == {}
         with signing(OPERATOR):
             async with running(slave_cfg, serve_broker_port=False) as (slave, _):
                 sync = slave.sync
                 assert sync is not None
-                await wait_for(lambda: sync.syncs >= 1 and sync.last_error is None)
+                await wait_until(lambda: sync.syncs >= 1 and sync.last_error is None)
                 assert slave.offsets.table() == {("orders", "groupA"): {0: 1}}

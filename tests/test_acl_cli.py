@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import trio
-from broker_support import config, put, running, wait_for
+from broker_support import config, put, running
 
 from hanet.broker import Broker
 from hanet.channel import format_address
@@ -18,6 +18,7 @@ from hanet.cli import build_config, build_parser
 from hanet.client import Credentials, signing
 from hanet.errors import ConfigError
 from hanet.namesrv import NameServer
+from hanet.testing import wait_until
 
 ACL = """
 accounts:
@@ -125,7 +126,7 @@ async def test_consume_signs_with_the_name_server_and_the_broker(
         with signing(Credentials("brokerAdmin", "admin-secret")):  # registers as an admin
             async with running(cfg) as (broker, _addresses):
                 await put(broker, "orders", b"for group A")
-                await wait_for(lambda: server.registry.route("orders") is not None)
+                await wait_until(lambda: server.registry.route("orders") is not None)
                 consume = ("consume", "--namesrv", namesrv, "--topic", "orders",
                            "--from-beginning", "--max-messages", "1", "--timeout", "3")  # fmt: skip
                 keys = ("--access-key", "consumerA", "--secret-key", "consumer-secret")

@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 import trio
+
+from hanet.testing import HanetProcesses
 
 pytestmark = pytest.mark.slow
 
@@ -54,64 +54,57 @@ def free_port() -> int:
         return port
 
 
-async def test_a_dledger_node_checks_requests_against_plain_acl(tmp_path: Path) -> None:
+async def test_a_dledger_node_checks_requests_against_plain_acl(
+    processes: HanetProcesses, tmp_path: Path
+) -> None:
     store = tmp_path / "n0"
     (store / "config").mkdir(parents=True)
     (store / "config" / "plain_acl.yml").write_text(ACL)
-    ready = tmp_path / "ready"
-    log = tmp_path / "n0.log"
     peers = f"n0=127.0.0.1:{free_port()}"
-    with log.open("wb") as out:
-        node = await trio.lowlevel.open_process(
-            [sys.executable, "-m", "hanet", "dledger", "--group", "g", "--id", "n0",
-             "--peers", peers, "--store", str(store), "--listen", "127.0.0.1:0",
-             "--ready-file", str(ready), "--election-timeout", "0.3", "--acl-enable"],
-            stdin=subprocess.DEVNULL, stdout=out, stderr=out, cwd=ROOT,
-            env=dict(os.environ, PYTHONPATH=str(ROOT)),
-        )  # fmt: skip
-    try:
-        with trio.fail_after(30):
-            while True:
-                try:
-                    info: dict[str, Any] = json.loads(ready.read_text())
-                    break
-                except (FileNotFoundError, ValueError):
-                    assert node.returncode is None, log.read_text()
-                    await trio.sleep(0.05)
-        broker = info["broker"]
-        keys = ("--access-key", "producerA", "--secret-key", "producer-secret")
-        put = ("put", "--broker", broker, "--topic", "Orders", "--body", "hi", "--queue", "0")
-        with trio.fail_after(30):  # the single node elects itself
-            while (done := hanet(*put, *keys)).returncode != 0:
-                assert "NO_PERMISSION" not in done.stdout + done.stderr, done.stdout + done.stderr
-                await trio.sleep(0.2)
-        unsigned = hanet(*put, "--json")
-        assert unsigned.returncode == 1
-        assert "No accessKey is configured" in json.loads(unsigned.stdout)["error"]
-        wrong = hanet(*put, "--access-key", "producerA", "--secret-key", "nope", "--json")
-        assert "Check signature failed for accessKey=producerA" in wrong.stdout + wrong.stderr
-        other = hanet("put", "--broker", broker, "--topic", "Payments", "--body", "x",
-                      "--queue", "0", "--json", *keys)  # fmt: skip
-        assert "No default permission for topic:Payments" in other.stdout + other.stderr
-        pull = ("pull", "--broker", broker, "--topic", "Orders", "--queue", "0", *keys)
-        refused = hanet(*pull)  # its group (hanet_pull) has no permission
-        assert "No default permission for group:hanet_pull" in refused.stderr, refused.stderr
-        acl = store / "config" / "plain_acl.yml"
-        acl.write_text(ACL.replace("      - shop=SUB", "      - shop=SUB\n      - hanet_pull=SUB"))
-        with trio.fail_after(10):  # reloaded within a second or so
-            while (done := hanet(*pull)).returncode != 0:  # noqa: ASYNC110
-                await trio.sleep(0.2)
-        assert "'hi'" in done.stdout, done.stdout + done.stderr
-    finally:
-        node.send_signal(signal.SIGTERM)
-        with trio.fail_after(20):
-            await node.wait()
+    group = ("--group", "g", "--id", "n0", "--peers", peers, "--election-timeout", "0.3")
+    node = ("--store", str(store), "--listen", "127.0.0.1:0", "--acl-enable")
+    info = (await processes.start("n0", "dledger", *group, *node)).ready
+    broker = info["broker"]
+    keys = ("--access-key", "producerA", "--secret-key", "producer-secret")
+    put = ("put", "--broker", broker, "--topic", "Orders", "--body", "hi", "--queue", "0")
+    with trio.fail_after(30):  # the single node elects itself
+        while (done := hanet(*put, *keys)).returncode != 0:
+            assert "NO_PERMISSION" not in done.stdout + done.stderr, done.stdout + done.stderr
+            await trio.sleep(0.2)
+    unsigned = hanet(*put, "--json")
+    assert unsigned.returncode == 1
+    assert "No accessKey is configured" in json.loads(unsigned.stdout)["error"]
+    wrong = hanet(*put, "--access-key", "producerA", "--secret-key", "nope", "--json")
+    assert "Check signature failed for accessKey=producerA" in wrong.stdout + wrong.stderr
+    payments = ("--topic", "Payments", "--body", "x", "--queue", "0", "--json")
+    other = hanet("put", "--broker", broker, *payments, *keys)
+    assert "No default permission for topic:Payments" in other.stdout + other.stderr
+    pull = ("pull", "--broker", broker, "--topic", "Orders", "--queue", "0", *keys)
+    refused = hanet(*pull)  # its group (hanet_pull) has no permission
+    assert "No default permission for group:hanet_pull" in refused.stderr, refused.stderr
+    acl = store / "config" / "plain_acl.yml"
+    acl.write_text(ACL.replace("      - shop=SUB", "      - shop=SUB\n      - hanet_pull=SUB"))
+    with trio.fail_after(10):  # reloaded within a second or so
+        while (done := hanet(*pull)).returncode != 0:  # noqa: ASYNC110
+            await trio.sleep(0.2)
+    assert "'hi'" in done.stdout, done.stdout + done.stderr
+    assert await processes["n0"].stop(seconds=20) == 0
 
 
 def test_a_dledger_node_whose_acl_file_does_not_load_exits_2(tmp_path: Path) -> None:
     done = hanet(
-        "dledger", "--group", "g", "--id", "n0", "--peers", f"n0=127.0.0.1:{free_port()}",
-        "--store", str(tmp_path / "n0"), "--listen", "127.0.0.1:0", "--acl-enable",
-    )  # fmt: skip
+        "dledger",
+        "--group",
+        "g",
+        "--id",
+        "n0",
+        "--peers",
+        f"n0=127.0.0.1:{free_port()}",
+        "--store",
+        str(tmp_path / "n0"),
+        "--listen",
+        "127.0.0.1:0",
+        "--acl-enable",
+    )
     assert done.returncode == 2
     assert "plain_acl.yml" in done.stderr and "does not exist" in done.stderr

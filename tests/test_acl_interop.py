@@ -13,10 +13,11 @@ from pathlib import Path
 
 import pytest
 from interop_support import alions_command, cpp_command, run_driver
-from test_interop_clients import DRIVER_SECONDS, Service, _split, write_topics
+from test_interop_clients import DRIVER_SECONDS, NamesrvCluster, write_topics
 
 from hanet.client import BrokerClient, BrokerRequestError, Credentials, signing
 from hanet.protocol import ResponseCode
+from hanet.testing import split_address
 
 pytestmark = pytest.mark.slow
 
@@ -53,7 +54,7 @@ def group(client: str, name: str) -> str:
     return f"G-{client}-{name}"
 
 
-class AclCluster:
+class AclCluster(NamesrvCluster):
     """``hanet namesrv --acl-file`` and ``hanet master --acl-enable`` sharing one file."""
 
     def __init__(self, root: Path, *, namesrv_acl: bool = True) -> None:
@@ -70,52 +71,29 @@ class AclCluster:
         self.acl.write_text(ACL.format(produce=produce, groups=groups, extra=extra))
         write_topics(root / "master", topics)
         acl = ("--acl-file", str(self.acl)) if namesrv_acl else ()
-        self.namesrv = Service(root, "namesrv", "namesrv", "--listen", "127.0.0.1:0", *acl)
-        self.master = Service(
-            root, "master", "master", "--store", str(root / "master"), "--listen",
-            "127.0.0.1:0", "--ha-listen", "127.0.0.1:0", "--mapped-file-size", "4M",
-            "--acl-enable", "--acl-file", str(self.acl),
-            "--access-key", "brokerAdmin", "--secret-key", "admin-secret",
-        )  # fmt: skip
-
-    def start(self) -> AclCluster:
-        try:
-            address = self.namesrv.start()["namesrv"]
-            self.master.argv += ("--namesrv", address)
-            self.master.start()
-        except BaseException:
-            self.close()
-            raise
-        return self
-
-    def close(self) -> None:
-        self.master.close()
-        self.namesrv.close()
-
-    @property
-    def namesrv_address(self) -> str:
-        address: str = self.namesrv.ready["namesrv"]
-        return address
-
-    def logs(self) -> str:
-        return "\n".join(f"--- {s.name}\n{s.text()[-3000:]}" for s in (self.namesrv, self.master))
+        super().__init__(root, *acl)
+        ports = ("--listen", "127.0.0.1:0", "--ha-listen", "127.0.0.1:0")
+        store = ("--store", str(root / "master"), "--mapped-file-size", "4M")
+        admin = ("--access-key", "brokerAdmin", "--secret-key", "admin-secret")
+        self.master = self.add_broker(
+            "master", "master", *store, *ports, "--acl-enable", "--acl-file", str(self.acl), *admin
+        )
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AclCluster]:
-    started = AclCluster(tmp_path_factory.mktemp("acl-interop")).start()
+    started = AclCluster(tmp_path_factory.mktemp("acl-interop")).start_all()
     try:
         yield started
     finally:
         started.close()
-    for service in (started.namesrv, started.master):
-        assert "Traceback" not in service.text(), service.text()
+    started.assert_no_traceback()
 
 
 @pytest.fixture(scope="module")
 def open_namesrv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AclCluster]:
     """The same master behind a name server without ACL: requests reach the broker."""
-    started = AclCluster(tmp_path_factory.mktemp("acl-open"), namesrv_acl=False).start()
+    started = AclCluster(tmp_path_factory.mktemp("acl-open"), namesrv_acl=False).start_all()
     try:
         yield started
     finally:
@@ -168,7 +146,7 @@ async def test_a_wrong_secret_and_a_missing_permission_are_refused(
     assert f"Check signature failed for accessKey=signer-{client}" in cluster.namesrv.text()
     assert f"No default permission for topic:{topic(client, 'denied')}" in cluster.master.text()
     with signing(Credentials("brokerAdmin", "admin-secret")):
-        async with BrokerClient.connect(*_split(cluster.master.ready["broker"])) as admin:
+        async with BrokerClient.connect(*split_address(cluster.master.ready["broker"])) as admin:
             ends = [await admin.max_offset(topic(client, "denied"), q) for q in range(4)]
     assert sum(ends) == 0
 
@@ -189,7 +167,7 @@ async def test_a_consumer_of_group_a_cannot_act_as_group_b(
 async def test_hanet_signed_as_a_consumer_cannot_commit_another_groups_offsets(
     cluster: AclCluster,
 ) -> None:
-    broker = _split(cluster.master.ready["broker"])
+    broker = split_address(cluster.master.ready["broker"])
     t = topic("alions", "ok")
     with signing(Credentials("brokerAdmin", "admin-secret")):
         async with BrokerClient.connect(*broker) as admin:

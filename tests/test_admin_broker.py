@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import trio
-from broker_support import config, fmt, heartbeat_request, pull, put, running, send, wait_for
+from broker_support import config, fmt, heartbeat_request, pull, put, running, send
 
 from hanet.client import AdminClient, RemotingConnection, RemotingResponseError
 from hanet.protocol import (
@@ -26,6 +26,7 @@ from hanet.protocol import (
     SubscriptionGroupConfig,
     SubscriptionGroupWrapper,
 )
+from hanet.testing import wait_until
 
 
 async def _broker_with_messages(broker: object, topic: str = "T", count: int = 6) -> list[int]:
@@ -200,7 +201,7 @@ async def test_reset_offset_reaches_live_consumers(tmp_path: Path) -> None:
             def resets() -> list[RemotingCommand]:
                 return [r for r in pushed if r.code == RequestCode.RESET_CONSUMER_CLIENT_OFFSET]
 
-            await wait_for(lambda: bool(resets()))
+            await wait_until(lambda: bool(resets()))
             (push,) = resets()
             assert push.is_oneway
             header = ResetOffsetRequestHeader.from_fields(push.fields)
@@ -213,7 +214,7 @@ async def test_reset_offset_reaches_live_consumers(tmp_path: Path) -> None:
             )
             async with RemotingConnection.connect(*addresses.broker) as cpp:  # type: ignore[misc]
                 assert (await cpp.invoke(request)).code == ResponseCode.SUCCESS
-            await wait_for(lambda: len(resets()) == 2)
+            await wait_until(lambda: len(resets()) == 2)
             assert json.loads(bytes(resets()[1].body)) == {
                 "offsetTable": [
                     {

@@ -17,48 +17,31 @@ from typing import Any
 import pytest
 import trio
 from interop_support import alions_command, run_driver, start_driver
-from test_interop_clients import Service, bodies, started
+from test_interop_clients import NamesrvCluster, bodies, started
 
 from hanet.cli import main
 from hanet.client import BrokerClient
+from hanet.testing import HanetProcess, split_address, wait_until_blocking
 
 pytestmark = pytest.mark.slow
 
 CONF = "registerNameServerPeriod=1000\nflushConsumerOffsetInterval=500\n"
 
 
-class Cluster:
+class Cluster(NamesrvCluster):
     """``hanet namesrv`` and two ``hanet master`` (broker-a, broker-b) of cluster ``C``."""
 
     def __init__(self, root: Path) -> None:
-        self.root = root
+        super().__init__(root)
         conf = root / "broker.conf"
         conf.write_text(CONF)
-        self.namesrv = Service(root, "namesrv", "namesrv", "--listen", "127.0.0.1:0")
         self.masters = [self._master(name, conf) for name in ("broker-a", "broker-b")]
 
-    def _master(self, name: str, conf: Path) -> Service:
-        return Service(
-            self.root, name, "master", "--store", str(self.root / name), "--listen",
-            "127.0.0.1:0", "--ha-listen", "127.0.0.1:0", "--mapped-file-size", "1M",
-            "--config", str(conf), "--cluster", "C", "--broker-name", name,
-        )  # fmt: skip
-
-    def start(self) -> Cluster:
-        try:
-            address = self.namesrv.start()["namesrv"]
-            for master in self.masters:
-                master.argv += ("--namesrv", address)
-                master.start()
-        except BaseException:
-            self.close()
-            raise
-        return self
-
-    @property
-    def namesrv_address(self) -> str:
-        address: str = self.namesrv.ready["namesrv"]
-        return address
+    def _master(self, name: str, conf: Path) -> HanetProcess:
+        ports = ("--listen", "127.0.0.1:0", "--ha-listen", "127.0.0.1:0")
+        names = ("--cluster", "C", "--broker-name", name)
+        store = ("--store", str(self.root / name), "--mapped-file-size", "1M")
+        return self.add_broker(name, "master", *store, *ports, "--config", str(conf), *names)
 
     def broker(self, index: int) -> str:
         address: str = self.masters[index].ready["broker"]
@@ -83,63 +66,43 @@ class Cluster:
 
     def admin_process(self, *argv: str, expect: int = 0) -> Any:
         """:meth:`admin` as a ``hanet admin`` subprocess."""
+        command = [sys.executable, "-m", "hanet", "admin", *argv, "-n", self.namesrv_address]
         done = subprocess.run(
-            [sys.executable, "-m", "hanet", "admin", *argv, "-n", self.namesrv_address, "--json"],
-            capture_output=True, text=True, timeout=60, check=False,
-        )  # fmt: skip
+            [*command, "--json"], capture_output=True, text=True, timeout=60, check=False
+        )
         assert done.returncode == expect, (argv, done.stdout, done.stderr, self.logs())
         return json.loads(done.stdout) if expect == 0 else done.stderr
-
-    def close(self) -> None:
-        for service in (*self.masters, self.namesrv):
-            service.close()
-
-    def logs(self) -> str:
-        services = (self.namesrv, *self.masters)
-        return "\n".join(f"--- {s.name}\n{s.text()[-3000:]}" for s in services)
 
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[Cluster]:
-    running = Cluster(tmp_path).start()
+    running = Cluster(tmp_path).start_all()
     try:
         yield running
     finally:
         running.close()
-    for service in (running.namesrv, *running.masters):
-        assert "Traceback" not in service.text(), service.text()
-
-
-def _split(address: str) -> tuple[str, int]:
-    host, _, port = address.rpartition(":")
-    return host, int(port)
-
-
-def wait_until(check: Any, seconds: float = 10.0) -> Any:
-    deadline = time.monotonic() + seconds
-    while True:
-        value = check()
-        if value or time.monotonic() > deadline:
-            return value
-        time.sleep(0.1)
+    running.assert_no_traceback()
 
 
 def test_two_brokers_managed_through_hanet_admin(cluster: Cluster) -> None:
     a, b = cluster.broker(0), cluster.broker(1)
-    brokers = wait_until(
-        lambda: len(cluster.admin("clusterList")) == 2 and cluster.admin("clusterList")
-    )
+
+    def both_listed() -> Any:
+        rows = cluster.admin("clusterList")
+        return rows if len(rows) == 2 else None
+
+    brokers = wait_until_blocking(both_listed, 10, what="both brokers in clusterList")
     assert {(r["brokerName"], r["addr"]) for r in brokers} == {("broker-a", a), ("broker-b", b)}
     assert all(r["runtime"]["brokerVersionDesc"] == "V4_9_8" for r in brokers)
 
     created = cluster.admin_process("updateTopic", "-t", "AdminT", "-c", "C", "-r", "2", "-w", "2")
     assert sorted(created["brokers"]) == sorted([a, b])
-    route = wait_until(
-        lambda: (
-            len(cluster.admin("topicRoute", "-t", "AdminT", expect=0)["queueDatas"]) == 2
-            and cluster.admin("topicRoute", "-t", "AdminT")
-        )
-    )
+
+    def routed() -> Any:
+        route = cluster.admin("topicRoute", "-t", "AdminT")
+        return route if len(route["queueDatas"]) == 2 else None
+
+    route = wait_until_blocking(routed, 10, what="AdminT routed to both brokers")
     assert route, cluster.logs()
     assert {(q["brokerName"], q["writeQueueNums"], q["perm"]) for q in route["queueDatas"]} == {
         ("broker-a", 2, 6),
@@ -148,7 +111,7 @@ def test_two_brokers_managed_through_hanet_admin(cluster: Cluster) -> None:
     assert "AdminT" in cluster.admin("topicList")["topicList"]
 
     async def produce() -> None:
-        async with BrokerClient.connect(*_split(a)) as client:
+        async with BrokerClient.connect(*split_address(a)) as client:
             for i in range(5):
                 await client.put("AdminT", b"a%d" % i, queue_id=i % 2)
             await client.commit_offset("AdminG", "AdminT", 0, 1)

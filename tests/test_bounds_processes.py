@@ -16,11 +16,8 @@ Command: ``.venv/bin/pytest -q tests/test_bounds_processes.py``.
 
 from __future__ import annotations
 
-import json
 import socket
 import struct
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +25,7 @@ import pytest
 import trio
 
 from hanet.client import BrokerClient, PutStatus
+from hanet.testing import HanetProcesses
 
 pytestmark = pytest.mark.slow
 
@@ -47,30 +45,6 @@ def _memory(pid: int) -> tuple[int, int]:
         if key in ("VmRSS", "VmHWM"):
             fields[key] = int(value.split()[0]) * 1024
     return fields["VmRSS"], fields["VmHWM"]
-
-
-async def _start(tmp_path: Path, name: str, *argv: str) -> tuple[trio.Process, dict[str, Any]]:
-    ready = tmp_path / f"{name}.ready"
-    with (tmp_path / f"{name}.log").open("wb") as out:
-        process = await trio.lowlevel.open_process(
-            [sys.executable, "-m", "hanet", *argv, "--ready-file", str(ready)],
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=out,
-        )
-    with trio.fail_after(15):
-        while True:
-            assert process.returncode is None, (tmp_path / f"{name}.log").read_text()
-            try:
-                data: dict[str, Any] = json.loads(ready.read_text())
-                return process, data
-            except (FileNotFoundError, ValueError):
-                await trio.sleep(0.05)
-
-
-def _address(text: str) -> tuple[str, int]:
-    host, _, port = text.rpartition(":")
-    return host, int(port)
 
 
 async def _unfinished(
@@ -129,48 +103,35 @@ async def _attack(
 
 
 @pytest.mark.parametrize("budget", ["0", None], ids=["no-budget", "default-budget"])
-async def test_unfinished_frames_to_the_broker_port(tmp_path: Path, budget: str | None) -> None:
+async def test_unfinished_frames_to_the_broker_port(
+    processes: HanetProcesses, tmp_path: Path, budget: str | None
+) -> None:
     extra = ["--max-partial-bytes", budget] if budget is not None else []
-    process, ready = await _start(
-        tmp_path,
-        "master",
-        "master",
-        "--store",
-        str(tmp_path / "store"),
-        "--listen",
-        "127.0.0.1:0",
-        "--ha-listen",
-        "127.0.0.1:0",
-        "--mapped-file-size",
-        "1M",
-        *extra,
+    store = ["--store", str(tmp_path / "store"), "--mapped-file-size", "1M"]
+    ports = ["--listen", "127.0.0.1:0", "--ha-listen", "127.0.0.1:0"]
+    process = await processes.start("master", "master", *store, *ports, *extra)
+    broker = process.address()
+    growth, ok = await _attack(
+        broker,
+        process.pid,
+        connections=60,
+        length=8 * MIB,
+        seconds=4.0,
+        honest=broker,
+        topic="Honest",
     )
-    try:
-        broker = _address(ready["broker"])
-        growth, ok = await _attack(
-            broker,
-            process.pid,
-            connections=60,
-            length=8 * MIB,
-            seconds=4.0,
-            honest=broker,
-            topic="Honest",
-        )
-        print(f"broker port, budget {budget or 'default'}: +{growth / MIB:.0f} MiB, {ok} puts")
-        if budget == "0":
-            assert growth > 4 * BUDGET  # what the attack does without a budget
-        else:
-            assert growth < BUDGET + MARGIN
-            assert ok > 20  # the honest producer went on
-        assert process.returncode is None
-    finally:
-        process.kill()
-        await process.wait()
+    print(f"broker port, budget {budget or 'default'}: +{growth / MIB:.0f} MiB, {ok} puts")
+    if budget == "0":
+        assert growth > 4 * BUDGET  # what the attack does without a budget
+    else:
+        assert growth < BUDGET + MARGIN
+        assert ok > 20  # the honest producer went on
+    assert process.running
 
 
 @pytest.mark.parametrize("budget", ["0", None], ids=["no-budget", "default-budget"])
 async def test_unfinished_frames_to_the_dledger_peer_port(
-    tmp_path: Path, budget: str | None
+    processes: HanetProcesses, tmp_path: Path, budget: str | None
 ) -> None:
     """Two members of three run (n0 on 127.0.0.1, n1 on 127.0.0.2); the attacker connects to
     n0's peer port from n2's host (plain TCP admits a member's address)."""
@@ -178,41 +139,30 @@ async def test_unfinished_frames_to_the_dledger_peer_port(
     hosts = {"n0": "127.0.0.1", "n1": "127.0.0.2", "n2": "127.0.0.3"}
     ports = {i: _free_port(h) for i, h in hosts.items()}
     peers = ",".join(f"{i}={hosts[i]}:{ports[i]}" for i in hosts)
-    procs: dict[str, trio.Process] = {}
-    try:
-        for node_id in ("n0", "n1"):
-            procs[node_id], _ = await _start(
-                tmp_path, node_id, "dledger", "--group", "G", "--id", node_id,
-                "--peers", peers, "--store", str(tmp_path / node_id),
-                "--listen", f"{hosts[node_id]}:0", "--mapped-file-size", "1M",
-                "--data-file-size", "4M", "--index-file-size", "320K",
-                "--election-timeout", "0.5", *extra,
-            )  # fmt: skip
-        leader = await _leader(tmp_path)
-        growth, ok = await _attack(
-            (hosts["n0"], ports["n0"]),
-            procs["n0"].pid,
-            connections=6,
-            length=250 * MIB,
-            seconds=4.0,
-            honest=leader,
-            topic="Honest",
-            local_address=hosts["n2"],
-        )
-        print(
-            f"dledger peer port, budget {budget or 'default'}: +{growth / MIB:.0f} MiB, {ok} puts"
-        )
-        if budget == "0":
-            # what the attack does without a budget (it goes on to 1.4 GB given the time)
-            assert growth > 4 * BUDGET
-        else:
-            assert growth < BUDGET + MARGIN
-            assert ok > 20
-        assert all(p.returncode is None for p in procs.values())
-    finally:
-        for process in procs.values():
-            process.kill()
-            await process.wait()
+    sizes = ["--mapped-file-size", "1M", "--data-file-size", "4M", "--index-file-size", "320K"]
+    for node_id in ("n0", "n1"):
+        group = ["--group", "G", "--id", node_id, "--peers", peers, "--election-timeout", "0.5"]
+        node = ["--store", str(tmp_path / node_id), "--listen", f"{hosts[node_id]}:0"]
+        await processes.start(node_id, "dledger", *group, *node, *sizes, *extra)
+    leader = await _leader(processes)
+    growth, ok = await _attack(
+        (hosts["n0"], ports["n0"]),
+        processes["n0"].pid,
+        connections=6,
+        length=250 * MIB,
+        seconds=4.0,
+        honest=leader,
+        topic="Honest",
+        local_address=hosts["n2"],
+    )
+    print(f"dledger peer port, budget {budget or 'default'}: +{growth / MIB:.0f} MiB, {ok} puts")
+    if budget == "0":
+        # what the attack does without a budget (it goes on to 1.4 GB given the time)
+        assert growth > 4 * BUDGET
+    else:
+        assert growth < BUDGET + MARGIN
+        assert ok > 20
+    assert processes.running
 
 
 def _free_port(host: str) -> int:
@@ -222,11 +172,9 @@ def _free_port(host: str) -> int:
         return port
 
 
-async def _leader(tmp_path: Path) -> tuple[str, int]:
+async def _leader(processes: HanetProcesses) -> tuple[str, int]:
     """The broker port of the node that answers a put with PUT_OK."""
-    addresses = [
-        _address(json.loads((tmp_path / f"{i}.ready").read_text())["broker"]) for i in ("n0", "n1")
-    ]
+    addresses = [processes[i].address() for i in ("n0", "n1")]
     with trio.fail_after(15):
         while True:
             for address in addresses:

@@ -3,13 +3,9 @@ consumer offsets across real process restarts (SIGTERM and kill -9)."""
 
 from __future__ import annotations
 
-import json
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 import trio
@@ -19,23 +15,44 @@ from hanet.broker import apply_properties
 from hanet.cli import build_config, build_parser
 from hanet.errors import ConfigError
 from hanet.ha import BrokerConfig, BrokerRole
+from hanet.testing import HanetProcesses
 
 
 def test_cluster_flags_on_master_and_slave(tmp_path: Path) -> None:
     args = build_parser().parse_args(
-        ["master", "--namesrv", "10.0.0.1:9876,10.0.0.2:9876", "--cluster", "C",
-         "--broker-name", "b-1", "--slave-read-enable", "--listen", "0.0.0.0:10911",
-         "--broker-ip", "10.0.0.7", "--broker-ip2", "10.0.1.7"]
-    )  # fmt: skip
+        [
+            "master",
+            "--namesrv",
+            "10.0.0.1:9876,10.0.0.2:9876",
+            "--cluster",
+            "C",
+            "--broker-name",
+            "b-1",
+            "--slave-read-enable",
+            "--listen",
+            "0.0.0.0:10911",
+            "--broker-ip",
+            "10.0.0.7",
+            "--broker-ip2",
+            "10.0.1.7",
+        ]
+    )
     config = build_config(args)
     assert (config.broker_ip1, config.broker_ip2) == ("10.0.0.7", "10.0.1.7")
     assert config.namesrv_addresses == [("10.0.0.1", 9876), ("10.0.0.2", 9876)]
     assert (config.broker_cluster_name, config.broker_name) == ("C", "b-1")
     assert config.slave_read_enable and config.effective_broker_id == 0
     args = build_parser().parse_args(
-        ["slave", "--namesrv", "10.0.0.1:9876", "--broker-id", "2",
-         "--master-broker", "10.0.0.3:10911"]
-    )  # fmt: skip
+        [
+            "slave",
+            "--namesrv",
+            "10.0.0.1:9876",
+            "--broker-id",
+            "2",
+            "--master-broker",
+            "10.0.0.3:10911",
+        ]
+    )
     config = build_config(args, BrokerRole.SLAVE)
     assert config.ha_master_address is None  # learned from the name server
     assert config.effective_broker_id == 2
@@ -85,89 +102,43 @@ def test_broker_conf_cluster_keys() -> None:
 # -- real processes ---------------------------------------------------------------------------
 
 
-class Master:
-    """``hanet master`` as a subprocess, started and waited for through its ready file."""
-
-    def __init__(self, root: Path, *extra: str) -> None:
-        self.root = root
-        self.extra = extra
-        self.process: trio.Process | None = None
-        self.broker = ("", 0)
-        self.runs = 0
-
-    async def start(self) -> None:
-        self.runs += 1
-        ready = self.root / f"ready-{self.runs}.json"
-        log = self.root / f"master-{self.runs}.log"
-        with log.open("wb") as out:
-            self.process = await trio.lowlevel.open_process(
-                [sys.executable, "-m", "hanet", "master", "--store", str(self.root / "store"),
-                 "--listen", "127.0.0.1:0", "--ha-listen", "127.0.0.1:0",
-                 "--mapped-file-size", "262144", "--ready-file", str(ready), *self.extra],
-                stdin=subprocess.DEVNULL, stdout=out, stderr=out,
-            )  # fmt: skip
-        with trio.fail_after(15):
-            while True:
-                try:
-                    data: dict[str, Any] = json.loads(ready.read_text())
-                    break
-                except (FileNotFoundError, ValueError):
-                    assert self.process.returncode is None, log.read_text()
-                    await trio.sleep(0.02)
-        host, _, port = data["broker"].rpartition(":")
-        self.broker = (host, int(port))
-
-    async def stop(self, sig: int) -> int:
-        assert self.process is not None
-        self.process.send_signal(sig)
-        with trio.fail_after(10):
-            return await self.process.wait()
-
-    async def close(self) -> None:
-        if self.process is not None and self.process.returncode is None:
-            self.process.kill()
-            with trio.CancelScope(shield=True):
-                await self.process.wait()
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("interval", [1.0, 5.0], ids=["1s", "default-5s"])
 async def test_offsets_survive_sigterm_exactly_and_kill_9_within_one_flush_interval(
-    tmp_path: Path, interval: float
+    processes: HanetProcesses, tmp_path: Path, interval: float
 ) -> None:
     extra: tuple[str, ...] = ()
     if interval != 5.0:  # the default, RocketMQ's flushConsumerOffsetInterval
         conf = tmp_path / "broker.conf"
         conf.write_text(f"flushConsumerOffsetInterval={int(interval * 1000)}\n")
         extra = ("--config", str(conf))
-    master = Master(tmp_path, *extra)
-    try:
-        await master.start()
-        async with connect(master.broker) as c:
-            await commit(c, "g", "T", 0, 41)
-            await commit(c, "g", "T", 1, 7)
-        assert await master.stop(signal.SIGTERM) == 0  # flushed on shutdown, not after 1 s
-        await master.start()
-        async with connect(master.broker) as c:
-            assert await query(c, "g", "T", 0) == 41
-            assert await query(c, "g", "T", 1) == 7
-            # Commit a rising offset every 50 ms for 2.5 intervals, then kill -9.
-            committed: list[tuple[float, int]] = []
-            for offset in range(100, 100 + int(interval * 50)):
-                await commit(c, "g", "T", 0, offset)
-                committed.append((time.monotonic(), offset))
-                await trio.sleep(0.05)
-        killed_at = time.monotonic()
-        assert await master.stop(signal.SIGKILL) == -signal.SIGKILL
-        await master.start()
-        async with connect(master.broker) as c:
-            recovered = await query(c, "g", "T", 0)
-            assert await query(c, "g", "T", 1) == 7
-        assert recovered is not None
-        # What was committed more than one interval (plus slack) before the kill is kept:
-        # at most the last interval's messages are consumed again.
-        safe = [offset for at, offset in committed if at < killed_at - interval - 0.5]
-        assert safe and recovered >= max(safe)
-        assert recovered <= committed[-1][1]
-    finally:
-        await master.close()
+    ports = ("--listen", "127.0.0.1:0", "--ha-listen", "127.0.0.1:0")
+    store = ("--store", str(tmp_path / "store"), "--mapped-file-size", "262144")
+    master = processes.add("master", "master", *store, *ports, *extra)
+    await master.start()
+    async with connect(master.address()) as c:
+        await commit(c, "g", "T", 0, 41)
+        await commit(c, "g", "T", 1, 7)
+    assert await master.stop(signal.SIGTERM) == 0  # flushed on shutdown, not after 1 s
+    await master.start()
+    async with connect(master.address()) as c:
+        assert await query(c, "g", "T", 0) == 41
+        assert await query(c, "g", "T", 1) == 7
+        # Commit a rising offset every 50 ms for 2.5 intervals, then kill -9.
+        committed: list[tuple[float, int]] = []
+        for offset in range(100, 100 + int(interval * 50)):
+            await commit(c, "g", "T", 0, offset)
+            committed.append((time.monotonic(), offset))
+            await trio.sleep(0.05)
+    killed_at = time.monotonic()
+    assert await master.stop(signal.SIGKILL) == -signal.SIGKILL
+    await master.start()
+    async with connect(master.address()) as c:
+        recovered = await query(c, "g", "T", 0)
+        assert await query(c, "g", "T", 1) == 7
+    assert recovered is not None
+    # What was committed more than one interval (plus slack) before the kill is kept:
+    # at most the last interval's messages are consumed again.
+    safe = [offset for at, offset in committed if at < killed_at - interval - 0.5]
+    assert safe and recovered >= max(safe)
+    assert recovered <= committed[-1][1]

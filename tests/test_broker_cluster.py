@@ -25,7 +25,6 @@ from broker_support import (
     running,
     send,
     status,
-    wait_for,
 )
 
 from hanet.boot import serve_on
@@ -59,7 +58,7 @@ from hanet.protocol import (
     TopicConfigSerializeWrapper,
 )
 from hanet.store import PutStatus
-from hanet.testing import MemoryNetwork
+from hanet.testing import MemoryNetwork, wait_until
 
 REGISTRATION = BrokerRegistration("C", "b", 0, "ASYNC_MASTER", "127.0.0.1:1")
 
@@ -303,7 +302,7 @@ async def test_a_slave_copies_topics_and_offsets_3_s_after_it_knows_its_master_a
         async with running(slave_cfg, serve_broker_port=False) as (slave, _):
             sync = slave.sync
             assert sync is not None
-            await wait_for(lambda: sync.syncs >= 1)  # 3 s after start (RocketMQ's first delay)
+            await wait_until(lambda: sync.syncs >= 1)  # 3 s after start (RocketMQ's first delay)
             assert sync.topics == {"A": 4, "TBW102": 4}  # TBW102: see test_broker_service
             assert slave.offsets.table() == {("A", "g"): {1: 1}}
             # Changes on the master arrive with the next round.
@@ -311,7 +310,7 @@ async def test_a_slave_copies_topics_and_offsets_3_s_after_it_knows_its_master_a
             master.offsets.commit("g", "A", 1, 2)
             master.offsets.commit("h", "B", 0, 1)
             rounds = sync.syncs
-            await wait_for(lambda: sync.syncs >= rounds + 2)
+            await wait_until(lambda: sync.syncs >= rounds + 2)
             assert sync.topics == {"A": 4, "B": 4, "TBW102": 4}
             assert slave.topics() == {"A": 4, "B": 4, "TBW102": 4}
             assert slave.offsets.table() == {("A", "g"): {1: 2}, ("B", "h"): {0: 1}}
@@ -357,7 +356,7 @@ async def test_a_failed_sync_is_logged_and_retried(
         master.offsets.commit("g", "T", 0, 3)
         await nursery.start(sync.run)
         sync.set_master_address(fmt(m.broker))
-        await wait_for(lambda: sync.syncs == 1 and sync.last_error is None)
+        await wait_until(lambda: sync.syncs == 1 and sync.last_error is None)
         assert offsets.table() == {("T", "g"): {0: 3}}
         nursery.cancel_scope.cancel()
 
@@ -419,8 +418,8 @@ async def test_offsets_committed_to_the_slave_while_the_master_is_down_are_not_l
         async with running(back) as (master, _):
             # The master went on too: a consumer committed queue 1 there (larger: kept).
             master.offsets.commit("g", "T", 1, 5)
-            await wait_for(lambda: sync.syncs >= 1 and sync.pushed >= 2)
-            await wait_for(lambda: master.offsets.query("g", "T", 0) == 8)
+            await wait_until(lambda: sync.syncs >= 1 and sync.pushed >= 2)
+            await wait_until(lambda: master.offsets.query("g", "T", 0) == 8)
             assert master.offsets.query("h", "T", 2) == 1
             assert master.offsets.query("g", "T", 1) == 5
             # The slave's sync did not overwrite its larger offsets with the master's.
@@ -445,7 +444,7 @@ async def test_a_master_registers_at_start_and_every_interval_and_leaves_on_shut
             register_broker_interval=0.2,
         )
         async with running(cfg) as (broker, addresses):
-            await wait_for(lambda: len(ns.registrations) >= 1 and len(ns2.registrations) >= 1)
+            await wait_until(lambda: len(ns.registrations) >= 1 and len(ns2.registrations) >= 1)
             first = ns.registrations[0]
             assert attrs.evolve(first, data_version=None) == BrokerRegistration(
                 "C1",
@@ -457,7 +456,7 @@ async def test_a_master_registers_at_start_and_every_interval_and_leaves_on_shut
                 (("TBW102", 4),),
             )
             await put(broker, "T", b"x")
-            await wait_for(lambda: len(ns.registrations) >= 3)
+            await wait_until(lambda: len(ns.registrations) >= 3)
             assert ns.registrations[-1].topics == (("T", 4), ("TBW102", 4))
             assert broker.registrar is not None and broker.registrar.last_error is None
         assert ns.unregistered == [("broker-x", 0)] and ns2.unregistered == [("broker-x", 0)]
@@ -474,7 +473,7 @@ async def test_a_broker_on_a_wildcard_address_registers_its_broker_ip(tmp_path: 
             broker_ip2="10.1.2.4",
         )
         async with running(cfg) as (broker, addresses):
-            await wait_for(lambda: len(ns.registrations) >= 1)
+            await wait_until(lambda: len(ns.registrations) >= 1)
             registration = ns.registrations[0]
             assert registration.broker_address == f"10.1.2.3:{addresses.broker[1]}"  # type: ignore[index]
             assert registration.ha_address == f"10.1.2.4:{addresses.ha[1]}"  # type: ignore[index]
@@ -503,9 +502,9 @@ async def test_a_new_topic_is_registered_at_once_not_at_the_next_interval(
     async with name_server() as (ns, ns_address):
         cfg = config(tmp_path, namesrv_addr=ns_address, register_broker_interval=30.0)
         async with running(cfg) as (broker, _):
-            await wait_for(lambda: len(ns.registrations) == 1)
+            await wait_until(lambda: len(ns.registrations) == 1)
             await put(broker, "T", b"x")
-            await wait_for(lambda: len(ns.registrations) == 2)
+            await wait_until(lambda: len(ns.registrations) == 2)
             assert ns.registrations[-1].topics == (("T", 4), ("TBW102", 4))
             await put(broker, "T", b"y", 1)  # a known topic: no round
             await trio.sleep(0.3)
@@ -524,7 +523,7 @@ async def test_registration_failures_are_logged_once_and_retried(
         async with running(cfg, serve_broker_port=False) as (broker, _):
             registrar = broker.registrar
             assert registrar is not None
-            await wait_for(lambda: registrar.last_error is not None)
+            await wait_until(lambda: registrar.last_error is not None)
             await trio.sleep(0.3)
     assert registrar.registrations == 0
     assert caplog.text.count("cannot register") == 1
@@ -548,7 +547,7 @@ async def test_a_slave_learns_its_master_from_the_name_server_and_follows_a_chan
             ha = slave.slave
             assert ha is not None and slave.sync is not None
             # No master registered yet: the slave waits, connecting nowhere.
-            await wait_for(lambda: len(ns.registrations) >= 2)
+            await wait_until(lambda: len(ns.registrations) >= 2)
             assert ns.registrations[0].broker_id == 1 and ns.registrations[0].role == "SLAVE"
             assert ns.registrations[0].ha_address == ""
             assert ns.registrations[0].broker_address == fmt(s.broker)
@@ -557,16 +556,16 @@ async def test_a_slave_learns_its_master_from_the_name_server_and_follows_a_chan
             assert link is not None and link.address == "" and not link.connected
             master_a.offsets.commit("g", "T", 0, 1)
             ns.master = (fmt(a.broker), fmt(a.ha))
-            await wait_for(lambda: ha.status().connected)
+            await wait_until(lambda: ha.status().connected)
             assert ha.status().master_address == fmt(a.ha)
-            await wait_for(lambda: slave.offsets.query("g", "T", 0) == 1)  # 3 s after
+            await wait_until(lambda: slave.offsets.query("g", "T", 0) == 1)  # 3 s after
             assert slave.sync.master_address == fmt(a.broker)
             # The master moves: the slave drops A and follows B.
             ns.master = (fmt(b.broker), fmt(b.ha))
-            await wait_for(lambda: ha.status().master_address == fmt(b.ha))
-            await wait_for(lambda: ha.status().connected)
+            await wait_until(lambda: ha.status().master_address == fmt(b.ha))
+            await wait_until(lambda: ha.status().connected)
             reply = await put(master_b, "T", b"from b")
-            await wait_for(
+            await wait_until(
                 lambda: slave.store.dispatched_offset == reply.wrote_offset + reply.wrote_size
             )
             assert master_a.status().slaves == ()
@@ -586,7 +585,7 @@ async def test_a_garbage_answer_from_a_name_server_is_logged_not_followed(
             register_broker_interval=0.05,
         )
         async with running(slave_cfg) as (slave, _):
-            await wait_for(lambda: len(ns.registrations) >= 3)  # the broker goes on
+            await wait_until(lambda: len(ns.registrations) >= 3)  # the broker goes on
             assert slave.slave is not None and slave.slave.status().master_address == ""
             assert slave.registrar is not None and slave.registrar.last_error is None
         assert "ignoring the name server's master addresses" in caplog.text

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import logging
 import struct
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import attrs
@@ -40,14 +39,9 @@ from hanet.protocol import (
     encode_command,
 )
 from hanet.store import FlushDiskType, StoreLockedError, decode_record
+from hanet.testing import wait_until
 
 FIXTURES = Path(__file__).parent / "fixtures" / "remoting" / "java"
-
-
-async def wait_until(predicate: Callable[[], Awaitable[bool]], seconds: float = 10) -> None:
-    with trio.fail_after(seconds):
-        while not await predicate():  # noqa: ASYNC110 - polls another service's state
-            await trio.sleep(0.01)
 
 
 async def test_send_pull_status(tmp_path: Path) -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import trio
-from broker_support import config, connect, fmt, name_server, put, running, status, wait_for
+from broker_support import config, connect, fmt, name_server, put, running, status
 
 from hanet.broker import ConsumerOffsets, DLedgerBrokerService
 from hanet.dledger import (
@@ -17,7 +17,7 @@ from hanet.dledger import (
     RaftConfig,
 )
 from hanet.ha import BrokerRole
-from hanet.testing import MemoryNetwork
+from hanet.testing import MemoryNetwork, wait_until
 
 
 async def dead_address() -> str:
@@ -57,7 +57,7 @@ async def test_a_registered_master_shows_its_cluster_link_and_consumer_offsets(
         async with running(cfg) as (broker, addresses):
             registrar = broker.registrar
             assert registrar is not None
-            await wait_for(lambda: registrar.registrations >= 1)
+            await wait_until(lambda: registrar.registrations >= 1)
             cluster = broker.status().cluster
             assert cluster is not None
             assert (cluster.name, cluster.broker_name, cluster.broker_id) == ("C1", "broker-x", 0)
@@ -78,7 +78,7 @@ async def test_a_registered_master_shows_its_cluster_link_and_consumer_offsets(
             offsets = broker.status().consumer_offsets
             assert offsets is not None and (offsets.groups, offsets.entries) == (2, 3)
             assert offsets.dirty
-            await wait_for(lambda: broker.offsets.persists >= 1)
+            await wait_until(lambda: broker.offsets.persists >= 1)
             offsets = broker.status().consumer_offsets
             assert offsets is not None and not offsets.dirty and offsets.last_error is None
             assert offsets.last_persisted_ago is not None and offsets.last_persisted_ago >= 0
@@ -116,7 +116,7 @@ async def test_a_failing_name_server_shows_the_last_error(
     async with running(cfg) as (broker, _addresses):
         registrar = broker.registrar
         assert registrar is not None
-        await wait_for(lambda: registrar.failures >= 2)
+        await wait_until(lambda: registrar.failures >= 2)
         cluster = broker.status().cluster
         assert cluster is not None and cluster.name_servers == (address,)
         assert cluster.registrations == 0 and cluster.failures >= 2
@@ -150,7 +150,7 @@ async def test_a_slave_shows_its_metadata_sync_and_the_master_the_name_server_na
         async with running(slave_cfg) as (slave, _s):
             sync = slave.sync
             assert sync is not None
-            await wait_for(lambda: sync.syncs >= 1)
+            await wait_until(lambda: sync.syncs >= 1)
             status = slave.status()
             cluster = status.cluster
             assert cluster is not None and cluster.broker_id == 1
@@ -184,7 +184,7 @@ async def test_a_failing_metadata_sync_shows_its_error(
     async with running(cfg) as (slave, _s):
         sync = slave.sync
         assert sync is not None
-        await wait_for(lambda: sync.failures >= 2)
+        await wait_until(lambda: sync.failures >= 2)
         status = slave.status()
         assert status.cluster is None  # no --namesrv
         info = status.metadata_sync

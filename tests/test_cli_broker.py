@@ -19,6 +19,7 @@ from hanet.broker import Broker, BrokerAddresses
 from hanet.cli import build_config, build_parser, main
 from hanet.ha import BrokerConfig, BrokerRole
 from hanet.store import FlushDiskType
+from hanet.testing import wait_until
 
 FILE = 64 * 1024
 
@@ -234,9 +235,7 @@ async def test_master_verb_serves_and_writes_its_ready_file(
             verb, "master", "--store", str(tmp_path / "m"), "--listen", "127.0.0.1:0",
             "--ha-listen", "127.0.0.1:0", "--mapped-file-size", "64K", "--ready-file", str(ready),
         )  # fmt: skip
-        with trio.fail_after(10):
-            while not ready.exists():  # noqa: ASYNC110 - written by the verb
-                await trio.sleep(0.01)
+        await wait_until(ready.exists, 10)
         data = json.loads(ready.read_text())
         assert data["role"] == "ASYNC_MASTER" and data["ha"].startswith("127.0.0.1:")
         nursery.cancel_scope.cancel()
@@ -256,9 +255,7 @@ async def test_slave_verb_from_a_config_file_serves_its_listen_port(tmp_path: Pa
     ready = tmp_path / "ready.json"
     async with trio.open_nursery() as nursery:
         nursery.start_soon(verb, "slave", "--config", str(conf), "--ready-file", str(ready))
-        with trio.fail_after(10):
-            while not ready.exists():  # noqa: ASYNC110 - written by the verb
-                await trio.sleep(0.01)
+        await wait_until(ready.exists, 10)
         data = json.loads(ready.read_text())
         nursery.cancel_scope.cancel()
     assert data["role"] == "SLAVE" and data["ha"] is None
@@ -313,20 +310,37 @@ async def test_status_table_shows_why_a_slave_was_closed(
     assert "request offset 1000000000 is outside the master's" in " ".join(words.split())
 
 
-async def test_a_start_that_fails_leaves_no_files(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+async def _master_on_a_taken_port(
+    store: Path, capsys: pytest.CaptureFixture[str], flag: str
+) -> tuple[int, str]:
+    """``hanet master`` with ``flag`` given a port that is taken (the others free): the taken
+    port and the one line the start failed with."""
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        store = tmp_path / "new-store"
-        status = await verb("master", "--store", str(store), "--listen", "127.0.0.1:0",
-                            "--ha-listen", f"127.0.0.1:{port}")  # fmt: skip
-    assert status == 2
+        ports = {"--listen": "127.0.0.1:0", "--ha-listen": "127.0.0.1:0"}
+        ports[flag] = f"127.0.0.1:{port}"
+        argv = [word for option in ports.items() for word in option]
+        assert await verb("master", "--store", str(store), *argv) == 2
     (line,) = capsys.readouterr().err.strip().splitlines()
+    return port, line
+
+
+async def test_a_start_that_fails_leaves_no_files(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    port, line = await _master_on_a_taken_port(tmp_path / "new-store", capsys, "--ha-listen")
     assert line.startswith("hanet: cannot listen:") and f"HA port 127.0.0.1:{port}" in line
-    assert not store.exists()
+    assert not (tmp_path / "new-store").exists()
+
+
+async def test_a_busy_metrics_port_is_named_as_the_metrics_port(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    port, line = await _master_on_a_taken_port(tmp_path / "store", capsys, "--metrics-listen")
+    assert line == f"hanet: cannot listen: Address already in use (metrics port 127.0.0.1:{port})"
+    assert not (tmp_path / "store").exists()
 
 
 def test_help_shows_the_defaults(capsys: pytest.CaptureFixture[str]) -> None:

@@ -4,12 +4,11 @@ master broker registered with it by hand."""
 from __future__ import annotations
 
 import json
-import signal
-import subprocess
 import sys
 from collections import Counter
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +27,7 @@ from hanet.client import (
 )
 from hanet.ha import BrokerConfig
 from hanet.namesrv import NameServer
+from hanet.testing import HanetProcesses, wait_until
 
 FILE = 64 * 1024
 TOPIC = "T"
@@ -37,6 +37,11 @@ async def verb(*argv: str) -> int:
     args = build_parser().parse_args(list(argv))
     status: int = await args.func(args)
     return status
+
+
+async def on_topic(name: str, names: str, *flags: str) -> int:
+    """``hanet <name> --namesrv <names> --topic TOPIC <flags>``: its exit status."""
+    return await verb(name, "--namesrv", names, "--topic", TOPIC, *flags)
 
 
 @asynccontextmanager
@@ -56,9 +61,14 @@ async def cluster(tmp_path: Path) -> AsyncIterator[tuple[str, str, Broker]]:
         assert addresses.broker is not None and addresses.ha is not None
         broker_address = f"127.0.0.1:{addresses.broker[1]}"
         registration = BrokerRegistration(
-            "DefaultCluster", "broker-a", 0, "ASYNC_MASTER", broker_address,
-            f"127.0.0.1:{addresses.ha[1]}", ((TOPIC, 4),),
-        )  # fmt: skip
+            "DefaultCluster",
+            "broker-a",
+            0,
+            "ASYNC_MASTER",
+            broker_address,
+            f"127.0.0.1:{addresses.ha[1]}",
+            ((TOPIC, 4),),
+        )
         # Registered over a connection held open: the name server drops a broker whose
         # connection closes.
         async with NameServerClient([names_address]).connection(names_address) as held:
@@ -71,8 +81,7 @@ async def test_put_pull_and_status_through_the_name_server(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     async with cluster(tmp_path) as (names, broker_address, broker):
-        assert await verb("put", "--namesrv", names, "--topic", TOPIC, "--size", "20",
-                          "--count", "8", "--json") == 0  # fmt: skip
+        assert await on_topic("put", names, "--size", "20", "--count", "8", "--json") == 0
         assert json.loads(capsys.readouterr().out)["statuses"] == {"PUT_OK": 8}
         assert broker.store.max_queue_offset(TOPIC, 1) == 2
 
@@ -80,12 +89,10 @@ async def test_put_pull_and_status_through_the_name_server(
         assert await verb("put", "--namesrv", names, "--topic", "New", "--body", "x") == 0
         assert capsys.readouterr().out.startswith("PUT_OK")
 
-        assert await verb("pull", "--namesrv", names, "--topic", TOPIC, "--queue", "1",
-                          "--json") == 0  # fmt: skip
+        assert await on_topic("pull", names, "--queue", "1", "--json") == 0
         lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
         assert [m["queue_offset"] for m in lines[:-1]] == [0, 1]
-        assert await verb("pull", "--namesrv", names, "--topic", TOPIC, "--queue", "1",
-                          "--broker-name", "broker-z") == 2  # fmt: skip
+        assert await on_topic("pull", names, "--queue", "1", "--broker-name", "broker-z") == 2
         assert "no broker name 'broker-z'" in capsys.readouterr().err
 
         assert await verb("status", "--namesrv", names) == 0
@@ -101,8 +108,7 @@ async def test_consume_every_queue_commit_and_resume(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     async with cluster(tmp_path) as (names, broker_address, _broker):
-        assert await verb("put", "--namesrv", names, "--topic", TOPIC, "--size", "20",
-                          "--count", "10", "--quiet") == 0  # fmt: skip
+        assert await on_topic("put", names, "--size", "20", "--count", "10", "--quiet") == 0
         capsys.readouterr()
         consume = ("consume", "--namesrv", names, "--group", "G", "--topic", TOPIC)
         with trio.fail_after(30):
@@ -131,8 +137,7 @@ async def test_consume_every_queue_commit_and_resume(
         # queue whose first message is still in memory (RocketMQ 4.9.8's rule, which a Java
         # consumer follows too), so it starts there.
         with trio.fail_after(30):
-            assert await verb("consume", "--namesrv", names, "--group", "other",
-                              "--topic", TOPIC, "--idle-exit", "1") == 0  # fmt: skip
+            assert await on_topic("consume", names, "--group", "other", "--idle-exit", "1") == 0
         assert len(capsys.readouterr().out.splitlines()) == 10
 
 
@@ -140,13 +145,13 @@ async def test_a_consumer_stopped_by_a_signal_commits_what_it_consumed(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     async with cluster(tmp_path) as (names, broker_address, _broker):
-        assert await verb("put", "--namesrv", names, "--topic", TOPIC, "--size", "20",
-                          "--count", "8", "--quiet") == 0  # fmt: skip
+        assert await on_topic("put", names, "--size", "20", "--count", "8", "--quiet") == 0
         capsys.readouterr()
         # Cancelled (what SIGTERM does) with the commit interval far away.
         with trio.move_on_after(3):
-            await verb("consume", "--namesrv", names, "--group", "G", "--topic", TOPIC,
-                       "--from-beginning", "--commit-interval", "60")  # fmt: skip
+            await on_topic(
+                "consume", names, "--group", "G", "--from-beginning", "--commit-interval", "60"
+            )
         assert len(capsys.readouterr().out.splitlines()) == 8
         host, _, port = broker_address.rpartition(":")
         async with BrokerClient.connect(host, int(port)) as client:
@@ -158,21 +163,20 @@ async def test_two_consumers_of_a_group_share_the_queues(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     async with cluster(tmp_path) as (names, _broker_address, _broker):
-        assert await verb("put", "--namesrv", names, "--topic", TOPIC, "--size", "20",
-                          "--count", "40", "--quiet") == 0  # fmt: skip
+        assert await on_topic("put", names, "--size", "20", "--count", "40", "--quiet") == 0
         capsys.readouterr()
-        consume = ("consume", "--namesrv", names, "--group", "G", "--topic", TOPIC,
-                   "--from-beginning", "--idle-exit", "3")  # fmt: skip
+        consume = ["consume", "--namesrv", names, "--topic", TOPIC, "--group", "G"]
+        consume += ["--from-beginning", "--idle-exit", "3"]
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(verb, *consume, "--client-id", "one")
-            nursery.start_soon(verb, *consume, "--client-id", "two")
+            for client in ("one", "two"):
+                nursery.start_soon(partial(verb, *consume, "--client-id", client))
         captured = capsys.readouterr()
         lines = captured.out.splitlines()
         assert len(lines) >= 40  # at least once: a queue may change hands once at the start
         assert len(set(lines)) == 40
         assert "held" in captured.err
-        held = sorted(line.split("held ")[1].split(" (")[0] for line in captured.err.splitlines()
-                      if "held" in line)  # fmt: skip
+        held_lines = [line for line in captured.err.splitlines() if "held" in line]
+        held = sorted(line.split("held ")[1].split(" (")[0] for line in held_lines)
         assert held == ["broker-a/0, broker-a/1", "broker-a/2, broker-a/3"], captured.err
 
 
@@ -180,54 +184,24 @@ async def test_consume_without_a_name_server_keeps_trying(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     with trio.fail_after(30):
-        assert await verb("consume", "--namesrv", "127.0.0.1:1", "--group", "G",
-                          "--topic", TOPIC, "--idle-exit", "1") == 0  # fmt: skip
+        assert (
+            await verb(
+                "consume",
+                "--namesrv",
+                "127.0.0.1:1",
+                "--topic",
+                TOPIC,
+                "--group",
+                "G",
+                "--idle-exit",
+                "1",
+            )
+            == 0
+        )
     assert "consumed 0 messages" in capsys.readouterr().err
 
 
 # -- real processes ---------------------------------------------------------------------------
-
-
-class Procs:
-    """``hanet`` subprocesses of this interpreter, their logs in ``root``; all killed at the end."""
-
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        self.procs: list[trio.Process] = []
-
-    async def start(self, name: str, *argv: str, stdout: Path | None = None) -> trio.Process:
-        log = self.root / f"{name}.log"
-        with log.open("ab") as err, (stdout or log).open("ab") as out:
-            process = await trio.lowlevel.open_process(
-                [sys.executable, "-m", "hanet", *argv],
-                stdin=subprocess.DEVNULL, stdout=out, stderr=err,
-            )  # fmt: skip
-        self.procs.append(process)
-        return process
-
-    async def ready(self, process: trio.Process, path: Path) -> dict[str, Any]:
-        with trio.fail_after(20):
-            while True:
-                assert process.returncode is None, path
-                try:
-                    data: dict[str, Any] = json.loads(await trio.Path(path).read_text())
-                    return data
-                except (FileNotFoundError, ValueError):
-                    await trio.sleep(0.05)
-
-    def kill_all(self) -> None:
-        for process in self.procs:
-            if process.returncode is None:
-                process.kill()
-
-
-async def until(check: Any, seconds: float, pause: float = 0.05) -> None:
-    """Wait until ``check()`` is true (TooSlowError after ``seconds``)."""
-    with trio.fail_after(seconds):
-        while True:
-            if check():
-                return
-            await trio.sleep(pause)
 
 
 def consumed(path: Path) -> list[dict[str, Any]]:
@@ -238,110 +212,103 @@ def consumed(path: Path) -> list[dict[str, Any]]:
 
 @pytest.mark.slow
 async def test_a_consumer_group_continues_on_the_slave_after_the_master_is_killed(
-    tmp_path: Path,
+    processes: HanetProcesses, tmp_path: Path
 ) -> None:
     """Name server, SYNC_MASTER, slave and ``hanet consume`` as processes: the master is
     killed with SIGKILL half-way; every PUT_OK message is consumed at least once (from the
     slave after the kill); the master restarted, the consumer reads from it again."""
-    procs = Procs(tmp_path)
     conf = tmp_path / "broker.conf"
     conf.write_text("registerNameServerPeriod=500\n", encoding="utf-8")
-    try:
-        ns_process = await procs.start(
-            "namesrv", "namesrv", "--listen", "127.0.0.1:0",
-            "--ready-file", str(tmp_path / "ns.ready"),
-        )  # fmt: skip
-        ns = (await procs.ready(ns_process, tmp_path / "ns.ready"))["namesrv"]
-        member = ("--config", str(conf), "--namesrv", ns, "--slave-read-enable",
-                  "--listen", "127.0.0.1:0", "--mapped-file-size", "262144")  # fmt: skip
+    namesrv = await processes.start("namesrv", "namesrv", "--listen", "127.0.0.1:0")
+    ns = namesrv.ready["namesrv"]
+    member = ["--config", str(conf), "--namesrv", ns, "--slave-read-enable"]
+    member += ["--listen", "127.0.0.1:0", "--mapped-file-size", "262144"]
+    role = ["--ha-listen", "127.0.0.1:0", "--role", "SYNC_MASTER"]
+    argv = ["master", "--store", str(tmp_path / "master"), *member, *role]
+    master = await processes.start("master", *argv)
+    argv = ["slave", "--store", str(tmp_path / "slave"), *member]
+    await processes.start("slave", *argv, "--reconnect-interval", "0.2")  # finds its master
 
-        async def start_master(run: int) -> tuple[trio.Process, dict[str, Any]]:
-            ready = tmp_path / f"master-{run}.ready"
-            process = await procs.start(
-                f"master-{run}", "master", "--store", str(tmp_path / "master"), *member,
-                "--ha-listen", "127.0.0.1:0", "--role", "SYNC_MASTER", "--ready-file", str(ready),
-            )  # fmt: skip
-            return process, await procs.ready(process, ready)
+    acked: set[bytes] = set()
 
-        master, master_ready = await start_master(1)
-        slave = await procs.start(
-            "slave", "slave", "--store", str(tmp_path / "slave"), *member,
-            "--reconnect-interval", "0.2", "--ready-file", str(tmp_path / "slave.ready"),
-        )  # fmt: skip
-        await procs.ready(slave, tmp_path / "slave.ready")  # it learns its master from ns
+    async def produce(address: str, start: int, count: int) -> None:
+        host, _, port = address.rpartition(":")
+        async with BrokerClient.connect(host, int(port)) as client:
+            for first in range(start, start + count, 50):
+                batch = [PutMessage(TOPIC, b"m%06d" % i) for i in range(first, first + 50)]
+                for message, reply in zip(batch, await client.put_batch(batch), strict=True):
+                    if reply.status is PutStatus.PUT_OK:
+                        acked.add(message.body)
 
-        acked: set[bytes] = set()
+    # A SYNC_MASTER answers PUT_OK once the slave has the message: wait for the slave.
+    with trio.fail_after(20):
+        while not acked:
+            await produce(master.ready["broker"], 0, 50)
+            await trio.sleep(0.2)
+    await produce(master.ready["broker"], 50, 1950)
+    assert len(acked) == 2000
 
-        async def produce(address: str, start: int, count: int) -> None:
-            host, _, port = address.rpartition(":")
-            async with BrokerClient.connect(host, int(port)) as client:
-                for first in range(start, start + count, 50):
-                    batch = [PutMessage(TOPIC, b"m%06d" % i) for i in range(first, first + 50)]
-                    for message, reply in zip(batch, await client.put_batch(batch), strict=True):
-                        if reply.status is PutStatus.PUT_OK:
-                            acked.add(message.body)
+    out = tmp_path / "consumer.jsonl"
+    group = ["--namesrv", ns, "--group", "G", "--topic", TOPIC, "--from-beginning", "--json"]
+    pace = ["--rate", "500", "--retry-interval", "1", "--commit-interval", "1", "--timeout", "3"]
+    argv = ["consume", *group, *pace]
+    consumer = processes.add("consumer", *argv, stdout=out, ready_file=False)
+    await consumer.start()
+    await wait_until(lambda: len(consumed(out)) >= 1000, 30)
+    await master.kill()
 
-        # A SYNC_MASTER answers PUT_OK once the slave has the message: wait for the slave.
-        with trio.fail_after(20):
-            while not acked:
-                await produce(master_ready["broker"], 0, 50)
-                await trio.sleep(0.2)
-        await produce(master_ready["broker"], 50, 1950)
-        assert len(acked) == 2000
+    def missing() -> set[bytes]:
+        assert consumer.running
+        return acked - {m["body"].encode() for m in consumed(out)}
 
-        out = tmp_path / "consumer.jsonl"
-        consumer = await procs.start(
-            "consumer", "consume", "--namesrv", ns, "--group", "G", "--topic", TOPIC,
-            "--from-beginning", "--json", "--rate", "500", "--retry-interval", "1",
-            "--commit-interval", "1", "--timeout", "3", stdout=out,
-        )  # fmt: skip
-        await until(lambda: len(consumed(out)) >= 1000, 30)
-        master.kill()  # SIGKILL
-        await master.wait()
+    await wait_until(lambda: not missing(), 40, 0.1)
+    after_kill = len(consumed(out))
+    assert any(m["broker_id"] == 1 for m in consumed(out)[1100:])  # read from the slave
 
-        def missing() -> set[bytes]:
-            assert consumer.returncode is None
-            return acked - {m["body"].encode() for m in consumed(out)}
-
-        await until(lambda: not missing(), 40, 0.1)
-        after_kill = len(consumed(out))
-        assert any(m["broker_id"] == 1 for m in consumed(out)[1100:])  # read from the slave
-
-        # The master returns (a new port, registered): the consumer goes back to it once the
-        # route shows it (the slave has every message too: until then it reads from there).
-        master, master_ready = await start_master(2)
-        with trio.fail_after(30):
-            seq = 2000
-            while not any(m["broker_id"] == 0 for m in consumed(out)[after_kill:]):
-                try:
-                    await produce(master_ready["broker"], seq, 50)
-                except BrokerError:
-                    pass  # the slave not connected yet: no PUT_OK
-                seq += 50
-                await trio.sleep(0.3)
-        await until(lambda: not missing(), 30, 0.1)
-        consumer.send_signal(signal.SIGTERM)
-        with trio.fail_after(15):
-            assert await consumer.wait() == 0
-        everything = consumed(out)
-        assert {m["body"].encode() for m in everything} >= acked  # every PUT_OK one, at least once
-        deliveries = Counter((m["queue_id"], m["queue_offset"]) for m in everything)
-        duplicates = sum(n - 1 for n in deliveries.values())
-        summary = (tmp_path / "consumer.log").read_text()
-        assert f"consumed {len(everything)} messages" in summary, summary
-        print(f"{len(acked)} PUT_OK, {len(everything)} delivered, {duplicates} duplicates")
-    finally:
-        procs.kill_all()
+    # The master returns (a new port, registered): the consumer goes back to it once the
+    # route shows it (the slave has every message too: until then it reads from there).
+    await master.start()
+    with trio.fail_after(30):
+        seq = 2000
+        while not any(m["broker_id"] == 0 for m in consumed(out)[after_kill:]):
+            try:
+                await produce(master.ready["broker"], seq, 50)
+            except BrokerError:
+                pass  # the slave not connected yet: no PUT_OK
+            seq += 50
+            await trio.sleep(0.3)
+    await wait_until(lambda: not missing(), 30, 0.1)
+    assert await consumer.stop() == 0
+    everything = consumed(out)
+    assert {m["body"].encode() for m in everything} >= acked  # every PUT_OK one, at least once
+    deliveries = Counter((m["queue_id"], m["queue_offset"]) for m in everything)
+    duplicates = sum(n - 1 for n in deliveries.values())
+    summary = consumer.text()
+    assert f"consumed {len(everything)} messages" in summary, summary
+    print(f"{len(acked)} PUT_OK, {len(everything)} delivered, {duplicates} duplicates")
 
 
 @pytest.mark.slow
 async def test_the_consumers_demo_runs_small(tmp_path: Path) -> None:
     work = tmp_path / "demo"
     result = await trio.run_process(
-        [sys.executable, "-m", "hanet", "demo", "--consumers", "--messages", "600",
-         "--size", "64", "--dir", str(work)],
-        capture_stdout=True, capture_stderr=True, check=False,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "hanet",
+            "demo",
+            "--consumers",
+            "--messages",
+            "600",
+            "--size",
+            "64",
+            "--dir",
+            str(work),
+        ],
+        capture_stdout=True,
+        capture_stderr=True,
+        check=False,
+    )
     out = result.stdout.decode()
     assert result.returncode == 0, out + result.stderr.decode()
     out = " ".join(out.translate(str.maketrans("│┃", "  ")).split())  # table cells wrap

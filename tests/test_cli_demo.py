@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 import trio
 
+from hanet.testing import wait_until
+
 pytestmark = pytest.mark.slow
 
 
@@ -79,9 +81,7 @@ async def test_ctrl_c_stops_every_part_of_the_demo(tmp_path: Path) -> None:
     )
     pids: list[int] = []
     try:
-        with trio.fail_after(20):
-            while not (work / "producer.log").exists():  # noqa: ASYNC110 - another process
-                await trio.sleep(0.05)
+        await wait_until((work / "producer.log").exists, 20)
         for name in ("master", "slave1", "slave2"):
             pids.append(json.loads((work / f"{name}.ready").read_text())["pid"])
         assert all(_alive(pid) for pid in pids)
@@ -133,9 +133,7 @@ async def test_ctrl_c_stops_every_dledger_node(tmp_path: Path) -> None:
     )  # fmt: skip
     pids: list[int] = []
     try:
-        with trio.fail_after(20):
-            while not (work / "n2.ready").exists():  # noqa: ASYNC110 - another process
-                await trio.sleep(0.05)
+        await wait_until((work / "n2.ready").exists, 20)
         for name in ("n0", "n1", "n2"):
             pids.append(json.loads((work / f"{name}.ready").read_text())["pid"])
         assert all(_alive(pid) for pid in pids)

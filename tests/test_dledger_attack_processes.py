@@ -8,15 +8,11 @@ only: the broker port's protocol is not needed.)"""
 
 from __future__ import annotations
 
-import json
 import re
 import resource
 import signal
 import socket
-import subprocess
-import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 import trio
@@ -24,6 +20,7 @@ import trustme
 
 from hanet.boot import TlsConfig, open_tls_stream
 from hanet.dledger import Envelope, Hello, VoteRequest, encode_envelope
+from hanet.testing import HanetProcesses
 
 pytestmark = pytest.mark.slow
 
@@ -70,7 +67,7 @@ def _roles(text: str) -> list[tuple[str, str, int]]:
 
 
 async def _start(
-    tmp_path: Path, procs: dict[str, trio.Process], extra: dict[str, list[str]] | None = None
+    processes: HanetProcesses, extra: dict[str, list[str]] | None = None
 ) -> tuple[dict[str, str], dict[str, Path], str, dict[str, list[tuple[str, str, int]]]]:
     """Start the three nodes; wait for one leader followed by all. Returns the peer addresses,
     the logs, the leader and the role changes so far."""
@@ -79,30 +76,15 @@ async def _start(
         resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 4096), hard))
     peer = {i: f"{HOSTS[i]}:{_free_port(HOSTS[i])}" for i in IDS}
     peers = ",".join(f"{i}={a}" for i, a in peer.items())
-    logs = {i: tmp_path / f"{i}.log" for i in IDS}
     for node_id in IDS:
-        ready = tmp_path / f"{node_id}.ready"
-        with logs[node_id].open("wb") as out:
-            procs[node_id] = await trio.lowlevel.open_process(
-                [sys.executable, "-m", "hanet", "dledger", "--group", "g", "--id", node_id,
-                 "--peers", peers, "--store", str(tmp_path / node_id),
-                 "--listen", f"{HOSTS[node_id]}:0", "--ready-file", str(ready),
-                 "--election-timeout", str(ELECTION), *SMALL,
-                 *(extra or {}).get(node_id, [])],
-                stdin=subprocess.DEVNULL, stdout=out, stderr=out,
-                preexec_fn=_limit_descriptors,
-            )  # fmt: skip
+        group = ("--group", "g", "--id", node_id, "--peers", peers)
+        node = ("--store", str(processes.root / node_id), "--listen", f"{HOSTS[node_id]}:0")
+        timeout = ("--election-timeout", str(ELECTION), *SMALL, *(extra or {}).get(node_id, []))
+        argv = ("dledger", *group, *node, *timeout)
+        processes.add(node_id, *argv, preexec_fn=_limit_descriptors).spawn()
     for node_id in IDS:
-        ready = tmp_path / f"{node_id}.ready"
-        with trio.fail_after(20):
-            while True:
-                try:
-                    data: dict[str, Any] = json.loads(ready.read_text())
-                    break
-                except (FileNotFoundError, ValueError):
-                    assert procs[node_id].returncode is None, logs[node_id].read_text()
-                    await trio.sleep(0.02)
-        assert data["id"] == node_id
+        assert (await processes[node_id].wait_ready())["id"] == node_id
+    logs = {i: processes[i].log for i in IDS}
     # a leader, and every node following it
     with trio.fail_after(20):
         while True:
@@ -120,71 +102,59 @@ async def _start(
     return peer, logs, leader, before
 
 
-async def _stop(procs: dict[str, trio.Process], logs: dict[str, Path]) -> None:
+async def _stop(processes: HanetProcesses) -> None:
     for node_id in IDS:
-        procs[node_id].send_signal(signal.SIGTERM)
+        processes[node_id].send_signal(signal.SIGTERM)
     for node_id in IDS:
-        with trio.fail_after(15):
-            assert await procs[node_id].wait() == 0, logs[node_id].read_text()
+        assert await processes[node_id].wait() == 0, processes[node_id].text()
 
 
-async def _kill(procs: dict[str, trio.Process]) -> None:
-    for process in procs.values():
-        if process.returncode is None:
-            process.kill()
-            with trio.CancelScope(shield=True):
-                await process.wait()
+async def test_forged_votes_hellos_and_idle_connections_change_nothing(
+    processes: HanetProcesses,
+) -> None:
+    peer, logs, leader, before = await _start(processes)
+    follower = next(i for i in IDS if i != leader)
+    sender = next(i for i in IDS if i not in (leader, follower))
 
+    # a VOTE of term 2^63-1 in the name of `sender`, from its host, to the other two
+    for target in (leader, follower):
+        host, _, port = peer[target].rpartition(":")
+        stream = await trio.open_tcp_stream(host, int(port), local_address=HOSTS[sender])
+        vote = VoteRequest(HUGE, sender, HUGE, HUGE)
+        await stream.send_all(_frame(Envelope(sender, target, vote)))
+        await stream.send_all(_frame(Hello(sender, target, "127.0.0.9:6666")))
+        assert await _closed(stream)
+    # a HELLO from a stranger's address
+    host, _, port = peer[follower].rpartition(":")
+    stranger = await trio.open_tcp_stream(host, int(port), local_address="127.0.0.9")
+    await stranger.send_all(_frame(Hello(leader, follower, "127.0.0.9:6666")))
+    assert await _closed(stranger)
+    # 300 idle connections from the sender's host to the follower's peer port
+    idle = [
+        await trio.open_tcp_stream(host, int(port), local_address=HOSTS[sender]) for _ in range(300)
+    ]
+    await trio.sleep(ELECTION * 4)
+    for stream in idle:
+        stream.socket.close()
+    await trio.sleep(ELECTION * 2)
 
-async def test_forged_votes_hellos_and_idle_connections_change_nothing(tmp_path: Path) -> None:
-    procs: dict[str, trio.Process] = {}
-    try:
-        peer, logs, leader, before = await _start(tmp_path, procs)
-        follower = next(i for i in IDS if i != leader)
-        sender = next(i for i in IDS if i not in (leader, follower))
-
-        # a VOTE of term 2^63-1 in the name of `sender`, from its host, to the other two
-        for target in (leader, follower):
-            host, _, port = peer[target].rpartition(":")
-            stream = await trio.open_tcp_stream(host, int(port), local_address=HOSTS[sender])
-            vote = VoteRequest(HUGE, sender, HUGE, HUGE)
-            await stream.send_all(_frame(Envelope(sender, target, vote)))
-            await stream.send_all(_frame(Hello(sender, target, "127.0.0.9:6666")))
-            assert await _closed(stream)
-        # a HELLO from a stranger's address
-        host, _, port = peer[follower].rpartition(":")
-        stranger = await trio.open_tcp_stream(host, int(port), local_address="127.0.0.9")
-        await stranger.send_all(_frame(Hello(leader, follower, "127.0.0.9:6666")))
-        assert await _closed(stranger)
-        # 300 idle connections from the sender's host to the follower's peer port
-        idle = [
-            await trio.open_tcp_stream(host, int(port), local_address=HOSTS[sender])
-            for _ in range(300)
-        ]
-        await trio.sleep(ELECTION * 4)
-        for stream in idle:
-            stream.socket.close()
-        await trio.sleep(ELECTION * 2)
-
-        after = {i: _roles(logs[i].read_text()) for i in IDS}
-        assert after == before, after
-        assert all(p.returncode is None for p in procs.values())
-        texts = {i: logs[i].read_text() for i in IDS}
-        for target in (leader, follower):
-            assert re.search(
-                rf"ERROR .*{target}: refused VoteRequest from {sender}: term {HUGE} is more than",
-                texts[target],
-            ), texts[target]
-        assert "refused a peer connection from 127.0.0.9" in texts[follower]
-        assert "dledger peer port: refusing new connections" in texts[follower]
-        assert "Too many open files" not in "".join(texts.values())
-        await _stop(procs, logs)
-    finally:
-        await _kill(procs)
+    after = {i: _roles(logs[i].read_text()) for i in IDS}
+    assert after == before, after
+    assert processes.running
+    texts = {i: logs[i].read_text() for i in IDS}
+    for target in (leader, follower):
+        assert re.search(
+            rf"ERROR .*{target}: refused VoteRequest from {sender}: term {HUGE} is more than",
+            texts[target],
+        ), texts[target]
+    assert "refused a peer connection from 127.0.0.9" in texts[follower]
+    assert "dledger peer port: refusing new connections" in texts[follower]
+    assert "Too many open files" not in "".join(texts.values())
+    await _stop(processes)
 
 
 async def test_mutual_tls_members_elect_and_a_certificate_naming_no_member_is_refused(
-    tmp_path: Path,
+    processes: HanetProcesses, tmp_path: Path
 ) -> None:
     ca = trustme.CA()
     ca_file = tmp_path / "ca.pem"
@@ -203,28 +173,24 @@ async def test_mutual_tls_members_elect_and_a_certificate_naming_no_member_is_re
         extra[node_id] = ["--tls-cert", str(cert), "--tls-key", str(key), "--tls-ca", str(ca_file)]
     cert, key = issue("intruder")
     intruder = TlsConfig(cert=cert, key=key, ca=ca_file).client_context()
-    procs: dict[str, trio.Process] = {}
-    try:
-        peer, logs, leader, before = await _start(tmp_path, procs, extra)
-        follower = next(i for i in IDS if i != leader)
-        host, _, port = peer[follower].rpartition(":")
-        stream = await open_tls_stream(host, int(port), intruder, server_hostname=follower)
-        vote = VoteRequest(HUGE, leader, HUGE, HUGE)
-        await stream.send_all(_frame(Envelope(leader, follower, vote)))
-        with trio.fail_after(5):
-            try:
-                while await stream.receive_some(1024):
-                    pass
-            except trio.BrokenResourceError:
+    peer, logs, leader, before = await _start(processes, extra)
+    follower = next(i for i in IDS if i != leader)
+    host, _, port = peer[follower].rpartition(":")
+    stream = await open_tls_stream(host, int(port), intruder, server_hostname=follower)
+    vote = VoteRequest(HUGE, leader, HUGE, HUGE)
+    await stream.send_all(_frame(Envelope(leader, follower, vote)))
+    with trio.fail_after(5):
+        try:
+            while await stream.receive_some(1024):
                 pass
-        plain = await trio.open_tcp_stream(host, int(port))
-        await plain.send_all(_frame(Hello(leader, follower, "127.0.0.9:6666")))
-        assert await _closed(plain)
-        await trio.sleep(ELECTION * 2)
-        assert {i: _roles(logs[i].read_text()) for i in IDS} == before
-        text = logs[follower].read_text()
-        assert "its certificate names no member (intruder)" in text, text
-        assert "TLS handshake failed" in text
-        await _stop(procs, logs)
-    finally:
-        await _kill(procs)
+        except trio.BrokenResourceError:
+            pass
+    plain = await trio.open_tcp_stream(host, int(port))
+    await plain.send_all(_frame(Hello(leader, follower, "127.0.0.9:6666")))
+    assert await _closed(plain)
+    await trio.sleep(ELECTION * 2)
+    assert {i: _roles(logs[i].read_text()) for i in IDS} == before
+    text = logs[follower].read_text()
+    assert "its certificate names no member (intruder)" in text, text
+    assert "TLS handshake failed" in text
+    await _stop(processes)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import signal
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -21,6 +20,7 @@ from hanet.client import (
     PutStatus,
 )
 from hanet.store import CommitLogReader, compare_commit_logs
+from hanet.testing import HanetProcesses, free_ports
 
 pytestmark = pytest.mark.slow
 
@@ -29,69 +29,29 @@ ELECTION = 0.5
 SMALL = ["--data-file-size", "1M", "--index-file-size", "64K", "--mapped-file-size", "1M"]
 
 
-def free_ports(n: int) -> list[int]:
-    socks = []
-    for _ in range(n):
-        s = socket.socket()
-        s.bind(("127.0.0.1", 0))
-        socks.append(s)
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
+class Group(HanetProcesses):
+    """Three ``hanet dledger`` nodes on fixed ports (a restarted node keeps its addresses)."""
 
-
-class Group:
     def __init__(self, root: Path) -> None:
-        self.root = root
+        super().__init__(root)
         ports = free_ports(6)
         self.peer = {i: f"127.0.0.1:{ports[k]}" for k, i in enumerate(IDS)}
         self.broker = {i: ("127.0.0.1", ports[3 + k]) for k, i in enumerate(IDS)}
-        self.procs: dict[str, trio.Process] = {}
-        self.starts = 0
+        peers = ",".join(f"{i}={a}" for i, a in self.peer.items())
+        for node_id, (host, port) in self.broker.items():
+            group = ("--group", "g", "--id", node_id, "--peers", peers)
+            node = ("--store", str(root / node_id), "--listen", f"{host}:{port}")
+            timeout = ("--election-timeout", str(ELECTION))
+            self.add(node_id, "dledger", *group, *node, *timeout, *SMALL)
 
     def log(self, node_id: str) -> str:
-        return "".join(
-            p.read_text(errors="replace") for p in sorted(self.root.glob(f"{node_id}-*.log"))
-        )
-
-    async def start(self, node_id: str) -> None:
-        self.starts += 1
-        ready = self.root / f"{node_id}-{self.starts}.ready"
-        host, port = self.broker[node_id]
-        peers = ",".join(f"{i}={a}" for i, a in self.peer.items())
-        with (self.root / f"{node_id}-{self.starts}.log").open("wb") as out:
-            process = await trio.lowlevel.open_process(
-                [
-                    sys.executable, "-m", "hanet", "dledger", "--group", "g", "--id", node_id,
-                    "--peers", peers, "--store", str(self.root / node_id),
-                    "--listen", f"{host}:{port}", "--ready-file", str(ready),
-                    "--election-timeout", str(ELECTION), *SMALL,
-                ],
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=out,
-            )  # fmt: skip
-        self.procs[node_id] = process
-        with trio.fail_after(20):
-            while not ready.exists():
-                assert process.returncode is None, self.log(node_id)
-                await trio.sleep(0.02)
+        return self[node_id].text(0)
 
     def kill(self, node_id: str) -> None:
-        self.procs[node_id].send_signal(signal.SIGKILL)
+        self[node_id].send_signal(signal.SIGKILL)
 
-    async def stop_all(self) -> None:
-        for process in self.procs.values():
-            if process.returncode is None:
-                process.send_signal(signal.SIGTERM)
-        with trio.move_on_after(10):
-            for process in self.procs.values():
-                await process.wait()
-        for process in self.procs.values():
-            if process.returncode is None:
-                process.kill()
-                await process.wait()
+    async def start_node(self, node_id: str) -> None:
+        await self[node_id].start()
 
     async def status(self, node_id: str) -> dict[str, Any]:
         host, port = self.broker[node_id]
@@ -113,12 +73,18 @@ class Group:
                 await trio.sleep(0.05)
 
 
+async def hanet(*argv: str) -> subprocess.CompletedProcess[bytes]:
+    """``hanet <argv>`` to its end, its output captured."""
+    command = [sys.executable, "-m", "hanet", *argv]
+    return await trio.run_process(command, capture_stdout=True, capture_stderr=True, check=False)
+
+
 async def test_kill_the_leader_under_puts(tmp_path: Path) -> None:
     group = Group(tmp_path)
     acked: list[bytes] = []
     try:
         for node_id in IDS:
-            await group.start(node_id)
+            await group.start_node(node_id)
         leader = await group.leader()
         follower = next(i for i in IDS if i != leader)
         # a follower refuses a put SERVICE_NOT_AVAILABLE, naming the leader's broker port
@@ -156,25 +122,19 @@ async def test_kill_the_leader_under_puts(tmp_path: Path) -> None:
         assert new_leader != leader
         # `hanet put` and `hanet status` with a list whose first address is down
         addresses = ",".join("{}:{}".format(*group.broker[i]) for i in (leader, *IDS))
-        put = await trio.run_process(
-            [sys.executable, "-m", "hanet", "put", "--broker", addresses, "--topic", "T",
-             "--body", "via-cli", "--timeout", "10"],
-            capture_stdout=True, capture_stderr=True, check=False,
-        )  # fmt: skip
+        via_cli = ("--topic", "T", "--body", "via-cli", "--timeout", "10")
+        put = await hanet("put", "--broker", addresses, *via_cli)
         assert put.returncode == 0, put.stderr.decode()
         assert put.stdout.startswith(b"PUT_OK"), put.stdout
         acked.append(b"via-cli")
-        shown = await trio.run_process(
-            [sys.executable, "-m", "hanet", "status", "--broker", addresses, "--json"],
-            capture_stdout=True, capture_stderr=True, check=False,
-        )  # fmt: skip
+        shown = await hanet("status", "--broker", addresses, "--json")
         assert shown.returncode == 0, shown.stderr.decode()
         document = json.loads(shown.stdout)
         assert document["role"] in ("LEADER", "FOLLOWER", "CANDIDATE")
         assert {"group", "id", "role", "term", "leader", "commit_index", "peers"} <= set(
             document["dledger"]
         )
-        await group.start(leader)  # the old leader restarts and catches up
+        await group.start_node(leader)  # the old leader restarts and catches up
         with trio.fail_after(20):
             while True:
                 states = [(await group.status(i))["dledger"] for i in IDS]
@@ -199,12 +159,7 @@ async def test_kill_the_leader_under_puts(tmp_path: Path) -> None:
 
     assert data("n0") == data("n1") == data("n2")  # the committed logs, byte-identical
     for node_id in IDS:
-        verified = await trio.run_process(
-            [sys.executable, "-m", "hanet", "verify", str(tmp_path / node_id)],
-            capture_stdout=True,
-            capture_stderr=True,
-            check=False,
-        )
+        verified = await hanet("verify", str(tmp_path / node_id))
         assert verified.returncode == 0, verified.stdout + verified.stderr
     print(json.dumps({"first_put_after_kill_s": round(first_after, 3), "acked": len(acked)}))
 
@@ -212,15 +167,13 @@ async def test_kill_the_leader_under_puts(tmp_path: Path) -> None:
 async def test_a_node_keeps_the_offsets_committed_to_it_across_a_restart(tmp_path: Path) -> None:
     group = Group(tmp_path)
     try:
-        await group.start("n0")  # alone: no leader, but its broker port serves offsets
+        await group.start_node("n0")  # alone: no leader, but its broker port serves offsets
         async with BrokerClient.connect(*group.broker["n0"]) as client:
             await client.commit_offset("g", "T", 2, 17)
-        group.procs["n0"].send_signal(signal.SIGTERM)
-        with trio.fail_after(10):
-            assert await group.procs["n0"].wait() == 0
+        assert await group["n0"].stop() == 0
         saved = json.loads((tmp_path / "n0" / "config" / "consumerOffset.json").read_text())
         assert saved == {"offsetTable": {"T@g": {"2": 17}}}
-        await group.start("n0")
+        await group.start_node("n0")
         async with BrokerClient.connect(*group.broker["n0"]) as client:
             assert await client.query_offset("g", "T", 2) == 17
             # Never committed, and the queue's start (it is empty) counts as in memory: 0, as

@@ -5,78 +5,27 @@ slave whose commit log files are not the master's size (stops with one clear err
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 import trio
 import trio.testing
+from ha_support import FILE, Link, commit_log_bytes, open_store, put
 
 from hanet.cli import build_parser, main
 from hanet.errors import ConfigError
 from hanet.ha import BrokerConfig, HAMaster, HASlave
-from hanet.store import CommitLogStore, Message, PutStatus, StoreConfig, StoreRole
+from hanet.store import CommitLogStore, StoreRole
+from hanet.testing import wait_until
 
-FILE = 8192
 CONFIG = BrokerConfig(mapped_file_size_commit_log=FILE, full_sync=True, reconnect_interval=5.0)
-
-
-def open_store(path: Path, role: StoreRole = StoreRole.MASTER, size: int = FILE) -> CommitLogStore:
-    return CommitLogStore.open(path, StoreConfig(mapped_file_size=size, role=role))
-
-
-@pytest.fixture
-def master_store(tmp_path: Path) -> Iterator[CommitLogStore]:
-    store = open_store(tmp_path / "master")
-    yield store
-    store.close()
-
-
-def put(store: CommitLogStore, n: int, size: int = 100, fill: int = 0) -> int:
-    for i in range(n):
-        body = bytes([(i + fill) % 251]) * size
-        result = store.put(Message(topic="T", body=body, queue_id=0))
-        assert result.status is PutStatus.PUT_OK
-    return store.max_offset
-
-
-def commit_log_bytes(store: CommitLogStore, start: int, end: int) -> bytes:
-    out = bytearray()
-    offset = start
-    while offset < end:
-        chunk = store.read(offset, end - offset)
-        assert chunk
-        out += chunk
-        offset += len(chunk)
-    return bytes(out)
-
-
-async def wait_until(predicate: Callable[[], object]) -> None:
-    with trio.fail_after(120):
-        while not predicate():  # noqa: ASYNC110
-            await trio.sleep(0.01)
-
-
-class Link:
-    """A connector whose streams lead to ``master``."""
-
-    def __init__(self, nursery: trio.Nursery, master: HAMaster) -> None:
-        self.nursery = nursery
-        self.master = master
-        self.connects = 0
-
-    async def __call__(self) -> trio.abc.Stream:
-        self.connects += 1
-        slave_end, master_end = trio.testing.memory_stream_pair()
-        self.nursery.start_soon(self.master.handle_stream, master_end)
-        return slave_end
 
 
 async def replicate(master: HAMaster, slave_store: CommitLogStore, config: BrokerConfig) -> None:
     """Run a slave until it has everything the master has."""
     async with trio.open_nursery() as nursery:
         await nursery.start(HASlave(slave_store, config, connector=Link(nursery, master)).run)
-        await wait_until(lambda: slave_store.max_offset == master.store.max_offset)
+        await wait_until(lambda: slave_store.max_offset == master.store.max_offset, seconds=120)
         nursery.cancel_scope.cancel()
 
 
@@ -125,7 +74,7 @@ async def test_a_slave_ahead_of_the_master_is_refused_and_shown_on_both_sides(
             link = Link(nursery, master)
             slave = HASlave(slave_store, CONFIG, connector=link)
             await nursery.start(slave.run)
-            await wait_until(lambda: link.connects >= 6)  # 25 s of refusals
+            await wait_until(lambda: link.connects >= 6, seconds=120)  # 25 s of refusals
             status = slave.status()
             assert status.diverged and status.refused_offset == slave_end
             assert status.refusals >= 5
@@ -168,7 +117,7 @@ async def test_truncate_to_the_masters_end_lets_the_slave_follow_again(
             link = Link(nursery, master)
             slave = HASlave(slave_store, CONFIG, connector=link)
             await nursery.start(slave.run)
-            await wait_until(lambda: slave_store.max_offset == master_store.max_offset)
+            await wait_until(lambda: slave_store.max_offset == master_store.max_offset, seconds=120)
             assert not slave.status().diverged
             nursery.cancel_scope.cancel()
         assert link.connects == 1
@@ -315,13 +264,20 @@ async def test_the_slave_verb_truncates_then_replicates(
     base = ["slave", "--store", str(tmp_path / "s"), "--master-ha", "127.0.0.1:1"]
     async with trio.open_nursery() as nursery:
         args = build_parser().parse_args(
-            [*base, "--mapped-file-size", "64K", "--truncate-to", str(cut),
-             "--reconnect-interval", "60", "--ready-file", str(ready)]
-        )  # fmt: skip
+            [
+                *base,
+                "--mapped-file-size",
+                "64K",
+                "--truncate-to",
+                str(cut),
+                "--reconnect-interval",
+                "60",
+                "--ready-file",
+                str(ready),
+            ]
+        )
         nursery.start_soon(args.func, args)
-        with trio.fail_after(10):
-            while not ready.exists():  # noqa: ASYNC110 - written by the verb
-                await trio.sleep(0.01)
+        await wait_until(ready.exists, 10)
         nursery.cancel_scope.cancel()
     out = [r.getMessage() for r in caplog.records if r.name == "hanet.broker"]
     assert out[0].startswith(

@@ -11,16 +11,8 @@ from pathlib import Path
 import pytest
 import trio
 import trio.testing
-from test_ha_divergence import (
-    CONFIG,
-    Link,
-    commit_log_bytes,
-    leaves,
-    open_store,
-    put,
-    record_boundary,
-    wait_until,
-)
+from ha_support import Link, commit_log_bytes, open_store, put
+from test_ha_divergence import CONFIG, leaves, record_boundary
 
 from hanet.ha import BrokerConfig, HAMaster, HASlave, start_master_term
 from hanet.store import (
@@ -32,6 +24,7 @@ from hanet.store import (
     EpochHistory,
     StoreRole,
 )
+from hanet.testing import wait_until
 
 TRUNCATE = BrokerConfig(
     mapped_file_size_commit_log=CONFIG.mapped_file_size_commit_log,

@@ -11,17 +11,14 @@ from pathlib import Path
 
 import pytest
 import trio
+from cluster_support import Cluster, cluster
 from test_cli_processes import (
     FAST,
     FILE,
-    Cluster,
-    Proc,
-    cluster,
     connect,
     connected_slaves,
     in_sync,
     status_of,
-    wait_for,
 )
 
 from hanet.boot import serve_listeners
@@ -29,11 +26,12 @@ from hanet.channel import StreamChannel
 from hanet.client import PutMessage, PutStatus
 from hanet.protocol import RemotingDispatcher, remoting_pipeline
 from hanet.store import CommitLogReader, EpochFile, compare_commit_logs
+from hanet.testing import HanetProcess, wait_until
 
 pytestmark = pytest.mark.slow
 
 
-async def put_numbered(proc: Proc, first: int, count: int) -> list[tuple[bytes, PutStatus]]:
+async def put_numbered(proc: HanetProcess, first: int, count: int) -> list[tuple[bytes, PutStatus]]:
     """Put ``count`` numbered messages; each body with its status."""
     messages = [
         PutMessage("Epochs", b"epoch-test %06d " % i + b"." * 300)
@@ -48,7 +46,7 @@ def bodies(root: Path) -> set[bytes]:
     return {r.body for _, r in CommitLogReader(root / "commitlog", FILE).records() if r.body}
 
 
-async def restart_master(c: Cluster, old: Proc, store: str, *extra: str) -> Proc:
+async def restart_master(c: Cluster, old: HanetProcess, store: str, *extra: str) -> HanetProcess:
     assert await c.stop(old) == 0
     return await c.start(
         "master", "master", "--store", str(c.root / store), "--listen", old.ready["broker"],
@@ -56,7 +54,7 @@ async def restart_master(c: Cluster, old: Proc, store: str, *extra: str) -> Proc
     )  # fmt: skip
 
 
-async def slave_of(c: Cluster, master: Proc, store: str, *extra: str) -> Proc:
+async def slave_of(c: Cluster, master: HanetProcess, store: str, *extra: str) -> HanetProcess:
     return await c.slave(master, store, "--master-broker", master.ready["broker"], *extra)
 
 
@@ -71,14 +69,14 @@ async def test_failover_then_the_old_master_rejoins_refused_then_truncated(
             if term:
                 a = await restart_master(c, a, "a", "--role", "SYNC_MASTER")
 
-            async def slave_back(master: Proc = a) -> bool:
+            async def slave_back(master: HanetProcess = a) -> bool:
                 return await connected_slaves(master) >= 1
 
-            await wait_for(slave_back)
+            await wait_until(slave_back)
             results = await put_numbered(a, term * 100, 100)
             assert {s for _, s in results} == {PutStatus.PUT_OK}  # on both A and B
             acked += [body for body, _ in results]
-        await wait_for(partial(in_sync, a, b))
+        await wait_until(partial(in_sync, a, b))
         assert [e.epoch for e in EpochFile.load(tmp_path / "a").entries] == [1, 2, 3]
         # B leaves; A takes 30 more it cannot replicate (not acknowledged), then dies
         assert await c.stop(b) == 0
@@ -100,7 +98,7 @@ async def test_failover_then_the_old_master_rejoins_refused_then_truncated(
             link = (await status_of(a)).master
             return link is not None and link.epoch_diverged_at is not None
 
-        await wait_for(refusing)
+        await wait_until(refusing)
         link = (await status_of(a)).master
         assert link is not None and link.epoch_diverged_at == point and not link.connected
         assert f"diverged from the master at offset {point}" in (link.epoch_check or "")
@@ -110,7 +108,7 @@ async def test_failover_then_the_old_master_rejoins_refused_then_truncated(
         assert await c.stop(a) == 0
         # with --ha-divergence truncate it cuts there (keeping the bytes aside) and follows
         a = await slave_of(c, b, "a", "--ha-divergence", "truncate")
-        await wait_for(partial(in_sync, b, a))
+        await wait_until(partial(in_sync, b, a))
         link = (await status_of(a)).master
         assert link is not None and link.epoch_diverged_at is None
         assert f"diverged at {point}: truncated" in (link.epoch_check or "")
@@ -150,7 +148,7 @@ async def test_a_master_without_epochs_is_still_followed(tmp_path: Path) -> None
         assert [r for _, r in await put_numbered(master, 0, 200)] == [PutStatus.PUT_OK] * 200
         slave = await c.slave(master, "slave", "--master-broker", old_port)
         never_asks = await c.slave(master, "slave2")  # no broker port to ask: as a 4.9.8 slave
-        await wait_for(partial(in_sync, master, slave, never_asks))
+        await wait_until(partial(in_sync, master, slave, never_asks))
         link = (await status_of(slave)).master
         assert link is not None and link.epoch_diverged_at is None
         assert "keeps no epochs (a RocketMQ 4.9.8 broker)" in (link.epoch_check or "")

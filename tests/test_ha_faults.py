@@ -3,7 +3,6 @@ virtual time; a partition during SYNC puts over loopback TCP through a FaultProx
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -22,7 +21,7 @@ from hanet.store import (
     StoreRole,
     compare_commit_logs,
 )
-from hanet.testing import FaultProxy, Faults, relay
+from hanet.testing import FaultProxy, Faults, relay, wait_until
 
 FILE = 64 * 1024
 
@@ -67,12 +66,6 @@ def put(store: CommitLogStore, n: int) -> None:
         store.put(Message(topic="T", body=bytes([i % 251]) * 300, queue_id=i % 2))
 
 
-async def wait_until(predicate: Callable[[], object], seconds: float = 120) -> None:
-    with trio.fail_after(seconds):
-        while not predicate():  # noqa: ASYNC110 - polls another service's state
-            await trio.sleep(0.05)
-
-
 async def test_black_holed_master_is_dropped_after_housekeeping(
     tmp_path: Path, autojump_clock: trio.testing.MockClock
 ) -> None:
@@ -84,16 +77,16 @@ async def test_black_holed_master_is_dropped_after_housekeeping(
         link = FaultyLink(nursery, master)
         slave = HASlave(slave_store, config, connector=link)
         nursery.start_soon(slave.run)
-        await wait_until(lambda: slave_store.max_offset == master_store.max_offset)
+        await wait_until(lambda: slave_store.max_offset == master_store.max_offset, seconds=120)
         link.to_slave.black_hole = True  # the master's bytes vanish; nothing closes
         silenced = trio.current_time()
-        await wait_until(lambda: link.connects == 2)
+        await wait_until(lambda: link.connects == 2, seconds=120)
         waited = trio.current_time() - silenced
         assert 20.0 <= waited <= 20.0 + 5.0 + 1.5  # housekeeping, +heartbeat slack, +reconnect
         assert "nothing received" in (slave.status().last_close_reason or "")
         link.to_slave.black_hole = False
         put(master_store, 5)
-        await wait_until(lambda: slave_store.max_offset == master_store.max_offset)
+        await wait_until(lambda: slave_store.max_offset == master_store.max_offset, seconds=120)
         nursery.cancel_scope.cancel()
     master_store.close()
     slave_store.close()
@@ -111,14 +104,14 @@ async def test_flipped_header_byte_in_transit_is_refetched(
         link = FaultyLink(nursery, master)
         slave = HASlave(slave_store, config, connector=link)
         nursery.start_soon(slave.run)
-        await wait_until(lambda: slave_store.max_offset == master_store.max_offset)
+        await wait_until(lambda: slave_store.max_offset == master_store.max_offset, seconds=120)
         # The next connection's first header gets a flipped byte in its offset field: the
         # slave (not empty, so it knows the offset to expect) refuses it and reconnects.
         link.to_slave.flip(3)
         link.cut()
-        await wait_until(lambda: link.connects == 2)
+        await wait_until(lambda: link.connects == 2, seconds=120)
         put(master_store, 150)
-        await wait_until(lambda: slave_store.max_offset == master_store.max_offset)
+        await wait_until(lambda: slave_store.max_offset == master_store.max_offset, seconds=120)
         assert link.connects >= 3  # the bad header closed the second connection
         assert "not equal" in (slave.status().last_close_reason or "")
         nursery.cancel_scope.cancel()
@@ -197,7 +190,7 @@ async def test_flipped_body_byte_in_transit_is_refetched(
         link.to_slave.flip(12 + 5000)  # a body byte of the first transfer
         slave = HASlave(slave_store, config, connector=link)
         nursery.start_soon(slave.run)
-        await wait_until(lambda: slave_store.max_offset == master_store.max_offset)
+        await wait_until(lambda: slave_store.max_offset == master_store.max_offset, seconds=120)
         assert link.connects >= 2
         assert "failed validation" in (slave.status().last_close_reason or "")
         nursery.cancel_scope.cancel()
@@ -218,7 +211,7 @@ async def test_an_empty_slave_given_a_corrupt_first_header_starts_over(
         link.to_slave.flip(3)  # the first header's offset: 0 becomes 0xFF00000000
         slave = HASlave(slave_store, config, connector=link)
         nursery.start_soon(slave.run)
-        await wait_until(lambda: slave_store.max_offset == master_store.max_offset)
+        await wait_until(lambda: slave_store.max_offset == master_store.max_offset, seconds=120)
         assert link.connects >= 2
         nursery.cancel_scope.cancel()
     master_store.close()

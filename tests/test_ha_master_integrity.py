@@ -7,47 +7,27 @@ import contextlib
 import logging
 import os
 import struct
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 import trio
 import trio.testing
+from ha_support import FILE, commit_log_bytes, open_store, put
 
 from hanet.ha import BrokerConfig, HAMaster, HASlave
 from hanet.store import (
     CommitLogStore,
-    Message,
-    PutStatus,
     StopReason,
-    StoreConfig,
     StoreRole,
     file_name,
     scan_records,
 )
+from hanet.testing import wait_until
 
-FILE = 8192
 REPORT = struct.Struct(">q")
 HEADER = struct.Struct(">qi")
 CONFIG = BrokerConfig(mapped_file_size_commit_log=FILE, full_sync=True)
-
-
-def open_store(path: Path, role: StoreRole = StoreRole.MASTER) -> CommitLogStore:
-    return CommitLogStore.open(path, StoreConfig(mapped_file_size=FILE, role=role))
-
-
-@pytest.fixture
-def master_store(tmp_path: Path) -> Iterator[CommitLogStore]:
-    store = open_store(tmp_path / "master")
-    yield store
-    store.close()
-
-
-def put(store: CommitLogStore, n: int, size: int = 100, topic: str = "T") -> int:
-    for i in range(n):
-        result = store.put(Message(topic=topic, body=bytes([i % 251]) * size, queue_id=0))
-        assert result.status is PutStatus.PUT_OK
-    return store.max_offset
 
 
 def flip_body_byte(store: CommitLogStore, offset: int) -> None:
@@ -63,17 +43,6 @@ def flip_body_byte(store: CommitLogStore, offset: int) -> None:
         f.write(bytes([byte[0] ^ 0xFF]))
         f.flush()
         os.fsync(f.fileno())
-
-
-def commit_log_bytes(store: CommitLogStore, start: int, end: int) -> bytes:
-    out = bytearray()
-    offset = start
-    while offset < end:
-        chunk = store.read(offset, end - offset)
-        assert chunk
-        out += chunk
-        offset += len(chunk)
-    return bytes(out)
 
 
 async def read_exactly(stream: trio.abc.ReceiveStream, n: int) -> bytes:
@@ -105,12 +74,6 @@ async def read_until_eof(stream: trio.abc.Stream) -> list[tuple[int, bytes]]:
     except EOFError:
         pass
     return frames
-
-
-async def wait_until(predicate: Callable[[], object]) -> None:
-    with trio.fail_after(60):
-        while not predicate():  # noqa: ASYNC110
-            await trio.sleep(0.01)
 
 
 Peer = tuple[HAMaster, trio.abc.Stream]
@@ -217,7 +180,9 @@ async def test_a_slave_of_a_corrupt_master_keeps_only_valid_records(
                 return slave_end
 
             await nursery.start(HASlave(slave_store, CONFIG, connector=connect).run)
-            await wait_until(lambda: len(master.status().closed) >= 2)  # reconnected, refused
+            await wait_until(
+                lambda: len(master.status().closed) >= 2, seconds=60
+            )  # reconnected, refused
             nursery.cancel_scope.cancel()
         assert slave_store.max_offset == bad
         assert slave_store.dispatch_error is None
@@ -350,7 +315,7 @@ async def test_a_byte_every_15_s_does_not_keep_the_connection_alive(
                 except (trio.BrokenResourceError, trio.ClosedResourceError):
                     break
                 with trio.move_on_after(15):
-                    await wait_until(lambda: closed_at)
+                    await wait_until(lambda: closed_at, seconds=60)
         nursery.cancel_scope.cancel()
     assert closed_at and 20 <= closed_at[0] < 21
     assert "housekeeping" in master.status().closed[0].state

@@ -3,77 +3,20 @@
 from __future__ import annotations
 
 import struct
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 import trio
 import trio.testing
+from ha_support import FILE, Link, commit_log_bytes, open_store, put
 
 from hanet.ha import BrokerConfig, BrokerRole, HAMaster, HASlave
 from hanet.store import CommitLogStore, Message, PutStatus, StoreConfig, StoreRole
+from hanet.testing import wait_until
 
-FILE = 8192
 REPORT = struct.Struct(">q")
 HEADER = struct.Struct(">qi")
-
-
-def open_store(path: Path, role: StoreRole = StoreRole.MASTER) -> CommitLogStore:
-    return CommitLogStore.open(path, StoreConfig(mapped_file_size=FILE, role=role))
-
-
-@pytest.fixture
-def master_store(tmp_path: Path) -> Iterator[CommitLogStore]:
-    store = open_store(tmp_path / "master")
-    yield store
-    store.close()
-
-
-@pytest.fixture
-def slave_store(tmp_path: Path) -> Iterator[CommitLogStore]:
-    store = open_store(tmp_path / "slave", StoreRole.SLAVE)
-    yield store
-    store.close()
-
-
-def put(store: CommitLogStore, n: int, size: int = 100, topic: str = "T") -> int:
-    for i in range(n):
-        result = store.put(Message(topic=topic, body=bytes([i % 251]) * size, queue_id=i % 2))
-        assert result.status is PutStatus.PUT_OK
-    return store.max_offset
-
-
-def commit_log_bytes(store: CommitLogStore, start: int = 0) -> bytes:
-    out = bytearray()
-    offset = max(start, store.min_offset)
-    while offset < store.max_offset:
-        chunk = store.read(offset, 1 << 20)
-        out += chunk
-        offset += len(chunk)
-    return bytes(out)
-
-
-class Link:
-    """A connector whose streams lead to the master; tests can cut the current one."""
-
-    def __init__(self, nursery: trio.Nursery, master: HAMaster) -> None:
-        self.nursery = nursery
-        self.master = master
-        self.connects = 0
-        self.peer: trio.abc.Stream | None = None
-
-    async def __call__(self) -> trio.abc.Stream:
-        self.connects += 1
-        slave_end, master_end = trio.testing.memory_stream_pair()
-        self.nursery.start_soon(self.master.handle_stream, master_end)
-        return slave_end
-
-
-async def wait_until(predicate: Callable[[], object]) -> None:
-    """Poll in virtual time (these tests run on the autojump clock) for at most 60 s."""
-    with trio.fail_after(60):
-        while not predicate():  # noqa: ASYNC110
-            await trio.sleep(0.01)
 
 
 CONFIG = BrokerConfig(mapped_file_size_commit_log=FILE)
@@ -84,17 +27,17 @@ async def test_new_slave_syncs_from_the_last_file_and_follows(
     master_store: CommitLogStore,
     slave_store: CommitLogStore,
 ) -> None:
-    put(master_store, 200)  # several files
+    put(master_store, 200, queues=2)  # several files
     assert master_store.max_offset > 3 * FILE
     master = HAMaster(master_store, CONFIG)
     async with trio.open_nursery() as nursery:
         link = Link(nursery, master)
         await nursery.start(HASlave(slave_store, CONFIG, connector=link).run)
         last_file = master_store.max_offset - master_store.max_offset % FILE
-        await wait_until(lambda: slave_store.max_offset == master_store.max_offset)
+        await wait_until(lambda: slave_store.max_offset == master_store.max_offset, seconds=60)
         assert slave_store.min_offset == last_file
-        put(master_store, 300)
-        await wait_until(lambda: slave_store.max_offset == master_store.max_offset)
+        put(master_store, 300, queues=2)
+        await wait_until(lambda: slave_store.max_offset == master_store.max_offset, seconds=60)
         assert commit_log_bytes(slave_store) == commit_log_bytes(master_store, last_file)
         assert slave_store.dispatch_error is None
         status = master.status()
@@ -106,23 +49,23 @@ async def test_new_slave_syncs_from_the_last_file_and_follows(
 async def test_full_sync_and_resume_after_restart(
     autojump_clock: trio.testing.MockClock, tmp_path: Path, master_store: CommitLogStore
 ) -> None:
-    put(master_store, 150)
+    put(master_store, 150, queues=2)
     config = BrokerConfig(mapped_file_size_commit_log=FILE, full_sync=True)
     master = HAMaster(master_store, config)
     slave_store = open_store(tmp_path / "s", StoreRole.SLAVE)
     async with trio.open_nursery() as nursery:
         await nursery.start(HASlave(slave_store, config, connector=Link(nursery, master)).run)
-        await wait_until(lambda: slave_store.max_offset == master_store.max_offset)
+        await wait_until(lambda: slave_store.max_offset == master_store.max_offset, seconds=60)
         nursery.cancel_scope.cancel()
     slave_store.close()
     assert slave_store.min_offset == 0
-    put(master_store, 150)
+    put(master_store, 150, queues=2)
     slave_store = open_store(tmp_path / "s", StoreRole.SLAVE)
     resumed_from = slave_store.max_offset
     async with trio.open_nursery() as nursery:
         link = Link(nursery, master)
         await nursery.start(HASlave(slave_store, config, connector=link).run)
-        await wait_until(lambda: slave_store.max_offset == master_store.max_offset)
+        await wait_until(lambda: slave_store.max_offset == master_store.max_offset, seconds=60)
         assert master.status().slaves[0].request_offset == resumed_from
         nursery.cancel_scope.cancel()
     assert commit_log_bytes(slave_store) == commit_log_bytes(master_store)
@@ -161,7 +104,7 @@ async def test_master_waits_for_a_report_then_sends_heartbeats_every_5_s(
     autojump_clock: trio.testing.MockClock, master_store: CommitLogStore, raw_master: RawMaster
 ) -> None:
     _, peer = raw_master
-    end = put(master_store, 10)
+    end = put(master_store, 10, queues=2)
     with trio.move_on_after(15):
         await peer.receive_some(1)
         pytest.fail("the master must send nothing before the first report")
@@ -182,7 +125,7 @@ async def test_several_reports_in_one_read_use_the_last(
     autojump_clock: trio.testing.MockClock, master_store: CommitLogStore, raw_master: RawMaster
 ) -> None:
     _, peer = raw_master
-    put(master_store, 300)
+    put(master_store, 300, queues=2)
     # a record boundary in the middle, from the consume queue
     target = master_store.consume_queue_entry("T", 0, 40)
     assert target is not None
@@ -236,7 +179,7 @@ async def test_out_of_range_request_is_closed_and_shown(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     master, peer = raw_master
-    put(master_store, 200)
+    put(master_store, 200, queues=2)
     # 10**9 lies beyond the data (7, inside the first record, is served: see
     # test_ha_master_integrity.py)
     await peer.send_all(REPORT.pack(request_offset))
@@ -250,7 +193,7 @@ async def test_report_beyond_max_closes(
     autojump_clock: trio.testing.MockClock, master_store: CommitLogStore, raw_master: RawMaster
 ) -> None:
     master, peer = raw_master
-    end = put(master_store, 5)
+    end = put(master_store, 5, queues=2)
     await peer.send_all(REPORT.pack(end))
     await peer.send_all(REPORT.pack(end + 1))
     with pytest.raises(EOFError):
@@ -283,12 +226,12 @@ async def test_slave_reports_verifies_and_reconnects_after_5_s(
     master_store: CommitLogStore,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    end = put(master_store, 3)
+    end = put(master_store, 3, queues=2)
     data = master_store.read(0, end)
     async with trio.open_nursery() as nursery:
         fake = FakeMaster(nursery)
         await nursery.start(HASlave(slave_store, CONFIG, connector=fake).run)
-        await wait_until(lambda: fake.peers)
+        await wait_until(lambda: fake.peers, seconds=60)
         peer = fake.peers[0]
         assert REPORT.unpack(await read_exactly(peer, 8)) == (0,)
         # an empty slave accepts a heartbeat at any offset, then data at its start
@@ -301,7 +244,7 @@ async def test_slave_reports_verifies_and_reconnects_after_5_s(
         assert round(trio.current_time() - t0) == 5
         # a heartbeat with a wrong offset: the slave closes and reconnects 5 s later
         await peer.send_all(HEADER.pack(end + 100, 0))
-        await wait_until(lambda: len(fake.peers) == 2)
+        await wait_until(lambda: len(fake.peers) == 2, seconds=60)
         assert "master pushed offset not equal the max phy offset in slave" in caplog.text
         assert f"SLAVE: {end} MASTER: {end + 100}" in caplog.text
         gap = fake.connect_times[1] - fake.connect_times[0]
@@ -309,7 +252,7 @@ async def test_slave_reports_verifies_and_reconnects_after_5_s(
         assert REPORT.unpack(await read_exactly(fake.peers[1], 8)) == (end,)
         # silence from the master: closed after 20 s, reconnect 5 s later
         t1 = fake.connect_times[1]
-        await wait_until(lambda: len(fake.peers) == 3)
+        await wait_until(lambda: len(fake.peers) == 3, seconds=60)
         assert round(fake.connect_times[2] - t1) == 25
         nursery.cancel_scope.cancel()
     assert slave_store.max_offset == end
@@ -322,14 +265,14 @@ async def test_sync_put_statuses(
 ) -> None:
     config = BrokerConfig(broker_role=BrokerRole.SYNC_MASTER, mapped_file_size_commit_log=FILE)
     master = HAMaster(master_store, config)
-    end = put(master_store, 1)
+    end = put(master_store, 1, queues=2)
     assert await master.wait_for_replicas(end) is PutStatus.SLAVE_NOT_AVAILABLE
     async with trio.open_nursery() as nursery:
         await nursery.start(HASlave(slave_store, config, connector=Link(nursery, master)).run)
         await wait_until(
-            lambda: master.status().slaves and master.status().slaves[0].ack_offset >= 0
+            lambda: master.status().slaves and master.status().slaves[0].ack_offset >= 0, seconds=60
         )
-        end = put(master_store, 1)
+        end = put(master_store, 1, queues=2)
         assert await master.wait_for_replicas(end) is PutStatus.PUT_OK
         # a raw peer that never acks: FLUSH_SLAVE_TIMEOUT after 3 s
         nursery.cancel_scope.cancel()
@@ -344,7 +287,7 @@ async def test_sync_put_times_out_when_the_slave_does_not_ack(
     )
     await peer.send_all(REPORT.pack(0))
     await trio.sleep(0.1)
-    end = put(master_store, 1)
+    end = put(master_store, 1, queues=2)
     start = trio.current_time()
     assert await master.wait_for_replicas(end) is PutStatus.FLUSH_SLAVE_TIMEOUT
     assert round(trio.current_time() - start, 1) == 3.0
@@ -364,17 +307,22 @@ async def test_two_slaves_in_sync_replicas(
     try:
         async with trio.open_nursery() as nursery:
             await nursery.start(HASlave(stores[0], config, connector=Link(nursery, master)).run)
-            await wait_until(lambda: [s.ack_offset >= 0 for s in master.status().slaves] == [True])
-            end = put(master_store, 1)
+            await wait_until(
+                lambda: [s.ack_offset >= 0 for s in master.status().slaves] == [True], seconds=60
+            )
+            end = put(master_store, 1, queues=2)
             status = await master.wait_for_replicas(end)
             assert status is (PutStatus.PUT_OK if isr == 2 else PutStatus.SLAVE_NOT_AVAILABLE)
             await nursery.start(HASlave(stores[1], config, connector=Link(nursery, master)).run)
             await wait_until(
-                lambda: [s.ack_offset >= 0 for s in master.status().slaves] == [True, True]
+                lambda: [s.ack_offset >= 0 for s in master.status().slaves] == [True, True],
+                seconds=60,
             )
-            end = put(master_store, 1)
+            end = put(master_store, 1, queues=2)
             assert await master.wait_for_replicas(end) is expected
-            await wait_until(lambda: all(s.max_offset == master_store.max_offset for s in stores))
+            await wait_until(
+                lambda: all(s.max_offset == master_store.max_offset for s in stores), seconds=60
+            )
             nursery.cancel_scope.cancel()
         assert commit_log_bytes(stores[0]) == commit_log_bytes(stores[1])
     finally:

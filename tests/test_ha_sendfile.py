@@ -6,33 +6,18 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 import trio
+from ha_support import commit_log_bytes
 
 from hanet.ha import BrokerConfig, HAMaster, HASlave
 from hanet.store import CommitLogStore, Message, StoreConfig, StoreRole
+from hanet.testing import wait_until
 
 FILE = 64 * 1024
-
-
-def log_bytes(store: CommitLogStore) -> bytes:
-    out = bytearray()
-    offset = store.min_offset
-    while offset < store.max_offset:
-        chunk = store.read(offset, 1 << 20)
-        out += chunk
-        offset += len(chunk)
-    return bytes(out)
-
-
-async def wait_until(predicate: Callable[[], object]) -> None:
-    with trio.fail_after(30):
-        while not predicate():  # noqa: ASYNC110
-            await trio.sleep(0.01)
 
 
 @pytest.mark.parametrize("sendfile", [True, False], ids=["sendfile", "mapping"])
@@ -68,12 +53,12 @@ async def test_a_slave_over_tcp_gets_the_same_log_by_sendfile_or_the_mapping(
                 return await trio.open_tcp_stream("127.0.0.1", port)
 
             await nursery.start(HASlave(slave_store, config, connector=connect).run)
-            await wait_until(lambda: slave_store.max_offset == master_store.max_offset)
+            await wait_until(lambda: slave_store.max_offset == master_store.max_offset, seconds=30)
             for i in range(100):  # and what comes after the catch-up
                 assert master_store.put(Message("T", b"late %d" % i, queue_id=i % 4)).ok
-            await wait_until(lambda: slave_store.max_offset == master_store.max_offset)
+            await wait_until(lambda: slave_store.max_offset == master_store.max_offset, seconds=30)
             nursery.cancel_scope.cancel()
-        assert log_bytes(slave_store) == log_bytes(master_store)
+        assert commit_log_bytes(slave_store) == commit_log_bytes(master_store)
         assert slave_store.dispatch_error is None
     if sendfile:
         # every body byte went out by sendfile (the headers by sendmsg)

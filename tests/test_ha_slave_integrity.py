@@ -10,49 +10,20 @@ from __future__ import annotations
 import logging
 import random
 import struct
-from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import pytest
 import trio
 import trio.testing
+from ha_support import FILE, commit_log_bytes
 
 from hanet.ha import BrokerConfig, HASlave
-from hanet.store import BLANK_MAGIC, CommitLogStore, Message, StoreConfig, StoreRole
+from hanet.store import BLANK_MAGIC, CommitLogStore, Message
+from hanet.testing import wait_until
 
-FILE = 8192
 REPORT = struct.Struct(">q")
 HEADER = struct.Struct(">qi")
 CONFIG = BrokerConfig(mapped_file_size_commit_log=FILE)
 PHYSICAL_OFFSET_FIELD = 28  # TOTALSIZE, MAGIC, BODYCRC, QUEUEID, FLAG, QUEUEOFFSET
-
-
-def open_store(path: Path, role: StoreRole = StoreRole.MASTER) -> CommitLogStore:
-    return CommitLogStore.open(path, StoreConfig(mapped_file_size=FILE, role=role))
-
-
-@pytest.fixture
-def master_store(tmp_path: Path) -> Iterator[CommitLogStore]:
-    store = open_store(tmp_path / "master")
-    yield store
-    store.close()
-
-
-@pytest.fixture
-def slave_store(tmp_path: Path) -> Iterator[CommitLogStore]:
-    store = open_store(tmp_path / "slave", StoreRole.SLAVE)
-    yield store
-    store.close()
-
-
-def commit_log_bytes(store: CommitLogStore) -> bytes:
-    out = bytearray()
-    offset = store.min_offset
-    while offset < store.max_offset:
-        chunk = store.read(offset, 1 << 20)
-        out += chunk
-        offset += len(chunk)
-    return bytes(out)
 
 
 def corrupt(kind: str, data: bytearray, at: int, size: int) -> None:
@@ -110,12 +81,6 @@ class Reports:
                 buffer = buffer[8:]
 
 
-async def wait_until(predicate: Callable[[], object]) -> None:
-    with trio.fail_after(60):
-        while not predicate():  # noqa: ASYNC110
-            await trio.sleep(0.01)
-
-
 KINDS = ["body", "random", "zeros", "physical_offset", "total_size", "magic", "blank"]
 
 
@@ -143,10 +108,10 @@ async def test_corrupt_record_is_never_kept_nor_reported(
     async with trio.open_nursery() as nursery:
         fake = FakeMaster()
         await nursery.start(HASlave(slave_store, CONFIG, connector=fake).run)
-        await wait_until(lambda: fake.peers)
+        await wait_until(lambda: fake.peers, seconds=60)
         first = Reports()
         nursery.start_soon(first.run, fake.peers[0])
-        await wait_until(lambda: first.values)
+        await wait_until(lambda: first.values, seconds=60)
         assert first.values == [0]
         peer = fake.peers[0]
         for offset in range(0, end, frame_size):
@@ -165,13 +130,13 @@ async def test_corrupt_record_is_never_kept_nor_reported(
         assert any(r.levelno == logging.ERROR for r in caplog.records)
 
         # The reconnection reports the last valid end; correct data then completes the copy.
-        await wait_until(lambda: len(fake.peers) == 2)
+        await wait_until(lambda: len(fake.peers) == 2, seconds=60)
         second = Reports()
         nursery.start_soon(second.run, fake.peers[1])
-        await wait_until(lambda: second.values)
+        await wait_until(lambda: second.values, seconds=60)
         assert second.values[0] == bad_at
         await fake.peers[1].send_all(HEADER.pack(bad_at, end - bad_at) + good[bad_at:])
-        await wait_until(lambda: second.values[-1] == end)
+        await wait_until(lambda: second.values[-1] == end, seconds=60)
         assert max(first.values + second.values) <= end
         nursery.cancel_scope.cancel()
     assert commit_log_bytes(slave_store) == good
@@ -193,22 +158,22 @@ async def test_partial_record_is_not_reported_and_dropped_on_reconnect(
     async with trio.open_nursery() as nursery:
         fake = FakeMaster()
         await nursery.start(HASlave(slave_store, CONFIG, connector=fake).run)
-        await wait_until(lambda: fake.peers)
+        await wait_until(lambda: fake.peers, seconds=60)
         reports = Reports()
         nursery.start_soon(reports.run, fake.peers[0])
         cut = entry[0] + 50  # in the middle of the last record
         await fake.peers[0].send_all(HEADER.pack(0, cut) + good[:cut])
-        await wait_until(lambda: len(reports.values) >= 2)
+        await wait_until(lambda: len(reports.values) >= 2, seconds=60)
         assert reports.values[-1] == entry[0]
         await fake.peers[0].aclose()  # the master goes away mid-record
-        await wait_until(lambda: len(fake.peers) == 2)
+        await wait_until(lambda: len(fake.peers) == 2, seconds=60)
         again = Reports()
         nursery.start_soon(again.run, fake.peers[1])
-        await wait_until(lambda: again.values)
+        await wait_until(lambda: again.values, seconds=60)
         assert again.values[0] == entry[0]
         assert slave_store.max_offset == entry[0]
         await fake.peers[1].send_all(HEADER.pack(entry[0], end - entry[0]) + good[entry[0] :])
-        await wait_until(lambda: again.values[-1] == end)
+        await wait_until(lambda: again.values[-1] == end, seconds=60)
         nursery.cancel_scope.cancel()
     assert commit_log_bytes(slave_store) == good
 
@@ -234,16 +199,16 @@ async def test_dispatch_runs_behind_the_report_in_batches(
         fake = FakeMaster()
         slave = HASlave(slave_store, CONFIG, connector=fake)
         await nursery.start(slave.run)
-        await wait_until(lambda: fake.peers)
+        await wait_until(lambda: fake.peers, seconds=60)
         reports = Reports()
         nursery.start_soon(reports.run, fake.peers[0])
-        await wait_until(lambda: reports.values)
+        await wait_until(lambda: reports.values, seconds=60)
         for offset in range(0, end, 1000):
             body = good[offset : offset + 1000]
             await fake.peers[0].send_all(HEADER.pack(offset, len(body)) + body)
             await trio.sleep(0.01)
-        await wait_until(lambda: reports.values[-1] == end)
-        await wait_until(lambda: slave_store.dispatched_offset == end)
+        await wait_until(lambda: reports.values[-1] == end, seconds=60)
+        await wait_until(lambda: slave_store.dispatched_offset == end, seconds=60)
         nursery.cancel_scope.cancel()
     assert slave_store.dispatch_error is None
     assert slave_store.max_queue_offset("T0", 0) == slave_store.max_queue_offset("T1", 0) == 20
@@ -269,9 +234,9 @@ async def test_the_dispatcher_dispatches_what_is_left_when_the_slave_stops(
     async with trio.open_nursery() as nursery:
         fake = FakeMaster()
         await nursery.start(HASlave(slave_store, CONFIG, connector=fake).run)
-        await wait_until(lambda: fake.peers)
+        await wait_until(lambda: fake.peers, seconds=60)
         await fake.peers[0].send_all(HEADER.pack(0, end) + good)
-        await wait_until(lambda: slave_store.max_offset == end)
+        await wait_until(lambda: slave_store.max_offset == end, seconds=60)
         nursery.cancel_scope.cancel()  # maybe before the dispatcher ran: it finishes on exit
     assert slave_store.dispatched_offset == end
     assert slave_store.max_queue_offset("T", 0) == 10

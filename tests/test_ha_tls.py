@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import datetime
 import json
+import signal
 import ssl
 import subprocess
 import sys
-import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -30,6 +30,7 @@ from hanet.client import (
 from hanet.ha import BrokerConfig, BrokerRole
 from hanet.namesrv import NameServer
 from hanet.store import compare_commit_logs
+from hanet.testing import HanetProcesses, wait_until
 
 FILE = 64 * 1024
 
@@ -91,12 +92,6 @@ async def running(cfg: BrokerConfig) -> AsyncIterator[tuple[Broker, BrokerAddres
         nursery.cancel_scope.cancel()
 
 
-async def eventually(check: Any, seconds: float = 10) -> None:
-    with trio.fail_after(seconds):
-        while not check():  # noqa: ASYNC110 - polls another service
-            await trio.sleep(0.02)
-
-
 def master_config(tmp_path: Path, pki: Pki, **changes: Any) -> BrokerConfig:
     changes.setdefault("broker_role", BrokerRole.SYNC_MASTER)
     return config(tmp_path / "m", **pki.tls("master", "127.0.0.1"), **changes)
@@ -115,14 +110,14 @@ async def test_slave_with_a_certificate_replicates_over_mutual_tls(tmp_path: Pat
         async with running(slave_cfg) as (slave, _):
             client_tls = pki.client("producer")
             async with BrokerClient.connect(*m_addr.broker, tls=client_tls) as client:
-                await eventually(
+                await wait_until(
                     lambda: master.master is not None and master.master.status().slaves
                 )
                 replies = [await client.put("T", b"secret %d" % i) for i in range(20)]
                 assert {r.status for r in replies} == {PutStatus.PUT_OK}
                 (seen,) = (await client.status()).slaves
                 assert seen.identity == "replica-1" and seen.replica
-            await eventually(lambda: slave.store.max_offset == master.store.max_offset)
+            await wait_until(lambda: slave.store.max_offset == master.store.max_offset)
     assert compare_commit_logs(tmp_path / "m", tmp_path / "s").identical
 
 
@@ -204,7 +199,7 @@ async def test_a_fake_acker_cannot_obtain_put_ok(tmp_path: Path) -> None:
             nursery.start_soon(fake_slave, plain)
             ssl_stream = await open_tls_stream(*m_addr.ha, pki.client("not-a-replica"))
             nursery.start_soon(fake_slave, ssl_stream)
-            await eventually(lambda: master.master is not None and master.master.status().slaves)
+            await wait_until(lambda: master.master is not None and master.master.status().slaves)
             async with BrokerClient.connect(*m_addr.broker, tls=pki.client("producer")) as c:
                 statuses = {(await c.put("T", b"m%d" % i)).status for i in range(10)}
                 assert statuses == {PutStatus.SLAVE_NOT_AVAILABLE}
@@ -229,36 +224,19 @@ def test_master_slave_and_producer_processes_over_tls(tmp_path: Path) -> None:
     s_cert, s_key = pki.issue("replica-1")
     p_cert, p_key = pki.issue("producer")
     ca = str(pki.ca_file)
-    procs: list[subprocess.Popen[bytes]] = []
-
-    def start(*argv: str) -> dict[str, Any]:
-        ready = tmp_path / f"ready-{len(procs)}.json"
-        log_path = tmp_path / f"proc-{len(procs)}.log"
-        with log_path.open("wb") as log:
-            command = [sys.executable, "-m", "hanet", *argv, "--ready-file", str(ready)]
-            procs.append(subprocess.Popen(command, stdout=log, stderr=log))
-        end = time.monotonic() + 20
-        while not ready.exists():
-            assert procs[-1].poll() is None, log_path.read_text()
-            assert time.monotonic() < end
-            time.sleep(0.05)
-        data: dict[str, Any] = json.loads(ready.read_text())
-        return data
-
     master_tls = ["--tls-cert", str(cert), "--tls-key", str(key), "--tls-ca", ca]
     slave_tls = ["--tls-cert", str(s_cert), "--tls-key", str(s_key), "--tls-ca", ca]
     producer_tls = ["--tls-ca", ca, "--tls-cert", str(p_cert), "--tls-key", str(p_key)]
     files = ["--mapped-file-size", "64K"]
-    try:
-        master = start(
-            "master", "--store", str(tmp_path / "m"), "--role", "SYNC_MASTER",
-            "--listen", "127.0.0.1:0", "--ha-listen", "127.0.0.1:0",
-            "--tls-replica-pattern", "replica-.*", *files, *master_tls,
-        )  # fmt: skip
-        start(
-            "slave", "--store", str(tmp_path / "s"), "--master-ha", master["ha"],
-            "--reconnect-interval", "0.2", *files, *slave_tls,
-        )  # fmt: skip
+    with HanetProcesses(tmp_path, close_signal=signal.SIGTERM) as processes:
+        store = ["--store", str(tmp_path / "m"), "--role", "SYNC_MASTER", *files]
+        ports = ["--listen", "127.0.0.1:0", "--ha-listen", "127.0.0.1:0"]
+        replicas = ["--tls-replica-pattern", "replica-.*"]
+        argv = ["master", *store, *ports, *replicas, *master_tls]
+        master = processes.start_blocking("master", *argv).ready
+        store = ["--store", str(tmp_path / "s"), "--master-ha", master["ha"], *files]
+        argv = ["slave", *store, "--reconnect-interval", "0.2", *slave_tls]
+        processes.start_blocking("slave", *argv)
         broker = ["--broker", master["broker"], "--topic", "T"]
         put = _hanet("put", *broker, "--count", "300", "--size", "512", "--json", *producer_tls)
         summary = json.loads(put.stdout)
@@ -268,11 +246,6 @@ def test_master_slave_and_producer_processes_over_tls(tmp_path: Path) -> None:
         assert refused.returncode == 2
         (line,) = refused.stderr.strip().splitlines()
         assert line.startswith("hanet: ") and "certificate" in line
-    finally:
-        for proc in procs:
-            proc.terminate()
-        for proc in procs:
-            proc.wait(timeout=20)
     assert compare_commit_logs(tmp_path / "m", tmp_path / "s").identical
 
 
@@ -293,15 +266,17 @@ async def test_a_cluster_over_mutual_tls_name_server_included(tmp_path: Path) ->
         async with running(master_cfg) as (_, m_addr):
             assert m_addr.broker is not None
             slave_cfg = config(
-                tmp_path / "s", broker_role=BrokerRole.SLAVE, namesrv_addr=names,
+                tmp_path / "s",
+                broker_role=BrokerRole.SLAVE,
+                namesrv_addr=names,
                 **pki.tls("replica-1"),
-            )  # fmt: skip
+            )
             async with running(slave_cfg) as (slave, _):
                 async with BrokerClient.connect(*m_addr.broker, tls=pki.client("app")) as c:
                     reply = await c.put("T", b"over tls")
                     assert reply.ok
                 end = reply.wrote_offset + reply.wrote_size
-                await eventually(lambda: slave.store.max_offset == end)
+                await wait_until(lambda: slave.store.max_offset == end)
                 link = slave.status().master
                 assert link is not None and link.address == f"127.0.0.1:{m_addr.ha[1]}"  # type: ignore[index]
                 cluster = await NameServerClient([(host, port)], tls=pki.client("ops")).cluster()

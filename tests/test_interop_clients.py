@@ -18,13 +18,11 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
-import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import pytest
 import trio
@@ -40,6 +38,7 @@ from interop_support import (
 
 from hanet.client import BrokerClient, NameServerClient
 from hanet.protocol import DataVersion, TopicConfig, TopicConfigSerializeWrapper
+from hanet.testing import HanetProcess, HanetProcesses, split_address
 
 pytestmark = pytest.mark.slow
 
@@ -55,7 +54,6 @@ BROKER_CONF = "\n".join(
         "",
     ]
 )
-READY_SECONDS = 30.0
 DRIVER_SECONDS = 40.0
 
 
@@ -66,74 +64,6 @@ def topic_of(client: str, case: str) -> str:
 # --- hanet as processes ------------------------------------------------------------------
 
 
-class Service:
-    """A ``hanet`` verb as a subprocess (``subprocess.Popen``: a cluster outlives one trio
-    run), ready once its ready file is written."""
-
-    def __init__(self, root: Path, name: str, *argv: str) -> None:
-        self.root = root
-        self.name = name
-        self.argv = argv
-        self.process: subprocess.Popen[bytes] | None = None
-        self.ready: dict[str, Any] = {}
-
-    @property
-    def log(self) -> Path:
-        return self.root / f"{self.name}.log"
-
-    def start(self) -> dict[str, Any]:
-        ready = self.root / f"{self.name}.ready"
-        with self.log.open("ab") as out:
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", "hanet", *self.argv, "--ready-file", str(ready)],
-                stdin=subprocess.DEVNULL, stdout=out, stderr=out,
-            )  # fmt: skip
-        deadline = time.monotonic() + READY_SECONDS
-        while time.monotonic() < deadline:
-            try:
-                self.ready = json.loads(ready.read_text())
-                return self.ready
-            except (FileNotFoundError, ValueError):
-                if self.process.poll() is not None:
-                    break
-                time.sleep(0.02)
-        self.close()
-        raise AssertionError(f"{self.name} did not start:\n{self.text()}")
-
-    @property
-    def pid(self) -> int:
-        assert self.process is not None
-        return self.process.pid
-
-    def text(self) -> str:
-        try:
-            return self.log.read_text(errors="replace")
-        except FileNotFoundError:
-            return ""
-
-    async def kill(self) -> None:
-        """kill -9, waiting for the process to be gone."""
-        assert self.process is not None
-        self.process.send_signal(signal.SIGKILL)
-        with trio.fail_after(10):
-            while self.process.poll() is None:  # noqa: ASYNC110 - a Popen child
-                await trio.sleep(0.02)
-
-    def close(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-
-
-def _split(address: str) -> tuple[str, int]:
-    host, _, port = address.rpartition(":")
-    return host, int(port)
-
-
 def write_topics(store: Path, topics: Iterable[str]) -> None:
     """The master's ``config/topics.json`` with ``topics`` (``QUEUES`` queues each)."""
     table = {topic: TopicConfig(topic, QUEUES, QUEUES) for topic in topics}
@@ -142,38 +72,28 @@ def write_topics(store: Path, topics: Iterable[str]) -> None:
     (store / "config" / "topics.json").write_text(json.dumps(wrapper.to_json()))
 
 
-class Cluster:
-    """``hanet namesrv``, ``hanet master`` and optionally ``hanet slave`` on any free ports,
-    the master holding ``topics``; both brokers with ``--slave-read-enable``."""
+class NamesrvCluster(HanetProcesses):
+    """``hanet namesrv`` and brokers that register with it (``--namesrv`` added when they
+    start), as ``Popen`` children (a module's cluster outlives one trio run), stopped with
+    SIGTERM."""
 
-    def __init__(
-        self, root: Path, topics: Iterable[str], *, slave: bool = False, role: str = "ASYNC_MASTER"
-    ) -> None:
-        self.root = root
-        conf = root / "broker.conf"
-        conf.write_text(BROKER_CONF)
-        write_topics(root / "master", topics)
-        common = ("--listen", "127.0.0.1:0", "--mapped-file-size", "4M", "--config", str(conf))
-        self.namesrv = Service(root, "namesrv", "namesrv", "--listen", "127.0.0.1:0")
-        self.master = Service(
-            root, "master", "master", "--store", str(root / "master"), "--ha-listen",
-            "127.0.0.1:0", "--slave-read-enable", "--role", role, *common,
-        )  # fmt: skip
-        self.slave: Service | None = None
-        if slave:
-            self.slave = Service(
-                root, "slave", "slave", "--store", str(root / "slave"), "--slave-read-enable",
-                "--reconnect-interval", "0.2", *common,
-            )  # fmt: skip
+    def __init__(self, root: Path, *namesrv_argv: str) -> None:
+        super().__init__(root, close_signal=signal.SIGTERM)
+        self.namesrv = self.add("namesrv", "namesrv", "--listen", "127.0.0.1:0", *namesrv_argv)
+        self.brokers: list[HanetProcess] = []
 
-    def start(self) -> Cluster:
+    def add_broker(self, name: str, *argv: str) -> HanetProcess:
+        broker = self.add(name, *argv)
+        self.brokers.append(broker)
+        return broker
+
+    def start_all(self) -> Self:
+        """The name server, then each broker; all killed if one does not start."""
         try:
-            address = self.namesrv.start()["namesrv"]
-            self.master.argv += ("--namesrv", address)
-            self.master.start()
-            if self.slave is not None:
-                self.slave.argv += ("--namesrv", address)
-                self.slave.start()
+            address = self.namesrv.start_blocking()["namesrv"]
+            for broker in self.brokers:
+                broker.argv += ("--namesrv", address)
+                broker.start_blocking()
         except BaseException:
             self.close()
             raise
@@ -184,30 +104,49 @@ class Cluster:
         address: str = self.namesrv.ready["namesrv"]
         return address
 
-    def broker(self, service: Service | None = None) -> tuple[str, int]:
-        return _split((service or self.master).ready["broker"])
+    def assert_no_traceback(self) -> None:
+        for service in self.all:
+            assert "Traceback" not in service.text(0), service.text(0)
 
-    def close(self) -> None:
-        for service in (self.slave, self.master, self.namesrv):
-            if service is not None:
-                service.close()
 
-    def logs(self) -> str:
-        services = [s for s in (self.namesrv, self.master, self.slave) if s is not None]
-        return "\n".join(f"--- {s.name}\n{s.text()[-4000:]}" for s in services)
+class Cluster(NamesrvCluster):
+    """``hanet namesrv``, ``hanet master`` and optionally ``hanet slave`` on any free ports,
+    the master holding ``topics``; both brokers with ``--slave-read-enable``."""
+
+    def __init__(
+        self, root: Path, topics: Iterable[str], *, slave: bool = False, role: str = "ASYNC_MASTER"
+    ) -> None:
+        super().__init__(root)
+        conf = root / "broker.conf"
+        conf.write_text(BROKER_CONF)
+        write_topics(root / "master", topics)
+        common = ("--listen", "127.0.0.1:0", "--mapped-file-size", "4M", "--config", str(conf))
+        reads = ("--slave-read-enable", *common)
+        ha = ("--ha-listen", "127.0.0.1:0", "--role", role)
+        master = ("--store", str(root / "master"))
+        self.master = self.add_broker("master", "master", *master, *ha, *reads)
+        self.slave: HanetProcess | None = None
+        if slave:
+            store = ("--store", str(root / "slave"), "--reconnect-interval", "0.2")
+            self.slave = self.add_broker("slave", "slave", *store, *reads)
+
+    def broker(self, service: HanetProcess | None = None) -> tuple[str, int]:
+        return (service or self.master).address()
+
+    def logs(self, tail: int = 4000) -> str:
+        return super().logs(tail)
 
 
 @pytest.fixture(scope="module")
 def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     root = tmp_path_factory.mktemp("interop")
     topics = [topic_of(client, case) for client in BUILDERS for case in CASES]
-    cluster = Cluster(root, topics).start()
+    cluster = Cluster(root, topics).start_all()
     try:
         yield cluster
     finally:
         cluster.close()
-    for service in (cluster.namesrv, cluster.master):
-        assert "Traceback" not in service.text(), service.text()
+    cluster.assert_no_traceback()
 
 
 @pytest.fixture(params=sorted(BUILDERS))
@@ -310,7 +249,7 @@ async def test_the_cpp_client_sends_to_a_topic_no_name_server_knows_yet(shared: 
     clients.command("produce", "T", count=1)  # skips here when the C++ client cannot run
     topic = "Interop-cpp-created-by-a-send"
     await clients.produce(topic, 5, "n")
-    names = NameServerClient([_split(shared.namesrv_address)])
+    names = NameServerClient([split_address(shared.namesrv_address)])
     route = await names.route(topic)
     assert [(b.broker_name, b.write_queues) for b in route.brokers] == [("broker-a", QUEUES)]
     async with BrokerClient.connect(*shared.broker()) as broker:
@@ -429,7 +368,7 @@ async def test_after_the_masters_kill_9_the_group_consumes_on_from_the_slave(
     reads its routes every 30 s and cannot be told otherwise, so its consumer is started again
     after the kill and starts on the slave."""
     topic, group = f"Interop-{client}-failover", f"G-{client}-failover"
-    cluster = Cluster(tmp_path, [topic], slave=True, role="SYNC_MASTER").start()
+    cluster = Cluster(tmp_path, [topic], slave=True, role="SYNC_MASTER").start_all()
     poll: dict[str, Any] = {"poll_ms": 1000} if client == "alions" else {}
     try:
         assert cluster.slave is not None

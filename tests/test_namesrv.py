@@ -4,12 +4,9 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import signal
 import socket
-import subprocess
-import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from functools import partial
@@ -69,22 +66,32 @@ from hanet.protocol import (
     encode_command,
     remoting_pipeline,
 )
-from hanet.testing import EmbeddedChannel
+from hanet.testing import EmbeddedChannel, HanetProcesses
 
 JAVA = Path(__file__).parent / "fixtures" / "remoting" / "java"
 T0 = 1_700_000_000.0  # a virtual "now", seconds since the epoch
 
 MASTER_A = BrokerRegistration(
-    "DefaultCluster", "broker-a", 0, "SYNC_MASTER", "10.0.0.1:10911", "10.0.0.1:10912",
+    "DefaultCluster",
+    "broker-a",
+    0,
+    "SYNC_MASTER",
+    "10.0.0.1:10911",
+    "10.0.0.1:10912",
     (("TopicTest", 4), ("Orders", 8)),
-)  # fmt: skip
+)
 SLAVE_A = BrokerRegistration(
     "DefaultCluster", "broker-a", 1, "SLAVE", "10.0.0.2:10911", "", (("TopicTest", 4),)
 )
 MASTER_B = BrokerRegistration(
-    "DefaultCluster", "broker-b", 0, "ASYNC_MASTER", "10.0.0.3:10911", "10.0.0.3:10912",
+    "DefaultCluster",
+    "broker-b",
+    0,
+    "ASYNC_MASTER",
+    "10.0.0.3:10911",
+    "10.0.0.3:10912",
     (("TopicTest", 2),),
-)  # fmt: skip
+)
 
 
 def parts(
@@ -1020,40 +1027,20 @@ def test_captured_frames_of_both_serialize_types_are_answered_in_kind() -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize(("stop", "status"), [(signal.SIGTERM, 0), (signal.SIGINT, 130)])
-async def test_hanet_namesrv_process(tmp_path: Path, stop: signal.Signals, status: int) -> None:
-    ready = tmp_path / "namesrv.ready"
-    log_path = tmp_path / "namesrv.log"
-    with log_path.open("wb") as out:
-        process = await trio.lowlevel.open_process(
-            [
-                sys.executable, "-m", "hanet", "namesrv", "--listen", "127.0.0.1:0",
-                "--expire-after", "60", "--ready-file", str(ready),
-            ],
-            stdin=subprocess.DEVNULL, stdout=out, stderr=out,
-        )  # fmt: skip
-    try:
-        with trio.fail_after(15):
-            while not ready.exists():
-                assert process.returncode is None, log_path.read_text()
-                await trio.sleep(0.02)
-        data = json.loads(ready.read_text())
-        host, _, port = data["namesrv"].rpartition(":")
-        assert data["expire_after"] == 60
-        client = NameServerClient([(host, int(port))])
-        async with held(client) as broker:
-            await broker.register_broker(MASTER_A)
-            answer = await broker.register_broker(SLAVE_A)
-            assert answer.master_ha_address == "10.0.0.1:10912"
-            assert len((await client.cluster()).members()) == 2
-        process.send_signal(stop)
-        with trio.fail_after(10):
-            assert await process.wait() == status
-    finally:
-        if process.returncode is None:
-            process.kill()
-        with trio.CancelScope(shield=True):
-            await process.wait()
-    text = log_path.read_text()
+async def test_hanet_namesrv_process(
+    processes: HanetProcesses, stop: signal.Signals, status: int
+) -> None:
+    argv = ["namesrv", "--listen", "127.0.0.1:0", "--expire-after", "60"]
+    namesrv = await processes.start("namesrv", *argv)
+    assert namesrv.ready["expire_after"] == 60
+    client = NameServerClient([namesrv.address("namesrv")])
+    async with held(client) as broker:
+        await broker.register_broker(MASTER_A)
+        answer = await broker.register_broker(SLAVE_A)
+        assert answer.master_ha_address == "10.0.0.1:10912"
+        assert len((await client.cluster()).members()) == 2
+    assert await namesrv.stop(stop, 10) == status
+    text = namesrv.text()
     assert "new broker DefaultCluster/broker-a/0" in text
     assert f"{stop.name}: stopping" in text
     assert "Traceback" not in text

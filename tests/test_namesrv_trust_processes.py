@@ -15,11 +15,8 @@ Command: ``.venv/bin/pytest -q tests/test_namesrv_trust_processes.py``.
 
 from __future__ import annotations
 
-import json
 import ssl
 import struct
-import subprocess
-import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -42,61 +39,9 @@ from hanet.protocol import (
     decode_command,
     encode_command,
 )
+from hanet.testing import HanetProcesses, split_address
 
 pytestmark = pytest.mark.slow
-
-
-def _address(text: str) -> tuple[str, int]:
-    host, _, port = text.rpartition(":")
-    return host, int(port)
-
-
-class Procs:
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        self.procs: list[tuple[str, trio.Process]] = []
-
-    async def start(self, name: str, *argv: str) -> dict[str, Any]:
-        ready = self.root / f"{name}.ready"
-        log = self.root / f"{name}.log"
-        with log.open("wb") as out:
-            process = await trio.lowlevel.open_process(
-                [sys.executable, "-m", "hanet", *argv, "--ready-file", str(ready)],
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=out,
-            )
-        self.procs.append((name, process))
-        with trio.fail_after(15):
-            while True:
-                assert process.returncode is None, log.read_text()
-                try:
-                    data: dict[str, Any] = json.loads(ready.read_text())
-                    return data
-                except (FileNotFoundError, ValueError):
-                    await trio.sleep(0.05)
-
-    def log(self, name: str) -> str:
-        return (self.root / f"{name}.log").read_text()
-
-    def running(self) -> bool:
-        return all(p.returncode is None for _, p in self.procs)
-
-    async def close(self) -> None:
-        with trio.CancelScope(shield=True):
-            for _, process in self.procs:
-                if process.returncode is None:
-                    process.kill()
-                await process.wait()
-
-
-@asynccontextmanager
-async def procs(root: Path) -> AsyncIterator[Procs]:
-    p = Procs(root)
-    try:
-        yield p
-    finally:
-        await p.close()
 
 
 class Raw:
@@ -162,14 +107,21 @@ async def _registered(namesrv: tuple[str, int], tls: ssl.SSLContext | None = Non
 MASTER_FLAGS = ("--listen", "127.0.0.1:0", "--ha-listen", "127.0.0.1:0", "--mapped-file-size", "1M")
 
 
+async def start_namesrv(p: HanetProcesses, *extra: str) -> dict[str, Any]:
+    return (await p.start("namesrv", "namesrv", "--listen", "127.0.0.1:0", *extra)).ready
+
+
+async def start_master(p: HanetProcesses, namesrv: str, *extra: str) -> dict[str, Any]:
+    """``hanet master`` broker-a on ``<root>/m`` registered with ``namesrv``: its ready data."""
+    argv = ("--store", str(p.root / "m"), *MASTER_FLAGS, "--namesrv", namesrv)
+    return (await p.start("master", "master", *argv, "--broker-name", "broker-a", *extra)).ready
+
+
 async def test_a_route_takeover_over_plain_tcp_is_refused(tmp_path: Path) -> None:
-    async with procs(tmp_path) as p:
-        ns = await p.start("namesrv", "namesrv", "--listen", "127.0.0.1:0")
-        namesrv = _address(ns["namesrv"])
-        master = await p.start(
-            "master", "master", "--store", str(tmp_path / "m"), *MASTER_FLAGS,
-            "--namesrv", ns["namesrv"], "--broker-name", "broker-a",
-        )  # fmt: skip
+    async with HanetProcesses(tmp_path) as p:
+        ns = await start_namesrv(p)
+        namesrv = split_address(ns["namesrv"])
+        master = await start_master(p, ns["namesrv"])
         real = _master(master)
         assert await _registered(namesrv) == [
             ("DefaultCluster", "broker-a", 0, real.broker_address)
@@ -198,10 +150,10 @@ async def test_a_route_takeover_over_plain_tcp_is_refused(tmp_path: Path) -> Non
             real.broker_address,
             real.ha_address,
         )
-        log = p.log("namesrv")
+        log = p["namesrv"].text()
         assert "registration of DefaultCluster/broker-a/0 at" in log and "refused" in log
         assert "unregistration of DefaultCluster/broker-a/0 at" in log
-        assert p.running()
+        assert p.running
 
 
 async def test_a_producers_certificate_cannot_register_or_take_a_route_over(
@@ -226,16 +178,11 @@ async def test_a_producers_certificate_cannot_register_or_take_a_route_over(
         cert, key = issue(name)
         return TlsConfig(cert=cert, key=key, ca=ca_file).client_context()
 
-    async with procs(tmp_path) as p:
-        ns = await p.start(
-            "namesrv", "namesrv", "--listen", "127.0.0.1:0", *flags("namesrv"),
-            "--tls-broker-pattern", "broker-[a-z]+",
-        )  # fmt: skip
-        namesrv = _address(ns["namesrv"])
-        master = await p.start(
-            "master", "master", "--store", str(tmp_path / "m"), *MASTER_FLAGS,
-            "--namesrv", ns["namesrv"], "--broker-name", "broker-a", *flags("broker-a"),
-        )  # fmt: skip
+    async with HanetProcesses(tmp_path) as p:
+        pattern = ("--tls-broker-pattern", "broker-[a-z]+")
+        ns = await start_namesrv(p, *flags("namesrv"), *pattern)
+        namesrv = split_address(ns["namesrv"])
+        master = await start_master(p, ns["namesrv"], *flags("broker-a"))
         real = _master(master)
         producer = context("producer-1")
         assert await _registered(namesrv, producer) == [
@@ -264,13 +211,13 @@ async def test_a_producers_certificate_cannot_register_or_take_a_route_over(
         async with raw(namesrv, tls=producer) as newcomer:
             slave = BrokerRegistration("DefaultCluster", "broker-a", 1, "SLAVE", "127.0.0.1:3")
             assert (await newcomer.invoke(slave.request())).code == ResponseCode.NO_PERMISSION
-        assert p.running()
+        assert p.running
 
 
 async def test_junk_registrations_from_one_host_leave_room_for_brokers(tmp_path: Path) -> None:
-    async with procs(tmp_path) as p:
-        ns = await p.start("namesrv", "namesrv", "--listen", "127.0.0.1:0")
-        namesrv = _address(ns["namesrv"])
+    async with HanetProcesses(tmp_path) as p:
+        ns = await start_namesrv(p)
+        namesrv = split_address(ns["namesrv"])
         count = 10_000
         codes: list[int] = []
         async with raw(namesrv, local="127.0.0.2") as attacker:
@@ -289,10 +236,7 @@ async def test_junk_registrations_from_one_host_leave_room_for_brokers(tmp_path:
                         codes.append((await attacker.receive()).code)
             assert codes.count(ResponseCode.SUCCESS) == 64
             assert codes.count(ResponseCode.SYSTEM_ERROR) == count - 64
-            master = await p.start(
-                "master", "master", "--store", str(tmp_path / "m"), *MASTER_FLAGS,
-                "--namesrv", ns["namesrv"], "--broker-name", "broker-a",
-            )  # fmt: skip
+            master = await start_master(p, ns["namesrv"])
             with trio.fail_after(15):
                 while True:
                     members = (await NameServerClient([namesrv]).cluster()).members()
@@ -300,4 +244,4 @@ async def test_junk_registrations_from_one_host_leave_room_for_brokers(tmp_path:
                         break
                     await trio.sleep(0.1)
             assert len(members) == 65
-        assert p.running()
+        assert p.running

@@ -6,16 +6,13 @@ from __future__ import annotations
 import argparse
 import json
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import trio
 from broker_support import config, running
-from test_cli_processes import cluster as processes
 from test_cli_processes import connect as process_client
-from test_cli_processes import in_sync
+from test_cli_processes import in_sync, start_master, start_slave
 
 from hanet.broker import Broker, BrokerAddresses, apply_properties
 from hanet.cli import build_parser
@@ -31,6 +28,7 @@ from hanet.protocol import (
     ResponseCode,
 )
 from hanet.store import decode_record
+from hanet.testing import HanetProcesses, wait_until
 
 END = 2**63 - 1
 
@@ -156,59 +154,31 @@ def _write_conf(path: Path) -> Path:
     return path
 
 
-async def _start_master(root: Path, store: Path, conf: Path, n: int) -> tuple[trio.Process, str]:
-    ready = root / f"ready-{n}.json"
-    log = (root / f"master-{n}.log").open("wb")
-    process = await trio.lowlevel.open_process(
-        [
-            sys.executable, "-m", "hanet", "master", "--store", str(store), "--config", str(conf),
-            "--listen", "127.0.0.1:0", "--ha-listen", "127.0.0.1:0",
-            "--mapped-file-size", str(256 * 1024), "--ready-file", str(ready),
-        ],
-        stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-    )  # fmt: skip
-    log.close()
-    with trio.fail_after(15):
-        while True:
-            try:
-                return process, json.loads(ready.read_text())["broker"]
-            except (FileNotFoundError, ValueError):
-                assert process.returncode is None, (root / f"master-{n}.log").read_text()
-                await trio.sleep(0.05)
-
-
 @pytest.mark.slow
-async def test_lookups_after_kill_9(tmp_path: Path) -> None:
+async def test_lookups_after_kill_9(processes: HanetProcesses, tmp_path: Path) -> None:
     conf = _write_conf(tmp_path / "broker.conf")
     store = tmp_path / "store"
-    process, address = await _start_master(tmp_path, store, conf, 1)
-    try:
-        host, _, port = address.rpartition(":")
-        async with BrokerClient.connect(host, int(port)) as client:
-            replies = [await client.put("T", b"m%d" % i, keys=f"k{i} all") for i in range(50)]
-            first = await query_message(client, "T", "k7")
-            unique = first.messages[0].properties["UNIQ_KEY"]
-        process.send_signal(signal.SIGKILL)
-        with trio.fail_after(10):
-            assert await process.wait() == -signal.SIGKILL
-        assert (store / "abort").exists()
-        assert len(list((store / "index").iterdir())) >= 3  # 39 keys a file: several files
-        process, address = await _start_master(tmp_path, store, conf, 2)
-        host, _, port = address.rpartition(":")
-        async with BrokerClient.connect(host, int(port)) as client:
-            found = await query_message(client, "T", "k7")
-            assert [r.msg_id for r in found.messages] == [replies[7].msg_id]
-            by_unique = await query_message(client, "T", unique, unique=True)
-            assert [r.body for r in by_unique.messages] == [b"m7"]
-            everything = await query_message(client, "T", "all", max_num=64)
-            assert len(everything.messages) == 50  # each once: nothing indexed twice
-            later = await client.put("T", b"after", keys="k7")
-            found = await query_message(client, "T", "k7")
-            assert [r.msg_id for r in found.messages] == [replies[7].msg_id, later.msg_id]
-    finally:
-        if process.returncode is None:
-            process.kill()
-        await process.wait()
+    ports = ("--listen", "127.0.0.1:0", "--ha-listen", "127.0.0.1:0")
+    argv = ("--store", str(store), "--config", str(conf), "--mapped-file-size", str(256 * 1024))
+    process = await processes.start("master", "master", *argv, *ports)
+    async with BrokerClient.connect(*process.address()) as client:
+        replies = [await client.put("T", b"m%d" % i, keys=f"k{i} all") for i in range(50)]
+        first = await query_message(client, "T", "k7")
+        unique = first.messages[0].properties["UNIQ_KEY"]
+    assert await process.kill() == -signal.SIGKILL
+    assert (store / "abort").exists()
+    assert len(list((store / "index").iterdir())) >= 3  # 39 keys a file: several files
+    await process.start()
+    async with BrokerClient.connect(*process.address()) as client:
+        found = await query_message(client, "T", "k7")
+        assert [r.msg_id for r in found.messages] == [replies[7].msg_id]
+        by_unique = await query_message(client, "T", unique, unique=True)
+        assert [r.body for r in by_unique.messages] == [b"m7"]
+        everything = await query_message(client, "T", "all", max_num=64)
+        assert len(everything.messages) == 50  # each once: nothing indexed twice
+        later = await client.put("T", b"after", keys="k7")
+        found = await query_message(client, "T", "k7")
+        assert [r.msg_id for r in found.messages] == [replies[7].msg_id, later.msg_id]
 
 
 def test_index_settings_in_broker_conf() -> None:
@@ -229,9 +199,14 @@ async def test_query_verbs_through_the_name_server(
         addresses: BrokerAddresses = await nursery.start(broker.run)
         host, port = _address(addresses.broker)
         registration = BrokerRegistration(
-            "DefaultCluster", "broker-a", 0, "ASYNC_MASTER", f"{host}:{port}",
-            f"127.0.0.1:{_address(addresses.ha)[1]}", (("T", 4),),
-        )  # fmt: skip
+            "DefaultCluster",
+            "broker-a",
+            0,
+            "ASYNC_MASTER",
+            f"{host}:{port}",
+            f"127.0.0.1:{_address(addresses.ha)[1]}",
+            (("T", 4),),
+        )
         async with (
             NameServerClient([names]).connection(names) as held,
             BrokerClient.connect(host, port) as client,
@@ -256,21 +231,20 @@ async def test_query_verbs_through_the_name_server(
 
 
 @pytest.mark.slow
-async def test_a_slave_finds_what_its_master_stored(tmp_path: Path) -> None:
-    async with processes(tmp_path) as c:
-        master = await c.master()
-        slave = await c.slave(master)
-        async with process_client(master) as client:
-            replies = [await client.put("T", b"m%d" % i, keys=f"s{i} all") for i in range(30)]
-            unique = (await query_message(client, "T", "s4")).messages[0].properties["UNIQ_KEY"]
-        with trio.fail_after(15):
-            while not await in_sync(master, slave):  # noqa: ASYNC110 - polls two processes
-                await trio.sleep(0.05)
-        async with process_client(slave) as client:  # the slave built its own index
-            assert [r.msg_id for r in (await query_message(client, "T", "s4")).messages] == [
-                replies[4].msg_id
-            ]
-            by_unique = await query_message(client, "T", unique, unique=True)
-            assert [r.body for r in by_unique.messages] == [b"m4"]
-            assert len((await query_message(client, "T", "all")).messages) == 30
+async def test_a_slave_finds_what_its_master_stored(
+    processes: HanetProcesses, tmp_path: Path
+) -> None:
+    master = await start_master(processes)
+    slave = await start_slave(processes, master)
+    async with process_client(master) as client:
+        replies = [await client.put("T", b"m%d" % i, keys=f"s{i} all") for i in range(30)]
+        unique = (await query_message(client, "T", "s4")).messages[0].properties["UNIQ_KEY"]
+    await wait_until(lambda: in_sync(master, slave))
+    async with process_client(slave) as client:  # the slave built its own index
+        assert [r.msg_id for r in (await query_message(client, "T", "s4")).messages] == [
+            replies[4].msg_id
+        ]
+        by_unique = await query_message(client, "T", unique, unique=True)
+        assert [r.body for r in by_unique.messages] == [b"m4"]
+        assert len((await query_message(client, "T", "all")).messages) == 30
     assert any((tmp_path / "slave" / "index").iterdir())

@@ -28,7 +28,7 @@ async def test_a_real_clients_messages_are_found_by_key_and_id(
     build = BUILDERS[client]
     build("produce", "127.0.0.1:1", "T")  # skips here when the client is unavailable
     topic = f"Query-{client}"
-    cluster = Cluster(tmp_path, [topic]).start()
+    cluster = Cluster(tmp_path, [topic]).start_all()
     try:
         command = build("produce", cluster.namesrv_address, topic, count=6, prefix="q")
         out = await run_driver(command, timeout=40)

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
 import trio
 from test_registration_timing import A, NameServers
 
@@ -18,7 +17,7 @@ from hanet.dledger import (
     RaftConfig,
 )
 from hanet.namesrv import NameServer
-from hanet.testing import MemoryNetwork
+from hanet.testing import MemoryNetwork, wait_until
 
 PEERS = {"n0": "n0:0", "n1": "n1:0", "n2": "n2:0"}
 ADDRESS = {"n0": "10.0.0.1:10911", "n1": "10.0.0.2:10911", "n2": "10.0.0.3:10911"}
@@ -36,15 +35,6 @@ def members(server: NameServer) -> dict[int, str]:
     return {
         b.broker_id: b.broker_address for b in server.registry.brokers() if b.broker_name == "g"
     }
-
-
-async def wait_for(predicate: object, what: str, seconds: float = 10) -> None:
-    assert callable(predicate)
-    with trio.move_on_after(seconds):
-        while not predicate():  # noqa: ASYNC110 - polls the name server's table
-            await trio.sleep(0.02)
-        return
-    pytest.fail(f"timed out waiting for {what}")
 
 
 async def test_the_leader_is_broker_id_0_and_a_new_leader_takes_it(tmp_path: Path) -> None:
@@ -86,7 +76,7 @@ async def test_the_leader_is_broker_id_0_and_a_new_leader_takes_it(tmp_path: Pat
             expected = {dledger_broker_id(n, PEERS): ADDRESS[n] for n in PEERS if n != first}
             return members(server) == {0: ADDRESS[first], **expected}
 
-        await wait_for(settled, "the leader at id 0, the followers at theirs")
+        await wait_until(settled, 10, what="the leader at id 0, the followers at theirs")
         first = leader()
         assert first is not None
         # A topic a send creates on the leader is announced at once (oneway): its route
@@ -94,7 +84,9 @@ async def test_the_leader_is_broker_id_0_and_a_new_leader_takes_it(tmp_path: Pat
         announced = services[first].registrar
         assert announced is not None and announced.announcements == 0
         services[first].topic_table.create_for_send("TopicTest", 4)
-        await wait_for(lambda: server.registry.route("TopicTest") is not None, "the route")
+        await wait_until(
+            lambda: server.registry.route("TopicTest") is not None, 10, what="the route"
+        )
         route = server.registry.route("TopicTest")
         assert route is not None
         assert route.broker_datas[0].broker_addrs[0] == ADDRESS[first]
@@ -105,16 +97,16 @@ async def test_the_leader_is_broker_id_0_and_a_new_leader_takes_it(tmp_path: Pat
         # entry under its follower id goes (same address).
         network.unregister(first)
         scopes[first].cancel()
-        await wait_for(lambda: leader() not in (None, first), "a new leader")
+        await wait_until(lambda: leader() not in (None, first), 10, what="a new leader")
         second = leader()
         assert second is not None
         others = [n for n in PEERS if n not in (first, second)]
-        await wait_for(
+        await wait_until(
             lambda: (
                 members(server)
                 == {0: ADDRESS[second], **{dledger_broker_id(n, PEERS): ADDRESS[n] for n in others}}
             ),
-            "the new leader at id 0",
-            seconds=5,
+            5,
+            what="the new leader at id 0",
         )
         nursery.cancel_scope.cancel()

@@ -5,10 +5,7 @@ installed) sends to it."""
 
 from __future__ import annotations
 
-import json
 import signal
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -17,29 +14,12 @@ import trio
 from interop_support import cpp_client_available, cpp_command, run_driver
 
 from hanet.client import BrokerClient, NameServerClient, RemotingError
-from hanet.testing import free_ports
+from hanet.testing import HanetProcess, HanetProcesses, free_ports
 
 pytestmark = pytest.mark.slow
 
 IDS = ("n0", "n1", "n2")
 SMALL = ("--data-file-size", "1M", "--index-file-size", "64K", "--mapped-file-size", "1M")
-
-
-async def start(root: Path, name: str, *argv: str) -> tuple[trio.Process, dict[str, Any]]:
-    """``hanet <argv>`` as a subprocess, once its ready file is written."""
-    ready = root / f"{name}.ready"
-    with (root / f"{name}.log").open("wb") as out:
-        process = await trio.lowlevel.open_process(
-            [sys.executable, "-m", "hanet", *argv, "--ready-file", str(ready)],
-            stdin=subprocess.DEVNULL, stdout=out, stderr=out,
-        )  # fmt: skip
-    with trio.fail_after(30):
-        while True:
-            try:
-                return process, json.loads(ready.read_text())
-            except (FileNotFoundError, ValueError):
-                assert process.returncode is None, (root / f"{name}.log").read_text()
-                await trio.sleep(0.02)
 
 
 async def group_members(names: NameServerClient) -> dict[int, str]:
@@ -72,19 +52,28 @@ async def test_the_routes_follow_the_dledger_leader(tmp_path: Path) -> None:
     ports = free_ports(6)
     peers = ",".join(f"{i}=127.0.0.1:{ports[k]}" for k, i in enumerate(IDS))
     brokers = {i: f"127.0.0.1:{ports[3 + k]}" for k, i in enumerate(IDS)}
-    processes: list[trio.Process] = []
-    try:
-        namesrv, ready = await start(tmp_path, "namesrv", "namesrv", "--listen", "127.0.0.1:0")
-        processes.append(namesrv)
-        names = NameServerClient([("127.0.0.1", int(ready["namesrv"].rpartition(":")[2]))])
-        nodes: dict[str, trio.Process] = {}
+    closing = HanetProcesses(tmp_path, close_signal=signal.SIGTERM)  # a clean stop at the end
+    with closing:
+        namesrv = await closing.start("namesrv", "namesrv", "--listen", "127.0.0.1:0")
+        ready = namesrv.ready
+        names = NameServerClient([namesrv.address("namesrv")])
+        nodes: dict[str, HanetProcess] = {}
         for node_id in IDS:
-            nodes[node_id], _ = await start(
-                tmp_path, node_id, "dledger", "--group", "g", "--id", node_id, "--peers", peers,
-                "--store", str(tmp_path / node_id), "--listen", brokers[node_id],
-                "--election-timeout", "0.5", "--namesrv", ready["namesrv"], *SMALL,
-            )  # fmt: skip
-            processes.append(nodes[node_id])
+            group = (
+                "--group",
+                "g",
+                "--id",
+                node_id,
+                "--peers",
+                peers,
+                "--namesrv",
+                ready["namesrv"],
+            )
+            node = ("--store", str(tmp_path / node_id), "--listen", brokers[node_id])
+            timeout = ("--election-timeout", "0.5")
+            nodes[node_id] = await closing.start(
+                node_id, "dledger", *group, *node, *timeout, *SMALL
+            )
         followers = {1: brokers["n0"], 2: brokers["n1"], 3: brokers["n2"]}
 
         def settled(seen: dict[int, str]) -> bool:
@@ -98,8 +87,7 @@ async def test_the_routes_follow_the_dledger_leader(tmp_path: Path) -> None:
         assert await put_through_the_route(names, b"before") == first
         # kill -9 of the leader: the next leader registers as id 0 at once.
         (killed,) = [i for i in IDS if brokers[i] == first]
-        nodes[killed].send_signal(signal.SIGKILL)
-        await nodes[killed].wait()
+        await nodes[killed].kill()
         seen = await wait_members(
             names, lambda m: m.get(0) not in (None, first), "a new leader at id 0"
         )
@@ -119,14 +107,3 @@ async def test_the_routes_follow_the_dledger_leader(tmp_path: Path) -> None:
             status = await client.status()
         assert status.role == "LEADER" and status.cluster is not None
         assert status.cluster.broker_id == 0
-    finally:
-        for process in processes:
-            if process.returncode is None:
-                process.send_signal(signal.SIGTERM)
-        with trio.move_on_after(10):
-            for process in processes:
-                await process.wait()
-        for process in processes:
-            if process.returncode is None:
-                process.kill()
-                await process.wait()

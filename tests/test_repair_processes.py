@@ -10,23 +10,19 @@ from pathlib import Path
 
 import pytest
 import trio
+from cluster_support import Cluster, cluster
 from test_cli_processes import (
     FILE,
-    Cluster,
-    Proc,
-    _truthy,
     assert_identical,
-    cluster,
     connect,
     connected_slaves,
     in_sync,
     put_many,
     status_of,
-    wait_for,
 )
 
 from hanet.store import CommitLogReader
-from hanet.testing import flip_store_byte, free_ports
+from hanet.testing import HanetProcess, flip_store_byte, free_ports, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -39,14 +35,14 @@ def flip_a_body_byte(store: Path, index: int) -> int:
     return offset
 
 
-async def replicated(c: Cluster) -> tuple[Proc, Proc, int]:
+async def replicated(c: Cluster) -> tuple[HanetProcess, HanetProcess, int]:
     """A master and its slave holding the same 1500 messages; the master's max offset."""
     master = await c.master("master", "--full-sync")
     slave = await c.slave(master)
-    await wait_for(lambda: _truthy(connected_slaves(master)))
+    await wait_until(lambda: connected_slaves(master))
     async with connect(master) as client:
         assert await put_many(client, 1500) == 1500
-    await wait_for(lambda: in_sync(master, slave))
+    await wait_until(lambda: in_sync(master, slave))
     return master, slave, (await status_of(master)).max_offset
 
 
@@ -67,7 +63,7 @@ async def test_a_master_repairs_a_damaged_record_from_its_slave(tmp_path: Path) 
         assert f"repaired [{bad}, " in master.text()
         status = await status_of(master)
         assert status.max_offset == end and not status.damaged_ranges  # nothing dropped
-        await wait_for(lambda: _truthy(connected_slaves(master)))
+        await wait_until(lambda: connected_slaves(master))
         assert await c.stop(master) == 0
         assert await c.stop(slave) == 0
     assert not (tmp_path / "master" / "damaged.json").exists()
@@ -90,10 +86,10 @@ async def test_a_master_that_lost_its_tail_takes_it_back_from_its_slave(tmp_path
         master = await c.master("master", *ports, "--repair-from", slave.ready["broker"])
         assert "(a lost tail)" in master.text()
         assert (await status_of(master)).max_offset == end  # every acknowledged record back
-        await wait_for(lambda: _truthy(connected_slaves(master)))  # the slave follows again
+        await wait_until(lambda: connected_slaves(master))  # the slave follows again
         async with connect(master) as client:
             assert await put_many(client, 100) == 100
-        await wait_for(lambda: in_sync(master, slave))
+        await wait_until(lambda: in_sync(master, slave))
         assert await c.stop(master) == 0
         assert await c.stop(slave) == 0
     assert_identical(tmp_path)
@@ -120,15 +116,15 @@ async def test_a_serving_master_repairs_damage_found_in_a_transfer_from_its_slav
     async with cluster(tmp_path) as c:
         master = await c.master("master", "--full-sync", "--repair-from", f"127.0.0.1:{port}")
         first = await c.slave(master, "slave", "--listen", f"127.0.0.1:{port}")
-        await wait_for(lambda: _truthy(connected_slaves(master)))
+        await wait_until(lambda: connected_slaves(master))
         async with connect(master) as client:
             assert await put_many(client, 1500) == 1500
-        await wait_for(lambda: in_sync(master, first))
+        await wait_until(lambda: in_sync(master, first))
         bad = flip_a_body_byte(tmp_path / "master", 300)  # under the running master
         # a new slave reads from 0: the master finds the damage, marks it, repairs it from
         # the first slave and goes on; the new slave gets every byte
         second = await c.slave(master, "slave2")
-        await wait_for(lambda: in_sync(master, first, second), 30)
+        await wait_until(lambda: in_sync(master, first, second), 30)
         assert f"repaired [{bad}, " in master.text()
         assert not (await status_of(master)).damaged_ranges
         for proc in (second, first, master):

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import trio
-from broker_support import FILE, config, connect, pull, put, running, send, wait_for
+from broker_support import FILE, config, connect, pull, put, running, send
 
 from hanet.broker import Broker
 from hanet.ha import BrokerRole
@@ -18,6 +18,7 @@ from hanet.protocol import (
     RequestCode,
     ResponseCode,
 )
+from hanet.testing import wait_until
 
 EVERY_HOUR = ";".join(str(h) for h in range(24))
 RETENTION = {
@@ -50,7 +51,7 @@ async def test_a_broker_deletes_expired_files_and_moves_pulls_to_the_new_min(
 ) -> None:
     async with running(config(tmp_path / "m", **RETENTION)) as (broker, addresses):
         await fill(broker, "T", 4)
-        await wait_for(lambda: len(broker.store.commit_log.files) == 1)
+        await wait_until(lambda: len(broker.store.commit_log.files) == 1)
         store = broker.store
         assert store.min_offset == 3 * FILE
         low = store.min_queue_offset("T", 0)
@@ -80,16 +81,16 @@ async def test_a_connected_slave_keeps_the_files_it_has_not_received(tmp_path: P
             **RETENTION,
         )
         async with running(slave_config, serve_broker_port=False) as (slave, _):
-            await wait_for(lambda: slave.store.max_offset == master.store.max_offset)
+            await wait_until(lambda: slave.store.max_offset == master.store.max_offset)
             await fill(master, "T", 6)
             # the slave keeps up: the master deletes all but its last file
-            await wait_for(lambda: len(master.store.commit_log.files) == 1)
+            await wait_until(lambda: len(master.store.commit_log.files) == 1)
             # the slave deletes its own expired files as RocketMQ's slaves do
-            await wait_for(lambda: len(slave.store.commit_log.files) == 1)
+            await wait_until(lambda: len(slave.store.commit_log.files) == 1)
         # the slave is gone: it holds nothing; connected and stalled, it would
         low = master.store.min_offset
         await fill(master, "T", 3)
-        await wait_for(lambda: master.store.min_offset > low)
+        await wait_until(lambda: master.store.min_offset > low)
 
 
 async def test_a_stalled_slave_holds_files_until_it_acknowledges(tmp_path: Path) -> None:
@@ -101,7 +102,7 @@ async def test_a_stalled_slave_holds_files_until_it_acknowledges(tmp_path: Path)
         stream = await trio.open_tcp_stream(*addresses.ha)
         start = FILE
         await stream.send_all(start.to_bytes(8, "big"))
-        await wait_for(
+        await wait_until(
             lambda: (
                 master.master is not None
                 and any(s.ack_offset == start for s in master.master.status().slaves)
@@ -115,7 +116,7 @@ async def test_a_stalled_slave_holds_files_until_it_acknowledges(tmp_path: Path)
         assert retention.statistics.held_by is not None
         assert retention.statistics.held_by[1] == start
         await stream.aclose()  # gone: it holds nothing any more
-        await wait_for(lambda: len(master.store.commit_log.files) == 1)
+        await wait_until(lambda: len(master.store.commit_log.files) == 1)
 
 
 async def test_auto_create_topic_disabled_answers_topic_not_exist(tmp_path: Path) -> None:

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,6 +21,7 @@ import pytest
 import trustme
 
 from hanet.store import CommitLogStore, Message, StoreConfig, file_name
+from hanet.testing import HanetProcess
 
 pytest.importorskip("pyspark")
 pytest.importorskip("pyarrow")
@@ -64,25 +65,13 @@ def make_store(root: Path) -> list[tuple[int, int]]:
     return found
 
 
-def start_master(base: Path, root: Path, *extra: str) -> tuple[subprocess.Popen[bytes], str]:
-    """A ``hanet master`` process on ``root``; its broker port's address."""
-    ready = base / "ready.json"
-    with (base / "master.log").open("wb") as log:
-        process = subprocess.Popen(
-            [
-                sys.executable, "-m", "hanet", "master", "--store", str(root),
-                "--listen", "127.0.0.1:0", "--ha-listen", "127.0.0.1:0",
-                "--mapped-file-size", str(FILE), "--ready-file", str(ready), *extra,
-            ],
-            stdout=log, stderr=log, cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)),
-        )  # fmt: skip
-    deadline = time.monotonic() + 20
-    while not ready.exists() or not ready.read_text().strip().endswith("}"):
-        if process.poll() is not None or time.monotonic() > deadline:
-            process.kill()
-            raise AssertionError(f"the master did not start: {(base / 'master.log').read_text()}")
-        time.sleep(0.05)
-    return process, json.loads(ready.read_text())["broker"]
+def start_master(base: Path, root: Path, *extra: str) -> HanetProcess:
+    """A ``hanet master`` process on ``root`` (started)."""
+    store = ("--store", str(root), "--mapped-file-size", str(FILE))
+    ports = ("--listen", "127.0.0.1:0", "--ha-listen", "127.0.0.1:0")
+    master = HanetProcess(base, "master", "master", *store, *ports, *extra)
+    master.start_blocking()
+    return master
 
 
 @pytest.fixture(scope="module")
@@ -97,7 +86,8 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     cert, key = base / "broker.crt", base / "broker.key"
     leaf.private_key_and_cert_chain_pem.write_to_path(str(cert))
     leaf.private_key_pem.write_to_path(str(key))
-    process, address = start_master(base, root, "--tls-cert", str(cert), "--tls-key", str(key))
+    process = start_master(base, root, "--tls-cert", str(cert), "--tls-key", str(key))
+    address = process.ready["broker"]
     try:
         second = [o for o, _ in records if FILE <= o < 2 * FILE]
         bad_body, bad_header = second[1], second[4]
@@ -116,8 +106,7 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
             "bad": {("crc", bad_body), ("corrupt", bad_header)},
         }
     finally:
-        process.terminate()
-        process.wait(10)
+        process.close(signal.SIGTERM)
 
 
 @pytest.fixture(scope="module")
@@ -181,13 +170,11 @@ def test_a_plain_reader_of_a_tls_broker_fails_with_the_reason(
 def test_hanet_audit_broker_on_the_command_line(live: dict[str, Any]) -> None:
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     env.pop("PYSPARK_GATEWAY_PORT", None)
+    audit = ["audit", "--broker", live["address"], "--tls-ca", str(live["ca"]), "--json"]
+    command = [sys.executable, "-m", "hanet", *audit, "--spark-master", "local[2]"]
     done = subprocess.run(
-        [
-            sys.executable, "-m", "hanet", "audit", "--broker", live["address"],
-            "--tls-ca", str(live["ca"]), "--json", "--spark-master", "local[2]",
-        ],
-        check=False, capture_output=True, text=True, env=env, cwd=ROOT, timeout=180,
-    )  # fmt: skip
+        command, check=False, capture_output=True, text=True, env=env, cwd=ROOT, timeout=180
+    )
     assert done.returncode == 1, done.stderr  # problems found
     report = json.loads(done.stdout)
     found = {(p["kind"], p["physical_offset"]) for p in report["problems"]}
@@ -210,11 +197,9 @@ def test_mutual_tls_reads_with_a_client_certificate_only(tmp_path: Path) -> None
         leaf = ca.issue_cert(host)
         leaf.private_key_and_cert_chain_pem.write_to_path(str(tmp_path / f"{name}.crt"))
         leaf.private_key_pem.write_to_path(str(tmp_path / f"{name}.key"))
-    process, address = start_master(
-        tmp_path, root,
-        "--tls-cert", str(tmp_path / "broker.crt"), "--tls-key", str(tmp_path / "broker.key"),
-        "--tls-ca", str(tmp_path / "ca.pem"),
-    )  # fmt: skip
+    tls_flags = ["--tls-cert", str(tmp_path / "broker.crt"), "--tls-ca", str(tmp_path / "ca.pem")]
+    process = start_master(tmp_path, root, *tls_flags, "--tls-key", str(tmp_path / "broker.key"))
+    address = process.ready["broker"]
     try:
         tls = TlsFiles.load(
             str(tmp_path / "ca.pem"), str(tmp_path / "reader.crt"), str(tmp_path / "reader.key")
@@ -240,8 +225,7 @@ def test_mutual_tls_reads_with_a_client_certificate_only(tmp_path: Path) -> None
         with pytest.raises(LogReadError, match=f"broker {address}"):
             plan_broker(address, tls=without)
     finally:
-        process.terminate()
-        process.wait(10)
+        process.close(signal.SIGTERM)
 
 
 ACL = """
@@ -259,7 +243,8 @@ def test_a_broker_under_acl_is_read_with_an_admin_account(
     make_store(root)
     acl = tmp_path / "plain_acl.yml"
     acl.write_text(ACL)
-    process, address = start_master(tmp_path, root, "--acl-enable", "--acl-file", str(acl))
+    process = start_master(tmp_path, root, "--acl-enable", "--acl-file", str(acl))
+    address = process.ready["broker"]
     try:
 
         def reader() -> Any:  # (option() changes a reader in place)
@@ -283,5 +268,4 @@ def test_a_broker_under_acl_is_read_with_an_admin_account(
         report = json.loads(done.stdout)
         assert sum(row["messages"] for row in report["per_minute"]) == 200
     finally:
-        process.terminate()
-        process.wait(10)
+        process.close(signal.SIGTERM)

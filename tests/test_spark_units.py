@@ -449,6 +449,30 @@ def test_cli_without_pyspark_says_what_to_install(
     assert "Traceback" not in err
 
 
+@pytest.mark.parametrize("verb", ["audit", "stats"])
+def test_an_unusable_out_directory_fails_before_spark(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    verb: str,
+) -> None:
+    from hanet.cli import main
+
+    for name in list(sys.modules):
+        if name.startswith(("pyspark", "hanet.cli._spark_jobs")):
+            monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "pyspark", None)  # a Spark job would say "install pyspark"
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    for out, reason in ((blocker / "out", "Not a directory"), (blocker, "File exists")):
+        assert main([verb, str(FIXTURE), "--out", str(out)]) == 2
+        assert capsys.readouterr().err == f"hanet: --out {out}: {reason}\n"
+    # a directory that does not exist yet is created (and the missing pyspark comes next)
+    assert main([verb, str(FIXTURE), "--out", str(tmp_path / "new" / "out")]) == 2
+    assert "pip install 'hanet[spark]'" in capsys.readouterr().err
+    assert (tmp_path / "new" / "out").is_dir()
+
+
 def test_cli_bad_store_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from hanet.cli import main
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import errno
 import os
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -22,6 +21,7 @@ from hanet.store import (
     StoreRole,
     file_name,
 )
+from hanet.testing import wait_until
 
 FILE = 4 * 1024 * 1024
 CONFIG = StoreConfig(mapped_file_size=FILE, consume_queue_file_size=6000, flush_interval=0.05)
@@ -43,12 +43,6 @@ def resident_kib(path: Path) -> int:
 
 def names(directory: Path) -> list[str]:
     return sorted(p.name for p in directory.iterdir())
-
-
-async def wait_until(predicate: Callable[[], object]) -> None:
-    with trio.fail_after(10):
-        while not predicate():  # noqa: ASYNC110 - the worker thread sets no event
-            await trio.sleep(0.01)
 
 
 def test_a_new_file_is_reserved_but_not_faulted_in(tmp_path: Path) -> None:
@@ -87,7 +81,7 @@ async def test_a_master_makes_its_first_file_before_the_first_put(tmp_path: Path
     commit_log = store.commit_log
     async with trio.open_nursery() as nursery:
         await nursery.start(store.run)
-        await wait_until(lambda: commit_log.ready_next is not None)
+        await wait_until(lambda: commit_log.ready_next is not None, seconds=10)
         assert names(tmp_path / "commitlog") == [file_name(0) + ".next"]
         assert resident_kib(tmp_path / "commitlog" / (file_name(0) + ".next")) == 0
         assert store.max_offset == 0 and not commit_log.files  # still no data
@@ -105,7 +99,7 @@ async def test_closing_an_empty_store_removes_its_ready_first_file(tmp_path: Pat
     store = CommitLogStore.open(tmp_path, CONFIG)
     async with trio.open_nursery() as nursery:
         await nursery.start(store.run)
-        await wait_until(lambda: store.commit_log.ready_next is not None)
+        await wait_until(lambda: store.commit_log.ready_next is not None, seconds=10)
         await store.aclose()
     assert names(tmp_path / "commitlog") == []
     reopened = CommitLogStore.open(tmp_path, CONFIG)
@@ -115,9 +109,9 @@ async def test_closing_an_empty_store_removes_its_ready_first_file(tmp_path: Pat
 
 async def test_a_slave_makes_no_first_file_ahead(tmp_path: Path) -> None:
     """A slave's first file starts where the master's data does: unknown until it comes."""
-    store = CommitLogStore.open(tmp_path, StoreConfig(
-        mapped_file_size=FILE, flush_interval=0.05, role=StoreRole.SLAVE
-    ))  # fmt: skip
+    store = CommitLogStore.open(
+        tmp_path, StoreConfig(mapped_file_size=FILE, flush_interval=0.05, role=StoreRole.SLAVE)
+    )
     async with trio.open_nursery() as nursery:
         await nursery.start(store.run)
         await trio.sleep(0.2)
@@ -155,7 +149,7 @@ async def test_a_full_disk_refuses_the_first_put_and_maps_nothing(
     store = CommitLogStore.open(tmp_path, CONFIG)
     async with trio.open_nursery() as nursery:
         await nursery.start(store.run)
-        await wait_until(lambda: any(p.endswith(".next.creating") for p in refused))
+        await wait_until(lambda: any(p.endswith(".next.creating") for p in refused), seconds=10)
         assert store.commit_log.ready_next is None
         result = store.put(Message("T", b"x" * 1000))
         assert result.status is PutStatus.CREATE_MAPPED_FILE_FAILED
@@ -163,7 +157,9 @@ async def test_a_full_disk_refuses_the_first_put_and_maps_nothing(
         assert names(tmp_path / "commitlog") == []  # nothing left behind
         assert store.statistics().create_error is not None
         monkeypatch.setattr(os, "posix_fallocate", real)
-        await wait_until(lambda: store.commit_log.ready_next is not None)  # the timer retries
+        await wait_until(
+            lambda: store.commit_log.ready_next is not None, seconds=10
+        )  # the timer retries
         assert store.put(Message("T", b"x" * 1000)).ok
         assert store.commit_log.taken_ready == 1
         assert store.statistics().create_error is None

@@ -10,7 +10,7 @@ import os
 import shutil
 import struct
 import subprocess
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -35,6 +35,7 @@ from hanet.store import (
     StoreRole,
     file_name,
 )
+from hanet.testing import wait_until
 
 FILE = 4096
 MASTER = StoreConfig(mapped_file_size=FILE, consume_queue_file_size=6000)
@@ -310,12 +311,6 @@ class FakeMaster:
         return slave_end
 
 
-async def wait_until(predicate: Callable[[], object]) -> None:
-    with trio.fail_after(60):
-        while not predicate():  # noqa: ASYNC110
-            await trio.sleep(0.01)
-
-
 async def test_the_ha_slave_closes_with_the_reason_and_retries(
     autojump_clock: trio.testing.MockClock, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -330,17 +325,17 @@ async def test_the_ha_slave_closes_with_the_reason_and_retries(
         ha_slave = HASlave(slave, config, connector=(fake := FakeMaster()))
         async with trio.open_nursery() as nursery:
             await nursery.start(ha_slave.run)
-            await wait_until(lambda: fake.peers)
+            await wait_until(lambda: fake.peers, seconds=60)
             with full_disk(monkeypatch, "commitlog"):
                 await fake.peers[0].send_all(HEADER.pack(0, len(frame)) + frame)
-                await wait_until(lambda: ha_slave.status().last_close_reason)
+                await wait_until(lambda: ha_slave.status().last_close_reason, seconds=60)
             reason = ha_slave.status().last_close_reason
             assert reason is not None and "CreateMappedFileError" in reason
             assert "commitlog" in reason and ENOSPC in reason
             assert slave.max_offset == 0
-            await wait_until(lambda: len(fake.peers) == 2)  # reconnected
+            await wait_until(lambda: len(fake.peers) == 2, seconds=60)  # reconnected
             await fake.peers[1].send_all(HEADER.pack(0, len(frame)) + frame)
-            await wait_until(lambda: slave.max_offset == end)
+            await wait_until(lambda: slave.max_offset == end, seconds=60)
             nursery.cancel_scope.cancel()
     finally:
         slave.close()

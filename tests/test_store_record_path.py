@@ -8,7 +8,7 @@ import os
 import random
 import shutil
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -28,6 +28,7 @@ from hanet.store import (
     list_mapped_files,
     scan_index_windows,
 )
+from hanet.testing import wait_until
 
 FILE = 256 * 1024
 BODY = b"x" * 1000
@@ -53,14 +54,8 @@ def put_until(store: CommitLogStore, offset: int, queue_id: int = 0) -> None:
         assert store.put(Message("T", BODY, queue_id=queue_id)).ok
 
 
-async def wait_until(predicate: Callable[[], object]) -> None:
-    with trio.fail_after(10):
-        while not predicate():  # noqa: ASYNC110 - the worker thread sets no event
-            await trio.sleep(0.01)
-
-
 async def wait_ready(files: MappedFileQueue) -> None:
-    await wait_until(lambda: files.ready_next is not None)
+    await wait_until(lambda: files.ready_next is not None, seconds=10)
 
 
 def names(directory: Path) -> list[str]:
@@ -129,7 +124,7 @@ async def test_consume_queue_files_are_made_ahead_too(tmp_path: Path) -> None:
         await nursery.start(store.run)
         for _ in range(275):  # 300 entries a file: past 90 %
             assert store.put(Message("T", b"m", queue_id=0)).ok
-        await wait_until(lambda: file_name(6000) + ".next" in names(queue_dir))
+        await wait_until(lambda: file_name(6000) + ".next" in names(queue_dir), seconds=10)
         for _ in range(30):
             assert store.put(Message("T", b"m", queue_id=0)).ok
         assert names(queue_dir) == [file_name(0), file_name(6000)]
@@ -271,7 +266,7 @@ async def test_a_failed_preallocation_leaves_the_put_to_report(
         put_until(store, 1)  # the first file exists (and the first consume queue file)
         with full_disk(monkeypatch) as refused:
             put_until(store, FILE - 2000)
-            await wait_until(lambda: any(p.endswith(".next.creating") for p in refused))
+            await wait_until(lambda: any(p.endswith(".next.creating") for p in refused), seconds=10)
             await trio.sleep(0.1)  # the store goes on
             assert store.commit_log.ready_next is None
             assert not [n for n in names(tmp_path / "commitlog") if n != file_name(0)]

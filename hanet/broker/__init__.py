@@ -44,7 +44,7 @@ from ._hold import (
 )
 from ._locks import LOCK_MAX_LIVE_TIME, MAX_LOCKS, LockStatistics, QueueLocks
 from ._log_read import MAX_READ_BYTES, SEEK_BYTES, read_log
-from ._metrics import BrokerMetrics, ConsumerLagCollector, serve_metrics
+from ._metrics import BrokerMetrics, ConsumerLagCollector, MetricsListenError, serve_metrics
 from ._offsets import (
     MAX_OFFSET_ENTRIES,
     MAX_QUEUE_ID,
@@ -152,6 +152,7 @@ __all__ = [
     "HoldHook",
     "HoldStatistics",
     "LockStatistics",
+    "MetricsListenError",
     "NameServerRegistrar",
     "PullHoldService",
     "PullResult",

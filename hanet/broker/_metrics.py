@@ -33,6 +33,7 @@ __all__ = [
     "BrokerMetrics",
     "ConsumerLagCollector",
     "ConsumerLagEntry",
+    "MetricsListenError",
     "serve_metrics",
 ]
 
@@ -43,6 +44,15 @@ _MAX_REQUEST = 8192
 _REQUEST_TIMEOUT = 10.0
 _LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 3, 5, 10)
 _BUCKET_LABELS = (*(repr(float(bound)) for bound in _LATENCY_BUCKETS), "+Inf")  # le="1.0"
+
+
+class MetricsListenError(OSError):
+    """The metrics port (``metrics_listen``) could not be opened: ``errno`` and ``strerror``
+    are the operating system's, ``address`` the ``(host, port)`` asked for."""
+
+    def __init__(self, cause: OSError, address: tuple[str, int]) -> None:
+        super().__init__(cause.errno, cause.strerror or str(cause))
+        self.address = address
 
 
 class _StatusCollector(Collector):
@@ -330,7 +340,10 @@ async def serve_metrics(
 ) -> None:
     """Answer ``GET /metrics`` (and ``GET /``) on ``host:port`` until cancelled; reports the
     bound address. Requests are bounded (8 KiB of headers, 10 s); anything else gets 404/405."""
-    listeners = await trio.open_tcp_listeners(port, host=host)
+    try:
+        listeners = await trio.open_tcp_listeners(port, host=host)
+    except OSError as exc:
+        raise MetricsListenError(exc, (host, port)) from exc
     name = listeners[0].socket.getsockname()
     address = (name[0], name[1])
     log.info("metrics on http://%s/metrics", format_address(address))

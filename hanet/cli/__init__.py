@@ -3,7 +3,10 @@
 Every verb is an ``async def handler(args) -> int`` registered by the ``register(subparsers)``
 function of one module per verb family (``_store``: dump/verify; ``_broker``: master/slave;
 ``_client``: put/pull/status; ``_consume``; ``_demo``; ``_spark``: audit/diff/stats;
-``_echo``); ``_support`` holds what they share. :func:`main` parses the arguments and calls
+``_echo``); ``_support`` holds what they share. The command line imports only the family of
+the verb it runs (:data:`VERBS` names every verb and its one-line help, so ``hanet --help``
+and ``hanet --version`` import none, and trio only once a verb runs); :func:`build_parser`
+with no argument registers them all. :func:`main` parses the arguments and calls
 ``trio.run`` exactly once for the life of the process. Ctrl-C arrives inside trio as a
 ``KeyboardInterrupt`` (wrapped in an exception group when it hits a nursery); it cancels
 everything, the services shut down through their nurseries, and the process exits with status
@@ -14,21 +17,21 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import importlib.metadata
+import importlib
 import json
 import logging
 import os
 import sys
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
-import trio
+from ._support import EXIT_BROKEN_PIPE, EXIT_INTERRUPTED, fail
 
-from . import _admin, _broker, _client, _consume, _demo, _dledger, _echo, _namesrv, _spark, _store
-from ._broker import build_config
-from ._support import EXIT_BROKEN_PIPE, EXIT_INTERRUPTED
+if TYPE_CHECKING:
+    from hanet.ha import BrokerConfig, BrokerRole
 
 __all__ = [
+    "VERBS",
     "Handler",
     "JsonFormatter",
     "build_config",
@@ -40,11 +43,68 @@ __all__ = [
 
 Handler = Callable[[argparse.Namespace], Awaitable[int]]
 
-# Verb families in the order ``hanet --help`` lists them. The Spark verbs load pyspark only
-# when they run, and explain what to install when it is missing.
-_VERB_MODULES = (
-    _store, _broker, _dledger, _namesrv, _admin, _client, _consume, _demo, _spark, _echo,
-)  # fmt: skip
+VERBS: tuple[tuple[str, str, str], ...] = (
+    ("_store", "dump", "print the messages of a commit log"),
+    ("_store", "verify", "check every record and consume queue entry of a store"),
+    (
+        "_broker",
+        "master",
+        "run a master broker: store, HA port for slaves, broker port for clients",
+    ),
+    ("_broker", "slave", "run a slave broker replicating a master"),
+    (
+        "_dledger",
+        "dledger",
+        "run a DLedger node: a Raft-replicated commit log with automatic failover",
+    ),
+    ("_namesrv", "namesrv", "run a name server: brokers register, clients look up topic routes"),
+    ("_admin", "admin", "manage a cluster with mqadmin's verbs (clusterList, updateTopic, ...)"),
+    ("_client", "put", "put messages through a broker port"),
+    ("_client", "pull", "pull messages of a queue through a broker port"),
+    (
+        "_client",
+        "status",
+        "show a broker's role, offsets and replication state (--namesrv: the cluster)",
+    ),
+    (
+        "_consume",
+        "consume",
+        "consume a topic for a group: its share of the queues, offsets committed, slave failover",
+    ),
+    (
+        "_demo",
+        "demo",
+        "a master, two slaves and a producer on loopback, then a byte-for-byte check",
+    ),
+    (
+        "_spark",
+        "audit",
+        "audit stores on Spark: counts, corrupt data, CRCs, queue offsets, consume queues",
+    ),
+    ("_spark", "diff", "compare a slave's commit log with its master's on Spark"),
+    ("_spark", "stats", "per-topic traffic, latency and largest messages of stores on Spark"),
+    (
+        "_echo",
+        "echo-demo",
+        "run an echo server and a reconnecting client on loopback for a few seconds",
+    ),
+)
+"""``(family module, verb, help)`` in the order ``hanet --help`` lists them: what the help
+shows without importing a family (a test checks it against the families' own registrations).
+The Spark verbs load pyspark only when they run, and explain what to install when it is
+missing."""
+
+_GLOBAL_OPTIONS_WITH_VALUE = ("--log-level", "--log-format")
+_CLI_EXTRA = ("rich", "prometheus_client", "trustme")
+"""The packages of ``hanet[cli]``: a verb that imports one says to install it when missing."""
+
+
+def build_config(args: argparse.Namespace, role: BrokerRole | None = None) -> BrokerConfig:
+    """The broker configuration of ``master``/``slave`` arguments: defaults, then ``--config
+    FILE``, then the flags given (see :func:`hanet.cli._broker.build_config`)."""
+    from ._broker import build_config as build  # noqa: PLC0415 - imports the broker
+
+    return build(args, role)
 
 
 def _logging_options(parser: argparse.ArgumentParser, default: Any) -> None:
@@ -76,27 +136,71 @@ class _Verbs:
         return parser
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """Build the argument parser with every registered verb."""
+def build_parser(verb: str | None = None) -> argparse.ArgumentParser:
+    """Build the argument parser: with every verb registered (``verb`` None), or with only the
+    family of ``verb`` registered and the other verbs listed by name and help (``""``: none)."""
     parser = argparse.ArgumentParser(
         prog="hanet",
         description=(
             "Netty's pipeline on trio, RocketMQ-compatible HA replication, audits on Spark."
         ),
     )
-    parser.add_argument("--version", action="version", version=f"hanet {version()}")
+    parser.add_argument("--version", action=_VersionAction, help="show the version and exit")
     _logging_options(parser, None)
     common = argparse.ArgumentParser(add_help=False)
     _logging_options(common, argparse.SUPPRESS)
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     verbs = _Verbs(subparsers, common)
-    for module in _VERB_MODULES:
-        module.register(verbs)
+    wanted = {family for family, name, _ in VERBS if verb is None or name == verb}
+    registered: set[str] = set()
+    for family, name, text in VERBS:
+        if family not in wanted:
+            subparsers.add_parser(name, help=text)  # listed; registered when it runs
+        elif family not in registered:
+            registered.add(family)
+            importlib.import_module(f"{__name__}.{family}").register(verbs)
     return parser
+
+
+class _VersionAction(argparse.Action):
+    """``--version``: the installed version (read only when asked for)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, help: str | None = None) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help=help)
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        print(f"hanet {version()}")  # on stdout, as argparse's own version action
+        parser.exit()
+
+
+def _verb_of(argv: Sequence[str]) -> str:
+    """The verb ``argv`` names (its first word that is no option or option value); ``""``
+    when there is none."""
+    words = iter(argv)
+    for word in words:
+        if not word.startswith("-"):
+            return word
+        if word == "--":
+            return next(words, "")
+        if (
+            "=" not in word
+            and len(word) > 2
+            and any(option.startswith(word) for option in _GLOBAL_OPTIONS_WITH_VALUE)
+        ):
+            next(words, None)  # the option's value
+    return ""
 
 
 def version() -> str:
     """The installed package's version."""
+    import importlib.metadata  # noqa: PLC0415 - only for --version
+
     try:
         return importlib.metadata.version("hanet")
     except importlib.metadata.PackageNotFoundError:  # pragma: no cover - not installed
@@ -132,10 +236,21 @@ def configure_logging(level: str, form: str) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one ``hanet`` command; returns the process exit status."""
-    parser = build_parser()
+    if argv is None:
+        argv = sys.argv[1:]
+    verb = _verb_of(argv)
+    try:
+        parser = build_parser(verb)
+    except ModuleNotFoundError as exc:  # an optional dependency of the command line
+        package = (exc.name or "").split(".")[0]
+        if package not in _CLI_EXTRA:
+            raise
+        return fail(f"hanet {verb} needs {package}: pip install 'hanet[cli]'")
     args = parser.parse_args(argv)
     configure_logging(args.log_level, args.log_format)
     handler = cast(Handler, args.func)
+    import trio  # noqa: PLC0415 - only once a verb runs
+
     status = EXIT_INTERRUPTED
     try:
         status = trio.run(handler, args)

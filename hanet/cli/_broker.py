@@ -41,11 +41,13 @@ from hanet.broker import (
     Broker,
     BrokerAddresses,
     ConfigFileError,
+    MetricsListenError,
     RepairError,
     load_properties,
     parse_properties,
     repair_store,
 )
+from hanet.channel import format_address
 from hanet.errors import ConfigError, HanetError
 from hanet.ha import BrokerConfig, BrokerRole, HASlave
 from hanet.store import (
@@ -446,7 +448,9 @@ async def _serve(broker: Broker, ready_file: Path | None) -> int:
     except* (StoreError, ConfigError, ConfigFileError, OSError) as group:
         error = first_message(group)
         first = first_error(group)
-        if isinstance(first, OSError) and first.errno == errno.EADDRINUSE:
+        if isinstance(first, MetricsListenError):
+            error = f"cannot listen: {error} (metrics port {format_address(first.address)})"
+        elif isinstance(first, OSError) and first.errno == errno.EADDRINUSE:
             ports = [f"broker port {config.listen_host}:{config.listen_port}"]
             if broker.role is not BrokerRole.SLAVE:
                 ports.append(f"HA port {config.ha_listen_host}:{config.ha_listen_port}")

@@ -67,6 +67,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import socket
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -239,11 +240,29 @@ def _check_broker(address: str) -> None:
         raise StoreError(f"broker {address}: cannot connect: {exc}") from None
 
 
+def _check_out(out: str) -> None:
+    """An ``--out`` directory that cannot be written is one line now, before the Spark job, not
+    a traceback after it. A local directory (a plain path or ``file:``) is created and a file
+    tried in it; another file system's URI (``hdfs://``, ``s3a://``) is left to Spark."""
+    parts = urlsplit(out)
+    if parts.scheme not in ("", "file"):
+        return
+    path = Path(parts.path if parts.scheme else out)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=path):
+            pass
+    except OSError as exc:
+        raise StoreError(f"--out {out}: {exc.strerror or exc}") from None
+
+
 def _run(verb: str, args: argparse.Namespace, paths: list[str]) -> int:
     started = time.monotonic()
     try:
         args.source_options = _source_options(args) if verb != "diff" else {}
         _check_stores(verb, paths)
+        if args.out is not None and args.remote is None:  # Spark Connect: the server writes
+            _check_out(args.out)
     except (StoreError, ConfigError) as exc:
         return fail(str(exc))
     try:
@@ -251,6 +270,8 @@ def _run(verb: str, args: argparse.Namespace, paths: list[str]) -> int:
     except ModuleNotFoundError as exc:
         if exc.name and exc.name.split(".")[0] in ("pyspark", "pyarrow", "py4j"):
             return fail(SPARK_HINT)
+        if exc.name and exc.name.split(".")[0] == "rich":  # its tables: the command line's extra
+            return fail(f"hanet {verb} needs rich: pip install 'hanet[cli]'")
         raise
     status: int = commands.run(verb, args, started)
     return status

@@ -20,15 +20,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import struct
 import sys
 from pathlib import Path
 from typing import Any, TextIO
 
 from hanet.store import (
-    CQ_BLANK_SIZE,
     CQ_ENTRY_SIZE,
-    INDEX_ROW,
     CommitLogReader,
     DamageLedger,
     MessageRecord,
@@ -41,10 +38,9 @@ from hanet.store import (
 )
 
 from ._support import EXIT_FAILED, EXIT_OK, fail, parse_size
+from ._verify_queues import QueueCheck, read_consume_queues
 
 __all__ = ["dump", "register", "verify"]
-
-_ENTRY = struct.Struct(">qiq")
 
 
 def register(subparsers: Any) -> None:
@@ -145,41 +141,6 @@ async def verify(args: argparse.Namespace) -> int:
         return fail(f"{args.store_dir}: {exc.strerror or exc}")
 
 
-def _read_consume_queues(
-    root: Path,
-) -> dict[tuple[str, int], tuple[int, list[tuple[int, int, int]]]]:
-    """``(topic, queue) -> (first queue offset, entries)``, up to the last written entry (a
-    zeroed entry before it is kept, and reported as not matching its record)."""
-    queues: dict[tuple[str, int], tuple[int, list[tuple[int, int, int]]]] = {}
-    directory = root / "consumequeue"
-    if not directory.is_dir():
-        return queues
-    for topic_dir in sorted(p for p in directory.iterdir() if p.is_dir()):
-        for queue_dir in sorted(p for p in topic_dir.iterdir() if p.is_dir()):
-            if not queue_dir.name.isdigit():
-                continue
-            files = list_mapped_files(queue_dir)
-            if not files:
-                continue
-            data = b"".join(path.read_bytes() for _, path in files)
-            entries: list[tuple[int, int, int]] = [
-                _ENTRY.unpack_from(data, i)
-                for i in range(0, len(data) - CQ_ENTRY_SIZE + 1, CQ_ENTRY_SIZE)
-            ]
-            while entries and entries[-1][1] == 0:  # the unwritten tail (a zeroed entry
-                entries.pop()  # before the last written one stays: it is compared)
-            queues[topic_dir.name, int(queue_dir.name)] = (files[0][0] // CQ_ENTRY_SIZE, entries)
-    return queues
-
-
-def _queue_end(entries: list[tuple[int, int, int]]) -> int | None:
-    """Where a consume queue's last non-blank entry ends in the commit log (None: none)."""
-    for offset, size, _ in reversed(entries):
-        if size != CQ_BLANK_SIZE:
-            return offset + size
-    return None
-
-
 _SHOWN_PROBLEMS = 20  # problems printed one per line; the rest are counted
 
 
@@ -188,51 +149,17 @@ def _verify(reader: CommitLogReader, root: Path | None) -> int:
     the records: each inconsistency is named (the first :data:`_SHOWN_PROBLEMS` printed, the
     rest counted); exit 1 when there is any."""
     check_queues = root is not None and (root / "consumequeue").is_dir()
-    queues = _read_consume_queues(root) if root is not None and check_queues else {}
+    queues = read_consume_queues(root) if root is not None and check_queues else {}
     # The dispatch frontier: records past the end of every consume queue entry are not
     # dispatched yet (a live slave dispatches behind its acks), not missing. A queue's entries
     # are in commit log order: its last non-blank entry ends furthest.
-    ends = (_queue_end(entries) for _, entries in queues.values())
+    ends = (queue.end() for queue in queues.values())
     frontier = max((e for e in ends if e is not None), default=reader.min_offset)
-    undispatched = 0
-    problems: list[str] = []
-    seen: dict[tuple[str, int], int] = {}
-    count = 0
-    end = reader.min_offset
+    check = QueueCheck(queues, check_queues, frontier)
     for topics, rows in reader.index():
-        for offset, size, queue_id, queue_offset, tags_hash, *_, topic_id in INDEX_ROW.iter_unpack(
-            rows
-        ):
-            count += 1
-            end = offset + size
-            topic = topics[topic_id]
-            key = (topic, queue_id)
-            following = seen.get(key)
-            if following is not None and queue_offset != following:
-                problems.append(
-                    f"record at offset {offset}: {topic}/{queue_id} queue offset {queue_offset} "
-                    f"does not follow the queue's previous record ({following - 1})"
-                )
-            seen[key] = max(following or 0, queue_offset + 1)
-            if not check_queues:
-                continue
-            first, entries = queues.get(key, (0, []))
-            index = queue_offset - first
-            if not 0 <= index < len(entries):
-                if offset >= frontier:
-                    undispatched += 1
-                    continue
-                problems.append(
-                    f"record at offset {offset} ({topic}/{queue_id} queue offset "
-                    f"{queue_offset}) has no consume queue entry"
-                )
-                continue
-            expected = (offset, size, tags_hash)
-            if entries[index] != expected:
-                problems.append(
-                    f"consume queue {topic}/{queue_id} entry {queue_offset} "
-                    f"is {entries[index]}, expected {expected} for the record at offset {offset}"
-                )
+        check.window(topics, rows)
+    count, undispatched, problems = check.count, check.undispatched, check.problems
+    end = reader.min_offset if check.last_end is None else check.last_end
     stop = reader.stop
     assert stop is not None
     if stop.reason is StopReason.INVALID:
@@ -240,22 +167,7 @@ def _verify(reader: CommitLogReader, root: Path | None) -> int:
     data_end = end
     if stop.reason is StopReason.BLANK:
         end = stop.offset + stop.blank_size
-    trimmed = 0
-    unchecked = 0  # entries past a bad record the walk stopped at: that record is the problem
-    for key, (first, entries) in sorted(queues.items()):
-        for index, (offset, size, _) in enumerate(entries):
-            if size == CQ_BLANK_SIZE:
-                continue
-            if offset < reader.min_offset:  # its record was deleted by retention
-                trimmed += 1
-                continue
-            if stop.reason is StopReason.INVALID and offset >= stop.offset:
-                unchecked += 1
-            elif first + index >= seen.get(key, 0) or offset + size > end:
-                problems.append(
-                    f"consume queue {key[0]}/{key[1]} entry {first + index} points at "
-                    f"{offset} (+{size}), past the valid data"
-                )
+    trimmed, unchecked = check.entries(reader.min_offset, stop, end)
     problems.extend(_queue_file_problems(root) if root is not None and check_queues else ())
     problems.extend(  # kept by the store, refused until repaired (hanet master --repair-from)
         f"damaged commit log range {damaged}, marked by the store: not repaired yet"

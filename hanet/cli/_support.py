@@ -10,7 +10,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from hanet.channel import parse_address as _split_address
 from hanet.errors import ConfigError
 
 __all__ = [
@@ -64,8 +63,10 @@ def parse_size(text: str) -> int:
 
 def parse_address(text: str) -> tuple[str, int]:
     """``HOST:PORT`` as an argparse type."""
+    from hanet.channel import parse_address as split  # noqa: PLC0415 - loads trio: not for --help
+
     try:
-        return _split_address(text)
+        return split(text)
     except ConfigError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
 

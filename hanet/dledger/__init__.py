@@ -39,8 +39,9 @@ The broker port of a node (``hanet dledger``) lives in the command line
 Not built yet: membership changes, leadership transfer, snapshots / log compaction.
 """
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from hanet.lazy import lazy_exports
 
 from ._entry import (
     BLANK_MAGIC,
@@ -188,14 +189,4 @@ _LAZY: dict[str, str] = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'hanet.dledger' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module, __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *__all__])
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)

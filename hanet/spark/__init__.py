@@ -39,8 +39,9 @@ Example::
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from hanet.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from ._arrow import (
@@ -209,17 +210,6 @@ _HOMES = {
     ),
     "_stats": ("StatsResult", "stats"),
 }
-_MODULE_OF = {name: module for module, names in _HOMES.items() for name in names}
+_MODULE_OF = {name: f".{module}" for module, names in _HOMES.items() for name in names}
 
-
-def __getattr__(name: str) -> Any:
-    module = _MODULE_OF.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *__all__])
+__getattr__, __dir__ = lazy_exports(__name__, _MODULE_OF)

@@ -176,7 +176,14 @@ def topic_names(buf: Buffer, rows: bytes) -> Iterator[str]:
     if view.format != "B" or view.ndim != 1:
         view = view.cast("B")
     seen = 0
-    for *_, start, length, topic_id in ROW.iter_unpack(rows):
+    # A topic's first row opens its first group of the native grouping, and groups come in the
+    # order of their first rows: one step a group instead of one a row.
+    firsts: Iterator[tuple[Any, ...]] = (
+        ((topic_id, start, length) for topic_id, start, length, *_ in native_group_entries(rows))
+        if native_group_entries is not None and NATIVE_SCANNER
+        else ((topic_id, start, length) for *_, start, length, topic_id in ROW.iter_unpack(rows))
+    )
+    for topic_id, start, length in firsts:
         if topic_id == seen:
             seen += 1
             yield str(view[start : start + length], "utf-8")

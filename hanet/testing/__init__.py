@@ -8,6 +8,9 @@
 - :class:`MemoryNetwork`: DLedger nodes' peers over memory streams.
 - :func:`simulate` (:class:`SimConfig`, :class:`SimResult`, :data:`SIM_RAFT_CONFIG`) and
   :class:`Cluster`: the Raft core in a seeded simulation, its safety checked.
+- :class:`HanetProcess` / :class:`HanetProcesses`: ``hanet`` verbs as subprocesses, ready once
+  their ready file is written.
+- :func:`wait_until` polls a condition in a trio run; :func:`wait_until_blocking` outside one.
 """
 
 from hanet.channel import EmbeddedChannel
@@ -16,6 +19,13 @@ from ._disk import flip_store_byte
 from ._dledger_network import MemoryNetwork
 from ._faults import FaultProxy, Faults, RelayStatistics, relay
 from ._ports import free_ports
+from ._process import (
+    HanetProcess,
+    HanetProcesses,
+    split_address,
+    wait_until,
+    wait_until_blocking,
+)
 from ._raft_sim import SIM_RAFT_CONFIG, Cluster, SimConfig, SimResult, simulate
 
 __all__ = [
@@ -24,6 +34,8 @@ __all__ = [
     "EmbeddedChannel",
     "FaultProxy",
     "Faults",
+    "HanetProcess",
+    "HanetProcesses",
     "MemoryNetwork",
     "RelayStatistics",
     "SimConfig",
@@ -32,4 +44,7 @@ __all__ = [
     "free_ports",
     "relay",
     "simulate",
+    "split_address",
+    "wait_until",
+    "wait_until_blocking",
 ]
