@@ -75,6 +75,13 @@ def test_help_and_version_import_no_verb_and_not_trio(argv: list[str]) -> None:
     assert not [m for m in modules if m.startswith("hanet.cli._") and m != "hanet.cli._support"]
 
 
+@pytest.mark.parametrize("verb", ["master", "dledger"])
+def test_a_broker_needs_neither_pytest_nor_trio_testing(verb: str) -> None:
+    modules = _modules_after(verb, "--help")
+    assert "hanet.dledger" in modules  # the broker's family loaded (and the Raft node with it)
+    assert _loaded(modules, ("pytest", "_pytest", "trio.testing")) == []
+
+
 def test_verify_imports_the_store_only() -> None:
     modules = _modules_after("verify", str(FIXTURE))
     assert "hanet.cli._store" in modules and "hanet.store" in modules

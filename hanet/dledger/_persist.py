@@ -19,12 +19,12 @@ before it was called is on disk, even when another flush had already taken some 
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable
 from typing import TypeVar
 
 import attrs
 import trio
-import trio.testing
 
 from ._filelog import FileLog
 from ._messages import HardState
@@ -34,9 +34,17 @@ __all__ = ["Persister", "off_loop"]
 _T = TypeVar("_T")
 
 
+def _virtual_clock() -> bool:
+    """Whether the run's clock is trio's :class:`~trio.testing.MockClock`. A program that never
+    imported ``trio.testing`` cannot be using one, and this module does not import it: it
+    imports pytest, which a broker must neither need nor spend its start-up on."""
+    testing = sys.modules.get("trio.testing")
+    return testing is not None and isinstance(trio.lowlevel.current_clock(), testing.MockClock)
+
+
 async def off_loop(fn: Callable[..., _T], *args: object) -> _T:
     """``fn(*args)`` in a worker thread (inline under a virtual clock: see above)."""
-    if isinstance(trio.lowlevel.current_clock(), trio.testing.MockClock):
+    if _virtual_clock():
         await trio.lowlevel.checkpoint()
         return fn(*args)
     return await trio.to_thread.run_sync(fn, *args)
