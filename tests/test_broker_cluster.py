@@ -605,3 +605,43 @@ def test_a_slave_needs_a_master_address_or_a_name_server(tmp_path: Path) -> None
     assert config(tmp_path, namesrv_addr="a:1, b:2").namesrv_addresses == [("a", 1), ("b", 2)]
     with pytest.raises(ConfigError):
         config(tmp_path, namesrv_addr="a:1,,b:2")
+
+
+async def test_a_dledger_leader_without_a_quorum_answers_busy_as_rocketmq(tmp_path: Path) -> None:
+    """RocketMQ 4.9.8's DLedger broker answers a quorum timeout OS_PAGECACHE_BUSY (SYSTEM_ERROR
+    with its [PC_SYNCHRONIZED] remark), which clients retry; FLUSH_SLAVE_TIMEOUT would count as
+    sent."""
+    raft = RaftConfig(
+        election_timeout=0.5, heartbeat_interval=0.05, retransmit_timeout=0.15, append_timeout=0.3
+    )
+    network = MemoryNetwork()
+    peers = {"n0": "n0:0", "n1": "n1:0", "n2": "n2:0"}
+    nodes = {
+        n: DLedgerNode(
+            NodeConfig(group="g", node_id=n, peers=peers, store_dir=tmp_path / n, raft=raft),
+            connector=network.connector_for(n),
+            listen=False,
+        )
+        for n in peers
+    }
+    async with trio.open_nursery() as nursery:
+        for node in nodes.values():
+            network.register(node, nursery)
+            await nursery.start(node.run)
+        leader = await wait_until(
+            lambda: next((n for n in nodes.values() if n.is_leader), None), 10
+        )
+        service = DLedgerBrokerService(leader)
+        listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+        port = listeners[0].socket.getsockname()[1]
+        await nursery.start(partial(serve_on, service.initialize, listeners))
+        async with RemotingConnection.connect("127.0.0.1", port) as c:
+            assert (await send(c, "T", b"with a quorum", 0)).code == ResponseCode.SUCCESS
+            for other, node in nodes.items():
+                if node is not leader:
+                    network.cut(leader.config.node_id, other)
+            busy = await send(c, "T", b"alone", 0)
+        assert busy.code == ResponseCode.SYSTEM_ERROR
+        assert "[PC_SYNCHRONIZED]broker busy, start flow control for a while" in str(busy.remark)
+        assert "WAIT_QUORUM_ACK_TIMEOUT" in str(busy.remark)
+        nursery.cancel_scope.cancel()

@@ -5,8 +5,10 @@ the node's commit log view.
 A follower or candidate is a slave in RocketMQ's DLedger mode: it answers a send
 SERVICE_NOT_AVAILABLE, its remark naming the leader and its broker address when the node
 knows them, and pulls beyond its data PULL_RETRY_IMMEDIATELY. A leader's append that a quorum
-did not acknowledge in time answers FLUSH_SLAVE_TIMEOUT (the outcome is unknown: the entry may
-still commit); LEADER_PENDING_FULL answers SERVICE_NOT_AVAILABLE.
+did not acknowledge in time (the outcome is unknown: the entry may still commit) and a put
+refused because too many wait for a quorum (LEADER_PENDING_FULL) answer as RocketMQ 4.9.8's
+DLedger broker does: SYSTEM_ERROR, remark ``[PC_SYNCHRONIZED]broker busy, ...`` (OS_PAGECACHE_BUSY),
+which RocketMQ's clients retry.
 
 Consumer offsets (QUERY/UPDATE_CONSUMER_OFFSET) are kept per node in a :class:`ConsumerOffsets`
 (memory only unless one with a file is given; they are not replicated through Raft), and so
@@ -56,10 +58,15 @@ __all__ = ["DEFAULT_QUEUES", "DLedgerBrokerService", "dledger_broker_id"]
 DEFAULT_QUEUES = 4
 """Queues of a topic created by a send (RocketMQ's defaultTopicQueueNums)."""
 
+_BUSY = "[PC_SYNCHRONIZED]broker busy, start flow control for a while"
+"""RocketMQ 4.9.8's remark for OS_PAGECACHE_BUSY, which its ``DLedgerCommitLog`` answers for a
+quorum timeout and a full pending queue (SYSTEM_ERROR: the clients retry it, where a
+FLUSH_SLAVE_TIMEOUT counts as sent)."""
 _WAIT_DETAIL = (
-    "WAIT_QUORUM_ACK_TIMEOUT: appended but not acknowledged by a quorum in time: "
+    f"{_BUSY}; WAIT_QUORUM_ACK_TIMEOUT: appended but not acknowledged by a quorum in time: "
     "the outcome is unknown (it may still be committed)"
 )
+_FULL_DETAIL = f"{_BUSY}; LEADER_PENDING_FULL: too many puts waiting for a quorum, not appended"
 
 
 class DLedgerBrokerService:
@@ -347,16 +354,13 @@ def _result(outcome: PutOutcome) -> PutResult:
             outcome.msg_id,
             outcome.store_timestamp,
         )
-    if outcome.status is AppendStatus.WAIT_QUORUM_ACK_TIMEOUT:
-        return PutResult(PutStatus.FLUSH_SLAVE_TIMEOUT, detail=_WAIT_DETAIL)
+    if outcome.status is AppendStatus.WAIT_QUORUM_ACK_TIMEOUT:  # as 4.9.8: busy, not a slave
+        return PutResult(PutStatus.OS_PAGE_CACHE_BUSY, detail=_WAIT_DETAIL)
     if outcome.status is AppendStatus.NOT_LEADER:
         leader = f"; the leader is {outcome.leader_id}" if outcome.leader_id else ""
         where = f" at {outcome.leader_address}" if outcome.leader_address else ""
         return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, detail=f"not master{leader}{where}")
-    return PutResult(
-        PutStatus.SERVICE_NOT_AVAILABLE,
-        detail=f"{outcome.status.name}: too many puts waiting for a quorum, not appended",
-    )
+    return PutResult(PutStatus.OS_PAGE_CACHE_BUSY, detail=_FULL_DETAIL)  # LEADER_PENDING_FULL
 
 
 def dledger_broker_id(node_id: str, peers: Iterable[str]) -> int:
