@@ -605,3 +605,17 @@ def test_store_tests_pass_with_the_pure_python_scanner() -> None:
         env={**os.environ, "PYTHONPATH": str(ROOT), "HANET_NO_EXTENSIONS": "1"},
     )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+
+
+@pytest.mark.parametrize("zeroed", [1, 3, 20])
+def test_a_record_whose_properties_end_in_zeros_is_invalid(scan: ScanFunction, zeroed: int) -> None:
+    """A lost write that zeroed a record's tail, the whole-record CRC property with it, must not
+    read as an unsealed record whose body CRC still matches (the soak's lost-tail fault)."""
+    bad = bytearray(VECTOR_A)
+    bad[len(bad) - zeroed :] = bytes(zeroed)
+    result = scan(bytes(bad), 0, None, 0x40001000, None, check_crc=True, check_physical_offset=True)
+    assert (reason(result), result[2], result[4]) == (
+        StopReason.INVALID,
+        "properties end in a zero byte (a zeroed tail)",
+        0,
+    )

@@ -74,6 +74,24 @@ def test_torn_tail_is_truncated_after_a_crash(tmp_path: Path) -> None:
         assert third.max_queue_offset("T", 0) == 16
 
 
+def test_a_zeroed_tail_that_took_the_crc_property_is_not_kept_after_a_crash(
+    tmp_path: Path,
+) -> None:
+    """The soak's lost-tail fault: the last record's end zeroed, its whole-record CRC property
+    with it; its body CRC still matches, but it is cut as a torn write, not kept as valid."""
+    store, results = fill(tmp_path, 30, close=False)
+    last = store.commit_log.files[-1]
+    end = last.wrote
+    last.view[end - 20 : end] = bytes(20)  # the whole-record CRC property
+    crash(store)
+    with CommitLogStore.open(tmp_path, SMALL) as again:
+        assert again.max_offset == results[-1].wrote_offset
+        assert again.recovery.stop is not None
+        assert again.recovery.stop.detail == "properties end in a zero byte (a zeroed tail)"
+        assert again.max_queue_offset("T", 1) == 14  # the 15th message of queue 1 is gone
+        assert again.get_message("T", 1, 13) is not None
+
+
 def test_flipped_byte_verify_names_it_and_recovery_keeps_what_follows(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

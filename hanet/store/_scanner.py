@@ -52,6 +52,8 @@ __all__ = [
 ]
 
 _ZEROS = bytes(1 << 20)
+ZERO_TAIL = "properties end in a zero byte (a zeroed tail)"
+"""The INVALID detail of a record whose properties end in a zero byte (the C scanner's too)."""
 
 
 class StopReason(enum.Enum):
@@ -288,6 +290,13 @@ class RecordScanner:
                     StopReason.INVALID,
                     f"total size {total} does not match its fields (properties length {props_len})",
                 )
+                return
+            if props_len and buf[rec_end - 1] == 0:
+                # Properties never end in a zero byte (a writer ends them with a value or a
+                # separator): a tail zeroed by a lost write that took the whole-record CRC
+                # property with it would otherwise read as an unsealed record whose body CRC
+                # still matches.
+                self._stop(pos, StopReason.INVALID, ZERO_TAIL)
                 return
             # The CRCs last. A matching whole-record CRC covers the body and BODYCRC too: the
             # body is not read twice (a mismatch says which CRC fails).

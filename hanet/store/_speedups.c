@@ -386,6 +386,8 @@ static inline int crc32_claimed(const unsigned char *t) {
  * by the last 20 bytes of the record at buf[pos:rec_end] (crc32_claimed) fails, or NULL. The
  * CRC (zlib's, & 0x7FFFFFFF, of every byte before the property's 20) is one pass over the
  * record by carry-less multiplication. As the scan loop of _scanner.py. */
+#define ZERO_TAIL "properties end in a zero byte (a zeroed tail)"
+
 static const char *crc32_problem(const unsigned char *buf, int64_t pos, int64_t rec_end,
                                  int32_t props_len, int check_crc) {
     const unsigned char *t = buf + rec_end - CRC32_RESERVED_LEN;
@@ -586,6 +588,14 @@ static PyObject *scan(PyObject *Py_UNUSED(self), PyObject *args, PyObject *kwarg
             snprintf(detail, sizeof detail,
                      "total size %d does not match its fields (properties length %d)",
                      (int)total, (int)props_len);
+            break;
+        }
+        /* Properties never end in a zero byte (a writer ends them with a property's value or
+         * a separator): a tail zeroed by a lost write that took the whole-record CRC property
+         * with it would otherwise read as an unsealed record whose body CRC still matches. */
+        if (props_len > 0 && buf[rec_end - 1] == 0) {
+            reason = R_INVALID;
+            strcpy(detail, ZERO_TAIL);
             break;
         }
         /* The CRCs last. A matching whole-record CRC covers the body and BODYCRC too: the
