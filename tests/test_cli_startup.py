@@ -83,6 +83,7 @@ def test_verify_imports_the_store_only() -> None:
         "hanet.cli._resync",
         "hanet.cli._store",
         "hanet.cli._support",
+        "hanet.cli._verify_epochs",
         "hanet.cli._verify_queues",
     ]
 

@@ -10,7 +10,16 @@ from pathlib import Path
 import pytest
 
 from hanet.cli import main
-from hanet.store import CommitLogStore, Message, PutResult, StoreConfig, file_name
+from hanet.store import (
+    EPOCH_FILE,
+    CommitLogStore,
+    EpochEntry,
+    Message,
+    PutResult,
+    StoreConfig,
+    file_name,
+    format_epoch_file,
+)
 from hanet.testing import flip_store_byte
 
 FILE = 4096
@@ -126,3 +135,53 @@ def test_dump_shows_a_whole_record_crc_mismatch(
     assert [i for i, row in enumerate(rows) if not row["crc_ok"]] == bad
     _, out, _ = run(capsys, "dump", str(root))
     assert [i for i, line in enumerate(out.splitlines()) if "crc=BAD" in line] == bad
+
+
+# -- the epoch file --------------------------------------------------------------------------
+
+
+def write_epochs(root: Path, *entries: tuple[int, int]) -> None:
+    (root / EPOCH_FILE).write_bytes(format_epoch_file([EpochEntry(*e) for e in entries]))
+
+
+def test_verify_checks_a_fitting_epoch_file_quietly(tmp_path: Path, capsys: Capture) -> None:
+    results = make_store(tmp_path, 30)
+    end = results[-1].wrote_offset + results[-1].wrote_size
+    status, clean, _ = run(capsys, "verify", str(tmp_path))
+    write_epochs(tmp_path, (1, 0), (2, results[12].wrote_offset), (3, end))
+    assert run(capsys, "verify", str(tmp_path)) == (status, clean, "") == (0, clean, "")
+
+
+@pytest.mark.parametrize(
+    ("kind", "named"),
+    [
+        ("past the end", "past the commit log's end"),
+        ("not a record start", "which is not a record's start"),
+        ("not ascending", "does not follow epoch 2 at"),
+        ("flipped digit", "CRC mismatch"),
+        ("cut short", "the last line is cut short"),
+    ],
+)
+def test_verify_names_an_epoch_file_that_is_damaged_or_does_not_fit(
+    tmp_path: Path, capsys: Capture, kind: str, named: str
+) -> None:
+    results = make_store(tmp_path, 30)
+    end = results[-1].wrote_offset + results[-1].wrote_size
+    middle = results[12].wrote_offset
+    if kind == "past the end":
+        write_epochs(tmp_path, (1, 0), (2, middle), (3, end + 500))
+    elif kind == "not a record start":
+        write_epochs(tmp_path, (1, 0), (2, middle + 3))
+    elif kind == "not ascending":
+        write_epochs(tmp_path, (1, 0), (2, middle), (3, middle - 40))
+    else:
+        write_epochs(tmp_path, (1, 0), (2, middle))
+        data = bytearray((tmp_path / EPOCH_FILE).read_bytes())
+        if kind == "flipped digit":
+            data[data.index(b"\n2 ") + 3] ^= 0x01
+        else:
+            del data[-3:]
+        (tmp_path / EPOCH_FILE).write_bytes(bytes(data))
+    status, out, err = run(capsys, "verify", str(tmp_path))
+    assert (status, out) == (1, "")
+    assert f"hanet: epoch file {tmp_path / EPOCH_FILE}" in err and named in err

@@ -10,7 +10,8 @@
   offsets following each other) and every consume queue entry, and exits 0 when all hold, 1
   naming every inconsistency found (offset and why; the first 20 printed, the rest counted).
   A bad record does not end the check: as recovery does, it goes on at the next record that
-  passes every check and names the damaged range in between.
+  passes every check and names the damaged range in between. The epoch file must read and fit
+  the log (each epoch starting at a record's start, none past the log's end).
 
 Both read a log that no longer starts at 0 (retention deleted its first files): from its
 first file on; consume queue entries of deleted records are counted, not errors. The file
@@ -49,6 +50,7 @@ from hanet.store import (
 
 from ._resync import DamageWalk
 from ._support import EXIT_FAILED, EXIT_OK, fail, parse_size
+from ._verify_epochs import epoch_problems
 from ._verify_queues import QueueCheck, read_consume_queues
 
 __all__ = ["dump", "register", "verify"]
@@ -219,6 +221,7 @@ def _verify(reader: CommitLogReader, root: Path | None) -> int:
         end = stop.offset + stop.blank_size
     trimmed, unchecked = check.entries(reader.min_offset, stop, end, walk.damaged)
     problems.extend(_queue_file_problems(root) if root is not None and check_queues else ())
+    problems.extend(epoch_problems(root, reader, end))
     problems.extend(  # kept by the store, refused until repaired (hanet master --repair-from)
         f"damaged commit log range {damaged}, marked by the store: not repaired yet"
         for damaged in marked
