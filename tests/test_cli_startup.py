@@ -87,8 +87,10 @@ def test_verify_imports_the_store_only() -> None:
     assert "hanet.cli._store" in modules and "hanet.store" in modules
     assert _loaded(modules, (*HEAVY, *OPTIONAL, "hanet.channel", "hanet.spark")) == []
     assert sorted(m for m in modules if m.startswith("hanet.cli._")) == [
+        "hanet.cli._resync",
         "hanet.cli._store",
         "hanet.cli._support",
+        "hanet.cli._verify_epochs",
         "hanet.cli._verify_queues",
     ]
 

@@ -106,9 +106,15 @@ def test_flipped_byte_verify_names_it_and_recovery_keeps_what_follows(
 
     assert main(["verify", str(tmp_path)]) == 1
     err = capsys.readouterr().err.strip()
-    first, *rest = err.splitlines()
-    assert first == f"hanet: bad record at offset {victim.wrote_offset}: body CRC mismatch"
-    assert rest == ["hanet: 40 consume queue entries past the bad record not checked"]
+    damaged_range = f"[{victim.wrote_offset}, {victim.end_offset})"
+    assert err.splitlines() == [  # the records after it are checked too
+        f"hanet: bad record at offset {victim.wrote_offset}: body CRC mismatch; damaged commit "
+        f"log range {damaged_range} (body CRC mismatch); valid records resume at "
+        f"{victim.end_offset}",
+        f"hanet: 1 consume queue entry points into the damaged range {damaged_range}: its "
+        "record cannot be read until it is repaired",
+        "hanet: 2 problem(s) found",
+    ]
 
     (tmp_path / "abort").touch()  # as after a crash: walk from the checkpoint
     end = results[-1].wrote_offset + results[-1].wrote_size

@@ -729,6 +729,7 @@ class Broker:
                 replicated_offset=master.replicated_offset,
                 slaves=master.slaves,
                 closed_slaves=master.closed,
+                diverged_slaves=self.port.epochs.diverged_slaves(),
             )
         if self.slave is not None:
             link = self.slave.status()

@@ -22,11 +22,12 @@ import json
 import logging
 import ssl
 
+import attrs
 import trio
 
 from hanet.channel import HandlerContext, parse_address
 from hanet.client import RemotingConnection, RemotingError
-from hanet.protocol import HanetRequestCode, RemotingCommand, ResponseCode
+from hanet.protocol import DivergedSlaveInfo, HanetRequestCode, RemotingCommand, ResponseCode
 from hanet.store import (
     CommitLogStore,
     EpochFile,
@@ -43,6 +44,22 @@ __all__ = ["EpochService", "fetch_epochs", "last_epoch"]
 log = logging.getLogger("hanet.broker.epochs")
 
 _LOG_INTERVAL = 60.0  # a refusing slave asks every few seconds
+_FORGET = 120.0  # a listed diverged slave that has not asked for this long is dropped
+_MAX_LISTED = 64
+
+
+@attrs.define
+class _Divergence:
+    """A diverged slave as the status lists it (see :class:`DivergedSlaveInfo`)."""
+
+    address: str
+    point: int
+    slave_end: int
+    master_end: int
+    epochs: str
+    checks: int
+    last_seen: float
+
 
 EPOCHS_TIMEOUT = 3.0
 """Seconds a slave waits to connect to its master's broker port, then for the answer."""
@@ -63,6 +80,45 @@ class EpochService:
     def __init__(self, backend: BrokerBackend) -> None:
         self.backend = backend
         self._logged: dict[tuple[str, int], float] = {}
+        self._diverged: dict[tuple[str, int], _Divergence] = {}
+        """(slave host, consistent point) -> the last check that found it diverged."""
+
+    def diverged_slaves(self) -> tuple[DivergedSlaveInfo, ...]:
+        """The slaves whose last epoch checks found them diverged (the status's list), those
+        that have not asked for :data:`_FORGET` seconds left out."""
+        now = trio.current_time()
+        for key, note in list(self._diverged.items()):
+            if now - note.last_seen > _FORGET:
+                del self._diverged[key]
+        return tuple(
+            DivergedSlaveInfo(
+                address=note.address,
+                diverged_at=note.point,
+                slave_end=note.slave_end,
+                master_end=note.master_end,
+                slave_epochs=note.epochs,
+                checks=note.checks,
+                last_seen_ago=round(now - note.last_seen, 3),
+            )
+            for _, note in sorted(self._diverged.items())
+        )
+
+    def _note(self, peer: str, point: int, slave: EpochHistory, mine: EpochHistory) -> None:
+        """List a diverged slave (or refresh it), or drop its listing once its check finds
+        its log ending at the point it diverged at (it truncated to it)."""
+        host = peer.rpartition(":")[0]
+        now = trio.current_time()
+        if point >= slave.end_offset:
+            self._diverged.pop((host, slave.end_offset), None)
+            return
+        note = self._diverged.get((host, point))
+        checks = 1 if note is None else note.checks + 1
+        if note is None and len(self._diverged) >= _MAX_LISTED:  # bounded: drop the oldest
+            oldest = min(self._diverged, key=lambda k: self._diverged[k].last_seen)
+            del self._diverged[oldest]
+        self._diverged[host, point] = _Divergence(
+            peer, point, slave.end_offset, mine.end_offset, _entries(slave), checks, now
+        )
 
     def serve(self, ctx: HandlerContext, request: RemotingCommand) -> RemotingCommand:
         store = self.backend.store
@@ -83,12 +139,14 @@ class EpochService:
         return request.response(ResponseCode.SUCCESS, None, {"maxOffset": end}, body)
 
     def _compare(self, peer: str, slave: EpochHistory, mine: EpochHistory) -> None:
-        """Log a slave whose log goes past the consistent point (it refuses or truncates)."""
+        """Log and list a slave whose log goes past the consistent point (it refuses or
+        truncates)."""
         if not slave.entries or slave.end_offset == 0:
             return  # a new slave, or one without epochs: nothing to compare
         point = find_consistent_point(
             slave.entries, slave.end_offset, mine.entries, mine.end_offset
         )
+        self._note(peer, point, slave, mine)
         if point >= slave.end_offset:
             return
         key = (peer.rpartition(":")[0], point)

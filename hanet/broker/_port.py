@@ -151,6 +151,8 @@ class BrokerPort:
         """NOTIFY_CONSUMER_IDS_CHANGED requests sent."""
         self.admin = BrokerAdmin(self)
         """The admin requests (``mqadmin``'s; see :mod:`hanet.broker._admin`)."""
+        self.epochs = EpochService(backend)
+        """HANET_EPOCHS, and the slaves whose epochs diverged (the master's status)."""
         self.processors: dict[int, RequestProcessor] = {
             RequestCode.SEND_MESSAGE: self.sends.send_message,
             RequestCode.SEND_MESSAGE_V2: self.sends.send_message,
@@ -175,7 +177,7 @@ class BrokerPort:
             RequestCode.UNLOCK_BATCH_MQ: self.locks.unlock_batch_mq,
             HanetRequestCode.HANET_STATUS: self.hanet_status,
             HanetRequestCode.HANET_READ_LOG: lambda ctx, req: read_log(self.backend.store, req),
-            HanetRequestCode.HANET_EPOCHS: EpochService(backend).serve,
+            HanetRequestCode.HANET_EPOCHS: self.epochs.serve,
         }
         """Request code -> processor: the one table every connection of the port uses."""
         self.processors.update(self.admin.processors())

@@ -128,6 +128,8 @@ async def _from_any(
         if line:
             lines.append(line)
     if every:
+        for failure in failures:  # skipped, but said: a lost tail no replica gave back
+            log.warning("--repair-from: nothing taken from %s", failure)
         return "; ".join(lines)
     raise RepairError("; ".join(failures))
 

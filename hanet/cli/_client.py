@@ -641,6 +641,14 @@ def status_renderable(status: BrokerStatus) -> Any:
         head.add_row("dispatch stopped", f"at {error.offset}: {error.reason}")
     for damaged in status.damaged_ranges:  # refused until repaired (--repair-from)
         head.add_row("damaged", f"[{damaged.start}, {damaged.end}): {damaged.reason}")
+    for slave in status.diverged_slaves:  # its epoch check found its log diverged
+        head.add_row(
+            "slave diverged",
+            f"{slave.address}: its log goes on to {slave.slave_end} past the consistent point "
+            f"{slave.diverged_at} (this master's log ends at {slave.master_end}; its epochs "
+            f"{slave.slave_epochs}); {_count(slave.checks, 'check')}, the last "
+            f"{_ago(slave.last_seen_ago)}",
+        )
     if status.role != BrokerRole.SLAVE.value:
         head.add_row("puts", str(status.puts))
         if status.replicated_offset is not None and status.replicated_offset >= 0:

@@ -1,11 +1,17 @@
 """``hanet dump`` and ``hanet verify``: read-only tools for a store or a ``commitlog/`` dir.
 
 - ``hanet dump STORE_DIR [--json] [--from OFFSET] [--limit N] [--mapped-file-size BYTES]``
-  prints one line per message (with ``--json`` one JSON object per line).
+  prints one line per message (with ``--json`` one JSON object per line); a record whose body
+  or whole-record CRC does not match is shown with ``crc=BAD`` (``"crc_ok": false``). A record
+  that fails any other check is not shown: its damaged range (up to the next record that passes
+  every check) is named on stderr and the dump goes on after it, then exits 1.
 - ``hanet verify STORE_DIR [--mapped-file-size BYTES]`` checks every record (magic, lengths,
   CRC, the whole-record CRC property, PHYSICALOFFSET, blank records ending their files, queue
   offsets following each other) and every consume queue entry, and exits 0 when all hold, 1
   naming every inconsistency found (offset and why; the first 20 printed, the rest counted).
+  A bad record does not end the check: as recovery does, it goes on at the next record that
+  passes every check and names the damaged range in between. The epoch file must read and fit
+  the log (each epoch starting at a record's start, none past the log's end).
 
 Both read a log that no longer starts at 0 (retention deleted its first files): from its
 first file on; consume queue entries of deleted records are counted, not errors. The file
@@ -26,18 +32,25 @@ from typing import Any, TextIO
 
 from hanet.store import (
     CQ_ENTRY_SIZE,
+    CRC32_PROPERTY,
+    CRC32_RESERVED_LEN,
     CommitLogReader,
     DamageLedger,
     MessageRecord,
     StopReason,
     StoreError,
+    crc32_trailer,
+    encode_record,
     list_mapped_files,
     read_store_sizes,
+    record_crc,
     record_to_json,
     resolve_store_dir,
 )
 
+from ._resync import DamageWalk
 from ._support import EXIT_FAILED, EXIT_OK, fail, parse_size
+from ._verify_epochs import epoch_problems
 from ._verify_queues import QueueCheck, read_consume_queues
 
 __all__ = ["dump", "register", "verify"]
@@ -64,7 +77,7 @@ def register(subparsers: Any) -> None:
         "verify",
         help="check every record and consume queue entry of a store",
         description="Exit 0 when every record and consume queue entry holds, else 1 naming "
-        "the first bad offset.",
+        "every inconsistency (a bad record's damaged range, and what follows it).",
     )
     parser.add_argument("store_dir", type=Path, metavar="STORE_DIR")
     _add_file_size(parser)
@@ -86,7 +99,24 @@ def _open(args: argparse.Namespace) -> tuple[CommitLogReader, Path | None]:
     return CommitLogReader(commit_dir, size), root
 
 
-def _text_line(offset: int, record: MessageRecord) -> str:
+_CRC32_HEAD = CRC32_PROPERTY.encode() + b"\x01"
+
+
+def _crc_ok(record: MessageRecord) -> bool:
+    """Whether the body matches BODYCRC and, for a record that carries one, every byte
+    matches the whole-record CRC property (``dump`` shows records that fail only these)."""
+    if not record.crc_ok:
+        return False
+    trailer = record.properties_raw[-CRC32_RESERVED_LEN:]
+    if not trailer.startswith(_CRC32_HEAD):
+        return True  # a RocketMQ 4 record: the body CRC is all it has
+    try:
+        return crc32_trailer(record_crc(encode_record(record))) == trailer
+    except ValueError:
+        return False
+
+
+def _text_line(offset: int, record: MessageRecord, crc_ok: bool) -> str:
     body = record.body.decode("utf-8", "replace")
     if len(body) > 60:
         body = body[:57] + "..."
@@ -94,12 +124,13 @@ def _text_line(offset: int, record: MessageRecord) -> str:
     return (
         f"{offset:>12} size={record.size} topic={record.topic} queue={record.queue_id} "
         f"qoffset={record.queue_offset} stored={record.store_timestamp} "
-        f"crc={'ok' if record.crc_ok else 'BAD'} {properties} body={body!r}"
+        f"crc={'ok' if crc_ok else 'BAD'} {properties} body={body!r}"
     )
 
 
 async def dump(args: argparse.Namespace) -> int:
-    """``hanet dump``: print the messages, then stop on the data end or a bad record."""
+    """``hanet dump``: print the messages up to the data end, naming each damaged range
+    (on stderr) and going on after it."""
     try:
         reader, _ = _open(args)
         return _dump(reader, args, sys.stdout)
@@ -115,19 +146,29 @@ def _dump(reader: CommitLogReader, args: argparse.Namespace, out: TextIO) -> int
     limit = args.limit
     if limit is not None and limit <= 0:
         return EXIT_OK
-    records = reader.records(args.from_offset, check_crc=False)
+    walk = DamageWalk(reader, lambda d: _named(f"damaged commit log range {d}: skipped"))
+    records = walk.records(args.from_offset, check_crc=False)
     for count, (offset, record) in enumerate(records, 1):
+        crc_ok = _crc_ok(record)
         if args.json:
-            out.write(json.dumps(record_to_json(record), ensure_ascii=False) + "\n")
+            row = record_to_json(record)
+            row["crc_ok"] = crc_ok
+            out.write(json.dumps(row, ensure_ascii=False) + "\n")
         else:
-            out.write(_text_line(offset, record) + "\n")
+            out.write(_text_line(offset, record, crc_ok) + "\n")
         if limit is not None and count >= limit:
             records.close()
             return EXIT_OK
-    stop = reader.stop
+    stop = walk.stop
     if stop is not None and stop.reason is StopReason.INVALID:
         return fail(f"stopped at offset {stop.offset}: {stop.detail}", EXIT_FAILED)
+    if walk.damaged:
+        return fail(f"{len(walk.damaged)} damaged range(s) skipped", EXIT_FAILED)
     return EXIT_OK
+
+
+def _named(problem: str) -> None:
+    fail(problem, EXIT_FAILED)
 
 
 async def verify(args: argparse.Namespace) -> int:
@@ -156,22 +197,34 @@ def _verify(reader: CommitLogReader, root: Path | None) -> int:
     ends = (queue.end() for queue in queues.values())
     frontier = max((e for e in ends if e is not None), default=reader.min_offset)
     check = QueueCheck(queues, check_queues, frontier)
-    for topics, rows in reader.index():
+    walk = DamageWalk(reader, lambda _: check.damage())  # on past each bad record
+    for topics, rows in walk.index():
         check.window(topics, rows)
     count, undispatched, problems = check.count, check.undispatched, check.problems
     end = reader.min_offset if check.last_end is None else check.last_end
-    stop = reader.stop
+    stop = walk.stop
     assert stop is not None
+    marked = list(DamageLedger(root) if root is not None else ())
+    for damaged in walk.damaged:  # each where the walk found it, before what it found after
+        known = [m for m in marked if m.overlaps(damaged.start, damaged.end)]
+        marked = [m for m in marked if m not in known]
+        same = [m for m in known if (m.start, m.end) == (damaged.start, damaged.end)]
+        note = ", marked by the store: not repaired yet" if known else ""
+        problems.append(
+            f"bad record at offset {damaged.start}: {damaged.reason}; damaged commit log range "
+            f"{same[0] if same else damaged}{note}; valid records resume at {damaged.end}"
+        )
     if stop.reason is StopReason.INVALID:
         problems.append(f"bad record at offset {stop.offset}: {stop.detail}")
     data_end = end
     if stop.reason is StopReason.BLANK:
         end = stop.offset + stop.blank_size
-    trimmed, unchecked = check.entries(reader.min_offset, stop, end)
+    trimmed, unchecked = check.entries(reader.min_offset, stop, end, walk.damaged)
     problems.extend(_queue_file_problems(root) if root is not None and check_queues else ())
+    problems.extend(epoch_problems(root, reader, end))
     problems.extend(  # kept by the store, refused until repaired (hanet master --repair-from)
         f"damaged commit log range {damaged}, marked by the store: not repaired yet"
-        for damaged in (DamageLedger(root) if root is not None else ())
+        for damaged in marked
     )
     if problems:
         for problem in problems[:_SHOWN_PROBLEMS]:

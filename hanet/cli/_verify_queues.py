@@ -12,6 +12,7 @@ second look when every entry is checked against the records at the end.
 from __future__ import annotations
 
 import struct
+from collections.abc import Sequence
 from pathlib import Path
 
 import attrs
@@ -20,6 +21,7 @@ from hanet.store import (
     CQ_BLANK_SIZE,
     CQ_ENTRY_SIZE,
     INDEX_ROW,
+    DamagedRange,
     ScanStop,
     StopReason,
     index_group_entries,
@@ -122,6 +124,13 @@ class QueueCheck:
     undispatched: int = 0
     last_end: int | None = None
     """Where the last record seen ends."""
+    skipped: set[Key] = attrs.field(factory=set)
+    """Queues whose next record may skip queue offsets: records of theirs were in damage."""
+
+    def damage(self) -> None:
+        """The walk went past a damaged range: the records in it are unknown, so each queue's
+        next record may follow a gap of queue offsets (not go back)."""
+        self.skipped = set(self.seen)
 
     def window(self, topics: list[str], rows: bytes) -> None:
         """Check one window's rows (``topics`` indexed by their topic ids)."""
@@ -133,7 +142,9 @@ class QueueCheck:
         for tid, _, _, queue_id, first, n, entries, _ in index_group_entries(rows):
             key = (topics[tid], queue_id)
             following = self.seen.get(key)
-            if following is not None and first != following:
+            gap_ok = key in self.skipped and following is not None and first > following
+            self.skipped.discard(key)
+            if following is not None and first != following and not gap_ok:
                 offset = _ENTRY.unpack_from(entries)[0]
                 self.problems.append(
                     f"record at offset {offset}: {key[0]}/{queue_id} queue offset {first} "
@@ -177,12 +188,21 @@ class QueueCheck:
             else:
                 queue.matched.append((index, index + 1))
 
-    def entries(self, min_offset: int, stop: ScanStop, end: int) -> tuple[int, int]:
+    def entries(
+        self,
+        min_offset: int,
+        stop: ScanStop,
+        end: int,
+        damaged: Sequence[DamagedRange] = (),
+    ) -> tuple[int, int]:
         """Check every entry no record matched against the valid data (``end``: where it
-        ends); returns ``(trimmed, unchecked)``: entries below ``min_offset`` (their records
-        deleted by retention), entries past the bad record the walk stopped at."""
+        ends; ``damaged``: the damaged ranges the walk went past, each named once with the
+        entries pointing into it); returns ``(trimmed, unchecked)``: entries below
+        ``min_offset`` (their records deleted by retention), entries past the bad record the
+        walk stopped at."""
         trimmed = 0
         unchecked = 0
+        into = dict.fromkeys(damaged, 0)
         for key, queue in sorted(self.queues.items()):
             for index in queue.unmatched():
                 offset, size, _ = queue.entry(index)
@@ -191,11 +211,21 @@ class QueueCheck:
                 if offset < min_offset:
                     trimmed += 1
                     continue
-                if stop.reason is StopReason.INVALID and offset >= stop.offset:
+                hit = next((d for d in damaged if d.overlaps(offset, offset + size)), None)
+                if hit is not None:
+                    into[hit] += 1
+                elif stop.reason is StopReason.INVALID and offset >= stop.offset:
                     unchecked += 1
                 elif queue.first + index >= self.seen.get(key, 0) or offset + size > end:
                     self.problems.append(
                         f"consume queue {key[0]}/{key[1]} entry {queue.first + index} points "
                         f"at {offset} (+{size}), past the valid data"
                     )
+        self.problems.extend(
+            f"{n} consume queue entr{'y points' if n == 1 else 'ies point'} into the damaged "
+            f"range [{d.start}, {d.end}): {'its record' if n == 1 else 'their records'} cannot "
+            "be read until it is repaired"
+            for d, n in into.items()
+            if n
+        )
         return trimmed, unchecked

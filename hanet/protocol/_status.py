@@ -32,6 +32,9 @@ The cluster sections (documents of older brokers lack them: they read as None):
   "last_error"}``;
 - ``"consumer_groups"``: ``[{"group", "members": [client id, ...]}]``, the groups whose
   consumers heartbeat to this broker (empty when none, or an older broker).
+- ``"diverged_slaves"``: a master's slaves whose epochs diverged from its own: ``[{"address",
+  "diverged_at", "slave_end", "master_end", "slave_epochs", "checks", "last_seen_ago"}]``
+  (empty when none, or an older broker).
 """
 
 from __future__ import annotations
@@ -56,6 +59,7 @@ __all__ = [
     "DamagedRangeInfo",
     "DispatchError",
     "DispatchErrorInfo",
+    "DivergedSlaveInfo",
     "MasterLink",
     "MetadataSync",
     "SlaveInfo",
@@ -204,6 +208,32 @@ class DamagedRangeInfo:
 
 
 @attrs.frozen
+class DivergedSlaveInfo:
+    """A slave whose epoch check found its log going past the consistent point with this
+    master's epochs (it refuses to follow, or truncates with ``haDivergence=truncate``).
+
+    Attributes:
+        address: the slave's host and the port it asked from (the host names it: the port
+            changes on every check).
+        diverged_at: the consistent point (-1: no common epoch).
+        slave_end: where the slave's log ended when it asked.
+        master_end: where this master's log ended then.
+        slave_epochs: the slave's epochs, ``EPOCH@START`` comma-separated.
+        checks: the slave's checks that found the divergence since it was first listed.
+        last_seen_ago: seconds since its last such check (a refusing slave asks every few
+            seconds; one that no longer asks is dropped from the list after a while).
+    """
+
+    address: str
+    diverged_at: int
+    slave_end: int
+    master_end: int
+    slave_epochs: str
+    checks: int
+    last_seen_ago: float
+
+
+@attrs.frozen
 class BrokerStatus:
     """A broker's role, offsets and replication state (the STATUS answer).
 
@@ -234,6 +264,8 @@ class BrokerStatus:
         epoch: the newest epoch of the store's history (a master's term; a slave's copy of its
             master's), None without one (a RocketMQ 4.9.8 master's slave, a DLedger node).
         damaged_ranges: the commit log's damaged ranges (refused until repaired).
+        diverged_slaves: a master's slaves whose epoch check found their log diverged from
+            this master's (the point named); empty otherwise, or from an older broker.
     """
 
     role: str
@@ -261,6 +293,7 @@ class BrokerStatus:
     consumer_groups: tuple[ConsumerGroupInfo, ...] = ()
     epoch: int | None = None
     damaged_ranges: tuple[DamagedRangeInfo, ...] = ()
+    diverged_slaves: tuple[DivergedSlaveInfo, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         """The JSON object (nested objects as dicts, tuples as lists)."""
@@ -316,8 +349,10 @@ _NESTED: dict[str, type] = {
     "consumer_offsets": ConsumerOffsetsInfo,
     "consumer_groups": ConsumerGroupInfo,
     "damaged_ranges": DamagedRangeInfo,
+    "diverged_slaves": DivergedSlaveInfo,
 }
 _LISTS = frozenset({"slaves", "closed_slaves", "peers", "consumer_groups", "damaged_ranges"})
+_LISTS |= {"diverged_slaves"}
 _SCALARS: dict[str, tuple[type, ...]] = {
     "str": (str,),
     "int": (int,),
