@@ -239,6 +239,8 @@ async def soak(args: argparse.Namespace, root: Path) -> dict[str, Any]:
                 str(root / name),
                 "--master-ha",
                 f"127.0.0.1:{ha}",
+                "--master-broker",  # so the slave compares epochs before it follows
+                f"127.0.0.1:{broker}",
                 "--listen",
                 f"127.0.0.1:{port}",
                 "--reconnect-interval",

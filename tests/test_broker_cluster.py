@@ -631,6 +631,7 @@ async def test_a_dledger_leader_without_a_quorum_answers_busy_as_rocketmq(tmp_pa
         leader = await wait_until(
             lambda: next((n for n in nodes.values() if n.is_leader), None), 10
         )
+        assert leader is not None
         service = DLedgerBrokerService(leader)
         listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
         port = listeners[0].socket.getsockname()[1]
