@@ -8,9 +8,9 @@ from __future__ import annotations
 import itertools
 import json
 from collections.abc import Callable, Mapping
-from pathlib import Path
 
 import pytest
+from test_client_frames import captured
 
 from hanet.client import (
     BrokerProtocolError,
@@ -26,16 +26,8 @@ from hanet.client import (
     send_command,
     status_result,
 )
-from hanet.protocol import RemotingCommand, RequestCode, ResponseCode, decode_command
+from hanet.protocol import RemotingCommand, RequestCode, ResponseCode
 from hanet.store import PutStatus
-
-JAVA = Path(__file__).parent / "fixtures" / "remoting" / "java"
-RUN = "02-broker-produce-consume"
-
-
-def captured(kind: str) -> RemotingCommand:
-    """The captured frame ``RUN__kind.bin``, decoded."""
-    return decode_command((JAVA / f"{RUN}__{kind}.bin").read_bytes()[4:])
 
 
 def answer(
