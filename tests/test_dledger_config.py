@@ -50,13 +50,15 @@ def test_each_record_names_where_its_entrys_body_lands() -> None:
 
     messages = [Message(topic="T", body=b"x" * 60, properties={"KEYS": "k"}) for _ in range(3)]
     host = parse_host("10.0.0.1:10911")
-    bodies = put_records(messages, 100, place, host, 1_700_000_000_000)
+    clock = iter(range(1_700_000_000_000, 1_700_000_000_003))
+    bodies = put_records(messages, 100, place, host, lambda: next(clock))
     records = [decode_record(body) for body in bodies]
     size = records[0].size
     first = 100 + ENTRY_HEADER_SIZE
     second = first + size + ENTRY_HEADER_SIZE
     # the third entry does not fit in the first file's tail: it starts the next file
     assert [r.physical_offset for r in records] == [first, second, file_size + ENTRY_HEADER_SIZE]
-    assert all(r.store_timestamp == r.born_timestamp == 1_700_000_000_000 for r in records)
+    stamps = [1_700_000_000_000, 1_700_000_000_001, 1_700_000_000_002]
+    assert [r.store_timestamp for r in records] == [r.born_timestamp for r in records] == stamps
     assert (records[0].store_host, records[0].store_port) == host
     assert records[0].properties == {"KEYS": "k"} and records[0].queue_offset == 0

@@ -682,8 +682,7 @@ class DLedgerNode:
         """Each message as the record its entry carries, placed where the log appends it."""
         log_ = self.log
         assert log_ is not None
-        now = time.time_ns() // 1_000_000
-        return put_records(messages, log_.end_pos, log_.next_entry_pos, self._store_host, now)
+        return put_records(messages, log_.end_pos, log_.next_entry_pos, self._store_host, _now_ms)
 
     def _act(self, output: Output, held: _Held) -> None:
         """Write the entries ``output`` appends (into the files, fsynced later off the event
@@ -754,3 +753,8 @@ class DLedgerNode:
                 store_timestamp=placed.store_timestamp,
                 msg_id=placed.msg_id,
             )
+
+
+def _now_ms() -> int:
+    """The wall clock in ms since the epoch: a record's store timestamp."""
+    return time.time_ns() // 1_000_000

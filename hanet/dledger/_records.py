@@ -44,10 +44,11 @@ def put_records(
     end: int,
     place: Callable[[int, int], int],
     store_host: tuple[bytes, int],
-    now_ms: int,
+    clock: Callable[[], int],
 ) -> list[bytes]:
     """Each message encoded as a record whose ``PHYSICALOFFSET`` is where its entry's body
-    will be when they are appended in this order to a log whose data ends at ``end``.
+    will be when they are appended in this order to a log whose data ends at ``end``, stored
+    at ``clock()`` (ms since the epoch, read for each message).
 
     ``place(body_length, end)`` is where the log puts an entry with a body of that length
     once its data ends at ``end`` (:meth:`FileLog.next_entry_pos`: a file's tail too short
@@ -55,7 +56,7 @@ def put_records(
     """
     out = []
     for message in messages:
-        record = put_record(message, store_host, now_ms)
+        record = put_record(message, store_host, clock())
         pos = place(record.size, end)
         out.append(encode_record(record._replace(physical_offset=pos + ENTRY_HEADER_SIZE)))
         end = pos + ENTRY_HEADER_SIZE + record.size
