@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from hanet.dledger import ENTRY_HEADER_SIZE, NodeConfig, RaftConfig, parse_peers, put_records
-from hanet.store import Message, decode_record, parse_host
+from hanet.store import Message, decode_record
 
 PEERS = {"a": "127.0.0.1:1", "b": "127.0.0.1:2"}
 
@@ -49,7 +49,7 @@ def test_each_record_names_where_its_entrys_body_lands() -> None:
         return end - end % file_size + file_size if end % file_size + length > file_size else end
 
     messages = [Message(topic="T", body=b"x" * 60, properties={"KEYS": "k"}) for _ in range(3)]
-    host = parse_host("10.0.0.1:10911")
+    host = (bytes([10, 0, 0, 1]), 10911)  # 10.0.0.1:10911, packed
     clock = iter(range(1_700_000_000_000, 1_700_000_000_003))
     bodies = put_records(messages, 100, place, host, lambda: next(clock))
     records = [decode_record(body) for body in bodies]
