@@ -246,15 +246,13 @@ def _counting_chunks(monkeypatch: Any) -> list[int]:
             made.append(len(buffer))
         return buffer
 
-    monkeypatch.setattr(
-        "hanet.channel._stream_channel.bytearray", counting_bytearray, raising=False
-    )
+    monkeypatch.setattr("hanet.channel._arena.bytearray", counting_bytearray, raising=False)
     return made
 
 
 async def _frames_through(monkeypatch: Any, reuse: bool) -> tuple[FrameKeeper, list[int]]:
     # 16 MiB of 2 KiB frames, each different; the handler keeps the first 20 (decoded in place).
-    monkeypatch.setattr("hanet.channel._stream_channel._REUSE_CHUNKS", reuse)
+    monkeypatch.setattr("hanet.channel._arena._REUSE_CHUNKS", reuse)
     made = _counting_chunks(monkeypatch)
     rng = random.Random(5)
     bodies = [rng.randbytes(2044) for _ in range(8192)]

@@ -251,33 +251,6 @@ async def test_a_pull_is_a_pull_message_like_javas_and_decodes_the_stored_record
     assert int(sent.fields["sysFlag"]) == 0x4 | 0x1  # subscription + commit offset
 
 
-@pytest.mark.parametrize(
-    ("code", "remark", "status"),
-    [
-        (ResponseCode.PULL_NOT_FOUND, "OFFSET_OVERFLOW_ONE", PullStatus.OFFSET_OVERFLOW_ONE),
-        (ResponseCode.PULL_NOT_FOUND, "NO_MESSAGE_IN_QUEUE", PullStatus.NO_MESSAGE_IN_QUEUE),
-        (ResponseCode.PULL_OFFSET_MOVED, "OFFSET_TOO_SMALL", PullStatus.OFFSET_TOO_SMALL),
-        (ResponseCode.PULL_OFFSET_MOVED, None, PullStatus.OFFSET_OVERFLOW_BADLY),
-        (ResponseCode.PULL_NOT_FOUND, None, PullStatus.OFFSET_OVERFLOW_ONE),
-        (ResponseCode.PULL_RETRY_IMMEDIATELY, "OFFSET_FOUND_NULL", PullStatus.OFFSET_FOUND_NULL),
-        (ResponseCode.PULL_RETRY_IMMEDIATELY, None, PullStatus.NO_MATCHED_MESSAGE),
-        (ResponseCode.TOPIC_NOT_EXIST, "topic not exist", PullStatus.TOPIC_NOT_EXIST),
-    ],
-)
-async def test_pull_statuses_come_from_the_remark_else_the_code(
-    code: ResponseCode, remark: str | None, status: PullStatus
-) -> None:
-    def answer(request: RemotingCommand) -> RemotingCommand:
-        fields = {"nextBeginOffset": 4, "minOffset": 0, "maxOffset": 4, "suggestWhichBrokerId": 1}
-        return request.response(code, remark, fields)
-
-    async with broker({RequestCode.PULL_MESSAGE: answer}) as (client, _):
-        result = await client.pull("T", 0, 4, suspend=1.0)
-    assert result.status is status and result.messages == ()
-    if status is not PullStatus.TOPIC_NOT_EXIST:
-        assert result.next_offset == 4 and result.suggested_broker_id == 1
-
-
 async def test_membership_requests_are_like_javas() -> None:
     answers = {
         RequestCode.HEART_BEAT: "HEART_BEAT__response_SUCCESS",

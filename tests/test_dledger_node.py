@@ -31,7 +31,6 @@ from hanet.dledger import (
     VoteResponse,
     decode_envelope,
     encode_envelope,
-    parse_peers,
 )
 from hanet.dledger import (
     Message as RaftMessage,
@@ -129,13 +128,6 @@ def test_peer_codec_refuses_an_append_no_log_can_take(
     frame = encode_envelope(Envelope("n0", "n1", request))
     with pytest.raises(CorruptedFrameError, match="append"):
         decode_envelope(frame)
-
-
-def test_parse_peers() -> None:
-    assert parse_peers("n0=127.0.0.1:1, n1=h:2") == {"n0": "127.0.0.1:1", "n1": "h:2"}
-    for bad in ("", "n0", "n0=a:1,n0=b:2", "=a:1"):
-        with pytest.raises(ValueError):
-            parse_peers(bad)
 
 
 # -- nodes ------------------------------------------------------------------------------------

@@ -23,6 +23,7 @@ from ._acl import ACL_FILE, BrokerAcl, acl_file_path
 from ._admin import LIVE_SETTINGS, RESET_HOLD, SYSTEM_TOPICS, BrokerAdmin
 from ._backend import BrokerBackend
 from ._broker import Broker, BrokerAddresses
+from ._clients import ClientInfo, ClientTable, client_language
 from ._config_files import ConfigFileError, read_config_file, write_config_file
 from ._connection import DEFAULT_MAX_IN_FLIGHT, BrokerConnection
 from ._consumers import (
@@ -139,6 +140,8 @@ __all__ = [
     "BrokerConnection",
     "BrokerMetrics",
     "BrokerPort",
+    "ClientInfo",
+    "ClientTable",
     "ConfigFileError",
     "ConsumerLagCollector",
     "ConsumerOffsets",
@@ -168,6 +171,7 @@ __all__ = [
     "acl_file_path",
     "apply_properties",
     "auto_repair",
+    "client_language",
     "decode_offsets",
     "delay_level",
     "delay_rewrite",

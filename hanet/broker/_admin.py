@@ -45,7 +45,6 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import attrs
 import trio
 
 from hanet.channel import HandlerContext
@@ -56,9 +55,7 @@ from hanet.protocol import (
     PERM_READ,
     PERM_WRITE,
     ROCKETMQ_VERSION,
-    ClientConnection,
     ConsumerConnection,
-    ConsumerData,
     ConsumeStats,
     CreateTopicRequestHeader,
     DeleteSubscriptionGroupRequestHeader,
@@ -95,6 +92,7 @@ from hanet.protocol import (
 )
 from hanet.store import CommitLogStore, topic_problem
 
+from ._clients import MAX_PRODUCER_GROUPS, ClientInfo, ClientTable, client_language
 from ._config_files import read_config_file, write_config_file
 from ._connection import connection_of
 from ._offsets import ConsumerOffsetsFull
@@ -146,41 +144,12 @@ when the broker starts)."""
 RESET_HOLD = 120.0
 """Seconds a reset offset waits for its queue's consumer to pull (see the module docstring)."""
 
-MAX_PRODUCER_GROUPS = 10_000
-"""Most producer groups with live members one broker keeps."""
-
-MAX_CLIENTS = 100_000
-"""Most (group, client) entries kept for the connection lists."""
-
 _RW = PERM_READ | PERM_WRITE
 
 _SLAVE_REFUSAL = (
     "Can't modify topic or subscription group from slave broker, "
     "please execute it from master broker."
 )
-
-
-@attrs.frozen
-class _Client:
-    """A member of a group as its last heartbeat named it."""
-
-    client_id: str
-    address: str
-    language: str
-    version: int
-    channel: object
-    seen: float
-
-
-def _language(code: int | str) -> str:
-    """A client's language by its name in RocketMQ's ``LanguageCode`` (OTHER for a code it
-    does not have: mqadmin could not read another name)."""
-    if isinstance(code, str):
-        return code if code in LanguageCode.__members__ else "OTHER"
-    try:
-        return LanguageCode(code).name
-    except ValueError:
-        return "OTHER"
 
 
 def _system_topic(topic: str) -> bool:
@@ -215,11 +184,9 @@ class BrokerAdmin:
         """Consumer group settings created or changed by UPDATE_AND_CREATE_SUBSCRIPTIONGROUP."""
         self.groups_path: Path | None = None
         self._groups_version = 0
-        self._consumers: dict[tuple[str, str], _Client] = {}
-        self._subscriptions: dict[str, ConsumerData] = {}
-        self._producers: dict[str, dict[str, _Client]] = {}
+        self.clients = ClientTable()
+        """Who the clients are, as their heartbeats named them (the connection lists)."""
         self._resets: dict[tuple[str, str, int], tuple[int, float]] = {}
-        self._next_expiry = 0.0
         self._started_ms = int(time.time() * 1000)
         self._config_version = 0
         self.resets_sent = 0
@@ -277,57 +244,21 @@ class BrokerAdmin:
         heartbeat = HeartbeatData.from_json(request.body)  # decoded by the port already
         now = trio.current_time()
         channel = connection_of(ctx)
-        client = _Client(
+        client = ClientInfo(
             heartbeat.client_id,
             channel.peer,
-            _language(request.language),
+            client_language(request.language),
             request.version,
             channel,
             now,
         )
-        self._expire(now)
-        for consumer in heartbeat.consumer_data_set:
-            key = (consumer.group_name, heartbeat.client_id)
-            if key in self._consumers or len(self._consumers) < MAX_CLIENTS:
-                self._consumers[key] = client
-                self._subscriptions[consumer.group_name] = consumer
-        for producer in heartbeat.producer_data_set:
-            members = self._producers.get(producer.group_name)
-            if members is None:
-                if len(self._producers) >= MAX_PRODUCER_GROUPS:
-                    continue
-                members = self._producers[producer.group_name] = {}
-            if heartbeat.client_id in members or len(members) < 1024:
-                members[heartbeat.client_id] = client
+        self.clients.heard(heartbeat, client, self.port.backend.consumers.expiry)
         return answer
 
-    def _expire(self, now: float) -> None:
-        if now < self._next_expiry:
-            return
-        self._next_expiry = now + 10.0  # a scan of every client at most every 10 s
-        expiry = self.port.backend.consumers.expiry
-        for key, client in list(self._consumers.items()):
-            if now - client.seen > expiry:
-                del self._consumers[key]
-        groups = {group for group, _ in self._consumers}  # a group gone: its subscriptions
-        for group in [g for g in self._subscriptions if g not in groups]:
-            del self._subscriptions[group]
-        for group, members in list(self._producers.items()):
-            for client_id, client in list(members.items()):
-                if now - client.seen > expiry or not _open(client.channel):
-                    del members[client_id]
-            if not members:
-                del self._producers[group]
-
-    def _members(self, group: str) -> list[_Client]:
+    def _members(self, group: str) -> list[ClientInfo]:
         """The live members of ``group`` (the consumer registry's), as their heartbeats named
         them."""
-        out = []
-        for client_id in self.port.backend.consumers.members(group):
-            client = self._consumers.get((group, client_id))
-            if client is not None:
-                out.append(client)
-        return out
+        return self.clients.consumers(group, self.port.backend.consumers.members(group))
 
     def get_consumer_connection_list(
         self, ctx: HandlerContext, request: RemotingCommand
@@ -336,13 +267,13 @@ class BrokerAdmin:
         header = GetConsumerConnectionListRequestHeader.from_fields(request.fields)
         group = header.consumer_group
         members = self._members(group)
-        data = self._subscriptions.get(group)
+        data = self.clients.subscription(group)
         if not members or data is None:
             return request.response(
                 ResponseCode.CONSUMER_NOT_ONLINE, f"the consumer group[{group}] not online"
             )
         body = ConsumerConnection(
-            tuple(sorted(_connection(c) for c in members)),
+            tuple(sorted(c.connection() for c in members)),
             {s.topic: s for s in data.subscription_data_set},
             data.consume_type,
             data.message_model,
@@ -355,20 +286,15 @@ class BrokerAdmin:
     ) -> RemotingCommand:
         """GET_PRODUCER_CONNECTION_LIST: the producer group's live members."""
         header = GetProducerConnectionListRequestHeader.from_fields(request.fields)
-        now = trio.current_time()
-        self._expire(now)
-        expiry = self.port.backend.consumers.expiry
-        members = {
-            client_id: c
-            for client_id, c in self._producers.get(header.producer_group, {}).items()
-            if _open(c.channel) and now - c.seen <= expiry
-        }
+        members = self.clients.producers(
+            header.producer_group, trio.current_time(), self.port.backend.consumers.expiry
+        )
         if not members:
             return request.response(
                 ResponseCode.SYSTEM_ERROR,
                 f"the producer group[{header.producer_group}] not exist",
             )
-        body = ProducerConnection(tuple(sorted(_connection(c) for c in members.values())))
+        body = ProducerConnection(tuple(sorted(c.connection() for c in members)))
         return request.response(body=body.encode())
 
     # -- statistics ---------------------------------------------------------------------------
@@ -407,7 +333,7 @@ class BrokerAdmin:
         backend = self.port.backend
         offsets = backend.offsets.table()
         topics = [topic] if topic else sorted({t for t, g in offsets if g == group})
-        data = self._subscriptions.get(group)
+        data = self.clients.subscription(group)
         subscribed = {s.topic for s in data.subscription_data_set} if data is not None else set()
         live = bool(self._members(group))
         store = self._store
@@ -667,7 +593,7 @@ class BrokerAdmin:
             target = max(target, 0)
             chosen = target if header.is_force or target < committed else committed
             table[MessageQueue(topic, self.broker_name, queue_id)] = chosen
-        members = [c for c in self._members(group) if _open(c.channel)]
+        members = [c for c in self._members(group) if c.is_open()]
         if not members:
             return request.response(
                 ResponseCode.CONSUMER_NOT_ONLINE,
@@ -838,12 +764,3 @@ def _groups_of(document: dict[str, Any]) -> SubscriptionGroupWrapper:
         return SubscriptionGroupWrapper.from_json(json.dumps(document))
     except RemotingHeaderError as exc:
         raise ValueError(str(exc)) from exc
-
-
-def _open(channel: object) -> bool:
-    inner = getattr(channel, "channel", None)
-    return inner is None or bool(getattr(inner, "is_open", True))
-
-
-def _connection(client: _Client) -> ClientConnection:
-    return ClientConnection(client.client_id, client.address, client.language, client.version)

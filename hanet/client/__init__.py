@@ -55,6 +55,12 @@ was lost: every request in flight fails with it), :class:`BrokerTimeoutError`,
 :class:`BrokerRequestError` (the broker answered an error code: ``code`` is a
 :class:`~hanet.protocol.ResponseCode`), :class:`BrokerProtocolError` (the broker sent
 something malformed). The name server client raises the ``Remoting*`` errors they derive from.
+
+The broker client's requests are built, and their answers read, without IO by
+:func:`send_command`, :func:`pull_command`, :func:`heartbeat_body` and :func:`put_replies`,
+:func:`pull_result`, :func:`query_offset_result`, :func:`max_offset_result`,
+:func:`consumer_list_result`, :func:`status_result` (for a client on another event loop, or a
+test with a :class:`~hanet.protocol.RemotingCommand` in hand).
 """
 
 from hanet.protocol import (
@@ -91,6 +97,17 @@ from ._broker import (
     InvalidMessageError,
     PullResult,
     RequestConnection,
+)
+from ._broker_codec import (
+    consumer_list_result,
+    heartbeat_body,
+    max_offset_result,
+    pull_command,
+    pull_result,
+    put_replies,
+    query_offset_result,
+    send_command,
+    status_result,
 )
 from ._consumer import Consumer, RouteSource, default_client_id
 from ._consumer_config import ConsumerConfig, ConsumerSettings
@@ -173,12 +190,21 @@ __all__ = [
     "TopicRoute",
     "allocate_averagely",
     "broker_connector",
+    "consumer_list_result",
     "default_client_id",
+    "heartbeat_body",
+    "max_offset_result",
     "message_problem",
     "parse_broker_address",
+    "pull_command",
+    "pull_result",
+    "put_replies",
     "query_message",
+    "query_offset_result",
     "queues_of",
     "retry_topic_of",
+    "send_command",
     "signing",
+    "status_result",
     "view_message",
 ]

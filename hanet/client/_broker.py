@@ -14,66 +14,63 @@ that turns its errors into the broker client's (:class:`BrokerConnectionError`, 
 - membership: ``HEART_BEAT`` (34, a ``HeartbeatData`` body), ``UNREGISTER_CLIENT`` (35),
   ``GET_CONSUMER_LIST_BY_GROUP`` (38).
 - status: hanet's ``HANET_STATUS`` (30001), answered with the :class:`BrokerStatus` JSON.
+
+This module is the IO: the requests are built and their answers read, without IO, in
+:mod:`hanet.client._broker_codec`; the errors are :mod:`hanet.client._broker_errors`' (both
+re-exported here).
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import ssl
-import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Self
 
-import attrs
 import trio
 
-from hanet.errors import HanetError
 from hanet.protocol import (
     MAX_FRAME_LENGTH,
-    BatchMessage,
     BrokerStatus,
-    ConsumeFromWhere,
-    ConsumerData,
-    ConsumerListBody,
-    ConsumeType,
     GetConsumerListByGroupRequestHeader,
     GetMaxOffsetRequestHeader,
-    GetMaxOffsetResponseHeader,
     HanetRequestCode,
-    HeartbeatData,
-    MessageId,
-    MessageModel,
-    MessageProperty,
-    PullMessageRequestHeader,
-    PullMessageResponseHeader,
-    PullSysFlag,
     QueryConsumerOffsetRequestHeader,
-    QueryConsumerOffsetResponseHeader,
     RemotingCommand,
-    RemotingHeaderError,
     RequestCode,
     ResponseCode,
-    SendMessageRequestHeader,
-    SendMessageResponseHeader,
-    SubscriptionData,
     UniqueIdGenerator,
     UnregisterClientRequestHeader,
     UpdateConsumerOffsetRequestHeader,
-    encode_batch,
-    properties_to_string,
 )
-from hanet.store import CorruptRecordError, MessageRecord, PutStatus, decode_record
 
-from ._messages import AUTO_QUEUE, PullStatus, PutMessage, PutReply, message_problem
+from ._broker_codec import (
+    PullResult,
+    consumer_list_result,
+    heartbeat_body,
+    max_offset_result,
+    pull_command,
+    pull_result,
+    put_replies,
+    query_offset_result,
+    send_command,
+    status_result,
+)
+from ._broker_errors import (
+    BrokerConnectionError,
+    BrokerError,
+    BrokerProtocolError,
+    BrokerRequestError,
+    BrokerTimeoutError,
+    InvalidMessageError,
+    broker_error,
+)
+from ._messages import AUTO_QUEUE, PutMessage, PutReply, message_problem
 from ._remoting import (
     DEFAULT_MAX_IN_FLIGHT,
     RemotingConnection,
-    RemotingConnectionError,
     RemotingError,
-    RemotingProtocolError,
-    RemotingTimeoutError,
     ServerRequestHandler,
 )
 
@@ -100,97 +97,7 @@ DEFAULT_PRODUCER_GROUP = "hanet_producer"
 DEFAULT_PULL_GROUP = "hanet_pull"
 """The consumer group a pull names when the caller names none (``hanet pull``)."""
 
-
-class BrokerError(RemotingError):
-    """Base of the errors :class:`BrokerClient` raises (a :class:`RemotingError`: one
-    ``except RemotingError`` catches the broker client's and the name server client's)."""
-
-
-class BrokerConnectionError(BrokerError, RemotingConnectionError):
-    """Could not connect, or the connection closed before the answer came."""
-
-
-class BrokerTimeoutError(BrokerError, RemotingTimeoutError):
-    """No answer within the request timeout (the request may still take effect)."""
-
-
-class BrokerProtocolError(BrokerError, RemotingProtocolError):
-    """The broker sent something that is not a valid answer (a malformed frame closes the
-    connection)."""
-
-
-class InvalidMessageError(BrokerError, ValueError):
-    """A message that no broker accepts (bad topic, queue id, tags, keys or properties);
-    raised before anything is sent."""
-
-
-class BrokerRequestError(BrokerError):
-    """The broker answered a code that says it could not serve this request.
-
-    Attributes:
-        code: the answer's code: a :class:`~hanet.protocol.ResponseCode` when RocketMQ knows
-            it (SERVICE_NOT_AVAILABLE: a slave or a DLedger follower refusing a put;
-            TOPIC_NOT_EXIST; REQUEST_CODE_NOT_SUPPORTED: a port that does not serve it), else
-            the int.
-        message: the answer's remark.
-        leader_address: with a DLedger follower's refusal, the leader's broker port
-            (``host:port``) when it is known, else None.
-    """
-
-    def __init__(
-        self, code: int, message: str, leader_address: str | None = None, *, what: str = ""
-    ) -> None:
-        self.code: ResponseCode | int = _response_code(code)
-        name = self.code.name if isinstance(self.code, ResponseCode) else str(code)
-        text = f"{what + ': ' if what else ''}{name}: {message.strip() or 'no reason given'}"
-        if leader_address:
-            text += f" (leader {leader_address})"
-        super().__init__(text)
-        self.message = message
-        self.leader_address = leader_address
-
-
-def _response_code(code: int) -> ResponseCode | int:
-    try:
-        return ResponseCode(code)
-    except ValueError:
-        return code
-
-
-@attrs.frozen
-class PullResult:
-    """The answer to a pull.
-
-    Attributes:
-        status: FOUND, or why nothing was found (RocketMQ's ``GetMessageStatus``, from the
-            answer's remark; from its code when the remark names none).
-        next_offset: the queue offset to pull from next.
-        min_offset, max_offset: the queue's bounds (``max_offset``: the next message's offset).
-        messages: the messages found, decoded (their body CRC checked).
-        suggested_broker_id: the member of the broker name to pull from next (0: the master,
-            1 and up: a slave), as the broker suggests (RocketMQ's ``suggestWhichBrokerId``).
-    """
-
-    status: PullStatus
-    next_offset: int
-    min_offset: int
-    max_offset: int
-    messages: tuple[MessageRecord, ...] = ()
-    suggested_broker_id: int = 0
-
-
-_REMOTING_ERRORS: tuple[tuple[type[RemotingError], type[BrokerError]], ...] = (
-    (RemotingConnectionError, BrokerConnectionError),
-    (RemotingTimeoutError, BrokerTimeoutError),
-    (RemotingProtocolError, BrokerProtocolError),
-)
-
-
-def _broker_error(exc: RemotingError) -> BrokerError:
-    for remoting, broker in _REMOTING_ERRORS:
-        if isinstance(exc, remoting):
-            return broker(str(exc))
-    return BrokerError(str(exc))
+_unique_ids = UniqueIdGenerator()
 
 
 class RequestConnection:
@@ -210,7 +117,7 @@ class RequestConnection:
     def _error(self, exc: RemotingError) -> BrokerError:
         """``exc`` as the broker client's error; a connection closed before any answer gets
         a hint at the usual reasons."""
-        error = _broker_error(exc)
+        error = broker_error(exc)
         if isinstance(error, BrokerConnectionError) and not self._answered:
             if self._tls:
                 # TLS 1.3: a broker refusing our certificate (or its lack) says so after our
@@ -276,7 +183,7 @@ class RequestConnection:
         except RemotingError as exc:
             if entered:
                 raise  # raised by the caller's block: as it is
-            raise _broker_error(exc) from exc
+            raise broker_error(exc) from exc
 
     @property
     def address(self) -> tuple[str, int]:
@@ -331,232 +238,7 @@ class RequestConnection:
         try:
             await self.remoting.invoke_oneway(request)
         except RemotingError as exc:
-            raise _broker_error(exc) from exc
-
-
-# -- requests and answers ------------------------------------------------------------------
-
-_unique_ids = UniqueIdGenerator()
-
-
-def message_properties(message: PutMessage, unique_id: str) -> dict[str, str]:
-    """The properties a put carries, as a RocketMQ producer sets them: ``KEYS``, ``UNIQ_KEY``,
-    ``WAIT`` (``true``: the broker answers once stored as its flush and replication modes
-    say), ``TAGS``, then the caller's (which may override any of them)."""
-    properties: dict[str, str] = {}
-    if message.keys:
-        properties[MessageProperty.KEYS] = message.keys
-    properties[MessageProperty.UNIQ_KEY] = unique_id
-    properties[MessageProperty.WAIT] = "true"
-    if message.tags:
-        properties[MessageProperty.TAGS] = message.tags
-    properties.update(message.properties)
-    return properties
-
-
-def send_request(
-    message: PutMessage, properties: Mapping[str, str] | None, group: str, *, batch: bool
-) -> dict[str, str]:
-    """A SEND_MESSAGE_V2 / SEND_BATCH_MESSAGE header (the V2 short keys) for ``message``
-    (``properties`` None for a batch: each message carries its own)."""
-    header = SendMessageRequestHeader(
-        producer_group=group,
-        topic=message.topic,
-        default_topic="TBW102",
-        default_topic_queue_nums=4,
-        queue_id=message.queue_id,
-        sys_flag=0,
-        born_timestamp=int(time.time() * 1000),
-        flag=message.flag,
-        properties=None if properties is None else properties_to_string(properties),
-        reconsume_times=0,
-        unit_mode=False,
-        batch=batch,
-    )
-    return header.to_v2_fields()
-
-
-_STORED_CODES: dict[int, PutStatus] = {
-    ResponseCode.SUCCESS: PutStatus.PUT_OK,
-    ResponseCode.FLUSH_DISK_TIMEOUT: PutStatus.FLUSH_DISK_TIMEOUT,
-    ResponseCode.FLUSH_SLAVE_TIMEOUT: PutStatus.FLUSH_SLAVE_TIMEOUT,
-    ResponseCode.SLAVE_NOT_AVAILABLE: PutStatus.SLAVE_NOT_AVAILABLE,
-}
-"""Answers to a send that mean the message is stored (on the master at least)."""
-
-_REFUSED_CODES: dict[int, PutStatus] = {
-    ResponseCode.MESSAGE_ILLEGAL: PutStatus.MESSAGE_ILLEGAL,
-    ResponseCode.SERVICE_NOT_AVAILABLE: PutStatus.SERVICE_NOT_AVAILABLE,
-    ResponseCode.SYSTEM_BUSY: PutStatus.OS_PAGE_CACHE_BUSY,
-}
-"""Answers to a send that refuse it and are a status, not an error (nothing stored)."""
-
-
-_SYSTEM_ERROR_REMARKS = (
-    ("create mapped file failed", PutStatus.CREATE_MAPPED_FILE_FAILED),
-    ("[PC_SYNCHRONIZED]", PutStatus.OS_PAGE_CACHE_BUSY),
-)
-"""The remarks RocketMQ 4.9.8 gives the put statuses it answers SYSTEM_ERROR for."""
-
-
-def _system_error_status(remark: str) -> tuple[PutStatus, str] | None:
-    """The put status a SYSTEM_ERROR answer to a send names, with the detail: hanet's broker
-    starts the remark with the status (``CREATE_MAPPED_FILE_FAILED: why``), RocketMQ's says
-    it in words; None for any other SYSTEM_ERROR (a bad topic name, ...)."""
-    name, _, detail = remark.partition(":")
-    try:
-        status = PutStatus(name.strip())
-    except ValueError:
-        pass
-    else:
-        if status is not PutStatus.PUT_OK:
-            return status, detail.strip() or remark
-    for text, status in _SYSTEM_ERROR_REMARKS:
-        if remark.startswith(text):
-            return status, remark
-    return None
-
-
-def _wrote_offset(msg_id: str) -> int:
-    """The commit log offset in an offset message id, or -1 when it is not one."""
-    try:
-        return MessageId.parse(msg_id).offset
-    except ValueError:
-        return -1
-
-
-def put_replies(response: RemotingCommand, count: int) -> list[PutReply]:
-    """One :class:`PutReply` per message of a send's answer (``count`` messages: a batch
-    answers the first offset and the ids comma-separated).
-
-    Raises:
-        BrokerRequestError: the answer is an error, not a put status (SYSTEM_ERROR,
-            TOPIC_NOT_EXIST, NO_PERMISSION, ...).
-        BrokerProtocolError: a SUCCESS answer without its fields.
-    """
-    code = response.code
-    fields = response.fields
-    if code in _REFUSED_CODES:
-        status = _REFUSED_CODES[code]
-        return [PutReply(status, detail=response.remark or "") for _ in range(count)]
-    if code == ResponseCode.SYSTEM_ERROR:
-        refused = _system_error_status(response.remark or "")
-        if refused is not None:
-            return [PutReply(refused[0], detail=refused[1]) for _ in range(count)]
-    if code not in _STORED_CODES:
-        raise BrokerRequestError(code, response.remark or "", what="put")
-    status = _STORED_CODES[code]
-    try:
-        header = SendMessageResponseHeader.from_fields(fields)
-    except RemotingHeaderError as exc:
-        raise BrokerProtocolError(f"put answered {status.name}: {exc}") from exc
-    queue_id, first = header.queue_id, header.queue_offset
-    ids = header.msg_id.split(",")
-    if len(ids) != count:
-        ids = (ids + [""] * count)[:count]
-    return [
-        PutReply(
-            status,
-            queue_id=queue_id,
-            queue_offset=first + index,
-            wrote_offset=_wrote_offset(ids[index]),
-            msg_id=ids[index],
-            detail="" if status is PutStatus.PUT_OK else response.remark or "",
-        )
-        for index in range(count)
-    ]
-
-
-def _pull_status(response: RemotingCommand) -> PullStatus:
-    remark = (response.remark or "").strip()
-    try:
-        return PullStatus[remark]
-    except KeyError:
-        pass
-    code = response.code
-    if code == ResponseCode.SUCCESS:
-        return PullStatus.FOUND
-    if code == ResponseCode.PULL_NOT_FOUND:
-        return PullStatus.OFFSET_OVERFLOW_ONE
-    if code == ResponseCode.PULL_OFFSET_MOVED:
-        return PullStatus.OFFSET_OVERFLOW_BADLY
-    if code == ResponseCode.PULL_RETRY_IMMEDIATELY:
-        return PullStatus.NO_MATCHED_MESSAGE
-    raise BrokerRequestError(code, response.remark or "", what="pull")
-
-
-_PULL_CODES = (
-    ResponseCode.SUCCESS,
-    ResponseCode.PULL_NOT_FOUND,
-    ResponseCode.PULL_RETRY_IMMEDIATELY,
-    ResponseCode.PULL_OFFSET_MOVED,
-)
-
-
-def pull_result(response: RemotingCommand) -> PullResult:
-    """The :class:`PullResult` of a ``PULL_MESSAGE`` answer.
-
-    Raises:
-        BrokerRequestError: an error answer (TOPIC_NOT_EXIST is a status: nothing stored).
-        BrokerProtocolError: a record of the body does not decode.
-    """
-    code = response.code
-    fields = response.fields
-    if code == ResponseCode.TOPIC_NOT_EXIST:
-        return PullResult(PullStatus.TOPIC_NOT_EXIST, 0, 0, 0)
-    if code not in _PULL_CODES:
-        raise BrokerRequestError(code, response.remark or "", what="pull")
-    status = _pull_status(response)
-    try:
-        header = PullMessageResponseHeader.from_fields(fields)
-    except RemotingHeaderError as exc:
-        raise BrokerProtocolError(f"pull answered {status.name}: {exc}") from exc
-    messages: list[MessageRecord] = []
-    body = memoryview(response.body)
-    pos = 0
-    try:
-        while pos < len(body):
-            record = decode_record(body, pos)
-            messages.append(record)
-            pos += record.size
-    except CorruptRecordError as exc:
-        raise BrokerProtocolError(f"a pulled record is corrupt: {exc}") from exc
-    return PullResult(
-        status,
-        header.next_begin_offset,
-        header.min_offset,
-        header.max_offset,
-        tuple(messages),
-        header.suggest_which_broker_id,
-    )
-
-
-def heartbeat_body(
-    client_id: str,
-    group: str,
-    topics: Sequence[str] = (),
-    *,
-    from_beginning: bool = False,
-    sub_version: int | None = None,
-) -> bytes:
-    """A ``HeartbeatData`` body: ``client_id``, a clustering consumer of ``group`` subscribed
-    to each of ``topics`` with ``*`` (``sub_version``: when the subscription was made, ms;
-    None: now)."""
-    version = int(time.time() * 1000) if sub_version is None else sub_version
-    consumer = ConsumerData(
-        group_name=group,
-        consume_type=ConsumeType.CONSUME_PASSIVELY,
-        message_model=MessageModel.CLUSTERING,
-        consume_from_where=(
-            ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET
-            if from_beginning
-            else ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET
-        ),
-        subscription_data_set=tuple(
-            SubscriptionData(topic, sub_version=version) for topic in topics
-        ),
-    )
-    return HeartbeatData(client_id, consumer_data_set=(consumer,)).to_json()
+            raise broker_error(exc) from exc
 
 
 class BrokerClient(RequestConnection):
@@ -673,22 +355,7 @@ class BrokerClient(RequestConnection):
         Raises:
             ValueError: properties over 32767 bytes in a batch.
         """
-        first = messages[0]
-        if len(messages) == 1:
-            properties = message_properties(first, _unique_ids())
-            return RemotingCommand.request(
-                RequestCode.SEND_MESSAGE_V2,
-                send_request(first, properties, self.producer_group, batch=False),
-                first.body,
-            )
-        body = encode_batch(
-            BatchMessage(m.body, message_properties(m, _unique_ids()), m.flag) for m in messages
-        )
-        return RemotingCommand.request(
-            RequestCode.SEND_BATCH_MESSAGE,
-            send_request(first, None, self.producer_group, batch=True),
-            body,
-        )
+        return send_command(messages, self.producer_group, _unique_ids)
 
     async def pull(
         self,
@@ -715,25 +382,15 @@ class BrokerClient(RequestConnection):
             BrokerProtocolError: a record in the answer does not decode (or fails its CRC).
             BrokerRequestError: the broker refused the pull.
         """
-        sys_flag = PullSysFlag.SUBSCRIPTION
-        if commit_offset is not None:
-            sys_flag |= PullSysFlag.COMMIT_OFFSET
-        if suspend is not None:
-            sys_flag |= PullSysFlag.SUSPEND
-        header = PullMessageRequestHeader(
-            consumer_group=group,
-            topic=topic,
-            queue_id=queue_id,
-            queue_offset=offset,
-            max_msg_nums=max_messages,
-            sys_flag=int(sys_flag),
-            commit_offset=0 if commit_offset is None else commit_offset,
-            suspend_timeout_millis=0 if suspend is None else int(suspend * 1000),
-            subscription="*",
-            sub_version=0,
-            expression_type="TAG",
+        request = pull_command(
+            topic,
+            queue_id,
+            offset,
+            max_messages,
+            group=group,
+            commit_offset=commit_offset,
+            suspend=suspend,
         )
-        request = RemotingCommand.request(RequestCode.PULL_MESSAGE, header.to_fields())
         within = None
         if suspend is not None and self.request_timeout is not None:
             within = self.request_timeout + suspend
@@ -745,10 +402,7 @@ class BrokerClient(RequestConnection):
         response = await self.invoke_checked(
             RemotingCommand.request(HanetRequestCode.HANET_STATUS), what="status"
         )
-        try:
-            return BrokerStatus.from_json(json.loads(bytes(response.body)))
-        except (ValueError, HanetError) as exc:
-            raise BrokerProtocolError(f"malformed status document: {exc}") from exc
+        return status_result(response)
 
     async def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         """Record that ``group`` consumed ``topic``'s queue up to ``offset`` (the next offset
@@ -770,15 +424,7 @@ class BrokerClient(RequestConnection):
                 QueryConsumerOffsetRequestHeader(group, topic, queue_id).to_fields(),
             )
         )
-        if response.code == ResponseCode.QUERY_NOT_FOUND:
-            return None
-        if response.code != ResponseCode.SUCCESS:
-            raise BrokerRequestError(response.code, response.remark or "", what="query offset")
-        try:
-            offset = QueryConsumerOffsetResponseHeader.from_fields(response.fields).offset
-        except RemotingHeaderError as exc:
-            raise BrokerProtocolError(f"query offset answer: {exc}") from exc
-        return None if offset < 0 else offset
+        return query_offset_result(response)
 
     async def max_offset(self, topic: str, queue_id: int) -> int:
         """The queue's end: the offset the next message gets (``GET_MAX_OFFSET``)."""
@@ -788,10 +434,7 @@ class BrokerClient(RequestConnection):
             ),
             what="max offset",
         )
-        try:
-            return GetMaxOffsetResponseHeader.from_fields(response.fields).offset
-        except RemotingHeaderError as exc:
-            raise BrokerProtocolError(f"max offset answer: {exc}") from exc
+        return max_offset_result(response)
 
     async def consumer_heartbeat(
         self,
@@ -834,12 +477,4 @@ class BrokerClient(RequestConnection):
                 GetConsumerListByGroupRequestHeader(group).to_fields(),
             )
         )
-        if response.code == ResponseCode.SYSTEM_ERROR and "no consumer" in (response.remark or ""):
-            return ()  # what RocketMQ answers for a group it does not know
-        if response.code != ResponseCode.SUCCESS:
-            raise BrokerRequestError(response.code, response.remark or "", what="consumer list")
-        try:
-            ids = ConsumerListBody.from_json(bytes(response.body) or b"{}").consumer_id_list
-        except RemotingHeaderError as exc:
-            raise BrokerProtocolError(f"malformed consumer list: {exc}") from exc
-        return tuple(sorted(ids))
+        return consumer_list_result(response)

@@ -20,7 +20,9 @@ What is here:
   RocketMQ record inside it and drops a torn tail;
 - the peer wire format (:func:`encode_envelope`, :func:`decode_envelope`, :class:`PeerCodec`,
   :class:`Hello`; ``_codec.py``) behind the framework's length-field framing;
-- the networked node (:class:`DLedgerNode`, :class:`NodeConfig`; ``_node.py``): one trio
+- a node's settings and outcomes (:class:`NodeConfig`, :class:`PutOutcome`; ``_config.py``)
+  and the records a leader puts in its entries (:func:`put_records`; ``_records.py``);
+- the networked node (:class:`DLedgerNode`; ``_node.py``): one trio
   task drives a :class:`RaftNode` (persist, then send, apply, answer), one reconnecting
   connection per peer, committed entries applied to a :class:`hanet.store.CommitLogStore`
   view (consume queues, ``hanet pull`` / ``dump`` / ``verify`` work on it); each peer
@@ -96,16 +98,11 @@ if TYPE_CHECKING:
         encode_envelope,
         peer_frame_handlers,
     )
+    from ._config import NodeConfig, NodeStatus, PeerStatus, PutOutcome, parse_peers
     from ._filelog import DEFAULT_DATA_FILE_SIZE, DEFAULT_INDEX_FILE_SIZE, FileLog, LogRecovery
-    from ._node import (
-        DLedgerNode,
-        NodeConfig,
-        NodeStatus,
-        PeerStatus,
-        PutOutcome,
-        parse_peers,
-    )
+    from ._node import DLedgerNode
     from ._persist import Persister
+    from ._records import put_records
 
 __all__ = [
     "BLANK_MAGIC",
@@ -164,6 +161,7 @@ __all__ = [
     "index_entry_offset",
     "parse_peers",
     "peer_frame_handlers",
+    "put_records",
 ]
 
 # The file log, the peer codec and the networked node load on first use: ``import
@@ -180,11 +178,12 @@ _LAZY: dict[str, str] = {
     "encode_envelope": "._codec",
     "peer_frame_handlers": "._codec",
     "DLedgerNode": "._node",
-    "NodeConfig": "._node",
-    "NodeStatus": "._node",
-    "PeerStatus": "._node",
-    "PutOutcome": "._node",
-    "parse_peers": "._node",
+    "NodeConfig": "._config",
+    "NodeStatus": "._config",
+    "PeerStatus": "._config",
+    "PutOutcome": "._config",
+    "parse_peers": "._config",
+    "put_records": "._records",
     "Persister": "._persist",
 }
 

@@ -4,7 +4,8 @@
 :class:`ReplicaWaiters`; :class:`HASlave` replicates a master into its own store and reconnects
 forever, all in the caller's trio run. :class:`BrokerConfig` holds their settings with
 RocketMQ's defaults. The broker service that puts a broker port in front of them is
-:mod:`hanet.broker`.
+:mod:`hanet.broker`. :class:`PushValidator` is the master's sans-IO judgement of which
+commit log bytes it may push to a slave, from where.
 """
 
 from ._config import BrokerConfig, BrokerRole
@@ -16,6 +17,7 @@ from ._epochs import (
     start_master_term,
 )
 from ._master import HAMaster
+from ._push import PushValidator
 from ._slave import HASlave
 from ._status import MasterStatus, SlaveConnectionStatus, SlaveStatus
 from ._sync import ReplicaWaiters
@@ -29,6 +31,7 @@ __all__ = [
     "HAMaster",
     "HASlave",
     "MasterStatus",
+    "PushValidator",
     "ReplicaWaiters",
     "SlaveConnectionStatus",
     "SlaveDivergedError",

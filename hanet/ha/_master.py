@@ -1,14 +1,15 @@
-"""The HA master: accepts slaves, pushes commit log bytes, counts their acknowledgements."""
+"""The HA master: accepts slaves, pushes commit log bytes, counts their acknowledgements.
+
+Which bytes may be pushed, from where, is :class:`~hanet.ha.PushValidator`'s call
+(``_push.py``, no IO); this module runs the connections and the transfer tasks."""
 
 from __future__ import annotations
 
 import logging
-import struct
 from collections import deque
 from functools import partial
 from typing import Any
 
-import attrs
 import trio
 
 from hanet.boot import AllowList, certificate_names, run_channel, serve
@@ -27,26 +28,13 @@ from hanet.handlers import IdleState, IdleStateEvent, IdleStateHandler
 from hanet.handlers.ha import OffsetReport, OffsetReportDecoder, TransferFrame, TransferFrameEncoder
 from hanet.status import SlaveInfo
 from hanet.store import (
-    BLANK_MAGIC,
-    BLANK_RECORD_SIZE,
-    INDEX_STOP_REASONS,
-    MAGIC_V1,
-    MAGIC_V2,
-    MIN_RECORD_SIZE,
-    NATIVE_SCANNER,
     CommitLogStore,
     CorruptRecordError,
-    IndexScanResult,
     PutStatus,
-    ScanStop,
-    StopKind,
-    StopReason,
-    judge_stop,
-    scan_index,
-    scan_index_windows,
 )
 
 from ._config import BrokerConfig
+from ._push import PushValidator
 from ._status import MasterStatus
 from ._sync import ReplicaWaiters
 
@@ -61,62 +49,7 @@ _RECENTLY_CLOSED = 16
 _RATE_WINDOW = 5.0  # seconds the "speed" of a slave is measured over
 # A diverged slave reconnects every few seconds: its ERROR is repeated at most this often.
 _DIVERGENCE_LOG_INTERVAL = 60.0
-_PREFIX = struct.Struct(">iI")  # a record's TOTALSIZE and MAGICCODE
-# A record larger than a batch is read whole to be validated; its size field is trusted up to
-# the largest record a put can write (max body + topic + properties + header) plus slack, so
-# that a corrupt size field cannot make the master copy a whole file.
-_RECORD_OVERHEAD_MAX = 2 * 32 * 1024 + 64 * 1024
 _EMPTY = memoryview(b"")
-# the codes of a scan_index result's stop reasons
-_END_CODE = INDEX_STOP_REASONS.index(StopReason.END)
-_BLANK_CODE = INDEX_STOP_REASONS.index(StopReason.BLANK)
-_INCOMPLETE_CODE = INDEX_STOP_REASONS.index(StopReason.INCOMPLETE)
-_INVALID_CODE = INDEX_STOP_REASONS.index(StopReason.INVALID)
-
-
-@attrs.frozen
-class _Scanned:
-    position: int
-    """Where the whole valid records of the buffer end."""
-    stop: ScanStop
-
-
-def _scan(buf: bytes | memoryview, offset: int) -> _Scanned:
-    """Validate ``buf`` (commit log bytes starting at physical ``offset``) in one call of the
-    store's record index (native when built) up to its first stop."""
-    result = scan_index(buf, 0, len(buf), offset, check_physical_offset=True)
-    return _Scanned(result.position, result.stop(offset))
-
-
-def _stop_reason(scanner: _Scanned, file_end: int) -> str:
-    """Why the bytes at a stop inside the written data (of the file ending at ``file_end``)
-    cannot be sent."""
-    stop = judge_stop(scanner.stop, file_end, written=True).stop
-    return stop.detail or stop.reason.value
-
-
-def _header_walk(region: memoryview, limit: int) -> IndexScanResult:
-    """Where the record holding the end of ``region`` (a file's bytes from a record start)
-    starts, by record sizes and magic alone, as a scan result: INCOMPLETE at that record, END
-    at a boundary, BLANK in a blank tail, INVALID at a bad size or magic."""
-    position = 0
-    end = len(region)
-    while position < end:
-        if end - position < _PREFIX.size:
-            return IndexScanResult(position, _INCOMPLETE_CODE, "", 0, 0, b"")
-        total, magic = _PREFIX.unpack_from(region, position)
-        if magic == BLANK_MAGIC:
-            if BLANK_RECORD_SIZE <= total <= limit - position:
-                return IndexScanResult(position, _BLANK_CODE, "", total, 0, b"")
-            detail = f"blank record of bad size {total}"
-            return IndexScanResult(position, _INVALID_CODE, detail, 0, 0, b"")
-        if magic not in (MAGIC_V1, MAGIC_V2) or not MIN_RECORD_SIZE <= total <= limit - position:
-            detail = f"total size {total}, magic 0x{magic:08X}"
-            return IndexScanResult(position, _INVALID_CODE, detail, 0, 0, b"")
-        if total > end - position:
-            return IndexScanResult(position, _INCOMPLETE_CODE, "", 0, 0, b"")
-        position += total
-    return IndexScanResult(position, _END_CODE, "", 0, 0, b"")
 
 
 class _SlaveConnection(ChannelInboundHandler):
@@ -132,10 +65,9 @@ class _SlaveConnection(ChannelInboundHandler):
         self.next_offset = -1
         self.bytes_sent = 0
         self.state = "waiting for the first report"
-        # Bytes before _valid_end (from the transfer start on) are whole records that passed
-        # validation, or the blank tail of a file; _pending holds validated bytes read at
-        # next_offset and not sent yet (a view of the mapped commit log).
-        self._valid_end = -1
+        # What may be pushed (validated whole records, a file's blank tail); _pending holds
+        # validated bytes read at next_offset and not sent yet (a view of the mapped commit log).
+        self._push = PushValidator(master.store, self.address)
         self._pending = _EMPTY
         # sendfile needs the socket itself: plain TCP (TLS encrypts in user space)
         self._sendfile = master.config.ha_sendfile and type(channel.stream) is trio.SocketStream
@@ -191,7 +123,7 @@ class _SlaveConnection(ChannelInboundHandler):
                 start = high - high % store.config.mapped_file_size
         elif low <= offset <= high:
             start = offset
-            problem = self._check_boundary(offset)
+            problem = self._push.check_boundary(offset, self.master.config.ha_transfer_batch_size)
             if problem is not None:
                 self._refuse(ctx, f"request offset {offset} cannot be served: {problem}")
                 return
@@ -200,154 +132,12 @@ class _SlaveConnection(ChannelInboundHandler):
             return
         self.ack_offset = offset
         self.next_offset = start
-        self._valid_end = max(self._valid_end, start)
+        self._push.valid_end = max(self._push.valid_end, start)
         self._pending = _EMPTY
         self.state = "transferring"
         log.info("slave %s requests offset %d; transfer starts at %d", self.address, offset, start)
         self.master._ack_changed()
         ctx.spawn(self._transfer, ctx)
-
-    def _check_boundary(self, offset: int) -> str | None:
-        """None when ``offset`` (within the data) is a place a transfer may start: the data
-        end, a file start, the start of a valid record, inside a valid record (where a
-        RocketMQ slave stopped mid-frame) or inside the blank tail of a file (where a slave
-        may have stopped while the tail was being shipped). Otherwise why not.
-        """
-        store = self.master.store
-        file_size = store.config.mapped_file_size
-        if offset == store.max_offset or offset % file_size == 0:
-            return None
-        try:
-            if self._validate(offset):
-                return None
-            return "the record there is not complete"
-        except CorruptRecordError as exc:  # inside a record (a RocketMQ slave cut mid-frame)?
-            return self._walk_to(offset, exc.reason)
-
-    def _walk_to(self, offset: int, reason: str) -> str | None:
-        """None when ``offset`` is inside a valid record (or the blank tail of its file) a
-        transfer may resume in, else why not.
-
-        RocketMQ's master serves any offset its log holds, and a RocketMQ slave cut off while
-        a frame was on its way (frames are cut every 32 KiB, not at records) asks for one inside
-        a record. The record around ``offset`` is found by the store's record index (native
-        when built; sizes, magic and PHYSICALOFFSET checked, no CRC) over the offset's file
-        from its start up to ``offset``, once, at connect; views of the mapped file, no copies.
-        That record is then validated whole (CRCs included) and shipped from ``offset`` on; a
-        blank tail is shipped as it is (as :meth:`_validate` does). Data that fails its checks
-        before or around ``offset`` is a refusal naming it; ``reason``: why the bytes at
-        ``offset`` are not a record (the refusal when ``offset`` is a record boundary after
-        all).
-        """
-        store = self.master.store
-        file_size = store.config.mapped_file_size
-        file_start = max(offset - offset % file_size, store.min_offset)
-        region = store.read_view(file_start, offset - file_start)
-        if len(region) < offset - file_start:
-            return "the data before it is not readable"
-        file_end = offset - offset % file_size + file_size
-        if NATIVE_SCANNER:  # GB/s; windows bound the rows held at once, the last one stops
-            windows = scan_index_windows(
-                region,
-                0,
-                len(region),
-                file_start,
-                file_end - file_start,
-                check_crc=False,
-                check_physical_offset=True,
-            )
-            (result,) = deque(windows, maxlen=1)
-        else:  # sizes and magic only: a pure-Python scan of a large file would block for long
-            result = _header_walk(region, file_end - file_start)
-        del region
-        verdict = judge_stop(result.stop(file_start), file_end, written=True)
-        position = verdict.stop.offset
-        if verdict.damaged:
-            return f"damaged data at {position} before it: {verdict.stop.detail}"
-        if verdict.kind is StopKind.NEXT_FILE:  # offset is inside the blank tail
-            self._valid_end = file_end
-            return None
-        if result.reason is StopReason.END:
-            return f"the record at {offset} is damaged: {reason}"
-        header = store.read_view(position, _PREFIX.size)
-        total, _ = _PREFIX.unpack_from(header, 0)
-        limit = store.config.max_message_size + _RECORD_OVERHEAD_MAX
-        if total > limit:
-            return f"the record at {position} has a total size {total} larger than any record"
-        whole = store.read_view(position, total)
-        if len(whole) < total:
-            return f"the record at {position} is not complete"
-        scanned = _scan(whole, position)
-        if scanned.position != total:
-            why = _stop_reason(scanned, file_end)
-            return f"the record at {position} around it is damaged: {why}"
-        self._valid_end = position + total
-        log.info(
-            "slave %s: offset %d is inside the valid record at %d (%d bytes): served from there",
-            self.address,
-            offset,
-            position,
-            total,
-        )
-        return None
-
-    def _validate(self, offset: int) -> memoryview:
-        """Validated bytes from ``offset`` (usually at most a batch, a whole record when one is
-        larger): whole valid records, or a file's blank tail. Empty when nothing at ``offset``
-        can be sent yet (no data, or a record whose end is not written yet).
-
-        Raises:
-            CorruptRecordError: the record at the first byte not yet validated is invalid.
-        """
-        store = self.master.store
-        batch = self.master.config.ha_transfer_batch_size
-        file_size = store.config.mapped_file_size
-        file_end = offset - offset % file_size + file_size
-        damaged = store.damaged(offset, offset + batch)
-        if damaged is not None:  # never served; the slave keeps what it has (it may repair it)
-            if damaged.start <= offset:
-                raise CorruptRecordError(
-                    offset, f"the master's commit log range {damaged} is damaged (not served)"
-                )
-            batch = damaged.start - offset
-        if offset < self._valid_end:
-            return store.read_view(offset, min(batch, self._valid_end - offset))
-        chunk = store.read_view(offset, batch)
-        if not chunk:
-            return _EMPTY
-        scanner = _scan(chunk, offset)
-        if scanner.position:  # whole valid records: send them, check what follows next time
-            self._valid_end = offset + scanner.position
-            return chunk[: scanner.position]
-        # The first thing at offset is not a whole valid record within this chunk.
-        if len(chunk) < _PREFIX.size:
-            if offset + len(chunk) < file_end:
-                return _EMPTY  # a partial header at the data end: wait for the rest
-            raise CorruptRecordError(offset, "a partial record header at the end of the file")
-        total, magic = _PREFIX.unpack_from(chunk, 0)
-        if magic == BLANK_MAGIC:
-            if total >= BLANK_RECORD_SIZE and offset + total == file_end:
-                self._valid_end = file_end
-                return chunk  # the blank tail, shipped as it is
-            raise CorruptRecordError(offset, f"blank record of {total} bytes does not end the file")
-        if (
-            magic in (MAGIC_V1, MAGIC_V2)
-            and len(chunk) < total <= file_end - offset
-            and total >= MIN_RECORD_SIZE
-        ):
-            limit = store.config.max_message_size + _RECORD_OVERHEAD_MAX
-            if total > limit:
-                raise CorruptRecordError(
-                    offset, f"total size {total} is larger than any record ({limit})"
-                )
-            whole = store.read_view(offset, total)  # larger than the chunk: check it whole
-            if len(whole) < total:
-                return _EMPTY  # its end is not written yet
-            scanner = _scan(whole, offset)
-            if scanner.position == total:
-                self._valid_end = offset + total
-                return whole
-        raise CorruptRecordError(offset, _stop_reason(scanner, file_end))
 
     def _refuse(self, ctx: HandlerContext, reason: str) -> None:
         log.warning("slave %s: %s; closing", self.address, reason)
@@ -452,7 +242,7 @@ class _SlaveConnection(ChannelInboundHandler):
     def _next_body(self, batch: int) -> memoryview:
         """At most ``batch`` validated bytes at :attr:`next_offset` (empty: none yet)."""
         if not self._pending:
-            self._pending = self._validate(self.next_offset)
+            self._pending = self._push.validate(self.next_offset, batch)
         body = self._pending[:batch]
         self._pending = self._pending[batch:]
         return body

@@ -25,7 +25,7 @@ the ``hanet`` command line works without the extra.
 - Live brokers without shared files (``_remote.py``): ``option("brokers", "HOST:PORT,...")`` or
   a ``hanet://HOST:PORT`` path; :func:`plan_broker` plans a broker's ranges,
   :func:`remote_batches` reads one over the broker port (:class:`LogReadClient`,
-  HANET_READ_LOG).
+  HANET_READ_LOG; ``_log_client.py``).
 
 Example::
 
@@ -66,15 +66,12 @@ if TYPE_CHECKING:
         plan_consume_queues,
     )
     from ._local import commit_log_table, consume_queue_table, is_small
+    from ._log_client import LogChunk, LogReadClient, LogReadError, TlsFiles
     from ._progress import PROGRESS_INTERVAL, Progress, stage_lines
     from ._queues import consume_queue_batches, consume_queue_schema
     from ._remote import (
         BROKER_SCHEME,
-        LogChunk,
-        LogReadClient,
-        LogReadError,
         RemoteRange,
-        TlsFiles,
         broker_credentials,
         plan_broker,
         remote_batches,
@@ -182,13 +179,10 @@ _HOMES = {
     "_progress": ("PROGRESS_INTERVAL", "Progress", "stage_lines"),
     "_local": ("commit_log_table", "consume_queue_table", "is_small"),
     "_queues": ("consume_queue_batches", "consume_queue_schema"),
+    "_log_client": ("LogChunk", "LogReadClient", "LogReadError", "TlsFiles"),
     "_remote": (
         "BROKER_SCHEME",
-        "LogChunk",
-        "LogReadClient",
-        "LogReadError",
         "RemoteRange",
-        "TlsFiles",
         "broker_credentials",
         "plan_broker",
         "remote_batches",
