@@ -25,6 +25,7 @@ from prometheus_client.registry import Collector
 from prometheus_client.samples import Sample
 
 from hanet.channel import format_address
+from hanet.errors import HanetError
 from hanet.protocol import BrokerStatus
 
 __all__ = [
@@ -46,7 +47,7 @@ _LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.
 _BUCKET_LABELS = (*(repr(float(bound)) for bound in _LATENCY_BUCKETS), "+Inf")  # le="1.0"
 
 
-class MetricsListenError(OSError):
+class MetricsListenError(HanetError, OSError):
     """The metrics port (``metrics_listen``) could not be opened: ``errno`` and ``strerror``
     are the operating system's, ``address`` the ``(host, port)`` asked for."""
 
