@@ -86,7 +86,7 @@ def test_a_large_record_in_small_frames_is_not_rescanned_per_frame(
             scanned.append(len(buf))
             return scan_index(buf, start, end, *args, **flags)
 
-        monkeypatch.setattr("hanet.store._store.scan_index", counting)
+        monkeypatch.setattr("hanet.store._replica.scan_index", counting)
         frame = 1024
         for offset in range(0, len(data), frame):
             slave.append_raw(offset, data[offset : offset + frame])

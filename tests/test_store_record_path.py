@@ -348,7 +348,7 @@ def counting_scans(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, bool]]:
         scanned.append((end - start, bool(flags.get("check_crc", True))))
         return scan_index_windows(buf, start, end, *args, **flags)
 
-    monkeypatch.setattr("hanet.store._store.scan_windows", scan_windows)
+    monkeypatch.setattr("hanet.store._dispatch.scan_windows", scan_windows)
     return scanned
 
 

@@ -143,7 +143,9 @@ from ._retention import (
     plan_retention,
 )
 from ._scanner import RecordScanner, ScanStop, StopReason, decode_record, scan_records
-from ._store import CommitLogStore, DispatchError, Listener, recorded_file_size
+from ._dispatch import DispatchError
+from ._open import recorded_file_size
+from ._store import CommitLogStore, Listener
 from ._store_files import STORE_PROPERTIES, fsync_directory, read_store_sizes
 
 __all__ = [
