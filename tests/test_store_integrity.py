@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from hanet.store import CommitLogStore, Message, PutStatus, StoreConfig, StoreRole, scan_index
+from hanet.store import CommitLogStore, Message, PutStatus, StoreConfig, StoreRole
+from hanet.store.lowlevel import scan_index
 
 FILE = 4096
 MASTER = StoreConfig(mapped_file_size=FILE, consume_queue_file_size=200)

@@ -17,17 +17,8 @@ import pytest
 import trio
 import trio.lowlevel
 
-from hanet.store import (
-    CommitLogStore,
-    MappedFileQueue,
-    Message,
-    PutStatus,
-    StoreConfig,
-    StoreRole,
-    file_name,
-    list_mapped_files,
-    scan_index_windows,
-)
+from hanet.store import CommitLogStore, Message, PutStatus, StoreConfig, StoreRole
+from hanet.store.lowlevel import MappedFileQueue, file_name, list_mapped_files, scan_index_windows
 from hanet.testing import wait_until
 
 FILE = 256 * 1024

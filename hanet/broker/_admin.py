@@ -93,7 +93,8 @@ from hanet.protocol import (
     reset_offset_body_for_c,
     text_to_properties,
 )
-from hanet.store import CommitLogStore, topic_problem
+from hanet.store import CommitLogStore
+from hanet.store.lowlevel import topic_problem
 
 from ._config_files import read_config_file, write_config_file
 from ._connection import connection_of

@@ -25,17 +25,14 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from hanet.store import (
-    CQ_ENTRY_SIZE,
     CommitLogReader,
-    DamageLedger,
     MessageRecord,
     StopReason,
     StoreError,
-    list_mapped_files,
-    read_store_sizes,
     record_to_json,
     resolve_store_dir,
 )
+from hanet.store.lowlevel import CQ_ENTRY_SIZE, DamageLedger, list_mapped_files, read_store_sizes
 
 from ._support import EXIT_FAILED, EXIT_OK, fail, parse_size
 from ._verify_queues import QueueCheck, read_consume_queues

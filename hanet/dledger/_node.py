@@ -107,10 +107,9 @@ from hanet.store import (
     MessageRecord,
     StoreConfig,
     StoreRole,
-    encode_properties,
     encode_record,
-    parse_host,
 )
+from hanet.store.lowlevel import encode_properties, parse_host
 
 from ._codec import DEFAULT_MAX_PEER_FRAME, Hello, peer_frame_handlers
 from ._entry import ENTRY_HEADER_SIZE

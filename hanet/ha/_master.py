@@ -26,7 +26,8 @@ from hanet.channel import (
 from hanet.handlers import IdleState, IdleStateEvent, IdleStateHandler
 from hanet.handlers.ha import OffsetReport, OffsetReportDecoder, TransferFrame, TransferFrameEncoder
 from hanet.status import SlaveInfo
-from hanet.store import (
+from hanet.store import CommitLogStore, CorruptRecordError, PutStatus, ScanStop, StopReason
+from hanet.store.lowlevel import (
     BLANK_MAGIC,
     BLANK_RECORD_SIZE,
     INDEX_STOP_REASONS,
@@ -34,13 +35,8 @@ from hanet.store import (
     MAGIC_V2,
     MIN_RECORD_SIZE,
     NATIVE_SCANNER,
-    CommitLogStore,
-    CorruptRecordError,
     IndexScanResult,
-    PutStatus,
-    ScanStop,
     StopKind,
-    StopReason,
     judge_stop,
     scan_index,
     scan_index_windows,

@@ -56,12 +56,11 @@ from hanet.protocol import (
     encode_command,
     sign_request,
 )
-from hanet.store import (
+from hanet.store import ScanStop, StopReason
+from hanet.store.lowlevel import (
     INDEX_ROW,
     INDEX_SCAN_WINDOW,
     IndexScanResult,
-    ScanStop,
-    StopReason,
     file_name,
     scan_index_windows,
 )
