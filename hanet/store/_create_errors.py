@@ -22,6 +22,7 @@ logger = logging.getLogger(__name__)
 
 
 def files_created(store: CommitLogStore) -> int:
+    """How many commit log and consume queue files the store has created so far."""
     return store.commit_log.created + sum(q.files.created for q in store._queues.values())
 
 

@@ -63,6 +63,8 @@ class DispatchError(StoreError):
 
 
 def dispatch_pending(store: CommitLogStore) -> CorruptRecordError | DispatchError | None:
+    """Dispatch what lies past the dispatched offset (``store.dispatch`` without the
+    listeners); returns the store's dispatch error."""
     error = store._dispatch_error
     if isinstance(error, DispatchError) and error.retryable:
         store._dispatch_error = None  # a file could not be created: try again

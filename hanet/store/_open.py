@@ -74,6 +74,8 @@ def check_sizes(store: CommitLogStore) -> bool:
 
 
 def recover(store: CommitLogStore) -> None:
+    """Recover the store at open: valid end, damage, truncation, rebuilt consume queues,
+    the first dispatch and index catch-up; then ``abort`` marks it open."""
     abort = store.root / "abort"
     store._abnormal = abort.exists()
     checkpoint_path = store.root / "checkpoint"
@@ -160,6 +162,7 @@ def mark_recovered_damage(
 def log_recovery(
     store: CommitLogStore, result: RecoveryResult, had_checkpoint: bool, timestamp: int
 ) -> None:
+    """Log what recovery found (WARNING after an abnormal exit, else INFO)."""
     if not store.commit_log.files:
         return
     stop = result.stop
@@ -217,6 +220,8 @@ def log_recovery(
 
 
 def load_queues(store: CommitLogStore) -> None:
+    """Open the consume queues under ``consumequeue/``; a damaged one is rebuilt by the
+    first dispatch from where it went bad."""
     directory = store.root / "consumequeue"
     if not directory.is_dir():
         return

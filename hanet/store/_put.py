@@ -28,6 +28,7 @@ logger = logging.getLogger(__name__)
 
 
 def write(store: CommitLogStore, messages: Iterable[Message]) -> list[PutResult]:
+    """Put ``messages`` (``store.put`` / ``put_batch``): the answers, one per message."""
     error = store._dispatch_error
     if isinstance(error, DispatchError) and error.retryable and not store._closed:
         error = store.dispatch()  # a consume queue file could not be created: try again
@@ -93,6 +94,7 @@ def refuse_failed(
 
 
 def undo_write(store: CommitLogStore, offset: int) -> None:
+    """Drop what a failed batch wrote from ``offset`` on: commit log, queue entries, index."""
     files = store.commit_log
     if files.max_offset > offset:
         files.truncate(offset)

@@ -39,32 +39,10 @@ def append_raw(
     *,
     dispatch: bool = True,
 ) -> None:
-    """Validate, then append replicated commit log bytes at exactly ``offset`` (what an
-    HA slave does).
-
-    ``offset`` must be :attr:`max_offset`; an empty store accepts any offset (its first
-    file starts at ``offset - offset % mapped_file_size``). The next file is created when
-    the last is full. Every complete record the bytes hold (with a partial record already
-    in the log before them) is validated *before* anything is copied: magic, sizes, body
-    CRC, the physical offset field against its position, blank records only at a file's
-    end. A trailing partial record is appended but stays past :attr:`validated_offset`
-    until its rest arrives. Then the new records are dispatched and listeners are called.
-    Synchronous and in memory.
-
-    With ``dispatch=False`` (an HA slave: validate, copy, report first) the new records
-    are left for the next :meth:`dispatch`, which dispatches everything appended since in
-    one batch and then calls the listeners (so they hear of records once consumers can
-    see them, as RocketMQ's dispatch service notifies message arrival).
-
-    A record that fails validation is never kept: the valid records before it are appended,
-    the commit log then ends at the bad record's offset (a partial record held before is
-    dropped if it was the bad one) and :attr:`dispatch_error` names the offset and reason
-    until the next call. So the caller can tell: all of ``data`` was kept exactly when
-    :attr:`max_offset` is ``offset + len(data)`` afterwards.
-
-    Raises:
-        OffsetMismatchError: ``offset`` does not continue the commit log.
-        StoreClosedError: the store is closed.
+    """``store.append_raw``: validate every complete record ``data`` holds (with the head of a
+    partial record already in the log), then copy what is valid, note a file that could not be
+    created, dispatch (or leave it for ``store.dispatch()``) and notify; see
+    :meth:`CommitLogStore.append_raw <hanet.store.CommitLogStore.append_raw>` for the contract.
     """
     if store._closed:
         raise StoreClosedError("the store is closed")
@@ -199,16 +177,9 @@ def validate_raw(
 
 
 def truncate_to(store: CommitLogStore, offset: int) -> None:
-    """Make ``offset`` the end of the commit log (an HA slave dropping bad or partial bytes).
-
-    The commit log is truncated there (the rest of its file zeroed, later files deleted),
-    consume queue entries at or past it are dropped, a :attr:`dispatch_error` at or past
-    it is forgotten and the checkpoint is rewritten. Synchronous; the checkpoint write
-    waits for the disk.
-
-    Raises:
-        ValueError: ``offset`` is outside [:attr:`min_offset`, :attr:`max_offset`].
-        StoreClosedError: the store is closed.
+    """``store.truncate_to``: the commit log, its consume queues and the index end at
+    ``offset``, the offsets and errors past it are forgotten, the checkpoint is rewritten; see
+    :meth:`CommitLogStore.truncate_to <hanet.store.CommitLogStore.truncate_to>`.
     """
     if store._closed:
         raise StoreClosedError("the store is closed")

@@ -11,23 +11,14 @@ Shape (what the HA layer relies on):
   since, one consume queue write per queue, then the listeners (RocketMQ's
   ReputMessageService). :attr:`~CommitLogStore.dispatched_offset` says how far it got.
 - Durability waits are **async**: :meth:`~CommitLogStore.wait_flushed` (and
-  :meth:`~CommitLogStore.put_async`, which uses it under SYNC_FLUSH) fsync in a worker thread;
-  concurrent waiters share one fsync (group commit: the first waiter flushes everything written
-  so far, the others find their offset flushed when it is done).
-- :meth:`~CommitLogStore.run` is the flusher service for a nursery: under ASYNC_FLUSH it
-  fsyncs every ``flush_interval``; in every mode it writes the checkpoint and flushes the
-  consume queues. Without it, data reaches the disk at :meth:`~CommitLogStore.close` or
-  through :meth:`~CommitLogStore.wait_flushed`. It also makes the next commit log (and
-  consume queue) file ahead of need in a worker thread (``StoreConfig.preallocate_at``), and a
-  master's first commit log file before its first put, so the put or raw append that crosses
-  into a new file does not reserve it (nor, with ``warm_mapped_files``, pre-fault it); a
-  write that finds none ready creates it itself, as without ``run()``. New files are not
-  faulted in by default: they take memory as they are written, not all at once.
-- The index files (``index/``, :attr:`CommitLogStore.index`; RocketMQ's key index, see
-  ``_index_file.py``) are built from the dispatched records in batches: by a put or dispatch
-  once 256 KiB wait, and caught up by every lookup (:meth:`~CommitLogStore.query_index`), by
-  :meth:`~CommitLogStore.run` each ``flush_interval`` and at open and close; rolled back with
-  the commit log (:meth:`~CommitLogStore.truncate_to`, recovery) and fsynced with the
+  :meth:`~CommitLogStore.put_async` under SYNC_FLUSH) share one fsync in a worker thread
+  (group commit). :meth:`~CommitLogStore.run` is the flusher service for a nursery (periodic
+  flush, checkpoint, index catch-up, the next files made ahead of need): ``_flusher.py``.
+  Without it, data reaches the disk at :meth:`~CommitLogStore.close` or through
+  :meth:`~CommitLogStore.wait_flushed`.
+- The index files (``index/``, :attr:`CommitLogStore.index`; RocketMQ's key index) are built
+  from the dispatched records in batches (``_dispatch.py``), caught up by every lookup
+  (:meth:`~CommitLogStore.query_index`), rolled back with the commit log and fsynced with the
   consume queues.
 - New data is announced to listeners (:meth:`~CommitLogStore.add_listener`), called
   synchronously with the new max offset: the HA master turns that into a wake-up, no polling.
@@ -44,7 +35,8 @@ One process at a time: the ``lock`` file is ``flock``-ed, a second opener gets
 and the offsets; its parts are functions over it in their own modules: opening and recovery
 (``_open.py``), puts (``_put.py``), the replica path (``_replica.py``), dispatch and the index
 build (``_dispatch.py``), damaged ranges (``_damage.py``, ``_repair.py``), statistics
-(``_statistics.py``); the trio side (group commit, periodic flush, allocator) is
+(``_statistics.py``); its reads and the deletion of expired files are mixins (``_reads.py``,
+``_cleanup.py``); the trio side (group commit, periodic flush, allocator) is
 ``_flusher.py``, the flushed offset its worker threads advance ``_flush_mark.py``, the disk
 guard (on the store's injectable clock) ``_disk_guard.py``.
 """
@@ -61,7 +53,8 @@ from pathlib import Path
 
 import trio
 
-from ._codec import MessageRecord, parse_host
+from ._cleanup import StoreCleanup
+from ._codec import parse_host
 from ._config import (
     Message,
     PutResult,
@@ -70,7 +63,7 @@ from ._config import (
     StoreRole,
     StoreStatistics,
 )
-from ._consume_queue import CQ_BLANK_SIZE, ConsumeQueue
+from ._consume_queue import ConsumeQueue
 from ._damage import DamagedRange, DamageLedger
 from ._disk_guard import Clock, DiskGuard
 from ._dispatch import (
@@ -87,10 +80,10 @@ from ._index_file import IndexQueryResult, IndexService
 from ._mapped_queue import MappedFileQueue
 from ._open import check_sizes, recover
 from ._put import write
+from ._reads import StoreReads
 from ._recovery import RecoveryResult
 from ._repair import mark_read_damage, repair_range
 from ._replica import append_raw, truncate_to, validate_continued, validate_raw
-from ._scanner import decode_record
 from ._statistics import store_statistics
 from ._store_files import Checkpoint, CheckpointFile, StoreLock, write_store_sizes
 from ._writer import RecordWriter
@@ -105,8 +98,11 @@ Listener = Callable[[int], None]
 with ``dispatch=False``: once :meth:`CommitLogStore.dispatch` dispatched them)."""
 
 
-class CommitLogStore:
+class CommitLogStore(StoreReads, StoreCleanup):
     """A RocketMQ-compatible store rooted at a directory. Open it with :meth:`open`.
+
+    Its reads (:meth:`read`, :meth:`get_messages`, ...) are :class:`~._reads.StoreReads`, the
+    deletion of expired files :class:`~._cleanup.StoreCleanup`.
 
     Attributes:
         root: the store root (``commitlog/``, ``consumequeue/``, ``checkpoint``, ...).
@@ -207,13 +203,7 @@ class CommitLogStore:
             if not recorded:
                 write_store_sizes(root, config.mapped_file_size, config.consume_queue_file_size)
         except BaseException:
-            store.commit_log.close()
-            for queue in store._queues.values():
-                queue.close()
-            if store._checkpoint is not None:
-                store._checkpoint.close()
-            if store.index is not None:
-                store.index.close()
+            store._close_files()
             lock.release()
             raise
         return store
@@ -264,15 +254,19 @@ class CommitLogStore:
             build_index(self, force=True, budget=INDEX_CATCH_UP)  # the rest at the next open
             self._flush_all()
         finally:
-            self.commit_log.close()
-            for queue in self._queues.values():
-                queue.close()
-            if self._checkpoint is not None:
-                self._checkpoint.close()
-            if self.index is not None:
-                self.index.close()
+            self._close_files()
             (self.root / "abort").unlink(missing_ok=True)
             self._lock.release()
+
+    def _close_files(self) -> None:
+        """Close every file (nothing is flushed; the lock stays held)."""
+        self.commit_log.close()
+        for queue in self._queues.values():
+            queue.close()
+        if self._checkpoint is not None:
+            self._checkpoint.close()
+        if self.index is not None:
+            self.index.close()
 
     async def aclose(self) -> None:
         """:meth:`close` with the final fsyncs in a worker thread."""
@@ -336,60 +330,6 @@ class CommitLogStore:
         """
         return self._dispatch_error or self._replica_error
 
-    def read(self, offset: int, max_bytes: int) -> bytes:
-        """Up to ``max_bytes`` commit log bytes from ``offset``, never crossing a file.
-
-        What the HA master ships; b"" at or past :attr:`max_offset`; a copy (stays valid).
-
-        Raises:
-            ValueError: ``offset`` is below :attr:`min_offset`.
-        """
-        return self.commit_log.read(offset, max_bytes)
-
-    def read_view(self, offset: int, max_bytes: int) -> memoryview:
-        """As :meth:`read`, a read-only view of the mapped commit log instead of a copy.
-
-        What the HA master sends without copying: written bytes never change on a master. The
-        view keeps its file's mapping alive until it is dropped (closing the store meanwhile
-        is safe).
-
-        Raises:
-            ValueError: ``offset`` is below :attr:`min_offset`.
-        """
-        return self.commit_log.read_view(offset, max_bytes)
-
-    def file_position(self, offset: int) -> tuple[int, int]:
-        """``(descriptor, position)``: the commit log file holding ``offset`` and where in it,
-        for sending its bytes with ``sendfile`` (duplicate the descriptor: the store may close
-        the file meanwhile, e.g. retention).
-
-        Raises:
-            ValueError: no open file holds ``offset``.
-        """
-        mapped = self.commit_log.find(offset)
-        if mapped is None or mapped.fileno() < 0:
-            raise ValueError(f"no open commit log file holds offset {offset}")
-        return mapped.fileno(), offset - mapped.start_offset
-
-    def read_record(self, offset: int) -> MessageRecord:
-        """Decode the record at a physical offset.
-
-        Raises:
-            CorruptRecordError: no valid record there.
-        """
-        mapped = self.commit_log.find(offset)
-        if mapped is None or offset >= mapped.write_offset:
-            raise CorruptRecordError(offset, "no data at this offset")
-        return decode_record(
-            mapped.view[: mapped.wrote],
-            offset - mapped.start_offset,
-            base_offset=mapped.start_offset,
-        )
-
-    def queues(self) -> list[tuple[str, int]]:
-        """The (topic, queue id) pairs that have a consume queue, sorted."""
-        return sorted(self._queues)
-
     async def delete_topic_queues(self, topic: str) -> int:
         """Forget ``topic``'s consume queues and delete their files (RocketMQ's
         ``cleanUnusedTopic`` after DELETE_TOPIC_IN_BROKER); the commit log keeps the records.
@@ -402,97 +342,6 @@ class CommitLogStore:
             if keys:
                 shutil.rmtree(self.root / "consumequeue" / topic, ignore_errors=True)
         return len(keys)
-
-    def max_queue_offset(self, topic: str, queue_id: int) -> int:
-        """The queue offset the next message of this queue gets (0 for an unknown queue)."""
-        queue = self._queues.get((topic, queue_id))
-        return 0 if queue is None else queue.max_queue_offset
-
-    def min_queue_offset(self, topic: str, queue_id: int) -> int:
-        """The first queue offset held (0 for an unknown queue)."""
-        queue = self._queues.get((topic, queue_id))
-        return 0 if queue is None else queue.min_queue_offset
-
-    def consume_queue_entry(
-        self, topic: str, queue_id: int, queue_offset: int
-    ) -> tuple[int, int, int] | None:
-        """``(physical offset, size, tag hash)`` of a consume queue entry, or None."""
-        queue = self._queues.get((topic, queue_id))
-        return None if queue is None else queue.get(queue_offset)
-
-    def consume_queue_entries(
-        self, topic: str, queue_id: int, queue_offset: int, count: int
-    ) -> list[tuple[int, int, int]]:
-        """Up to ``count`` consecutive entries from ``queue_offset`` (as
-        :meth:`consume_queue_entry`), read in one go; fewer where a consume queue file ends
-        (ask again from there), [] when the queue does not hold ``queue_offset``."""
-        queue = self._queues.get((topic, queue_id))
-        return [] if queue is None else queue.entries(queue_offset, count)
-
-    def get_message(self, topic: str, queue_id: int, queue_offset: int) -> MessageRecord | None:
-        """The message at a queue offset, or None when the queue does not hold it.
-
-        Raises:
-            CorruptRecordError: the entry points at bytes that are not a valid record.
-        """
-        entry = self.consume_queue_entry(topic, queue_id, queue_offset)
-        if entry is None or entry[1] == CQ_BLANK_SIZE:
-            return None
-        return self.read_record(entry[0])
-
-    def get_messages(
-        self, topic: str, queue_id: int, queue_offset: int, max_count: int = 32
-    ) -> list[MessageRecord]:
-        """Up to ``max_count`` messages from a queue offset on (fewer at the queue's end)."""
-        result = []
-        end = min(queue_offset + max_count, self.max_queue_offset(topic, queue_id))
-        for q in range(max(queue_offset, self.min_queue_offset(topic, queue_id)), end):
-            record = self.get_message(topic, queue_id, q)
-            if record is not None:
-                result.append(record)
-        return result
-
-    # -- retention ---------------------------------------------------------------------------
-
-    def delete_first_commit_log_file(self, *, force: bool = False) -> bool:
-        """Delete the first commit log file (retention; see :mod:`hanet.store._retention`):
-        never the last file, nor one holding records not yet flushed or dispatched. The
-        min offset becomes the next file's start, and every consume queue's min queue offset
-        moves past the entries of the deleted records at once, so no read reaches them.
-
-        A file whose mapping a reader still holds (an HA transfer's view) is kept unless
-        ``force`` (the reader's view stays valid either way). Returns whether it was deleted.
-
-        Raises:
-            StoreClosedError: the store is closed.
-        """
-        if self._closed:
-            raise StoreClosedError("the store is closed")
-        files = self.commit_log.files
-        if len(files) < 2 or files[0].end_offset > min(self._dispatched, self._flushed):
-            return False
-        if not self.commit_log.delete_first(force=force):
-            return False
-        low = self.commit_log.min_offset
-        for queue in self._queues.values():
-            queue.correct_min_offset(low)
-        self.damage.forget_below(low)  # deleted with its file
-        return True
-
-    def clean_consume_queue(self, topic: str, queue_id: int, *, force: bool = False) -> int:
-        """Delete the consume queue files (never the last) whose entries all point below the
-        commit log's min offset; returns how many (0 for an unknown queue)."""
-        queue = self._queues.get((topic, queue_id))
-        if queue is None or self._closed:
-            return 0
-        return queue.delete_expired_files(self.commit_log.min_offset, force=force)
-
-    def clean_index_files(self) -> int:
-        """Delete the index files (never the newest) whose keys all point below the commit
-        log's min offset (retention, after commit log files went); returns how many."""
-        if self.index is None or self._closed:
-            return 0
-        return self.index.delete_expired(self.commit_log.min_offset)
 
     # -- listeners ---------------------------------------------------------------------------
 
@@ -608,23 +457,11 @@ class CommitLogStore:
     def _validate_continued(
         self, start: int, offset: int, view: memoryview
     ) -> tuple[int, CorruptRecordError | None]:
-        """:meth:`_validate_raw` of the log's bytes ``[start, offset)`` (the head of a partial
-        record) followed by ``view``. When ``view`` completes that record, only the record is
-        copied together and the rest of ``view`` is validated in place (the same outcome: a
-        scan validates each record by its own bytes and position); otherwise all of it.
-
-        A head of at least 8 bytes was kept past :attr:`validated_offset` only because a scan
-        found its record (or blank tail) incomplete, which depended on nothing but those 8
-        bytes (size and magic) and the position: while ``view`` still does not complete it,
-        the outcome is the same without reading or copying anything (so a large record
-        arriving in many small frames costs each frame O(1), not a rescan of its head)."""
+        """:func:`~._replica.validate_continued` (the tests call it on the store)."""
         return validate_continued(self, start, offset, view)
 
     def _validate_raw(self, start: int, buf: memoryview) -> tuple[int, CorruptRecordError | None]:
-        """Validate ``buf``, commit log bytes from the record boundary ``start``.
-
-        Returns the end of the last complete valid record (or blank tail) and the first error.
-        """
+        """:func:`~._replica.validate_raw` (the tests call it on the store)."""
         return validate_raw(self, start, buf)
 
     def truncate_to(self, offset: int) -> None:
@@ -771,7 +608,7 @@ class CommitLogStore:
         """
         await self._flusher.run(task_status=task_status)
 
-    # append_raw and _write wake the allocator through these
+    # raw appends and puts (_replica.py, _put.py) wake the allocator through these
     @property
     def _allocate_mark(self) -> int:
         return self._flusher.allocate_mark
