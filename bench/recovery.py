@@ -31,7 +31,8 @@ from typing import Any
 
 from spark_scan import generate  # bench/ is the script's directory
 
-from hanet.store import NATIVE_SCANNER, CommitLogStore, StoreConfig
+from hanet.store import CommitLogStore, StoreConfig
+from hanet.store.lowlevel import NATIVE_SCANNER
 
 DEFAULT_DIR = Path(__file__).resolve().parent / "out" / "recovery"
 CHUNK = 1 << 20

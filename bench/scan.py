@@ -7,7 +7,7 @@ their own physical offsets, TAGS and KEYS properties, 8 queues), mapped and pre-
 scanned with every check on (magic, sizes, UTF-8, body CRC, PHYSICALOFFSET; with ``--crc32``
 the records carry the whole-record CRC property and it is checked too) by:
 
-- ``native``: ``hanet.store.native_scan`` (``_speedups.c``: one call, packed rows);
+- ``native``: ``hanet.store.lowlevel.native_scan`` (``_speedups.c``: one call, packed rows);
 - ``python``: ``scan_index_py``, the reference with the identical output (RecordScanner and
   the tags hash of each record);
 - ``RecordScanner``: bare iteration over the records (what validation cost before, with no
@@ -32,14 +32,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from hanet.store import (
-    MessageRecord,
-    RecordScanner,
-    encode_blank,
-    encode_record,
-    native_scan,
-    scan_index_py,
-)
+from hanet.store import MessageRecord, encode_record
+from hanet.store.lowlevel import RecordScanner, encode_blank, native_scan, scan_index_py
 
 
 def write_file(path: Path, size: int, body_size: int, crc32: bool = False) -> int:

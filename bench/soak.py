@@ -39,7 +39,8 @@ from typing import Any
 import trio
 
 from hanet.client import BrokerClient, BrokerError, PutStatus
-from hanet.store import CommitLogReader, list_mapped_files
+from hanet.store import CommitLogReader
+from hanet.store.lowlevel import list_mapped_files
 from hanet.testing import flip_store_byte, free_ports
 
 FILE = 1024 * 1024

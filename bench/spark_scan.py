@@ -10,7 +10,7 @@ Every figure is a **marginal** scan: the time over the 4x store minus the time o
 store, so fixed costs (Spark's job start-up, Python workers, the first batch) are not counted.
 All measured in the same run on the same files (warm in the page cache):
 
-- native scan: ``hanet.store.scan_index_windows`` (the native scanner when built: CRC and
+- native scan: ``hanet.store.lowlevel.scan_index_windows`` (the native scanner when built: CRC and
   physical offsets checked) over every file in this process: the baseline.
 - reader, one process: the data source's partition reader (``hanet.spark.commit_log_batches``:
   the same scan, then Arrow batches) over every range, in this process, without Spark, with
@@ -43,12 +43,11 @@ from pathlib import Path
 from typing import Any
 
 from hanet.spark import AUDIT_COLUMNS, commit_log_batches, find_stores, plan_commit_log
-from hanet.store import (
+from hanet.store import MessageRecord, encode_record
+from hanet.store.lowlevel import (
     NATIVE_SCANNER,
-    MessageRecord,
     body_crc,
     encode_blank,
-    encode_record,
     file_name,
     scan_index_windows,
 )

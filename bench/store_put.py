@@ -29,13 +29,12 @@ import trio
 from hanet.store import (
     CommitLogStore,
     FlushDiskType,
-    MappedFile,
     Message,
     MessageRecord,
     StoreConfig,
     encode_record,
-    file_name,
 )
+from hanet.store.lowlevel import MappedFile, file_name
 
 FILE_SIZE = 256 * 1024 * 1024
 

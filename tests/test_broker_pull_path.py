@@ -10,14 +10,8 @@ from pathlib import Path
 import pytest
 
 from hanet.broker import GetMessageStatus, serve_pull, subscription_filter
-from hanet.store import (
-    CommitLogStore,
-    CorruptRecordError,
-    Message,
-    StoreConfig,
-    java_string_hash,
-    scan_records,
-)
+from hanet.store import CommitLogStore, CorruptRecordError, Message, StoreConfig, scan_records
+from hanet.store.lowlevel import java_string_hash
 
 COMMIT_LOG_FILE = 16 * 1024
 CONSUME_QUEUE_FILE = 20 * 7  # 7 entries a consume queue file

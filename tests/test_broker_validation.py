@@ -27,7 +27,8 @@ from hanet.protocol import (
     decode_command,
     encode_batch,
 )
-from hanet.store import MAX_TOPIC_LENGTH, StoreConfig
+from hanet.store import StoreConfig
+from hanet.store.lowlevel import MAX_TOPIC_LENGTH
 from hanet.testing import EmbeddedChannel
 
 QUEUES = 4

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from hanet.cli import VERBS, build_parser, main
-from hanet.store import CommitLogStore, Message, StoreConfig, file_name
+from hanet.store import CommitLogStore, Message, StoreConfig
+from hanet.store.lowlevel import file_name
 
 FIXTURE = Path(__file__).parent / "fixtures" / "rocketmq-store-8k"
 

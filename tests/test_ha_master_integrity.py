@@ -16,13 +16,8 @@ import trio.testing
 from ha_support import FILE, commit_log_bytes, open_store, put
 
 from hanet.ha import BrokerConfig, HAMaster, HASlave
-from hanet.store import (
-    CommitLogStore,
-    StopReason,
-    StoreRole,
-    file_name,
-    scan_records,
-)
+from hanet.store import CommitLogStore, StopReason, StoreRole, scan_records
+from hanet.store.lowlevel import file_name
 from hanet.testing import wait_until
 
 REPORT = struct.Struct(">q")

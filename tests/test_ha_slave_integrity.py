@@ -17,7 +17,8 @@ import trio.testing
 from ha_support import FILE, commit_log_bytes
 
 from hanet.ha import BrokerConfig, HASlave
-from hanet.store import BLANK_MAGIC, CommitLogStore, Message
+from hanet.store import CommitLogStore, Message
+from hanet.store.lowlevel import BLANK_MAGIC
 from hanet.testing import wait_until
 
 REPORT = struct.Struct(">q")

@@ -13,17 +13,8 @@ from typing import Any
 import pytest
 import trio
 
-from hanet.store import (
-    CommitLogStore,
-    IndexFile,
-    Message,
-    StoreConfig,
-    StoreLayoutError,
-    StoreRole,
-    index_file_size,
-    index_key_hash,
-    record_index_keys,
-)
+from hanet.store import CommitLogStore, Message, StoreConfig, StoreLayoutError, StoreRole
+from hanet.store.lowlevel import IndexFile, index_file_size, index_key_hash, record_index_keys
 
 FILE = 64 * 1024
 END = 2**63 - 1

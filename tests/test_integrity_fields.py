@@ -28,8 +28,6 @@ from hanet.protocol import (
     ResponseCode,
 )
 from hanet.store import (
-    CRC32_PROPERTY,
-    CRC32_RESERVED_LEN,
     CommitLogStore,
     CorruptRecordError,
     Message,
@@ -39,10 +37,14 @@ from hanet.store import (
     StoreRole,
     decode_record,
     encode_record,
+    scan_records,
+)
+from hanet.store.lowlevel import (
+    CRC32_PROPERTY,
+    CRC32_RESERVED_LEN,
     native_scan,
     record_crc,
     scan_index_py,
-    scan_records,
 )
 from hanet.testing import flip_store_byte
 

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from hanet.cli import main
-from hanet.store import CommitLogStore, CorruptRecordError, Message, StoreConfig, file_name
+from hanet.store import CommitLogStore, CorruptRecordError, Message, StoreConfig
+from hanet.store.lowlevel import file_name
 
 CONFIG = StoreConfig(mapped_file_size=64 * 1024, consume_queue_file_size=20 * 50)
 

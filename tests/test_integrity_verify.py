@@ -17,6 +17,8 @@ from hanet.store import (
     Message,
     PutResult,
     StoreConfig,
+)
+from hanet.store.lowlevel import (
     file_name,
     format_epoch_file,
 )

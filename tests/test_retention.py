@@ -15,16 +15,14 @@ import trio.testing
 
 from hanet.broker import GetMessageStatus, serve_pull
 from hanet.store import (
-    CommitLogFile,
     CommitLogStore,
     Holder,
     Message,
     RetentionConfig,
     RetentionService,
     StoreConfig,
-    parse_delete_when,
-    plan_retention,
 )
+from hanet.store.lowlevel import CommitLogFile, parse_delete_when, plan_retention
 
 FILE = 4096
 CQ_FILE = 200  # 10 entries a consume queue file
@@ -425,7 +423,7 @@ def test_stores_refuse_retention_settings_that_make_no_sense() -> None:
 
 
 def test_the_min_offset_search_skips_blank_entries_as_a_walk_would(tmp_path: Path) -> None:
-    from hanet.store import CQ_BLANK_SIZE, ConsumeQueue
+    from hanet.store.lowlevel import CQ_BLANK_SIZE, ConsumeQueue
 
     queue = ConsumeQueue(tmp_path / "cq", "T", 0, 20 * 50, warm=False)
     physical = 0

@@ -20,7 +20,8 @@ from typing import Any
 import pytest
 import trustme
 
-from hanet.store import CommitLogStore, Message, StoreConfig, file_name
+from hanet.store import CommitLogStore, Message, StoreConfig
+from hanet.store.lowlevel import file_name
 from hanet.testing import HanetProcess
 
 pytest.importorskip("pyspark")

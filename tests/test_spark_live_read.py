@@ -18,7 +18,8 @@ import pytest
 
 from hanet.broker import MAX_READ_BYTES, read_log
 from hanet.protocol import HanetRequestCode, RemotingCommand, RemotingHeaderError, ResponseCode
-from hanet.store import CommitLogStore, Message, StoreConfig, file_name
+from hanet.store import CommitLogStore, Message, StoreConfig
+from hanet.store.lowlevel import file_name
 
 pytest.importorskip("pyspark")
 pytest.importorskip("pyarrow")

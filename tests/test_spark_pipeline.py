@@ -16,16 +16,14 @@ from pathlib import Path
 import pytest
 
 from hanet.store import (
-    CQ_ENTRY_SIZE,
     CommitLogStore,
     Message,
     MessageRecord,
     StoreConfig,
     StoreRole,
     encode_record,
-    file_name,
-    java_string_hash,
 )
+from hanet.store.lowlevel import CQ_ENTRY_SIZE, file_name, java_string_hash
 
 pytest.importorskip("pyspark")
 pytest.importorskip("pyarrow")
@@ -121,11 +119,11 @@ def test_fixture_is_47_good_records_of_one_store(spark: SparkSession) -> None:
 _PURE_PYTHON_READ = """
 import json, sys
 from hanet.spark import spark_session
-from hanet.store import NATIVE_SCANNER
+from hanet.store.lowlevel import NATIVE_SCANNER
 spark = spark_session("local[1]", config={"spark.ui.enabled": "false"})
 try:
     workers = spark.sparkContext.parallelize([0], 1).map(
-        lambda _: __import__("hanet.store").store.NATIVE_SCANNER
+        lambda _: __import__("hanet.store.lowlevel").store.lowlevel.NATIVE_SCANNER
     ).collect()
     df = spark.read.format("commitlog").option("includeBody", "true").load(sys.argv[1])
     rows = [r.asDict() for r in df.orderBy("physical_offset").collect()]

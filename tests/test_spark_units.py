@@ -22,10 +22,12 @@ from hanet.store import (
     Message,
     MessageRecord,
     StoreConfig,
+    encode_record,
+)
+from hanet.store.lowlevel import (
     decode_properties,
     encode_blank,
     encode_properties,
-    encode_record,
     file_name,
     native_columns,
     record_columns_py,

@@ -11,16 +11,8 @@ from pathlib import Path
 import pytest
 import trio
 
-from hanet.store import (
-    CommitLogStore,
-    MappedFile,
-    MappedFileQueue,
-    Message,
-    PutStatus,
-    StoreConfig,
-    StoreRole,
-    file_name,
-)
+from hanet.store import CommitLogStore, Message, PutStatus, StoreConfig, StoreRole
+from hanet.store.lowlevel import MappedFile, MappedFileQueue, file_name
 from hanet.testing import wait_until
 
 FILE = 4 * 1024 * 1024

@@ -10,24 +10,26 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from hanet.store import (
-    BLANK_MAGIC,
-    MAGIC_V1,
-    MAGIC_V2,
     CorruptRecordError,
     MessageRecord,
     StopReason,
+    decode_record,
+    encode_record,
+    offset_msg_id,
+    scan_records,
+)
+from hanet.store.lowlevel import (
+    BLANK_MAGIC,
+    MAGIC_V1,
+    MAGIC_V2,
     body_crc,
     decode_properties,
-    decode_record,
     encode_blank,
     encode_properties,
-    encode_record,
     format_host,
     java_string_hash,
-    offset_msg_id,
     parse_host,
     record_size,
-    scan_records,
 )
 
 FIXTURE = Path(__file__).parent / "fixtures" / "rocketmq-store-8k" / "commitlog" / ("0" * 20)

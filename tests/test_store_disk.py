@@ -28,13 +28,12 @@ from hanet.protocol import BrokerStatus
 from hanet.store import (
     CommitLogStore,
     CreateMappedFileError,
-    MappedFile,
     Message,
     PutStatus,
     StoreConfig,
     StoreRole,
-    file_name,
 )
+from hanet.store.lowlevel import MappedFile, file_name
 from hanet.testing import wait_until
 
 FILE = 4096

@@ -13,19 +13,21 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hanet.store import (
-    CQ_BLANK_SIZE,
-    CQ_ENTRY_SIZE,
-    INDEX_ROW,
     CommitLogStore,
-    ConsumeQueue,
-    IndexEntryGroup,
-    IndexGroupFunction,
     Message,
     MessageRecord,
     OffsetMismatchError,
     StoreConfig,
     StoreRole,
     encode_record,
+)
+from hanet.store.lowlevel import (
+    CQ_BLANK_SIZE,
+    CQ_ENTRY_SIZE,
+    INDEX_ROW,
+    ConsumeQueue,
+    IndexEntryGroup,
+    IndexGroupFunction,
     index_group_entries_py,
     native_index_group_entries,
     scan_index_py,

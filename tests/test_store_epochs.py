@@ -8,12 +8,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-import hanet.store
+import hanet.store.lowlevel
 from hanet.store import EPOCH_FILE, EpochEntry, EpochFile, EpochFileError, EpochHistory
-from hanet.store import format_epoch_file as format_file
-from hanet.store import parse_epoch_file as parse_file
+from hanet.store.lowlevel import format_epoch_file as format_file
+from hanet.store.lowlevel import parse_epoch_file as parse_file
 
-find_consistent_point = hanet.store.find_consistent_point
+find_consistent_point = hanet.store.lowlevel.find_consistent_point
 
 E = EpochEntry
 

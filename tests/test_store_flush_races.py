@@ -23,14 +23,13 @@ import trio.testing
 from hanet.store import (
     CommitLogStore,
     FlushDiskType,
-    MappedFile,
     Message,
     PutStatus,
     StoreConfig,
     StoreError,
     StoreRole,
-    file_name,
 )
+from hanet.store.lowlevel import MappedFile, file_name
 
 TraceFunction = Callable[[FrameType, str, Any], Any]
 CHECKPOINT = struct.Struct(">qqqq")  # RocketMQ's: physic, logics, index timestamps; flushed

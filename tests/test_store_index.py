@@ -18,7 +18,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hanet.store import (
+from hanet.store import MessageRecord, StopReason, encode_record, offset_msg_id
+from hanet.store.lowlevel import (
     BLANK_MAGIC,
     INDEX_FIXED_COLUMNS,
     INDEX_ROW,
@@ -27,17 +28,13 @@ from hanet.store import (
     NATIVE_SCANNER,
     IndexScanFunction,
     IndexScanResult,
-    MessageRecord,
     RecordScanner,
-    StopReason,
     decode_properties,
     encode_blank,
-    encode_record,
     index_topic_names,
     java_string_hash,
     native_columns,
     native_scan,
-    offset_msg_id,
     parse_host,
     record_columns_py,
     scan_index_py,
@@ -486,7 +483,7 @@ _FUZZ = textwrap.dedent(
     """
     import random, struct, sys
     from hanet.store._speedups import columns, scan
-    from hanet.store import INDEX_FIXED_COLUMNS, INDEX_VAR_COLUMNS
+    from hanet.store.lowlevel import INDEX_FIXED_COLUMNS, INDEX_VAR_COLUMNS
     names = [*INDEX_FIXED_COLUMNS, *INDEX_VAR_COLUMNS]
     rng = random.Random(int(sys.argv[1]))
     magics = [b"\\xda\\xa3\\x20\\xa7", b"\\xda\\xa3\\x20\\xab", b"\\xcb\\xd4\\x31\\x94"]
@@ -552,7 +549,8 @@ def test_the_zlib_crc_path_agrees_too() -> None:
     """``HANET_NO_CLMUL=1`` makes the native scan use zlib's CRC for every body."""
     code = textwrap.dedent(
         """
-        from hanet.store import MessageRecord, encode_record, native_scan
+        from hanet.store import MessageRecord, encode_record
+        from hanet.store.lowlevel import native_scan
         from hanet.store._speedups import CLMUL_CRC
         assert native_scan is not None and CLMUL_CRC == 0
         for n in (0, 1, 63, 64, 65, 1000, 4096):

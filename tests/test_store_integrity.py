@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from hanet.store import CommitLogStore, Message, PutStatus, StoreConfig, StoreRole, scan_index
+from hanet.store import CommitLogStore, Message, PutStatus, StoreConfig, StoreRole
+from hanet.store.lowlevel import scan_index
 
 FILE = 4096
 MASTER = StoreConfig(mapped_file_size=FILE, consume_queue_file_size=200)
@@ -86,7 +87,7 @@ def test_a_large_record_in_small_frames_is_not_rescanned_per_frame(
             scanned.append(len(buf))
             return scan_index(buf, start, end, *args, **flags)
 
-        monkeypatch.setattr("hanet.store._store.scan_index", counting)
+        monkeypatch.setattr("hanet.store._replica.scan_index", counting)
         frame = 1024
         for offset in range(0, len(data), frame):
             slave.append_raw(offset, data[offset : offset + frame])

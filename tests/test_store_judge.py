@@ -1,17 +1,16 @@
-"""One judgement of a scan stop (``hanet.store.judge_stop``) and the scan's result type: what a
-blank record, the end of the bytes, zeros, a partial record or bad data mean for the commit
-log file they are in, the same for every reader; the scanner's flags are keyword-only in both
-implementations (C and pure Python)."""
+"""One judgement of a scan stop (``hanet.store.lowlevel.judge_stop``) and the scan's result
+type: what a blank record, the end of the bytes, zeros, a partial record or bad data mean for
+the commit log file they are in, the same for every reader; the scanner's flags are
+keyword-only in both implementations (C and pure Python)."""
 
 from __future__ import annotations
 
 import pytest
 
-from hanet.store import (
+from hanet.store import ScanStop, StopReason
+from hanet.store.lowlevel import (
     IndexScanResult,
-    ScanStop,
     StopKind,
-    StopReason,
     encode_blank,
     judge_stop,
     native_scan,

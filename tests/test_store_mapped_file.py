@@ -6,14 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from hanet.store import (
-    MappedFile,
-    MappedFileQueue,
-    OffsetMismatchError,
-    StoreLayoutError,
-    file_name,
-    list_mapped_files,
-)
+from hanet.store import OffsetMismatchError, StoreLayoutError
+from hanet.store.lowlevel import MappedFile, MappedFileQueue, file_name, list_mapped_files
 
 
 def test_file_names_are_20_digits() -> None:

@@ -17,17 +17,8 @@ import pytest
 import trio
 import trio.lowlevel
 
-from hanet.store import (
-    CommitLogStore,
-    MappedFileQueue,
-    Message,
-    PutStatus,
-    StoreConfig,
-    StoreRole,
-    file_name,
-    list_mapped_files,
-    scan_index_windows,
-)
+from hanet.store import CommitLogStore, Message, PutStatus, StoreConfig, StoreRole
+from hanet.store.lowlevel import MappedFileQueue, file_name, list_mapped_files, scan_index_windows
 from hanet.testing import wait_until
 
 FILE = 256 * 1024
@@ -348,7 +339,7 @@ def counting_scans(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, bool]]:
         scanned.append((end - start, bool(flags.get("check_crc", True))))
         return scan_index_windows(buf, start, end, *args, **flags)
 
-    monkeypatch.setattr("hanet.store._store.scan_windows", scan_windows)
+    monkeypatch.setattr("hanet.store._dispatch.scan_windows", scan_windows)
     return scanned
 
 

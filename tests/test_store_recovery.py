@@ -8,15 +8,8 @@ from pathlib import Path
 import pytest
 
 from hanet.cli import main
-from hanet.store import (
-    CommitLogStore,
-    Message,
-    PutResult,
-    StopReason,
-    StoreConfig,
-    encode_blank,
-    file_name,
-)
+from hanet.store import CommitLogStore, Message, PutResult, StopReason, StoreConfig
+from hanet.store.lowlevel import encode_blank, file_name
 
 SMALL = StoreConfig(mapped_file_size=4096, consume_queue_file_size=200)
 

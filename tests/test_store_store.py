@@ -12,8 +12,6 @@ import pytest
 import trio
 
 from hanet.store import (
-    BLANK_MAGIC,
-    CRC32_RESERVED_LEN,
     CommitLogStore,
     FlushDiskType,
     Message,
@@ -25,10 +23,8 @@ from hanet.store import (
     StoreLockedError,
     StoreRole,
     encode_record,
-    file_name,
-    parse_host,
-    record_size,
 )
+from hanet.store.lowlevel import BLANK_MAGIC, CRC32_RESERVED_LEN, file_name, parse_host, record_size
 
 # docs/protocol.md vector A (also in test_store_codec.py).
 VECTOR_A = bytes.fromhex(

@@ -90,7 +90,8 @@ from hanet.protocol import (
     reset_offset_body_for_c,
     text_to_properties,
 )
-from hanet.store import CommitLogStore, topic_problem
+from hanet.store import CommitLogStore
+from hanet.store.lowlevel import topic_problem
 
 from ._clients import MAX_PRODUCER_GROUPS, ClientInfo, ClientTable, client_language
 from ._config_files import read_config_file, write_config_file

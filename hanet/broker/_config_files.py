@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 
 from hanet.errors import HanetError
 from hanet.protocol import load_body
-from hanet.store import fsync_directory
+from hanet.store.lowlevel import fsync_directory
 
 __all__ = ["ConfigFileError", "read_config_file", "write_config_file"]
 

@@ -28,13 +28,8 @@ import trio
 from hanet.channel import HandlerContext, parse_address
 from hanet.client import RemotingConnection, RemotingError
 from hanet.protocol import DivergedSlaveInfo, HanetRequestCode, RemotingCommand, ResponseCode
-from hanet.store import (
-    CommitLogStore,
-    EpochFile,
-    EpochFileError,
-    EpochHistory,
-    find_consistent_point,
-)
+from hanet.store import CommitLogStore, EpochFile, EpochFileError, EpochHistory
+from hanet.store.lowlevel import find_consistent_point
 
 from ._backend import BrokerBackend
 from ._connection import connection_of

@@ -29,15 +29,8 @@ broker port request.
 from __future__ import annotations
 
 from hanet.protocol import RemotingCommand, RemotingHeaderError, ResponseCode
-from hanet.store import (
-    MAGIC_V1,
-    MAGIC_V2,
-    CommitLogStore,
-    CorruptRecordError,
-    StopReason,
-    decode_record,
-    scan_index,
-)
+from hanet.store import CommitLogStore, CorruptRecordError, StopReason, decode_record
+from hanet.store.lowlevel import MAGIC_V1, MAGIC_V2, scan_index
 
 __all__ = ["MAX_READ_BYTES", "SEEK_BYTES", "read_log"]
 

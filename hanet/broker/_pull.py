@@ -10,14 +10,8 @@ from collections.abc import Callable
 import attrs
 
 from hanet.protocol import MASTER_ID
-from hanet.store import (
-    CQ_BLANK_SIZE,
-    INDEX_ROW,
-    CommitLogStore,
-    CorruptRecordError,
-    java_string_hash,
-    scan_index,
-)
+from hanet.store import CommitLogStore, CorruptRecordError
+from hanet.store.lowlevel import CQ_BLANK_SIZE, INDEX_ROW, java_string_hash, scan_index
 
 __all__ = [
     "MAX_PULL_BYTES",

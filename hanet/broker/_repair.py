@@ -30,7 +30,8 @@ import trio
 from hanet.client import BrokerClient, BrokerError
 from hanet.errors import HanetError
 from hanet.protocol import HanetRequestCode, RemotingCommand, ResponseCode
-from hanet.store import CommitLogStore, DamagedRange, StoreConfig, StoreError, encode_blank
+from hanet.store import CommitLogStore, DamagedRange, StoreConfig, StoreError
+from hanet.store.lowlevel import encode_blank
 
 __all__ = ["RepairError", "auto_repair", "repair_damage", "repair_store"]
 

@@ -58,7 +58,6 @@ from hanet.protocol import (
     load_body,
 )
 from hanet.store import (
-    CQ_BLANK_SIZE,
     CommitLogStore,
     CorruptRecordError,
     Message,
@@ -66,6 +65,7 @@ from hanet.store import (
     PutResult,
     PutStatus,
 )
+from hanet.store.lowlevel import CQ_BLANK_SIZE
 
 from ._config_files import ConfigFileError, write_config_file
 

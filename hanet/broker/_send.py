@@ -26,15 +26,8 @@ from hanet.protocol import (
     decode_batch,
     string_to_properties,
 )
-from hanet.store import (
-    MAX_PROPERTIES_SIZE,
-    Message,
-    PutResult,
-    PutStatus,
-    StoreError,
-    encode_properties,
-    topic_problem,
-)
+from hanet.store import Message, PutResult, PutStatus, StoreError
+from hanet.store.lowlevel import MAX_PROPERTIES_SIZE, encode_properties, topic_problem
 
 from ._connection import BrokerConnection, WaitingSend, connection_of
 from ._retry import DLQ_QUEUE_NUMS, redirect_retry_send

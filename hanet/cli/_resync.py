@@ -21,6 +21,8 @@ from hanet.store import (
     MessageRecord,
     ScanStop,
     StopReason,
+)
+from hanet.store.lowlevel import (
     next_valid_record,
 )
 

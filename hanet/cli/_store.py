@@ -31,21 +31,23 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from hanet.store import (
-    CQ_ENTRY_SIZE,
-    CRC32_PROPERTY,
-    CRC32_RESERVED_LEN,
     CommitLogReader,
-    DamageLedger,
     MessageRecord,
     StopReason,
     StoreError,
-    crc32_trailer,
     encode_record,
+    record_to_json,
+    resolve_store_dir,
+)
+from hanet.store.lowlevel import (
+    CQ_ENTRY_SIZE,
+    CRC32_PROPERTY,
+    CRC32_RESERVED_LEN,
+    DamageLedger,
+    crc32_trailer,
     list_mapped_files,
     read_store_sizes,
     record_crc,
-    record_to_json,
-    resolve_store_dir,
 )
 
 from ._resync import DamageWalk

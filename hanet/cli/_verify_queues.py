@@ -1,7 +1,7 @@
 """``hanet verify``'s checks of records against their queues, a run of records at a time.
 
 The records come as the rows of the record index (``CommitLogReader.index``); the native
-:func:`~hanet.store.index_group_entries` turns a window's rows into runs of one queue's
+:func:`~hanet.store.lowlevel.index_group_entries` turns a window's rows into runs of one queue's
 consecutive queue offsets, each with its consume queue entries already packed as the
 ``consumequeue/`` files hold them. A run whose entries equal the file's bytes at its queue
 offsets is checked by one comparison; only a run that differs (or reaches past the file) is
@@ -18,12 +18,14 @@ from pathlib import Path
 import attrs
 
 from hanet.store import (
-    CQ_BLANK_SIZE,
-    CQ_ENTRY_SIZE,
-    INDEX_ROW,
     DamagedRange,
     ScanStop,
     StopReason,
+)
+from hanet.store.lowlevel import (
+    CQ_BLANK_SIZE,
+    CQ_ENTRY_SIZE,
+    INDEX_ROW,
     index_group_entries,
     list_mapped_files,
 )

@@ -268,7 +268,7 @@ class BrokerClient(RequestConnection):
 
         Raises:
             InvalidMessageError: (a ValueError) no broker accepts this message: an empty
-                topic or one over :data:`~hanet.store.MAX_TOPIC_LENGTH` characters, a queue
+                topic or one over :data:`~hanet.store.lowlevel.MAX_TOPIC_LENGTH` characters, a queue
                 id below -1, ``\\x01`` / ``\\x02`` in tags, keys or properties, an empty
                 property name. Nothing is sent.
             BrokerConnectionError, BrokerTimeoutError, BrokerRequestError.

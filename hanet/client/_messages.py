@@ -7,7 +7,8 @@ import enum
 
 import attrs
 
-from hanet.store import PutStatus, property_problem, topic_problem
+from hanet.store import PutStatus
+from hanet.store.lowlevel import property_problem, topic_problem
 
 __all__ = ["AUTO_QUEUE", "PullStatus", "PutMessage", "PutReply", "message_problem"]
 
@@ -67,9 +68,9 @@ class PutMessage:
 
 def message_problem(message: PutMessage, *, topic_characters: bool = True) -> str | None:
     """Why no broker accepts ``message`` whatever its settings, or None: the topic
-    (:func:`hanet.store.topic_problem`; with ``topic_characters=False`` only its length), the
-    queue id (>= 0 or :data:`AUTO_QUEUE`), tags, keys and properties
-    (:func:`hanet.store.property_problem`: no ``\\x01`` / ``\\x02``, no empty name)."""
+    (:func:`hanet.store.lowlevel.topic_problem`; with ``topic_characters=False`` only its
+    length), the queue id (>= 0 or :data:`AUTO_QUEUE`), tags, keys and properties
+    (:func:`hanet.store.lowlevel.property_problem`: no ``\\x01`` / ``\\x02``, no empty name)."""
     problem = topic_problem(message.topic, characters=topic_characters)
     if problem is not None:
         return problem

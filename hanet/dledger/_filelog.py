@@ -51,7 +51,8 @@ from pathlib import Path
 
 import attrs
 
-from hanet.store import CorruptRecordError, FlushDiskType, decode_record, fsync_directory
+from hanet.store import CorruptRecordError, FlushDiskType, decode_record
+from hanet.store.lowlevel import fsync_directory
 
 from ._entry import (
     BLANK_MAGIC,

@@ -99,6 +99,8 @@ from hanet.store import (
     Message,
     StoreConfig,
     StoreRole,
+)
+from hanet.store.lowlevel import (
     parse_host,
 )
 

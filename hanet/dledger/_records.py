@@ -10,7 +10,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from hanet.store import Message, MessageRecord, encode_properties, encode_record
+from hanet.store import (
+    Message,
+    MessageRecord,
+    encode_record,
+)
+from hanet.store.lowlevel import (
+    encode_properties,
+)
 
 from ._entry import ENTRY_HEADER_SIZE
 

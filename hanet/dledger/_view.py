@@ -24,13 +24,8 @@ from pathlib import Path
 
 import attrs
 
-from hanet.store import (
-    BLANK_RECORD_SIZE,
-    CommitLogStore,
-    decode_record,
-    encode_blank,
-    encode_record,
-)
+from hanet.store import CommitLogStore, decode_record, encode_record
+from hanet.store.lowlevel import BLANK_RECORD_SIZE, encode_blank
 
 from ._entry import ENTRY_HEADER_SIZE
 from ._filelog import FileLog

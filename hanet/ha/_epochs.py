@@ -7,7 +7,7 @@ A master (or a slave promoted to master) starts a term when it starts:
 Before each HA connection a slave's :class:`EpochGate` asks its master for its history (the
 broker layer's HANET_EPOCHS request on the master's broker port; the HA stream itself is
 RocketMQ 4.9.8's, unchanged) and computes the consistent point
-(:func:`hanet.store.find_consistent_point`, as RocketMQ 5's ``AutoSwitchHAClient``):
+(:func:`hanet.store.lowlevel.find_consistent_point`, as RocketMQ 5's ``AutoSwitchHAClient``):
 
 - the slave's log ends at or before it: the slave follows; it keeps the master's entries up to
   its own max offset and adds each later one as replication reaches its start;
@@ -30,13 +30,8 @@ from collections.abc import Awaitable, Callable
 import trio
 
 from hanet.errors import HanetError
-from hanet.store import (
-    CommitLogStore,
-    EpochEntry,
-    EpochFile,
-    EpochHistory,
-    find_consistent_point,
-)
+from hanet.store import CommitLogStore, EpochEntry, EpochFile, EpochHistory
+from hanet.store.lowlevel import find_consistent_point
 
 __all__ = [
     "DivergencePolicy",

@@ -18,6 +18,12 @@ from collections import deque
 import attrs
 
 from hanet.store import (
+    CommitLogStore,
+    CorruptRecordError,
+    ScanStop,
+    StopReason,
+)
+from hanet.store.lowlevel import (
     BLANK_MAGIC,
     BLANK_RECORD_SIZE,
     INDEX_STOP_REASONS,
@@ -25,12 +31,8 @@ from hanet.store import (
     MAGIC_V2,
     MIN_RECORD_SIZE,
     NATIVE_SCANNER,
-    CommitLogStore,
-    CorruptRecordError,
     IndexScanResult,
-    ScanStop,
     StopKind,
-    StopReason,
     judge_stop,
     scan_index,
     scan_index_windows,

@@ -21,13 +21,8 @@ from hanet.handlers.ha import (
     TransferFrameDecoder,
     transfer_frame_decoder,
 )
-from hanet.store import (
-    CommitLogStore,
-    RecordScanner,
-    StopReason,
-    fsync_directory,
-    list_mapped_files,
-)
+from hanet.store import CommitLogStore, StopReason
+from hanet.store.lowlevel import RecordScanner, fsync_directory, list_mapped_files
 
 from ._config import BrokerConfig
 from ._epochs import DivergencePolicy, EpochGate, EpochSource

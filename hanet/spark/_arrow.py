@@ -2,20 +2,20 @@
 
 What a partition of the ``commitlog`` data source does, usable without Spark (the benchmark's
 baseline and the unit tests call it directly). Records are validated by the store's record
-index (:func:`hanet.store.scan_index`: the native scanner when built, one call per window of
-the file, packed rows instead of record objects); columns come from those rows with
-:func:`hanet.store.record_columns` (one native call per batch for all the columns asked for,
-already in Arrow's buffer layout: no Python per record), computing only the columns asked for:
+index (:func:`hanet.store.lowlevel.scan_index`: the native scanner when built, one call per
+window of the file, packed rows instead of record objects); columns come from those rows with
+:func:`hanet.store.lowlevel.record_columns` (one native call per batch for all the columns asked
+for, already in Arrow's buffer layout: no Python per record), computing only the columns asked for:
 
 - fixed-width columns and ``topic``, ``body``, ``tags``, ``keys``, ``msg_id`` are Arrow arrays
   over the returned buffers (``pa.Array.from_buffers``);
 - properties are split into a ``map<string,string>`` with Arrow compute kernels
   (``split_pattern`` on ``\\x02`` then ``\\x01``) over the raw properties column;
-- host strings come from the codec (:func:`~hanet.store.format_host`) once per distinct
+- host strings come from the codec (:func:`~hanet.store.lowlevel.format_host`) once per distinct
   raw host (``pc.unique``), then ``pc.take``.
 
 With ``HANET_NO_EXTENSIONS=1`` the same code runs on the pure-Python references
-(:func:`~hanet.store.scan_index_py`, :func:`~hanet.store.record_columns_py`).
+(:func:`~hanet.store.lowlevel.scan_index_py`, :func:`~hanet.store.lowlevel.record_columns_py`).
 
 A record whose only fault is a CRC (its body CRC or its whole-record CRC property) becomes a
 row with ``crc_ok = false`` and the scan goes on after it. Anything else that is not a record
@@ -33,16 +33,11 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from hanet.store import (
-    INDEX_ROW as ROW,
-)
-from hanet.store import (
-    INDEX_SCAN_WINDOW as SCAN_WINDOW,
-)
-from hanet.store import (
+from hanet.store import ScanStop, StopReason
+from hanet.store.lowlevel import INDEX_ROW as ROW
+from hanet.store.lowlevel import INDEX_SCAN_WINDOW as SCAN_WINDOW
+from hanet.store.lowlevel import (
     IndexScanResult,
-    ScanStop,
-    StopReason,
     decode_properties,
     format_host,
     judge_stop,
@@ -230,12 +225,12 @@ _NATIVE_COLUMNS = {
     "keys": _STRING,
     "msg_id": _STRING,
 }
-"""Columns built as they come out of :func:`~hanet.store.record_columns`."""
+"""Columns built as they come out of :func:`~hanet.store.lowlevel.record_columns`."""
 _FROM_ROWS = frozenset({"born_host", "store_host", "properties"})
-"""Columns built from a :func:`~hanet.store.record_columns` column with Arrow kernels."""
+"""Columns built from a :func:`~hanet.store.lowlevel.record_columns` column with Arrow kernels."""
 _VALIDATE_UTF8 = frozenset({"tags", "keys"})
 """String columns whose bytes no scan checked (a topic is checked UTF-8 by the scan; a message
-id is hex): invalid UTF-8 is replaced, as :func:`~hanet.store.decode_properties` does."""
+id is hex): invalid UTF-8 is replaced, as :func:`~hanet.store.lowlevel.decode_properties` does."""
 
 
 def _arrow_column(value: Any, arrow_type: Any, n: int) -> pa.Array:
@@ -339,7 +334,7 @@ class PropertyColumns:
     """The property columns of one batch: the whole map, or (when the map is not asked for)
     ``tags`` / ``keys`` found with a regular expression, four times cheaper. RocketMQ writes
     each name once (a Java map); were one repeated, the map keeps the last value (as
-    :func:`~hanet.store.decode_properties`) and the expression the first."""
+    :func:`~hanet.store.lowlevel.decode_properties`) and the expression the first."""
 
     def __init__(self, raw: Sequence[bytes], want_map: bool) -> None:
         self._raw = raw
@@ -366,7 +361,7 @@ class PropertyColumns:
 def properties_map_column(raw: Sequence[bytes] | pa.Array) -> pa.Array:
     """RocketMQ property fields (``name \\x01 value \\x02`` ...) as a ``map<string,string>``.
 
-    Items without ``\\x01`` are skipped, as :func:`~hanet.store.decode_properties` does; a
+    Items without ``\\x01`` are skipped, as :func:`~hanet.store.lowlevel.decode_properties` does; a
     batch with invalid UTF-8 somewhere goes through that function record by record instead.
     """
     binary = raw if isinstance(raw, pa.Array) else pa.array(raw, pa.binary())

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import attrs
 
-from hanet.store import MAGIC_V2, CorruptRecordError, MessageRecord, decode_record
+from hanet.store import CorruptRecordError, MessageRecord, decode_record
+from hanet.store.lowlevel import MAGIC_V2
 
 __all__ = ["RecordDifference", "compare_records", "record_spans"]
 

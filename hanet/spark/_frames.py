@@ -87,8 +87,8 @@ def java_string_hash_column(column: Column) -> Column:
     """Java's ``String.hashCode`` of a string column, in Spark SQL (0 for null or empty).
 
     What RocketMQ writes as a consume queue entry's tag hash (the codec's
-    :func:`~hanet.store.java_string_hash`): ``s[0]*31^(n-1) + ... + s[n-1]`` over the UTF-16
-    code units, as a signed 32-bit int, widened to bigint.
+    :func:`~hanet.store.lowlevel.java_string_hash`): ``s[0]*31^(n-1) + ... + s[n-1]`` over the
+    UTF-16 code units, as a signed 32-bit int, widened to bigint.
     """
     units = F.encode(column, "UTF-16BE")
     count = (F.octet_length(units) / 2).cast("int")

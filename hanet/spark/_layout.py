@@ -22,15 +22,13 @@ from pathlib import Path
 import attrs
 
 from hanet.store import (
-    MAGIC_V1,
-    MAGIC_V2,
     CommitLogReader,
     CorruptRecordError,
     StoreLayoutError,
     decode_record,
-    list_mapped_files,
     resolve_store_dir,
 )
+from hanet.store.lowlevel import MAGIC_V1, MAGIC_V2, list_mapped_files
 
 __all__ = [
     "DEFAULT_DRIVER_ROWS",

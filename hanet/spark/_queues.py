@@ -14,7 +14,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from hanet.store import CQ_ENTRY_SIZE
+from hanet.store.lowlevel import CQ_ENTRY_SIZE
 
 from ._layout import ConsumeQueueFile
 

@@ -42,11 +42,11 @@ from pyspark.sql.datasource import DataSourceReader, InputPartition
 from hanet.protocol import (
     Credentials,
 )
-from hanet.store import (
+from hanet.store import StopReason
+from hanet.store.lowlevel import (
     INDEX_ROW,
     INDEX_SCAN_WINDOW,
     IndexScanResult,
-    StopReason,
     file_name,
     scan_index_windows,
 )

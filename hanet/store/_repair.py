@@ -10,11 +10,12 @@ the mark cleared.
 
 from __future__ import annotations
 
+import logging
 import os
 from typing import TYPE_CHECKING
 
 from ._consume_queue import CQ_BLANK_SIZE
-from ._damage import DamagedRange
+from ._damage import DamagedRange, damage_end
 from ._errors import CorruptRecordError
 from ._index import ROW, scan_index
 from ._judge import StopKind, judge_stop
@@ -22,7 +23,9 @@ from ._judge import StopKind, judge_stop
 if TYPE_CHECKING:
     from ._store import CommitLogStore
 
-__all__ = ["repair_range"]
+__all__ = ["mark_read_damage", "repair_range"]
+
+logger = logging.getLogger(__name__)
 
 
 def repair_range(store: CommitLogStore, damaged: DamagedRange, data: bytes) -> int:
@@ -82,3 +85,17 @@ def repair_range(store: CommitLogStore, damaged: DamagedRange, data: bytes) -> i
             store.index.index_repaired(segment, base, segment_rows)
     store.damage.remove(damaged)
     return len(rows)
+
+
+def mark_read_damage(store: CommitLogStore, offset: int, reason: str) -> DamagedRange | None:
+    """Mark the record at ``offset``, which failed its checks on a read, and what follows up to
+    the next valid record (or its file's end) damaged: see ``CommitLogStore.mark_damaged``."""
+    known = store.damaged(offset, offset + 1)
+    mapped = store.commit_log.find(offset)
+    if known is not None or mapped is None or not offset < store.max_offset:
+        return known
+    end = damage_end(mapped.view, offset, mapped.start_offset, store.max_offset)
+    damaged = DamagedRange(offset, end, reason)
+    logger.error("%s: commit log bytes %s fail their checks: marked damaged", store.root, damaged)
+    store.damage.add(damaged)
+    return damaged

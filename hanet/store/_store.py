@@ -11,48 +11,34 @@ Shape (what the HA layer relies on):
   since, one consume queue write per queue, then the listeners (RocketMQ's
   ReputMessageService). :attr:`~CommitLogStore.dispatched_offset` says how far it got.
 - Durability waits are **async**: :meth:`~CommitLogStore.wait_flushed` (and
-  :meth:`~CommitLogStore.put_async`, which uses it under SYNC_FLUSH) fsync in a worker thread;
-  concurrent waiters share one fsync (group commit: the first waiter flushes everything written
-  so far, the others find their offset flushed when it is done).
-- :meth:`~CommitLogStore.run` is the flusher service for a nursery: under ASYNC_FLUSH it
-  fsyncs every ``flush_interval``; in every mode it writes the checkpoint and flushes the
-  consume queues. Without it, data reaches the disk at :meth:`~CommitLogStore.close` or
-  through :meth:`~CommitLogStore.wait_flushed`. It also makes the next commit log (and
-  consume queue) file ahead of need in a worker thread (``StoreConfig.preallocate_at``), and a
-  master's first commit log file before its first put, so the put or raw append that crosses
-  into a new file does not reserve it (nor, with ``warm_mapped_files``, pre-fault it); a
-  write that finds none ready creates it itself, as without ``run()``. New files are not
-  faulted in by default: they take memory as they are written, not all at once.
-- The index files (``index/``, :attr:`CommitLogStore.index`; RocketMQ's key index, see
-  ``_index_file.py``) are built from the dispatched records in batches: by a put or dispatch
-  once 256 KiB wait, and caught up by every lookup (:meth:`~CommitLogStore.query_index`), by
-  :meth:`~CommitLogStore.run` each ``flush_interval`` and at open and close; rolled back with
-  the commit log (:meth:`~CommitLogStore.truncate_to`, recovery) and fsynced with the
+  :meth:`~CommitLogStore.put_async` under SYNC_FLUSH) share one fsync in a worker thread
+  (group commit). :meth:`~CommitLogStore.run` is the flusher service for a nursery (periodic
+  flush, checkpoint, index catch-up, the next files made ahead of need): ``_flusher.py``.
+  Without it, data reaches the disk at :meth:`~CommitLogStore.close` or through
+  :meth:`~CommitLogStore.wait_flushed`.
+- The index files (``index/``, :attr:`CommitLogStore.index`; RocketMQ's key index) are built
+  from the dispatched records in batches (``_dispatch.py``), caught up by every lookup
+  (:meth:`~CommitLogStore.query_index`), rolled back with the commit log and fsynced with the
   consume queues.
 - New data is announced to listeners (:meth:`~CommitLogStore.add_listener`), called
   synchronously with the new max offset: the HA master turns that into a wake-up, no polling.
-- Replicated bytes are validated **before** they are copied into the commit log
-  (:meth:`~CommitLogStore.append_raw`): a bad record is never kept, the log ends at the last
-  valid record and :attr:`~CommitLogStore.dispatch_error` says where and why (until the next
-  transfer is appended).
-  :attr:`~CommitLogStore.validated_offset` is the end of the last complete valid record (what
-  an HA slave may report); a trailing partial record may lie past it until its rest arrives,
-  and :meth:`~CommitLogStore.truncate_to` drops it.
-- A record that fails validation while being dispatched stops dispatch there;
-  :attr:`~CommitLogStore.dispatch_error` names its offset and reason.
-- A full disk is never fatal: every file is reserved before it is mapped, so a commit log or
-  consume queue file the disk cannot hold is a :class:`CreateMappedFileError` at creation
-  (puts that need it answer CREATE_MAPPED_FILE_FAILED, raw appends raise it having kept
-  nothing, dispatch waits and retries), logged once. While the file system is used past
-  ``disk_max_used_space_ratio`` (read at most once a second), puts answer
-  SERVICE_NOT_AVAILABLE ("disk full ..."). Reads and replication of the data held go on.
+- Replicated bytes are validated **before** they are copied (:meth:`~CommitLogStore.append_raw`,
+  ``_replica.py``): a bad record is never kept and :attr:`~CommitLogStore.dispatch_error` says
+  where and why; a record that fails while being dispatched stops dispatch there
+  (``_dispatch.py``). A full disk is never fatal (``_create_errors.py``, ``_disk_guard.py``):
+  puts are refused, reads and replication of the data held go on.
 
 One process at a time: the ``lock`` file is ``flock``-ed, a second opener gets
 :class:`StoreLockedError`. The store is not thread-safe; use it from one trio run.
 
-Its parts in their own modules: the trio side (group commit, periodic flush, allocator) in
-``_flusher.py``, the flushed offset its worker threads advance in ``_flush_mark.py``, the disk
-guard (on the store's injectable clock) in ``_disk_guard.py``.
+:class:`CommitLogStore` owns the files (commit log, consume queues, index, checkpoint, lock)
+and the offsets; its parts are functions over it in their own modules: opening and recovery
+(``_open.py``), puts (``_put.py``), the replica path (``_replica.py``), dispatch and the index
+build (``_dispatch.py``), damaged ranges (``_damage.py``, ``_repair.py``), statistics
+(``_statistics.py``); its reads and the deletion of expired files are mixins (``_reads.py``,
+``_cleanup.py``); the trio side (group commit, periodic flush, allocator) is
+``_flusher.py``, the flushed offset its worker threads advance ``_flush_mark.py``, the disk
+guard (on the store's injectable clock) ``_disk_guard.py``.
 """
 
 from __future__ import annotations
@@ -67,8 +53,8 @@ from pathlib import Path
 
 import trio
 
-from ._agreement import QueueMismatchError, RecordQueueMismatch, queue_disagreement
-from ._codec import MessageRecord, parse_host
+from ._cleanup import StoreCleanup
+from ._codec import parse_host
 from ._config import (
     Message,
     PutResult,
@@ -77,95 +63,46 @@ from ._config import (
     StoreRole,
     StoreStatistics,
 )
-from ._consume_queue import CQ_BLANK_SIZE, CQ_ENTRY_SIZE, ConsumeQueue
-from ._damage import DamagedRange, DamageLedger, damage_end
+from ._consume_queue import ConsumeQueue
+from ._damage import DamagedRange, DamageLedger
 from ._disk_guard import Clock, DiskGuard
-from ._errors import (
-    CorruptRecordError,
-    CreateMappedFileError,
-    OffsetMismatchError,
-    StoreClosedError,
-    StoreError,
-    StoreLayoutError,
+from ._dispatch import (
+    INDEX_CATCH_UP,
+    INDEX_STEP,
+    DispatchError,
+    build_index,
+    dispatch_pending,
 )
+from ._errors import CorruptRecordError, StoreClosedError
 from ._flush_mark import FlushMark
 from ._flusher import Flusher
-from ._index import (
-    ROW,
-    SCAN_WINDOW,
-    ScanResult,
-    group_entries,
-    scan_index,
-    scan_totals,
-    scan_windows,
-)
 from ._index_file import IndexQueryResult, IndexService
-from ._judge import StopKind, judge_stop
-from ._mapped_queue import MappedFileQueue, list_mapped_files
-from ._rebuild import FROM_START, load_checked
-from ._recovery import RecoveryResult, find_valid_end
-from ._repair import repair_range
-from ._scanner import StopReason, decode_record
-from ._store_files import (
-    STORE_PROPERTIES,
-    Checkpoint,
-    CheckpointFile,
-    StoreLock,
-    read_checkpoint,
-    read_store_sizes,
-    write_store_sizes,
-)
+from ._mapped_queue import MappedFileQueue
+from ._open import check_sizes, recover
+from ._put import write
+from ._reads import StoreReads
+from ._recovery import RecoveryResult
+from ._repair import mark_read_damage, repair_range
+from ._replica import append_raw, truncate_to, validate_continued, validate_raw
+from ._statistics import store_statistics
+from ._store_files import Checkpoint, CheckpointFile, StoreLock, write_store_sizes
 from ._writer import RecordWriter
 
-__all__ = ["CommitLogStore", "DispatchError", "Listener", "recorded_file_size"]
+__all__ = ["CommitLogStore", "Listener"]
 
 logger = logging.getLogger(__name__)
 
-_INDEX_LAG = 256 * 1024  # dispatched bytes a put or dispatch leaves unindexed at most
-_INDEX_STEP = 1 << 20  # bytes indexed at most by one put or dispatch, or one flusher step
-_INDEX_CATCH_UP = 16 << 20  # bytes a lookup, open or close indexes at most (the flusher: all)
 
 Listener = Callable[[int], None]
 """Called with the new max offset after data was added to the commit log (after raw appends
 with ``dispatch=False``: once :meth:`CommitLogStore.dispatch` dispatched them)."""
 
 
-def recorded_file_size(root: Path) -> int | None:
-    """The commit log file size of the store at ``root``: as its ``store.properties``
-    records it, else the size of its commit log files (when they all agree), else None (a new
-    store). What a restart uses when no size is given.
-
-    Raises:
-        StoreLayoutError: ``store.properties`` is unreadable or malformed.
-    """
-    size = read_store_sizes(root).get("mappedFileSizeCommitLog")
-    if size is not None:
-        return size
-    sizes = {path.stat().st_size for _, path in list_mapped_files(root / "commitlog")}
-    return sizes.pop() if len(sizes) == 1 else None
-
-
-class DispatchError(StoreError):
-    """A valid record could not be dispatched (its consume queue could not be written: an
-    ``OSError`` such as ENAMETOOLONG, ENOSPC, a file in the way, ...).
-
-    Attributes:
-        offset: the physical offset of the record that could not be dispatched.
-        reason: what failed, e.g. ``"consume queue T/0: [Errno 20] Not a directory: ..."``.
-        retryable: the failure was a consume queue file that could not be created (disk full,
-            a :class:`CreateMappedFileError`): dispatch tries again at the next put or raw
-            append instead of staying stopped.
-    """
-
-    def __init__(self, offset: int, reason: str, *, retryable: bool = False) -> None:
-        super().__init__(f"dispatch failed at offset {offset}: {reason}")
-        self.offset = offset
-        self.reason = reason
-        self.retryable = retryable
-
-
-class CommitLogStore:
+class CommitLogStore(StoreReads, StoreCleanup):
     """A RocketMQ-compatible store rooted at a directory. Open it with :meth:`open`.
+
+    Its reads (:meth:`read`, :meth:`get_messages`, ...) are :class:`~._reads.StoreReads`, the
+    deletion of expired files :class:`~._cleanup.StoreCleanup`.
 
     Attributes:
         root: the store root (``commitlog/``, ``consumequeue/``, ``checkpoint``, ...).
@@ -207,7 +144,7 @@ class CommitLogStore:
             queue_files=lambda: [queue.files for queue in self._queues.values()],
             flush_commit_log=self._flush_commit_log,
             flush_all=self._flush_if_open,
-            index_step=partial(self._build_index, force=True, budget=_INDEX_STEP),
+            index_step=partial(build_index, self, force=True, budget=INDEX_STEP),
         )
         self._last_store_timestamp = 0
         self._closed = False
@@ -261,117 +198,15 @@ class CommitLogStore:
         lock = StoreLock(root / "lock")
         store = cls(root, config, lock, clock)
         try:
-            recorded = store._check_sizes()
-            store._recover()
+            recorded = check_sizes(store)
+            recover(store)
             if not recorded:
                 write_store_sizes(root, config.mapped_file_size, config.consume_queue_file_size)
         except BaseException:
-            store.commit_log.close()
-            for queue in store._queues.values():
-                queue.close()
-            if store._checkpoint is not None:
-                store._checkpoint.close()
-            if store.index is not None:
-                store.index.close()
+            store._close_files()
             lock.release()
             raise
         return store
-
-    def _check_sizes(self) -> bool:
-        """Compare the configured file sizes with the recorded ones; False when none are
-        recorded yet."""
-        recorded = read_store_sizes(self.root)
-        config = self.config
-        for key, configured, flag in (
-            ("mappedFileSizeCommitLog", config.mapped_file_size, "--mapped-file-size "),
-            ("mappedFileSizeConsumeQueue", config.consume_queue_file_size, ""),
-        ):
-            size = recorded.get(key)
-            if size is not None and size != configured:
-                raise StoreLayoutError(
-                    f"{self.root} was created with {key}={size} (its {STORE_PROPERTIES}), "
-                    f"expected {configured} as configured: leave the setting out or give "
-                    f"{flag or key + '='}{size}"
-                )
-        return bool(recorded)
-
-    def _recover(self) -> None:
-        abort = self.root / "abort"
-        self._abnormal = abort.exists()
-        checkpoint_path = self.root / "checkpoint"
-        had_checkpoint = checkpoint_path.exists() and checkpoint_path.stat().st_size > 0
-        checkpoint = read_checkpoint(checkpoint_path)
-        # kept open for the store's life: a flush never needs a new descriptor
-        self._checkpoint = CheckpointFile(checkpoint_path)
-        self.commit_log.load()
-        if self.commit_log.files and checkpoint.data_start_offset:
-            first = self.commit_log.files[0]
-            if first.start_offset < checkpoint.data_start_offset < first.end_offset:
-                self.commit_log.min_offset = checkpoint.data_start_offset
-        self._load_queues()
-        result = find_valid_end(
-            self.commit_log,
-            abnormal=self._abnormal,
-            checkpoint_timestamp=checkpoint.physic_msg_timestamp,
-        )
-        self.recovery = result
-        self._log_recovery(result, had_checkpoint, checkpoint.physic_msg_timestamp)
-        self._mark_damaged(result.damaged, result.end_offset)
-        if self.commit_log.files:
-            self.commit_log.truncate(result.end_offset)
-            for mapped in self.commit_log.files:
-                mapped.flushed = mapped.wrote
-        for queue in self._queues.values():
-            dropped = queue.truncate_physical(result.end_offset)
-            if dropped:
-                logger.info(
-                    "%s: dropped %d entries of %s/%d past the valid data",
-                    self.root,
-                    dropped,
-                    queue.topic,
-                    queue.queue_id,
-                )
-        self._flushed = self._validated = self.commit_log.max_offset
-        self._dispatched = result.start_offset
-        if self.index is not None:  # rolled back to the valid end; built again by dispatch
-            self.index.load()
-            self.index.recover(self.commit_log, result.end_offset)
-        if self.commit_log.files and not self._queues:  # no consume queue at all: rebuild
-            self._rebuild_from = FROM_START
-        if self._rebuild_from < self._dispatched:
-            low = self.commit_log.min_offset
-            start = low if self._rebuild_from == FROM_START else max(self._rebuild_from, low)
-            logger.warning("%s: rebuilding consume queues from offset %d", self.root, start)
-            self._dispatched = min(self._dispatched, start)
-        self.dispatch()
-        self._build_index(force=True, budget=_INDEX_CATCH_UP)
-        if self.index is not None and self._dispatched - self.index.indexed_offset > 0:
-            logger.info(
-                "%s: %d bytes of the commit log to index from offset %d: built by the "
-                "flusher while the store serves",
-                self.root,
-                self._dispatched - self.index.indexed_offset,
-                self.index.indexed_offset,
-            )
-        error = self._dispatch_error
-        if isinstance(error, CorruptRecordError) and not isinstance(error, RecordQueueMismatch):
-            raise error  # pragma: no cover - recovery validated the records
-        self._last_store_timestamp = self._flushed_store_timestamp = checkpoint.physic_msg_timestamp
-        if self.commit_log.files:  # retention deleted files: queues start at the log's min
-            for queue in self._queues.values():
-                queue.correct_min_offset(self.commit_log.min_offset)
-        abort.touch()
-
-    def _mark_damaged(self, damaged: tuple[DamagedRange, ...], end: int) -> None:
-        self.damage.truncate(end)
-        for r in damaged:
-            logger.error(
-                "%s: commit log bytes %s fail their checks; the valid records after them are "
-                "kept; the range is refused until repaired (hanet master --repair-from)",
-                self.root,
-                r,
-            )
-            self.damage.add(r)
 
     def damaged(self, start: int, end: int) -> DamagedRange | None:
         """The first damaged range sharing a byte with ``[start, end)``, or None."""
@@ -382,93 +217,12 @@ class CommitLogStore:
         what follows up to the next valid record (or its file's end) damaged, persisted, so
         that it is named and refused and can be repaired; returns the range (the one already
         marked when ``offset`` is in one), None when ``offset`` is outside the data."""
-        known = self.damaged(offset, offset + 1)
-        mapped = self.commit_log.find(offset)
-        if known is not None or mapped is None or not offset < self.max_offset:
-            return known
-        end = damage_end(mapped.view, offset, mapped.start_offset, self.max_offset)
-        damaged = DamagedRange(offset, end, reason)
-        logger.error(
-            "%s: commit log bytes %s fail their checks: marked damaged", self.root, damaged
-        )
-        self.damage.add(damaged)
-        return damaged
+        return mark_read_damage(self, offset, reason)
 
     def repair(self, damaged: DamagedRange, data: bytes) -> int:
         """Write ``data``, a replica's intact copy, over ``damaged``: see
         :func:`~._repair.repair_range`."""
         return repair_range(self, damaged, data)
-
-    def _log_recovery(self, result: RecoveryResult, had_checkpoint: bool, timestamp: int) -> None:
-        if not self.commit_log.files:
-            return
-        stop = result.stop
-        if result.data_after is not None:
-            logger.warning(
-                "%s: a zeroed hole at offset %d: non-zero data follows at %d; the commit log "
-                "ends at the hole (the data after it is dropped)",
-                self.root,
-                result.end_offset,
-                result.data_after,
-            )
-        elif stop is not None and stop.reason is StopReason.INVALID:
-            logger.warning(
-                "%s: truncating the commit log at %d: %s",
-                self.root,
-                result.end_offset,
-                stop.detail,
-            )
-        if self._abnormal or not had_checkpoint:
-            why = []
-            if self._abnormal:
-                why.append("abort file present (the last run did not close the store)")
-            if not had_checkpoint:
-                why.append("no checkpoint file")
-            how = (
-                f"recovering from the checkpoint's timestamp {timestamp}"
-                if self._abnormal and timestamp > 0
-                else "recovering from the first file"
-                if self._abnormal
-                else "recovering from the last files"
-            )
-            written = self.commit_log.files[-1].end_offset
-            level = logging.WARNING if self._abnormal else logging.INFO
-            logger.log(
-                level,
-                "%s: %s: %s, walk from offset %d; valid data ends at %d (%d records, stop: %s); "
-                "truncated %d bytes of file space, %d later file(s) deleted",
-                self.root,
-                "; ".join(why),
-                how,
-                result.start_offset,
-                result.end_offset,
-                result.records,
-                "end of the last file" if stop is None else stop.reason.value,
-                written - result.end_offset,
-                result.later_files,
-            )
-        else:
-            logger.info(
-                "%s: recovered after a clean exit: walk from offset %d; valid data ends at %d",
-                self.root,
-                result.start_offset,
-                result.end_offset,
-            )
-
-    def _load_queues(self) -> None:
-        directory = self.root / "consumequeue"
-        if not directory.is_dir():
-            return
-        for topic_dir in sorted(directory.iterdir()):
-            if not topic_dir.is_dir():
-                continue
-            for queue_dir in sorted(topic_dir.iterdir()):
-                if not (queue_dir.is_dir() and queue_dir.name.isdigit()):
-                    continue
-                key = (topic_dir.name, int(queue_dir.name))
-                _, restart = load_checked(self._new_queue(*key), partial(self._new_queue, *key))
-                if restart is not None:  # rebuilt from the commit log by the first dispatch
-                    self._rebuild_from = min(self._rebuild_from, restart)
 
     def _queue_for(self, topic: str, queue_id: int) -> ConsumeQueue:
         queue = self._queues.get((topic, queue_id))
@@ -496,25 +250,29 @@ class CommitLogStore:
                 self.commit_log.truncate(self._validated)
             if self._notify_pending:  # raw appends left for a dispatch that never came
                 self._notify_pending = False
-                self._dispatch()
-            self._build_index(force=True, budget=_INDEX_CATCH_UP)  # the rest at the next open
+                dispatch_pending(self)
+            build_index(self, force=True, budget=INDEX_CATCH_UP)  # the rest at the next open
             self._flush_all()
         finally:
-            self.commit_log.close()
-            for queue in self._queues.values():
-                queue.close()
-            if self._checkpoint is not None:
-                self._checkpoint.close()
-            if self.index is not None:
-                self.index.close()
+            self._close_files()
             (self.root / "abort").unlink(missing_ok=True)
             self._lock.release()
+
+    def _close_files(self) -> None:
+        """Close every file (nothing is flushed; the lock stays held)."""
+        self.commit_log.close()
+        for queue in self._queues.values():
+            queue.close()
+        if self._checkpoint is not None:
+            self._checkpoint.close()
+        if self.index is not None:
+            self.index.close()
 
     async def aclose(self) -> None:
         """:meth:`close` with the final fsyncs in a worker thread."""
         if self._closed:
             return
-        self._build_index(force=True, budget=_INDEX_CATCH_UP)
+        build_index(self, force=True, budget=INDEX_CATCH_UP)
         await self._flusher.flush_all()  # after a group commit in flight
         self.close()
 
@@ -572,60 +330,6 @@ class CommitLogStore:
         """
         return self._dispatch_error or self._replica_error
 
-    def read(self, offset: int, max_bytes: int) -> bytes:
-        """Up to ``max_bytes`` commit log bytes from ``offset``, never crossing a file.
-
-        What the HA master ships; b"" at or past :attr:`max_offset`; a copy (stays valid).
-
-        Raises:
-            ValueError: ``offset`` is below :attr:`min_offset`.
-        """
-        return self.commit_log.read(offset, max_bytes)
-
-    def read_view(self, offset: int, max_bytes: int) -> memoryview:
-        """As :meth:`read`, a read-only view of the mapped commit log instead of a copy.
-
-        What the HA master sends without copying: written bytes never change on a master. The
-        view keeps its file's mapping alive until it is dropped (closing the store meanwhile
-        is safe).
-
-        Raises:
-            ValueError: ``offset`` is below :attr:`min_offset`.
-        """
-        return self.commit_log.read_view(offset, max_bytes)
-
-    def file_position(self, offset: int) -> tuple[int, int]:
-        """``(descriptor, position)``: the commit log file holding ``offset`` and where in it,
-        for sending its bytes with ``sendfile`` (duplicate the descriptor: the store may close
-        the file meanwhile, e.g. retention).
-
-        Raises:
-            ValueError: no open file holds ``offset``.
-        """
-        mapped = self.commit_log.find(offset)
-        if mapped is None or mapped.fileno() < 0:
-            raise ValueError(f"no open commit log file holds offset {offset}")
-        return mapped.fileno(), offset - mapped.start_offset
-
-    def read_record(self, offset: int) -> MessageRecord:
-        """Decode the record at a physical offset.
-
-        Raises:
-            CorruptRecordError: no valid record there.
-        """
-        mapped = self.commit_log.find(offset)
-        if mapped is None or offset >= mapped.write_offset:
-            raise CorruptRecordError(offset, "no data at this offset")
-        return decode_record(
-            mapped.view[: mapped.wrote],
-            offset - mapped.start_offset,
-            base_offset=mapped.start_offset,
-        )
-
-    def queues(self) -> list[tuple[str, int]]:
-        """The (topic, queue id) pairs that have a consume queue, sorted."""
-        return sorted(self._queues)
-
     async def delete_topic_queues(self, topic: str) -> int:
         """Forget ``topic``'s consume queues and delete their files (RocketMQ's
         ``cleanUnusedTopic`` after DELETE_TOPIC_IN_BROKER); the commit log keeps the records.
@@ -638,97 +342,6 @@ class CommitLogStore:
             if keys:
                 shutil.rmtree(self.root / "consumequeue" / topic, ignore_errors=True)
         return len(keys)
-
-    def max_queue_offset(self, topic: str, queue_id: int) -> int:
-        """The queue offset the next message of this queue gets (0 for an unknown queue)."""
-        queue = self._queues.get((topic, queue_id))
-        return 0 if queue is None else queue.max_queue_offset
-
-    def min_queue_offset(self, topic: str, queue_id: int) -> int:
-        """The first queue offset held (0 for an unknown queue)."""
-        queue = self._queues.get((topic, queue_id))
-        return 0 if queue is None else queue.min_queue_offset
-
-    def consume_queue_entry(
-        self, topic: str, queue_id: int, queue_offset: int
-    ) -> tuple[int, int, int] | None:
-        """``(physical offset, size, tag hash)`` of a consume queue entry, or None."""
-        queue = self._queues.get((topic, queue_id))
-        return None if queue is None else queue.get(queue_offset)
-
-    def consume_queue_entries(
-        self, topic: str, queue_id: int, queue_offset: int, count: int
-    ) -> list[tuple[int, int, int]]:
-        """Up to ``count`` consecutive entries from ``queue_offset`` (as
-        :meth:`consume_queue_entry`), read in one go; fewer where a consume queue file ends
-        (ask again from there), [] when the queue does not hold ``queue_offset``."""
-        queue = self._queues.get((topic, queue_id))
-        return [] if queue is None else queue.entries(queue_offset, count)
-
-    def get_message(self, topic: str, queue_id: int, queue_offset: int) -> MessageRecord | None:
-        """The message at a queue offset, or None when the queue does not hold it.
-
-        Raises:
-            CorruptRecordError: the entry points at bytes that are not a valid record.
-        """
-        entry = self.consume_queue_entry(topic, queue_id, queue_offset)
-        if entry is None or entry[1] == CQ_BLANK_SIZE:
-            return None
-        return self.read_record(entry[0])
-
-    def get_messages(
-        self, topic: str, queue_id: int, queue_offset: int, max_count: int = 32
-    ) -> list[MessageRecord]:
-        """Up to ``max_count`` messages from a queue offset on (fewer at the queue's end)."""
-        result = []
-        end = min(queue_offset + max_count, self.max_queue_offset(topic, queue_id))
-        for q in range(max(queue_offset, self.min_queue_offset(topic, queue_id)), end):
-            record = self.get_message(topic, queue_id, q)
-            if record is not None:
-                result.append(record)
-        return result
-
-    # -- retention ---------------------------------------------------------------------------
-
-    def delete_first_commit_log_file(self, *, force: bool = False) -> bool:
-        """Delete the first commit log file (retention; see :mod:`hanet.store._retention`):
-        never the last file, nor one holding records not yet flushed or dispatched. The
-        min offset becomes the next file's start, and every consume queue's min queue offset
-        moves past the entries of the deleted records at once, so no read reaches them.
-
-        A file whose mapping a reader still holds (an HA transfer's view) is kept unless
-        ``force`` (the reader's view stays valid either way). Returns whether it was deleted.
-
-        Raises:
-            StoreClosedError: the store is closed.
-        """
-        if self._closed:
-            raise StoreClosedError("the store is closed")
-        files = self.commit_log.files
-        if len(files) < 2 or files[0].end_offset > min(self._dispatched, self._flushed):
-            return False
-        if not self.commit_log.delete_first(force=force):
-            return False
-        low = self.commit_log.min_offset
-        for queue in self._queues.values():
-            queue.correct_min_offset(low)
-        self.damage.forget_below(low)  # deleted with its file
-        return True
-
-    def clean_consume_queue(self, topic: str, queue_id: int, *, force: bool = False) -> int:
-        """Delete the consume queue files (never the last) whose entries all point below the
-        commit log's min offset; returns how many (0 for an unknown queue)."""
-        queue = self._queues.get((topic, queue_id))
-        if queue is None or self._closed:
-            return 0
-        return queue.delete_expired_files(self.commit_log.min_offset, force=force)
-
-    def clean_index_files(self) -> int:
-        """Delete the index files (never the newest) whose keys all point below the commit
-        log's min offset (retention, after commit log files went); returns how many."""
-        if self.index is None or self._closed:
-            return 0
-        return self.index.delete_expired(self.commit_log.min_offset)
 
     # -- listeners ---------------------------------------------------------------------------
 
@@ -760,12 +373,12 @@ class CommitLogStore:
         Assigns the queue offset, physical offset and store timestamp, dispatches the message
         to its consume queue and wakes the listeners. A refused message writes nothing.
         """
-        (result,) = self._write((message,))
+        (result,) = write(self, (message,))
         return result
 
     def put_batch(self, messages: Iterable[Message]) -> list[PutResult]:
         """:meth:`put` for many messages, with one timestamp and one listener call."""
-        return self._write(messages)
+        return write(self, messages)
 
     async def put_async(self, message: Message) -> PutResult:
         """:meth:`put`, then under SYNC_FLUSH wait until the message is fsynced.
@@ -787,97 +400,6 @@ class CommitLogStore:
         if await self._flusher.durable(max(ends) if ends else None):
             return results
         return [r._replace(status=PutStatus.FLUSH_DISK_TIMEOUT) if r.ok else r for r in results]
-
-    def _write(self, messages: Iterable[Message]) -> list[PutResult]:
-        error = self._dispatch_error
-        if isinstance(error, DispatchError) and error.retryable and not self._closed:
-            error = self.dispatch()  # a consume queue file could not be created: try again
-        if self._closed or self.config.role is StoreRole.SLAVE or error is not None:
-            if self._closed:
-                detail = "the store is closed"
-            elif error is not None:
-                detail = f"the store refuses puts: {error}"
-            else:
-                detail = "a slave store refuses puts"
-            refused = PutResult(PutStatus.SERVICE_NOT_AVAILABLE, detail=detail)
-            return [refused for _ in messages]
-        if self._disk.refresh():
-            refused = PutResult(PutStatus.SERVICE_NOT_AVAILABLE, detail=self._disk.detail())
-            return [refused for _ in messages]
-        if not isinstance(messages, (list, tuple)):
-            messages = list(messages)
-        now = max(time.time_ns() // 1_000_000, self._last_store_timestamp)
-        before = self.commit_log.max_offset
-        in_step = self._dispatched == before
-        writer = self._writer
-        try:
-            results = writer.write(messages, now, dispatch=in_step)
-        except Exception as exc:  # a consume queue could not be written: undo the batch
-            self._undo_write(before)
-            self._fail_dispatch(before, None, exc)
-            return self._refuse_failed(messages, exc)  # once: never written again here
-        if writer.create_error is not None or self._create_error is not None:
-            self._note_create_error(writer.create_error)
-            writer.create_error = None
-        after = self.commit_log.max_offset
-        if after != before:
-            if after >= self._allocate_mark:
-                self._wake_allocator()
-            self._validated = after
-            self._last_store_timestamp = now
-            if in_step:
-                self._dispatched = after
-                self._build_index()
-            else:
-                self.dispatch()
-            self._notify()
-        return results
-
-    def _refuse_failed(self, messages: Sequence[Message], exc: Exception) -> list[PutResult]:
-        """The answers to a batch whose write failed and was undone: CREATE_MAPPED_FILE_FAILED
-        for a file that could not be created (puts go on once it can), else
-        SERVICE_NOT_AVAILABLE with the dispatch error that now refuses puts."""
-        error = self._dispatch_error
-        if isinstance(exc, CreateMappedFileError):
-            refused = PutResult(PutStatus.CREATE_MAPPED_FILE_FAILED, detail=str(exc))
-        else:
-            reason = exc if error is None else error
-            refused = PutResult(
-                PutStatus.SERVICE_NOT_AVAILABLE, detail=f"the store refuses puts: {reason}"
-            )
-        return [refused for _ in messages]
-
-    def _undo_write(self, offset: int) -> None:
-        files = self.commit_log
-        if files.max_offset > offset:
-            files.truncate(offset)
-        for queue in self._queues.values():
-            queue.truncate_physical(offset)
-        self._dispatched = min(self._dispatched, offset)
-        if self.index is not None:
-            self.index.truncate(offset, files)
-
-    def _files_created(self) -> int:
-        return self.commit_log.created + sum(q.files.created for q in self._queues.values())
-
-    def _note_create_error(
-        self,
-        reason: str | None,
-        *,
-        logged: object = None,
-        effect: str = "puts that need a new file answer CREATE_MAPPED_FILE_FAILED "
-        "(reads and replication of the data held go on)",
-    ) -> None:
-        """Log a new file that could not be created (an ERROR once, until a file is created
-        again: then an INFO). The ERROR reads ``logged`` (default ``reason``) then ``effect``."""
-        if reason is not None:
-            if self._create_error is None:
-                logger.error("%s: %s; %s", self.root, reason if logged is None else logged, effect)
-            self._create_error = reason
-            self._created_at_error = self._files_created()
-        elif self._create_error is not None and self._files_created() > self._created_at_error:
-            logger.info("%s: new files can be created again", self.root)
-            self._create_error = None
 
     # -- the disk ------------------------------------------------------------------------------
 
@@ -930,133 +452,17 @@ class CommitLogStore:
             OffsetMismatchError: ``offset`` does not continue the commit log.
             StoreClosedError: the store is closed.
         """
-        if self._closed:
-            raise StoreClosedError("the store is closed")
-        files = self.commit_log
-        empty = not files.files
-        if not empty:
-            end = files.max_offset
-            if offset != end:
-                raise OffsetMismatchError(end, offset)
-        view = memoryview(data).cast("B") if not isinstance(data, bytes) else data
-        self._replica_error = None
-        start = offset if empty else self._validated
-        if start < offset:  # a partial record already in the log: validate it with the new bytes
-            valid_end, error = self._validate_continued(start, offset, memoryview(view))
-        else:
-            valid_end, error = self._validate_raw(start, memoryview(view))
-        keep = len(view) if error is None else max(valid_end - offset, 0)
-        if keep:
-            try:
-                files.append_raw(offset, view if keep == len(view) else view[:keep])
-            except CreateMappedFileError as exc:  # nothing was appended
-                self._note_create_error(f"commit log: {exc}")
-                raise
-            if self._create_error is not None:
-                self._note_create_error(None)
-            if empty:
-                self._dispatched = offset
-                if self.index is not None:
-                    self.index.start_at(offset)
-                if offset % self.config.mapped_file_size:
-                    self._write_checkpoint(sync=True)
-            self._raw_bytes += keep
-            if files.max_offset >= self._allocate_mark:
-                self._wake_allocator()
-        if error is not None and files.max_offset > valid_end:
-            self.truncate_to(valid_end)
-        if files.files:
-            self._validated = valid_end
-        if keep:
-            if dispatch:
-                self.dispatch()
-                self._notify()
-            else:
-                self._notify_pending = True
-        if error is not None:
-            logger.warning(
-                "%s: replicated bytes failed validation: %s; the commit log ends at %d",
-                self.root,
-                error,
-                files.max_offset,
-            )
-            self._replica_error = error
+        append_raw(self, offset, data, dispatch=dispatch)
 
     def _validate_continued(
         self, start: int, offset: int, view: memoryview
     ) -> tuple[int, CorruptRecordError | None]:
-        """:meth:`_validate_raw` of the log's bytes ``[start, offset)`` (the head of a partial
-        record) followed by ``view``. When ``view`` completes that record, only the record is
-        copied together and the rest of ``view`` is validated in place (the same outcome: a
-        scan validates each record by its own bytes and position); otherwise all of it.
-
-        A head of at least 8 bytes was kept past :attr:`validated_offset` only because a scan
-        found its record (or blank tail) incomplete, which depended on nothing but those 8
-        bytes (size and magic) and the position: while ``view`` still does not complete it,
-        the outcome is the same without reading or copying anything (so a large record
-        arriving in many small frames costs each frame O(1), not a rescan of its head)."""
-        held = offset - start
-        # The held bytes lie in one file (no record or blank tail crosses a file end): one
-        # view of them, copied only when they are joined with the new bytes below.
-        head = self.commit_log.read_view(start, held)
-        if len(head) < held:  # pragma: no cover - defensive: read them piece by piece
-            head = memoryview(self._read_log(start, held))
-        if held >= 8:
-            need = int.from_bytes(head[:4], "big", signed=True) - held
-            if need > len(view):
-                return start, None
-        pending = bytearray(head)
-        head.release()
-        if len(pending) >= 4:
-            need = int.from_bytes(pending[:4], "big", signed=True) - len(pending)
-            if 0 < need <= len(view):
-                pending += view[:need]
-                record_end, error = self._validate_raw(start, memoryview(pending))
-                if error is None and record_end == offset + need:  # that record is valid
-                    return self._validate_raw(record_end, view[need:])
-                del pending[offset - start :]
-        pending += view
-        return self._validate_raw(start, memoryview(pending))
-
-    def _read_log(self, position: int, size: int) -> bytearray:
-        """The commit log's bytes ``[position, position + size)`` (all written), copied."""
-        files = self.commit_log
-        out = bytearray()
-        end = position + size
-        while position < end:
-            chunk = files.read(position, end - position)
-            out += chunk
-            position += len(chunk)
-        return out
+        """:func:`~._replica.validate_continued` (the tests call it on the store)."""
+        return validate_continued(self, start, offset, view)
 
     def _validate_raw(self, start: int, buf: memoryview) -> tuple[int, CorruptRecordError | None]:
-        """Validate ``buf``, commit log bytes from the record boundary ``start``.
-
-        Returns the end of the last complete valid record (or blank tail) and the first error.
-        """
-        size = self.config.mapped_file_size
-        end = start + len(buf)
-        position = start
-        while position < end:
-            file_end = position - position % size + size
-            segment_end = min(end, file_end)
-            index = position - start
-            segment = buf[index : index + segment_end - position]
-            limit = file_end - position
-            if len(segment) <= SCAN_WINDOW:  # one call (what scan_totals makes of it)
-                result = scan_index(segment, 0, None, position, limit, check_physical_offset=True)
-            else:
-                result, _ = scan_totals(
-                    segment, 0, None, position, limit, check_physical_offset=True
-                )
-            verdict = judge_stop(result.stop(position), file_end, written=True)
-            reached = verdict.stop.offset
-            if verdict.damaged:
-                return reached, verdict.stop.error()
-            if verdict.kind is not StopKind.NEXT_FILE or segment_end < file_end:
-                return reached, None  # the data end, or the rest of the file still to come
-            position = file_end
-        return end, None
+        """:func:`~._replica.validate_raw` (the tests call it on the store)."""
+        return validate_raw(self, start, buf)
 
     def truncate_to(self, offset: int) -> None:
         """Make ``offset`` the end of the commit log (an HA slave dropping bad or partial bytes).
@@ -1070,31 +476,7 @@ class CommitLogStore:
             ValueError: ``offset`` is outside [:attr:`min_offset`, :attr:`max_offset`].
             StoreClosedError: the store is closed.
         """
-        if self._closed:
-            raise StoreClosedError("the store is closed")
-        files = self.commit_log
-        if not files.files and offset == 0:
-            return
-        if not files.min_offset <= offset <= files.max_offset:
-            low, high = files.min_offset, files.max_offset
-            raise ValueError(f"cannot truncate at {offset}: the data is [{low}, {high}]")
-        dropped = files.max_offset - offset
-        files.truncate(offset)
-        for queue in self._queues.values():
-            queue.truncate_physical(offset)
-        if self.index is not None:
-            self.index.truncate(offset, files)
-        self._validated = min(self._validated, offset)
-        self._dispatched = min(self._dispatched, offset)
-        self._flushed = min(self._flushed, offset)
-        self.damage.truncate(offset)
-        error = self._dispatch_error
-        if error is not None and error.offset >= offset:
-            self._dispatch_error = None
-        self._replica_error = None
-        self._write_checkpoint(sync=True)
-        if dropped:
-            logger.info("%s: truncated the commit log at %d (%d bytes)", self.root, offset, dropped)
+        truncate_to(self, offset)
 
     # -- dispatch ----------------------------------------------------------------------------
 
@@ -1112,99 +494,16 @@ class CommitLogStore:
         listeners. Returns :attr:`dispatch_error`.
         """
         try:
-            return self._dispatch()
+            return dispatch_pending(self)
         finally:
             if self._notify_pending:
                 self._notify_pending = False
                 self._notify()
 
-    def _dispatch(self) -> CorruptRecordError | DispatchError | None:
-        error = self._dispatch_error
-        if isinstance(error, DispatchError) and error.retryable:
-            self._dispatch_error = None  # a file could not be created: try again
-        elif error is not None:
-            return self.dispatch_error
-        files = self.commit_log
-        while self._dispatched < files.max_offset:
-            skip = self.damaged(self._dispatched, self._dispatched + 1)
-            if skip is not None:  # never dispatched: the records after it are
-                self._dispatched = skip.end
-                continue
-            mapped = files.find(self._dispatched)
-            if mapped is None:  # pragma: no cover - offsets inside the data always have a file
-                break
-            base = mapped.start_offset
-            view = mapped.view
-            # Bytes before validated_offset were checked, body CRCs included, when they came
-            # in (a raw append), were written here (a put) or were walked by recovery: dispatch
-            # re-reads them with a bounds-checked scan but no second CRC pass. Past it lies at
-            # most the head of a record still to come.
-            end = min(mapped.wrote, max(self._validated - base, self._dispatched - base))
-            damage = self.damage.next_start(self._dispatched) if self.damage else None
-            if damage is not None and damage < base + end:
-                end = damage - base
-            result: ScanResult | None = None
-            failed = False
-            for result in scan_windows(
-                view,
-                self._dispatched - base,
-                end,
-                base,
-                check_crc=False,
-                check_physical_offset=True,
-            ):
-                if result.records and not self._dispatch_rows(view, result.rows, base):
-                    failed = True
-                    break
-            if failed:
-                break
-            assert result is not None
-            verdict = judge_stop(result.stop(base), mapped.end_offset, written=True)
-            self._dispatched = base + result.position
-            if verdict.damaged:
-                self._dispatch_error = verdict.stop.error()
-                logger.warning("%s: dispatch stopped: %s", self.root, self._dispatch_error)
-                break
-            if verdict.kind is not StopKind.NEXT_FILE or mapped.wrote < mapped.size:
-                if damage is not None and self._dispatched == damage:
-                    continue  # skipped at the top of the loop
-                break  # the data end, or the rest of the file still to come
-            self._dispatched = mapped.end_offset
-        self._build_index()
-        return self.dispatch_error
-
-    def _build_index(self, *, force: bool = False, budget: int | None = None) -> bool:
-        """Index the dispatched records not indexed yet (RocketMQ's ``buildIndex`` dispatcher),
-        on masters and slaves, at most ``budget`` bytes of them: after a put or dispatch once
-        ``_INDEX_LAG`` bytes wait (in batches: one build costs puts little per record; at most
-        ``_INDEX_STEP``), with ``force`` before a lookup, at open and close (at most
-        ``_INDEX_CATCH_UP``: a store that never had an index is indexed by the flusher, not
-        by its first lookup) and in :meth:`run` every ``flush_interval`` until caught up.
-        Returns whether there is nothing more to do now (caught up, or stopped by a file it
-        cannot write)."""
-        index = self.index
-        if index is None:
-            return True
-        lag = self._dispatched - index.indexed_offset
-        if lag <= 0:
-            return True
-        if not force:
-            if lag < _INDEX_LAG:
-                return False
-            budget = _INDEX_STEP
-        try:
-            done = index.build(
-                self.commit_log, self._dispatched, budget=budget, skip=self.damage.ranges
-            )
-            return done or index.error is not None  # a file it cannot write: later
-        except Exception:  # pragma: no cover - a bug must not stop puts and replication
-            logger.exception("%s: building the index failed at %d", self.root, index.indexed_offset)
-            return True
-
     def build_index(self) -> None:
         """Index every dispatched record now (puts leave up to 256 KiB to the next batch;
         lookups, :meth:`run`, open and :meth:`close` catch up by themselves)."""
-        self._build_index(force=True)
+        build_index(self, force=True)
 
     def query_index(
         self, topic: str, key: str, max_num: int, begin: int, end: int
@@ -1220,99 +519,10 @@ class CommitLogStore:
         (``message_index_enable`` off)."""
         if self.index is None:
             return [], 0, 0
-        self._build_index(force=True, budget=_INDEX_CATCH_UP)
+        build_index(self, force=True, budget=INDEX_CATCH_UP)
         offsets, stamp, offset = self.index.query(topic, key, max_num, begin, end)
         low = self.commit_log.min_offset
         return sorted({o for o in offsets if low <= o < self._dispatched}), stamp, offset
-
-    def _fail_dispatch(self, offset: int, queue: tuple[str, int] | None, exc: Exception) -> None:
-        where = "" if queue is None else f"consume queue {queue[0]}/{queue[1]}: "
-        if isinstance(exc, CreateMappedFileError):
-            error = DispatchError(offset, f"{where}{exc}", retryable=True)
-            self._dispatch_error = error
-            self._note_create_error(
-                error.reason,
-                logged=error,
-                effect="dispatch and puts wait until the file can be created (reads and "
-                "replication go on)",
-            )
-            return
-        stop: CorruptRecordError | DispatchError = DispatchError(offset, f"{where}{exc}")
-        if isinstance(exc, QueueMismatchError):  # the record disagrees with its queue
-            stop = RecordQueueMismatch(offset, f"{where}{exc}")
-        self._dispatch_error = stop
-        logger.error(
-            "%s: %s; puts are refused from now on (reads and replication go on)", self.root, stop
-        )
-
-    def _dispatch_rows(self, view: memoryview, rows: bytes, base: int = 0) -> bool:
-        """Append the consume queue entries of ``rows`` (one scan of ``view``; see
-        ``_index.py``): one write per queue (per run of consecutive queue offsets), as
-        :func:`group_entries` groups them. A record already in its queue is skipped (recovery
-        re-dispatches from a safe point). False when a consume queue could not be written:
-        :attr:`dispatch_error` names the record, :attr:`dispatched_offset` is its offset and
-        the queues hold exactly the records before it (as a record-by-record dispatch)."""
-        queues = self._queues
-        topics: list[str] = []
-        last_stored = self._last_store_timestamp
-        skipped = False
-        highs: dict[tuple[int, int], int] = {}  # (topic id, queue id) -> max queue offset before
-        floors: dict[tuple[str, int], int] = {}  # queues written -> their max queue offset before
-        key: tuple[str, int] | None = None
-        entries: bytes | memoryview = b""
-        try:
-            for tid, start, length, queue_id, queue_offset, count, packed, stored in group_entries(
-                rows
-            ):
-                first, entries = queue_offset, packed
-                if tid == len(topics):
-                    topics.append(str(view[start : start + length], "utf-8"))
-                key = (topics[tid], queue_id)
-                queue = self._queue_for(*key)
-                high = queue.max_queue_offset
-                if key not in floors:
-                    highs[tid, queue_id] = floors[key] = high
-                queue_disagreement(queue, first, packed, view, base, self.damage)  # may raise
-                if first < high:  # already (partly) in the queue: skip what it holds
-                    if first + count <= high:
-                        continue
-                    skipped = True  # part of the group: its max timestamp may not count
-                    entries = memoryview(entries)[(high - first) * CQ_ENTRY_SIZE :]
-                    first = high
-                queue.append_entries(first, entries)
-                last_stored = max(last_stored, stored)
-        except Exception as exc:  # a consume queue could not be written
-            offset = (
-                int.from_bytes(entries[:8], "big", signed=True)
-                if len(entries) >= 8
-                else self._dispatched
-            )
-            for written, floor in floors.items():  # undo what a record-by-record dispatch
-                queues[written].truncate_physical(offset, floor)  # would not have written yet
-            self._last_store_timestamp = self._stored_before(rows, highs, offset)
-            self._dispatched = offset
-            self._fail_dispatch(offset, key, exc)
-            return False
-        if skipped:  # the exact record-by-record rule: skipped records do not count
-            last_stored = self._stored_before(rows, highs, None)
-        self._last_store_timestamp = last_stored
-        return True
-
-    def _stored_before(
-        self, rows: bytes, highs: dict[tuple[int, int], int], end: int | None
-    ) -> int:
-        """The store timestamp a record-by-record dispatch of ``rows`` (up to the record at
-        ``end``) leaves: records already in their queues (below ``highs``, each queue's max
-        queue offset before) do not count."""
-        last = self._last_store_timestamp
-        running = dict(highs)
-        for offset, _, queue_id, queue_offset, _, stored, _, _, tid in ROW.iter_unpack(rows):
-            if end is not None and offset >= end:
-                break
-            if queue_offset >= running.get((tid, queue_id), 0):
-                running[tid, queue_id] = queue_offset + 1
-                last = max(last, stored)
-        return last
 
     # -- durability --------------------------------------------------------------------------
 
@@ -1333,23 +543,15 @@ class CommitLogStore:
         await self._flusher.wait_flushed(offset)
 
     # The flushed offset and its timestamp live in a FlushMark (worker threads advance it, the
-    # event loop's thread sets it): recovery and truncate_to assign these as before.
+    # event loop's thread sets it: recovery, truncate_to).
 
     @property
     def _flushed(self) -> int:
         return self._mark.offset
 
-    @_flushed.setter
-    def _flushed(self, offset: int) -> None:
-        self._mark.set(offset=offset)
-
     @property
     def _flushed_store_timestamp(self) -> int:
         return self._mark.timestamp
-
-    @_flushed_store_timestamp.setter
-    def _flushed_store_timestamp(self, timestamp: int) -> None:
-        self._mark.set(timestamp=timestamp)
 
     def _flush_commit_log(self) -> None:
         """Fsync the commit log (blocks; any thread, also two at once): the flushed offset
@@ -1406,7 +608,7 @@ class CommitLogStore:
         """
         await self._flusher.run(task_status=task_status)
 
-    # append_raw and _write wake the allocator through these
+    # raw appends and puts (_replica.py, _put.py) wake the allocator through these
     @property
     def _allocate_mark(self) -> int:
         return self._flusher.allocate_mark
@@ -1423,29 +625,4 @@ class CommitLogStore:
     def statistics(self) -> StoreStatistics:
         """A snapshot of the store's state (reads the disk usage if the last reading is older
         than ``disk_check_interval``)."""
-        self._disk.refresh()
-        error = self.dispatch_error
-        return StoreStatistics(
-            min_offset=self.min_offset,
-            max_offset=self.max_offset,
-            flushed_offset=self._flushed,
-            dispatched_offset=self._dispatched,
-            mapped_files=len(self.commit_log.files),
-            consume_queues=len(self._queues),
-            puts=self._writer.puts,
-            put_bytes=self._writer.put_bytes,
-            raw_appended_bytes=self._raw_bytes,
-            flushes=self._mark.flushes,
-            dispatch_error=None if error is None else (error.offset, error.reason),
-            recovered_abnormally=self._abnormal,
-            truncated_at=(
-                None
-                if self.recovery.stop is None or self.recovery.stop.reason is not StopReason.INVALID
-                else self.recovery.end_offset
-            ),
-            closed=self._closed,
-            disk_full=self._disk.full,
-            disk_used_ratio=self._disk.used_ratio,
-            create_error=self._create_error,
-            damaged=tuple((r.start, r.end, r.reason) for r in self.damage),
-        )
+        return store_statistics(self)

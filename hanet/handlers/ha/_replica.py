@@ -23,8 +23,8 @@ __all__ = [
 log = logging.getLogger("hanet.ha.slave")
 
 # A commit log record's TOTALSIZE and MAGICCODE, and the magic of the blank record that fills
-# the end of every file (protocol §3.2; the same value as ``hanet.store.BLANK_MAGIC``, which
-# handlers may not import).
+# the end of every file (protocol §3.2; the same value as
+# ``hanet.store.lowlevel.BLANK_MAGIC``, which handlers may not import).
 _PREFIX = struct.Struct(">iI")
 BLANK_MAGIC = 0xCBD43194
 
