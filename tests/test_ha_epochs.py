@@ -109,7 +109,9 @@ async def test_a_slave_past_the_consistent_point_refuses_and_names_it(
                 slave_store, CONFIG, connector=link, epoch_source=source_of(master_store, calls)
             )
             await nursery.start(slave.run)
-            await wait_until(lambda: len(calls) >= 4)  # asks again every reconnect interval
+            await wait_until(
+                lambda: len(calls) >= 4, 30
+            )  # asks again every reconnect interval (5 s)
             status = slave.status()
             nursery.cancel_scope.cancel()
         assert link.connects == 0  # not one HA byte exchanged
