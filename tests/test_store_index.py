@@ -260,14 +260,17 @@ def test_windows_give_the_scan_of_one_call(scan: ScanFunction) -> None:
 i32 = st.integers(-(2**31), 2**31 - 1)
 i64 = st.integers(-(2**63), 2**63 - 1)
 hosts = st.one_of(st.binary(min_size=4, max_size=4), st.binary(min_size=16, max_size=16))
-texts = st.text(alphabet=st.characters(exclude_characters="\x01\x02", codec="utf-8"), max_size=12)
+# (no property ends in a zero byte: that is a zeroed tail, INVALID by design)
+texts = st.text(
+    alphabet=st.characters(exclude_characters="\x00\x01\x02", codec="utf-8"), max_size=12
+)
 raw_properties = st.one_of(
     st.dictionaries(st.sampled_from(["TAGS", "KEYS", "WAIT", "TAG", "TAGSX"]), texts, max_size=4),
     st.lists(
         st.tuples(st.sampled_from([b"TAGS", b"KEYS", b"", b"T\xffAGS"]), st.binary(max_size=10)),
         max_size=4,
     ).map(lambda items: b"".join(k + b"\x01" + v + b"\x02" for k, v in items)),
-    st.binary(max_size=40),
+    st.binary(max_size=40).filter(lambda raw: not raw.endswith(b"\x00")),
 )
 topics = st.one_of(
     st.sampled_from(["TopicTest", "a", "ü", "%|_-9"]),

@@ -33,9 +33,8 @@ import mmap
 import os
 import re
 import struct
-import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import attrs
@@ -43,9 +42,15 @@ import attrs
 from ._damage import DamagedRange
 from ._errors import StoreError, StoreLayoutError
 from ._index import ROW, SCAN_WINDOW, scan_windows
+from ._index_keys import (
+    KEYS_PROPERTY,
+    UNIQ_KEY_PROPERTY,
+    index_key_hash,
+    java_hash,
+    raw_keys,
+    topic_key_hash,
+)
 from ._mapped_queue import MappedFileQueue
-from ._native import ENABLED as NATIVE_ENABLED
-from ._native import native
 from ._scanner import StopReason, decode_record
 
 __all__ = [
@@ -60,8 +65,6 @@ __all__ = [
     "IndexQueryResult",
     "IndexService",
     "index_file_size",
-    "index_key_hash",
-    "record_index_keys",
 ]
 
 logger = logging.getLogger(__name__)
@@ -86,101 +89,11 @@ _PAGE = mmap.PAGESIZE
 _NAME = re.compile(r"^\d{17}$")
 _ROLLBACK = 0x3 << 2  # MessageSysFlag.TRANSACTION_ROLLBACK_TYPE
 _SYS_FLAG_AT = 36  # after TOTALSIZE, MAGICCODE, BODYCRC, QUEUEID, FLAG, QUEUEOFFSET, PHYSICALOFFSET
-_UTF16 = "utf-16-le" if sys.byteorder == "little" else "utf-16-be"
-_KEY_PROPERTIES = re.compile(rb"(?:^|\x02)(KEYS|UNIQ_KEY)\x01([^\x02]*)")
-_KEYS = b"KEYS\x01"
-_UNIQ_KEY = b"UNIQ_KEY\x01"
-
-
-_POWERS: dict[int, int] = {}  # 31 ** n mod 2 ** 32 by n
-_POW12 = pow(31, 12, 0x100000000)
-_HEADS: dict[str, tuple[int, int]] = {}  # the first 20 characters of unique ids -> hash
-
-
-def _java_hash_py(text: str) -> tuple[int, int]:
-    """Java's ``String.hashCode`` of ``text`` as an unsigned 32-bit int, and its length in
-    UTF-16 code units (the reference of the extension's ``java_hash``, used without it)."""
-    units: bytes | memoryview = (
-        text.encode("ascii") if text.isascii() else memoryview(text.encode(_UTF16)).cast("H")
-    )
-    value = 0
-    for unit in units:
-        value = (value * 31 + unit) & 0xFFFFFFFF
-    return value, len(units)
-
-
-# A key is often long (a client's KEYS may be a whole business id or more): hashed in Python
-# one character at a time, a 1 KiB key cost ~60 us of every put that carried it.
-_java_hash: Callable[[str], tuple[int, int]] = (
-    (native("java_hash") or _java_hash_py) if NATIVE_ENABLED else _java_hash_py
-)
-
-
-def _positive(value: int) -> int:
-    """RocketMQ's ``indexKeyHashMethod`` of an unsigned 32-bit ``hashCode``: its absolute
-    value as a signed int, 0 for ``Integer.MIN_VALUE``."""
-    return value if value < 0x80000000 else (0 if value == 0x80000000 else 0x100000000 - value)
-
-
-def _key_hash(prefix: tuple[int, int], key: str) -> int:
-    """:func:`index_key_hash` of ``topic#`` + ``key`` from the prefix's :func:`_java_hash`.
-
-    A unique id of RocketMQ's clients (32 hex characters) starts with 20 that one producer
-    repeats (its address, process id and a random number): their hash is cached."""
-    if len(key) == 32:
-        head = _HEADS.get(key[:20])
-        if head is None:
-            if len(_HEADS) >= 4096:
-                _HEADS.clear()
-            head = _HEADS[key[:20]] = _java_hash(key[:20])
-        tail, length = _java_hash(key[20:])
-        value = (head[0] * _POW12 + tail) & 0xFFFFFFFF
-        length += 20
-    else:
-        value, length = _java_hash(key)
-    power = _POWERS.get(length)
-    if power is None:
-        power = _POWERS[length] = pow(31, length, 0x100000000)
-    return _positive((prefix[0] * power + value) & 0xFFFFFFFF)
-
-
-def index_key_hash(key: str) -> int:
-    """RocketMQ's ``indexKeyHashMethod``: ``abs(key.hashCode())``, 0 for ``Integer.MIN_VALUE``."""
-    return _positive(_java_hash(key)[0])
-
-
-def _raw_keys(raw: bytes) -> list[str]:
-    """:func:`_record_keys` of a raw properties field (the last ``UNIQ_KEY`` and ``KEYS``,
-    as a Java ``HashMap`` keeps them)."""
-    found = dict(_KEY_PROPERTIES.findall(raw))
-    keys = []
-    uniq = found.get(b"UNIQ_KEY")
-    if uniq is not None:
-        keys.append(uniq.decode("utf-8", "replace"))
-    value = found.get(b"KEYS")
-    if value:
-        keys.extend(key for key in value.decode("utf-8", "replace").split(" ") if key)
-    return keys
-
-
-def _record_keys(properties: dict[str, str]) -> Iterator[str]:
-    uniq = properties.get("UNIQ_KEY")
-    if uniq is not None:
-        yield uniq
-    for key in properties.get("KEYS", "").split(" "):
-        if key:
-            yield key
 
 
 def index_file_size(slots: int, entries: int) -> int:
     """The size of an index file of ``slots`` hash slots and ``entries`` entries."""
     return INDEX_HEADER_SIZE + slots * INDEX_SLOT_SIZE + entries * INDEX_ENTRY_SIZE
-
-
-def record_index_keys(topic: str, properties: dict[str, str]) -> list[str]:
-    """The index keys of a record, in RocketMQ's order: ``topic#UNIQ_KEY`` first, then
-    ``topic#key`` for each non-empty space-separated key of ``KEYS``."""
-    return [f"{topic}#{key}" for key in _record_keys(properties)]
 
 
 @attrs.define
@@ -695,7 +608,7 @@ class IndexService:
         for row in ROW.iter_unpack(rows):
             offset, t_start, t_length = row[0], row[6], row[7]
             at = t_start + t_length + 2
-            keys = _raw_keys(bytes(view[at : at + _U16.unpack_from(view, at - 2)[0]]))
+            keys = raw_keys(bytes(view[at : at + _U16.unpack_from(view, at - 2)[0]]))
             topic = str(view[t_start : t_start + t_length], "utf-8")
             if keys and all(
                 offset not in self.query(topic, key, self.max_batch, 0, 2**63 - 1)[0]
@@ -723,19 +636,19 @@ class IndexService:
                 continue
             at = t_start + t_length + 2
             raw = bytes(view[at : at + u16(view, at - 2)[0]])
-            if _KEYS not in raw and _UNIQ_KEY not in raw:
+            if KEYS_PROPERTY not in raw and UNIQ_KEY_PROPERTY not in raw:
                 continue
             if i32(view, offset - base + _SYS_FLAG_AT)[0] & _ROLLBACK == _ROLLBACK:
                 continue
             prefix = prefixes.get(t_id)
             if prefix is None:
                 topic = str(view[t_start : t_start + t_length], "utf-8")
-                prefix = prefixes[t_id] = _java_hash(topic + "#")
-            keys = _raw_keys(raw)
+                prefix = prefixes[t_id] = java_hash(topic + "#")
+            keys = raw_keys(raw)
             if offset == indexed and skip:
                 keys = keys[skip:]
             for key in keys:
-                append((_key_hash(prefix, key), offset, stored))
+                append((topic_key_hash(prefix, key), offset, stored))
         if not batch:
             return True
         done = 0

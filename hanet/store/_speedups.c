@@ -1211,7 +1211,7 @@ static PyObject *seal(PyObject *Py_UNUSED(self), PyObject *args) {
 
 /* java_hash(text) -> (hash, length): Java's String.hashCode of text as an unsigned 32-bit int
  * and its length in UTF-16 code units (a code point past the BMP is two surrogates, as in
- * Java); the reference is hanet.store._index_file._java_hash_py. */
+ * Java); the reference is hanet.store._index_keys.java_hash_py. */
 static PyObject *java_hash(PyObject *self, PyObject *text) {
     (void)self;
     if (!PyUnicode_Check(text)) {
@@ -1268,7 +1268,7 @@ static PyMethodDef methods[] = {
     {"java_hash", (PyCFunction)java_hash, METH_O,
      "java_hash(text)\n--\n\n"
      "Java's String.hashCode of text (unsigned 32-bit) and its length in UTF-16 units; see "
-     "hanet.store._index_file._java_hash_py."},
+     "hanet.store._index_keys.java_hash_py."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -83,9 +83,8 @@ from ._index_file import (
     IndexHeader,
     IndexService,
     index_file_size,
-    index_key_hash,
-    record_index_keys,
 )
+from ._index_keys import index_key_hash, record_index_keys
 from ._judge import StopJudgement, StopKind, judge_stop
 from ._mapped_file import MappedFile, file_name
 from ._mapped_queue import MappedFileQueue, list_mapped_files
