@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from hanet.testing import wait_until
+from hanet.testing import cli_flags, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -103,12 +103,11 @@ async def test_ctrl_c_stops_every_part_of_the_demo(tmp_path: Path) -> None:
 async def test_dledger_demo_kills_the_leader_and_checks_every_node(tmp_path: Path) -> None:
     work = tmp_path / "demo"
     result = await trio.run_process(
-        [sys.executable, "-m", "hanet", "demo", "--dledger", "--messages", "2000",
-         "--dir", str(work)],
+        [sys.executable, "-m", "hanet", "demo", *cli_flags(dledger=True, messages=2000, dir=work)],
         capture_stdout=True,
         capture_stderr=True,
         check=False,
-    )  # fmt: skip
+    )
     out = result.stdout.decode()
     assert result.returncode == 0, out + result.stderr.decode()
     out = flat(out)
@@ -125,12 +124,11 @@ async def test_dledger_demo_kills_the_leader_and_checks_every_node(tmp_path: Pat
 async def test_ctrl_c_stops_every_dledger_node(tmp_path: Path) -> None:
     work = tmp_path / "demo"
     demo = await trio.lowlevel.open_process(
-        [sys.executable, "-m", "hanet", "demo", "--dledger", "--messages", "10000000",
-         "--dir", str(work)],
+        [sys.executable, "-m", "hanet", "demo", *cli_flags(dledger=True, messages=10**7, dir=work)],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
-    )  # fmt: skip
+    )
     pids: list[int] = []
     try:
         await wait_until((work / "n2.ready").exists, 20)

@@ -118,9 +118,19 @@ async def test_a_refusal_naming_no_leader_asks_the_nodes_status_for_it() -> None
 
     def status(ctx: HandlerContext, request: RemotingCommand) -> RemotingCommand:
         document = BrokerStatus(
-            "FOLLOWER", None, None, 0, 0, 0, 0, 0, 0, None, 1.0,
+            role="FOLLOWER",
+            broker_address=None,
+            ha_address=None,
+            min_offset=0,
+            max_offset=0,
+            flushed_offset=0,
+            dispatched_offset=0,
+            puts=0,
+            mapped_files=0,
+            dispatch_error=None,
+            uptime=1.0,
             dledger=DLedgerInfo("g", "n1", "FOLLOWER", 3, "n0", 0, 0, 0, leader[0]),
-        )  # fmt: skip
+        )
         return request.response(body=json.dumps(document.to_json()).encode())
 
     def init(channel: StreamChannel) -> None:

@@ -89,9 +89,14 @@ async def cluster(tmp_path: Path, **broker_options: Any) -> AsyncIterator[tuple[
         assert addresses.broker is not None and addresses.ha is not None
         broker_address = f"127.0.0.1:{addresses.broker[1]}"
         registration = BrokerRegistration(
-            "DefaultCluster", "broker-a", 0, "ASYNC_MASTER", broker_address,
-            f"127.0.0.1:{addresses.ha[1]}", ((TOPIC, QUEUES),),
-        )  # fmt: skip
+            "DefaultCluster",
+            "broker-a",
+            0,
+            "ASYNC_MASTER",
+            broker_address,
+            f"127.0.0.1:{addresses.ha[1]}",
+            ((TOPIC, QUEUES),),
+        )
         # Registered over a connection held open: the name server drops a broker whose
         # connection closes.
         async with NameServerClient([names_address]).connection(names_address) as held:

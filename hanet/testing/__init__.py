@@ -10,11 +10,13 @@
   :class:`Cluster`: the Raft core in a seeded simulation, its safety checked.
 - :class:`HanetProcess` / :class:`HanetProcesses`: ``hanet`` verbs as subprocesses, ready once
   their ready file is written.
+- :func:`cli_flags`: ``--name value`` options from keywords, for command lines in tests.
 - :func:`wait_until` polls a condition in a trio run; :func:`wait_until_blocking` outside one.
 """
 
 from hanet.channel import EmbeddedChannel
 
+from ._argv import cli_flags
 from ._disk import flip_store_byte
 from ._dledger_network import MemoryNetwork
 from ._faults import FaultProxy, Faults, RelayStatistics, relay
@@ -40,6 +42,7 @@ __all__ = [
     "RelayStatistics",
     "SimConfig",
     "SimResult",
+    "cli_flags",
     "flip_store_byte",
     "free_ports",
     "relay",
