@@ -10,6 +10,7 @@
   :class:`Cluster`: the Raft core in a seeded simulation, its safety checked.
 - :class:`HanetProcess` / :class:`HanetProcesses`: ``hanet`` verbs as subprocesses, ready once
   their ready file is written.
+- :func:`receive_exactly`: the next ``n`` bytes of a trio stream.
 - :func:`cli_flags`: ``--name value`` options from keywords, for command lines in tests.
 - :func:`wait_until` polls a condition in a trio run; :func:`wait_until_blocking` outside one.
 """
@@ -29,6 +30,7 @@ from ._process import (
     wait_until_blocking,
 )
 from ._raft_sim import SIM_RAFT_CONFIG, Cluster, SimConfig, SimResult, simulate
+from ._streams import receive_exactly
 
 __all__ = [
     "SIM_RAFT_CONFIG",
@@ -45,6 +47,7 @@ __all__ = [
     "cli_flags",
     "flip_store_byte",
     "free_ports",
+    "receive_exactly",
     "relay",
     "simulate",
     "split_address",
