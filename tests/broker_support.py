@@ -17,8 +17,9 @@ import trio
 from hanet.boot import serve_on
 from hanet.broker import Broker, BrokerAddresses
 from hanet.channel import HandlerContext, StreamChannel
-from hanet.client import RemotingConnection
+from hanet.client import NameServerClient, RemotingConnection
 from hanet.ha import BrokerConfig
+from hanet.namesrv import NameServer
 from hanet.protocol import (
     MASTER_ID,
     BrokerRegistration,
@@ -73,6 +74,29 @@ async def running(
         broker = Broker(cfg, **kwargs)
         addresses: BrokerAddresses = await nursery.start(broker.run)
         yield broker, addresses
+        nursery.cancel_scope.cancel()
+
+
+@asynccontextmanager
+async def registered_master(
+    root: Path, topic: str, queues: int, **kwargs: Any
+) -> AsyncIterator[tuple[str, str, Broker]]:
+    """A name server and a master on ``root`` holding ``topic`` (``queues`` queues),
+    registered: the name server's address, the broker's, and the broker."""
+    async with trio.open_nursery() as nursery:
+        server = NameServer(("127.0.0.1", 0))
+        names_address = await nursery.start(server.run)
+        async with running(config(root), **kwargs) as (broker, addresses):
+            broker_address, ha = fmt(addresses.broker), fmt(addresses.ha)
+            held_topics = ((topic, queues),)
+            registration = BrokerRegistration(
+                "DefaultCluster", "broker-a", 0, "ASYNC_MASTER", broker_address, ha, held_topics
+            )
+            # Registered over a connection held open: the name server drops a broker whose
+            # connection closes.
+            async with NameServerClient([names_address]).connection(names_address) as held:
+                await held.register_broker(registration)
+                yield fmt(names_address), broker_address, broker
         nursery.cancel_scope.cancel()
 
 
