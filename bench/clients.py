@@ -77,8 +77,8 @@ from hanet.protocol import (
     TopicConfigSerializeWrapper,
     encode_command,
 )
+from hanet.testing import HanetProcesses, cli_flags
 
-HANET = (sys.executable, "-m", "hanet")
 TOPIC = "BenchClients"
 WARMUP_TOPIC = "BenchWarmup"
 SIZE = 1024
@@ -187,45 +187,6 @@ class Phase:
 def _own_cpu() -> float:
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return usage.ru_utime + usage.ru_stime
-
-
-def _read_json(path: Path) -> dict[str, Any] | None:
-    try:
-        data: dict[str, Any] = json.loads(path.read_text())
-    except (FileNotFoundError, ValueError):
-        return None
-    return data
-
-
-async def _start(
-    argv: list[str], log: Path, ready: Path, tree: Path | None = None
-) -> tuple[trio.Process, dict[str, Any]]:
-    """Start ``hanet ARGV``: this tree's, or the source tree ``tree``'s (--ab)."""
-    env = cwd = None
-    if tree is not None:  # ``python -m`` puts its working directory first on sys.path
-        cwd, env = tree, dict(os.environ, PYTHONPATH=str(tree))
-    with log.open("wb") as out:
-        process = await trio.lowlevel.open_process(
-            [*HANET, "--log-level", "WARNING", *argv, "--ready-file", str(ready)],
-            stdin=subprocess.DEVNULL, stdout=out, stderr=out, env=env, cwd=cwd,
-        )  # fmt: skip
-    with trio.fail_after(30):
-        while (data := _read_json(ready)) is None:
-            if process.returncode is not None:
-                sys.exit(f"{argv[0]} exited; see {log}")
-            await trio.sleep(0.02)
-    return process, data
-
-
-async def _stop(process: trio.Process) -> None:
-    with trio.CancelScope(shield=True):
-        if process.returncode is None:
-            process.send_signal(signal.SIGTERM)
-            with trio.move_on_after(15):
-                await process.wait()
-            if process.returncode is None:
-                process.kill()
-                await process.wait()
 
 
 def _write_topic(store: Path, queues: int) -> None:
@@ -405,20 +366,20 @@ async def one_client(
     directory = root / f"{client}-{'B' if tree else 'A'}"
     directory.mkdir()
     _write_topic(directory / "master", args.queues)
-    processes: list[trio.Process] = []
+    processes = HanetProcesses(directory, close_signal=signal.SIGTERM)
     try:
-        namesrv, ns_ready = await _start(
-            ["namesrv", "--listen", "127.0.0.1:0"], directory / "namesrv.log",
-            directory / "namesrv.ready",
-        )  # fmt: skip
-        processes.append(namesrv)
-        master, ready = await _start(
-            ["master", "--store", str(directory / "master"), "--listen", "127.0.0.1:0",
-             "--ha-listen", "127.0.0.1:0", "--role", "ASYNC_MASTER", "--flush", "ASYNC_FLUSH",
-             "--mapped-file-size", args.file_size, "--namesrv", ns_ready["namesrv"]],
-            directory / "master.log", directory / "master.ready", tree,
-        )  # fmt: skip
-        processes.append(master)
+        quiet = ("--log-level", "WARNING")
+        namesrv = await processes.start("namesrv", *quiet, "namesrv", "--listen", "127.0.0.1:0")
+        ns_ready = namesrv.ready
+        flags = cli_flags(store=directory / "master", listen="127.0.0.1:0", ha_listen="127.0.0.1:0")
+        flags += cli_flags(
+            role="ASYNC_MASTER", flush="ASYNC_FLUSH", mapped_file_size=args.file_size
+        )
+        flags += cli_flags(namesrv=ns_ready["namesrv"])
+        # ``python -m`` puts its working directory first on sys.path: --ab runs in the tree.
+        env = None if tree is None else dict(os.environ, PYTHONPATH=str(tree))
+        master = await processes.start("master", *quiet, "master", *flags, env=env, cwd=tree)
+        ready = master.ready
         pid = int(ready["pid"])
         host, _, port = ready["broker"].rpartition(":")
         idle_private = private_bytes(pid)
@@ -452,8 +413,7 @@ async def one_client(
                 raw_drained = await raw_drain((host, int(port)), args.queues)
             nursery.cancel_scope.cancel()
     finally:
-        for process in reversed(processes):
-            await _stop(process)
+        processes.close()
     return {
         "client": client,
         "what": CLIENTS[client],
