@@ -5,7 +5,7 @@ register."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from functools import partial
 from pathlib import Path
@@ -48,10 +48,28 @@ from hanet.protocol import (
     properties_to_string,
     remoting_pipeline,
 )
-from hanet.store import Message, MessageRecord, PutResult, scan_records
+from hanet.store import (
+    CommitLogStore,
+    Message,
+    MessageRecord,
+    PutResult,
+    StoreConfig,
+    scan_records,
+)
 
 FILE = 64 * 1024
 """The tests' commit log file size."""
+
+
+SMALL_STORE = StoreConfig(mapped_file_size=256 * 1024, consume_queue_file_size=20 * 1024)
+"""A store of small files for the in-process broker tests."""
+
+
+def small_store(tmp_path: Path) -> Iterator[CommitLogStore]:
+    """A :data:`SMALL_STORE` store in ``tmp_path/store``, open for the test: make it a
+    module's fixture with ``store = pytest.fixture(small_store, name="store")``."""
+    with CommitLogStore.open(tmp_path / "store", SMALL_STORE) as opened:
+        yield opened
 
 
 def config(root: Path, **changes: Any) -> BrokerConfig:
