@@ -70,12 +70,10 @@ from interop_support import (
 from hanet.client import BrokerClient
 from hanet.protocol import (
     DataVersion,
-    PullMessageRequestHeader,
-    RemotingCommand,
-    RequestCode,
     TopicConfig,
     TopicConfigSerializeWrapper,
     encode_command,
+    pull_message_request,
 )
 from hanet.testing import HanetProcesses, cli_flags
 
@@ -271,19 +269,8 @@ async def drain(address: tuple[str, int], queues: int) -> dict[str, Any]:
 
 
 def _pull_frame(queue_id: int, offset: int, opaque: int) -> bytes:
-    header = PullMessageRequestHeader(
-        consumer_group="bench-raw-drain",
-        topic=TOPIC,
-        queue_id=queue_id,
-        queue_offset=offset,
-        max_msg_nums=PULL_BATCH,
-        sys_flag=0,
-        commit_offset=0,
-        suspend_timeout_millis=0,
-        subscription="*",
-        sub_version=0,
-    )
-    command = RemotingCommand.request(RequestCode.PULL_MESSAGE, header.to_fields(), opaque=opaque)
+    group = "bench-raw-drain"
+    command = pull_message_request(group, TOPIC, queue_id, offset, PULL_BATCH, opaque=opaque)
     return encode_command(command)
 
 

@@ -47,12 +47,12 @@ sys.path.insert(0, str(ROOT))
 from hanet.client import RemotingConnection  # noqa: E402
 from hanet.protocol import (  # noqa: E402
     MessageProperty,
-    PullMessageRequestHeader,
     RemotingCommand,
     RequestCode,
     ResponseCode,
     SendMessageRequestHeader,
     properties_to_string,
+    pull_message_request,
 )
 
 TOPIC = "BenchRemoting"
@@ -256,18 +256,7 @@ async def _pulls(conn: RemotingConnection, count: int) -> int:
         nonlocal pulled_bytes
         offset = 0
         while offset < n:
-            header = PullMessageRequestHeader(
-                consumer_group=GROUP,
-                topic=TOPIC,
-                queue_id=queue_id,
-                queue_offset=offset,
-                max_msg_nums=PULL_BATCH,
-                sys_flag=0,
-                commit_offset=0,
-                suspend_timeout_millis=0,
-                subscription="*",
-            )
-            request = RemotingCommand.request(RequestCode.PULL_MESSAGE, header.to_fields())
+            request = pull_message_request(GROUP, TOPIC, queue_id, offset, PULL_BATCH)
             answer = await conn.invoke(request)
             if answer.code != ResponseCode.SUCCESS:
                 raise RuntimeError(f"pull answered {answer.code}: {answer.remark}")

@@ -28,9 +28,7 @@ from hanet.protocol import (
     ConsumerListBody,
     HanetRequestCode,
     HeartbeatData,
-    PullMessageRequestHeader,
     PullMessageResponseHeader,
-    PullSysFlag,
     QueryConsumerOffsetRequestHeader,
     QueryConsumerOffsetResponseHeader,
     RegisterBrokerBody,
@@ -46,6 +44,7 @@ from hanet.protocol import (
     UnregisterBrokerRequestHeader,
     UpdateConsumerOffsetRequestHeader,
     properties_to_string,
+    pull_message_request,
     remoting_pipeline,
 )
 from hanet.store import (
@@ -217,26 +216,18 @@ def pull_request(
     suspend_ms: int = 0,
     subscription: str = "*",
 ) -> RemotingCommand:
-    """PULL_MESSAGE of ``topic``'s queue from ``offset``."""
-    flag = PullSysFlag.SUBSCRIPTION
-    if commit_offset is not None:
-        flag |= PullSysFlag.COMMIT_OFFSET
-    if suspend_ms:
-        flag |= PullSysFlag.SUSPEND
-    header = PullMessageRequestHeader(
-        consumer_group=group,
-        topic=topic,
-        queue_id=queue_id,
-        queue_offset=offset,
-        max_msg_nums=max_messages,
-        sys_flag=int(flag),
-        commit_offset=commit_offset or 0,
-        suspend_timeout_millis=suspend_ms,
+    """PULL_MESSAGE of ``topic``'s queue from ``offset`` (``suspend_ms`` 0: not held)."""
+    suspend = suspend_ms or None
+    return pull_message_request(
+        group,
+        topic,
+        queue_id,
+        offset,
+        max_messages,
+        commit_offset=commit_offset,
+        suspend_ms=suspend,
         subscription=subscription,
-        sub_version=0,
-        expression_type="TAG",
     )
-    return RemotingCommand.request(RequestCode.PULL_MESSAGE, header.to_fields())
 
 
 async def pull(

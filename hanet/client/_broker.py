@@ -46,9 +46,7 @@ from hanet.protocol import (
     MessageId,
     MessageModel,
     MessageProperty,
-    PullMessageRequestHeader,
     PullMessageResponseHeader,
-    PullSysFlag,
     QueryConsumerOffsetRequestHeader,
     QueryConsumerOffsetResponseHeader,
     RemotingCommand,
@@ -63,6 +61,7 @@ from hanet.protocol import (
     UpdateConsumerOffsetRequestHeader,
     encode_batch,
     properties_to_string,
+    pull_message_request,
 )
 from hanet.store import CorruptRecordError, MessageRecord, PutStatus, decode_record
 
@@ -715,25 +714,16 @@ class BrokerClient(RequestConnection):
             BrokerProtocolError: a record in the answer does not decode (or fails its CRC).
             BrokerRequestError: the broker refused the pull.
         """
-        sys_flag = PullSysFlag.SUBSCRIPTION
-        if commit_offset is not None:
-            sys_flag |= PullSysFlag.COMMIT_OFFSET
-        if suspend is not None:
-            sys_flag |= PullSysFlag.SUSPEND
-        header = PullMessageRequestHeader(
-            consumer_group=group,
-            topic=topic,
-            queue_id=queue_id,
-            queue_offset=offset,
-            max_msg_nums=max_messages,
-            sys_flag=int(sys_flag),
-            commit_offset=0 if commit_offset is None else commit_offset,
-            suspend_timeout_millis=0 if suspend is None else int(suspend * 1000),
-            subscription="*",
-            sub_version=0,
-            expression_type="TAG",
+        suspend_ms = None if suspend is None else int(suspend * 1000)
+        request = pull_message_request(
+            group,
+            topic,
+            queue_id,
+            offset,
+            max_messages,
+            commit_offset=commit_offset,
+            suspend_ms=suspend_ms,
         )
-        request = RemotingCommand.request(RequestCode.PULL_MESSAGE, header.to_fields())
         within = None
         if suspend is not None and self.request_timeout is not None:
             within = self.request_timeout + suspend
