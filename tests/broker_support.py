@@ -117,6 +117,25 @@ async def registered_master(
         nursery.cancel_scope.cancel()
 
 
+def broker_status(**changes: Any) -> BrokerStatus:
+    """A status document: an idle broker's (no address, nothing stored, up one second), with
+    ``changes``."""
+    idle = BrokerStatus(
+        role="ASYNC_MASTER",
+        broker_address=None,
+        ha_address=None,
+        min_offset=0,
+        max_offset=0,
+        flushed_offset=0,
+        dispatched_offset=0,
+        puts=0,
+        mapped_files=0,
+        dispatch_error=None,
+        uptime=1.0,
+    )
+    return attrs.evolve(idle, **changes)
+
+
 def fmt(address: tuple[str, int] | None) -> str:
     """``host:port``."""
     assert address is not None
