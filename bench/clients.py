@@ -201,14 +201,14 @@ def _write_topic(store: Path, queues: int) -> None:
 def send_command(client: str, namesrv: str, seconds: float) -> list[str]:
     """The driver's bench command: bodies ``<prefix>-<i>`` of about ``SIZE`` bytes."""
     prefix = "x" * (SIZE - 8)  # "-<i>" adds 2..8 bytes
-    common = ["--namesrv", namesrv, "--topic", TOPIC, "--seconds", str(seconds)]
-    common += ["--prefix", prefix, "--group", f"bench-{client}"]
+    common = cli_flags(namesrv=namesrv, topic=TOPIC, seconds=seconds)
+    common += cli_flags(prefix=prefix, group=f"bench-{client}")
     if client == "alions":
         node, modules = ensure_alions()
-        return [node, str(ALIONS_DRIVER), "bench", *common, "--modules", str(modules),
-                "--in-flight", "16"]  # fmt: skip
-    return [sys.executable, str(CPP_DRIVER), "bench", *common, "--home", str(cpp_home()),
-            "--in-flight", "1"]  # fmt: skip
+        alions = cli_flags(modules=modules, in_flight=16)
+        return [node, str(ALIONS_DRIVER), "bench", *common, *alions]
+    cpp = cli_flags(home=cpp_home(), in_flight=1)
+    return [sys.executable, str(CPP_DRIVER), "bench", *common, *cpp]
 
 
 def unavailable(client: str) -> str | None:
@@ -436,11 +436,11 @@ async def one_client(
 
 async def py_spy(pid: int, out: Path, seconds: float) -> None:
     """``py-spy record`` of the broker for the send phase (collapsed stacks in ``out``)."""
+    record = ["-p", str(pid), "-o", str(out), "--format", "raw", "--nonblocking"]
+    record += cli_flags(duration=max(1, int(seconds)))
     await trio.run_process(
-        ["py-spy", "record", "-p", str(pid), "-o", str(out), "--format", "raw",
-         "--duration", str(max(1, int(seconds))), "--nonblocking"],
-        capture_stdout=True, capture_stderr=True, check=False,
-    )  # fmt: skip
+        ["py-spy", "record", *record], capture_stdout=True, capture_stderr=True, check=False
+    )
 
 
 def top_of_profile(path: Path, count: int = 15) -> dict[str, Any]:

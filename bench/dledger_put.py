@@ -131,12 +131,15 @@ def cpp_worker(args: argparse.Namespace) -> int:
 
 
 def run_hanet(group: Group, size: int, args: argparse.Namespace) -> dict[str, Any]:
+    put = ["put", "--broker", group.broker_list, "--topic", f"H{size}", "--size", str(size)]
+    load = ["--count", str(args.count), "--concurrency", str(args.concurrency)]
     out = subprocess.run(
-        [sys.executable, "-m", "hanet", "put", "--broker", group.broker_list, "--topic",
-         f"H{size}", "--size", str(size), "--count", str(args.count), "--concurrency",
-         str(args.concurrency), "--json", "--quiet"],
-        capture_output=True, text=True, timeout=600, check=True,
-    )  # fmt: skip
+        [sys.executable, "-m", "hanet", *put, *load, "--json", "--quiet"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=True,
+    )
     summary: dict[str, Any] = json.loads(out.stdout)
     failed = summary["messages"] - summary["statuses"].get("PUT_OK", 0)
     return {**summary, "failed": failed}
@@ -152,20 +155,20 @@ async def _run_cpp(group: Group, leader: str, size: int, args: argparse.Namespac
         server = NameServer(("127.0.0.1", 0))
         names = await nursery.start(server.run)
         host, port = group.brokers[leader]
-        registration = BrokerRegistration(
-            "DefaultCluster", "dledger-bench", 0, "ASYNC_MASTER", f"{host}:{port}", "",
-            ((topic, 4),),
-        )  # fmt: skip
+        broker = ("DefaultCluster", "dledger-bench", 0, "ASYNC_MASTER", f"{host}:{port}")
+        registration = BrokerRegistration(*broker, topics=((topic, 4),))
         # held open: the name server drops a broker whose connection closes
         async with NameServerClient([names]).connection(names) as held:
             await held.register_broker(registration)
+            worker = [str(HERE / "dledger_put.py"), "--cpp-worker", "--home", str(args.home)]
+            where = ["--namesrv", f"127.0.0.1:{names[1]}", "--topic", topic, "--size", str(size)]
+            load = ["--count", str(args.count), "--concurrency", str(args.concurrency)]
             done = await trio.run_process(
-                [sys.executable, str(HERE / "dledger_put.py"), "--cpp-worker", "--namesrv",
-                 f"127.0.0.1:{names[1]}", "--topic", topic, "--size", str(size), "--count",
-                 str(args.count), "--concurrency", str(args.concurrency), "--home",
-                 str(args.home)],
-                capture_stdout=True, capture_stderr=True, check=False,
-            )  # fmt: skip
+                [sys.executable, *worker, *where, *load],
+                capture_stdout=True,
+                capture_stderr=True,
+                check=False,
+            )
         nursery.cancel_scope.cancel()
     if done.returncode != 0:
         raise RuntimeError(f"C++ client: exit {done.returncode}: {done.stderr.decode()[-500:]}")
@@ -200,8 +203,11 @@ def cpp_available() -> str | None:
     done = subprocess.run(
         [sys.executable, "-c", "import rocketmq.client"],
         env={**os.environ, "HOME": tempfile.gettempdir()},
-        capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     if done.returncode == 0:
         return None
     return (done.stderr.strip().splitlines() or ["no output"])[-1]

@@ -54,6 +54,7 @@ from hanet.protocol import (  # noqa: E402
     properties_to_string,
     pull_message_request,
 )
+from hanet.testing import cli_flags  # noqa: E402
 
 TOPIC = "BenchRemoting"
 GROUP = "bench-group"
@@ -300,18 +301,12 @@ async def _one(
     directory = Path(tempfile.mkdtemp(prefix=f"{kind}-", dir=work))
     ready = directory / "ready.json"
     if kind == "raw":
-        argv = [
-            sys.executable, __file__, "--serve-raw", str(ready),
-            "--record-size", str(args.record_size),
-        ]  # fmt: skip
+        argv = [sys.executable, __file__, *cli_flags(serve_raw=ready, record_size=args.record_size)]
         env = cwd = None
     else:
-        argv = [
-            sys.executable, "-m", "hanet", "--log-level", "WARNING", "master",
-            "--store", str(directory / "store"), "--listen", "127.0.0.1:0",
-            "--ha-listen", "127.0.0.1:0", "--mapped-file-size", "256M",
-            "--ready-file", str(ready),
-        ]  # fmt: skip
+        argv = [sys.executable, "-m", "hanet", "--log-level", "WARNING", "master"]
+        argv += cli_flags(store=directory / "store", listen="127.0.0.1:0", ha_listen="127.0.0.1:0")
+        argv += cli_flags(mapped_file_size="256M", ready_file=ready)
         # ``python -m`` puts its working directory first on sys.path: run it in the tree.
         cwd = tree or ROOT
         env = dict(os.environ, PYTHONPATH=str(cwd))
