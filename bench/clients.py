@@ -227,8 +227,10 @@ async def run_sends(cmd: list[str], seconds: float) -> dict[str, Any]:
     )
     lines = parse_lines(done.stdout.decode(errors="replace"))
     if not lines or lines[-1].get("event") != "bench":
-        sys.exit(f"the driver printed no bench line (exit {done.returncode}):\n"
-                 f"{done.stderr.decode(errors='replace')[-2000:]}")  # fmt: skip
+        sys.exit(
+            f"the driver printed no bench line (exit {done.returncode}):\n"
+            f"{done.stderr.decode(errors='replace')[-2000:]}"
+        )
     return lines[-1]
 
 
@@ -459,8 +461,12 @@ def top_of_profile(path: Path, count: int = 15) -> dict[str, Any]:
             continue
         n = int(number)
         samples += n
-        frames = [f.split(" (")[0] + " (" + f.split(" (")[1].split(":")[0].rsplit("/", 1)[-1]
-                  + ")" if " (" in f else f for f in stack.split(";")]  # fmt: skip
+        frames = [
+            f.split(" (")[0] + " (" + f.split(" (")[1].split(":")[0].rsplit("/", 1)[-1] + ")"
+            if " (" in f
+            else f
+            for f in stack.split(";")
+        ]
         own[frames[-1]] = own.get(frames[-1], 0) + n
         for frame in set(frames):
             total[frame] = total.get(frame, 0) + n
@@ -474,8 +480,10 @@ def top_of_profile(path: Path, count: int = 15) -> dict[str, Any]:
 
 def _table(runs: list[dict[str, Any]]) -> None:
     print()
-    print(f"{'run':<44}{'msgs/s':>9}{'p50 ms':>9}{'p99 ms':>9}{'broker CPU':>12}"
-          f"{'us/msg':>8}{'private MB':>12}{'load 1m':>9}")  # fmt: skip
+    print(
+        f"{'run':<44}{'msgs/s':>9}{'p50 ms':>9}{'p99 ms':>9}{'broker CPU':>12}"
+        f"{'us/msg':>8}{'private MB':>12}{'load 1m':>9}"
+    )
     for run in runs:
         tag = f"[{run.get('round', 1)}{'B' if run['tree'] != 'this tree' else 'A'}] "
         for phase in ("send", "drain", "raw_drain"):
@@ -483,14 +491,18 @@ def _table(runs: list[dict[str, Any]]) -> None:
             p50 = f.get("p50_ms", f.get("pull_p50_ms"))
             p99 = f.get("p99_ms", f.get("pull_p99_ms"))
             name = tag + (run["what"] if phase == "send" else f"  {phase.replace('_', ' ')}")
-            print(f"{name:<44}{f['msgs_per_sec'] or 0:>9,.0f}{p50 or 0:>9.2f}{p99 or 0:>9.2f}"
-                  f"{f['broker_cpu_percent']:>11.1f}%{f['broker_cpu_us_per_msg'] or 0:>8.1f}"
-                  f"{f['broker_private_mb']:>12.1f}{f['loadavg'][0]:>9.2f}")  # fmt: skip
+            print(
+                f"{name:<44}{f['msgs_per_sec'] or 0:>9,.0f}{p50 or 0:>9.2f}{p99 or 0:>9.2f}"
+                f"{f['broker_cpu_percent']:>11.1f}%{f['broker_cpu_us_per_msg'] or 0:>8.1f}"
+                f"{f['broker_private_mb']:>12.1f}{f['loadavg'][0]:>9.2f}"
+            )
     (a_low, a_high), (c_low, c_high) = ROCKETMQ_SENDS["alions"], ROCKETMQ_SENDS["cpp"]
-    print(f"RocketMQ 4.9.8 (measured elsewhere, issue 19): ali-ons 16 in flight {a_low:,}-"
-          f"{a_high:,} msgs/s, C++ 1 thread {c_low:,}-{c_high:,} msgs/s, pull drain "
-          f"~{ROCKETMQ_DRAIN:,} msgs/s, broker {ROCKETMQ_CPU[0]}-{ROCKETMQ_CPU[1]} % of a core, "
-          f"~{ROCKETMQ_PRIVATE_MB} MB private")  # fmt: skip
+    print(
+        f"RocketMQ 4.9.8 (measured elsewhere, issue 19): ali-ons 16 in flight {a_low:,}-"
+        f"{a_high:,} msgs/s, C++ 1 thread {c_low:,}-{c_high:,} msgs/s, pull drain "
+        f"~{ROCKETMQ_DRAIN:,} msgs/s, broker {ROCKETMQ_CPU[0]}-{ROCKETMQ_CPU[1]} % of a core, "
+        f"~{ROCKETMQ_PRIVATE_MB} MB private"
+    )
 
 
 _COMPARED = {
@@ -545,12 +557,15 @@ async def main(args: argparse.Namespace) -> None:
                     run["round"] = r + 1
                     s, d, w = run["send"], run["drain"], run["raw_drain"]
                     label = f"round {r + 1} {'B' if tree else 'A'} {CLIENTS[client]}"
-                    print(f"{label}: {s['msgs_per_sec']} msgs/s (p50 {s['p50_ms']} ms, p99 "
-                          f"{s['p99_ms']} ms), broker {s['broker_cpu_percent']} % CPU "
-                          f"{s['broker_cpu_us_per_msg']} us/msg, {s['broker_private_mb']} MB "
-                          f"private; drain {d['msgs_per_sec']} msgs/s; raw drain "
-                          f"{w['msgs_per_sec']} msgs/s, broker {w['broker_cpu_us_per_msg']} "
-                          f"us/msg; load {s['loadavg'][0]}", flush=True)  # fmt: skip
+                    print(
+                        f"{label}: {s['msgs_per_sec']} msgs/s (p50 {s['p50_ms']} ms, p99 "
+                        f"{s['p99_ms']} ms), broker {s['broker_cpu_percent']} % CPU "
+                        f"{s['broker_cpu_us_per_msg']} us/msg, {s['broker_private_mb']} MB "
+                        f"private; drain {d['msgs_per_sec']} msgs/s; raw drain "
+                        f"{w['msgs_per_sec']} msgs/s, broker {w['broker_cpu_us_per_msg']} "
+                        f"us/msg; load {s['loadavg'][0]}",
+                        flush=True,
+                    )
                     runs.append(run)
     _table(runs)
     compared = _compare(runs)
@@ -607,15 +622,20 @@ if __name__ == "__main__":
         "--file-size", default=FILE_SIZE, help=f"commit log file size ({FILE_SIZE}, K/M/G)"
     )
     parser.add_argument(
-        "--profile", type=Path, metavar="DIR",
+        "--profile",
+        type=Path,
+        metavar="DIR",
         help="record the broker with py-spy during each send phase into DIR (py-spy on PATH)",
-    )  # fmt: skip
+    )
     parser.add_argument("--rounds", type=int, default=1, help="rounds of every run (1)")
     parser.add_argument(
-        "--ab", type=Path, default=None, metavar="DIR",
+        "--ab",
+        type=Path,
+        default=None,
+        metavar="DIR",
         help="also run the hanet source tree in DIR (e.g. a worktree of an older commit with "
         "its built extensions), interleaved with this tree's in every round",
-    )  # fmt: skip
+    )
     arguments = parser.parse_args()
     if arguments.ab is not None:
         arguments.ab = arguments.ab.resolve()

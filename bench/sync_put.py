@@ -117,8 +117,10 @@ async def main(args: argparse.Namespace) -> None:
     for role in ("ASYNC_MASTER", "SYNC_MASTER"):
         b = best[role]
         print(f"{role:<14}{b['puts_per_second']:>10,.0f}{b['p50_ms']:>10.2f}{b['p99_ms']:>10.2f}")
-    print(f"SYNC/ASYNC throughput ratio {ratio:.2f} (goal >= 0.7); "
-          f"SYNC p99 {sync['p99_ms']:.2f} ms (goal <= 5 ms)")  # fmt: skip
+    print(
+        f"SYNC/ASYNC throughput ratio {ratio:.2f} (goal >= 0.7); "
+        f"SYNC p99 {sync['p99_ms']:.2f} ms (goal <= 5 ms)"
+    )
     print(
         json.dumps(
             {
@@ -148,10 +150,12 @@ if __name__ == "__main__":
     parser.add_argument("--seconds", type=float, default=5.0, help="measured seconds per run (5)")
     parser.add_argument("--producers", type=int, default=16, help="concurrent producers (16)")
     parser.add_argument(
-        "--connections", type=int, default=1,
+        "--connections",
+        type=int,
+        default=1,
         help="connections the producers share (1, as a RocketMQ client instance shares one "
         "channel per broker; up to --producers)",
-    )  # fmt: skip
+    )
     parser.add_argument("--size", type=int, default=1024, help="body bytes (1024)")
     parser.add_argument("--rounds", type=int, default=2, help="rounds, roles alternating (2)")
     trio.run(main, parser.parse_args())
