@@ -32,6 +32,7 @@ sys.path.insert(0, str(BENCH))
 import remoting as base  # noqa: E402
 
 from hanet.client import Credentials, signing  # noqa: E402
+from hanet.testing import cli_flags  # noqa: E402
 
 ACL = """accounts:
   - accessKey: benchUser
@@ -45,14 +46,12 @@ CREDENTIALS = Credentials("benchUser", "bench-secret")
 async def _one(acl: bool, count: int, work: Path) -> dict[str, float]:
     directory = Path(tempfile.mkdtemp(prefix="acl-on-" if acl else "acl-off-", dir=work))
     ready = directory / "ready.json"
-    argv = [
-        sys.executable, "-m", "hanet", "--log-level", "WARNING", "master",
-        "--store", str(directory / "store"), "--listen", "127.0.0.1:0",
-        "--ha-listen", "127.0.0.1:0", "--mapped-file-size", "256M", "--ready-file", str(ready),
-    ]  # fmt: skip
+    argv = [sys.executable, "-m", "hanet", "--log-level", "WARNING", "master"]
+    argv += cli_flags(store=directory / "store", listen="127.0.0.1:0", ha_listen="127.0.0.1:0")
+    argv += cli_flags(mapped_file_size="256M", ready_file=ready)
     if acl:
         (directory / "plain_acl.yml").write_text(ACL)
-        argv += ["--acl-enable", "--acl-file", str(directory / "plain_acl.yml")]
+        argv += cli_flags(acl_enable=True, acl_file=directory / "plain_acl.yml")
     env = {**os.environ, "PYTHONPATH": str(base.ROOT)}
     process, info = await base._start(argv, directory / "server.log", ready, env, base.ROOT)
     try:

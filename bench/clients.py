@@ -70,15 +70,13 @@ from interop_support import (
 from hanet.client import BrokerClient
 from hanet.protocol import (
     DataVersion,
-    PullMessageRequestHeader,
-    RemotingCommand,
-    RequestCode,
     TopicConfig,
     TopicConfigSerializeWrapper,
     encode_command,
+    pull_message_request,
 )
+from hanet.testing import HanetProcesses, cli_flags
 
-HANET = (sys.executable, "-m", "hanet")
 TOPIC = "BenchClients"
 WARMUP_TOPIC = "BenchWarmup"
 SIZE = 1024
@@ -189,45 +187,6 @@ def _own_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def _read_json(path: Path) -> dict[str, Any] | None:
-    try:
-        data: dict[str, Any] = json.loads(path.read_text())
-    except (FileNotFoundError, ValueError):
-        return None
-    return data
-
-
-async def _start(
-    argv: list[str], log: Path, ready: Path, tree: Path | None = None
-) -> tuple[trio.Process, dict[str, Any]]:
-    """Start ``hanet ARGV``: this tree's, or the source tree ``tree``'s (--ab)."""
-    env = cwd = None
-    if tree is not None:  # ``python -m`` puts its working directory first on sys.path
-        cwd, env = tree, dict(os.environ, PYTHONPATH=str(tree))
-    with log.open("wb") as out:
-        process = await trio.lowlevel.open_process(
-            [*HANET, "--log-level", "WARNING", *argv, "--ready-file", str(ready)],
-            stdin=subprocess.DEVNULL, stdout=out, stderr=out, env=env, cwd=cwd,
-        )  # fmt: skip
-    with trio.fail_after(30):
-        while (data := _read_json(ready)) is None:
-            if process.returncode is not None:
-                sys.exit(f"{argv[0]} exited; see {log}")
-            await trio.sleep(0.02)
-    return process, data
-
-
-async def _stop(process: trio.Process) -> None:
-    with trio.CancelScope(shield=True):
-        if process.returncode is None:
-            process.send_signal(signal.SIGTERM)
-            with trio.move_on_after(15):
-                await process.wait()
-            if process.returncode is None:
-                process.kill()
-                await process.wait()
-
-
 def _write_topic(store: Path, queues: int) -> None:
     wrapper = TopicConfigSerializeWrapper(
         {TOPIC: TopicConfig(TOPIC, queues, queues)}, DataVersion(int(time.time() * 1000), 1)
@@ -242,14 +201,14 @@ def _write_topic(store: Path, queues: int) -> None:
 def send_command(client: str, namesrv: str, seconds: float) -> list[str]:
     """The driver's bench command: bodies ``<prefix>-<i>`` of about ``SIZE`` bytes."""
     prefix = "x" * (SIZE - 8)  # "-<i>" adds 2..8 bytes
-    common = ["--namesrv", namesrv, "--topic", TOPIC, "--seconds", str(seconds)]
-    common += ["--prefix", prefix, "--group", f"bench-{client}"]
+    common = cli_flags(namesrv=namesrv, topic=TOPIC, seconds=seconds)
+    common += cli_flags(prefix=prefix, group=f"bench-{client}")
     if client == "alions":
         node, modules = ensure_alions()
-        return [node, str(ALIONS_DRIVER), "bench", *common, "--modules", str(modules),
-                "--in-flight", "16"]  # fmt: skip
-    return [sys.executable, str(CPP_DRIVER), "bench", *common, "--home", str(cpp_home()),
-            "--in-flight", "1"]  # fmt: skip
+        alions = cli_flags(modules=modules, in_flight=16)
+        return [node, str(ALIONS_DRIVER), "bench", *common, *alions]
+    cpp = cli_flags(home=cpp_home(), in_flight=1)
+    return [sys.executable, str(CPP_DRIVER), "bench", *common, *cpp]
 
 
 def unavailable(client: str) -> str | None:
@@ -268,8 +227,10 @@ async def run_sends(cmd: list[str], seconds: float) -> dict[str, Any]:
     )
     lines = parse_lines(done.stdout.decode(errors="replace"))
     if not lines or lines[-1].get("event") != "bench":
-        sys.exit(f"the driver printed no bench line (exit {done.returncode}):\n"
-                 f"{done.stderr.decode(errors='replace')[-2000:]}")  # fmt: skip
+        sys.exit(
+            f"the driver printed no bench line (exit {done.returncode}):\n"
+            f"{done.stderr.decode(errors='replace')[-2000:]}"
+        )
     return lines[-1]
 
 
@@ -310,19 +271,8 @@ async def drain(address: tuple[str, int], queues: int) -> dict[str, Any]:
 
 
 def _pull_frame(queue_id: int, offset: int, opaque: int) -> bytes:
-    header = PullMessageRequestHeader(
-        consumer_group="bench-raw-drain",
-        topic=TOPIC,
-        queue_id=queue_id,
-        queue_offset=offset,
-        max_msg_nums=PULL_BATCH,
-        sys_flag=0,
-        commit_offset=0,
-        suspend_timeout_millis=0,
-        subscription="*",
-        sub_version=0,
-    )
-    command = RemotingCommand.request(RequestCode.PULL_MESSAGE, header.to_fields(), opaque=opaque)
+    group = "bench-raw-drain"
+    command = pull_message_request(group, TOPIC, queue_id, offset, PULL_BATCH, opaque=opaque)
     return encode_command(command)
 
 
@@ -405,20 +355,20 @@ async def one_client(
     directory = root / f"{client}-{'B' if tree else 'A'}"
     directory.mkdir()
     _write_topic(directory / "master", args.queues)
-    processes: list[trio.Process] = []
+    processes = HanetProcesses(directory, close_signal=signal.SIGTERM)
     try:
-        namesrv, ns_ready = await _start(
-            ["namesrv", "--listen", "127.0.0.1:0"], directory / "namesrv.log",
-            directory / "namesrv.ready",
-        )  # fmt: skip
-        processes.append(namesrv)
-        master, ready = await _start(
-            ["master", "--store", str(directory / "master"), "--listen", "127.0.0.1:0",
-             "--ha-listen", "127.0.0.1:0", "--role", "ASYNC_MASTER", "--flush", "ASYNC_FLUSH",
-             "--mapped-file-size", args.file_size, "--namesrv", ns_ready["namesrv"]],
-            directory / "master.log", directory / "master.ready", tree,
-        )  # fmt: skip
-        processes.append(master)
+        quiet = ("--log-level", "WARNING")
+        namesrv = await processes.start("namesrv", *quiet, "namesrv", "--listen", "127.0.0.1:0")
+        ns_ready = namesrv.ready
+        flags = cli_flags(store=directory / "master", listen="127.0.0.1:0", ha_listen="127.0.0.1:0")
+        flags += cli_flags(
+            role="ASYNC_MASTER", flush="ASYNC_FLUSH", mapped_file_size=args.file_size
+        )
+        flags += cli_flags(namesrv=ns_ready["namesrv"])
+        # ``python -m`` puts its working directory first on sys.path: --ab runs in the tree.
+        env = None if tree is None else dict(os.environ, PYTHONPATH=str(tree))
+        master = await processes.start("master", *quiet, "master", *flags, env=env, cwd=tree)
+        ready = master.ready
         pid = int(ready["pid"])
         host, _, port = ready["broker"].rpartition(":")
         idle_private = private_bytes(pid)
@@ -452,8 +402,7 @@ async def one_client(
                 raw_drained = await raw_drain((host, int(port)), args.queues)
             nursery.cancel_scope.cancel()
     finally:
-        for process in reversed(processes):
-            await _stop(process)
+        processes.close()
     return {
         "client": client,
         "what": CLIENTS[client],
@@ -489,11 +438,11 @@ async def one_client(
 
 async def py_spy(pid: int, out: Path, seconds: float) -> None:
     """``py-spy record`` of the broker for the send phase (collapsed stacks in ``out``)."""
+    record = ["-p", str(pid), "-o", str(out), "--format", "raw", "--nonblocking"]
+    record += cli_flags(duration=max(1, int(seconds)))
     await trio.run_process(
-        ["py-spy", "record", "-p", str(pid), "-o", str(out), "--format", "raw",
-         "--duration", str(max(1, int(seconds))), "--nonblocking"],
-        capture_stdout=True, capture_stderr=True, check=False,
-    )  # fmt: skip
+        ["py-spy", "record", *record], capture_stdout=True, capture_stderr=True, check=False
+    )
 
 
 def top_of_profile(path: Path, count: int = 15) -> dict[str, Any]:
@@ -512,8 +461,12 @@ def top_of_profile(path: Path, count: int = 15) -> dict[str, Any]:
             continue
         n = int(number)
         samples += n
-        frames = [f.split(" (")[0] + " (" + f.split(" (")[1].split(":")[0].rsplit("/", 1)[-1]
-                  + ")" if " (" in f else f for f in stack.split(";")]  # fmt: skip
+        frames = [
+            f.split(" (")[0] + " (" + f.split(" (")[1].split(":")[0].rsplit("/", 1)[-1] + ")"
+            if " (" in f
+            else f
+            for f in stack.split(";")
+        ]
         own[frames[-1]] = own.get(frames[-1], 0) + n
         for frame in set(frames):
             total[frame] = total.get(frame, 0) + n
@@ -527,8 +480,10 @@ def top_of_profile(path: Path, count: int = 15) -> dict[str, Any]:
 
 def _table(runs: list[dict[str, Any]]) -> None:
     print()
-    print(f"{'run':<44}{'msgs/s':>9}{'p50 ms':>9}{'p99 ms':>9}{'broker CPU':>12}"
-          f"{'us/msg':>8}{'private MB':>12}{'load 1m':>9}")  # fmt: skip
+    print(
+        f"{'run':<44}{'msgs/s':>9}{'p50 ms':>9}{'p99 ms':>9}{'broker CPU':>12}"
+        f"{'us/msg':>8}{'private MB':>12}{'load 1m':>9}"
+    )
     for run in runs:
         tag = f"[{run.get('round', 1)}{'B' if run['tree'] != 'this tree' else 'A'}] "
         for phase in ("send", "drain", "raw_drain"):
@@ -536,14 +491,18 @@ def _table(runs: list[dict[str, Any]]) -> None:
             p50 = f.get("p50_ms", f.get("pull_p50_ms"))
             p99 = f.get("p99_ms", f.get("pull_p99_ms"))
             name = tag + (run["what"] if phase == "send" else f"  {phase.replace('_', ' ')}")
-            print(f"{name:<44}{f['msgs_per_sec'] or 0:>9,.0f}{p50 or 0:>9.2f}{p99 or 0:>9.2f}"
-                  f"{f['broker_cpu_percent']:>11.1f}%{f['broker_cpu_us_per_msg'] or 0:>8.1f}"
-                  f"{f['broker_private_mb']:>12.1f}{f['loadavg'][0]:>9.2f}")  # fmt: skip
+            print(
+                f"{name:<44}{f['msgs_per_sec'] or 0:>9,.0f}{p50 or 0:>9.2f}{p99 or 0:>9.2f}"
+                f"{f['broker_cpu_percent']:>11.1f}%{f['broker_cpu_us_per_msg'] or 0:>8.1f}"
+                f"{f['broker_private_mb']:>12.1f}{f['loadavg'][0]:>9.2f}"
+            )
     (a_low, a_high), (c_low, c_high) = ROCKETMQ_SENDS["alions"], ROCKETMQ_SENDS["cpp"]
-    print(f"RocketMQ 4.9.8 (measured elsewhere, issue 19): ali-ons 16 in flight {a_low:,}-"
-          f"{a_high:,} msgs/s, C++ 1 thread {c_low:,}-{c_high:,} msgs/s, pull drain "
-          f"~{ROCKETMQ_DRAIN:,} msgs/s, broker {ROCKETMQ_CPU[0]}-{ROCKETMQ_CPU[1]} % of a core, "
-          f"~{ROCKETMQ_PRIVATE_MB} MB private")  # fmt: skip
+    print(
+        f"RocketMQ 4.9.8 (measured elsewhere, issue 19): ali-ons 16 in flight {a_low:,}-"
+        f"{a_high:,} msgs/s, C++ 1 thread {c_low:,}-{c_high:,} msgs/s, pull drain "
+        f"~{ROCKETMQ_DRAIN:,} msgs/s, broker {ROCKETMQ_CPU[0]}-{ROCKETMQ_CPU[1]} % of a core, "
+        f"~{ROCKETMQ_PRIVATE_MB} MB private"
+    )
 
 
 _COMPARED = {
@@ -598,12 +557,15 @@ async def main(args: argparse.Namespace) -> None:
                     run["round"] = r + 1
                     s, d, w = run["send"], run["drain"], run["raw_drain"]
                     label = f"round {r + 1} {'B' if tree else 'A'} {CLIENTS[client]}"
-                    print(f"{label}: {s['msgs_per_sec']} msgs/s (p50 {s['p50_ms']} ms, p99 "
-                          f"{s['p99_ms']} ms), broker {s['broker_cpu_percent']} % CPU "
-                          f"{s['broker_cpu_us_per_msg']} us/msg, {s['broker_private_mb']} MB "
-                          f"private; drain {d['msgs_per_sec']} msgs/s; raw drain "
-                          f"{w['msgs_per_sec']} msgs/s, broker {w['broker_cpu_us_per_msg']} "
-                          f"us/msg; load {s['loadavg'][0]}", flush=True)  # fmt: skip
+                    print(
+                        f"{label}: {s['msgs_per_sec']} msgs/s (p50 {s['p50_ms']} ms, p99 "
+                        f"{s['p99_ms']} ms), broker {s['broker_cpu_percent']} % CPU "
+                        f"{s['broker_cpu_us_per_msg']} us/msg, {s['broker_private_mb']} MB "
+                        f"private; drain {d['msgs_per_sec']} msgs/s; raw drain "
+                        f"{w['msgs_per_sec']} msgs/s, broker {w['broker_cpu_us_per_msg']} "
+                        f"us/msg; load {s['loadavg'][0]}",
+                        flush=True,
+                    )
                     runs.append(run)
     _table(runs)
     compared = _compare(runs)
@@ -660,15 +622,20 @@ if __name__ == "__main__":
         "--file-size", default=FILE_SIZE, help=f"commit log file size ({FILE_SIZE}, K/M/G)"
     )
     parser.add_argument(
-        "--profile", type=Path, metavar="DIR",
+        "--profile",
+        type=Path,
+        metavar="DIR",
         help="record the broker with py-spy during each send phase into DIR (py-spy on PATH)",
-    )  # fmt: skip
+    )
     parser.add_argument("--rounds", type=int, default=1, help="rounds of every run (1)")
     parser.add_argument(
-        "--ab", type=Path, default=None, metavar="DIR",
+        "--ab",
+        type=Path,
+        default=None,
+        metavar="DIR",
         help="also run the hanet source tree in DIR (e.g. a worktree of an older commit with "
         "its built extensions), interleaved with this tree's in every round",
-    )  # fmt: skip
+    )
     arguments = parser.parse_args()
     if arguments.ab is not None:
         arguments.ab = arguments.ab.resolve()

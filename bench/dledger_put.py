@@ -131,12 +131,15 @@ def cpp_worker(args: argparse.Namespace) -> int:
 
 
 def run_hanet(group: Group, size: int, args: argparse.Namespace) -> dict[str, Any]:
+    put = ["put", "--broker", group.broker_list, "--topic", f"H{size}", "--size", str(size)]
+    load = ["--count", str(args.count), "--concurrency", str(args.concurrency)]
     out = subprocess.run(
-        [sys.executable, "-m", "hanet", "put", "--broker", group.broker_list, "--topic",
-         f"H{size}", "--size", str(size), "--count", str(args.count), "--concurrency",
-         str(args.concurrency), "--json", "--quiet"],
-        capture_output=True, text=True, timeout=600, check=True,
-    )  # fmt: skip
+        [sys.executable, "-m", "hanet", *put, *load, "--json", "--quiet"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=True,
+    )
     summary: dict[str, Any] = json.loads(out.stdout)
     failed = summary["messages"] - summary["statuses"].get("PUT_OK", 0)
     return {**summary, "failed": failed}
@@ -152,20 +155,20 @@ async def _run_cpp(group: Group, leader: str, size: int, args: argparse.Namespac
         server = NameServer(("127.0.0.1", 0))
         names = await nursery.start(server.run)
         host, port = group.brokers[leader]
-        registration = BrokerRegistration(
-            "DefaultCluster", "dledger-bench", 0, "ASYNC_MASTER", f"{host}:{port}", "",
-            ((topic, 4),),
-        )  # fmt: skip
+        broker = ("DefaultCluster", "dledger-bench", 0, "ASYNC_MASTER", f"{host}:{port}")
+        registration = BrokerRegistration(*broker, topics=((topic, 4),))
         # held open: the name server drops a broker whose connection closes
         async with NameServerClient([names]).connection(names) as held:
             await held.register_broker(registration)
+            worker = [str(HERE / "dledger_put.py"), "--cpp-worker", "--home", str(args.home)]
+            where = ["--namesrv", f"127.0.0.1:{names[1]}", "--topic", topic, "--size", str(size)]
+            load = ["--count", str(args.count), "--concurrency", str(args.concurrency)]
             done = await trio.run_process(
-                [sys.executable, str(HERE / "dledger_put.py"), "--cpp-worker", "--namesrv",
-                 f"127.0.0.1:{names[1]}", "--topic", topic, "--size", str(size), "--count",
-                 str(args.count), "--concurrency", str(args.concurrency), "--home",
-                 str(args.home)],
-                capture_stdout=True, capture_stderr=True, check=False,
-            )  # fmt: skip
+                [sys.executable, *worker, *where, *load],
+                capture_stdout=True,
+                capture_stderr=True,
+                check=False,
+            )
         nursery.cancel_scope.cancel()
     if done.returncode != 0:
         raise RuntimeError(f"C++ client: exit {done.returncode}: {done.stderr.decode()[-500:]}")
@@ -190,18 +193,24 @@ def cpu_seconds(group: Group) -> dict[str, float]:
 
 
 def row(round_: int, code: str, nodes: int, size: int, client: str, r: dict[str, Any]) -> None:
-    print(f"{round_:>5d} {code:6s} {nodes:>5d} {size:>5d} {client:6s} "
-          f"{r['messages_per_second']:>8,.0f} {r['latency_ms_p50']:>7} {r['latency_ms_p99']:>7} "
-          f"{r['failed']:>4} {r['load1']:>5.1f} {r['cpu_us_per_msg']:>7,.0f} "
-          f"{r['leader_cpu_us_per_msg']:>7,}", flush=True)  # fmt: skip
+    print(
+        f"{round_:>5d} {code:6s} {nodes:>5d} {size:>5d} {client:6s} "
+        f"{r['messages_per_second']:>8,.0f} {r['latency_ms_p50']:>7} {r['latency_ms_p99']:>7} "
+        f"{r['failed']:>4} {r['load1']:>5.1f} {r['cpu_us_per_msg']:>7,.0f} "
+        f"{r['leader_cpu_us_per_msg']:>7,}",
+        flush=True,
+    )
 
 
 def cpp_available() -> str | None:
     done = subprocess.run(
         [sys.executable, "-c", "import rocketmq.client"],
         env={**os.environ, "HOME": tempfile.gettempdir()},
-        capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     if done.returncode == 0:
         return None
     return (done.stderr.strip().splitlines() or ["no output"])[-1]
@@ -237,9 +246,11 @@ def main() -> int:
     root = Path(tempfile.mkdtemp(prefix="hanet-dledger-put-"))
     args.home = root / "cpp-home"
     runs: dict[tuple[str, int, int, str], list[dict[str, Any]]] = {}
-    print(f"{'round':>5s} {'code':6s} {'nodes':>5s} {'size':>5s} {'client':6s} {'msg/s':>8s} "
-          f"{'p50 ms':>7s} {'p99 ms':>7s} {'fail':>4s} {'load1':>5s} {'cpu us':>7s} {'leader':>7s}",
-          flush=True)  # fmt: skip
+    print(
+        f"{'round':>5s} {'code':6s} {'nodes':>5s} {'size':>5s} {'client':6s} {'msg/s':>8s} "
+        f"{'p50 ms':>7s} {'p99 ms':>7s} {'fail':>4s} {'load1':>5s} {'cpu us':>7s} {'leader':>7s}",
+        flush=True,
+    )
     try:
         for round_ in range(1, args.rounds + 1):
             order = list(codes) if round_ % 2 else list(reversed(codes))
@@ -283,8 +294,10 @@ def main() -> int:
         "noisy": "shared machine: see load1 per measurement",
         "cases": {},
     }
-    print(f"\n{'case':22s} {'msg/s median (min-max)':>26s} {'p99 med':>8s} {'vs base':>8s} "
-          f"{'vs RocketMQ':>12s} {'load1':>5s} {'cpu us/msg':>10s} {'base':>6s}")  # fmt: skip
+    print(
+        f"\n{'case':22s} {'msg/s median (min-max)':>26s} {'p99 med':>8s} {'vs base':>8s} "
+        f"{'vs RocketMQ':>12s} {'load1':>5s} {'cpu us/msg':>10s} {'base':>6s}"
+    )
     for (code, count, size, client), results in sorted(runs.items()):
         if code != "branch":
             continue
@@ -302,11 +315,13 @@ def main() -> int:
         base_cpu = statistics.median(r["cpu_us_per_msg"] for r in base) if base else None
         name = f"{count}n/{size}B/{client}"
         spread = f"{median:,.0f} ({min(rates):,.0f}-{max(rates):,.0f})"
-        print(f"{name:22s} {spread:>26s} {p99:>8} "
-              f"{(f'{vs_base:.2f}x' if vs_base else '-'):>8s} "
-              f"{(f'{vs_rmq:.2f}x' if vs_rmq else '-'):>12s} "
-              f"{statistics.median(loads):>5.1f} {cpu:>10,.0f} "
-              f"{(f'{base_cpu:,.0f}' if base_cpu else '-'):>6s}")  # fmt: skip
+        print(
+            f"{name:22s} {spread:>26s} {p99:>8} "
+            f"{(f'{vs_base:.2f}x' if vs_base else '-'):>8s} "
+            f"{(f'{vs_rmq:.2f}x' if vs_rmq else '-'):>12s} "
+            f"{statistics.median(loads):>5.1f} {cpu:>10,.0f} "
+            f"{(f'{base_cpu:,.0f}' if base_cpu else '-'):>6s}"
+        )
         case: dict[str, Any] = {
             "msg_s_median": median,
             "msg_s_min": min(rates),

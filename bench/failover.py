@@ -79,15 +79,24 @@ def main() -> int:
     tail, tail_name = (times[-1], "max") if p99 is None else (p99, "p99")
     goal = 2 * args.election_timeout
     p99_text = "" if p99 is None else f", p99 {p99:.3f} s"
-    print(f"{n} kills: p50 {p50:.3f} s{p99_text}, max {times[-1]:.3f} s "
-          f"(goal p99 <= {goal:g} s, checked on the {tail_name}: "
-          f"{'met' if tail <= goal else 'missed'})")  # fmt: skip
-    print(json.dumps({
-        "kills": n, "election_timeout": args.election_timeout,
-        "p50_s": round(p50, 3), "p99_s": None if p99 is None else round(p99, 3),
-        "max_s": round(times[-1], 3), "goal_checked_on": tail_name,
-        f"{tail_name}_over_election_timeout": round(tail / args.election_timeout, 2),
-    }))  # fmt: skip
+    print(
+        f"{n} kills: p50 {p50:.3f} s{p99_text}, max {times[-1]:.3f} s "
+        f"(goal p99 <= {goal:g} s, checked on the {tail_name}: "
+        f"{'met' if tail <= goal else 'missed'})"
+    )
+    print(
+        json.dumps(
+            {
+                "kills": n,
+                "election_timeout": args.election_timeout,
+                "p50_s": round(p50, 3),
+                "p99_s": None if p99 is None else round(p99, 3),
+                "max_s": round(times[-1], 3),
+                "goal_checked_on": tail_name,
+                f"{tail_name}_over_election_timeout": round(tail / args.election_timeout, 2),
+            }
+        )
+    )
     return 0
 
 

@@ -61,20 +61,51 @@ def _send_frame(i: int) -> bytes:
         f"TAGS\x01TagA\x02KEYS\x01key{i}\x02UNIQ_KEY\x017F00000100002A9F0000{i:012X}\x02"
         "WAIT\x01true\x02"
     )
-    ext = {"a": "bench-producer", "b": TOPIC, "c": "TBW102", "d": QUEUES, "e": i % QUEUES,
-           "f": 0, "g": 1795624595700 + i, "h": 0, "i": properties, "j": 0, "k": False}  # fmt: skip
-    header = {"code": 310, "language": "JAVA", "opaque": i, "flag": 0, "version": 121,
-              "extFields": ext}  # fmt: skip
+    ext = {
+        "a": "bench-producer",
+        "b": TOPIC,
+        "c": "TBW102",
+        "d": QUEUES,
+        "e": i % QUEUES,
+        "f": 0,
+        "g": 1795624595700 + i,
+        "h": 0,
+        "i": properties,
+        "j": 0,
+        "k": False,
+    }
+    header = {
+        "code": 310,
+        "language": "JAVA",
+        "opaque": i,
+        "flag": 0,
+        "version": 121,
+        "extFields": ext,
+    }
     return _frame(header, b"x" * SIZE)
 
 
 def _pull_frame(i: int, queue_id: int, offset: int) -> bytes:
-    ext = {"consumerGroup": "bench-group", "topic": TOPIC, "queueId": queue_id,
-           "queueOffset": offset, "maxMsgNums": PULL_BATCH, "sysFlag": 2, "commitOffset": 0,
-           "suspendTimeoutMillis": 15000, "subscription": "*",
-           "subVersion": 1795624595998}  # fmt: skip
-    header = {"code": 11, "language": "JAVA", "opaque": i, "flag": 0, "version": 121,
-              "extFields": ext}  # fmt: skip
+    ext = {
+        "consumerGroup": "bench-group",
+        "topic": TOPIC,
+        "queueId": queue_id,
+        "queueOffset": offset,
+        "maxMsgNums": PULL_BATCH,
+        "sysFlag": 2,
+        "commitOffset": 0,
+        "suspendTimeoutMillis": 15000,
+        "subscription": "*",
+        "subVersion": 1795624595998,
+    }
+    header = {
+        "code": 11,
+        "language": "JAVA",
+        "opaque": i,
+        "flag": 0,
+        "version": 121,
+        "extFields": ext,
+    }
     return _frame(header)
 
 
@@ -136,9 +167,13 @@ def _run_child(tree: Path | None, count: int) -> dict[str, float]:
     cwd = tree or ROOT
     out = subprocess.run(
         [sys.executable, str(Path(__file__).resolve()), "--child", "--count", str(count)],
-        check=False, capture_output=True, text=True, cwd=cwd, timeout=600,
+        check=False,
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=600,
         env=dict(os.environ, PYTHONPATH=str(cwd)),
-    )  # fmt: skip
+    )
     if out.returncode != 0:
         sys.exit(f"the measuring process failed ({cwd}):\n{out.stderr[-3000:]}")
     result: dict[str, float] = json.loads(out.stdout.strip().splitlines()[-1])
@@ -154,9 +189,12 @@ def main(args: argparse.Namespace) -> None:
         for name, tree in trees if r % 2 == 0 else trees[::-1]:
             result = _run_child(tree, args.count)
             rows[name].append(result)
-            print(f"round {r + 1} {name}: {result['send_cpu_us']:6.1f} us a send, "
-                  f"{result['pull_cpu_us']:5.2f} us a pulled message "
-                  f"(load {os.getloadavg()[0]:.2f})", flush=True)  # fmt: skip
+            print(
+                f"round {r + 1} {name}: {result['send_cpu_us']:6.1f} us a send, "
+                f"{result['pull_cpu_us']:5.2f} us a pulled message "
+                f"(load {os.getloadavg()[0]:.2f})",
+                flush=True,
+            )
     summary: dict[str, Any] = {}
     print()
     for name, tree in trees:
@@ -170,15 +208,19 @@ def main(args: argparse.Namespace) -> None:
             }
         summary[name] = figures
         s, p = figures["send_cpu_us"], figures["pull_cpu_us"]
-        print(f"{name} ({figures['tree']}): {s['median']:.1f} us a send "
-              f"({s['range'][0]:.1f}-{s['range'][1]:.1f}), {p['median']:.2f} us a pulled "
-              f"message ({p['range'][0]:.2f}-{p['range'][1]:.2f}); median (range)")  # fmt: skip
+        print(
+            f"{name} ({figures['tree']}): {s['median']:.1f} us a send "
+            f"({s['range'][0]:.1f}-{s['range'][1]:.1f}), {p['median']:.2f} us a pulled "
+            f"message ({p['range'][0]:.2f}-{p['range'][1]:.2f}); median (range)"
+        )
     ratios = {}
     if "B" in summary:
         for key in ("send_cpu_us", "pull_cpu_us"):
             ratios[key] = round(summary["A"][key]["median"] / summary["B"][key]["median"], 3)
-        print(f"A / B: {ratios['send_cpu_us']:.2f} of the CPU a send, "
-              f"{ratios['pull_cpu_us']:.2f} a pulled message")  # fmt: skip
+        print(
+            f"A / B: {ratios['send_cpu_us']:.2f} of the CPU a send, "
+            f"{ratios['pull_cpu_us']:.2f} a pulled message"
+        )
     print(
         json.dumps(
             {

@@ -47,13 +47,14 @@ sys.path.insert(0, str(ROOT))
 from hanet.client import RemotingConnection  # noqa: E402
 from hanet.protocol import (  # noqa: E402
     MessageProperty,
-    PullMessageRequestHeader,
     RemotingCommand,
     RequestCode,
     ResponseCode,
     SendMessageRequestHeader,
     properties_to_string,
+    pull_message_request,
 )
+from hanet.testing import cli_flags  # noqa: E402
 
 TOPIC = "BenchRemoting"
 GROUP = "bench-group"
@@ -256,18 +257,7 @@ async def _pulls(conn: RemotingConnection, count: int) -> int:
         nonlocal pulled_bytes
         offset = 0
         while offset < n:
-            header = PullMessageRequestHeader(
-                consumer_group=GROUP,
-                topic=TOPIC,
-                queue_id=queue_id,
-                queue_offset=offset,
-                max_msg_nums=PULL_BATCH,
-                sys_flag=0,
-                commit_offset=0,
-                suspend_timeout_millis=0,
-                subscription="*",
-            )
-            request = RemotingCommand.request(RequestCode.PULL_MESSAGE, header.to_fields())
+            request = pull_message_request(GROUP, TOPIC, queue_id, offset, PULL_BATCH)
             answer = await conn.invoke(request)
             if answer.code != ResponseCode.SUCCESS:
                 raise RuntimeError(f"pull answered {answer.code}: {answer.remark}")
@@ -311,18 +301,12 @@ async def _one(
     directory = Path(tempfile.mkdtemp(prefix=f"{kind}-", dir=work))
     ready = directory / "ready.json"
     if kind == "raw":
-        argv = [
-            sys.executable, __file__, "--serve-raw", str(ready),
-            "--record-size", str(args.record_size),
-        ]  # fmt: skip
+        argv = [sys.executable, __file__, *cli_flags(serve_raw=ready, record_size=args.record_size)]
         env = cwd = None
     else:
-        argv = [
-            sys.executable, "-m", "hanet", "--log-level", "WARNING", "master",
-            "--store", str(directory / "store"), "--listen", "127.0.0.1:0",
-            "--ha-listen", "127.0.0.1:0", "--mapped-file-size", "256M",
-            "--ready-file", str(ready),
-        ]  # fmt: skip
+        argv = [sys.executable, "-m", "hanet", "--log-level", "WARNING", "master"]
+        argv += cli_flags(store=directory / "store", listen="127.0.0.1:0", ha_listen="127.0.0.1:0")
+        argv += cli_flags(mapped_file_size="256M", ready_file=ready)
         # ``python -m`` puts its working directory first on sys.path: run it in the tree.
         cwd = tree or ROOT
         env = dict(os.environ, PYTHONPATH=str(cwd))

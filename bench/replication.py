@@ -273,8 +273,12 @@ def main() -> None:
     master_root = build_master(size)
     tls_dir = make_certificates() if args.tls else None
     rates: dict[str, list[float]] = {
-        "hanet": [], "sendfile": [], "raw": [], "iperf3": [], "tls": []
-    }  # fmt: skip
+        "hanet": [],
+        "sendfile": [],
+        "raw": [],
+        "iperf3": [],
+        "tls": [],
+    }
     cpu: dict[str, list[tuple[float, float]]] = {"hanet": [], "sendfile": [], "tls": []}
     for i in range(args.rounds):
         order = ["hanet", "sendfile", "raw", *(["tls"] if args.tls else [])]

@@ -41,13 +41,10 @@ import trio
 from hanet.client import BrokerClient, BrokerError, PutStatus
 from hanet.store import CommitLogReader
 from hanet.store.lowlevel import list_mapped_files
-from hanet.testing import flip_store_byte, free_ports
+from hanet.testing import cli_flags, flip_store_byte, free_ports
 
 FILE = 1024 * 1024
-FAST = [
-    "--heartbeat-interval", "0.3", "--housekeeping-interval", "3",
-    "--mapped-file-size", str(FILE),
-]  # fmt: skip
+FAST = cli_flags(heartbeat_interval=0.3, housekeeping_interval=3, mapped_file_size=FILE)
 
 
 class Node:
@@ -225,27 +222,23 @@ async def soak(args: argparse.Namespace, root: Path) -> dict[str, Any]:
         "master",
         root,
         [
-            "master", "--store", str(root / "master"), "--role", "SYNC_MASTER",
-            "--listen", f"127.0.0.1:{broker}", "--ha-listen", f"127.0.0.1:{ha}",
-            "--slave-timeout", "2", "--repair-from", replicas, *FAST,
+            "master",
+            *cli_flags(store=root / "master", role="SYNC_MASTER", slave_timeout=2),
+            *cli_flags(listen=f"127.0.0.1:{broker}", ha_listen=f"127.0.0.1:{ha}"),
+            *cli_flags(repair_from=replicas),
+            *FAST,
         ],
-    )  # fmt: skip
+    )
     slaves = [
         Node(
             name,
             root,
             [
                 "slave",
-                "--store",
-                str(root / name),
-                "--master-ha",
-                f"127.0.0.1:{ha}",
-                "--master-broker",  # so the slave compares epochs before it follows
-                f"127.0.0.1:{broker}",
-                "--listen",
-                f"127.0.0.1:{port}",
-                "--reconnect-interval",
-                "0.2",
+                *cli_flags(store=root / name, master_ha=f"127.0.0.1:{ha}"),
+                # the master's broker port: the slave compares epochs before it follows
+                *cli_flags(master_broker=f"127.0.0.1:{broker}"),
+                *cli_flags(listen=f"127.0.0.1:{port}", reconnect_interval=0.2),
                 *FAST,
             ],
         )

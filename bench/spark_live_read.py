@@ -65,10 +65,21 @@ def write_store(root: Path, size: int, message_bytes: int) -> int:
 def start_master(base: Path, root: Path, tls: bool) -> tuple[subprocess.Popen[bytes], str]:
     ready = base / "ready.json"
     argv = [
-        sys.executable, "-m", "hanet", "master", "--store", str(root),
-        "--listen", "127.0.0.1:0", "--ha-listen", "127.0.0.1:0",
-        "--mapped-file-size", str(FILE_SIZE), "--ready-file", str(ready),
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "hanet",
+        "master",
+        "--store",
+        str(root),
+        "--listen",
+        "127.0.0.1:0",
+        "--ha-listen",
+        "127.0.0.1:0",
+        "--mapped-file-size",
+        str(FILE_SIZE),
+        "--ready-file",
+        str(ready),
+    ]
     if tls:
         argv += ["--tls-cert", str(base / "broker.crt"), "--tls-key", str(base / "broker.key")]
     process = subprocess.Popen(

@@ -306,8 +306,10 @@ def main(argv: list[str] | None = None) -> int:
         f"{stores['4x']['data_bytes'] / 2**20:.0f} MiB; records of {stores['1x']['record_size']} "
         f"bytes; ready in {generated_s:.1f} s); native scanner: {NATIVE_SCANNER}"
     )
-    print(f"{'scan (best of ' + str(args.repeat) + ')':46} {'1x s':>7} {'4x s':>7} "
-          f"{'marg. s':>8} {'MB/s':>8} {'records/s':>11} {'vs native':>9}")  # fmt: skip
+    print(
+        f"{'scan (best of ' + str(args.repeat) + ')':46} {'1x s':>7} {'4x s':>7} "
+        f"{'marg. s':>8} {'MB/s':>8} {'records/s':>11} {'vs native':>9}"
+    )
     lines = [
         ("native", "native scan, one process"),
         ("reader", "reader, the audit's 12 columns, one process"),

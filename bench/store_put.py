@@ -186,8 +186,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name:<42}{puts:>12,.0f}{mbs:>10,.1f}{ratio:>8.3f}")
     print(f"SYNC_FLUSH, {args.sync_seconds:.1f} s each, 1 KiB bodies")
     print(f"{'1 putter':<42}{sync_1:>12,.0f}{'':>10}{'':>8}   fsyncs {fsyncs_1}")
-    print(f"{'8 concurrent putters':<42}{sync_8:>12,.0f}{'':>10}{sync_8 / sync_1:>8.2f}x"
-          f"  fsyncs {fsyncs_8}")  # fmt: skip
+    print(
+        f"{'8 concurrent putters':<42}{sync_8:>12,.0f}{'':>10}{sync_8 / sync_1:>8.2f}x"
+        f"  fsyncs {fsyncs_8}"
+    )
     figures: dict[str, Any] = {
         "messages": n,
         "body_size": args.body_size,

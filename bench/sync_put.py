@@ -21,58 +21,16 @@ import argparse
 import json
 import os
 import signal
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 import trio
 
 from hanet.client import BrokerClient
+from hanet.testing import HanetProcesses, cli_flags
 
-HANET = (sys.executable, "-m", "hanet")
 FILE_SIZE = "128M"  # no file roll during a run: the figures are about replication, not mmap
-
-
-async def _start(argv: list[str], log: Path) -> trio.Process:
-    with log.open("wb") as out:
-        return await trio.lowlevel.open_process(
-            [*HANET, "--log-level", "WARNING", *argv],
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=out,
-        )
-
-
-def _read_json(path: Path) -> dict[str, Any] | None:
-    try:
-        data: dict[str, Any] = json.loads(path.read_text())
-    except FileNotFoundError:
-        return None
-    return data
-
-
-async def _ready(process: trio.Process, path: Path, log: Path) -> dict[str, Any]:
-    """Wait for a broker's ready file (polling: it is another process's file)."""
-    with trio.fail_after(30):
-        while (data := _read_json(path)) is None:
-            if process.returncode is not None:
-                sys.exit(f"a broker exited; see {log}")
-            await trio.sleep(0.02)
-    return data
-
-
-async def _stop(process: trio.Process) -> None:
-    with trio.CancelScope(shield=True):
-        if process.returncode is None:
-            process.send_signal(signal.SIGTERM)
-            with trio.move_on_after(10):
-                await process.wait()
-            if process.returncode is None:
-                process.kill()
-                await process.wait()
 
 
 async def _producers(
@@ -109,39 +67,23 @@ async def _producers(
 
 async def one_round(role: str, args: argparse.Namespace, workdir: Path) -> dict[str, float]:
     directory = Path(tempfile.mkdtemp(prefix=f"{role.lower()}-", dir=workdir))
-    processes: list[trio.Process] = []
-    try:
-        master = await _start(
-            [
-                "master", "--store", str(directory / "master"), "--role", role,
-                "--listen", "127.0.0.1:0", "--ha-listen", "127.0.0.1:0",
-                "--mapped-file-size", FILE_SIZE, "--ready-file", str(directory / "m.ready"),
-            ],
-            directory / "master.log",
-        )  # fmt: skip
-        processes.append(master)
-        ready = await _ready(master, directory / "m.ready", directory / "master.log")
-        slave = await _start(
-            [
-                "slave", "--store", str(directory / "slave"), "--master-ha", ready["ha"],
-                "--mapped-file-size", FILE_SIZE, "--reconnect-interval", "0.1",
-                "--ready-file", str(directory / "s.ready"),
-            ],
-            directory / "slave.log",
-        )  # fmt: skip
-        processes.append(slave)
-        await _ready(slave, directory / "s.ready", directory / "slave.log")
-        host, _, port = ready["broker"].rpartition(":")
-        async with BrokerClient.connect(host, int(port)) as client:
+    async with HanetProcesses(directory, close_signal=signal.SIGTERM) as processes:
+        quiet = ("--log-level", "WARNING")
+        files = cli_flags(mapped_file_size=FILE_SIZE)
+        listen = cli_flags(listen="127.0.0.1:0", ha_listen="127.0.0.1:0")
+        master_flags = cli_flags(store=directory / "master", role=role)
+        master = await processes.start("master", *quiet, "master", *master_flags, *listen, *files)
+        slave_flags = cli_flags(store=directory / "slave", master_ha=master.ready["ha"])
+        slave_flags += cli_flags(reconnect_interval=0.1)
+        await processes.start("slave", *quiet, "slave", *slave_flags, *files)
+        host, port = master.address()
+        async with BrokerClient.connect(host, port) as client:
             with trio.fail_after(10):
                 while not (await client.status()).slaves:  # noqa: ASYNC110 - a remote state
                     await trio.sleep(0.02)
         latencies = await _producers(
-            ready["broker"], args.producers, args.connections, args.size, args.seconds
+            master.ready["broker"], args.producers, args.connections, args.size, args.seconds
         )
-    finally:
-        for process in processes:
-            await _stop(process)
     latencies.sort()
     n = len(latencies)
     return {
@@ -175,8 +117,10 @@ async def main(args: argparse.Namespace) -> None:
     for role in ("ASYNC_MASTER", "SYNC_MASTER"):
         b = best[role]
         print(f"{role:<14}{b['puts_per_second']:>10,.0f}{b['p50_ms']:>10.2f}{b['p99_ms']:>10.2f}")
-    print(f"SYNC/ASYNC throughput ratio {ratio:.2f} (goal >= 0.7); "
-          f"SYNC p99 {sync['p99_ms']:.2f} ms (goal <= 5 ms)")  # fmt: skip
+    print(
+        f"SYNC/ASYNC throughput ratio {ratio:.2f} (goal >= 0.7); "
+        f"SYNC p99 {sync['p99_ms']:.2f} ms (goal <= 5 ms)"
+    )
     print(
         json.dumps(
             {
@@ -206,10 +150,12 @@ if __name__ == "__main__":
     parser.add_argument("--seconds", type=float, default=5.0, help="measured seconds per run (5)")
     parser.add_argument("--producers", type=int, default=16, help="concurrent producers (16)")
     parser.add_argument(
-        "--connections", type=int, default=1,
+        "--connections",
+        type=int,
+        default=1,
         help="connections the producers share (1, as a RocketMQ client instance shares one "
         "channel per broker; up to --producers)",
-    )  # fmt: skip
+    )
     parser.add_argument("--size", type=int, default=1024, help="body bytes (1024)")
     parser.add_argument("--rounds", type=int, default=2, help="rounds, roles alternating (2)")
     trio.run(main, parser.parse_args())

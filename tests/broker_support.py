@@ -5,7 +5,7 @@ register."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from functools import partial
 from pathlib import Path
@@ -17,8 +17,9 @@ import trio
 from hanet.boot import serve_on
 from hanet.broker import Broker, BrokerAddresses
 from hanet.channel import HandlerContext, StreamChannel
-from hanet.client import RemotingConnection
+from hanet.client import NameServerClient, RemotingConnection
 from hanet.ha import BrokerConfig
+from hanet.namesrv import NameServer
 from hanet.protocol import (
     MASTER_ID,
     BrokerRegistration,
@@ -27,9 +28,7 @@ from hanet.protocol import (
     ConsumerListBody,
     HanetRequestCode,
     HeartbeatData,
-    PullMessageRequestHeader,
     PullMessageResponseHeader,
-    PullSysFlag,
     QueryConsumerOffsetRequestHeader,
     QueryConsumerOffsetResponseHeader,
     RegisterBrokerBody,
@@ -45,12 +44,31 @@ from hanet.protocol import (
     UnregisterBrokerRequestHeader,
     UpdateConsumerOffsetRequestHeader,
     properties_to_string,
+    pull_message_request,
     remoting_pipeline,
 )
-from hanet.store import Message, MessageRecord, PutResult, scan_records
+from hanet.store import (
+    CommitLogStore,
+    Message,
+    MessageRecord,
+    PutResult,
+    StoreConfig,
+    scan_records,
+)
 
 FILE = 64 * 1024
 """The tests' commit log file size."""
+
+
+SMALL_STORE = StoreConfig(mapped_file_size=256 * 1024, consume_queue_file_size=20 * 1024)
+"""A store of small files for the in-process broker tests."""
+
+
+def small_store(tmp_path: Path) -> Iterator[CommitLogStore]:
+    """A :data:`SMALL_STORE` store in ``tmp_path/store``, open for the test: make it a
+    module's fixture with ``store = pytest.fixture(small_store, name="store")``."""
+    with CommitLogStore.open(tmp_path / "store", SMALL_STORE) as opened:
+        yield opened
 
 
 def config(root: Path, **changes: Any) -> BrokerConfig:
@@ -74,6 +92,48 @@ async def running(
         addresses: BrokerAddresses = await nursery.start(broker.run)
         yield broker, addresses
         nursery.cancel_scope.cancel()
+
+
+@asynccontextmanager
+async def registered_master(
+    root: Path, topic: str, queues: int, **kwargs: Any
+) -> AsyncIterator[tuple[str, str, Broker]]:
+    """A name server and a master on ``root`` holding ``topic`` (``queues`` queues),
+    registered: the name server's address, the broker's, and the broker."""
+    async with trio.open_nursery() as nursery:
+        server = NameServer(("127.0.0.1", 0))
+        names_address = await nursery.start(server.run)
+        async with running(config(root), **kwargs) as (broker, addresses):
+            broker_address, ha = fmt(addresses.broker), fmt(addresses.ha)
+            held_topics = ((topic, queues),)
+            registration = BrokerRegistration(
+                "DefaultCluster", "broker-a", 0, "ASYNC_MASTER", broker_address, ha, held_topics
+            )
+            # Registered over a connection held open: the name server drops a broker whose
+            # connection closes.
+            async with NameServerClient([names_address]).connection(names_address) as held:
+                await held.register_broker(registration)
+                yield fmt(names_address), broker_address, broker
+        nursery.cancel_scope.cancel()
+
+
+def broker_status(**changes: Any) -> BrokerStatus:
+    """A status document: an idle broker's (no address, nothing stored, up one second), with
+    ``changes``."""
+    idle = BrokerStatus(
+        role="ASYNC_MASTER",
+        broker_address=None,
+        ha_address=None,
+        min_offset=0,
+        max_offset=0,
+        flushed_offset=0,
+        dispatched_offset=0,
+        puts=0,
+        mapped_files=0,
+        dispatch_error=None,
+        uptime=1.0,
+    )
+    return attrs.evolve(idle, **changes)
 
 
 def fmt(address: tuple[str, int] | None) -> str:
@@ -175,26 +235,18 @@ def pull_request(
     suspend_ms: int = 0,
     subscription: str = "*",
 ) -> RemotingCommand:
-    """PULL_MESSAGE of ``topic``'s queue from ``offset``."""
-    flag = PullSysFlag.SUBSCRIPTION
-    if commit_offset is not None:
-        flag |= PullSysFlag.COMMIT_OFFSET
-    if suspend_ms:
-        flag |= PullSysFlag.SUSPEND
-    header = PullMessageRequestHeader(
-        consumer_group=group,
-        topic=topic,
-        queue_id=queue_id,
-        queue_offset=offset,
-        max_msg_nums=max_messages,
-        sys_flag=int(flag),
-        commit_offset=commit_offset or 0,
-        suspend_timeout_millis=suspend_ms,
+    """PULL_MESSAGE of ``topic``'s queue from ``offset`` (``suspend_ms`` 0: not held)."""
+    suspend = suspend_ms or None
+    return pull_message_request(
+        group,
+        topic,
+        queue_id,
+        offset,
+        max_messages,
+        commit_offset=commit_offset,
+        suspend_ms=suspend,
         subscription=subscription,
-        sub_version=0,
-        expression_type="TAG",
     )
-    return RemotingCommand.request(RequestCode.PULL_MESSAGE, header.to_fields())
 
 
 async def pull(

@@ -3,6 +3,7 @@ bytes of a commit log, and a connector that hands a slave memory streams to a ma
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,6 +13,7 @@ import trio.testing
 
 from hanet.ha import HAMaster
 from hanet.store import CommitLogStore, Message, PutStatus, StoreConfig, StoreRole
+from hanet.testing import receive_exactly
 
 FILE = 8192
 """The HA tests' commit log file size: a few records a file."""
@@ -83,3 +85,13 @@ class Link:
         slave_end, master_end = trio.testing.memory_stream_pair()
         self.nursery.start_soon(self.master.handle_stream, master_end)
         return slave_end
+
+
+HA_HEADER = struct.Struct(">qi")
+"""The header of a master's transfer: the offset of the data that follows, and its size."""
+
+
+async def read_frame(stream: trio.abc.ReceiveStream) -> tuple[int, bytes]:
+    """One transfer from a master: ``(offset, data)`` (empty data: a heartbeat)."""
+    offset, size = HA_HEADER.unpack(await receive_exactly(stream, HA_HEADER.size))
+    return offset, await receive_exactly(stream, size)

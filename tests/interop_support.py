@@ -33,6 +33,8 @@ from typing import Any
 import pytest
 import trio
 
+from hanet.testing import cli_flags
+
 ALIONS_VERSION = "3.12.0"
 """The ali-ons release the fixtures were captured with (its newest, checked with
 ``npm view ali-ons versions``)."""
@@ -133,12 +135,15 @@ def _install_alions(version: str) -> tuple[str, Path]:
         fcntl.flock(lock, fcntl.LOCK_EX)  # another test process may be installing it now
         if _installed_version(modules) == version:
             return node, modules
+        quiet = cli_flags(prefix=prefix, no_audit=True, no_fund=True, no_save=True)
         try:
             done = subprocess.run(
-                [npm, "install", "--prefix", str(prefix), "--no-audit", "--no-fund",
-                 "--no-save", f"ali-ons@{version}"],
-                capture_output=True, text=True, timeout=INSTALL_TIMEOUT, check=False,
-            )  # fmt: skip
+                [npm, "install", *quiet, f"ali-ons@{version}"],
+                capture_output=True,
+                text=True,
+                timeout=INSTALL_TIMEOUT,
+                check=False,
+            )
         except subprocess.TimeoutExpired:
             raise ClientUnavailable(
                 f"npm install ali-ons@{version} took over {INSTALL_TIMEOUT:.0f} s"
@@ -159,10 +164,8 @@ def alions_command(mode: str, namesrv: str, topic: str, **options: Any) -> list[
         node, modules = ensure_alions()
     except ClientUnavailable as exc:
         pytest.skip(f"ali-ons unavailable: {exc}")
-    return [
-        node, str(ALIONS_DRIVER), mode, "--namesrv", namesrv, "--topic", topic,
-        "--modules", str(modules), *_flags(options),
-    ]  # fmt: skip
+    flags = cli_flags(namesrv=namesrv, topic=topic, modules=modules, **options)
+    return [node, str(ALIONS_DRIVER), mode, *flags]
 
 
 # --- the C++ client (PyPI rocketmq) ----------------------------------------------------------
@@ -186,8 +189,11 @@ def cpp_client_unavailable_reason() -> str | None:
             done = subprocess.run(
                 [sys.executable, "-c", "import rocketmq.client"],
                 env={**os.environ, "HOME": str(home)},
-                capture_output=True, text=True, timeout=60, check=False,
-            )  # fmt: skip
+                capture_output=True,
+                text=True,
+                timeout=60,
+                check=False,
+            )
             if done.returncode == 0:
                 _cpp_reason.append(None)
             else:
@@ -210,23 +216,8 @@ def cpp_command(mode: str, namesrv: str, topic: str, **options: Any) -> list[str
     reason = cpp_client_unavailable_reason()
     if reason is not None:
         pytest.skip(f"C++ client unavailable: {reason}")
-    return [
-        sys.executable, str(CPP_DRIVER), mode, "--namesrv", namesrv, "--topic", topic,
-        "--home", str(cpp_home()), *_flags(options),
-    ]  # fmt: skip
-
-
-def _flags(options: dict[str, Any]) -> list[str]:
-    argv: list[str] = []
-    for name, value in options.items():
-        flag = "--" + name.replace("_", "-")
-        if value is None or value is False:
-            continue
-        if value is True:
-            argv.append(flag)
-        else:
-            argv += [flag, str(value)]
-    return argv
+    flags = cli_flags(namesrv=namesrv, topic=topic, home=cpp_home(), **options)
+    return [sys.executable, str(CPP_DRIVER), mode, *flags]
 
 
 # --- running drivers -------------------------------------------------------------------------

@@ -18,7 +18,7 @@ from hanet.cli import build_config, build_parser
 from hanet.client import Credentials, signing
 from hanet.errors import ConfigError
 from hanet.namesrv import NameServer
-from hanet.testing import wait_until
+from hanet.testing import cli_flags, wait_until
 
 ACL = """
 accounts:
@@ -38,8 +38,9 @@ def test_broker_flags_and_broker_conf(tmp_path: Path) -> None:
     conf.write_text("aclEnable=true\naclFile=/etc/rocketmq/plain_acl.yml\n")
     cfg = build_config(parse("master", "--config", str(conf)))
     assert cfg.acl_enable and cfg.acl_file == Path("/etc/rocketmq/plain_acl.yml")
-    cfg = build_config(parse("slave", "--acl-enable", "--acl-file", "x.yml", "--master-ha",
-                                "127.0.0.1:1"))  # fmt: skip
+    cfg = build_config(
+        parse("slave", "--acl-enable", "--acl-file", "x.yml", "--master-ha", "127.0.0.1:1")
+    )
     assert cfg.acl_enable and cfg.acl_file == Path("x.yml")
     assert not build_config(parse("master")).acl_enable
 
@@ -49,8 +50,8 @@ async def test_one_key_without_the_other_is_a_one_line_error(
 ) -> None:
     assert await verb("pull", "--topic", "T", "--queue", "0", "--access-key", "ak") == 2
     assert "--access-key needs --secret-key" in capsys.readouterr().err
-    assert await verb("consume", "--namesrv", "127.0.0.1:1", "--group", "G", "--topic", "T",
-                      "--secret-key", "sk") == 2  # fmt: skip
+    consume = cli_flags(namesrv="127.0.0.1:1", group="G", topic="T")
+    assert await verb("consume", *consume, "--secret-key", "sk") == 2
     assert "--secret-key needs --access-key" in capsys.readouterr().err
 
 
@@ -82,8 +83,8 @@ async def test_verbs_sign_with_access_key_and_secret_key(
         assert "'hi'" in capsys.readouterr().out
         assert await verb("status", "--broker", address, "--json", *keys) == 0
         assert json.loads(capsys.readouterr().out)["puts"] == 1
-        assert await verb("status", "--broker", address, "--access-key", "producerA",
-                          "--secret-key", "wrong-secret") == 2  # fmt: skip
+        wrong = cli_flags(access_key="producerA", secret_key="wrong-secret")
+        assert await verb("status", "--broker", address, *wrong) == 2
         assert "Check signature failed for accessKey=producerA" in capsys.readouterr().err
 
 
@@ -127,8 +128,8 @@ async def test_consume_signs_with_the_name_server_and_the_broker(
             async with running(cfg) as (broker, _addresses):
                 await put(broker, "orders", b"for group A")
                 await wait_until(lambda: server.registry.route("orders") is not None)
-                consume = ("consume", "--namesrv", namesrv, "--topic", "orders",
-                           "--from-beginning", "--max-messages", "1", "--timeout", "3")  # fmt: skip
+                options = cli_flags(from_beginning=True, max_messages=1, timeout=3)
+                consume = ("consume", "--namesrv", namesrv, "--topic", "orders", *options)
                 keys = ("--access-key", "consumerA", "--secret-key", "consumer-secret")
                 assert await verb(*consume, "--group", "groupA", *keys) == 0
                 assert "for group A" in capsys.readouterr().out

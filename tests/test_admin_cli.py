@@ -28,14 +28,13 @@ def test_times_as_mqadmin_reads_them() -> None:
 
 
 def test_options_with_mqadmin_letters() -> None:
+    letters = ["-c", "C", "-t", "T", "-r", "2", "-w", "3", "-p", "4"]
     args = build_parser().parse_args(
-        ["admin", "updateTopic", "-n", "127.0.0.1:9876;127.0.0.2:9876", "-c", "C", "-t", "T",
-         "-r", "2", "-w", "3", "-p", "4", "--json"]
-    )  # fmt: skip
+        ["admin", "updateTopic", "-n", "127.0.0.1:9876;127.0.0.2:9876", *letters, "--json"]
+    )
     assert args.namesrv == [("127.0.0.1", 9876), ("127.0.0.2", 9876)]
-    assert (args.cluster, args.topic, args.read_queue_nums, args.write_queue_nums) == (
-        "C", "T", 2, 3,
-    )  # fmt: skip
+    queues = (args.read_queue_nums, args.write_queue_nums)
+    assert (args.cluster, args.topic, *queues) == ("C", "T", 2, 3)
     assert args.perm == 4 and args.json and args.broker_addr is None
     with pytest.raises(SystemExit):  # -b and -c exclude each other
         build_parser().parse_args(["admin", "brokerStatus", "-b", "h:1", "-c", "C"])

@@ -21,14 +21,14 @@ from hanet.protocol import (
     WritePermOfBrokerResponseHeader,
 )
 
-MASTER_A = BrokerRegistration(
-    "C1", "broker-a", 0, "ASYNC_MASTER", "10.0.0.1:10911", "", (("T", 4), ("U", 2)),
-    data_version=DataVersion(1, 1),
-)  # fmt: skip
-MASTER_B = BrokerRegistration(
-    "C2", "broker-b", 0, "ASYNC_MASTER", "10.0.0.3:10911", "", (("T", 2),),
-    data_version=DataVersion(1, 1),
-)  # fmt: skip
+
+def master(cluster: str, name: str, address: str, *topics: tuple[str, int]) -> BrokerRegistration:
+    version = DataVersion(1, 1)
+    return BrokerRegistration(cluster, name, 0, "ASYNC_MASTER", address, "", topics, version)
+
+
+MASTER_A = master("C1", "broker-a", "10.0.0.1:10911", ("T", 4), ("U", 2))
+MASTER_B = master("C2", "broker-b", "10.0.0.3:10911", ("T", 2))
 
 
 def _server(*registrations: BrokerRegistration) -> NameServer:

@@ -11,6 +11,7 @@ from hanet.broker import load_properties
 from hanet.cli import main
 from hanet.errors import ConfigError
 from hanet.ha import BrokerConfig
+from hanet.testing import cli_flags
 
 
 def test_broker_conf_key(tmp_path: Path) -> None:
@@ -28,12 +29,13 @@ def test_broker_conf_key(tmp_path: Path) -> None:
         ["master", "--store", "{tmp}/m", "--max-partial-bytes", "-1"],
         ["namesrv", "--listen", "127.0.0.1:0", "--max-partial-bytes", "-1"],
         [
-            "dledger", "--group", "g", "--id", "n0", "--peers", "n0=127.0.0.1:1",
-            "--store", "{tmp}/d", "--listen", "127.0.0.1:0", "--max-partial-bytes", "-1",
+            "dledger",
+            *cli_flags(group="g", id="n0", peers="n0=127.0.0.1:1", store="{tmp}/d"),
+            *cli_flags(listen="127.0.0.1:0", max_partial_bytes=-1),
         ],
     ],
     ids=["master", "namesrv", "dledger"],
-)  # fmt: skip
+)
 def test_a_negative_budget_is_refused(
     argv: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

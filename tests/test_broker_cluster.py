@@ -373,8 +373,10 @@ async def test_a_malformed_body_from_the_master_writes_nothing(tmp_path: Path) -
         assert not await sync.sync_logged()
         assert sync.last_error is not None and "offsetTable" in sync.last_error
         assert not (store_dir / "config").exists()  # checked before anything is written
-        master.port.register(RequestCode.GET_ALL_DELAY_OFFSET, lambda ctx, r: r.response(
-            body=b'{"offsetTable":{1:12}}'))  # fmt: skip
+        master.port.register(
+            RequestCode.GET_ALL_DELAY_OFFSET,
+            lambda ctx, r: r.response(body=b'{"offsetTable":{1:12}}'),
+        )
         assert await sync.sync_logged()
     saved = json.loads((store_dir / "config" / "delayOffset.json").read_text())
     assert saved == {"offsetTable": {"1": 12}}

@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import json
 import struct
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import attrs
 import pytest
 import trio
 import trio.testing
+from broker_support import small_store
 
 from hanet.broker import PullHoldService
 from hanet.channel import HandlerContext
@@ -29,17 +30,11 @@ from hanet.protocol import (
     decode_command,
     encode_command,
 )
-from hanet.store import CommitLogStore, Message, PutResult, PutStatus, StoreConfig
+from hanet.store import CommitLogStore, Message, PutResult, PutStatus
 from hanet.testing import EmbeddedChannel
 
 FIXTURES = Path(__file__).parent / "fixtures" / "remoting" / "clients"
-CONFIG = StoreConfig(mapped_file_size=256 * 1024, consume_queue_file_size=20 * 1024)
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[CommitLogStore]:
-    with CommitLogStore.open(tmp_path / "store", CONFIG) as opened:
-        yield opened
+store = pytest.fixture(small_store, name="store")
 
 
 @attrs.define

@@ -8,10 +8,9 @@ from pathlib import Path
 import attrs
 import pytest
 import trio
-from broker_support import connect, send
+from broker_support import config, connect, send
 
 from hanet.broker import Broker, BrokerAddresses, BrokerMetrics, serve_metrics
-from hanet.ha import BrokerConfig
 from hanet.protocol import BrokerStatus, HanetRequestCode, MasterLink, RemotingCommand, SlaveInfo
 
 STATUS = BrokerStatus(
@@ -121,15 +120,9 @@ def test_put_statuses_are_counted_per_status() -> None:
 
 
 async def test_a_running_broker_serves_metrics_that_move(tmp_path: Path) -> None:
-    config = BrokerConfig(
-        store_path_root_dir=tmp_path,
-        listen_port=0,
-        ha_listen_port=0,
-        mapped_file_size_commit_log=64 * 1024,
-        metrics_listen="127.0.0.1:0",
-    )
     async with trio.open_nursery() as nursery:
-        addresses: BrokerAddresses = await nursery.start(Broker(config).run)
+        broker = Broker(config(tmp_path, metrics_listen="127.0.0.1:0"))
+        addresses: BrokerAddresses = await nursery.start(broker.run)
         assert addresses.metrics is not None and addresses.broker is not None
         port = addresses.metrics[1]
 

@@ -5,13 +5,12 @@ against a store in a temporary directory, through the dispatch table on an Embed
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import trio
+from broker_support import SMALL_STORE, connect, pull, running, send, small_store
 from broker_support import config as broker_config
-from broker_support import connect, pull, running, send
 
 from hanet.broker import (
     DELAY_LEVELS,
@@ -54,13 +53,7 @@ from hanet.store import (
 )
 from hanet.testing import EmbeddedChannel
 
-CONFIG = StoreConfig(mapped_file_size=256 * 1024, consume_queue_file_size=20 * 1024)
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[CommitLogStore]:
-    with CommitLogStore.open(tmp_path / "store", CONFIG) as opened:
-        yield opened
+store = pytest.fixture(small_store, name="store")
 
 
 def _channel(processor: SendBackProcessor) -> EmbeddedChannel:
@@ -239,12 +232,12 @@ def test_a_refused_put_answers_its_status(store: CommitLogStore) -> None:
 
 
 def test_a_slave_store_answers_service_not_available(tmp_path: Path) -> None:
-    with CommitLogStore.open(tmp_path / "m", CONFIG) as master:
+    with CommitLogStore.open(tmp_path / "m", SMALL_STORE) as master:
         original = _original(master)
         data = master.read(0, master.max_offset)
     slave_config = StoreConfig(
-        mapped_file_size=CONFIG.mapped_file_size,
-        consume_queue_file_size=CONFIG.consume_queue_file_size,
+        mapped_file_size=SMALL_STORE.mapped_file_size,
+        consume_queue_file_size=SMALL_STORE.consume_queue_file_size,
         role=StoreRole.SLAVE,
     )
     with CommitLogStore.open(tmp_path / "s", slave_config) as slave:

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import trio
 import trio.testing
+from broker_support import small_store
 
 from hanet.broker import (
     DELAY_LEVELS,
@@ -35,16 +36,10 @@ from hanet.protocol import (
     decode_command,
     encode_command,
 )
-from hanet.store import CommitLogStore, Message, PutResult, PutStatus, StoreConfig
+from hanet.store import CommitLogStore, Message, PutResult, PutStatus
 from hanet.testing import EmbeddedChannel
 
-CONFIG = StoreConfig(mapped_file_size=256 * 1024, consume_queue_file_size=20 * 1024)
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[CommitLogStore]:
-    with CommitLogStore.open(tmp_path / "store", CONFIG) as opened:
-        yield opened
+store = pytest.fixture(small_store, name="store")
 
 
 def _clock() -> Callable[[], int]:

@@ -21,6 +21,7 @@ from hanet import (
     WaterMarks,
     run_channel,
 )
+from hanet.testing import receive_exactly
 
 
 class Recorder(ChannelInboundHandler):
@@ -67,15 +68,6 @@ async def start(
 def is_open(channel: StreamChannel) -> bool:
     """``channel.is_open``, unnarrowed by mypy between checks."""
     return channel.is_open
-
-
-async def read_exactly(stream: trio.abc.ReceiveStream, n: int) -> bytes:
-    buf = bytearray()
-    while len(buf) < n:
-        chunk = await stream.receive_some(n - len(buf))
-        assert chunk, "unexpected EOF"
-        buf += chunk
-    return bytes(buf)
 
 
 # -- life cycle ------------------------------------------------------------------------------
@@ -363,7 +355,7 @@ async def test_writes_are_snapshotted() -> None:
         future = channel.pipeline.write_and_flush(view)
         buf[:] = b"ZZZZZ"
         await future
-        assert await read_exactly(b, 15) == b"firstXXXXXYYYYY"
+        assert await receive_exactly(b, 15) == b"firstXXXXXYYYYY"
         await channel.close()
 
 
@@ -378,7 +370,7 @@ async def test_small_writes_coalesce_into_few_sends() -> None:
         assert all(f.succeeded() for f in futures)
         assert channel.statistics().sends == 1
         assert channel.statistics().messages_written == 1000
-        received += await read_exactly(b, 4000)
+        received += await receive_exactly(b, 4000)
         # With a 1 KiB coalescing limit, 4000 bytes leave in 4 sends.
         channel2 = await start(
             nursery, trio.testing.memory_stream_pair()[0], config=ChannelConfig(write_coalesce=1024)
@@ -399,7 +391,7 @@ async def test_large_message_is_sent_alone() -> None:
         channel.pipeline.write(b"a")
         channel.pipeline.write(b"b" * 5000)
         await channel.pipeline.write_and_flush(b"c")
-        assert await read_exactly(b, 5002) == b"a" + b"b" * 5000 + b"c"
+        assert await receive_exactly(b, 5002) == b"a" + b"b" * 5000 + b"c"
         assert channel.statistics().sends == 3
         await channel.close()
 
@@ -442,11 +434,11 @@ async def test_writability_flips_with_a_slow_reader() -> None:
         assert not channel.statistics().is_writable
         assert rec.writability == [False]
         assert channel.statistics().queued_bytes == 2100
-        assert await read_exactly(b, 1500) == b"a" * 1500
+        assert await receive_exactly(b, 1500) == b"a" * 1500
         await first
         # 600 bytes queued now: below the low mark, writable again.
         assert channel.is_writable and rec.writability == [False, True]
-        assert await read_exactly(b, 600) == b"b" * 600
+        assert await receive_exactly(b, 600) == b"b" * 600
         await channel.close()
 
 
@@ -467,9 +459,9 @@ async def test_write_and_flush_waits_while_not_writable() -> None:
         await trio.testing.wait_all_tasks_blocked()
         assert done == []  # the producer waits for writability
         assert channel.statistics().queued_bytes == 2500
-        assert await read_exactly(b, 2500) == b"x" * 2500
+        assert await receive_exactly(b, 2500) == b"x" * 2500
         for i in range(10):
-            assert await read_exactly(b, 700) == bytes([i]) * 700
+            assert await receive_exactly(b, 700) == bytes([i]) * 700
         await trio.testing.wait_all_tasks_blocked()
         assert done == list(range(10))
         await channel.close()
@@ -508,7 +500,7 @@ async def test_a_bounded_producer_never_queues_much_more_than_the_high_mark() ->
                 peak = max(peak, channel.statistics().queued_bytes)
 
         nursery.start_soon(producer)
-        assert await read_exactly(b, 20_000) == b"p" * 20_000
+        assert await receive_exactly(b, 20_000) == b"p" * 20_000
         await channel.close()
     assert peak <= MARKS.high + 100
 

@@ -20,15 +20,7 @@ from hanet import (
     WaterMarks,
     run_channel,
 )
-
-
-async def read_exactly(stream: trio.abc.ReceiveStream, n: int) -> bytes:
-    buf = bytearray()
-    while len(buf) < n:
-        chunk = await stream.receive_some(min(n - len(buf), 1 << 20))
-        assert chunk, "unexpected EOF"
-        buf += chunk
-    return bytes(buf)
+from hanet.testing import receive_exactly
 
 
 class Answerer(ChannelInboundHandler):
@@ -82,7 +74,7 @@ async def test_answers_to_reads_leave_from_the_readers_task(
         channel = await start(nursery, server, answerer, None)
         for request in (b"a", b"bc", b"d"):
             await client.send_all(request)
-            assert await read_exactly(client, 100 * len(request)) == b"".join(
+            assert await receive_exactly(client, 100 * len(request)) == b"".join(
                 bytes([c]) * 100 for c in request
             )
         await trio.testing.wait_all_tasks_blocked()
@@ -110,7 +102,7 @@ async def test_a_write_the_socket_takes_in_part_keeps_its_order() -> None:
         # Three answers queued (12 MiB > the high mark): unwritable until they drain.
         assert "unwritable" in answerer.events
         for letter in b"abc":
-            assert await read_exactly(client, size) == bytes([letter]) * size
+            assert await receive_exactly(client, size) == bytes([letter]) * size
         for future in answerer.futures:
             await future
         assert [e for e in answerer.events if e.startswith("sent")] == [
@@ -134,7 +126,7 @@ async def test_an_answer_then_close_in_the_same_read_leaves_before_the_close() -
     async with trio.open_nursery() as nursery:
         channel = await start(nursery, server, answerer, None)
         await client.send_all(b"z")
-        assert await read_exactly(client, size) == b"z" * size
+        assert await receive_exactly(client, size) == b"z" * size
         assert await client.receive_some(1) == b""  # then the close
         await channel.wait_closed()
         await answerer.futures[0]
@@ -166,7 +158,7 @@ async def test_a_close_while_the_writer_sends_a_rest_lets_it_finish() -> None:
         await client.send_all(b"y")
         await trio.sleep(0.05)  # the socket took part of the answer; the writer has the rest
         await client.send_all(b"!")  # the handler closes
-        assert await read_exactly(client, size) == b"y" * size
+        assert await receive_exactly(client, size) == b"y" * size
         assert await client.receive_some(1) == b""
         await channel.wait_closed()
         await answerer.futures[0]

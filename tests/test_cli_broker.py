@@ -19,7 +19,7 @@ from hanet.broker import Broker, BrokerAddresses
 from hanet.cli import build_config, build_parser, main
 from hanet.ha import BrokerConfig, BrokerRole
 from hanet.store import FlushDiskType
-from hanet.testing import wait_until
+from hanet.testing import cli_flags, wait_until
 
 FILE = 64 * 1024
 
@@ -38,10 +38,9 @@ def test_settings_come_from_defaults_then_the_config_file_then_the_flags(tmp_pat
         "slaveTimeout=1500\n",
         encoding="utf-8",
     )
-    args = build_parser().parse_args(
-        ["master", "--config", str(conf), "--store", str(tmp_path / "s"),
-         "--ha-listen", "0.0.0.0:30912", "--mapped-file-size", "2M", "--heartbeat-interval", "1"]
-    )  # fmt: skip
+    argv = ["master", "--config", str(conf), "--store", str(tmp_path / "s")]
+    argv += cli_flags(ha_listen="0.0.0.0:30912", mapped_file_size="2M", heartbeat_interval=1)
+    args = build_parser().parse_args(argv)
     config = build_config(args)
     assert config.broker_role is BrokerRole.SYNC_MASTER  # file
     assert config.flush_disk_type is FlushDiskType.SYNC_FLUSH  # file
@@ -75,10 +74,10 @@ def test_a_real_broker_conf_is_accepted_with_one_warning(
 
 
 def test_slave_settings(tmp_path: Path) -> None:
-    args = build_parser().parse_args(
-        ["slave", "--store", str(tmp_path), "--master-ha", "10.0.0.1:10912",
-         "--reconnect-interval", "0.5", "--housekeeping-interval", "3"]
-    )  # fmt: skip
+    flags = cli_flags(
+        store=tmp_path, master_ha="10.0.0.1:10912", reconnect_interval=0.5, housekeeping_interval=3
+    )
+    args = build_parser().parse_args(["slave", *flags])
     config = build_config(args, BrokerRole.SLAVE)
     assert config.broker_role is BrokerRole.SLAVE
     assert config.ha_master_host_port == ("10.0.0.1", 10912)
@@ -148,8 +147,8 @@ async def verb(*argv: str) -> int:
 async def test_put_pull_status_verbs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     async with broker(tmp_path) as (b, address):
         put = ("put", "--broker", address, "--topic", "T")
-        assert await verb(*put, "--body", "hello", "--tags", "TagA", "--keys", "k1",
-                          "--property", "a=b", "--queue", "2") == 0  # fmt: skip
+        message = cli_flags(body="hello", tags="TagA", keys="k1", property="a=b", queue=2)
+        assert await verb(*put, *message) == 0
         line = capsys.readouterr().out.strip()
         assert line.startswith("PUT_OK msg_id=") and line.endswith(
             "queue=2 queue_offset=0 offset=0"
@@ -158,31 +157,29 @@ async def test_put_pull_status_verbs(tmp_path: Path, capsys: pytest.CaptureFixtu
         reply = json.loads(capsys.readouterr().out)["reply"]
         assert (reply["queue_id"], reply["queue_offset"], reply["status"]) == (2, 1, "PUT_OK")
         assert len(reply["msg_id"]) == 32
-        assert await verb(*put, "--size", "100", "--count", "50", "--batch", "7",
-                          "--concurrency", "3", "--json") == 0  # fmt: skip
+        generated = cli_flags(size=100, count=50, batch=7, concurrency=3, json=True)
+        assert await verb(*put, *generated) == 0
         summary = json.loads(capsys.readouterr().out)
         assert summary["statuses"] == {"PUT_OK": 50} and summary["messages"] == 50
         assert summary["bytes"] == 5000 and summary["latency_ms_p99"] is not None
-        assert await verb("put", "--broker", address, "--topic", "T", "--size", "10",
-                          "--count", "4", "--quiet") == 0  # fmt: skip
+        assert await verb(*put, *cli_flags(size=10, count=4, quiet=True)) == 0
         out = capsys.readouterr().out
         assert "put 4 messages" in out and "statuses: PUT_OK 4" in out
 
-        assert await verb("pull", "--broker", address, "--topic", "T", "--queue", "2") == 0
+        pull = ("pull", "--broker", address, "--topic", "T")
+        assert await verb(*pull, "--queue", "2") == 0
         pulled = capsys.readouterr().out.splitlines()
         # The properties a RocketMQ producer sets (KEYS, UNIQ_KEY, WAIT, TAGS), ours, the
         # broker's CLUSTER.
         assert "KEYS=k1 UNIQ_KEY=" in pulled[0] and "WAIT=true TAGS=TagA a=b " in pulled[0]
         assert pulled[0].endswith("'hello'")
         assert pulled[-1].startswith("FOUND: ")
-        assert await verb("pull", "--broker", address, "--topic", "T", "--queue", "0",
-                          "--offset", "3", "--max", "2", "--json") == 0  # fmt: skip
+        assert await verb(*pull, *cli_flags(queue=0, offset=3, max=2, json=True)) == 0
         lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
         assert [m["queue_offset"] for m in lines[:-1]] == [3, 4]
         assert lines[0]["body"].startswith("0000000")  # generated, numbered bodies
         assert lines[-1]["next_offset"] == 5 and lines[-1]["status"] == "FOUND"
-        assert await verb("pull", "--broker", address, "--topic", "T", "--queue", "0",
-                          "--offset", "999") == 1  # fmt: skip
+        assert await verb(*pull, "--queue", "0", "--offset", "999") == 1
         assert "OFFSET_OVERFLOW_BADLY" in capsys.readouterr().out
         assert await verb("pull", "--broker", address, "--topic", "Nope", "--queue", "0") == 1
         assert "TOPIC_NOT_EXIST" in capsys.readouterr().out
@@ -206,8 +203,8 @@ async def test_refused_puts_exit_1(tmp_path: Path, capsys: pytest.CaptureFixture
     async with broker(tmp_path, broker_role=BrokerRole.SYNC_MASTER) as (_, address):
         assert await verb("put", "--broker", address, "--topic", "T", "--body", "x") == 1
         assert capsys.readouterr().out.startswith("SLAVE_NOT_AVAILABLE")
-        assert await verb("put", "--broker", address, "--topic", "bad topic", "--size", "1",
-                          "--count", "2", "--json") == 1  # fmt: skip
+        bad_topic = ("put", "--broker", address, "--topic", "bad topic")
+        assert await verb(*bad_topic, *cli_flags(size=1, count=2, json=True)) == 1
         summary = json.loads(capsys.readouterr().out)
         # RocketMQ answers a bad topic name SYSTEM_ERROR: counted under its code's name.
         assert summary["statuses"] == {"SYSTEM_ERROR": 2} and "topic" in summary["error"].lower()
@@ -217,12 +214,14 @@ async def test_a_second_master_on_a_store_in_use_fails_in_one_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     async with broker(tmp_path):
-        status = await verb("master", "--store", str(tmp_path / "store"),
-                            "--listen", "127.0.0.1:0", "--ha-listen", "127.0.0.1:0")  # fmt: skip
+        flags = cli_flags(store=tmp_path / "store", listen="127.0.0.1:0", ha_listen="127.0.0.1:0")
+        status = await verb("master", *flags)
     assert status == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == [f"hanet: the store at {tmp_path / 'store'} is in use by another process "
-                   f"(lock file {tmp_path / 'store' / 'lock'})"]  # fmt: skip
+    assert err == [
+        f"hanet: the store at {tmp_path / 'store'} is in use by another process "
+        f"(lock file {tmp_path / 'store' / 'lock'})"
+    ]
 
 
 async def test_master_verb_serves_and_writes_its_ready_file(
@@ -231,10 +230,15 @@ async def test_master_verb_serves_and_writes_its_ready_file(
     caplog.set_level(logging.INFO, logger="hanet.broker")
     ready = tmp_path / "ready.json"
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(
-            verb, "master", "--store", str(tmp_path / "m"), "--listen", "127.0.0.1:0",
-            "--ha-listen", "127.0.0.1:0", "--mapped-file-size", "64K", "--ready-file", str(ready),
-        )  # fmt: skip
+        flags = cli_flags(
+            store=tmp_path / "m",
+            listen="127.0.0.1:0",
+            ha_listen="127.0.0.1:0",
+            mapped_file_size="64K",
+            ready_file=ready,
+        )
+        nursery.start_soon(verb, "master", *flags)
+
         await wait_until(ready.exists, 10)
         data = json.loads(ready.read_text())
         assert data["role"] == "ASYNC_MASTER" and data["ha"].startswith("127.0.0.1:")

@@ -6,30 +6,25 @@ from __future__ import annotations
 import json
 import sys
 from collections import Counter
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pytest
 import trio
+from broker_support import registered_master
 
-from hanet.broker import Broker, BrokerAddresses
+from hanet.broker import Broker
 from hanet.cli import build_parser
 from hanet.client import (
     BrokerClient,
     BrokerError,
-    BrokerRegistration,
-    NameServerClient,
     PutMessage,
     PutStatus,
 )
-from hanet.ha import BrokerConfig
-from hanet.namesrv import NameServer
 from hanet.testing import HanetProcesses, wait_until
 
-FILE = 64 * 1024
 TOPIC = "T"
 
 
@@ -44,37 +39,9 @@ async def on_topic(name: str, names: str, *flags: str) -> int:
     return await verb(name, "--namesrv", names, "--topic", TOPIC, *flags)
 
 
-@asynccontextmanager
-async def cluster(tmp_path: Path) -> AsyncIterator[tuple[str, str, Broker]]:
+def cluster(tmp_path: Path) -> AbstractAsyncContextManager[tuple[str, str, Broker]]:
     """A name server and a master holding ``T`` (4 queues), registered: their addresses."""
-    async with trio.open_nursery() as nursery:
-        server = NameServer(("127.0.0.1", 0))
-        names_address = await nursery.start(server.run)
-        config = BrokerConfig(
-            store_path_root_dir=tmp_path / "master",
-            listen_port=0,
-            ha_listen_port=0,
-            mapped_file_size_commit_log=FILE,
-        )
-        broker = Broker(config)
-        addresses: BrokerAddresses = await nursery.start(broker.run)
-        assert addresses.broker is not None and addresses.ha is not None
-        broker_address = f"127.0.0.1:{addresses.broker[1]}"
-        registration = BrokerRegistration(
-            "DefaultCluster",
-            "broker-a",
-            0,
-            "ASYNC_MASTER",
-            broker_address,
-            f"127.0.0.1:{addresses.ha[1]}",
-            ((TOPIC, 4),),
-        )
-        # Registered over a connection held open: the name server drops a broker whose
-        # connection closes.
-        async with NameServerClient([names_address]).connection(names_address) as held:
-            await held.register_broker(registration)
-            yield f"127.0.0.1:{names_address[1]}", broker_address, broker
-        nursery.cancel_scope.cancel()
+    return registered_master(tmp_path / "master", TOPIC, 4)
 
 
 async def test_put_pull_and_status_through_the_name_server(

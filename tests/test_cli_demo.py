@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from hanet.testing import wait_until
+from hanet.testing import cli_flags, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -23,17 +23,22 @@ def flat(out: str) -> str:
     return " ".join(out.translate(str.maketrans("│┃", "  ")).split())
 
 
-async def test_demo_end_to_end(tmp_path: Path) -> None:
-    work = tmp_path / "demo"
+async def demo(work: Path, *flags: str, messages: int) -> str:
+    """``hanet demo`` run to its end in ``work``: its output, :func:`flat`; it exits 0."""
     result = await trio.run_process(
-        [sys.executable, "-m", "hanet", "demo", "--messages", "4000", "--dir", str(work)],
+        [sys.executable, "-m", "hanet", "demo", *flags, *cli_flags(messages=messages, dir=work)],
         capture_stdout=True,
         capture_stderr=True,
         check=False,
     )
     out = result.stdout.decode()
     assert result.returncode == 0, out + result.stderr.decode()
-    out = flat(out)
+    return flat(out)
+
+
+async def test_demo_end_to_end(tmp_path: Path) -> None:
+    work = tmp_path / "demo"
+    out = await demo(work, messages=4000)
     assert out.count("bytes identical to the master's") == 2
     assert "PUT_OK 4,000" in out and "OK" in out
     for store in ("master", "slave1", "slave2"):
@@ -44,15 +49,7 @@ async def test_demo_end_to_end(tmp_path: Path) -> None:
 
 async def test_demo_over_mutual_tls(tmp_path: Path) -> None:
     work = tmp_path / "demo"
-    result = await trio.run_process(
-        [sys.executable, "-m", "hanet", "demo", "--tls", "--messages", "2000", "--dir", str(work)],
-        capture_stdout=True,
-        capture_stderr=True,
-        check=False,
-    )
-    out = result.stdout.decode()
-    assert result.returncode == 0, out + result.stderr.decode()
-    out = flat(out)
+    out = await demo(work, "--tls", messages=2000)
     assert "mutual TLS everywhere" in out
     assert out.count("bytes identical to the master's") == 2 and "PUT_OK 2,000" in out
     assert (work / "tls" / "ca.pem").exists()
@@ -71,27 +68,29 @@ def _alive(pid: int) -> bool:
         return False
 
 
-async def test_ctrl_c_stops_every_part_of_the_demo(tmp_path: Path) -> None:
-    work = tmp_path / "demo"
+async def interrupt_demo(
+    work: Path, *flags: str, started: str, parts: tuple[str, ...], puts_for: float
+) -> None:
+    """An endless ``hanet demo`` in ``work``: once ``started`` exists and its ``parts`` (the
+    processes with a ready file) run, ``puts_for`` seconds of puts, then Ctrl-C: it exits 130
+    and none of its parts still runs."""
     demo = await trio.lowlevel.open_process(
-        [sys.executable, "-m", "hanet", "demo", "--messages", "10000000", "--dir", str(work)],
+        [sys.executable, "-m", "hanet", "demo", *flags, *cli_flags(messages=10**7, dir=work)],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
     pids: list[int] = []
     try:
-        await wait_until((work / "producer.log").exists, 20)
-        for name in ("master", "slave1", "slave2"):
+        await wait_until((work / started).exists, 20)
+        for name in parts:
             pids.append(json.loads((work / f"{name}.ready").read_text())["pid"])
         assert all(_alive(pid) for pid in pids)
-        await trio.sleep(0.5)  # puts under way
+        await trio.sleep(puts_for)
         demo.send_signal(signal.SIGINT)  # the demo only, not its process group
         with trio.fail_after(20):
             assert await demo.wait() == 130
         assert not any(_alive(pid) for pid in pids)
-        for store in ("master", "slave1", "slave2"):
-            assert not (work / store / "abort").exists()  # stopped cleanly, not killed
     finally:
         if demo.returncode is None:
             demo.kill()
@@ -100,18 +99,17 @@ async def test_ctrl_c_stops_every_part_of_the_demo(tmp_path: Path) -> None:
                 os.kill(pid, signal.SIGKILL)
 
 
+async def test_ctrl_c_stops_every_part_of_the_demo(tmp_path: Path) -> None:
+    work = tmp_path / "demo"
+    stores = ("master", "slave1", "slave2")
+    await interrupt_demo(work, started="producer.log", parts=stores, puts_for=0.5)
+    for store in stores:
+        assert not (work / store / "abort").exists()  # stopped cleanly, not killed
+
+
 async def test_dledger_demo_kills_the_leader_and_checks_every_node(tmp_path: Path) -> None:
     work = tmp_path / "demo"
-    result = await trio.run_process(
-        [sys.executable, "-m", "hanet", "demo", "--dledger", "--messages", "2000",
-         "--dir", str(work)],
-        capture_stdout=True,
-        capture_stderr=True,
-        check=False,
-    )  # fmt: skip
-    out = result.stdout.decode()
-    assert result.returncode == 0, out + result.stderr.decode()
-    out = flat(out)
+    out = await demo(work, "--dledger", messages=2000)
     assert "killed (SIGKILL)" in out and "new leader n" in out
     assert "2,000/2,000 acknowledged present" in out
     assert out.count("identical to n0's") == 2
@@ -123,28 +121,7 @@ async def test_dledger_demo_kills_the_leader_and_checks_every_node(tmp_path: Pat
 
 
 async def test_ctrl_c_stops_every_dledger_node(tmp_path: Path) -> None:
-    work = tmp_path / "demo"
-    demo = await trio.lowlevel.open_process(
-        [sys.executable, "-m", "hanet", "demo", "--dledger", "--messages", "10000000",
-         "--dir", str(work)],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    pids: list[int] = []
-    try:
-        await wait_until((work / "n2.ready").exists, 20)
-        for name in ("n0", "n1", "n2"):
-            pids.append(json.loads((work / f"{name}.ready").read_text())["pid"])
-        assert all(_alive(pid) for pid in pids)
-        await trio.sleep(1.0)  # puts under way
-        demo.send_signal(signal.SIGINT)
-        with trio.fail_after(20):
-            assert await demo.wait() == 130
-        assert not any(_alive(pid) for pid in pids)
-    finally:
-        if demo.returncode is None:
-            demo.kill()
-        for pid in pids:
-            if _alive(pid):
-                os.kill(pid, signal.SIGKILL)
+    nodes = ("n0", "n1", "n2")
+    await interrupt_demo(
+        tmp_path / "demo", "--dledger", started="n2.ready", parts=nodes, puts_for=1.0
+    )

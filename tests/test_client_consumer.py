@@ -711,9 +711,13 @@ async def test_keywords_override_the_config_given(
     config = ConsumerConfig(pull_batch=2, client_id="me", from_beginning=False)
     produced = cluster.produce(8)
     async with Consumer.open(
-        _Names(cluster), GROUP, TOPIC, config=config, connector=cluster.connector,
+        _Names(cluster),
+        GROUP,
+        TOPIC,
+        config=config,
+        connector=cluster.connector,
         from_beginning=True,
-    ) as consumer:  # fmt: skip
+    ) as consumer:
         assert consumer.config == attrs.evolve(config, from_beginning=True)
         assert consumer.client_id == "me"
         got = await take(consumer, 8)

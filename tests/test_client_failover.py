@@ -8,12 +8,12 @@ from functools import partial
 
 import pytest
 import trio
+from broker_support import broker_status
 
 from hanet.boot import serve
 from hanet.channel import HandlerContext, StreamChannel
 from hanet.client import BrokerRequestError, FailoverClient, parse_broker_address
 from hanet.protocol import (
-    BrokerStatus,
     DLedgerInfo,
     HanetRequestCode,
     RemotingCommand,
@@ -117,10 +117,8 @@ async def test_a_refusal_naming_no_leader_asks_the_nodes_status_for_it() -> None
         return request.response(ResponseCode.SERVICE_NOT_AVAILABLE, "broker role is slave")
 
     def status(ctx: HandlerContext, request: RemotingCommand) -> RemotingCommand:
-        document = BrokerStatus(
-            "FOLLOWER", None, None, 0, 0, 0, 0, 0, 0, None, 1.0,
-            dledger=DLedgerInfo("g", "n1", "FOLLOWER", 3, "n0", 0, 0, 0, leader[0]),
-        )  # fmt: skip
+        node = DLedgerInfo("g", "n1", "FOLLOWER", 3, "n0", 0, 0, 0, leader[0])
+        document = broker_status(role="FOLLOWER", dledger=node)
         return request.response(body=json.dumps(document.to_json()).encode())
 
     def init(channel: StreamChannel) -> None:

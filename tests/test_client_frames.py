@@ -132,9 +132,12 @@ async def test_a_put_is_a_send_message_v2_like_javas_and_reads_its_answer() -> N
 async def test_a_batch_of_one_queue_is_one_send_batch_message() -> None:
     def answer(request: RemotingCommand) -> RemotingCommand:
         return request.response(
-            fields={"msgId": ",".join(["7F00000100002A9F0000000000000010"] * 3), "queueId": 1,
-                    "queueOffset": 7},
-        )  # fmt: skip
+            fields={
+                "msgId": ",".join(["7F00000100002A9F0000000000000010"] * 3),
+                "queueId": 1,
+                "queueOffset": 7,
+            },
+        )
 
     async with broker({RequestCode.SEND_BATCH_MESSAGE: answer}) as (client, recorder):
         replies = await client.put_batch([PutMessage("T", b"m%d" % i, 1) for i in range(3)])
@@ -195,15 +198,24 @@ async def test_a_refused_send_is_a_status_with_the_remark(
 @pytest.mark.parametrize(
     ("remark", "status", "detail"),
     [
-        ("CREATE_MAPPED_FILE_FAILED: consume queue T/2: ENOSPC", "CREATE_MAPPED_FILE_FAILED",
-         "consume queue T/2: ENOSPC"),
+        (
+            "CREATE_MAPPED_FILE_FAILED: consume queue T/2: ENOSPC",
+            "CREATE_MAPPED_FILE_FAILED",
+            "consume queue T/2: ENOSPC",
+        ),
         ("UNKNOWN_ERROR", "UNKNOWN_ERROR", "UNKNOWN_ERROR"),
-        ("create mapped file failed, server is busy or broken.", "CREATE_MAPPED_FILE_FAILED",
-         "create mapped file failed, server is busy or broken."),
-        ("[PC_SYNCHRONIZED]broker busy, start flow control for a while", "OS_PAGE_CACHE_BUSY",
-         "[PC_SYNCHRONIZED]broker busy, start flow control for a while"),
+        (
+            "create mapped file failed, server is busy or broken.",
+            "CREATE_MAPPED_FILE_FAILED",
+            "create mapped file failed, server is busy or broken.",
+        ),
+        (
+            "[PC_SYNCHRONIZED]broker busy, start flow control for a while",
+            "OS_PAGE_CACHE_BUSY",
+            "[PC_SYNCHRONIZED]broker busy, start flow control for a while",
+        ),
     ],
-)  # fmt: skip
+)
 async def test_a_system_error_naming_a_put_status_is_that_status(
     remark: str, status: str, detail: str
 ) -> None:

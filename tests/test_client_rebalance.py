@@ -5,18 +5,17 @@ dying without a word (expired)."""
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any
 
 import pytest
 import trio
+from broker_support import registered_master
 
-from hanet.broker import Broker, BrokerAddresses
+from hanet.broker import Broker
 from hanet.client import (
     BrokerClient,
-    BrokerRegistration,
     ConsumedMessage,
     Consumer,
     NameServerClient,
@@ -24,10 +23,7 @@ from hanet.client import (
     allocate_averagely,
     default_client_id,
 )
-from hanet.ha import BrokerConfig
-from hanet.namesrv import NameServer
 
-FILE = 64 * 1024
 TOPIC = "T"
 GROUP = "G"
 QUEUES = 4
@@ -71,33 +67,10 @@ def test_default_client_ids_are_host_pid_random() -> None:
 # -- two consumers against a broker -----------------------------------------------------------
 
 
-@asynccontextmanager
-async def cluster(tmp_path: Path, **broker_options: Any) -> AsyncIterator[tuple[str, Broker]]:
+def cluster(tmp_path: Path, **options: Any) -> AbstractAsyncContextManager[tuple[str, str, Broker]]:
     """A name server and a master holding ``T`` (4 queues), registered: the name server's
-    address and the broker."""
-    async with trio.open_nursery() as nursery:
-        server = NameServer(("127.0.0.1", 0))
-        names_address = await nursery.start(server.run)
-        config = BrokerConfig(
-            store_path_root_dir=tmp_path / "master",
-            listen_port=0,
-            ha_listen_port=0,
-            mapped_file_size_commit_log=FILE,
-        )
-        broker = Broker(config, **broker_options)
-        addresses: BrokerAddresses = await nursery.start(broker.run)
-        assert addresses.broker is not None and addresses.ha is not None
-        broker_address = f"127.0.0.1:{addresses.broker[1]}"
-        registration = BrokerRegistration(
-            "DefaultCluster", "broker-a", 0, "ASYNC_MASTER", broker_address,
-            f"127.0.0.1:{addresses.ha[1]}", ((TOPIC, QUEUES),),
-        )  # fmt: skip
-        # Registered over a connection held open: the name server drops a broker whose
-        # connection closes.
-        async with NameServerClient([names_address]).connection(names_address) as held:
-            await held.register_broker(registration)
-            yield f"127.0.0.1:{names_address[1]}", broker
-        nursery.cancel_scope.cancel()
+    address, the broker's and the broker."""
+    return registered_master(tmp_path / "master", TOPIC, QUEUES, **options)
 
 
 def consumer(names: str, client_id: str, **options: Any) -> Any:
@@ -172,7 +145,7 @@ def bodies_of(messages: list[ConsumedMessage]) -> Counter[bytes]:
 async def test_two_consumers_split_the_queues_and_consume_each_message_once(
     tmp_path: Path,
 ) -> None:
-    async with cluster(tmp_path) as (names, broker):
+    async with cluster(tmp_path) as (names, _, broker):
         async with consumer(names, "a") as first, consumer(names, "b") as second:
             await settled(first, second)
             assert first.members == second.members == ("a", "b")
@@ -193,7 +166,7 @@ async def test_two_consumers_split_the_queues_and_consume_each_message_once(
 async def test_when_one_leaves_the_other_takes_every_queue_from_the_committed_offsets(
     tmp_path: Path,
 ) -> None:
-    async with cluster(tmp_path) as (names, broker):
+    async with cluster(tmp_path) as (names, _, broker):
         async with consumer(names, "a") as first:
             async with consumer(names, "b") as second:
                 await settled(first, second)
@@ -216,7 +189,7 @@ async def test_when_one_leaves_the_other_takes_every_queue_from_the_committed_of
 async def test_a_member_that_dies_is_expired_and_its_queues_taken_over(
     tmp_path: Path,
 ) -> None:
-    async with cluster(tmp_path, consumer_expiry=1.0) as (names, broker):
+    async with cluster(tmp_path, consumer_expiry=1.0) as (names, _, broker):
         address = broker.addresses.broker
         assert address is not None
         async with BrokerClient.connect("127.0.0.1", address[1]) as ghost:
@@ -247,7 +220,7 @@ async def test_a_member_joining_or_leaving_rebalances_the_others_at_once(
     apart, the first member still gives up half its queues as soon as the second joins, and
     takes them back as soon as it leaves."""
     quiet = {"heartbeat_interval": 1000.0, "rebalance_interval": 1000.0}
-    async with cluster(tmp_path) as (names, _broker), consumer(names, "a", **quiet) as first:
+    async with cluster(tmp_path) as (names, _, _broker), consumer(names, "a", **quiet) as first:
         await settled(first)
         async with consumer(names, "b", **quiet) as second:
             await settled(first, second)

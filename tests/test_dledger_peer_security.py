@@ -32,6 +32,7 @@ from hanet.dledger import (
 )
 from hanet.errors import ConfigError
 from hanet.store import Message
+from hanet.testing import cli_flags
 
 IDS = ("n0", "n1", "n2")
 HOSTS = {i: f"127.0.0.{k + 1}" for k, i in enumerate(IDS)}
@@ -298,12 +299,16 @@ def test_hanet_dledger_refuses_half_a_tls_setting_in_one_line(
     pki = Pki(tmp_path)
     n0 = pki.member("n0")
     values = {"cert": str(n0.cert), "key": str(n0.key), "missing": str(tmp_path / "nope.pem")}
+    node = cli_flags(
+        group="g", id="n0", peers="n0=127.0.0.1:0", store=tmp_path / "s", listen="127.0.0.1:0"
+    )
     result = subprocess.run(
-        [sys.executable, "-m", "hanet", "dledger", "--group", "g", "--id", "n0",
-         "--peers", "n0=127.0.0.1:0", "--store", str(tmp_path / "s"),
-         "--listen", "127.0.0.1:0", *(f.format(**values) for f in flags)],
-        capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
+        [sys.executable, "-m", "hanet", "dledger", *node, *(f.format(**values) for f in flags)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert result.returncode != 0
     assert message in result.stderr, result.stderr
     assert "Traceback" not in result.stderr

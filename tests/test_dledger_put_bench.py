@@ -10,17 +10,23 @@ from pathlib import Path
 
 import pytest
 
+from hanet.testing import cli_flags
+
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_a_short_round_reports_each_case_with_its_load() -> None:
+    flags = cli_flags(rounds=1, count=200, sizes=100, clients="hanet")
     out = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "dledger_put.py"), "--rounds", "1",
-         "--count", "200", "--sizes", "100", "--clients", "hanet"],
-        check=False, capture_output=True, text=True, timeout=120, cwd=ROOT,
-    )  # fmt: skip
+        [sys.executable, str(ROOT / "bench" / "dledger_put.py"), *flags],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert set(result["cases"]) == {"1n/100B/hanet", "3n/100B/hanet"}

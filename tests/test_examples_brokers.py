@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 import trio
 
+from hanet.testing import cli_flags
+
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -66,19 +68,13 @@ async def test_master_slave_and_custom_pipeline_examples(tmp_path: Path) -> None
 
     try:
         async with trio.open_nursery() as nursery:
-            master = await run(
-                nursery, "master.py", "--store", str(tmp_path / "m"), "--port", str(port),
-                "--ha-port", str(ha_port), "--every", "0.2",
-            )  # fmt: skip
+            flags = cli_flags(store=tmp_path / "m", port=port, ha_port=ha_port, every=0.2)
+            master = await run(nursery, "master.py", *flags)
             await master.wait_for("put: PUT_OK at offset 0")
-            slave = await run(
-                nursery, "slave.py", "--store", str(tmp_path / "s"), "--master", master_ha,
-                "--port", str(slave_port), "--reconnect", "0.2", "--every", "0.2",
-            )  # fmt: skip
-            metrics = await run(
-                nursery, "custom_pipeline.py", "--store", str(tmp_path / "c"),
-                "--master", master_ha,
-            )  # fmt: skip
+            flags = cli_flags(store=tmp_path / "s", master=master_ha, port=slave_port)
+            slave = await run(nursery, "slave.py", *flags, *cli_flags(reconnect=0.2, every=0.2))
+            flags = cli_flags(store=tmp_path / "c", master=master_ha)
+            metrics = await run(nursery, "custom_pipeline.py", *flags)
             await slave.wait_for("connected; max offset ")
             await metrics.wait_for("connections 1  frames 1  bytes ")
             await master.wait_for("lag 0 B")

@@ -26,7 +26,7 @@ from hanet.channel import StreamChannel
 from hanet.client import PutMessage, PutStatus
 from hanet.protocol import RemotingDispatcher, remoting_pipeline
 from hanet.store import CommitLogReader, EpochFile, compare_commit_logs
-from hanet.testing import HanetProcess, wait_until
+from hanet.testing import HanetProcess, cli_flags, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -48,10 +48,9 @@ def bodies(root: Path) -> set[bytes]:
 
 async def restart_master(c: Cluster, old: HanetProcess, store: str, *extra: str) -> HanetProcess:
     assert await c.stop(old) == 0
-    return await c.start(
-        "master", "master", "--store", str(c.root / store), "--listen", old.ready["broker"],
-        "--ha-listen", old.ready["ha"], "--mapped-file-size", str(FILE), *FAST, *extra,
-    )  # fmt: skip
+    same_ports = cli_flags(listen=old.ready["broker"], ha_listen=old.ready["ha"])
+    flags = cli_flags(store=c.root / store, mapped_file_size=FILE)
+    return await c.start("master", "master", *flags, *same_ports, *FAST, *extra)
 
 
 async def slave_of(c: Cluster, master: HanetProcess, store: str, *extra: str) -> HanetProcess:

@@ -3,21 +3,24 @@ virtual time; a partition during SYNC puts over loopback TCP through a FaultProx
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 import attrs
+import ha_support
 import trio
 import trio.testing
+from broker_support import config
+from ha_support import open_store
 
 from hanet.broker import Broker, BrokerAddresses
 from hanet.client import BrokerClient, PutStatus
 from hanet.ha import BrokerConfig, BrokerRole, HAMaster, HASlave
 from hanet.store import (
     CommitLogStore,
-    Message,
-    StoreConfig,
     StoreRole,
     compare_commit_logs,
 )
@@ -53,31 +56,55 @@ class FaultyLink:
         self.scope.cancel()
 
 
-def stores(tmp_path: Path) -> tuple[CommitLogStore, CommitLogStore]:
-    master = CommitLogStore.open(tmp_path / "m", StoreConfig(mapped_file_size=FILE))
-    slave = CommitLogStore.open(
-        tmp_path / "s", StoreConfig(mapped_file_size=FILE, role=StoreRole.SLAVE)
-    )
-    return master, slave
-
-
 def put(store: CommitLogStore, n: int) -> None:
-    for i in range(n):
-        store.put(Message(topic="T", body=bytes([i % 251]) * 300, queue_id=i % 2))
+    ha_support.put(store, n, 300, queues=2)
+
+
+@attrs.frozen
+class Replication:
+    master_store: CommitLogStore
+    slave_store: CommitLogStore
+    link: FaultyLink
+    slave: HASlave
+
+    async def caught_up(self) -> None:
+        master, slave = self.master_store, self.slave_store
+        await wait_until(lambda: slave.max_offset == master.max_offset, seconds=120)
+
+
+@asynccontextmanager
+async def replicating(
+    tmp_path: Path, records: int, first_flip: int | None = None, **settings: Any
+) -> AsyncIterator[Replication]:
+    """A master's store of ``records`` messages replicated to a slave's through a
+    :class:`FaultyLink` (``first_flip``: a byte flipped on the way to the slave, from the
+    start), caught up; when the block ends, the two commit logs are the same."""
+    master_store = open_store(tmp_path / "m", size=FILE)
+    slave_store = open_store(tmp_path / "s", StoreRole.SLAVE, FILE)
+    try:
+        put(master_store, records)
+        config = BrokerConfig(mapped_file_size_commit_log=FILE, **settings)
+        async with trio.open_nursery() as nursery:
+            link = FaultyLink(nursery, HAMaster(master_store, config))
+            if first_flip is not None:
+                link.to_slave.flip(first_flip)
+            slave = HASlave(slave_store, config, connector=link)
+            nursery.start_soon(slave.run)
+            replication = Replication(master_store, slave_store, link, slave)
+            await replication.caught_up()
+            yield replication
+            nursery.cancel_scope.cancel()
+    finally:
+        master_store.close()
+        slave_store.close()
+    assert compare_commit_logs(tmp_path / "m", tmp_path / "s").identical
 
 
 async def test_black_holed_master_is_dropped_after_housekeeping(
     tmp_path: Path, autojump_clock: trio.testing.MockClock
 ) -> None:
-    master_store, slave_store = stores(tmp_path)
-    put(master_store, 20)
-    config = BrokerConfig(mapped_file_size_commit_log=FILE, reconnect_interval=1.0)
-    async with trio.open_nursery() as nursery:
-        master = HAMaster(master_store, config)
-        link = FaultyLink(nursery, master)
-        slave = HASlave(slave_store, config, connector=link)
-        nursery.start_soon(slave.run)
-        await wait_until(lambda: slave_store.max_offset == master_store.max_offset, seconds=120)
+    async with replicating(tmp_path, 20, reconnect_interval=1.0) as replication:
+        link, slave = replication.link, replication.slave
         link.to_slave.black_hole = True  # the master's bytes vanish; nothing closes
         silenced = trio.current_time()
         await wait_until(lambda: link.connects == 2, seconds=120)
@@ -85,53 +112,35 @@ async def test_black_holed_master_is_dropped_after_housekeeping(
         assert 20.0 <= waited <= 20.0 + 5.0 + 1.5  # housekeeping, +heartbeat slack, +reconnect
         assert "nothing received" in (slave.status().last_close_reason or "")
         link.to_slave.black_hole = False
-        put(master_store, 5)
-        await wait_until(lambda: slave_store.max_offset == master_store.max_offset, seconds=120)
-        nursery.cancel_scope.cancel()
-    master_store.close()
-    slave_store.close()
-    assert compare_commit_logs(tmp_path / "m", tmp_path / "s").identical
+        put(replication.master_store, 5)
+        await replication.caught_up()
 
 
 async def test_flipped_header_byte_in_transit_is_refetched(
     tmp_path: Path, autojump_clock: trio.testing.MockClock
 ) -> None:
-    master_store, slave_store = stores(tmp_path)
-    put(master_store, 50)
-    config = BrokerConfig(mapped_file_size_commit_log=FILE, reconnect_interval=0.5)
-    async with trio.open_nursery() as nursery:
-        master = HAMaster(master_store, config)
-        link = FaultyLink(nursery, master)
-        slave = HASlave(slave_store, config, connector=link)
-        nursery.start_soon(slave.run)
-        await wait_until(lambda: slave_store.max_offset == master_store.max_offset, seconds=120)
+    async with replicating(tmp_path, 50, reconnect_interval=0.5) as replication:
+        link = replication.link
         # The next connection's first header gets a flipped byte in its offset field: the
         # slave (not empty, so it knows the offset to expect) refuses it and reconnects.
         link.to_slave.flip(3)
         link.cut()
         await wait_until(lambda: link.connects == 2, seconds=120)
-        put(master_store, 150)
-        await wait_until(lambda: slave_store.max_offset == master_store.max_offset, seconds=120)
+        put(replication.master_store, 150)
+        await replication.caught_up()
         assert link.connects >= 3  # the bad header closed the second connection
-        assert "not equal" in (slave.status().last_close_reason or "")
-        nursery.cancel_scope.cancel()
-    master_store.close()
-    slave_store.close()
-    assert compare_commit_logs(tmp_path / "m", tmp_path / "s").identical
+        assert "not equal" in (replication.slave.status().last_close_reason or "")
 
 
 def broker_config(root: Path, **changes: Any) -> BrokerConfig:
-    base = BrokerConfig(
-        store_path_root_dir=root,
-        listen_port=0,
-        ha_listen_port=0,
-        mapped_file_size_commit_log=FILE,
+    fast = config(
+        root,
         ha_send_heartbeat_interval=0.2,
         ha_housekeeping_interval=1.5,
         reconnect_interval=0.2,
         slave_timeout=0.5,
     )
-    return attrs.evolve(base, **changes)
+    return attrs.evolve(fast, **changes)
 
 
 async def test_partition_during_sync_puts_then_catch_up(tmp_path: Path) -> None:
@@ -181,39 +190,17 @@ async def test_partition_during_sync_puts_then_catch_up(tmp_path: Path) -> None:
 async def test_flipped_body_byte_in_transit_is_refetched(
     tmp_path: Path, autojump_clock: trio.testing.MockClock
 ) -> None:
-    master_store, slave_store = stores(tmp_path)
-    put(master_store, 200)
-    config = BrokerConfig(mapped_file_size_commit_log=FILE, reconnect_interval=0.5, full_sync=True)
-    async with trio.open_nursery() as nursery:
-        master = HAMaster(master_store, config)
-        link = FaultyLink(nursery, master)
-        link.to_slave.flip(12 + 5000)  # a body byte of the first transfer
-        slave = HASlave(slave_store, config, connector=link)
-        nursery.start_soon(slave.run)
-        await wait_until(lambda: slave_store.max_offset == master_store.max_offset, seconds=120)
-        assert link.connects >= 2
-        assert "failed validation" in (slave.status().last_close_reason or "")
-        nursery.cancel_scope.cancel()
-    master_store.close()
-    slave_store.close()
-    assert compare_commit_logs(tmp_path / "m", tmp_path / "s").identical
+    body_byte = 12 + 5000  # a body byte of the first transfer
+    settings = {"reconnect_interval": 0.5, "full_sync": True}
+    async with replicating(tmp_path, 200, body_byte, **settings) as replication:
+        assert replication.link.connects >= 2
+        assert "failed validation" in (replication.slave.status().last_close_reason or "")
 
 
 async def test_an_empty_slave_given_a_corrupt_first_header_starts_over(
     tmp_path: Path, autojump_clock: trio.testing.MockClock
 ) -> None:
-    master_store, slave_store = stores(tmp_path)
-    put(master_store, 100)
-    config = BrokerConfig(mapped_file_size_commit_log=FILE, reconnect_interval=0.5, full_sync=True)
-    async with trio.open_nursery() as nursery:
-        master = HAMaster(master_store, config)
-        link = FaultyLink(nursery, master)
-        link.to_slave.flip(3)  # the first header's offset: 0 becomes 0xFF00000000
-        slave = HASlave(slave_store, config, connector=link)
-        nursery.start_soon(slave.run)
-        await wait_until(lambda: slave_store.max_offset == master_store.max_offset, seconds=120)
-        assert link.connects >= 2
-        nursery.cancel_scope.cancel()
-    master_store.close()
-    slave_store.close()
-    assert compare_commit_logs(tmp_path / "m", tmp_path / "s").identical
+    header_offset_byte = 3  # the first header's offset: 0 becomes 0xFF00000000
+    settings = {"reconnect_interval": 0.5, "full_sync": True}
+    async with replicating(tmp_path, 100, header_offset_byte, **settings) as replication:
+        assert replication.link.connects >= 2

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import trio
 import trio.testing
-from ha_support import FILE, commit_log_bytes, open_store, put
+from ha_support import FILE, commit_log_bytes, open_store, put, read_frame
 
 from hanet.ha import BrokerConfig, HAMaster, HASlave
 from hanet.store import CommitLogStore, StopReason, StoreRole, scan_records
@@ -21,7 +21,6 @@ from hanet.store.lowlevel import file_name
 from hanet.testing import wait_until
 
 REPORT = struct.Struct(">q")
-HEADER = struct.Struct(">qi")
 CONFIG = BrokerConfig(mapped_file_size_commit_log=FILE, full_sync=True)
 
 
@@ -38,21 +37,6 @@ def flip_body_byte(store: CommitLogStore, offset: int) -> None:
         f.write(bytes([byte[0] ^ 0xFF]))
         f.flush()
         os.fsync(f.fileno())
-
-
-async def read_exactly(stream: trio.abc.ReceiveStream, n: int) -> bytes:
-    data = bytearray()
-    while len(data) < n:
-        chunk = await stream.receive_some(n - len(data))
-        if not chunk:
-            raise EOFError(f"EOF after {len(data)} of {n} bytes")
-        data += chunk
-    return bytes(data)
-
-
-async def read_frame(stream: trio.abc.ReceiveStream) -> tuple[int, bytes]:
-    offset, size = HEADER.unpack(await read_exactly(stream, 12))
-    return offset, await read_exactly(stream, size)
 
 
 async def read_until_eof(stream: trio.abc.Stream) -> list[tuple[int, bytes]]:

@@ -9,14 +9,13 @@ from pathlib import Path
 import pytest
 import trio
 import trio.testing
-from ha_support import FILE, Link, commit_log_bytes, open_store, put
+from ha_support import FILE, HA_HEADER, Link, commit_log_bytes, open_store, put, read_frame
 
 from hanet.ha import BrokerConfig, BrokerRole, HAMaster, HASlave
 from hanet.store import CommitLogStore, Message, PutStatus, StoreConfig, StoreRole
-from hanet.testing import wait_until
+from hanet.testing import receive_exactly, wait_until
 
 REPORT = struct.Struct(">q")
-HEADER = struct.Struct(">qi")
 
 
 CONFIG = BrokerConfig(mapped_file_size_commit_log=FILE)
@@ -83,21 +82,6 @@ async def raw_master(master_store: CommitLogStore) -> AsyncIterator[RawMaster]:
         nursery.start_soon(master.handle_stream, master_end)
         yield master, peer
         nursery.cancel_scope.cancel()
-
-
-async def read_exactly(stream: trio.abc.ReceiveStream, n: int) -> bytes:
-    data = bytearray()
-    while len(data) < n:
-        chunk = await stream.receive_some(n - len(data))
-        if not chunk:
-            raise EOFError(f"EOF after {len(data)} of {n} bytes")
-        data += chunk
-    return bytes(data)
-
-
-async def read_frame(stream: trio.abc.ReceiveStream) -> tuple[int, bytes]:
-    offset, size = HEADER.unpack(await read_exactly(stream, 12))
-    return offset, await read_exactly(stream, size)
 
 
 async def test_master_waits_for_a_report_then_sends_heartbeats_every_5_s(
@@ -233,23 +217,23 @@ async def test_slave_reports_verifies_and_reconnects_after_5_s(
         await nursery.start(HASlave(slave_store, CONFIG, connector=fake).run)
         await wait_until(lambda: fake.peers, seconds=60)
         peer = fake.peers[0]
-        assert REPORT.unpack(await read_exactly(peer, 8)) == (0,)
+        assert REPORT.unpack(await receive_exactly(peer, 8)) == (0,)
         # an empty slave accepts a heartbeat at any offset, then data at its start
-        await peer.send_all(HEADER.pack(0, 0))
-        await peer.send_all(HEADER.pack(0, len(data)) + data)
-        assert REPORT.unpack(await read_exactly(peer, 8)) == (end,)
+        await peer.send_all(HA_HEADER.pack(0, 0))
+        await peer.send_all(HA_HEADER.pack(0, len(data)) + data)
+        assert REPORT.unpack(await receive_exactly(peer, 8)) == (end,)
         # idle: a report every 5 s
         t0 = trio.current_time()
-        assert REPORT.unpack(await read_exactly(peer, 8)) == (end,)
+        assert REPORT.unpack(await receive_exactly(peer, 8)) == (end,)
         assert round(trio.current_time() - t0) == 5
         # a heartbeat with a wrong offset: the slave closes and reconnects 5 s later
-        await peer.send_all(HEADER.pack(end + 100, 0))
+        await peer.send_all(HA_HEADER.pack(end + 100, 0))
         await wait_until(lambda: len(fake.peers) == 2, seconds=60)
         assert "master pushed offset not equal the max phy offset in slave" in caplog.text
         assert f"SLAVE: {end} MASTER: {end + 100}" in caplog.text
         gap = fake.connect_times[1] - fake.connect_times[0]
         assert gap >= 5
-        assert REPORT.unpack(await read_exactly(fake.peers[1], 8)) == (end,)
+        assert REPORT.unpack(await receive_exactly(fake.peers[1], 8)) == (end,)
         # silence from the master: closed after 20 s, reconnect 5 s later
         t1 = fake.connect_times[1]
         await wait_until(lambda: len(fake.peers) == 3, seconds=60)

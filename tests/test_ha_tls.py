@@ -8,18 +8,17 @@ import signal
 import ssl
 import subprocess
 import sys
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import attrs
+import broker_support
 import pytest
 import trio
 import trustme
+from broker_support import running
 
 from hanet.boot import TlsConfig, open_tls_stream
-from hanet.broker import Broker, BrokerAddresses
 from hanet.client import (
     BrokerClient,
     BrokerConnectionError,
@@ -31,8 +30,6 @@ from hanet.ha import BrokerConfig, BrokerRole
 from hanet.namesrv import NameServer
 from hanet.store import compare_commit_logs
 from hanet.testing import HanetProcesses, wait_until
-
-FILE = 64 * 1024
 
 
 @attrs.frozen
@@ -71,25 +68,10 @@ class Pki:
 
 
 def config(root: Path, **changes: Any) -> BrokerConfig:
-    base = BrokerConfig(
-        store_path_root_dir=root,
-        listen_port=0,
-        ha_listen_port=0,
-        mapped_file_size_commit_log=FILE,
-        ha_send_heartbeat_interval=0.2,
-        reconnect_interval=0.1,
-        slave_timeout=1.0,
+    fast = broker_support.config(
+        root, ha_send_heartbeat_interval=0.2, reconnect_interval=0.1, slave_timeout=1.0
     )
-    return attrs.evolve(base, **changes)
-
-
-@asynccontextmanager
-async def running(cfg: BrokerConfig) -> AsyncIterator[tuple[Broker, BrokerAddresses]]:
-    async with trio.open_nursery() as nursery:
-        broker = Broker(cfg)
-        addresses: BrokerAddresses = await nursery.start(broker.run)
-        yield broker, addresses
-        nursery.cancel_scope.cancel()
+    return attrs.evolve(fast, **changes)
 
 
 def master_config(tmp_path: Path, pki: Pki, **changes: Any) -> BrokerConfig:

@@ -69,8 +69,14 @@ def test_key_hash_is_rocketmqs() -> None:
 def test_key_hash_of_every_width_of_text() -> None:
     """Java's hash of long keys and of every width of str (ASCII, Latin-1, the BMP, past it as
     surrogate pairs): what the extension computes, or the pure-Python loop without it."""
-    texts = ["caf\u00e9", "\u65e5\u672c\u8a9e", "a\U0001f600b", "x" * 1030,
-             "\u00ff" * 300 + "\U00010000", "K" * 5000 + "\u20ac"]  # fmt: skip
+    texts = [
+        "caf\u00e9",
+        "\u65e5\u672c\u8a9e",
+        "a\U0001f600b",
+        "x" * 1030,
+        "\u00ff" * 300 + "\U00010000",
+        "K" * 5000 + "\u20ac",
+    ]
     for text in texts:
         assert index_key_hash(text) == spec_hash(text)
 

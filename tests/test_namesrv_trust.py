@@ -32,13 +32,11 @@ T0 = 1_700_000_000.0
 BROKER = "ip:10.0.0.1"
 ATTACKER = "ip:10.6.6.6"
 
+TOPICS = (("TopicTest", 4),)
 MASTER_A = BrokerRegistration(
-    "DefaultCluster", "broker-a", 0, "SYNC_MASTER", "10.0.0.1:10911", "10.0.0.1:10912",
-    (("TopicTest", 4),),
-)  # fmt: skip
-SLAVE_A = BrokerRegistration(
-    "DefaultCluster", "broker-a", 1, "SLAVE", "10.0.0.2:10911", "", (("TopicTest", 4),)
+    "DefaultCluster", "broker-a", 0, "SYNC_MASTER", "10.0.0.1:10911", "10.0.0.1:10912", TOPICS
 )
+SLAVE_A = BrokerRegistration("DefaultCluster", "broker-a", 1, "SLAVE", "10.0.0.2:10911", "", TOPICS)
 DECOY = attrs.evolve(MASTER_A, ha_address="10.6.6.6:10912")
 """The holder's own broker address, with the attacker's HA port: slaves would replicate it."""
 

@@ -205,9 +205,13 @@ def test_null_ext_values_are_left_out_where_the_key_first_stood() -> None:
     st.integers(-(2**70), 2**70),
 )
 def test_the_native_encoder_writes_the_reference_bytes(
-    fields: dict[str, str] | None, remark: str | None, opaque: int, language: Any, code: int,
+    fields: dict[str, str] | None,
+    remark: str | None,
+    opaque: int,
+    language: Any,
+    code: int,
     version: int,
-) -> None:  # fmt: skip
+) -> None:
     cmd = RemotingCommand(
         code, language=language, version=version, opaque=opaque, remark=remark, ext_fields=fields
     )
@@ -222,13 +226,19 @@ def test_the_native_encoder_writes_the_reference_bytes(
 
 def test_the_codec_tests_pass_without_the_extension() -> None:
     """``HANET_NO_EXTENSIONS=1``: the pure-Python reference alone, same behaviour."""
+    tests = [
+        "tests/test_protocol_remoting.py",
+        "tests/test_protocol_speedups.py::test_the_native_codec_is_selected_when_built",
+    ]
     out = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
-         "tests/test_protocol_remoting.py",
-         "tests/test_protocol_speedups.py::test_the_native_codec_is_selected_when_built"],
-        check=False, capture_output=True, text=True, timeout=300, cwd=ROOT,
+        [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *tests],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
         env={**os.environ, "HANET_NO_EXTENSIONS": "1"},
-    )  # fmt: skip
+    )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
 
 

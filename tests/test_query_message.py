@@ -9,18 +9,15 @@ import signal
 from pathlib import Path
 
 import pytest
-import trio
-from broker_support import config, running
+from broker_support import config, registered_master, running
 from test_cli_processes import connect as process_client
 from test_cli_processes import in_sync, start_master, start_slave
 
-from hanet.broker import Broker, BrokerAddresses, apply_properties
+from hanet.broker import apply_properties
 from hanet.cli import build_parser
-from hanet.client import BrokerClient, NameServerClient, query_message, view_message
+from hanet.client import BrokerClient, query_message, view_message
 from hanet.errors import ConfigError
-from hanet.namesrv import NameServer
 from hanet.protocol import (
-    BrokerRegistration,
     QueryMessageRequestHeader,
     QueryMessageResponseHeader,
     RemotingCommand,
@@ -28,7 +25,7 @@ from hanet.protocol import (
     ResponseCode,
 )
 from hanet.store import decode_record
-from hanet.testing import HanetProcesses, wait_until
+from hanet.testing import HanetProcesses, split_address, wait_until
 
 END = 2**63 - 1
 
@@ -193,41 +190,20 @@ def test_index_settings_in_broker_conf() -> None:
 async def test_query_verbs_through_the_name_server(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    async with trio.open_nursery() as nursery:
-        names = await nursery.start(NameServer(("127.0.0.1", 0)).run)
-        broker = Broker(config(tmp_path))
-        addresses: BrokerAddresses = await nursery.start(broker.run)
-        host, port = _address(addresses.broker)
-        registration = BrokerRegistration(
-            "DefaultCluster",
-            "broker-a",
-            0,
-            "ASYNC_MASTER",
-            f"{host}:{port}",
-            f"127.0.0.1:{_address(addresses.ha)[1]}",
-            (("T", 4),),
+    async with (
+        registered_master(tmp_path, "T", 4) as (namesrv, broker_address, _),
+        BrokerClient.connect(*split_address(broker_address)) as client,
+    ):
+        reply = await client.put("T", b"routed", keys="rk", queue_id=2)
+        status, out = await _verb(["queryMsgByKey", "-n", namesrv, "-t", "T", "-k", "rk"], capsys)
+        assert status == 0 and reply.msg_id in out
+        status, out = await _verb(
+            ["queryMsgByOffset", "-n", namesrv, "-t", "T", "-q", "2", "-o", "0", "--json"],
+            capsys,
         )
-        async with (
-            NameServerClient([names]).connection(names) as held,
-            BrokerClient.connect(host, port) as client,
-        ):
-            await held.register_broker(registration)
-            reply = await client.put("T", b"routed", keys="rk", queue_id=2)
-            namesrv = f"127.0.0.1:{names[1]}"
-            status, out = await _verb(
-                ["queryMsgByKey", "-n", namesrv, "-t", "T", "-k", "rk"], capsys
-            )
-            assert status == 0 and reply.msg_id in out
-            status, out = await _verb(
-                ["queryMsgByOffset", "-n", namesrv, "-t", "T", "-q", "2", "-o", "0", "--json"],
-                capsys,
-            )
-            assert status == 0 and json.loads(out)["body"] == "routed"
-            status, _ = await _verb(
-                ["queryMsgByKey", "-n", namesrv, "-t", "Nope", "-k", "x"], capsys
-            )
-            assert status == 2  # no route
-        nursery.cancel_scope.cancel()
+        assert status == 0 and json.loads(out)["body"] == "routed"
+        status, _ = await _verb(["queryMsgByKey", "-n", namesrv, "-t", "Nope", "-k", "x"], capsys)
+        assert status == 2  # no route
 
 
 @pytest.mark.slow

@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from hanet.store import CommitLogStore, Message, StoreConfig
+from hanet.testing import cli_flags
 
 pyspark = pytest.importorskip("pyspark")
 pytest.importorskip("pyarrow")
@@ -72,15 +73,13 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     spark_class = str(SPARK_HOME / "bin" / "spark-class")
     logs = tmp / "process-logs"
     logs.mkdir()
-    commands = [
-        [spark_class, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
-         "--port", str(port), "--webui-port", str(ui_port)],
-    ] + [
-        [spark_class, "org.apache.spark.deploy.worker.Worker", url, "--host", "127.0.0.1",
-         "--cores", "1", "--memory", "1g", "--webui-port", str(free_port()),
-         "--work-dir", str(tmp / f"work{i}")]
-        for i in range(2)
-    ]  # fmt: skip
+    deploy = "org.apache.spark.deploy"
+    master = cli_flags(host="127.0.0.1", port=port, webui_port=ui_port)
+    commands = [[spark_class, f"{deploy}.master.Master", *master]]
+    for i in range(2):
+        worker = cli_flags(host="127.0.0.1", cores=1, memory="1g", webui_port=free_port())
+        work = cli_flags(work_dir=tmp / f"work{i}")
+        commands.append([spark_class, f"{deploy}.worker.Worker", url, *worker, *work])
     processes: list[subprocess.Popen[bytes]] = []
     master_log = logs / "0.log"
     try:
@@ -88,10 +87,13 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             with (logs / f"{i}.log").open("wb") as log:
                 processes.append(
                     subprocess.Popen(
-                        command, env=env, stdout=log, stderr=subprocess.STDOUT,
+                        command,
+                        env=env,
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
                         start_new_session=True,
                     )
-                )  # fmt: skip
+                )
             if i == 0:  # the master elected itself before the workers come
                 deadline = time.monotonic() + 60
                 while "New state: ALIVE" not in master_log.read_text(errors="replace"):

@@ -22,7 +22,7 @@ import trustme
 
 from hanet.store import CommitLogStore, Message, StoreConfig
 from hanet.store.lowlevel import file_name
-from hanet.testing import HanetProcess
+from hanet.testing import HanetProcess, cli_flags
 
 pytest.importorskip("pyspark")
 pytest.importorskip("pyarrow")
@@ -258,13 +258,16 @@ def test_a_broker_under_acl_is_read_with_an_admin_account(
         # the command line: the secret from the environment, off the process list
         env = dict(os.environ, PYTHONPATH=str(ROOT), HANET_SECRET_KEY="operator-secret")
         env.pop("PYSPARK_GATEWAY_PORT", None)
+        flags = cli_flags(broker=address, access_key="operator", json=True, spark_master="local[2]")
         done = subprocess.run(
-            [
-                sys.executable, "-m", "hanet", "stats", "--broker", address,
-                "--access-key", "operator", "--json", "--spark-master", "local[2]",
-            ],
-            check=False, capture_output=True, text=True, env=env, cwd=ROOT, timeout=180,
-        )  # fmt: skip
+            [sys.executable, "-m", "hanet", "stats", *flags],
+            check=False,
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=ROOT,
+            timeout=180,
+        )
         assert done.returncode == 0, done.stderr
         report = json.loads(done.stdout)
         assert sum(row["messages"] for row in report["per_minute"]) == 200

@@ -314,8 +314,9 @@ def test_consume_queue_batches(tmp_path: Path) -> None:
     assert [(p.topic, p.queue_id) for p in parts] == [("T", 0), ("T", 1)]
     rows = [row for p in parts for batch in consume_queue_batches(p) for row in batch.to_pylist()]
     assert [(r["queue_id"], r["queue_offset"]) for r in rows] == [
-        (0, 0), (0, 1), (0, 2), (0, 3), (1, 0), (1, 1), (1, 2),
-    ]  # fmt: skip
+        *[(0, offset) for offset in range(4)],
+        *[(1, offset) for offset in range(3)],
+    ]
     assert {r["tag_hash"] for r in rows} == {2598919}
     assert plan_consume_queues(find_stores(str(FIXTURE))[0]) == []
 

@@ -21,16 +21,33 @@ def test_what_the_services_report_goes_into_the_document_as_it_is() -> None:
     closed = SlaveInfo("127.0.0.1:5001", "closed: reset", 0, 10, 10, 4086, 10, 0.0)
     master = hanet.ha.MasterStatus(0, 4096, 4096, slaves=(slave,), closed=(closed,))
     node = DLedgerInfo(
-        group="g", id="n0", role="LEADER", term=3, leader="n0", commit_index=9,
-        applied_index=9, last_index=10, leader_address="127.0.0.1:10911",
+        group="g",
+        id="n0",
+        role="LEADER",
+        term=3,
+        leader="n0",
+        commit_index=9,
+        applied_index=9,
+        last_index=10,
+        leader_address="127.0.0.1:10911",
         peers=(DLedgerPeer("n1", "127.0.0.1:40912", True, 9, 1),),
-    )  # fmt: skip
+    )
     status = BrokerStatus(
-        role="SYNC_MASTER", broker_address="127.0.0.1:10911", ha_address="127.0.0.1:10912",
-        min_offset=0, max_offset=4096, flushed_offset=4096, dispatched_offset=4096, puts=1,
-        mapped_files=1, dispatch_error=None, uptime=1.0, slaves=master.slaves,
-        closed_slaves=master.closed, dledger=node,
-    )  # fmt: skip
+        role="SYNC_MASTER",
+        broker_address="127.0.0.1:10911",
+        ha_address="127.0.0.1:10912",
+        min_offset=0,
+        max_offset=4096,
+        flushed_offset=4096,
+        dispatched_offset=4096,
+        puts=1,
+        mapped_files=1,
+        dispatch_error=None,
+        uptime=1.0,
+        slaves=master.slaves,
+        closed_slaves=master.closed,
+        dledger=node,
+    )
     back = BrokerStatus.decode(status.encode())
     assert back == status
     assert back.slaves == (slave,) and back.closed_slaves == (closed,) and back.dledger == node

@@ -10,16 +10,18 @@ import os
 import shutil
 import struct
 import subprocess
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, NamedTuple
 
+import attrs
 import pytest
 import trio
 import trio.testing
+from broker_support import config, running
 
-from hanet.broker import Broker, BrokerAddresses, apply_properties
+from hanet.broker import apply_properties
 from hanet.cli import build_config, build_parser
 from hanet.client import BrokerClient
 from hanet.errors import ConfigError
@@ -501,17 +503,7 @@ def test_an_old_status_document_still_parses() -> None:
 
 
 def broker_config(root: Path, **changes: Any) -> BrokerConfig:
-    settings: dict[str, Any] = {"mapped_file_size_commit_log": FILE, **changes}
-    return BrokerConfig(store_path_root_dir=root, listen_port=0, ha_listen_port=0, **settings)
-
-
-@asynccontextmanager
-async def running(cfg: BrokerConfig) -> AsyncIterator[tuple[Broker, BrokerAddresses]]:
-    async with trio.open_nursery() as nursery:
-        broker = Broker(cfg)
-        addresses: BrokerAddresses = await nursery.start(broker.run)
-        yield broker, addresses
-        nursery.cancel_scope.cancel()
+    return attrs.evolve(config(root), **{"mapped_file_size_commit_log": FILE, **changes})
 
 
 async def test_the_broker_refuses_puts_on_a_full_disk_and_shows_it(

@@ -319,6 +319,23 @@ def replay(master: CommitLogStore, slave: CommitLogStore, sizes: Iterator[int]) 
     assert slave.dispatch() is None
 
 
+def copy_raw(master: CommitLogStore, slave: CommitLogStore, until: int, step: int) -> None:
+    """Append the master's bytes from the slave's end to ``until``, ``step`` bytes a time,
+    undispatched."""
+    offset = slave.max_offset
+    while offset < until:
+        data = master.read(offset, step)
+        slave.append_raw(offset, data, dispatch=False)
+        offset += len(data)
+
+
+def catch_up(master: CommitLogStore, slave: CommitLogStore, step: int) -> None:
+    """The rest of the master's log, then one dispatch: the slave's queues are the master's."""
+    copy_raw(master, slave, master.max_offset, step)
+    assert slave.dispatch() is None
+    same_queues(master, slave)
+
+
 def same_queues(master: CommitLogStore, slave: CommitLogStore) -> None:
     assert slave.queues() == master.queues()
     for topic, queue_id in master.queues():
@@ -366,20 +383,10 @@ def test_dispatch_after_a_restart(tmp_path: Path) -> None:
     master = master_log(tmp_path / "master")
     config = StoreConfig(mapped_file_size=64 * 1024, role=StoreRole.SLAVE)
     slave = CommitLogStore.open(tmp_path / "slave", config)
-    offset = 0
-    while offset < master.max_offset // 2:
-        data = master.read(offset, 3000)
-        slave.append_raw(offset, data, dispatch=False)
-        offset += len(data)
+    copy_raw(master, slave, master.max_offset // 2, 3000)
     slave.close()  # dispatches what it holds first
     slave = CommitLogStore.open(tmp_path / "slave", config)
-    offset = slave.max_offset  # (a partial record was dropped at close)
-    while offset < master.max_offset:
-        data = master.read(offset, 5000)
-        slave.append_raw(offset, data, dispatch=False)
-        offset += len(data)
-    assert slave.dispatch() is None
-    same_queues(master, slave)
+    catch_up(master, slave, 5000)  # from its max offset (a partial record was dropped at close)
     slave.close()
     master.close()
 
@@ -396,13 +403,7 @@ def test_dispatch_after_a_truncation(tmp_path: Path) -> None:
     entry = master.consume_queue_entry("T1", 1, 2)
     assert entry is not None and entry[0] < slave.validated_offset
     slave.truncate_to(entry[0])  # and at an earlier record (a slave dropping what it held)
-    offset = slave.max_offset
-    while offset < master.max_offset:
-        data = master.read(offset, 7000)
-        slave.append_raw(offset, data, dispatch=False)
-        offset += len(data)
-    assert slave.dispatch() is None
-    same_queues(master, slave)
+    catch_up(master, slave, 7000)
     slave.close()
     master.close()
 

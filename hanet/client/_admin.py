@@ -199,23 +199,24 @@ class AdminClient:
 
     async def wipe_write_perm(self, broker_name: str) -> dict[str, int]:
         """WIPE_WRITE_PERM_OF_BROKER to every name server: each one's count of topics."""
-        fields = WritePermOfBrokerRequestHeader(broker_name).to_fields()
-        request = RemotingCommand.request(RequestCode.WIPE_WRITE_PERM_OF_BROKER, fields)
-        answers = await self._each_name_server(request, "WIPE_WRITE_PERM_OF_BROKER")
-        return {
-            address: _count(WritePermOfBrokerResponseHeader.from_fields, answer)
-            for address, answer in answers.items()
-        }
+        read = WritePermOfBrokerResponseHeader.from_fields
+        return await self._write_perm(RequestCode.WIPE_WRITE_PERM_OF_BROKER, broker_name, read)
 
     async def add_write_perm(self, broker_name: str) -> dict[str, int]:
         """ADD_WRITE_PERM_OF_BROKER to every name server: each one's count of topics."""
+        read = WritePermOfBrokerResponseHeader.for_add
+        return await self._write_perm(RequestCode.ADD_WRITE_PERM_OF_BROKER, broker_name, read)
+
+    async def _write_perm(
+        self,
+        code: RequestCode,
+        broker_name: str,
+        read: Callable[[Mapping[str, str]], WritePermOfBrokerResponseHeader],
+    ) -> dict[str, int]:
         fields = WritePermOfBrokerRequestHeader(broker_name).to_fields()
-        request = RemotingCommand.request(RequestCode.ADD_WRITE_PERM_OF_BROKER, fields)
-        answers = await self._each_name_server(request, "ADD_WRITE_PERM_OF_BROKER")
-        return {
-            address: _count(WritePermOfBrokerResponseHeader.for_add, answer)
-            for address, answer in answers.items()
-        }
+        request = RemotingCommand.request(code, fields)
+        answers = await self._each_name_server(request, code.name)
+        return {address: _count(read, answer) for address, answer in answers.items()}
 
     # -- one broker ---------------------------------------------------------------------------
 

@@ -27,9 +27,7 @@ from hanet.protocol import (
     MessageId,
     MessageModel,
     MessageProperty,
-    PullMessageRequestHeader,
     PullMessageResponseHeader,
-    PullSysFlag,
     QueryConsumerOffsetResponseHeader,
     RemotingCommand,
     RemotingHeaderError,
@@ -40,6 +38,7 @@ from hanet.protocol import (
     SubscriptionData,
     encode_batch,
     properties_to_string,
+    pull_message_request,
 )
 from hanet.store import CorruptRecordError, MessageRecord, PutStatus, decode_record
 
@@ -340,25 +339,16 @@ def pull_command(
     suspend: float | None = None,
 ) -> RemotingCommand:
     """A ``PULL_MESSAGE`` with subscription ``*`` (see :meth:`BrokerClient.pull`)."""
-    sys_flag = PullSysFlag.SUBSCRIPTION
-    if commit_offset is not None:
-        sys_flag |= PullSysFlag.COMMIT_OFFSET
-    if suspend is not None:
-        sys_flag |= PullSysFlag.SUSPEND
-    header = PullMessageRequestHeader(
-        consumer_group=group,
-        topic=topic,
-        queue_id=queue_id,
-        queue_offset=offset,
-        max_msg_nums=max_messages,
-        sys_flag=int(sys_flag),
-        commit_offset=0 if commit_offset is None else commit_offset,
-        suspend_timeout_millis=0 if suspend is None else int(suspend * 1000),
-        subscription="*",
-        sub_version=0,
-        expression_type="TAG",
+    suspend_ms = None if suspend is None else int(suspend * 1000)
+    return pull_message_request(
+        group,
+        topic,
+        queue_id,
+        offset,
+        max_messages,
+        commit_offset=commit_offset,
+        suspend_ms=suspend_ms,
     )
-    return RemotingCommand.request(RequestCode.PULL_MESSAGE, header.to_fields())
 
 
 def status_result(response: RemotingCommand) -> BrokerStatus:

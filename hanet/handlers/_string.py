@@ -14,7 +14,19 @@ __all__ = ["StringDecoder", "StringEncoder"]
 _BytesLike = bytes | bytearray | memoryview
 
 
-class StringDecoder(MessageToMessageDecoder[_BytesLike]):
+class _Charset:
+    """A sharable handler's ``encoding`` (its canonical name; :class:`LookupError` for an
+    unknown one) and ``errors`` (what ``str.encode`` / ``bytes.decode`` take)."""
+
+    sharable = True
+
+    def __init__(self, encoding: str = "utf-8", errors: str = "replace") -> None:
+        super().__init__()
+        self.encoding = codecs.lookup(encoding).name
+        self.errors = errors
+
+
+class StringDecoder(_Charset, MessageToMessageDecoder[_BytesLike]):
     """Decode each bytes-like message into a ``str`` (Netty's ``StringDecoder``); anything else
     passes through. Sharable.
 
@@ -28,18 +40,11 @@ class StringDecoder(MessageToMessageDecoder[_BytesLike]):
         LookupError: for an unknown encoding.
     """
 
-    sharable = True
-
-    def __init__(self, encoding: str = "utf-8", errors: str = "replace") -> None:
-        super().__init__()
-        self.encoding = codecs.lookup(encoding).name
-        self.errors = errors
-
     def decode(self, ctx: HandlerContext, msg: _BytesLike, out: list[Any]) -> None:
         out.append(str(msg, self.encoding, self.errors))
 
 
-class StringEncoder(MessageToMessageEncoder[str]):
+class StringEncoder(_Charset, MessageToMessageEncoder[str]):
     """Encode each ``str`` written into ``bytes`` (Netty's ``StringEncoder``); anything else
     passes through. Sharable.
 
@@ -52,13 +57,6 @@ class StringEncoder(MessageToMessageEncoder[str]):
     Raises:
         LookupError: for an unknown encoding.
     """
-
-    sharable = True
-
-    def __init__(self, encoding: str = "utf-8", errors: str = "replace") -> None:
-        super().__init__()
-        self.encoding = codecs.lookup(encoding).name
-        self.errors = errors
 
     def encode(self, ctx: HandlerContext, msg: str, out: list[Any]) -> None:
         if msg:

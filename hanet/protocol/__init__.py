@@ -7,7 +7,8 @@ client speak (RocketMQ keeps this in ``remoting/protocol`` and ``common/protocol
 - :mod:`~hanet.protocol._remoting_codec`: :class:`RemotingCodec` and :func:`remoting_pipeline`,
   the pipeline handlers both sides use.
 - :mod:`~hanet.protocol._dispatch`: :class:`RemotingDispatcher`, one table by request code.
-- :mod:`~hanet.protocol._headers`: the broker port's custom headers (send, pull, offsets, ...).
+- :mod:`~hanet.protocol._headers`: the broker port's custom headers (send, pull, offsets, ...);
+  :func:`pull_message_request` builds a client's pull.
 - :mod:`~hanet.protocol._bodies`: the JSON bodies of the broker port (heartbeat, consumer
   list, queue locks, offset tables, subscription groups).
 - :mod:`~hanet.protocol._admin`: the admin requests' headers and bodies (``mqadmin``'s:
@@ -141,6 +142,7 @@ from ._message import (
     properties_to_string,
     string_to_properties,
 )
+from ._pull import pull_message_request
 from ._remoting import (
     FLAG_ONEWAY,
     FLAG_RESPONSE,
@@ -378,6 +380,7 @@ __all__ = [
     "parse_yaml",
     "properties_to_string",
     "properties_to_text",
+    "pull_message_request",
     "remoting_pipeline",
     "reset_offset_body_for_c",
     "route_standard_json",

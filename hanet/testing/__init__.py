@@ -10,11 +10,14 @@
   :class:`Cluster`: the Raft core in a seeded simulation, its safety checked.
 - :class:`HanetProcess` / :class:`HanetProcesses`: ``hanet`` verbs as subprocesses, ready once
   their ready file is written.
+- :func:`receive_exactly`: the next ``n`` bytes of a trio stream.
+- :func:`cli_flags`: ``--name value`` options from keywords, for command lines in tests.
 - :func:`wait_until` polls a condition in a trio run; :func:`wait_until_blocking` outside one.
 """
 
 from hanet.channel import EmbeddedChannel
 
+from ._argv import cli_flags
 from ._disk import flip_store_byte
 from ._dledger_network import MemoryNetwork
 from ._faults import FaultProxy, Faults, RelayStatistics, relay
@@ -27,6 +30,7 @@ from ._process import (
     wait_until_blocking,
 )
 from ._raft_sim import SIM_RAFT_CONFIG, Cluster, SimConfig, SimResult, simulate
+from ._streams import receive_exactly
 
 __all__ = [
     "SIM_RAFT_CONFIG",
@@ -40,8 +44,10 @@ __all__ = [
     "RelayStatistics",
     "SimConfig",
     "SimResult",
+    "cli_flags",
     "flip_store_byte",
     "free_ports",
+    "receive_exactly",
     "relay",
     "simulate",
     "split_address",

@@ -47,8 +47,10 @@ class HanetProcess:
     """One ``hanet`` verb as a subprocess, ready once its ready file is written.
 
     ``argv`` is what follows ``hanet``; :meth:`start` may add more for one run. ``env``
-    replaces the environment; ``preexec_fn`` runs in the child before ``hanet`` (to set a
-    resource limit); ``stdout`` takes what the verb prints on stdout (else the log); with
+    replaces the environment; ``cwd`` is the working directory (``python -m hanet`` imports
+    ``hanet`` from there first: a benchmark runs another source tree so); ``preexec_fn`` runs
+    in the child before ``hanet`` (to set a resource limit); ``stdout`` takes what the verb
+    prints on stdout (else the log); with
     ``ready_file=False`` the verb is given no ``--ready-file`` (``hanet consume``) and counts
     as ready once started. Each run writes its own ready file and log (``<name>-<run>.ready``,
     ``<name>-<run>.log`` under ``root``). ``ready`` is the last run's ready data
@@ -65,6 +67,7 @@ class HanetProcess:
         preexec_fn: Callable[[], object] | None = None,
         stdout: Path | None = None,
         ready_file: bool = True,
+        cwd: Path | None = None,
     ) -> None:
         self.root = root
         self.name = name
@@ -74,6 +77,7 @@ class HanetProcess:
         self.preexec_fn = preexec_fn
         self.stdout = stdout
         self.writes_ready_file = ready_file
+        self.cwd = cwd
         self.process: subprocess.Popen[bytes] | None = None
         self.ready: dict[str, Any] = {}
         self.runs = 0
@@ -134,6 +138,7 @@ class HanetProcess:
                 stdout=out,
                 stderr=log,
                 env=self.env,
+                cwd=self.cwd,
                 preexec_fn=self.preexec_fn,  # noqa: PLW1509 - a test's own limits
             )
         return self.process
