@@ -27,7 +27,7 @@ the offset and the reason.
 from __future__ import annotations
 
 import mmap
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -142,38 +142,51 @@ def commit_log_batches(
     rows_step = max(1, batch_rows) * ROW.size
     window = max(1, min(SCAN_WINDOW, batch_bytes))
     try:
-        position = part.start
-        while True:
-            result: IndexScanResult | None = None
-            # One scan call per window (native when built): rows, not records; each batch's
-            # columns come from those rows in a few calls (record_columns), no Python per row.
-            for result in scan_index_windows(
-                view,
-                position,
-                part.end,
-                part.file_start,
-                check_physical_offset=True,
-                window=window,
-            ):
-                rows = result.rows
-                for at in range(0, len(rows), rows_step):
-                    yield converter.build(view, rows[at : at + rows_step], None)
-            assert result is not None
-            stop = result.stop(part.file_start)
-            bad_crc = _crc_failure(view, stop, part.file_start) if _is_invalid(stop) else None
-            if bad_crc is None:
-                corrupt = _judge_stop(stop, part, len(view))
-                if corrupt is not None:
-                    yield converter.corrupt_row(*corrupt)
-                return
-            yield converter.build(view, bad_crc, False)
-            position = stop.offset - part.file_start + ROW.unpack(bad_crc)[1]
+        stop = yield from scan_batches(
+            converter, view, part.start, part.end, part.file_start, None, window, rows_step
+        )
+        corrupt = _judge_stop(stop, part, len(view))
+        if corrupt is not None:
+            yield converter.corrupt_row(*corrupt)
     finally:
         try:
             view.release()
             mapping.close()
         except BufferError:  # pragma: no cover - a caller kept a view of a batch's buffer
             pass
+
+
+def scan_batches(
+    builder: _BatchBuilder,
+    view: memoryview,
+    position: int,
+    end: int,
+    base: int,
+    limit: int | None,
+    window: int,
+    rows_step: int,
+) -> Generator[pa.RecordBatch, None, ScanStop]:
+    """The batches of the records of ``view[position:end]`` (``base``: the offset of
+    ``view[0]``; ``limit``: where its file ends, None: the view's end), ``rows_step`` bytes of
+    rows each. One scan call per ``window`` bytes (native when built): rows, not records; each
+    batch's columns come from those rows in a few calls (record_columns), no Python per row. A
+    record whose only fault is a CRC is a ``crc_ok = false`` row and the scan goes on past it;
+    returns the stop that ended the scan otherwise (to be judged by the caller)."""
+    while True:
+        result: IndexScanResult | None = None
+        for result in scan_index_windows(
+            view, position, end, base, limit, check_physical_offset=True, window=window
+        ):
+            rows = result.rows
+            for at in range(0, len(rows), rows_step):
+                yield builder.build(view, rows[at : at + rows_step], None)
+        assert result is not None
+        stop = result.stop(base)
+        bad_crc = _crc_failure(view, stop, base) if _is_invalid(stop) else None
+        if bad_crc is None:
+            return stop
+        yield builder.build(view, bad_crc, False)
+        position = stop.offset - base + ROW.unpack(bad_crc)[1]
 
 
 def _is_invalid(stop: ScanStop) -> bool:

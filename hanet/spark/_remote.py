@@ -46,18 +46,15 @@ from hanet.store import StopReason
 from hanet.store.lowlevel import (
     INDEX_ROW,
     INDEX_SCAN_WINDOW,
-    IndexScanResult,
     file_name,
-    scan_index_windows,
 )
 
 from ._arrow import (
     DEFAULT_BATCH_ROWS,
     _BatchBuilder,
-    _crc_failure,
-    _is_invalid,
     _judge_stop,
     commit_log_schema,
+    scan_batches,
 )
 from ._layout import DEFAULT_MAX_RANGE_BYTES, CommitLogRange
 from ._log_client import LogChunk, LogReadClient, LogReadError, TlsFiles, split_address
@@ -244,31 +241,13 @@ def _chunk_batches(
     view = memoryview(chunk.data)
     limit = chunk.file_size - chunk.offset % chunk.file_size
     rows_step = max(1, batch_rows) * INDEX_ROW.size
-    position = 0
-    while True:
-        result: IndexScanResult | None = None
-        for result in scan_index_windows(
-            view,
-            position,
-            len(view),
-            chunk.offset,
-            limit,
-            check_physical_offset=True,
-            window=INDEX_SCAN_WINDOW,
-        ):
-            rows = result.rows
-            for at in range(0, len(rows), rows_step):
-                yield builder.build(view, rows[at : at + rows_step], None)
-        assert result is not None
-        stop = result.stop(chunk.offset)
-        bad_crc = _crc_failure(view, stop, chunk.offset) if _is_invalid(stop) else None
-        if bad_crc is None:
-            if stop.reason is StopReason.END:
-                return False
-            yield builder.corrupt_row(stop.offset, stop.detail or stop.reason.value)
-            return True
-        yield builder.build(view, bad_crc, False)
-        position = stop.offset - chunk.offset + INDEX_ROW.unpack(bad_crc)[1]
+    stop = yield from scan_batches(
+        builder, view, 0, len(view), chunk.offset, limit, INDEX_SCAN_WINDOW, rows_step
+    )
+    if stop.reason is StopReason.END:
+        return False
+    yield builder.corrupt_row(stop.offset, stop.detail or stop.reason.value)
+    return True
 
 
 class BrokerLogReader(DataSourceReader):
