@@ -364,10 +364,9 @@ _SCALARS: dict[str, tuple[type, ...]] = {
 def _build(cls: type[Any], raw: Mapping[str, Any]) -> Any:
     if not isinstance(raw, Mapping):
         raise TypeError(f"{cls.__name__} must be an object, got {type(raw).__name__}")
+    # A field this reader does not know is a newer broker's: ignored, as RocketMQ's readers
+    # ignore them, so an older `hanet status` can read a newer broker. Known fields are checked.
     fields = attrs.fields_dict(cls)
-    unknown = set(raw) - set(fields)
-    if unknown:
-        raise ValueError(f"unknown field(s) {sorted(unknown)} in {cls.__name__}")
     values: dict[str, Any] = {}
     for name, field in fields.items():
         if name not in raw:
