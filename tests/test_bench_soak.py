@@ -33,6 +33,7 @@ def test_ten_kill_cycles_lose_no_acknowledged_message() -> None:
     flipped, lost = result["disk_faults"]
     assert flipped.startswith("flipped a byte of ") and lost.startswith("lost its last ")
     assert result["master_repairs"]["ranges"] == 1  # the flipped record, from a slave
-    # the zeroed tail held acknowledged records only when a slave had them all (SYNC): taken
-    # back then; either way no acknowledged message is lost (problems == [] above)
-    assert result["master_repairs"]["lost_tails"] <= 1
+    # A tail the master lost (the zeroed one, or a record torn by a kill -9 mid-write, cut at
+    # recovery) is taken back from a slave that holds it; how many times depends on where the
+    # kills fall, and no acknowledged message is lost either way (problems == [] above).
+    assert result["master_repairs"]["lost_tails"] <= result["kills"]["master"] + 1
