@@ -33,7 +33,8 @@ def test_ten_kill_cycles_lose_no_acknowledged_message() -> None:
     flipped, lost = result["disk_faults"]
     assert flipped.startswith("flipped a byte of ") and lost.startswith("lost its last ")
     assert result["master_repairs"]["ranges"] == 1  # the flipped record, from a slave
-    # A tail the master lost (the zeroed one, or a record torn by a kill -9 mid-write, cut at
-    # recovery) is taken back from a slave that holds it; how many times depends on where the
-    # kills fall, and no acknowledged message is lost either way (problems == [] above).
-    assert result["master_repairs"]["lost_tails"] <= result["kills"]["master"] + 1
+    # Each start of the master asks every slave for a tail it lost and takes what each holds
+    # past its end (one line per slave that gave some: CI saw the zeroed tail taken from both
+    # slaves in turn); no acknowledged message is lost either way (problems == [] above).
+    starts = 1 + result["kills"]["master"] + len(result["disk_faults"])
+    assert result["master_repairs"]["lost_tails"] <= 2 * starts

@@ -95,6 +95,38 @@ def test_headers_read_the_same_with_and_without_the_extension() -> None:
     assert json.loads(done.stdout) == here
 
 
+STALE = """
+import importlib.machinery, importlib.util, json, pathlib, sys, types
+import hanet
+so = next((pathlib.Path(hanet.__file__).parent / "protocol").glob("_speedups*.so"))
+name = "hanet.protocol._speedups"
+loader = importlib.machinery.ExtensionFileLoader(name, str(so))
+real = importlib.util.module_from_spec(importlib.util.spec_from_loader(name, loader))
+loader.exec_module(real)
+stale = types.ModuleType(name)  # an extension built before read_header existed
+stale.__dict__.update({k: v for k, v in vars(real).items() if k != "read_header"})
+sys.modules[name] = stale
+import test_protocol_header_reader as t
+print(json.dumps(t.outcomes()))
+"""
+
+
+@pytest.mark.skipif(native_header_codec is None, reason="the C extension is not built")
+def test_an_extension_built_before_read_header_reads_headers_in_python() -> None:
+    """A checkout whose extension predates ``read_header`` (not rebuilt after a pull) reads
+    headers with the Python reader: the same headers and errors, never an AttributeError."""
+    done = subprocess.run(
+        [sys.executable, "-c", STALE],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=HERE,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), *sys.path])},
+        timeout=60,
+    )
+    assert json.loads(done.stdout) == outcomes()
+
+
 @attrs.frozen
 class Sample:
     name: str

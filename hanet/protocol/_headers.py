@@ -117,8 +117,10 @@ def _with_native(
 ) -> Callable[[Mapping[str, str]], object]:
     """``reader`` behind the extension's ``read_header`` (plain fields read in C, without
     ``__init__``: the generated one only stores them); anything else still goes to ``reader``,
-    which names what is wrong. Just ``reader`` without the extension."""
-    if not NATIVE_HEADERS:
+    which names what is wrong. Just ``reader`` without the extension, or with one built before
+    ``read_header`` existed (a stale build in a checkout: slower, never broken)."""
+    native = getattr(native_header_codec, "read_header", None) if NATIVE_HEADERS else None
+    if native is None:
         return reader
     spec = []
     for field in attrs.fields(cls):
@@ -136,7 +138,6 @@ def _with_native(
             )
         )
     native_spec = tuple(spec)
-    native = native_header_codec.read_header
 
     def read(fields: Mapping[str, str]) -> object:
         header = native(cls, fields, native_spec)
