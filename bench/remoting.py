@@ -353,18 +353,30 @@ async def main(args: argparse.Namespace) -> None:
             f"  (send {lo:.1f}-{hi:.1f} us, pull {plo:.1f}-{phi:.1f} us)"
         )
     raw = summary["raw"]
+
+    def ratio(kind: str, key: str) -> float | None:
+        """``kind``'s CPU over the raw server's; None when the raw run was too short for the
+        clock's 10 ms ticks to see any (a larger ``--count``)."""
+        return round(summary[kind][key] / raw[key], 2) if raw[key] else None
+
     ratios = {
         kind: {
-            "send_cpu_ratio": round(summary[kind]["send_cpu_us"] / raw["send_cpu_us"], 2),
-            "pull_cpu_ratio": round(summary[kind]["pull_cpu_us"] / raw["pull_cpu_us"], 2),
+            "send_cpu_ratio": ratio(kind, "send_cpu_us"),
+            "pull_cpu_ratio": ratio(kind, "pull_cpu_us"),
         }
         for kind, _ in kinds
         if kind != "raw"
     }
-    for kind, ratio in ratios.items():
+    for kind, found in ratios.items():
+        send, pull = found["send_cpu_ratio"], found["pull_cpu_ratio"]
         print(
-            f"{kind}: CPU per send {ratio['send_cpu_ratio']:.2f}x the raw server's, "
-            f"per pulled message {ratio['pull_cpu_ratio']:.2f}x"
+            f"{kind}: CPU per send {'?' if send is None else f'{send:.2f}'}x the raw server's, "
+            f"per pulled message {'?' if pull is None else f'{pull:.2f}'}x"
+            + (
+                " (? : the raw run was too short to measure: a larger --count)"
+                if None in (send, pull)
+                else ""
+            )
         )
     print(
         json.dumps(
