@@ -363,7 +363,15 @@ class Broker:
                     )
                     await nursery.start(self.slave.run)
                 else:
-                    start_master_term(store)  # each master term starts an epoch
+                    try:
+                        start_master_term(store)  # each master term starts an epoch
+                    except OSError as exc:  # a full disk: serve what is held all the same
+                        log.error(
+                            "%s: this master term's epoch could not be recorded (%s): its "
+                            "slaves compare epochs as if the previous term went on",
+                            store.root,
+                            exc,
+                        )
                     self.master = HAMaster(store, config)
                     ha_address = await nursery.start(self.master.serve)
                     if self.repair_from:
