@@ -117,7 +117,6 @@ from ._config import (
 from ._errors import NodeNotRunningError
 from ._filelog import FileLog
 from ._messages import (
-    AppendRequest,
     AppendStatus,
     Envelope,
     HardState,
@@ -581,9 +580,6 @@ class DLedgerNode:
                     if output.truncate_from is not None:  # a follower's conflicting tail
                         assert self._persist is not None
                         await self._persist.truncate_log(output.truncate_from)
-                    if output.refused is None and isinstance(message, AppendRequest):
-                        for appended in message.entries:
-                            self._bodies.keep(appended.index, appended.term, appended.body)
                     if output.refused is not None:
                         # impossible from an honest member: that connection goes, we stay
                         log.error("%s: closing the connection of %s", output.refused, channel)
@@ -665,19 +661,12 @@ class DLedgerNode:
                     held.done.append(request)
             return
         bodies = self._encode_many([request.message for _, request in puts])
-        before = raft.log.last_index
-        term = raft.term
-        # kept first: the appends propose_many sends to the followers are made from them
-        for i, body in enumerate(bodies):
-            self._bodies.keep(before + 1 + i, term, body)
         output = raft.propose_many(
             now, [(request_id, body) for (request_id, _), body in zip(puts, bodies, strict=True)]
         )
-        appended = len(output.entries)
-        for i in range(appended):
-            self._by_index[before + 1 + i] = puts[i][1]
-        for i in range(appended, len(bodies)):  # refused (LEADER_PENDING_FULL)
-            self._bodies.drop(before + 1 + i)
+        # the entries it appended, in order (those past max_pending: LEADER_PENDING_FULL)
+        for entry, (_, request) in zip(output.entries, puts, strict=False):
+            self._by_index[entry.index] = request
         self._act(output, held)
 
     def _encode_many(self, messages: Sequence[Message]) -> list[bytes]:
@@ -695,6 +684,10 @@ class DLedgerNode:
             log_ = self.log
             assert log_ is not None
             log_.append(output.entries)
+            # kept until applied: later appends to the followers and the view use them
+            for entry in output.entries:
+                if not entry.noop:
+                    self._bodies.keep(entry.index, entry.term, entry.body)
         if output.hard_state is not None:
             # a later hard state covers an earlier one of the batch: its term is not lower,
             # and within a term a vote is never withdrawn
