@@ -3,23 +3,12 @@
 
 from __future__ import annotations
 
-from typing import Any, TypedDict
+from typing import TypedDict
 
 import attrs
+from attrs.validators import ge, gt
 
 __all__ = ["ConsumerConfig", "ConsumerSettings"]
-
-
-def _at_least(bound: float, *, inclusive: bool) -> Any:
-    def check(instance: object, attribute: attrs.Attribute[Any], value: float) -> None:
-        if value < bound or (not inclusive and value == bound):
-            sign = ">=" if inclusive else ">"
-            raise ValueError(f"{attribute.name} must be {sign} {bound:g}, got {value!r}")
-
-    return check
-
-
-_POSITIVE = _at_least(0, inclusive=False)
 
 
 @attrs.frozen(kw_only=True)
@@ -49,16 +38,16 @@ class ConsumerConfig:
     """
 
     from_beginning: bool = False
-    request_timeout: float = attrs.field(default=5.0, validator=_POSITIVE)
-    pull_batch: int = attrs.field(default=32, validator=_at_least(1, inclusive=True))
-    poll_interval: float = attrs.field(default=0.2, validator=_at_least(0, inclusive=True))
-    commit_interval: float = attrs.field(default=5.0, validator=_POSITIVE)
-    route_interval: float = attrs.field(default=30.0, validator=_POSITIVE)
-    retry_interval: float = attrs.field(default=5.0, validator=_POSITIVE)
-    buffer: int = attrs.field(default=64, validator=_at_least(0, inclusive=True))
+    request_timeout: float = attrs.field(default=5.0, validator=gt(0))
+    pull_batch: int = attrs.field(default=32, validator=ge(1))
+    poll_interval: float = attrs.field(default=0.2, validator=ge(0))
+    commit_interval: float = attrs.field(default=5.0, validator=gt(0))
+    route_interval: float = attrs.field(default=30.0, validator=gt(0))
+    retry_interval: float = attrs.field(default=5.0, validator=gt(0))
+    buffer: int = attrs.field(default=64, validator=ge(0))
     client_id: str | None = None
-    heartbeat_interval: float = attrs.field(default=10.0, validator=_POSITIVE)
-    rebalance_interval: float = attrs.field(default=20.0, validator=_POSITIVE)
+    heartbeat_interval: float = attrs.field(default=10.0, validator=gt(0))
+    rebalance_interval: float = attrs.field(default=20.0, validator=gt(0))
 
 
 class ConsumerSettings(TypedDict, total=False):
