@@ -8,13 +8,11 @@ answer is testable here with a :class:`~hanet.protocol.RemotingCommand` in hand.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable, Mapping, Sequence
 
 import attrs
 
-from hanet.errors import HanetError
 from hanet.protocol import (
     BatchMessage,
     BrokerStatus,
@@ -358,9 +356,9 @@ def status_result(response: RemotingCommand) -> BrokerStatus:
         BrokerProtocolError: the body is not a status document.
     """
     try:
-        return BrokerStatus.from_json(json.loads(bytes(response.body)))
-    except (ValueError, HanetError) as exc:
-        raise BrokerProtocolError(f"malformed status document: {exc}") from exc
+        return BrokerStatus.decode(response.body)
+    except RemotingHeaderError as exc:
+        raise BrokerProtocolError(str(exc)) from exc
 
 
 def query_offset_result(response: RemotingCommand) -> int | None:
