@@ -155,7 +155,7 @@ class _Files:
             self.dir_dirty = True  # fsynced with the data (take_dirty / sync)
         return fd
 
-    def write(self, pos: int, data: bytes | memoryview) -> None:
+    def write(self, pos: int, data: bytes | bytearray | memoryview) -> None:
         """Write ``data`` at ``pos`` (it must lie in one file)."""
         start = pos - pos % self.file_size
         assert pos - start + len(data) <= self.file_size
@@ -164,7 +164,7 @@ class _Files:
         os.pwrite(fd, data, pos - start)
         self.dirty.add(start)
 
-    def write_across(self, pos: int, data: bytes) -> None:
+    def write_across(self, pos: int, data: bytes | bytearray) -> None:
         """Write ``data`` at ``pos``, split where it crosses into the next file."""
         view = memoryview(data)
         while view:
@@ -447,7 +447,7 @@ class FileLog:
                 if left >= _BLANK_HEAD:
                     run += encode_blank(left)
                 if run:
-                    self._data.write(run_start, bytes(run))
+                    self._data.write(run_start, run)
                 run_start, run = pos, bytearray()
             dindex = entry.index - 1
             run += encode_entry(DLedgerEntry(dindex, entry.term, entry.body, pos=pos))
@@ -457,8 +457,8 @@ class FileLog:
             self._sizes.append(length)
             self._end = pos + length
         if run:
-            self._data.write(run_start, bytes(run))
-        self._index.write_across(index_start, bytes(index_run))
+            self._data.write(run_start, run)
+        self._index.write_across(index_start, index_run)
         if self.flush_mode is FlushDiskType.SYNC_FLUSH and self.sync_on_append:
             self.flush()
 
