@@ -15,10 +15,10 @@ from test_acl_broker import OPERATOR, acl_file
 from test_broker_metrics import STATUS, sample
 from test_ha_divergence import leaves
 
-from hanet.broker import BrokerMetrics, apply_properties, fetch_epochs
+from hanet.broker import MAX_HISTORY_BODY, BrokerMetrics, apply_properties, fetch_epochs
 from hanet.cli import build_config, build_parser
 from hanet.client import RemotingConnection, signing
-from hanet.ha import BrokerConfig
+from hanet.ha import BrokerConfig, format_epochs
 from hanet.protocol import HanetRequestCode, MasterLink, RemotingCommand, ResponseCode
 from hanet.store import EPOCH_FILE, EpochEntry, EpochFileError, EpochHistory
 
@@ -135,3 +135,33 @@ def test_the_setting_and_its_names() -> None:
     assert build_config(build_parser().parse_args(argv)).ha_divergence == "truncate"
     with pytest.raises(SystemExit):
         build_parser().parse_args([*argv[:-1], "drop"])
+
+
+async def test_a_slave_history_is_bounded(tmp_path: Path) -> None:
+    """A body past MAX_HISTORY_BODY is refused unread; one slave host lists a few points."""
+    async with running(config(tmp_path / "m")) as (master, addresses):
+        await put(master, "T", b"z" * 300)
+        broker = fmt(addresses.broker)
+        host, _, port = broker.rpartition(":")
+        huge = RemotingCommand.request(
+            HanetRequestCode.HANET_EPOCHS, body=b" " * (MAX_HISTORY_BODY + 1)
+        )
+        async with RemotingConnection.connect(host, int(port)) as conn:
+            answer = await conn.invoke(huge)
+        assert answer.code == ResponseCode.SYSTEM_ERROR
+        assert "longer than an epoch history is read from" in (answer.remark or "")
+        # a slave whose history would be longer sends none: the master answers all the same
+        long = EpochHistory(tuple(EpochEntry(i, i) for i in range(100_000)), 100_000)
+        assert isinstance(await fetch_epochs(broker, long), EpochHistory)
+        # each check of one host diverged at another point: its newest few are listed
+        for point in range(10, 70, 10):
+            await fetch_epochs(broker, EpochHistory((EpochEntry(1, 0), EpochEntry(2, point)), 99))
+        listed = master.status().diverged_slaves
+        assert [d.diverged_at for d in listed] == [30, 40, 50, 60]
+
+
+def test_a_long_history_is_shown_short() -> None:
+    assert format_epochs(()) == "none"
+    assert format_epochs((EpochEntry(1, 0), EpochEntry(2, 7))) == "1@0, 2@7"
+    shown = format_epochs(tuple(EpochEntry(i, i) for i in range(1, 101)))
+    assert shown == "(92 earlier), " + ", ".join(f"{i}@{i}" for i in range(93, 101))

@@ -34,7 +34,7 @@ from ._consumers import (
     ConsumerRegistryFull,
 )
 from ._dledger import DEFAULT_QUEUES, DLedgerBrokerService, dledger_broker_id
-from ._epochs import EpochService, fetch_epochs
+from ._epochs import MAX_HISTORY_BODY, EpochService, fetch_epochs
 from ._hold import (
     CHECK_INTERVAL,
     MAX_HELD_PULLS,
@@ -111,6 +111,7 @@ __all__ = [
     "MAX_DELAY_LEVEL",
     "MAX_GROUP_MEMBERS",
     "MAX_HELD_PULLS",
+    "MAX_HISTORY_BODY",
     "MAX_LOCKS",
     "MAX_OFFSET_ENTRIES",
     "MAX_PULL_BYTES",

@@ -50,6 +50,7 @@ from ._hold import PullHoldService
 from ._offsets import ConsumerOffsets
 from ._port import BrokerPort, default_subscription_groups
 from ._registration import NameServerRegistrar
+from ._send import BUSY_REMARK
 from ._status import store_status
 from ._topics import TopicTable
 
@@ -58,15 +59,15 @@ __all__ = ["DEFAULT_QUEUES", "DLedgerBrokerService", "dledger_broker_id"]
 DEFAULT_QUEUES = 4
 """Queues of a topic created by a send (RocketMQ's defaultTopicQueueNums)."""
 
-_BUSY = "[PC_SYNCHRONIZED]broker busy, start flow control for a while"
-"""RocketMQ 4.9.8's remark for OS_PAGECACHE_BUSY, which its ``DLedgerCommitLog`` answers for a
-quorum timeout and a full pending queue (SYSTEM_ERROR: the clients retry it, where a
-FLUSH_SLAVE_TIMEOUT counts as sent)."""
+# RocketMQ 4.9.8's DLedgerCommitLog answers OS_PAGECACHE_BUSY for a quorum timeout and a full
+# pending queue (SYSTEM_ERROR: the clients retry it, where a FLUSH_SLAVE_TIMEOUT counts as sent)
 _WAIT_DETAIL = (
-    f"{_BUSY}; WAIT_QUORUM_ACK_TIMEOUT: appended but not acknowledged by a quorum in time: "
+    f"{BUSY_REMARK}; WAIT_QUORUM_ACK_TIMEOUT: appended but not acknowledged by a quorum in time: "
     "the outcome is unknown (it may still be committed)"
 )
-_FULL_DETAIL = f"{_BUSY}; LEADER_PENDING_FULL: too many puts waiting for a quorum, not appended"
+_FULL_DETAIL = (
+    f"{BUSY_REMARK}; LEADER_PENDING_FULL: too many puts waiting for a quorum, not appended"
+)
 
 
 class DLedgerBrokerService:

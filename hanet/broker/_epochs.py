@@ -3,7 +3,9 @@
 The request's body is empty or the asking slave's own history, in the answer's form below: the
 master then computes the consistent point too and, when the slave's log goes past it, logs a
 WARNING naming the slave, the point and both histories (at most once a minute per slave and
-point); a body that is not a history answers SYSTEM_ERROR. The answer's body is JSON::
+point); a body that is not a history, or longer than :data:`MAX_HISTORY_BODY`, answers
+SYSTEM_ERROR (a slave whose history is longer sends none: it still compares on its side).
+The answer's body is JSON::
 
     {"entries": [{"epoch": 1, "startOffset": 0}, {"epoch": 2, "startOffset": 40960}],
      "maxOffset": 81920}
@@ -21,12 +23,14 @@ from __future__ import annotations
 import json
 import logging
 import ssl
+from collections.abc import Iterable
 
 import attrs
 import trio
 
 from hanet.channel import HandlerContext, parse_address
 from hanet.client import RemotingConnection, RemotingError
+from hanet.ha import format_epochs
 from hanet.protocol import DivergedSlaveInfo, HanetRequestCode, RemotingCommand, ResponseCode
 from hanet.store import CommitLogStore, EpochFile, EpochFileError, EpochHistory
 from hanet.store.lowlevel import find_consistent_point
@@ -41,6 +45,11 @@ log = logging.getLogger("hanet.broker.epochs")
 _LOG_INTERVAL = 60.0  # a refusing slave asks every few seconds
 _FORGET = 120.0  # a listed diverged slave that has not asked for this long is dropped
 _MAX_LISTED = 64
+_MAX_LISTED_PER_SLAVE = 4  # consistent points listed for one slave host
+
+MAX_HISTORY_BODY = 1024 * 1024
+"""Most bytes of a slave's history a HANET_EPOCHS request carries (tens of thousands of
+terms)."""
 
 
 @attrs.define
@@ -108,12 +117,19 @@ class EpochService:
             return
         note = self._diverged.get((host, point))
         checks = 1 if note is None else note.checks + 1
-        if note is None and len(self._diverged) >= _MAX_LISTED:  # bounded: drop the oldest
-            oldest = min(self._diverged, key=lambda k: self._diverged[k].last_seen)
-            del self._diverged[oldest]
+        if note is None:  # bounded, per slave host and in all: drop the oldest
+            same_host = [key for key in self._diverged if key[0] == host]
+            if len(same_host) >= _MAX_LISTED_PER_SLAVE:
+                self._drop_oldest(same_host)
+            elif len(self._diverged) >= _MAX_LISTED:
+                self._drop_oldest(self._diverged)
+        epochs = format_epochs(slave.entries)
         self._diverged[host, point] = _Divergence(
-            peer, point, slave.end_offset, mine.end_offset, _entries(slave), checks, now
+            peer, point, slave.end_offset, mine.end_offset, epochs, checks, now
         )
+
+    def _drop_oldest(self, keys: Iterable[tuple[str, int]]) -> None:
+        del self._diverged[min(keys, key=lambda key: self._diverged[key].last_seen)]
 
     def serve(self, ctx: HandlerContext, request: RemotingCommand) -> RemotingCommand:
         store = self.backend.store
@@ -122,6 +138,12 @@ class EpochService:
             history = EpochFile.load(store.root).history(end)
         except EpochFileError as exc:
             return request.response(ResponseCode.SYSTEM_ERROR, str(exc))
+        if len(request.body) > MAX_HISTORY_BODY:
+            return request.response(
+                ResponseCode.SYSTEM_ERROR,
+                f"the request's body ({len(request.body)} bytes) is longer than an epoch history "
+                f"is read from ({MAX_HISTORY_BODY})",
+            )
         if request.body:
             try:
                 slave = EpochHistory.from_json(json.loads(bytes(request.body)))
@@ -158,15 +180,11 @@ class EpochService:
             peer,
             point,
             slave.end_offset,
-            _entries(slave),
-            _entries(mine),
+            format_epochs(slave.entries),
+            format_epochs(mine.entries),
             mine.end_offset,
             point,
         )
-
-
-def _entries(history: EpochHistory) -> str:
-    return ", ".join(f"{e.epoch}@{e.start_offset}" for e in history.entries) or "none"
 
 
 async def fetch_epochs(
@@ -177,8 +195,8 @@ async def fetch_epochs(
     within: float = EPOCHS_TIMEOUT,
 ) -> EpochHistory | str:
     """Ask the broker port at ``address`` for its epoch history, telling it ``mine`` (the
-    slave's); a string says why there is none to compare (no address known, a broker without
-    epochs).
+    slave's, unless longer than :data:`MAX_HISTORY_BODY`); a string says why there is none to
+    compare (no address known, a broker without epochs).
 
     Raises:
         OSError: the broker could not be reached, or answered an error or a bad body.
@@ -186,11 +204,13 @@ async def fetch_epochs(
     if address is None:
         return "the master's broker port is not known (--master-broker, or a name server)"
     host, port = parse_address(address)
+    body = b"" if mine is None else json.dumps(mine.to_json(), separators=(",", ":")).encode()
+    if len(body) > MAX_HISTORY_BODY:
+        body = b""  # the master would refuse it: it does not compare, this slave does
     try:
         async with RemotingConnection.connect(
             host, port, connect_timeout=within, request_timeout=within, tls=tls
         ) as conn:
-            body = b"" if mine is None else json.dumps(mine.to_json()).encode()
             request = RemotingCommand.request(HanetRequestCode.HANET_EPOCHS, body=body)
             answer = await conn.invoke(request)
     except RemotingError as exc:

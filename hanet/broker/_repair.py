@@ -199,17 +199,18 @@ async def _read(
     data = bytearray()
     position = start
     while position < end:
-        answer = await _answer(
-            client, {"offset": position, "maxBytes": min(_CHUNK, end - position)}
-        )
-        body = bytes(answer.body or b"")
+        asked = min(_CHUNK, end - position)
+        answer = await _answer(client, {"offset": position, "maxBytes": asked})
+        body = answer.body
+        if len(body) > asked:
+            raise RepairError(f"{_name(client)}: {len(body)} bytes at {position}, {asked} asked")
         data += body
         position += len(body)
         reason = answer.fields.get("stopReason")
         stop = int(answer.fields.get("stopOffset", -1) or -1)
         if reason == "blank" and stop == position:
             blank = int(answer.fields.get("blankSize", 0) or 0)
-            if blank < 8 or (position + blank) % file_size:
+            if blank < 8 or blank != file_size - position % file_size:  # it ends its file
                 raise RepairError(f"{_name(client)}: a bad blank record at {position}")
             data += encode_blank(blank) + bytes(blank - 8)
             position += blank

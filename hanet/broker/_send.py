@@ -66,9 +66,11 @@ _STORED = frozenset(
         PutStatus.SLAVE_NOT_AVAILABLE,
     }
 )
+BUSY_REMARK = "[PC_SYNCHRONIZED]broker busy, start flow control for a while"
+"""RocketMQ 4.9.8's remark for OS_PAGECACHE_BUSY (a SYSTEM_ERROR its clients retry)."""
 _REMARKS = {
     PutStatus.CREATE_MAPPED_FILE_FAILED: "create mapped file failed, server is busy or broken",
-    PutStatus.OS_PAGE_CACHE_BUSY: "[PC_SYNCHRONIZED]broker busy, start flow control for a while",
+    PutStatus.OS_PAGE_CACHE_BUSY: BUSY_REMARK,
     PutStatus.SERVICE_NOT_AVAILABLE: (
         "service not available now: the broker's disk may be full, the broker a slave or "
         "shutting down"

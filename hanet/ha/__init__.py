@@ -14,6 +14,7 @@ from ._epochs import (
     EpochGate,
     EpochSource,
     SlaveDivergedError,
+    format_epochs,
     start_master_term,
 )
 from ._master import HAMaster
@@ -36,5 +37,6 @@ __all__ = [
     "SlaveConnectionStatus",
     "SlaveDivergedError",
     "SlaveStatus",
+    "format_epochs",
     "start_master_term",
 ]

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import enum
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 
 import trio
 
@@ -38,6 +38,7 @@ __all__ = [
     "EpochGate",
     "EpochSource",
     "SlaveDivergedError",
+    "format_epochs",
     "start_master_term",
 ]
 
@@ -89,8 +90,15 @@ def start_master_term(store: CommitLogStore) -> EpochEntry:
     return entry
 
 
-def _format(entries: tuple[EpochEntry, ...]) -> str:
-    return ", ".join(f"{e.epoch}@{e.start_offset}" for e in entries) or "none"
+_SHOWN = 8  # a history in a log line or a status: its newest entries
+
+
+def format_epochs(entries: Sequence[EpochEntry]) -> str:
+    """``EPOCH@START, ...`` for a log line or a status: the newest :data:`_SHOWN` entries, the
+    count of earlier ones before them (a long history stays one short line)."""
+    shown = ", ".join(f"{e.epoch}@{e.start_offset}" for e in entries[-_SHOWN:]) or "none"
+    earlier = len(entries) - _SHOWN
+    return f"({earlier} earlier), {shown}" if earlier > 0 else shown
 
 
 class EpochGate:
@@ -170,8 +178,8 @@ class EpochGate:
         """The slave's log goes past ``point``: truncate (returns the note) or raise."""
         store = self.store
         detail = (
-            f"this slave's epochs [{_format(local)}] (log ends at {end}), the master's "
-            f"[{_format(master.entries)}] (log ends at {master.end_offset})"
+            f"this slave's epochs [{format_epochs(local)}] (log ends at {end}), the master's "
+            f"[{format_epochs(master.entries)}] (log ends at {master.end_offset})"
         )
         if point < 0:
             message = (

@@ -113,6 +113,8 @@ class PushValidator:
         self.store = store
         self.name = name
         self.valid_end = -1
+        self._max_record = store.config.max_message_size + _RECORD_OVERHEAD_MAX
+        """The largest total size a record's size field is trusted with."""
 
     def check_boundary(self, offset: int, batch: int) -> str | None:
         """None when ``offset`` (within the data) is a place a transfer may start: the data
@@ -178,8 +180,7 @@ class PushValidator:
             return f"the record at {offset} is damaged: {reason}"
         header = store.read_view(position, _PREFIX.size)
         total, _ = _PREFIX.unpack_from(header, 0)
-        limit = store.config.max_message_size + _RECORD_OVERHEAD_MAX
-        if total > limit:
+        if total > self._max_record:
             return f"the record at {position} has a total size {total} larger than any record"
         whole = store.read_view(position, total)
         if len(whole) < total:
@@ -241,10 +242,9 @@ class PushValidator:
             and len(chunk) < total <= file_end - offset
             and total >= MIN_RECORD_SIZE
         ):
-            limit = store.config.max_message_size + _RECORD_OVERHEAD_MAX
-            if total > limit:
+            if total > self._max_record:
                 raise CorruptRecordError(
-                    offset, f"total size {total} is larger than any record ({limit})"
+                    offset, f"total size {total} is larger than any record ({self._max_record})"
                 )
             whole = store.read_view(offset, total)  # larger than the chunk: check it whole
             if len(whole) < total:
