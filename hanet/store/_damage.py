@@ -10,7 +10,6 @@ replica that holds them intact. The store never serves, replicates, dispatches o
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,6 +18,7 @@ import attrs
 from ._codec import BLANK_MAGIC, BLANK_RECORD_SIZE, MAGIC_V1, MAGIC_V2, MIN_RECORD_SIZE
 from ._errors import StoreLayoutError
 from ._index import scan_index
+from ._store_files import write_file_durably
 
 __all__ = ["DAMAGE_FILE", "DamageLedger", "DamagedRange", "damage_end", "next_valid_record"]
 
@@ -135,15 +135,8 @@ class DamageLedger:
         if not self._ranges:
             self.path.unlink(missing_ok=True)
             return
-        tmp = self.path.with_suffix(".tmp")
         text = json.dumps([attrs.asdict(r) for r in self._ranges], indent=1)
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            os.write(fd, text.encode())
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, self.path)
+        write_file_durably(self.path, text.encode())
 
 
 def next_valid_record(

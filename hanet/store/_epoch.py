@@ -24,7 +24,6 @@ guessed at, never silently replaced.
 from __future__ import annotations
 
 import itertools
-import os
 import zlib
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -32,7 +31,7 @@ from pathlib import Path
 import attrs
 
 from ._errors import StoreError
-from ._store_files import fsync_directory
+from ._store_files import write_file_durably
 
 __all__ = [
     "EPOCH_FILE",
@@ -205,7 +204,7 @@ class EpochFile:
         problem = order_problem(entries)
         if problem is not None:
             raise EpochFileError(self.path, None, problem)
-        _write(self.path, entries)
+        write_file_durably(self.path, format_epoch_file(entries))
         self._entries = entries
         return True
 
@@ -276,14 +275,3 @@ def parse_epoch_file(path: Path, data: bytes) -> tuple[EpochEntry, ...]:
 
 def _bad(path: Path, offset: int, reason: str) -> EpochFileError:
     return EpochFileError(path, offset, reason)
-
-
-def _write(path: Path, entries: Sequence[EpochEntry]) -> None:
-    """Write the file whole: a temp file, fsync, rename over the old one, directory fsync."""
-    temp = path.with_name(path.name + ".tmp")
-    with temp.open("wb") as out:
-        out.write(format_epoch_file(entries))
-        out.flush()
-        os.fsync(out.fileno())
-    os.replace(temp, path)
-    fsync_directory(path.parent)
