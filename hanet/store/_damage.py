@@ -77,19 +77,21 @@ class DamageLedger:
     def __iter__(self) -> Iterator[DamagedRange]:
         return iter(tuple(self._ranges))
 
-    def add(self, damaged: DamagedRange) -> None:
-        """Mark ``damaged`` (merged with ranges it overlaps) and persist."""
-        start, end, reasons = damaged.start, damaged.end, [damaged.reason]
-        kept = []
-        for r in self._ranges:
-            if r.overlaps(start, end) or r.end == start or r.start == end:
-                start, end = min(start, r.start), max(end, r.end)
-                reasons.insert(0, r.reason)
-            else:
-                kept.append(r)
-        reason = "; ".join(dict.fromkeys(reasons))
-        self._ranges = sorted([*kept, DamagedRange(start, end, reason)], key=lambda r: r.start)
-        self._save()
+    def add(self, *ranges: DamagedRange) -> None:
+        """Mark ``ranges`` (each merged with ranges it overlaps or touches); persist once."""
+        for damaged in ranges:
+            start, end, reasons = damaged.start, damaged.end, [damaged.reason]
+            kept = []
+            for r in self._ranges:
+                if r.overlaps(start, end) or r.end == start or r.start == end:
+                    start, end = min(start, r.start), max(end, r.end)
+                    reasons.insert(0, r.reason)
+                else:
+                    kept.append(r)
+            reason = "; ".join(dict.fromkeys(reasons))
+            self._ranges = sorted([*kept, DamagedRange(start, end, reason)], key=lambda r: r.start)
+        if ranges:
+            self._save()
 
     def remove(self, damaged: DamagedRange) -> None:
         """Clear the mark of ``damaged`` (repaired) and persist."""
