@@ -98,13 +98,17 @@ class EpochHistory:
         entries_raw, end = raw.get("entries"), raw.get("maxOffset")
         if not isinstance(entries_raw, list) or not _is_offset(end):
             raise ValueError("an epoch history has 'entries' (a list) and 'maxOffset' (>= 0)")
+        if len(entries_raw) > _MAX_ENTRIES:
+            raise ValueError(f"an epoch history of more than {_MAX_ENTRIES} entries")
         entries: list[EpochEntry] = []
         for item in entries_raw:
             if not isinstance(item, dict):
-                raise ValueError(f"an epoch entry is an object, got {item!r}")
+                raise ValueError(f"an epoch entry is an object, got {repr(item)[:80]}")
             epoch, start = item.get("epoch"), item.get("startOffset")
             if not (_is_offset(epoch) and _is_offset(start)):
-                raise ValueError(f"an epoch entry has integer 'epoch' and 'startOffset': {item}")
+                raise ValueError(
+                    f"an epoch entry has integer 'epoch' and 'startOffset': {repr(item)[:80]}"
+                )
             entries.append(EpochEntry(epoch, start))
         problem = order_problem(entries)
         if problem is not None:
