@@ -33,6 +33,8 @@ import zlib
 from collections.abc import Mapping
 from typing import NamedTuple
 
+from ._index_keys import java_hash
+
 __all__ = [
     "BLANK_MAGIC",
     "BLANK_RECORD_SIZE",
@@ -213,12 +215,10 @@ def seal_record(buf: bytearray | memoryview, pos: int, size: int) -> None:
 def java_string_hash(text: str) -> int:
     """Java's ``String.hashCode`` of ``text``: a signed 32-bit int over its UTF-16 code units.
 
-    Used for the tag hash of consume queue entries (``"TagA"`` -> 2598919).
+    Used for the tag hash of consume queue entries (``"TagA"`` -> 2598919). The index's
+    :func:`~._index_keys.java_hash` (native when built) signed.
     """
-    units = text.encode("utf-16-be")
-    value = 0
-    for i in range(0, len(units), 2):
-        value = (31 * value + (units[i] << 8 | units[i + 1])) & 0xFFFFFFFF
+    value = java_hash(text)[0]
     return value - 0x100000000 if value & 0x80000000 else value
 
 

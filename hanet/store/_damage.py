@@ -10,7 +10,6 @@ replica that holds them intact. The store never serves, replicates, dispatches o
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,6 +18,7 @@ import attrs
 from ._codec import BLANK_MAGIC, BLANK_RECORD_SIZE, MAGIC_V1, MAGIC_V2, MIN_RECORD_SIZE
 from ._errors import StoreLayoutError
 from ._index import scan_index
+from ._store_files import write_file_durably
 
 __all__ = ["DAMAGE_FILE", "DamageLedger", "DamagedRange", "damage_end", "next_valid_record"]
 
@@ -77,19 +77,21 @@ class DamageLedger:
     def __iter__(self) -> Iterator[DamagedRange]:
         return iter(tuple(self._ranges))
 
-    def add(self, damaged: DamagedRange) -> None:
-        """Mark ``damaged`` (merged with ranges it overlaps) and persist."""
-        start, end, reasons = damaged.start, damaged.end, [damaged.reason]
-        kept = []
-        for r in self._ranges:
-            if r.overlaps(start, end) or r.end == start or r.start == end:
-                start, end = min(start, r.start), max(end, r.end)
-                reasons.insert(0, r.reason)
-            else:
-                kept.append(r)
-        reason = "; ".join(dict.fromkeys(reasons))
-        self._ranges = sorted([*kept, DamagedRange(start, end, reason)], key=lambda r: r.start)
-        self._save()
+    def add(self, *ranges: DamagedRange) -> None:
+        """Mark ``ranges`` (each merged with ranges it overlaps or touches); persist once."""
+        for damaged in ranges:
+            start, end, reasons = damaged.start, damaged.end, [damaged.reason]
+            kept = []
+            for r in self._ranges:
+                if r.overlaps(start, end) or r.end == start or r.start == end:
+                    start, end = min(start, r.start), max(end, r.end)
+                    reasons.insert(0, r.reason)
+                else:
+                    kept.append(r)
+            reason = "; ".join(dict.fromkeys(reasons))
+            self._ranges = sorted([*kept, DamagedRange(start, end, reason)], key=lambda r: r.start)
+        if ranges:
+            self._save()
 
     def remove(self, damaged: DamagedRange) -> None:
         """Clear the mark of ``damaged`` (repaired) and persist."""
@@ -135,15 +137,8 @@ class DamageLedger:
         if not self._ranges:
             self.path.unlink(missing_ok=True)
             return
-        tmp = self.path.with_suffix(".tmp")
         text = json.dumps([attrs.asdict(r) for r in self._ranges], indent=1)
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            os.write(fd, text.encode())
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, self.path)
+        write_file_durably(self.path, text.encode())
 
 
 def next_valid_record(

@@ -24,15 +24,15 @@ guessed at, never silently replaced.
 from __future__ import annotations
 
 import itertools
-import os
 import zlib
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import TypeGuard
 
 import attrs
 
 from ._errors import StoreError
-from ._store_files import fsync_directory
+from ._store_files import write_file_durably
 
 __all__ = [
     "EPOCH_FILE",
@@ -98,23 +98,25 @@ class EpochHistory:
         entries_raw, end = raw.get("entries"), raw.get("maxOffset")
         if not isinstance(entries_raw, list) or not _is_offset(end):
             raise ValueError("an epoch history has 'entries' (a list) and 'maxOffset' (>= 0)")
+        if len(entries_raw) > _MAX_ENTRIES:
+            raise ValueError(f"an epoch history of more than {_MAX_ENTRIES} entries")
         entries: list[EpochEntry] = []
         for item in entries_raw:
             if not isinstance(item, dict):
-                raise ValueError(f"an epoch entry is an object, got {item!r}")
+                raise ValueError(f"an epoch entry is an object, got {repr(item)[:80]}")
             epoch, start = item.get("epoch"), item.get("startOffset")
             if not (_is_offset(epoch) and _is_offset(start)):
-                raise ValueError(f"an epoch entry has integer 'epoch' and 'startOffset': {item}")
-            assert isinstance(epoch, int) and isinstance(start, int)
+                raise ValueError(
+                    f"an epoch entry has integer 'epoch' and 'startOffset': {repr(item)[:80]}"
+                )
             entries.append(EpochEntry(epoch, start))
         problem = order_problem(entries)
         if problem is not None:
             raise ValueError(problem)
-        assert isinstance(end, int)
         return cls(tuple(entries), end)
 
 
-def _is_offset(value: object) -> bool:
+def _is_offset(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
@@ -205,7 +207,7 @@ class EpochFile:
         problem = order_problem(entries)
         if problem is not None:
             raise EpochFileError(self.path, None, problem)
-        _write(self.path, entries)
+        write_file_durably(self.path, format_epoch_file(entries))
         self._entries = entries
         return True
 
@@ -242,48 +244,35 @@ def parse_epoch_file(path: Path, data: bytes) -> tuple[EpochEntry, ...]:
     """
     lines = data.split(b"\n")
     if not data.endswith(b"\n"):
-        raise _bad(path, len(data) - len(lines[-1]), "the last line is cut short (no newline)")
+        raise EpochFileError(
+            path, len(data) - len(lines[-1]), "the last line is cut short (no newline)"
+        )
     lines.pop()  # the empty string after the final newline
     if not lines or lines[0].decode("ascii", "replace") != _HEADER:
-        raise _bad(path, 0, f"the first line is not {_HEADER!r}")
+        raise EpochFileError(path, 0, f"the first line is not {_HEADER!r}")
     if len(lines) > _MAX_ENTRIES + 2:
-        raise _bad(path, 0, f"more than {_MAX_ENTRIES} entries")
+        raise EpochFileError(path, 0, f"more than {_MAX_ENTRIES} entries")
     position = len(lines[0]) + 1
     entries: list[EpochEntry] = []
     for line in lines[1:-1]:
         parts = line.split(b" ")
         if len(parts) != 2 or not all(p.isdigit() and len(p) <= 20 for p in parts):
-            raise _bad(path, position, f"not an 'EPOCH START_OFFSET' line: {line[:60]!r}")
+            raise EpochFileError(path, position, f"not an 'EPOCH START_OFFSET' line: {line[:60]!r}")
         entry = EpochEntry(int(parts[0]), int(parts[1]))
         if entries:
             problem = order_problem((entries[-1], entry))
             if problem is not None:
-                raise _bad(path, position, problem)
+                raise EpochFileError(path, position, problem)
         entries.append(entry)
         position += len(line) + 1
     last = lines[-1] if len(lines) > 1 else b""
     if len(lines) < 2 or not last.startswith(b"crc32 "):
-        raise _bad(path, position, "no 'crc32' line at the end (the file is cut short)")
+        raise EpochFileError(path, position, "no 'crc32' line at the end (the file is cut short)")
     expected = f"{zlib.crc32(data[:position]):08x}".encode("ascii")
     if last[6:] != expected:
-        raise _bad(
+        raise EpochFileError(
             path,
             position,
             f"CRC mismatch: the file says {last[6:26]!r}, its bytes give {expected!r}",
         )
     return tuple(entries)
-
-
-def _bad(path: Path, offset: int, reason: str) -> EpochFileError:
-    return EpochFileError(path, offset, reason)
-
-
-def _write(path: Path, entries: Sequence[EpochEntry]) -> None:
-    """Write the file whole: a temp file, fsync, rename over the old one, directory fsync."""
-    temp = path.with_name(path.name + ".tmp")
-    with temp.open("wb") as out:
-        out.write(format_epoch_file(entries))
-        out.flush()
-        os.fsync(out.fileno())
-    os.replace(temp, path)
-    fsync_directory(path.parent)

@@ -156,7 +156,7 @@ def mark_recovered_damage(
             store.root,
             r,
         )
-        store.damage.add(r)
+    store.damage.add(*damaged)  # one write of the ledger
 
 
 def log_recovery(

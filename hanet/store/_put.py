@@ -67,9 +67,7 @@ def write(store: CommitLogStore, messages: Iterable[Message]) -> list[PutResult]
         store._last_store_timestamp = now
         if in_step:
             store._dispatched = after
-            build_index(
-                store,
-            )
+            build_index(store)
         else:
             store.dispatch()
         store._notify()

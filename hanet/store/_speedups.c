@@ -382,12 +382,13 @@ static inline int crc32_claimed(const unsigned char *t) {
     return matches >= 6;
 }
 
+/* The INVALID detail of a record whose properties end in a zero byte (_scanner.ZERO_TAIL). */
+#define ZERO_TAIL "properties end in a zero byte (a zeroed tail)"
+
 /* Why the whole-record CRC property (RocketMQ 5's "__CRC32#", enabledAppendPropCRC) claimed
  * by the last 20 bytes of the record at buf[pos:rec_end] (crc32_claimed) fails, or NULL. The
  * CRC (zlib's, & 0x7FFFFFFF, of every byte before the property's 20) is one pass over the
  * record by carry-less multiplication. As the scan loop of _scanner.py. */
-#define ZERO_TAIL "properties end in a zero byte (a zeroed tail)"
-
 static const char *crc32_problem(const unsigned char *buf, int64_t pos, int64_t rec_end,
                                  int32_t props_len, int check_crc) {
     const unsigned char *t = buf + rec_end - CRC32_RESERVED_LEN;

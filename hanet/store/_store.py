@@ -159,8 +159,6 @@ class CommitLogStore(StoreReads, StoreCleanup):
         self.damage = DamageLedger(root)
         """The commit log's damaged ranges (kept, refused, repaired from a replica)."""
         host, port = parse_host(config.store_host)
-        self._store_host = host
-        self._store_port = port
         self._writer = RecordWriter(self.commit_log, config, host, port, self._queue_for)
         self.index: IndexService | None = (
             IndexService(

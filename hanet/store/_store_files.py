@@ -37,6 +37,7 @@ __all__ = [
     "read_checkpoint",
     "read_store_sizes",
     "write_checkpoint",
+    "write_file_durably",
     "write_store_sizes",
 ]
 
@@ -172,18 +173,23 @@ def read_store_sizes(root: Path) -> dict[str, int]:
     return sizes
 
 
+def write_file_durably(path: Path, data: bytes) -> None:
+    """Write ``path`` whole: a temporary file beside it, fsynced, renamed over it, the directory
+    fsynced (a reader finds the old bytes or the new ones, never a mix)."""
+    temporary = path.with_name(path.name + ".tmp")
+    with open(temporary, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(temporary, path)
+    fsync_directory(path.parent)
+
+
 def write_store_sizes(root: Path, commit_log: int, consume_queue: int) -> None:
     """Write ``<root>/store.properties`` atomically (a temporary file renamed, fsynced)."""
-    path = root / STORE_PROPERTIES
-    temporary = path.with_name(path.name + ".tmp")
     text = (
         "# The file sizes this store was created with (hanet); its files keep them.\n"
         f"mappedFileSizeCommitLog={commit_log}\n"
         f"mappedFileSizeConsumeQueue={consume_queue}\n"
     )
-    with open(temporary, "w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(temporary, path)
-    fsync_directory(root)
+    write_file_durably(root / STORE_PROPERTIES, text.encode("utf-8"))
