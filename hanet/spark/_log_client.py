@@ -271,6 +271,8 @@ def _chunk(address: str, answer: RemotingCommand) -> LogChunk:
             raise ValueError(
                 f"fileSize {chunk.file_size}, offset {chunk.offset}, nextOffset {chunk.next_offset}"
             )
+        if not 0 <= chunk.min_offset <= chunk.max_offset:  # what plan_broker plans from
+            raise ValueError(f"minOffset {chunk.min_offset}, maxOffset {chunk.max_offset}")
         return chunk
     except (KeyError, ValueError) as exc:
         raise LogReadError(f"broker {address}: a malformed HANET_READ_LOG answer: {exc}") from None
