@@ -53,11 +53,13 @@ class LogReadError(HanetError):
 
 @attrs.frozen
 class TlsFiles:
-    """The TLS files' contents (PEM), read on the driver, used on the executors."""
+    """The TLS files' contents (PEM), read on the driver, used on the executors. The
+    certificate and key stay out of the repr (a certificate file may hold the key too), which
+    logs and tracebacks show, as with :class:`~hanet.protocol.Credentials`."""
 
     ca: bytes | None = None
-    cert: bytes | None = None
-    key: bytes | None = None
+    cert: bytes | None = attrs.field(default=None, repr=False)
+    key: bytes | None = attrs.field(default=None, repr=False)
 
     @classmethod
     def load(
