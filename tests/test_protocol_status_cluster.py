@@ -148,6 +148,8 @@ def test_malformed_status_documents_are_refused(change: dict[str, Any], complain
         BrokerStatus.decode(json.dumps(raw).encode())
     with pytest.raises(RemotingHeaderError, match="not JSON"):
         BrokerStatus.decode(b"{")
+    with pytest.raises(RemotingHeaderError, match="not JSON"):  # nested past Python's stack
+        BrokerStatus.decode(b"[" * 100_000)
 
 
 def test_status_document_with_a_dledger_section() -> None:

@@ -207,6 +207,7 @@ def test_mutual_tls_reads_with_a_client_certificate_only(tmp_path: Path) -> None
         )
         # the driver reads the files; the tasks get their contents
         assert tls is not None and tls.cert is not None
+        assert "PRIVATE KEY" not in repr(tls)  # a partition's repr shows up in logs
         (location,) = find_stores(str(root))
         expected = [
             r

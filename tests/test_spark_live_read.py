@@ -218,9 +218,14 @@ def test_the_command_line_refuses_unreachable_brokers_in_one_line(
     assert "give a STORE or --broker HOST:PORT" in capsys.readouterr().err
 
 
-def test_an_answer_without_a_file_size_is_refused(store: CommitLogStore) -> None:
+@pytest.mark.parametrize(
+    "change", [{"fileSize": 0}, {"minOffset": -1}, {"minOffset": 10, "maxOffset": 5}]
+)
+def test_an_answer_with_impossible_bounds_is_refused(
+    store: CommitLogStore, change: dict[str, int]
+) -> None:
     good = read_log(store, request(maxBytes=100))
-    answer = request().response(fields={**good.fields, "fileSize": 0}, body=good.body)
+    answer = request().response(fields={**good.fields, **change}, body=good.body)
     with pytest.raises(LogReadError, match="malformed HANET_READ_LOG answer"):
         LogChunk.from_answer("test", answer)
 

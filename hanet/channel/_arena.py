@@ -64,9 +64,10 @@ class ReceiveArena:
 
     def _next_chunk(self, size: int) -> bytearray:
         """A chunk of at least ``size`` bytes: a spare one nothing refers to, else a new one.
-        The full chunk is retired to the spares first (our own views of it released)."""
+        The full chunk is retired to the spares first, on CPython (our own views of it
+        released)."""
         spare = self.spare
-        if self.chunk:
+        if self.chunk and _REUSE_CHUNKS:  # elsewhere no spare is kept: none is ever taken
             spare.append(self.chunk)
             if len(spare) > _SPARE_CHUNKS:
                 del spare[0]
@@ -74,9 +75,6 @@ class ReceiveArena:
             self.writable.release()
             self.readonly.release()
         self.chunk = _NO_CHUNK  # the caller sets the chunk returned
-        if not _REUSE_CHUNKS:
-            spare.clear()
-            return bytearray(size)
         for i in range(len(spare)):
             # Referenced by the list and getrefcount's argument only: no view of it is left
             # anywhere (a view holds its buffer through the object it was made from). CPython

@@ -369,10 +369,13 @@ class StreamChannel(Channel):
             return  # a flush after the close flushes nothing: unflushed writes fail with it
         self._outbound.add_flush()
         if self._outbound.has_flushed and not self._in_read:
-            if self._writer_started:
-                self._writer_wakeup.set()
-            elif self._nursery is not None:
-                self._start_writer()
+            self._wake_writer()
+
+    def _wake_writer(self) -> None:
+        if self._writer_started:
+            self._writer_wakeup.set()
+        elif self._nursery is not None:
+            self._start_writer()
 
     def _start_writer(self) -> None:
         assert self._nursery is not None
@@ -415,10 +418,7 @@ class StreamChannel(Channel):
         nursery.cancel_scope.deadline = min(
             nursery.cancel_scope.deadline, trio.current_time() + self.config.close_timeout
         )
-        if self._writer_started:
-            self._writer_wakeup.set()
-        else:
-            self._start_writer()
+        self._wake_writer()
 
     def _writability_flipped(self) -> None:
         if self._outbound.is_writable and self._writable_event is not None:
@@ -479,10 +479,7 @@ class StreamChannel(Channel):
             finally:
                 self._in_read = False
             if self._outbound.has_flushed and self._open:  # left to the writer
-                if self._writer_started:
-                    self._writer_wakeup.set()
-                else:
-                    self._start_writer()
+                self._wake_writer()
 
     async def _writer(self) -> None:
         stream = self.stream
@@ -536,21 +533,18 @@ class StreamChannel(Channel):
         """Send the rest of a write the reader's task began (:meth:`_write_from_reader`)."""
         assert self._rest is not None and sock is not None
         parts, left, futures, nbytes = self._rest
+        self._rest = None  # the writer's now, as a write it took itself
         try:
             await _sendmsg_all(sock, parts, left)
         except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
-            self._rest = None
-            self._sending = False
             self._send_failed(futures, exc)
             return
         except BaseException:
-            self._rest = None
-            self._sending = False
             for future in futures:
                 future.set_exception(ChannelClosedError(f"{self} closed"))
             raise
-        self._rest = None
-        self._sending = False
+        finally:
+            self._sending = False
         self._sent(futures, nbytes)
 
     def _write_from_reader(self, fd: int) -> None:
@@ -577,10 +571,7 @@ class StreamChannel(Channel):
             if sent < nbytes:
                 self._rest = (_cut(parts, sent), nbytes - sent, futures, nbytes)
                 self._sending = True
-                if self._writer_started:
-                    self._writer_wakeup.set()
-                else:
-                    self._start_writer()
+                self._wake_writer()
                 return
             self._sent(futures, nbytes)
 

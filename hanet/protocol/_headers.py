@@ -120,12 +120,13 @@ def _with_native(
     which names what is wrong. Just ``reader`` without the extension, or with one built before
     ``read_header`` existed (a stale build in a checkout: slower, never broken)."""
     native = getattr(native_header_codec, "read_header", None) if NATIVE_HEADERS else None
-    if native is None:
+    if native is None or hasattr(cls, "__attrs_post_init__"):
         return reader
     spec = []
     for field in attrs.fields(cls):
         kind = field.metadata["kind"]
-        if isinstance(field.default, attrs.Factory):  # type: ignore[arg-type]
+        factory = isinstance(field.default, attrs.Factory)  # type: ignore[arg-type]
+        if factory or field.validator or field.converter:  # __init__ would do more than store
             return reader  # pragma: no cover - no header has one
         spec.append(
             (

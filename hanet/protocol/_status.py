@@ -304,7 +304,8 @@ class BrokerStatus:
         """Read the JSON object back, checking every field's type.
 
         Raises:
-            CorruptedFrameError: a field is missing, unknown, or of the wrong type.
+            CorruptedFrameError: a field is missing or of the wrong type (a field this reader
+                does not know, a newer broker's, is ignored).
         """
         try:
             status: BrokerStatus = _build(cls, raw)
@@ -325,7 +326,7 @@ class BrokerStatus:
         """
         try:
             raw = json.loads(bytes(body))
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:  # RecursionError: nested too deep
             raise RemotingHeaderError(f"status body is not JSON: {exc}") from None
         try:
             return cls.from_json(raw)
@@ -351,8 +352,9 @@ _NESTED: dict[str, type] = {
     "damaged_ranges": DamagedRangeInfo,
     "diverged_slaves": DivergedSlaveInfo,
 }
-_LISTS = frozenset({"slaves", "closed_slaves", "peers", "consumer_groups", "damaged_ranges"})
-_LISTS |= {"diverged_slaves"}
+_LISTS = frozenset(
+    {"slaves", "closed_slaves", "peers", "consumer_groups", "damaged_ranges", "diverged_slaves"}
+)
 _SCALARS: dict[str, tuple[type, ...]] = {
     "str": (str,),
     "int": (int,),

@@ -155,7 +155,6 @@ __all__ = [
 
 _HOMES = {
     "_arrow": (
-        "Progress",
         "PropertyColumns",
         "commit_log_batches",
         "commit_log_schema",

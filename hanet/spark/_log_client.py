@@ -53,11 +53,13 @@ class LogReadError(HanetError):
 
 @attrs.frozen
 class TlsFiles:
-    """The TLS files' contents (PEM), read on the driver, used on the executors."""
+    """The TLS files' contents (PEM), read on the driver, used on the executors. The
+    certificate and key stay out of the repr (a certificate file may hold the key too), which
+    logs and tracebacks show, as with :class:`~hanet.protocol.Credentials`."""
 
     ca: bytes | None = None
-    cert: bytes | None = None
-    key: bytes | None = None
+    cert: bytes | None = attrs.field(default=None, repr=False)
+    key: bytes | None = attrs.field(default=None, repr=False)
 
     @classmethod
     def load(
@@ -271,6 +273,8 @@ def _chunk(address: str, answer: RemotingCommand) -> LogChunk:
             raise ValueError(
                 f"fileSize {chunk.file_size}, offset {chunk.offset}, nextOffset {chunk.next_offset}"
             )
+        if not 0 <= chunk.min_offset <= chunk.max_offset:  # what plan_broker plans from
+            raise ValueError(f"minOffset {chunk.min_offset}, maxOffset {chunk.max_offset}")
         return chunk
     except (KeyError, ValueError) as exc:
         raise LogReadError(f"broker {address}: a malformed HANET_READ_LOG answer: {exc}") from None

@@ -39,15 +39,9 @@ import attrs
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
-from hanet.protocol import (
-    Credentials,
-)
+from hanet.protocol import Credentials
 from hanet.store import StopReason
-from hanet.store.lowlevel import (
-    INDEX_ROW,
-    INDEX_SCAN_WINDOW,
-    file_name,
-)
+from hanet.store.lowlevel import INDEX_ROW, INDEX_SCAN_WINDOW, file_name
 
 from ._arrow import (
     DEFAULT_BATCH_ROWS,
@@ -64,12 +58,8 @@ __all__ = [
     "READ_BYTES",
     "BrokerLogReader",
     "Connect",
-    "LogChunk",
-    "LogReadClient",
-    "LogReadError",
     "LogSource",
     "RemoteRange",
-    "TlsFiles",
     "broker_addresses",
     "broker_credentials",
     "broker_reader",
