@@ -67,7 +67,7 @@ from ._support import (
     EXIT_OK,
     fail,
     first_message,
-    parse_address,
+    parse_addresses,
     parse_size,
 )
 
@@ -155,7 +155,7 @@ def register(subparsers: Any) -> None:
 
 def _add_broker(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--broker", type=_parse_addresses, default=[("127.0.0.1", 10911)],
+        "--broker", type=parse_addresses, default=[("127.0.0.1", 10911)],
         metavar="HOST:PORT[,HOST:PORT...]",
         help="the broker port (127.0.0.1:10911); several, comma-separated (a DLedger group): "
         "the next is tried when one is down, and a follower's SERVICE_NOT_AVAILABLE is followed "
@@ -180,18 +180,10 @@ def _add_broker(parser: argparse.ArgumentParser) -> None:
     add_credentials(parser)
 
 
-def _parse_addresses(text: str) -> list[tuple[str, int]]:
-    """``HOST:PORT[,HOST:PORT...]`` as an argparse type."""
-    addresses = [parse_address(part.strip()) for part in text.split(",") if part.strip()]
-    if not addresses:
-        raise argparse.ArgumentTypeError("no address")
-    return addresses
-
-
 def add_namesrv(parser: argparse.ArgumentParser, *, required: bool) -> None:
     """The ``--namesrv`` flag (a comma-separated list of name server addresses)."""
     parser.add_argument(
-        "--namesrv", type=_parse_addresses, default=None, required=required,
+        "--namesrv", type=parse_addresses, default=None, required=required,
         metavar="HOST:PORT[,HOST:PORT...]",
         help="the name servers: look the topic's route up there"
         + ("" if required else " instead of using --broker"),
