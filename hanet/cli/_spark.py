@@ -259,7 +259,7 @@ def _check_out(out: str) -> None:
 def _run(verb: str, args: argparse.Namespace, paths: list[str]) -> int:
     started = time.monotonic()
     try:
-        args.source_options = _source_options(args) if verb != "diff" else {}
+        args.source_options = _source_options(args)  # diff has no --access-key: {}
         _check_stores(verb, paths)
         if args.out is not None and args.remote is None:  # Spark Connect: the server writes
             _check_out(args.out)
