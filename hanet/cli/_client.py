@@ -87,7 +87,6 @@ def register(subparsers: Any) -> None:
     """Add ``put``, ``pull`` and ``status`` to the ``hanet`` parser."""
     parser = subparsers.add_parser(
         "put",
-        help="put messages through a broker port",
         description="Put one message (--body) or --count messages (of --size bytes or --body) "
         "with --concurrency requests in flight; print a summary of statuses and rate.",
     )
@@ -121,7 +120,6 @@ def register(subparsers: Any) -> None:
 
     parser = subparsers.add_parser(
         "pull",
-        help="pull messages of a queue through a broker port",
         description="Print up to --max messages of a queue from --offset, then the next offset.",
     )
     _add_broker(parser)
@@ -138,7 +136,6 @@ def register(subparsers: Any) -> None:
 
     parser = subparsers.add_parser(
         "status",
-        help="show a broker's role, offsets and replication state (--namesrv: the cluster)",
         description="Show role, offsets and, for a master, each slave's ack offset, lag, "
         "transfer speed and state; for a slave, its link to the master and its metadata sync; "
         "the consumer offsets held and the registration with the name servers. With --namesrv: the "
