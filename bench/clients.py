@@ -370,9 +370,9 @@ async def one_client(
         master = await processes.start("master", *quiet, "master", *flags, env=env, cwd=tree)
         ready = master.ready
         pid = int(ready["pid"])
-        host, _, port = ready["broker"].rpartition(":")
+        broker = master.address()
         idle_private = private_bytes(pid)
-        async with BrokerClient.connect(host, int(port)) as warm:
+        async with BrokerClient.connect(*broker) as warm:
             t0 = time.perf_counter()  # the first put creates the first commit log file
             reply = await warm.put(WARMUP_TOPIC, b"w" * SIZE)
             first_put = time.perf_counter() - t0
@@ -394,12 +394,12 @@ async def one_client(
         async with trio.open_nursery() as nursery:
             with Phase(pid) as draining:
                 await nursery.start(draining.sample)
-                drained = await drain((host, int(port)), args.queues)
+                drained = await drain(broker, args.queues)
             nursery.cancel_scope.cancel()
         async with trio.open_nursery() as nursery:
             with Phase(pid) as raw_draining:
                 await nursery.start(raw_draining.sample)
-                raw_drained = await raw_drain((host, int(port)), args.queues)
+                raw_drained = await raw_drain(broker, args.queues)
             nursery.cancel_scope.cancel()
     finally:
         processes.close()

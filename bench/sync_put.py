@@ -34,10 +34,9 @@ FILE_SIZE = "128M"  # no file roll during a run: the figures are about replicati
 
 
 async def _producers(
-    address: str, producers: int, connections: int, size: int, seconds: float
+    address: tuple[str, int], producers: int, connections: int, size: int, seconds: float
 ) -> list[float]:
     """Every put's latency in seconds (after ``seconds / 5`` of warm-up)."""
-    host, _, port = address.rpartition(":")
     body = b"x" * size
     latencies: list[float] = []
     warm_until = time.perf_counter() + max(seconds / 5, 0.5)
@@ -55,7 +54,7 @@ async def _producers(
                 latencies.append(time.perf_counter() - start)
 
     async def connection(count: int) -> None:
-        async with BrokerClient.connect(host, int(port)) as client, trio.open_nursery() as nursery:
+        async with BrokerClient.connect(*address) as client, trio.open_nursery() as nursery:
             for _ in range(count):
                 nursery.start_soon(producer, client)
 
@@ -76,13 +75,13 @@ async def one_round(role: str, args: argparse.Namespace, workdir: Path) -> dict[
         slave_flags = cli_flags(store=directory / "slave", master_ha=master.ready["ha"])
         slave_flags += cli_flags(reconnect_interval=0.1)
         await processes.start("slave", *quiet, "slave", *slave_flags, *files)
-        host, port = master.address()
-        async with BrokerClient.connect(host, port) as client:
+        broker = master.address()
+        async with BrokerClient.connect(*broker) as client:
             with trio.fail_after(10):
                 while not (await client.status()).slaves:  # noqa: ASYNC110 - a remote state
                     await trio.sleep(0.02)
         latencies = await _producers(
-            master.ready["broker"], args.producers, args.connections, args.size, args.seconds
+            broker, args.producers, args.connections, args.size, args.seconds
         )
     latencies.sort()
     n = len(latencies)

@@ -3,6 +3,8 @@ is the very record the STATUS document carries, so the two cannot drift apart.""
 
 from __future__ import annotations
 
+from broker_support import broker_status
+
 import hanet.dledger
 import hanet.ha
 import hanet.protocol
@@ -32,21 +34,8 @@ def test_what_the_services_report_goes_into_the_document_as_it_is() -> None:
         leader_address="127.0.0.1:10911",
         peers=(DLedgerPeer("n1", "127.0.0.1:40912", True, 9, 1),),
     )
-    status = BrokerStatus(
-        role="SYNC_MASTER",
-        broker_address="127.0.0.1:10911",
-        ha_address="127.0.0.1:10912",
-        min_offset=0,
-        max_offset=4096,
-        flushed_offset=4096,
-        dispatched_offset=4096,
-        puts=1,
-        mapped_files=1,
-        dispatch_error=None,
-        uptime=1.0,
-        slaves=master.slaves,
-        closed_slaves=master.closed,
-        dledger=node,
+    status = broker_status(
+        role="SYNC_MASTER", slaves=master.slaves, closed_slaves=master.closed, dledger=node
     )
     back = BrokerStatus.decode(status.encode())
     assert back == status

@@ -90,9 +90,12 @@ VERBS: tuple[tuple[str, str, str], ...] = (
     ),
 )
 """``(family module, verb, help)`` in the order ``hanet --help`` lists them: what the help
-shows without importing a family (a test checks it against the families' own registrations).
+shows without importing a family, and the help each family's verb is registered with (a test
+checks the table against the families' registrations).
 The Spark verbs load pyspark only when they run, and explain what to install when it is
 missing."""
+
+_HELP = {name: text for _, name, text in VERBS}
 
 _GLOBAL_OPTIONS_WITH_VALUE = ("--log-level", "--log-format")
 _CLI_EXTRA = ("rich", "prometheus_client", "trustme")
@@ -124,7 +127,8 @@ def _logging_options(parser: argparse.ArgumentParser, default: Any) -> None:
 
 class _Verbs:
     """The sub-parser registry handed to each verb module: every verb also accepts the logging
-    options after its name (``hanet master --log-level DEBUG``)."""
+    options after its name (``hanet master --log-level DEBUG``), and its one-line help is the
+    one :data:`VERBS` gives it."""
 
     def __init__(self, subparsers: Any, common: argparse.ArgumentParser) -> None:
         self._subparsers = subparsers
@@ -132,6 +136,7 @@ class _Verbs:
 
     def add_parser(self, name: str, **kwargs: Any) -> argparse.ArgumentParser:
         kwargs["parents"] = [*kwargs.get("parents", ()), self._common]
+        kwargs.setdefault("help", _HELP.get(name))
         parser: argparse.ArgumentParser = self._subparsers.add_parser(name, **kwargs)
         return parser
 

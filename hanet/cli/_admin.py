@@ -570,7 +570,6 @@ def register(subparsers: Any) -> None:
     """Add the ``admin`` verb (and its own verbs) to the ``hanet`` parser."""
     parser = subparsers.add_parser(
         "admin",
-        help="manage a cluster with mqadmin's verbs (clusterList, updateTopic, ...)",
         description="Manage name servers and brokers (hanet's or RocketMQ's) with mqadmin's "
         "verbs and option letters; --json prints one JSON document.",
     )

@@ -330,7 +330,6 @@ def register(subparsers: Any) -> None:
     """Add the broker verbs (and ``demo``) to the ``hanet`` parser."""
     parser = subparsers.add_parser(
         "master",
-        help="run a master broker: store, HA port for slaves, broker port for clients",
         description="Run a master broker until Ctrl-C or SIGTERM.",
     )
     parser.add_argument(
@@ -356,7 +355,6 @@ def register(subparsers: Any) -> None:
 
     parser = subparsers.add_parser(
         "slave",
-        help="run a slave broker replicating a master",
         description="Replicate a master into a store (reconnecting forever) until Ctrl-C or "
         "SIGTERM; with --listen, serve pulls, offsets and HANET_STATUS (sends answer "
         "SERVICE_NOT_AVAILABLE).",

@@ -67,7 +67,7 @@ from ._support import (
     EXIT_OK,
     fail,
     first_message,
-    parse_address,
+    parse_addresses,
     parse_size,
 )
 
@@ -87,7 +87,6 @@ def register(subparsers: Any) -> None:
     """Add ``put``, ``pull`` and ``status`` to the ``hanet`` parser."""
     parser = subparsers.add_parser(
         "put",
-        help="put messages through a broker port",
         description="Put one message (--body) or --count messages (of --size bytes or --body) "
         "with --concurrency requests in flight; print a summary of statuses and rate.",
     )
@@ -121,7 +120,6 @@ def register(subparsers: Any) -> None:
 
     parser = subparsers.add_parser(
         "pull",
-        help="pull messages of a queue through a broker port",
         description="Print up to --max messages of a queue from --offset, then the next offset.",
     )
     _add_broker(parser)
@@ -138,7 +136,6 @@ def register(subparsers: Any) -> None:
 
     parser = subparsers.add_parser(
         "status",
-        help="show a broker's role, offsets and replication state (--namesrv: the cluster)",
         description="Show role, offsets and, for a master, each slave's ack offset, lag, "
         "transfer speed and state; for a slave, its link to the master and its metadata sync; "
         "the consumer offsets held and the registration with the name servers. With --namesrv: the "
@@ -155,7 +152,7 @@ def register(subparsers: Any) -> None:
 
 def _add_broker(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--broker", type=_parse_addresses, default=[("127.0.0.1", 10911)],
+        "--broker", type=parse_addresses, default=[("127.0.0.1", 10911)],
         metavar="HOST:PORT[,HOST:PORT...]",
         help="the broker port (127.0.0.1:10911); several, comma-separated (a DLedger group): "
         "the next is tried when one is down, and a follower's SERVICE_NOT_AVAILABLE is followed "
@@ -180,18 +177,10 @@ def _add_broker(parser: argparse.ArgumentParser) -> None:
     add_credentials(parser)
 
 
-def _parse_addresses(text: str) -> list[tuple[str, int]]:
-    """``HOST:PORT[,HOST:PORT...]`` as an argparse type."""
-    addresses = [parse_address(part.strip()) for part in text.split(",") if part.strip()]
-    if not addresses:
-        raise argparse.ArgumentTypeError("no address")
-    return addresses
-
-
 def add_namesrv(parser: argparse.ArgumentParser, *, required: bool) -> None:
     """The ``--namesrv`` flag (a comma-separated list of name server addresses)."""
     parser.add_argument(
-        "--namesrv", type=_parse_addresses, default=None, required=required,
+        "--namesrv", type=parse_addresses, default=None, required=required,
         metavar="HOST:PORT[,HOST:PORT...]",
         help="the name servers: look the topic's route up there"
         + ("" if required else " instead of using --broker"),

@@ -48,8 +48,6 @@ def register(subparsers: Any) -> None:
     """Add the ``consume`` verb."""
     parser = subparsers.add_parser(
         "consume",
-        help="consume a topic for a group: its share of the queues, offsets committed, "
-        "slave failover",
         description="Pull this member's share of the queues of --topic for --group (the "
         "group's members split them and rebalance) through the route the name servers give, "
         "print the messages, commit offsets (to the master, to a slave while it is down) and "

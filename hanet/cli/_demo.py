@@ -54,7 +54,6 @@ def register(subparsers: Any) -> None:
     """Add the ``demo`` verb."""
     parser = subparsers.add_parser(
         "demo",
-        help="a master, two slaves and a producer on loopback, then a byte-for-byte check",
         description="Start a master, two slaves and a producer as processes on loopback, show "
         "the puts and each slave's lag live, then check that both slaves' commit logs are "
         "byte-identical to the master's.",

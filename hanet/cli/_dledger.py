@@ -100,7 +100,6 @@ def register(subparsers: Any) -> None:
     """Add ``dledger`` to the ``hanet`` parser."""
     parser = subparsers.add_parser(
         "dledger",
-        help="run a DLedger node: a Raft-replicated commit log with automatic failover",
         description="Run one node of a DLedger group (Raft): the leader answers puts once a "
         "majority stored them, followers answer SERVICE_NOT_AVAILABLE naming the leader's "
         "broker port, and a new leader is elected when the leader dies.",

@@ -26,7 +26,6 @@ def register(subparsers: Any) -> None:
     """Add the ``echo-demo`` verb to the ``hanet`` parser."""
     parser = subparsers.add_parser(
         "echo-demo",
-        help="run an echo server and a reconnecting client on loopback for a few seconds",
         description="Echo messages over loopback TCP through hanet pipelines, restart the "
         "server half-way (the client reconnects), print the echoes and the statistics.",
     )

@@ -84,7 +84,6 @@ def register(subparsers: Any) -> None:
     """Add the ``namesrv`` verb to the ``hanet`` parser."""
     parser = subparsers.add_parser(
         "namesrv",
-        help="run a name server: brokers register, clients look up topic routes",
         description="Run a name server until Ctrl-C or SIGTERM. Brokers (--namesrv) register "
         "every 30 s; a registration not renewed for --expire-after seconds expires.",
     )

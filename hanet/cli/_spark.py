@@ -89,7 +89,6 @@ def register(subparsers: Any) -> None:
     """Add the ``audit``, ``diff`` and ``stats`` verbs to the ``hanet`` parser."""
     parser = subparsers.add_parser(
         "audit",
-        help="audit stores on Spark: counts, corrupt data, CRCs, queue offsets, consume queues",
         description="Audit one or more stores on Spark. Exit status 1 when a problem is found.",
     )
     parser.add_argument("stores", nargs="*", metavar="STORE", help="store, commitlog/ or glob")
@@ -103,7 +102,6 @@ def register(subparsers: Any) -> None:
 
     parser = subparsers.add_parser(
         "diff",
-        help="compare a slave's commit log with its master's on Spark",
         description="Find where a slave's commit log differs from its master's. Exit status 1 "
         "when the slave diverges.",
     )
@@ -114,7 +112,6 @@ def register(subparsers: Any) -> None:
 
     parser = subparsers.add_parser(
         "stats",
-        help="per-topic traffic, latency and largest messages of stores on Spark",
         description="Messages and bytes per topic per minute, store-minus-born latency "
         "percentiles per topic, largest messages.",
     )
@@ -259,7 +256,7 @@ def _check_out(out: str) -> None:
 def _run(verb: str, args: argparse.Namespace, paths: list[str]) -> int:
     started = time.monotonic()
     try:
-        args.source_options = _source_options(args) if verb != "diff" else {}
+        args.source_options = _source_options(args)  # diff has no --access-key: {}
         _check_stores(verb, paths)
         if args.out is not None and args.remote is None:  # Spark Connect: the server writes
             _check_out(args.out)

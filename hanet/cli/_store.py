@@ -62,7 +62,6 @@ def register(subparsers: Any) -> None:
     """Add the ``dump`` and ``verify`` verbs to the ``hanet`` parser."""
     parser = subparsers.add_parser(
         "dump",
-        help="print the messages of a commit log",
         description="Print one line per message of a store (or its commitlog/ directory).",
     )
     parser.add_argument("store_dir", type=Path, metavar="STORE_DIR")
@@ -77,7 +76,6 @@ def register(subparsers: Any) -> None:
 
     parser = subparsers.add_parser(
         "verify",
-        help="check every record and consume queue entry of a store",
         description="Exit 0 when every record and consume queue entry holds, else 1 naming "
         "every inconsistency (a bad record's damaged range, and what follows it).",
     )

@@ -75,11 +75,10 @@ class QueueFile:
         return left
 
 
-def _without_zero_tail(data: bytes) -> int:
-    """The length of ``data`` without its trailing zero bytes (a queue's files are created
-    zeroed: most of the last one is), skipped a block at a time."""
+def _without_zero_tail(data: bytes, end: int) -> int:
+    """The length of ``data[:end]`` without its trailing zero bytes (a queue's files are
+    created zeroed: most of the last one is), skipped a block at a time."""
     block = 1 << 16
-    end = len(data)
     zeros = bytes(block)
     while end >= block and data[end - block : end] == zeros:
         end -= block
@@ -101,7 +100,7 @@ def read_consume_queues(root: Path) -> dict[Key, QueueFile]:
             if not files:
                 continue
             data = b"".join(path.read_bytes() for _, path in files)
-            written = _without_zero_tail(data[: len(data) // CQ_ENTRY_SIZE * CQ_ENTRY_SIZE])
+            written = _without_zero_tail(data, len(data) // CQ_ENTRY_SIZE * CQ_ENTRY_SIZE)
             queue = QueueFile(files[0][0] // CQ_ENTRY_SIZE, data)
             count = -(-written // CQ_ENTRY_SIZE)
             while count and queue.entry(count - 1)[1] == 0:  # an unwritten (size 0) entry

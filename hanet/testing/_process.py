@@ -24,16 +24,16 @@ from typing import Any, TypeVar, overload
 
 import trio
 
+from hanet.channel import parse_address
+
 __all__ = ["HanetProcess", "HanetProcesses", "split_address", "wait_until", "wait_until_blocking"]
 
 _POLL = 0.02
 _T = TypeVar("_T")
 
 
-def split_address(text: str) -> tuple[str, int]:
-    """``host:port`` (``[::1]:port`` too) as ``(host, port)``."""
-    host, _, port = text.rpartition(":")
-    return host.strip("[]"), int(port)
+split_address = parse_address
+"""``host:port`` (``[::1]:port`` too) as ``(host, port)``: :func:`hanet.channel.parse_address`."""
 
 
 def _read(path: Path) -> str:
