@@ -166,6 +166,8 @@ def test_offset_and_membership_answers() -> None:
     assert consumer_list_result(none) == ()
     with pytest.raises(BrokerProtocolError, match="malformed consumer list"):
         consumer_list_result(answer(body=b"{not json"))
+    with pytest.raises(BrokerProtocolError, match="nested too deep"):  # not a RecursionError
+        consumer_list_result(answer(body=b"[" * 100_000))
 
 
 def test_a_status_document_that_does_not_parse_is_a_protocol_error() -> None:

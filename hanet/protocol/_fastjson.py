@@ -60,10 +60,14 @@ def loads(data: bytes | bytearray | memoryview | str) -> Any:
         return json.loads(text)
     except ValueError:
         pass
+    except RecursionError:  # a peer's "[[[[...": not a bug of ours
+        raise FastjsonError("not JSON: nested too deep") from None
     try:
         return json.loads(_TOKENS.sub(_quote_keys, text))
     except ValueError as exc:
         raise FastjsonError(f"not JSON: {exc}") from None
+    except RecursionError:
+        raise FastjsonError("not JSON: nested too deep") from None
 
 
 def _write(obj: Any, out: list[str], bare_int_keys: bool, ascii_only: bool) -> None:
