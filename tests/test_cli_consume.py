@@ -284,3 +284,17 @@ async def test_the_consumers_demo_runs_small(tmp_path: Path) -> None:
     lines = [json.loads(line) for line in (work / "consumer.jsonl").read_text().splitlines()]
     assert {m["broker_id"] for m in lines} == {0, 1}  # from the master, then the slave
     assert "SIGTERM" in (work / "consumer.log").read_text()  # stopped cleanly, committed
+
+
+@pytest.mark.parametrize(
+    ("flag", "value"),
+    [("--commit-interval", "nan"), ("--commit-interval", "0"), ("--pull-batch", "0")],
+)
+async def test_bad_consumer_settings_are_one_line_errors(
+    flag: str, value: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Checked by the consumer's own settings (NaN too), before anything connects."""
+    assert await on_topic("consume", "127.0.0.1:1", "--group", "G", flag, value) == 2
+    err = capsys.readouterr().err
+    assert "--commit-interval" in err and flag.lstrip("-").replace("-", "_") in err
+    assert "Traceback" not in err

@@ -31,6 +31,7 @@ from hanet.boot import run_until_stopped
 from hanet.client import (
     ConsumedMessage,
     Consumer,
+    ConsumerConfig,
     ConsumerStats,
     RemotingError,
     broker_connector,
@@ -144,8 +145,19 @@ async def run_consume(args: argparse.Namespace) -> int:
     """``hanet consume``."""
     if args.max_messages is not None and args.max_messages < 1:
         return fail("--max-messages must be >= 1")
-    if args.pull_batch < 1 or args.commit_interval <= 0 or args.retry_interval <= 0:
-        return fail("--pull-batch must be >= 1, --commit-interval and --retry-interval > 0")
+    try:  # the consumer's own checks (NaN included), named by their flags
+        config = ConsumerConfig(
+            request_timeout=args.timeout,
+            pull_batch=args.pull_batch,
+            commit_interval=args.commit_interval,
+            retry_interval=args.retry_interval,
+            client_id=args.client_id,
+        )
+    except ValueError as exc:
+        return fail(
+            f"--pull-batch must be >= 1, --commit-interval, --retry-interval and --timeout > 0 "
+            f"({exc})"
+        )
     if args.rate is not None and args.rate <= 0:
         return fail("--rate must be > 0")
     stats: list[ConsumerStats] = []
@@ -158,11 +170,7 @@ async def run_consume(args: argparse.Namespace) -> int:
             args.topic,
             from_beginning=args.from_beginning,
             connector=broker_connector(tls=tls, timeout=args.timeout),
-            request_timeout=args.timeout,
-            pull_batch=args.pull_batch,
-            commit_interval=args.commit_interval,
-            retry_interval=args.retry_interval,
-            client_id=args.client_id,
+            config=config,
         ) as consumer:
             stats.append(consumer.stats)
             idle = math.inf if args.idle_exit is None else args.idle_exit
