@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import trio
 import trio.testing
+from broker_support import broker_status
 
 from hanet.broker import BrokerMetrics, read_log, serve_pull
 from hanet.cli import main
@@ -452,18 +453,11 @@ async def test_a_damaged_range_is_refused_by_the_master_pulls_and_log_reads(
 
 def test_status_and_metrics_name_the_damaged_ranges() -> None:
     damaged = DamagedRangeInfo(6720, 6944, "whole-record CRC mismatch")
-    status = BrokerStatus(
-        role="ASYNC_MASTER",
-        broker_address=None,
-        ha_address=None,
-        min_offset=0,
+    status = broker_status(
         max_offset=20000,
         flushed_offset=20000,
         dispatched_offset=20000,
-        puts=0,
         mapped_files=2,
-        dispatch_error=None,
-        uptime=1.0,
         damaged_ranges=(damaged,),
     )
     assert BrokerStatus.decode(status.encode()) == status

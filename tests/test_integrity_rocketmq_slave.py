@@ -16,6 +16,7 @@ import trio.testing
 
 from hanet.ha import BrokerConfig, HAMaster
 from hanet.store import CommitLogStore, Message, StoreConfig
+from hanet.testing import receive_exactly
 
 FILE = 1 << 20
 ROCKETMQ_FRAME = 32 * 1024  # RocketMQ's haTransferBatchSize
@@ -30,16 +31,6 @@ def store(tmp_path: Path) -> Iterator[CommitLogStore]:
         for i in range(400):
             assert store.put(Message("TopicTest", b"%04d" % i * 75, queue_id=i % 4)).ok
         yield store
-
-
-async def receive_exactly(stream: trio.abc.ReceiveStream, n: int) -> bytes:
-    data = b""
-    while len(data) < n:
-        chunk = await stream.receive_some(n - len(data))
-        if not chunk:
-            raise EOFError
-        data += chunk
-    return data
 
 
 async def session(master: HAMaster, offset: int, wanted: int) -> tuple[bytes, str]:
