@@ -8,12 +8,14 @@ import json
 import signal
 from pathlib import Path
 
+import attrs
 import pytest
 from broker_support import config, registered_master, running
 from test_cli_processes import connect as process_client
 from test_cli_processes import in_sync, start_master, start_slave
 
 from hanet.broker import apply_properties
+from hanet.broker._query import QUERY_ANSWER_BUDGET
 from hanet.cli import build_parser
 from hanet.client import BrokerClient, query_message, view_message
 from hanet.errors import ConfigError
@@ -92,6 +94,23 @@ async def test_query_message_over_the_wire(tmp_path: Path) -> None:
         bad = RemotingCommand.request(RequestCode.QUERY_MESSAGE, {"topic": "T", "key": "x"})
         assert (await client.invoke(bad)).code != ResponseCode.SUCCESS
         assert (await query_message(client, "T", "order0")).messages
+
+
+async def test_an_answer_fits_one_frame(tmp_path: Path) -> None:
+    """20 messages of 1 MiB share a key: the answer carries the oldest that fit a 16 MiB frame,
+    the client reads it, and the connection goes on (without the budget the broker could not
+    encode it)."""
+    cfg = attrs.evolve(config(tmp_path), mapped_file_size_commit_log=64 << 20)
+    async with (
+        running(cfg) as (_, addresses),
+        BrokerClient.connect(*_address(addresses.broker)) as client,
+    ):
+        for i in range(20):
+            await client.put("Big", bytes([i]) * (1 << 20), keys="same")
+        found = await query_message(client, "Big", "same")
+        assert [r.body[0] for r in found.messages] == list(range(15))
+        assert sum(r.size for r in found.messages) <= QUERY_ANSWER_BUDGET
+        assert [r.body for r in (await query_message(client, "Big", "none")).messages] == []
 
 
 async def test_an_index_disabled_broker_finds_nothing(tmp_path: Path) -> None:

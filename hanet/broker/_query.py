@@ -13,6 +13,12 @@ One difference: the index matches keys by hash, and RocketMQ's broker sends ever
 whose key hashes alike (its client drops the strangers). hanet checks each record first:
 only records of ``topic`` whose ``KEYS`` hold ``key`` or whose ``UNIQ_KEY`` is ``key``
 (only ``UNIQ_KEY`` for a lookup by unique id) are sent.
+
+And one bound RocketMQ leaves to its frame limit: the records sent fit one frame
+(:data:`QUERY_ANSWER_BUDGET`, the frame limit less room for the header). 64 messages of up to
+``maxMessageSize`` each could make an answer no client can read (RocketMQ's encoder and
+decoders refuse frames over 16 MiB), so the records past the budget are left out of the answer,
+oldest first kept, and the broker logs how many.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from __future__ import annotations
 import logging
 
 from hanet.protocol import (
+    MAX_FRAME_LENGTH,
     QueryMessageRequestHeader,
     QueryMessageResponseHeader,
     RemotingCommand,
@@ -27,7 +34,13 @@ from hanet.protocol import (
 )
 from hanet.store import CommitLogStore, MessageRecord, StoreError
 
-__all__ = ["DEFAULT_QUERY_MAX_NUM", "UNIQUE_MSG_QUERY_FLAG", "query_message", "record_has_key"]
+__all__ = [
+    "DEFAULT_QUERY_MAX_NUM",
+    "QUERY_ANSWER_BUDGET",
+    "UNIQUE_MSG_QUERY_FLAG",
+    "query_message",
+    "record_has_key",
+]
 
 log = logging.getLogger("hanet.broker")
 
@@ -36,6 +49,8 @@ UNIQUE_MSG_QUERY_FLAG = "_UNIQUE_KEY_QUERY"
 DEFAULT_QUERY_MAX_NUM = 32
 """RocketMQ's ``defaultQueryMaxNum``: ``maxNum`` of a lookup by unique id."""
 NOT_FOUND_REMARK = "can not find message, maybe time range not correct"
+QUERY_ANSWER_BUDGET = MAX_FRAME_LENGTH - 64 * 1024
+"""The most record bytes one QUERY_MESSAGE answer carries (room left for its header)."""
 
 
 def record_has_key(record: MessageRecord, topic: str, key: str, *, unique: bool) -> bool:
@@ -62,13 +77,27 @@ def query_message(store: CommitLogStore, request: RemotingCommand) -> RemotingCo
         header.topic, header.key, max_num, header.begin_timestamp, header.end_timestamp
     )
     records: list[bytes] = []
+    size = left_out = 0
     for offset in offsets:
         try:
             record = store.read_record(offset)
-            if record_has_key(record, header.topic, header.key, unique=unique):
-                records.append(store.read(offset, record.size))  # copied only when it is sent
+            if not record_has_key(record, header.topic, header.key, unique=unique):
+                continue
+            if size + record.size > QUERY_ANSWER_BUDGET:
+                left_out += 1
+                continue
+            records.append(store.read(offset, record.size))  # copied only when it is sent
+            size += record.size
         except (StoreError, ValueError) as exc:  # deleted meanwhile, or not a record there
             log.warning("QUERY_MESSAGE %s#%s: offset %d: %s", header.topic, header.key, offset, exc)
+    if left_out:
+        log.info(
+            "QUERY_MESSAGE %s#%s: %d record(s) left out of the answer (over %d bytes)",
+            header.topic,
+            header.key,
+            left_out,
+            QUERY_ANSWER_BUDGET,
+        )
     fields = QueryMessageResponseHeader(stamp, phy_offset).to_fields()
     if records:
         return request.response(ResponseCode.SUCCESS, None, fields, b"".join(records))
