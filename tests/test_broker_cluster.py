@@ -382,6 +382,35 @@ async def test_a_malformed_body_from_the_master_writes_nothing(tmp_path: Path) -
     assert saved == {"offsetTable": {"1": 12}}
 
 
+async def test_a_master_table_past_the_slaves_bounds_is_refused_whole(tmp_path: Path) -> None:
+    """A slave bounds its master's tables as its own: too many offsets or topics are not
+    taken (nothing changes, nothing is pushed back), the sync fails logged, and a table
+    back within bounds is taken next round."""
+    offsets = ConsumerOffsets(tmp_path / "o.json", max_entries=2)
+    offsets.commit("mine", "T", 0, 7)
+    topics = TopicTable(tmp_path / "topics.json", max_topics=3)
+    sync = SlaveSync(offsets, topics)
+    async with running(config(tmp_path / "m")) as (master, m):
+        sync.set_master_address(fmt(m.broker))
+        for group in ("a", "b"):
+            master.offsets.commit(group, "T", 0, 1)
+        assert not await sync.sync_logged()
+        assert sync.last_error is not None and "at most 2" in sync.last_error
+        assert offsets.table() == {("T", "mine"): {0: 7}}
+        assert master.offsets.query("mine", "T", 0) < 0  # nothing pushed to the master
+        assert not topics.path.exists()  # type: ignore[union-attr]
+        offsets.max_entries = 3
+        for topic in ("A", "B", "C"):
+            await put(master, topic, b"x")
+        assert not await sync.sync_logged()
+        assert sync.last_error is not None and "more than 3" in sync.last_error
+        assert offsets.table() == {("T", "mine"): {0: 7}}
+        topics.max_topics = 10
+        assert await sync.sync_logged()
+        assert set(topics.queue_counts()) >= {"A", "B", "C"}
+        assert offsets.query("a", "T", 0) == 1 and master.offsets.query("mine", "T", 0) == 7
+
+
 async def test_offsets_committed_to_the_slave_while_the_master_is_down_are_not_lost(
     tmp_path: Path,
 ) -> None:

@@ -78,8 +78,9 @@ class ConsumerOffsets:
 
     Commits that would add a ``topic@group`` past ``max_entries`` or a queue offset past
     ``max_queue_offsets``, or add a queue id outside ``[0, MAX_QUEUE_ID]``, are refused
-    (:class:`ConsumerOffsetsFull`); commits to offsets the table holds always pass, and so do
-    a slave's copies of its master's table (:meth:`update`).
+    (:class:`ConsumerOffsetsFull`); commits to offsets the table holds always pass. A slave's
+    copy of its master's table (:meth:`merge`) is refused whole when it would go past the
+    same bounds.
 
     Args:
         path: the file (None: memory only, nothing persisted).
@@ -208,6 +209,7 @@ class ConsumerOffsets:
         syncing from its master: neither side's newer commits are lost); returns the
         offsets this table holds that are larger than ``table``'s (what the master lacks:
         commits made to the slave while the master was down), queues it lacks included."""
+        self.check_merge(table)
         newer: dict[tuple[str, str], dict[int, int]] = {}
         for key, queues in table.items():
             mine = self._table.get(key)
@@ -228,6 +230,35 @@ class ConsumerOffsets:
                 if offset > theirs.get(queue_id, -1):
                     newer.setdefault(key, {})[queue_id] = offset
         return newer
+
+    def check_merge(self, table: OffsetTable) -> None:
+        """Refuse a master's table that would take this one past its bounds (a slave's copy is
+        bounded like its own commits); :meth:`merge` checks first too.
+
+        Raises:
+            ConsumerOffsetsFull: it would (nothing is changed).
+        """
+        entries = len(self._table)
+        queue_offsets = self._queue_offsets
+        for key, queues in table.items():
+            mine = self._table.get(key)
+            if mine is None:
+                entries += 1
+                mine = {}
+            for queue_id in queues:
+                if not 0 <= queue_id <= MAX_QUEUE_ID:
+                    raise ConsumerOffsetsFull(
+                        f"the master's offset table holds queue id {queue_id} of "
+                        f"{key[0]!r:.80}@{key[1]!r:.80}, outside [0, {MAX_QUEUE_ID}]"
+                    )
+                if queue_id not in mine:
+                    queue_offsets += 1
+        if entries > self.max_entries or queue_offsets > self.max_queue_offsets:
+            raise ConsumerOffsetsFull(
+                f"the master's offset table would make {entries} topic@group entries and "
+                f"{queue_offsets} queue offsets here (at most {self.max_entries} and "
+                f"{self.max_queue_offsets}): not taken"
+            )
 
     def status(self) -> ConsumerOffsetsInfo:
         """The STATUS document's ``consumer_offsets`` section (ages by trio's clock)."""

@@ -6,6 +6,10 @@ GET_ALL_CONSUMER_OFFSET (43), GET_ALL_DELAY_OFFSET (45) and GET_ALL_SUBSCRIPTION
 (201), and keeps them under the slave's ``config/`` with RocketMQ's file names:
 ``topics.json``, ``consumerOffset.json``, ``delayOffset.json`` and ``subscriptionGroup.json``.
 
+The master's tables are bounded here as the slave's own are (topics, ``topic@group`` entries,
+queue offsets and queue ids): a table past them is refused whole, logged, and tried again next
+round.
+
 Offsets are never lost across a failover: consumers commit to the slave while the master is
 down, so per queue the slave keeps the larger of its offset and the master's (RocketMQ's
 slave would overwrite its own), and tells the master each offset it holds that the master
@@ -238,6 +242,9 @@ class SlaveSync:
             groups = SubscriptionGroupWrapper.from_json(
                 await fetch(RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG)
             )
+            # Both tables are checked against this broker's bounds before either changes.
+            self.offsets.check_merge(offsets)
+            changed = self.topic_table.replace(topics.topic_config_table, topics.data_version)
             newer = self.offsets.merge(offsets)
             pushed = 0
             for (topic, group), queues in sorted(newer.items()):
@@ -255,7 +262,7 @@ class SlaveSync:
                 pushed,
             )
         self.pushed += pushed
-        await self._persist(topics, delay, groups)
+        await self._persist(changed, delay, groups)
         self.syncs += 1
         self.last_synced = trio.current_time()
         self.offset_entries = len(offsets)
@@ -268,12 +275,12 @@ class SlaveSync:
 
     async def _persist(
         self,
-        topics: TopicConfigSerializeWrapper,
+        topics_changed: bool,
         delay: dict[int, int],
         groups: SubscriptionGroupWrapper,
     ) -> None:
         table = self.topic_table
-        changed = table.replace(topics.topic_config_table, topics.data_version)
+        changed = topics_changed
         if table.path is not None and (changed or not table.path.exists()):
             table.mark_dirty()
             await trio.to_thread.run_sync(table.persist)

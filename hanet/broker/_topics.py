@@ -194,7 +194,17 @@ class TopicTable:
 
     def replace(self, configs: Mapping[str, TopicConfig], version: DataVersion) -> bool:
         """A slave takes its master's table as it is (RocketMQ's ``syncTopicConfig``);
-        returns whether anything changed."""
+        returns whether anything changed.
+
+        Raises:
+            TopicTableFull: the master's table has more than ``max_topics`` topics (nothing
+                is taken).
+        """
+        if len(configs) > self.max_topics:
+            raise TopicTableFull(
+                f"the master's topic table has {len(configs)} topics, more than "
+                f"{self.max_topics}: not taken"
+            )
         if dict(configs) == self._table and version == self.data_version:
             return False
         self._table = dict(configs)
