@@ -4,7 +4,10 @@ diverged slave."""
 
 from __future__ import annotations
 
+import errno
 import json
+import logging
+import os
 from functools import partial
 from pathlib import Path
 
@@ -20,7 +23,9 @@ from hanet.cli import build_config, build_parser
 from hanet.client import RemotingConnection, signing
 from hanet.ha import BrokerConfig, format_epochs
 from hanet.protocol import HanetRequestCode, MasterLink, RemotingCommand, ResponseCode
-from hanet.store import EPOCH_FILE, EpochEntry, EpochFileError, EpochHistory
+from hanet.store import EPOCH_FILE, EpochEntry, EpochFile, EpochFileError, EpochHistory
+from hanet.store import _epoch as epoch_module
+from hanet.testing import wait_until
 
 
 async def ask(address: str) -> RemotingCommand:
@@ -165,3 +170,30 @@ def test_a_long_history_is_shown_short() -> None:
     assert format_epochs((EpochEntry(1, 0), EpochEntry(2, 7))) == "1@0, 2@7"
     shown = format_epochs(tuple(EpochEntry(i, i) for i in range(1, 101)))
     assert shown == "(92 earlier), " + ", ".join(f"{i}@{i}" for i in range(93, 101))
+
+
+async def test_a_term_a_full_disk_kept_out_of_the_epoch_file_is_recorded_later(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The epoch file cannot be written when the master starts (ENOSPC): it serves all the
+    same, and records its term once the file can be written, at the offset it has reached
+    then (the records before count as the previous term's, as its slaves saw them)."""
+    full = True
+    real = epoch_module.write_file_durably  # type: ignore[attr-defined]
+
+    def write(path: Path, data: bytes) -> None:
+        if full:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        real(path, data)
+
+    monkeypatch.setattr(epoch_module, "write_file_durably", write)  # the name it calls
+    with caplog.at_level(logging.WARNING, "hanet.broker"):
+        async with running(config(tmp_path)) as (broker, _):
+            await put(broker, "T", b"served without the term")
+            assert "epoch could not be recorded" in caplog.text
+            assert not (tmp_path / EPOCH_FILE).exists()
+            full = False
+            await wait_until((tmp_path / EPOCH_FILE).exists, seconds=10)
+            offset = broker.store.max_offset
+    assert EpochFile.load(tmp_path).entries == (EpochEntry(1, offset),)
+    assert offset > 0 and "recorded late: epoch 1 from offset" in caplog.text

@@ -70,7 +70,15 @@ from hanet.boot import AllowList, serve_on
 from hanet.channel import ChannelHandler, HandlerContext, format_address, parse_address
 from hanet.client import NameServerClient
 from hanet.errors import ConfigError
-from hanet.ha import BrokerConfig, BrokerRole, HAMaster, HASlave, start_master_term
+from hanet.ha import (
+    TERM_RETRY_INTERVAL,
+    BrokerConfig,
+    BrokerRole,
+    HAMaster,
+    HASlave,
+    record_master_term_later,
+    start_master_term,
+)
 from hanet.protocol import (
     MAX_FRAME_LENGTH,
     PERM_INHERIT,
@@ -368,10 +376,13 @@ class Broker:
                     except OSError as exc:  # a full disk: serve what is held all the same
                         log.error(
                             "%s: this master term's epoch could not be recorded (%s): its "
-                            "slaves compare epochs as if the previous term went on",
+                            "slaves compare epochs as if the previous term went on until it "
+                            "is (tried again every %.0f s)",
                             store.root,
                             exc,
+                            TERM_RETRY_INTERVAL,
                         )
+                        nursery.start_soon(record_master_term_later, store)
                     self.master = HAMaster(store, config)
                     ha_address = await nursery.start(self.master.serve)
                     if self.repair_from:

@@ -10,11 +10,13 @@ commit log bytes it may push to a slave, from where.
 
 from ._config import BrokerConfig, BrokerRole
 from ._epochs import (
+    TERM_RETRY_INTERVAL,
     DivergencePolicy,
     EpochGate,
     EpochSource,
     SlaveDivergedError,
     format_epochs,
+    record_master_term_later,
     start_master_term,
 )
 from ._master import HAMaster
@@ -24,6 +26,7 @@ from ._status import MasterStatus, SlaveConnectionStatus, SlaveStatus
 from ._sync import ReplicaWaiters
 
 __all__ = [
+    "TERM_RETRY_INTERVAL",
     "BrokerConfig",
     "BrokerRole",
     "DivergencePolicy",
@@ -38,5 +41,6 @@ __all__ = [
     "SlaveDivergedError",
     "SlaveStatus",
     "format_epochs",
+    "record_master_term_later",
     "start_master_term",
 ]

@@ -34,11 +34,13 @@ from hanet.store import CommitLogStore, EpochEntry, EpochFile, EpochHistory
 from hanet.store.lowlevel import find_consistent_point
 
 __all__ = [
+    "TERM_RETRY_INTERVAL",
     "DivergencePolicy",
     "EpochGate",
     "EpochSource",
     "SlaveDivergedError",
     "format_epochs",
+    "record_master_term_later",
     "start_master_term",
 ]
 
@@ -74,20 +76,57 @@ class SlaveDivergedError(HanetError, ConnectionRefusedError):
         self.point = point
 
 
-def start_master_term(store: CommitLogStore) -> EpochEntry:
-    """Start this master's term: epoch ``last + 1`` at the store's max offset (entries at or
-    past it dropped). Returns the new entry.
+def start_master_term(store: CommitLogStore, at: int | None = None) -> EpochEntry:
+    """Start this master's term: epoch ``last + 1`` at ``at`` (default: the store's max
+    offset; entries at or past it dropped). Returns the new entry.
 
     Raises:
         EpochFileError: the epoch file is damaged.
         OSError: it cannot be written.
     """
     epochs = EpochFile.load(store.root)
-    entry = epochs.begin_term(store.max_offset)
+    entry = epochs.begin_term(store.max_offset if at is None else at)
     log.info(
         "%s: master term: epoch %d starts at offset %d", store.root, entry.epoch, entry.start_offset
     )
     return entry
+
+
+TERM_RETRY_INTERVAL = 1.0
+"""Seconds between two tries of :func:`record_master_term_later`."""
+
+
+async def record_master_term_later(
+    store: CommitLogStore, *, interval: float = TERM_RETRY_INTERVAL
+) -> EpochEntry:
+    """Start the master term that could not be recorded when the master started (a full
+    disk): try every ``interval`` seconds until the epoch file is written, each time at the
+    store's max offset then. Returns the new entry.
+
+    The term starts where it is recorded, not where the master started: slaves that
+    connected meanwhile took this master's records as the previous term's (they compared
+    epochs against the history without this term), so the records up to the recorded start
+    stay the previous epoch's, and those slaves still agree with the history after it.
+
+    Raises:
+        EpochFileError: the epoch file is damaged (not retried).
+    """
+    while True:
+        await trio.sleep(interval)
+        at = store.max_offset
+        try:
+            entry = await trio.to_thread.run_sync(start_master_term, store, at)
+        except OSError as exc:
+            log.debug("%s: the master term is still not recorded: %s", store.root, exc)
+            continue
+        log.warning(
+            "%s: the master term is recorded late: epoch %d from offset %d (the records "
+            "before it count as the previous term's)",
+            store.root,
+            entry.epoch,
+            at,
+        )
+        return entry
 
 
 _SHOWN = 8  # a history in a log line or a status: its newest entries
