@@ -30,7 +30,7 @@ from collections.abc import Awaitable, Callable, Sequence
 import trio
 
 from hanet.errors import HanetError
-from hanet.store import CommitLogStore, EpochEntry, EpochFile, EpochHistory
+from hanet.store import CommitLogStore, EpochEntry, EpochFile, EpochFileError, EpochHistory
 from hanet.store.lowlevel import find_consistent_point
 
 __all__ = [
@@ -98,7 +98,7 @@ TERM_RETRY_INTERVAL = 1.0
 
 async def record_master_term_later(
     store: CommitLogStore, *, interval: float = TERM_RETRY_INTERVAL
-) -> EpochEntry:
+) -> EpochEntry | None:
     """Start the master term that could not be recorded when the master started (a full
     disk): try every ``interval`` seconds until the epoch file is written, each time at the
     store's max offset then. Returns the new entry.
@@ -108,8 +108,8 @@ async def record_master_term_later(
     epochs against the history without this term), so the records up to the recorded start
     stay the previous epoch's, and those slaves still agree with the history after it.
 
-    Raises:
-        EpochFileError: the epoch file is damaged (not retried).
+    A damaged epoch file is logged at ERROR and not retried (None): the master goes on serving,
+    as it does while the disk is full.
     """
     while True:
         await trio.sleep(interval)
@@ -119,6 +119,9 @@ async def record_master_term_later(
         except OSError as exc:
             log.debug("%s: the master term is still not recorded: %s", store.root, exc)
             continue
+        except EpochFileError as exc:  # damaged meanwhile: a person must look at it
+            log.error("%s: the master term cannot be recorded: %s", store.root, exc)
+            return None
         log.warning(
             "%s: the master term is recorded late: epoch %d from offset %d (the records "
             "before it count as the previous term's)",
