@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 
 from hanet.broker import MAX_READ_BYTES, read_log
@@ -228,6 +229,19 @@ def test_an_answer_with_impossible_bounds_is_refused(
     answer = request().response(fields={**good.fields, **change}, body=good.body)
     with pytest.raises(LogReadError, match="malformed HANET_READ_LOG answer"):
         LogChunk.from_answer("test", answer)
+
+
+class TinyFiles(DirectClient):
+    """A broker whose answer claims 1-byte files up to offset 2**62."""
+
+    def read(self, offset: int | None, max_bytes: int, *, seek: bool = False) -> Any:
+        chunk = super().read(offset, max_bytes, seek=seek)
+        return attrs.evolve(chunk, file_size=1, max_offset=1 << 62)
+
+
+def test_a_broker_claiming_billions_of_files_is_refused_at_once(store: CommitLogStore) -> None:
+    with pytest.raises(LogReadError, match=r"files of 1 bytes .* not planned"):
+        plan_broker("test", FILE, connect=TinyFiles(store))
 
 
 class GoingBack(DirectClient):

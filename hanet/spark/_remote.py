@@ -71,6 +71,11 @@ __all__ = [
 BROKER_SCHEME = "hanet://"
 """A ``load()`` path naming brokers instead of files: ``hanet://HOST:PORT[,HOST:PORT...]``,
 optionally ``?tlsCa=FILE&tlsCert=FILE&tlsKey=FILE``."""
+MAX_BROKER_FILES = 1 << 20
+"""The most commit log files :func:`plan_broker` plans for one broker (its own answer's
+``fileSize`` and offsets decide the count: a broken or hostile broker's tiny file size with a
+huge max offset must not make billions of ranges)."""
+
 READ_BYTES = 4 * 1024 * 1024
 """Bytes asked for per request (the broker's cap)."""
 
@@ -156,11 +161,18 @@ def plan_broker(
     ``max_range_bytes`` of a larger file.
 
     Raises:
-        LogReadError: the broker cannot be reached or refuses.
+        LogReadError: the broker cannot be reached or refuses, or its offsets would make more
+            than :data:`MAX_BROKER_FILES` files.
     """
     with _open(connect, broker, tls, credentials) as client:
         probe = client.read(None, 0)
     size, low, high = probe.file_size, probe.min_offset, probe.max_offset
+    files = -(-(high - (low - low % size)) // size)
+    if files > MAX_BROKER_FILES:
+        raise LogReadError(
+            f"broker {broker}: its log would be {files} files of {size} bytes (offsets "
+            f"{low} to {high}), more than {MAX_BROKER_FILES}: not planned"
+        )
     ranges = []
     for file_start in range(low - low % size, high, size):
         end = min(size, high - file_start)
