@@ -27,3 +27,17 @@ def group_entries(
 ) -> list[tuple[int, int, int, int, int, int, bytes, int]]: ...
 def seal(buf: mmap | bytearray | memoryview, pos: int, size: int) -> None: ...
 def populate(buf: mmap | bytearray | memoryview) -> None: ...
+def pull_gather(
+    entries: bytes | memoryview,
+    log: bytes | memoryview,
+    log_base: int,
+    floor: int,
+    tags: frozenset[int] | None,
+    budget: int,
+    taken: int,
+    topic: bytes,
+    queue_id: int,
+    queue_offset: int,
+    damaged: bytes | None,
+    /,
+) -> tuple[int, int, int, int, int, bytes]: ...
