@@ -126,6 +126,7 @@ def serve_pull(
     views: bool = False,
     joined: bool = False,
     native: bool | None = None,
+    max_bytes: int = MAX_PULL_BYTES,
 ) -> PullResult:
     """Serve a pull from ``store``'s consume queues (synchronous; reads mapped files).
 
@@ -135,7 +136,8 @@ def serve_pull(
     :attr:`PullResult.body` (a copy: the answer's body) instead of one by one; then
     ``native`` (None: when built and ``HANET_NO_EXTENSIONS`` is unset) gathers them in one
     native call per consume queue file (:data:`~hanet.store.lowlevel.native_pull_gather`),
-    with the same result as this module's loop, its reference.
+    with the same result as this module's loop, its reference. ``max_bytes``: the pull stops
+    adding records past this many record bytes (the first always goes).
 
     ``tags``: the tag hashes to return (:func:`subscription_filter`; None: all); entries of
     other tags are skipped and a range holding none answers NO_MATCHED_MESSAGE with the
@@ -165,7 +167,9 @@ def serve_pull(
     if offset > high:
         return answer(GetMessageStatus.OFFSET_OVERFLOW_BADLY, high)
     end = min(offset + min(max(max_messages, 1), MAX_PULL_MESSAGES), high)
-    taking = _Taking(store, topic, topic.encode(), queue_id, tags, views, store.min_offset, offset)
+    taking = _Taking(
+        store, topic, topic.encode(), queue_id, tags, views, store.min_offset, offset, max_bytes
+    )
     gather = native_pull_gather if (NATIVE_PULL if native is None else native) else None
     if joined and gather is not None:
         _gather_natively(taking, end, gather)
@@ -209,10 +213,11 @@ class _Taking:
     floor: int
     """Entries pointing below it are skipped: being deleted (RocketMQ: MESSAGE_WAS_REMOVING)."""
     next_offset: int
+    budget: int
+    """The record bytes that may still be added."""
     parts: list[bytes | memoryview] = attrs.Factory(list)
     """The records (or runs of them joined), in queue order."""
     count: int = 0
-    budget: int = MAX_PULL_BYTES
     pulled_end: int = 0
     full: bool = False
     # A view from a record to its file's end serves the queue's next records (they lie
