@@ -5,6 +5,7 @@ which member of the broker name the consumer should pull from next (RocketMQ's
 from __future__ import annotations
 
 import enum
+import functools
 import struct
 from collections.abc import Callable
 
@@ -102,6 +103,7 @@ def suggest_broker_id(
     return MASTER_ID
 
 
+@functools.lru_cache(maxsize=1024)
 def subscription_filter(expression: str | None) -> frozenset[int] | None:
     """The tag hashes a TAG subscription expression accepts (``TagA || TagB``), None for
     every message (``*``, empty, or no expression)."""
@@ -297,6 +299,10 @@ def _gather_natively(taking: _Taking, end: int, gather: PullGather) -> None:
         )
         if not view:
             return
+        if taking.span_start < 0:  # the log from the first record on, before the first call
+            physical, size, _ = _ENTRY.unpack_from(view)
+            if size != CQ_BLANK_SIZE and physical >= taking.floor:
+                taking.span, taking.span_start = store.read_view(physical, _TO_FILE_END), physical
         at = 0
         while at < len(view):
             stop, used, count, pulled_end, budget, body = gather(
