@@ -1452,6 +1452,117 @@ done:
 
 /* ---- end of pull_gather() ---- */
 
+/* ---- decode_records(): the records of a pull answer's body as MessageRecord tuples ----
+ *
+ *     decode_records(buf, start, cls) -> (records, position)
+ *
+ * Decodes the records of buf from start, each checked by scan_record() (body CRC and the
+ * whole-record CRC property checked, the physical offset not), into instances of cls (a tuple
+ * subclass of 19 fields: hanet.store.MessageRecord), as hanet.store.decode_record does one by
+ * one (the reference; its RecordScanner builds the same tuple). Stops at the buffer's end or at
+ * the first thing that is not a valid record: position is where (the caller decodes that one
+ * with the reference, which raises its exact error). Every read is bounds checked. */
+
+#define RECORD_FIELDS 19
+
+static PyObject *decode_records(PyObject *Py_UNUSED(self), PyObject *args) {
+    Py_buffer view;
+    Py_ssize_t start;
+    PyTypeObject *cls;
+    if (!PyArg_ParseTuple(args, "y*nO!:decode_records", &view, &start, &PyType_Type, &cls))
+        return NULL;
+    PyObject *records = NULL, *topic = NULL, *result = NULL;
+    if (!PyType_IsSubtype(cls, &PyTuple_Type)) {
+        PyErr_SetString(PyExc_TypeError, "decode_records: cls must be a tuple subclass");
+        goto done;
+    }
+    if (start < 0) {
+        PyErr_SetString(PyExc_ValueError, "start must not be negative");
+        goto done;
+    }
+    records = PyList_New(0);
+    if (records == NULL) goto done;
+    const unsigned char *buf = view.buf;
+    const int64_t n = view.len;
+    int64_t pos = start;
+    int64_t topic_start = 0;
+    int32_t topic_len = -1;
+    gil_state gil = {NULL};
+    int ok = 1;
+    char detail[DETAIL_SIZE];
+    int64_t blank = 0;
+    while (pos < n) {
+        scanned_record f;
+        int step = scan_record(buf, pos, n, n, 0, 1, 0, &gil, &ok, &f, detail, &blank);
+        if (!ok) goto fail;
+        if (step >= 0) break;
+        /* scan_record() checked every length below against the record's end. */
+        const unsigned char *r = buf + pos;
+        int32_t sys_flag = rd_i32(r + 36);
+        int born = (sys_flag & BORN_V6) ? 16 : 4;
+        int store = (sys_flag & STORE_V6) ? 16 : 4;
+        const unsigned char *s = r + 48 + born + 4; /* the store timestamp */
+        int64_t hsize = HEADER_V4 + (born - 4) + (store - 4);
+        int32_t body_len = rd_i32(r + hsize - 4);
+        int64_t props_start = f.topic_start + f.topic_len + 2;
+        if (f.topic_len != topic_len ||
+            memcmp(buf + topic_start, buf + f.topic_start, (size_t)f.topic_len) != 0) {
+            Py_XSETREF(topic, PyUnicode_DecodeUTF8((const char *)buf + f.topic_start,
+                                                   f.topic_len, "strict"));
+            if (topic == NULL) goto fail;
+            topic_start = f.topic_start;
+            topic_len = f.topic_len;
+        }
+        PyObject *record = cls->tp_alloc(cls, RECORD_FIELDS);
+        if (record == NULL) goto fail;
+        PyObject *items[RECORD_FIELDS] = {
+            PyLong_FromLong(f.total),
+            PyLong_FromUnsignedLong(rd_u32(r + 4)),
+            PyLong_FromLong(rd_i32(r + 8)),
+            PyLong_FromLong(f.queue_id),
+            PyLong_FromLong(rd_i32(r + 16)),
+            PyLong_FromLongLong(f.queue_offset),
+            PyLong_FromLongLong(rd_i64(r + 28)),
+            PyLong_FromLong(sys_flag),
+            PyLong_FromLongLong(rd_i64(r + 40)),
+            PyBytes_FromStringAndSize((const char *)r + 48, born),
+            PyLong_FromLong(rd_i32(r + 48 + born)),
+            PyLong_FromLongLong(rd_i64(s)),
+            PyBytes_FromStringAndSize((const char *)s + 8, store),
+            PyLong_FromLong(rd_i32(s + 8 + store)),
+            PyLong_FromLong(rd_i32(s + 12 + store)),
+            PyLong_FromLongLong(rd_i64(s + 16 + store)),
+            PyBytes_FromStringAndSize((const char *)r + hsize, body_len),
+            topic,
+            PyBytes_FromStringAndSize((const char *)buf + props_start,
+                                      (Py_ssize_t)(pos + f.total - props_start)),
+        };
+        Py_INCREF(topic);
+        int failed = 0;
+        for (int k = 0; k < RECORD_FIELDS; k++) {
+            if (items[k] == NULL) failed = 1;
+            PyTuple_SET_ITEM(record, k, items[k]); /* NULL items are skipped by dealloc */
+        }
+        if (failed || PyList_Append(records, record) < 0) {
+            Py_DECREF(record);
+            goto fail;
+        }
+        Py_DECREF(record);
+        pos += f.total;
+    }
+    result = Py_BuildValue("(OL)", records, (long long)pos);
+    goto done;
+fail:
+    if (!PyErr_Occurred()) PyErr_NoMemory();
+done:
+    Py_XDECREF(records);
+    Py_XDECREF(topic);
+    PyBuffer_Release(&view);
+    return result;
+}
+
+/* ---- end of decode_records() ---- */
+
 static PyMethodDef methods[] = {
     {"scan", (PyCFunction)(void (*)(void))scan, METH_VARARGS | METH_KEYWORDS,
      "scan(buf, start=0, end=None, base_offset=0, limit=None, check_crc=True, "
@@ -1481,6 +1592,11 @@ static PyMethodDef methods[] = {
      "pull_gather(entries, log, log_base, floor, tags, budget, taken, topic, queue_id, "
      "queue_offset, damaged)\n--\n\n"
      "A pull's records from one consume queue file's entries; see hanet.broker._pull."},
+    /* decode_records(): the pull answer block above */
+    {"decode_records", (PyCFunction)decode_records, METH_VARARGS,
+     "decode_records(buf, start, cls)\n--\n\n"
+     "The valid records of buf from start as cls tuples, and where they stop; see "
+     "hanet.store._decode."},
     {NULL, NULL, 0, NULL},
 };
 

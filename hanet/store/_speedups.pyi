@@ -3,6 +3,8 @@
 from collections.abc import Sequence
 from mmap import mmap
 
+from ._codec import MessageRecord
+
 ROW_SIZE: int
 CLMUL_CRC: int  # 1 when body CRCs use carry-less multiplication (HANET_NO_CLMUL=1: zlib)
 
@@ -41,3 +43,6 @@ def pull_gather(
     damaged: bytes | None,
     /,
 ) -> tuple[int, int, int, int, int, bytes]: ...
+def decode_records(
+    buf: bytes | memoryview, start: int, cls: type[MessageRecord], /
+) -> tuple[list[MessageRecord], int]: ...

@@ -53,6 +53,7 @@ from ._codec import (
 )
 from ._consume_queue import CQ_BLANK_SIZE, CQ_ENTRY_SIZE, ConsumeQueue
 from ._damage import DAMAGE_FILE, DamageLedger, next_valid_record
+from ._decode import NATIVE_DECODE, native_decode_records
 from ._epoch import find_consistent_point, format_epoch_file, parse_epoch_file
 from ._gather import (
     NATIVE_PULL,
@@ -134,6 +135,7 @@ __all__ = [
     "MAX_TOPIC_SIZE",
     "MAX_TOPIC_SIZE_V1",
     "MIN_RECORD_SIZE",
+    "NATIVE_DECODE",
     "NATIVE_PULL",
     "NATIVE_SCANNER",
     "PULL_DONE",
@@ -179,6 +181,7 @@ __all__ = [
     "judge_stop",
     "list_mapped_files",
     "native_columns",
+    "native_decode_records",
     "native_index_group_entries",
     "native_pull_gather",
     "native_scan",
