@@ -170,7 +170,15 @@ def serve_pull(
         return answer(GetMessageStatus.OFFSET_OVERFLOW_BADLY, high)
     end = min(offset + min(max(max_messages, 1), MAX_PULL_MESSAGES), high)
     taking = _Taking(
-        store, topic, topic.encode(), queue_id, tags, views, store.min_offset, offset, max_bytes
+        store,
+        topic,
+        topic.encode(),
+        queue_id,
+        tags,
+        views or joined,  # joined below, before anything else runs: the one copy
+        store.min_offset,
+        offset,
+        max_bytes,
     )
     gather = native_pull_gather if (NATIVE_PULL if native is None else native) else None
     if joined and gather is not None:
@@ -221,7 +229,6 @@ class _Taking:
     """The records (or runs of them joined), in queue order."""
     count: int = 0
     pulled_end: int = 0
-    full: bool = False
     # A view from a record to its file's end serves the queue's next records (they lie
     # after it, interleaved with other queues') without a lookup each.
     span: memoryview = attrs.field(factory=lambda: memoryview(b""))
