@@ -421,7 +421,10 @@ typedef struct {
  * reason, with detail (DETAIL_SIZE bytes) and *blank set as scan() reports them; *ok = 0 when
  * memory ran out (decoding a non-ASCII TAGS value). Also what pull_gather() checks a record
  * with. */
-static int scan_record(const unsigned char *buf, int64_t pos, int64_t end, int64_t limit,
+#if defined(__GNUC__)
+__attribute__((always_inline)) /* scan()'s loop body: as fast as when it was written there */
+#endif
+static inline int scan_record(const unsigned char *buf, int64_t pos, int64_t end, int64_t limit,
                        int64_t base, int check_crc, int check_offset, gil_state *gil, int *ok,
                        scanned_record *f, char *detail, int64_t *blank) {
     int64_t avail = end - pos;
