@@ -10,8 +10,9 @@ as processes, with the bench topic in the master's ``config/topics.json``. The c
 with one thread (``tests/interop/cpp_driver.py bench --in-flight 1``); the driver reports
 msgs/s and each send's p50/p99. Then the drain reads every message back with hanet's own
 ``BrokerClient.pull`` (PULL_MESSAGE over remoting, 32 messages a pull, one pull in flight per
-queue on one connection, as a RocketMQ pull consumer): msgs/s and each pull's p50/p99. That
-drain is bound by the Python client's decoding, so a raw drain follows: the same pulls as
+queue on one connection, as a RocketMQ pull consumer), in a child process running the tree
+under test's client: msgs/s, each pull's p50/p99 and the client's CPU per message. That drain
+is bound by the Python client, so a raw drain follows: the same pulls as
 frames built by this script, each answer's header read and its records counted by their size
 fields, not decoded; the broker is then the busy side, and its CPU per pulled message is the
 figure to compare (the goals use this drain).
@@ -77,6 +78,7 @@ from hanet.protocol import (
 )
 from hanet.testing import HanetProcesses, cli_flags
 
+SCRIPT = Path(__file__).resolve()
 TOPIC = "BenchClients"
 WARMUP_TOPIC = "BenchWarmup"
 SIZE = 1024
@@ -241,6 +243,7 @@ async def drain(address: tuple[str, int], queues: int) -> dict[str, Any]:
     async with BrokerClient.connect(*address) as client:
         ends = [await client.max_offset(TOPIC, q) for q in range(queues)]
         started = time.perf_counter()
+        cpu = _own_cpu()
 
         async def queue(queue_id: int) -> None:
             offset = 0
@@ -257,17 +260,31 @@ async def drain(address: tuple[str, int], queues: int) -> dict[str, Any]:
             for q in range(queues):
                 nursery.start_soon(queue, q)
         seconds = time.perf_counter() - started
+        cpu = _own_cpu() - cpu
     latencies.sort()
     n = len(latencies)
     return {
         "messages": counts[0],
         "expected": sum(ends),
         "msgs_per_sec": round(counts[0] / seconds, 1),
+        "client_cpu_us_per_msg": round(cpu / counts[0] * 1e6, 2) if counts[0] else None,
         "pulls": n,
         "pull_p50_ms": round(latencies[n // 2] * 1e3, 3) if n else None,
         "pull_p99_ms": round(latencies[min(n - 1, int(n * 0.99))] * 1e3, 3) if n else None,
         "seconds": round(seconds, 3),
     }
+
+
+async def drain_in(tree: Path | None, address: tuple[str, int], queues: int) -> dict[str, Any]:
+    """:func:`drain` in a child process whose hanet is ``tree``'s (None: this tree's), so
+    that ``--ab`` compares the client's decoding of the answers too."""
+    cwd = tree or SCRIPT.parents[1]
+    command = [sys.executable, str(SCRIPT), "--drain-child"]
+    command += [f"{address[0]}:{address[1]}", "--queues", str(queues)]
+    env = dict(os.environ, PYTHONPATH=str(cwd))
+    done = await trio.run_process(command, capture_stdout=True, cwd=cwd, env=env)
+    result: dict[str, Any] = json.loads(done.stdout.decode().strip().splitlines()[-1])
+    return result
 
 
 def _pull_frame(queue_id: int, offset: int, opaque: int) -> bytes:
@@ -394,7 +411,7 @@ async def one_client(
         async with trio.open_nursery() as nursery:
             with Phase(pid) as draining:
                 await nursery.start(draining.sample)
-                drained = await drain(broker, args.queues)
+                drained = await drain_in(tree, broker, args.queues)
             nursery.cancel_scope.cancel()
         async with trio.open_nursery() as nursery:
             with Phase(pid) as raw_draining:
@@ -418,7 +435,7 @@ async def one_client(
         },
         "tree": str(tree) if tree else "this tree",
         "drain": {
-            "how": "hanet BrokerClient.pull, 32 a pull",
+            "how": "hanet BrokerClient.pull, 32 a pull (the tree's client, a child process)",
             **drained,
             **draining.figures(drained["messages"]),
         },
@@ -509,6 +526,8 @@ _COMPARED = {
     "send_msgs_per_sec": ("send", "msgs_per_sec"),
     "send_broker_us_per_msg": ("send", "broker_cpu_us_per_msg"),
     "drain_msgs_per_sec": ("drain", "msgs_per_sec"),
+    "drain_client_us_per_msg": ("drain", "client_cpu_us_per_msg"),
+    "drain_broker_us_per_msg": ("drain", "broker_cpu_us_per_msg"),
     "raw_drain_msgs_per_sec": ("raw_drain", "msgs_per_sec"),
     "raw_drain_broker_us_per_msg": ("raw_drain", "broker_cpu_us_per_msg"),
 }
@@ -561,7 +580,9 @@ async def main(args: argparse.Namespace) -> None:
                         f"{label}: {s['msgs_per_sec']} msgs/s (p50 {s['p50_ms']} ms, p99 "
                         f"{s['p99_ms']} ms), broker {s['broker_cpu_percent']} % CPU "
                         f"{s['broker_cpu_us_per_msg']} us/msg, {s['broker_private_mb']} MB "
-                        f"private; drain {d['msgs_per_sec']} msgs/s; raw drain "
+                        f"private; drain {d['msgs_per_sec']} msgs/s (client "
+                        f"{d['client_cpu_us_per_msg']} us/msg, broker "
+                        f"{d['broker_cpu_us_per_msg']} us/msg); raw drain "
                         f"{w['msgs_per_sec']} msgs/s, broker {w['broker_cpu_us_per_msg']} "
                         f"us/msg; load {s['loadavg'][0]}",
                         flush=True,
@@ -636,7 +657,12 @@ if __name__ == "__main__":
         help="also run the hanet source tree in DIR (e.g. a worktree of an older commit with "
         "its built extensions), interleaved with this tree's in every round",
     )
+    parser.add_argument("--drain-child", metavar="HOST:PORT", help=argparse.SUPPRESS)
     arguments = parser.parse_args()
+    if arguments.drain_child:
+        host, _, port = arguments.drain_child.rpartition(":")
+        print(json.dumps(trio.run(drain, (host, int(port)), arguments.queues)))
+        sys.exit(0)
     if arguments.ab is not None:
         arguments.ab = arguments.ab.resolve()
     trio.run(main, arguments)

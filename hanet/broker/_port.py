@@ -297,7 +297,7 @@ class BrokerPort:
                 header.max_msg_nums,
                 tags=tags,
                 suggest=backend.suggest,
-                views=True,  # joined into the answer's body below: the one copy
+                joined=True,  # the answer's body: the one copy
             )
         except StoreError as exc:
             # A record that fails its checks is never served: answer, keep the connection.
@@ -308,8 +308,8 @@ class BrokerPort:
             result.suggested, result.next_offset, result.min_offset, result.max_offset
         ).to_fields()
         if status is GetMessageStatus.FOUND:
-            self.admin.messages_got += len(result.records)  # GET_BROKER_RUNTIME_INFO's
-            return request.response(ResponseCode.SUCCESS, "FOUND", fields, b"".join(result.records))
+            self.admin.messages_got += result.count  # GET_BROKER_RUNTIME_INFO's
+            return request.response(ResponseCode.SUCCESS, "FOUND", fields, result.body)
         if status is GetMessageStatus.NO_MATCHED_MESSAGE:
             code = ResponseCode.PULL_RETRY_IMMEDIATELY
         elif status in (

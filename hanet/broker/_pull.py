@@ -5,13 +5,28 @@ which member of the broker name the consumer should pull from next (RocketMQ's
 from __future__ import annotations
 
 import enum
+import functools
+import struct
 from collections.abc import Callable
 
 import attrs
 
 from hanet.protocol import MASTER_ID
 from hanet.store import CommitLogStore, CorruptRecordError
-from hanet.store.lowlevel import CQ_BLANK_SIZE, INDEX_ROW, java_string_hash, scan_index
+from hanet.store.lowlevel import (
+    CQ_BLANK_SIZE,
+    CQ_ENTRY_SIZE,
+    INDEX_ROW,
+    NATIVE_PULL,
+    PULL_DONE,
+    PULL_FULL,
+    PULL_MOVE,
+    PullGather,
+    java_string_hash,
+    native_pull_gather,
+    pack_damaged,
+    scan_index,
+)
 
 __all__ = [
     "MAX_PULL_BYTES",
@@ -27,6 +42,7 @@ MAX_PULL_BYTES = 4 * 1024 * 1024
 """A pull stops adding messages past this many record bytes (the first always goes)."""
 
 _TO_FILE_END = 1 << 62
+_ENTRY = struct.Struct(">qiq")
 
 MAX_PULL_MESSAGES = 1024
 """The most messages one pull answers, whatever ``maxMsgNums`` asks."""
@@ -52,9 +68,11 @@ class PullResult:
         status: how it went.
         next_offset: the queue offset to pull from next.
         min_offset, max_offset: the queue's bounds.
-        records: the records as stored, in queue order (FOUND only): copies, or views of
-            the mapped commit log (``serve_pull(views=True)``).
+        records: the records as stored, in queue order (FOUND, unless ``joined``): copies,
+            or views of the mapped commit log (``serve_pull(views=True)``).
         suggested: the member to pull from next (``suggestWhichBrokerId``).
+        body: the records joined (``serve_pull(joined=True)``: the answer's body; else b"").
+        count: how many records were found.
     """
 
     status: GetMessageStatus
@@ -63,6 +81,8 @@ class PullResult:
     max_offset: int
     records: tuple[bytes | memoryview, ...] = ()
     suggested: int = MASTER_ID
+    body: bytes = b""
+    count: int = 0
 
 
 def suggest_broker_id(
@@ -83,6 +103,7 @@ def suggest_broker_id(
     return MASTER_ID
 
 
+@functools.lru_cache(maxsize=1024)
 def subscription_filter(expression: str | None) -> frozenset[int] | None:
     """The tag hashes a TAG subscription expression accepts (``TagA || TagB``), None for
     every message (``*``, empty, or no expression)."""
@@ -105,12 +126,20 @@ def serve_pull(
     tags: frozenset[int] | None = None,
     suggest: Callable[[int], int] | None = None,
     views: bool = False,
+    joined: bool = False,
+    native: bool | None = None,
+    max_bytes: int = MAX_PULL_BYTES,
 ) -> PullResult:
     """Serve a pull from ``store``'s consume queues (synchronous; reads mapped files).
 
     ``views``: the records are read-only views of the mapped commit log instead of copies:
     copy them (the answer's body) before anything else runs, as a slave or a DLedger
-    follower may truncate (zero) what they show.
+    follower may truncate (zero) what they show. ``joined``: the records come joined in
+    :attr:`PullResult.body` (a copy: the answer's body) instead of one by one; then
+    ``native`` (None: when built and ``HANET_NO_EXTENSIONS`` is unset) gathers them in one
+    native call per consume queue file (:data:`~hanet.store.lowlevel.native_pull_gather`),
+    with the same result as this module's loop, its reference. ``max_bytes``: the pull stops
+    adding records past this many record bytes (the first always goes).
 
     ``tags``: the tag hashes to return (:func:`subscription_filter`; None: all); entries of
     other tags are skipped and a range holding none answers NO_MATCHED_MESSAGE with the
@@ -125,14 +154,9 @@ def serve_pull(
     low = store.min_queue_offset(topic, queue_id)
     high = store.max_queue_offset(topic, queue_id)
 
-    def answer(
-        status: GetMessageStatus,
-        next_offset: int,
-        records: tuple[bytes | memoryview, ...] = (),
-        behind: int = 0,
-    ) -> PullResult:
-        suggested = MASTER_ID if suggest is None else suggest(behind)
-        return PullResult(status, next_offset, low, high, records, suggested)
+    def answer(status: GetMessageStatus, next_offset: int) -> PullResult:
+        suggested = MASTER_ID if suggest is None else suggest(0)
+        return PullResult(status, next_offset, low, high, (), suggested)
 
     if high <= low and (high == 0 or offset >= low):
         if high == 0 and (topic, queue_id) not in store.queues():
@@ -144,52 +168,181 @@ def serve_pull(
         return answer(GetMessageStatus.OFFSET_OVERFLOW_ONE, offset)
     if offset > high:
         return answer(GetMessageStatus.OFFSET_OVERFLOW_BADLY, high)
-    records: list[bytes | memoryview] = []
-    budget = MAX_PULL_BYTES
     end = min(offset + min(max(max_messages, 1), MAX_PULL_MESSAGES), high)
-    next_offset = offset
-    pulled_end = 0
-    floor = store.min_offset
-    topic_bytes = topic.encode()
+    taking = _Taking(
+        store,
+        topic,
+        topic.encode(),
+        queue_id,
+        tags,
+        views or joined,  # joined below, before anything else runs: the one copy
+        store.min_offset,
+        offset,
+        max_bytes,
+    )
+    gather = native_pull_gather if (NATIVE_PULL if native is None else native) else None
+    if joined and gather is not None:
+        _gather_natively(taking, end, gather)
+    else:
+        _take_each(taking, end)
+    if not taking.count:
+        return answer(GetMessageStatus.NO_MATCHED_MESSAGE, taking.next_offset)
+    behind = max(store.max_offset - taking.pulled_end, 0)
+    suggested = MASTER_ID if suggest is None else suggest(behind)
+    parts = taking.parts
+    records: tuple[bytes | memoryview, ...] = ()
+    body = b""
+    if not joined:
+        records = tuple(parts)
+    elif len(parts) == 1 and isinstance(parts[0], bytes):
+        body = parts[0]  # the one native run: already a copy
+    else:
+        body = b"".join(parts)
+    return PullResult(
+        GetMessageStatus.FOUND,
+        taking.next_offset,
+        low,
+        high,
+        records,
+        suggested,
+        body,
+        taking.count,
+    )
+
+
+@attrs.define
+class _Taking:
+    """A pull's records so far, and where it is."""
+
+    store: CommitLogStore
+    topic: str
+    topic_bytes: bytes
+    queue_id: int
+    tags: frozenset[int] | None
+    views: bool
+    floor: int
+    """Entries pointing below it are skipped: being deleted (RocketMQ: MESSAGE_WAS_REMOVING)."""
+    next_offset: int
+    budget: int
+    """The record bytes that may still be added."""
+    parts: list[bytes | memoryview] = attrs.Factory(list)
+    """The records (or runs of them joined), in queue order."""
+    count: int = 0
+    pulled_end: int = 0
     # A view from a record to its file's end serves the queue's next records (they lie
     # after it, interleaved with other queues') without a lookup each.
-    span: memoryview = memoryview(b"")
-    span_start = 0
-    full = False
-    while next_offset < end and not full:
-        # The entries in one go (one consume queue file at a time), then each record.
-        entries = store.consume_queue_entries(topic, queue_id, next_offset, end - next_offset)
-        if not entries:
-            break
-        for physical, size, tags_hash in entries:
-            if store.damage:  # a gap, or an entry into a damaged range: named, not skipped
-                _refuse_damaged(store, topic, queue_id, next_offset, physical, size, pulled_end)
-            if (
-                size == CQ_BLANK_SIZE
-                or (tags is not None and tags_hash not in tags)
-                or physical < floor  # being deleted (RocketMQ: MESSAGE_WAS_REMOVING)
-            ):
-                next_offset += 1
-                continue
-            if records and size > budget:
-                full = True
-                break
-            if size <= 0:
-                raise CorruptRecordError(physical, f"not a {size}-byte record")
-            at = physical - span_start
-            if not 0 <= at <= len(span) - size:
-                span, span_start, at = store.read_view(physical, _TO_FILE_END), physical, 0
-            record = _checked(
-                span[at : at + size], physical, size, topic_bytes, queue_id, next_offset, tags_hash
+    span: memoryview = attrs.field(factory=lambda: memoryview(b""))
+    span_start: int = -1
+
+    def take(self, physical: int, size: int, tags_hash: int) -> bool:
+        """The entry at :attr:`next_offset`: skip it or add its record (the reference of
+        every check). False, and the entry not used, when its record does not fit the
+        budget (the first record always goes)."""
+        store = self.store
+        if store.damage:  # a gap, or an entry into a damaged range: named, not skipped
+            _refuse_damaged(
+                store,
+                self.topic,
+                self.queue_id,
+                self.next_offset,
+                physical,
+                size,
+                self.pulled_end,
             )
-            records.append(record if views else record.tobytes())
-            pulled_end = physical + size
-            budget -= size
-            next_offset += 1
-    if not records:
-        return answer(GetMessageStatus.NO_MATCHED_MESSAGE, next_offset)
-    behind = max(store.max_offset - pulled_end, 0)
-    return answer(GetMessageStatus.FOUND, next_offset, tuple(records), behind)
+        if (
+            size == CQ_BLANK_SIZE
+            or (self.tags is not None and tags_hash not in self.tags)
+            or physical < self.floor
+        ):
+            self.next_offset += 1
+            return True
+        if self.count and size > self.budget:
+            return False
+        if size <= 0:
+            raise CorruptRecordError(physical, f"not a {size}-byte record")
+        at = physical - self.span_start
+        if not 0 <= at <= len(self.span) - size:
+            self.span, self.span_start, at = store.read_view(physical, _TO_FILE_END), physical, 0
+        record = _checked(
+            self.span[at : at + size],
+            physical,
+            size,
+            self.topic_bytes,
+            self.queue_id,
+            self.next_offset,
+            tags_hash,
+        )
+        self.parts.append(record if self.views else record.tobytes())
+        self.count += 1
+        self.pulled_end = physical + size
+        self.budget -= size
+        self.next_offset += 1
+        return True
+
+
+def _take_each(taking: _Taking, end: int) -> None:
+    """The reference loop: the entries in one go (one consume queue file at a time), then
+    each record."""
+    store = taking.store
+    while taking.next_offset < end:
+        entries = store.consume_queue_entries(
+            taking.topic, taking.queue_id, taking.next_offset, end - taking.next_offset
+        )
+        if not entries:
+            return
+        for physical, size, tags_hash in entries:
+            if not taking.take(physical, size, tags_hash):
+                return
+
+
+def _gather_natively(taking: _Taking, end: int, gather: PullGather) -> None:
+    """As :func:`_take_each`, one native call per consume queue file (more where it stops:
+    a record in another commit log file, an entry the reference serves)."""
+    store = taking.store
+    damaged = pack_damaged(store.damage) if store.damage else None
+    while taking.next_offset < end:
+        view = store.consume_queue_view(
+            taking.topic, taking.queue_id, taking.next_offset, end - taking.next_offset
+        )
+        if not view:
+            return
+        if taking.span_start < 0:  # the log from the first record on, before the first call
+            physical, size, _ = _ENTRY.unpack_from(view)
+            if size != CQ_BLANK_SIZE and physical >= taking.floor:
+                taking.span, taking.span_start = store.read_view(physical, _TO_FILE_END), physical
+        at = 0
+        while at < len(view):
+            stop, used, count, pulled_end, budget, body = gather(
+                view[at:] if at else view,
+                taking.span,
+                max(taking.span_start, 0),
+                taking.floor,
+                taking.tags,
+                taking.budget,
+                taking.count,
+                taking.topic_bytes,
+                taking.queue_id,
+                taking.next_offset,
+                damaged,
+            )
+            at += used * CQ_ENTRY_SIZE
+            taking.next_offset += used
+            if count:
+                taking.parts.append(body)
+                taking.count += count
+                taking.pulled_end = pulled_end
+                taking.budget = budget
+            if stop == PULL_DONE:
+                break
+            if stop == PULL_FULL:
+                return
+            physical, size, tags_hash = _ENTRY.unpack_from(view, at)
+            if stop == PULL_MOVE and taking.span_start != physical:
+                taking.span, taking.span_start = store.read_view(physical, _TO_FILE_END), physical
+                continue
+            if not taking.take(physical, size, tags_hash):  # raises, or serves it
+                return
+            at += CQ_ENTRY_SIZE
 
 
 def _refuse_damaged(

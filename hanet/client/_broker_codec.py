@@ -38,7 +38,7 @@ from hanet.protocol import (
     properties_to_string,
     pull_message_request,
 )
-from hanet.store import CorruptRecordError, MessageRecord, PutStatus, decode_record
+from hanet.store import CorruptRecordError, MessageRecord, PutStatus, decode_records
 
 from ._broker_errors import BrokerProtocolError, BrokerRequestError
 from ._messages import PullStatus, PutMessage, PutReply
@@ -253,14 +253,8 @@ def pull_result(response: RemotingCommand) -> PullResult:
         header = PullMessageResponseHeader.from_fields(fields)
     except RemotingHeaderError as exc:
         raise BrokerProtocolError(f"pull answered {status.name}: {exc}") from exc
-    messages: list[MessageRecord] = []
-    body = memoryview(response.body)
-    pos = 0
     try:
-        while pos < len(body):
-            record = decode_record(body, pos)
-            messages.append(record)
-            pos += record.size
+        messages = decode_records(response.body)  # native when built
     except CorruptRecordError as exc:
         raise BrokerProtocolError(f"a pulled record is corrupt: {exc}") from exc
     return PullResult(

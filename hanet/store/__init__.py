@@ -6,6 +6,7 @@
   ``_store.py`` is a thin facade over the files; its module docstring describes the sync
   core / async durability split the HA layer relies on and where each part lives.
 - :class:`MessageRecord` with :func:`encode_record` / :func:`decode_record` /
+  :func:`decode_records` (a whole buffer, native when built) /
   :func:`scan_records`, :func:`offset_msg_id` and :func:`record_to_json`: the records.
 - :class:`CommitLogReader`: read-only walk over a ``commitlog/`` directory;
   :func:`compare_commit_logs`: what the command line prints and the demo and tests check.
@@ -33,6 +34,7 @@ from ._config import (
     StoreStatistics,
 )
 from ._damage import DamagedRange
+from ._decode import decode_records
 from ._dispatch import DispatchError
 from ._epoch import EPOCH_FILE, EpochEntry, EpochFile, EpochFileError, EpochHistory
 from ._errors import (
@@ -94,6 +96,7 @@ __all__ = [
     "StoreStatistics",
     "compare_commit_logs",
     "decode_record",
+    "decode_records",
     "encode_record",
     "offset_msg_id",
     "record_to_json",

@@ -99,6 +99,16 @@ class StoreReads:
         queue = self._queues.get((topic, queue_id))
         return [] if queue is None else queue.entries(queue_offset, count)
 
+    def consume_queue_view(
+        self, topic: str, queue_id: int, queue_offset: int, count: int
+    ) -> memoryview:
+        """As :meth:`consume_queue_entries`, the entries as stored (20 bytes each: big-endian
+        ``i64`` physical offset, ``i32`` size, ``i64`` tag hash) in a read-only view of the
+        mapped consume queue file (empty when not held); drop it soon (it keeps the file
+        mapped)."""
+        queue = self._queues.get((topic, queue_id))
+        return memoryview(b"") if queue is None else queue.entries_view(queue_offset, count)
+
     def get_message(self, topic: str, queue_id: int, queue_offset: int) -> MessageRecord | None:
         """The message at a queue offset, or None when the queue does not hold it.
 

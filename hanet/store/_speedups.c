@@ -408,6 +408,163 @@ static const char *crc32_problem(const unsigned char *buf, int64_t pos, int64_t 
     return NULL;
 }
 
+/* What scan_record() found of a valid record. */
+typedef struct {
+    int32_t total, queue_id, thash, topic_len;
+    int64_t queue_offset, store_ts, topic_start;
+} scanned_record;
+
+#define DETAIL_SIZE 200
+
+/* One step of scan(): validate the record at buf[pos:end] (limit: the end of its file, as
+ * scan's). Returns -1 when buf[pos:pos + f->total] is a valid record (f filled), else the stop
+ * reason, with detail (DETAIL_SIZE bytes) and *blank set as scan() reports them; *ok = 0 when
+ * memory ran out (decoding a non-ASCII TAGS value). Also what pull_gather() checks a record
+ * with. */
+#if defined(__GNUC__)
+__attribute__((always_inline)) /* scan()'s loop body: as fast as when it was written there */
+#endif
+static inline int scan_record(const unsigned char *buf, int64_t pos, int64_t end, int64_t limit,
+                       int64_t base, int check_crc, int check_offset, gil_state *gil, int *ok,
+                       scanned_record *f, char *detail, int64_t *blank) {
+    int64_t avail = end - pos;
+    if (avail < 8) {
+        if (pos >= end) return R_END;
+        strcpy(detail, "a partial record header");
+        return R_INCOMPLETE;
+    }
+    const unsigned char *r = buf + pos;
+    int32_t total = rd_i32(r);
+    uint32_t magic = rd_u32(r + 4);
+    if (magic == MAGIC_V1 || magic == MAGIC_V2) {
+        /* a message */
+    } else if (magic == BLANK_MAGIC) {
+        if (total < BLANK_RECORD_SIZE || (int64_t)total > limit - pos) {
+            snprintf(detail, DETAIL_SIZE, "blank record of bad size %d", (int)total);
+            return R_INVALID;
+        }
+        *blank = total;
+        return R_BLANK;
+    } else if (magic == 0 && total == 0) {
+        return R_UNWRITTEN;
+    } else {
+        snprintf(detail, DETAIL_SIZE, "unknown magic code 0x%08X", (unsigned)magic);
+        return R_INVALID;
+    }
+    if (total < MIN_RECORD_SIZE) {
+        snprintf(detail, DETAIL_SIZE, "total size %d is too small", (int)total);
+        return R_INVALID;
+    }
+    if ((int64_t)total > limit - pos) {
+        snprintf(detail, DETAIL_SIZE, "total size %d goes beyond the end of the file",
+                 (int)total);
+        return R_INVALID;
+    }
+    if ((int64_t)total > avail) {
+        snprintf(detail, DETAIL_SIZE, "a record of %d bytes is partial", (int)total);
+        return R_INCOMPLETE;
+    }
+    /* From here total >= 91 bytes of the record are in the buffer. */
+    int64_t rec_end = pos + total;
+    int32_t sys_flag = rd_i32(r + 36);
+    if (sys_flag & ~SYS_FLAG_KNOWN_BITS) {
+        snprintf(detail, DETAIL_SIZE, "sys flag 0x%X has bits no RocketMQ version defines",
+                 (unsigned)sys_flag);
+        return R_INVALID;
+    }
+    int born6 = (sys_flag & BORN_V6) ? 12 : 0;
+    int store6 = (sys_flag & STORE_V6) ? 12 : 0;
+    int64_t hsize = HEADER_V4 + born6 + store6;
+    if (hsize + 3 > total) {
+        snprintf(detail, DETAIL_SIZE, "total size %d is too small", (int)total);
+        return R_INVALID;
+    }
+    int64_t physical = rd_i64(r + 28);
+    if (check_offset && physical != base + pos) {
+        snprintf(detail, DETAIL_SIZE,
+                 "physical offset field %lld does not match the record's offset",
+                 (long long)physical);
+        return R_INVALID;
+    }
+    int32_t body_crc = rd_i32(r + 8);
+    int32_t queue_id = rd_i32(r + 12);
+    int64_t queue_offset = rd_i64(r + 20);
+    if (queue_id < 0) {
+        snprintf(detail, DETAIL_SIZE, "queue id %d is negative", (int)queue_id);
+        return R_INVALID;
+    }
+    if (queue_offset < 0) {
+        snprintf(detail, DETAIL_SIZE, "queue offset %lld is negative", (long long)queue_offset);
+        return R_INVALID;
+    }
+    int64_t store_ts = rd_i64(r + 56 + born6);
+    int32_t body_len = rd_i32(r + hsize - 4);
+    int64_t p = pos + hsize;
+    if (body_len < 0 || (int64_t)body_len > rec_end - p - 3) {
+        snprintf(detail, DETAIL_SIZE, "body length %d does not fit", (int)body_len);
+        return R_INVALID;
+    }
+    const unsigned char *body = buf + p;
+    p += body_len;
+    int32_t topic_len;
+    if (magic == MAGIC_V1) {
+        topic_len = buf[p];
+        p += 1;
+    } else {
+        topic_len = rd_i16(buf + p);
+        p += 2;
+    }
+    if (topic_len < 0 || p + topic_len + 2 > rec_end) {
+        snprintf(detail, DETAIL_SIZE, "topic length %d does not fit", (int)topic_len);
+        return R_INVALID;
+    }
+    if (!utf8_valid(buf + p, topic_len)) {
+        strcpy(detail, "topic is not UTF-8");
+        return R_INVALID;
+    }
+    int64_t topic_start = p;
+    p += topic_len;
+    int32_t props_len = rd_i16(buf + p);
+    p += 2;
+    if (props_len < 0 || p + props_len != rec_end) {
+        snprintf(detail, DETAIL_SIZE,
+                 "total size %d does not match its fields (properties length %d)", (int)total,
+                 (int)props_len);
+        return R_INVALID;
+    }
+    /* Properties never end in a zero byte (a writer ends them with a property's value or
+     * a separator): a tail zeroed by a lost write that took the whole-record CRC property
+     * with it would otherwise read as an unsealed record whose body CRC still matches. */
+    if (props_len > 0 && buf[rec_end - 1] == 0) {
+        strcpy(detail, ZERO_TAIL);
+        return R_INVALID;
+    }
+    /* The CRCs last. A matching whole-record CRC covers the body and BODYCRC too: the
+     * body is not read twice (a mismatch says which CRC fails). */
+    if (props_len >= CRC32_RESERVED_LEN && crc32_claimed(buf + rec_end - CRC32_RESERVED_LEN)) {
+        const char *problem = crc32_problem(buf, pos, rec_end, props_len, check_crc);
+        if (problem != NULL) {
+            if (check_crc &&
+                (int64_t)(body_crc32(body, (size_t)body_len) & 0x7FFFFFFFu) != (int64_t)body_crc)
+                problem = "body CRC mismatch";
+            strcpy(detail, problem);
+            return R_INVALID;
+        }
+    } else if (check_crc &&
+               (int64_t)(body_crc32(body, (size_t)body_len) & 0x7FFFFFFFu) != (int64_t)body_crc) {
+        strcpy(detail, "body CRC mismatch");
+        return R_INVALID;
+    }
+    f->thash = tags_hash(buf + p, props_len, gil, ok);
+    f->total = total;
+    f->queue_id = queue_id;
+    f->queue_offset = queue_offset;
+    f->store_ts = store_ts;
+    f->topic_start = topic_start;
+    f->topic_len = topic_len;
+    return -1;
+}
+
 #define PUT(type, value)                         \
     do {                                         \
         type v_ = (type)(value);                 \
@@ -457,7 +614,7 @@ static PyObject *scan(PyObject *Py_UNUSED(self), PyObject *args, PyObject *kwarg
 
     int reason = R_END;
     int64_t blank = 0;
-    char detail[200];
+    char detail[DETAIL_SIZE];
     detail[0] = '\0';
     int ok = 1;
     int64_t pos = start;
@@ -465,160 +622,17 @@ static PyObject *scan(PyObject *Py_UNUSED(self), PyObject *args, PyObject *kwarg
     if (end - pos > RELEASE_GIL_BYTES) gil.released = PyEval_SaveThread();
 
     for (;;) {
-        int64_t avail = end - pos;
-        if (avail < 8) {
-            if (pos >= end) {
-                reason = R_END;
-            } else {
-                reason = R_INCOMPLETE;
-                strcpy(detail, "a partial record header");
-            }
-            break;
-        }
-        const unsigned char *r = buf + pos;
-        int32_t total = rd_i32(r);
-        uint32_t magic = rd_u32(r + 4);
-        if (magic == MAGIC_V1 || magic == MAGIC_V2) {
-            /* a message */
-        } else if (magic == BLANK_MAGIC) {
-            if (total < BLANK_RECORD_SIZE || (int64_t)total > limit - pos) {
-                reason = R_INVALID;
-                snprintf(detail, sizeof detail, "blank record of bad size %d", (int)total);
-            } else {
-                reason = R_BLANK;
-                blank = total;
-            }
-            break;
-        } else if (magic == 0 && total == 0) {
-            reason = R_UNWRITTEN;
-            break;
-        } else {
-            reason = R_INVALID;
-            snprintf(detail, sizeof detail, "unknown magic code 0x%08X", (unsigned)magic);
-            break;
-        }
-        if (total < MIN_RECORD_SIZE) {
-            reason = R_INVALID;
-            snprintf(detail, sizeof detail, "total size %d is too small", (int)total);
-            break;
-        }
-        if ((int64_t)total > limit - pos) {
-            reason = R_INVALID;
-            snprintf(detail, sizeof detail, "total size %d goes beyond the end of the file",
-                     (int)total);
-            break;
-        }
-        if ((int64_t)total > avail) {
-            reason = R_INCOMPLETE;
-            snprintf(detail, sizeof detail, "a record of %d bytes is partial", (int)total);
-            break;
-        }
-        /* From here total >= 91 bytes of the record are in the buffer. */
-        int64_t rec_end = pos + total;
-        int32_t sys_flag = rd_i32(r + 36);
-        if (sys_flag & ~SYS_FLAG_KNOWN_BITS) {
-            reason = R_INVALID;
-            snprintf(detail, sizeof detail, "sys flag 0x%X has bits no RocketMQ version defines",
-                     (unsigned)sys_flag);
-            break;
-        }
-        int born6 = (sys_flag & BORN_V6) ? 12 : 0;
-        int store6 = (sys_flag & STORE_V6) ? 12 : 0;
-        int64_t hsize = HEADER_V4 + born6 + store6;
-        if (hsize + 3 > total) {
-            reason = R_INVALID;
-            snprintf(detail, sizeof detail, "total size %d is too small", (int)total);
-            break;
-        }
-        int64_t physical = rd_i64(r + 28);
-        if (check_offset && physical != base + pos) {
-            reason = R_INVALID;
-            snprintf(detail, sizeof detail,
-                     "physical offset field %lld does not match the record's offset",
-                     (long long)physical);
-            break;
-        }
-        int32_t body_crc = rd_i32(r + 8);
-        int32_t queue_id = rd_i32(r + 12);
-        int64_t queue_offset = rd_i64(r + 20);
-        if (queue_id < 0) {
-            reason = R_INVALID;
-            snprintf(detail, sizeof detail, "queue id %d is negative", (int)queue_id);
-            break;
-        }
-        if (queue_offset < 0) {
-            reason = R_INVALID;
-            snprintf(detail, sizeof detail, "queue offset %lld is negative",
-                     (long long)queue_offset);
-            break;
-        }
-        int64_t store_ts = rd_i64(r + 56 + born6);
-        int32_t body_len = rd_i32(r + hsize - 4);
-        int64_t p = pos + hsize;
-        if (body_len < 0 || (int64_t)body_len > rec_end - p - 3) {
-            reason = R_INVALID;
-            snprintf(detail, sizeof detail, "body length %d does not fit", (int)body_len);
-            break;
-        }
-        const unsigned char *body = buf + p;
-        p += body_len;
-        int32_t topic_len;
-        if (magic == MAGIC_V1) {
-            topic_len = buf[p];
-            p += 1;
-        } else {
-            topic_len = rd_i16(buf + p);
-            p += 2;
-        }
-        if (topic_len < 0 || p + topic_len + 2 > rec_end) {
-            reason = R_INVALID;
-            snprintf(detail, sizeof detail, "topic length %d does not fit", (int)topic_len);
-            break;
-        }
-        if (!utf8_valid(buf + p, topic_len)) {
-            reason = R_INVALID;
-            strcpy(detail, "topic is not UTF-8");
-            break;
-        }
-        int64_t topic_start = p;
-        p += topic_len;
-        int32_t props_len = rd_i16(buf + p);
-        p += 2;
-        if (props_len < 0 || p + props_len != rec_end) {
-            reason = R_INVALID;
-            snprintf(detail, sizeof detail,
-                     "total size %d does not match its fields (properties length %d)",
-                     (int)total, (int)props_len);
-            break;
-        }
-        /* Properties never end in a zero byte (a writer ends them with a property's value or
-         * a separator): a tail zeroed by a lost write that took the whole-record CRC property
-         * with it would otherwise read as an unsealed record whose body CRC still matches. */
-        if (props_len > 0 && buf[rec_end - 1] == 0) {
-            reason = R_INVALID;
-            strcpy(detail, ZERO_TAIL);
-            break;
-        }
-        /* The CRCs last. A matching whole-record CRC covers the body and BODYCRC too: the
-         * body is not read twice (a mismatch says which CRC fails). */
-        if (props_len >= CRC32_RESERVED_LEN && crc32_claimed(buf + rec_end - CRC32_RESERVED_LEN)) {
-            const char *problem = crc32_problem(buf, pos, rec_end, props_len, check_crc);
-            if (problem != NULL) {
-                if (check_crc &&
-                    (int64_t)(body_crc32(body, (size_t)body_len) & 0x7FFFFFFFu) != (int64_t)body_crc)
-                    problem = "body CRC mismatch";
-                reason = R_INVALID;
-                strcpy(detail, problem);
-                break;
-            }
-        } else if (check_crc &&
-                   (int64_t)(body_crc32(body, (size_t)body_len) & 0x7FFFFFFFu) != (int64_t)body_crc) {
-            reason = R_INVALID;
-            strcpy(detail, "body CRC mismatch");
-            break;
-        }
-        int32_t thash = tags_hash(buf + p, props_len, &gil, &ok);
+        scanned_record f;
+        int step = scan_record(buf, pos, end, limit, base, check_crc, check_offset, &gil, &ok, &f,
+                               detail, &blank);
         if (!ok) break;
+        if (step >= 0) {
+            reason = step;
+            break;
+        }
+        int64_t rec_end = pos + f.total;
+        int64_t topic_start = f.topic_start;
+        int32_t topic_len = f.topic_len;
         int32_t tid = last_topic;
         if (topic_len != last_len ||
             memcmp(buf + last_start, buf + topic_start, (size_t)topic_len) != 0) {
@@ -637,11 +651,11 @@ static PyObject *scan(PyObject *Py_UNUSED(self), PyObject *args, PyObject *kwarg
         }
         unsigned char *row = rows.data + rows.len;
         PUT(int64_t, base + pos);
-        PUT(int32_t, total);
-        PUT(int32_t, queue_id);
-        PUT(int64_t, queue_offset);
-        PUT(int32_t, thash);
-        PUT(int64_t, store_ts);
+        PUT(int32_t, f.total);
+        PUT(int32_t, f.queue_id);
+        PUT(int64_t, f.queue_offset);
+        PUT(int32_t, f.thash);
+        PUT(int64_t, f.store_ts);
         PUT(int64_t, topic_start);
         PUT(int32_t, topic_len);
         PUT(int32_t, tid);
@@ -1246,6 +1260,312 @@ static PyObject *java_hash(PyObject *self, PyObject *text) {
     return Py_BuildValue("(kn)", (unsigned long)h, units);
 }
 
+/* ---- pull_gather(): a PULL_MESSAGE's records, one call per consume queue file ----
+ *
+ *     pull_gather(entries, log, log_base, floor, tags, budget, taken, topic, queue_id,
+ *                 queue_offset, damaged) -> (stop, used, count, pulled_end, budget, body)
+ *
+ * Walks the consume queue entries (20 bytes each, big-endian i64 physical offset, i32 size,
+ * i64 tag hash; entries[0] is queue offset queue_offset) as hanet.broker._pull's reference loop
+ * does, for the records inside log (the commit log bytes from physical offset log_base):
+ * an entry is skipped when blank (size 0x7FFFFFFF), when tags (None, or a collection of tag
+ * hashes) lacks its hash or when it points below floor; a record goes into the answer when it
+ * is exactly the valid record its entry names (scan_record() with the body CRC and the
+ * physical offset checked, then its queue id, queue offset, tag hash and topic), while it
+ * fits in budget (the first of the pull, taken == 0, always goes). damaged: None, or packed
+ * native int64 (start, end) pairs of damaged commit log ranges.
+ *
+ * stop: 0 every entry used; 1 the budget is full at entry `used` (not used); 2 entry `used`
+ * needs the reference path (a record that fails a check, a size <= 0, a damaged store's
+ * entry that is blank or points into a damaged range): it raises the exact error, or serves
+ * it; 3 the record of entry `used` is not inside log: read the log there and call again.
+ * used: entries used; count: records gathered; pulled_end: the end of the last (-1 when
+ * none); budget: what is left; body: the gathered records, joined (the answer's body).
+ * Every read is bounds checked against the buffers: an entry is data from disk. */
+
+#define PULL_DONE 0
+#define PULL_FULL 1
+#define PULL_STEP 2
+#define PULL_MOVE 3
+#define CQ_BLANK 0x7FFFFFFF
+
+static int int64_order(const void *a, const void *b) {
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* The tag hashes of tags (a collection of ints) into *out, sorted; -1 on error. */
+static Py_ssize_t pull_tags(PyObject *tags, int64_t **out) {
+    PyObject *seq = PySequence_Fast(tags, "tags must be a collection of ints");
+    if (seq == NULL) return -1;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    int64_t *values = PyMem_Malloc((size_t)(n ? n : 1) * sizeof(int64_t));
+    if (values == NULL) {
+        Py_DECREF(seq);
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        long long v = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(seq, i));
+        if (v == -1 && PyErr_Occurred()) {
+            PyMem_Free(values);
+            Py_DECREF(seq);
+            return -1;
+        }
+        values[i] = v;
+    }
+    Py_DECREF(seq);
+    qsort(values, (size_t)n, sizeof(int64_t), int64_order);
+    *out = values;
+    return n;
+}
+
+static inline int pull_tag_wanted(const int64_t *tags, Py_ssize_t n, int64_t hash) {
+    Py_ssize_t lo = 0, hi = n;
+    while (lo < hi) {
+        Py_ssize_t mid = lo + (hi - lo) / 2;
+        if (tags[mid] < hash) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo < n && tags[lo] == hash;
+}
+
+static PyObject *pull_gather(PyObject *Py_UNUSED(self), PyObject *args) {
+    Py_buffer entries, log, topic, damaged = {0};
+    long long log_base, floor, budget, queue_offset;
+    Py_ssize_t taken;
+    int queue_id;
+    PyObject *tags_obj, *damaged_obj;
+    if (!PyArg_ParseTuple(args, "y*y*LLOLny*iLO:pull_gather", &entries, &log, &log_base, &floor,
+                          &tags_obj, &budget, &taken, &topic, &queue_id, &queue_offset,
+                          &damaged_obj))
+        return NULL;
+    PyObject *result = NULL;
+    int64_t *tags = NULL;
+    Py_ssize_t ntags = -1; /* -1: every tag */
+    int64_t *spans = NULL;
+    int have_damaged = 0;
+    int ok = 1;
+    if (entries.len % CQ_ENTRY) {
+        PyErr_SetString(PyExc_ValueError, "entries: not a whole number of consume queue entries");
+        goto done;
+    }
+    if (log_base < 0 || queue_offset < 0 || taken < 0 ||
+        queue_offset > INT64_MAX - entries.len / CQ_ENTRY) {
+        PyErr_SetString(PyExc_ValueError, "log_base, queue_offset and taken must be >= 0");
+        goto done;
+    }
+    if (damaged_obj != Py_None) {
+        if (PyObject_GetBuffer(damaged_obj, &damaged, PyBUF_SIMPLE) < 0) goto done;
+        have_damaged = 1;
+        if (damaged.len % 16) {
+            PyErr_SetString(PyExc_ValueError, "damaged: not a whole number of int64 pairs");
+            goto done;
+        }
+    }
+    if (tags_obj != Py_None && (ntags = pull_tags(tags_obj, &tags)) < 0) goto done;
+    Py_ssize_t n = entries.len / CQ_ENTRY;
+    if (n > 0 && (spans = PyMem_Malloc((size_t)n * 2 * sizeof(int64_t))) == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    const unsigned char *cq = entries.buf;
+    const unsigned char *buf = log.buf;
+    const int64_t log_len = log.len;
+    const int64_t *ranges = damaged.buf;
+    const Py_ssize_t nranges = have_damaged ? damaged.len / 16 : 0;
+    int64_t pulled_end = -1;
+    int64_t total_bytes = 0;
+    Py_ssize_t count = 0, i = 0;
+    int stop = PULL_DONE;
+    gil_state gil = {NULL};
+    char detail[DETAIL_SIZE];
+    int64_t blank = 0;
+    for (; i < n; i++) {
+        const unsigned char *e = cq + i * CQ_ENTRY;
+        int64_t physical = rd_i64(e);
+        int32_t size = rd_i32(e + 8);
+        int64_t hash = rd_i64(e + 12);
+        if (have_damaged) {
+            if (size == CQ_BLANK || physical > INT64_MAX - CQ_BLANK) {
+                stop = PULL_STEP; /* a gap: the reference looks around it */
+                break;
+            }
+            int64_t end = physical + (size > 1 ? size : 1);
+            int hit = 0;
+            for (Py_ssize_t k = 0; k < nranges && !hit; k++)
+                hit = physical < ranges[2 * k + 1] && ranges[2 * k] < end;
+            if (hit) {
+                stop = PULL_STEP;
+                break;
+            }
+        }
+        if (size == CQ_BLANK || (ntags >= 0 && !pull_tag_wanted(tags, ntags, hash)) ||
+            physical < floor)
+            continue;
+        if ((taken || count) && (int64_t)size > budget) {
+            stop = PULL_FULL;
+            break;
+        }
+        if (size <= 0) {
+            stop = PULL_STEP;
+            break;
+        }
+        if (physical < log_base || physical - log_base > log_len - size) {
+            stop = PULL_MOVE;
+            break;
+        }
+        int64_t at = physical - log_base;
+        scanned_record f;
+        int step = scan_record(buf, at, at + size, at + size, log_base, 1, 1, &gil, &ok, &f,
+                               detail, &blank);
+        if (!ok) goto done;
+        if (step >= 0 || f.total != size || f.queue_id != queue_id ||
+            f.queue_offset != queue_offset + i || (int64_t)f.thash != hash ||
+            f.topic_len != topic.len ||
+            memcmp(buf + f.topic_start, topic.buf, (size_t)topic.len) != 0) {
+            stop = PULL_STEP;
+            break;
+        }
+        spans[2 * count] = at;
+        spans[2 * count + 1] = size;
+        count++;
+        total_bytes += size;
+        budget -= size;
+        pulled_end = physical + size;
+    }
+    PyObject *body = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)total_bytes);
+    if (body == NULL) goto done;
+    char *out = PyBytes_AS_STRING(body);
+    for (Py_ssize_t k = 0; k < count; k++) {
+        memcpy(out, buf + spans[2 * k], (size_t)spans[2 * k + 1]);
+        out += spans[2 * k + 1];
+    }
+    result = Py_BuildValue("(innLLN)", stop, i, count, (long long)pulled_end, budget, body);
+done:
+    if (!ok && !PyErr_Occurred()) PyErr_NoMemory();
+    PyMem_Free(spans);
+    PyMem_Free(tags);
+    if (have_damaged) PyBuffer_Release(&damaged);
+    PyBuffer_Release(&entries);
+    PyBuffer_Release(&log);
+    PyBuffer_Release(&topic);
+    return result;
+}
+
+/* ---- end of pull_gather() ---- */
+
+/* ---- decode_records(): the records of a pull answer's body as MessageRecord tuples ----
+ *
+ *     decode_records(buf, start, cls) -> (records, position)
+ *
+ * Decodes the records of buf from start, each checked by scan_record() (body CRC and the
+ * whole-record CRC property checked, the physical offset not), into instances of cls (a tuple
+ * subclass of 19 fields: hanet.store.MessageRecord), as hanet.store.decode_record does one by
+ * one (the reference; its RecordScanner builds the same tuple). Stops at the buffer's end or at
+ * the first thing that is not a valid record: position is where (the caller decodes that one
+ * with the reference, which raises its exact error). Every read is bounds checked. */
+
+#define RECORD_FIELDS 19
+
+static PyObject *decode_records(PyObject *Py_UNUSED(self), PyObject *args) {
+    Py_buffer view;
+    Py_ssize_t start;
+    PyTypeObject *cls;
+    if (!PyArg_ParseTuple(args, "y*nO!:decode_records", &view, &start, &PyType_Type, &cls))
+        return NULL;
+    PyObject *records = NULL, *topic = NULL, *result = NULL;
+    if (!PyType_IsSubtype(cls, &PyTuple_Type)) {
+        PyErr_SetString(PyExc_TypeError, "decode_records: cls must be a tuple subclass");
+        goto done;
+    }
+    if (start < 0) {
+        PyErr_SetString(PyExc_ValueError, "start must not be negative");
+        goto done;
+    }
+    records = PyList_New(0);
+    if (records == NULL) goto done;
+    const unsigned char *buf = view.buf;
+    const int64_t n = view.len;
+    int64_t pos = start;
+    int64_t topic_start = 0;
+    int32_t topic_len = -1;
+    gil_state gil = {NULL};
+    int ok = 1;
+    char detail[DETAIL_SIZE];
+    int64_t blank = 0;
+    while (pos < n) {
+        scanned_record f;
+        int step = scan_record(buf, pos, n, n, 0, 1, 0, &gil, &ok, &f, detail, &blank);
+        if (!ok) goto fail;
+        if (step >= 0) break;
+        /* scan_record() checked every length below against the record's end. */
+        const unsigned char *r = buf + pos;
+        int32_t sys_flag = rd_i32(r + 36);
+        int born = (sys_flag & BORN_V6) ? 16 : 4;
+        int store = (sys_flag & STORE_V6) ? 16 : 4;
+        const unsigned char *s = r + 48 + born + 4; /* the store timestamp */
+        int64_t hsize = HEADER_V4 + (born - 4) + (store - 4);
+        int32_t body_len = rd_i32(r + hsize - 4);
+        int64_t props_start = f.topic_start + f.topic_len + 2;
+        if (f.topic_len != topic_len ||
+            memcmp(buf + topic_start, buf + f.topic_start, (size_t)f.topic_len) != 0) {
+            Py_XSETREF(topic, PyUnicode_DecodeUTF8((const char *)buf + f.topic_start,
+                                                   f.topic_len, "strict"));
+            if (topic == NULL) goto fail;
+            topic_start = f.topic_start;
+            topic_len = f.topic_len;
+        }
+        PyObject *record = cls->tp_alloc(cls, RECORD_FIELDS);
+        if (record == NULL) goto fail;
+        PyObject *items[RECORD_FIELDS] = {
+            PyLong_FromLong(f.total),
+            PyLong_FromUnsignedLong(rd_u32(r + 4)),
+            PyLong_FromLong(rd_i32(r + 8)),
+            PyLong_FromLong(f.queue_id),
+            PyLong_FromLong(rd_i32(r + 16)),
+            PyLong_FromLongLong(f.queue_offset),
+            PyLong_FromLongLong(rd_i64(r + 28)),
+            PyLong_FromLong(sys_flag),
+            PyLong_FromLongLong(rd_i64(r + 40)),
+            PyBytes_FromStringAndSize((const char *)r + 48, born),
+            PyLong_FromLong(rd_i32(r + 48 + born)),
+            PyLong_FromLongLong(rd_i64(s)),
+            PyBytes_FromStringAndSize((const char *)s + 8, store),
+            PyLong_FromLong(rd_i32(s + 8 + store)),
+            PyLong_FromLong(rd_i32(s + 12 + store)),
+            PyLong_FromLongLong(rd_i64(s + 16 + store)),
+            PyBytes_FromStringAndSize((const char *)r + hsize, body_len),
+            topic,
+            PyBytes_FromStringAndSize((const char *)buf + props_start,
+                                      (Py_ssize_t)(pos + f.total - props_start)),
+        };
+        Py_INCREF(topic);
+        int failed = 0;
+        for (int k = 0; k < RECORD_FIELDS; k++) {
+            if (items[k] == NULL) failed = 1;
+            PyTuple_SET_ITEM(record, k, items[k]); /* NULL items are skipped by dealloc */
+        }
+        if (failed || PyList_Append(records, record) < 0) {
+            Py_DECREF(record);
+            goto fail;
+        }
+        Py_DECREF(record);
+        pos += f.total;
+    }
+    result = Py_BuildValue("(OL)", records, (long long)pos);
+    goto done;
+fail:
+    if (!PyErr_Occurred()) PyErr_NoMemory();
+done:
+    Py_XDECREF(records);
+    Py_XDECREF(topic);
+    PyBuffer_Release(&view);
+    return result;
+}
+
+/* ---- end of decode_records() ---- */
+
 static PyMethodDef methods[] = {
     {"scan", (PyCFunction)(void (*)(void))scan, METH_VARARGS | METH_KEYWORDS,
      "scan(buf, start=0, end=None, base_offset=0, limit=None, check_crc=True, "
@@ -1270,6 +1590,16 @@ static PyMethodDef methods[] = {
      "java_hash(text)\n--\n\n"
      "Java's String.hashCode of text (unsigned 32-bit) and its length in UTF-16 units; see "
      "hanet.store._index_keys.java_hash_py."},
+    /* pull_gather(): the pull block above */
+    {"pull_gather", (PyCFunction)pull_gather, METH_VARARGS,
+     "pull_gather(entries, log, log_base, floor, tags, budget, taken, topic, queue_id, "
+     "queue_offset, damaged)\n--\n\n"
+     "A pull's records from one consume queue file's entries; see hanet.broker._pull."},
+    /* decode_records(): the pull answer block above */
+    {"decode_records", (PyCFunction)decode_records, METH_VARARGS,
+     "decode_records(buf, start, cls)\n--\n\n"
+     "The valid records of buf from start as cls tuples, and where they stop; see "
+     "hanet.store._decode."},
     {NULL, NULL, 0, NULL},
 };
 

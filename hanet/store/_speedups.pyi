@@ -3,6 +3,8 @@
 from collections.abc import Sequence
 from mmap import mmap
 
+from ._codec import MessageRecord
+
 ROW_SIZE: int
 CLMUL_CRC: int  # 1 when body CRCs use carry-less multiplication (HANET_NO_CLMUL=1: zlib)
 
@@ -27,3 +29,20 @@ def group_entries(
 ) -> list[tuple[int, int, int, int, int, int, bytes, int]]: ...
 def seal(buf: mmap | bytearray | memoryview, pos: int, size: int) -> None: ...
 def populate(buf: mmap | bytearray | memoryview) -> None: ...
+def pull_gather(
+    entries: bytes | memoryview,
+    log: bytes | memoryview,
+    log_base: int,
+    floor: int,
+    tags: frozenset[int] | None,
+    budget: int,
+    taken: int,
+    topic: bytes,
+    queue_id: int,
+    queue_offset: int,
+    damaged: bytes | None,
+    /,
+) -> tuple[int, int, int, int, int, bytes]: ...
+def decode_records(
+    buf: bytes | memoryview, start: int, cls: type[MessageRecord], /
+) -> tuple[list[MessageRecord], int]: ...

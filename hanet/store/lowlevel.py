@@ -16,6 +16,8 @@ tests and benchmarks build on, below :mod:`hanet.store`'s surface.
   (``_index_file.py``), :class:`DamageLedger` (``_damage.py``), the store's files
   (``_store_files.py``), the epoch file's format and :func:`find_consistent_point`
   (``_epoch.py``), retention planning (``_retention.py``).
+- :data:`native_pull_gather`: a pull's records from a consume queue file in one native call
+  (``_gather.py``; the broker's ``serve_pull`` loop is its reference and fallback).
 """
 
 from ._codec import (
@@ -51,7 +53,18 @@ from ._codec import (
 )
 from ._consume_queue import CQ_BLANK_SIZE, CQ_ENTRY_SIZE, ConsumeQueue
 from ._damage import DAMAGE_FILE, DamageLedger, next_valid_record
+from ._decode import NATIVE_DECODE, native_decode_records
 from ._epoch import find_consistent_point, format_epoch_file, parse_epoch_file
+from ._gather import (
+    NATIVE_PULL,
+    PULL_DONE,
+    PULL_FULL,
+    PULL_MOVE,
+    PULL_STEP,
+    PullGather,
+    native_pull_gather,
+    pack_damaged,
+)
 from ._index import FIXED_COLUMNS as INDEX_FIXED_COLUMNS
 from ._index import (
     NATIVE_SCANNER,
@@ -122,7 +135,13 @@ __all__ = [
     "MAX_TOPIC_SIZE",
     "MAX_TOPIC_SIZE_V1",
     "MIN_RECORD_SIZE",
+    "NATIVE_DECODE",
+    "NATIVE_PULL",
     "NATIVE_SCANNER",
+    "PULL_DONE",
+    "PULL_FULL",
+    "PULL_MOVE",
+    "PULL_STEP",
     "STORE_HOST_V6_FLAG",
     "SYS_FLAG_KNOWN_BITS",
     "CommitLogFile",
@@ -137,6 +156,7 @@ __all__ = [
     "IndexService",
     "MappedFile",
     "MappedFileQueue",
+    "PullGather",
     "RecordScanner",
     "RetentionPlan",
     "StopJudgement",
@@ -161,10 +181,13 @@ __all__ = [
     "judge_stop",
     "list_mapped_files",
     "native_columns",
+    "native_decode_records",
     "native_index_group_entries",
+    "native_pull_gather",
     "native_scan",
     "next_valid_record",
     "pack_blank_into",
+    "pack_damaged",
     "pack_record_into",
     "parse_delete_when",
     "parse_epoch_file",
