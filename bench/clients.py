@@ -330,28 +330,32 @@ async def raw_drain(address: tuple[str, int], queues: int) -> dict[str, Any]:
             if not data:
                 raise RuntimeError("the broker closed the drain's connection")
             buffer += data
-            while len(buffer) >= 8:
-                length, mark = _FRAME_HEAD.unpack_from(buffer)
-                if len(buffer) < 4 + length:
+            start = 0  # the frames of this read are cut at offsets, the buffer once after them
+            next_pulls: list[int] = []
+            while len(buffer) - start >= 8:
+                length, mark = _FRAME_HEAD.unpack_from(buffer, start)
+                if len(buffer) - start < 4 + length:
                     break
                 header_len = mark & 0xFFFFFF
-                header = json.loads(bytes(buffer[8 : 8 + header_len]))
-                body = memoryview(buffer)[8 + header_len : 4 + length]
+                header = json.loads(bytes(buffer[start + 8 : start + 8 + header_len]))
+                end = start + 4 + length
                 ident = header["opaque"]
                 latencies.append(time.perf_counter() - sent_at.pop(ident))
                 queue_id = owner.pop(ident)
                 if header["code"] != 0:
                     raise RuntimeError(f"queue {queue_id}: pull answered {header}")
-                pos = 0
-                while pos < len(body):  # each record starts with its total size
-                    (size,) = _RECORD_SIZE.unpack_from(body, pos)
+                pos = start + 8 + header_len
+                while pos < end:  # each record starts with its total size
+                    (size,) = _RECORD_SIZE.unpack_from(buffer, pos)
                     pos += size
                     count += 1
-                body.release()
                 offsets[queue_id] = int(header["extFields"]["nextBeginOffset"])
-                del buffer[: 4 + length]
+                start = end
                 if offsets[queue_id] < ends[queue_id]:
-                    await pull(queue_id)
+                    next_pulls.append(queue_id)
+            del buffer[:start]
+            for queue_id in next_pulls:
+                await pull(queue_id)
     seconds = time.perf_counter() - started
     latencies.sort()
     n = len(latencies)
