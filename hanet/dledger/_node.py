@@ -145,6 +145,9 @@ log = logging.getLogger("hanet.dledger")
 _INBOX = 10_000
 _BATCH = 1024
 """Inputs the loop takes together: the puts among them are appended in one round."""
+_FOLLOWER_LAG = 16_384
+"""Applied entries a leader keeps in memory for a follower behind the quorum; one further
+behind is sent entries read back from the log."""
 
 
 @attrs.define
@@ -738,7 +741,9 @@ class DLedgerNode:
         messages went."""
         view = self._view
         assert view is not None
-        for index, placed in view.apply(commit_index, self._by_index).items():
+        placements = view.apply(commit_index, self._by_index)
+        self._release_bodies(view.applied)
+        for index, placed in placements.items():
             self._by_index[index].applied = PutOutcome(
                 AppendStatus.SUCCESS,
                 wrote_offset=placed.wrote_offset,
@@ -748,6 +753,17 @@ class DLedgerNode:
                 store_timestamp=placed.store_timestamp,
                 msg_id=placed.msg_id,
             )
+
+    def _release_bodies(self, applied: int) -> None:
+        """Forget the kept bodies of applied entries that every follower keeping up (within
+        :data:`_FOLLOWER_LAG`) acknowledged: a leader's appends to the follower one ack behind
+        the quorum are made from memory, not read back from the log entry by entry."""
+        raft = self._raft
+        upto = applied
+        if raft is not None and raft.role is Role.LEADER and raft.peers:
+            slowest = min(raft.match_index(peer) for peer in raft.peers)
+            upto = min(applied, max(slowest, applied - _FOLLOWER_LAG))
+        self._bodies.release_through(upto)
 
 
 def _now_ms() -> int:
