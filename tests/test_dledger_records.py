@@ -1,5 +1,6 @@
 """The leader's records and the view's re-stamping, packed and read at fixed places: the same
-bytes and fields as the store's own record codec (the reference), for any message."""
+bytes and fields as the store's own record codec (the reference), for any message; the wire
+check of an appended record, native scan or Python, refuses what the reference refuses."""
 
 from __future__ import annotations
 
@@ -7,11 +8,21 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hanet.dledger import ENTRY_HEADER_SIZE, put_records
+from hanet.dledger import (
+    ENTRY_HEADER_SIZE,
+    AppendRequest,
+    Envelope,
+    LogEntry,
+    decode_envelope,
+    encode_envelope,
+    put_records,
+)
+from hanet.dledger import _codec as codec
 from hanet.dledger._records import put_record
 from hanet.dledger._stamp import record_place, stamp_into
-from hanet.store import Message, decode_record, encode_record
-from hanet.store.lowlevel import SYS_FLAG_KNOWN_BITS
+from hanet.handlers import CorruptedFrameError
+from hanet.store import CorruptRecordError, Message, decode_record, encode_record
+from hanet.store.lowlevel import SYS_FLAG_KNOWN_BITS, native_scan, scan_index_py
 
 hosts = st.one_of(st.binary(min_size=4, max_size=4), st.binary(min_size=16, max_size=16))
 messages = st.builds(
@@ -91,3 +102,52 @@ def test_a_born_host_of_another_length_is_refused_as_the_reference_does() -> Non
         put_records([message], 0, _place, (b"\1\2\3\4", 1), lambda: 1)
     with pytest.raises(ValueError):
         encode_record(put_record(message, (b"\1\2\3\4", 1), 1))
+
+
+def _append_frame(body: bytes) -> bytes:
+    entry = LogEntry(1, 1, body)
+    request = AppendRequest(1, "a", 0, 0, (entry,), 0)
+    return bytes(encode_envelope(Envelope("a", "b", request)))
+
+
+def _outcome(frame: bytes) -> str:
+    try:
+        decode_envelope(frame)
+    except CorruptedFrameError as exc:
+        return str(exc)
+    return "accepted"
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    messages,
+    st.lists(st.tuples(st.integers(0, 10_000), st.integers(0, 255)), max_size=3),
+    st.integers(-8, 8),
+)
+def test_the_wire_check_of_appended_records_is_the_same_native_and_in_python(
+    message: Message, flips: list[tuple[int, int]], resize: int
+) -> None:
+    (raw,) = put_records([message], 0, _place, (b"\1\2\3\4", 1), lambda: 1)
+    body = bytearray(raw)
+    for at, value in flips:
+        body[at % len(body)] = value
+    body = body[: len(body) + resize] if resize < 0 else body + bytes(resize)
+    frame = _append_frame(bytes(body) or b"\0")
+    outcomes = []
+    for scan in (scan_index_py, native_scan):
+        if scan is None:
+            continue  # the extension is not built: the Python path alone
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(codec, "scan_index", scan)
+            outcomes.append(_outcome(frame))
+    reference = "accepted"
+    try:
+        record = decode_record(bytes(body))
+        if record.size != len(body):
+            reference = "holds a record"
+    except CorruptRecordError:
+        reference = "is not a record"
+    assert len(set(outcomes)) == 1
+    assert reference in outcomes[0]
+    if not flips and not resize:
+        assert outcomes[0] == "accepted"
