@@ -63,8 +63,8 @@ from ._entry import (
     IndexEntry,
     decode_entry,
     encode_blank,
-    encode_entry,
     encode_index_entry,
+    pack_entry,
 )
 from ._errors import DLedgerError, EntryFormatError
 from ._log import LogEntry
@@ -451,9 +451,7 @@ class FileLog:
                 if run:
                     self._data.write(run_start, run)
                 run_start, run = pos, bytearray()
-            dindex = entry.index - 1
-            run += encode_entry(DLedgerEntry(dindex, entry.term, entry.body, pos=pos))
-            index_run += encode_index_entry(IndexEntry(pos, length, dindex, entry.term))
+            pack_entry(run, index_run, entry.index - 1, entry.term, pos, entry.body)
             self._terms.append(entry.term)
             self._positions.append(pos)
             self._sizes.append(length)
