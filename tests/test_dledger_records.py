@@ -20,6 +20,7 @@ from hanet.dledger import (
 from hanet.dledger import _codec as codec
 from hanet.dledger._records import put_record
 from hanet.dledger._stamp import record_place, stamp_into
+from hanet.dledger._view import Bodies
 from hanet.handlers import CorruptedFrameError
 from hanet.store import CorruptRecordError, Message, decode_record, encode_record
 from hanet.store.lowlevel import SYS_FLAG_KNOWN_BITS, native_scan, scan_index_py
@@ -151,3 +152,18 @@ def test_the_wire_check_of_appended_records_is_the_same_native_and_in_python(
     assert reference in outcomes[0]
     if not flips and not resize:
         assert outcomes[0] == "accepted"
+
+
+def test_kept_bodies_stay_until_released_and_the_released_are_not_kept_again() -> None:
+    bodies = Bodies()
+    for index in range(1, 6):
+        bodies.keep(index, 1, b"x" * index)
+    bodies.release_through(3)
+    assert [bodies.get(i) is not None for i in range(1, 6)] == [False] * 3 + [True] * 2
+    assert bodies.bytes == 4 + 5 and bodies.released == 3
+    bodies.keep(2, 1, b"again")  # applied already: nobody needs it from here
+    assert bodies.get(2) is None
+    bodies.release_through(2)  # never backwards
+    assert bodies.released == 3
+    bodies.release_through(10**9)  # far ahead: by what is kept, not index by index
+    assert len(bodies) == 0 and bodies.bytes == 0 and not bodies.crowded

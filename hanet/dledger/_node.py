@@ -713,8 +713,10 @@ class DLedgerNode:
         self, request: _Put, status: AppendStatus, index: int, leader: str | None
     ) -> PutOutcome:
         if status is AppendStatus.SUCCESS:
-            if request.applied is not None:
-                return attrs.evolve(request.applied, index=index)
+            applied = request.applied
+            if applied is not None:
+                # made by _apply with the same index: the entry's place in the view
+                return applied if applied.index == index else attrs.evolve(applied, index=index)
             return PutOutcome(status, index=index)
         if status is AppendStatus.NOT_LEADER:
             return PutOutcome(
@@ -746,6 +748,7 @@ class DLedgerNode:
         for index, placed in placements.items():
             self._by_index[index].applied = PutOutcome(
                 AppendStatus.SUCCESS,
+                index=index,
                 wrote_offset=placed.wrote_offset,
                 wrote_size=placed.wrote_size,
                 queue_id=placed.queue_id,
@@ -756,11 +759,17 @@ class DLedgerNode:
 
     def _release_bodies(self, applied: int) -> None:
         """Forget the kept bodies of applied entries that every follower keeping up (within
-        :data:`_FOLLOWER_LAG`) acknowledged: a leader's appends to the follower one ack behind
-        the quorum are made from memory, not read back from the log entry by entry."""
+        :data:`_FOLLOWER_LAG`, and while they take at most half the byte budget) acknowledged:
+        a leader's appends to the follower one ack behind the quorum are made from memory, not
+        read back from the log entry by entry."""
         raft = self._raft
         upto = applied
-        if raft is not None and raft.role is Role.LEADER and raft.peers:
+        if (
+            raft is not None
+            and raft.role is Role.LEADER
+            and raft.peers
+            and not self._bodies.crowded
+        ):
             slowest = min(raft.match_index(peer) for peer in raft.peers)
             upto = min(applied, max(slowest, applied - _FOLLOWER_LAG))
         self._bodies.release_through(upto)

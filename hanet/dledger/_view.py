@@ -81,6 +81,12 @@ class Bodies:
             self.bytes -= len(old[1])
         return old
 
+    @property
+    def crowded(self) -> bool:
+        """Over half the byte budget is kept: keep nothing applied for a lagging follower
+        (the entries appended next must fit, or they are read back when applied)."""
+        return self.bytes > _MAX_BODY_BYTES // 2
+
     def release_through(self, index: int) -> None:
         """Forget the entries up to ``index`` (applied, and no follower that keeps up lacks
         them)."""
