@@ -261,6 +261,12 @@ class DLedgerNode:
         return self._raft is not None and self._raft.role is Role.LEADER
 
     @property
+    def queue_version(self) -> int:
+        """Changes when the commit log view gets a queue it had not applied to since it was
+        opened (0 while not running): the store's queue list needs no reading otherwise."""
+        return self._view.queue_version if self._view is not None else 0
+
+    @property
     def applied_index(self) -> int:
         return self._view.applied if self._view is not None else 0
 

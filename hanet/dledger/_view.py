@@ -139,6 +139,10 @@ class CommitLogView:
         self.applied = 0
         self.saved = (-1, -1)
         self.saved_error: str | None = None
+        self.queue_version = 0
+        """Bumped when an apply reaches a (topic, queue id) this view had not applied to
+        since it was opened: readers of the store's queue list refresh only then."""
+        self._keys: set[tuple[str, int]] = set()
 
     def load(self) -> None:
         """Read ``applied`` and make the view match it: a view past it is cut back there;
@@ -236,6 +240,9 @@ class CommitLogView:
             queue_offset = queues.get(key)
             if queue_offset is None:
                 queue_offset = store.max_queue_offset(*key)
+                if key not in self._keys:
+                    self._keys.add(key)
+                    self.queue_version += 1
             queues[key] = queue_offset + 1
             at = len(buf)
             buf += body
