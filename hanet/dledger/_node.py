@@ -117,6 +117,7 @@ from ._config import (
 from ._errors import NodeNotRunningError
 from ._filelog import FileLog
 from ._messages import (
+    AppendResponse,
     AppendStatus,
     Envelope,
     HardState,
@@ -647,7 +648,7 @@ class DLedgerNode:
 
     def _send_held(self, held: _Held) -> None:
         touched = set()
-        for envelope in held.messages:
+        for envelope in coalesce_acks(held.messages):
             client = self._clients.get(envelope.target)
             channel = client.channel if client is not None else None
             if channel is None or not channel.is_open or not channel.is_writable:
@@ -779,6 +780,35 @@ class DLedgerNode:
             slowest = min(raft.match_index(peer) for peer in raft.peers)
             upto = min(applied, max(slowest, applied - _FOLLOWER_LAG))
         self._bodies.release_through(upto)
+
+
+def coalesce_acks(messages: list[Envelope]) -> list[Envelope]:
+    """``messages`` with a follower's acknowledgements batched: when everything a batch says
+    to one member is successful APPEND_OKs of one term, only the one with the highest match
+    index goes (it covers every index up to it: the leader drops the appends in flight it
+    covers and hears from the follower all the same). Anything else is left as it is."""
+    kept: dict[str, int] = {}  # target -> position of its best acknowledgement so far
+    mixed: set[str] = set()
+    for i, envelope in enumerate(messages):
+        target, message = envelope.target, envelope.message
+        if target in mixed:
+            continue
+        if not (isinstance(message, AppendResponse) and message.success):
+            mixed.add(target)
+            continue
+        j = kept.get(target)
+        if j is None:
+            kept[target] = i
+            continue
+        best = messages[j].message
+        assert isinstance(best, AppendResponse)
+        if best.term != message.term:
+            mixed.add(target)
+        elif message.match_index >= best.match_index:
+            kept[target] = i
+    if not kept or len(messages) == 1:
+        return messages
+    return [e for i, e in enumerate(messages) if e.target in mixed or kept[e.target] == i]
 
 
 def _now_ms() -> int:
