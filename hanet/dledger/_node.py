@@ -20,7 +20,9 @@ fsynced as above) and, on a follower whose log conflicts with the leader's, the 
 (zeroed and fsynced by the :class:`~hanet.dledger.Persister` in a worker thread before the
 loop goes on). No fsync runs on the event loop.
 Entries appended and not yet applied are kept in memory: appends to followers and the view
-are made from them, not read back. Timers come from trio's clock, so tests run in virtual
+are made from them, not read back. Of the acknowledgements a follower's batch sends the leader,
+only the highest goes (:func:`coalesce_acks`), and a put's caller is woken once for all of its
+messages. Timers come from trio's clock, so tests run in virtual
 time (``MockClock``).
 
 **Peers.** Each node listens on its peer address; towards each peer it keeps one outgoing
@@ -186,12 +188,49 @@ class _PeerHello:
 _InboxItem = _PutArrived | _PeerMessage | _PeerHello
 
 
+class _Waiter:
+    """The task of one :meth:`DLedgerNode.put_many` call, woken once each of its puts is
+    done (one wake-up for the call, not an event per put)."""
+
+    __slots__ = ("left", "task")
+
+    def __init__(self, count: int) -> None:
+        self.left = count
+        self.task: trio.lowlevel.Task | None = None
+
+    async def wait(self) -> None:
+        """Until every put is done (a checkpoint when they all are already)."""
+        if not self.left:
+            await trio.lowlevel.checkpoint()
+            return
+        self.task = trio.lowlevel.current_task()
+
+        def abort(_: object) -> trio.lowlevel.Abort:
+            self.task = None  # cancelled: nobody wakes it any more
+            return trio.lowlevel.Abort.SUCCEEDED
+
+        await trio.lowlevel.wait_task_rescheduled(abort)
+
+    def one_done(self) -> None:
+        self.left -= 1
+        if not self.left and self.task is not None:
+            task, self.task = self.task, None
+            trio.lowlevel.reschedule(task)
+
+
 @attrs.define
 class _Put:
     message: Message
-    done: trio.Event = attrs.field(factory=trio.Event)
+    waiter: _Waiter
     outcome: PutOutcome | None = None
     applied: PutOutcome | None = None
+    done: bool = False
+
+    def finish(self) -> None:
+        """Its outcome is final: wake its caller once all of the call's are."""
+        if not self.done:
+            self.done = True
+            self.waiter.one_done()
 
 
 class DLedgerNode:
@@ -287,20 +326,20 @@ class DLedgerNode:
     async def put_many(self, messages: Sequence[Message]) -> list[PutOutcome]:
         """:meth:`put` for several messages, appended in this order (one entry each)."""
         requests: list[tuple[int, _Put]] = []
+        waiter = _Waiter(len(messages))
         for message in messages:
-            request = _Put(message)
+            request = _Put(message, waiter)
             request_id = next(self._ids)
             try:
                 self._send_inbox.send_nowait(_PutArrived(request_id))
             except trio.WouldBlock:
                 request.outcome = PutOutcome(AppendStatus.LEADER_PENDING_FULL)
-                request.done.set()
+                request.finish()
             else:
                 self._puts[request_id] = request
             requests.append((request_id, request))
         try:
-            for _, request in requests:
-                await request.done.wait()
+            await waiter.wait()
         finally:
             for request_id, _ in requests:
                 self._puts.pop(request_id, None)
@@ -468,9 +507,9 @@ class DLedgerNode:
     def _fail_all(self) -> None:
         # an outcome not yet released may wait for an fsync that did not happen: unknown
         for request in list(self._puts.values()):
-            if not request.done.is_set():
+            if not request.done:
                 request.outcome = PutOutcome(AppendStatus.WAIT_QUORUM_ACK_TIMEOUT)
-                request.done.set()
+                request.finish()
 
     async def _keepalive(self) -> None:
         """Repeat the HELLO on each outgoing connection: the peer port closes idle ones."""
@@ -657,7 +696,7 @@ class DLedgerNode:
             touched.add(envelope.target)
         self._flush(touched)
         for request in held.done:
-            request.done.set()
+            request.finish()
 
     def _propose(self, now: float, puts: list[tuple[int, _Put]], held: _Held) -> None:
         """Append the puts that came together in one round (a leader), else answer them

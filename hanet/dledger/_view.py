@@ -7,9 +7,12 @@ the view and its consume queue offset and appended with
 does). ``applied`` (JSON: the last applied index and the view's end) records how far the view
 goes; :meth:`CommitLogView.load` makes the view match it at start.
 
-:class:`Bodies` keeps the bodies of entries appended and not yet applied (index -> term, body),
-within a byte budget, so that neither the appends a leader sends (:class:`CachedLog`, the log
-as the Raft core reads it) nor the view read them back from the files.
+:class:`Bodies` keeps the bodies of entries appended (index -> term, body) until they are
+applied and, on a leader, acknowledged by every follower that keeps up, within a byte budget,
+so that neither the appends a leader sends (:class:`CachedLog`, the log as the Raft core reads
+it; the follower one acknowledgement behind the quorum included) nor the view read them back
+from the files. A committed record is applied without being decoded (``_stamp.py``: its
+placing fields read, its two offsets rewritten at fixed places); the store checks it whole.
 
 Synchronous; the node calls :meth:`CommitLogView.save` off its event loop.
 """
