@@ -6,8 +6,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hanet.dledger import AppendRequest, AppendResponse, Envelope
-from hanet.dledger._node import coalesce_acks
+from hanet.dledger import AppendRequest, AppendResponse, Envelope, coalesce_acks
 
 acks = st.builds(
     AppendResponse,

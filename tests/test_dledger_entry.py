@@ -25,8 +25,8 @@ from hanet.dledger import (
     encode_entry,
     encode_index_entry,
     index_entry_offset,
+    pack_entry,
 )
-from hanet.dledger._entry import pack_entry
 from hanet.errors import HanetError
 
 I64 = st.integers(0, 2**63 - 1)

@@ -11,18 +11,18 @@ from hypothesis import strategies as st
 from hanet.dledger import (
     ENTRY_HEADER_SIZE,
     AppendRequest,
+    Bodies,
     Envelope,
     LogEntry,
     decode_envelope,
     encode_envelope,
+    put_record,
     put_records,
+    record_place,
+    stamp_into,
 )
-from hanet.dledger import _codec as codec
-from hanet.dledger._records import put_record
-from hanet.dledger._stamp import record_place, stamp_into
-from hanet.dledger._view import Bodies
 from hanet.handlers import CorruptedFrameError
-from hanet.store import CorruptRecordError, Message, decode_record, encode_record
+from hanet.store import CorruptRecordError, Message, decode_record, encode_record, lowlevel
 from hanet.store.lowlevel import SYS_FLAG_KNOWN_BITS, native_scan, scan_index_py
 
 hosts = st.one_of(st.binary(min_size=4, max_size=4), st.binary(min_size=16, max_size=16))
@@ -139,7 +139,7 @@ def test_the_wire_check_of_appended_records_is_the_same_native_and_in_python(
         if scan is None:
             continue  # the extension is not built: the Python path alone
         with pytest.MonkeyPatch.context() as patch:
-            patch.setattr(codec, "scan_index", scan)
+            patch.setattr(lowlevel, "scan_index", scan)
             outcomes.append(_outcome(frame))
     reference = "accepted"
     try:

@@ -42,8 +42,7 @@ from hanet.handlers import (
     LengthFieldBasedFrameDecoder,
     LengthFieldPrepender,
 )
-from hanet.store import CorruptRecordError, decode_record
-from hanet.store.lowlevel import scan_index
+from hanet.store import CorruptRecordError, decode_record, lowlevel
 
 from ._log import LogEntry
 from ._messages import (
@@ -205,7 +204,7 @@ def _check_entry(entry: LogEntry, index: int, last_term: int, term: int) -> None
         # what recovery would cut at the next start (it checks the record, body CRC included)
         # is refused now, at the wire: the store's scan (native when built) validates it
         # as decode_record does; only a refusal decodes it again, for the reason
-        found = scan_index(entry.body)
+        found = lowlevel.scan_index(entry.body)
         if found.records == 1 and found.position == len(entry.body):
             return
         try:
