@@ -389,7 +389,7 @@ def main() -> int:
             continue
         rates = [r["messages_per_second"] for r in results]
         median = statistics.median(rates)
-        p99 = statistics.median(r["latency_ms_p99"] for r in results)
+        p99 = round(statistics.median(r["latency_ms_p99"] for r in results), 3)
         base = runs.get(("base", count, size, client))
         vs_base = None
         if base:
