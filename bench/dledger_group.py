@@ -31,7 +31,7 @@ class Group:
         file_size: str = "64M",
         code: Path | None = None,
     ) -> None:
-        self.root = root
+        self.root = root.absolute()  # the nodes run in another directory
         self.ids = [f"n{i}" for i in range(size)]
         ports = free_ports(2 * size)
         self.peers = {n: f"127.0.0.1:{ports[i]}" for i, n in enumerate(self.ids)}
@@ -43,6 +43,9 @@ class Group:
         self.env = dict(os.environ)
         """The nodes' environment: with ``code``, hanet is imported from that directory (a
         checkout of another revision, for an A/B run)."""
+        self.code = code if code is not None else Path(__file__).resolve().parents[1]
+        """The tree the nodes run from: ``python -m`` puts the working directory first on the
+        path, before ``PYTHONPATH``, so the nodes start there (default: this bench's tree)."""
         if code is not None:
             self.env["PYTHONPATH"] = os.pathsep.join(
                 [str(code), *filter(None, [os.environ.get("PYTHONPATH")])]
@@ -88,6 +91,7 @@ class Group:
                 stdout=subprocess.DEVNULL,
                 stderr=log,
                 env=self.env,
+                cwd=self.code,
             )
 
     def start_all(self) -> None:

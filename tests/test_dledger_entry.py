@@ -25,6 +25,7 @@ from hanet.dledger import (
     encode_entry,
     encode_index_entry,
     index_entry_offset,
+    pack_entry,
 )
 from hanet.errors import HanetError
 
@@ -156,3 +157,25 @@ def test_malformed_index_entries_are_refused() -> None:
         decode_index_entry(struct.pack(">iqiqq", 1, 0, 47, 0, 1))
     with pytest.raises(EntryFormatError, match="negative term"):
         decode_index_entry(struct.pack(">iqiqq", 1, 0, 60, 0, -1))
+
+
+@given(
+    st.integers(0, 2**63 - 1),
+    st.integers(0, 2**63 - 1),
+    st.integers(0, 2**63 - 1),
+    st.binary(min_size=1, max_size=64),
+)
+def test_packing_an_entry_for_a_batch_is_its_encoding(
+    index: int, term: int, pos: int, body: bytes
+) -> None:
+    data, index_data = bytearray(b"x"), bytearray(b"y")
+    pack_entry(data, index_data, index, term, pos, body)
+    assert bytes(data[1:]) == encode_entry(DLedgerEntry(index, term, body, pos=pos))
+    size = ENTRY_HEADER_SIZE + len(body)
+    assert bytes(index_data[1:]) == encode_index_entry(IndexEntry(pos, size, index, term))
+
+
+@pytest.mark.parametrize("bad", [(-1, 0, 0), (0, -1, 0), (0, 0, -1), (0, 2**63, 0)])
+def test_packing_an_entry_refuses_what_encoding_refuses(bad: tuple[int, int, int]) -> None:
+    with pytest.raises(EntryFormatError):
+        pack_entry(bytearray(), bytearray(), *bad, b"body")

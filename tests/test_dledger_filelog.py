@@ -236,3 +236,32 @@ def test_a_refused_open_closes_the_files_it_opened(tmp_path: Path) -> None:
     with pytest.raises(DLedgerError, match=f"expected {2 * INDEX}"):
         FileLog.open(tmp_path, data_file_size=DATA, index_file_size=2 * INDEX)
     assert _open_fds() == before
+
+
+def test_entries_read_back_in_runs_are_the_entries_one_by_one(tmp_path: Path) -> None:
+    with open_log(tmp_path) as log:
+        log.append(entries(1, 60))
+        one_by_one = [log.read_entry(i) for i in range(1, 61)]
+        for first, count in [(1, 60), (5, 1), (20, 30), (59, 10)]:
+            got = log.entries_from(first, count)
+            expected = one_by_one[first - 1 : first - 1 + count]
+            assert [(e.index, e.term, e.body) for e in got] == [
+                (e.index + 1, e.term, e.body) for e in expected
+            ]
+
+
+def test_a_body_damaged_on_disk_fails_a_read_in_a_run_as_one_by_one(tmp_path: Path) -> None:
+    with open_log(tmp_path) as log:
+        log.append(entries(1, 10))
+        at = log.position(5) + ENTRY_HEADER_SIZE + 3
+        with (tmp_path / "data" / f"{0:020d}").open("r+b") as f:
+            f.seek(at)
+            byte = f.read(1)
+            f.seek(at)
+            f.write(bytes([byte[0] ^ 0xFF]))
+        with pytest.raises(DLedgerError) as one:
+            log.read_entry(5)
+        with pytest.raises(DLedgerError) as run:
+            log.entries_from(1, 10)
+        assert type(run.value) is type(one.value)
+        assert log.entries_from(1, 4) == entries(1, 4)

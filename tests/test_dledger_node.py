@@ -398,6 +398,34 @@ async def test_without_a_quorum_a_put_has_an_unknown_outcome(
     assert refused.status is AppendStatus.NOT_LEADER  # check quorum: it stepped down
 
 
+async def test_put_many_answers_each_and_a_cancelled_wait_leaves_its_entries(
+    autojump_clock: trio.testing.MockClock, group: Group
+) -> None:
+    for node_id in IDS:
+        await group.start(node_id)
+    await group.put(0)
+    leader = await group.leader()
+    batch = [Message(topic="T", body=f"b{i}".encode()) for i in range(3)]
+    outcomes = await leader.put_many(batch)
+    assert [o.status for o in outcomes] == [AppendStatus.SUCCESS] * 3
+    assert [o.index for o in outcomes] == list(range(outcomes[0].index, outcomes[0].index + 3))
+    assert await leader.put_many([]) == []
+    # no quorum: the caller gives up waiting; the entries stay appended, and commit once the
+    # followers are back
+    followers = [i for i in IDS if i != leader.config.node_id]
+    stopped = [group.crash(node_id) for node_id in followers]
+    with trio.move_on_after(0.05) as waited:
+        await leader.put_many([Message(topic="T", body=b"gave-up")] * 2)
+    assert waited.cancelled_caught
+    appended = leader.raft.log.last_index
+    assert not leader._puts  # nothing left waiting for the abandoned call
+    for node_id, event in zip(followers, stopped, strict=True):
+        await event.wait()
+        await group.start(node_id)
+    await group.converged()
+    assert all(n.applied_index >= appended for n in group.nodes.values())
+
+
 @pytest.mark.parametrize("applied", ['{"index": 0, "offset": 0}', "garbage"])
 async def test_a_view_past_its_checkpoint_is_applied_again(
     autojump_clock: trio.testing.MockClock, group: Group, tmp_path: Path, applied: str

@@ -35,3 +35,29 @@ def test_a_short_round_reports_each_case_with_its_load() -> None:
         assert case["msg_s_median"] > 0 and case["p99_ms_median"] > 0
         assert len(case["load1"]) == 1 and case["cpu_us_per_msg_median"] >= 0
         assert case["vs_rocketmq_dledger"] > 0
+
+
+def test_the_cpp_client_follows_a_leader_change_mid_run() -> None:
+    """The leader stops mid-run: the bench registers the new leader, the C++ client's failed
+    sends go again through a fresh producer, and every message is acknowledged."""
+    probe = subprocess.run(
+        [sys.executable, "-c", "import rocketmq.client"],
+        check=False,
+        capture_output=True,
+        timeout=60,
+    )
+    if probe.returncode != 0:
+        pytest.skip("the C++ client (PyPI rocketmq) is not installed")
+    flags = cli_flags(rounds=1, count=10_000, nodes=3, sizes=100, clients="cpp", pause_leader=1.5)
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "dledger_put.py"), *flags],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        cwd=ROOT,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    case = json.loads(out.stdout.strip().splitlines()[-1])["cases"]["3n/100B/cpp"]
+    assert case["leader_changes"] >= 1
+    assert case["failed"] == 0

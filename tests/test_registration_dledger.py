@@ -17,6 +17,7 @@ from hanet.dledger import (
     RaftConfig,
 )
 from hanet.namesrv import NameServer
+from hanet.store import Message, PutStatus
 from hanet.testing import MemoryNetwork, wait_until
 
 PEERS = {"n0": "n0:0", "n1": "n1:0", "n2": "n2:0"}
@@ -109,4 +110,42 @@ async def test_the_leader_is_broker_id_0_and_a_new_leader_takes_it(tmp_path: Pat
             5,
             what="the new leader at id 0",
         )
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_followers_topics_follow_what_replication_brings(tmp_path: Path) -> None:
+    """The topic table is completed from the view's queues only when the view has a new one
+    (it is read on every send): a topic, then another queue of it, reach a follower's table."""
+    raft = RaftConfig(election_timeout=0.3, heartbeat_interval=0.05, retransmit_timeout=0.15)
+    network = MemoryNetwork()
+    async with trio.open_nursery() as nursery:
+        services: dict[str, DLedgerBrokerService] = {}
+        for node_id in PEERS:
+            config = NodeConfig(
+                group="g", node_id=node_id, peers=PEERS, store_dir=tmp_path / node_id, raft=raft
+            )
+            node = DLedgerNode(config, connector=network.connector_for(node_id), listen=False)
+            services[node_id] = DLedgerBrokerService(node)
+            network.register(node, nursery)
+            await nursery.start(node.run)
+
+        def leader() -> str | None:
+            return next((n for n, s in services.items() if s.node.is_leader), None)
+
+        await wait_until(lambda: leader() is not None, 10, what="a leader")
+        first = leader()
+        assert first is not None
+        follower = services[next(n for n in PEERS if n != first)]
+        assert follower.topic_table.get("Replicated") is None
+        for queue_id in (1, 6):
+            (result,) = await services[first].put(
+                [Message(topic="Replicated", body=b"x", queue_id=queue_id)]
+            )
+            assert result.status is PutStatus.PUT_OK
+
+            def seen(queues: int = queue_id + 1) -> bool:
+                config = follower.topic_table.get("Replicated")
+                return config is not None and config.write_queue_nums >= queues
+
+            await wait_until(seen, 10, what=f"queue {queue_id} in the follower's table")
         nursery.cancel_scope.cancel()

@@ -92,6 +92,7 @@ class DLedgerBrokerService:
         self._offsets = offsets if offsets is not None else ConsumerOffsets()
         self._consumers = ConsumerRegistry(clock=trio.current_time)
         self._topics = TopicTable(default_queues=queues)
+        self._queues_seen: tuple[CommitLogStore, int] | None = None
         self.queues = queues
         self.cluster_name = cluster_name
         self.broker_name = broker_name if broker_name is not None else node.config.group
@@ -249,7 +250,11 @@ class DLedgerBrokerService:
         """The topics served, completed from the view's consume queues."""
         store = self.node.store
         if store is not None:
-            self._topics.add_store_queues(store.queues())
+            # read on every send: the store's queues again only when the view has a new one
+            seen, version = self._queues_seen, self.node.queue_version
+            if seen is None or seen[0] is not store or seen[1] != version:
+                self._topics.add_store_queues(store.queues())
+                self._queues_seen = (store, version)
         return self._topics
 
     @property

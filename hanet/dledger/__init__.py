@@ -3,7 +3,8 @@
 What is here:
 
 - the entry and index entry formats of DLedger's files (:class:`DLedgerEntry`,
-  :func:`encode_entry`, :func:`decode_entry`, :class:`IndexEntry`, ...; ``_entry.py``);
+  :func:`encode_entry`, :func:`decode_entry`, :class:`IndexEntry`, :func:`pack_entry` for a
+  batch, ...; ``_entry.py``);
 - the log the Raft core works on (:class:`RaftLog`, a Protocol, and :class:`InMemoryLog`;
   ``_log.py``);
 - the Raft state machine of one node (:class:`RaftNode`; ``_raft.py``; its messages, config
@@ -21,7 +22,10 @@ What is here:
 - the peer wire format (:func:`encode_envelope`, :func:`decode_envelope`, :class:`PeerCodec`,
   :class:`Hello`; ``_codec.py``) behind the framework's length-field framing;
 - a node's settings and outcomes (:class:`NodeConfig`, :class:`PutOutcome`; ``_config.py``)
-  and the records a leader puts in its entries (:func:`put_records`; ``_records.py``);
+  and the records a leader puts in its entries (:func:`put_records`, :func:`put_record`;
+  ``_records.py``), re-stamped for the commit log view without decoding them
+  (:func:`record_place`, :func:`stamp_into`; ``_stamp.py``; the view keeps entry bodies in
+  :class:`Bodies`, ``_view.py``);
 - the networked node (:class:`DLedgerNode`; ``_node.py``): one trio
   task drives a :class:`RaftNode` (persist, then send, apply, answer), one reconnecting
   connection per peer, committed entries applied to a :class:`hanet.store.CommitLogStore`
@@ -30,7 +34,8 @@ What is here:
   address; ``_peers.py``), and what no honest member sends is refused
   (:attr:`Output.refused`) and closes its connection; its fsyncs and hard state writes run
   in worker threads (:class:`Persister`; ``_persist.py``), and what a batch of inputs sends
-  or answers leaves only once what it depends on is durable.
+  or answers leaves only once what it depends on is durable (a follower's acknowledgements of
+  one batch batched: :func:`coalesce_acks`).
 
 The test tools live in :mod:`hanet.testing`: ``MemoryNetwork`` runs nodes over memory streams,
 ``simulate`` and ``Cluster`` check the Raft core's safety under seeded faults.
@@ -59,6 +64,7 @@ from ._entry import (
     encode_index_entry,
     entry_body_crc,
     index_entry_offset,
+    pack_entry,
 )
 from ._errors import (
     BodyCrcError,
@@ -100,9 +106,11 @@ if TYPE_CHECKING:
     )
     from ._config import NodeConfig, NodeStatus, PeerStatus, PutOutcome, parse_peers
     from ._filelog import DEFAULT_DATA_FILE_SIZE, DEFAULT_INDEX_FILE_SIZE, FileLog, LogRecovery
-    from ._node import DLedgerNode
+    from ._node import DLedgerNode, coalesce_acks
     from ._persist import Persister
-    from ._records import put_records
+    from ._records import put_record, put_records
+    from ._stamp import RecordPlace, record_place, stamp_into
+    from ._view import Bodies
 
 __all__ = [
     "BLANK_MAGIC",
@@ -117,6 +125,7 @@ __all__ = [
     "AppendResponse",
     "AppendResult",
     "AppendStatus",
+    "Bodies",
     "BodyCrcError",
     "DLedgerEntry",
     "DLedgerError",
@@ -146,10 +155,12 @@ __all__ = [
     "RaftLog",
     "RaftNode",
     "RandomSource",
+    "RecordPlace",
     "Role",
     "TruncatedEntryError",
     "VoteRequest",
     "VoteResponse",
+    "coalesce_acks",
     "decode_entry",
     "decode_envelope",
     "decode_index_entry",
@@ -159,9 +170,13 @@ __all__ = [
     "encode_index_entry",
     "entry_body_crc",
     "index_entry_offset",
+    "pack_entry",
     "parse_peers",
     "peer_frame_handlers",
+    "put_record",
     "put_records",
+    "record_place",
+    "stamp_into",
 ]
 
 # The file log, the peer codec and the networked node load on first use: ``import
@@ -184,7 +199,13 @@ _LAZY: dict[str, str] = {
     "PutOutcome": "._config",
     "parse_peers": "._config",
     "put_records": "._records",
+    "put_record": "._records",
     "Persister": "._persist",
+    "coalesce_acks": "._node",
+    "RecordPlace": "._stamp",
+    "record_place": "._stamp",
+    "stamp_into": "._stamp",
+    "Bodies": "._view",
 }
 
 

@@ -42,7 +42,7 @@ from hanet.handlers import (
     LengthFieldBasedFrameDecoder,
     LengthFieldPrepender,
 )
-from hanet.store import CorruptRecordError, decode_record
+from hanet.store import CorruptRecordError, decode_record, lowlevel
 
 from ._log import LogEntry
 from ._messages import (
@@ -75,7 +75,7 @@ _Q = struct.Struct(">q")
 _PRE_OK = struct.Struct(">qqB")
 _VOTE_OK = struct.Struct(">qB")
 _APPEND = struct.Struct(">qqq")  # prev_index, prev_term, commit_index
-_ENTRY = struct.Struct(">qqB")
+_ENTRY_HEAD = struct.Struct(">qqBI")  # index, term, noop, body length
 _APPEND_OK = struct.Struct(">qBqqqq")
 
 
@@ -142,9 +142,9 @@ def _encode(envelope: Envelope | Hello) -> bytearray:
         _str(out, m.leader)
         out += _APPEND.pack(m.prev_index, m.prev_term, m.commit_index)
         out += _U32.pack(len(m.entries))
+        pack = _ENTRY_HEAD.pack
         for e in m.entries:
-            out += _ENTRY.pack(e.index, e.term, e.noop)
-            out += _U32.pack(len(e.body))
+            out += pack(e.index, e.term, e.noop, len(e.body))
             out += e.body
     else:
         conflict = -1 if m.conflict_term is None else m.conflict_term
@@ -202,7 +202,11 @@ def _check_entry(entry: LogEntry, index: int, last_term: int, term: int) -> None
         raise CorruptedFrameError("an appended no-op with a body or client entry without one")
     if entry.body:
         # what recovery would cut at the next start (it checks the record, body CRC included)
-        # is refused now, at the wire
+        # is refused now, at the wire: the store's scan (native when built) validates it
+        # as decode_record does; only a refusal decodes it again, for the reason
+        found = lowlevel.scan_index(entry.body)
+        if found.records == 1 and found.position == len(entry.body):
+            return
         try:
             record = decode_record(entry.body)
         except CorruptRecordError as exc:
@@ -247,13 +251,21 @@ def decode_envelope(frame: bytes | bytearray | memoryview) -> Envelope | Hello:
             )
         entries = []
         last_term = prev_term
+        buf, pos, size = r.buf, r.pos, len(r.buf)
+        head, unpack = _ENTRY_HEAD.size, _ENTRY_HEAD.unpack_from
         for k in range(count):
-            index, entry_term, noop = r.unpack(_ENTRY)
-            (length,) = r.unpack(_U32)
-            entry = LogEntry(index, entry_term, r.take(length), r.flag(noop))
+            if pos + head > size:
+                raise CorruptedFrameError(f"peer frame of {size} bytes is truncated")
+            index, entry_term, noop, length = unpack(buf, pos)
+            pos += head
+            if pos + length > size:
+                raise CorruptedFrameError(f"peer frame of {size} bytes is truncated")
+            entry = LogEntry(index, entry_term, buf[pos : pos + length].tobytes(), r.flag(noop))
+            pos += length
             _check_entry(entry, prev_index + 1 + k, last_term, term)
             last_term = entry_term
             entries.append(entry)
+        r.pos = pos
         message = AppendRequest(term, leader, prev_index, prev_term, tuple(entries), commit)
     elif kind == 6:
         term, success, prev_index, match, conflict, conflict_index = r.unpack(_APPEND_OK)

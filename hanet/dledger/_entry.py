@@ -39,6 +39,7 @@ __all__ = [
     "encode_index_entry",
     "entry_body_crc",
     "index_entry_offset",
+    "pack_entry",
 ]
 
 ENTRY_MAGIC = 1
@@ -136,6 +137,29 @@ def encode_entry(entry: DLedgerEntry) -> bytes:
         len(entry.body),
     )
     return header + entry.body
+
+
+def pack_entry(
+    data: bytearray, index_data: bytearray, index: int, term: int, pos: int, body: bytes
+) -> None:
+    """Append to ``data`` the entry ``encode_entry(DLedgerEntry(index, term, body, pos=pos))``
+    and to ``index_data`` its index entry: the same bytes, without building either object
+    (a log's append of a batch).
+
+    Raises:
+        EntryFormatError: a field does not fit its width or is negative.
+    """
+    if (
+        not (0 <= index <= _I64_MAX and 0 <= term <= _I64_MAX and 0 <= pos <= _I64_MAX)
+        or len(body) > _MAX_BODY
+    ):
+        encode_entry(DLedgerEntry(index, term, body, pos=pos))  # raises, naming the field
+        raise AssertionError("unreachable")  # pragma: no cover
+    size = ENTRY_HEADER_SIZE + len(body)
+    crc = zlib.crc32(body) & 0x7FFFFFFF
+    data += _HEADER.pack(ENTRY_MAGIC, size, index, term, pos, 0, 0, crc, len(body))
+    data += body
+    index_data += _INDEX.pack(ENTRY_MAGIC, pos, size, index, term)
 
 
 def decode_entry(

@@ -63,8 +63,8 @@ from ._entry import (
     IndexEntry,
     decode_entry,
     encode_blank,
-    encode_entry,
     encode_index_entry,
+    pack_entry,
 )
 from ._errors import DLedgerError, EntryFormatError
 from ._log import LogEntry
@@ -87,6 +87,8 @@ DEFAULT_INDEX_FILE_SIZE = 160 * 1024 * 1024
 
 _NAME_DIGITS = 20
 _BLANK_HEAD = 8
+_READ_RUN = 1 << 20
+"""Bytes of back-to-back entries :meth:`FileLog.entries_from` reads in one call."""
 _HARD_STATE = "hardstate"
 
 
@@ -449,9 +451,7 @@ class FileLog:
                 if run:
                     self._data.write(run_start, run)
                 run_start, run = pos, bytearray()
-            dindex = entry.index - 1
-            run += encode_entry(DLedgerEntry(dindex, entry.term, entry.body, pos=pos))
-            index_run += encode_index_entry(IndexEntry(pos, length, dindex, entry.term))
+            pack_entry(run, index_run, entry.index - 1, entry.term, pos, entry.body)
             self._terms.append(entry.term)
             self._positions.append(pos)
             self._sizes.append(length)
@@ -484,13 +484,30 @@ class FileLog:
 
     def entries_from(self, index: int, max_count: int) -> list[LogEntry]:
         """Up to ``max_count`` entries from ``index`` (1-based)."""
-        out = []
+        out: list[LogEntry] = []
         start = max(index, 1)
-        for i in range(start, min(start + max(max_count, 0), len(self._terms) + 1)):
-            entry = self.read_entry(i)
-            out.append(
-                LogEntry(i, entry.term, entry.body, noop=not entry.body),
-            )
+        stop = min(start + max(max_count, 0), len(self._terms) + 1)
+        positions, sizes, file_size = self._positions, self._sizes, self.data_file_size
+        i = start
+        while i < stop:
+            # a run of entries back to back in one file: one read, not one per entry
+            first = positions[i - 1]
+            end = first + sizes[i - 1]
+            j = i + 1
+            while (
+                j < stop
+                and positions[j - 1] == end
+                and (end + sizes[j - 1] - 1) // file_size == first // file_size
+                and end - first < _READ_RUN
+            ):
+                end += sizes[j - 1]
+                j += 1
+            raw = memoryview(self._data.read(first, end - first))
+            for k in range(i, j):
+                at = positions[k - 1] - first
+                entry = decode_entry(raw[at : at + sizes[k - 1]])  # as read_entry
+                out.append(LogEntry(k, entry.term, entry.body, noop=not entry.body))
+            i = j
         return out
 
     # -- more ------------------------------------------------------------------------------

@@ -20,7 +20,9 @@ fsynced as above) and, on a follower whose log conflicts with the leader's, the 
 (zeroed and fsynced by the :class:`~hanet.dledger.Persister` in a worker thread before the
 loop goes on). No fsync runs on the event loop.
 Entries appended and not yet applied are kept in memory: appends to followers and the view
-are made from them, not read back. Timers come from trio's clock, so tests run in virtual
+are made from them, not read back. Of the acknowledgements a follower's batch sends the leader,
+only the highest goes (:func:`coalesce_acks`), and a put's caller is woken once for all of its
+messages. Timers come from trio's clock, so tests run in virtual
 time (``MockClock``).
 
 **Peers.** Each node listens on its peer address; towards each peer it keeps one outgoing
@@ -117,6 +119,7 @@ from ._config import (
 from ._errors import NodeNotRunningError
 from ._filelog import FileLog
 from ._messages import (
+    AppendResponse,
     AppendStatus,
     Envelope,
     HardState,
@@ -145,6 +148,9 @@ log = logging.getLogger("hanet.dledger")
 _INBOX = 10_000
 _BATCH = 1024
 """Inputs the loop takes together: the puts among them are appended in one round."""
+_FOLLOWER_LAG = 16_384
+"""Applied entries a leader keeps in memory for a follower behind the quorum; one further
+behind is sent entries read back from the log."""
 
 
 @attrs.define
@@ -182,12 +188,49 @@ class _PeerHello:
 _InboxItem = _PutArrived | _PeerMessage | _PeerHello
 
 
+class _Waiter:
+    """The task of one :meth:`DLedgerNode.put_many` call, woken once each of its puts is
+    done (one wake-up for the call, not an event per put)."""
+
+    __slots__ = ("left", "task")
+
+    def __init__(self, count: int) -> None:
+        self.left = count
+        self.task: trio.lowlevel.Task | None = None
+
+    async def wait(self) -> None:
+        """Until every put is done (a checkpoint when they all are already)."""
+        if not self.left:
+            await trio.lowlevel.checkpoint()
+            return
+        self.task = trio.lowlevel.current_task()
+
+        def abort(_: object) -> trio.lowlevel.Abort:
+            self.task = None  # cancelled: nobody wakes it any more
+            return trio.lowlevel.Abort.SUCCEEDED
+
+        await trio.lowlevel.wait_task_rescheduled(abort)
+
+    def one_done(self) -> None:
+        self.left -= 1
+        if not self.left and self.task is not None:
+            task, self.task = self.task, None
+            trio.lowlevel.reschedule(task)
+
+
 @attrs.define
 class _Put:
     message: Message
-    done: trio.Event = attrs.field(factory=trio.Event)
+    waiter: _Waiter
     outcome: PutOutcome | None = None
     applied: PutOutcome | None = None
+    done: bool = False
+
+    def finish(self) -> None:
+        """Its outcome is final: wake its caller once all of the call's are."""
+        if not self.done:
+            self.done = True
+            self.waiter.one_done()
 
 
 class DLedgerNode:
@@ -258,6 +301,12 @@ class DLedgerNode:
         return self._raft is not None and self._raft.role is Role.LEADER
 
     @property
+    def queue_version(self) -> int:
+        """Changes when the commit log view gets a queue it had not applied to since it was
+        opened (0 while not running): the store's queue list needs no reading otherwise."""
+        return self._view.queue_version if self._view is not None else 0
+
+    @property
     def applied_index(self) -> int:
         return self._view.applied if self._view is not None else 0
 
@@ -277,20 +326,20 @@ class DLedgerNode:
     async def put_many(self, messages: Sequence[Message]) -> list[PutOutcome]:
         """:meth:`put` for several messages, appended in this order (one entry each)."""
         requests: list[tuple[int, _Put]] = []
+        waiter = _Waiter(len(messages))
         for message in messages:
-            request = _Put(message)
+            request = _Put(message, waiter)
             request_id = next(self._ids)
             try:
                 self._send_inbox.send_nowait(_PutArrived(request_id))
             except trio.WouldBlock:
                 request.outcome = PutOutcome(AppendStatus.LEADER_PENDING_FULL)
-                request.done.set()
+                request.finish()
             else:
                 self._puts[request_id] = request
             requests.append((request_id, request))
         try:
-            for _, request in requests:
-                await request.done.wait()
+            await waiter.wait()
         finally:
             for request_id, _ in requests:
                 self._puts.pop(request_id, None)
@@ -458,9 +507,9 @@ class DLedgerNode:
     def _fail_all(self) -> None:
         # an outcome not yet released may wait for an fsync that did not happen: unknown
         for request in list(self._puts.values()):
-            if not request.done.is_set():
+            if not request.done:
                 request.outcome = PutOutcome(AppendStatus.WAIT_QUORUM_ACK_TIMEOUT)
-                request.done.set()
+                request.finish()
 
     async def _keepalive(self) -> None:
         """Repeat the HELLO on each outgoing connection: the peer port closes idle ones."""
@@ -638,7 +687,7 @@ class DLedgerNode:
 
     def _send_held(self, held: _Held) -> None:
         touched = set()
-        for envelope in held.messages:
+        for envelope in coalesce_acks(held.messages):
             client = self._clients.get(envelope.target)
             channel = client.channel if client is not None else None
             if channel is None or not channel.is_open or not channel.is_writable:
@@ -647,7 +696,7 @@ class DLedgerNode:
             touched.add(envelope.target)
         self._flush(touched)
         for request in held.done:
-            request.done.set()
+            request.finish()
 
     def _propose(self, now: float, puts: list[tuple[int, _Put]], held: _Held) -> None:
         """Append the puts that came together in one round (a leader), else answer them
@@ -710,8 +759,10 @@ class DLedgerNode:
         self, request: _Put, status: AppendStatus, index: int, leader: str | None
     ) -> PutOutcome:
         if status is AppendStatus.SUCCESS:
-            if request.applied is not None:
-                return attrs.evolve(request.applied, index=index)
+            applied = request.applied
+            if applied is not None:
+                # made by _apply with the same index: the entry's place in the view
+                return applied if applied.index == index else attrs.evolve(applied, index=index)
             return PutOutcome(status, index=index)
         if status is AppendStatus.NOT_LEADER:
             return PutOutcome(
@@ -738,9 +789,12 @@ class DLedgerNode:
         messages went."""
         view = self._view
         assert view is not None
-        for index, placed in view.apply(commit_index, self._by_index).items():
+        placements = view.apply(commit_index, self._by_index)
+        self._release_bodies(view.applied)
+        for index, placed in placements.items():
             self._by_index[index].applied = PutOutcome(
                 AppendStatus.SUCCESS,
+                index=index,
                 wrote_offset=placed.wrote_offset,
                 wrote_size=placed.wrote_size,
                 queue_id=placed.queue_id,
@@ -748,6 +802,52 @@ class DLedgerNode:
                 store_timestamp=placed.store_timestamp,
                 msg_id=placed.msg_id,
             )
+
+    def _release_bodies(self, applied: int) -> None:
+        """Forget the kept bodies of applied entries that every follower keeping up (within
+        :data:`_FOLLOWER_LAG`, and while they take at most half the byte budget) acknowledged:
+        a leader's appends to the follower one ack behind the quorum are made from memory, not
+        read back from the log entry by entry."""
+        raft = self._raft
+        upto = applied
+        if (
+            raft is not None
+            and raft.role is Role.LEADER
+            and raft.peers
+            and not self._bodies.crowded
+        ):
+            slowest = min(raft.match_index(peer) for peer in raft.peers)
+            upto = min(applied, max(slowest, applied - _FOLLOWER_LAG))
+        self._bodies.release_through(upto)
+
+
+def coalesce_acks(messages: list[Envelope]) -> list[Envelope]:
+    """``messages`` with a follower's acknowledgements batched: when everything a batch says
+    to one member is successful APPEND_OKs of one term, only the one with the highest match
+    index goes (it covers every index up to it: the leader drops the appends in flight it
+    covers and hears from the follower all the same). Anything else is left as it is."""
+    kept: dict[str, int] = {}  # target -> position of its best acknowledgement so far
+    mixed: set[str] = set()
+    for i, envelope in enumerate(messages):
+        target, message = envelope.target, envelope.message
+        if target in mixed:
+            continue
+        if not (isinstance(message, AppendResponse) and message.success):
+            mixed.add(target)
+            continue
+        j = kept.get(target)
+        if j is None:
+            kept[target] = i
+            continue
+        best = messages[j].message
+        assert isinstance(best, AppendResponse)
+        if best.term != message.term:
+            mixed.add(target)
+        elif message.match_index >= best.match_index:
+            kept[target] = i
+    if not kept or len(messages) == 1:
+        return messages
+    return [e for i, e in enumerate(messages) if e.target in mixed or kept[e.target] == i]
 
 
 def _now_ms() -> int:

@@ -7,9 +7,12 @@ the view and its consume queue offset and appended with
 does). ``applied`` (JSON: the last applied index and the view's end) records how far the view
 goes; :meth:`CommitLogView.load` makes the view match it at start.
 
-:class:`Bodies` keeps the bodies of entries appended and not yet applied (index -> term, body),
-within a byte budget, so that neither the appends a leader sends (:class:`CachedLog`, the log
-as the Raft core reads it) nor the view read them back from the files.
+:class:`Bodies` keeps the bodies of entries appended (index -> term, body) until they are
+applied and, on a leader, acknowledged by every follower that keeps up, within a byte budget,
+so that neither the appends a leader sends (:class:`CachedLog`, the log as the Raft core reads
+it; the follower one acknowledgement behind the quorum included) nor the view read them back
+from the files. A committed record is applied without being decoded (``_stamp.py``: its
+placing fields read, its two offsets rewritten at fixed places); the store checks it whole.
 
 Synchronous; the node calls :meth:`CommitLogView.save` off its event loop.
 """
@@ -24,12 +27,12 @@ from pathlib import Path
 
 import attrs
 
-from hanet.store import CommitLogStore, decode_record, encode_record
+from hanet.store import CommitLogStore, offset_msg_id
 from hanet.store.lowlevel import BLANK_RECORD_SIZE, encode_blank
 
-from ._entry import ENTRY_HEADER_SIZE
 from ._filelog import FileLog
 from ._log import LogEntry
+from ._stamp import record_place, stamp_into
 
 __all__ = ["APPLIED", "Bodies", "CachedLog", "CommitLogView", "Placement"]
 
@@ -39,19 +42,25 @@ APPLIED = "applied"
 """The name of the record of how far the view goes, in the log's directory."""
 _APPLIED = APPLIED
 _MAX_BODIES = 1 << 16
-"""Appended entries whose bodies are kept until they are applied (else read back)."""
+"""Appended entries whose bodies are kept until they are released (else read back)."""
 _MAX_BODY_BYTES = 64 * 1024 * 1024
 """Bytes of those bodies kept at most: past it, entries are read back from the log (appends
 a leader sends that do not commit cannot fill a follower's memory)."""
 
 
 class Bodies:
-    """Index -> (term, body) of entries appended and not yet applied, within
-    :data:`_MAX_BODY_BYTES` (an entry past it is read back from the log when needed)."""
+    """Index -> (term, body) of entries appended and not yet released, within
+    :data:`_MAX_BODY_BYTES` (an entry past it is read back from the log when needed).
+
+    An entry is released (:meth:`release_through`) once it is applied and, on a leader, sent
+    to and acknowledged by every follower that keeps up: the appends to a follower one ack
+    behind the quorum are made from here too, not read back entry by entry."""
 
     def __init__(self) -> None:
         self._bodies: dict[int, tuple[int, bytes]] = {}
         self.bytes = 0
+        self.released = 0
+        """Every entry up to this index is released (applied, sent)."""
 
     def __len__(self) -> int:
         return len(self._bodies)
@@ -60,9 +69,9 @@ class Bodies:
         return self._bodies.get(index)
 
     def keep(self, index: int, term: int, body: bytes) -> None:
-        """Keep an appended entry's body until it is applied (replacing one kept there)."""
+        """Keep an appended entry's body until it is released (replacing one kept there)."""
         self.drop(index)
-        if self.bytes + len(body) <= _MAX_BODY_BYTES:
+        if index > self.released and self.bytes + len(body) <= _MAX_BODY_BYTES:
             self._bodies[index] = (term, body)
             self.bytes += len(body)
 
@@ -75,8 +84,28 @@ class Bodies:
             self.bytes -= len(old[1])
         return old
 
+    @property
+    def crowded(self) -> bool:
+        """Over half the byte budget is kept: keep nothing applied for a lagging follower
+        (the entries appended next must fit, or they are read back when applied)."""
+        return self.bytes > _MAX_BODY_BYTES // 2
+
+    def release_through(self, index: int) -> None:
+        """Forget the entries up to ``index`` (applied, and no follower that keeps up lacks
+        them)."""
+        low = self.released
+        if index <= low:
+            return
+        if index - low > len(self._bodies):
+            for each in [i for i in self._bodies if i <= index]:
+                self.pop(each)
+        else:
+            for each in range(low + 1, index + 1):
+                self.pop(each)
+        self.released = index
+
     def trim(self) -> None:
-        """Forget everything when too many entries were never applied (cut by a new
+        """Forget everything when too many entries were never released (cut by a new
         leader)."""
         if len(self._bodies) > _MAX_BODIES:
             self._bodies.clear()
@@ -113,6 +142,10 @@ class CommitLogView:
         self.applied = 0
         self.saved = (-1, -1)
         self.saved_error: str | None = None
+        self.queue_version = 0
+        """Bumped when an apply reaches a (topic, queue id) this view had not applied to
+        since it was opened: readers of the store's queue list refresh only then."""
+        self._keys: set[tuple[str, int]] = set()
 
     def load(self) -> None:
         """Read ``applied`` and make the view match it: a view past it is cut back there;
@@ -184,7 +217,7 @@ class CommitLogView:
         queues: dict[tuple[str, int], int] = {}
         bodies = self.bodies
         for index in range(self.applied + 1, min(commit_index, log_.last_index) + 1):
-            cached = bodies.pop(index)
+            cached = bodies.get(index)
             if cached is not None and log_.term_at(index) == cached[0]:
                 # the same index and term: the same entry (Raft's log matching)
                 body, pos = cached[1], log_.position(index)
@@ -193,8 +226,14 @@ class CommitLogView:
                 body, pos = entry.body, entry.pos
             if not body:
                 continue
-            # no body CRC here: append_raw checks every record
-            record = decode_record(body, base_offset=pos + ENTRY_HEADER_SIZE, check_crc=False)
+            # read at fixed places, not decoded: checked when it entered the log, and
+            # append_raw checks every record again (body CRC included)
+            try:
+                record = record_place(body)
+            except ValueError as exc:
+                raise RuntimeError(
+                    f"{self.node_id}: committed entry {index} (at {pos}) is not a record: {exc}"
+                ) from None
             space = file_size - offset % file_size
             if record.size + BLANK_RECORD_SIZE > space:
                 buf += encode_blank(space)
@@ -204,9 +243,13 @@ class CommitLogView:
             queue_offset = queues.get(key)
             if queue_offset is None:
                 queue_offset = store.max_queue_offset(*key)
+                if key not in self._keys:
+                    self._keys.add(key)
+                    self.queue_version += 1
             queues[key] = queue_offset + 1
-            stamped = record._replace(physical_offset=offset, queue_offset=queue_offset)
-            buf += encode_record(stamped)
+            at = len(buf)
+            buf += body
+            stamp_into(buf, at, offset, queue_offset)
             if index in wanted:
                 placed[index] = Placement(
                     wrote_offset=offset,
@@ -214,7 +257,7 @@ class CommitLogView:
                     queue_id=record.queue_id,
                     queue_offset=queue_offset,
                     store_timestamp=record.store_timestamp,
-                    msg_id=stamped.msg_id,
+                    msg_id=offset_msg_id(record.store_host, record.store_port, offset),
                 )
             offset += record.size
         if buf:
