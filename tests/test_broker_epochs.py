@@ -10,6 +10,7 @@ import logging
 import os
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import attrs
 import pytest
@@ -24,7 +25,6 @@ from hanet.client import RemotingConnection, signing
 from hanet.ha import BrokerConfig, format_epochs
 from hanet.protocol import HanetRequestCode, MasterLink, RemotingCommand, ResponseCode
 from hanet.store import EPOCH_FILE, EpochEntry, EpochFile, EpochFileError, EpochHistory
-from hanet.store import _epoch as epoch_module
 from hanet.testing import wait_until
 
 
@@ -179,14 +179,14 @@ async def test_a_term_a_full_disk_kept_out_of_the_epoch_file_is_recorded_later(
     same, and records its term once the file can be written, at the offset it has reached
     then (the records before count as the previous term's, as its slaves saw them)."""
     full = True
-    real = epoch_module.write_file_durably  # type: ignore[attr-defined]
+    real = EpochFile.replace
 
-    def write(path: Path, data: bytes) -> None:
+    def replace(self: EpochFile, entries: Any) -> bool:
         if full:
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-        real(path, data)
+        return real(self, entries)
 
-    monkeypatch.setattr(epoch_module, "write_file_durably", write)  # the name it calls
+    monkeypatch.setattr(EpochFile, "replace", replace)
     with caplog.at_level(logging.WARNING, "hanet.broker"):
         async with running(config(tmp_path)) as (broker, _):
             await put(broker, "T", b"served without the term")

@@ -14,8 +14,7 @@ from broker_support import config, registered_master, running
 from test_cli_processes import connect as process_client
 from test_cli_processes import in_sync, start_master, start_slave
 
-from hanet.broker import apply_properties
-from hanet.broker._query import QUERY_ANSWER_BUDGET
+from hanet.broker import QUERY_ANSWER_BUDGET, apply_properties
 from hanet.cli import build_parser
 from hanet.client import BrokerClient, query_message, view_message
 from hanet.errors import ConfigError

@@ -65,6 +65,7 @@ from ._pull import (
     subscription_filter,
     suggest_broker_id,
 )
+from ._query import QUERY_ANSWER_BUDGET
 from ._registration import NameServerRegistrar
 from ._repair import RepairError, auto_repair, repair_damage, repair_store
 from ._retry import (
@@ -124,6 +125,7 @@ __all__ = [
     "MESSAGE_DELAY_LEVEL",
     "NOT_ALLOWED_SEND_TOPICS",
     "OFFSETS_FILE",
+    "QUERY_ANSWER_BUDGET",
     "RESET_HOLD",
     "RETRY_GROUP_TOPIC_PREFIX",
     "RETRY_PAUSE",
