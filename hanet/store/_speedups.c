@@ -1246,6 +1246,177 @@ static PyObject *java_hash(PyObject *self, PyObject *text) {
     return Py_BuildValue("(kn)", (unsigned long)h, units);
 }
 
+/* ---- key_batch(): the index keys of a scan window's records (the put path's index) ----
+ *
+ *     key_batch(buf, base, rows, indexed, skip) -> list[(key hash, offset, store timestamp)]
+ *
+ * For each record of rows (scan() rows over buf, whose byte 0 is at offset base) at offset
+ * indexed or later and not a rolled back transaction: the keys of its properties (the last
+ * UNIQ_KEY, then each non-empty space-separated key of the last KEYS), each as RocketMQ's
+ * indexKeyHashMethod of "topic#key" (Java's String.hashCode over UTF-16, its absolute value,
+ * 0 for Integer.MIN_VALUE); the first skip keys of the record at indexed are left out.
+ * Non-ASCII text is decoded as the reference does (topic strict UTF-8, keys with
+ * replacement) and hashed over its UTF-16 units. Every position of a row is checked
+ * against the buffer. The reference is hanet.store._index_file.key_batch_py. */
+#define KB_ROLLBACK (0x3 << 2)
+#define KB_SYS_FLAG_AT 36
+
+/* Continue Java's String.hashCode h over a str's UTF-16 units. */
+static uint32_t kb_hash_str(uint32_t h, PyObject *text) {
+    Py_ssize_t n = PyUnicode_GET_LENGTH(text);
+    int kind = PyUnicode_KIND(text);
+    const void *data = PyUnicode_DATA(text);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_UCS4 c = PyUnicode_READ(kind, data, i);
+        if (c >= 0x10000) {
+            c -= 0x10000;
+            h = h * 31u + (0xD800u + (c >> 10));
+            h = h * 31u + (0xDC00u + (c & 0x3FFu));
+        } else {
+            h = h * 31u + c;
+        }
+    }
+    return h;
+}
+
+/* Continue h over bytes p[0:n] as UTF-8 (errors: NULL = strict, else "replace"); -1 on error
+ * (an exception set), else 0 with *out the hash. */
+static int kb_hash_utf8(uint32_t h, const unsigned char *p, Py_ssize_t n, const char *errors,
+                        uint32_t *out) {
+    int ascii = 1;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (p[i] & 0x80) {
+            ascii = 0;
+            break;
+        }
+    }
+    if (ascii) {
+        for (Py_ssize_t i = 0; i < n; i++) h = h * 31u + p[i];
+        *out = h;
+        return 0;
+    }
+    PyObject *text = PyUnicode_DecodeUTF8((const char *)p, n, errors);
+    if (text == NULL) return -1;
+    *out = kb_hash_str(h, text);
+    Py_DECREF(text);
+    return 0;
+}
+
+static inline long kb_positive(uint32_t value) {
+    if (value < 0x80000000u) return (long)value;
+    if (value == 0x80000000u) return 0;
+    return (long)(0x100000000ull - value);
+}
+
+static int kb_append(PyObject *batch, uint32_t hash, int64_t offset, int64_t stored) {
+    PyObject *item = Py_BuildValue("(lLL)", kb_positive(hash), (long long)offset,
+                                   (long long)stored);
+    if (item == NULL) return -1;
+    int failed = PyList_Append(batch, item);
+    Py_DECREF(item);
+    return failed;
+}
+
+static PyObject *key_batch(PyObject *Py_UNUSED(self), PyObject *args) {
+    Py_buffer view, rows;
+    long long base, indexed;
+    Py_ssize_t skip;
+    if (!PyArg_ParseTuple(args, "y*Ly*Ln:key_batch", &view, &base, &rows, &indexed, &skip))
+        return NULL;
+    PyObject *batch = PyList_New(0);
+    const unsigned char *buf = view.buf;
+    Py_ssize_t len = view.len;
+    Py_ssize_t count = rows.len / ROW_SIZE;
+    int32_t cached_id = -1;
+    uint32_t prefix = 0;
+    if (batch == NULL) goto fail;
+    if (rows.len % ROW_SIZE) {
+        PyErr_SetString(PyExc_ValueError, "key_batch: rows are not whole rows");
+        goto fail;
+    }
+    for (Py_ssize_t r = 0; r < count; r++) {
+        const unsigned char *row = (const unsigned char *)rows.buf + r * ROW_SIZE;
+        int64_t offset, stored, t_start;
+        int32_t t_length, t_id;
+        memcpy(&offset, row, 8);
+        memcpy(&stored, row + 28, 8);
+        memcpy(&t_start, row + 36, 8);
+        memcpy(&t_length, row + 44, 4);
+        memcpy(&t_id, row + 48, 4);
+        if (offset < indexed) continue;
+        if (t_start < 0 || t_length < 0 || t_start > len - t_length - 2) goto bad_row;
+        Py_ssize_t at = (Py_ssize_t)(t_start + t_length + 2);
+        Py_ssize_t plen = ((Py_ssize_t)buf[at - 2] << 8) | buf[at - 1];
+        if (plen > len - at) goto bad_row;
+        const unsigned char *props = buf + at;
+        /* the last UNIQ_KEY and KEYS values (a Java HashMap keeps the last) */
+        const unsigned char *uniq = NULL, *keys = NULL;
+        Py_ssize_t uniq_len = 0, keys_len = 0;
+        Py_ssize_t i = 0;
+        while (i <= plen) {
+            const unsigned char *seg = props + i;
+            const unsigned char *stop = memchr(seg, 0x02, (size_t)(plen - i));
+            Py_ssize_t seg_len = stop ? (Py_ssize_t)(stop - seg) : plen - i;
+            if (seg_len >= 5 && memcmp(seg, "KEYS\x01", 5) == 0) {
+                keys = seg + 5;
+                keys_len = seg_len - 5;
+            } else if (seg_len >= 9 && memcmp(seg, "UNIQ_KEY\x01", 9) == 0) {
+                uniq = seg + 9;
+                uniq_len = seg_len - 9;
+            }
+            if (stop == NULL) break;
+            i += seg_len + 1;
+        }
+        if (uniq == NULL && keys == NULL) continue;
+        if (offset - base < 0 || offset - base > (long long)len - KB_SYS_FLAG_AT - 4) goto bad_row;
+        if ((rd_i32(buf + (offset - base) + KB_SYS_FLAG_AT) & KB_ROLLBACK) == KB_ROLLBACK) continue;
+        if (t_id != cached_id || cached_id < 0) {
+            uint32_t h;
+            if (kb_hash_utf8(0, buf + t_start, t_length, NULL, &h) < 0) goto fail;
+            prefix = h * 31u + '#';
+            cached_id = t_id;
+        }
+        Py_ssize_t left = (offset == indexed && skip > 0) ? skip : 0;
+        uint32_t h;
+        if (uniq != NULL) {
+            if (left > 0) {
+                left--;
+            } else {
+                if (kb_hash_utf8(prefix, uniq, uniq_len, "replace", &h) < 0) goto fail;
+                if (kb_append(batch, h, offset, stored) < 0) goto fail;
+            }
+        }
+        if (keys != NULL) {
+            Py_ssize_t k = 0;
+            while (k < keys_len) {
+                const unsigned char *key = keys + k;
+                const unsigned char *space = memchr(key, ' ', (size_t)(keys_len - k));
+                Py_ssize_t key_len = space ? (Py_ssize_t)(space - key) : keys_len - k;
+                if (key_len > 0) {
+                    if (left > 0) {
+                        left--;
+                    } else {
+                        if (kb_hash_utf8(prefix, key, key_len, "replace", &h) < 0) goto fail;
+                        if (kb_append(batch, h, offset, stored) < 0) goto fail;
+                    }
+                }
+                k += key_len + 1;
+            }
+        }
+    }
+    PyBuffer_Release(&view);
+    PyBuffer_Release(&rows);
+    return batch;
+bad_row:
+    PyErr_SetString(PyExc_ValueError, "key_batch: a row points outside the buffer");
+fail:
+    Py_XDECREF(batch);
+    PyBuffer_Release(&view);
+    PyBuffer_Release(&rows);
+    return NULL;
+}
+/* ---- end of key_batch() ---- */
+
 static PyMethodDef methods[] = {
     {"scan", (PyCFunction)(void (*)(void))scan, METH_VARARGS | METH_KEYWORDS,
      "scan(buf, start=0, end=None, base_offset=0, limit=None, check_crc=True, "
@@ -1270,6 +1441,11 @@ static PyMethodDef methods[] = {
      "java_hash(text)\n--\n\n"
      "Java's String.hashCode of text (unsigned 32-bit) and its length in UTF-16 units; see "
      "hanet.store._index_keys.java_hash_py."},
+    /* key_batch(): the index keys block above */
+    {"key_batch", (PyCFunction)key_batch, METH_VARARGS,
+     "key_batch(buf, base, rows, indexed, skip)\n--\n\n"
+     "The index keys (hash, offset, store timestamp) of a scan window's records; see "
+     "hanet.store._index_file.key_batch_py."},
     {NULL, NULL, 0, NULL},
 };
 

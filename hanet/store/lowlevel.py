@@ -84,6 +84,8 @@ from ._index_file import (
     IndexService,
     index_file_size,
 )
+from ._index_file import key_batch_py as index_key_batch_py
+from ._index_file import native_key_batch as native_index_key_batch
 from ._index_keys import index_key_hash, record_index_keys
 from ._judge import StopJudgement, StopKind, judge_stop
 from ._mapped_file import MappedFile, file_name
@@ -155,6 +157,7 @@ __all__ = [
     "index_file_size",
     "index_group_entries",
     "index_group_entries_py",
+    "index_key_batch_py",
     "index_key_hash",
     "index_topic_names",
     "java_string_hash",
@@ -162,6 +165,7 @@ __all__ = [
     "list_mapped_files",
     "native_columns",
     "native_index_group_entries",
+    "native_index_key_batch",
     "native_scan",
     "next_valid_record",
     "pack_blank_into",
