@@ -1,18 +1,28 @@
 """The put path's native helpers agree with their pure-Python references, on good and bad
-input: the index keys of a scan window (``key_batch``)."""
+input: the index keys of a scan window (``key_batch``), a put's properties field
+(``put_properties``) and a whole record written and sealed in one call (``write_record``)."""
 
 from __future__ import annotations
 
 import struct
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hanet.store import MessageRecord, encode_record
+from hanet.store import MessageRecord, decode_record, encode_record
+from hanet.store.lowlevel import (
+    CRC32_PROPERTY,
+    native_put_properties,
+    native_write_record,
+    put_properties_py,
+    record_crc,
+    scan_index_py,
+    write_record_py,
+)
 from hanet.store.lowlevel import index_key_batch_py as key_batch_py
 from hanet.store.lowlevel import native_index_key_batch as native_key_batch
-from hanet.store.lowlevel import scan_index_py
 
 needs_native = pytest.mark.skipif(
     native_key_batch is None, reason="hanet.store._speedups is not built"
@@ -22,7 +32,7 @@ ROLLBACK = 0x3 << 2
 _text = st.text(
     alphabet=st.sampled_from(["a", "Z", "0", " ", "é", "中", "😀", "\x01", "-"]), max_size=12
 )
-_raw_value = st.binary(max_size=10).map(lambda b: b.replace(b"\x02", b""))
+_raw_value = st.binary(max_size=10).map(lambda b: b.replace(b"\x02", b"").replace(b"\x00", b""))
 
 
 def _window(records: list[tuple[str, bytes, int]]) -> tuple[bytes, bytes]:
@@ -120,3 +130,124 @@ def test_rows_outside_the_buffer_are_refused_by_both() -> None:
             native_key_batch(memoryview(data), 1000, bad, 0, 0)
     with pytest.raises(ValueError):
         native_key_batch(memoryview(buf), 1000, rows[:-1], 0, 0)
+
+
+needs_writer = pytest.mark.skipif(
+    native_write_record is None or native_put_properties is None,
+    reason="hanet.store._speedups is not built",
+)
+
+
+@needs_writer
+@given(
+    st.dictionaries(st.text(max_size=6) | st.just(CRC32_PROPERTY), st.text(max_size=8), max_size=5)
+)
+def test_put_properties_as_the_reference(properties: dict[str, str]) -> None:
+    assert native_put_properties is not None
+    assert native_put_properties(properties) == put_properties_py(properties)
+    assert native_put_properties(properties).endswith(b"__CRC32#\x010000000000\x02")
+
+
+@needs_writer
+def test_put_properties_refuses_what_the_reference_refuses() -> None:
+    assert native_put_properties is not None
+    with pytest.raises(UnicodeEncodeError):
+        put_properties_py({"a": "\ud800"})
+    with pytest.raises(UnicodeEncodeError):
+        native_put_properties({"a": "\ud800"})
+    # not str: formatted as the reference's f-string does
+    weird: dict[str, Any] = {"n": 5, "f": 1.5}
+    assert native_put_properties(weird) == put_properties_py(weird)
+
+
+def _record_args(**changes: Any) -> list[Any]:
+    fields: dict[str, Any] = {
+        "pos": 7,
+        "size": 0,
+        "queue_id": 3,
+        "flag": -1,
+        "queue_offset": 2**40,
+        "physical_offset": 12345,
+        "sys_flag": 0,
+        "born_timestamp": 1_700_000_000_123,
+        "born_host": b"\x0a\x00\x00\x01",
+        "born_port": 50000,
+        "store_timestamp": 1_700_000_000_456,
+        "store_host": b"\x7f\x00\x00\x01",
+        "store_port": 10911,
+        "reconsume_times": 2,
+        "prepared_transaction_offset": -5,
+        "body": b"hello" * 30,
+        "topic": b"TopicW",
+        "properties": put_properties_py({"TAGS": "a", "KEYS": "k"}),
+    }
+    fields.update(changes)
+    if "size" not in changes:
+        header = (
+            88 + (12 if fields["sys_flag"] & 0x10 else 0) + (12 if fields["sys_flag"] & 0x20 else 0)
+        )
+        fields["size"] = (
+            header + len(fields["body"]) + 1 + len(fields["topic"]) + 2 + len(fields["properties"])
+        )
+    return list(fields.values())
+
+
+def _written(function: Any, args: list[Any]) -> bytes | type[BaseException]:
+    buf = bytearray(b"\xee" * 1200)
+    try:
+        function(memoryview(buf), *args)
+    except (ValueError, struct.error, TypeError) as exc:
+        return type(exc)
+    return bytes(buf)
+
+
+@needs_writer
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {},
+        {"sys_flag": 0x10 | 0x4, "born_host": bytes(range(16))},
+        {"sys_flag": 0x20, "store_host": bytes(16)},
+        {"sys_flag": 0x30, "born_host": bytes(16), "store_host": bytes(16)},
+        {"body": b""},
+        {"body": bytes(range(256)) * 2, "pos": 0},
+        {"topic": b"T" * 127, "body": b"x"},
+    ],
+)
+def test_write_record_as_the_reference(changes: dict[str, Any]) -> None:
+    args = _record_args(**changes)
+    written = _written(native_write_record, args)
+    assert written == _written(write_record_py, args)
+    assert isinstance(written, bytes)
+    pos, size = args[0], args[1]
+    record = decode_record(written[pos : pos + size])
+    assert record.body == args[15] and record.topic == args[16].decode()
+    assert int(record.properties_raw[-11:-1][::-1]) == record_crc(written[pos : pos + size])
+    assert written[:pos] == b"\xee" * pos and set(written[pos + size :]) == {0xEE}
+
+
+@needs_writer
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"size": 1},  # not the record's size
+        {"pos": 1000},  # past the end of the buffer
+        {"pos": -1},
+        {"born_host": bytes(16)},  # the host does not match sys_flag
+        {"sys_flag": 0x20},
+        {"topic": b""},
+        {"topic": b"T" * 128},
+        {"properties": b"short"},
+        {"queue_id": 2**31},  # out of a field's range
+        {"flag": -(2**31) - 1},
+        {"queue_offset": 2**63},
+        {"born_port": 2**32},
+        {"reconsume_times": "1"},
+        {"body": "text"},
+    ],
+)
+def test_write_record_refuses_as_the_reference(changes: dict[str, Any]) -> None:
+    args = _record_args(**changes)
+    expected = _written(write_record_py, args)
+    assert expected in (ValueError, struct.error, TypeError)
+    assert _written(native_write_record, args) == expected

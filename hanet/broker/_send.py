@@ -6,6 +6,7 @@ for the rules)."""
 from __future__ import annotations
 
 import logging
+import struct
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -23,7 +24,9 @@ from hanet.protocol import (
     ResponseCode,
     SendMessageRequestHeader,
     SendMessageResponseHeader,
+    SerializeType,
     decode_batch,
+    encode_header,
     string_to_properties,
 )
 from hanet.store import Message, PutResult, PutStatus, StoreError
@@ -36,7 +39,7 @@ from ._topics import TopicNotExist, TopicTableFull
 if TYPE_CHECKING:
     from ._port import BrokerPort
 
-__all__ = ["NOT_ALLOWED_SEND_TOPICS", "Sends", "send_answer"]
+__all__ = ["NOT_ALLOWED_SEND_TOPICS", "Sends", "send_answer", "stored_answer"]
 
 log = logging.getLogger("hanet.broker")
 
@@ -79,6 +82,50 @@ _REMARKS = {
 
 
 _MSG_ID, _QUEUE_ID, _QUEUE_OFFSET = SendMessageResponseHeader("", 0, 0).to_fields()
+
+
+def _stored_template() -> bytes:
+    """The JSON header of a stored send's answer (:func:`send_answer` of one PUT_OK result
+    to a JSON request) as a ``bytes %`` template: ``m`` the message id, ``q`` the queue id,
+    ``o`` the queue offset, ``p`` the opaque. Encoded once by the codec itself, with markers
+    where the values go, so its bytes are the codec's."""
+    markers = {"m": "\x11m", "q": "\x11q", "o": "\x11o"}
+    request = RemotingCommand(RequestCode.SEND_MESSAGE_V2, opaque=0x7EADBEEF)
+    fields = {
+        _MSG_ID: markers["m"],
+        _QUEUE_ID: markers["q"],
+        _QUEUE_OFFSET: markers["o"],
+        MessageProperty.MSG_REGION: "DefaultRegion",
+        MessageProperty.TRACE_ON: "true",
+    }
+    head = encode_header(request.response(ResponseCode.SUCCESS, None, fields))
+    header = head[8:].replace(b"%", b"%%")
+    for key, marker in markers.items():
+        escaped = marker.replace("\x11", "\\u0011").encode()
+        if header.count(escaped) != 1:  # pragma: no cover - the codec escapes control characters
+            raise RuntimeError(f"no template of the send answer from {header!r}")
+        header = header.replace(escaped, b"%(" + key.encode() + b")s")
+    opaque = b'"opaque":%d' % 0x7EADBEEF
+    if header.count(opaque) != 1:  # pragma: no cover - the codec writes the opaque once
+        raise RuntimeError(f"no template of the send answer from {header!r}")
+    return header.replace(opaque, b'"opaque":%(p)d')
+
+
+_STORED_TEMPLATE = _stored_template()
+_FRAME_PREFIX = struct.Struct(">II")
+
+
+def stored_answer(opaque: int, msg_id: str, queue_id: int, queue_offset: int) -> bytes:
+    """The frame head (length fields and JSON header; the answer has no body) of
+    :func:`send_answer` for one message stored PUT_OK, to a JSON request: the same bytes as
+    the codec's, without building the command."""
+    header = _STORED_TEMPLATE % {
+        b"m": msg_id.encode(),
+        b"q": b"%d" % queue_id,
+        b"o": b"%d" % queue_offset,
+        b"p": opaque,
+    }
+    return _FRAME_PREFIX.pack(4 + len(header), len(header)) + header
 
 
 class _Refused(HanetError):
@@ -196,12 +243,19 @@ class Sends:
         started: float,
     ) -> None:
         """Write a send's answer (not for a oneway send) and count it."""
-        answer = send_answer(request, results, queue_id, status)
-        if not request.flag & FLAG_ONEWAY:
-            ctx.write(answer)
         if len(results) == 1 and results[0].status is PutStatus.PUT_OK:
+            if not request.flag & FLAG_ONEWAY:
+                if status is PutStatus.PUT_OK and request.serialize_type is SerializeType.JSON:
+                    first = results[0]
+                    ctx.write(
+                        stored_answer(request.opaque, first.msg_id, queue_id, first.queue_offset)
+                    )
+                else:
+                    ctx.write(send_answer(request, results, queue_id, status))
             statuses = [status]
         else:
+            if not request.flag & FLAG_ONEWAY:
+                ctx.write(send_answer(request, results, queue_id, status))
             statuses = [status if r.status is PutStatus.PUT_OK else r.status for r in results]
         self.port.backend.observe_put(statuses, trio.current_time() - started)
 

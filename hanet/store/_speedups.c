@@ -22,6 +22,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <limits.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1417,6 +1418,258 @@ fail:
 }
 /* ---- end of key_batch() ---- */
 
+/* ---- write_record(), put_properties(): one commit log record in one call (the put path) ----
+ *
+ *     write_record(buf, pos, size, queue_id, flag, queue_offset, physical_offset, sys_flag,
+ *                  born_timestamp, born_host, born_port, store_timestamp, store_host,
+ *                  store_port, reconsume_times, prepared_transaction_offset, body, topic,
+ *                  properties) -> None
+ *
+ * Writes a V1 record (topic at most 127 bytes) at buf[pos:pos + size]: the header, the body
+ * and its CRC, the topic, the properties (which end with the whole-record CRC property's 20
+ * reserved bytes), then seals it (the property's digits, as seal()). size must be the
+ * record's size; the hosts' lengths must match sys_flag's host bits; a number out of its
+ * field's range is struct.error, as struct.pack_into. The reference is
+ * hanet.store._writer.write_record_py.
+ *
+ *     put_properties(properties) -> bytes
+ *
+ * A put's properties field: "name\x01value\x02" for each item of the dict but __CRC32#, in
+ * order, then the reserved "__CRC32#\x01" 10 zeros "\x02". Names and values are str (others
+ * are formatted with str()); the reference is hanet.store._writer.put_properties_py. */
+static PyObject *struct_error = NULL;
+
+static int load_struct_error(void) {
+    if (struct_error == NULL) {
+        PyObject *module = PyImport_ImportModule("struct");
+        if (module == NULL) return -1;
+        struct_error = PyObject_GetAttrString(module, "error");
+        Py_DECREF(module);
+        if (struct_error == NULL) return -1;
+    }
+    return 0;
+}
+
+static int wr_range_error(const char *what) {
+    if (load_struct_error() < 0) return -1;
+    PyErr_Format(struct_error, "write_record: %s is out of range", what);
+    return -1;
+}
+
+/* arg as an int in [low, high]; -1 with an exception set otherwise. */
+static int wr_int(PyObject *arg, long long low, long long high, const char *what,
+                  long long *out) {
+    if (!PyLong_Check(arg)) {
+        if (load_struct_error() < 0) return -1;
+        PyErr_Format(struct_error, "write_record: %s is not an integer", what);
+        return -1;
+    }
+    int overflow = 0;
+    long long value = PyLong_AsLongLongAndOverflow(arg, &overflow);
+    if (value == -1 && PyErr_Occurred()) return -1;
+    if (overflow || value < low || value > high) return wr_range_error(what);
+    *out = value;
+    return 0;
+}
+
+static inline void wr_u32(unsigned char *p, uint32_t v) {
+    p[0] = (unsigned char)(v >> 24);
+    p[1] = (unsigned char)(v >> 16);
+    p[2] = (unsigned char)(v >> 8);
+    p[3] = (unsigned char)v;
+}
+static inline void wr_u64(unsigned char *p, uint64_t v) {
+    wr_u32(p, (uint32_t)(v >> 32));
+    wr_u32(p + 4, (uint32_t)v);
+}
+
+#define I32_MIN (-2147483647LL - 1)
+#define I32_MAX 2147483647LL
+
+static PyObject *write_record(PyObject *Py_UNUSED(self), PyObject *const *args,
+                              Py_ssize_t nargs) {
+    if (nargs != 19) {
+        PyErr_Format(PyExc_TypeError, "write_record() takes 19 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    /* pos and size first: the checks of the lengths need them (ValueError, as the
+     * reference's comparisons); the fields' numbers after those checks (struct.error) */
+    long long pos = 0, size = 0;
+    for (int i = 1; i <= 2; i++) {
+        if (!PyLong_Check(args[i])) {
+            PyErr_SetString(PyExc_TypeError, "write_record: pos and size are integers");
+            return NULL;
+        }
+        int overflow = 0;
+        long long value = PyLong_AsLongLongAndOverflow(args[i], &overflow);
+        if (value == -1 && PyErr_Occurred()) return NULL;
+        if (overflow) value = overflow < 0 ? -1 : LLONG_MAX; /* out of every buffer */
+        if (i == 1) pos = value; else size = value;
+    }
+    static const int int_at[] = {3, 4, 5, 6, 7, 8, 10, 11, 13, 14, 15};
+    static const char *int_names[] = {"queue_id",  "flag",           "queue_offset",
+                                      "physical_offset", "sys_flag", "born_timestamp",
+                                      "born_port", "store_timestamp", "store_port",
+                                      "reconsume_times", "prepared_transaction_offset"};
+    static const long long lows[] = {I32_MIN, I32_MIN,   LLONG_MIN, LLONG_MIN, I32_MIN, LLONG_MIN,
+                                     I32_MIN, LLONG_MIN, I32_MIN,   I32_MIN,   LLONG_MIN};
+    static const long long highs[] = {I32_MAX, I32_MAX,   LLONG_MAX, LLONG_MAX, I32_MAX, LLONG_MAX,
+                                      I32_MAX, LLONG_MAX, I32_MAX,   I32_MAX,   LLONG_MAX};
+    long long v[11];
+    /* sys_flag picks the hosts' lengths: read it first (struct.error if it is no int32) */
+    if (wr_int(args[7], I32_MIN, I32_MAX, "sys_flag", &v[4]) < 0) return NULL;
+    int32_t sys_flag = (int32_t)v[4];
+    Py_buffer out, born, store, body, topic, props;
+    if (PyObject_GetBuffer(args[0], &out, PyBUF_WRITABLE) < 0) return NULL;
+    Py_buffer *held[6] = {&out, NULL, NULL, NULL, NULL, NULL};
+    int nheld = 1;
+    PyObject *result = NULL;
+    PyObject *const buffers[5] = {args[9], args[12], args[16], args[17], args[18]};
+    Py_buffer *views[5] = {&born, &store, &body, &topic, &props};
+    for (int i = 0; i < 5; i++) {
+        if (PyObject_GetBuffer(buffers[i], views[i], PyBUF_SIMPLE) < 0) goto done;
+        held[nheld++] = views[i];
+    }
+    Py_ssize_t born_len = (sys_flag & BORN_V6) ? 16 : 4;
+    Py_ssize_t store_len = (sys_flag & STORE_V6) ? 16 : 4;
+    if (born.len != born_len || store.len != store_len) {
+        PyErr_SetString(PyExc_ValueError, "write_record: a host's length does not match sys_flag");
+        goto done;
+    }
+    if (topic.len < 1 || topic.len > 127) {
+        PyErr_SetString(PyExc_ValueError, "write_record: the topic is not 1 to 127 bytes");
+        goto done;
+    }
+    if (props.len < CRC32_RESERVED_LEN || props.len > 32767) {
+        PyErr_SetString(PyExc_ValueError,
+                        "write_record: the properties are not 20 to 32767 bytes");
+        goto done;
+    }
+    if (body.len > I32_MAX) {
+        wr_range_error("the body's length");
+        goto done;
+    }
+    long long header_len = HEADER_V4 + (born_len - 4) + (store_len - 4);
+    long long expected = header_len + body.len + 1 + topic.len + 2 + props.len;
+    if (size != expected) {
+        PyErr_SetString(PyExc_ValueError, "write_record: size is not the record's size");
+        goto done;
+    }
+    if (pos < 0 || pos > (long long)out.len - size) {
+        PyErr_SetString(PyExc_ValueError, "write_record: the record is not inside the buffer");
+        goto done;
+    }
+    for (int i = 0; i < 11; i++) {
+        if (wr_int(args[int_at[i]], lows[i], highs[i], int_names[i], &v[i]) < 0) goto done;
+    }
+    unsigned char *r = (unsigned char *)out.buf + pos;
+    unsigned char *p = r;
+    wr_u32(p, (uint32_t)size); p += 4;
+    wr_u32(p, MAGIC_V1); p += 4;
+    wr_u32(p, crc32_continue(0, body.buf, (size_t)body.len) & 0x7FFFFFFFu); p += 4;
+    wr_u32(p, (uint32_t)v[0]); p += 4;  /* queue id */
+    wr_u32(p, (uint32_t)v[1]); p += 4;  /* flag */
+    wr_u64(p, (uint64_t)v[2]); p += 8;  /* queue offset */
+    wr_u64(p, (uint64_t)v[3]); p += 8;  /* physical offset */
+    wr_u32(p, (uint32_t)sys_flag); p += 4;
+    wr_u64(p, (uint64_t)v[5]); p += 8;  /* born timestamp */
+    memcpy(p, born.buf, (size_t)born_len); p += born_len;
+    wr_u32(p, (uint32_t)v[6]); p += 4;  /* born port */
+    wr_u64(p, (uint64_t)v[7]); p += 8;  /* store timestamp */
+    memcpy(p, store.buf, (size_t)store_len); p += store_len;
+    wr_u32(p, (uint32_t)v[8]); p += 4; /* store port */
+    wr_u32(p, (uint32_t)v[9]); p += 4; /* reconsume times */
+    wr_u64(p, (uint64_t)v[10]); p += 8; /* prepared transaction offset */
+    wr_u32(p, (uint32_t)body.len); p += 4;
+    memcpy(p, body.buf, (size_t)body.len); p += body.len;
+    *p++ = (unsigned char)topic.len;
+    memcpy(p, topic.buf, (size_t)topic.len); p += topic.len;
+    *p++ = (unsigned char)(props.len >> 8);
+    *p++ = (unsigned char)props.len;
+    memcpy(p, props.buf, (size_t)props.len);
+    /* seal: the CRC of every byte before the reserved 20, its 10 digits least significant first */
+    uint32_t crc = crc32_continue(0, r, (size_t)(size - CRC32_RESERVED_LEN)) & 0x7FFFFFFFu;
+    unsigned char *digits = r + size - CRC32_RESERVED_LEN + 9;
+    for (int i = 0; i < 10; i++) {
+        digits[i] = (unsigned char)('0' + crc % 10);
+        crc /= 10;
+    }
+    result = Py_None;
+    Py_INCREF(result);
+done:
+    for (int i = 0; i < nheld; i++) PyBuffer_Release(held[i]);
+    return result;
+}
+
+static const char PP_TRAILER[] = "__CRC32#\x01" "0000000000\x02";
+
+static PyObject *put_properties(PyObject *Py_UNUSED(self), PyObject *properties) {
+    if (!PyDict_Check(properties)) {
+        PyErr_SetString(PyExc_TypeError, "put_properties() takes a dict");
+        return NULL;
+    }
+    /* two passes: the UTF-8 of every item (cached by str objects), then one copy */
+    Py_ssize_t total = CRC32_RESERVED_LEN, at = 0;
+    PyObject *key, *value;
+    PyObject *texts = PyList_New(0); /* str() of non-str names and values, kept alive */
+    if (texts == NULL) return NULL;
+    Py_ssize_t n = PyDict_GET_SIZE(properties);
+    const char **parts = PyMem_Malloc(sizeof(char *) * (size_t)(2 * n + 1));
+    Py_ssize_t *lens = PyMem_Malloc(sizeof(Py_ssize_t) * (size_t)(2 * n + 1));
+    PyObject *result = NULL;
+    Py_ssize_t count = 0;
+    if (parts == NULL || lens == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    while (PyDict_Next(properties, &at, &key, &value)) {
+        if (count >= 2 * n) {
+            PyErr_SetString(PyExc_RuntimeError, "put_properties: the dict changed size");
+            goto done;
+        }
+        PyObject *item[2] = {key, value};
+        const char *text[2];
+        Py_ssize_t size[2];
+        for (int i = 0; i < 2; i++) {
+            PyObject *s = item[i];
+            if (!PyUnicode_Check(s)) {
+                s = PyObject_Str(s);
+                if (s == NULL) goto done;
+                int failed = PyList_Append(texts, s);
+                Py_DECREF(s);
+                if (failed) goto done;
+            }
+            text[i] = PyUnicode_AsUTF8AndSize(s, &size[i]);
+            if (text[i] == NULL) goto done;
+        }
+        if (size[0] == 8 && memcmp(text[0], "__CRC32#", 8) == 0 && PyUnicode_Check(key))
+            continue; /* about another record */
+        parts[count] = text[0];
+        lens[count++] = size[0];
+        parts[count] = text[1];
+        lens[count++] = size[1];
+        total += size[0] + size[1] + 2;
+    }
+    result = PyBytes_FromStringAndSize(NULL, total);
+    if (result == NULL) goto done;
+    char *p = PyBytes_AS_STRING(result);
+    for (Py_ssize_t i = 0; i < count; i += 2) {
+        memcpy(p, parts[i], (size_t)lens[i]);
+        p += lens[i];
+        *p++ = 0x01;
+        memcpy(p, parts[i + 1], (size_t)lens[i + 1]);
+        p += lens[i + 1];
+        *p++ = 0x02;
+    }
+    memcpy(p, PP_TRAILER, CRC32_RESERVED_LEN);
+done:
+    PyMem_Free(parts);
+    PyMem_Free(lens);
+    Py_DECREF(texts);
+    return result;
+}
+/* ---- end of write_record(), put_properties() ---- */
+
 static PyMethodDef methods[] = {
     {"scan", (PyCFunction)(void (*)(void))scan, METH_VARARGS | METH_KEYWORDS,
      "scan(buf, start=0, end=None, base_offset=0, limit=None, check_crc=True, "
@@ -1446,6 +1699,17 @@ static PyMethodDef methods[] = {
      "key_batch(buf, base, rows, indexed, skip)\n--\n\n"
      "The index keys (hash, offset, store timestamp) of a scan window's records; see "
      "hanet.store._index_file.key_batch_py."},
+    /* write_record(), put_properties(): the record writing block above */
+    {"write_record", (PyCFunction)(void (*)(void))write_record, METH_FASTCALL,
+     "write_record(buf, pos, size, queue_id, flag, queue_offset, physical_offset, sys_flag, "
+     "born_timestamp, born_host, born_port, store_timestamp, store_host, store_port, "
+     "reconsume_times, prepared_transaction_offset, body, topic, properties)\n--\n\n"
+     "Write and seal one V1 record at buf[pos:pos + size]; see "
+     "hanet.store._writer.write_record_py."},
+    {"put_properties", (PyCFunction)put_properties, METH_O,
+     "put_properties(properties)\n--\n\n"
+     "A put's properties field (the CRC property's reserved bytes last); see "
+     "hanet.store._writer.put_properties_py."},
     {NULL, NULL, 0, NULL},
 };
 

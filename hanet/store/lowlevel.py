@@ -99,6 +99,12 @@ from ._retention import (
 )
 from ._scanner import RecordScanner
 from ._store_files import fsync_directory, read_store_sizes
+from ._writer import (
+    native_put_properties,
+    native_write_record,
+    put_properties_py,
+    write_record_py,
+)
 
 __all__ = [
     "BLANK_MAGIC",
@@ -166,7 +172,9 @@ __all__ = [
     "native_columns",
     "native_index_group_entries",
     "native_index_key_batch",
+    "native_put_properties",
     "native_scan",
+    "native_write_record",
     "next_valid_record",
     "pack_blank_into",
     "pack_record_into",
@@ -175,6 +183,7 @@ __all__ = [
     "parse_host",
     "plan_retention",
     "property_problem",
+    "put_properties_py",
     "read_store_sizes",
     "record_columns",
     "record_columns_py",
@@ -186,4 +195,5 @@ __all__ = [
     "scan_index_windows",
     "seal_record",
     "topic_problem",
+    "write_record_py",
 ]
