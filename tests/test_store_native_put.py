@@ -1,5 +1,6 @@
 """The put path's native helpers agree with their pure-Python references, on good and bad
-input: the index keys of a scan window (``key_batch``), a put's properties field
+input: the index keys of a scan window (``key_batch``) and their index file entries
+(``index_entries``), a put's properties field
 (``put_properties``) and a whole record written and sealed in one call (``write_record``)."""
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from hypothesis import strategies as st
 from hanet.store import MessageRecord, decode_record, encode_record
 from hanet.store.lowlevel import (
     CRC32_PROPERTY,
+    index_entries_py,
+    native_index_entries,
     native_put_properties,
     native_write_record,
     put_properties_py,
@@ -251,3 +254,66 @@ def test_write_record_refuses_as_the_reference(changes: dict[str, Any]) -> None:
     expected = _written(write_record_py, args)
     assert expected in (ValueError, struct.error, TypeError)
     assert _written(native_write_record, args) == expected
+
+
+needs_entries = pytest.mark.skipif(
+    native_index_entries is None, reason="hanet.store._speedups is not built"
+)
+
+
+def _entries_both(view: bytes, keys: list[Any], *header: int) -> Any:
+    assert native_index_entries is not None
+    try:
+        expected: Any = index_entries_py(view, keys, *header)
+    except (ValueError, struct.error, ZeroDivisionError, TypeError) as exc:
+        expected = type(exc)
+    try:
+        got: Any = native_index_entries(view, keys, *header)
+    except (ValueError, struct.error, ZeroDivisionError, TypeError) as exc:
+        got = type(exc)
+    assert got == expected
+    return expected
+
+
+@needs_entries
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.integers(-3, 40), min_size=16, max_size=16),
+    st.lists(
+        st.tuples(
+            st.integers(0, 2**31 - 1),
+            st.integers(0, 2**50),
+            st.integers(1_700_000_000_000, 1_700_000_900_000),
+        ),
+        max_size=12,
+    ),
+    st.integers(0, 30),
+    st.sampled_from([0, 1_700_000_000_000, 1_800_000_000_000]),
+)
+def test_index_entries_as_the_reference(
+    slot_values: list[int], keys: list[tuple[int, int, int]], count: int, begin: int
+) -> None:
+    view = bytes(40) + struct.pack(">16i", *slot_values) + bytes(100)
+    result = _entries_both(view, keys, count, 16, begin, 7, 3, 9, begin)
+    assert isinstance(result, tuple)
+    packed, pending, *_, number = result
+    assert len(packed) == 20 * len(keys)
+    assert number == count + len(keys)
+    assert set(pending.values()) <= set(range(count, number))
+
+
+@needs_entries
+@pytest.mark.parametrize(
+    ("keys", "slots", "size"),
+    [
+        ([(5, 1, 1)], 16, 40 + 16),  # the slot is past the end of the file
+        ([(2**31, 1, 1)], 16, 200),  # a key hash out of 32 bits
+        ([(-(2**31) - 1, 1, 1)], 16, 200),
+        ([(1, 2**63, 1)], 16, 200),  # an offset out of 64 bits
+        ([(1, 1, 1)], 0, 200),  # no slots
+        ([(1, 1)], 16, 200),  # not a key
+        ([(1, "1", 1)], 16, 200),
+    ],
+)
+def test_index_entries_refuse_as_the_reference(keys: list[Any], slots: int, size: int) -> None:
+    assert not isinstance(_entries_both(bytes(size), keys, 0, slots, 0, 0, 0, 0, 0), tuple)

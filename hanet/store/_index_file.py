@@ -134,6 +134,74 @@ def key_batch_py(
     return batch
 
 
+def index_entries_py(
+    view: mmap.mmap | bytes | bytearray | memoryview,
+    keys: Sequence[tuple[int, int, int]],
+    count: int,
+    slots: int,
+    begin: int,
+    begin_phy: int,
+    used: int,
+    end_phy: int,
+    end_stamp: int,
+) -> tuple[bytes, dict[int, int], int, int, int, int, int, int]:
+    """The entries of an index file holding ``count`` of them (``view`` its bytes, ``slots``
+    hash slots) for ``keys`` ``(key hash, physical offset, store timestamp)``, as RocketMQ's
+    ``putKey`` writes them one after the other: ``(packed entries, {slot position: entry
+    number}, begin timestamp, begin offset, slots used, end offset, end timestamp, the
+    count after)``, the header's fields updated from theirs (the reference of the
+    extension's ``index_entries``; a number out of its field's range is ``struct.error``)."""
+    pending: dict[int, int] = {}  # slot position -> entry number, for this batch
+    packed = bytearray()
+    pack = _ENTRY.pack
+    number = count
+    unpack_slot = _SLOT.unpack_from
+    for key_hash, phy_offset, stamp in keys:
+        slot_at = INDEX_HEADER_SIZE + (key_hash % slots) * INDEX_SLOT_SIZE
+        previous = pending.get(slot_at)
+        if previous is None:
+            if slot_at < 0 or slot_at + INDEX_SLOT_SIZE > len(view):
+                raise ValueError("index_entries: a slot is outside the file")
+            previous = unpack_slot(view, slot_at)[0]
+            if previous <= _INVALID or previous > count:
+                previous = _INVALID
+        if begin <= 0:
+            diff = 0
+        else:
+            diff = (stamp - begin) // 1000 if stamp > begin else 0
+            diff = min(diff, _I32_MAX)
+        packed += pack(key_hash, phy_offset, diff, previous)
+        pending[slot_at] = number
+        if number <= 1:  # the file's first key sets its begin (RocketMQ's)
+            begin_phy = phy_offset
+            begin = stamp
+        if previous == _INVALID:
+            used += 1
+        end_phy, end_stamp = phy_offset, stamp
+        number += 1
+    return bytes(packed), pending, begin, begin_phy, used, end_phy, end_stamp, number
+
+
+IndexEntries = Callable[
+    [
+        mmap.mmap | bytes | bytearray | memoryview,
+        Sequence[tuple[int, int, int]],
+        int,
+        int,
+        int,
+        int,
+        int,
+        int,
+        int,
+    ],
+    tuple[bytes, dict[int, int], int, int, int, int, int, int],
+]
+native_index_entries: IndexEntries | None = native("index_entries")
+"""The extension's ``index_entries`` (None when it is not built)."""
+index_entries: IndexEntries = (
+    (native_index_entries or index_entries_py) if NATIVE_ENABLED else index_entries_py
+)
+
 KeyBatch = Callable[[memoryview, int, bytes, int, int], list[tuple[int, int, int]]]
 native_key_batch: KeyBatch | None = native("key_batch")
 """The extension's ``key_batch`` (None when it is not built), whatever ``HANET_NO_EXTENSIONS``."""
@@ -315,38 +383,18 @@ class IndexFile:
             return 0
         if len(keys) > room:
             keys = keys[:room]
-        slots = self.slots
-        read_slot = self._read_slot
-        begin = header.begin_timestamp
-        used = header.hash_slot_count
-        pending: dict[int, int] = {}  # slot position -> entry number, for this batch
-        packed = bytearray()
-        pack = _ENTRY.pack
-        number = count
-        end_phy = header.end_phy_offset
-        end_stamp = header.end_timestamp
-        begin_phy = header.begin_phy_offset
-        for key_hash, phy_offset, stamp in keys:
-            slot_at = INDEX_HEADER_SIZE + (key_hash % slots) * INDEX_SLOT_SIZE
-            previous = pending.get(slot_at)
-            if previous is None:
-                previous = read_slot(slot_at)
-                if previous <= _INVALID or previous > count:
-                    previous = _INVALID
-            if begin <= 0:
-                diff = 0
-            else:
-                diff = (stamp - begin) // 1000 if stamp > begin else 0
-                diff = min(diff, _I32_MAX)
-            packed += pack(key_hash, phy_offset, diff, previous)
-            pending[slot_at] = number
-            if number <= 1:  # the file's first key sets its begin (RocketMQ's)
-                begin_phy = phy_offset
-                begin = stamp
-            if previous == _INVALID:
-                used += 1
-            end_phy, end_stamp = phy_offset, stamp
-            number += 1
+        assert self._map is not None
+        packed, pending, begin, begin_phy, used, end_phy, end_stamp, number = index_entries(
+            self._map,
+            keys,
+            count,
+            self.slots,
+            header.begin_timestamp,
+            header.begin_phy_offset,
+            header.hash_slot_count,
+            header.end_phy_offset,
+            header.end_timestamp,
+        )
         fd = self._fd
         self.dirty = True
         os.pwrite(fd, packed, self._entries_at + count * INDEX_ENTRY_SIZE)

@@ -1670,6 +1670,150 @@ done:
 }
 /* ---- end of write_record(), put_properties() ---- */
 
+/* ---- index_entries(): an index file's entries for a batch of keys (the put path's index) ----
+ *
+ *     index_entries(buf, keys, count, slots, begin, begin_phy, used, end_phy, end_stamp)
+ *       -> (packed, pending, begin, begin_phy, used, end_phy, end_stamp, number)
+ *
+ * buf: the index file's bytes (its hash slots read, never written); keys: (key hash,
+ * physical offset, store timestamp) tuples; count: the entries it holds. The entries
+ * RocketMQ's putKey writes for each key in turn (">iqii": hash, offset, seconds since the
+ * file's begin timestamp, the slot's previous entry), the slots to write ({position: entry
+ * number}, in first-touched order) and the header's fields updated. A slot outside buf is
+ * ValueError, a number out of its field's range struct.error. The reference is
+ * hanet.store._index_file.index_entries_py. */
+#define IE_HEADER 40
+#define IE_SLOT 4
+#define IE_ENTRY 20
+
+static int ie_item(PyObject *item, long long *out, const char *what) {
+    int overflow = 0;
+    if (!PyLong_Check(item)) {
+        if (load_struct_error() < 0) return -1;
+        PyErr_Format(struct_error, "index_entries: the %s is not an integer", what);
+        return -1;
+    }
+    long long value = PyLong_AsLongLongAndOverflow(item, &overflow);
+    if (value == -1 && PyErr_Occurred()) return -1;
+    if (overflow) {
+        if (load_struct_error() < 0) return -1;
+        PyErr_Format(struct_error, "index_entries: the %s is out of range", what);
+        return -1;
+    }
+    *out = value;
+    return 0;
+}
+
+static PyObject *index_entries(PyObject *Py_UNUSED(self), PyObject *args) {
+    Py_buffer view;
+    PyObject *keys_arg;
+    long long count, slots, begin, begin_phy, used, end_phy, end_stamp;
+    if (!PyArg_ParseTuple(args, "y*OLLLLLLL:index_entries", &view, &keys_arg, &count, &slots,
+                          &begin, &begin_phy, &used, &end_phy, &end_stamp))
+        return NULL;
+    PyObject *keys = PySequence_Fast(keys_arg, "index_entries: keys are a sequence");
+    PyObject *pending = NULL, *packed = NULL, *result = NULL;
+    if (keys == NULL) goto done;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(keys);
+    if (n > PY_SSIZE_T_MAX / IE_ENTRY) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    pending = PyDict_New();
+    packed = PyBytes_FromStringAndSize(NULL, n * IE_ENTRY);
+    if (pending == NULL || packed == NULL) goto done;
+    unsigned char *out = (unsigned char *)PyBytes_AS_STRING(packed);
+    const unsigned char *buf = view.buf;
+    long long number = count;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *item = PySequence_Fast_GET_ITEM(keys, i);
+        if (!PyTuple_Check(item)) {
+            PyErr_SetString(PyExc_TypeError, "index_entries: a key is not a tuple");
+            goto done;
+        }
+        if (PyTuple_GET_SIZE(item) != 3) {
+            PyErr_SetString(PyExc_ValueError, "index_entries: a key is not 3 values");
+            goto done;
+        }
+        long long key_hash, phy, stamp;
+        if (ie_item(PyTuple_GET_ITEM(item, 0), &key_hash, "key hash") < 0 ||
+            ie_item(PyTuple_GET_ITEM(item, 1), &phy, "physical offset") < 0 ||
+            ie_item(PyTuple_GET_ITEM(item, 2), &stamp, "store timestamp") < 0)
+            goto done;
+        if (slots == 0) {
+            PyErr_SetString(PyExc_ZeroDivisionError, "integer modulo by zero");
+            goto done;
+        }
+        long long slot = key_hash % slots; /* Python's floor modulo */
+        if (slot != 0 && ((slot < 0) != (slots < 0))) slot += slots;
+        if (slot > (LLONG_MAX - IE_HEADER) / IE_SLOT || slot < -(LLONG_MAX / 8)) {
+            PyErr_SetString(PyExc_ValueError, "index_entries: a slot is outside the file");
+            goto done;
+        }
+        long long slot_at = IE_HEADER + slot * IE_SLOT;
+        PyObject *at_key = PyLong_FromLongLong(slot_at);
+        if (at_key == NULL) goto done;
+        PyObject *seen = PyDict_GetItemWithError(pending, at_key);
+        long long previous;
+        if (seen != NULL) {
+            previous = PyLong_AsLongLong(seen);
+        } else if (PyErr_Occurred()) {
+            Py_DECREF(at_key);
+            goto done;
+        } else {
+            if (slot_at < 0 || slot_at > (long long)view.len - IE_SLOT) {
+                Py_DECREF(at_key);
+                PyErr_SetString(PyExc_ValueError, "index_entries: a slot is outside the file");
+                goto done;
+            }
+            previous = rd_i32(buf + slot_at);
+            if (previous <= 0 || previous > count) previous = 0;
+        }
+        long long diff = 0;
+        if (begin > 0 && stamp > begin) {
+            diff = (stamp - begin) / 1000;
+            if (diff > I32_MAX) diff = I32_MAX;
+        }
+        if (key_hash < I32_MIN || key_hash > I32_MAX || previous < I32_MIN ||
+            previous > I32_MAX) {
+            Py_DECREF(at_key);
+            if (load_struct_error() == 0)
+                PyErr_SetString(struct_error, "index_entries: the key hash is out of range");
+            goto done;
+        }
+        unsigned char *e = out + i * IE_ENTRY;
+        wr_u32(e, (uint32_t)key_hash);
+        wr_u64(e + 4, (uint64_t)phy);
+        wr_u32(e + 12, (uint32_t)diff);
+        wr_u32(e + 16, (uint32_t)previous);
+        PyObject *value = PyLong_FromLongLong(number);
+        if (value == NULL || PyDict_SetItem(pending, at_key, value) < 0) {
+            Py_XDECREF(value);
+            Py_DECREF(at_key);
+            goto done;
+        }
+        Py_DECREF(value);
+        Py_DECREF(at_key);
+        if (number <= 1) { /* the file's first key sets its begin (RocketMQ's) */
+            begin_phy = phy;
+            begin = stamp;
+        }
+        if (previous == 0) used++;
+        end_phy = phy;
+        end_stamp = stamp;
+        number++;
+    }
+    result = Py_BuildValue("(OOLLLLLL)", packed, pending, begin, begin_phy, used, end_phy,
+                           end_stamp, number);
+done:
+    Py_XDECREF(keys);
+    Py_XDECREF(pending);
+    Py_XDECREF(packed);
+    PyBuffer_Release(&view);
+    return result;
+}
+/* ---- end of index_entries() ---- */
+
 static PyMethodDef methods[] = {
     {"scan", (PyCFunction)(void (*)(void))scan, METH_VARARGS | METH_KEYWORDS,
      "scan(buf, start=0, end=None, base_offset=0, limit=None, check_crc=True, "
@@ -1710,6 +1854,11 @@ static PyMethodDef methods[] = {
      "put_properties(properties)\n--\n\n"
      "A put's properties field (the CRC property's reserved bytes last); see "
      "hanet.store._writer.put_properties_py."},
+    /* index_entries(): the index entries block above */
+    {"index_entries", (PyCFunction)index_entries, METH_VARARGS,
+     "index_entries(buf, keys, count, slots, begin, begin_phy, used, end_phy, end_stamp)\n--\n\n"
+     "An index file's entries and slots for a batch of keys; see "
+     "hanet.store._index_file.index_entries_py."},
     {NULL, NULL, 0, NULL},
 };
 

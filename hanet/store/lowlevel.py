@@ -82,7 +82,9 @@ from ._index_file import (
     IndexFile,
     IndexHeader,
     IndexService,
+    index_entries_py,
     index_file_size,
+    native_index_entries,
 )
 from ._index_file import key_batch_py as index_key_batch_py
 from ._index_file import native_key_batch as native_index_key_batch
@@ -160,6 +162,7 @@ __all__ = [
     "format_epoch_file",
     "format_host",
     "fsync_directory",
+    "index_entries_py",
     "index_file_size",
     "index_group_entries",
     "index_group_entries_py",
@@ -170,6 +173,7 @@ __all__ = [
     "judge_stop",
     "list_mapped_files",
     "native_columns",
+    "native_index_entries",
     "native_index_group_entries",
     "native_index_key_batch",
     "native_put_properties",
