@@ -1,5 +1,7 @@
 """The broker port's send path in process: the stored answer's template is the codec's bytes,
-and a read of many sends is answered in order, each with its own opaque, offsets and id."""
+and a read of many sends (stored in one put) is answered in order, each with its own opaque,
+offsets and id, refusals in their place, and a request after them in the same read sees
+them stored."""
 
 from __future__ import annotations
 
@@ -120,3 +122,52 @@ async def test_a_read_of_sends_is_answered_in_order(tmp_path: Path) -> None:
                 found, _, _ = broker.store.query_index("PathTopic", key, 32, 0, 2**62)
                 assert offset in found
         nursery.cancel_scope.cancel()
+
+
+def _max_offset_frame(opaque: int, queue_id: int) -> bytes:
+    request = RemotingCommand(
+        RequestCode.GET_MAX_OFFSET,
+        opaque=opaque,
+        ext_fields={"topic": "PathTopic", "queueId": str(queue_id)},
+    )
+    return encode_command(request)
+
+
+async def _serve(tmp_path: Path, frames: list[bytes], *, guard: bool = False) -> list[Any]:
+    config = BrokerConfig(store_path_root_dir=tmp_path, listen_port=0, ha_listen_port=0)
+    async with trio.open_nursery() as nursery:
+        broker = Broker(config)
+        await nursery.start(broker.run)
+        if guard:
+            broker.port.set_guard(lambda ctx, request: None)
+        channel = EmbeddedChannel()
+        broker.port.initialize(cast(Any, channel))
+        channel.write_inbound(_send_frame(0, 0))  # the topic, created by a first send
+        channel.write_inbound(b"".join(frames))
+        out = b""
+        while (chunk := channel.read_outbound()) is not None:
+            out += bytes(chunk)
+        nursery.cancel_scope.cancel()
+    return _answers(out)[1:]
+
+
+async def test_a_request_after_sends_of_the_same_read_sees_them(tmp_path: Path) -> None:
+    frames = [_send_frame(n, 1) for n in range(1, 4)]
+    frames.append(_send_frame(4, 9))  # queue 9 of 4: refused in its place
+    frames.append(_max_offset_frame(5, 1))
+    frames.append(_send_frame(6, 1))
+    answers = await _serve(tmp_path, frames)
+    assert [a.opaque for a in answers] == [1, 2, 3, 4, 5, 6]
+    assert [a.code for a in answers[:3]] == [ResponseCode.SUCCESS] * 3
+    assert answers[3].code == ResponseCode.SYSTEM_ERROR and "queueId[9]" in (
+        answers[3].remark or ""
+    )
+    assert answers[4].fields["offset"] == "3"
+    assert SendMessageResponseHeader.from_fields(answers[5].fields).queue_offset == 3
+
+
+async def test_with_a_guard_each_send_is_stored_at_once(tmp_path: Path) -> None:
+    answers = await _serve(tmp_path, [_send_frame(n, 2) for n in range(1, 5)], guard=True)
+    assert [a.opaque for a in answers] == [1, 2, 3, 4]
+    offsets = [SendMessageResponseHeader.from_fields(a.fields).queue_offset for a in answers]
+    assert offsets == [0, 1, 2, 3]

@@ -10,6 +10,7 @@ import struct
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+import attrs
 import trio
 
 from hanet.channel import HandlerContext
@@ -128,6 +129,22 @@ def stored_answer(opaque: int, msg_id: str, queue_id: int, queue_offset: int) ->
     return _FRAME_PREFIX.pack(4 + len(header), len(header)) + header
 
 
+_MAX_PENDING = 64
+"""Sends of one read stored in one put at most (a flush before the 65th)."""
+
+
+@attrs.define(slots=True)
+class _Pending:
+    """A send admitted and not stored yet (stored with the rest of its read)."""
+
+    ctx: HandlerContext
+    request: RemotingCommand
+    messages: list[Message]
+    queue_id: int
+    wait: bool
+    started: float
+
+
 class _Refused(HanetError):
     """A send refused before anything was stored."""
 
@@ -182,13 +199,30 @@ class Sends:
         self._legal_topics: set[str] = set()
 
     def send_message(self, ctx: HandlerContext, request: RemotingCommand) -> RemotingCommand | None:
-        """SEND_MESSAGE, SEND_MESSAGE_V2 and SEND_BATCH_MESSAGE."""
+        """SEND_MESSAGE, SEND_MESSAGE_V2 and SEND_BATCH_MESSAGE.
+
+        A send that passes its checks is stored with the other sends of the same read, in
+        one put (:meth:`flush_pending`: at the end of the read, before any other request of
+        the connection is served and before any answer is written), and answered in order."""
+        connection = connection_of(ctx)
+        try:
+            answer = self._send(ctx, connection, request)
+        except BaseException:
+            if connection.pending_sends:  # the dispatcher answers this one: the earlier first
+                self.flush_pending(connection)
+            raise
+        if answer is not None and connection.pending_sends:
+            self.flush_pending(connection)
+        return answer
+
+    def _send(
+        self, ctx: HandlerContext, connection: BrokerConnection, request: RemotingCommand
+    ) -> RemotingCommand | None:
         backend = self.port.backend
         refusal = backend.send_refusal()
         if refusal is not None:
             return request.response(ResponseCode.SERVICE_NOT_AVAILABLE, refusal)
         header = SendMessageRequestHeader.decode(request.code, request.fields)
-        connection = connection_of(ctx)
         started = trio.current_time()
         try:
             messages, queue_id, wait = self._admit(request, header, connection.born)
@@ -199,22 +233,76 @@ class Sends:
             return request.response(exc.code, exc.remark)
         except StoreError as exc:
             return request.response(ResponseCode.SYSTEM_ERROR, str(exc))
-        results = backend.put_now(messages)
-        if results is None:
-            connection.in_flight += 1
-            connection.update_reading()
-            ctx.spawn(self._put_later, ctx, connection, request, messages, queue_id, started)
-            return None
-        if not wait or not backend.must_wait():
-            self.answer_send(ctx, request, results, queue_id, PutStatus.PUT_OK, started)
-            return None
+        pending = connection.pending_sends
+        pending.append(_Pending(ctx, request, messages, queue_id, wait, started))
+        if self.port._dispatcher.guard is not None or len(pending) >= _MAX_PENDING:
+            # (with an ACL guard the dispatcher may answer a later send before this one)
+            self.flush_pending(connection)
+        return None
+
+    def flush_pending(self, connection: BrokerConnection) -> None:
+        """Store the sends admitted on ``connection`` and not stored yet, in one put, and
+        answer them (or queue their answers for the wait the broker's role asks), in order."""
+        pending = connection.pending_sends
+        if not pending:
+            return
+        connection.pending_sends = []
+        backend = self.port.backend
+        if len(pending) == 1:
+            messages = pending[0].messages
+        else:
+            messages = [message for send in pending for message in send.messages]
+        try:
+            results = backend.put_now(messages)
+        except Exception as exc:  # a bug of ours: answer each, log, keep the connection
+            log.exception("client %s: %d sends failed", connection.peer, len(pending))
+            for send in pending:
+                if not send.request.flag & FLAG_ONEWAY:
+                    send.ctx.write(
+                        send.request.response(
+                            ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}"
+                        )
+                    )
+            return
+        if results is None:  # stored through the backend's put (a Raft append)
+            for send in pending:
+                connection.in_flight += 1
+                connection.update_reading()
+                send.ctx.spawn(
+                    self._put_later,
+                    send.ctx,
+                    connection,
+                    send.request,
+                    send.messages,
+                    send.queue_id,
+                    send.started,
+                )
+            return
+        at = 0
+        for send in pending:
+            count = len(send.messages)
+            mine = results if len(pending) == 1 else results[at : at + count]
+            at += count
+            self._stored(connection, send, mine)
+
+    def _stored(
+        self, connection: BrokerConnection, send: _Pending, results: list[PutResult]
+    ) -> None:
+        if not send.wait or not self.port.backend.must_wait():
+            self.answer_send(
+                send.ctx, send.request, results, send.queue_id, PutStatus.PUT_OK, send.started
+            )
+            return
         stored = [r for r in results if r.status is PutStatus.PUT_OK]
         if len(stored) < len(results):
-            self.answer_send(ctx, request, results, queue_id, PutStatus.PUT_OK, started)
-            return None
+            self.answer_send(
+                send.ctx, send.request, results, send.queue_id, PutStatus.PUT_OK, send.started
+            )
+            return
         end = max(r.wrote_offset + r.wrote_size for r in stored)
-        connection.wait_for(ctx, WaitingSend(request, results, queue_id, end, started))
-        return None
+        connection.wait_for(
+            send.ctx, WaitingSend(send.request, results, send.queue_id, end, send.started)
+        )
 
     async def _put_later(
         self,
