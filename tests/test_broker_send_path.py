@@ -14,8 +14,7 @@ import trio
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hanet.broker import Broker
-from hanet.broker._send import send_answer, stored_answer
+from hanet.broker import Broker, send_answer, stored_answer
 from hanet.ha import BrokerConfig
 from hanet.protocol import (
     RemotingCommand,

@@ -118,6 +118,7 @@ def test_any_properties_hash_as_the_reference(
 
 @needs_native
 def test_rows_outside_the_buffer_are_refused_by_both() -> None:
+    assert native_key_batch is not None
     buf, rows = _window([("TopicA", b"UNIQ_KEY\x01ABC\x02", 0)])
     fields = list(struct.unpack("=qiiqiqqii", rows))
     bad_rows = []
