@@ -189,6 +189,10 @@ def send_answer(
     return request.response(code, remark)
 
 
+def _which(index: int, parts: Sequence[object]) -> str:
+    return f"message {index} of the batch" if len(parts) > 1 else "the message"
+
+
 class Sends:
     """The send processors of a :class:`~hanet.broker.BrokerPort`."""
 
@@ -278,25 +282,44 @@ class Sends:
                     send.started,
                 )
             return
+        must_wait = backend.must_wait()
+        now = trio.current_time()
         at = 0
         for send in pending:
             count = len(send.messages)
             mine = results if len(pending) == 1 else results[at : at + count]
             at += count
-            self._stored(connection, send, mine)
+            self._stored(connection, send, mine, must_wait, now)
 
     def _stored(
-        self, connection: BrokerConnection, send: _Pending, results: list[PutResult]
+        self,
+        connection: BrokerConnection,
+        send: _Pending,
+        results: list[PutResult],
+        must_wait: bool,
+        now: float,
     ) -> None:
-        if not send.wait or not self.port.backend.must_wait():
+        if not send.wait or not must_wait:
             self.answer_send(
-                send.ctx, send.request, results, send.queue_id, PutStatus.PUT_OK, send.started
+                send.ctx,
+                send.request,
+                results,
+                send.queue_id,
+                PutStatus.PUT_OK,
+                send.started,
+                now=now,
             )
             return
         stored = [r for r in results if r.status is PutStatus.PUT_OK]
         if len(stored) < len(results):
             self.answer_send(
-                send.ctx, send.request, results, send.queue_id, PutStatus.PUT_OK, send.started
+                send.ctx,
+                send.request,
+                results,
+                send.queue_id,
+                PutStatus.PUT_OK,
+                send.started,
+                now=now,
             )
             return
         end = max(r.wrote_offset + r.wrote_size for r in stored)
@@ -329,8 +352,11 @@ class Sends:
         queue_id: int,
         status: PutStatus,
         started: float,
+        *,
+        now: float | None = None,
     ) -> None:
-        """Write a send's answer (not for a oneway send) and count it."""
+        """Write a send's answer (not for a oneway send) and count it (its latency up to
+        ``now``, trio's time, by default the current)."""
         if len(results) == 1 and results[0].status is PutStatus.PUT_OK:
             if not request.flag & FLAG_ONEWAY:
                 if status is PutStatus.PUT_OK and request.serialize_type is SerializeType.JSON:
@@ -345,7 +371,9 @@ class Sends:
             if not request.flag & FLAG_ONEWAY:
                 ctx.write(send_answer(request, results, queue_id, status))
             statuses = [status if r.status is PutStatus.PUT_OK else r.status for r in results]
-        self.port.backend.observe_put(statuses, trio.current_time() - started)
+        if now is None:
+            now = trio.current_time()
+        self.port.backend.observe_put(statuses, now - started)
 
     def _admit(
         self, request: RemotingCommand, header: SendMessageRequestHeader, born: tuple[bytes, int]
@@ -401,11 +429,11 @@ class Sends:
         cluster = self.port.backend.cluster_name
         max_body = self.port.backend.store.config.max_message_size
         for index, (body, properties, flag) in enumerate(parts):
-            what = f"message {index} of the batch" if len(parts) > 1 else "the message"
             if len(body) > max_body:
                 raise _Refused(
                     ResponseCode.MESSAGE_ILLEGAL,
-                    f"{what}: body of {len(body)} bytes is over the maximum {max_body}",
+                    f"{_which(index, parts)}: body of {len(body)} bytes is over the maximum "
+                    f"{max_body}",
                 )
             if cluster:
                 properties[MessageProperty.CLUSTER] = cluster
@@ -420,7 +448,8 @@ class Sends:
             if size > MAX_PROPERTIES_SIZE:
                 raise _Refused(
                     ResponseCode.MESSAGE_ILLEGAL,
-                    f"{what}: properties of {size} bytes are over {MAX_PROPERTIES_SIZE}",
+                    f"{_which(index, parts)}: properties of {size} bytes are over "
+                    f"{MAX_PROPERTIES_SIZE}",
                 )
             wait = wait or properties.get(MessageProperty.WAIT) != "false"
             message = Message(

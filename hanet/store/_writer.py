@@ -147,6 +147,7 @@ _PUT_PROPERTIES: Callable[[dict[str, str]], bytes] = (
 
 _HOST_FLAGS = BORN_HOST_V6_FLAG | STORE_HOST_V6_FLAG
 _HEADER_SIZES = tuple(h.size for h in HEADER_STRUCTS)
+_MAX_TOPICS = 10_000  # topics remembered as checked (bounded)
 _PUT_OK = PutStatus.PUT_OK
 
 
@@ -177,6 +178,8 @@ class RecordWriter:
         self._queue_for = queue_for
         self.puts = 0
         self.put_bytes = 0
+        self._topics: dict[str, bytes] = {}
+        """The UTF-8 of topics that passed the checks (a name never becomes illegal)."""
         self.create_error: str | None = None
         """Why the last batch could not create a file it needed (set by :meth:`write`; the
         store reads and clears it)."""
@@ -227,11 +230,22 @@ class RecordWriter:
         write_record = _WRITE_RECORD
         put_properties = _PUT_PROPERTIES
         create_failed: PutResult | None = None
+        topics = self._topics
+        max_body = self._max_body
         try:
             for message in messages:
                 topic = message.topic
                 body = message.body
-                topic_bytes = topic.encode()
+                topic_bytes = topics.get(topic)
+                topic_ok = topic_bytes is not None
+                if topic_bytes is None:
+                    topic_bytes = topic.encode()
+                    topic_ok = (
+                        0 < len(topic_bytes) <= MAX_TOPIC_SIZE_V1
+                        and _TOPIC_CHARACTERS.fullmatch(topic) is not None
+                    )
+                    if topic_ok and len(topics) < _MAX_TOPICS:
+                        topics[topic] = topic_bytes
                 properties = message.properties
                 props = (
                     put_properties(properties)
@@ -240,12 +254,10 @@ class RecordWriter:
                 )
                 born_host = message.born_host
                 if (
-                    len(body) > self._max_body
-                    or len(topic_bytes) > MAX_TOPIC_SIZE_V1
-                    or not topic_bytes
+                    not topic_ok
+                    or len(body) > max_body
                     or message.queue_id < 0
                     or len(born_host) != 4
-                    or _TOPIC_CHARACTERS.fullmatch(topic) is None
                 ):
                     refused = self._check(message)
                     if refused is not None:
