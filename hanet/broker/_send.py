@@ -189,6 +189,13 @@ def send_answer(
     return request.response(code, remark)
 
 
+def _write_out(ctx: HandlerContext, out: list[bytes]) -> None:
+    """Write the answers gathered in ``out`` as one buffer, and empty it."""
+    if out:
+        ctx.write(out[0] if len(out) == 1 else b"".join(out))
+        out.clear()
+
+
 def _which(index: int, parts: Sequence[object]) -> str:
     return f"message {index} of the batch" if len(parts) > 1 else "the message"
 
@@ -284,12 +291,18 @@ class Sends:
             return
         must_wait = backend.must_wait()
         now = trio.current_time()
+        out: list[bytes] = []  # the stored answers, written together (one pass down)
+        ctx = pending[0].ctx
         at = 0
         for send in pending:
+            if send.ctx is not ctx:  # pragma: no cover - one connection, one dispatch context
+                _write_out(ctx, out)
+                ctx = send.ctx
             count = len(send.messages)
             mine = results if len(pending) == 1 else results[at : at + count]
             at += count
-            self._stored(connection, send, mine, must_wait, now)
+            self._stored(connection, send, mine, must_wait, now, out)
+        _write_out(ctx, out)
 
     def _stored(
         self,
@@ -298,6 +311,7 @@ class Sends:
         results: list[PutResult],
         must_wait: bool,
         now: float,
+        out: list[bytes],
     ) -> None:
         if not send.wait or not must_wait:
             self.answer_send(
@@ -308,6 +322,7 @@ class Sends:
                 PutStatus.PUT_OK,
                 send.started,
                 now=now,
+                out=out,
             )
             return
         stored = [r for r in results if r.status is PutStatus.PUT_OK]
@@ -320,6 +335,7 @@ class Sends:
                 PutStatus.PUT_OK,
                 send.started,
                 now=now,
+                out=out,
             )
             return
         end = max(r.wrote_offset + r.wrote_size for r in stored)
@@ -354,21 +370,32 @@ class Sends:
         started: float,
         *,
         now: float | None = None,
+        out: list[bytes] | None = None,
     ) -> None:
         """Write a send's answer (not for a oneway send) and count it (its latency up to
-        ``now``, trio's time, by default the current)."""
+        ``now``, trio's time, by default the current). With ``out``, a stored answer's bytes
+        are added to it instead (the caller writes them, after those before); any other
+        answer writes what ``out`` holds first."""
         if len(results) == 1 and results[0].status is PutStatus.PUT_OK:
             if not request.flag & FLAG_ONEWAY:
                 if status is PutStatus.PUT_OK and request.serialize_type is SerializeType.JSON:
                     first = results[0]
-                    ctx.write(
-                        stored_answer(request.opaque, first.msg_id, queue_id, first.queue_offset)
+                    answer = stored_answer(
+                        request.opaque, first.msg_id, queue_id, first.queue_offset
                     )
+                    if out is None:
+                        ctx.write(answer)
+                    else:
+                        out.append(answer)
                 else:
+                    if out:
+                        _write_out(ctx, out)
                     ctx.write(send_answer(request, results, queue_id, status))
             statuses = [status]
         else:
             if not request.flag & FLAG_ONEWAY:
+                if out:
+                    _write_out(ctx, out)
                 ctx.write(send_answer(request, results, queue_id, status))
             statuses = [status if r.status is PutStatus.PUT_OK else r.status for r in results]
         if now is None:
