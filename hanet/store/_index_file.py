@@ -399,9 +399,13 @@ class IndexFile:
         self.dirty = True
         os.pwrite(fd, packed, self._entries_at + count * INDEX_ENTRY_SIZE)
         try:
-            write_slot = self._write_slot
+            # _write_slot for each, its page check inlined (the put path: a slot or two a key)
+            reserved, view, pack_slot = self._reserved, self._map, _SLOT.pack_into
             for slot_at, value in pending.items():
-                write_slot(slot_at, value)
+                if slot_at // _PAGE in reserved:
+                    pack_slot(view, slot_at, value)
+                else:
+                    self._write_slot(slot_at, value)
             updated = IndexHeader(begin, end_stamp, begin_phy, end_phy, used, number)
             os.pwrite(fd, updated.pack(), 0)
         except OSError:
