@@ -170,3 +170,23 @@ async def test_with_a_guard_each_send_is_stored_at_once(tmp_path: Path) -> None:
     assert [a.opaque for a in answers] == [1, 2, 3, 4]
     offsets = [SendMessageResponseHeader.from_fields(a.fields).queue_offset for a in answers]
     assert offsets == [0, 1, 2, 3]
+
+
+async def test_sends_before_a_malformed_frame_are_stored_and_answered(tmp_path: Path) -> None:
+    config = BrokerConfig(store_path_root_dir=tmp_path, listen_port=0, ha_listen_port=0)
+    async with trio.open_nursery() as nursery:
+        broker = Broker(config)
+        await nursery.start(broker.run)
+        channel = EmbeddedChannel()
+        broker.port.initialize(cast(Any, channel))
+        too_long = struct.pack(">I", 0x7FFFFFFF) + b"\x00" * 8  # over the frame limit
+        channel.write_inbound(_send_frame(1, 3) + _send_frame(2, 3) + too_long)
+        out = b""
+        while (chunk := channel.read_outbound()) is not None:
+            out += bytes(chunk)
+        answers = _answers(out)
+        ok = ResponseCode.SUCCESS
+        assert [(a.opaque, a.code) for a in answers] == [(1, ok), (2, ok)]
+        assert not channel.is_open
+        assert broker.store.max_queue_offset("PathTopic", 3) == 2
+        nursery.cancel_scope.cancel()

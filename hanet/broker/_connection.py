@@ -113,6 +113,9 @@ class BrokerConnection(ChannelInboundHandler):
         ctx.fire_channel_writability_changed()
 
     def exception_caught(self, ctx: HandlerContext, exc: BaseException) -> None:
+        if self.pending_sends:  # the sends of the read before the failure: stored, answered
+            self.port.sends.flush_pending(self)
+            ctx.flush()
         if isinstance(exc, DecoderError):
             hint = ""
             if self._requests == 0:
