@@ -122,16 +122,22 @@ def test_rows_outside_the_buffer_are_refused_by_both() -> None:
     buf, rows = _window([("TopicA", b"UNIQ_KEY\x01ABC\x02", 0)])
     fields = list(struct.unpack("=qiiqiqqii", rows))
     bad_rows = []
-    for at, value in ((6, len(buf)), (6, -1), (7, len(buf)), (0, 1000 + len(buf))):
+    for at, value in (
+        (6, len(buf)),
+        (6, -1),
+        (7, len(buf)),
+        (0, 1000 + len(buf)),
+        (0, -(2**63)),  # offset - base would overflow
+    ):
         row = list(fields)
         row[at] = value
         bad_rows.append(struct.pack("=qiiqiqqii", *row))
     shorter = buf[: fields[6] + fields[7] + 5]  # the properties run past the end
     for bad, data in [(row, buf) for row in bad_rows] + [(rows, shorter)]:
         with pytest.raises(ValueError, match="outside the buffer"):
-            key_batch_py(memoryview(data), 1000, bad, 0, 0)
+            key_batch_py(memoryview(data), 1000, bad, -(2**63), 0)
         with pytest.raises(ValueError, match="outside the buffer"):
-            native_key_batch(memoryview(data), 1000, bad, 0, 0)
+            native_key_batch(memoryview(data), 1000, bad, -(2**63), 0)
     with pytest.raises(ValueError):
         native_key_batch(memoryview(buf), 1000, rows[:-1], 0, 0)
 
@@ -318,3 +324,10 @@ def test_index_entries_as_the_reference(
 )
 def test_index_entries_refuse_as_the_reference(keys: list[Any], slots: int, size: int) -> None:
     assert not isinstance(_entries_both(bytes(size), keys, 0, slots, 0, 0, 0, 0, 0), tuple)
+
+
+@needs_entries
+@pytest.mark.parametrize("slots", [-1, -16, 1])
+def test_index_entries_of_odd_slot_counts_as_the_reference(slots: int) -> None:
+    keys = [(-(2**31), 1, 1), (2**31 - 1, 2, 2), (0, 3, 3)]
+    _entries_both(bytes(300), keys, 0, slots, 0, 0, 0, 0, 0)

@@ -1369,8 +1369,11 @@ static PyObject *key_batch(PyObject *Py_UNUSED(self), PyObject *args) {
             i += seg_len + 1;
         }
         if (uniq == NULL && keys == NULL) continue;
-        if (offset - base < 0 || offset - base > (long long)len - KB_SYS_FLAG_AT - 4) goto bad_row;
-        if ((rd_i32(buf + (offset - base) + KB_SYS_FLAG_AT) & KB_ROLLBACK) == KB_ROLLBACK) continue;
+        long long at_record;
+        if (__builtin_sub_overflow((long long)offset, base, &at_record) || at_record < 0 ||
+            at_record > (long long)len - KB_SYS_FLAG_AT - 4)
+            goto bad_row;
+        if ((rd_i32(buf + at_record + KB_SYS_FLAG_AT) & KB_ROLLBACK) == KB_ROLLBACK) continue;
         if (t_id != cached_id || cached_id < 0) {
             uint32_t h;
             if (kb_hash_utf8(0, buf + t_start, t_length, NULL, &h) < 0) goto fail;
@@ -1744,7 +1747,7 @@ static PyObject *index_entries(PyObject *Py_UNUSED(self), PyObject *args) {
             PyErr_SetString(PyExc_ZeroDivisionError, "integer modulo by zero");
             goto done;
         }
-        long long slot = key_hash % slots; /* Python's floor modulo */
+        long long slot = slots == -1 ? 0 : key_hash % slots; /* Python's floor modulo */
         if (slot != 0 && ((slot < 0) != (slots < 0))) slot += slots;
         if (slot > (LLONG_MAX - IE_HEADER) / IE_SLOT || slot < -(LLONG_MAX / 8)) {
             PyErr_SetString(PyExc_ValueError, "index_entries: a slot is outside the file");
