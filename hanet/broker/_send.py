@@ -6,9 +6,10 @@ for the rules)."""
 from __future__ import annotations
 
 import logging
+import operator
 import struct
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import trio
@@ -112,7 +113,23 @@ def _stored_template() -> bytes:
     return header.replace(opaque, b'"opaque":%(p)d')
 
 
-_STORED_TEMPLATE = _stored_template()
+def _positional(template: bytes) -> tuple[bytes, Callable[[tuple[Any, ...]], tuple[Any, ...]]]:
+    """``template`` with its named fields made positional (``bytes %`` with a tuple, the
+    queue id, queue offset and opaque as ``%d``), and what orders ``(m, q, o, p)`` values
+    for it."""
+    names = []
+    at = template.find(b"%(")
+    while at >= 0:
+        names.append(template[at + 2 : at + 3])
+        at = template.find(b"%(", at + 1)
+    for name in names:
+        kind = b"s" if name == b"m" else b"d"
+        template = template.replace(b"%(" + name + b")s", b"%" + kind, 1)
+        template = template.replace(b"%(" + name + b")d", b"%" + kind, 1)
+    return template, operator.itemgetter(*(b"mqop".index(name) for name in names))
+
+
+_STORED_TEMPLATE, _STORED_ORDER = _positional(_stored_template())
 _FRAME_PREFIX = struct.Struct(">II")
 
 
@@ -120,12 +137,7 @@ def stored_answer(opaque: int, msg_id: str, queue_id: int, queue_offset: int) ->
     """The frame head (length fields and JSON header; the answer has no body) of
     :func:`send_answer` for one message stored PUT_OK, to a JSON request: the same bytes as
     the codec's, without building the command."""
-    header = _STORED_TEMPLATE % {
-        b"m": msg_id.encode(),
-        b"q": b"%d" % queue_id,
-        b"o": b"%d" % queue_offset,
-        b"p": opaque,
-    }
+    header = _STORED_TEMPLATE % _STORED_ORDER((msg_id.encode(), queue_id, queue_offset, opaque))
     return _FRAME_PREFIX.pack(4 + len(header), len(header)) + header
 
 
@@ -234,7 +246,9 @@ class Sends:
         if refusal is not None:
             return request.response(ResponseCode.SERVICE_NOT_AVAILABLE, refusal)
         header = SendMessageRequestHeader.decode(request.code, request.fields)
-        started = trio.current_time()
+        pending = connection.pending_sends
+        # the frames of one read arrived together: the first one's time is theirs
+        started = pending[0].started if pending else trio.current_time()
         try:
             messages, queue_id, wait = self._admit(request, header, connection.born)
         except _Refused as exc:
@@ -244,7 +258,6 @@ class Sends:
             return request.response(exc.code, exc.remark)
         except StoreError as exc:
             return request.response(ResponseCode.SYSTEM_ERROR, str(exc))
-        pending = connection.pending_sends
         pending.append(_Pending(ctx, request, messages, queue_id, wait, started))
         if self.port._dispatcher.guard is not None or len(pending) >= _MAX_PENDING:
             # (with an ACL guard the dispatcher may answer a later send before this one)
