@@ -92,7 +92,7 @@ from ._schedule import (
     parse_delay_levels,
     timeup,
 )
-from ._send import NOT_ALLOWED_SEND_TOPICS, send_answer
+from ._send import NOT_ALLOWED_SEND_TOPICS, send_answer, stored_answer
 from ._slave_sync import DELAY_OFFSETS_FILE, SUBSCRIPTION_GROUPS_FILE, SlaveSync
 from ._topics import MAX_TOPICS, TOPICS_FILE, TopicTable, TopicTableFull
 
@@ -194,6 +194,7 @@ __all__ = [
     "send_answer",
     "serve_metrics",
     "serve_pull",
+    "stored_answer",
     "subscription_filter",
     "suggest_broker_id",
     "timeup",

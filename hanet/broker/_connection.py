@@ -13,7 +13,7 @@ import attrs
 
 from hanet.channel import ChannelInboundHandler, HandlerContext, StreamChannel, format_address
 from hanet.handlers import DecoderError
-from hanet.protocol import RemotingCommand
+from hanet.protocol import RemotingCommand, RequestCode
 from hanet.store import PutResult, PutStatus
 
 if TYPE_CHECKING:
@@ -27,6 +27,10 @@ __all__ = [
     "connection_of",
     "packed_host",
 ]
+
+_SEND_CODES = frozenset(
+    {RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE}
+)
 
 log = logging.getLogger("hanet.broker")
 
@@ -75,6 +79,8 @@ class BrokerConnection(ChannelInboundHandler):
         self._settling = False
         self._paused = False
         self._requests = 0
+        self.pending_sends: list[Any] = []
+        """Sends of the current read admitted and not stored yet (the port's ``Sends``)."""
 
     def channel_active(self, ctx: HandlerContext) -> None:
         log.info("client %s connected", self.peer)
@@ -84,15 +90,21 @@ class BrokerConnection(ChannelInboundHandler):
     def channel_inactive(self, ctx: HandlerContext) -> None:
         reason = self.channel.close_reason or "closed"
         log.info("client %s closed (%s)", self.peer, reason)
+        if self.pending_sends:  # a read cut short: what it admitted is stored all the same
+            self.port.sends.flush_pending(self)
         self.port.backend.connection_event(_event_of(reason))
         self.port.connection_closed(self)
         ctx.fire_channel_inactive()
 
     def channel_read(self, ctx: HandlerContext, msg: Any) -> None:
         self._requests += 1
+        if self.pending_sends and getattr(msg, "code", None) not in _SEND_CODES:
+            self.port.sends.flush_pending(self)  # the sends before it are stored first
         ctx.fire_channel_read(msg)
 
     def channel_read_complete(self, ctx: HandlerContext) -> None:
+        if self.pending_sends:
+            self.port.sends.flush_pending(self)
         ctx.flush()
         ctx.fire_channel_read_complete()
 
@@ -101,6 +113,9 @@ class BrokerConnection(ChannelInboundHandler):
         ctx.fire_channel_writability_changed()
 
     def exception_caught(self, ctx: HandlerContext, exc: BaseException) -> None:
+        if self.pending_sends:  # the sends of the read before the failure: stored, answered
+            self.port.sends.flush_pending(self)
+            ctx.flush()
         if isinstance(exc, DecoderError):
             hint = ""
             if self._requests == 0:

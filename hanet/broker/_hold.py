@@ -204,6 +204,8 @@ class PullHoldService:
     def notify_put(self, messages: Sequence[Message], results: Sequence[PutResult]) -> None:
         """:meth:`notify_message_arriving` for each queue a put stored messages in
         (``results[i]`` answers ``messages[i]``; refused ones are skipped)."""
+        if not self._table:  # no pull held anywhere: nothing to wake
+            return
         ends: dict[tuple[str, int], int] = {}
         for message, result in zip(messages, results, strict=False):
             if result.queue_offset >= 0:  # stored (a refused put has -1)

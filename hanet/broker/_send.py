@@ -6,9 +6,12 @@ for the rules)."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+import operator
+import struct
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
+import attrs
 import trio
 
 from hanet.channel import HandlerContext
@@ -23,7 +26,9 @@ from hanet.protocol import (
     ResponseCode,
     SendMessageRequestHeader,
     SendMessageResponseHeader,
+    SerializeType,
     decode_batch,
+    encode_header,
     string_to_properties,
 )
 from hanet.store import Message, PutResult, PutStatus, StoreError
@@ -36,7 +41,7 @@ from ._topics import TopicNotExist, TopicTableFull
 if TYPE_CHECKING:
     from ._port import BrokerPort
 
-__all__ = ["NOT_ALLOWED_SEND_TOPICS", "Sends", "send_answer"]
+__all__ = ["NOT_ALLOWED_SEND_TOPICS", "Sends", "send_answer", "stored_answer"]
 
 log = logging.getLogger("hanet.broker")
 
@@ -79,6 +84,77 @@ _REMARKS = {
 
 
 _MSG_ID, _QUEUE_ID, _QUEUE_OFFSET = SendMessageResponseHeader("", 0, 0).to_fields()
+
+
+def _stored_template() -> bytes:
+    """The JSON header of a stored send's answer (:func:`send_answer` of one PUT_OK result
+    to a JSON request) as a ``bytes %`` template: ``m`` the message id, ``q`` the queue id,
+    ``o`` the queue offset, ``p`` the opaque. Encoded once by the codec itself, with markers
+    where the values go, so its bytes are the codec's."""
+    markers = {"m": "\x11m", "q": "\x11q", "o": "\x11o"}
+    request = RemotingCommand(RequestCode.SEND_MESSAGE_V2, opaque=0x7EADBEEF)
+    fields = {
+        _MSG_ID: markers["m"],
+        _QUEUE_ID: markers["q"],
+        _QUEUE_OFFSET: markers["o"],
+        MessageProperty.MSG_REGION: "DefaultRegion",
+        MessageProperty.TRACE_ON: "true",
+    }
+    head = encode_header(request.response(ResponseCode.SUCCESS, None, fields))
+    header = head[8:].replace(b"%", b"%%")
+    for key, marker in markers.items():
+        escaped = marker.replace("\x11", "\\u0011").encode()
+        if header.count(escaped) != 1:  # pragma: no cover - the codec escapes control characters
+            raise RuntimeError(f"no template of the send answer from {header!r}")
+        header = header.replace(escaped, b"%(" + key.encode() + b")s")
+    opaque = b'"opaque":%d' % 0x7EADBEEF
+    if header.count(opaque) != 1:  # pragma: no cover - the codec writes the opaque once
+        raise RuntimeError(f"no template of the send answer from {header!r}")
+    return header.replace(opaque, b'"opaque":%(p)d')
+
+
+def _positional(template: bytes) -> tuple[bytes, Callable[[tuple[Any, ...]], tuple[Any, ...]]]:
+    """``template`` with its named fields made positional (``bytes %`` with a tuple, the
+    queue id, queue offset and opaque as ``%d``), and what orders ``(m, q, o, p)`` values
+    for it."""
+    names = []
+    at = template.find(b"%(")
+    while at >= 0:
+        names.append(template[at + 2 : at + 3])
+        at = template.find(b"%(", at + 1)
+    for name in names:
+        kind = b"s" if name == b"m" else b"d"
+        template = template.replace(b"%(" + name + b")s", b"%" + kind, 1)
+        template = template.replace(b"%(" + name + b")d", b"%" + kind, 1)
+    return template, operator.itemgetter(*(b"mqop".index(name) for name in names))
+
+
+_STORED_TEMPLATE, _STORED_ORDER = _positional(_stored_template())
+_FRAME_PREFIX = struct.Struct(">II")
+
+
+def stored_answer(opaque: int, msg_id: str, queue_id: int, queue_offset: int) -> bytes:
+    """The frame head (length fields and JSON header; the answer has no body) of
+    :func:`send_answer` for one message stored PUT_OK, to a JSON request: the same bytes as
+    the codec's, without building the command."""
+    header = _STORED_TEMPLATE % _STORED_ORDER((msg_id.encode(), queue_id, queue_offset, opaque))
+    return _FRAME_PREFIX.pack(4 + len(header), len(header)) + header
+
+
+_MAX_PENDING = 64
+"""Sends of one read stored in one put at most (a flush before the 65th)."""
+
+
+@attrs.define(slots=True)
+class _Pending:
+    """A send admitted and not stored yet (stored with the rest of its read)."""
+
+    ctx: HandlerContext
+    request: RemotingCommand
+    messages: list[Message]
+    queue_id: int
+    wait: bool
+    started: float
 
 
 class _Refused(HanetError):
@@ -125,6 +201,17 @@ def send_answer(
     return request.response(code, remark)
 
 
+def _write_out(ctx: HandlerContext, out: list[bytes]) -> None:
+    """Write the answers gathered in ``out`` as one buffer, and empty it."""
+    if out:
+        ctx.write(out[0] if len(out) == 1 else b"".join(out))
+        out.clear()
+
+
+def _which(index: int, parts: Sequence[object]) -> str:
+    return f"message {index} of the batch" if len(parts) > 1 else "the message"
+
+
 class Sends:
     """The send processors of a :class:`~hanet.broker.BrokerPort`."""
 
@@ -135,14 +222,33 @@ class Sends:
         self._legal_topics: set[str] = set()
 
     def send_message(self, ctx: HandlerContext, request: RemotingCommand) -> RemotingCommand | None:
-        """SEND_MESSAGE, SEND_MESSAGE_V2 and SEND_BATCH_MESSAGE."""
+        """SEND_MESSAGE, SEND_MESSAGE_V2 and SEND_BATCH_MESSAGE.
+
+        A send that passes its checks is stored with the other sends of the same read, in
+        one put (:meth:`flush_pending`: at the end of the read, before any other request of
+        the connection is served and before any answer is written), and answered in order."""
+        connection = connection_of(ctx)
+        try:
+            answer = self._send(ctx, connection, request)
+        except BaseException:
+            if connection.pending_sends:  # the dispatcher answers this one: the earlier first
+                self.flush_pending(connection)
+            raise
+        if answer is not None and connection.pending_sends:
+            self.flush_pending(connection)
+        return answer
+
+    def _send(
+        self, ctx: HandlerContext, connection: BrokerConnection, request: RemotingCommand
+    ) -> RemotingCommand | None:
         backend = self.port.backend
         refusal = backend.send_refusal()
         if refusal is not None:
             return request.response(ResponseCode.SERVICE_NOT_AVAILABLE, refusal)
         header = SendMessageRequestHeader.decode(request.code, request.fields)
-        connection = connection_of(ctx)
-        started = trio.current_time()
+        pending = connection.pending_sends
+        # the frames of one read arrived together: the first one's time is theirs
+        started = pending[0].started if pending else trio.current_time()
         try:
             messages, queue_id, wait = self._admit(request, header, connection.born)
         except _Refused as exc:
@@ -152,22 +258,103 @@ class Sends:
             return request.response(exc.code, exc.remark)
         except StoreError as exc:
             return request.response(ResponseCode.SYSTEM_ERROR, str(exc))
-        results = backend.put_now(messages)
-        if results is None:
-            connection.in_flight += 1
-            connection.update_reading()
-            ctx.spawn(self._put_later, ctx, connection, request, messages, queue_id, started)
-            return None
-        if not wait or not backend.must_wait():
-            self.answer_send(ctx, request, results, queue_id, PutStatus.PUT_OK, started)
-            return None
+        pending.append(_Pending(ctx, request, messages, queue_id, wait, started))
+        if self.port._dispatcher.guard is not None or len(pending) >= _MAX_PENDING:
+            # (with an ACL guard the dispatcher may answer a later send before this one)
+            self.flush_pending(connection)
+        return None
+
+    def flush_pending(self, connection: BrokerConnection) -> None:
+        """Store the sends admitted on ``connection`` and not stored yet, in one put, and
+        answer them (or queue their answers for the wait the broker's role asks), in order."""
+        pending = connection.pending_sends
+        if not pending:
+            return
+        connection.pending_sends = []
+        backend = self.port.backend
+        if len(pending) == 1:
+            messages = pending[0].messages
+        else:
+            messages = [message for send in pending for message in send.messages]
+        try:
+            results = backend.put_now(messages)
+        except Exception as exc:  # a bug of ours: answer each, log, keep the connection
+            log.exception("client %s: %d sends failed", connection.peer, len(pending))
+            for send in pending:
+                if not send.request.flag & FLAG_ONEWAY:
+                    send.ctx.write(
+                        send.request.response(
+                            ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}"
+                        )
+                    )
+            return
+        if results is None:  # stored through the backend's put (a Raft append)
+            for send in pending:
+                connection.in_flight += 1
+                connection.update_reading()
+                send.ctx.spawn(
+                    self._put_later,
+                    send.ctx,
+                    connection,
+                    send.request,
+                    send.messages,
+                    send.queue_id,
+                    send.started,
+                )
+            return
+        must_wait = backend.must_wait()
+        now = trio.current_time()
+        out: list[bytes] = []  # the stored answers, written together (one pass down)
+        ctx = pending[0].ctx
+        at = 0
+        for send in pending:
+            if send.ctx is not ctx:  # pragma: no cover - one connection, one dispatch context
+                _write_out(ctx, out)
+                ctx = send.ctx
+            count = len(send.messages)
+            mine = results if len(pending) == 1 else results[at : at + count]
+            at += count
+            self._stored(connection, send, mine, must_wait, now, out)
+        _write_out(ctx, out)
+
+    def _stored(
+        self,
+        connection: BrokerConnection,
+        send: _Pending,
+        results: list[PutResult],
+        must_wait: bool,
+        now: float,
+        out: list[bytes],
+    ) -> None:
+        if not send.wait or not must_wait:
+            self.answer_send(
+                send.ctx,
+                send.request,
+                results,
+                send.queue_id,
+                PutStatus.PUT_OK,
+                send.started,
+                now=now,
+                out=out,
+            )
+            return
         stored = [r for r in results if r.status is PutStatus.PUT_OK]
         if len(stored) < len(results):
-            self.answer_send(ctx, request, results, queue_id, PutStatus.PUT_OK, started)
-            return None
+            self.answer_send(
+                send.ctx,
+                send.request,
+                results,
+                send.queue_id,
+                PutStatus.PUT_OK,
+                send.started,
+                now=now,
+                out=out,
+            )
+            return
         end = max(r.wrote_offset + r.wrote_size for r in stored)
-        connection.wait_for(ctx, WaitingSend(request, results, queue_id, end, started))
-        return None
+        connection.wait_for(
+            send.ctx, WaitingSend(send.request, results, send.queue_id, end, send.started)
+        )
 
     async def _put_later(
         self,
@@ -194,16 +381,39 @@ class Sends:
         queue_id: int,
         status: PutStatus,
         started: float,
+        *,
+        now: float | None = None,
+        out: list[bytes] | None = None,
     ) -> None:
-        """Write a send's answer (not for a oneway send) and count it."""
-        answer = send_answer(request, results, queue_id, status)
-        if not request.flag & FLAG_ONEWAY:
-            ctx.write(answer)
+        """Write a send's answer (not for a oneway send) and count it (its latency up to
+        ``now``, trio's time, by default the current). With ``out``, a stored answer's bytes
+        are added to it instead (the caller writes them, after those before); any other
+        answer writes what ``out`` holds first."""
         if len(results) == 1 and results[0].status is PutStatus.PUT_OK:
+            if not request.flag & FLAG_ONEWAY:
+                if status is PutStatus.PUT_OK and request.serialize_type is SerializeType.JSON:
+                    first = results[0]
+                    answer = stored_answer(
+                        request.opaque, first.msg_id, queue_id, first.queue_offset
+                    )
+                    if out is None:
+                        ctx.write(answer)
+                    else:
+                        out.append(answer)
+                else:
+                    if out:
+                        _write_out(ctx, out)
+                    ctx.write(send_answer(request, results, queue_id, status))
             statuses = [status]
         else:
+            if not request.flag & FLAG_ONEWAY:
+                if out:
+                    _write_out(ctx, out)
+                ctx.write(send_answer(request, results, queue_id, status))
             statuses = [status if r.status is PutStatus.PUT_OK else r.status for r in results]
-        self.port.backend.observe_put(statuses, trio.current_time() - started)
+        if now is None:
+            now = trio.current_time()
+        self.port.backend.observe_put(statuses, now - started)
 
     def _admit(
         self, request: RemotingCommand, header: SendMessageRequestHeader, born: tuple[bytes, int]
@@ -259,11 +469,11 @@ class Sends:
         cluster = self.port.backend.cluster_name
         max_body = self.port.backend.store.config.max_message_size
         for index, (body, properties, flag) in enumerate(parts):
-            what = f"message {index} of the batch" if len(parts) > 1 else "the message"
             if len(body) > max_body:
                 raise _Refused(
                     ResponseCode.MESSAGE_ILLEGAL,
-                    f"{what}: body of {len(body)} bytes is over the maximum {max_body}",
+                    f"{_which(index, parts)}: body of {len(body)} bytes is over the maximum "
+                    f"{max_body}",
                 )
             if cluster:
                 properties[MessageProperty.CLUSTER] = cluster
@@ -278,7 +488,8 @@ class Sends:
             if size > MAX_PROPERTIES_SIZE:
                 raise _Refused(
                     ResponseCode.MESSAGE_ILLEGAL,
-                    f"{what}: properties of {size} bytes are over {MAX_PROPERTIES_SIZE}",
+                    f"{_which(index, parts)}: properties of {size} bytes are over "
+                    f"{MAX_PROPERTIES_SIZE}",
                 )
             wait = wait or properties.get(MessageProperty.WAIT) != "false"
             message = Message(

@@ -338,8 +338,11 @@ class HAMaster:
             log.warning("slave %s (again): %s; closing", address, reason)
 
     def _on_new_data(self, max_offset: int) -> None:
-        self._new_data.set()
-        self._new_data = trio.Event()
+        # A sender takes the event and waits on it at once (no checkpoint in between): with
+        # nobody waiting, the unset event is as good as a new one (one less per put).
+        if self._new_data.statistics().tasks_waiting:
+            self._new_data.set()
+            self._new_data = trio.Event()
 
     def initialize(self, channel: StreamChannel) -> None:
         """Build a slave connection's pipeline (the channel initializer)."""

@@ -139,8 +139,10 @@ from ._message import (
     UniqueIdGenerator,
     decode_batch,
     encode_batch,
+    native_string_to_properties,
     properties_to_string,
     string_to_properties,
+    string_to_properties_py,
 )
 from ._pull import pull_message_request
 from ._remoting import (
@@ -373,6 +375,7 @@ __all__ = [
     "load_body",
     "loads_object_keys",
     "native_header_codec",
+    "native_string_to_properties",
     "needed_resources",
     "not_supported",
     "offset_table_from_json",
@@ -388,5 +391,6 @@ __all__ = [
     "signature",
     "signing_content",
     "string_to_properties",
+    "string_to_properties_py",
     "text_to_properties",
 ]

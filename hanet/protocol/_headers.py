@@ -338,6 +338,9 @@ class SendMessageRequestHeader(RemotingHeader):
             RemotingHeaderError: as :meth:`from_fields`.
         """
         if code in (RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE):
+            reader = _readers.get((cls, False))  # from_v2_fields's, once it has run
+            if reader is not None:
+                return cast(Self, reader(fields))
             return cls.from_v2_fields(fields)
         return cls.from_fields(fields)
 

@@ -26,11 +26,11 @@ import os
 import random
 import struct
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 import attrs
 
-from ._remoting import RemotingHeaderError
+from ._remoting import NATIVE_HEADERS, RemotingHeaderError, native_header_codec
 
 __all__ = [
     "BatchMessage",
@@ -41,6 +41,7 @@ __all__ = [
     "encode_batch",
     "properties_to_string",
     "string_to_properties",
+    "string_to_properties_py",
 ]
 
 NAME_VALUE_SEPARATOR = "\x01"
@@ -105,9 +106,10 @@ def properties_to_string(properties: Mapping[str, str]) -> str:
     )
 
 
-def string_to_properties(text: str | None) -> dict[str, str]:
+def string_to_properties_py(text: str | None) -> dict[str, str]:
     """The properties in ``text``, in order (a trailing ``\\x02`` or none; a piece without
-    ``\\x01`` or with an empty name is skipped, as RocketMQ does)."""
+    ``\\x01`` or with an empty name is skipped, as RocketMQ does): the reference of the
+    extension's, which :func:`string_to_properties` is when built."""
     out: dict[str, str] = {}
     if not text:
         return out
@@ -116,6 +118,17 @@ def string_to_properties(text: str | None) -> dict[str, str]:
         if sep and name:
             out[name] = value
     return out
+
+
+native_string_to_properties: Callable[[str | None], dict[str, str]] | None = getattr(
+    native_header_codec, "string_to_properties", None
+)
+"""The extension's ``string_to_properties`` (None when not built), whatever
+``HANET_NO_EXTENSIONS`` says."""
+string_to_properties: Callable[[str | None], dict[str, str]] = (
+    native_string_to_properties if NATIVE_HEADERS and native_string_to_properties else None
+) or string_to_properties_py
+"""The properties in ``text``, in order (see :func:`string_to_properties_py`)."""
 
 
 _ID_V4 = struct.Struct(">4siq")

@@ -679,6 +679,46 @@ fail:
     return NULL;
 }
 
+/* ---- string_to_properties(): a message's properties text to a dict (the send path) ----
+ *
+ *     string_to_properties(text) -> dict[str, str]
+ *
+ * "name\x01value" pieces split by "\x02" (a trailing one or none), in order; a piece without
+ * "\x01" or with an empty name is skipped; a later name wins. None or "" is {}. The
+ * reference is hanet.protocol._message.string_to_properties_py. */
+static PyObject *string_to_properties(PyObject *Py_UNUSED(self), PyObject *text) {
+    PyObject *out = PyDict_New();
+    if (out == NULL || text == Py_None) return out;
+    if (!PyUnicode_Check(text)) {
+        Py_DECREF(out);
+        PyErr_SetString(PyExc_TypeError, "string_to_properties() takes a str or None");
+        return NULL;
+    }
+    Py_ssize_t n = PyUnicode_GET_LENGTH(text);
+    Py_ssize_t i = 0;
+    while (i < n) {
+        Py_ssize_t end = PyUnicode_FindChar(text, 0x02, i, n, 1);
+        if (end == -2) goto fail;
+        if (end < 0) end = n;
+        Py_ssize_t sep = PyUnicode_FindChar(text, 0x01, i, end, 1);
+        if (sep == -2) goto fail;
+        if (sep > i) {
+            PyObject *name = PyUnicode_Substring(text, i, sep);
+            PyObject *value = name ? PyUnicode_Substring(text, sep + 1, end) : NULL;
+            int failed = value == NULL || PyDict_SetItem(out, name, value) < 0;
+            Py_XDECREF(name);
+            Py_XDECREF(value);
+            if (failed) goto fail;
+        }
+        i = end + 1;
+    }
+    return out;
+fail:
+    Py_DECREF(out);
+    return NULL;
+}
+/* ---- end of string_to_properties() ---- */
+
 static PyMethodDef methods[] = {
     {"decode_json_header", (PyCFunction)decode_json_header, METH_O,
      "decode_json_header(buf)\n--\n\n"
@@ -691,6 +731,11 @@ static PyMethodDef methods[] = {
      "read_header(cls, fields, spec)\n--\n\n"
      "A typed header from plain ext fields, or None (the Python reader decides); see "
      "hanet.protocol._headers."},
+    /* string_to_properties(): the send path's properties block above */
+    {"string_to_properties", (PyCFunction)string_to_properties, METH_O,
+     "string_to_properties(text)\n--\n\n"
+     "A message's properties text as a dict; see "
+     "hanet.protocol._message.string_to_properties_py."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -34,7 +34,7 @@ import os
 import re
 import struct
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import attrs
@@ -51,6 +51,8 @@ from ._index_keys import (
     topic_key_hash,
 )
 from ._mapped_queue import MappedFileQueue
+from ._native import ENABLED as NATIVE_ENABLED
+from ._native import native
 from ._scanner import StopReason, decode_record
 
 __all__ = [
@@ -89,6 +91,122 @@ _PAGE = mmap.PAGESIZE
 _NAME = re.compile(r"^\d{17}$")
 _ROLLBACK = 0x3 << 2  # MessageSysFlag.TRANSACTION_ROLLBACK_TYPE
 _SYS_FLAG_AT = 36  # after TOTALSIZE, MAGICCODE, BODYCRC, QUEUEID, FLAG, QUEUEOFFSET, PHYSICALOFFSET
+
+
+def key_batch_py(
+    view: bytes | bytearray | memoryview, base: int, rows: bytes, indexed: int, skip: int
+) -> list[tuple[int, int, int]]:
+    """The index keys ``(key hash, offset, store timestamp)`` of the records of ``rows`` (a
+    scan window of ``view``, whose byte 0 is at offset ``base``) at offset ``indexed`` or
+    later, but the first ``skip`` keys of the record at ``indexed`` (already indexed) and the
+    records of rolled back transactions (the reference of the extension's ``key_batch``)."""
+    prefixes: dict[int, tuple[int, int]] = {}  # topic id -> hash and length of "topic#"
+    batch: list[tuple[int, int, int]] = []
+    u16, i32 = _U16.unpack_from, _SLOT.unpack_from
+    append = batch.append
+    for offset, _, _, _, _, stored, t_start, t_length, t_id in ROW.iter_unpack(rows):
+        if offset < indexed:
+            continue
+        at = t_start + t_length + 2
+        if t_start < 0 or t_length < 0 or at > len(view):
+            raise ValueError("key_batch: a row points outside the buffer")
+        size = u16(view, at - 2)[0]
+        if at + size > len(view):
+            raise ValueError("key_batch: a row points outside the buffer")
+        raw = bytes(view[at : at + size])
+        if KEYS_PROPERTY not in raw and UNIQ_KEY_PROPERTY not in raw:
+            continue
+        keys = raw_keys(raw)
+        if not keys:
+            continue
+        if not 0 <= offset - base <= len(view) - _SYS_FLAG_AT - 4:
+            raise ValueError("key_batch: a row points outside the buffer")
+        if i32(view, offset - base + _SYS_FLAG_AT)[0] & _ROLLBACK == _ROLLBACK:
+            continue
+        prefix = prefixes.get(t_id)
+        if prefix is None:
+            topic = str(view[t_start : t_start + t_length], "utf-8")
+            prefix = prefixes[t_id] = java_hash(topic + "#")
+        if offset == indexed and skip:
+            keys = keys[skip:]
+        for key in keys:
+            append((topic_key_hash(prefix, key), offset, stored))
+    return batch
+
+
+def index_entries_py(
+    view: mmap.mmap | bytes | bytearray | memoryview,
+    keys: Sequence[tuple[int, int, int]],
+    count: int,
+    slots: int,
+    begin: int,
+    begin_phy: int,
+    used: int,
+    end_phy: int,
+    end_stamp: int,
+) -> tuple[bytes, dict[int, int], int, int, int, int, int, int]:
+    """The entries of an index file holding ``count`` of them (``view`` its bytes, ``slots``
+    hash slots) for ``keys`` ``(key hash, physical offset, store timestamp)``, as RocketMQ's
+    ``putKey`` writes them one after the other: ``(packed entries, {slot position: entry
+    number}, begin timestamp, begin offset, slots used, end offset, end timestamp, the
+    count after)``, the header's fields updated from theirs (the reference of the
+    extension's ``index_entries``; a number out of its field's range is ``struct.error``)."""
+    pending: dict[int, int] = {}  # slot position -> entry number, for this batch
+    packed = bytearray()
+    pack = _ENTRY.pack
+    number = count
+    unpack_slot = _SLOT.unpack_from
+    for key_hash, phy_offset, stamp in keys:
+        slot_at = INDEX_HEADER_SIZE + (key_hash % slots) * INDEX_SLOT_SIZE
+        previous = pending.get(slot_at)
+        if previous is None:
+            if slot_at < 0 or slot_at + INDEX_SLOT_SIZE > len(view):
+                raise ValueError("index_entries: a slot is outside the file")
+            previous = unpack_slot(view, slot_at)[0]
+            if previous <= _INVALID or previous > count:
+                previous = _INVALID
+        if begin <= 0:
+            diff = 0
+        else:
+            diff = (stamp - begin) // 1000 if stamp > begin else 0
+            diff = min(diff, _I32_MAX)
+        packed += pack(key_hash, phy_offset, diff, previous)
+        pending[slot_at] = number
+        if number <= 1:  # the file's first key sets its begin (RocketMQ's)
+            begin_phy = phy_offset
+            begin = stamp
+        if previous == _INVALID:
+            used += 1
+        end_phy, end_stamp = phy_offset, stamp
+        number += 1
+    return bytes(packed), pending, begin, begin_phy, used, end_phy, end_stamp, number
+
+
+IndexEntries = Callable[
+    [
+        mmap.mmap | bytes | bytearray | memoryview,
+        Sequence[tuple[int, int, int]],
+        int,
+        int,
+        int,
+        int,
+        int,
+        int,
+        int,
+    ],
+    tuple[bytes, dict[int, int], int, int, int, int, int, int],
+]
+native_index_entries: IndexEntries | None = native("index_entries")
+"""The extension's ``index_entries`` (None when it is not built)."""
+index_entries: IndexEntries = (
+    (native_index_entries or index_entries_py) if NATIVE_ENABLED else index_entries_py
+)
+
+KeyBatch = Callable[[memoryview, int, bytes, int, int], list[tuple[int, int, int]]]
+native_key_batch: KeyBatch | None = native("key_batch")
+"""The extension's ``key_batch`` (None when it is not built), whatever ``HANET_NO_EXTENSIONS``."""
+# The keys of a window hashed in one call: in Python, ~7 us of every put with keys.
+key_batch: KeyBatch = (native_key_batch or key_batch_py) if NATIVE_ENABLED else key_batch_py
 
 
 def index_file_size(slots: int, entries: int) -> int:
@@ -265,45 +383,29 @@ class IndexFile:
             return 0
         if len(keys) > room:
             keys = keys[:room]
-        slots = self.slots
-        read_slot = self._read_slot
-        begin = header.begin_timestamp
-        used = header.hash_slot_count
-        pending: dict[int, int] = {}  # slot position -> entry number, for this batch
-        packed = bytearray()
-        pack = _ENTRY.pack
-        number = count
-        end_phy = header.end_phy_offset
-        end_stamp = header.end_timestamp
-        begin_phy = header.begin_phy_offset
-        for key_hash, phy_offset, stamp in keys:
-            slot_at = INDEX_HEADER_SIZE + (key_hash % slots) * INDEX_SLOT_SIZE
-            previous = pending.get(slot_at)
-            if previous is None:
-                previous = read_slot(slot_at)
-                if previous <= _INVALID or previous > count:
-                    previous = _INVALID
-            if begin <= 0:
-                diff = 0
-            else:
-                diff = (stamp - begin) // 1000 if stamp > begin else 0
-                diff = min(diff, _I32_MAX)
-            packed += pack(key_hash, phy_offset, diff, previous)
-            pending[slot_at] = number
-            if number <= 1:  # the file's first key sets its begin (RocketMQ's)
-                begin_phy = phy_offset
-                begin = stamp
-            if previous == _INVALID:
-                used += 1
-            end_phy, end_stamp = phy_offset, stamp
-            number += 1
+        assert self._map is not None
+        packed, pending, begin, begin_phy, used, end_phy, end_stamp, number = index_entries(
+            self._map,
+            keys,
+            count,
+            self.slots,
+            header.begin_timestamp,
+            header.begin_phy_offset,
+            header.hash_slot_count,
+            header.end_phy_offset,
+            header.end_timestamp,
+        )
         fd = self._fd
         self.dirty = True
         os.pwrite(fd, packed, self._entries_at + count * INDEX_ENTRY_SIZE)
         try:
-            write_slot = self._write_slot
+            # _write_slot for each, its page check inlined (the put path: a slot or two a key)
+            reserved, view, pack_slot = self._reserved, self._map, _SLOT.pack_into
             for slot_at, value in pending.items():
-                write_slot(slot_at, value)
+                if slot_at // _PAGE in reserved:
+                    pack_slot(view, slot_at, value)
+                else:
+                    self._write_slot(slot_at, value)
             updated = IndexHeader(begin, end_stamp, begin_phy, end_phy, used, number)
             os.pwrite(fd, updated.pack(), 0)
         except OSError:
@@ -626,29 +728,8 @@ class IndexService:
 
     def _index_rows(self, view: memoryview, base: int, rows: bytes) -> bool:
         """Index the keys of the records of ``rows`` (one scan window), in one batch."""
-        prefixes: dict[int, tuple[int, int]] = {}  # topic id -> hash and length of "topic#"
-        batch: list[tuple[int, int, int]] = []  # (key hash, offset, store timestamp)
         indexed, skip = self.indexed_offset, self._skip
-        u16, i32 = _U16.unpack_from, _SLOT.unpack_from
-        append = batch.append
-        for offset, _, _, _, _, stored, t_start, t_length, t_id in ROW.iter_unpack(rows):
-            if offset < indexed:
-                continue
-            at = t_start + t_length + 2
-            raw = bytes(view[at : at + u16(view, at - 2)[0]])
-            if KEYS_PROPERTY not in raw and UNIQ_KEY_PROPERTY not in raw:
-                continue
-            if i32(view, offset - base + _SYS_FLAG_AT)[0] & _ROLLBACK == _ROLLBACK:
-                continue
-            prefix = prefixes.get(t_id)
-            if prefix is None:
-                topic = str(view[t_start : t_start + t_length], "utf-8")
-                prefix = prefixes[t_id] = java_hash(topic + "#")
-            keys = raw_keys(raw)
-            if offset == indexed and skip:
-                keys = keys[skip:]
-            for key in keys:
-                append((topic_key_hash(prefix, key), offset, stored))
+        batch = key_batch(view, base, rows, indexed, skip)
         if not batch:
             return True
         done = 0

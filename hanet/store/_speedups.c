@@ -22,6 +22,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <limits.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1565,6 +1566,575 @@ done:
 }
 
 /* ---- end of decode_records() ---- */
+/* ---- key_batch(): the index keys of a scan window's records (the put path's index) ----
+ *
+ *     key_batch(buf, base, rows, indexed, skip) -> list[(key hash, offset, store timestamp)]
+ *
+ * For each record of rows (scan() rows over buf, whose byte 0 is at offset base) at offset
+ * indexed or later and not a rolled back transaction: the keys of its properties (the last
+ * UNIQ_KEY, then each non-empty space-separated key of the last KEYS), each as RocketMQ's
+ * indexKeyHashMethod of "topic#key" (Java's String.hashCode over UTF-16, its absolute value,
+ * 0 for Integer.MIN_VALUE); the first skip keys of the record at indexed are left out.
+ * Non-ASCII text is decoded as the reference does (topic strict UTF-8, keys with
+ * replacement) and hashed over its UTF-16 units. Every position of a row is checked
+ * against the buffer. The reference is hanet.store._index_file.key_batch_py. */
+#define KB_ROLLBACK (0x3 << 2)
+#define KB_SYS_FLAG_AT 36
+
+/* Continue Java's String.hashCode h over a str's UTF-16 units. */
+static uint32_t kb_hash_str(uint32_t h, PyObject *text) {
+    Py_ssize_t n = PyUnicode_GET_LENGTH(text);
+    int kind = PyUnicode_KIND(text);
+    const void *data = PyUnicode_DATA(text);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_UCS4 c = PyUnicode_READ(kind, data, i);
+        if (c >= 0x10000) {
+            c -= 0x10000;
+            h = h * 31u + (0xD800u + (c >> 10));
+            h = h * 31u + (0xDC00u + (c & 0x3FFu));
+        } else {
+            h = h * 31u + c;
+        }
+    }
+    return h;
+}
+
+/* Continue h over bytes p[0:n] as UTF-8 (errors: NULL = strict, else "replace"); -1 on error
+ * (an exception set), else 0 with *out the hash. */
+static int kb_hash_utf8(uint32_t h, const unsigned char *p, Py_ssize_t n, const char *errors,
+                        uint32_t *out) {
+    int ascii = 1;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (p[i] & 0x80) {
+            ascii = 0;
+            break;
+        }
+    }
+    if (ascii) {
+        for (Py_ssize_t i = 0; i < n; i++) h = h * 31u + p[i];
+        *out = h;
+        return 0;
+    }
+    PyObject *text = PyUnicode_DecodeUTF8((const char *)p, n, errors);
+    if (text == NULL) return -1;
+    *out = kb_hash_str(h, text);
+    Py_DECREF(text);
+    return 0;
+}
+
+static inline long kb_positive(uint32_t value) {
+    if (value < 0x80000000u) return (long)value;
+    if (value == 0x80000000u) return 0;
+    return (long)(0x100000000ull - value);
+}
+
+static int kb_append(PyObject *batch, uint32_t hash, int64_t offset, int64_t stored) {
+    PyObject *item = Py_BuildValue("(lLL)", kb_positive(hash), (long long)offset,
+                                   (long long)stored);
+    if (item == NULL) return -1;
+    int failed = PyList_Append(batch, item);
+    Py_DECREF(item);
+    return failed;
+}
+
+static PyObject *key_batch(PyObject *Py_UNUSED(self), PyObject *args) {
+    Py_buffer view, rows;
+    long long base, indexed;
+    Py_ssize_t skip;
+    if (!PyArg_ParseTuple(args, "y*Ly*Ln:key_batch", &view, &base, &rows, &indexed, &skip))
+        return NULL;
+    PyObject *batch = PyList_New(0);
+    const unsigned char *buf = view.buf;
+    Py_ssize_t len = view.len;
+    Py_ssize_t count = rows.len / ROW_SIZE;
+    int32_t cached_id = -1;
+    uint32_t prefix = 0;
+    if (batch == NULL) goto fail;
+    if (rows.len % ROW_SIZE) {
+        PyErr_SetString(PyExc_ValueError, "key_batch: rows are not whole rows");
+        goto fail;
+    }
+    for (Py_ssize_t r = 0; r < count; r++) {
+        const unsigned char *row = (const unsigned char *)rows.buf + r * ROW_SIZE;
+        int64_t offset, stored, t_start;
+        int32_t t_length, t_id;
+        memcpy(&offset, row, 8);
+        memcpy(&stored, row + 28, 8);
+        memcpy(&t_start, row + 36, 8);
+        memcpy(&t_length, row + 44, 4);
+        memcpy(&t_id, row + 48, 4);
+        if (offset < indexed) continue;
+        if (t_start < 0 || t_length < 0 || t_start > len - t_length - 2) goto bad_row;
+        Py_ssize_t at = (Py_ssize_t)(t_start + t_length + 2);
+        Py_ssize_t plen = ((Py_ssize_t)buf[at - 2] << 8) | buf[at - 1];
+        if (plen > len - at) goto bad_row;
+        const unsigned char *props = buf + at;
+        /* the last UNIQ_KEY and KEYS values (a Java HashMap keeps the last) */
+        const unsigned char *uniq = NULL, *keys = NULL;
+        Py_ssize_t uniq_len = 0, keys_len = 0;
+        Py_ssize_t i = 0;
+        while (i <= plen) {
+            const unsigned char *seg = props + i;
+            const unsigned char *stop = memchr(seg, 0x02, (size_t)(plen - i));
+            Py_ssize_t seg_len = stop ? (Py_ssize_t)(stop - seg) : plen - i;
+            if (seg_len >= 5 && memcmp(seg, "KEYS\x01", 5) == 0) {
+                keys = seg + 5;
+                keys_len = seg_len - 5;
+            } else if (seg_len >= 9 && memcmp(seg, "UNIQ_KEY\x01", 9) == 0) {
+                uniq = seg + 9;
+                uniq_len = seg_len - 9;
+            }
+            if (stop == NULL) break;
+            i += seg_len + 1;
+        }
+        if (uniq == NULL && keys == NULL) continue;
+        long long at_record;
+        if (__builtin_sub_overflow((long long)offset, base, &at_record) || at_record < 0 ||
+            at_record > (long long)len - KB_SYS_FLAG_AT - 4)
+            goto bad_row;
+        if ((rd_i32(buf + at_record + KB_SYS_FLAG_AT) & KB_ROLLBACK) == KB_ROLLBACK) continue;
+        if (t_id != cached_id || cached_id < 0) {
+            uint32_t h;
+            if (kb_hash_utf8(0, buf + t_start, t_length, NULL, &h) < 0) goto fail;
+            prefix = h * 31u + '#';
+            cached_id = t_id;
+        }
+        Py_ssize_t left = (offset == indexed && skip > 0) ? skip : 0;
+        uint32_t h;
+        if (uniq != NULL) {
+            if (left > 0) {
+                left--;
+            } else {
+                if (kb_hash_utf8(prefix, uniq, uniq_len, "replace", &h) < 0) goto fail;
+                if (kb_append(batch, h, offset, stored) < 0) goto fail;
+            }
+        }
+        if (keys != NULL) {
+            Py_ssize_t k = 0;
+            while (k < keys_len) {
+                const unsigned char *key = keys + k;
+                const unsigned char *space = memchr(key, ' ', (size_t)(keys_len - k));
+                Py_ssize_t key_len = space ? (Py_ssize_t)(space - key) : keys_len - k;
+                if (key_len > 0) {
+                    if (left > 0) {
+                        left--;
+                    } else {
+                        if (kb_hash_utf8(prefix, key, key_len, "replace", &h) < 0) goto fail;
+                        if (kb_append(batch, h, offset, stored) < 0) goto fail;
+                    }
+                }
+                k += key_len + 1;
+            }
+        }
+    }
+    PyBuffer_Release(&view);
+    PyBuffer_Release(&rows);
+    return batch;
+bad_row:
+    PyErr_SetString(PyExc_ValueError, "key_batch: a row points outside the buffer");
+fail:
+    Py_XDECREF(batch);
+    PyBuffer_Release(&view);
+    PyBuffer_Release(&rows);
+    return NULL;
+}
+/* ---- end of key_batch() ---- */
+
+/* ---- write_record(), put_properties(): one commit log record in one call (the put path) ----
+ *
+ *     write_record(buf, pos, size, queue_id, flag, queue_offset, physical_offset, sys_flag,
+ *                  born_timestamp, born_host, born_port, store_timestamp, store_host,
+ *                  store_port, reconsume_times, prepared_transaction_offset, body, topic,
+ *                  properties) -> None
+ *
+ * Writes a V1 record (topic at most 127 bytes) at buf[pos:pos + size]: the header, the body
+ * and its CRC, the topic, the properties (which end with the whole-record CRC property's 20
+ * reserved bytes), then seals it (the property's digits, as seal()). size must be the
+ * record's size; the hosts' lengths must match sys_flag's host bits; a number out of its
+ * field's range is struct.error, as struct.pack_into. The reference is
+ * hanet.store._writer.write_record_py.
+ *
+ *     put_properties(properties) -> bytes
+ *
+ * A put's properties field: "name\x01value\x02" for each item of the dict but __CRC32#, in
+ * order, then the reserved "__CRC32#\x01" 10 zeros "\x02". Names and values are str (others
+ * are formatted with str()); the reference is hanet.store._writer.put_properties_py. */
+static PyObject *struct_error = NULL;
+
+static int load_struct_error(void) {
+    if (struct_error == NULL) {
+        PyObject *module = PyImport_ImportModule("struct");
+        if (module == NULL) return -1;
+        struct_error = PyObject_GetAttrString(module, "error");
+        Py_DECREF(module);
+        if (struct_error == NULL) return -1;
+    }
+    return 0;
+}
+
+static int wr_range_error(const char *what) {
+    if (load_struct_error() < 0) return -1;
+    PyErr_Format(struct_error, "write_record: %s is out of range", what);
+    return -1;
+}
+
+/* arg as an int in [low, high]; -1 with an exception set otherwise. */
+static int wr_int(PyObject *arg, long long low, long long high, const char *what,
+                  long long *out) {
+    if (!PyLong_Check(arg)) {
+        if (load_struct_error() < 0) return -1;
+        PyErr_Format(struct_error, "write_record: %s is not an integer", what);
+        return -1;
+    }
+    int overflow = 0;
+    long long value = PyLong_AsLongLongAndOverflow(arg, &overflow);
+    if (value == -1 && PyErr_Occurred()) return -1;
+    if (overflow || value < low || value > high) return wr_range_error(what);
+    *out = value;
+    return 0;
+}
+
+static inline void wr_u32(unsigned char *p, uint32_t v) {
+    p[0] = (unsigned char)(v >> 24);
+    p[1] = (unsigned char)(v >> 16);
+    p[2] = (unsigned char)(v >> 8);
+    p[3] = (unsigned char)v;
+}
+static inline void wr_u64(unsigned char *p, uint64_t v) {
+    wr_u32(p, (uint32_t)(v >> 32));
+    wr_u32(p + 4, (uint32_t)v);
+}
+
+#define I32_MIN (-2147483647LL - 1)
+#define I32_MAX 2147483647LL
+
+static PyObject *write_record(PyObject *Py_UNUSED(self), PyObject *const *args,
+                              Py_ssize_t nargs) {
+    if (nargs != 19) {
+        PyErr_Format(PyExc_TypeError, "write_record() takes 19 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    /* pos and size first: the checks of the lengths need them (ValueError, as the
+     * reference's comparisons); the fields' numbers after those checks (struct.error) */
+    long long pos = 0, size = 0;
+    for (int i = 1; i <= 2; i++) {
+        if (!PyLong_Check(args[i])) {
+            PyErr_SetString(PyExc_TypeError, "write_record: pos and size are integers");
+            return NULL;
+        }
+        int overflow = 0;
+        long long value = PyLong_AsLongLongAndOverflow(args[i], &overflow);
+        if (value == -1 && PyErr_Occurred()) return NULL;
+        if (overflow) value = overflow < 0 ? -1 : LLONG_MAX; /* out of every buffer */
+        if (i == 1) pos = value; else size = value;
+    }
+    static const int int_at[] = {3, 4, 5, 6, 7, 8, 10, 11, 13, 14, 15};
+    static const char *int_names[] = {"queue_id",  "flag",           "queue_offset",
+                                      "physical_offset", "sys_flag", "born_timestamp",
+                                      "born_port", "store_timestamp", "store_port",
+                                      "reconsume_times", "prepared_transaction_offset"};
+    static const long long lows[] = {I32_MIN, I32_MIN,   LLONG_MIN, LLONG_MIN, I32_MIN, LLONG_MIN,
+                                     I32_MIN, LLONG_MIN, I32_MIN,   I32_MIN,   LLONG_MIN};
+    static const long long highs[] = {I32_MAX, I32_MAX,   LLONG_MAX, LLONG_MAX, I32_MAX, LLONG_MAX,
+                                      I32_MAX, LLONG_MAX, I32_MAX,   I32_MAX,   LLONG_MAX};
+    long long v[11];
+    /* sys_flag picks the hosts' lengths: read it first (struct.error if it is no int32) */
+    if (wr_int(args[7], I32_MIN, I32_MAX, "sys_flag", &v[4]) < 0) return NULL;
+    int32_t sys_flag = (int32_t)v[4];
+    Py_buffer out, born, store, body, topic, props;
+    if (PyObject_GetBuffer(args[0], &out, PyBUF_WRITABLE) < 0) return NULL;
+    Py_buffer *held[6] = {&out, NULL, NULL, NULL, NULL, NULL};
+    int nheld = 1;
+    PyObject *result = NULL;
+    PyObject *const buffers[5] = {args[9], args[12], args[16], args[17], args[18]};
+    Py_buffer *views[5] = {&born, &store, &body, &topic, &props};
+    for (int i = 0; i < 5; i++) {
+        if (PyObject_GetBuffer(buffers[i], views[i], PyBUF_SIMPLE) < 0) goto done;
+        held[nheld++] = views[i];
+    }
+    Py_ssize_t born_len = (sys_flag & BORN_V6) ? 16 : 4;
+    Py_ssize_t store_len = (sys_flag & STORE_V6) ? 16 : 4;
+    if (born.len != born_len || store.len != store_len) {
+        PyErr_SetString(PyExc_ValueError, "write_record: a host's length does not match sys_flag");
+        goto done;
+    }
+    if (topic.len < 1 || topic.len > 127) {
+        PyErr_SetString(PyExc_ValueError, "write_record: the topic is not 1 to 127 bytes");
+        goto done;
+    }
+    if (props.len < CRC32_RESERVED_LEN || props.len > 32767) {
+        PyErr_SetString(PyExc_ValueError,
+                        "write_record: the properties are not 20 to 32767 bytes");
+        goto done;
+    }
+    if (body.len > I32_MAX) {
+        wr_range_error("the body's length");
+        goto done;
+    }
+    long long header_len = HEADER_V4 + (born_len - 4) + (store_len - 4);
+    long long expected = header_len + body.len + 1 + topic.len + 2 + props.len;
+    if (size != expected) {
+        PyErr_SetString(PyExc_ValueError, "write_record: size is not the record's size");
+        goto done;
+    }
+    if (pos < 0 || pos > (long long)out.len - size) {
+        PyErr_SetString(PyExc_ValueError, "write_record: the record is not inside the buffer");
+        goto done;
+    }
+    for (int i = 0; i < 11; i++) {
+        if (wr_int(args[int_at[i]], lows[i], highs[i], int_names[i], &v[i]) < 0) goto done;
+    }
+    unsigned char *r = (unsigned char *)out.buf + pos;
+    unsigned char *p = r;
+    wr_u32(p, (uint32_t)size); p += 4;
+    wr_u32(p, MAGIC_V1); p += 4;
+    wr_u32(p, crc32_continue(0, body.buf, (size_t)body.len) & 0x7FFFFFFFu); p += 4;
+    wr_u32(p, (uint32_t)v[0]); p += 4;  /* queue id */
+    wr_u32(p, (uint32_t)v[1]); p += 4;  /* flag */
+    wr_u64(p, (uint64_t)v[2]); p += 8;  /* queue offset */
+    wr_u64(p, (uint64_t)v[3]); p += 8;  /* physical offset */
+    wr_u32(p, (uint32_t)sys_flag); p += 4;
+    wr_u64(p, (uint64_t)v[5]); p += 8;  /* born timestamp */
+    memcpy(p, born.buf, (size_t)born_len); p += born_len;
+    wr_u32(p, (uint32_t)v[6]); p += 4;  /* born port */
+    wr_u64(p, (uint64_t)v[7]); p += 8;  /* store timestamp */
+    memcpy(p, store.buf, (size_t)store_len); p += store_len;
+    wr_u32(p, (uint32_t)v[8]); p += 4; /* store port */
+    wr_u32(p, (uint32_t)v[9]); p += 4; /* reconsume times */
+    wr_u64(p, (uint64_t)v[10]); p += 8; /* prepared transaction offset */
+    wr_u32(p, (uint32_t)body.len); p += 4;
+    memcpy(p, body.buf, (size_t)body.len); p += body.len;
+    *p++ = (unsigned char)topic.len;
+    memcpy(p, topic.buf, (size_t)topic.len); p += topic.len;
+    *p++ = (unsigned char)(props.len >> 8);
+    *p++ = (unsigned char)props.len;
+    memcpy(p, props.buf, (size_t)props.len);
+    /* seal: the CRC of every byte before the reserved 20, its 10 digits least significant first */
+    uint32_t crc = crc32_continue(0, r, (size_t)(size - CRC32_RESERVED_LEN)) & 0x7FFFFFFFu;
+    unsigned char *digits = r + size - CRC32_RESERVED_LEN + 9;
+    for (int i = 0; i < 10; i++) {
+        digits[i] = (unsigned char)('0' + crc % 10);
+        crc /= 10;
+    }
+    result = Py_None;
+    Py_INCREF(result);
+done:
+    for (int i = 0; i < nheld; i++) PyBuffer_Release(held[i]);
+    return result;
+}
+
+static const char PP_TRAILER[] = "__CRC32#\x01" "0000000000\x02";
+
+static PyObject *put_properties(PyObject *Py_UNUSED(self), PyObject *properties) {
+    if (!PyDict_Check(properties)) {
+        PyErr_SetString(PyExc_TypeError, "put_properties() takes a dict");
+        return NULL;
+    }
+    /* two passes: the UTF-8 of every item (cached by str objects), then one copy */
+    Py_ssize_t total = CRC32_RESERVED_LEN, at = 0;
+    PyObject *key, *value;
+    PyObject *texts = PyList_New(0); /* str() of non-str names and values, kept alive */
+    if (texts == NULL) return NULL;
+    Py_ssize_t n = PyDict_GET_SIZE(properties);
+    const char **parts = PyMem_Malloc(sizeof(char *) * (size_t)(2 * n + 1));
+    Py_ssize_t *lens = PyMem_Malloc(sizeof(Py_ssize_t) * (size_t)(2 * n + 1));
+    PyObject *result = NULL;
+    Py_ssize_t count = 0;
+    if (parts == NULL || lens == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    while (PyDict_Next(properties, &at, &key, &value)) {
+        if (count >= 2 * n) {
+            PyErr_SetString(PyExc_RuntimeError, "put_properties: the dict changed size");
+            goto done;
+        }
+        PyObject *item[2] = {key, value};
+        const char *text[2];
+        Py_ssize_t size[2];
+        for (int i = 0; i < 2; i++) {
+            PyObject *s = item[i];
+            if (!PyUnicode_Check(s)) {
+                s = PyObject_Str(s);
+                if (s == NULL) goto done;
+                int failed = PyList_Append(texts, s);
+                Py_DECREF(s);
+                if (failed) goto done;
+            }
+            text[i] = PyUnicode_AsUTF8AndSize(s, &size[i]);
+            if (text[i] == NULL) goto done;
+        }
+        if (size[0] == 8 && memcmp(text[0], "__CRC32#", 8) == 0 && PyUnicode_Check(key))
+            continue; /* about another record */
+        parts[count] = text[0];
+        lens[count++] = size[0];
+        parts[count] = text[1];
+        lens[count++] = size[1];
+        total += size[0] + size[1] + 2;
+    }
+    result = PyBytes_FromStringAndSize(NULL, total);
+    if (result == NULL) goto done;
+    char *p = PyBytes_AS_STRING(result);
+    for (Py_ssize_t i = 0; i < count; i += 2) {
+        memcpy(p, parts[i], (size_t)lens[i]);
+        p += lens[i];
+        *p++ = 0x01;
+        memcpy(p, parts[i + 1], (size_t)lens[i + 1]);
+        p += lens[i + 1];
+        *p++ = 0x02;
+    }
+    memcpy(p, PP_TRAILER, CRC32_RESERVED_LEN);
+done:
+    PyMem_Free(parts);
+    PyMem_Free(lens);
+    Py_DECREF(texts);
+    return result;
+}
+/* ---- end of write_record(), put_properties() ---- */
+
+/* ---- index_entries(): an index file's entries for a batch of keys (the put path's index) ----
+ *
+ *     index_entries(buf, keys, count, slots, begin, begin_phy, used, end_phy, end_stamp)
+ *       -> (packed, pending, begin, begin_phy, used, end_phy, end_stamp, number)
+ *
+ * buf: the index file's bytes (its hash slots read, never written); keys: (key hash,
+ * physical offset, store timestamp) tuples; count: the entries it holds. The entries
+ * RocketMQ's putKey writes for each key in turn (">iqii": hash, offset, seconds since the
+ * file's begin timestamp, the slot's previous entry), the slots to write ({position: entry
+ * number}, in first-touched order) and the header's fields updated. A slot outside buf is
+ * ValueError, a number out of its field's range struct.error. The reference is
+ * hanet.store._index_file.index_entries_py. */
+#define IE_HEADER 40
+#define IE_SLOT 4
+#define IE_ENTRY 20
+
+static int ie_item(PyObject *item, long long *out, const char *what) {
+    int overflow = 0;
+    if (!PyLong_Check(item)) {
+        if (load_struct_error() < 0) return -1;
+        PyErr_Format(struct_error, "index_entries: the %s is not an integer", what);
+        return -1;
+    }
+    long long value = PyLong_AsLongLongAndOverflow(item, &overflow);
+    if (value == -1 && PyErr_Occurred()) return -1;
+    if (overflow) {
+        if (load_struct_error() < 0) return -1;
+        PyErr_Format(struct_error, "index_entries: the %s is out of range", what);
+        return -1;
+    }
+    *out = value;
+    return 0;
+}
+
+static PyObject *index_entries(PyObject *Py_UNUSED(self), PyObject *args) {
+    Py_buffer view;
+    PyObject *keys_arg;
+    long long count, slots, begin, begin_phy, used, end_phy, end_stamp;
+    if (!PyArg_ParseTuple(args, "y*OLLLLLLL:index_entries", &view, &keys_arg, &count, &slots,
+                          &begin, &begin_phy, &used, &end_phy, &end_stamp))
+        return NULL;
+    PyObject *keys = PySequence_Fast(keys_arg, "index_entries: keys are a sequence");
+    PyObject *pending = NULL, *packed = NULL, *result = NULL;
+    if (keys == NULL) goto done;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(keys);
+    if (n > PY_SSIZE_T_MAX / IE_ENTRY) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    pending = PyDict_New();
+    packed = PyBytes_FromStringAndSize(NULL, n * IE_ENTRY);
+    if (pending == NULL || packed == NULL) goto done;
+    unsigned char *out = (unsigned char *)PyBytes_AS_STRING(packed);
+    const unsigned char *buf = view.buf;
+    long long number = count;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *item = PySequence_Fast_GET_ITEM(keys, i);
+        if (!PyTuple_Check(item)) {
+            PyErr_SetString(PyExc_TypeError, "index_entries: a key is not a tuple");
+            goto done;
+        }
+        if (PyTuple_GET_SIZE(item) != 3) {
+            PyErr_SetString(PyExc_ValueError, "index_entries: a key is not 3 values");
+            goto done;
+        }
+        long long key_hash, phy, stamp;
+        if (ie_item(PyTuple_GET_ITEM(item, 0), &key_hash, "key hash") < 0 ||
+            ie_item(PyTuple_GET_ITEM(item, 1), &phy, "physical offset") < 0 ||
+            ie_item(PyTuple_GET_ITEM(item, 2), &stamp, "store timestamp") < 0)
+            goto done;
+        if (slots == 0) {
+            PyErr_SetString(PyExc_ZeroDivisionError, "integer modulo by zero");
+            goto done;
+        }
+        long long slot = slots == -1 ? 0 : key_hash % slots; /* Python's floor modulo */
+        if (slot != 0 && ((slot < 0) != (slots < 0))) slot += slots;
+        if (slot > (LLONG_MAX - IE_HEADER) / IE_SLOT || slot < -(LLONG_MAX / 8)) {
+            PyErr_SetString(PyExc_ValueError, "index_entries: a slot is outside the file");
+            goto done;
+        }
+        long long slot_at = IE_HEADER + slot * IE_SLOT;
+        PyObject *at_key = PyLong_FromLongLong(slot_at);
+        if (at_key == NULL) goto done;
+        PyObject *seen = PyDict_GetItemWithError(pending, at_key);
+        long long previous;
+        if (seen != NULL) {
+            previous = PyLong_AsLongLong(seen);
+        } else if (PyErr_Occurred()) {
+            Py_DECREF(at_key);
+            goto done;
+        } else {
+            if (slot_at < 0 || slot_at > (long long)view.len - IE_SLOT) {
+                Py_DECREF(at_key);
+                PyErr_SetString(PyExc_ValueError, "index_entries: a slot is outside the file");
+                goto done;
+            }
+            previous = rd_i32(buf + slot_at);
+            if (previous <= 0 || previous > count) previous = 0;
+        }
+        long long diff = 0;
+        if (begin > 0 && stamp > begin) {
+            diff = (stamp - begin) / 1000;
+            if (diff > I32_MAX) diff = I32_MAX;
+        }
+        if (key_hash < I32_MIN || key_hash > I32_MAX || previous < I32_MIN ||
+            previous > I32_MAX) {
+            Py_DECREF(at_key);
+            if (load_struct_error() == 0)
+                PyErr_SetString(struct_error, "index_entries: the key hash is out of range");
+            goto done;
+        }
+        unsigned char *e = out + i * IE_ENTRY;
+        wr_u32(e, (uint32_t)key_hash);
+        wr_u64(e + 4, (uint64_t)phy);
+        wr_u32(e + 12, (uint32_t)diff);
+        wr_u32(e + 16, (uint32_t)previous);
+        PyObject *value = PyLong_FromLongLong(number);
+        if (value == NULL || PyDict_SetItem(pending, at_key, value) < 0) {
+            Py_XDECREF(value);
+            Py_DECREF(at_key);
+            goto done;
+        }
+        Py_DECREF(value);
+        Py_DECREF(at_key);
+        if (number <= 1) { /* the file's first key sets its begin (RocketMQ's) */
+            begin_phy = phy;
+            begin = stamp;
+        }
+        if (previous == 0) used++;
+        end_phy = phy;
+        end_stamp = stamp;
+        number++;
+    }
+    result = Py_BuildValue("(OOLLLLLL)", packed, pending, begin, begin_phy, used, end_phy,
+                           end_stamp, number);
+done:
+    Py_XDECREF(keys);
+    Py_XDECREF(pending);
+    Py_XDECREF(packed);
+    PyBuffer_Release(&view);
+    return result;
+}
+/* ---- end of index_entries() ---- */
 
 static PyMethodDef methods[] = {
     {"scan", (PyCFunction)(void (*)(void))scan, METH_VARARGS | METH_KEYWORDS,
@@ -1600,6 +2170,27 @@ static PyMethodDef methods[] = {
      "decode_records(buf, start, cls)\n--\n\n"
      "The valid records of buf from start as cls tuples, and where they stop; see "
      "hanet.store._decode."},
+    /* key_batch(): the index keys block above */
+    {"key_batch", (PyCFunction)key_batch, METH_VARARGS,
+     "key_batch(buf, base, rows, indexed, skip)\n--\n\n"
+     "The index keys (hash, offset, store timestamp) of a scan window's records; see "
+     "hanet.store._index_file.key_batch_py."},
+    /* write_record(), put_properties(): the record writing block above */
+    {"write_record", (PyCFunction)(void (*)(void))write_record, METH_FASTCALL,
+     "write_record(buf, pos, size, queue_id, flag, queue_offset, physical_offset, sys_flag, "
+     "born_timestamp, born_host, born_port, store_timestamp, store_host, store_port, "
+     "reconsume_times, prepared_transaction_offset, body, topic, properties)\n--\n\n"
+     "Write and seal one V1 record at buf[pos:pos + size]; see "
+     "hanet.store._writer.write_record_py."},
+    {"put_properties", (PyCFunction)put_properties, METH_O,
+     "put_properties(properties)\n--\n\n"
+     "A put's properties field (the CRC property's reserved bytes last); see "
+     "hanet.store._writer.put_properties_py."},
+    /* index_entries(): the index entries block above */
+    {"index_entries", (PyCFunction)index_entries, METH_VARARGS,
+     "index_entries(buf, keys, count, slots, begin, begin_phy, used, end_phy, end_stamp)\n--\n\n"
+     "An index file's entries and slots for a batch of keys; see "
+     "hanet.store._index_file.index_entries_py."},
     {NULL, NULL, 0, NULL},
 };
 

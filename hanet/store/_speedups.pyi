@@ -46,3 +46,43 @@ def pull_gather(
 def decode_records(
     buf: bytes | memoryview, start: int, cls: type[MessageRecord], /
 ) -> tuple[list[MessageRecord], int]: ...
+def key_batch(
+    buf: bytes | bytearray | memoryview | mmap,
+    base: int,
+    rows: bytes,
+    indexed: int,
+    skip: int,
+) -> list[tuple[int, int, int]]: ...
+def write_record(
+    buf: mmap | bytearray | memoryview,
+    pos: int,
+    size: int,
+    queue_id: int,
+    flag: int,
+    queue_offset: int,
+    physical_offset: int,
+    sys_flag: int,
+    born_timestamp: int,
+    born_host: bytes,
+    born_port: int,
+    store_timestamp: int,
+    store_host: bytes,
+    store_port: int,
+    reconsume_times: int,
+    prepared_transaction_offset: int,
+    body: bytes | bytearray | memoryview,
+    topic: bytes,
+    properties: bytes,
+) -> None: ...
+def put_properties(properties: dict[str, str]) -> bytes: ...
+def index_entries(
+    buf: bytes | bytearray | memoryview | mmap,
+    keys: Sequence[tuple[int, int, int]],
+    count: int,
+    slots: int,
+    begin: int,
+    begin_phy: int,
+    used: int,
+    end_phy: int,
+    end_stamp: int,
+) -> tuple[bytes, dict[int, int], int, int, int, int, int, int]: ...

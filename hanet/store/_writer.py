@@ -2,8 +2,9 @@
 
 :class:`RecordWriter` validates each message (statuses as RocketMQ's), assigns its queue
 offset, physical offset and store timestamp, writes the record straight into the last mapped
-file with :func:`pack_record_into` and seals it with RocketMQ 5's whole-record CRC property
-(``__CRC32#``, computed last, over every other byte of the record), ends a file with a
+file with :func:`write_record_py` (the extension's ``write_record`` when built: one call a
+record, its CRCs by carry-less multiplication) and seals it with RocketMQ 5's whole-record CRC
+property (``__CRC32#``, computed last, over every other byte of the record), ends a file with a
 blank record when the record does not fit with 8 spare bytes, and appends the consume queue
 entry (before the record: a consume queue file that cannot be created refuses the message,
 CREATE_MAPPED_FILE_FAILED, as a commit log file that cannot be created does). It is the put
@@ -14,13 +15,14 @@ objects but the properties.
 from __future__ import annotations
 
 import zlib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 
 from ._codec import (
     _TOPIC_CHARACTERS,
     BLANK_RECORD_SIZE,
     BORN_HOST_V6_FLAG,
     CRC32_PROPERTY,
+    CRC32_RESERVED_LEN,
     CRC32_TRAILER_EMPTY,
     HEADER_STRUCTS,
     I16_STRUCT,
@@ -42,12 +44,110 @@ from ._mapped_file import MappedFile
 from ._mapped_queue import MappedFileQueue
 from ._native import ENABLED, native
 
-__all__ = ["RecordWriter"]
+__all__ = [
+    "RecordWriter",
+    "native_put_properties",
+    "native_write_record",
+    "put_properties_py",
+    "write_record_py",
+]
 
-# carry-less multiplication in the extension: ~10x zlib's
-_SEAL: Callable[[memoryview, int, int], None] = (native("seal") if ENABLED else None) or seal_record
+
+def put_properties_py(properties: Mapping[str, str]) -> bytes:
+    """A put's properties field: :func:`encode_properties` of ``properties`` without any
+    whole-record CRC property (about another record), then that property's reserved bytes
+    (the reference of the extension's ``put_properties``)."""
+    if not properties:
+        return CRC32_TRAILER_EMPTY
+    if CRC32_PROPERTY in properties:
+        properties = {k: v for k, v in properties.items() if k != CRC32_PROPERTY}
+    return encode_properties(properties) + CRC32_TRAILER_EMPTY
+
+
+def write_record_py(
+    view: memoryview,
+    pos: int,
+    size: int,
+    queue_id: int,
+    flag: int,
+    queue_offset: int,
+    physical_offset: int,
+    sys_flag: int,
+    born_timestamp: int,
+    born_host: bytes,
+    born_port: int,
+    store_timestamp: int,
+    store_host: bytes,
+    store_port: int,
+    reconsume_times: int,
+    prepared_transaction_offset: int,
+    body: bytes,
+    topic: bytes,
+    properties: bytes,
+) -> None:
+    """Write the V1 record of these fields at ``view[pos:pos + size]`` and seal it with the
+    whole-record CRC property (``properties`` end with its reserved bytes): the reference of
+    the extension's ``write_record``, which checks the same things first (a number out of
+    its field's range is ``struct.error``, a size or host length that does not match is
+    ValueError)."""
+    header = HEADER_STRUCTS[(sys_flag & _HOST_FLAGS) >> 4]
+    if len(born_host) != (16 if sys_flag & BORN_HOST_V6_FLAG else 4) or len(store_host) != (
+        16 if sys_flag & STORE_HOST_V6_FLAG else 4
+    ):
+        raise ValueError("write_record: a host's length does not match sys_flag")
+    if not 1 <= len(topic) <= MAX_TOPIC_SIZE_V1:
+        raise ValueError("write_record: the topic is not 1 to 127 bytes")
+    if not CRC32_RESERVED_LEN <= len(properties) <= 32767:
+        raise ValueError("write_record: the properties are not 20 to 32767 bytes")
+    if size != header.size + len(body) + 1 + len(topic) + 2 + len(properties):
+        raise ValueError("write_record: size is not the record's size")
+    if pos < 0 or pos > len(view) - size:
+        raise ValueError("write_record: the record is not inside the buffer")
+    record = header.pack(
+        size,
+        MAGIC_V1,
+        zlib.crc32(body) & 0x7FFFFFFF,
+        queue_id,
+        flag,
+        queue_offset,
+        physical_offset,
+        sys_flag,
+        born_timestamp,
+        born_host,
+        born_port,
+        store_timestamp,
+        store_host,
+        store_port,
+        reconsume_times,
+        prepared_transaction_offset,
+        len(body),
+    )
+    p = pos + header.size
+    view[pos:p] = record
+    end = p + len(body)
+    view[p:end] = body
+    view[end] = len(topic)
+    p = end + 1
+    end = p + len(topic)
+    view[p:end] = topic
+    I16_STRUCT.pack_into(view, end, len(properties))
+    view[end + 2 : end + 2 + len(properties)] = properties
+    seal_record(view, pos, size)
+
+
+# The record in one call (header, body CRC, copies, seal): the put path's loop does the rest.
+native_write_record: Callable[..., None] | None = native("write_record")
+"""The extension's ``write_record`` (None when not built), whatever ``HANET_NO_EXTENSIONS``."""
+native_put_properties: Callable[[dict[str, str]], bytes] | None = native("put_properties")
+"""The extension's ``put_properties`` (None when not built)."""
+_WRITE_RECORD: Callable[..., None] = (native_write_record if ENABLED else None) or write_record_py
+_PUT_PROPERTIES: Callable[[dict[str, str]], bytes] = (
+    native_put_properties if ENABLED else None
+) or put_properties_py
 
 _HOST_FLAGS = BORN_HOST_V6_FLAG | STORE_HOST_V6_FLAG
+_HEADER_SIZES = tuple(h.size for h in HEADER_STRUCTS)
+_MAX_TOPICS = 10_000  # topics remembered as checked (bounded)
 _PUT_OK = PutStatus.PUT_OK
 
 
@@ -78,6 +178,8 @@ class RecordWriter:
         self._queue_for = queue_for
         self.puts = 0
         self.put_bytes = 0
+        self._topics: dict[str, bytes] = {}
+        """The UTF-8 of topics that passed the checks (a name never becomes illegal)."""
         self.create_error: str | None = None
         """Why the last batch could not create a file it needed (set by :meth:`write`; the
         store reads and clears it)."""
@@ -120,34 +222,42 @@ class RecordWriter:
         prefix = self._msg_id_prefix
         file_size = self._file_size
         queue_for = self._queue_for
-        crc32 = zlib.crc32
-        headers = HEADER_STRUCTS
-        header_sizes = [h.size for h in HEADER_STRUCTS]
-        i16_pack_into = I16_STRUCT.pack_into
+        header_sizes = _HEADER_SIZES
         new_result = tuple.__new__
         put_bytes = 0
         puts = 0
         pending: dict[tuple[str, int], int] = {}
-        reserved = CRC32_TRAILER_EMPTY
-        seal = _SEAL
+        write_record = _WRITE_RECORD
+        put_properties = _PUT_PROPERTIES
         create_failed: PutResult | None = None
+        topics = self._topics
+        max_body = self._max_body
         try:
             for message in messages:
                 topic = message.topic
                 body = message.body
-                topic_bytes = topic.encode()
+                topic_bytes = topics.get(topic)
+                topic_ok = topic_bytes is not None
+                if topic_bytes is None:
+                    topic_bytes = topic.encode()
+                    topic_ok = (
+                        0 < len(topic_bytes) <= MAX_TOPIC_SIZE_V1
+                        and _TOPIC_CHARACTERS.fullmatch(topic) is not None
+                    )
+                    if topic_ok and len(topics) < _MAX_TOPICS:
+                        topics[topic] = topic_bytes
                 properties = message.properties
-                if properties and CRC32_PROPERTY in properties:  # about another record
-                    properties = {k: v for k, v in properties.items() if k != CRC32_PROPERTY}
-                props = encode_properties(properties) + reserved if properties else reserved
+                props = (
+                    put_properties(properties)
+                    if type(properties) is dict
+                    else put_properties_py(properties)
+                )
                 born_host = message.born_host
                 if (
-                    len(body) > self._max_body
-                    or len(topic_bytes) > MAX_TOPIC_SIZE_V1
-                    or not topic_bytes
+                    not topic_ok
+                    or len(body) > max_body
                     or message.queue_id < 0
                     or len(born_host) != 4
-                    or _TOPIC_CHARACTERS.fullmatch(topic) is None
                 ):
                     refused = self._check(message)
                     if refused is not None:
@@ -228,14 +338,10 @@ class RecordWriter:
                         self.create_error = detail
                         append(PutResult(PutStatus.CREATE_MAPPED_FILE_FAILED, detail=detail))
                         continue
-                # pack_record_into, inlined: this loop is the put hot path
-                header = headers[sys_flag_index]
-                header.pack_into(
+                write_record(
                     view,
                     wrote,
                     size,
-                    MAGIC_V1,
-                    crc32(body) & 0x7FFFFFFF,
                     message.queue_id,
                     message.flag,
                     queue_offset,
@@ -249,19 +355,10 @@ class RecordWriter:
                     store_port,
                     message.reconsume_times,
                     message.prepared_transaction_offset,
-                    len(body),
+                    body,
+                    topic_bytes,
+                    props,
                 )
-                p = wrote + header.size
-                end = p + len(body)
-                view[p:end] = body
-                view[end] = topic_len  # at most MAX_TOPIC_SIZE_V1: V1 records only
-                p = end + 1
-                end = p + topic_len
-                view[p:end] = topic_bytes
-                i16_pack_into(view, end, len(props))
-                view[end + 2 : end + 2 + len(props)] = props
-                # The whole-record CRC property, last: every other byte is final now.
-                seal(view, wrote, size)
                 wrote += size
                 space -= size
                 put_bytes += size

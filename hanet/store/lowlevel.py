@@ -95,8 +95,12 @@ from ._index_file import (
     IndexFile,
     IndexHeader,
     IndexService,
+    index_entries_py,
     index_file_size,
+    native_index_entries,
 )
+from ._index_file import key_batch_py as index_key_batch_py
+from ._index_file import native_key_batch as native_index_key_batch
 from ._index_keys import index_key_hash, record_index_keys
 from ._judge import StopJudgement, StopKind, judge_stop
 from ._mapped_file import MappedFile, file_name
@@ -110,6 +114,12 @@ from ._retention import (
 )
 from ._scanner import RecordScanner
 from ._store_files import fsync_directory, read_store_sizes
+from ._writer import (
+    native_put_properties,
+    native_write_record,
+    put_properties_py,
+    write_record_py,
+)
 
 __all__ = [
     "BLANK_MAGIC",
@@ -172,9 +182,11 @@ __all__ = [
     "format_epoch_file",
     "format_host",
     "fsync_directory",
+    "index_entries_py",
     "index_file_size",
     "index_group_entries",
     "index_group_entries_py",
+    "index_key_batch_py",
     "index_key_hash",
     "index_topic_names",
     "java_string_hash",
@@ -182,9 +194,13 @@ __all__ = [
     "list_mapped_files",
     "native_columns",
     "native_decode_records",
+    "native_index_entries",
     "native_index_group_entries",
+    "native_index_key_batch",
     "native_pull_gather",
+    "native_put_properties",
     "native_scan",
+    "native_write_record",
     "next_valid_record",
     "pack_blank_into",
     "pack_damaged",
@@ -194,6 +210,7 @@ __all__ = [
     "parse_host",
     "plan_retention",
     "property_problem",
+    "put_properties_py",
     "read_store_sizes",
     "record_columns",
     "record_columns_py",
@@ -205,4 +222,5 @@ __all__ = [
     "scan_index_windows",
     "seal_record",
     "topic_problem",
+    "write_record_py",
 ]
