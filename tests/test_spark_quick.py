@@ -19,6 +19,7 @@ from hanet.spark import (  # noqa: E402  (after the importorskip)
     cds_plan,
     commit_log_batches,
     commit_log_table,
+    connect_stage_lines,
     consume_queue_batches,
     consume_queue_table,
     find_stores,
@@ -142,3 +143,12 @@ def test_progress_lines_name_each_active_stage() -> None:
     )
     assert stage_lines([stage], 31.4) == ["hanet: stage 3 (count): 5/12 tasks, 2 running, 31 s"]
     assert stage_lines([], 5.0) == []
+
+
+def test_connect_progress_lines_name_each_stage_not_done() -> None:
+    def stage(stage_id: int, done: bool) -> SimpleNamespace:
+        return SimpleNamespace(stage_id=stage_id, num_tasks=12, num_completed_tasks=5, done=done)
+
+    lines = connect_stage_lines([stage(3, False), stage(2, True)], 2, 31.4)
+    assert lines == ["hanet: stage 3: 5/12 tasks, 2 running, 31 s"]
+    assert connect_stage_lines([], 0, 5.0) == []

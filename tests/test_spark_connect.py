@@ -1,0 +1,90 @@
+"""``hanet audit --remote sc://...`` on a real Spark Connect server started from the installed
+pyspark by the test (127.0.0.1, a free port): the same answers as a local run, twice on the same
+warm server (the route by which repeated small audits skip Spark's start-up)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hanet.store import CommitLogStore, Message, StoreConfig
+
+pytest.importorskip("pyspark")
+pytest.importorskip("pyarrow")
+for _client in ("grpc", "grpc_status", "pandas", "zstandard", "google.rpc"):
+    pytest.importorskip(
+        _client, reason="needs pyspark's Connect client: pip install hanet[connect]"
+    )
+
+from hanet.spark import start_connect_server  # noqa: E402
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIG = StoreConfig(mapped_file_size=8192, consume_queue_file_size=400)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """``sc://127.0.0.1:PORT`` of a Spark Connect server on local[2]."""
+    log_path = tmp_path_factory.mktemp("spark-connect") / "server.log"
+    with log_path.open("wb") as log:
+        started = start_connect_server(master="local[2]", log=log)
+    with started:
+        assert started.url.startswith("sc://127.0.0.1:")
+        yield started.url
+    assert started.process.poll() is not None  # stopped with the test
+
+
+def make_store(root: Path, count: int) -> None:
+    with CommitLogStore.open(root, CONFIG) as store:
+        for i in range(count):
+            topic = ("Orders", "Payments", "Audit")[i % 3]
+            message = Message(topic, b"y" * (20 + i % 50), born_timestamp=1_700_000_000_000 + i)
+            assert store.put(message).ok
+    path = sorted((root / "commitlog").iterdir())[0]  # one flipped body byte: a CRC problem
+    data = bytearray(path.read_bytes())
+    data[data.find(b"y" * 20) + 5] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+def audit(store: Path, *flags: str) -> tuple[dict[str, Any], str]:
+    env = {k: v for k, v in os.environ.items() if k != "PYSPARK_GATEWAY_PORT"}
+    done = subprocess.run(
+        [sys.executable, "-m", "hanet", "audit", str(store), "--json", *flags],
+        check=False,
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=300,
+    )
+    assert done.returncode == 1, done.stderr[-3000:]  # the flipped byte is a problem
+    report: dict[str, Any] = json.loads(done.stdout)
+    return report, done.stderr
+
+
+def comparable(report: dict[str, Any]) -> dict[str, Any]:
+    """A report without what depends on where and how fast it ran."""
+    return {k: v for k, v in report.items() if k not in ("seconds", "spark")}
+
+
+def test_audit_through_spark_connect_answers_as_local_and_reuses_the_server(
+    server: str, tmp_path: Path
+) -> None:
+    store = tmp_path / "store"
+    make_store(store, 300)
+    local, _ = audit(store, "--spark-master", "local[2]")
+    assert local["problem_count"] >= 1 and local["scanned"] == 300
+    for _ in range(2):  # the second run finds the server as the first left it
+        remote, stderr = audit(store, "--remote", server)
+        assert remote["spark"].endswith("over Spark Connect"), remote["spark"]
+        assert comparable(remote) == comparable(local)
+        assert "Traceback" not in stderr
