@@ -124,6 +124,23 @@ def test_the_first_quick_jvm_writes_the_archive_and_a_later_session_adopts_it(
     assert archive.read_bytes() == b"archive"
 
 
+def test_each_pyspark_installation_has_its_own_archive(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Java maps an archive only for the jars' paths it was written with: another virtual
+    # environment's archive would be refused, silently, on every start
+    monkeypatch.delenv("HANET_SPARK_CDS", raising=False)
+    cache = tmp_path / "cache"
+    one = cds_plan("9.9.9", cache, spark_home=str(tmp_path / "venv-a"))
+    assert one.writing is not None
+    one.writing.write_bytes(b"archive of a")
+    one.launched(2**22 + 1)  # no such process: its JVM is done
+    assert cds_plan("9.9.9", cache, spark_home=str(tmp_path / "venv-a")).writing is None
+    other = cds_plan("9.9.9", cache, spark_home=str(tmp_path / "venv-b"))
+    assert other.writing is not None  # not venv-a's archive: its own, written at exit
+    assert len(list(cache.glob("*.jsa"))) == 1
+
+
 def test_cds_can_be_turned_off(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HANET_SPARK_CDS", "0")
     plan = cds_plan("9.9.9", tmp_path)

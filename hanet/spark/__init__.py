@@ -80,6 +80,7 @@ if TYPE_CHECKING:
     )
     from ._session import (
         JAVA_HINT,
+        QUICK_SQL_SETTINGS,
         SparkUnavailableError,
         connect_session,
         describe,
@@ -102,6 +103,7 @@ __all__ = [
     "JAVA_HINT",
     "PROBLEM_KINDS",
     "PROGRESS_INTERVAL",
+    "QUICK_SQL_SETTINGS",
     "AuditResult",
     "CdsPlan",
     "CommitLogDataSource",
@@ -195,6 +197,7 @@ _HOMES = {
     ),
     "_session": (
         "JAVA_HINT",
+        "QUICK_SQL_SETTINGS",
         "SparkUnavailableError",
         "connect_session",
         "describe",
