@@ -70,11 +70,11 @@ def session_settings(spark: SparkSession, settings: Mapping[str, str]) -> Iterat
     try:
         yield
     finally:
-        for key, value in before.items():
-            if value is None:
+        for key, earlier in before.items():
+            if earlier is None:
                 spark.conf.unset(key)
             else:
-                spark.conf.set(key, value)
+                spark.conf.set(key, earlier)
 
 
 def put_messages(root: Path, count: int, *, seed: int = 0) -> Counter[tuple[str, int]]:
