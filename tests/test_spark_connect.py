@@ -1,11 +1,14 @@
-"""``hanet audit --remote sc://...`` on a real Spark Connect server started from the installed
-pyspark by the test (127.0.0.1, a free port): the same answers as a local run, twice on the same
-warm server (the route by which repeated small audits skip Spark's start-up)."""
+"""``hanet audit --remote sc://...`` on a real Spark Connect server, the one the installed
+pyspark ships, started by the test with ``hanet spark-connect`` (127.0.0.1, a free port) and
+stopped with SIGTERM: the same answers as a local run, twice on the same warm server (the route
+by which repeated small audits skip Spark's start-up)."""
 
 from __future__ import annotations
 
 import json
 import os
+import signal
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -23,8 +26,6 @@ for _client in ("grpc", "grpc_status", "pandas", "zstandard", "google.rpc"):
         _client, reason="needs pyspark's Connect client: pip install hanet[connect]"
     )
 
-from hanet.spark import start_connect_server  # noqa: E402
-
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -32,15 +33,39 @@ CONFIG = StoreConfig(mapped_file_size=8192, consume_queue_file_size=400)
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """``sc://127.0.0.1:PORT`` of a Spark Connect server on local[2]."""
-    log_path = tmp_path_factory.mktemp("spark-connect") / "server.log"
-    with log_path.open("wb") as log:
-        started = start_connect_server(master="local[2]", log=log)
-    with started:
-        assert started.url.startswith("sc://127.0.0.1:")
-        yield started.url
-    assert started.process.poll() is not None  # stopped with the test
+def server() -> Iterator[str]:
+    """``sc://127.0.0.1:PORT`` of ``hanet spark-connect`` on local[2] (a free port), stopped
+    with SIGTERM at the end (exit status 0, the server gone)."""
+    command = [sys.executable, "-m", "hanet", "spark-connect", "--listen", "127.0.0.1:0"]
+    process = subprocess.Popen(
+        [*command, "--spark-master", "local[2]"],
+        env=environment(),
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline()  # EOF when it failed (it gives up after 120 s)
+        assert line.startswith("Spark Connect on sc://127.0.0.1:"), line
+        url = line.split()[3]
+        yield url
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=60) == 0
+        host, port = url.removeprefix("sc://").split(":")
+        with pytest.raises(OSError):  # the server went with it
+            socket.create_connection((host, int(port)), timeout=5).close()
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
+def environment() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "PYSPARK_GATEWAY_PORT"}
+    env["HANET_SPARK_CDS"] = "0"  # the local run leaves no 150 MB archive behind
+    return env
 
 
 def make_store(root: Path, count: int) -> None:
@@ -56,13 +81,12 @@ def make_store(root: Path, count: int) -> None:
 
 
 def audit(store: Path, *flags: str) -> tuple[dict[str, Any], str]:
-    env = {k: v for k, v in os.environ.items() if k != "PYSPARK_GATEWAY_PORT"}
     done = subprocess.run(
         [sys.executable, "-m", "hanet", "audit", str(store), "--json", *flags],
         check=False,
         capture_output=True,
         text=True,
-        env=env,
+        env=environment(),
         cwd=ROOT,
         timeout=300,
     )

@@ -119,7 +119,8 @@ def start_connect_server(
         timeout: seconds to wait for it to accept connections.
 
     Raises:
-        ConnectServerError: no Java, or it exited or did not listen within ``timeout``.
+        ConnectServerError: no Java, ``host:port`` taken, or it exited or did not listen within
+            ``timeout``.
     """
     from ._session import java_problem  # noqa: PLC0415 - imports the session machinery
 
@@ -127,11 +128,14 @@ def start_connect_server(
     if problem is not None:
         raise ConnectServerError(problem)
     port = port or free_port(host)
+    if _listening(host, port):
+        raise ConnectServerError(f"{host}:{port} is taken: something listens there already")
     spark_home = Path(pyspark.__file__).parent
     java_options = f"-Dlog4j2.configurationFile={_LOG4J.as_uri()} -Dhanet.spark.log=warn"
     settings = {
         "spark.connect.grpc.binding.address": host,
         "spark.connect.grpc.binding.port": str(port),
+        "spark.connect.grpc.port.maxRetries": "0",  # that port or none (not the next one)
         "spark.ui.enabled": "false",
         "spark.sql.session.timeZone": "UTC",
         "spark.driver.extraJavaOptions": java_options,
@@ -157,16 +161,29 @@ def start_connect_server(
         start_new_session=True,
     )
     server = ConnectServer(url=f"sc://{host}:{port}", process=process)
+    try:
+        _wait_listening(server, host, port, timeout)
+    except BaseException:  # a Ctrl-C while it starts too: no server left behind
+        server.stop()
+        raise
+    return server
+
+
+def _listening(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=1.0):
+            return True
+    except OSError:
+        return False
+
+
+def _wait_listening(server: ConnectServer, host: str, port: int, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while True:
-        try:
-            with socket.create_connection((host, port), timeout=1.0):
-                return server
-        except OSError:
-            pass
-        status = process.poll()
+        if _listening(host, port):
+            return
+        status = server.process.poll()
         if status is not None or time.monotonic() > deadline:
-            server.stop()
             why = f"exited with status {status}" if status is not None else "did not listen"
             raise ConnectServerError(
                 f"the Spark Connect server on {host}:{port} {why} within {timeout:.0f} s"
