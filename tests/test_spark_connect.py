@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -80,9 +81,10 @@ def make_store(root: Path, count: int) -> None:
     path.write_bytes(bytes(data))
 
 
-def audit(store: Path, *flags: str) -> tuple[dict[str, Any], str]:
+def hanet(*argv: str, status: int) -> tuple[dict[str, Any], str]:
+    """``hanet ARGV --json``: its report and stderr (its exit status checked)."""
     done = subprocess.run(
-        [sys.executable, "-m", "hanet", "audit", str(store), "--json", *flags],
+        [sys.executable, "-m", "hanet", *argv, "--json"],
         check=False,
         capture_output=True,
         text=True,
@@ -90,9 +92,13 @@ def audit(store: Path, *flags: str) -> tuple[dict[str, Any], str]:
         cwd=ROOT,
         timeout=300,
     )
-    assert done.returncode == 1, done.stderr[-3000:]  # the flipped byte is a problem
+    assert done.returncode == status, done.stderr[-3000:]
     report: dict[str, Any] = json.loads(done.stdout)
     return report, done.stderr
+
+
+def audit(store: Path, *flags: str) -> tuple[dict[str, Any], str]:
+    return hanet("audit", str(store), *flags, status=1)  # the flipped byte is a problem
 
 
 def comparable(report: dict[str, Any]) -> dict[str, Any]:
@@ -112,3 +118,17 @@ def test_audit_through_spark_connect_answers_as_local_and_reuses_the_server(
         assert remote["spark"].endswith("over Spark Connect"), remote["spark"]
         assert comparable(remote) == comparable(local)
         assert "Traceback" not in stderr
+
+
+def test_stats_and_diff_through_spark_connect(server: str, tmp_path: Path) -> None:
+    store, copy = tmp_path / "store", tmp_path / "copy"
+    make_store(store, 120)
+    shutil.copytree(store, copy)
+    counted, _ = hanet("stats", str(store), "--remote", server, status=0)
+    assert counted["scanned"] == 120  # (a CRC failure is still a record)
+    topics: dict[str, int] = {}
+    for row in counted["per_minute"]:
+        topics[row["topic"]] = topics.get(row["topic"], 0) + row["messages"]
+    assert topics == {"Orders": 40, "Payments": 40, "Audit": 40}
+    same, _ = hanet("diff", str(store), str(copy), "--remote", server, status=0)
+    assert (same["ok"], same["differing"], same["master_records"]) == (True, 0, 120)
