@@ -27,13 +27,16 @@ other fields of the JSON document, for JSON), ``--limit N`` (rows printed per ta
 20; with ``--json``, rows per list, default all). The first line printed names the Spark
 version, master and cores; each table says how long it took and the last line how long the
 whole job did. Spark's stage progress bar runs on stderr when stdout and stderr are terminals;
-otherwise Spark is quiet (errors only) and hanet prints the running stages on stderr every 5 s.
+otherwise Spark is quiet (errors only) and hanet prints the running stages on stderr every 5 s
+(with ``--remote`` too, from the progress the Connect server reports).
 A STORE is a store root, a ``commitlog/`` directory or a quoted glob of stores.
 
 Small jobs stay small: stores of at most ``--driver-rows`` records in all (200,000) are read
 by the driver and handed to Spark as Arrow tables (no Python workers), and Spark starts for a
-short job (C1 JIT only, no UI, Spark's classes mapped from a class data sharing archive that
-the first such run leaves in ``~/.cache/hanet``; ``HANET_SPARK_CDS=0`` turns that off).
+short job (C1 JIT only, no UI, one shuffle partition, expressions interpreted rather than
+compiled, Spark's classes mapped from a class data sharing archive that the first such run
+leaves in ``~/.cache/hanet``, one per pyspark installation; ``HANET_SPARK_CDS=0`` turns that
+off).
 ``--driver-rows 0`` reads every store through the executors. ``--remote sc://HOST:PORT`` runs
 the job on a running Spark Connect server instead (``pip install 'hanet[connect]'`` here,
 ``hanet`` importable by the server's Python; ``hanet spark-connect`` starts one), so repeated
