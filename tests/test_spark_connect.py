@@ -34,22 +34,24 @@ CONFIG = StoreConfig(mapped_file_size=8192, consume_queue_file_size=400)
 
 
 @pytest.fixture(scope="module")
-def server() -> Iterator[str]:
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """``sc://127.0.0.1:PORT`` of ``hanet spark-connect`` on local[2] (a free port), stopped
     with SIGTERM at the end (exit status 0, the server gone)."""
     command = [sys.executable, "-m", "hanet", "spark-connect", "--listen", "127.0.0.1:0"]
-    process = subprocess.Popen(
-        [*command, "--spark-master", "local[2]"],
-        env=environment(),
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
+    log = tmp_path_factory.mktemp("spark-connect") / "stderr.log"
+    with log.open("wb") as stderr:
+        process = subprocess.Popen(
+            [*command, "--spark-master", "local[2]"],
+            env=environment(),
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            text=True,
+        )
     try:
         assert process.stdout is not None
         line = process.stdout.readline()  # EOF when it failed (it gives up after 120 s)
-        assert line.startswith("Spark Connect on sc://127.0.0.1:"), line
+        assert line.startswith("Spark Connect on sc://127.0.0.1:"), log.read_text()[-3000:]
         url = line.split()[3]
         yield url
         process.send_signal(signal.SIGTERM)
