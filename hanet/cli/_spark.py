@@ -40,8 +40,8 @@ off).
 ``--driver-rows 0`` reads every store through the executors. ``--remote sc://HOST:PORT`` runs
 the job on a running Spark Connect server instead (``pip install 'hanet[connect]'`` here,
 ``hanet`` importable by the server's Python; ``hanet spark-connect`` starts one), so repeated
-runs reuse one warm Spark: its session shuffles into one partition for stores read in the
-driver.
+runs reuse one warm Spark (for stores read in the driver, its session has the quick local
+session's settings: one shuffle partition, interpreted expressions).
 
 With ``--json`` stdout is one JSON document and nothing else (the progress lines go to
 stderr): an object with ``command`` (the verb), ``ok`` (false exactly when the exit status
