@@ -11,7 +11,7 @@ $(STAMP): pyproject.toml hanet/store/_speedups.c hanet/protocol/_speedups.c
 	@(command -v cc >/dev/null 2>&1 && test -f /usr/include/zlib.h) || $(MAKE) compiler
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade "pip>=25.1"
-	$(BIN)/python -m pip install -q -e ".[cli,spark]" --group test --group lint
+	$(BIN)/python -m pip install -q -e ".[cli,spark,connect]" --group test --group lint
 	touch $(STAMP)
 
 install: $(STAMP)

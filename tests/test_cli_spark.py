@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -120,3 +121,14 @@ def test_remote_without_a_connect_server_is_one_line_and_status_2(tmp_path: Path
     assert line.startswith(
         ("hanet: cannot reach Spark Connect at sc://127.0.0.1:1", "hanet: --remote needs")
     ), done.stderr
+
+
+def test_spark_connect_on_a_taken_port_is_one_line_and_status_2() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = hanet("spark-connect", "--listen", f"127.0.0.1:{port}")
+    assert done.returncode == 2
+    assert done.stdout == ""
+    assert done.stderr == f"hanet: 127.0.0.1:{port} is taken: something listens there already\n"

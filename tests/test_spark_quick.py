@@ -3,11 +3,14 @@ class data sharing archive's life cycle, the progress lines printed when Spark's
 
 from __future__ import annotations
 
+import io
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
@@ -16,9 +19,11 @@ from hanet.store import CommitLogStore, Message, StoreConfig
 pa = pytest.importorskip("pyarrow")
 
 from hanet.spark import (  # noqa: E402  (after the importorskip)
+    Progress,
     cds_plan,
     commit_log_batches,
     commit_log_table,
+    connect_stage_lines,
     consume_queue_batches,
     consume_queue_table,
     find_stores,
@@ -123,6 +128,23 @@ def test_the_first_quick_jvm_writes_the_archive_and_a_later_session_adopts_it(
     assert archive.read_bytes() == b"archive"
 
 
+def test_each_pyspark_installation_has_its_own_archive(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Java maps an archive only for the jars' paths it was written with: another virtual
+    # environment's archive would be refused, silently, on every start
+    monkeypatch.delenv("HANET_SPARK_CDS", raising=False)
+    cache = tmp_path / "cache"
+    one = cds_plan("9.9.9", cache, spark_home=str(tmp_path / "venv-a"))
+    assert one.writing is not None
+    one.writing.write_bytes(b"archive of a")
+    one.launched(2**22 + 1)  # no such process: its JVM is done
+    assert cds_plan("9.9.9", cache, spark_home=str(tmp_path / "venv-a")).writing is None
+    other = cds_plan("9.9.9", cache, spark_home=str(tmp_path / "venv-b"))
+    assert other.writing is not None  # not venv-a's archive: its own, written at exit
+    assert len(list(cache.glob("*.jsa"))) == 1
+
+
 def test_cds_can_be_turned_off(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HANET_SPARK_CDS", "0")
     plan = cds_plan("9.9.9", tmp_path)
@@ -142,3 +164,45 @@ def test_progress_lines_name_each_active_stage() -> None:
     )
     assert stage_lines([stage], 31.4) == ["hanet: stage 3 (count): 5/12 tasks, 2 running, 31 s"]
     assert stage_lines([], 5.0) == []
+
+
+def test_connect_progress_lines_name_each_stage_not_done() -> None:
+    def stage(stage_id: int, done: bool) -> SimpleNamespace:
+        return SimpleNamespace(stage_id=stage_id, num_tasks=12, num_completed_tasks=5, done=done)
+
+    lines = connect_stage_lines([stage(3, False), stage(2, True)], 2, 31.4)
+    assert lines == ["hanet: stage 3: 5/12 tasks, 2 running, 31 s"]
+    assert connect_stage_lines([], 0, 5.0) == []
+
+
+def test_progress_over_spark_connect_prints_what_the_server_reports() -> None:
+    class ConnectSession:  # what Progress sees of a Spark Connect session
+        def __init__(self) -> None:
+            self.handlers: list[Any] = []
+
+        @property
+        def sparkContext(self) -> Any:
+            raise RuntimeError("no SparkContext over Spark Connect")
+
+        def registerProgressHandler(self, handler: Any) -> None:
+            self.handlers.append(handler)
+
+        def removeProgressHandler(self, handler: Any) -> None:
+            self.handlers.remove(handler)
+
+    session = ConnectSession()
+    out = io.StringIO()
+    stage = SimpleNamespace(stage_id=4, num_tasks=8, num_completed_tasks=3, done=False)
+    with Progress(session, interval=0.05, out=out):
+        (handler,) = session.handlers
+        handler(stages=[stage], inflight_tasks=2, operation_id="op", done=False)
+        deadline = time.monotonic() + 10
+        while "hanet: stage 4: 3/8 tasks, 2 running" not in out.getvalue():
+            assert time.monotonic() < deadline, out.getvalue()
+            time.sleep(0.01)
+        handler(stages=[stage], inflight_tasks=0, operation_id="op", done=True)
+        time.sleep(0.2)  # the query is done: nothing more is printed
+        printed = out.getvalue()
+        time.sleep(0.2)
+        assert out.getvalue() == printed
+    assert session.handlers == []  # removed on the way out

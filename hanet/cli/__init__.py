@@ -2,7 +2,7 @@
 
 Every verb is an ``async def handler(args) -> int`` registered by the ``register(subparsers)``
 function of one module per verb family (``_store``: dump/verify; ``_broker``: master/slave;
-``_client``: put/pull/status; ``_consume``; ``_demo``; ``_spark``: audit/diff/stats;
+``_client``: put/pull/status; ``_consume``; ``_demo``; ``_spark``: audit/diff/stats/spark-connect;
 ``_echo``); ``_support`` holds what they share. The command line imports only the family of
 the verb it runs (:data:`VERBS` names every verb and its one-line help, so ``hanet --help``
 and ``hanet --version`` import none, and trio only once a verb runs); :func:`build_parser`
@@ -83,6 +83,7 @@ VERBS: tuple[tuple[str, str, str], ...] = (
     ),
     ("_spark", "diff", "compare a slave's commit log with its master's on Spark"),
     ("_spark", "stats", "per-topic traffic, latency and largest messages of stores on Spark"),
+    ("_spark", "spark-connect", "run a Spark Connect server: audit|diff|stats --remote reuse it"),
     (
         "_echo",
         "echo-demo",

@@ -1,4 +1,6 @@
-"""``hanet audit``, ``hanet diff`` and ``hanet stats``: the Spark jobs on the command line.
+"""``hanet audit``, ``hanet diff`` and ``hanet stats``: the Spark jobs on the command line
+(and ``hanet spark-connect``, a Spark Connect server for their ``--remote``:
+:mod:`hanet.cli._spark_server`).
 
 - ``hanet audit STORE... [--no-consume-queues]``: per store and queue counts, then every
   problem (corrupt data, CRC failures, queue offset gaps and repeats, consume queue entries
@@ -25,16 +27,21 @@ other fields of the JSON document, for JSON), ``--limit N`` (rows printed per ta
 20; with ``--json``, rows per list, default all). The first line printed names the Spark
 version, master and cores; each table says how long it took and the last line how long the
 whole job did. Spark's stage progress bar runs on stderr when stdout and stderr are terminals;
-otherwise Spark is quiet (errors only) and hanet prints the running stages on stderr every 5 s.
+otherwise Spark is quiet (errors only) and hanet prints the running stages on stderr every 5 s
+(with ``--remote`` too, from the progress the Connect server reports).
 A STORE is a store root, a ``commitlog/`` directory or a quoted glob of stores.
 
 Small jobs stay small: stores of at most ``--driver-rows`` records in all (200,000) are read
 by the driver and handed to Spark as Arrow tables (no Python workers), and Spark starts for a
-short job (C1 JIT only, no UI, Spark's classes mapped from a class data sharing archive that
-the first such run leaves in ``~/.cache/hanet``; ``HANET_SPARK_CDS=0`` turns that off).
+short job (C1 JIT only, no UI, one shuffle partition, expressions interpreted rather than
+compiled, Spark's classes mapped from a class data sharing archive that the first such run
+leaves in ``~/.cache/hanet``, one per pyspark installation; ``HANET_SPARK_CDS=0`` turns that
+off).
 ``--driver-rows 0`` reads every store through the executors. ``--remote sc://HOST:PORT`` runs
-the job on a running Spark Connect server instead (``pip install 'pyspark[connect]'`` here,
-``hanet`` importable by the server's Python), so repeated runs reuse one warm Spark.
+the job on a running Spark Connect server instead (``pip install 'hanet[connect]'`` here,
+``hanet`` importable by the server's Python; ``hanet spark-connect`` starts one), so repeated
+runs reuse one warm Spark (for stores read in the driver, its session has the quick local
+session's settings: one shuffle partition, interpreted expressions).
 
 With ``--json`` stdout is one JSON document and nothing else (the progress lines go to
 stderr): an object with ``command`` (the verb), ``ok`` (false exactly when the exit status
@@ -80,7 +87,7 @@ from hanet.store import CommitLogReader, StoreError
 from ._credentials import add_credentials, credentials_of
 from ._support import fail, parse_address
 
-__all__ = ["audit_command", "diff_command", "register", "stats_command"]
+__all__ = ["audit_command", "diff_command", "register", "spark_connect_command", "stats_command"]
 
 SPARK_HINT = "this command needs the spark extra: pip install 'hanet[spark]' (pyspark, pyarrow)"
 
@@ -121,6 +128,22 @@ def register(subparsers: Any) -> None:
     _common(parser)
     parser.set_defaults(func=stats_command)
 
+    parser = subparsers.add_parser(
+        "spark-connect",
+        description="Run a Spark Connect server (the one the installed pyspark ships) until "
+        "Ctrl-C or SIGTERM, for hanet audit|diff|stats --remote sc://HOST:PORT: repeated jobs "
+        "reuse its warm Spark. It runs what its clients send: keep it on loopback or a "
+        "trusted network.",
+    )
+    parser.add_argument(
+        "--listen", type=parse_address, default=("127.0.0.1", 15002), metavar="HOST:PORT",
+        help="its gRPC address (default 127.0.0.1:15002; port 0: a free one)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--spark-master", default=None, metavar="URL", help="its Spark master (default local[*])"
+    )
+    parser.set_defaults(func=spark_connect_command)
+
 
 def _broker_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
@@ -158,7 +181,7 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--remote", default=None, metavar="sc://HOST:PORT",
         help="run on a running Spark Connect server instead of starting Spark here "
-        "(needs pip install 'pyspark[connect]'; hanet importable by the server's Python)",
+        "(hanet spark-connect starts one; needs pip install 'hanet[connect]')",
     )  # fmt: skip
     parser.add_argument(
         "--json", action="store_true",
@@ -209,6 +232,18 @@ async def stats_command(args: argparse.Namespace) -> int:
     """``hanet stats``: see the module docstring."""
     args.stores = [*args.stores, *_broker_paths(args)]
     return _run("stats", args, list(args.stores))
+
+
+async def spark_connect_command(args: argparse.Namespace) -> int:
+    """``hanet spark-connect``: see :mod:`hanet.cli._spark_server`."""
+    try:
+        server = importlib.import_module("hanet.cli._spark_server")  # imports pyspark
+    except ModuleNotFoundError as exc:
+        if exc.name and exc.name.split(".")[0] in ("pyspark", "pyarrow", "py4j"):
+            return fail(SPARK_HINT)
+        raise
+    status: int = await server.serve(args)
+    return status
 
 
 def _check_stores(verb: str, paths: list[str]) -> None:

@@ -56,7 +56,7 @@ def run(verb: str, args: argparse.Namespace, started: float) -> int:
     small = is_small(paths, args.driver_rows)
     try:
         if args.remote is not None:
-            spark = connect_session(args.remote)
+            spark = connect_session(args.remote, quick=small)
         else:
             spark = spark_session(args.spark_master, quick=small, sources=not small)
     except SparkUnavailableError as exc:

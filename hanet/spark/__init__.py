@@ -16,7 +16,8 @@ the ``hanet`` command line works without the extra.
   the jobs do so up to :data:`DEFAULT_DRIVER_ROWS` rows (their ``driver_rows`` argument).
   :func:`spark_session` with ``quick=True`` starts the JVM for a short job, mapping Spark's
   classes from a class data sharing archive (:func:`cds_plan`; ``_cds.py``);
-  :func:`connect_session` joins a Spark Connect server. :class:`Progress` prints the running
+  :func:`connect_session` joins a Spark Connect server, :func:`start_connect_server` starts
+  one from the installed pyspark (``_connect_server.py``). :class:`Progress` prints the running
   stages on stderr while Spark's own progress bar is off (``_progress.py``).
 - Without Spark: :func:`commit_log_batches` reads one commit log range as Arrow batches
   (``_arrow.py``), :func:`consume_queue_batches` one consume queue file (``_queues.py``);
@@ -52,6 +53,7 @@ if TYPE_CHECKING:
     )
     from ._audit import AUDIT_COLUMNS, PROBLEM_KINDS, AuditResult, audit
     from ._cds import CdsPlan, cds_plan
+    from ._connect_server import ConnectServer, ConnectServerError, start_connect_server
     from ._diff import DiffResult, DiffSummary, diff
     from ._fields import RecordDifference, compare_records, record_spans
     from ._frames import commit_log, consume_queue, java_string_hash_column
@@ -67,7 +69,7 @@ if TYPE_CHECKING:
     )
     from ._local import commit_log_table, consume_queue_table, is_small
     from ._log_client import LogChunk, LogReadClient, LogReadError, TlsFiles
-    from ._progress import PROGRESS_INTERVAL, Progress, stage_lines
+    from ._progress import PROGRESS_INTERVAL, Progress, connect_stage_lines, stage_lines
     from ._queues import consume_queue_batches, consume_queue_schema
     from ._remote import (
         BROKER_SCHEME,
@@ -78,6 +80,7 @@ if TYPE_CHECKING:
     )
     from ._session import (
         JAVA_HINT,
+        QUICK_SQL_SETTINGS,
         SparkUnavailableError,
         connect_session,
         describe,
@@ -100,10 +103,13 @@ __all__ = [
     "JAVA_HINT",
     "PROBLEM_KINDS",
     "PROGRESS_INTERVAL",
+    "QUICK_SQL_SETTINGS",
     "AuditResult",
     "CdsPlan",
     "CommitLogDataSource",
     "CommitLogRange",
+    "ConnectServer",
+    "ConnectServerError",
     "ConsumeQueueDataSource",
     "ConsumeQueueFile",
     "DiffResult",
@@ -129,6 +135,7 @@ __all__ = [
     "commit_log_table",
     "compare_records",
     "connect_session",
+    "connect_stage_lines",
     "consume_queue",
     "consume_queue_batches",
     "consume_queue_schema",
@@ -150,6 +157,7 @@ __all__ = [
     "remote_batches",
     "spark_session",
     "stage_lines",
+    "start_connect_server",
     "stats",
 ]
 
@@ -175,7 +183,8 @@ _HOMES = {
         "plan_consume_queues",
     ),
     "_cds": ("CdsPlan", "cds_plan"),
-    "_progress": ("PROGRESS_INTERVAL", "Progress", "stage_lines"),
+    "_connect_server": ("ConnectServer", "ConnectServerError", "start_connect_server"),
+    "_progress": ("PROGRESS_INTERVAL", "Progress", "connect_stage_lines", "stage_lines"),
     "_local": ("commit_log_table", "consume_queue_table", "is_small"),
     "_queues": ("consume_queue_batches", "consume_queue_schema"),
     "_log_client": ("LogChunk", "LogReadClient", "LogReadError", "TlsFiles"),
@@ -188,6 +197,7 @@ _HOMES = {
     ),
     "_session": (
         "JAVA_HINT",
+        "QUICK_SQL_SETTINGS",
         "SparkUnavailableError",
         "connect_session",
         "describe",

@@ -6,11 +6,13 @@ session (``spark_session(quick=True)``) asks its JVM to write one when it exits
 (``-XX:ArchiveClassesAtExit``, ~150 MB, written in the seconds after the command ends); later
 quick sessions map it (``-XX:SharedArchiveFile``, checked with ``-XX:+VerifySharedSpaces``).
 
-The archive lives in ``$XDG_CACHE_HOME/hanet`` (``~/.cache/hanet``), one per pyspark version and
-Java runtime. A JVM writes to a file of its own (``*.part``); the next session that finds
-that JVM gone renames it into place. A JVM that was killed while writing leaves a file that
-fails the check, and Java then starts without it (and says nothing: ``-Xlog`` keeps the JVM's
-own warnings, which it prints on stdout, quiet). ``HANET_SPARK_CDS=0`` turns it off.
+The archive lives in ``$XDG_CACHE_HOME/hanet`` (``~/.cache/hanet``), one per pyspark version,
+pyspark installation and Java runtime: Java maps an archive only for the class path it was
+written with (the jars' paths), so each virtual environment has its own. A JVM writes to a
+file of its own (``*.part``); the next session that finds that JVM gone renames it into place.
+A JVM that was killed while writing leaves a file that fails the check, and Java then starts
+without it (and says nothing: ``-Xlog`` keeps the JVM's own warnings, which it prints on
+stdout, quiet). ``HANET_SPARK_CDS=0`` turns it off.
 """
 
 from __future__ import annotations
@@ -53,11 +55,13 @@ def _cache_dir() -> Path:
     return Path(base) / "hanet"
 
 
-def _key(spark_version: str) -> str:
+def _key(spark_version: str, spark_home: str | None) -> str:
     java_home = os.environ.get("JAVA_HOME")
     java = str(Path(java_home) / "bin" / "java") if java_home else shutil.which("java") or ""
     real = os.path.realpath(java)
     stamp = f"{real}:{os.stat(real).st_mtime_ns if os.path.exists(real) else 0}"
+    if spark_home is not None:  # the jars' paths: the class path the archive is valid for
+        stamp += f":{os.path.realpath(spark_home)}"
     return f"spark-{spark_version}-{hashlib.sha256(stamp.encode()).hexdigest()[:12]}"
 
 
@@ -88,13 +92,15 @@ def _adopt_finished(directory: Path, key: str, archive: Path) -> None:
             part.replace(archive)
 
 
-def cds_plan(spark_version: str, cache_dir: Path | None = None) -> CdsPlan:
-    """The CDS options for a quick session's JVM (none with ``HANET_SPARK_CDS=0`` or when the
-    cache directory cannot be written)."""
+def cds_plan(
+    spark_version: str, cache_dir: Path | None = None, *, spark_home: str | None = None
+) -> CdsPlan:
+    """The CDS options for a quick session's JVM of the pyspark installed at ``spark_home``
+    (none with ``HANET_SPARK_CDS=0`` or when the cache directory cannot be written)."""
     if os.environ.get("HANET_SPARK_CDS", "1") == "0":
         return CdsPlan(options=(), writing=None)
     directory = cache_dir or _cache_dir()
-    key = _key(spark_version)
+    key = _key(spark_version, spark_home)
     archive = directory / f"{key}{_SUFFIX}"
     try:
         directory.mkdir(parents=True, exist_ok=True)
