@@ -155,6 +155,8 @@ class _Pending:
     queue_id: int
     wait: bool
     started: float
+    answer: RemotingCommand | None = None
+    """A refusal answered in its place among the read's sends (it stores nothing)."""
 
 
 class _Refused(HanetError):
@@ -208,6 +210,13 @@ def _write_out(ctx: HandlerContext, out: list[bytes]) -> None:
         out.clear()
 
 
+def _refused_in_place(ctx: HandlerContext, send: _Pending, out: list[bytes]) -> None:
+    """Write a refusal kept among a read's sends, after the answers gathered before it."""
+    _write_out(ctx, out)
+    if send.answer is not None and not send.request.flag & FLAG_ONEWAY:
+        ctx.write(send.answer)
+
+
 def _which(index: int, parts: Sequence[object]) -> str:
     return f"message {index} of the batch" if len(parts) > 1 else "the message"
 
@@ -230,12 +239,23 @@ class Sends:
         connection = connection_of(ctx)
         try:
             answer = self._send(ctx, connection, request)
+        except RemotingHeaderError as exc:
+            if not connection.pending_sends:
+                raise  # the dispatcher answers it
+            log.info("client %s: %s: %s", connection.peer, request.describe(), exc)
+            answer = request.response(ResponseCode.SYSTEM_ERROR, str(exc))
         except BaseException:
             if connection.pending_sends:  # the dispatcher answers this one: the earlier first
                 self.flush_pending(connection)
             raise
-        if answer is not None and connection.pending_sends:
-            self.flush_pending(connection)
+        pending = connection.pending_sends
+        if answer is not None and pending:
+            # a refusal keeps its place: answered after the sends before it, which are
+            # stored with those after it (one put, one Raft round, for the read)
+            pending.append(_Pending(ctx, request, [], 0, False, pending[0].started, answer))
+            if len(pending) >= _MAX_PENDING:
+                self.flush_pending(connection)
+            return None
         return answer
 
     def _send(
@@ -283,24 +303,16 @@ class Sends:
             for send in pending:
                 if not send.request.flag & FLAG_ONEWAY:
                     send.ctx.write(
-                        send.request.response(
+                        send.answer
+                        or send.request.response(
                             ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}"
                         )
                     )
             return
-        if results is None:  # stored through the backend's put (a Raft append)
-            for send in pending:
-                connection.in_flight += 1
-                connection.update_reading()
-                send.ctx.spawn(
-                    self._put_later,
-                    send.ctx,
-                    connection,
-                    send.request,
-                    send.messages,
-                    send.queue_id,
-                    send.started,
-                )
+        if results is None:  # stored through the backend's put (one Raft append round)
+            connection.in_flight += len(pending)
+            connection.update_reading()
+            pending[0].ctx.spawn(self._put_later, connection, pending, messages)
             return
         must_wait = backend.must_wait()
         now = trio.current_time()
@@ -311,6 +323,9 @@ class Sends:
             if send.ctx is not ctx:  # pragma: no cover - one connection, one dispatch context
                 _write_out(ctx, out)
                 ctx = send.ctx
+            if send.answer is not None:
+                _refused_in_place(ctx, send, out)
+                continue
             count = len(send.messages)
             mine = results if len(pending) == 1 else results[at : at + count]
             at += count
@@ -357,20 +372,41 @@ class Sends:
         )
 
     async def _put_later(
-        self,
-        ctx: HandlerContext,
-        connection: BrokerConnection,
-        request: RemotingCommand,
-        messages: list[Message],
-        queue_id: int,
-        started: float,
+        self, connection: BrokerConnection, pending: list[_Pending], messages: list[Message]
     ) -> None:
+        """Store the messages of a read's sends through the backend's put (one call: a
+        DLedger leader appends them in one round), then answer each send in order with its
+        own results."""
         try:
             results = await self.port.backend.put(messages)
-            self.answer_send(ctx, request, results, queue_id, PutStatus.PUT_OK, started)
+            now = trio.current_time()
+            out: list[bytes] = []
+            ctx = pending[0].ctx
+            at = 0
+            for send in pending:
+                if send.ctx is not ctx:  # pragma: no cover - one connection, one context
+                    _write_out(ctx, out)
+                    ctx = send.ctx
+                if send.answer is not None:
+                    _refused_in_place(ctx, send, out)
+                    continue
+                count = len(send.messages)
+                mine = results if len(pending) == 1 else results[at : at + count]
+                at += count
+                self.answer_send(
+                    send.ctx,
+                    send.request,
+                    mine,
+                    send.queue_id,
+                    PutStatus.PUT_OK,
+                    send.started,
+                    now=now,
+                    out=out,
+                )
+            _write_out(ctx, out)
             ctx.flush()
         finally:
-            connection.in_flight -= 1
+            connection.in_flight -= len(pending)
             connection.update_reading()
 
     def answer_send(

@@ -73,7 +73,6 @@ Layout of a node's ``--store`` directory: ``dledger/`` (the :class:`FileLog`), a
 from __future__ import annotations
 
 import functools
-import itertools
 import logging
 import math
 import random
@@ -164,9 +163,11 @@ class _Held:
 
 @attrs.frozen
 class _PutArrived:
-    """Inbox: a client put (its id in :attr:`DLedgerNode._puts`)."""
+    """Inbox: the client puts of one :meth:`DLedgerNode.put_many` call (ids ``first`` to
+    ``first + count - 1`` in :attr:`DLedgerNode._puts`)."""
 
-    request_id: int
+    first: int
+    count: int
 
 
 @attrs.frozen
@@ -260,7 +261,8 @@ class DLedgerNode:
         self.log: FileLog | None = None
         self.store: CommitLogStore | None = None
         self._clients: dict[str, ReconnectingClient] = {}
-        self._ids = itertools.count(1)
+        self._next_id = 1
+        """The id of the next client put."""
         self._puts: dict[int, _Put] = {}
         self._by_index: dict[int, _Put] = {}
         self._bodies = Bodies()
@@ -325,25 +327,29 @@ class DLedgerNode:
 
     async def put_many(self, messages: Sequence[Message]) -> list[PutOutcome]:
         """:meth:`put` for several messages, appended in this order (one entry each)."""
-        requests: list[tuple[int, _Put]] = []
         waiter = _Waiter(len(messages))
-        for message in messages:
-            request = _Put(message, waiter)
-            request_id = next(self._ids)
-            try:
-                self._send_inbox.send_nowait(_PutArrived(request_id))
-            except trio.WouldBlock:
+        requests = [_Put(message, waiter) for message in messages]
+        if not requests:
+            await trio.lowlevel.checkpoint()
+            return []
+        first = self._next_id
+        self._next_id += len(requests)
+        ids = range(first, first + len(requests))
+        try:  # one inbox item for the call: its puts are proposed together
+            self._send_inbox.send_nowait(_PutArrived(first, len(requests)))
+        except trio.WouldBlock:
+            for request in requests:
                 request.outcome = PutOutcome(AppendStatus.LEADER_PENDING_FULL)
                 request.finish()
-            else:
-                self._puts[request_id] = request
-            requests.append((request_id, request))
+        else:
+            self._puts.update(zip(ids, requests, strict=True))
         try:
             await waiter.wait()
         finally:
-            for request_id, _ in requests:
-                self._puts.pop(request_id, None)
-        outcomes = [request.outcome for _, request in requests]
+            puts = self._puts
+            for request_id in ids:
+                puts.pop(request_id, None)
+        outcomes = [request.outcome for request in requests]
         assert all(o is not None for o in outcomes)
         return outcomes  # type: ignore[return-value]
 
@@ -615,9 +621,11 @@ class DLedgerNode:
             puts: list[tuple[int, _Put]] = []
             for each in batch:
                 if isinstance(each, _PutArrived):
-                    request = self._puts.get(each.request_id)
-                    if request is not None:  # else abandoned before it was read
-                        puts.append((each.request_id, request))
+                    known = self._puts
+                    for request_id in range(each.first, each.first + each.count):
+                        request = known.get(request_id)
+                        if request is not None:  # else abandoned before it was read
+                            puts.append((request_id, request))
                     continue
                 if puts:  # the puts that came together: one append round
                     self._propose(trio.current_time(), puts, held)
