@@ -25,6 +25,7 @@ from hanet.dledger import (
     NodeConfig,
     PreVoteRequest,
     PreVoteResponse,
+    PutOutcome,
     RaftConfig,
     Role,
     VoteRequest,
@@ -424,6 +425,42 @@ async def test_put_many_answers_each_and_a_cancelled_wait_leaves_its_entries(
         await group.start(node_id)
     await group.converged()
     assert all(n.applied_index >= appended for n in group.nodes.values())
+
+
+async def test_put_many_nowait_calls_back_once_with_each_outcome_in_order(
+    autojump_clock: trio.testing.MockClock, group: Group, caplog: pytest.LogCaptureFixture
+) -> None:
+    for node_id in IDS:
+        await group.start(node_id)
+    await group.put(0)
+    leader = await group.leader()
+    calls: list[list[PutOutcome]] = []
+    batch = [Message(topic="T", body=f"n{i}".encode()) for i in range(4)]
+    leader.put_many_nowait(batch, calls.append)
+    assert calls == []  # answered once committed, not at once
+    while not calls:  # noqa: ASYNC110
+        await trio.sleep(0.01)
+    (outcomes,) = calls
+    assert [o.status for o in outcomes] == [AppendStatus.SUCCESS] * 4
+    assert [o.index for o in outcomes] == list(range(outcomes[0].index, outcomes[0].index + 4))
+    assert not leader._puts
+    leader.put_many_nowait([], calls.append)
+    assert calls[-1] == []
+
+    # a callback that raises is logged; the node goes on
+    def broken(_: list[PutOutcome]) -> None:
+        raise RuntimeError("the caller's bug")
+
+    leader.put_many_nowait(batch[:1], broken)
+    outcome = await leader.put(Message(topic="T", body=b"after"))
+    assert outcome.status is AppendStatus.SUCCESS
+    assert "a put's callback failed" in caplog.text
+    # a follower answers NOT_LEADER through the callback too
+    follower = next(n for n in group.nodes.values() if not n.is_leader)
+    follower.put_many_nowait(batch[:2], calls.append)
+    while len(calls) < 3:  # noqa: ASYNC110
+        await trio.sleep(0.01)
+    assert [o.status for o in calls[-1]] == [AppendStatus.NOT_LEADER] * 2
 
 
 @pytest.mark.parametrize("applied", ['{"index": 0, "offset": 0}', "garbage"])

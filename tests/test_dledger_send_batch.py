@@ -1,12 +1,12 @@
-"""A DLedger node's broker port takes the sends of one read together: a leader appends them
-through one ``put_many`` (one proposal batch, one append round) and answers each in order with
-its own outcome (stored, refused in its place, busy on a quorum timeout); a follower refuses
-each in order."""
+"""A DLedger node's broker port takes the sends of one read together: a leader appends
+them through one ``put_many_nowait`` (one proposal batch, one append round) and answers each
+in order with its own outcome (stored, refused in its place, busy on a quorum timeout); a
+follower refuses each in order."""
 
 from __future__ import annotations
 
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
 
@@ -86,13 +86,13 @@ async def test_a_leader_appends_a_reads_sends_in_one_put_and_answers_each_in_ord
         listen=False,
     )
     calls: list[int] = []
-    put_many = node.put_many
+    put_many = node.put_many_nowait
 
-    async def counted(messages: Sequence[Message]) -> list[PutOutcome]:
+    def counted(messages: Sequence[Message], done: Callable[[list[PutOutcome]], None]) -> None:
         calls.append(len(messages))
-        return await put_many(messages)
+        put_many(messages, done)
 
-    node.put_many = counted  # type: ignore[method-assign]
+    node.put_many_nowait = counted  # type: ignore[method-assign]
     async with trio.open_nursery() as nursery:
         await nursery.start(node.run)
         service = DLedgerBrokerService(node)

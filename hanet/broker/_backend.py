@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from hanet.protocol import BrokerStatus, SubscriptionGroupWrapper
@@ -67,6 +67,13 @@ class BrokerBackend(Protocol):
 
     async def put(self, messages: Sequence[Message]) -> list[PutResult]:
         """Store ``messages`` and wait until they count as stored."""
+        ...
+
+    def put_later(
+        self, messages: Sequence[Message], done: Callable[[list[PutResult]], None]
+    ) -> None:
+        """Store ``messages`` when :meth:`put_now` answers None (a Raft append), no task
+        waiting: ``done`` gets one result per message once they count as stored."""
         ...
 
     def must_wait(self) -> bool:

@@ -539,6 +539,13 @@ class Broker:
             registrar.wake()
         return results
 
+    def put_later(
+        self, messages: Sequence[Message], done: Callable[[list[PutResult]], None]
+    ) -> None:
+        """:meth:`put_now`, ``done`` called with its results at once (the port never needs
+        it: a classic broker stores synchronously)."""
+        done(self.put_now(messages))
+
     async def put(self, messages: Sequence[Message]) -> list[PutResult]:
         """Store ``messages`` and wait as the role says (:meth:`settle`); each stored
         message's status is the wait's outcome."""

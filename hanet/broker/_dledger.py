@@ -281,9 +281,18 @@ class DLedgerBrokerService:
 
     async def put(self, messages: Sequence[Message]) -> list[PutResult]:
         """Append ``messages`` through Raft; one result per message."""
-        outcomes = await self.node.put_many(messages)
-        self.puts += sum(1 for o in outcomes if o.status is AppendStatus.SUCCESS)
+        return self._stored(messages, await self.node.put_many(messages))
+
+    def put_later(
+        self, messages: Sequence[Message], done: Callable[[list[PutResult]], None]
+    ) -> None:
+        """Append ``messages`` through Raft (one proposal batch, no task waiting): ``done``
+        gets one result per message once all are final (from the node's task)."""
+        self.node.put_many_nowait(messages, lambda outcomes: done(self._stored(messages, outcomes)))
+
+    def _stored(self, messages: Sequence[Message], outcomes: list[PutOutcome]) -> list[PutResult]:
         results = [_result(o) for o in outcomes]
+        self.puts += sum(1 for r in results if r.status is PutStatus.PUT_OK)
         for listener in self.stored_listeners:
             listener(messages, results)
         return results

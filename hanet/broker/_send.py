@@ -5,6 +5,7 @@ for the rules)."""
 
 from __future__ import annotations
 
+import functools
 import logging
 import operator
 import struct
@@ -312,7 +313,7 @@ class Sends:
         if results is None:  # stored through the backend's put (one Raft append round)
             connection.in_flight += len(pending)
             connection.update_reading()
-            pending[0].ctx.spawn(self._put_later, connection, pending, messages)
+            backend.put_later(messages, functools.partial(self._put_done, connection, pending))
             return
         must_wait = backend.must_wait()
         now = trio.current_time()
@@ -371,14 +372,14 @@ class Sends:
             send.ctx, WaitingSend(send.request, results, send.queue_id, end, send.started)
         )
 
-    async def _put_later(
-        self, connection: BrokerConnection, pending: list[_Pending], messages: list[Message]
+    def _put_done(
+        self, connection: BrokerConnection, pending: list[_Pending], results: list[PutResult]
     ) -> None:
-        """Store the messages of a read's sends through the backend's put (one call: a
-        DLedger leader appends them in one round), then answer each send in order with its
-        own results."""
+        """Answer each of a read's sends stored through the backend's put (one call: a
+        DLedger leader appends them in one round) in order, with its own results."""
         try:
-            results = await self.port.backend.put(messages)
+            if not connection.channel.is_open:
+                return
             now = trio.current_time()
             out: list[bytes] = []
             ctx = pending[0].ctx

@@ -193,11 +193,13 @@ class _Waiter:
     """The task of one :meth:`DLedgerNode.put_many` call, woken once each of its puts is
     done (one wake-up for the call, not an event per put)."""
 
-    __slots__ = ("left", "task")
+    __slots__ = ("callback", "left", "task")
 
-    def __init__(self, count: int) -> None:
+    def __init__(self, count: int, callback: Callable[[], None] | None = None) -> None:
         self.left = count
         self.task: trio.lowlevel.Task | None = None
+        self.callback = callback
+        """Called instead of waking a task (:meth:`DLedgerNode.put_many_nowait`)."""
 
     async def wait(self) -> None:
         """Until every put is done (a checkpoint when they all are already)."""
@@ -214,7 +216,12 @@ class _Waiter:
 
     def one_done(self) -> None:
         self.left -= 1
-        if not self.left and self.task is not None:
+        if self.left:
+            return
+        if self.callback is not None:
+            callback, self.callback = self.callback, None
+            callback()
+        elif self.task is not None:
             task, self.task = self.task, None
             trio.lowlevel.reschedule(task)
 
@@ -332,17 +339,7 @@ class DLedgerNode:
         if not requests:
             await trio.lowlevel.checkpoint()
             return []
-        first = self._next_id
-        self._next_id += len(requests)
-        ids = range(first, first + len(requests))
-        try:  # one inbox item for the call: its puts are proposed together
-            self._send_inbox.send_nowait(_PutArrived(first, len(requests)))
-        except trio.WouldBlock:
-            for request in requests:
-                request.outcome = PutOutcome(AppendStatus.LEADER_PENDING_FULL)
-                request.finish()
-        else:
-            self._puts.update(zip(ids, requests, strict=True))
+        ids = self._submit(requests)
         try:
             await waiter.wait()
         finally:
@@ -352,6 +349,50 @@ class DLedgerNode:
         outcomes = [request.outcome for request in requests]
         assert all(o is not None for o in outcomes)
         return outcomes  # type: ignore[return-value]
+
+    def put_many_nowait(
+        self, messages: Sequence[Message], done: Callable[[list[PutOutcome]], None]
+    ) -> None:
+        """:meth:`put_many` without a task waiting: ``done`` gets the outcomes (in order) once
+        they are all final, called from the node's own task (at once when the inbox is full;
+        with the LEADER_PENDING_FULL or WAIT_QUORUM_ACK_TIMEOUT of the others when the node
+        stops). ``done`` must not block; an exception it raises is logged, not raised."""
+        requests: list[_Put] = []
+        ids = range(self._next_id, self._next_id + len(messages))
+
+        def finished() -> None:
+            puts = self._puts
+            for request_id in ids:
+                puts.pop(request_id, None)
+            outcomes = [request.outcome for request in requests]
+            assert all(o is not None for o in outcomes)
+            try:
+                done(outcomes)  # type: ignore[arg-type]
+            except Exception:
+                log.exception("dledger %s: a put's callback failed", self.config.node_id)
+
+        waiter = _Waiter(len(messages), finished)
+        requests.extend(_Put(message, waiter) for message in messages)
+        if not requests:
+            finished()
+            return
+        self._submit(requests)
+
+    def _submit(self, requests: list[_Put]) -> range:
+        """Hand ``requests`` (of one call) to the loop as one inbox item (they are proposed
+        together); all LEADER_PENDING_FULL at once when the inbox is full. Their ids."""
+        first = self._next_id
+        self._next_id += len(requests)
+        ids = range(first, first + len(requests))
+        try:
+            self._send_inbox.send_nowait(_PutArrived(first, len(requests)))
+        except trio.WouldBlock:
+            for request in requests:
+                request.outcome = PutOutcome(AppendStatus.LEADER_PENDING_FULL)
+                request.finish()
+        else:
+            self._puts.update(zip(ids, requests, strict=True))
+        return ids
 
     def status(self) -> NodeStatus:
         """The node's Raft state (role, term, leader, indexes, peers)."""
