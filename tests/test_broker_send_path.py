@@ -190,3 +190,35 @@ async def test_sends_before_a_malformed_frame_are_stored_and_answered(tmp_path: 
         assert not channel.is_open
         assert broker.store.max_queue_offset("PathTopic", 3) == 2
         nursery.cancel_scope.cancel()
+
+
+async def test_a_refusal_among_a_reads_sends_keeps_its_place_in_one_put(tmp_path: Path) -> None:
+    config = BrokerConfig(store_path_root_dir=tmp_path, listen_port=0, ha_listen_port=0)
+    async with trio.open_nursery() as nursery:
+        broker = Broker(config)
+        await nursery.start(broker.run)
+        channel = EmbeddedChannel()
+        broker.port.initialize(cast(Any, channel))
+        channel.write_inbound(_send_frame(0, 0))  # the topic, created by a first send
+        channel.read_outbound()
+        batches: list[int] = []
+        put_batch = broker.store.put_batch
+
+        def counted(messages: Any) -> Any:
+            batches.append(len(messages))
+            return put_batch(messages)
+
+        broker.store.put_batch = counted  # type: ignore[method-assign]
+        no_header = encode_command(RemotingCommand(RequestCode.SEND_MESSAGE_V2, opaque=98))
+        frames = [_send_frame(1, 2), _send_frame(2, 9), no_header, _send_frame(3, 2)]
+        channel.write_inbound(b"".join(frames))
+        out = b""
+        while (chunk := channel.read_outbound()) is not None:
+            out += bytes(chunk)
+        answers = _answers(out)
+        assert [a.opaque for a in answers] == [1, 2, 98, 3]
+        assert [a.code == ResponseCode.SUCCESS for a in answers] == [True, False, False, True]
+        assert batches == [2]  # the sends around the refusals: one put
+        offsets = [SendMessageResponseHeader.from_fields(answers[i].fields) for i in (0, 3)]
+        assert [h.queue_offset for h in offsets] == [0, 1]
+        nursery.cancel_scope.cancel()

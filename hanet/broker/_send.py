@@ -236,7 +236,9 @@ class Sends:
 
         A send that passes its checks is stored with the other sends of the same read, in
         one put (:meth:`flush_pending`: at the end of the read, before any other request of
-        the connection is served and before any answer is written), and answered in order."""
+        the connection is served and before any answer is written; a DLedger leader appends
+        them as one proposal batch), and answered in order; a send refused after some were
+        admitted is answered in its place among them."""
         connection = connection_of(ctx)
         try:
             answer = self._send(ctx, connection, request)
