@@ -466,8 +466,20 @@ class Sends:
             parts = [(bytes(request.body), string_to_properties(text), header.flag)]
         messages: list[Message] = []
         wait = False
-        cluster = self.port.backend.cluster_name
-        max_body = self.port.backend.store.config.max_message_size
+        backend = self.port.backend
+        cluster = backend.cluster_name
+        max_body = backend.store.config.max_message_size
+        # ASCII properties encode to at most the header's text they were parsed from (and a
+        # closing separator) with the cluster pair: encoded (the store does it again) only
+        # when that bound is over the limit or the text is not ASCII.
+        size_bound = _SIZE_UNKNOWN
+        if text is not None and text.isascii():
+            size_bound = len(text) + 1 + (len(cluster) * 4 + _CLUSTER_PAIR if cluster else 0)
+        born_host, born_port = born
+        born_timestamp = header.born_timestamp
+        reconsume_times = header.reconsume_times or 0
+        retry = topic.startswith(RETRY_TOPIC_PREFIX)
+        rewrite = self.port.rewrite
         for index, (body, properties, flag) in enumerate(parts):
             if len(body) > max_body:
                 raise _Refused(
@@ -477,37 +489,33 @@ class Sends:
                 )
             if cluster:
                 properties[MessageProperty.CLUSTER] = cluster
-            # ASCII properties encode to at most the header's text they were parsed from
-            # (and a closing separator) with the cluster pair: encoded (the store does it
-            # again) only when that bound is over the limit or the text is not ASCII.
-            size = _SIZE_UNKNOWN
-            if text is not None and text.isascii():
-                size = len(text) + 1 + (len(cluster) * 4 + _CLUSTER_PAIR if cluster else 0)
+            size = size_bound
             if size > MAX_PROPERTIES_SIZE:
                 size = len(encode_properties(properties))
-            if size > MAX_PROPERTIES_SIZE:
-                raise _Refused(
-                    ResponseCode.MESSAGE_ILLEGAL,
-                    f"{_which(index, parts)}: properties of {size} bytes are over "
-                    f"{MAX_PROPERTIES_SIZE}",
-                )
+                if size > MAX_PROPERTIES_SIZE:
+                    raise _Refused(
+                        ResponseCode.MESSAGE_ILLEGAL,
+                        f"{_which(index, parts)}: properties of {size} bytes are over "
+                        f"{MAX_PROPERTIES_SIZE}",
+                    )
             wait = wait or properties.get(MessageProperty.WAIT) != "false"
+            # (positional: Message's field order, topic to reconsume_times)
             message = Message(
-                topic=topic,
-                body=body,
-                queue_id=queue_id,
-                flag=flag,
-                properties=properties,
-                sys_flag=sys_flag,
-                born_timestamp=header.born_timestamp,
-                born_host=born[0],
-                born_port=born[1],
-                reconsume_times=header.reconsume_times or 0,
+                topic,
+                body,
+                queue_id,
+                flag,
+                properties,
+                sys_flag,
+                born_timestamp,
+                born_host,
+                born_port,
+                reconsume_times,
             )
-            if topic.startswith(RETRY_TOPIC_PREFIX):
+            if retry:
                 message = self._redirect_retry(message, header, request.version)
-            if self.port.rewrite is not None:
-                message = self.port.rewrite(message)
+            if rewrite is not None:
+                message = rewrite(message)
             messages.append(message)
         return messages, queue_id, wait
 
