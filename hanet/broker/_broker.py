@@ -608,7 +608,10 @@ class Broker:
 
     def observe_put(self, statuses: Sequence[PutStatus], seconds: float) -> None:
         """A send was answered: count its statuses and its latency."""
-        self.metrics.observe_put([status.value for status in statuses], seconds)
+        if len(statuses) == 1:  # a send of one message: no comprehension
+            self.metrics.observe_put([statuses[0].value], seconds)
+        else:
+            self.metrics.observe_put([status.value for status in statuses], seconds)
 
     def connection_event(self, event: str) -> None:
         """A broker port connection ``opened`` or closed (``event``: why, shortly)."""
