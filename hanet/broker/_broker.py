@@ -608,8 +608,8 @@ class Broker:
 
     def observe_put(self, statuses: Sequence[PutStatus], seconds: float) -> None:
         """A send was answered: count its statuses and its latency."""
-        if len(statuses) == 1:  # a send of one message: no comprehension
-            self.metrics.observe_put([statuses[0].value], seconds)
+        if len(statuses) == 1:  # a send of one message: no comprehension, no property
+            self.metrics.observe_put([statuses[0]._value_], seconds)
         else:
             self.metrics.observe_put([status.value for status in statuses], seconds)
 
