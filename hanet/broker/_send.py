@@ -141,6 +141,9 @@ def stored_answer(opaque: int, msg_id: str, queue_id: int, queue_offset: int) ->
     return _FRAME_PREFIX.pack(4 + len(header), len(header)) + header
 
 
+_PUT_OK = PutStatus.PUT_OK
+_PUT_OK_STATUSES = (PutStatus.PUT_OK,)  # a stored send's statuses (observe_put copies them)
+
 _MAX_PENDING = 64
 """Sends of one read stored in one put at most (a flush before the 65th)."""
 
@@ -307,11 +310,29 @@ class Sends:
         out: list[bytes] = []  # the stored answers, written together (one pass down)
         ctx = pending[0].ctx
         at = 0
+        observe = backend.observe_put
         for send in pending:
             if send.ctx is not ctx:  # pragma: no cover - one connection, one dispatch context
                 _write_out(ctx, out)
                 ctx = send.ctx
             count = len(send.messages)
+            if count == 1 and (not send.wait or not must_wait):
+                # the common send, answered at once: answer_send's stored answer written out
+                first = results[at]
+                request = send.request
+                if (
+                    first.status is _PUT_OK
+                    and not request.flag & FLAG_ONEWAY
+                    and request.serialize_type is SerializeType.JSON
+                ):
+                    at += 1
+                    out.append(
+                        stored_answer(
+                            request.opaque, first.msg_id, send.queue_id, first.queue_offset
+                        )
+                    )
+                    observe(_PUT_OK_STATUSES, now - send.started)
+                    continue
             mine = results if len(pending) == 1 else results[at : at + count]
             at += count
             self._stored(connection, send, mine, must_wait, now, out)
