@@ -535,8 +535,12 @@ class Broker:
         for listener in self.stored_listeners:
             listener(messages, results)
         registrar = self.registrar
-        if registrar is not None and any(m.topic not in self._announced for m in messages):
-            registrar.wake()
+        if registrar is not None:
+            announced = self._announced
+            for message in messages:  # (a loop: no generator made for every put)
+                if message.topic not in announced:
+                    registrar.wake()
+                    break
         return results
 
     async def put(self, messages: Sequence[Message]) -> list[PutResult]:
