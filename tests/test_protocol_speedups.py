@@ -325,3 +325,5 @@ def test_the_native_command_refuses_wrong_arguments() -> None:
         speedups.json_command(ALIONS_SEND, b"", RemotingCommand, [], None, None)
     with pytest.raises(TypeError):
         speedups.json_command(42, b"", RemotingCommand, _LANGUAGES, None, None)
+    with pytest.raises(TypeError):  # not made by object.__new__
+        speedups.json_command(ALIONS_SEND, b"", int, _LANGUAGES, None, None)

@@ -32,7 +32,12 @@ from hanet.protocol import (
     string_to_properties,
 )
 from hanet.store import Message, PutResult, PutStatus, StoreError
-from hanet.store.lowlevel import MAX_PROPERTIES_SIZE, encode_properties, topic_problem
+from hanet.store.lowlevel import (
+    MAX_PROPERTIES_SIZE,
+    encode_properties,
+    new_message,
+    topic_problem,
+)
 
 from ._connection import BrokerConnection, WaitingSend, connection_of
 from ._retry import DLQ_QUEUE_NUMS, redirect_retry_send
@@ -520,8 +525,8 @@ class Sends:
                         f"{MAX_PROPERTIES_SIZE}",
                     )
             wait = wait or properties.get(MessageProperty.WAIT) != "false"
-            # (positional: Message's field order, topic to reconsume_times)
-            message = Message(
+            # (Message's fields in order, topic to reconsume_times; native when built)
+            message = new_message(
                 topic,
                 body,
                 queue_id,

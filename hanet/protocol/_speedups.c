@@ -742,6 +742,11 @@ static PyObject *json_command(PyObject *self, PyObject *const *args, Py_ssize_t 
         PyErr_SetString(PyExc_TypeError, "json_command: cls must be a type, languages a dict");
         return NULL;
     }
+    if (((PyTypeObject *)cls)->tp_new != PyBaseObject_Type.tp_new ||
+        ((PyTypeObject *)cls)->tp_itemsize != 0) {
+        PyErr_SetString(PyExc_TypeError, "json_command: cls must be made by object.__new__");
+        return NULL;
+    }
     if (jc_names[0] == NULL) {
         for (int i = 0; i < 9; i++) {
             jc_names[i] = PyUnicode_InternFromString(jc_spelled[i]);
