@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -259,3 +260,70 @@ def test_a_decoded_send_reads_as_the_same_command_both_ways() -> None:
     )
     assert dict(cmd.fields) == dict(reference.fields)
     assert bytes(cmd.body) == b"body"
+
+
+_LANGUAGES = dict(LanguageCode.__members__)
+
+
+def _native_command(data: bytes, body: bytes = b"") -> RemotingCommand | None:
+    assert speedups is not None
+    command: RemotingCommand | None = speedups.json_command(
+        data, body, RemotingCommand, _LANGUAGES, LanguageCode.OTHER, SerializeType.JSON
+    )
+    return command
+
+
+def _same_command(command: RemotingCommand, reference: RemotingCommand) -> None:
+    """Field by field (the body's bytes), the ext fields in the same order."""
+    assert type(command) is RemotingCommand
+    assert command == reference
+    assert command.language is reference.language
+    assert list(command.ext_fields or {}) == list(reference.ext_fields or {})
+    assert bytes(command.body) == bytes(reference.body)
+    assert command.serialize_type is SerializeType.JSON
+
+
+@native
+@settings(suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(_headers(), st.binary(max_size=8))
+def test_the_native_command_is_the_reference_command(data: bytes, body: bytes) -> None:
+    """json_command builds what the reference decodes from a header the native decoder takes
+    with a language name; anything else (None) is left to the Python path."""
+    command = _native_command(data, body)
+    plain = speedups.decode_json_header(data)
+    if command is None:
+        assert plain is None or not isinstance(plain[1], str)
+        return
+    reference = _reference(data)
+    assert reference is not None, "json_command accepted what the reference refuses"
+    _same_command(command, attrs.evolve(reference, body=body))
+
+
+@native
+def test_the_native_command_of_a_client_send() -> None:
+    command = _native_command(ALIONS_SEND, b"body")
+    reference = decode_json_header_py(ALIONS_SEND, b"body")
+    assert command is not None
+    _same_command(command, reference)
+    assert command.language is LanguageCode.JAVA
+    with pytest.raises(attrs.exceptions.FrozenInstanceError):
+        command.code = 1  # type: ignore[misc]
+    unknown = _native_command(b'{"code":1,"language":"COBOL"}')
+    assert unknown is not None and unknown.language is LanguageCode.OTHER
+    assert _native_command(b'{"code":1,"language":0}') is None  # a number: the Python path
+    assert _native_command(b'{"code":1.5}') is None
+
+
+@native
+def test_the_native_command_refuses_wrong_arguments() -> None:
+    assert speedups is not None
+    with pytest.raises(TypeError):
+        speedups.json_command(ALIONS_SEND, b"", RemotingCommand, _LANGUAGES, None)
+    with pytest.raises(TypeError):
+        speedups.json_command(ALIONS_SEND, b"", "cls", _LANGUAGES, None, None)
+    with pytest.raises(TypeError):
+        speedups.json_command(ALIONS_SEND, b"", RemotingCommand, [], None, None)
+    with pytest.raises(TypeError):
+        speedups.json_command(42, b"", RemotingCommand, _LANGUAGES, None, None)
+    with pytest.raises(TypeError):  # not made by object.__new__
+        speedups.json_command(ALIONS_SEND, b"", int, _LANGUAGES, None, None)

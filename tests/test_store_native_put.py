@@ -5,6 +5,8 @@ input: the index keys of a scan window (``key_batch``) and their index file entr
 
 from __future__ import annotations
 
+import functools
+import os
 import struct
 from typing import Any
 
@@ -12,13 +14,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hanet.store import MessageRecord, decode_record, encode_record
+from hanet.store import Message, MessageRecord, decode_record, encode_record
 from hanet.store.lowlevel import (
     CRC32_PROPERTY,
     index_entries_py,
     native_index_entries,
+    native_new_message,
     native_put_properties,
     native_write_record,
+    new_message,
+    new_message_py,
     put_properties_py,
     record_crc,
     scan_index_py,
@@ -331,3 +336,63 @@ def test_index_entries_refuse_as_the_reference(keys: list[Any], slots: int, size
 def test_index_entries_of_odd_slot_counts_as_the_reference(slots: int) -> None:
     keys = [(-(2**31), 1, 1), (2**31 - 1, 2, 2), (0, 3, 3)]
     _entries_both(bytes(300), keys, 0, slots, 0, 0, 0, 0, 0)
+
+
+_message_values = st.tuples(
+    _text,
+    st.binary(max_size=16),
+    st.integers(-(2**31), 2**31 - 1),
+    st.integers(-(2**31), 2**31 - 1),
+    st.dictionaries(_text, _text, max_size=3),
+    st.integers(0, 2**31 - 1),
+    st.integers(0, 2**63 - 1),
+    st.sampled_from([b"\x7f\x00\x00\x01", b"\x00" * 16, b""]),
+    st.integers(0, 65535),
+    st.integers(0, 2**31 - 1),
+)
+
+
+@needs_native
+@given(_message_values)
+def test_new_message_as_the_reference(values: tuple[Any, ...]) -> None:
+    """The native Message is the one Message(...) makes of the same values: equal, the same
+    hash and repr, the same objects in its fields, frozen."""
+    assert native_new_message is not None
+    made = native_new_message(*values)
+    expected = new_message_py(*values)
+    assert type(made) is Message
+    assert made == expected
+    assert hash(made) == hash(expected)
+    assert repr(made) == repr(expected)
+    assert made.prepared_transaction_offset == 0
+    assert made.properties is values[4] and made.body is values[1]
+    with pytest.raises(AttributeError):  # frozen (attrs' FrozenInstanceError)
+        made.topic = "other"  # type: ignore[misc]
+
+
+@needs_native
+def test_new_message_refuses_what_it_cannot_build() -> None:
+    assert isinstance(native_new_message, functools.partial)
+    raw = native_new_message.func  # the extension's function, the class not bound
+    values: tuple[Any, ...] = ("T", b"x", 0, 0, {}, 0, 0, b"\x7f\x00\x00\x01", 0, 0)
+    with pytest.raises(TypeError):
+        raw(Message, *values[:-1])
+    with pytest.raises(TypeError):
+        raw("Message", *values)
+    with pytest.raises(TypeError):  # not made by object.__new__
+        raw(int, *values)
+
+    class Other:
+        __slots__ = ()
+
+    with pytest.raises(AttributeError):  # a class without these fields
+        raw(Other, *values)
+
+
+def test_the_send_path_uses_the_native_message_when_built() -> None:
+    assert (new_message is native_new_message) == (
+        native_new_message is not None and not os.environ.get("HANET_NO_EXTENSIONS")
+    )
+    assert new_message(*("T", b"x", 1, 2, {}, 3, 4, b"\x7f\x00\x00\x01", 5, 6)) == Message(
+        "T", b"x", 1, 2, {}, 3, 4, b"\x7f\x00\x00\x01", 5, 6
+    )

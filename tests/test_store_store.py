@@ -24,7 +24,14 @@ from hanet.store import (
     StoreRole,
     encode_record,
 )
-from hanet.store.lowlevel import BLANK_MAGIC, CRC32_RESERVED_LEN, file_name, parse_host, record_size
+from hanet.store.lowlevel import (
+    BLANK_MAGIC,
+    CRC32_RESERVED_LEN,
+    file_name,
+    java_string_hash,
+    parse_host,
+    record_size,
+)
 
 # docs/protocol.md vector A (also in test_store_codec.py).
 VECTOR_A = bytes.fromhex(
@@ -70,6 +77,21 @@ def test_put_assigns_offsets_and_dispatches(store: CommitLogStore) -> None:
     assert [r.body for r in store.get_messages("TopicTest", 0, 0, 10)] == [b"a", b"c"]
     assert store.get_message("TopicTest", 0, 2) is None
     assert store.read(0, first.wrote_size) == encode_record(record)
+
+
+def test_tag_codes_of_repeated_and_new_tags(store: CommitLogStore) -> None:
+    """The consume queue's tag code is Java's hash of the tags, for a tag put before (the
+    writer remembers codes) as for a new one, and 0 without tags."""
+    tags = ["TagA", "TagB", "TagA", "", "TagA", "\u00e9t\u00e9"]
+    results = store.put_batch([msg(b"x", TAGS=t) if t else msg(b"x") for t in tags])
+    expected = [2598919, 2598920, 2598919, 0, 2598919, java_string_hash("\u00e9t\u00e9")]
+    codes = []
+    for result in results:
+        entry = store.consume_queue_entry("TopicTest", 0, result.queue_offset)
+        assert entry is not None
+        codes.append(entry[2])
+    assert codes == expected
+    assert java_string_hash("TagB") == 2598920
 
 
 def test_put_batch_and_listeners(store: CommitLogStore) -> None:

@@ -535,8 +535,12 @@ class Broker:
         for listener in self.stored_listeners:
             listener(messages, results)
         registrar = self.registrar
-        if registrar is not None and any(m.topic not in self._announced for m in messages):
-            registrar.wake()
+        if registrar is not None:
+            announced = self._announced
+            for message in messages:  # (a loop: no generator made for every put)
+                if message.topic not in announced:
+                    registrar.wake()
+                    break
         return results
 
     def put_later(
@@ -615,7 +619,10 @@ class Broker:
 
     def observe_put(self, statuses: Sequence[PutStatus], seconds: float) -> None:
         """A send was answered: count its statuses and its latency."""
-        self.metrics.observe_put([status.value for status in statuses], seconds)
+        if len(statuses) == 1:  # a send of one message: no comprehension, no property
+            self.metrics.observe_put([statuses[0]._value_], seconds)
+        else:
+            self.metrics.observe_put([status.value for status in statuses], seconds)
 
     def connection_event(self, event: str) -> None:
         """A broker port connection ``opened`` or closed (``event``: why, shortly)."""

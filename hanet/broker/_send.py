@@ -33,7 +33,12 @@ from hanet.protocol import (
     string_to_properties,
 )
 from hanet.store import Message, PutResult, PutStatus, StoreError
-from hanet.store.lowlevel import MAX_PROPERTIES_SIZE, encode_properties, topic_problem
+from hanet.store.lowlevel import (
+    MAX_PROPERTIES_SIZE,
+    encode_properties,
+    new_message,
+    topic_problem,
+)
 
 from ._connection import BrokerConnection, WaitingSend, connection_of
 from ._retry import DLQ_QUEUE_NUMS, redirect_retry_send
@@ -141,6 +146,9 @@ def stored_answer(opaque: int, msg_id: str, queue_id: int, queue_offset: int) ->
     header = _STORED_TEMPLATE % _STORED_ORDER((msg_id.encode(), queue_id, queue_offset, opaque))
     return _FRAME_PREFIX.pack(4 + len(header), len(header)) + header
 
+
+_PUT_OK = PutStatus.PUT_OK
+_PUT_OK_STATUSES = (PutStatus.PUT_OK,)  # a stored send's statuses (observe_put copies them)
 
 _MAX_PENDING = 64
 """Sends of one read stored in one put at most (a flush before the 65th)."""
@@ -322,6 +330,7 @@ class Sends:
         out: list[bytes] = []  # the stored answers, written together (one pass down)
         ctx = pending[0].ctx
         at = 0
+        observe = backend.observe_put
         for send in pending:
             if send.ctx is not ctx:  # pragma: no cover - one connection, one dispatch context
                 _write_out(ctx, out)
@@ -330,6 +339,23 @@ class Sends:
                 _refused_in_place(ctx, send, out)
                 continue
             count = len(send.messages)
+            if count == 1 and (not send.wait or not must_wait):
+                # the common send, answered at once: answer_send's stored answer written out
+                first = results[at]
+                request = send.request
+                if (
+                    first.status is _PUT_OK
+                    and not request.flag & FLAG_ONEWAY
+                    and request.serialize_type is SerializeType.JSON
+                ):
+                    at += 1
+                    out.append(
+                        stored_answer(
+                            request.opaque, first.msg_id, send.queue_id, first.queue_offset
+                        )
+                    )
+                    observe(_PUT_OK_STATUSES, now - send.started)
+                    continue
             mine = results if len(pending) == 1 else results[at : at + count]
             at += count
             self._stored(connection, send, mine, must_wait, now, out)
@@ -505,8 +531,20 @@ class Sends:
             parts = [(bytes(request.body), string_to_properties(text), header.flag)]
         messages: list[Message] = []
         wait = False
-        cluster = self.port.backend.cluster_name
-        max_body = self.port.backend.store.config.max_message_size
+        backend = self.port.backend
+        cluster = backend.cluster_name
+        max_body = backend.store.config.max_message_size
+        # ASCII properties encode to at most the header's text they were parsed from (and a
+        # closing separator) with the cluster pair: encoded (the store does it again) only
+        # when that bound is over the limit or the text is not ASCII.
+        size_bound = _SIZE_UNKNOWN
+        if text is not None and text.isascii():
+            size_bound = len(text) + 1 + (len(cluster) * 4 + _CLUSTER_PAIR if cluster else 0)
+        born_host, born_port = born
+        born_timestamp = header.born_timestamp
+        reconsume_times = header.reconsume_times or 0
+        retry = topic.startswith(RETRY_TOPIC_PREFIX)
+        rewrite = self.port.rewrite
         for index, (body, properties, flag) in enumerate(parts):
             if len(body) > max_body:
                 raise _Refused(
@@ -516,37 +554,33 @@ class Sends:
                 )
             if cluster:
                 properties[MessageProperty.CLUSTER] = cluster
-            # ASCII properties encode to at most the header's text they were parsed from
-            # (and a closing separator) with the cluster pair: encoded (the store does it
-            # again) only when that bound is over the limit or the text is not ASCII.
-            size = _SIZE_UNKNOWN
-            if text is not None and text.isascii():
-                size = len(text) + 1 + (len(cluster) * 4 + _CLUSTER_PAIR if cluster else 0)
+            size = size_bound
             if size > MAX_PROPERTIES_SIZE:
                 size = len(encode_properties(properties))
-            if size > MAX_PROPERTIES_SIZE:
-                raise _Refused(
-                    ResponseCode.MESSAGE_ILLEGAL,
-                    f"{_which(index, parts)}: properties of {size} bytes are over "
-                    f"{MAX_PROPERTIES_SIZE}",
-                )
+                if size > MAX_PROPERTIES_SIZE:
+                    raise _Refused(
+                        ResponseCode.MESSAGE_ILLEGAL,
+                        f"{_which(index, parts)}: properties of {size} bytes are over "
+                        f"{MAX_PROPERTIES_SIZE}",
+                    )
             wait = wait or properties.get(MessageProperty.WAIT) != "false"
-            message = Message(
-                topic=topic,
-                body=body,
-                queue_id=queue_id,
-                flag=flag,
-                properties=properties,
-                sys_flag=sys_flag,
-                born_timestamp=header.born_timestamp,
-                born_host=born[0],
-                born_port=born[1],
-                reconsume_times=header.reconsume_times or 0,
+            # (Message's fields in order, topic to reconsume_times; native when built)
+            message = new_message(
+                topic,
+                body,
+                queue_id,
+                flag,
+                properties,
+                sys_flag,
+                born_timestamp,
+                born_host,
+                born_port,
+                reconsume_times,
             )
-            if topic.startswith(RETRY_TOPIC_PREFIX):
+            if retry:
                 message = self._redirect_retry(message, header, request.version)
-            if self.port.rewrite is not None:
-                message = self.port.rewrite(message)
+            if rewrite is not None:
+                message = rewrite(message)
             messages.append(message)
         return messages, queue_id, wait
 

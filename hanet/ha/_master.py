@@ -339,8 +339,9 @@ class HAMaster:
 
     def _on_new_data(self, max_offset: int) -> None:
         # A sender takes the event and waits on it at once (no checkpoint in between): with
-        # nobody waiting, the unset event is as good as a new one (one less per put).
-        if self._new_data.statistics().tasks_waiting:
+        # nobody waiting, the unset event is as good as a new one (one less per put). Senders
+        # run only for connected slaves: with none, nothing is asked of the event.
+        if self._connections and self._new_data.statistics().tasks_waiting:
             self._new_data.set()
             self._new_data = trio.Event()
 

@@ -435,7 +435,19 @@ _native_encode: (
 ) = _SPEEDUPS.encode_json_header if NATIVE_HEADERS else None
 
 
+_native_command: Callable[..., RemotingCommand | None] | None = (
+    getattr(_SPEEDUPS, "json_command", None) if NATIVE_HEADERS else None
+)
+
+
 def _decode_json(data: memoryview, body: memoryview) -> RemotingCommand:
+    if _native_command is not None:
+        # the command of a plain header with a language name, built natively as _trusted
+        command = _native_command(
+            data, body, RemotingCommand, _LANGUAGES, LanguageCode.OTHER, SerializeType.JSON
+        )
+        if command is not None:
+            return command
     if _native_decode is not None:
         plain = _native_decode(data)
         if plain is not None:  # a plain header (numbers in range, ext fields as strings)

@@ -719,6 +719,83 @@ fail:
 }
 /* ---- end of string_to_properties() ---- */
 
+/* ---- json_command(): the send path's command built natively (send2) ----
+ * json_command(data, body, cls, languages, other, serialize_type): the command of a plain
+ * JSON header (decode_json_header's), built as hanet.protocol._remoting._trusted builds it:
+ * an instance of cls made as object.__new__ does, its nine fields set as object.__setattr__
+ * sets them (a frozen attrs class's own __setattr__ is not called). The language name is
+ * looked up in languages (other when unknown). None when decode_json_header declines or the
+ * language is not a name (the Python path decides). */
+static PyObject *jc_names[9];
+static const char *const jc_spelled[9] = {"code",   "language",   "version",
+                                          "opaque", "flag",       "remark",
+                                          "ext_fields", "body",   "serialize_type"};
+
+static PyObject *json_command(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 6) {
+        PyErr_SetString(PyExc_TypeError,
+                        "json_command(data, body, cls, languages, other, serialize_type)");
+        return NULL;
+    }
+    PyObject *cls = args[2], *languages = args[3];
+    if (!PyType_Check(cls) || !PyDict_Check(languages)) {
+        PyErr_SetString(PyExc_TypeError, "json_command: cls must be a type, languages a dict");
+        return NULL;
+    }
+    if (((PyTypeObject *)cls)->tp_new != PyBaseObject_Type.tp_new ||
+        ((PyTypeObject *)cls)->tp_itemsize != 0) {
+        PyErr_SetString(PyExc_TypeError, "json_command: cls must be made by object.__new__");
+        return NULL;
+    }
+    if (jc_names[0] == NULL) {
+        for (int i = 0; i < 9; i++) {
+            jc_names[i] = PyUnicode_InternFromString(jc_spelled[i]);
+            if (jc_names[i] == NULL) return NULL;
+        }
+    }
+    PyObject *plain = decode_json_header(self, args[0]);
+    if (plain == NULL || plain == Py_None) return plain;
+    if (!PyTuple_Check(plain) || PyTuple_GET_SIZE(plain) != 7) {
+        Py_DECREF(plain);
+        PyErr_SetString(PyExc_SystemError, "json_command: decode_json_header's tuple");
+        return NULL;
+    }
+    PyObject *name = PyTuple_GET_ITEM(plain, 1);
+    if (!PyUnicode_Check(name)) {
+        Py_DECREF(plain);
+        Py_RETURN_NONE;
+    }
+    PyObject *language = PyDict_GetItemWithError(languages, name); /* borrowed */
+    if (language == NULL) {
+        if (PyErr_Occurred()) {
+            Py_DECREF(plain);
+            return NULL;
+        }
+        language = args[4];
+    }
+    PyTypeObject *type = (PyTypeObject *)cls;
+    PyObject *cmd = type->tp_alloc(type, 0);
+    if (cmd == NULL) {
+        Py_DECREF(plain);
+        return NULL;
+    }
+    PyObject *values[9] = {PyTuple_GET_ITEM(plain, 0), language,
+                           PyTuple_GET_ITEM(plain, 2), PyTuple_GET_ITEM(plain, 3),
+                           PyTuple_GET_ITEM(plain, 4), PyTuple_GET_ITEM(plain, 5),
+                           PyTuple_GET_ITEM(plain, 6), args[1],
+                           args[5]};
+    for (int i = 0; i < 9; i++) {
+        if (PyObject_GenericSetAttr(cmd, jc_names[i], values[i]) < 0) {
+            Py_DECREF(cmd);
+            Py_DECREF(plain);
+            return NULL;
+        }
+    }
+    Py_DECREF(plain);
+    return cmd;
+}
+/* ---- end of json_command() ---- */
+
 static PyMethodDef methods[] = {
     {"decode_json_header", (PyCFunction)decode_json_header, METH_O,
      "decode_json_header(buf)\n--\n\n"
@@ -736,6 +813,11 @@ static PyMethodDef methods[] = {
      "string_to_properties(text)\n--\n\n"
      "A message's properties text as a dict; see "
      "hanet.protocol._message.string_to_properties_py."},
+    /* json_command(): the send path's command block above (send2) */
+    {"json_command", (PyCFunction)(void (*)(void))json_command, METH_FASTCALL,
+     "json_command(data, body, cls, languages, other, serialize_type)\n--\n\n"
+     "The command of a plain JSON header built natively, or None (the Python path decides); "
+     "see hanet.protocol._remoting._decode_json."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -1,6 +1,9 @@
 """Types of the native remoting header codec (``_speedups.c``); see ``hanet.protocol._remoting``."""
 
 from collections.abc import Sequence
+from typing import TypeVar
+
+_T = TypeVar("_T")
 
 def decode_json_header(
     buf: bytes | bytearray | memoryview,
@@ -15,3 +18,13 @@ def encode_json_header(
     version: int,
 ) -> bytes: ...
 def string_to_properties(text: str | None) -> dict[str, str]: ...
+
+# json_command(): the send path's command built natively (send2)
+def json_command(
+    data: bytes | bytearray | memoryview,
+    body: bytes | bytearray | memoryview,
+    cls: type[_T],
+    languages: dict[str, object],
+    other: object,
+    serialize_type: object,
+) -> _T | None: ...

@@ -2136,6 +2136,58 @@ done:
 }
 /* ---- end of index_entries() ---- */
 
+/* ---- new_message(): the send path's Message built natively (send2) ----
+ * new_message(cls, topic, body, queue_id, flag, properties, sys_flag, born_timestamp,
+ * born_host, born_port, reconsume_times): an instance of cls (hanet.store.Message, a frozen
+ * attrs class with slots) made as object.__new__ does, its fields set as object.__setattr__
+ * sets them, prepared_transaction_offset 0: what Message(...) with those ten values
+ * positionally makes (attrs has no converter or validator on them), without its __init__.
+ * The reference is hanet.store._new_message.new_message_py. */
+static PyObject *nm_names[11];
+static PyObject *nm_zero;
+static const char *const nm_spelled[11] = {
+    "topic",          "body",      "queue_id",  "flag",
+    "properties",     "sys_flag",  "born_timestamp", "born_host",
+    "born_port",      "reconsume_times", "prepared_transaction_offset"};
+
+static PyObject *new_message(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 11) {
+        PyErr_SetString(PyExc_TypeError,
+                        "new_message(cls, topic, body, queue_id, flag, properties, sys_flag, "
+                        "born_timestamp, born_host, born_port, reconsume_times)");
+        return NULL;
+    }
+    if (!PyType_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "new_message: cls must be a type");
+        return NULL;
+    }
+    if (nm_names[0] == NULL) {
+        for (int i = 0; i < 11; i++) {
+            nm_names[i] = PyUnicode_InternFromString(nm_spelled[i]);
+            if (nm_names[i] == NULL) return NULL;
+        }
+        nm_zero = PyLong_FromLong(0);
+        if (nm_zero == NULL) return NULL;
+    }
+    PyTypeObject *type = (PyTypeObject *)args[0];
+    if (type->tp_new != PyBaseObject_Type.tp_new || type->tp_itemsize != 0) {
+        PyErr_SetString(PyExc_TypeError, "new_message: cls must be made by object.__new__");
+        return NULL;
+    }
+    PyObject *message = type->tp_alloc(type, 0);
+    if (message == NULL) return NULL;
+    for (int i = 0; i < 11; i++) {
+        PyObject *value = i < 10 ? args[i + 1] : nm_zero;
+        if (PyObject_GenericSetAttr(message, nm_names[i], value) < 0) {
+            Py_DECREF(message);
+            return NULL;
+        }
+    }
+    return message;
+}
+/* ---- end of new_message() ---- */
+
 static PyMethodDef methods[] = {
     {"scan", (PyCFunction)(void (*)(void))scan, METH_VARARGS | METH_KEYWORDS,
      "scan(buf, start=0, end=None, base_offset=0, limit=None, check_crc=True, "
@@ -2191,6 +2243,11 @@ static PyMethodDef methods[] = {
      "index_entries(buf, keys, count, slots, begin, begin_phy, used, end_phy, end_stamp)\n--\n\n"
      "An index file's entries and slots for a batch of keys; see "
      "hanet.store._index_file.index_entries_py."},
+    /* new_message(): the send path's Message block above (send2) */
+    {"new_message", (PyCFunction)(void (*)(void))new_message, METH_FASTCALL,
+     "new_message(cls, topic, body, queue_id, flag, properties, sys_flag, born_timestamp, "
+     "born_host, born_port, reconsume_times)\n--\n\n"
+     "A Message built without its __init__; see hanet.store._new_message.new_message_py."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -1,9 +1,12 @@
 """Types of the native record scanner (``_speedups.c``); see ``hanet.store._index``."""
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from mmap import mmap
+from typing import TypeVar
 
 from ._codec import MessageRecord
+
+_M = TypeVar("_M")
 
 ROW_SIZE: int
 CLMUL_CRC: int  # 1 when body CRCs use carry-less multiplication (HANET_NO_CLMUL=1: zlib)
@@ -86,3 +89,19 @@ def index_entries(
     end_phy: int,
     end_stamp: int,
 ) -> tuple[bytes, dict[int, int], int, int, int, int, int, int]: ...
+
+# new_message(): the send path's Message built natively (send2)
+def new_message(
+    cls: type[_M],
+    topic: str,
+    body: bytes,
+    queue_id: int,
+    flag: int,
+    properties: Mapping[str, str],
+    sys_flag: int,
+    born_timestamp: int,
+    born_host: bytes,
+    born_port: int,
+    reconsume_times: int,
+    /,
+) -> _M: ...

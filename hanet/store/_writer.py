@@ -148,6 +148,7 @@ _PUT_PROPERTIES: Callable[[dict[str, str]], bytes] = (
 _HOST_FLAGS = BORN_HOST_V6_FLAG | STORE_HOST_V6_FLAG
 _HEADER_SIZES = tuple(h.size for h in HEADER_STRUCTS)
 _MAX_TOPICS = 10_000  # topics remembered as checked (bounded)
+_MAX_TAGS = 10_000  # tags whose code is remembered (bounded)
 _PUT_OK = PutStatus.PUT_OK
 
 
@@ -180,6 +181,8 @@ class RecordWriter:
         self.put_bytes = 0
         self._topics: dict[str, bytes] = {}
         """The UTF-8 of topics that passed the checks (a name never becomes illegal)."""
+        self._tag_codes: dict[str, int] = {}
+        """The consume queue's tag code of tags seen (Java's hash: a few tags, many sends)."""
         self.create_error: str | None = None
         """Why the last batch could not create a file it needed (set by :meth:`write`; the
         store reads and clears it)."""
@@ -231,6 +234,7 @@ class RecordWriter:
         put_properties = _PUT_PROPERTIES
         create_failed: PutResult | None = None
         topics = self._topics
+        tag_codes = self._tag_codes
         max_body = self._max_body
         try:
             for message in messages:
@@ -326,13 +330,16 @@ class RecordWriter:
                     # The entry first: a consume queue file that cannot be created (disk full)
                     # refuses this message before its record is written.
                     tags = properties.get("TAGS") if properties else None
+                    tag_code = 0
+                    if tags:
+                        known = tag_codes.get(tags)
+                        if known is None:
+                            known = java_string_hash(tags)
+                            if len(tag_codes) < _MAX_TAGS:
+                                tag_codes[tags] = known
+                        tag_code = known
                     try:
-                        queue.append(
-                            queue_offset,
-                            physical_offset,
-                            size,
-                            java_string_hash(tags) if tags else 0,
-                        )
+                        queue.append(queue_offset, physical_offset, size, tag_code)
                     except CreateMappedFileError as exc:
                         detail = f"consume queue {topic}/{message.queue_id}: {exc}"
                         self.create_error = detail

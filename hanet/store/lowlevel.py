@@ -105,6 +105,7 @@ from ._index_keys import index_key_hash, record_index_keys
 from ._judge import StopJudgement, StopKind, judge_stop
 from ._mapped_file import MappedFile, file_name
 from ._mapped_queue import MappedFileQueue, list_mapped_files
+from ._new_message import native_new_message, new_message, new_message_py
 from ._retention import (
     CommitLogFile,
     RetentionPlan,
@@ -197,10 +198,13 @@ __all__ = [
     "native_index_entries",
     "native_index_group_entries",
     "native_index_key_batch",
+    "native_new_message",
     "native_pull_gather",
     "native_put_properties",
     "native_scan",
     "native_write_record",
+    "new_message",
+    "new_message_py",
     "next_valid_record",
     "pack_blank_into",
     "pack_damaged",
