@@ -808,23 +808,39 @@ static int64_t property_value(const unsigned char *p, int32_t n, const char *key
     return found;
 }
 
-static PyObject *fixed_column(const unsigned char *buf, int64_t n, const unsigned char *rows,
-                              Py_ssize_t count, int64_t base, int code, int width) {
-    PyObject *out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)count * width);
-    if (out == NULL) return NULL;
-    unsigned char *o = (unsigned char *)PyBytes_AS_STRING(out);
-    col_row c = {0};
-    for (Py_ssize_t i = 0; i < count; i++) {
-        const unsigned char *row = rows + (size_t)i * ROW_SIZE;
+static const char HEX_UPPER[] = "0123456789ABCDEF";
+
+/* One output column of columns(): fixed-width values, or Arrow's offsets / data / validity. */
+typedef struct {
+    int code, width;
+    PyObject *values;  /* fixed: count * width bytes; var: the data, grown as needed */
+    PyObject *offsets; /* var: count + 1 int32 */
+    unsigned char *bits; /* var: the validity bitmap */
+    Py_ssize_t len, cap, nulls;
+} col_out;
+
+/* Room for more bytes of a variable-width column's data; 0 with an exception set. */
+static int col_grow(col_out *o, int64_t more) {
+    if ((int64_t)o->len + more > INT32_MAX) {
+        PyErr_SetString(PyExc_OverflowError, "more than 2 GiB of values in one column");
+        return 0;
+    }
+    if (o->len + more <= o->cap) return 1;
+    Py_ssize_t cap = o->cap * 2;
+    if (cap < o->len + more) cap = o->len + more;
+    if (cap > INT32_MAX) cap = INT32_MAX;
+    if (_PyBytes_Resize(&o->values, cap) < 0) return 0;
+    o->cap = cap;
+    return 1;
+}
+
+/* Row i's value of column o (c: its record, located when the column needs it). */
+static int col_put(col_out *o, const unsigned char *buf, const unsigned char *row,
+                   const col_row *c, Py_ssize_t i) {
+    if (o->code < C_FIXED_END) {
         int64_t v64 = 0;
         int32_t v32 = 0;
-        if (code >= C_MAGIC) {
-            if (!col_locate(buf, n, row, base, i, &c)) {
-                Py_DECREF(out);
-                return NULL;
-            }
-        }
-        switch (code) {
+        switch (o->code) {
         case C_PHYSICAL: v64 = row_i64(row); break;
         case C_SIZE: v32 = row_i32(row + 8); break;
         case C_QUEUE_ID: v32 = row_i32(row + 12); break;
@@ -832,107 +848,108 @@ static PyObject *fixed_column(const unsigned char *buf, int64_t n, const unsigne
         case C_TAGS_HASH: v32 = row_i32(row + 24); break;
         case C_STORE_TS: v64 = row_i64(row + 28); break;
         case C_TOPIC_ID: v32 = row_i32(row + 48); break;
-        case C_MAGIC: v64 = (int64_t)rd_u32(c.r + 4); break;
-        case C_BODY_CRC: v32 = rd_i32(c.r + 8); break;
-        case C_FLAG: v32 = rd_i32(c.r + 16); break;
-        case C_SYS_FLAG: v32 = rd_i32(c.r + 36); break;
-        case C_BORN_TS: v64 = rd_i64(c.r + 40); break;
-        case C_RECONSUME: v32 = rd_i32(c.r + 72 + c.born6 + c.store6); break;
+        case C_MAGIC: v64 = (int64_t)rd_u32(c->r + 4); break;
+        case C_BODY_CRC: v32 = rd_i32(c->r + 8); break;
+        case C_FLAG: v32 = rd_i32(c->r + 16); break;
+        case C_SYS_FLAG: v32 = rd_i32(c->r + 36); break;
+        case C_BORN_TS: v64 = rd_i64(c->r + 40); break;
+        case C_RECONSUME: v32 = rd_i32(c->r + 72 + c->born6 + c->store6); break;
         }
-        if (width == 8) memcpy(o + (size_t)i * 8, &v64, 8);
-        else memcpy(o + (size_t)i * 4, &v32, 4);
+        unsigned char *out = (unsigned char *)PyBytes_AS_STRING(o->values);
+        if (o->width == 8) memcpy(out + (size_t)i * 8, &v64, 8);
+        else memcpy(out + (size_t)i * 4, &v32, 4);
+        return 1;
     }
-    return out;
+    int64_t start = -1;
+    int32_t len = 0;
+    switch (o->code) {
+    case C_TOPIC: start = c->topic_start; len = c->topic_len; break;
+    case C_BODY: start = c->body_start; len = c->body_len; break;
+    case C_PROPERTIES: start = c->props_start; len = c->props_len; break;
+    case C_TAGS:
+    case C_KEYS: {
+        int64_t at = property_value(buf + c->props_start, c->props_len,
+                                    o->code == C_TAGS ? "TAGS" : "KEYS", 4, &len);
+        start = at < 0 ? -1 : c->props_start + at;
+        if (at < 0) len = 0;
+        break;
+    }
+    case C_BORN_HOST: start = c->pos + 48; len = c->born6 ? 20 : 8; break;
+    case C_STORE_HOST: start = c->pos + 64 + c->born6; len = c->store6 ? 20 : 8; break;
+    case C_MSG_ID: start = c->pos + 64 + c->born6; len = (c->store6 ? 20 + 8 : 8 + 8) * 2; break;
+    }
+    int32_t *off = (int32_t *)PyBytes_AS_STRING(o->offsets);
+    if (start < 0) {
+        o->nulls++;
+    } else {
+        if (!col_grow(o, len)) return 0;
+        o->bits[i >> 3] |= (unsigned char)(1u << (i & 7));
+        unsigned char *d = (unsigned char *)PyBytes_AS_STRING(o->values) + o->len;
+        if (o->code == C_MSG_ID) {
+            /* host bytes (address + port) then the physical offset, big-endian, hex */
+            int32_t host_len = len / 2 - 8;
+            const unsigned char *h = buf + start;
+            for (int32_t k = 0; k < host_len; k++) {
+                d[2 * k] = (unsigned char)HEX_UPPER[h[k] >> 4];
+                d[2 * k + 1] = (unsigned char)HEX_UPPER[h[k] & 15];
+            }
+            uint64_t physical = (uint64_t)row_i64(row);
+            for (int k = 0; k < 16; k++)
+                d[2 * host_len + k] = (unsigned char)HEX_UPPER[(physical >> (60 - 4 * k)) & 15];
+        } else {
+            memcpy(d, buf + start, (size_t)len);
+        }
+        o->len += len;
+    }
+    off[i + 1] = (int32_t)o->len;
+    return 1;
 }
 
-static const char HEX_UPPER[] = "0123456789ABCDEF";
-
-static PyObject *var_column(const unsigned char *buf, int64_t n, const unsigned char *rows,
-                            Py_ssize_t count, int64_t base, int code) {
-    PyObject *offsets = NULL, *data = NULL, *validity = NULL, *result = NULL;
-    int64_t *spans = PyMem_Malloc(((size_t)count * 2 + 1) * sizeof(int64_t));
-    if (spans == NULL) return PyErr_NoMemory();
-    offsets = PyBytes_FromStringAndSize(NULL, ((Py_ssize_t)count + 1) * 4);
-    if (offsets == NULL) goto done;
-    int32_t *off = (int32_t *)PyBytes_AS_STRING(offsets);
-    Py_ssize_t nulls = 0;
-    int64_t total = 0;
+/* Every column of o[:k] over rows[:count], row by row: each record's header is read once for
+ * all the columns (not once per column), while it is in cache. */
+static int col_fill(col_out *o, Py_ssize_t k, const unsigned char *buf, int64_t n,
+                    const unsigned char *rows, Py_ssize_t count, int64_t base) {
+    int locate = 0;
+    for (Py_ssize_t j = 0; j < k; j++) {
+        if (o[j].code >= C_MAGIC) locate = 1;
+        if (o[j].code < C_FIXED_END) {
+            o[j].values = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)count * o[j].width);
+            if (o[j].values == NULL) return 0;
+            continue;
+        }
+        o[j].offsets = PyBytes_FromStringAndSize(NULL, ((Py_ssize_t)count + 1) * 4);
+        o[j].cap = count * 16 + 64;
+        o[j].values = PyBytes_FromStringAndSize(NULL, o[j].cap);
+        o[j].bits = PyMem_Calloc((size_t)(count + 7) / 8 + 1, 1);
+        if (o[j].offsets == NULL || o[j].values == NULL || o[j].bits == NULL) {
+            if (!PyErr_Occurred()) PyErr_NoMemory();
+            return 0;
+        }
+        ((int32_t *)PyBytes_AS_STRING(o[j].offsets))[0] = 0;
+    }
     col_row c = {0};
-    /* Pass 1: each value's (start in buf, length); -1 start: null. */
     for (Py_ssize_t i = 0; i < count; i++) {
-        if (!col_locate(buf, n, rows + (size_t)i * ROW_SIZE, base, i, &c)) goto done;
-        int64_t start = -1;
-        int32_t len = 0;
-        switch (code) {
-        case C_TOPIC: start = c.topic_start; len = c.topic_len; break;
-        case C_BODY: start = c.body_start; len = c.body_len; break;
-        case C_PROPERTIES: start = c.props_start; len = c.props_len; break;
-        case C_TAGS:
-        case C_KEYS: {
-            int64_t at = property_value(buf + c.props_start, c.props_len,
-                                        code == C_TAGS ? "TAGS" : "KEYS", 4, &len);
-            start = at < 0 ? -1 : c.props_start + at;
-            if (at < 0) len = 0;
-            break;
-        }
-        case C_BORN_HOST: start = c.pos + 48; len = c.born6 ? 20 : 8; break;
-        case C_STORE_HOST: start = c.pos + 64 + c.born6; len = c.store6 ? 20 : 8; break;
-        case C_MSG_ID: start = c.pos + 64 + c.born6; len = (c.store6 ? 20 + 8 : 8 + 8) * 2; break;
-        }
-        if (start < 0) nulls++;
-        spans[2 * i] = start;
-        spans[2 * i + 1] = len;
-        total += len;
+        const unsigned char *row = rows + (size_t)i * ROW_SIZE;
+        if (locate && !col_locate(buf, n, row, base, i, &c)) return 0;
+        for (Py_ssize_t j = 0; j < k; j++)
+            if (!col_put(&o[j], buf, row, &c, i)) return 0;
     }
-    if (total > INT32_MAX) {
-        PyErr_SetString(PyExc_OverflowError, "more than 2 GiB of values in one column");
-        goto done;
+    return 1;
+}
+
+/* The finished value of column o (a new reference), or NULL. */
+static PyObject *col_result(col_out *o, Py_ssize_t count) {
+    if (o->code < C_FIXED_END) {
+        Py_INCREF(o->values);
+        return o->values;
     }
-    data = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)total);
-    if (data == NULL) goto done;
-    unsigned char *d = (unsigned char *)PyBytes_AS_STRING(data);
-    unsigned char *bits = NULL;
-    if (nulls) {
-        validity = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(count + 7) / 8);
-        if (validity == NULL) goto done;
-        bits = (unsigned char *)PyBytes_AS_STRING(validity);
-        memset(bits, 0, (size_t)(count + 7) / 8);
-    }
-    int32_t at = 0;
-    off[0] = 0;
-    for (Py_ssize_t i = 0; i < count; i++) {
-        int64_t start = spans[2 * i];
-        int32_t len = (int32_t)spans[2 * i + 1];
-        if (start >= 0) {
-            if (bits) bits[i >> 3] |= (unsigned char)(1u << (i & 7));
-            if (code == C_MSG_ID) {
-                /* host bytes (address + port) then the physical offset, big-endian, hex */
-                int32_t host_len = len / 2 - 8;
-                const unsigned char *h = buf + start;
-                for (int32_t k = 0; k < host_len; k++) {
-                    d[at + 2 * k] = (unsigned char)HEX_UPPER[h[k] >> 4];
-                    d[at + 2 * k + 1] = (unsigned char)HEX_UPPER[h[k] & 15];
-                }
-                uint64_t physical = (uint64_t)row_i64(rows + (size_t)i * ROW_SIZE);
-                for (int k = 0; k < 16; k++)
-                    d[at + 2 * host_len + k] = (unsigned char)HEX_UPPER[(physical >> (60 - 4 * k)) & 15];
-            } else {
-                memcpy(d + at, buf + start, (size_t)len);
-            }
-            at += len;
-        }
-        off[i + 1] = at;
-    }
-    if (validity == NULL) {
-        validity = Py_None;
-        Py_INCREF(validity);
-    }
-    result = Py_BuildValue("(OOOn)", offsets, data, validity, nulls);
-done:
-    PyMem_Free(spans);
-    Py_XDECREF(offsets);
-    Py_XDECREF(data);
-    Py_XDECREF(validity);
+    if (_PyBytes_Resize(&o->values, o->len) < 0) return NULL;
+    PyObject *validity = o->nulls ? PyBytes_FromStringAndSize((const char *)o->bits,
+                                                              (Py_ssize_t)(count + 7) / 8)
+                                  : Py_NewRef(Py_None);
+    if (validity == NULL) return NULL;
+    PyObject *result = Py_BuildValue("(OOOn)", o->offsets, o->values, validity, o->nulls);
+    Py_DECREF(validity);
     return result;
 }
 
@@ -945,6 +962,8 @@ static PyObject *columns(PyObject *Py_UNUSED(self), PyObject *args, PyObject *kw
                                      &names))
         return NULL;
     PyObject *result = NULL, *seq = NULL;
+    col_out *outs = NULL;
+    Py_ssize_t k = 0;
     if (rows.len % ROW_SIZE) {
         PyErr_SetString(PyExc_ValueError, "rows is not a whole number of rows");
         goto done;
@@ -955,10 +974,13 @@ static PyObject *columns(PyObject *Py_UNUSED(self), PyObject *args, PyObject *kw
     }
     seq = PySequence_Fast(names, "names must be a sequence of column names");
     if (seq == NULL) goto done;
-    Py_ssize_t k = PySequence_Fast_GET_SIZE(seq);
+    k = PySequence_Fast_GET_SIZE(seq);
     Py_ssize_t count = rows.len / ROW_SIZE;
-    result = PyList_New(k);
-    if (result == NULL) goto done;
+    outs = PyMem_Calloc((size_t)k + 1, sizeof(col_out));
+    if (outs == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
     for (Py_ssize_t j = 0; j < k; j++) {
         const char *name = PyUnicode_Check(PySequence_Fast_GET_ITEM(seq, j))
                                ? PyUnicode_AsUTF8(PySequence_Fast_GET_ITEM(seq, j))
@@ -970,22 +992,25 @@ static PyObject *columns(PyObject *Py_UNUSED(self), PyObject *args, PyObject *kw
             if (!PyErr_Occurred())
                 PyErr_Format(PyExc_ValueError, "unknown column %R",
                              PySequence_Fast_GET_ITEM(seq, j));
-            Py_CLEAR(result);
             goto done;
         }
-        int code = column_names[found].code;
-        PyObject *item =
-            code < C_FIXED_END
-                ? fixed_column(view.buf, view.len, rows.buf, count, base, code,
-                               column_names[found].width)
-                : var_column(view.buf, view.len, rows.buf, count, base, code);
-        if (item == NULL) {
-            Py_CLEAR(result);
-            goto done;
-        }
-        PyList_SET_ITEM(result, j, item);
+        outs[j].code = column_names[found].code;
+        outs[j].width = column_names[found].width;
+    }
+    if (!col_fill(outs, k, view.buf, view.len, rows.buf, count, base)) goto done;
+    result = PyList_New(k);
+    for (Py_ssize_t j = 0; result != NULL && j < k; j++) {
+        PyObject *item = col_result(&outs[j], count);
+        if (item == NULL) Py_CLEAR(result);
+        else PyList_SET_ITEM(result, j, item);
     }
 done:
+    for (Py_ssize_t j = 0; outs != NULL && j < k; j++) {
+        Py_XDECREF(outs[j].values);
+        Py_XDECREF(outs[j].offsets);
+        PyMem_Free(outs[j].bits);
+    }
+    PyMem_Free(outs);
     Py_XDECREF(seq);
     PyBuffer_Release(&rows);
     PyBuffer_Release(&view);
