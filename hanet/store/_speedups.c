@@ -905,16 +905,15 @@ static int col_put(col_out *o, const unsigned char *buf, const unsigned char *ro
     return 1;
 }
 
-/* Every column of o[:k] over rows[:count], row by row: each record's header is read once for
- * all the columns (not once per column), while it is in cache. */
-static int col_fill(col_out *o, Py_ssize_t k, const unsigned char *buf, int64_t n,
-                    const unsigned char *rows, Py_ssize_t count, int64_t base) {
+/* The buffers of columns o[:k] for up to count rows: 1 when a column needs each record
+ * located (col_locate), 0 when none does, -1 with an exception set. */
+static int col_alloc(col_out *o, Py_ssize_t k, Py_ssize_t count) {
     int locate = 0;
     for (Py_ssize_t j = 0; j < k; j++) {
         if (o[j].code >= C_MAGIC) locate = 1;
         if (o[j].code < C_FIXED_END) {
             o[j].values = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)count * o[j].width);
-            if (o[j].values == NULL) return 0;
+            if (o[j].values == NULL) return -1;
             continue;
         }
         o[j].offsets = PyBytes_FromStringAndSize(NULL, ((Py_ssize_t)count + 1) * 4);
@@ -923,10 +922,19 @@ static int col_fill(col_out *o, Py_ssize_t k, const unsigned char *buf, int64_t 
         o[j].bits = PyMem_Calloc((size_t)(count + 7) / 8 + 1, 1);
         if (o[j].offsets == NULL || o[j].values == NULL || o[j].bits == NULL) {
             if (!PyErr_Occurred()) PyErr_NoMemory();
-            return 0;
+            return -1;
         }
         ((int32_t *)PyBytes_AS_STRING(o[j].offsets))[0] = 0;
     }
+    return locate;
+}
+
+/* Every column of o[:k] over rows[:count], row by row: each record's header is read once for
+ * all the columns (not once per column). */
+static int col_fill(col_out *o, Py_ssize_t k, const unsigned char *buf, int64_t n,
+                    const unsigned char *rows, Py_ssize_t count, int64_t base) {
+    int locate = col_alloc(o, k, count);
+    if (locate < 0) return 0;
     col_row c = {0};
     for (Py_ssize_t i = 0; i < count; i++) {
         const unsigned char *row = rows + (size_t)i * ROW_SIZE;
@@ -937,13 +945,15 @@ static int col_fill(col_out *o, Py_ssize_t k, const unsigned char *buf, int64_t 
     return 1;
 }
 
-/* The finished value of column o (a new reference), or NULL. */
+/* The finished value of column o for its first count rows (a new reference), or NULL. */
 static PyObject *col_result(col_out *o, Py_ssize_t count) {
     if (o->code < C_FIXED_END) {
+        if (_PyBytes_Resize(&o->values, count * o->width) < 0) return NULL;
         Py_INCREF(o->values);
         return o->values;
     }
     if (_PyBytes_Resize(&o->values, o->len) < 0) return NULL;
+    if (_PyBytes_Resize(&o->offsets, (count + 1) * 4) < 0) return NULL;
     PyObject *validity = o->nulls ? PyBytes_FromStringAndSize((const char *)o->bits,
                                                               (Py_ssize_t)(count + 7) / 8)
                                   : Py_NewRef(Py_None);
@@ -951,6 +961,33 @@ static PyObject *col_result(col_out *o, Py_ssize_t count) {
     PyObject *result = Py_BuildValue("(OOOn)", o->offsets, o->values, validity, o->nulls);
     Py_DECREF(validity);
     return result;
+}
+
+/* The columns named by names (a sequence of str): *outs (k of them, PyMem_Calloc'd, codes and
+ * widths set), or 0 with an exception set. */
+static int col_parse(PyObject *names, col_out **outs, Py_ssize_t *k) {
+    PyObject *seq = PySequence_Fast(names, "names must be a sequence of column names");
+    if (seq == NULL) return 0;
+    *k = PySequence_Fast_GET_SIZE(seq);
+    *outs = PyMem_Calloc((size_t)*k + 1, sizeof(col_out));
+    int good = *outs != NULL;
+    if (!good) PyErr_NoMemory();
+    for (Py_ssize_t j = 0; good && j < *k; j++) {
+        PyObject *item = PySequence_Fast_GET_ITEM(seq, j);
+        const char *name = PyUnicode_Check(item) ? PyUnicode_AsUTF8(item) : NULL;
+        int found = -1;
+        for (int t = 0; name && column_names[t].name; t++)
+            if (strcmp(column_names[t].name, name) == 0) found = t;
+        if (found < 0) {
+            if (!PyErr_Occurred()) PyErr_Format(PyExc_ValueError, "unknown column %R", item);
+            good = 0;
+            break;
+        }
+        (*outs)[j].code = column_names[found].code;
+        (*outs)[j].width = column_names[found].width;
+    }
+    Py_DECREF(seq);
+    return good;
 }
 
 static PyObject *columns(PyObject *Py_UNUSED(self), PyObject *args, PyObject *kwargs) {
@@ -961,7 +998,7 @@ static PyObject *columns(PyObject *Py_UNUSED(self), PyObject *args, PyObject *kw
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "y*y*LO:columns", kwlist, &view, &rows, &base,
                                      &names))
         return NULL;
-    PyObject *result = NULL, *seq = NULL;
+    PyObject *result = NULL;
     col_out *outs = NULL;
     Py_ssize_t k = 0;
     if (rows.len % ROW_SIZE) {
@@ -972,31 +1009,8 @@ static PyObject *columns(PyObject *Py_UNUSED(self), PyObject *args, PyObject *kw
         PyErr_SetString(PyExc_ValueError, "base_offset out of range");
         goto done;
     }
-    seq = PySequence_Fast(names, "names must be a sequence of column names");
-    if (seq == NULL) goto done;
-    k = PySequence_Fast_GET_SIZE(seq);
     Py_ssize_t count = rows.len / ROW_SIZE;
-    outs = PyMem_Calloc((size_t)k + 1, sizeof(col_out));
-    if (outs == NULL) {
-        PyErr_NoMemory();
-        goto done;
-    }
-    for (Py_ssize_t j = 0; j < k; j++) {
-        const char *name = PyUnicode_Check(PySequence_Fast_GET_ITEM(seq, j))
-                               ? PyUnicode_AsUTF8(PySequence_Fast_GET_ITEM(seq, j))
-                               : NULL;
-        int found = -1;
-        for (int t = 0; name && column_names[t].name; t++)
-            if (strcmp(column_names[t].name, name) == 0) found = t;
-        if (found < 0) {
-            if (!PyErr_Occurred())
-                PyErr_Format(PyExc_ValueError, "unknown column %R",
-                             PySequence_Fast_GET_ITEM(seq, j));
-            goto done;
-        }
-        outs[j].code = column_names[found].code;
-        outs[j].width = column_names[found].width;
-    }
+    if (!col_parse(names, &outs, &k)) goto done;
     if (!col_fill(outs, k, view.buf, view.len, rows.buf, count, base)) goto done;
     result = PyList_New(k);
     for (Py_ssize_t j = 0; result != NULL && j < k; j++) {
@@ -1011,12 +1025,159 @@ done:
         PyMem_Free(outs[j].bits);
     }
     PyMem_Free(outs);
-    Py_XDECREF(seq);
     PyBuffer_Release(&rows);
     PyBuffer_Release(&view);
     return result;
 }
-/* ---- end of columns() ---- */
+
+/* ---- scan_columns(): scan() and columns() in one pass (the Spark source's batches) ----
+ *
+ *     scan_columns(buf, start, end, base_offset, limit, names, max_rows, *, check_crc,
+ *                  check_physical_offset) -> (scan's 6-tuple, columns)
+ *
+ * scan(buf, start, end, ...) that also stops (reason END, before the next record) once it has
+ * found max_rows records, and columns(buf, rows, base_offset, names) of the rows it found,
+ * each record's columns taken right after its checks, while it is in cache (the two calls
+ * read every record twice). Holds the GIL. The reference is
+ * hanet.store._index.scan_columns_py. */
+static PyObject *scan_columns(PyObject *Py_UNUSED(self), PyObject *args, PyObject *kwargs) {
+    static char *kwlist[] = {"buf",   "start", "end",       "base_offset",           "limit",
+                             "names", "max_rows", "check_crc", "check_physical_offset", NULL};
+    Py_buffer view;
+    Py_ssize_t start = 0, max_rows = 0;
+    PyObject *end_obj = Py_None, *limit_obj = Py_None, *names;
+    long long base = 0;
+    int check_crc = 1, check_offset = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "y*nOLOOn|$pp:scan_columns", kwlist, &view,
+                                     &start, &end_obj, &base, &limit_obj, &names, &max_rows,
+                                     &check_crc, &check_offset))
+        return NULL;
+    PyObject *result = NULL, *cols = NULL;
+    col_out *outs = NULL;
+    Py_ssize_t k = 0;
+    rows_buf rows = {NULL, 0, 0};
+    topic_table topics = {NULL, 0, 0};
+    int32_t last_topic = -1;
+    int64_t last_start = 0;
+    int32_t last_len = -1;
+    const unsigned char *buf = view.buf;
+    int64_t n = view.len;
+    int64_t end = n, limit = n;
+    if (end_obj != Py_None) {
+        long long e = PyLong_AsLongLong(end_obj);
+        if (e == -1 && PyErr_Occurred()) goto done;
+        if (e < end) end = e;
+    }
+    if (limit_obj != Py_None) {
+        long long l = PyLong_AsLongLong(limit_obj);
+        if (l == -1 && PyErr_Occurred()) goto done;
+        limit = l;
+    }
+    if (start < 0) {
+        PyErr_SetString(PyExc_ValueError, "start must not be negative");
+        goto done;
+    }
+    if (base < 0 || base > INT64_MAX - n) {
+        PyErr_SetString(PyExc_ValueError, "base_offset out of range");
+        goto done;
+    }
+    if (max_rows < 1) {
+        PyErr_SetString(PyExc_ValueError, "max_rows must be positive");
+        goto done;
+    }
+    if (!col_parse(names, &outs, &k)) goto done;
+    /* at most one record per MIN_RECORD_SIZE bytes of the range */
+    Py_ssize_t cap = max_rows;
+    if (end > start && (end - start) / MIN_RECORD_SIZE + 1 < (int64_t)cap)
+        cap = (Py_ssize_t)((end - start) / MIN_RECORD_SIZE + 1);
+    if (end <= start) cap = 1;
+    int locate = col_alloc(outs, k, cap);
+    if (locate < 0) goto done;
+
+    int reason = R_END;
+    int64_t blank = 0;
+    char detail[DETAIL_SIZE];
+    detail[0] = '\0';
+    int ok = 1, failed = 0;
+    int64_t pos = start;
+    Py_ssize_t count = 0;
+    gil_state gil = {NULL};
+    col_row c = {0};
+    while (count < cap) {
+        scanned_record f;
+        int step = scan_record(buf, pos, end, limit, base, check_crc, check_offset, &gil, &ok, &f,
+                               detail, &blank);
+        if (!ok) break;
+        if (step >= 0) {
+            reason = step;
+            break;
+        }
+        int64_t rec_end = pos + f.total;
+        int64_t topic_start = f.topic_start;
+        int32_t topic_len = f.topic_len;
+        int32_t tid = last_topic;
+        if (topic_len != last_len ||
+            memcmp(buf + last_start, buf + topic_start, (size_t)topic_len) != 0) {
+            tid = topic_id(&topics, buf, topic_start, topic_len);
+            if (tid < 0) {
+                ok = 0;
+                break;
+            }
+            last_topic = tid;
+            last_start = topic_start;
+            last_len = topic_len;
+        }
+        if (!rows_reserve(&rows)) {
+            ok = 0;
+            break;
+        }
+        unsigned char *first = rows.data + rows.len, *row = first;
+        PUT(int64_t, base + pos);
+        PUT(int32_t, f.total);
+        PUT(int32_t, f.queue_id);
+        PUT(int64_t, f.queue_offset);
+        PUT(int32_t, f.thash);
+        PUT(int64_t, f.store_ts);
+        PUT(int64_t, topic_start);
+        PUT(int32_t, topic_len);
+        PUT(int32_t, tid);
+        rows.len += ROW_SIZE;
+        if (locate && !col_locate(buf, n, first, base, count, &c)) failed = 1;
+        for (Py_ssize_t j = 0; !failed && j < k; j++)
+            if (!col_put(&outs[j], buf, first, &c, count)) failed = 1;
+        if (failed) break;
+        count++;
+        pos = rec_end;
+    }
+    if (failed) goto done;
+    if (!ok) {
+        if (!PyErr_Occurred()) PyErr_NoMemory();
+        goto done;
+    }
+    cols = PyList_New(k);
+    for (Py_ssize_t j = 0; cols != NULL && j < k; j++) {
+        PyObject *item = col_result(&outs[j], count);
+        if (item == NULL) Py_CLEAR(cols);
+        else PyList_SET_ITEM(cols, j, item);
+    }
+    if (cols == NULL) goto done;
+    result = Py_BuildValue("((LisLny#)O)", (long long)pos, reason, detail, (long long)blank,
+                           (Py_ssize_t)(rows.len / ROW_SIZE),
+                           rows.data ? (const char *)rows.data : "", (Py_ssize_t)rows.len, cols);
+done:
+    for (Py_ssize_t j = 0; outs != NULL && j < k; j++) {
+        Py_XDECREF(outs[j].values);
+        Py_XDECREF(outs[j].offsets);
+        PyMem_Free(outs[j].bits);
+    }
+    PyMem_Free(outs);
+    Py_XDECREF(cols);
+    PyMem_RawFree(rows.data);
+    PyMem_RawFree(topics.slots);
+    PyBuffer_Release(&view);
+    return result;
+}
+/* ---- end of columns() and scan_columns() ---- */
 
 /* group_entries(rows) -> [(topic_id, topic_start, topic_length, queue_id, first_queue_offset,
  *                          count, entries, max_store_timestamp), ...]
@@ -2167,6 +2328,8 @@ static PyMethodDef methods[] = {
      "check_physical_offset=False)\n--\n\n"
      "Validate the records of buf[start:end] in one call; see hanet.store._index."},
     /* columns(): the Arrow column block above */
+    {"scan_columns", (PyCFunction)(void (*)(void))scan_columns, METH_VARARGS | METH_KEYWORDS,
+     "scan() and columns() of its rows in one pass (max_rows records at most)."},
     {"columns", (PyCFunction)(void (*)(void))columns, METH_VARARGS | METH_KEYWORDS,
      "columns(buf, rows, base_offset, names)\n--\n\n"
      "Per-column buffers of a scan's rows; see hanet.store._index.record_columns_py."},

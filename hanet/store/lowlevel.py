@@ -79,6 +79,7 @@ from ._index import ROW as INDEX_ROW
 from ._index import SCAN_WINDOW as INDEX_SCAN_WINDOW
 from ._index import STOP_REASONS as INDEX_STOP_REASONS
 from ._index import VAR_COLUMNS as INDEX_VAR_COLUMNS
+from ._index import ColumnValue as IndexColumnValue
 from ._index import EntryGroup as IndexEntryGroup
 from ._index import GroupFunction as IndexGroupFunction
 from ._index import ScanFunction as IndexScanFunction
@@ -86,6 +87,10 @@ from ._index import ScanResult as IndexScanResult
 from ._index import group_entries as index_group_entries
 from ._index import group_entries_py as index_group_entries_py
 from ._index import native_group_entries as native_index_group_entries
+from ._index import native_scan_columns as native_index_scan_columns
+from ._index import scan_column_windows as index_scan_column_windows
+from ._index import scan_columns as index_scan_columns
+from ._index import scan_columns_py as index_scan_columns_py
 from ._index import scan_windows as scan_index_windows
 from ._index import topic_names as index_topic_names
 from ._index_file import (
@@ -157,6 +162,7 @@ __all__ = [
     "CommitLogFile",
     "ConsumeQueue",
     "DamageLedger",
+    "IndexColumnValue",
     "IndexEntryGroup",
     "IndexFile",
     "IndexGroupFunction",
@@ -188,6 +194,9 @@ __all__ = [
     "index_group_entries_py",
     "index_key_batch_py",
     "index_key_hash",
+    "index_scan_column_windows",
+    "index_scan_columns",
+    "index_scan_columns_py",
     "index_topic_names",
     "java_string_hash",
     "judge_stop",
@@ -197,6 +206,7 @@ __all__ = [
     "native_index_entries",
     "native_index_group_entries",
     "native_index_key_batch",
+    "native_index_scan_columns",
     "native_pull_gather",
     "native_put_properties",
     "native_scan",
