@@ -290,6 +290,7 @@ class _BatchBuilder:
         self._file = pa.scalar(part.path.rsplit("/", 1)[-1], _STRING)
         self._ok = pa.scalar("ok", _STRING)
         self._hosts: dict[bytes, str] = {}
+        self._constants: dict[tuple[str, int, bool | None], pa.Array] = {}
         self.wanted = [n for n in self._names if n in _NATIVE_COLUMNS or n in _FROM_ROWS]
         """The columns taken from the records (:func:`~hanet.store.lowlevel.record_columns`)."""
 
@@ -334,6 +335,17 @@ class _BatchBuilder:
         return pa.RecordBatch.from_arrays(arrays, schema=self._schema)
 
     def _derived(self, name: str, n: int, crc_ok: bool | None) -> pa.Array:
+        """A column of one value, built once per length (most batches have the same length;
+        Arrow arrays are immutable, batches share it)."""
+        key = (name, n, crc_ok)
+        array = self._constants.get(key)
+        if array is None:
+            if len(self._constants) >= 64:
+                self._constants.clear()
+            array = self._constants[key] = self._constant(name, n, crc_ok)
+        return array
+
+    def _constant(self, name: str, n: int, crc_ok: bool | None) -> pa.Array:
         if name == "store":
             return pa.repeat(self._store, n)
         if name == "file":

@@ -248,8 +248,10 @@ typedef struct {
  * MessageRecord.tags_hash: the properties are decoded with "replace" and split on \x02, each
  * piece on its first \x01; the last TAGS wins. \x01 and \x02 are ASCII, which a UTF-8
  * decoder never folds into a replaced sequence, so splitting the bytes first is the same.
- * Returns 0 and sets *ok = 0 when decoding raised (MemoryError). */
-static int32_t tags_hash(const unsigned char *p, Py_ssize_t n, gil_state *gil, int *ok) {
+ * Returns 0 and sets *ok = 0 when decoding raised (MemoryError). *tags: where the value is
+ * in p (-1 without TAGS), *tags_len its length. */
+static int32_t tags_hash(const unsigned char *p, Py_ssize_t n, gil_state *gil, int *ok,
+                         int64_t *tags, int32_t *tags_len) {
     const unsigned char *value = NULL;
     Py_ssize_t value_len = 0;
     Py_ssize_t i = 0;
@@ -264,6 +266,8 @@ static int32_t tags_hash(const unsigned char *p, Py_ssize_t n, gil_state *gil, i
         }
         i += len + 1;
     }
+    *tags = value == NULL ? -1 : (int64_t)(value - p);
+    *tags_len = (int32_t)value_len;
     if (value == NULL || value_len == 0) return 0;
     uint32_t h = 0;
     int ascii = 1;
@@ -411,8 +415,9 @@ static const char *crc32_problem(const unsigned char *buf, int64_t pos, int64_t 
 
 /* What scan_record() found of a valid record. */
 typedef struct {
-    int32_t total, queue_id, thash, topic_len;
+    int32_t total, queue_id, thash, topic_len, tags_len;
     int64_t queue_offset, store_ts, topic_start;
+    int64_t tags_start; /* the TAGS value in buf, -1 without it */
 } scanned_record;
 
 #define DETAIL_SIZE 200
@@ -556,7 +561,8 @@ static inline int scan_record(const unsigned char *buf, int64_t pos, int64_t end
         strcpy(detail, "body CRC mismatch");
         return R_INVALID;
     }
-    f->thash = tags_hash(buf + p, props_len, gil, ok);
+    f->thash = tags_hash(buf + p, props_len, gil, ok, &f->tags_start, &f->tags_len);
+    if (f->tags_start >= 0) f->tags_start += p;
     f->total = total;
     f->queue_id = queue_id;
     f->queue_offset = queue_offset;
@@ -725,6 +731,9 @@ typedef struct {
     int64_t physical, queue_offset, store_ts, topic_start, pos, body_start, props_start;
     int32_t size, queue_id, tags_hash, topic_len, topic_id, born6, store6, body_len, props_len;
     const unsigned char *r;
+    int tags_known; /* tags_start / tags_len found by the scan (scan_columns) */
+    int64_t tags_start;
+    int32_t tags_len;
 } col_row;
 
 static inline int64_t row_i64(const unsigned char *p) {
@@ -783,6 +792,7 @@ static int col_locate(const unsigned char *buf, int64_t n, const unsigned char *
     c->props_len = props_len;
     c->pos = pos;
     c->r = r;
+    c->tags_known = 0;
     return 1;
 bad:
     PyErr_Format(PyExc_ValueError, "row %zd does not describe a record of the buffer", i);
@@ -867,6 +877,12 @@ static int col_put(col_out *o, const unsigned char *buf, const unsigned char *ro
     case C_BODY: start = c->body_start; len = c->body_len; break;
     case C_PROPERTIES: start = c->props_start; len = c->props_len; break;
     case C_TAGS:
+        if (c->tags_known) {
+            start = c->tags_start;
+            len = start < 0 ? 0 : c->tags_len;
+            break;
+        }
+        /* fall through */
     case C_KEYS: {
         int64_t at = property_value(buf + c->props_start, c->props_len,
                                     o->code == C_TAGS ? "TAGS" : "KEYS", 4, &len);
@@ -1143,6 +1159,9 @@ static PyObject *scan_columns(PyObject *Py_UNUSED(self), PyObject *args, PyObjec
         PUT(int32_t, tid);
         rows.len += ROW_SIZE;
         if (locate && !col_locate(buf, n, first, base, count, &c)) failed = 1;
+        c.tags_known = 1; /* the scan's parse of the properties: the same TAGS value */
+        c.tags_start = f.tags_start;
+        c.tags_len = f.tags_len;
         for (Py_ssize_t j = 0; !failed && j < k; j++)
             if (!col_put(&outs[j], buf, first, &c, count)) failed = 1;
         if (failed) break;
