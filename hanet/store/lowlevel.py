@@ -9,7 +9,9 @@ tests and benchmarks build on, below :mod:`hanet.store`'s surface.
   (``_speedups.c``) when built and ``HANET_NO_EXTENSIONS`` is unset (:data:`NATIVE_SCANNER`,
   :data:`native_scan`), else :func:`scan_index_py`, the pure-Python reference on
   :class:`RecordScanner`; :func:`record_columns` turns its rows into per-column buffers
-  (Arrow's layout) for ``hanet.spark``; :func:`index_group_entries` into consume queue runs.
+  (Arrow's layout) for ``hanet.spark``, and :func:`index_scan_columns` (windowed:
+  :func:`index_scan_column_windows`) scans and takes those columns in one pass, each record
+  read once; :func:`index_group_entries` turns rows into consume queue runs.
 - :func:`judge_stop`: the one judgement of where a scan stopped (``_judge.py``).
 - :class:`MappedFile` / :class:`MappedFileQueue` (``_mapped_file.py``, ``_mapped_queue.py``),
   :class:`ConsumeQueue` (``_consume_queue.py``), :class:`IndexService` / :class:`IndexFile`
