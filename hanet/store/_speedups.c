@@ -933,7 +933,7 @@ static int col_alloc(col_out *o, Py_ssize_t k, Py_ssize_t count) {
             continue;
         }
         o[j].offsets = PyBytes_FromStringAndSize(NULL, ((Py_ssize_t)count + 1) * 4);
-        o[j].cap = count * 16 + 64;
+        o[j].cap = (count < 8192 ? count : 8192) * 16 + 64; /* grows by doubling */
         o[j].values = PyBytes_FromStringAndSize(NULL, o[j].cap);
         o[j].bits = PyMem_Calloc((size_t)(count + 7) / 8 + 1, 1);
         if (o[j].offsets == NULL || o[j].values == NULL || o[j].bits == NULL) {
