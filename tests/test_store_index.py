@@ -31,9 +31,12 @@ from hanet.store.lowlevel import (
     RecordScanner,
     decode_properties,
     encode_blank,
+    index_scan_column_windows,
+    index_scan_columns_py,
     index_topic_names,
     java_string_hash,
     native_columns,
+    native_index_scan_columns,
     native_scan,
     parse_host,
     record_columns_py,
@@ -480,12 +483,88 @@ def test_columns_arguments() -> None:
         assert function(VECTOR_A, b"", 0, ["size", "tags"]) == [b"", (b"\0" * 4, b"", None, 0)]
 
 
+# -- scan_columns(): the scan and its rows' columns in one pass --------------------------------
+
+
+def _scan_columns_both(*args: Any, **flags: Any) -> tuple[ScanResult, list[Any]]:
+    python = index_scan_columns_py(*args, **flags)
+    if native_index_scan_columns is not None:
+        assert native_index_scan_columns(*args, **flags) == python
+    return python
+
+
+@DIFFERENTIAL
+@given(
+    data=regions(),
+    base=st.integers(0, 2**40),
+    pick=st.lists(st.sampled_from(ALL_COLUMNS)),
+    max_rows=st.integers(1, 6),
+    start=st.just(0) | st.integers(0, 300),
+    crc=st.booleans(),
+)
+def test_scan_columns_is_scan_then_columns(
+    data: bytes, base: int, pick: list[str], max_rows: int, start: int, crc: bool
+) -> None:
+    """The same rows and stop as a scan (cut at max_rows records: END right after the last),
+    the same columns as columns() of those rows, natively and in Python."""
+    flags = {"check_crc": crc, "check_physical_offset": False}
+    found, cols = _scan_columns_both(data, start, None, base, None, pick, max_rows, **flags)
+    whole = scan_index_py(data, start, None, base, None, **flags)
+    if whole.records < max_rows:
+        assert found == whole
+    else:
+        assert found.records == max_rows and found.reason is StopReason.END
+        assert found.rows == whole.rows[: max_rows * ROW.size]
+        physical, size = ROW.unpack_from(found.rows, len(found.rows) - ROW.size)[:2]
+        assert found.position == physical + size - base
+    assert cols == record_columns_py(data, found.rows, base, pick)
+
+
+@DIFFERENTIAL
+@given(data=regions(), max_rows=st.integers(1, 4), window=st.integers(1, 400))
+def test_scan_column_windows_are_one_scan(data: bytes, max_rows: int, window: int) -> None:
+    """Windows of at most max_rows rows: together the rows and the stop of one whole scan
+    (topic ids are numbered per window, as scan_windows')."""
+    whole = scan_index_py(data, 0, None, 4096)
+    for scan in (index_scan_columns_py, native_index_scan_columns):
+        if scan is None:
+            continue
+        results = list(
+            index_scan_column_windows(
+                data, 0, None, 4096, None, ["size", "tags"], max_rows,
+                window=window, scan=scan,
+            )
+        )  # fmt: skip
+        assert all(r.records <= max_rows for r, _ in results)
+        rows = [row[:-1] for r, _ in results for row in ROW.iter_unpack(r.rows)]
+        assert rows == [row[:-1] for row in ROW.iter_unpack(whole.rows)]  # topic ids per window
+        assert results[-1][0].stop(4096) == whole.stop(4096)
+        for r, cols in results:
+            assert cols == record_columns_py(data, r.rows, 4096, ["size", "tags"])
+
+
+def test_scan_columns_arguments() -> None:
+    functions = [index_scan_columns_py] + (
+        [native_index_scan_columns] if native_index_scan_columns else []
+    )
+    for function in functions:
+        with pytest.raises(ValueError, match="max_rows"):
+            function(VECTOR_A, 0, None, 0, None, ["size"], 0)
+        with pytest.raises(ValueError, match="unknown column"):
+            function(VECTOR_A, 0, None, 0x40001000, None, ["nope"], 1)
+        with pytest.raises(ValueError):
+            function(VECTOR_A, -1, None, 0, None, ["size"], 1)
+        found, cols = function(VECTOR_A, 0, None, 0x40001000, None, ["tags", "queue_id"], 5)
+        assert found.records == 1 and cols[0] == (struct.pack("=2i", 0, 4), b"TagA", None, 0)
+        assert cols[1] == struct.pack("=i", 3)
+
+
 # -- the native scanner on random bytes, under python -X dev ---------------------------------
 
 _FUZZ = textwrap.dedent(
     """
     import random, struct, sys
-    from hanet.store._speedups import columns, scan
+    from hanet.store._speedups import columns, scan, scan_columns
     from hanet.store.lowlevel import INDEX_FIXED_COLUMNS, INDEX_VAR_COLUMNS
     names = [*INDEX_FIXED_COLUMNS, *INDEX_VAR_COLUMNS]
     rng = random.Random(int(sys.argv[1]))
@@ -517,6 +596,8 @@ _FUZZ = textwrap.dedent(
         assert len(result[5]) == 52 * result[4]
         assert 0 <= result[1] <= 4
         columns(buf, result[5], base, names)  # rows of this buffer: never raises
+        found, cols = scan_columns(buf, start, end, base, limit, names, rng.randrange(1, 4))
+        assert cols == columns(buf, found[5], base, names)
         junk = bytearray(result[5] + rng.randbytes(52 * rng.randrange(0, 3)))
         for _ in range(rng.randrange(0, 3)):
             if junk:

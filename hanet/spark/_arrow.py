@@ -37,13 +37,14 @@ from hanet.store import ScanStop, StopReason
 from hanet.store.lowlevel import INDEX_ROW as ROW
 from hanet.store.lowlevel import INDEX_SCAN_WINDOW as SCAN_WINDOW
 from hanet.store.lowlevel import (
+    IndexColumnValue,
     IndexScanResult,
     decode_properties,
     format_host,
+    index_scan_column_windows,
     judge_stop,
     record_columns,
     scan_index,
-    scan_index_windows,
 )
 
 from ._layout import CommitLogRange
@@ -171,15 +172,24 @@ def scan_batches(
     rows each. One scan call per ``window`` bytes (native when built): rows, not records; each
     batch's columns come from those rows in a few calls (record_columns), no Python per row. A
     record whose only fault is a CRC is a ``crc_ok = false`` row and the scan goes on past it;
-    returns the stop that ended the scan otherwise (to be judged by the caller)."""
+    returns the stop that ended the scan otherwise (to be judged by the caller). The columns
+    of each batch are taken during its scan (:func:`~hanet.store.lowlevel.index_scan_columns`:
+    each record read once, while it is in cache)."""
     while True:
         result: IndexScanResult | None = None
-        for result in scan_index_windows(
-            view, position, end, base, limit, check_physical_offset=True, window=window
+        for result, columns in index_scan_column_windows(
+            view,
+            position,
+            end,
+            base,
+            limit,
+            builder.wanted,
+            rows_step // ROW.size,
+            check_physical_offset=True,
+            window=window,
         ):
-            rows = result.rows
-            for at in range(0, len(rows), rows_step):
-                yield builder.build(view, rows[at : at + rows_step], None)
+            if result.records:
+                yield builder.build(view, result.rows, None, columns)
         assert result is not None
         stop = result.stop(base)
         bad_crc = _crc_failure(view, stop, base) if _is_invalid(stop) else None
@@ -280,7 +290,9 @@ class _BatchBuilder:
         self._file = pa.scalar(part.path.rsplit("/", 1)[-1], _STRING)
         self._ok = pa.scalar("ok", _STRING)
         self._hosts: dict[bytes, str] = {}
-        self._wanted = [n for n in self._names if n in _NATIVE_COLUMNS or n in _FROM_ROWS]
+        self._constants: dict[tuple[str, int, bool | None], pa.Array] = {}
+        self.wanted = [n for n in self._names if n in _NATIVE_COLUMNS or n in _FROM_ROWS]
+        """The columns taken from the records (:func:`~hanet.store.lowlevel.record_columns`)."""
 
     def _host_column(self, raw: pa.Array) -> pa.Array:
         """Host strings from raw address + port bytes: each distinct host formatted once."""
@@ -294,13 +306,20 @@ class _BatchBuilder:
         strings = pa.array([cache[value] for value in distinct.to_pylist()], _STRING)
         return pc.take(strings, pc.index_in(raw, distinct))
 
-    def build(self, view: memoryview, rows: bytes, crc_ok: bool | None) -> pa.RecordBatch:
+    def build(
+        self,
+        view: memoryview,
+        rows: bytes,
+        crc_ok: bool | None,
+        columns: list[IndexColumnValue] | None = None,
+    ) -> pa.RecordBatch:
         """A batch of ``status = 'ok'`` rows, the records of scan ``rows`` of ``view``;
-        ``crc_ok`` None means all passed the check."""
+        ``crc_ok`` None means all passed the check. ``columns``: :attr:`wanted` of those rows
+        when already taken, else computed here."""
         n = len(rows) // ROW.size
-        computed = dict(
-            zip(self._wanted, record_columns(view, rows, self._base, self._wanted), strict=True)
-        )
+        if columns is None:
+            columns = record_columns(view, rows, self._base, self.wanted)
+        computed = dict(zip(self.wanted, columns, strict=True))
         arrays = []
         for name in self._names:
             value = computed.get(name)
@@ -316,6 +335,17 @@ class _BatchBuilder:
         return pa.RecordBatch.from_arrays(arrays, schema=self._schema)
 
     def _derived(self, name: str, n: int, crc_ok: bool | None) -> pa.Array:
+        """A column of one value, built once per length (most batches have the same length;
+        Arrow arrays are immutable, batches share it)."""
+        key = (name, n, crc_ok)
+        array = self._constants.get(key)
+        if array is None:
+            if len(self._constants) >= 64:
+                self._constants.clear()
+            array = self._constants[key] = self._constant(name, n, crc_ok)
+        return array
+
+    def _constant(self, name: str, n: int, crc_ok: bool | None) -> pa.Array:
         if name == "store":
             return pa.repeat(self._store, n)
         if name == "file":

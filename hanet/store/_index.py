@@ -49,8 +49,12 @@ __all__ = [
     "native_columns",
     "native_group_entries",
     "native_scan",
+    "native_scan_columns",
     "record_columns",
     "record_columns_py",
+    "scan_column_windows",
+    "scan_columns",
+    "scan_columns_py",
     "scan_index",
     "scan_index_py",
     "scan_totals",
@@ -533,3 +537,116 @@ record_columns: Callable[..., list[ColumnValue]] = (
     native_columns if native_columns is not None and NATIVE_SCANNER else record_columns_py
 )
 """The native ``columns`` when :data:`NATIVE_SCANNER`, else :func:`record_columns_py`."""
+
+
+ScanColumnsFunction = Callable[..., tuple[ScanResult, list[ColumnValue]]]
+"""``(buf, start, end, base_offset, limit, names, max_rows, *, check_crc=True,
+check_physical_offset=False)``: :func:`scan_columns_py`'s signature."""
+
+
+def scan_columns_py(
+    buf: Buffer,
+    start: int,
+    end: int | None,
+    base_offset: int,
+    limit: int | None,
+    names: Sequence[str],
+    max_rows: int,
+    *,
+    check_crc: bool = True,
+    check_physical_offset: bool = False,
+) -> tuple[ScanResult, list[ColumnValue]]:
+    """The pure-Python ``hanet.store._speedups.scan_columns``: :func:`scan_index_py` that also
+    stops (reason END, right after the last one) once it has found ``max_rows`` records, and
+    :func:`record_columns_py` of the rows it found.
+
+    Raises:
+        ValueError: as :func:`scan_index_py` and :func:`record_columns_py`, or ``max_rows`` < 1.
+    """
+    if max_rows < 1:
+        raise ValueError("max_rows must be positive")
+    result = scan_index_py(
+        buf,
+        start,
+        end,
+        base_offset,
+        limit,
+        check_crc=check_crc,
+        check_physical_offset=check_physical_offset,
+    )
+    if result.records >= max_rows:
+        rows = result.rows[: max_rows * ROW.size]
+        physical, size = ROW.unpack_from(rows, (max_rows - 1) * ROW.size)[:2]
+        next_record = physical + size - base_offset
+        result = ScanResult(next_record, STOP_REASONS.index(StopReason.END), "", 0, max_rows, rows)
+    return result, record_columns_py(buf, result.rows, base_offset, names)
+
+
+def _wrap_scan_columns(function: Callable[..., Any]) -> ScanColumnsFunction:
+    def native_scan_columns(*args: Any, **flags: Any) -> tuple[ScanResult, list[ColumnValue]]:
+        """``hanet.store._speedups.scan_columns``: :func:`scan_columns_py` in C, one pass (each
+        record's columns taken right after its checks), same output."""
+        found, columns = function(*args, **flags)
+        return ScanResult(*found), columns
+
+    return native_scan_columns
+
+
+_native_scan_columns = native("scan_columns")
+native_scan_columns: ScanColumnsFunction | None = (
+    None if _native_scan_columns is None else _wrap_scan_columns(_native_scan_columns)
+)
+"""``hanet.store._speedups.scan_columns``, or None when the extension is not built."""
+scan_columns: ScanColumnsFunction = (
+    native_scan_columns if native_scan_columns is not None and NATIVE_SCANNER else scan_columns_py
+)
+"""The native ``scan_columns`` when :data:`NATIVE_SCANNER`, else :func:`scan_columns_py`."""
+
+
+def scan_column_windows(
+    buf: Buffer,
+    start: int,
+    end: int | None,
+    base_offset: int,
+    limit: int | None,
+    names: Sequence[str],
+    max_rows: int,
+    *,
+    check_crc: bool = True,
+    check_physical_offset: bool = False,
+    window: int = SCAN_WINDOW,
+    scan: ScanColumnsFunction | None = None,
+) -> Iterator[tuple[ScanResult, list[ColumnValue]]]:
+    """:func:`scan_windows` with each result's columns (``names``, as :func:`record_columns`)
+    taken in the same pass, at most ``max_rows`` rows a result: the rows of all results are
+    those of :func:`scan_windows`, and the last result's stop is the whole scan's. ``scan``:
+    the implementation (default :data:`scan_columns`)."""
+    scan_function = scan_columns if scan is None else scan
+    length = len(buf) if not isinstance(buf, memoryview) else buf.nbytes
+    stop_end = length if end is None else min(end, length)
+    position = start
+    size = window
+    while True:
+        window_end = min(stop_end, position + size)
+        result, columns = scan_function(
+            buf,
+            position,
+            window_end,
+            base_offset,
+            limit,
+            names,
+            max_rows,
+            check_crc=check_crc,
+            check_physical_offset=check_physical_offset,
+        )
+        reached = result.position
+        full = result.records == max_rows
+        if not full and (
+            window_end >= stop_end or result.reason not in (StopReason.END, StopReason.INCOMPLETE)
+        ):
+            yield result, columns
+            return
+        if result.records:
+            yield result, columns
+        size = size * 2 if reached == position else window
+        position = reached

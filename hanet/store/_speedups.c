@@ -248,8 +248,10 @@ typedef struct {
  * MessageRecord.tags_hash: the properties are decoded with "replace" and split on \x02, each
  * piece on its first \x01; the last TAGS wins. \x01 and \x02 are ASCII, which a UTF-8
  * decoder never folds into a replaced sequence, so splitting the bytes first is the same.
- * Returns 0 and sets *ok = 0 when decoding raised (MemoryError). */
-static int32_t tags_hash(const unsigned char *p, Py_ssize_t n, gil_state *gil, int *ok) {
+ * Returns 0 and sets *ok = 0 when decoding raised (MemoryError). *tags: where the value is
+ * in p (-1 without TAGS), *tags_len its length. */
+static int32_t tags_hash(const unsigned char *p, Py_ssize_t n, gil_state *gil, int *ok,
+                         int64_t *tags, int32_t *tags_len) {
     const unsigned char *value = NULL;
     Py_ssize_t value_len = 0;
     Py_ssize_t i = 0;
@@ -264,6 +266,8 @@ static int32_t tags_hash(const unsigned char *p, Py_ssize_t n, gil_state *gil, i
         }
         i += len + 1;
     }
+    *tags = value == NULL ? -1 : (int64_t)(value - p);
+    *tags_len = (int32_t)value_len;
     if (value == NULL || value_len == 0) return 0;
     uint32_t h = 0;
     int ascii = 1;
@@ -411,8 +415,9 @@ static const char *crc32_problem(const unsigned char *buf, int64_t pos, int64_t 
 
 /* What scan_record() found of a valid record. */
 typedef struct {
-    int32_t total, queue_id, thash, topic_len;
+    int32_t total, queue_id, thash, topic_len, tags_len;
     int64_t queue_offset, store_ts, topic_start;
+    int64_t tags_start; /* the TAGS value in buf, -1 without it */
 } scanned_record;
 
 #define DETAIL_SIZE 200
@@ -556,7 +561,8 @@ static inline int scan_record(const unsigned char *buf, int64_t pos, int64_t end
         strcpy(detail, "body CRC mismatch");
         return R_INVALID;
     }
-    f->thash = tags_hash(buf + p, props_len, gil, ok);
+    f->thash = tags_hash(buf + p, props_len, gil, ok, &f->tags_start, &f->tags_len);
+    if (f->tags_start >= 0) f->tags_start += p;
     f->total = total;
     f->queue_id = queue_id;
     f->queue_offset = queue_offset;
@@ -725,6 +731,9 @@ typedef struct {
     int64_t physical, queue_offset, store_ts, topic_start, pos, body_start, props_start;
     int32_t size, queue_id, tags_hash, topic_len, topic_id, born6, store6, body_len, props_len;
     const unsigned char *r;
+    int tags_known; /* tags_start / tags_len found by the scan (scan_columns) */
+    int64_t tags_start;
+    int32_t tags_len;
 } col_row;
 
 static inline int64_t row_i64(const unsigned char *p) {
@@ -783,6 +792,7 @@ static int col_locate(const unsigned char *buf, int64_t n, const unsigned char *
     c->props_len = props_len;
     c->pos = pos;
     c->r = r;
+    c->tags_known = 0;
     return 1;
 bad:
     PyErr_Format(PyExc_ValueError, "row %zd does not describe a record of the buffer", i);
@@ -808,23 +818,39 @@ static int64_t property_value(const unsigned char *p, int32_t n, const char *key
     return found;
 }
 
-static PyObject *fixed_column(const unsigned char *buf, int64_t n, const unsigned char *rows,
-                              Py_ssize_t count, int64_t base, int code, int width) {
-    PyObject *out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)count * width);
-    if (out == NULL) return NULL;
-    unsigned char *o = (unsigned char *)PyBytes_AS_STRING(out);
-    col_row c = {0};
-    for (Py_ssize_t i = 0; i < count; i++) {
-        const unsigned char *row = rows + (size_t)i * ROW_SIZE;
+static const char HEX_UPPER[] = "0123456789ABCDEF";
+
+/* One output column of columns(): fixed-width values, or Arrow's offsets / data / validity. */
+typedef struct {
+    int code, width;
+    PyObject *values;  /* fixed: count * width bytes; var: the data, grown as needed */
+    PyObject *offsets; /* var: count + 1 int32 */
+    unsigned char *bits; /* var: the validity bitmap */
+    Py_ssize_t len, cap, nulls;
+} col_out;
+
+/* Room for more bytes of a variable-width column's data; 0 with an exception set. */
+static int col_grow(col_out *o, int64_t more) {
+    if ((int64_t)o->len + more > INT32_MAX) {
+        PyErr_SetString(PyExc_OverflowError, "more than 2 GiB of values in one column");
+        return 0;
+    }
+    if (o->len + more <= o->cap) return 1;
+    Py_ssize_t cap = o->cap * 2;
+    if (cap < o->len + more) cap = o->len + more;
+    if (cap > INT32_MAX) cap = INT32_MAX;
+    if (_PyBytes_Resize(&o->values, cap) < 0) return 0;
+    o->cap = cap;
+    return 1;
+}
+
+/* Row i's value of column o (c: its record, located when the column needs it). */
+static int col_put(col_out *o, const unsigned char *buf, const unsigned char *row,
+                   const col_row *c, Py_ssize_t i) {
+    if (o->code < C_FIXED_END) {
         int64_t v64 = 0;
         int32_t v32 = 0;
-        if (code >= C_MAGIC) {
-            if (!col_locate(buf, n, row, base, i, &c)) {
-                Py_DECREF(out);
-                return NULL;
-            }
-        }
-        switch (code) {
+        switch (o->code) {
         case C_PHYSICAL: v64 = row_i64(row); break;
         case C_SIZE: v32 = row_i32(row + 8); break;
         case C_QUEUE_ID: v32 = row_i32(row + 12); break;
@@ -832,108 +858,152 @@ static PyObject *fixed_column(const unsigned char *buf, int64_t n, const unsigne
         case C_TAGS_HASH: v32 = row_i32(row + 24); break;
         case C_STORE_TS: v64 = row_i64(row + 28); break;
         case C_TOPIC_ID: v32 = row_i32(row + 48); break;
-        case C_MAGIC: v64 = (int64_t)rd_u32(c.r + 4); break;
-        case C_BODY_CRC: v32 = rd_i32(c.r + 8); break;
-        case C_FLAG: v32 = rd_i32(c.r + 16); break;
-        case C_SYS_FLAG: v32 = rd_i32(c.r + 36); break;
-        case C_BORN_TS: v64 = rd_i64(c.r + 40); break;
-        case C_RECONSUME: v32 = rd_i32(c.r + 72 + c.born6 + c.store6); break;
+        case C_MAGIC: v64 = (int64_t)rd_u32(c->r + 4); break;
+        case C_BODY_CRC: v32 = rd_i32(c->r + 8); break;
+        case C_FLAG: v32 = rd_i32(c->r + 16); break;
+        case C_SYS_FLAG: v32 = rd_i32(c->r + 36); break;
+        case C_BORN_TS: v64 = rd_i64(c->r + 40); break;
+        case C_RECONSUME: v32 = rd_i32(c->r + 72 + c->born6 + c->store6); break;
         }
-        if (width == 8) memcpy(o + (size_t)i * 8, &v64, 8);
-        else memcpy(o + (size_t)i * 4, &v32, 4);
+        unsigned char *out = (unsigned char *)PyBytes_AS_STRING(o->values);
+        if (o->width == 8) memcpy(out + (size_t)i * 8, &v64, 8);
+        else memcpy(out + (size_t)i * 4, &v32, 4);
+        return 1;
     }
-    return out;
-}
-
-static const char HEX_UPPER[] = "0123456789ABCDEF";
-
-static PyObject *var_column(const unsigned char *buf, int64_t n, const unsigned char *rows,
-                            Py_ssize_t count, int64_t base, int code) {
-    PyObject *offsets = NULL, *data = NULL, *validity = NULL, *result = NULL;
-    int64_t *spans = PyMem_Malloc(((size_t)count * 2 + 1) * sizeof(int64_t));
-    if (spans == NULL) return PyErr_NoMemory();
-    offsets = PyBytes_FromStringAndSize(NULL, ((Py_ssize_t)count + 1) * 4);
-    if (offsets == NULL) goto done;
-    int32_t *off = (int32_t *)PyBytes_AS_STRING(offsets);
-    Py_ssize_t nulls = 0;
-    int64_t total = 0;
-    col_row c = {0};
-    /* Pass 1: each value's (start in buf, length); -1 start: null. */
-    for (Py_ssize_t i = 0; i < count; i++) {
-        if (!col_locate(buf, n, rows + (size_t)i * ROW_SIZE, base, i, &c)) goto done;
-        int64_t start = -1;
-        int32_t len = 0;
-        switch (code) {
-        case C_TOPIC: start = c.topic_start; len = c.topic_len; break;
-        case C_BODY: start = c.body_start; len = c.body_len; break;
-        case C_PROPERTIES: start = c.props_start; len = c.props_len; break;
-        case C_TAGS:
-        case C_KEYS: {
-            int64_t at = property_value(buf + c.props_start, c.props_len,
-                                        code == C_TAGS ? "TAGS" : "KEYS", 4, &len);
-            start = at < 0 ? -1 : c.props_start + at;
-            if (at < 0) len = 0;
+    int64_t start = -1;
+    int32_t len = 0;
+    switch (o->code) {
+    case C_TOPIC: start = c->topic_start; len = c->topic_len; break;
+    case C_BODY: start = c->body_start; len = c->body_len; break;
+    case C_PROPERTIES: start = c->props_start; len = c->props_len; break;
+    case C_TAGS:
+        if (c->tags_known) {
+            start = c->tags_start;
+            len = start < 0 ? 0 : c->tags_len;
             break;
         }
-        case C_BORN_HOST: start = c.pos + 48; len = c.born6 ? 20 : 8; break;
-        case C_STORE_HOST: start = c.pos + 64 + c.born6; len = c.store6 ? 20 : 8; break;
-        case C_MSG_ID: start = c.pos + 64 + c.born6; len = (c.store6 ? 20 + 8 : 8 + 8) * 2; break;
-        }
-        if (start < 0) nulls++;
-        spans[2 * i] = start;
-        spans[2 * i + 1] = len;
-        total += len;
+        /* fall through */
+    case C_KEYS: {
+        int64_t at = property_value(buf + c->props_start, c->props_len,
+                                    o->code == C_TAGS ? "TAGS" : "KEYS", 4, &len);
+        start = at < 0 ? -1 : c->props_start + at;
+        if (at < 0) len = 0;
+        break;
     }
-    if (total > INT32_MAX) {
-        PyErr_SetString(PyExc_OverflowError, "more than 2 GiB of values in one column");
-        goto done;
+    case C_BORN_HOST: start = c->pos + 48; len = c->born6 ? 20 : 8; break;
+    case C_STORE_HOST: start = c->pos + 64 + c->born6; len = c->store6 ? 20 : 8; break;
+    case C_MSG_ID: start = c->pos + 64 + c->born6; len = (c->store6 ? 20 + 8 : 8 + 8) * 2; break;
     }
-    data = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)total);
-    if (data == NULL) goto done;
-    unsigned char *d = (unsigned char *)PyBytes_AS_STRING(data);
-    unsigned char *bits = NULL;
-    if (nulls) {
-        validity = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(count + 7) / 8);
-        if (validity == NULL) goto done;
-        bits = (unsigned char *)PyBytes_AS_STRING(validity);
-        memset(bits, 0, (size_t)(count + 7) / 8);
-    }
-    int32_t at = 0;
-    off[0] = 0;
-    for (Py_ssize_t i = 0; i < count; i++) {
-        int64_t start = spans[2 * i];
-        int32_t len = (int32_t)spans[2 * i + 1];
-        if (start >= 0) {
-            if (bits) bits[i >> 3] |= (unsigned char)(1u << (i & 7));
-            if (code == C_MSG_ID) {
-                /* host bytes (address + port) then the physical offset, big-endian, hex */
-                int32_t host_len = len / 2 - 8;
-                const unsigned char *h = buf + start;
-                for (int32_t k = 0; k < host_len; k++) {
-                    d[at + 2 * k] = (unsigned char)HEX_UPPER[h[k] >> 4];
-                    d[at + 2 * k + 1] = (unsigned char)HEX_UPPER[h[k] & 15];
-                }
-                uint64_t physical = (uint64_t)row_i64(rows + (size_t)i * ROW_SIZE);
-                for (int k = 0; k < 16; k++)
-                    d[at + 2 * host_len + k] = (unsigned char)HEX_UPPER[(physical >> (60 - 4 * k)) & 15];
-            } else {
-                memcpy(d + at, buf + start, (size_t)len);
+    int32_t *off = (int32_t *)PyBytes_AS_STRING(o->offsets);
+    if (start < 0) {
+        o->nulls++;
+    } else {
+        if (!col_grow(o, len)) return 0;
+        o->bits[i >> 3] |= (unsigned char)(1u << (i & 7));
+        unsigned char *d = (unsigned char *)PyBytes_AS_STRING(o->values) + o->len;
+        if (o->code == C_MSG_ID) {
+            /* host bytes (address + port) then the physical offset, big-endian, hex */
+            int32_t host_len = len / 2 - 8;
+            const unsigned char *h = buf + start;
+            for (int32_t k = 0; k < host_len; k++) {
+                d[2 * k] = (unsigned char)HEX_UPPER[h[k] >> 4];
+                d[2 * k + 1] = (unsigned char)HEX_UPPER[h[k] & 15];
             }
-            at += len;
+            uint64_t physical = (uint64_t)row_i64(row);
+            for (int k = 0; k < 16; k++)
+                d[2 * host_len + k] = (unsigned char)HEX_UPPER[(physical >> (60 - 4 * k)) & 15];
+        } else {
+            memcpy(d, buf + start, (size_t)len);
         }
-        off[i + 1] = at;
+        o->len += len;
     }
-    if (validity == NULL) {
-        validity = Py_None;
-        Py_INCREF(validity);
+    off[i + 1] = (int32_t)o->len;
+    return 1;
+}
+
+/* The buffers of columns o[:k] for up to count rows: 1 when a column needs each record
+ * located (col_locate), 0 when none does, -1 with an exception set. */
+static int col_alloc(col_out *o, Py_ssize_t k, Py_ssize_t count) {
+    int locate = 0;
+    for (Py_ssize_t j = 0; j < k; j++) {
+        if (o[j].code >= C_MAGIC) locate = 1;
+        if (o[j].code < C_FIXED_END) {
+            o[j].values = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)count * o[j].width);
+            if (o[j].values == NULL) return -1;
+            continue;
+        }
+        o[j].offsets = PyBytes_FromStringAndSize(NULL, ((Py_ssize_t)count + 1) * 4);
+        o[j].cap = (count < 8192 ? count : 8192) * 16 + 64; /* grows by doubling */
+        o[j].values = PyBytes_FromStringAndSize(NULL, o[j].cap);
+        o[j].bits = PyMem_Calloc((size_t)(count + 7) / 8 + 1, 1);
+        if (o[j].offsets == NULL || o[j].values == NULL || o[j].bits == NULL) {
+            if (!PyErr_Occurred()) PyErr_NoMemory();
+            return -1;
+        }
+        ((int32_t *)PyBytes_AS_STRING(o[j].offsets))[0] = 0;
     }
-    result = Py_BuildValue("(OOOn)", offsets, data, validity, nulls);
-done:
-    PyMem_Free(spans);
-    Py_XDECREF(offsets);
-    Py_XDECREF(data);
-    Py_XDECREF(validity);
+    return locate;
+}
+
+/* Every column of o[:k] over rows[:count], row by row: each record's header is read once for
+ * all the columns (not once per column). */
+static int col_fill(col_out *o, Py_ssize_t k, const unsigned char *buf, int64_t n,
+                    const unsigned char *rows, Py_ssize_t count, int64_t base) {
+    int locate = col_alloc(o, k, count);
+    if (locate < 0) return 0;
+    col_row c = {0};
+    for (Py_ssize_t i = 0; i < count; i++) {
+        const unsigned char *row = rows + (size_t)i * ROW_SIZE;
+        if (locate && !col_locate(buf, n, row, base, i, &c)) return 0;
+        for (Py_ssize_t j = 0; j < k; j++)
+            if (!col_put(&o[j], buf, row, &c, i)) return 0;
+    }
+    return 1;
+}
+
+/* The finished value of column o for its first count rows (a new reference), or NULL. */
+static PyObject *col_result(col_out *o, Py_ssize_t count) {
+    if (o->code < C_FIXED_END) {
+        if (_PyBytes_Resize(&o->values, count * o->width) < 0) return NULL;
+        Py_INCREF(o->values);
+        return o->values;
+    }
+    if (_PyBytes_Resize(&o->values, o->len) < 0) return NULL;
+    if (_PyBytes_Resize(&o->offsets, (count + 1) * 4) < 0) return NULL;
+    PyObject *validity = o->nulls ? PyBytes_FromStringAndSize((const char *)o->bits,
+                                                              (Py_ssize_t)(count + 7) / 8)
+                                  : Py_NewRef(Py_None);
+    if (validity == NULL) return NULL;
+    PyObject *result = Py_BuildValue("(OOOn)", o->offsets, o->values, validity, o->nulls);
+    Py_DECREF(validity);
     return result;
+}
+
+/* The columns named by names (a sequence of str): *outs (k of them, PyMem_Calloc'd, codes and
+ * widths set), or 0 with an exception set. */
+static int col_parse(PyObject *names, col_out **outs, Py_ssize_t *k) {
+    PyObject *seq = PySequence_Fast(names, "names must be a sequence of column names");
+    if (seq == NULL) return 0;
+    *k = PySequence_Fast_GET_SIZE(seq);
+    *outs = PyMem_Calloc((size_t)*k + 1, sizeof(col_out));
+    int good = *outs != NULL;
+    if (!good) PyErr_NoMemory();
+    for (Py_ssize_t j = 0; good && j < *k; j++) {
+        PyObject *item = PySequence_Fast_GET_ITEM(seq, j);
+        const char *name = PyUnicode_Check(item) ? PyUnicode_AsUTF8(item) : NULL;
+        int found = -1;
+        for (int t = 0; name && column_names[t].name; t++)
+            if (strcmp(column_names[t].name, name) == 0) found = t;
+        if (found < 0) {
+            if (!PyErr_Occurred()) PyErr_Format(PyExc_ValueError, "unknown column %R", item);
+            good = 0;
+            break;
+        }
+        (*outs)[j].code = column_names[found].code;
+        (*outs)[j].width = column_names[found].width;
+    }
+    Py_DECREF(seq);
+    return good;
 }
 
 static PyObject *columns(PyObject *Py_UNUSED(self), PyObject *args, PyObject *kwargs) {
@@ -944,7 +1014,9 @@ static PyObject *columns(PyObject *Py_UNUSED(self), PyObject *args, PyObject *kw
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "y*y*LO:columns", kwlist, &view, &rows, &base,
                                      &names))
         return NULL;
-    PyObject *result = NULL, *seq = NULL;
+    PyObject *result = NULL;
+    col_out *outs = NULL;
+    Py_ssize_t k = 0;
     if (rows.len % ROW_SIZE) {
         PyErr_SetString(PyExc_ValueError, "rows is not a whole number of rows");
         goto done;
@@ -953,45 +1025,178 @@ static PyObject *columns(PyObject *Py_UNUSED(self), PyObject *args, PyObject *kw
         PyErr_SetString(PyExc_ValueError, "base_offset out of range");
         goto done;
     }
-    seq = PySequence_Fast(names, "names must be a sequence of column names");
-    if (seq == NULL) goto done;
-    Py_ssize_t k = PySequence_Fast_GET_SIZE(seq);
     Py_ssize_t count = rows.len / ROW_SIZE;
+    if (!col_parse(names, &outs, &k)) goto done;
+    if (!col_fill(outs, k, view.buf, view.len, rows.buf, count, base)) goto done;
     result = PyList_New(k);
-    if (result == NULL) goto done;
-    for (Py_ssize_t j = 0; j < k; j++) {
-        const char *name = PyUnicode_Check(PySequence_Fast_GET_ITEM(seq, j))
-                               ? PyUnicode_AsUTF8(PySequence_Fast_GET_ITEM(seq, j))
-                               : NULL;
-        int found = -1;
-        for (int t = 0; name && column_names[t].name; t++)
-            if (strcmp(column_names[t].name, name) == 0) found = t;
-        if (found < 0) {
-            if (!PyErr_Occurred())
-                PyErr_Format(PyExc_ValueError, "unknown column %R",
-                             PySequence_Fast_GET_ITEM(seq, j));
-            Py_CLEAR(result);
-            goto done;
-        }
-        int code = column_names[found].code;
-        PyObject *item =
-            code < C_FIXED_END
-                ? fixed_column(view.buf, view.len, rows.buf, count, base, code,
-                               column_names[found].width)
-                : var_column(view.buf, view.len, rows.buf, count, base, code);
-        if (item == NULL) {
-            Py_CLEAR(result);
-            goto done;
-        }
-        PyList_SET_ITEM(result, j, item);
+    for (Py_ssize_t j = 0; result != NULL && j < k; j++) {
+        PyObject *item = col_result(&outs[j], count);
+        if (item == NULL) Py_CLEAR(result);
+        else PyList_SET_ITEM(result, j, item);
     }
 done:
-    Py_XDECREF(seq);
+    for (Py_ssize_t j = 0; outs != NULL && j < k; j++) {
+        Py_XDECREF(outs[j].values);
+        Py_XDECREF(outs[j].offsets);
+        PyMem_Free(outs[j].bits);
+    }
+    PyMem_Free(outs);
     PyBuffer_Release(&rows);
     PyBuffer_Release(&view);
     return result;
 }
-/* ---- end of columns() ---- */
+
+/* ---- scan_columns(): scan() and columns() in one pass (the Spark source's batches) ----
+ *
+ *     scan_columns(buf, start, end, base_offset, limit, names, max_rows, *, check_crc,
+ *                  check_physical_offset) -> (scan's 6-tuple, columns)
+ *
+ * scan(buf, start, end, ...) that also stops (reason END, before the next record) once it has
+ * found max_rows records, and columns(buf, rows, base_offset, names) of the rows it found,
+ * each record's columns taken right after its checks, while it is in cache (the two calls
+ * read every record twice). Holds the GIL. The reference is
+ * hanet.store._index.scan_columns_py. */
+static PyObject *scan_columns(PyObject *Py_UNUSED(self), PyObject *args, PyObject *kwargs) {
+    static char *kwlist[] = {"buf",   "start", "end",       "base_offset",           "limit",
+                             "names", "max_rows", "check_crc", "check_physical_offset", NULL};
+    Py_buffer view;
+    Py_ssize_t start = 0, max_rows = 0;
+    PyObject *end_obj = Py_None, *limit_obj = Py_None, *names;
+    long long base = 0;
+    int check_crc = 1, check_offset = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "y*nOLOOn|$pp:scan_columns", kwlist, &view,
+                                     &start, &end_obj, &base, &limit_obj, &names, &max_rows,
+                                     &check_crc, &check_offset))
+        return NULL;
+    PyObject *result = NULL, *cols = NULL;
+    col_out *outs = NULL;
+    Py_ssize_t k = 0;
+    rows_buf rows = {NULL, 0, 0};
+    topic_table topics = {NULL, 0, 0};
+    int32_t last_topic = -1;
+    int64_t last_start = 0;
+    int32_t last_len = -1;
+    const unsigned char *buf = view.buf;
+    int64_t n = view.len;
+    int64_t end = n, limit = n;
+    if (end_obj != Py_None) {
+        long long e = PyLong_AsLongLong(end_obj);
+        if (e == -1 && PyErr_Occurred()) goto done;
+        if (e < end) end = e;
+    }
+    if (limit_obj != Py_None) {
+        long long l = PyLong_AsLongLong(limit_obj);
+        if (l == -1 && PyErr_Occurred()) goto done;
+        limit = l;
+    }
+    if (start < 0) {
+        PyErr_SetString(PyExc_ValueError, "start must not be negative");
+        goto done;
+    }
+    if (base < 0 || base > INT64_MAX - n) {
+        PyErr_SetString(PyExc_ValueError, "base_offset out of range");
+        goto done;
+    }
+    if (max_rows < 1) {
+        PyErr_SetString(PyExc_ValueError, "max_rows must be positive");
+        goto done;
+    }
+    if (!col_parse(names, &outs, &k)) goto done;
+    /* at most one record per MIN_RECORD_SIZE bytes of the range */
+    Py_ssize_t cap = max_rows;
+    if (end > start && (end - start) / MIN_RECORD_SIZE + 1 < (int64_t)cap)
+        cap = (Py_ssize_t)((end - start) / MIN_RECORD_SIZE + 1);
+    if (end <= start) cap = 1;
+    int locate = col_alloc(outs, k, cap);
+    if (locate < 0) goto done;
+
+    int reason = R_END;
+    int64_t blank = 0;
+    char detail[DETAIL_SIZE];
+    detail[0] = '\0';
+    int ok = 1, failed = 0;
+    int64_t pos = start;
+    Py_ssize_t count = 0;
+    gil_state gil = {NULL};
+    col_row c = {0};
+    while (count < cap) {
+        scanned_record f;
+        int step = scan_record(buf, pos, end, limit, base, check_crc, check_offset, &gil, &ok, &f,
+                               detail, &blank);
+        if (!ok) break;
+        if (step >= 0) {
+            reason = step;
+            break;
+        }
+        int64_t rec_end = pos + f.total;
+        int64_t topic_start = f.topic_start;
+        int32_t topic_len = f.topic_len;
+        int32_t tid = last_topic;
+        if (topic_len != last_len ||
+            memcmp(buf + last_start, buf + topic_start, (size_t)topic_len) != 0) {
+            tid = topic_id(&topics, buf, topic_start, topic_len);
+            if (tid < 0) {
+                ok = 0;
+                break;
+            }
+            last_topic = tid;
+            last_start = topic_start;
+            last_len = topic_len;
+        }
+        if (!rows_reserve(&rows)) {
+            ok = 0;
+            break;
+        }
+        unsigned char *first = rows.data + rows.len, *row = first;
+        PUT(int64_t, base + pos);
+        PUT(int32_t, f.total);
+        PUT(int32_t, f.queue_id);
+        PUT(int64_t, f.queue_offset);
+        PUT(int32_t, f.thash);
+        PUT(int64_t, f.store_ts);
+        PUT(int64_t, topic_start);
+        PUT(int32_t, topic_len);
+        PUT(int32_t, tid);
+        rows.len += ROW_SIZE;
+        if (locate && !col_locate(buf, n, first, base, count, &c)) failed = 1;
+        c.tags_known = 1; /* the scan's parse of the properties: the same TAGS value */
+        c.tags_start = f.tags_start;
+        c.tags_len = f.tags_len;
+        for (Py_ssize_t j = 0; !failed && j < k; j++)
+            if (!col_put(&outs[j], buf, first, &c, count)) failed = 1;
+        if (failed) break;
+        count++;
+        pos = rec_end;
+    }
+    if (failed) goto done;
+    if (!ok) {
+        if (!PyErr_Occurred()) PyErr_NoMemory();
+        goto done;
+    }
+    cols = PyList_New(k);
+    for (Py_ssize_t j = 0; cols != NULL && j < k; j++) {
+        PyObject *item = col_result(&outs[j], count);
+        if (item == NULL) Py_CLEAR(cols);
+        else PyList_SET_ITEM(cols, j, item);
+    }
+    if (cols == NULL) goto done;
+    result = Py_BuildValue("((LisLny#)O)", (long long)pos, reason, detail, (long long)blank,
+                           (Py_ssize_t)(rows.len / ROW_SIZE),
+                           rows.data ? (const char *)rows.data : "", (Py_ssize_t)rows.len, cols);
+done:
+    for (Py_ssize_t j = 0; outs != NULL && j < k; j++) {
+        Py_XDECREF(outs[j].values);
+        Py_XDECREF(outs[j].offsets);
+        PyMem_Free(outs[j].bits);
+    }
+    PyMem_Free(outs);
+    Py_XDECREF(cols);
+    PyMem_RawFree(rows.data);
+    PyMem_RawFree(topics.slots);
+    PyBuffer_Release(&view);
+    return result;
+}
+/* ---- end of columns() and scan_columns() ---- */
 
 /* group_entries(rows) -> [(topic_id, topic_start, topic_length, queue_id, first_queue_offset,
  *                          count, entries, max_store_timestamp), ...]
@@ -2194,6 +2399,8 @@ static PyMethodDef methods[] = {
      "check_physical_offset=False)\n--\n\n"
      "Validate the records of buf[start:end] in one call; see hanet.store._index."},
     /* columns(): the Arrow column block above */
+    {"scan_columns", (PyCFunction)(void (*)(void))scan_columns, METH_VARARGS | METH_KEYWORDS,
+     "scan() and columns() of its rows in one pass (max_rows records at most)."},
     {"columns", (PyCFunction)(void (*)(void))columns, METH_VARARGS | METH_KEYWORDS,
      "columns(buf, rows, base_offset, names)\n--\n\n"
      "Per-column buffers of a scan's rows; see hanet.store._index.record_columns_py."},

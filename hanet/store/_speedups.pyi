@@ -27,6 +27,20 @@ def columns(
     base_offset: int,
     names: Sequence[str],
 ) -> list[bytes | tuple[bytes, bytes, bytes | None, int]]: ...
+def scan_columns(
+    buf: bytes | bytearray | memoryview,
+    start: int,
+    end: int | None,
+    base_offset: int,
+    limit: int | None,
+    names: Sequence[str],
+    max_rows: int,
+    *,
+    check_crc: bool = True,
+    check_physical_offset: bool = False,
+) -> tuple[
+    tuple[int, int, str, int, int, bytes], list[bytes | tuple[bytes, bytes, bytes | None, int]]
+]: ...
 def group_entries(
     rows: bytes | bytearray | memoryview,
 ) -> list[tuple[int, int, int, int, int, int, bytes, int]]: ...

@@ -9,7 +9,9 @@ tests and benchmarks build on, below :mod:`hanet.store`'s surface.
   (``_speedups.c``) when built and ``HANET_NO_EXTENSIONS`` is unset (:data:`NATIVE_SCANNER`,
   :data:`native_scan`), else :func:`scan_index_py`, the pure-Python reference on
   :class:`RecordScanner`; :func:`record_columns` turns its rows into per-column buffers
-  (Arrow's layout) for ``hanet.spark``; :func:`index_group_entries` into consume queue runs.
+  (Arrow's layout) for ``hanet.spark``, and :func:`index_scan_columns` (windowed:
+  :func:`index_scan_column_windows`) scans and takes those columns in one pass, each record
+  read once; :func:`index_group_entries` turns rows into consume queue runs.
 - :func:`judge_stop`: the one judgement of where a scan stopped (``_judge.py``).
 - :class:`MappedFile` / :class:`MappedFileQueue` (``_mapped_file.py``, ``_mapped_queue.py``),
   :class:`ConsumeQueue` (``_consume_queue.py``), :class:`IndexService` / :class:`IndexFile`
@@ -79,6 +81,7 @@ from ._index import ROW as INDEX_ROW
 from ._index import SCAN_WINDOW as INDEX_SCAN_WINDOW
 from ._index import STOP_REASONS as INDEX_STOP_REASONS
 from ._index import VAR_COLUMNS as INDEX_VAR_COLUMNS
+from ._index import ColumnValue as IndexColumnValue
 from ._index import EntryGroup as IndexEntryGroup
 from ._index import GroupFunction as IndexGroupFunction
 from ._index import ScanFunction as IndexScanFunction
@@ -86,6 +89,10 @@ from ._index import ScanResult as IndexScanResult
 from ._index import group_entries as index_group_entries
 from ._index import group_entries_py as index_group_entries_py
 from ._index import native_group_entries as native_index_group_entries
+from ._index import native_scan_columns as native_index_scan_columns
+from ._index import scan_column_windows as index_scan_column_windows
+from ._index import scan_columns as index_scan_columns
+from ._index import scan_columns_py as index_scan_columns_py
 from ._index import scan_windows as scan_index_windows
 from ._index import topic_names as index_topic_names
 from ._index_file import (
@@ -158,6 +165,7 @@ __all__ = [
     "CommitLogFile",
     "ConsumeQueue",
     "DamageLedger",
+    "IndexColumnValue",
     "IndexEntryGroup",
     "IndexFile",
     "IndexGroupFunction",
@@ -189,6 +197,9 @@ __all__ = [
     "index_group_entries_py",
     "index_key_batch_py",
     "index_key_hash",
+    "index_scan_column_windows",
+    "index_scan_columns",
+    "index_scan_columns_py",
     "index_topic_names",
     "java_string_hash",
     "judge_stop",
@@ -198,6 +209,7 @@ __all__ = [
     "native_index_entries",
     "native_index_group_entries",
     "native_index_key_batch",
+    "native_index_scan_columns",
     "native_new_message",
     "native_pull_gather",
     "native_put_properties",
