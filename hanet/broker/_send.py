@@ -370,20 +370,8 @@ class Sends:
         now: float,
         out: list[bytes],
     ) -> None:
-        if not send.wait or not must_wait:
-            self.answer_send(
-                send.ctx,
-                send.request,
-                results,
-                send.queue_id,
-                PutStatus.PUT_OK,
-                send.started,
-                now=now,
-                out=out,
-            )
-            return
         stored = [r for r in results if r.status is PutStatus.PUT_OK]
-        if len(stored) < len(results):
+        if not send.wait or not must_wait or len(stored) < len(results):  # answered now
             self.answer_send(
                 send.ctx,
                 send.request,

@@ -579,6 +579,74 @@ static inline int scan_record(const unsigned char *buf, int64_t pos, int64_t end
         row += sizeof(type);                     \
     } while (0)
 
+/* scan()'s and scan_columns()'s range: end (None: the buffer's end; never past it) and limit
+ * (None: the buffer's end) from their objects, start and base checked. 0 with an exception
+ * set when they are unusable. */
+static int scan_range(PyObject *end_obj, PyObject *limit_obj, Py_ssize_t start, long long base,
+                      int64_t n, int64_t *end, int64_t *limit) {
+    *end = n;
+    *limit = n;
+    if (end_obj != Py_None) {
+        long long e = PyLong_AsLongLong(end_obj);
+        if (e == -1 && PyErr_Occurred()) return 0;
+        if (e < *end) *end = e;
+    }
+    if (limit_obj != Py_None) {
+        long long l = PyLong_AsLongLong(limit_obj);
+        if (l == -1 && PyErr_Occurred()) return 0;
+        *limit = l;
+    }
+    if (start < 0) {
+        PyErr_SetString(PyExc_ValueError, "start must not be negative");
+        return 0;
+    }
+    if (base < 0 || base > INT64_MAX - n) {
+        PyErr_SetString(PyExc_ValueError, "base_offset out of range");
+        return 0;
+    }
+    return 1;
+}
+
+/* The last topic a scan met (its id, where its name is): consecutive records of one topic
+ * skip the table. */
+typedef struct {
+    int32_t id;
+    int64_t start;
+    int32_t len;
+} last_topic;
+
+/* Append the row of the valid record f at pos (scan()'s row layout) to rows; the row, or NULL
+ * when memory ran out. */
+#if defined(__GNUC__)
+__attribute__((always_inline))
+#endif
+static inline unsigned char *append_row(rows_buf *rows, topic_table *topics, last_topic *last,
+                                        const unsigned char *buf, int64_t base, int64_t pos,
+                                        const scanned_record *f) {
+    int32_t tid = last->id;
+    if (f->topic_len != last->len ||
+        memcmp(buf + last->start, buf + f->topic_start, (size_t)f->topic_len) != 0) {
+        tid = topic_id(topics, buf, f->topic_start, f->topic_len);
+        if (tid < 0) return NULL;
+        last->id = tid;
+        last->start = f->topic_start;
+        last->len = f->topic_len;
+    }
+    if (!rows_reserve(rows)) return NULL;
+    unsigned char *first = rows->data + rows->len, *row = first;
+    PUT(int64_t, base + pos);
+    PUT(int32_t, f->total);
+    PUT(int32_t, f->queue_id);
+    PUT(int64_t, f->queue_offset);
+    PUT(int32_t, f->thash);
+    PUT(int64_t, f->store_ts);
+    PUT(int64_t, f->topic_start);
+    PUT(int32_t, f->topic_len);
+    PUT(int32_t, tid);
+    rows->len += ROW_SIZE;
+    return first;
+}
+
 static PyObject *scan(PyObject *Py_UNUSED(self), PyObject *args, PyObject *kwargs) {
     static char *kwlist[] = {"buf",   "start",     "end",
                              "base_offset", "limit", "check_crc",
@@ -594,30 +662,11 @@ static PyObject *scan(PyObject *Py_UNUSED(self), PyObject *args, PyObject *kwarg
     PyObject *result = NULL;
     rows_buf rows = {NULL, 0, 0};
     topic_table topics = {NULL, 0, 0};
-    int32_t last_topic = -1;
-    int64_t last_start = 0;
-    int32_t last_len = -1;
+    last_topic last = {-1, 0, -1};
     const unsigned char *buf = view.buf;
     int64_t n = view.len;
-    int64_t end = n, limit = n;
-    if (end_obj != Py_None) {
-        long long e = PyLong_AsLongLong(end_obj);
-        if (e == -1 && PyErr_Occurred()) goto done;
-        if (e < end) end = e;
-    }
-    if (limit_obj != Py_None) {
-        long long l = PyLong_AsLongLong(limit_obj);
-        if (l == -1 && PyErr_Occurred()) goto done;
-        limit = l;
-    }
-    if (start < 0) {
-        PyErr_SetString(PyExc_ValueError, "start must not be negative");
-        goto done;
-    }
-    if (base < 0 || base > INT64_MAX - n) {
-        PyErr_SetString(PyExc_ValueError, "base_offset out of range");
-        goto done;
-    }
+    int64_t end, limit;
+    if (!scan_range(end_obj, limit_obj, start, base, n, &end, &limit)) goto done;
 
     int reason = R_END;
     int64_t blank = 0;
@@ -637,37 +686,11 @@ static PyObject *scan(PyObject *Py_UNUSED(self), PyObject *args, PyObject *kwarg
             reason = step;
             break;
         }
-        int64_t rec_end = pos + f.total;
-        int64_t topic_start = f.topic_start;
-        int32_t topic_len = f.topic_len;
-        int32_t tid = last_topic;
-        if (topic_len != last_len ||
-            memcmp(buf + last_start, buf + topic_start, (size_t)topic_len) != 0) {
-            tid = topic_id(&topics, buf, topic_start, topic_len);
-            if (tid < 0) {
-                ok = 0;
-                break;
-            }
-            last_topic = tid;
-            last_start = topic_start;
-            last_len = topic_len;
-        }
-        if (!rows_reserve(&rows)) {
+        if (append_row(&rows, &topics, &last, buf, base, pos, &f) == NULL) {
             ok = 0;
             break;
         }
-        unsigned char *row = rows.data + rows.len;
-        PUT(int64_t, base + pos);
-        PUT(int32_t, f.total);
-        PUT(int32_t, f.queue_id);
-        PUT(int64_t, f.queue_offset);
-        PUT(int32_t, f.thash);
-        PUT(int64_t, f.store_ts);
-        PUT(int64_t, topic_start);
-        PUT(int32_t, topic_len);
-        PUT(int32_t, tid);
-        rows.len += ROW_SIZE;
-        pos = rec_end;
+        pos += f.total;
     }
     if (gil.released) PyEval_RestoreThread(gil.released);
     if (!ok) {
@@ -1073,30 +1096,11 @@ static PyObject *scan_columns(PyObject *Py_UNUSED(self), PyObject *args, PyObjec
     Py_ssize_t k = 0;
     rows_buf rows = {NULL, 0, 0};
     topic_table topics = {NULL, 0, 0};
-    int32_t last_topic = -1;
-    int64_t last_start = 0;
-    int32_t last_len = -1;
+    last_topic last = {-1, 0, -1};
     const unsigned char *buf = view.buf;
     int64_t n = view.len;
-    int64_t end = n, limit = n;
-    if (end_obj != Py_None) {
-        long long e = PyLong_AsLongLong(end_obj);
-        if (e == -1 && PyErr_Occurred()) goto done;
-        if (e < end) end = e;
-    }
-    if (limit_obj != Py_None) {
-        long long l = PyLong_AsLongLong(limit_obj);
-        if (l == -1 && PyErr_Occurred()) goto done;
-        limit = l;
-    }
-    if (start < 0) {
-        PyErr_SetString(PyExc_ValueError, "start must not be negative");
-        goto done;
-    }
-    if (base < 0 || base > INT64_MAX - n) {
-        PyErr_SetString(PyExc_ValueError, "base_offset out of range");
-        goto done;
-    }
+    int64_t end, limit;
+    if (!scan_range(end_obj, limit_obj, start, base, n, &end, &limit)) goto done;
     if (max_rows < 1) {
         PyErr_SetString(PyExc_ValueError, "max_rows must be positive");
         goto done;
@@ -1129,35 +1133,11 @@ static PyObject *scan_columns(PyObject *Py_UNUSED(self), PyObject *args, PyObjec
             break;
         }
         int64_t rec_end = pos + f.total;
-        int64_t topic_start = f.topic_start;
-        int32_t topic_len = f.topic_len;
-        int32_t tid = last_topic;
-        if (topic_len != last_len ||
-            memcmp(buf + last_start, buf + topic_start, (size_t)topic_len) != 0) {
-            tid = topic_id(&topics, buf, topic_start, topic_len);
-            if (tid < 0) {
-                ok = 0;
-                break;
-            }
-            last_topic = tid;
-            last_start = topic_start;
-            last_len = topic_len;
-        }
-        if (!rows_reserve(&rows)) {
+        unsigned char *first = append_row(&rows, &topics, &last, buf, base, pos, &f);
+        if (first == NULL) {
             ok = 0;
             break;
         }
-        unsigned char *first = rows.data + rows.len, *row = first;
-        PUT(int64_t, base + pos);
-        PUT(int32_t, f.total);
-        PUT(int32_t, f.queue_id);
-        PUT(int64_t, f.queue_offset);
-        PUT(int32_t, f.thash);
-        PUT(int64_t, f.store_ts);
-        PUT(int64_t, topic_start);
-        PUT(int32_t, topic_len);
-        PUT(int32_t, tid);
-        rows.len += ROW_SIZE;
         if (locate && !col_locate(buf, n, first, base, count, &c)) failed = 1;
         c.tags_known = 1; /* the scan's parse of the properties: the same TAGS value */
         c.tags_start = f.tags_start;
