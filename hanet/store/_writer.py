@@ -25,7 +25,6 @@ from ._codec import (
     CRC32_RESERVED_LEN,
     CRC32_TRAILER_EMPTY,
     HEADER_STRUCTS,
-    I16_STRUCT,
     MAGIC_V1,
     MAX_PROPERTIES_SIZE,
     MAX_TOPIC_SIZE_V1,
@@ -34,6 +33,7 @@ from ._codec import (
     java_string_hash,
     offset_msg_id,
     pack_blank_into,
+    pack_record_into,
     seal_record,
     topic_problem,
 )
@@ -89,7 +89,7 @@ def write_record_py(
     whole-record CRC property (``properties`` end with its reserved bytes): the reference of
     the extension's ``write_record``, which checks the same things first (a number out of
     its field's range is ``struct.error``, a size or host length that does not match is
-    ValueError)."""
+    ValueError). The bytes are laid out by :func:`~._codec.pack_record_into`."""
     header = HEADER_STRUCTS[(sys_flag & _HOST_FLAGS) >> 4]
     if len(born_host) != (16 if sys_flag & BORN_HOST_V6_FLAG else 4) or len(store_host) != (
         16 if sys_flag & STORE_HOST_V6_FLAG else 4
@@ -103,35 +103,29 @@ def write_record_py(
         raise ValueError("write_record: size is not the record's size")
     if pos < 0 or pos > len(view) - size:
         raise ValueError("write_record: the record is not inside the buffer")
-    record = header.pack(
-        size,
-        MAGIC_V1,
-        zlib.crc32(body) & 0x7FFFFFFF,
-        queue_id,
-        flag,
-        queue_offset,
-        physical_offset,
-        sys_flag,
-        born_timestamp,
-        born_host,
-        born_port,
-        store_timestamp,
-        store_host,
-        store_port,
-        reconsume_times,
-        prepared_transaction_offset,
-        len(body),
+    pack_record_into(
+        view,
+        pos,
+        size=size,
+        magic=MAGIC_V1,
+        crc=zlib.crc32(body) & 0x7FFFFFFF,
+        queue_id=queue_id,
+        flag=flag,
+        queue_offset=queue_offset,
+        physical_offset=physical_offset,
+        sys_flag=sys_flag,
+        born_timestamp=born_timestamp,
+        born_host=born_host,
+        born_port=born_port,
+        store_timestamp=store_timestamp,
+        store_host=store_host,
+        store_port=store_port,
+        reconsume_times=reconsume_times,
+        prepared_transaction_offset=prepared_transaction_offset,
+        body=body,
+        topic=topic,
+        properties_raw=properties,
     )
-    p = pos + header.size
-    view[pos:p] = record
-    end = p + len(body)
-    view[p:end] = body
-    view[end] = len(topic)
-    p = end + 1
-    end = p + len(topic)
-    view[p:end] = topic
-    I16_STRUCT.pack_into(view, end, len(properties))
-    view[end + 2 : end + 2 + len(properties)] = properties
     seal_record(view, pos, size)
 
 
