@@ -4,6 +4,7 @@ queue and commit log files, with tags filtered and a byte flipped on disk refuse
 
 from __future__ import annotations
 
+import tracemalloc
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -65,6 +66,23 @@ def test_a_pull_with_tags_skips_the_others_and_stops_at_max_messages(
     assert _bodies(result.records) == [b"%03d" % i for i in range(3, 60, 6)]
     nothing = serve_pull(store, "T", 1, 0, 1, tags=tags)
     assert nothing.status is GetMessageStatus.NO_MATCHED_MESSAGE and nothing.next_offset == 1
+
+
+def test_long_subscription_expressions_are_not_kept() -> None:
+    """A peer chooses its expressions: long ones are parsed each time, not cached (1,024 cached
+    expressions of a frame's size would hold gigabytes); short ones still filter the same."""
+    assert subscription_filter("a || b") == subscription_filter("b||a")
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for i in range(20):
+            long = "||".join(f"tag{i}-{n}" for n in range(100_000))  # ~1.3 MB each
+            assert len(subscription_filter(long) or ()) == 100_000
+            del long
+        kept = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert kept < 2_000_000
 
 
 def test_a_record_flipped_on_disk_is_never_served(store: CommitLogStore) -> None:

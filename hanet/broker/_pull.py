@@ -103,12 +103,28 @@ def suggest_broker_id(
     return MASTER_ID
 
 
-@functools.lru_cache(maxsize=1024)
+_CACHED_EXPRESSION = 256
+"""The longest subscription expression whose filter is cached (a peer chooses them: 1,024
+cached expressions of a frame's size each would hold gigabytes)."""
+
+
 def subscription_filter(expression: str | None) -> frozenset[int] | None:
     """The tag hashes a TAG subscription expression accepts (``TagA || TagB``), None for
-    every message (``*``, empty, or no expression)."""
+    every message (``*``, empty, or no expression). Expressions up to
+    :data:`_CACHED_EXPRESSION` characters are parsed once (cached), longer ones each time."""
     if expression is None:
         return None
+    if len(expression) <= _CACHED_EXPRESSION:
+        return _cached_filter(expression)
+    return _parse_filter(expression)
+
+
+@functools.lru_cache(maxsize=1024)
+def _cached_filter(expression: str) -> frozenset[int] | None:
+    return _parse_filter(expression)
+
+
+def _parse_filter(expression: str) -> frozenset[int] | None:
     tags = [t.strip() for t in expression.split("||")]
     tags = [t for t in tags if t]
     if not tags or "*" in tags:
