@@ -28,12 +28,16 @@ being faulted in, as RocketMQ's ``warmMapedFileEnable=false``); that put is time
 apart.
 For each phase the broker's CPU (utime + stime of ``/proc/<pid>/stat`` over the phase, in % of
 one core) and its private memory (``Private_Clean + Private_Dirty`` of
-``/proc/<pid>/smaps_rollup``, the largest sample, every 0.25 s), the bench process's own CPU
+``/proc/<pid>/smaps_rollup``, the largest sample, every 0.25 s, and of it the anonymous part:
+the rest is mapped file pages, mostly the commit log's written pages), the bench process's own CPU
 (the drain's client), the time the broker waited for a CPU while runnable (``schedstat``: other
 processes' load) and the load average at the phase's end. RocketMQ 4.9.8's figures are
 constants measured elsewhere (its own broker on a machine of this kind with the same clients and
 settings, as issue 19 quotes them): the goal is sends at least as fast, drains at least 2x,
-private memory no higher.
+private memory no higher. RocketMQ's quoted ~340 MB cannot include its own mapped commit log
+(at its quoted send rate for 20 s it stores well over 400 MB of records, written through a
+mapping as hanet writes them), so both readings are checked against it: all private memory,
+and the anonymous part alone.
 
 A table for humans, then the last line is one JSON object with every figure.
 """
@@ -132,12 +136,24 @@ def runqueue_wait(pid: int) -> float:
 
 def private_bytes(pid: int) -> int:
     """Private_Clean + Private_Dirty of ``/proc/<pid>/smaps_rollup``, in bytes."""
-    total = 0
+    return memory_bytes(pid)[0]
+
+
+def memory_bytes(pid: int) -> tuple[int, int]:
+    """``/proc/<pid>/smaps_rollup``'s private bytes and, of them, the anonymous ones.
+
+    The rest of the private bytes are pages of mapped files (the commit log's written pages,
+    the interpreter's and extensions' own): they stay in the page cache whether or not the
+    process maps them.
+    """
+    private = anonymous = 0
     for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
         name, _, rest = line.partition(":")
         if name in {"Private_Clean", "Private_Dirty"}:
-            total += int(rest.split()[0]) * 1024
-    return total
+            private += int(rest.split()[0]) * 1024
+        elif name == "Anonymous":
+            anonymous = int(rest.split()[0]) * 1024
+    return private, anonymous
 
 
 class Phase:
@@ -145,25 +161,31 @@ class Phase:
 
     def __init__(self, pid: int) -> None:
         self.pid = pid
-        self.peak = 0
+        self.peak = self.peak_anonymous = 0
 
     async def sample(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
         while True:
-            self.peak = max(self.peak, private_bytes(self.pid))
+            self._sample()
             await trio.sleep(0.25)
+
+    def _sample(self) -> None:
+        private, anonymous = memory_bytes(self.pid)
+        self.peak = max(self.peak, private)
+        self.peak_anonymous = max(self.peak_anonymous, anonymous)
 
     def __enter__(self) -> Phase:
         self.started = time.perf_counter()
         self.cpu = cpu_seconds(self.pid)
         self.wait = runqueue_wait(self.pid)
         self.own = _own_cpu()
-        self.peak = private_bytes(self.pid)
+        self.peak = self.peak_anonymous = 0
+        self._sample()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.seconds = time.perf_counter() - self.started
-        self.peak = max(self.peak, private_bytes(self.pid))
+        self._sample()
         self.broker_cpu = (cpu_seconds(self.pid) - self.cpu) / self.seconds * 100
         self.broker_wait = (runqueue_wait(self.pid) - self.wait) / self.seconds * 100
         self.own_cpu = (_own_cpu() - self.own) / self.seconds * 100
@@ -179,6 +201,7 @@ class Phase:
             "broker_cpu_us_per_msg": per_message,
             "broker_runqueue_wait_percent": round(self.broker_wait, 1),
             "broker_private_mb": round(self.peak / 2**20, 1),
+            "broker_private_anonymous_mb": round(self.peak_anonymous / 2**20, 1),
             "bench_process_cpu_percent": round(self.own_cpu, 1),
             "loadavg": [round(x, 2) for x in self.load],
         }
@@ -503,7 +526,7 @@ def _table(runs: list[dict[str, Any]]) -> None:
     print()
     print(
         f"{'run':<44}{'msgs/s':>9}{'p50 ms':>9}{'p99 ms':>9}{'broker CPU':>12}"
-        f"{'us/msg':>8}{'private MB':>12}{'load 1m':>9}"
+        f"{'us/msg':>8}{'private MB':>12}{'of it anon':>12}{'load 1m':>9}"
     )
     for run in runs:
         tag = f"[{run.get('round', 1)}{'B' if run['tree'] != 'this tree' else 'A'}] "
@@ -515,7 +538,8 @@ def _table(runs: list[dict[str, Any]]) -> None:
             print(
                 f"{name:<44}{f['msgs_per_sec'] or 0:>9,.0f}{p50 or 0:>9.2f}{p99 or 0:>9.2f}"
                 f"{f['broker_cpu_percent']:>11.1f}%{f['broker_cpu_us_per_msg'] or 0:>8.1f}"
-                f"{f['broker_private_mb']:>12.1f}{f['loadavg'][0]:>9.2f}"
+                f"{f['broker_private_mb']:>12.1f}{f['broker_private_anonymous_mb']:>12.1f}"
+                f"{f['loadavg'][0]:>9.2f}"
             )
     (a_low, a_high), (c_low, c_high) = ROCKETMQ_SENDS["alions"], ROCKETMQ_SENDS["cpp"]
     print(
@@ -614,6 +638,10 @@ async def main(args: argparse.Namespace) -> None:
         goals[f"{client}_drain_at_least_2x"] = drained["msgs_per_sec"] >= 2 * ROCKETMQ_DRAIN
         goals[f"{client}_private_memory_no_higher"] = (
             max(send["broker_private_mb"], drained["broker_private_mb"]) <= ROCKETMQ_PRIVATE_MB
+        )
+        goals[f"{client}_private_anonymous_memory_no_higher"] = (
+            max(send["broker_private_anonymous_mb"], drained["broker_private_anonymous_mb"])
+            <= ROCKETMQ_PRIVATE_MB
         )
     print(
         json.dumps(
