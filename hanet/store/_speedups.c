@@ -1993,8 +1993,10 @@ static inline void wr_u64(unsigned char *p, uint64_t v) {
 #define I32_MIN (-2147483647LL - 1)
 #define I32_MAX 2147483647LL
 
-static PyObject *write_record(PyObject *Py_UNUSED(self), PyObject *const *args,
-                              Py_ssize_t nargs) {
+/* write_record() (sealed: the properties end with the reserved 20 bytes, filled last) and
+ * write_record_unsealed() (any properties, no seal: a DLedger leader's records, as
+ * RocketMQ's, carry no whole-record CRC) */
+static PyObject *write_record_any(PyObject *const *args, Py_ssize_t nargs, int sealed) {
     if (nargs != 19) {
         PyErr_Format(PyExc_TypeError, "write_record() takes 19 arguments (%zd given)", nargs);
         return NULL;
@@ -2047,9 +2049,10 @@ static PyObject *write_record(PyObject *Py_UNUSED(self), PyObject *const *args,
         PyErr_SetString(PyExc_ValueError, "write_record: the topic is not 1 to 127 bytes");
         goto done;
     }
-    if (props.len < CRC32_RESERVED_LEN || props.len > 32767) {
+    if ((sealed && props.len < CRC32_RESERVED_LEN) || props.len > 32767) {
         PyErr_SetString(PyExc_ValueError,
-                        "write_record: the properties are not 20 to 32767 bytes");
+                        sealed ? "write_record: the properties are not 20 to 32767 bytes"
+                               : "write_record: the properties are over 32767 bytes");
         goto done;
     }
     if (body.len > I32_MAX) {
@@ -2094,18 +2097,30 @@ static PyObject *write_record(PyObject *Py_UNUSED(self), PyObject *const *args,
     *p++ = (unsigned char)(props.len >> 8);
     *p++ = (unsigned char)props.len;
     memcpy(p, props.buf, (size_t)props.len);
-    /* seal: the CRC of every byte before the reserved 20, its 10 digits least significant first */
-    uint32_t crc = crc32_continue(0, r, (size_t)(size - CRC32_RESERVED_LEN)) & 0x7FFFFFFFu;
-    unsigned char *digits = r + size - CRC32_RESERVED_LEN + 9;
-    for (int i = 0; i < 10; i++) {
-        digits[i] = (unsigned char)('0' + crc % 10);
-        crc /= 10;
+    if (sealed) {
+        /* the CRC of every byte before the reserved 20, its 10 digits least significant first */
+        uint32_t crc = crc32_continue(0, r, (size_t)(size - CRC32_RESERVED_LEN)) & 0x7FFFFFFFu;
+        unsigned char *digits = r + size - CRC32_RESERVED_LEN + 9;
+        for (int i = 0; i < 10; i++) {
+            digits[i] = (unsigned char)('0' + crc % 10);
+            crc /= 10;
+        }
     }
     result = Py_None;
     Py_INCREF(result);
 done:
     for (int i = 0; i < nheld; i++) PyBuffer_Release(held[i]);
     return result;
+}
+
+static PyObject *write_record(PyObject *Py_UNUSED(self), PyObject *const *args,
+                              Py_ssize_t nargs) {
+    return write_record_any(args, nargs, 1);
+}
+
+static PyObject *write_record_unsealed(PyObject *Py_UNUSED(self), PyObject *const *args,
+                                       Py_ssize_t nargs) {
+    return write_record_any(args, nargs, 0);
 }
 
 static const char PP_TRAILER[] = "__CRC32#\x01" "0000000000\x02";
@@ -2421,6 +2436,13 @@ static PyMethodDef methods[] = {
      "reconsume_times, prepared_transaction_offset, body, topic, properties)\n--\n\n"
      "Write and seal one V1 record at buf[pos:pos + size]; see "
      "hanet.store._writer.write_record_py."},
+    {"write_record_unsealed", (PyCFunction)(void (*)(void))write_record_unsealed,
+     METH_FASTCALL,
+     "write_record_unsealed(buf, pos, size, queue_id, flag, queue_offset, physical_offset, "
+     "sys_flag, born_timestamp, born_host, born_port, store_timestamp, store_host, store_port, "
+     "reconsume_times, prepared_transaction_offset, body, topic, properties)\n--\n\n"
+     "write_record() of any properties (at most 32767 bytes), not sealed. The reference is "
+     "hanet.store._writer.write_record_unsealed_py."},
     {"put_properties", (PyCFunction)put_properties, METH_O,
      "put_properties(properties)\n--\n\n"
      "A put's properties field (the CRC property's reserved bytes last); see "

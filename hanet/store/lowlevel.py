@@ -125,8 +125,11 @@ from ._store_files import fsync_directory, read_store_sizes
 from ._writer import (
     native_put_properties,
     native_write_record,
+    native_write_record_unsealed,
     put_properties_py,
     write_record_py,
+    write_record_unsealed,
+    write_record_unsealed_py,
 )
 
 __all__ = [
@@ -215,6 +218,7 @@ __all__ = [
     "native_put_properties",
     "native_scan",
     "native_write_record",
+    "native_write_record_unsealed",
     "new_message",
     "new_message_py",
     "next_valid_record",
@@ -239,4 +243,6 @@ __all__ = [
     "seal_record",
     "topic_problem",
     "write_record_py",
+    "write_record_unsealed",
+    "write_record_unsealed_py",
 ]
