@@ -435,3 +435,53 @@ def test_without_posix_fallocate_slot_pages_are_reserved_one_by_one(
     with CommitLogStore.open(tmp_path / "store", config()) as store:
         first = store.put(message("a"))
         assert offsets(store, "a") == [first.wrote_offset]
+
+
+def test_index_files_are_fsynced_every_index_flush_interval_and_at_every_explicit_flush(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``index_flush_interval``: the periodic flush fsyncs the commit log and queues every
+    time, the index files only once that long has passed; ``flush()`` and close always."""
+    fsynced: list[str] = []
+    flush = IndexFile.flush
+
+    def counted(self: IndexFile) -> None:
+        fsynced.append(self.path.name)
+        flush(self)
+
+    monkeypatch.setattr(IndexFile, "flush", counted)
+    clock = [1000.0]
+    monkeypatch.setattr("hanet.store._store.time.monotonic", lambda: clock[0])
+    cfg = config(flush_interval=0.05, index_flush_interval=10.0)
+    with CommitLogStore.open(tmp_path, cfg) as store:
+        put = store.put(message("a"))
+        assert offsets(store, "a") == [put.wrote_offset]  # indexed now
+        store._flush_if_open()  # the periodic flush, 0 s after the open
+        assert fsynced == []
+        clock[0] += 9.9
+        store._flush_if_open()
+        assert fsynced == []
+        clock[0] += 0.2
+        store._flush_if_open()  # 10.1 s: due
+        assert len(fsynced) == 1
+        store._flush_if_open()  # due again only 10 s later
+        assert len(fsynced) == 1
+        store.flush()  # explicit: always
+        assert len(fsynced) == 2
+    assert len(fsynced) == 3  # at close
+    with pytest.raises(ValueError):
+        config(index_flush_interval=0)
+
+
+def test_without_index_flush_interval_every_periodic_flush_fsyncs_the_index(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fsynced: list[str] = []
+    flush = IndexFile.flush
+    monkeypatch.setattr(IndexFile, "flush", lambda self: (fsynced.append("x"), flush(self)))
+    with CommitLogStore.open(tmp_path, config(flush_interval=0.05)) as store:
+        store.put(message("a"))
+        offsets(store, "a")  # indexed now
+        store._flush_if_open()
+        store._flush_if_open()
+        assert len(fsynced) == 2
