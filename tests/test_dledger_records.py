@@ -310,3 +310,57 @@ def test_a_message_that_cannot_be_packed_is_refused_whichever_packs_it(writer: s
         kept = Message(topic="T", body=b"x", properties={CRC32_PROPERTY: "1", "A": "b"})
         (raw,) = put_records([kept], 0, _place, (b"\1\2\3\4", 1), lambda: 1)
         assert decode_record(raw).properties_raw == b"__CRC32#\x011\x02A\x01b\x02"
+
+
+def _fields_or_error(function: object, raw: bytes) -> object:
+    try:
+        return tuple(function(raw))  # type: ignore[operator]
+    except ValueError:
+        return ValueError
+
+
+@needs_native
+@settings(max_examples=300, deadline=None)
+@given(
+    messages,
+    hosts,
+    st.lists(st.tuples(st.integers(0, 10_000), st.integers(0, 255)), max_size=3),
+    st.integers(-8, 8),
+)
+def test_the_native_record_place_reads_what_the_reference_reads(
+    message: Message, store: bytes, flips: list[tuple[int, int]], resize: int
+) -> None:
+    """The store extension's ``record_place`` against :func:`record_place`, on records as the
+    leader packs them (v1 and v2 topics, IPv4 and IPv6 hosts) and on damaged ones (bytes
+    changed, cut short, run long): the same fields, or ValueError from both."""
+    (raw,) = put_records([message], 0, _place, (store, 4321), lambda: 1_700_000_000_123)
+    native = lowlevel.native_record_place
+    assert native is not None
+    assert native(raw) == tuple(record_place(raw))
+    body = bytearray(raw)
+    for at, value in flips:
+        body[at % len(body)] = value
+    body = body[: len(body) + resize] if resize < 0 else body + bytes(resize)
+    assert _fields_or_error(native, bytes(body)) == _fields_or_error(record_place, bytes(body))
+
+
+@needs_native
+def test_the_native_record_place_refuses_what_the_reference_refuses() -> None:
+    (raw,) = put_records([Message(topic="T", body=b"x")], 0, _place, (b"\1\2\3\4", 1), lambda: 1)
+    native = lowlevel.native_record_place
+    assert native is not None
+    bad_topic = bytearray(raw)
+    bad_topic[-3] = 0xFF  # the 1-byte topic "T" (before 2 bytes of properties length): not UTF-8
+    long_topic = bytearray(raw)
+    long_topic[-4] = 0xFF  # its length runs past the end
+    negative_body = bytearray(raw)
+    negative_body[84:88] = (-1).to_bytes(4, "big", signed=True)
+    for bad in (raw[:-1], raw + b"\0", b"", raw[:39], raw[:40], b"\0" * 4 + raw[4:]):
+        assert _fields_or_error(native, bad) is ValueError
+        assert _fields_or_error(record_place, bad) is ValueError
+    for bad in (bytes(bad_topic), bytes(long_topic), bytes(negative_body)):
+        assert _fields_or_error(native, bad) is ValueError
+        assert _fields_or_error(record_place, bad) is ValueError
+    assert native(memoryview(raw)) == native(bytearray(raw)) == tuple(record_place(raw))
+    with pytest.raises(TypeError):
+        native("not bytes")  # type: ignore[arg-type]

@@ -24,15 +24,14 @@ import logging
 import os
 from collections.abc import Container, Sequence
 from pathlib import Path
-
-import attrs
+from typing import NamedTuple
 
 from hanet.store import CommitLogStore, offset_msg_id
 from hanet.store.lowlevel import BLANK_RECORD_SIZE, encode_blank
 
 from ._filelog import FileLog
 from ._log import LogEntry
-from ._stamp import record_place, stamp_into
+from ._stamp import record_fields, stamp_into
 
 __all__ = ["APPLIED", "Bodies", "CachedLog", "CommitLogView", "Placement"]
 
@@ -112,9 +111,8 @@ class Bodies:
             self.bytes = 0
 
 
-@attrs.frozen
-class Placement:
-    """Where a committed message went in the view."""
+class Placement(NamedTuple):
+    """Where a committed message went in the view (a tuple: one is made per put)."""
 
     wrote_offset: int
     wrote_size: int
@@ -216,6 +214,7 @@ class CommitLogView:
         buf = bytearray()
         queues: dict[tuple[str, int], int] = {}
         bodies = self.bodies
+        place = record_fields
         for index in range(self.applied + 1, min(commit_index, log_.last_index) + 1):
             cached = bodies.get(index)
             if cached is not None and log_.term_at(index) == cached[0]:
@@ -229,17 +228,17 @@ class CommitLogView:
             # read at fixed places, not decoded: checked when it entered the log, and
             # append_raw checks every record again (body CRC included)
             try:
-                record = record_place(body)
+                size, topic, queue_id, store_timestamp, store_host, store_port = place(body)
             except ValueError as exc:
                 raise RuntimeError(
                     f"{self.node_id}: committed entry {index} (at {pos}) is not a record: {exc}"
                 ) from None
             space = file_size - offset % file_size
-            if record.size + BLANK_RECORD_SIZE > space:
+            if size + BLANK_RECORD_SIZE > space:
                 buf += encode_blank(space)
                 buf += bytes(space - BLANK_RECORD_SIZE)
                 offset += space
-            key = (record.topic, record.queue_id)
+            key = (topic, queue_id)
             queue_offset = queues.get(key)
             if queue_offset is None:
                 queue_offset = store.max_queue_offset(*key)
@@ -252,14 +251,14 @@ class CommitLogView:
             stamp_into(buf, at, offset, queue_offset)
             if index in wanted:
                 placed[index] = Placement(
-                    wrote_offset=offset,
-                    wrote_size=record.size,
-                    queue_id=record.queue_id,
-                    queue_offset=queue_offset,
-                    store_timestamp=record.store_timestamp,
-                    msg_id=offset_msg_id(record.store_host, record.store_port, offset),
+                    offset,
+                    size,
+                    queue_id,
+                    queue_offset,
+                    store_timestamp,
+                    offset_msg_id(store_host, store_port, offset),
                 )
-            offset += record.size
+            offset += size
         if buf:
             store.append_raw(start, buf)
             if store.max_offset != offset:

@@ -2192,6 +2192,94 @@ done:
 }
 /* ---- end of write_record(), put_properties() ---- */
 
+
+/* ---- record_place(): the fields that place a DLedger entry's record in the commit log view ----
+ *
+ *     record_place(record) -> (size, topic, queue_id, store_timestamp, store_host, store_port)
+ *
+ * record (a bytes-like object) must be exactly one record: a record's magic (v1 or v2), its
+ * TOTALSIZE its length, every field up to the topic inside it and the topic valid UTF-8;
+ * else ValueError. The body and properties are not checked here (the store checks the whole
+ * record when the view appends it). The reference is hanet.dledger._stamp.record_place. */
+static PyObject *record_place(PyObject *Py_UNUSED(self), PyObject *arg) {
+    Py_buffer view;
+    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0) return NULL;
+    const unsigned char *r = (const unsigned char *)view.buf;
+    Py_ssize_t len = view.len;
+    PyObject *result = NULL;
+    const char *why = NULL;
+    if (len < 40) {
+        why = "not a record: too short";
+        goto done;
+    }
+    uint32_t magic = rd_u32(r + 4);
+    int32_t size = rd_i32(r);
+    int32_t queue_id = rd_i32(r + 12);
+    int32_t sys_flag = rd_i32(r + 36);
+    if (magic != MAGIC_V1 && magic != MAGIC_V2) {
+        why = "magic is not a record's";
+        goto done;
+    }
+    if ((Py_ssize_t)size != len) {
+        why = "a record's size is not its length";
+        goto done;
+    }
+    Py_ssize_t at = 48 + ((sys_flag & BORN_V6) ? 20 : 8);
+    Py_ssize_t host_len = (sys_flag & STORE_V6) ? 16 : 4;
+    /* store timestamp, store host and port, reconsume times, prepared offset, body length */
+    if (at + 8 + host_len + 4 + 4 + 8 + 4 > len) {
+        why = "not a record: too short";
+        goto done;
+    }
+    int64_t store_timestamp = rd_i64(r + at);
+    at += 8;
+    const unsigned char *host = r + at;
+    int32_t store_port = rd_i32(r + at + host_len);
+    at += host_len + 4 + 4 + 8;
+    int32_t body_len = rd_i32(r + at);
+    if (body_len < 0) {
+        why = "a negative body length";
+        goto done;
+    }
+    at += 4 + (Py_ssize_t)body_len;
+    Py_ssize_t topic_len;
+    if (magic == MAGIC_V2) {
+        if (at + 2 > len) {
+            why = "not a record: too short";
+            goto done;
+        }
+        topic_len = ((Py_ssize_t)r[at] << 8) | r[at + 1];
+        at += 2;
+    } else {
+        if (at + 1 > len) {
+            why = "not a record: too short";
+            goto done;
+        }
+        topic_len = r[at];
+        at += 1;
+    }
+    if (at + topic_len > len) {
+        why = "its topic runs past its end";
+        goto done;
+    }
+    PyObject *topic = PyUnicode_DecodeUTF8((const char *)r + at, topic_len, "strict");
+    if (topic == NULL) {
+        if (PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) {
+            PyErr_Clear();
+            why = "not a record: its topic is not UTF-8";
+        }
+        goto done;
+    }
+    result = Py_BuildValue("(iNiLy#i)", (int)size, topic, (int)queue_id,
+                           (long long)store_timestamp, (const char *)host, host_len,
+                           (int)store_port);
+done:
+    PyBuffer_Release(&view);
+    if (why != NULL) PyErr_SetString(PyExc_ValueError, why);
+    return result;
+}
+/* ---- end of record_place() ---- */
+
 /* ---- index_entries(): an index file's entries for a batch of keys (the put path's index) ----
  *
  *     index_entries(buf, keys, count, slots, begin, begin_phy, used, end_phy, end_stamp)
@@ -2447,6 +2535,11 @@ static PyMethodDef methods[] = {
      "put_properties(properties)\n--\n\n"
      "A put's properties field (the CRC property's reserved bytes last); see "
      "hanet.store._writer.put_properties_py."},
+    /* record_place(): the DLedger view's block above */
+    {"record_place", (PyCFunction)record_place, METH_O,
+     "record_place(record)\n--\n\n"
+     "(size, topic, queue_id, store_timestamp, store_host, store_port) of one record; see "
+     "hanet.dledger._stamp.record_place."},
     /* index_entries(): the index entries block above */
     {"index_entries", (PyCFunction)index_entries, METH_VARARGS,
      "index_entries(buf, keys, count, slots, begin, begin_phy, used, end_phy, end_stamp)\n--\n\n"

@@ -47,6 +47,7 @@ from ._native import ENABLED, native
 __all__ = [
     "RecordWriter",
     "native_put_properties",
+    "native_record_place",
     "native_write_record",
     "native_write_record_unsealed",
     "put_properties_py",
@@ -238,6 +239,11 @@ native_write_record: Callable[..., None] | None = native("write_record")
 """The extension's ``write_record`` (None when not built), whatever ``HANET_NO_EXTENSIONS``."""
 native_write_record_unsealed: Callable[..., None] | None = native("write_record_unsealed")
 """The extension's ``write_record_unsealed`` (None when not built)."""
+native_record_place: Callable[[bytes], tuple[int, str, int, int, bytes, int]] | None = native(
+    "record_place"
+)
+"""The extension's ``record_place`` (None when not built): the fields that place a DLedger
+entry's record in the commit log view (the reference: ``hanet.dledger``'s ``record_place``)."""
 native_put_properties: Callable[[dict[str, str]], bytes] | None = native("put_properties")
 """The extension's ``put_properties`` (None when not built)."""
 _WRITE_RECORD: Callable[..., None] = (native_write_record if ENABLED else None) or write_record_py

@@ -124,6 +124,7 @@ from ._scanner import RecordScanner
 from ._store_files import fsync_directory, read_store_sizes
 from ._writer import (
     native_put_properties,
+    native_record_place,
     native_write_record,
     native_write_record_unsealed,
     put_properties_py,
@@ -216,6 +217,7 @@ __all__ = [
     "native_new_message",
     "native_pull_gather",
     "native_put_properties",
+    "native_record_place",
     "native_scan",
     "native_write_record",
     "native_write_record_unsealed",
