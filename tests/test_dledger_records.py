@@ -5,6 +5,7 @@ check of an appended record, native scan or Python, refuses what the reference r
 from __future__ import annotations
 
 import struct
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -222,8 +223,8 @@ def _unsealed_args(**changes: object) -> list[object]:
         sys_flag = fields["sys_flag"]
         assert isinstance(sys_flag, int)
         header = 88 + (12 if sys_flag & 0x10 else 0) + (12 if sys_flag & 0x20 else 0)
-        parts = [fields[name] for name in ("body", "topic", "properties")]
-        fields["size"] = header + sum(len(each) for each in parts) + 1 + 2  # type: ignore[arg-type]
+        parts: list[Any] = [fields[name] for name in ("body", "topic", "properties")]
+        fields["size"] = header + sum(len(each) for each in parts) + 1 + 2
     return list(fields.values())
 
 
@@ -361,6 +362,19 @@ def test_the_native_record_place_refuses_what_the_reference_refuses() -> None:
     for bad in (bytes(bad_topic), bytes(long_topic), bytes(negative_body)):
         assert _fields_or_error(native, bad) is ValueError
         assert _fields_or_error(record_place, bad) is ValueError
-    assert native(memoryview(raw)) == native(bytearray(raw)) == tuple(record_place(raw))
+    assert native(memoryview(raw)) == native(bytearray(raw)) == tuple(record_place(raw))  # type: ignore[arg-type]
     with pytest.raises(TypeError):
         native("not bytes")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("writer", sorted(_WRITERS))
+def test_properties_of_any_mapping_are_packed_as_a_dicts(writer: str) -> None:
+    from types import MappingProxyType
+
+    as_dict = Message(topic="T", body=b"x", properties={"A": "1", "B": "2"})
+    as_proxy = Message(topic="T", body=b"x", properties=MappingProxyType({"A": "1", "B": "2"}))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr("hanet.dledger._records._NATIVE", _WRITERS[writer])
+        packed = put_records([as_dict, as_proxy], 0, _place, (b"\1\2\3\4", 1), lambda: 1)
+    assert decode_record(packed[0]).properties_raw == b"A\x011\x02B\x012\x02"
+    assert decode_record(packed[1]).properties_raw == b"A\x011\x02B\x012\x02"

@@ -478,7 +478,12 @@ def test_without_index_flush_interval_every_periodic_flush_fsyncs_the_index(
 ) -> None:
     fsynced: list[str] = []
     flush = IndexFile.flush
-    monkeypatch.setattr(IndexFile, "flush", lambda self: (fsynced.append("x"), flush(self)))
+
+    def counted(self: IndexFile) -> None:
+        fsynced.append(self.path.name)
+        flush(self)
+
+    monkeypatch.setattr(IndexFile, "flush", counted)
     with CommitLogStore.open(tmp_path, config(flush_interval=0.05)) as store:
         store.put(message("a"))
         offsets(store, "a")  # indexed now

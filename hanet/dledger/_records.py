@@ -129,7 +129,7 @@ def put_records(
             # leave out a property of that name): cut off, used only where none is there
             if not properties:
                 raw = b""
-            elif CRC32_PROPERTY in properties:
+            elif CRC32_PROPERTY in properties or type(properties) is not dict:
                 raw = encode_properties(properties)
             else:
                 raw = native[1](properties)[:-CRC32_RESERVED_LEN]
