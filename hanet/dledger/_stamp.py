@@ -31,15 +31,17 @@ from hanet.store.lowlevel import (
 )
 from hanet.store.lowlevel import native_write_record_unsealed as _native_writer
 
-__all__ = ["RecordPlace", "record_fields", "record_place", "stamp_into"]
+__all__ = ["OFFSETS", "OFFSETS_AT", "RecordPlace", "record_fields", "record_place", "stamp_into"]
 
 _HEAD = struct.Struct(">iIiii")  # size, magic, body crc, queue id, flag
 _SYS_FLAG = struct.Struct(">i")
-_OFFSETS = struct.Struct(">qq")  # queue offset, physical offset at 20
+_OFFSETS = OFFSETS = struct.Struct(">qq")  # queue offset, physical offset at 20
 _Q = struct.Struct(">q")
 _I = struct.Struct(">i")
 _H = struct.Struct(">H")
-_OFFSETS_AT = 20
+_OFFSETS_AT = OFFSETS_AT = 20
+"""Where :data:`OFFSETS` (queue offset, physical offset) is in a record: the view's applying
+loop packs them there itself (:func:`stamp_into`, inlined)."""
 _SYS_FLAG_AT = 36
 _BORN_HOST_AT = 48
 
