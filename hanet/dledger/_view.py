@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Container, Sequence
+from collections.abc import Container, Iterable, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
@@ -101,6 +101,7 @@ class Bodies:
         if index <= low:
             return
         kept = self._bodies
+        gone: Iterable[int]
         if index - low > len(kept):
             gone = [i for i in kept if i <= index]
         else:
