@@ -4,6 +4,9 @@ check of an appended record, native scan or Python, refuses what the reference r
 
 from __future__ import annotations
 
+import struct
+from typing import Any
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -23,7 +26,12 @@ from hanet.dledger import (
 )
 from hanet.handlers import CorruptedFrameError
 from hanet.store import CorruptRecordError, Message, decode_record, encode_record, lowlevel
-from hanet.store.lowlevel import SYS_FLAG_KNOWN_BITS, native_scan, scan_index_py
+from hanet.store.lowlevel import (
+    CRC32_PROPERTY,
+    SYS_FLAG_KNOWN_BITS,
+    native_scan,
+    scan_index_py,
+)
 
 hosts = st.one_of(st.binary(min_size=4, max_size=4), st.binary(min_size=16, max_size=16))
 messages = st.builds(
@@ -49,13 +57,33 @@ def _place(size: int, end: int) -> int:
     return end + 7  # anywhere: the offsets follow it
 
 
+_WRITERS = {
+    "python": None,  # the records packed in Python
+    "reference": (lowlevel.write_record_unsealed_py, lowlevel.put_properties_py),
+    "native": (
+        (lowlevel.native_write_record_unsealed, lowlevel.native_put_properties)
+        if lowlevel.native_write_record_unsealed is not None
+        and lowlevel.native_put_properties is not None
+        else None
+    ),
+}
+needs_native = pytest.mark.skipif(
+    lowlevel.native_write_record_unsealed is None, reason="hanet.store._speedups is not built"
+)
+
+
+@pytest.mark.parametrize("writer", sorted(_WRITERS))
 @settings(max_examples=200, deadline=None)
-@given(st.lists(messages, min_size=1, max_size=4), hosts, st.integers(0, 2**40))
+@given(batch=st.lists(messages, min_size=1, max_size=4), store=hosts, end=st.integers(0, 2**40))
 def test_put_records_are_the_reference_encoding(
-    batch: list[Message], store: bytes, end: int
+    writer: str, batch: list[Message], store: bytes, end: int
 ) -> None:
+    """The same bytes whichever packs them: Python, or the record writer (native or its
+    reference) for a topic of up to 127 bytes."""
     clock = iter(range(1_700_000_000_000, 1_700_000_000_100))
-    got = put_records(batch, end, _place, (store, 10911), lambda: next(clock))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr("hanet.dledger._records._NATIVE", _WRITERS[writer])
+        got = put_records(batch, end, _place, (store, 10911), lambda: next(clock))
     clock = iter(range(1_700_000_000_000, 1_700_000_000_100))
     at = end
     for message, raw in zip(batch, got, strict=True):
@@ -167,3 +195,186 @@ def test_kept_bodies_stay_until_released_and_the_released_are_not_kept_again() -
     assert bodies.released == 3
     bodies.release_through(10**9)  # far ahead: by what is kept, not index by index
     assert len(bodies) == 0 and bodies.bytes == 0 and not bodies.crowded
+
+
+def _unsealed_args(**changes: object) -> list[object]:
+    fields: dict[str, object] = {
+        "pos": 5,
+        "size": 0,
+        "queue_id": 3,
+        "flag": -1,
+        "queue_offset": 0,
+        "physical_offset": 12345,
+        "sys_flag": 0,
+        "born_timestamp": 1_700_000_000_123,
+        "born_host": b"\x0a\x00\x00\x01",
+        "born_port": 50000,
+        "store_timestamp": 1_700_000_000_456,
+        "store_host": b"\x7f\x00\x00\x01",
+        "store_port": 10911,
+        "reconsume_times": 2,
+        "prepared_transaction_offset": -5,
+        "body": b"hello" * 30,
+        "topic": b"TopicW",
+        "properties": b"TAGS\x01a\x02KEYS\x01k\x02",
+    }
+    fields.update(changes)
+    if "size" not in changes:
+        sys_flag = fields["sys_flag"]
+        assert isinstance(sys_flag, int)
+        header = 88 + (12 if sys_flag & 0x10 else 0) + (12 if sys_flag & 0x20 else 0)
+        parts: list[Any] = [fields[name] for name in ("body", "topic", "properties")]
+        fields["size"] = header + sum(len(each) for each in parts) + 1 + 2
+    return list(fields.values())
+
+
+def _unsealed(function: object, args: list[object]) -> bytes | type[BaseException]:
+    buf = bytearray(b"\xee" * 1200)
+    try:
+        function(memoryview(buf), *args)  # type: ignore[operator]
+    except (ValueError, struct.error, TypeError) as exc:
+        return type(exc)
+    return bytes(buf)
+
+
+@needs_native
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {},
+        {"properties": b""},  # none at all: an unsealed record may have no properties
+        {"sys_flag": 0x10 | 0x4, "born_host": bytes(range(16))},
+        {"sys_flag": 0x30, "born_host": bytes(16), "store_host": bytes(16)},
+        {"body": b"", "pos": 0},
+        {"topic": b"T" * 127, "body": b"x"},
+        {"properties": b"P\x01" + b"v" * 900 + b"\x02"},
+    ],
+)
+def test_unsealed_records_are_written_as_the_reference_writes_them(
+    changes: dict[str, object],
+) -> None:
+    args = _unsealed_args(**changes)
+    written = _unsealed(lowlevel.native_write_record_unsealed, args)
+    assert written == _unsealed(lowlevel.write_record_unsealed_py, args)
+    assert isinstance(written, bytes)
+    pos, size = args[0], args[1]
+    assert isinstance(pos, int) and isinstance(size, int)
+    record = decode_record(written[pos : pos + size])
+    assert record.body == args[15] and record.properties_raw == args[17]
+    assert CRC32_PROPERTY not in record.properties  # no seal
+    assert written[:pos] == b"\xee" * pos and set(written[pos + size :]) == {0xEE}
+
+
+@needs_native
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"size": 1},  # not the record's size
+        {"pos": 1100},  # past the end of the buffer
+        {"pos": -1},
+        {"born_host": bytes(16)},  # the host does not match sys_flag
+        {"sys_flag": 0x20},
+        {"topic": b""},
+        {"topic": b"T" * 128},
+        {"properties": b"p" * 32768},
+        {"queue_id": 2**31},  # out of a field's range
+        {"queue_offset": 2**63},
+        {"store_port": 2**32},
+        {"reconsume_times": "1"},
+        {"body": "text"},
+    ],
+)
+def test_unsealed_records_are_refused_as_the_reference_refuses_them(
+    changes: dict[str, object],
+) -> None:
+    args = _unsealed_args(**changes)
+    expected = _unsealed(lowlevel.write_record_unsealed_py, args)
+    assert expected in (ValueError, struct.error, TypeError)
+    assert _unsealed(lowlevel.native_write_record_unsealed, args) == expected
+
+
+@pytest.mark.parametrize("writer", sorted(_WRITERS))
+def test_a_message_that_cannot_be_packed_is_refused_whichever_packs_it(writer: str) -> None:
+    if _WRITERS[writer] is None and writer == "native":
+        pytest.skip("hanet.store._speedups is not built")
+    bad = [
+        Message(topic="T", body=b"x", properties={"K": "\ud800"}),  # not UTF-8
+        Message(topic="T", body=b"x", queue_id=2**31),  # out of its field
+        Message(topic="T", body=b"x", born_host=b"\1\2\3"),
+    ]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr("hanet.dledger._records._NATIVE", _WRITERS[writer])
+        for message in bad:
+            with pytest.raises((ValueError, struct.error)):
+                put_records([message], 0, _place, (b"\1\2\3\4", 1), lambda: 1)
+        # a property named as the whole-record CRC is kept, as the reference keeps it
+        kept = Message(topic="T", body=b"x", properties={CRC32_PROPERTY: "1", "A": "b"})
+        (raw,) = put_records([kept], 0, _place, (b"\1\2\3\4", 1), lambda: 1)
+        assert decode_record(raw).properties_raw == b"__CRC32#\x011\x02A\x01b\x02"
+
+
+def _fields_or_error(function: object, raw: bytes) -> object:
+    try:
+        return tuple(function(raw))  # type: ignore[operator]
+    except ValueError:
+        return ValueError
+
+
+@needs_native
+@settings(max_examples=300, deadline=None)
+@given(
+    messages,
+    hosts,
+    st.lists(st.tuples(st.integers(0, 10_000), st.integers(0, 255)), max_size=3),
+    st.integers(-8, 8),
+)
+def test_the_native_record_place_reads_what_the_reference_reads(
+    message: Message, store: bytes, flips: list[tuple[int, int]], resize: int
+) -> None:
+    """The store extension's ``record_place`` against :func:`record_place`, on records as the
+    leader packs them (v1 and v2 topics, IPv4 and IPv6 hosts) and on damaged ones (bytes
+    changed, cut short, run long): the same fields, or ValueError from both."""
+    (raw,) = put_records([message], 0, _place, (store, 4321), lambda: 1_700_000_000_123)
+    native = lowlevel.native_record_place
+    assert native is not None
+    assert native(raw) == tuple(record_place(raw))
+    body = bytearray(raw)
+    for at, value in flips:
+        body[at % len(body)] = value
+    body = body[: len(body) + resize] if resize < 0 else body + bytes(resize)
+    assert _fields_or_error(native, bytes(body)) == _fields_or_error(record_place, bytes(body))
+
+
+@needs_native
+def test_the_native_record_place_refuses_what_the_reference_refuses() -> None:
+    (raw,) = put_records([Message(topic="T", body=b"x")], 0, _place, (b"\1\2\3\4", 1), lambda: 1)
+    native = lowlevel.native_record_place
+    assert native is not None
+    bad_topic = bytearray(raw)
+    bad_topic[-3] = 0xFF  # the 1-byte topic "T" (before 2 bytes of properties length): not UTF-8
+    long_topic = bytearray(raw)
+    long_topic[-4] = 0xFF  # its length runs past the end
+    negative_body = bytearray(raw)
+    negative_body[84:88] = (-1).to_bytes(4, "big", signed=True)
+    for bad in (raw[:-1], raw + b"\0", b"", raw[:39], raw[:40], b"\0" * 4 + raw[4:]):
+        assert _fields_or_error(native, bad) is ValueError
+        assert _fields_or_error(record_place, bad) is ValueError
+    for bad in (bytes(bad_topic), bytes(long_topic), bytes(negative_body)):
+        assert _fields_or_error(native, bad) is ValueError
+        assert _fields_or_error(record_place, bad) is ValueError
+    assert native(memoryview(raw)) == native(bytearray(raw)) == tuple(record_place(raw))  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        native("not bytes")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("writer", sorted(_WRITERS))
+def test_properties_of_any_mapping_are_packed_as_a_dicts(writer: str) -> None:
+    from types import MappingProxyType
+
+    as_dict = Message(topic="T", body=b"x", properties={"A": "1", "B": "2"})
+    as_proxy = Message(topic="T", body=b"x", properties=MappingProxyType({"A": "1", "B": "2"}))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr("hanet.dledger._records._NATIVE", _WRITERS[writer])
+        packed = put_records([as_dict, as_proxy], 0, _place, (b"\1\2\3\4", 1), lambda: 1)
+    assert decode_record(packed[0]).properties_raw == b"A\x011\x02B\x012\x02"
+    assert decode_record(packed[1]).properties_raw == b"A\x011\x02B\x012\x02"

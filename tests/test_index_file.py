@@ -120,10 +120,10 @@ def test_file_layout_byte_for_byte(tmp_path: Path) -> None:
     )
     expected = header + struct.pack(f">{slots}i", *expected_slots) + bytes(body)
     assert data == expected
-    # sparse: the file takes less than its size on disk once it is large
+    # sparse: a new file takes its slot table (20 MB) on disk, not its 400 MB of entries
     big = IndexFile.create(tmp_path / "big", 5_000_000, 20_000_000)
     big.close()
-    assert os.stat(tmp_path / "big").st_blocks * 512 < 1024 * 1024
+    assert os.stat(tmp_path / "big").st_blocks * 512 < 21 * 1024 * 1024
 
 
 def test_lookups_by_key_and_unique_key(tmp_path: Path) -> None:
@@ -376,3 +376,117 @@ def test_only_the_keys_and_unique_key_properties_are_keys(tmp_path: Path) -> Non
             assert offsets(store, key) == [put.wrote_offset]
         for key in ("nope", "no", "rolled"):  # a rolled-back transaction's keys are not indexed
             assert offsets(store, key) == []
+
+
+def test_a_new_files_slot_table_gets_its_blocks_at_once(tmp_path: Path) -> None:
+    """One ``posix_fallocate`` at creation (not a read and write of each page a key reaches
+    first): the slot table takes its blocks before any key, the entries stay sparse."""
+    slots, entries = 64 * 1024, 1024
+    path = tmp_path / "index"
+    index_file = IndexFile.create(path, slots, entries)
+    try:
+        table = 40 + 4 * slots
+        assert os.stat(path).st_blocks * 512 >= table
+        assert os.stat(path).st_blocks * 512 < index_file_size(slots, entries)
+        keys = [(index_key_hash(f"T#k{i}"), 100 * i, 1_000 + i) for i in range(300)]
+        assert index_file.put_keys(keys) == 300
+        assert index_file.header.index_count == 301
+        previous = 0
+        for number in range(1, 301):
+            key_hash, phy, _, _ = index_file.entry(number)
+            assert (key_hash, phy) == keys[number - 1][:2]
+            previous = number
+        assert previous == 300
+    finally:
+        index_file.close()
+
+
+def test_without_posix_fallocate_slot_pages_are_reserved_one_by_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file system (or a full disk) that refuses ``posix_fallocate``: the file is made all
+    the same and each page of the slot table gets its blocks when a key first reaches it."""
+
+    def refused(fd: int, offset: int, length: int) -> None:
+        raise OSError(errno.EOPNOTSUPP, "Operation not supported")
+
+    monkeypatch.setattr(os, "posix_fallocate", refused)
+    slots, entries = 64 * 1024, 1024
+    path = tmp_path / "index"
+    index_file = IndexFile.create(path, slots, entries)
+    try:
+        assert os.stat(path).st_blocks * 512 < 40 + 4 * slots  # sparse
+        writes: list[int] = []
+        pwrite = os.pwrite
+
+        def counted(fd: int, data: Any, at: int) -> int:
+            writes.append(at)
+            return pwrite(fd, data, at)
+
+        monkeypatch.setattr(os, "pwrite", counted)
+        assert index_file.put_keys([(index_key_hash("T#a"), 7, 1_000)]) == 1
+        # the entries, the slot's page (read and written back), the header
+        assert len(writes) == 3
+        key_hash = index_key_hash("T#a")
+        slot_at = 40 + (key_hash % slots) * 4
+        assert slot_at - slot_at % os.sysconf("SC_PAGE_SIZE") in writes
+    finally:
+        index_file.close()
+    with CommitLogStore.open(tmp_path / "store", config()) as store:
+        first = store.put(message("a"))
+        assert offsets(store, "a") == [first.wrote_offset]
+
+
+def test_index_files_are_fsynced_every_index_flush_interval_and_at_every_explicit_flush(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``index_flush_interval``: the periodic flush fsyncs the commit log and queues every
+    time, the index files only once that long has passed; ``flush()`` and close always."""
+    fsynced: list[str] = []
+    flush = IndexFile.flush
+
+    def counted(self: IndexFile) -> None:
+        fsynced.append(self.path.name)
+        flush(self)
+
+    monkeypatch.setattr(IndexFile, "flush", counted)
+    clock = [1000.0]
+    monkeypatch.setattr("hanet.store._store.time.monotonic", lambda: clock[0])
+    cfg = config(flush_interval=0.05, index_flush_interval=10.0)
+    with CommitLogStore.open(tmp_path, cfg) as store:
+        put = store.put(message("a"))
+        assert offsets(store, "a") == [put.wrote_offset]  # indexed now
+        store._flush_if_open()  # the periodic flush, 0 s after the open
+        assert fsynced == []
+        clock[0] += 9.9
+        store._flush_if_open()
+        assert fsynced == []
+        clock[0] += 0.2
+        store._flush_if_open()  # 10.1 s: due
+        assert len(fsynced) == 1
+        store._flush_if_open()  # due again only 10 s later
+        assert len(fsynced) == 1
+        store.flush()  # explicit: always
+        assert len(fsynced) == 2
+    assert len(fsynced) == 3  # at close
+    with pytest.raises(ValueError):
+        config(index_flush_interval=0)
+
+
+def test_without_index_flush_interval_every_periodic_flush_fsyncs_the_index(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fsynced: list[str] = []
+    flush = IndexFile.flush
+
+    def counted(self: IndexFile) -> None:
+        fsynced.append(self.path.name)
+        flush(self)
+
+    monkeypatch.setattr(IndexFile, "flush", counted)
+    with CommitLogStore.open(tmp_path, config(flush_interval=0.05)) as store:
+        store.put(message("a"))
+        offsets(store, "a")  # indexed now
+        store._flush_if_open()
+        store._flush_if_open()
+        assert len(fsynced) == 2

@@ -109,7 +109,7 @@ if TYPE_CHECKING:
     from ._node import DLedgerNode, coalesce_acks
     from ._persist import Persister
     from ._records import put_record, put_records
-    from ._stamp import RecordPlace, record_place, stamp_into
+    from ._stamp import RecordPlace, record_fields, record_place, stamp_into
     from ._view import Bodies
 
 __all__ = [
@@ -175,6 +175,7 @@ __all__ = [
     "peer_frame_handlers",
     "put_record",
     "put_records",
+    "record_fields",
     "record_place",
     "stamp_into",
 ]
@@ -203,6 +204,7 @@ _LAZY: dict[str, str] = {
     "Persister": "._persist",
     "coalesce_acks": "._node",
     "RecordPlace": "._stamp",
+    "record_fields": "._stamp",
     "record_place": "._stamp",
     "stamp_into": "._stamp",
     "Bodies": "._view",

@@ -260,7 +260,9 @@ def decode_envelope(frame: bytes | bytearray | memoryview) -> Envelope | Hello:
             pos += head
             if pos + length > size:
                 raise CorruptedFrameError(f"peer frame of {size} bytes is truncated")
-            entry = LogEntry(index, entry_term, buf[pos : pos + length].tobytes(), r.flag(noop))
+            if noop not in (0, 1):  # r.flag(noop), inlined: once per entry
+                raise CorruptedFrameError(f"a peer frame flag is {noop}")
+            entry = LogEntry(index, entry_term, buf[pos : pos + length].tobytes(), noop == 1)
             pos += length
             _check_entry(entry, prev_index + 1 + k, last_term, term)
             last_term = entry_term

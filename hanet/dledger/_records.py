@@ -17,13 +17,18 @@ from hanet.store import (
 )
 from hanet.store.lowlevel import (
     BORN_HOST_V6_FLAG,
+    CRC32_PROPERTY,
+    CRC32_RESERVED_LEN,
     MAGIC_V1,
     MAGIC_V2,
     MAX_TOPIC_SIZE_V1,
     STORE_HOST_V6_FLAG,
     body_crc,
     encode_properties,
+    native_put_properties,
+    native_write_record_unsealed,
     record_size,
+    write_record_unsealed,
 )
 
 from ._entry import ENTRY_HEADER_SIZE
@@ -33,6 +38,17 @@ __all__ = ["put_record", "put_records"]
 _HOST_FLAGS = BORN_HOST_V6_FLAG | STORE_HOST_V6_FLAG
 _U16 = struct.Struct(">H")
 _HEADERS: dict[tuple[int, int], struct.Struct] = {}
+
+WriteRecord = Callable[..., None]
+_NATIVE: tuple[WriteRecord, Callable[[dict[str, str]], bytes]] | None = (
+    (native_write_record_unsealed, native_put_properties)
+    if native_write_record_unsealed is not None
+    and write_record_unsealed is native_write_record_unsealed  # HANET_NO_EXTENSIONS unset
+    and native_put_properties is not None
+    else None
+)
+"""The store extension's unsealed record writer and properties encoder (None: not built, or
+``HANET_NO_EXTENSIONS``): the records of a batch laid out in C, one call a record."""
 
 
 def _header(born_host: int, store_host: int) -> struct.Struct:
@@ -93,7 +109,10 @@ def put_records(
     """
     host, port = store_host
     store_v6 = STORE_HOST_V6_FLAG if len(host) == 16 else 0
+    if len(host) not in (4, 16):
+        raise ValueError(f"a store host of {len(host)} bytes (4 or 16)")
     out = []
+    native = _NATIVE
     for message in messages:
         now = clock()
         born_host = message.born_host
@@ -102,9 +121,46 @@ def put_records(
             sys_flag |= BORN_HOST_V6_FLAG
         elif len(born_host) != 4:
             raise ValueError(f"a born host of {len(born_host)} bytes (4 or 16)")
-        raw = encode_properties(message.properties) if message.properties else b""
+        properties = message.properties
         topic = message.topic.encode()
         body = message.body
+        if native is not None and len(topic) <= MAX_TOPIC_SIZE_V1:
+            # the extension's properties end with the whole-record CRC's reserved bytes (and
+            # leave out a property of that name): cut off, used only where none is there
+            if not properties:
+                raw = b""
+            elif CRC32_PROPERTY in properties or type(properties) is not dict:
+                raw = encode_properties(properties)
+            else:
+                raw = native[1](properties)[:-CRC32_RESERVED_LEN]
+            size = record_size(sys_flag, len(body), len(topic), len(raw))
+            pos = place(size, end)
+            buf = bytearray(size)
+            native[0](
+                buf,
+                0,
+                size,
+                message.queue_id,
+                message.flag,
+                0,
+                pos + ENTRY_HEADER_SIZE,
+                sys_flag,
+                message.born_timestamp or now,
+                born_host,
+                message.born_port,
+                now,
+                host,
+                port,
+                message.reconsume_times,
+                message.prepared_transaction_offset,
+                body,
+                topic,
+                raw,
+            )
+            out.append(bytes(buf))
+            end = pos + ENTRY_HEADER_SIZE + size
+            continue
+        raw = encode_properties(properties) if properties else b""
         size = record_size(sys_flag, len(body), len(topic), len(raw))
         pos = place(size, end)
         v2 = len(topic) > MAX_TOPIC_SIZE_V1

@@ -18,19 +18,30 @@ i32 | PREPAREDTRANSACTIONOFFSET i64 | BODYLEN i32 + body | TOPICLEN (u8; u16 wit
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from typing import NamedTuple
 
-from hanet.store.lowlevel import BORN_HOST_V6_FLAG, MAGIC_V1, MAGIC_V2, STORE_HOST_V6_FLAG
+from hanet.store.lowlevel import (
+    BORN_HOST_V6_FLAG,
+    MAGIC_V1,
+    MAGIC_V2,
+    STORE_HOST_V6_FLAG,
+    native_record_place,
+    write_record_unsealed,
+)
+from hanet.store.lowlevel import native_write_record_unsealed as _native_writer
 
-__all__ = ["RecordPlace", "record_place", "stamp_into"]
+__all__ = ["OFFSETS", "OFFSETS_AT", "RecordPlace", "record_fields", "record_place", "stamp_into"]
 
 _HEAD = struct.Struct(">iIiii")  # size, magic, body crc, queue id, flag
 _SYS_FLAG = struct.Struct(">i")
-_OFFSETS = struct.Struct(">qq")  # queue offset, physical offset at 20
+_OFFSETS = OFFSETS = struct.Struct(">qq")  # queue offset, physical offset at 20
 _Q = struct.Struct(">q")
 _I = struct.Struct(">i")
 _H = struct.Struct(">H")
-_OFFSETS_AT = 20
+_OFFSETS_AT = OFFSETS_AT = 20
+"""Where :data:`OFFSETS` (queue offset, physical offset) is in a record: the view's applying
+loop packs them there itself (:func:`stamp_into`, inlined)."""
 _SYS_FLAG_AT = 36
 _BORN_HOST_AT = 48
 
@@ -47,7 +58,8 @@ class RecordPlace(NamedTuple):
 
 
 def record_place(record: bytes | bytearray) -> RecordPlace:
-    """Read the fields that place ``record`` (see the module docstring).
+    """Read the fields that place ``record`` (see the module docstring): the reference of the
+    store extension's ``record_place`` (which returns the same fields as a plain tuple).
 
     Raises:
         ValueError: it is not one record of consistent lengths (a bad magic, a length
@@ -88,3 +100,14 @@ def record_place(record: bytes | bytearray) -> RecordPlace:
 def stamp_into(buf: bytearray, at: int, physical_offset: int, queue_offset: int) -> None:
     """Set the queue and physical offsets of the record at ``buf[at:]``."""
     _OFFSETS.pack_into(buf, at + _OFFSETS_AT, queue_offset, physical_offset)
+
+
+record_fields: Callable[[bytes], tuple[int, str, int, int, bytes, int]] = (
+    native_record_place
+    if native_record_place is not None
+    and write_record_unsealed is _native_writer  # the extension in use (HANET_NO_EXTENSIONS)
+    else record_place
+)
+""":func:`record_place` as a plain tuple (the applying loop unpacks it): the store
+extension's ``record_place`` when it is in use, else :func:`record_place` itself (the same
+fields in the same order; ValueError for what it refuses)."""

@@ -22,17 +22,18 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Container, Sequence
+from collections.abc import Container, Iterable, Sequence
 from pathlib import Path
-
-import attrs
+from typing import NamedTuple
 
 from hanet.store import CommitLogStore, offset_msg_id
 from hanet.store.lowlevel import BLANK_RECORD_SIZE, encode_blank
 
 from ._filelog import FileLog
 from ._log import LogEntry
-from ._stamp import record_place, stamp_into
+from ._stamp import OFFSETS, OFFSETS_AT, record_fields
+
+_OFFSETS, _OFFSETS_AT = OFFSETS, OFFSETS_AT
 
 __all__ = ["APPLIED", "Bodies", "CachedLog", "CommitLogView", "Placement"]
 
@@ -70,9 +71,12 @@ class Bodies:
 
     def keep(self, index: int, term: int, body: bytes) -> None:
         """Keep an appended entry's body until it is released (replacing one kept there)."""
-        self.drop(index)
+        kept = self._bodies
+        old = kept.pop(index, None)  # self.drop(index), inlined: once per entry
+        if old is not None:
+            self.bytes -= len(old[1])
         if index > self.released and self.bytes + len(body) <= _MAX_BODY_BYTES:
-            self._bodies[index] = (term, body)
+            kept[index] = (term, body)
             self.bytes += len(body)
 
     def drop(self, index: int) -> None:
@@ -96,12 +100,18 @@ class Bodies:
         low = self.released
         if index <= low:
             return
-        if index - low > len(self._bodies):
-            for each in [i for i in self._bodies if i <= index]:
-                self.pop(each)
+        kept = self._bodies
+        gone: Iterable[int]
+        if index - low > len(kept):
+            gone = [i for i in kept if i <= index]
         else:
-            for each in range(low + 1, index + 1):
-                self.pop(each)
+            gone = range(low + 1, index + 1)
+        freed = 0
+        for each in gone:  # self.pop(each), inlined: once per entry
+            old = kept.pop(each, None)
+            if old is not None:
+                freed += len(old[1])
+        self.bytes -= freed
         self.released = index
 
     def trim(self) -> None:
@@ -112,9 +122,8 @@ class Bodies:
             self.bytes = 0
 
 
-@attrs.frozen
-class Placement:
-    """Where a committed message went in the view."""
+class Placement(NamedTuple):
+    """Where a committed message went in the view (a tuple: one is made per put)."""
 
     wrote_offset: int
     wrote_size: int
@@ -215,31 +224,34 @@ class CommitLogView:
         offset = start
         buf = bytearray()
         queues: dict[tuple[str, int], int] = {}
-        bodies = self.bodies
+        kept = self.bodies.get
+        term_at = log_.term_at
+        place = record_fields
+        pack_offsets = _OFFSETS.pack_into
         for index in range(self.applied + 1, min(commit_index, log_.last_index) + 1):
-            cached = bodies.get(index)
-            if cached is not None and log_.term_at(index) == cached[0]:
+            cached = kept(index)
+            if cached is not None and term_at(index) == cached[0]:
                 # the same index and term: the same entry (Raft's log matching)
-                body, pos = cached[1], log_.position(index)
+                body = cached[1]
             else:
-                entry = log_.read_entry(index)  # checks the entry's CRC
-                body, pos = entry.body, entry.pos
+                body = log_.read_entry(index).body  # checks the entry's CRC
             if not body:
                 continue
             # read at fixed places, not decoded: checked when it entered the log, and
             # append_raw checks every record again (body CRC included)
             try:
-                record = record_place(body)
+                size, topic, queue_id, store_timestamp, store_host, store_port = place(body)
             except ValueError as exc:
                 raise RuntimeError(
-                    f"{self.node_id}: committed entry {index} (at {pos}) is not a record: {exc}"
+                    f"{self.node_id}: committed entry {index} (at {log_.position(index)}) is "
+                    f"not a record: {exc}"
                 ) from None
             space = file_size - offset % file_size
-            if record.size + BLANK_RECORD_SIZE > space:
+            if size + BLANK_RECORD_SIZE > space:
                 buf += encode_blank(space)
                 buf += bytes(space - BLANK_RECORD_SIZE)
                 offset += space
-            key = (record.topic, record.queue_id)
+            key = (topic, queue_id)
             queue_offset = queues.get(key)
             if queue_offset is None:
                 queue_offset = store.max_queue_offset(*key)
@@ -249,17 +261,17 @@ class CommitLogView:
             queues[key] = queue_offset + 1
             at = len(buf)
             buf += body
-            stamp_into(buf, at, offset, queue_offset)
+            pack_offsets(buf, at + _OFFSETS_AT, queue_offset, offset)  # stamp_into, inlined
             if index in wanted:
                 placed[index] = Placement(
-                    wrote_offset=offset,
-                    wrote_size=record.size,
-                    queue_id=record.queue_id,
-                    queue_offset=queue_offset,
-                    store_timestamp=record.store_timestamp,
-                    msg_id=offset_msg_id(record.store_host, record.store_port, offset),
+                    offset,
+                    size,
+                    queue_id,
+                    queue_offset,
+                    store_timestamp,
+                    offset_msg_id(store_host, store_port, offset),
                 )
-            offset += record.size
+            offset += size
         if buf:
             store.append_raw(start, buf)
             if store.max_offset != offset:
@@ -268,7 +280,7 @@ class CommitLogView:
                     f"{store.dispatch_error}"
                 )
         self.applied = commit_index
-        bodies.trim()
+        self.bodies.trim()
         return placed
 
 

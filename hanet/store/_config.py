@@ -75,6 +75,13 @@ def _percent(instance: object, attribute: attrs.Attribute[Any], value: int) -> N
         raise ValueError(f"{attribute.name} must be a percentage in 1..100, got {value}")
 
 
+def _optional_positive(
+    instance: object, attribute: attrs.Attribute[Any], value: float | None
+) -> None:
+    if value is not None:
+        _positive(instance, attribute, value)
+
+
 def _fraction(instance: object, attribute: attrs.Attribute[Any], value: float | None) -> None:
     if value is not None and not 0 <= value <= 1:
         raise ValueError(f"{attribute.name} must be None or in 0..1, got {value}")
@@ -122,6 +129,12 @@ class StoreConfig:
             size (0.5; RocketMQ's ``AllocateMappedFileService``), so the write that crosses
             into it does not wait for the disk; consume queue files the same way once 90 %
             full. None: files are only made when a write needs them.
+        index_flush_interval: seconds between the periodic flusher's fsyncs of the index
+            files (None: at every flush). Their slots are written through a mapping, each key
+            to a page of its own, so each fsync writes a 4 KiB page a key written since; a
+            kill loses nothing (the pages are in the page cache), a machine crash up to this
+            much of the index (derived data: a file whose header and entries disagree is built
+            again at the next open). An explicit flush and close always fsync them.
     """
 
     mapped_file_size: int = attrs.field(default=DEFAULT_MAPPED_FILE_SIZE, validator=_positive)
@@ -144,6 +157,7 @@ class StoreConfig:
     max_hash_slot_num: int = attrs.field(default=5_000_000, validator=_positive)
     max_index_num: int = attrs.field(default=20_000_000, validator=_index_num)
     max_msgs_num_batch: int = attrs.field(default=64, validator=_positive)
+    index_flush_interval: float | None = attrs.field(default=None, validator=_optional_positive)
 
 
 @attrs.frozen

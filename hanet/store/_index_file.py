@@ -17,7 +17,8 @@ timestamp's distance from ``beginTimestamp`` in whole seconds. A full file is fo
 new one whose header starts at the full file's end offset and timestamp.
 
 Files are sparse (made with ``ftruncate``): a file of RocketMQ's default 5,000,000 slots and
-20,000,000 entries is 420 MB on paper and takes the blocks its entries touch. They are written
+20,000,000 entries is 420 MB on paper and takes its slot table (20 MB, given its blocks at
+creation with ``posix_fallocate``) and the blocks its entries touch. They are written
 with ``pwrite`` (a full disk is an ``OSError``, never a ``SIGBUS`` through a mapping) and read
 with ``pread``. Each key is written in three steps, the header last: a process killed between
 them leaves a slot pointing at the uncounted entry, which :meth:`IndexFile.repair` undoes at
@@ -265,6 +266,7 @@ class IndexFile:
         self._map: mmap.mmap | None = mmap.mmap(fd, 0)
         self._entries_at = INDEX_HEADER_SIZE + slots * INDEX_SLOT_SIZE
         self._reserved: set[int] = set()  # slot table pages known to have their blocks
+        self._slots_reserved = False  # every page of the slot table has its blocks
         self.dirty = False
 
     @classmethod
@@ -286,6 +288,7 @@ class IndexFile:
             os.close(fd)
             path.unlink(missing_ok=True)
             raise
+        index_file._reserve_slots()
         index_file.dirty = True
         return index_file
 
@@ -335,10 +338,22 @@ class IndexFile:
     def _slot_at(self, key_hash: int) -> int:
         return INDEX_HEADER_SIZE + (key_hash % self.slots) * INDEX_SLOT_SIZE
 
+    def _reserve_slots(self) -> None:
+        """Give the whole slot table its blocks at once (a new, all-zero file): one
+        ``posix_fallocate`` instead of a read and write of each page the keys reach first (a
+        fresh file's first keys nearly each reach a new page). Where it fails (a full disk, a
+        file system without it) pages are reserved one by one as before."""
+        try:
+            os.posix_fallocate(self._fd, 0, self._entries_at)
+        except OSError as exc:
+            logger.debug("%s: slot table not reserved at once (%s): page by page", self.path, exc)
+            return
+        self._slots_reserved = True
+
     def _write_slot(self, position: int, value: int) -> None:
         """Store a slot (its page's blocks reserved first: a full disk raises OSError)."""
         page = position // _PAGE
-        if page not in self._reserved:
+        if not self._slots_reserved and page not in self._reserved:
             at = page * _PAGE
             os.pwrite(self._fd, os.pread(self._fd, _PAGE, at), at)
             self._reserved.add(page)
@@ -401,8 +416,9 @@ class IndexFile:
         try:
             # _write_slot for each, its page check inlined (the put path: a slot or two a key)
             reserved, view, pack_slot = self._reserved, self._map, _SLOT.pack_into
+            all_reserved = self._slots_reserved
             for slot_at, value in pending.items():
-                if slot_at // _PAGE in reserved:
+                if all_reserved or slot_at // _PAGE in reserved:
                     pack_slot(view, slot_at, value)
                 else:
                     self._write_slot(slot_at, value)

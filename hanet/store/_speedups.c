@@ -1993,8 +1993,10 @@ static inline void wr_u64(unsigned char *p, uint64_t v) {
 #define I32_MIN (-2147483647LL - 1)
 #define I32_MAX 2147483647LL
 
-static PyObject *write_record(PyObject *Py_UNUSED(self), PyObject *const *args,
-                              Py_ssize_t nargs) {
+/* write_record() (sealed: the properties end with the reserved 20 bytes, filled last) and
+ * write_record_unsealed() (any properties, no seal: a DLedger leader's records, as
+ * RocketMQ's, carry no whole-record CRC) */
+static PyObject *write_record_any(PyObject *const *args, Py_ssize_t nargs, int sealed) {
     if (nargs != 19) {
         PyErr_Format(PyExc_TypeError, "write_record() takes 19 arguments (%zd given)", nargs);
         return NULL;
@@ -2047,9 +2049,10 @@ static PyObject *write_record(PyObject *Py_UNUSED(self), PyObject *const *args,
         PyErr_SetString(PyExc_ValueError, "write_record: the topic is not 1 to 127 bytes");
         goto done;
     }
-    if (props.len < CRC32_RESERVED_LEN || props.len > 32767) {
+    if ((sealed && props.len < CRC32_RESERVED_LEN) || props.len > 32767) {
         PyErr_SetString(PyExc_ValueError,
-                        "write_record: the properties are not 20 to 32767 bytes");
+                        sealed ? "write_record: the properties are not 20 to 32767 bytes"
+                               : "write_record: the properties are over 32767 bytes");
         goto done;
     }
     if (body.len > I32_MAX) {
@@ -2094,18 +2097,30 @@ static PyObject *write_record(PyObject *Py_UNUSED(self), PyObject *const *args,
     *p++ = (unsigned char)(props.len >> 8);
     *p++ = (unsigned char)props.len;
     memcpy(p, props.buf, (size_t)props.len);
-    /* seal: the CRC of every byte before the reserved 20, its 10 digits least significant first */
-    uint32_t crc = crc32_continue(0, r, (size_t)(size - CRC32_RESERVED_LEN)) & 0x7FFFFFFFu;
-    unsigned char *digits = r + size - CRC32_RESERVED_LEN + 9;
-    for (int i = 0; i < 10; i++) {
-        digits[i] = (unsigned char)('0' + crc % 10);
-        crc /= 10;
+    if (sealed) {
+        /* the CRC of every byte before the reserved 20, its 10 digits least significant first */
+        uint32_t crc = crc32_continue(0, r, (size_t)(size - CRC32_RESERVED_LEN)) & 0x7FFFFFFFu;
+        unsigned char *digits = r + size - CRC32_RESERVED_LEN + 9;
+        for (int i = 0; i < 10; i++) {
+            digits[i] = (unsigned char)('0' + crc % 10);
+            crc /= 10;
+        }
     }
     result = Py_None;
     Py_INCREF(result);
 done:
     for (int i = 0; i < nheld; i++) PyBuffer_Release(held[i]);
     return result;
+}
+
+static PyObject *write_record(PyObject *Py_UNUSED(self), PyObject *const *args,
+                              Py_ssize_t nargs) {
+    return write_record_any(args, nargs, 1);
+}
+
+static PyObject *write_record_unsealed(PyObject *Py_UNUSED(self), PyObject *const *args,
+                                       Py_ssize_t nargs) {
+    return write_record_any(args, nargs, 0);
 }
 
 static const char PP_TRAILER[] = "__CRC32#\x01" "0000000000\x02";
@@ -2176,6 +2191,94 @@ done:
     return result;
 }
 /* ---- end of write_record(), put_properties() ---- */
+
+
+/* ---- record_place(): the fields that place a DLedger entry's record in the commit log view ----
+ *
+ *     record_place(record) -> (size, topic, queue_id, store_timestamp, store_host, store_port)
+ *
+ * record (a bytes-like object) must be exactly one record: a record's magic (v1 or v2), its
+ * TOTALSIZE its length, every field up to the topic inside it and the topic valid UTF-8;
+ * else ValueError. The body and properties are not checked here (the store checks the whole
+ * record when the view appends it). The reference is hanet.dledger._stamp.record_place. */
+static PyObject *record_place(PyObject *Py_UNUSED(self), PyObject *arg) {
+    Py_buffer view;
+    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0) return NULL;
+    const unsigned char *r = (const unsigned char *)view.buf;
+    Py_ssize_t len = view.len;
+    PyObject *result = NULL;
+    const char *why = NULL;
+    if (len < 40) {
+        why = "not a record: too short";
+        goto done;
+    }
+    uint32_t magic = rd_u32(r + 4);
+    int32_t size = rd_i32(r);
+    int32_t queue_id = rd_i32(r + 12);
+    int32_t sys_flag = rd_i32(r + 36);
+    if (magic != MAGIC_V1 && magic != MAGIC_V2) {
+        why = "magic is not a record's";
+        goto done;
+    }
+    if ((Py_ssize_t)size != len) {
+        why = "a record's size is not its length";
+        goto done;
+    }
+    Py_ssize_t at = 48 + ((sys_flag & BORN_V6) ? 20 : 8);
+    Py_ssize_t host_len = (sys_flag & STORE_V6) ? 16 : 4;
+    /* store timestamp, store host and port, reconsume times, prepared offset, body length */
+    if (at + 8 + host_len + 4 + 4 + 8 + 4 > len) {
+        why = "not a record: too short";
+        goto done;
+    }
+    int64_t store_timestamp = rd_i64(r + at);
+    at += 8;
+    const unsigned char *host = r + at;
+    int32_t store_port = rd_i32(r + at + host_len);
+    at += host_len + 4 + 4 + 8;
+    int32_t body_len = rd_i32(r + at);
+    if (body_len < 0) {
+        why = "a negative body length";
+        goto done;
+    }
+    at += 4 + (Py_ssize_t)body_len;
+    Py_ssize_t topic_len;
+    if (magic == MAGIC_V2) {
+        if (at + 2 > len) {
+            why = "not a record: too short";
+            goto done;
+        }
+        topic_len = ((Py_ssize_t)r[at] << 8) | r[at + 1];
+        at += 2;
+    } else {
+        if (at + 1 > len) {
+            why = "not a record: too short";
+            goto done;
+        }
+        topic_len = r[at];
+        at += 1;
+    }
+    if (at + topic_len > len) {
+        why = "its topic runs past its end";
+        goto done;
+    }
+    PyObject *topic = PyUnicode_DecodeUTF8((const char *)r + at, topic_len, "strict");
+    if (topic == NULL) {
+        if (PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) {
+            PyErr_Clear();
+            why = "not a record: its topic is not UTF-8";
+        }
+        goto done;
+    }
+    result = Py_BuildValue("(iNiLy#i)", (int)size, topic, (int)queue_id,
+                           (long long)store_timestamp, (const char *)host, host_len,
+                           (int)store_port);
+done:
+    PyBuffer_Release(&view);
+    if (why != NULL) PyErr_SetString(PyExc_ValueError, why);
+    return result;
+}
+/* ---- end of record_place() ---- */
 
 /* ---- index_entries(): an index file's entries for a batch of keys (the put path's index) ----
  *
@@ -2421,10 +2524,22 @@ static PyMethodDef methods[] = {
      "reconsume_times, prepared_transaction_offset, body, topic, properties)\n--\n\n"
      "Write and seal one V1 record at buf[pos:pos + size]; see "
      "hanet.store._writer.write_record_py."},
+    {"write_record_unsealed", (PyCFunction)(void (*)(void))write_record_unsealed,
+     METH_FASTCALL,
+     "write_record_unsealed(buf, pos, size, queue_id, flag, queue_offset, physical_offset, "
+     "sys_flag, born_timestamp, born_host, born_port, store_timestamp, store_host, store_port, "
+     "reconsume_times, prepared_transaction_offset, body, topic, properties)\n--\n\n"
+     "write_record() of any properties (at most 32767 bytes), not sealed. The reference is "
+     "hanet.store._writer.write_record_unsealed_py."},
     {"put_properties", (PyCFunction)put_properties, METH_O,
      "put_properties(properties)\n--\n\n"
      "A put's properties field (the CRC property's reserved bytes last); see "
      "hanet.store._writer.put_properties_py."},
+    /* record_place(): the DLedger view's block above */
+    {"record_place", (PyCFunction)record_place, METH_O,
+     "record_place(record)\n--\n\n"
+     "(size, topic, queue_id, store_timestamp, store_host, store_port) of one record; see "
+     "hanet.dledger._stamp.record_place."},
     /* index_entries(): the index entries block above */
     {"index_entries", (PyCFunction)index_entries, METH_VARARGS,
      "index_entries(buf, keys, count, slots, begin, begin_phy, used, end_phy, end_stamp)\n--\n\n"

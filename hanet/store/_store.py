@@ -147,6 +147,7 @@ class CommitLogStore(StoreReads, StoreCleanup):
             index_step=partial(build_index, self, force=True, budget=INDEX_STEP),
         )
         self._last_store_timestamp = 0
+        self._index_flushed_at = time.monotonic()  # the periodic index fsync (see config)
         self._closed = False
         self._abnormal = False
         self._raw_bytes = 0
@@ -560,13 +561,24 @@ class CommitLogStore(StoreReads, StoreCleanup):
         self.commit_log.flush()
         self._mark.advance(token, target, timestamp)
 
-    def _flush_all(self) -> None:
+    def _flush_all(self, *, periodic: bool = False) -> None:
         self._flush_commit_log()
         for queue in list(self._queues.values()):
             queue.flush()
-        if self.index is not None:
+        if self.index is not None and (not periodic or self._index_flush_due()):
             self.index.flush()
         self._write_checkpoint(sync=True)
+
+    def _index_flush_due(self) -> bool:
+        """Whether the periodic flush fsyncs the index files now (``index_flush_interval``)."""
+        interval = self.config.index_flush_interval
+        if interval is None:
+            return True
+        now = time.monotonic()
+        if now - self._index_flushed_at < interval:
+            return False
+        self._index_flushed_at = now
+        return True
 
     def flush(self) -> int:
         """Fsync the commit log, consume queues and checkpoint now (blocks on the disk).
@@ -616,7 +628,7 @@ class CommitLogStore(StoreReads, StoreCleanup):
 
     def _flush_if_open(self) -> None:
         if not self._closed:
-            self._flush_all()
+            self._flush_all(periodic=True)
 
     # -- statistics --------------------------------------------------------------------------
 

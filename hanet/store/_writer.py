@@ -47,9 +47,13 @@ from ._native import ENABLED, native
 __all__ = [
     "RecordWriter",
     "native_put_properties",
+    "native_record_place",
     "native_write_record",
+    "native_write_record_unsealed",
     "put_properties_py",
     "write_record_py",
+    "write_record_unsealed",
+    "write_record_unsealed_py",
 ]
 
 
@@ -90,7 +94,6 @@ def write_record_py(
     the extension's ``write_record``, which checks the same things first (a number out of
     its field's range is ``struct.error``, a size or host length that does not match is
     ValueError). The bytes are laid out by :func:`~._codec.pack_record_into`."""
-    header = HEADER_STRUCTS[(sys_flag & _HOST_FLAGS) >> 4]
     if len(born_host) != (16 if sys_flag & BORN_HOST_V6_FLAG else 4) or len(store_host) != (
         16 if sys_flag & STORE_HOST_V6_FLAG else 4
     ):
@@ -99,6 +102,109 @@ def write_record_py(
         raise ValueError("write_record: the topic is not 1 to 127 bytes")
     if not CRC32_RESERVED_LEN <= len(properties) <= 32767:
         raise ValueError("write_record: the properties are not 20 to 32767 bytes")
+    _write_record(
+        view,
+        pos,
+        size,
+        queue_id,
+        flag,
+        queue_offset,
+        physical_offset,
+        sys_flag,
+        born_timestamp,
+        born_host,
+        born_port,
+        store_timestamp,
+        store_host,
+        store_port,
+        reconsume_times,
+        prepared_transaction_offset,
+        body,
+        topic,
+        properties,
+    )
+    seal_record(view, pos, size)
+
+
+def write_record_unsealed_py(
+    view: memoryview,
+    pos: int,
+    size: int,
+    queue_id: int,
+    flag: int,
+    queue_offset: int,
+    physical_offset: int,
+    sys_flag: int,
+    born_timestamp: int,
+    born_host: bytes,
+    born_port: int,
+    store_timestamp: int,
+    store_host: bytes,
+    store_port: int,
+    reconsume_times: int,
+    prepared_transaction_offset: int,
+    body: bytes,
+    topic: bytes,
+    properties: bytes,
+) -> None:
+    """:func:`write_record_py` of any ``properties`` (at most 32767 bytes), not sealed (a
+    DLedger leader's records, as RocketMQ's, carry no whole-record CRC property): the
+    reference of the extension's ``write_record_unsealed``."""
+    if len(born_host) != (16 if sys_flag & BORN_HOST_V6_FLAG else 4) or len(store_host) != (
+        16 if sys_flag & STORE_HOST_V6_FLAG else 4
+    ):
+        raise ValueError("write_record: a host's length does not match sys_flag")
+    if not 1 <= len(topic) <= MAX_TOPIC_SIZE_V1:
+        raise ValueError("write_record: the topic is not 1 to 127 bytes")
+    if len(properties) > 32767:
+        raise ValueError("write_record: the properties are over 32767 bytes")
+    _write_record(
+        view,
+        pos,
+        size,
+        queue_id,
+        flag,
+        queue_offset,
+        physical_offset,
+        sys_flag,
+        born_timestamp,
+        born_host,
+        born_port,
+        store_timestamp,
+        store_host,
+        store_port,
+        reconsume_times,
+        prepared_transaction_offset,
+        body,
+        topic,
+        properties,
+    )
+
+
+def _write_record(
+    view: memoryview,
+    pos: int,
+    size: int,
+    queue_id: int,
+    flag: int,
+    queue_offset: int,
+    physical_offset: int,
+    sys_flag: int,
+    born_timestamp: int,
+    born_host: bytes,
+    born_port: int,
+    store_timestamp: int,
+    store_host: bytes,
+    store_port: int,
+    reconsume_times: int,
+    prepared_transaction_offset: int,
+    body: bytes,
+    topic: bytes,
+    properties: bytes,
+) -> None:
+    """The checks the two writers share (a size that is not the record's, a record outside
+    the buffer: ValueError), then the record laid out."""
+    header = HEADER_STRUCTS[(sys_flag & _HOST_FLAGS) >> 4]
     if size != header.size + len(body) + 1 + len(topic) + 2 + len(properties):
         raise ValueError("write_record: size is not the record's size")
     if pos < 0 or pos > len(view) - size:
@@ -126,15 +232,25 @@ def write_record_py(
         topic=topic,
         properties_raw=properties,
     )
-    seal_record(view, pos, size)
 
 
 # The record in one call (header, body CRC, copies, seal): the put path's loop does the rest.
 native_write_record: Callable[..., None] | None = native("write_record")
 """The extension's ``write_record`` (None when not built), whatever ``HANET_NO_EXTENSIONS``."""
+native_write_record_unsealed: Callable[..., None] | None = native("write_record_unsealed")
+"""The extension's ``write_record_unsealed`` (None when not built)."""
+native_record_place: Callable[[bytes], tuple[int, str, int, int, bytes, int]] | None = native(
+    "record_place"
+)
+"""The extension's ``record_place`` (None when not built): the fields that place a DLedger
+entry's record in the commit log view (the reference: ``hanet.dledger``'s ``record_place``)."""
 native_put_properties: Callable[[dict[str, str]], bytes] | None = native("put_properties")
 """The extension's ``put_properties`` (None when not built)."""
 _WRITE_RECORD: Callable[..., None] = (native_write_record if ENABLED else None) or write_record_py
+write_record_unsealed: Callable[..., None] = (
+    native_write_record_unsealed if ENABLED else None
+) or write_record_unsealed_py
+"""``write_record_unsealed``: the extension's when built and enabled, else the reference."""
 _PUT_PROPERTIES: Callable[[dict[str, str]], bytes] = (
     native_put_properties if ENABLED else None
 ) or put_properties_py

@@ -124,9 +124,13 @@ from ._scanner import RecordScanner
 from ._store_files import fsync_directory, read_store_sizes
 from ._writer import (
     native_put_properties,
+    native_record_place,
     native_write_record,
+    native_write_record_unsealed,
     put_properties_py,
     write_record_py,
+    write_record_unsealed,
+    write_record_unsealed_py,
 )
 
 __all__ = [
@@ -213,8 +217,10 @@ __all__ = [
     "native_new_message",
     "native_pull_gather",
     "native_put_properties",
+    "native_record_place",
     "native_scan",
     "native_write_record",
+    "native_write_record_unsealed",
     "new_message",
     "new_message_py",
     "next_valid_record",
@@ -239,4 +245,6 @@ __all__ = [
     "seal_record",
     "topic_problem",
     "write_record_py",
+    "write_record_unsealed",
+    "write_record_unsealed_py",
 ]
