@@ -55,6 +55,7 @@ from ._layout import (
 )
 from ._queues import consume_queue_batches, consume_queue_schema
 from ._remote import broker_reader
+from ._worker import settle_worker
 
 __all__ = [
     "CommitLogDataSource",
@@ -186,6 +187,7 @@ class _CommitLogReader(DataSourceReader):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """The Arrow batches of one file range."""
+        settle_worker()
         if partition.value is None:  # Spark's stand-in when there is nothing to read
             return iter(())
         return commit_log_batches(
@@ -231,6 +233,7 @@ class _ConsumeQueueReader(DataSourceReader):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """The Arrow batches of one consume queue file."""
+        settle_worker()
         if partition.value is None:
             return iter(())
         return consume_queue_batches(partition.value)
