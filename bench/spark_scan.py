@@ -167,8 +167,8 @@ def canned_source(name: str = "hanet_bench_canned", freeze: bool = False) -> Any
     of the audit's columns, from one batch of the store at ``path`` (``batchRows`` rows, the
     source's default) built once per
     Python worker and sliced. ``freeze``: the reader also settles its worker as the commitlog
-    source does (``gc.freeze`` once per process: the collection after each task skips what is
-    there)."""
+    source does (``hanet.spark.settle_worker``: ``gc.freeze`` once per process, so the
+    collection after each task skips what is there)."""
     from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
     from hanet.spark import commit_log_struct
@@ -183,14 +183,13 @@ def canned_source(name: str = "hanet_bench_canned", freeze: bool = False) -> Any
 
         def read(self, partition: InputPartition) -> Any:
             import builtins
-            import gc
 
+            from hanet.spark import settle_worker
+
+            if freeze:
+                settle_worker()
             # this class travels by value: a cache kept in it would be new in every task
             cache = builtins.__dict__.setdefault("_hanet_bench_canned", {})
-            if freeze and not cache.get("frozen"):
-                cache["frozen"] = True
-                gc.collect()
-                gc.freeze()
             key = (self.path, self.batch_rows)
             if key not in cache:
                 first = plan_commit_log(find_stores(self.path)[0], 1 << 30)[0]

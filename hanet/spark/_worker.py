@@ -2,12 +2,14 @@
 
 A reused PySpark worker (``spark.python.worker.reuse``, the default) runs a full garbage
 collection (``gc.collect()``) after every task, and a full collection walks every object the
-process tracks: the modules pyspark, pyarrow and hanet imported, ~40,000 objects and more,
-tens of milliseconds per task on this project's 2-core machine (most of a no-op reader's CPU
-in Spark, measured with ``py-spy``). :func:`settle_worker`, called by the readers before their
-first batch, collects once and freezes what is there (``gc.freeze()``): later collections skip
-those objects and see only what tasks create. Nothing of a task is kept: its objects are newer
-than the freeze, except the first task's few (its command and reader), which stay.
+process tracks: the modules pyspark, pyarrow and hanet imported, and pandas, which pyarrow
+imports on first use while the first batch is built: ~70,000 objects, 20-50 ms per task on
+this project's 2-core machine (most of a no-op reader's CPU in Spark, measured with
+``py-spy``). :func:`settle_worker`, called by the readers before each task's first batch,
+freezes what the process holds once its first task is over (``gc.freeze()``, at the start of
+its second task: the first one's lazy imports are done, its garbage collected): later
+collections skip those objects and see only what tasks create. Nothing of a task is kept but
+the second task's few objects (its command and reader) that live at that moment.
 """
 
 from __future__ import annotations
@@ -21,20 +23,26 @@ REUSED_WORKER_ENV = "SPARK_REUSE_WORKER"
 """Set by Spark in the environment of the Python workers it reuses (their daemon collects after
 every task): only there does :func:`settle_worker` act."""
 
-_settled_pid: int | None = None
+_FREEZE_AT_TASK = 2
+"""The task of a process at whose start its objects are frozen."""
+
+_tasks: tuple[int, int] | None = None
+"""(pid, tasks begun in that process)."""
 
 
 def settle_worker() -> bool:
-    """Once per process, in a reused Spark Python worker: collect, then freeze the objects the
-    process has (``gc.freeze``) so that the collection after each task skips them. True when it
-    froze now; False elsewhere (not a reused worker, or done before in this process)."""
-    global _settled_pid
+    """Called at the start of each task of a reused Spark Python worker: at the process's second
+    task, collect, then freeze the objects the process has (``gc.freeze``) so that the
+    collection after each task skips them. True when it froze now; False otherwise (not a
+    reused worker, its first task, or frozen before)."""
+    global _tasks
     if not os.environ.get(REUSED_WORKER_ENV):
         return False
     pid = os.getpid()
-    if _settled_pid == pid:
+    begun = _tasks[1] + 1 if _tasks is not None and _tasks[0] == pid else 1
+    _tasks = (pid, begun)
+    if begun != _FREEZE_AT_TASK:
         return False
-    _settled_pid = pid
     gc.collect()
     gc.freeze()
     return True
