@@ -1,7 +1,7 @@
 """Benchmark the ``commitlog`` Spark data source against Spark's floor (a source that reads
 nothing) at the same rows and partitions, in interleaved rounds.
 
-Run: ``.venv/bin/python bench/spark_scan.py [--rounds 5] [--ab BASE_TREE] [--scale 4]
+Run: ``.venv/bin/python bench/spark_scan.py [--rounds 7] [--ab BASE_TREE] [--scale 8]
 [--size-mib 256] [--message-bytes 1024] [--master local[2]] [--full] [--dir bench/out/spark-scan]``
 
 Two stores: ``--size-mib`` of records (1x) and ``--scale`` times that, with
@@ -30,16 +30,18 @@ files, warm in the page cache:
   every column of the source. Each of them has its own Python workers (Spark keeps a daemon
   per Python and environment): what one query leaves in a worker does not change another's.
 - Per query, besides wall-clock time, the CPU time of the JVM and of Spark's Python processes
-  (daemons, workers, planners: every process under this one, from ``/proc``): on a shared
-  2-core machine wall-clock figures move 2x with the load, CPU time much less (the JVM's least
-  steadily: compare medians).
+  (daemons, workers, planners, and the ended ones their parents reaped: every process under
+  this one, from ``/proc``, process by process; one gone meanwhile adds nothing): on a shared
+  2-core machine wall-clock figures move 2x with the load, CPU time much less (the Python
+  workers' steadily, the JVM's less so: compare medians). The larger store is 8x by default
+  so that the marginal work (~1.6 M records) outweighs the noise of the queries' fixed costs.
 
 Per round: each query's marginal wall and CPU seconds and its ratio to each floor (floor's
 marginal / query's marginal: 100 % is as fast as reading nothing); a round where a marginal
-is <= 0 (a busy machine) is marked invalid and left out. Then the median (lowest-highest)
-over the valid rounds and the goal: the source >= 80 % of the floor (wall, median, and its
-lowest round >= 72 %). A table for humans, then the last line is one JSON object with every
-figure.
+(wall, JVM or Python) is <= 0 (a busy machine) is marked invalid and left out. Then the
+median (lowest-highest) over the valid rounds and the goal: the source >= 80 % of the floor,
+the medians of both its wall and its CPU ratio. A table for humans, then the last line is one
+JSON object with every figure.
 """
 
 from __future__ import annotations
@@ -244,23 +246,41 @@ def _proc_stats() -> dict[int, tuple[int, str, float, float]]:
     return stats
 
 
-def tree_cpu(root: int) -> dict[str, float]:
-    """CPU seconds so far of the processes under ``root`` (this process): ``jvm`` (the Java
-    processes' own), ``python`` (every other process under them: Spark's Python daemons,
-    workers and planners, with the ones that ended), and ``driver`` (``root`` itself)."""
+def tree_cpu(root: int) -> dict[tuple[int, str], float]:
+    """CPU seconds so far of each process under ``root`` (this process), by (pid, kind):
+    ``jvm`` (a Java process's own), ``python`` (any other process under them: Spark's Python
+    daemons, workers and planners; and every process's children that ended and were
+    reaped), ``driver`` (``root`` itself). See :func:`cpu_spent`."""
     stats = _proc_stats()
     children: dict[int, list[int]] = {}
     for pid, (ppid, _, _, _) in stats.items():
         children.setdefault(ppid, []).append(pid)
-    totals = {"jvm": 0.0, "python": 0.0, "driver": stats[root][2] if root in stats else 0.0}
+    totals: dict[tuple[int, str], float] = {}
+    if root in stats:
+        totals[(root, "driver")] = stats[root][2]
     todo = list(children.get(root, []))
     while todo:
         pid = todo.pop()
         _, name, own, reaped = stats[pid]
-        totals["jvm" if name == "java" else "python"] += own
-        totals["python"] += reaped
+        totals[(pid, "jvm" if name == "java" else "python")] = own
+        totals[(pid, "reaped")] = reaped
         todo.extend(children.get(pid, []))
     return totals
+
+
+def cpu_spent(
+    before: dict[tuple[int, str], float], after: dict[tuple[int, str], float]
+) -> dict[str, float]:
+    """CPU seconds spent between two :func:`tree_cpu` readings, by kind (reaped children count
+    as ``python``). A process gone meanwhile adds nothing (a worker whose daemon ended is
+    reparented out of the tree: subtracting its seconds would make the figure negative); one
+    that came adds all of its seconds."""
+    spent = {"jvm": 0.0, "python": 0.0, "driver": 0.0}
+    for (pid, kind), seconds in after.items():
+        spent["python" if kind == "reaped" else kind] += max(
+            0.0, seconds - before.get((pid, kind), 0.0)
+        )
+    return spent
 
 
 def base_source(base: Path) -> Any:
@@ -375,7 +395,7 @@ def spark_rounds(
         row = df.agg(F.count("*").alias("rows"), F.sum("size").alias("bytes")).first()
         wall = time.perf_counter() - started
         after = tree_cpu(me)
-        figures = {key: after[key] - before[key] for key in after}
+        figures = cpu_spent(before, after)
         figures.update(rows=row["rows"], wall=wall)
         return figures
 
@@ -466,13 +486,13 @@ def _fmt(figures: dict[str, float], percent: bool = False) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size-mib", type=int, default=256, help="1x data size (256)")
-    parser.add_argument("--scale", type=int, default=4, help="the larger store's size (4: 4x)")
+    parser.add_argument("--scale", type=int, default=8, help="the larger store's size (8: 8x)")
     parser.add_argument("--message-bytes", type=int, default=1024, help="body size (1024)")
     parser.add_argument("--master", default="local[2]", help="Spark master (local[2])")
     parser.add_argument("--max-partition-mib", type=int, default=128, help="range size (128)")
     parser.add_argument("--dir", type=Path, default=DEFAULT_DIR, help="store directory")
     parser.add_argument("--repeat", type=int, default=2, help="one-process scans, best kept (2)")
-    parser.add_argument("--rounds", type=int, default=5, help="rounds of Spark queries (5)")
+    parser.add_argument("--rounds", type=int, default=7, help="rounds of Spark queries (7)")
     parser.add_argument("--full", action="store_true", help="also every column (23)")
     parser.add_argument(
         "--batch-rows",
@@ -563,7 +583,7 @@ def main(argv: list[str] | None = None) -> int:
         }
         for margins in marg.values():
             margins["cpu"] = margins["jvm"] + margins["python"]
-        valid = all(v["wall"] > 0 and v["cpu"] > 0 for v in marg.values())
+        valid = all(v[m] > 0 for v in marg.values() for m in ("wall", "jvm", "python"))
         parts = []
         for key in keys:
             q = marg[key]
@@ -602,10 +622,12 @@ def main(argv: list[str] | None = None) -> int:
     goal_met = False
     if summary["source"].get("vs_floor"):
         ratio = summary["source"]["vs_floor"]
-        goal_met = ratio["median"] >= GOAL and ratio["min"] >= GOAL * 0.9
+        cpu_ratio = summary["source"]["vs_floor_cpu"]
+        goal_met = ratio["median"] >= GOAL and cpu_ratio["median"] >= GOAL
         print(
-            f"goal: the source >= {GOAL:.0%} of the floor (wall, median of rounds, lowest >= "
-            f"{GOAL * 0.9:.0%}): {ratio['median']:.0%} ({'met' if goal_met else 'not met'})"
+            f"goal: the source >= {GOAL:.0%} of the floor (medians of the rounds, wall and CPU): "
+            f"wall {ratio['median']:.0%}, CPU {cpu_ratio['median']:.0%} "
+            f"({'met' if goal_met else 'not met'})"
         )
         for floor in floors:
             gap = summary["source"]["python"]["median"] - summary[floor]["python"]["median"]
