@@ -11,7 +11,11 @@ After :func:`register`::
 Partitions are planned on the driver (:mod:`hanet.spark._layout`): one per commit log file, or
 one per byte range of a file larger than ``maxPartitionBytes`` (default 128 MiB), cut at
 record boundaries; one per consume queue file. Each partition is read in a Python worker by
-:mod:`hanet.spark._arrow`, which yields ``pyarrow.RecordBatch`` objects. Executors need
+:mod:`hanet.spark._arrow`, which yields ``pyarrow.RecordBatch`` objects; each reader first
+settles its worker (:func:`~hanet.spark._worker.settle_worker`: from a reused worker's second
+task on, the garbage collection PySpark runs after every task skips what the worker imported).
+Spark takes the batches as they are declared (no dictionary-encoded strings: a Python source's
+batches must have exactly its schema's Arrow types). Executors need
 ``hanet`` and ``pyarrow`` importable (``pip install 'hanet[spark]'`` on every node), and read
 the store paths from their own file system.
 
