@@ -615,9 +615,16 @@ def main(argv: list[str] | None = None) -> int:
         )
         for floor in floors:
             if f"vs_{floor}" in s:
+                # also the ratio of the medians: each round's ratio divides two noisy figures
+                of_medians = {
+                    m: summary[floor][m]["median"] / s[m]["median"] for m in ("wall", "cpu")
+                }
+                s[f"vs_{floor}"]["of_medians"] = round(of_medians["wall"], 3)
+                s[f"vs_{floor}_cpu"]["of_medians"] = round(of_medians["cpu"], 3)
                 print(
                     f"  {'':12} vs {floor}: wall {_fmt(s[f'vs_{floor}'], True)}, CPU "
-                    f"{_fmt(s[f'vs_{floor}_cpu'], True)}"
+                    f"{_fmt(s[f'vs_{floor}_cpu'], True)}; ratio of the medians: wall "
+                    f"{of_medians['wall']:.0%}, CPU {of_medians['cpu']:.0%}"
                 )
     goal_met = False
     if summary["source"].get("vs_floor"):
