@@ -1,40 +1,47 @@
-"""Benchmark the ``commitlog`` Spark data source against the native scanner in one process.
+"""Benchmark the ``commitlog`` Spark data source against Spark's floor (a source that reads
+nothing) at the same rows and partitions, in interleaved rounds.
 
-Run: ``.venv/bin/python bench/spark_scan.py [--size-mib 256] [--message-bytes 1024]
-[--master local[2]] [--repeat 2] [--dir bench/out/spark-scan]``
+Run: ``.venv/bin/python bench/spark_scan.py [--rounds 7] [--ab BASE_TREE] [--scale 8]
+[--size-mib 256] [--message-bytes 1024] [--master local[2]] [--full] [--dir bench/out/spark-scan]``
 
-Two stores: ``--size-mib`` of records (1x) and four times that (4x), with ``--message-bytes``
-bodies (RocketMQ's 1 GiB commit log files, blank records at their ends), written straight
-into the files as pre-encoded records and reused by later runs with the same parameters.
-Every figure is a **marginal** scan: the time over the 4x store minus the time over the 1x
-store, so fixed costs (Spark's job start-up, Python workers, the first batch) are not counted.
-All measured in the same run on the same files (warm in the page cache):
+Two stores: ``--size-mib`` of records (1x) and ``--scale`` times that, with
+``--message-bytes`` bodies (RocketMQ's 1 GiB commit log files, blank records at their ends),
+written straight into the files as pre-encoded records and reused by later runs with the same
+parameters. Every figure is **marginal**: the larger store's minus the 1x store's, so fixed
+costs (Spark's job start-up and planning, the first batch) are not counted. All on the same
+files, warm in the page cache:
 
-- native scan: ``hanet.store.lowlevel.scan_index_windows`` (the native scanner when built: CRC and
-  physical offsets checked) over every file in this process: the baseline.
-- reader, one process: the data source's partition reader (``hanet.spark.commit_log_batches``:
-  the same scan, then Arrow batches) over every range, in this process, without Spark, with
-  the 12 columns ``hanet audit`` asks for (``AUDIT_COLUMNS``); also its CPU time alone
-  (process time, steadier than wall-clock time on a shared machine: on 2 cores the reader's
-  CPU adds to the JVM's).
-- Spark: session start-up (reported, not counted), warm-up queries on a 1 MiB store of 4
-  files (both Python workers start), then ``count(*), sum(size)`` with the 12 columns
-  ``hanet audit`` asks for (the ``columns`` option), and with every column. Goal: the audit's
-  columns >= 1.5x the native scan on a 2-core machine. Spark's console progress bar is off
-  when stdout is not a terminal (``hanet.spark.spark_session``).
-- Spark's floor: the same query over a Python data source that scans nothing. Each of its
-  partitions (as many as the commitlog source plans, with as many rows) yields one Arrow
-  batch of the audit's 12 columns, built once per Python worker from the store and sliced,
-  so what it measures is only what Spark does with those rows (the Python worker's Arrow
-  stream, the JVM's ingestion, the aggregate). No data source, however fast it reads, can
-  be faster than that: ``native / floor`` is the best ratio any reader could reach here.
+- one process, no Spark (best of ``--repeat``): the native scan
+  (``hanet.store.lowlevel.scan_index_windows``, CRCs and offsets checked) and the partition
+  reader (``hanet.spark.commit_log_batches``) with the 12 columns ``hanet audit`` asks for
+  (``AUDIT_COLUMNS``), wall-clock; and the reader's CPU time alone, measured in a process of
+  this tree's Python (and of the ``--ab`` tree's).
+- Spark (``count(*), sum(size)``), ``--rounds`` rounds; in each, every store's queries run
+  interleaved, their order turning each round, so each sees the same load:
+  ``source`` (format ``commitlog``, the audit's columns), ``base`` (with ``--ab DIR``: the
+  same over the source of the tree at DIR, run by DIR's ``.venv/bin/python`` in Python workers
+  of its own, each checking that it imported DIR's ``hanet``), ``floor`` (a Python data source
+  that reads nothing: each of its partitions, as many as the source plans with as many rows,
+  yields one Arrow batch of the audit's 12 columns, built once per Python worker from the
+  store and sliced: what Spark does with those rows, the Python worker's Arrow stream, the
+  JVM's ingestion and the aggregate), ``floor_frozen`` (the same floor, its workers settled
+  as the commitlog source settles its own: ``gc.freeze`` once, so the ``gc.collect()``
+  PySpark's daemon runs after every task skips the imported modules), and with ``--full``
+  every column of the source. Each of them has its own Python workers (Spark keeps a daemon
+  per Python and environment): what one query leaves in a worker does not change another's.
+- Per query, besides wall-clock time, the CPU time of the JVM and of Spark's Python processes
+  (daemons, workers, planners, and the ended ones their parents reaped: every process under
+  this one, from ``/proc``, process by process; one gone meanwhile adds nothing): on a shared
+  2-core machine wall-clock figures move 2x with the load, CPU time much less (the Python
+  workers' steadily, the JVM's less so: compare medians). The larger store is 8x by default
+  so that the marginal work (~1.6 M records) outweighs the noise of the queries' fixed costs.
 
-Every scan runs ``--repeat`` times (2) and the best is kept: the machine may be shared. The
-Spark queries of a store run interleaved (audit, every column, floor, audit, ...), so the
-source and its floor see the same load.
-
-A run where some 4x scan was faster than its 1x scan (a busy machine) is marked invalid.
-A table for humans, then the last line is one JSON object with every figure.
+Per round: each query's marginal wall and CPU seconds and its ratio to each floor (floor's
+marginal / query's marginal: 100 % is as fast as reading nothing); a round where a marginal
+(wall, JVM or Python) is <= 0 (a busy machine) is marked invalid and left out. Then the
+median (lowest-highest) over the valid rounds and the goal: the source >= 80 % of the floor,
+the medians of both its wall and its CPU ratio. A table for humans, then the last line is one
+JSON object with every figure.
 """
 
 from __future__ import annotations
@@ -43,6 +50,9 @@ import argparse
 import json
 import mmap
 import os
+import statistics
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -59,7 +69,9 @@ from hanet.store.lowlevel import (
 
 FILE_SIZE = 1024 * 1024 * 1024
 DEFAULT_DIR = Path(__file__).resolve().parent / "out" / "spark-scan"
-GOAL = 1.5
+GOAL = 0.8
+DEFAULT_BATCH_ROWS = 8192
+"""The ``commitlog`` source's rows per Arrow batch (its ``batchRows`` option's default)."""
 
 
 def generate(root: Path, size: int, body_bytes: int, file_size: int) -> dict[str, Any]:
@@ -140,27 +152,25 @@ def native_scan(root: Path) -> tuple[int, float]:
 
 
 def reader_scan(
-    root: Path, max_range: int, columns: tuple[str, ...] | None = None, cpu: bool = False
+    root: Path, max_range: int, columns: tuple[str, ...] | None = None
 ) -> tuple[int, int, float]:
-    """(rows, ranges, seconds) for the data source's partition reader in this process
-    (``cpu``: CPU seconds of this process, not wall-clock ones)."""
-    clock = time.process_time if cpu else time.perf_counter
-    started = clock()
+    """(rows, ranges, seconds) for the data source's partition reader in this process."""
+    started = time.perf_counter()
     rows = 0
     ranges = plan_commit_log(find_stores(str(root))[0], max_range)
     for part in ranges:
         for batch in commit_log_batches(part, columns=columns):
             rows += batch.num_rows
-    return rows, len(ranges), clock() - started
+    return rows, len(ranges), time.perf_counter() - started
 
 
-_CANNED: dict[tuple[str, int], Any] = {}
-"""Per Python worker: the floor source's batch, built once."""
-
-
-def canned_source() -> Any:
-    """The floor's data source class: ``rows`` rows in ``parts`` partitions of the audit's
-    columns, from one batch of the store at ``path`` (``batchRows`` rows), sliced."""
+def canned_source(name: str = "hanet_bench_canned", freeze: bool = False) -> Any:
+    """The floor's data source class (format ``name``): ``rows`` rows in ``parts`` partitions
+    of the audit's columns, from one batch of the store at ``path`` (``batchRows`` rows, the
+    source's default) built once per
+    Python worker and sliced. ``freeze``: the reader also settles its worker as the commitlog
+    source does (``hanet.spark.settle_worker``: ``gc.freeze`` once per process, so the
+    collection after each task skips what is there)."""
     from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
     from hanet.spark import commit_log_struct
@@ -174,14 +184,22 @@ def canned_source() -> Any:
             return [InputPartition(share + (i < extra)) for i in range(self.parts)]
 
         def read(self, partition: InputPartition) -> Any:
+            import builtins
+
+            from hanet.spark import settle_worker
+
+            if freeze:
+                settle_worker()
+            # this class travels by value: a cache kept in it would be new in every task
+            cache = builtins.__dict__.setdefault("_hanet_bench_canned", {})
             key = (self.path, self.batch_rows)
-            if key not in _CANNED:
+            if key not in cache:
                 first = plan_commit_log(find_stores(self.path)[0], 1 << 30)[0]
                 batches = commit_log_batches(
                     first, columns=AUDIT_COLUMNS, batch_rows=self.batch_rows
                 )
-                _CANNED[key] = next(iter(batches))
-            batch = _CANNED[key]
+                cache[key] = next(iter(batches))
+            batch = cache[key]
             left = int(partition.value)
             while left > 0:
                 n = min(left, batch.num_rows)
@@ -191,7 +209,7 @@ def canned_source() -> Any:
     class CannedSource(DataSource):
         @classmethod
         def name(cls) -> str:
-            return "hanet_bench_canned"
+            return name
 
         def schema(self) -> Any:
             return commit_log_struct(columns=AUDIT_COLUMNS)
@@ -199,20 +217,161 @@ def canned_source() -> Any:
         def reader(self, schema: Any) -> DataSourceReader:
             options = self.options
             return CannedReader(
-                str(options["path"]), int(options["rows"]), int(options["parts"]), 8192
+                str(options["path"]),
+                int(options["rows"]),
+                int(options["parts"]),
+                int(options.get("batchRows", DEFAULT_BATCH_ROWS)),
             )
 
     return CannedSource
 
 
-def spark_scan(
+def _proc_stats() -> dict[int, tuple[int, str, float, float]]:
+    """Every process: pid -> (ppid, name, own CPU seconds, reaped children's CPU seconds)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    stats: dict[int, tuple[int, str, float, float]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                data = f.read()
+        except OSError:  # gone meanwhile
+            continue
+        name = data[data.index("(") + 1 : data.rindex(")")]
+        fields = data[data.rindex(")") + 2 :].split()
+        own = (int(fields[11]) + int(fields[12])) / tick
+        reaped = (int(fields[13]) + int(fields[14])) / tick
+        stats[int(entry)] = (int(fields[1]), name, own, reaped)
+    return stats
+
+
+def tree_cpu(root: int) -> dict[tuple[int, str], float]:
+    """CPU seconds so far of each process under ``root`` (this process), by (pid, kind):
+    ``jvm`` (a Java process's own), ``python`` (any other process under them: Spark's Python
+    daemons, workers and planners; and every process's children that ended and were
+    reaped), ``driver`` (``root`` itself). See :func:`cpu_spent`."""
+    stats = _proc_stats()
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _, _, _) in stats.items():
+        children.setdefault(ppid, []).append(pid)
+    totals: dict[tuple[int, str], float] = {}
+    if root in stats:
+        totals[(root, "driver")] = stats[root][2]
+    todo = list(children.get(root, []))
+    while todo:
+        pid = todo.pop()
+        _, name, own, reaped = stats[pid]
+        totals[(pid, "jvm" if name == "java" else "python")] = own
+        totals[(pid, "reaped")] = reaped
+        todo.extend(children.get(pid, []))
+    return totals
+
+
+def cpu_spent(
+    before: dict[tuple[int, str], float], after: dict[tuple[int, str], float]
+) -> dict[str, float]:
+    """CPU seconds spent between two :func:`tree_cpu` readings, by kind (reaped children count
+    as ``python``). A process gone meanwhile adds nothing (a worker whose daemon ended is
+    reparented out of the tree: subtracting its seconds would make the figure negative); one
+    that came adds all of its seconds."""
+    spent = {"jvm": 0.0, "python": 0.0, "driver": 0.0}
+    for (pid, kind), seconds in after.items():
+        spent["python" if kind == "reaped" else kind] += max(
+            0.0, seconds - before.get((pid, kind), 0.0)
+        )
+    return spent
+
+
+def base_source(base: Path) -> Any:
+    """The ``commitlog`` source of the tree at ``base`` (``--ab``) as format
+    ``commitlog_ab_base``: registered with that tree's Python (``spark_scan`` sets it), its
+    planner and workers import that tree's ``hanet``, which each checks."""
+    from pyspark.sql.datasource import DataSourceReader, InputPartition
+
+    from hanet.spark import CommitLogDataSource
+
+    expected = str(base.resolve())
+
+    def check() -> None:
+        import hanet
+
+        where = str(Path(hanet.__file__).resolve())
+        if not where.startswith(expected + os.sep):
+            raise RuntimeError(f"--ab: a worker imported {where}, not the tree {expected}")
+
+    class BaseReader(DataSourceReader):
+        def __init__(self, inner: DataSourceReader) -> None:
+            self.inner = inner
+
+        def partitions(self) -> Any:
+            check()
+            return self.inner.partitions()
+
+        def read(self, partition: InputPartition) -> Any:
+            check()
+            return self.inner.read(partition)
+
+    class BaseCommitLog(CommitLogDataSource):
+        @classmethod
+        def name(cls) -> str:
+            return "commitlog_ab_base"
+
+        def reader(self, schema: Any) -> DataSourceReader:
+            check()
+            return BaseReader(super().reader(schema))
+
+    return BaseCommitLog
+
+
+_READER_CPU = """
+import json, sys, time
+from hanet.spark import AUDIT_COLUMNS, commit_log_batches, find_stores, plan_commit_log
+seconds = {}
+for key, root in json.loads(sys.argv[1]).items():
+    best = None
+    for _ in range(int(sys.argv[3])):
+        started = time.process_time()
+        for part in plan_commit_log(find_stores(root)[0], int(sys.argv[2])):
+            for batch in commit_log_batches(part, columns=AUDIT_COLUMNS):
+                pass
+        spent = time.process_time() - started
+        best = spent if best is None else min(best, spent)
+    seconds[key] = best
+print(json.dumps(seconds))
+"""
+
+
+def reader_cpu(
+    python: str, roots: dict[str, Path], max_range: int, repeat: int
+) -> dict[str, float]:
+    """The reader's CPU seconds (best of ``repeat``) over each store, the audit's columns, in a
+    process of ``python`` (its tree's ``hanet``; not the working directory's)."""
+    arg = json.dumps({key: str(root) for key, root in roots.items()})
+    out = subprocess.run(
+        [python, "-P", "-c", _READER_CPU, arg, str(max_range), str(repeat)],
+        check=True,
+        capture_output=True,
+        text=True,
+        cwd="/",
+    ).stdout
+    return {key: float(value) for key, value in json.loads(out.splitlines()[-1]).items()}
+
+
+def spark_rounds(
     roots: dict[str, Path],
     warm_root: Path,
     master: str,
     max_range: int,
-    repeat: int,
+    rounds: int,
     records: dict[str, int],
+    base: Path | None,
+    full: bool,
+    batch_rows: int,
 ) -> dict[str, Any]:
+    """``rounds`` rounds of the Spark queries; in each, every store's queries run interleaved
+    (their order turns each round). Per query: wall-clock seconds and the CPU seconds of the
+    JVM and of Spark's Python processes (``tree_cpu``)."""
     from pyspark.sql import functions as F
 
     from hanet.spark import describe, spark_session
@@ -221,69 +380,140 @@ def spark_scan(
     spark = spark_session(master, config={"spark.ui.enabled": "false"})
     start_up = time.perf_counter() - started
     banner = describe(spark)
+    me = os.getpid()
 
-    def load(columns: tuple[str, ...] | None, path: Path) -> Any:
-        reader = spark.read.format("commitlog").option("maxPartitionBytes", str(max_range))
+    def load(fmt: str, columns: tuple[str, ...] | None, path: Path) -> Any:
+        reader = spark.read.format(fmt).option("maxPartitionBytes", str(max_range))
+        reader = reader.option("batchRows", str(batch_rows))
         if columns:
             reader = reader.option("columns", ",".join(columns))
         return reader.load(str(path))
 
-    def timed(df: Any) -> tuple[int, float]:
+    def timed(df: Any) -> dict[str, float]:
+        before = tree_cpu(me)
         started = time.perf_counter()
         row = df.agg(F.count("*").alias("rows"), F.sum("size").alias("bytes")).first()
-        return row["rows"], time.perf_counter() - started
+        wall = time.perf_counter() - started
+        after = tree_cpu(me)
+        figures = cpu_spent(before, after)
+        figures.update(rows=row["rows"], wall=wall)
+        return figures
 
-    def canned(root: Path, rows: int, parts: int) -> Any:
-        reader = spark.read.format("hanet_bench_canned").option("rows", str(rows))
+    def canned(fmt: str, root: Path, rows: int, parts: int) -> Any:
+        reader = spark.read.format(fmt).option("rows", str(rows))
+        reader = reader.option("batchRows", str(batch_rows))
         return reader.option("parts", str(parts)).load(str(root))
+
+    def register(source: Any, pool: str, python: str | None = None) -> None:
+        """Register ``source`` with Python workers of its own (Spark keeps one daemon and
+        its workers per Python and environment): one query's workers are not another's."""
+        sc = spark.sparkContext
+        saved = sc.pythonExec, dict(sc.environment)
+        sc.environment["HANET_BENCH_POOL"] = pool
+        if python is not None:
+            # the base tree's workers: its Python, and not the working directory's hanet
+            sc.pythonExec = python
+            sc.environment["PYTHONSAFEPATH"] = "1"
+        try:
+            spark.dataSource.register(source)
+        finally:
+            sc.pythonExec = saved[0]
+            sc.environment.clear()
+            sc.environment.update(saved[1])
 
     figures: dict[str, Any] = {"banner": banner, "start_up_s": start_up}
     try:
-        spark.dataSource.register(canned_source())
+        floors = {"floor": "hanet_bench_floor", "floor_frozen": "hanet_bench_floor_frozen"}
+        for key, fmt in floors.items():
+            register(canned_source(fmt, freeze=key == "floor_frozen"), key)
+        formats: dict[str, tuple[str, tuple[str, ...] | None]] = {
+            "source": ("commitlog", AUDIT_COLUMNS)
+        }
+        if base is not None:
+            register(base_source(base), "base", str(base / ".venv" / "bin" / "python"))
+            formats["base"] = ("commitlog_ab_base", AUDIT_COLUMNS)
+        if full:
+            formats["full"] = ("commitlog", None)
         started = time.perf_counter()
-        for columns in (None, AUDIT_COLUMNS):
-            timed(load(columns, warm_root))
-        timed(canned(roots["1x"], 10_000, 4))
+        for fmt, columns in formats.values():
+            timed(load(fmt, columns, warm_root))
+        for fmt in floors.values():
+            timed(canned(fmt, roots["1x"], 10_000, 4))
         figures["warm_up_s"] = time.perf_counter() - started
+        frames: dict[str, dict[str, Any]] = {}
         for size, root in roots.items():
-            parts = load(None, root).rdd.getNumPartitions()
+            frames[size] = {key: load(fmt, cols, root) for key, (fmt, cols) in formats.items()}
+            parts = frames[size]["source"].rdd.getNumPartitions()
             figures[f"partitions_{size}"] = parts
-            frames = {
-                "audit": load(AUDIT_COLUMNS, root),
-                "full": load(None, root),
-                "floor": canned(root, records[size], parts),
-            }
-            # interleaved (audit, full, floor, audit, ...): each sees the same load
-            timings: dict[str, list[tuple[int, float]]] = {key: [] for key in frames}
-            for _ in range(repeat):
-                for key, df in frames.items():
-                    timings[key].append(timed(df))
-            for key, runs in timings.items():
-                assert len({rows for rows, _ in runs}) == 1
-                assert runs[0][0] == records[size], (key, runs[0][0], records[size])
-                figures[f"rows_{size}"] = runs[0][0]
-                figures[f"{key}_{size}_s"] = min(seconds for _, seconds in runs)
+            for key, fmt in floors.items():
+                frames[size][key] = canned(fmt, root, records[size], parts)
+        keys = list(frames["1x"])
+        runs: list[dict[str, dict[str, dict[str, float]]]] = []
+        for number in range(rounds):
+            order = keys[number % len(keys) :] + keys[: number % len(keys)]
+            this: dict[str, dict[str, dict[str, float]]] = {}
+            for size in roots:
+                this[size] = {}
+                for key in order:
+                    this[size][key] = timed(frames[size][key])
+                    assert this[size][key]["rows"] == records[size], (key, size, this[size])
+            this["load"] = {"avg1": os.getloadavg()[0]}  # type: ignore[dict-item]
+            runs.append(this)
+            print(f"round {number + 1}/{rounds} done, load {os.getloadavg()[0]:.1f}", flush=True)
+        figures["runs"] = runs
+        figures["keys"] = keys
     finally:
         spark.stop()
     return figures
 
 
+def spread(values: list[float]) -> dict[str, float]:
+    """Median, lowest and highest of ``values``."""
+    ordered = sorted(values)
+    return {
+        "median": round(statistics.median(ordered), 3) if ordered else float("nan"),
+        "min": round(ordered[0], 3) if ordered else float("nan"),
+        "max": round(ordered[-1], 3) if ordered else float("nan"),
+    }
+
+
+def _fmt(figures: dict[str, float], percent: bool = False) -> str:
+    if percent:
+        return f"{figures['median']:.0%} ({figures['min']:.0%}-{figures['max']:.0%})"
+    return f"{figures['median']:.3f} ({figures['min']:.3f}-{figures['max']:.3f})"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--size-mib", type=int, default=256, help="1x data size (256; 4x too)")
+    parser.add_argument("--size-mib", type=int, default=256, help="1x data size (256)")
+    parser.add_argument("--scale", type=int, default=8, help="the larger store's size (8: 8x)")
     parser.add_argument("--message-bytes", type=int, default=1024, help="body size (1024)")
     parser.add_argument("--master", default="local[2]", help="Spark master (local[2])")
     parser.add_argument("--max-partition-mib", type=int, default=128, help="range size (128)")
     parser.add_argument("--dir", type=Path, default=DEFAULT_DIR, help="store directory")
-    parser.add_argument("--repeat", type=int, default=2, help="runs of each scan, best kept (2)")
+    parser.add_argument("--repeat", type=int, default=2, help="one-process scans, best kept (2)")
+    parser.add_argument("--rounds", type=int, default=7, help="rounds of Spark queries (7)")
+    parser.add_argument("--full", action="store_true", help="also every column (23)")
+    parser.add_argument(
+        "--batch-rows",
+        type=int,
+        default=DEFAULT_BATCH_ROWS,
+        help=f"rows per Arrow batch, the sources' and the floors' ({DEFAULT_BATCH_ROWS})",
+    )
+    parser.add_argument(
+        "--ab", type=Path, help="a tree (its own .venv, extensions built) whose source runs beside"
+    )
     args = parser.parse_args(argv)
     max_range = args.max_partition_mib * 1024 * 1024
+    if args.ab is not None and not (args.ab / ".venv" / "bin" / "python").exists():
+        parser.error(f"--ab {args.ab}: no .venv/bin/python there (make install)")
 
     started = time.perf_counter()
-    roots = {"1x": args.dir / "1x", "4x": args.dir / "4x"}
+    big = f"{args.scale}x"
+    roots = {"1x": args.dir / "1x", big: args.dir / big}
     stores = {
         key: generate(root, scale * args.size_mib * 1024 * 1024, args.message_bytes, FILE_SIZE)
-        for (key, root), scale in zip(roots.items(), (1, 4), strict=True)
+        for (key, root), scale in zip(roots.items(), (1, args.scale), strict=True)
     }
     generated_s = time.perf_counter() - started
     warm_root = args.dir / "warm-up"
@@ -297,105 +527,150 @@ def main(argv: list[str] | None = None) -> int:
             args.repeat, lambda root=root: reader_scan(root, max_range, AUDIT_COLUMNS)
         )
         assert rows == records
-        _, _, seconds[f"reader_cpu_{key}"] = best(
-            args.repeat, lambda root=root: reader_scan(root, max_range, AUDIT_COLUMNS, cpu=True)
-        )
+    cpu = {"source": reader_cpu(sys.executable, roots, max_range, args.repeat)}
+    if args.ab is not None:
+        cpu["base"] = reader_cpu(str(args.ab / ".venv" / "bin" / "python"), roots, max_range, 2)
     records_of = {key: int(store["records"]) for key, store in stores.items()}
-    spark = spark_scan(roots, warm_root, args.master, max_range, args.repeat, records_of)
-    for key in roots:
-        assert spark[f"rows_{key}"] == stores[key]["records"]
-        seconds[f"spark_audit_{key}"] = spark[f"audit_{key}_s"]
-        seconds[f"spark_full_{key}"] = spark[f"full_{key}_s"]
-        seconds[f"spark_floor_{key}"] = spark[f"floor_{key}_s"]
+    spark = spark_rounds(
+        roots,
+        warm_root,
+        args.master,
+        max_range,
+        args.rounds,
+        records_of,
+        args.ab,
+        args.full,
+        args.batch_rows,
+    )
+    data = stores[big]["data_bytes"] - stores["1x"]["data_bytes"]
+    records = stores[big]["records"] - stores["1x"]["records"]
+    baseline = max(seconds[f"native_{big}"] - seconds["native_1x"], 1e-9)
+    reader = max(seconds[f"reader_{big}"] - seconds["reader_1x"], 1e-9)
 
-    data = stores["4x"]["data_bytes"] - stores["1x"]["data_bytes"]
-    records = stores["4x"]["records"] - stores["1x"]["records"]
-
-    def marginal(name: str) -> float:
-        return max(seconds[f"{name}_4x"] - seconds[f"{name}_1x"], 1e-9)
-
-    baseline = marginal("native")
     print(spark["banner"])
     print(
-        f"stores: {args.dir} (1x {stores['1x']['data_bytes'] / 2**20:.0f} MiB, 4x "
-        f"{stores['4x']['data_bytes'] / 2**20:.0f} MiB; records of {stores['1x']['record_size']} "
-        f"bytes; ready in {generated_s:.1f} s); native scanner: {NATIVE_SCANNER}"
+        f"stores: {args.dir} (1x {stores['1x']['data_bytes'] / 2**20:.0f} MiB, {big} "
+        f"{stores[big]['data_bytes'] / 2**20:.0f} MiB; records of {stores['1x']['record_size']} "
+        f"bytes; ready in {generated_s:.1f} s); native scanner: {NATIVE_SCANNER}; "
+        f"{spark['partitions_1x']} and {spark[f'partitions_{big}']} partitions"
     )
     print(
-        f"{'scan (best of ' + str(args.repeat) + ')':46} {'1x s':>7} {'4x s':>7} "
-        f"{'marg. s':>8} {'MB/s':>8} {'records/s':>11} {'vs native':>9}"
+        f"one process, marginal ({big} - 1x, {records:,} records, best of {args.repeat}): native "
+        f"scan {baseline:.3f} s, reader (audit's columns) {reader:.3f} s"
     )
-    lines = [
-        ("native", "native scan, one process"),
-        ("reader", "reader, the audit's 12 columns, one process"),
-        ("spark_audit", f"Spark {args.master}, the audit's 12 columns"),
-        ("spark_full", f"Spark {args.master}, all 23 columns"),
-        ("spark_floor", f"Spark {args.master} floor: no scan, 12 columns"),
-    ]
-    for key, name in lines:
-        m = marginal(key)
+    for key, figures in cpu.items():
+        m = figures[big] - figures["1x"]
+        print(f"  reader CPU ({key}): {m:.3f} s marginal, {m / records * 1e9:.0f} ns a record")
+    print(
+        f"Spark session start-up {spark['start_up_s']:.1f} s, warm-up {spark['warm_up_s']:.1f} s "
+        "(not counted)"
+    )
+    keys: list[str] = spark["keys"]
+    floors = [key for key in keys if key.startswith("floor")]
+    print(
+        "per round, marginal seconds: wall | CPU jvm + python; (floor / query: wall, CPU; "
+        "then floor_frozen / query)"
+    )
+    metrics = ["wall", "jvm", "python", "cpu"]
+    for floor in floors:
+        metrics += [f"vs_{floor}", f"vs_{floor}_cpu"]
+    per_key: dict[str, dict[str, list[float]]] = {key: {m: [] for m in metrics} for key in keys}
+    valid_rounds = 0
+    for number, run in enumerate(spark["runs"], 1):
+        marg = {
+            key: {m: run[big][key][m] - run["1x"][key][m] for m in ("wall", "jvm", "python")}
+            for key in keys
+        }
+        for margins in marg.values():
+            margins["cpu"] = margins["jvm"] + margins["python"]
+        valid = all(v[m] > 0 for v in marg.values() for m in ("wall", "jvm", "python"))
+        parts = []
+        for key in keys:
+            q = marg[key]
+            line = f"{key} {q['wall']:.2f} | {q['jvm']:.2f}+{q['python']:.2f}"
+            if key not in floors and valid:
+                ratios = []
+                for floor in floors:
+                    q[f"vs_{floor}"] = marg[floor]["wall"] / q["wall"]
+                    q[f"vs_{floor}_cpu"] = marg[floor]["cpu"] / q["cpu"]
+                    ratios.append(f"{q[f'vs_{floor}']:.0%}, {q[f'vs_{floor}_cpu']:.0%}")
+                line += " (" + "; ".join(ratios) + ")"
+            parts.append(line)
+        flag = "" if valid else "  INVALID (a marginal <= 0: too busy)"
+        print(f"round {number} load {run['load']['avg1']:.1f}: " + "; ".join(parts) + flag)
+        if valid:
+            valid_rounds += 1
+            for key in keys:
+                for metric, value in marg[key].items():
+                    per_key[key][metric].append(value)
+    summary = {key: {m: spread(v) for m, v in ms.items() if v} for key, ms in per_key.items()}
+    print(f"median (lowest-highest) over {valid_rounds} valid rounds of {len(spark['runs'])}:")
+    for key in keys:
+        s = summary[key]
+        if not s:
+            continue
         print(
-            f"{name:46} {seconds[key + '_1x']:7.2f} {seconds[key + '_4x']:7.2f} {m:8.2f} "
-            f"{data / m / 1e6:8.1f} {records / m:11,.0f} {baseline / m:8.2f}x"
+            f"  {key:12} wall {_fmt(s['wall'])} s; CPU jvm {_fmt(s['jvm'])} s + python "
+            f"{_fmt(s['python'])} s"
         )
-    print(
-        f"Spark session start-up {spark['start_up_s']:.1f} s, warm-up queries "
-        f"{spark['warm_up_s']:.1f} s (not counted); {spark['partitions_4x']} partitions (4x)"
-    )
-    reader_cpu = marginal("reader_cpu")
-    print(
-        f"reader CPU alone (process time, best of {args.repeat}), the audit's columns: "
-        f"{reader_cpu:.3f} s marginal, {reader_cpu / records * 1e9:.0f} ns a record"
-    )
-    # a busy machine can make a 1x run slower than its 4x run: the marginal figures mean nothing
-    valid = all(seconds[f"{key}_4x"] > seconds[f"{key}_1x"] for key, _ in lines)
-    if not valid:
-        print("INVALID run: some 4x scan was faster than its 1x scan (the machine is too busy)")
-    ratio = baseline / marginal("spark_audit")
-    ceiling = baseline / marginal("spark_floor")
-    verdict = "met" if ratio >= GOAL else "not met"
-    print(
-        f"goal: Spark {args.master} with the audit's columns >= {GOAL}x the native scan in one "
-        f"process, marginal (4x - 1x): {ratio:.2f}x ({verdict}); every column "
-        f"{baseline / marginal('spark_full'):.2f}x"
-    )
-    print(
-        f"ceiling: Spark alone, with rows that cost nothing to read, is {ceiling:.2f}x the "
-        f"native scan: the best ratio any data source could reach here "
-        f"({'the goal is within reach' if ceiling >= GOAL else 'below the goal'}); the "
-        f"commitlog source reaches {ratio / ceiling:.0%} of it"
-    )
-    figures: dict[str, Any] = {
+        for floor in floors:
+            if f"vs_{floor}" in s:
+                # also the ratio of the medians: each round's ratio divides two noisy figures
+                of_medians = {
+                    m: summary[floor][m]["median"] / s[m]["median"] for m in ("wall", "cpu")
+                }
+                s[f"vs_{floor}"]["of_medians"] = round(of_medians["wall"], 3)
+                s[f"vs_{floor}_cpu"]["of_medians"] = round(of_medians["cpu"], 3)
+                print(
+                    f"  {'':12} vs {floor}: wall {_fmt(s[f'vs_{floor}'], True)}, CPU "
+                    f"{_fmt(s[f'vs_{floor}_cpu'], True)}; ratio of the medians: wall "
+                    f"{of_medians['wall']:.0%}, CPU {of_medians['cpu']:.0%}"
+                )
+    goal_met = False
+    if summary["source"].get("vs_floor"):
+        ratio = summary["source"]["vs_floor"]
+        cpu_ratio = summary["source"]["vs_floor_cpu"]
+        goal_met = ratio["median"] >= GOAL and cpu_ratio["median"] >= GOAL
+        print(
+            f"goal: the source >= {GOAL:.0%} of the floor (medians of the rounds, wall and CPU): "
+            f"wall {ratio['median']:.0%}, CPU {cpu_ratio['median']:.0%} "
+            f"({'met' if goal_met else 'not met'})"
+        )
+        for floor in floors:
+            gap = summary["source"]["python"]["median"] - summary[floor]["python"]["median"]
+            jvm_gap = summary["source"]["jvm"]["median"] - summary[floor]["jvm"]["median"]
+            print(
+                f"  the source's CPU over {floor} (medians): python {gap:+.3f} s, jvm "
+                f"{jvm_gap:+.3f} s for {records:,} marginal records"
+            )
+    result: dict[str, Any] = {
         "bench": "spark_scan",
         "master": args.master,
         "cores": os.cpu_count(),
         "native_scanner": NATIVE_SCANNER,
         "record_bytes": stores["1x"]["record_size"],
-        "data_bytes_1x": stores["1x"]["data_bytes"],
-        "data_bytes_4x": stores["4x"]["data_bytes"],
+        "scale": args.scale,
         "marginal_bytes": data,
         "marginal_records": records,
+        "partitions": [spark["partitions_1x"], spark[f"partitions_{big}"]],
+        "native_marginal_s": round(baseline, 4),
+        "reader_marginal_s": round(reader, 4),
+        "reader_cpu_marginal_s": {
+            key: round(figures[big] - figures["1x"], 4) for key, figures in cpu.items()
+        },
         "spark_start_up_s": round(spark["start_up_s"], 2),
-        "spark_warm_up_s": round(spark["warm_up_s"], 2),
-        "spark_partitions_4x": spark["partitions_4x"],
+        "rounds": len(spark["runs"]),
+        "valid_rounds": valid_rounds,
+        "load_avg1": [round(run["load"]["avg1"], 2) for run in spark["runs"]],
+        "per_round": {
+            key: {m: [round(v, 3) for v in values] for m, values in ms.items()}
+            for key, ms in per_key.items()
+        },
+        "summary": summary,
+        "goal_source_vs_floor": GOAL,
+        "goal_met": goal_met,
     }
-    for key, _ in lines:
-        figures[f"{key}_1x_s"] = round(seconds[key + "_1x"], 3)
-        figures[f"{key}_4x_s"] = round(seconds[key + "_4x"], 3)
-        figures[f"{key}_marginal_mb_s"] = round(data / marginal(key) / 1e6, 1)
-    figures.update(
-        ratio_audit_columns_vs_native_scan=round(ratio, 3),
-        ratio_all_columns_vs_native_scan=round(baseline / marginal("spark_full"), 3),
-        ratio_reader_vs_native_scan=round(baseline / marginal("reader"), 3),
-        ceiling_ratio_spark_floor_vs_native_scan=round(ceiling, 3),
-        reader_cpu_marginal_s=round(reader_cpu, 4),
-        reader_cpu_ns_per_record=round(reader_cpu / records * 1e9, 1),
-        source_vs_floor=round(ratio / ceiling, 3),
-        valid=valid,
-        goal_ratio=GOAL,
-        goal_met=valid and ratio >= GOAL,
-    )
-    print(json.dumps(figures))
+    print(json.dumps(result))
     return 0
 
 

@@ -522,3 +522,48 @@ def test_jobs_give_the_same_tables_read_in_the_driver_or_by_the_executors(
     finally:
         first.unpersist()
         second.unpersist()
+
+
+def test_reused_python_workers_are_settled_from_their_second_task(
+    spark: SparkSession, generated: tuple[Path, Counter[tuple[str, int]]]
+) -> None:
+    """Spark reuses its Python workers and collects garbage after each of their tasks; the
+    commitlog reader freezes a worker's objects at its second task (hanet.spark.settle_worker),
+    so those collections skip them: a probe source run next in the same workers sees it."""
+    from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+    class ProbeReader(DataSourceReader):
+        def partitions(self) -> list[InputPartition]:
+            return [InputPartition(i) for i in range(4)]
+
+        def read(self, partition: InputPartition) -> Iterator[tuple[int, int, int]]:
+            import gc
+            import os
+
+            from hanet.spark import _worker
+
+            tasks = _worker._tasks
+            begun = tasks[1] if tasks is not None and tasks[0] == os.getpid() else 0
+            yield os.getpid(), begun, gc.get_freeze_count()
+
+    class Probe(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return "hanet_test_gc_probe"
+
+        def schema(self) -> str:
+            return "pid int, tasks int, frozen int"
+
+        def reader(self, schema: object) -> DataSourceReader:
+            return ProbeReader()
+
+    root, put = generated
+    frame = spark.read.format("commitlog").option("columns", "size").load(str(root))
+    assert frame.rdd.getNumPartitions() >= 8
+    assert frame.count() == sum(put.values())
+    spark.dataSource.register(Probe)
+    workers = {row.pid: row for row in spark.read.format("hanet_test_gc_probe").load().collect()}
+    settled = [row for row in workers.values() if row.tasks >= 2]
+    assert settled, workers  # a worker that read two partitions or more
+    assert all(row.frozen > 1000 for row in settled), workers
+    assert all(row.frozen == 0 for row in workers.values() if row.tasks < 2), workers

@@ -22,7 +22,10 @@ the ``hanet`` command line works without the extra.
 - Without Spark: :func:`commit_log_batches` reads one commit log range as Arrow batches
   (``_arrow.py``), :func:`consume_queue_batches` one consume queue file (``_queues.py``);
   :func:`find_stores`, :func:`plan_commit_log` plan the ranges (``_layout.py``);
-  :func:`compare_records` says where two records' bytes differ (``_fields.py``).
+  :func:`compare_records` says where two records' bytes differ (``_fields.py``);
+  :func:`settle_worker` freezes a reused Spark Python worker's objects once, from its second
+  task, so the collection PySpark runs after every task skips them (``_worker.py``; the
+  readers call it).
 - Live brokers without shared files (``_remote.py``): ``option("brokers", "HOST:PORT,...")`` or
   a ``hanet://HOST:PORT`` path; :func:`plan_broker` plans a broker's ranges,
   :func:`remote_batches` reads one over the broker port (:class:`LogReadClient`,
@@ -95,6 +98,7 @@ if TYPE_CHECKING:
         register,
     )
     from ._stats import StatsResult, stats
+    from ._worker import settle_worker
 
 __all__ = [
     "AUDIT_COLUMNS",
@@ -155,6 +159,7 @@ __all__ = [
     "record_spans",
     "register",
     "remote_batches",
+    "settle_worker",
     "spark_session",
     "stage_lines",
     "start_connect_server",
@@ -212,6 +217,7 @@ _HOMES = {
         "register",
     ),
     "_stats": ("StatsResult", "stats"),
+    "_worker": ("settle_worker",),
 }
 _MODULE_OF = {name: f".{module}" for module, names in _HOMES.items() for name in names}
 

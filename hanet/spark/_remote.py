@@ -52,6 +52,7 @@ from ._arrow import (
 )
 from ._layout import DEFAULT_MAX_RANGE_BYTES, CommitLogRange
 from ._log_client import LogChunk, LogReadClient, LogReadError, TlsFiles, split_address
+from ._worker import settle_worker
 
 __all__ = [
     "BROKER_SCHEME",
@@ -287,6 +288,7 @@ class BrokerLogReader(DataSourceReader):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """The Arrow batches of one range, read from its broker."""
+        settle_worker()
         if partition.value is None:  # Spark's stand-in when there is nothing to read
             return iter(())
         return remote_batches(

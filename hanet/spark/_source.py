@@ -11,7 +11,11 @@ After :func:`register`::
 Partitions are planned on the driver (:mod:`hanet.spark._layout`): one per commit log file, or
 one per byte range of a file larger than ``maxPartitionBytes`` (default 128 MiB), cut at
 record boundaries; one per consume queue file. Each partition is read in a Python worker by
-:mod:`hanet.spark._arrow`, which yields ``pyarrow.RecordBatch`` objects. Executors need
+:mod:`hanet.spark._arrow`, which yields ``pyarrow.RecordBatch`` objects; each reader first
+settles its worker (:func:`~hanet.spark._worker.settle_worker`: from a reused worker's second
+task on, the garbage collection PySpark runs after every task skips what the worker imported).
+Spark takes the batches as they are declared (no dictionary-encoded strings: a Python source's
+batches must have exactly its schema's Arrow types). Executors need
 ``hanet`` and ``pyarrow`` importable (``pip install 'hanet[spark]'`` on every node), and read
 the store paths from their own file system.
 
@@ -55,6 +59,7 @@ from ._layout import (
 )
 from ._queues import consume_queue_batches, consume_queue_schema
 from ._remote import broker_reader
+from ._worker import settle_worker
 
 __all__ = [
     "CommitLogDataSource",
@@ -186,6 +191,7 @@ class _CommitLogReader(DataSourceReader):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """The Arrow batches of one file range."""
+        settle_worker()
         if partition.value is None:  # Spark's stand-in when there is nothing to read
             return iter(())
         return commit_log_batches(
@@ -231,6 +237,7 @@ class _ConsumeQueueReader(DataSourceReader):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """The Arrow batches of one consume queue file."""
+        settle_worker()
         if partition.value is None:
             return iter(())
         return consume_queue_batches(partition.value)
