@@ -123,6 +123,32 @@ async def test_a_read_of_sends_is_answered_in_order(tmp_path: Path) -> None:
         nursery.cancel_scope.cancel()
 
 
+async def test_each_send_of_a_read_is_counted_in_the_metrics(tmp_path: Path) -> None:
+    # The common answers of a read are counted with one call: the same figures as one each.
+    config = BrokerConfig(store_path_root_dir=tmp_path, listen_port=0, ha_listen_port=0)
+    async with trio.open_nursery() as nursery:
+        broker = Broker(config)
+        await nursery.start(broker.run)
+        channel = EmbeddedChannel()
+        broker.port.initialize(cast(Any, channel))
+        frames = [_send_frame(n, n % 2, oneway=n == 5) for n in range(1, 11)]
+        frames.insert(3, encode_command(RemotingCommand(RequestCode.SEND_MESSAGE_V2, opaque=99)))
+        channel.write_inbound(b"".join(frames))
+        channel.write_inbound(_send_frame(11, 0))
+        text = broker.metrics.exposition().decode()
+        nursery.cancel_scope.cancel()
+    counts = {
+        line.split(" ")[0]: float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith(("hanet_puts_total", "hanet_put_latency_seconds_count"))
+    }
+    # 11 stored (the oneway one too), the one without a header refused before the store
+    assert counts == {
+        'hanet_puts_total{status="PUT_OK"}': 11.0,
+        "hanet_put_latency_seconds_count": 11.0,
+    }
+
+
 def _max_offset_frame(opaque: int, queue_id: int) -> bytes:
     request = RemotingCommand(
         RequestCode.GET_MAX_OFFSET,

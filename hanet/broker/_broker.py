@@ -624,6 +624,11 @@ class Broker:
         else:
             self.metrics.observe_put([status.value for status in statuses], seconds)
 
+    def observe_puts_ok(self, requests: int, seconds: float) -> None:
+        """``requests`` sends of one message, each stored PUT_OK and answered after
+        ``seconds``: as many :meth:`observe_put` calls (the sends of one read)."""
+        self.metrics.observe_puts_ok(requests, seconds)
+
     def connection_event(self, event: str) -> None:
         """A broker port connection ``opened`` or closed (``event``: why, shortly)."""
         self.metrics.connection_event("broker", event)
