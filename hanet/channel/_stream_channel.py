@@ -135,9 +135,9 @@ def _cut(parts: list[Any], sent: int) -> list[Any]:
 
 
 async def _receive_into(
-    sock: trio.socket.SocketType, read_size: int, ready: bool
+    sock: trio.socket.SocketType, read_size: int, ready: bool, arena: ReceiveArena
 ) -> tuple[memoryview, bool]:
-    """Receive up to ``read_size`` bytes into the run's arena: a read-only view of them, and
+    """Receive up to ``read_size`` bytes into the run's ``arena``: a read-only view of them, and
     whether they filled the room (an empty view: the peer closed).
 
     Unless bytes are likely waiting (``ready``), first waits until the socket is readable, so
@@ -151,7 +151,6 @@ async def _receive_into(
         await trio.lowlevel.checkpoint()
     else:
         await trio.lowlevel.wait_readable(sock)
-    arena = _arena()
     while True:
         start, end = arena.reserve(read_size)
         chunk = arena.chunk
@@ -442,6 +441,7 @@ class StreamChannel(Channel):
         # of them go down the pipeline); any other stream (TLS, memory) gets receive_some.
         sock = stream.socket if type(stream) is trio.SocketStream else None
         ready = False  # whether the last read filled its room (more bytes are likely waiting)
+        arena = _arena() if sock is not None else None  # the run's: fetched once, not a read
         while True:
             if not (self._auto_read or self._read_requested) or self._read_holds:
                 self._reader_wakeup = trio.Event()
@@ -450,10 +450,10 @@ class StreamChannel(Channel):
             self._read_requested = False
             data: bytes | bytearray | memoryview
             try:
-                if sock is None:
+                if sock is None or arena is None:
                     data = await stream.receive_some(read_size)
                 else:
-                    data, ready = await _receive_into(sock, read_size, ready)
+                    data, ready = await _receive_into(sock, read_size, ready, arena)
             except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
                 self._lost(f"connection lost: {exc.__cause__ or exc!r}")
                 return
