@@ -169,6 +169,9 @@ class BrokerConnection(ChannelInboundHandler):
 
 
 def connection_of(ctx: HandlerContext) -> BrokerConnection:
+    prev = ctx.prev  # the dispatcher's context: the connection handler comes right before it
+    if prev is not None and type(prev.handler) is BrokerConnection:
+        return prev.handler
     handler = ctx.pipeline.get("connection")
     if not isinstance(handler, BrokerConnection):
         raise RuntimeError("the broker port's pipeline has no connection handler")
