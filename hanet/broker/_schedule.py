@@ -168,6 +168,8 @@ def delay_rewrite(message: Message, *, max_level: int = MAX_DELAY_LEVEL) -> Mess
     """
     if message.topic == SCHEDULE_TOPIC:  # rewritten already: idempotent
         return message
+    if PROPERTY_DELAY not in message.properties:  # (most messages: no delay_level call)
+        return message
     level = delay_level(message.properties)
     if level <= 0:
         return message
