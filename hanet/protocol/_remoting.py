@@ -563,8 +563,8 @@ def _decode_binary(data: memoryview, body: memoryview) -> RemotingCommand:
     )
 
 
-_JSON = SerializeType.JSON
-_OTHER = LanguageCode.OTHER
+_JSON_TYPE = SerializeType.JSON
+_OTHER_LANGUAGE = LanguageCode.OTHER
 
 
 def decode_command(frame: bytes | bytearray | memoryview) -> RemotingCommand:
@@ -585,9 +585,11 @@ def decode_command(frame: bytes | bytearray | memoryview) -> RemotingCommand:
             f"header length {header_len} is over the frame's {len(view) - 4} bytes"
         )
     header, body = view[4 : 4 + header_len], view[4 + header_len :]
-    if kind == _JSON:
+    if kind == _JSON_TYPE:
         if _native_command is not None:  # _decode_json's first step, inlined (once a frame)
-            command = _native_command(header, body, RemotingCommand, _LANGUAGES, _OTHER, _JSON)
+            command = _native_command(
+                header, body, RemotingCommand, _LANGUAGES, _OTHER_LANGUAGE, _JSON_TYPE
+            )
             if command is not None:
                 return command
         return _decode_json_rest(header, body)
