@@ -279,7 +279,13 @@ class Sends:
         header = SendMessageRequestHeader.decode(request.code, request.fields)
         pending = connection.pending_sends
         # the frames of one read arrived together: the first one's time is theirs
-        started = pending[0].started if pending else trio.current_time()
+        if pending:
+            started = pending[0].started
+        else:  # trio.current_time(), from the run's clock (kept by the connection)
+            clock = connection.clock
+            if clock is None:
+                clock = connection.clock = trio.lowlevel.current_clock()
+            started = clock.current_time()
         try:
             messages, queue_id, wait = self._admit(request, header, connection.born)
         except _Refused as exc:
@@ -326,7 +332,8 @@ class Sends:
             backend.put_later(messages, functools.partial(self._put_done, connection, pending))
             return
         must_wait = backend.must_wait()
-        now = trio.current_time()
+        clock = connection.clock  # (set by the first send: trio.current_time() in one call)
+        now = trio.current_time() if clock is None else clock.current_time()
         out: list[bytes] = []  # the stored answers, written together (one pass down)
         ctx = pending[0].ctx
         at = 0
