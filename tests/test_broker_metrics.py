@@ -119,6 +119,20 @@ def test_put_statuses_are_counted_per_status() -> None:
     assert sample(text, 'hanet_puts_total{status="MESSAGE_ILLEGAL"}') == 1
 
 
+def test_puts_counted_together_show_as_counted_one_by_one() -> None:
+    together, one_by_one = BrokerMetrics(lambda: STATUS), BrokerMetrics(lambda: STATUS)
+    for seconds in (0.0004, 0.02, 7.0):
+        together.observe_puts_ok(5, seconds)
+        for _ in range(5):
+            one_by_one.observe_put(["PUT_OK"], seconds)
+    lines = [together.exposition().decode(), one_by_one.exposition().decode()]
+    kept = [[x for x in t.splitlines() if "_created" not in x and "_sum" not in x] for t in lines]
+    assert kept[0] == kept[1]
+    sums = [sample(text, "hanet_put_latency_seconds_sum") for text in lines]
+    assert sums[0] == pytest.approx(sums[1])  # (a product, not a running sum)
+    assert sample(lines[0], 'hanet_puts_total{status="PUT_OK"}') == 15
+
+
 async def test_a_running_broker_serves_metrics_that_move(tmp_path: Path) -> None:
     async with trio.open_nursery() as nursery:
         broker = Broker(config(tmp_path, metrics_listen="127.0.0.1:0"))

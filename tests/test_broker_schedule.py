@@ -139,6 +139,51 @@ async def test_due_messages_reach_their_real_queue_in_order(
     assert decode_offsets((tmp_path / "d.json").read_text()) == {1: 4, 2: 1}
 
 
+async def test_only_a_level_whose_queue_grew_looks_again(
+    store: CommitLogStore, tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    # Puts of other topics wake no drained level; a delayed put wakes its own level only,
+    # and is delivered as before (its delay after its store time).
+    looks: dict[int, int] = {}
+
+    class Counted(ScheduleService):
+        def deliver_due(self, level: int) -> float | None:
+            looks[level] = looks.get(level, 0) + 1
+            return super().deliver_due(level)
+
+    service = Counted(store, store.put, tmp_path / "d.json", now_ms=_clock())
+    async with trio.open_nursery() as nursery:
+        await nursery.start(service.run)
+        await trio.sleep(0.5)
+        assert looks == dict.fromkeys(range(1, 19), 1)  # each level once, all drained
+        for i in range(20):
+            assert store.put(Message("orders", b"plain-%d" % i, queue_id=1)).ok
+            await trio.sleep(0.05)
+        assert looks == dict.fromkeys(range(1, 19), 1)
+        assert store.put(_delayed("orders", b"three", 3)).ok  # level 3: 10 s
+        await trio.sleep(0.5)
+        assert looks[3] == 2 and sum(looks.values()) == 19
+        assert _bodies(store, "orders")[-1] == b"plain-19"
+        await trio.sleep(10)
+        assert _bodies(store, "orders")[-1] == b"three"
+        assert sum(v for level, v in looks.items() if level != 3) == 17
+        nursery.cancel_scope.cancel()
+
+
+async def test_data_put_as_the_service_starts_is_delivered(
+    store: CommitLogStore, tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    service = ScheduleService(store, store.put, tmp_path / "d.json", now_ms=_clock())
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(service.run)
+        await trio.lowlevel.checkpoint()
+        await trio.lowlevel.checkpoint()
+        assert store.put(_delayed("orders", b"early", 1)).ok  # level 1: 1 s
+        await trio.sleep(1.5)
+        assert _bodies(store, "orders") == [b"early"]
+        nursery.cancel_scope.cancel()
+
+
 async def test_a_restart_loses_nothing_and_redelivers_at_most_since_the_last_write(
     store: CommitLogStore, tmp_path: Path, autojump_clock: trio.testing.MockClock
 ) -> None:

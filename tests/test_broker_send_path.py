@@ -15,6 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from hanet.broker import Broker, send_answer, stored_answer
+from hanet.channel import ChannelInboundHandler, HandlerContext
 from hanet.ha import BrokerConfig
 from hanet.protocol import (
     RemotingCommand,
@@ -121,6 +122,59 @@ async def test_a_read_of_sends_is_answered_in_order(tmp_path: Path) -> None:
                 found, _, _ = broker.store.query_index("PathTopic", key, 32, 0, 2**62)
                 assert offset in found
         nursery.cancel_scope.cancel()
+
+
+async def test_each_send_of_a_read_is_counted_in_the_metrics(tmp_path: Path) -> None:
+    # The common answers of a read are counted with one call: the same figures as one each.
+    config = BrokerConfig(store_path_root_dir=tmp_path, listen_port=0, ha_listen_port=0)
+    async with trio.open_nursery() as nursery:
+        broker = Broker(config)
+        await nursery.start(broker.run)
+        channel = EmbeddedChannel()
+        broker.port.initialize(cast(Any, channel))
+        frames = [_send_frame(n, n % 2, oneway=n == 5) for n in range(1, 11)]
+        frames.insert(3, encode_command(RemotingCommand(RequestCode.SEND_MESSAGE_V2, opaque=99)))
+        channel.write_inbound(b"".join(frames))
+        channel.write_inbound(_send_frame(11, 0))
+        text = broker.metrics.exposition().decode()
+        nursery.cancel_scope.cancel()
+    counts = {
+        line.split(" ")[0]: float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith(("hanet_puts_total", "hanet_put_latency_seconds_count"))
+    }
+    # 11 stored (the oneway one too), the one without a header refused before the store
+    assert counts == {
+        'hanet_puts_total{status="PUT_OK"}': 11.0,
+        "hanet_put_latency_seconds_count": 11.0,
+    }
+
+
+async def test_sends_are_answered_with_a_handler_before_the_dispatcher(tmp_path: Path) -> None:
+    # The dispatcher finds its connection through the pipeline when another handler sits
+    # between them (the usual place, right before it, is only the quick way).
+    config = BrokerConfig(store_path_root_dir=tmp_path, listen_port=0, ha_listen_port=0)
+    seen: list[int] = []
+
+    class Between(ChannelInboundHandler):
+        def channel_read(self, ctx: HandlerContext, msg: Any) -> None:
+            seen.append(msg.opaque)
+            ctx.fire_channel_read(msg)
+
+    async with trio.open_nursery() as nursery:
+        broker = Broker(config)
+        await nursery.start(broker.run)
+        channel = EmbeddedChannel()
+        broker.port.initialize(cast(Any, channel))
+        channel.pipeline.add_before("dispatch", Between(), "between")
+        channel.write_inbound(b"".join(_send_frame(n, n % 2) for n in range(1, 4)))
+        out = b""
+        while (chunk := channel.read_outbound()) is not None:
+            out += bytes(chunk)
+        nursery.cancel_scope.cancel()
+    answers = _answers(out)
+    assert seen == [1, 2, 3]
+    assert [(a.opaque, a.code) for a in answers] == [(n, ResponseCode.SUCCESS) for n in (1, 2, 3)]
 
 
 def _max_offset_frame(opaque: int, queue_id: int) -> bytes:

@@ -214,6 +214,30 @@ def test_send_header_round_trips_both_ways(header: SendMessageRequestHeader) -> 
     assert SendMessageRequestHeader.decode(10, header.encode(RequestCode.SEND_MESSAGE)) == header
 
 
+@pytest.mark.parametrize("queue_id", ["3", "x3", None])
+def test_a_send_header_decodes_the_same_the_first_time_and_after(queue_id: str | None) -> None:
+    # decode() takes from_fields's reader once it has run: the same header, the same error
+    fields = SendMessageRequestHeader("g", "T", "TBW102", 4, 0, 0, 1, 0).to_fields()
+    if queue_id is None:
+        del fields["queueId"]
+    else:
+        fields["queueId"] = queue_id
+    outcomes = []
+    for _ in range(2):
+        for code in (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2):
+            given = fields if code == RequestCode.SEND_MESSAGE else _v2(fields)
+            try:
+                outcomes.append(repr(SendMessageRequestHeader.decode(code, given)))
+            except RemotingHeaderError as exc:
+                outcomes.append(f"error: {exc}")
+    assert outcomes[:2] == outcomes[2:]
+    assert (queue_id == "3") == ("error" not in outcomes[0])
+
+
+def _v2(fields: dict[str, str]) -> dict[str, str]:
+    return {SendMessageRequestHeader.V2_KEYS[k]: v for k, v in fields.items()}
+
+
 # -- bodies ---------------------------------------------------------------------------------
 
 

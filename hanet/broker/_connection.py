@@ -10,6 +10,7 @@ from collections import deque
 from typing import TYPE_CHECKING, Any
 
 import attrs
+import trio
 
 from hanet.channel import ChannelInboundHandler, HandlerContext, StreamChannel, format_address
 from hanet.handlers import DecoderError
@@ -81,6 +82,9 @@ class BrokerConnection(ChannelInboundHandler):
         self._requests = 0
         self.pending_sends: list[Any] = []
         """Sends of the current read admitted and not stored yet (the port's ``Sends``)."""
+        self.clock: trio.abc.Clock | None = None
+        """The trio run's clock once a send asked for it (``clock.current_time()`` is
+        ``trio.current_time()`` with one call, not four)."""
 
     def channel_active(self, ctx: HandlerContext) -> None:
         log.info("client %s connected", self.peer)
@@ -169,6 +173,9 @@ class BrokerConnection(ChannelInboundHandler):
 
 
 def connection_of(ctx: HandlerContext) -> BrokerConnection:
+    prev = ctx.prev  # the dispatcher's context: the connection handler comes right before it
+    if prev is not None and type(prev.handler) is BrokerConnection:
+        return prev.handler
     handler = ctx.pipeline.get("connection")
     if not isinstance(handler, BrokerConnection):
         raise RuntimeError("the broker port's pipeline has no connection handler")

@@ -278,6 +278,19 @@ class _PutCollector(Collector):
         self.count += 1
         self.sum += seconds
 
+    def observe_many(self, status: str, requests: int, seconds: float) -> None:
+        """``requests`` sends of one message each, all answered ``status`` after ``seconds``:
+        as many :meth:`observe` calls, counted at once."""
+        count = self.by_status.get(status)
+        if count is None:
+            self.created[status] = time.time()
+            count = 0
+        self.by_status[status] = count + requests
+        seconds = max(seconds, 0.0)
+        self.buckets[bisect.bisect_left(_LATENCY_BUCKETS, seconds)] += requests
+        self.count += requests
+        self.sum += seconds * requests
+
     def collect(self) -> Iterator[CounterMetricFamily | HistogramMetricFamily]:
         puts = CounterMetricFamily(
             "hanet_puts", "Messages put, by the status answered", labels=["status"]
@@ -316,6 +329,11 @@ class BrokerMetrics:
     def observe_put(self, statuses: list[str], seconds: float) -> None:
         """One answered send request: the status of each of its messages and its latency."""
         self._puts.observe(statuses, seconds)
+
+    def observe_puts_ok(self, requests: int, seconds: float) -> None:
+        """``requests`` sends of one message each, each stored PUT_OK and answered after
+        ``seconds``: as many :meth:`observe_put` calls."""
+        self._puts.observe_many("PUT_OK", requests, seconds)
 
     def connection_event(self, port: str, event: str) -> None:
         """A connection ``opened`` or closed (``event`` is a short reason) on ``port``."""

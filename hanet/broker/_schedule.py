@@ -168,6 +168,8 @@ def delay_rewrite(message: Message, *, max_level: int = MAX_DELAY_LEVEL) -> Mess
     """
     if message.topic == SCHEDULE_TOPIC:  # rewritten already: idempotent
         return message
+    if PROPERTY_DELAY not in message.properties:  # (most messages: no delay_level call)
+        return message
     level = delay_level(message.properties)
     if level <= 0:
         return message
@@ -316,6 +318,8 @@ class ScheduleService:
     _written: dict[int, int] = attrs.field(init=False, factory=dict)
     _arrived: trio.Event = attrs.field(init=False, factory=trio.Event)
     _waiting: bool = attrs.field(init=False, default=False)
+    _idle: dict[int, trio.Event] = attrs.field(init=False, factory=dict)
+    """Levels whose queue was drained, each woken by the watcher when its queue grows."""
     _failing: set[int] = attrs.field(init=False, factory=set)
     _delivered: int = attrs.field(init=False, default=0)
     _failed_puts: int = attrs.field(init=False, default=0)
@@ -377,21 +381,24 @@ class ScheduleService:
         return ScheduleStatistics(dict(self._offsets), waiting, self._delivered, self._failed_puts)
 
     def _on_data(self, _max_offset: int) -> None:
-        if self._waiting:
+        if self._waiting:  # some level is drained: the watcher looks (one wake-up a burst)
             self._waiting = False
-            self._arrived.set()
-            self._arrived = trio.Event()
+            self._arrived.set()  # (the watcher makes the next event when it wakes)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Deliver due messages until cancelled, then write the offsets file.
 
         One task per level; each sleeps until its head message is due, or, with nothing
-        waiting, until the store gets new data. Writes the offsets every
-        ``persist_interval`` (a failed write is logged and tried again at the next one).
+        waiting, until its queue grows: one watcher task wakes on the store's new data
+        (once a burst: ``_IDLE_PAUSE`` after the first put, as RocketMQ's 100 ms timer) and
+        wakes only the drained levels whose queue got messages, so the puts of other topics
+        wake no level. Writes the offsets every ``persist_interval`` (a failed write is
+        logged and tried again at the next one).
         """
         self.store.add_listener(self._on_data)
         try:
             async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._watch)
                 for level in range(1, len(self.levels) + 1):
                     nursery.start_soon(self._deliver_level, level)
                 nursery.start_soon(self._persist_loop)
@@ -423,12 +430,25 @@ class ScheduleService:
     async def _deliver_level(self, level: int) -> None:
         while True:
             pause = self.deliver_due(level)
-            if pause is None:
+            if pause is None:  # drained: the watcher wakes this level when its queue grows
+                woken = self._idle[level] = trio.Event()
                 self._waiting = True
-                await self._arrived.wait()
-                await trio.sleep(_IDLE_PAUSE)
+                await woken.wait()
             else:
                 await trio.sleep(pause)
+
+    async def _watch(self) -> None:
+        """Wake the drained levels whose queue grew, ``_IDLE_PAUSE`` after new data."""
+        while True:
+            await self._arrived.wait()
+            self._arrived = trio.Event()
+            await trio.sleep(_IDLE_PAUSE)  # let a burst of puts land before looking
+            for level in list(self._idle):
+                queued = self.store.max_queue_offset(SCHEDULE_TOPIC, level - 1)
+                if queued > self._offsets.get(level, 0):
+                    self._idle.pop(level).set()
+            # (no await since the check: data after it finds the flag set and wakes us)
+            self._waiting = bool(self._idle)
 
     def _note(self, level: int, offset: int) -> None:
         if offset or level in self._offsets:  # the file names the levels used, as RocketMQ's

@@ -199,6 +199,13 @@ class OutboundBuffer:
         return bool(self._flushed)
 
     @property
+    def flushed(self) -> deque[tuple[Any, int, WriteFuture]]:
+        """The flushed messages waiting for the transport (the same deque for the buffer's
+        life: a transport may keep it and test it for being non-empty, as ``has_flushed``,
+        without a call a test). Read-only to its users: :meth:`take` removes from it."""
+        return self._flushed
+
+    @property
     def has_regions(self) -> bool:
         """Whether a :class:`FileRegion` is queued (flushed or not)."""
         return self._regions_queued > 0

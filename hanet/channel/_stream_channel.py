@@ -135,9 +135,9 @@ def _cut(parts: list[Any], sent: int) -> list[Any]:
 
 
 async def _receive_into(
-    sock: trio.socket.SocketType, read_size: int, ready: bool
+    sock: trio.socket.SocketType, read_size: int, ready: bool, arena: ReceiveArena
 ) -> tuple[memoryview, bool]:
-    """Receive up to ``read_size`` bytes into the run's arena: a read-only view of them, and
+    """Receive up to ``read_size`` bytes into the run's ``arena``: a read-only view of them, and
     whether they filled the room (an empty view: the peer closed).
 
     Unless bytes are likely waiting (``ready``), first waits until the socket is readable, so
@@ -151,7 +151,6 @@ async def _receive_into(
         await trio.lowlevel.checkpoint()
     else:
         await trio.lowlevel.wait_readable(sock)
-    arena = _arena()
     while True:
         start, end = arena.reserve(read_size)
         chunk = arena.chunk
@@ -368,7 +367,7 @@ class StreamChannel(Channel):
         if not self._open:
             return  # a flush after the close flushes nothing: unflushed writes fail with it
         self._outbound.add_flush()
-        if self._outbound.has_flushed and not self._in_read:
+        if not self._in_read and self._outbound.has_flushed:
             self._wake_writer()
 
     def _wake_writer(self) -> None:
@@ -442,6 +441,8 @@ class StreamChannel(Channel):
         # of them go down the pipeline); any other stream (TLS, memory) gets receive_some.
         sock = stream.socket if type(stream) is trio.SocketStream else None
         ready = False  # whether the last read filled its room (more bytes are likely waiting)
+        arena = _arena() if sock is not None else None  # the run's: fetched once, not a read
+        flushed = self._outbound.flushed  # (non-empty: has_flushed, without a call a read)
         while True:
             if not (self._auto_read or self._read_requested) or self._read_holds:
                 self._reader_wakeup = trio.Event()
@@ -450,10 +451,10 @@ class StreamChannel(Channel):
             self._read_requested = False
             data: bytes | bytearray | memoryview
             try:
-                if sock is None:
+                if sock is None or arena is None:
                     data = await stream.receive_some(read_size)
                 else:
-                    data, ready = await _receive_into(sock, read_size, ready)
+                    data, ready = await _receive_into(sock, read_size, ready, arena)
             except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
                 self._lost(f"connection lost: {exc.__cause__ or exc!r}")
                 return
@@ -474,11 +475,11 @@ class StreamChannel(Channel):
             try:
                 pipeline.fire_channel_read(data)
                 pipeline.fire_channel_read_complete()
-                if self._outbound.has_flushed and self._open:
+                if flushed and self._open:
                     self._write_from_reader(sock.fileno())
             finally:
                 self._in_read = False
-            if self._outbound.has_flushed and self._open:  # left to the writer
+            if flushed and self._open:  # left to the writer
                 self._wake_writer()
 
     async def _writer(self) -> None:
@@ -555,7 +556,8 @@ class StreamChannel(Channel):
         writer's)."""
         outbound = self._outbound
         coalesce = self.config.write_coalesce
-        while outbound.has_flushed and self._open and not self._sending:
+        flushed = outbound.flushed
+        while flushed and self._open and not self._sending:
             if outbound.has_regions:
                 return
             parts, futures, nbytes = outbound.take(coalesce, _IOV_MAX)
@@ -582,7 +584,7 @@ class StreamChannel(Channel):
         self._bytes_written += nbytes
         self._outbound.sent(nbytes, len(futures))
         for future in futures:
-            future.set_result()
+            future._finish(None)  # set_result(), one call less a write
 
     def _send_failed(self, futures: list[Any], exc: BaseException) -> None:
         """A write could not be sent: the connection is lost, its futures fail."""

@@ -29,7 +29,7 @@ from hanet.channel import ChannelInboundHandler, HandlerContext, format_address
 from hanet.handlers import DecoderError
 
 from ._codes import ResponseCode
-from ._remoting import RemotingCommand, RemotingHeaderError
+from ._remoting import FLAG_RESPONSE, RemotingCommand, RemotingHeaderError
 
 __all__ = [
     "RemotingDispatcher",
@@ -89,7 +89,7 @@ class RemotingDispatcher(ChannelInboundHandler):
         if not isinstance(msg, RemotingCommand):
             ctx.fire_channel_read(msg)
             return
-        if msg.is_response:
+        if msg.flag & FLAG_RESPONSE:  # msg.is_response, without the property's call
             if self.on_response is not None:
                 self.on_response(ctx, msg)
             else:

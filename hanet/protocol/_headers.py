@@ -342,6 +342,9 @@ class SendMessageRequestHeader(RemotingHeader):
             if reader is not None:
                 return cast(Self, reader(fields))
             return cls.from_v2_fields(fields)
+        reader = _readers.get((cls, True))  # from_fields's, once it has run (SEND_MESSAGE)
+        if reader is not None:
+            return cast(Self, reader(fields))
         return cls.from_fields(fields)
 
     def encode(self, code: int) -> dict[str, str]:

@@ -448,6 +448,11 @@ def _decode_json(data: memoryview, body: memoryview) -> RemotingCommand:
         )
         if command is not None:
             return command
+    return _decode_json_rest(data, body)
+
+
+def _decode_json_rest(data: memoryview, body: memoryview) -> RemotingCommand:
+    """:func:`_decode_json` past its native command (a header it does not build)."""
     if _native_decode is not None:
         plain = _native_decode(data)
         if plain is not None:  # a plain header (numbers in range, ext fields as strings)
@@ -558,6 +563,10 @@ def _decode_binary(data: memoryview, body: memoryview) -> RemotingCommand:
     )
 
 
+_JSON_TYPE = SerializeType.JSON
+_OTHER_LANGUAGE = LanguageCode.OTHER
+
+
 def decode_command(frame: bytes | bytearray | memoryview) -> RemotingCommand:
     """A command from a frame without its length field (what the frame decoder passes on).
 
@@ -576,8 +585,14 @@ def decode_command(frame: bytes | bytearray | memoryview) -> RemotingCommand:
             f"header length {header_len} is over the frame's {len(view) - 4} bytes"
         )
     header, body = view[4 : 4 + header_len], view[4 + header_len :]
-    if kind == SerializeType.JSON:
-        return _decode_json(header, body)
+    if kind == _JSON_TYPE:
+        if _native_command is not None:  # _decode_json's first step, inlined (once a frame)
+            command = _native_command(
+                header, body, RemotingCommand, _LANGUAGES, _OTHER_LANGUAGE, _JSON_TYPE
+            )
+            if command is not None:
+                return command
+        return _decode_json_rest(header, body)
     if kind == SerializeType.ROCKETMQ:
         return _decode_binary(header, body)
     raise RemotingCommandError(f"unknown serialize type {kind}")
