@@ -38,7 +38,12 @@ from hanet.protocol import (
     encode_batch,
     encode_command,
 )
-from hanet.store import FlushDiskType, StoreLockedError, decode_record
+from hanet.store import (
+    BROKER_INDEX_FLUSH_INTERVAL,
+    FlushDiskType,
+    StoreLockedError,
+    decode_record,
+)
 from hanet.testing import wait_until
 
 FIXTURES = Path(__file__).parent / "fixtures" / "remoting" / "java"
@@ -375,6 +380,17 @@ async def test_sync_flush_sends_are_on_disk_when_answered(tmp_path: Path) -> Non
         for _ in range(10):
             assert (await send(c, "T", b"x" * 100)).code == ResponseCode.SUCCESS
             assert broker.store.flushed_offset == broker.store.max_offset
+
+
+async def test_a_broker_fsyncs_its_index_files_as_rocketmq_does_not_at_every_flush(
+    tmp_path: Path,
+) -> None:
+    """The commit log and consume queues at every flush, the index files (derived data a kill
+    does not touch) every BROKER_INDEX_FLUSH_INTERVAL and at close."""
+    async with running(config(tmp_path)) as (broker, _):
+        store_config = broker.store.config
+        assert store_config.index_flush_interval == BROKER_INDEX_FLUSH_INTERVAL
+        assert store_config.flush_interval < BROKER_INDEX_FLUSH_INTERVAL
 
 
 async def test_clean_shutdown_removes_abort_and_a_second_broker_is_refused(

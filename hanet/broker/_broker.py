@@ -96,6 +96,7 @@ from hanet.protocol import (
     SubscriptionGroupWrapper,
 )
 from hanet.store import (
+    BROKER_INDEX_FLUSH_INTERVAL,
     CommitLogStore,
     EpochHistory,
     FlushDiskType,
@@ -285,6 +286,7 @@ class Broker:
             message_index_enable=self.config.message_index_enable,
             max_hash_slot_num=self.config.max_hash_slot_num,
             max_index_num=self.config.max_index_num,
+            index_flush_interval=BROKER_INDEX_FLUSH_INTERVAL,
         )
 
     # -- the service ----------------------------------------------------------------------------

@@ -21,6 +21,7 @@ helpers) is in :mod:`hanet.store.lowlevel`, as trio keeps its own in ``trio.lowl
 from ._codec import MessageRecord, encode_record, offset_msg_id
 from ._compare import CommitLogComparison, compare_commit_logs
 from ._config import (
+    BROKER_INDEX_FLUSH_INTERVAL,
     DEFAULT_CONSUME_QUEUE_FILE_SIZE,
     DEFAULT_DISK_MAX_USED_SPACE_RATIO,
     DEFAULT_MAPPED_FILE_SIZE,
@@ -56,6 +57,7 @@ from ._store import CommitLogStore, Listener
 from ._store_files import STORE_PROPERTIES
 
 __all__ = [
+    "BROKER_INDEX_FLUSH_INTERVAL",
     "DEFAULT_CONSUME_QUEUE_FILE_SIZE",
     "DEFAULT_DISK_MAX_USED_SPACE_RATIO",
     "DEFAULT_MAPPED_FILE_SIZE",
