@@ -74,9 +74,9 @@ def _frames(count: int) -> list[bytes]:
     return frames
 
 
-def _cpu_ticks(pid: int) -> int:
+def _cpu_ticks(pid: int) -> tuple[int, int]:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15)
+    return int(fields[11]), int(fields[12])  # utime, stime (fields 14 and 15)
 
 
 def _client(port: int, count: int, broker_pid: int) -> None:
@@ -87,7 +87,8 @@ def _client(port: int, count: int, broker_pid: int) -> None:
     buffer = bytearray(1 << 16)
     view = memoryview(buffer)
     trips: list[float] = []
-    ticks0 = cpu0 = 0.0
+    ticks0 = (0, 0)
+    cpu0 = 0.0
     for i, frame in enumerate(frames):
         if i == WARM:
             time.sleep(0.2)  # the warm-up's answers written, the topic created
@@ -110,14 +111,18 @@ def _client(port: int, count: int, broker_pid: int) -> None:
         header_length = int.from_bytes(buffer[4:8], "big") & 0xFFFFFF
         if b'"code":0' not in buffer[8 : 8 + header_length]:
             raise SystemExit(f"a send was refused: {bytes(buffer[8 : 8 + header_length])!r}")
-    ticks = _cpu_ticks(broker_pid) - ticks0
+    ticks1 = _cpu_ticks(broker_pid)
+    user, system = ticks1[0] - ticks0[0], ticks1[1] - ticks0[1]
+    tick_us = 1e6 / os.sysconf("SC_CLK_TCK") / count
     client_cpu = time.process_time() - cpu0
     sock.close()
     trips.sort()
     print(
         json.dumps(
             {
-                "broker_cpu_us": ticks / os.sysconf("SC_CLK_TCK") / count * 1e6,
+                "broker_cpu_us": (user + system) * tick_us,
+                "broker_user_us": user * tick_us,
+                "broker_system_us": system * tick_us,
                 "client_cpu_us": client_cpu / count * 1e6,
                 "trip_p50_us": trips[len(trips) // 2] * 1e6,
                 "sends_per_sec": count / sum(trips),
@@ -163,13 +168,34 @@ async def _broker(count: int, profile: bool) -> None:
                 cwd=ROOT,
             )
             sys.setprofile(None)
+            embedded = _embedded(broker, count)
             nursery.cancel_scope.cancel()
     line = json.loads(result.stdout.decode().strip().splitlines()[-1])
+    line["embedded_cpu_us"] = embedded
     if profile:
         sends = WARM + count
         line["calls_per_send"] = sum(calls.values()) / sends
         line["top_calls"] = [(name, round(n / sends, 2)) for name, n in calls.most_common(400)]
     print(json.dumps(line))
+
+
+def _embedded(broker: Any, count: int) -> float:
+    """The same lone sends without sockets or trio: each frame a read-only view (as a TCP
+    channel hands a read on) into the port's pipeline on an ``EmbeddedChannel``, its answer
+    taken; this process's CPU per send (the Python path alone, caches warm)."""
+    from hanet.testing import EmbeddedChannel
+
+    channel = EmbeddedChannel()
+    broker.port.initialize(channel)
+    reads = [memoryview(frame).toreadonly() for frame in _frames(WARM + count)]
+    for read in reads[:WARM]:
+        channel.write_inbound(read)
+        channel.read_outbound()
+    started = time.process_time()
+    for read in reads[WARM:]:
+        channel.write_inbound(read)
+        channel.read_outbound()
+    return (time.process_time() - started) / count * 1e6
 
 
 def _run_child(
@@ -201,7 +227,7 @@ def main(args: argparse.Namespace) -> None:
     if args.ab is not None:
         trees.append(("B", args.ab))
     rows: dict[str, list[dict[str, Any]]] = {name: [] for name, _ in trees}
-    keys = ("broker_cpu_us", "trip_p50_us", "sends_per_sec")
+    keys = ("broker_cpu_us", "broker_user_us", "embedded_cpu_us", "trip_p50_us", "sends_per_sec")
     for r in range(args.rounds):
         for name, tree in trees if r % 2 == 0 else trees[::-1]:
             result = _run_child(tree, args.count, args.profile, args.cpu)
@@ -209,7 +235,9 @@ def main(args: argparse.Namespace) -> None:
             rows[name].append(result)
             extra = f", {result['calls_per_send']:.1f} calls" if args.profile else ""
             print(
-                f"round {r + 1} {name}: broker {result['broker_cpu_us']:6.1f} us CPU a send, "
+                f"round {r + 1} {name}: broker {result['broker_cpu_us']:6.1f} us CPU a send "
+                f"({result['broker_user_us']:.1f} user), "
+                f"in process {result['embedded_cpu_us']:.1f} us, "
                 f"round trip p50 {result['trip_p50_us']:6.1f} us, "
                 f"{result['sends_per_sec']:7.0f} sends/s{extra} (load {result['load']:.2f})",
                 flush=True,
