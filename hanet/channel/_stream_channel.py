@@ -7,6 +7,7 @@ import logging
 import math
 import os
 import socket
+from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -484,7 +485,7 @@ class StreamChannel(Channel):
                 pipeline.fire_channel_read(data)
                 pipeline.fire_channel_read_complete()
                 if flushed and self._open:
-                    self._write_from_reader(sock.fileno())
+                    self._write_from_reader(sock.fileno(), flushed)
             finally:
                 self._in_read = False
             if flushed and self._open:  # left to the writer
@@ -556,17 +557,16 @@ class StreamChannel(Channel):
             self._sending = False
         self._sent(futures, nbytes)
 
-    def _write_from_reader(self, fd: int) -> None:
+    def _write_from_reader(self, fd: int, flushed: deque[Any]) -> None:
         """Write what is flushed from the reader's task, at the end of a read: gathering
         writes (``writev``) while the socket takes everything; a write it takes in part leaves
         its rest to the writer task (which sends it first). Nothing is written while the writer
         is sending (it keeps the order) or when a file region is queued (sendfile is the
         writer's)."""
-        outbound = self._outbound
+        outbound = self._outbound  # (its flushed deque: the reader's, kept for its life)
         coalesce = self.config.write_coalesce
-        flushed = outbound.flushed
         while flushed and self._open and not self._sending:
-            if outbound.has_regions:
+            if outbound._regions_queued > 0:  # has_regions, without the property's call
                 return
             parts, futures, nbytes = outbound.take(coalesce, _IOV_MAX)
             try:
