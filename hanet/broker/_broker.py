@@ -516,7 +516,7 @@ class Broker:
 
     def send_refusal(self) -> str | None:
         """A slave refuses sends (SERVICE_NOT_AVAILABLE, as RocketMQ's slave store)."""
-        if self.role is BrokerRole.SLAVE:
+        if self.config.broker_role is BrokerRole.SLAVE:  # (self.role, without its call)
             return (
                 f"the broker[{self.config.broker_name}, id {self.config.effective_broker_id}] "
                 "is a slave: sending message is forbidden, send to its master"
@@ -533,7 +533,10 @@ class Broker:
     def put_now(self, messages: Sequence[Message]) -> list[PutResult]:
         """Write ``messages`` to the store now, in order (one batch); a new topic wakes the
         name server registration so that routes find it at once (as RocketMQ)."""
-        results = self.store.put_batch(messages)
+        store = self._store  # (self.store, without the property's call)
+        if store is None:
+            raise RuntimeError("the broker is not running")
+        results = store.put_batch(messages)
         for listener in self.stored_listeners:
             listener(messages, results)
         registrar = self.registrar

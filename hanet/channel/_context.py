@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import _handler as h
 from ._errors import ChannelClosedError
-from ._future import ChannelFuture, WriteFuture
+from ._future import _PENDING, ChannelFuture, WriteFuture
 from ._outbound import FileRegion
 from ._timers import TimerHandle
 
@@ -169,7 +169,8 @@ class HandlerContext:
         """
         if future is None:
             future = WriteFuture()
-        if future.done() or not self.pipeline.channel.is_open:
+        # future.done() and channel.is_open, without their calls (twice a stored answer)
+        if future._state is not _PENDING or not self.pipeline.channel._open:
             if type(msg) is FileRegion:
                 msg.release()  # as Netty releases a message whose write cannot go on
             if not future.done():

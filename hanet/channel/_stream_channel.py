@@ -7,6 +7,7 @@ import logging
 import math
 import os
 import socket
+from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -134,40 +135,35 @@ def _cut(parts: list[Any], sent: int) -> list[Any]:
     return parts
 
 
-async def _receive_into(
-    sock: trio.socket.SocketType, read_size: int, ready: bool, arena: ReceiveArena
-) -> tuple[memoryview, bool]:
-    """Receive up to ``read_size`` bytes into the run's ``arena``: a read-only view of them, and
-    whether they filled the room (an empty view: the peer closed).
+def _read_into(
+    sock: trio.socket.SocketType, read_size: int, arena: ReceiveArena
+) -> tuple[memoryview | None, bool]:
+    """Receive up to ``read_size`` bytes into the run's ``arena`` from a socket that was
+    reported readable: a read-only view of them and whether they filled the room (an empty
+    view: the peer closed), or None when the read would wait after all.
 
-    Unless bytes are likely waiting (``ready``), first waits until the socket is readable, so
-    that an idle connection holds no room in the arena. The room is reserved, read into and
-    given back with no await in between (the waiting comes first): another channel's read
-    cannot reserve after this one's and leave a hole, and no reservation is held while a
-    connection is quiet. OS errors become trio's stream errors, as
-    ``SocketStream.receive_some`` translates them.
+    The room is reserved, read into and given back with no await in between: another
+    channel's read cannot reserve after this one's and leave a hole, and no reservation is
+    held while a connection is quiet. OS errors become trio's stream errors, as
+    ``SocketStream.receive_some`` translates them. (The reader awaits the socket itself
+    before calling this, not through a coroutine of its own: one frame less to create and
+    resume each read.)
     """
-    if ready:
-        await trio.lowlevel.checkpoint()
-    else:
-        await trio.lowlevel.wait_readable(sock)
-    while True:
-        start, end = arena.reserve(read_size)
-        chunk = arena.chunk
-        try:
-            # The socket is non-blocking (trio made it so): a read that would wait raises.
-            n = os.readv(sock.fileno(), [arena.writable[start:end]])
-        except BlockingIOError:
-            arena.give_back(chunk, end, start)
-            await trio.lowlevel.wait_readable(sock)
-            continue
-        except OSError as exc:
-            arena.give_back(chunk, end, start)
-            if exc.errno == errno.EBADF:
-                raise trio.ClosedResourceError("the socket was closed") from exc
-            raise trio.BrokenResourceError(f"socket connection broken: {exc}") from exc
-        arena.give_back(chunk, end, start + n)
-        return arena.readonly[start : start + n], start + n == end
+    start, end = arena.reserve(read_size)
+    chunk = arena.chunk
+    try:
+        # The socket is non-blocking (trio made it so): a read that would wait raises.
+        n = os.readv(sock.fileno(), [arena.writable[start:end]])
+    except BlockingIOError:
+        arena.give_back(chunk, end, start)
+        return None, False
+    except OSError as exc:
+        arena.give_back(chunk, end, start)
+        if exc.errno == errno.EBADF:
+            raise trio.ClosedResourceError("the socket was closed") from exc
+        raise trio.BrokenResourceError(f"socket connection broken: {exc}") from exc
+    arena.give_back(chunk, end, start + n)
+    return arena.readonly[start : start + n], start + n == end
 
 
 # An event that is already set: setting it again does nothing, so it stands in for a wake-up
@@ -443,6 +439,8 @@ class StreamChannel(Channel):
         ready = False  # whether the last read filled its room (more bytes are likely waiting)
         arena = _arena() if sock is not None else None  # the run's: fetched once, not a read
         flushed = self._outbound.flushed  # (non-empty: has_flushed, without a call a read)
+        checkpoint = trio.lowlevel.checkpoint
+        wait_readable = trio.lowlevel.wait_readable
         while True:
             if not (self._auto_read or self._read_requested) or self._read_holds:
                 self._reader_wakeup = trio.Event()
@@ -454,7 +452,18 @@ class StreamChannel(Channel):
                 if sock is None or arena is None:
                     data = await stream.receive_some(read_size)
                 else:
-                    data, ready = await _receive_into(sock, read_size, ready, arena)
+                    # Unless bytes are likely waiting (the last read filled its room), wait
+                    # until the socket is readable first, so that an idle connection holds no
+                    # room in the arena.
+                    if ready:
+                        await checkpoint()
+                    else:
+                        await wait_readable(sock)
+                    view, ready = _read_into(sock, read_size, arena)
+                    while view is None:
+                        await wait_readable(sock)
+                        view, ready = _read_into(sock, read_size, arena)
+                    data = view
             except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
                 self._lost(f"connection lost: {exc.__cause__ or exc!r}")
                 return
@@ -476,7 +485,7 @@ class StreamChannel(Channel):
                 pipeline.fire_channel_read(data)
                 pipeline.fire_channel_read_complete()
                 if flushed and self._open:
-                    self._write_from_reader(sock.fileno())
+                    self._write_from_reader(sock.fileno(), flushed)
             finally:
                 self._in_read = False
             if flushed and self._open:  # left to the writer
@@ -548,17 +557,16 @@ class StreamChannel(Channel):
             self._sending = False
         self._sent(futures, nbytes)
 
-    def _write_from_reader(self, fd: int) -> None:
+    def _write_from_reader(self, fd: int, flushed: deque[Any]) -> None:
         """Write what is flushed from the reader's task, at the end of a read: gathering
         writes (``writev``) while the socket takes everything; a write it takes in part leaves
         its rest to the writer task (which sends it first). Nothing is written while the writer
         is sending (it keeps the order) or when a file region is queued (sendfile is the
         writer's)."""
-        outbound = self._outbound
+        outbound = self._outbound  # (its flushed deque: the reader's, kept for its life)
         coalesce = self.config.write_coalesce
-        flushed = outbound.flushed
         while flushed and self._open and not self._sending:
-            if outbound.has_regions:
+            if outbound._regions_queued > 0:  # has_regions, without the property's call
                 return
             parts, futures, nbytes = outbound.take(coalesce, _IOV_MAX)
             try:

@@ -134,6 +134,18 @@ class ByteToMessageDecoder(ChannelInboundHandler):
     # -- the pipeline side -------------------------------------------------------------------
 
     def channel_read(self, ctx: HandlerContext, msg: Any) -> None:
+        if (
+            type(msg) is memoryview
+            and self._cum is None
+            and self.zero_copy
+            and not (self._feeding or self._decoding or self.single_decode)
+            and msg.readonly
+            and len(msg)
+            and msg.ndim == 1
+            and msg.format == "B"
+        ):
+            self._read_in_place(ctx, msg)
+            return
         if not isinstance(msg, _BYTES_LIKE):
             ctx.fire_channel_read(msg)
             return
@@ -156,6 +168,58 @@ class ByteToMessageDecoder(ChannelInboundHandler):
             if out:
                 self._fired_read = True
                 self._fire(ctx, out)
+            if self._removed_while_decoding:
+                self._removed_while_decoding = False
+                self._pass_on_remaining(ctx)
+
+    def _read_in_place(self, ctx: HandlerContext, msg: memoryview) -> None:
+        """:meth:`channel_read` of a received read-only view with nothing cumulated (a socket
+        read, for a ``zero_copy`` decoder): :meth:`decode` is called on the view itself,
+        without the cumulation's bookkeeping when it consumes the whole read (a lone request:
+        one frame a read). The same steps as the general path (``_feed``, ``_call_decode``,
+        ``_compact``, ``_fire``) in the same order, with the same errors: a read it does not
+        consume whole goes on through ``_call_decode``'s loop, as the general path's would.
+        """
+        out: list[Any] = []
+        buf = self._cum = ByteCursor(msg)
+        self._feeding = True
+        try:
+            self._decoding = True
+            try:
+                self.decode(ctx, buf, out)
+            except DecoderError:
+                raise
+            except Exception as exc:
+                raise DecoderError(f"{type(self).__name__}.decode(): {exc!r}") from exc
+            finally:
+                self._decoding = False
+            pos = buf.pos
+            removed = ctx.removed or self._removed_while_decoding
+            if pos == len(msg) and not (removed or self._reentrant):
+                self._cum = None  # the whole read decoded: nothing to keep
+            else:
+                if not removed:  # _call_decode's checks after its first decode, then its loop
+                    if out and pos == 0:
+                        raise DecoderError(
+                            f"{type(self).__name__}.decode() did not read anything but "
+                            "decoded a message."
+                        )
+                    if 0 < pos < len(msg):
+                        self._call_decode(ctx, out)
+                while self._reentrant and not ctx.removed:
+                    self._feed(ctx, self._reentrant.popleft(), out)
+        finally:
+            self._feeding = False
+            if self._cum is not None:
+                self._compact()
+            if self._cum is not None or self._account is not None:
+                self._charge(ctx, bool(out) or self._fired_read)
+            if out:
+                self._fired_read = True
+                if len(out) == 1:
+                    ctx.fire_channel_read(out[0])
+                else:
+                    ctx.fire_channel_reads(out)
             if self._removed_while_decoding:
                 self._removed_while_decoding = False
                 self._pass_on_remaining(ctx)

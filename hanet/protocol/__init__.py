@@ -4,7 +4,8 @@ client speak (RocketMQ keeps this in ``remoting/protocol`` and ``common/protocol
 - :mod:`~hanet.protocol._remoting`: :class:`RemotingCommand` (JSON and ``ROCKETMQ`` headers),
   :func:`encode_command` / :func:`decode_command`.
 - :mod:`~hanet.protocol._codes`: request, response and language codes, hanet's own codes.
-- :mod:`~hanet.protocol._remoting_codec`: :class:`RemotingCodec` and :func:`remoting_pipeline`,
+- :mod:`~hanet.protocol._remoting_codec`: :class:`RemotingFrameDecoder`, :class:`RemotingEncoder`,
+  :class:`RemotingCodec` and :func:`remoting_pipeline`,
   the pipeline handlers both sides use.
 - :mod:`~hanet.protocol._dispatch`: :class:`RemotingDispatcher`, one table by request code.
 - :mod:`~hanet.protocol._headers`: the broker port's custom headers (send, pull, offsets, ...);
@@ -162,7 +163,12 @@ from ._remoting import (
     java_hashmap_order,
     native_header_codec,
 )
-from ._remoting_codec import RemotingCodec, remoting_pipeline
+from ._remoting_codec import (
+    RemotingCodec,
+    RemotingEncoder,
+    RemotingFrameDecoder,
+    remoting_pipeline,
+)
 from ._route import (
     MASTER_ID,
     MAX_REGISTER_BODY,
@@ -323,6 +329,8 @@ __all__ = [
     "RemotingCommand",
     "RemotingCommandError",
     "RemotingDispatcher",
+    "RemotingEncoder",
+    "RemotingFrameDecoder",
     "RemotingHeader",
     "RemotingHeaderError",
     "RequestCode",

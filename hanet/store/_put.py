@@ -70,7 +70,7 @@ def write(store: CommitLogStore, messages: Iterable[Message]) -> list[PutResult]
             build_index(store)
         else:
             store.dispatch()
-        store._notify()
+        store._notify(after)
     return results
 
 

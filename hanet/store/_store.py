@@ -356,8 +356,9 @@ class CommitLogStore(StoreReads, StoreCleanup):
         if listener in self._listeners:
             self._listeners.remove(listener)
 
-    def _notify(self) -> None:
-        offset = self.commit_log.max_offset
+    def _notify(self, offset: int | None = None) -> None:
+        if offset is None:  # (a put passes the commit log's end it has just read)
+            offset = self.commit_log.max_offset
         for listener in list(self._listeners):
             try:
                 listener(offset)

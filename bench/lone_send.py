@@ -1,0 +1,318 @@
+"""Lone sends over loopback TCP: the broker's CPU per send with one send in flight.
+
+Run: ``.venv/bin/python bench/lone_send.py [--count N] [--rounds R] [--ab DIR] [--profile]``
+
+The C++ client (PyPI ``rocketmq``, one thread) waits for each answer before its next send, so
+every send is a read of one frame, its put and one answer written: the broker's whole
+per-read path (trio's wake-up, the socket read, the frame decoder, the codec, dispatch, the
+put, the answer's encoding and write) for a single message, with the caches cold between
+requests. This bench measures that path without the client's own cost: a broker
+(ASYNC_MASTER, ASYNC_FLUSH, 256 MiB commit log files) runs in a child process on 127.0.0.1,
+and a grandchild process sends ``--count`` SEND_MESSAGE requests of 1 KiB, each the C++
+client's frame (tests/fixtures/remoting/clients/cpp.hex: its JSON header, CPP language, string
+ext fields, trailing newline) with its own opaque, one at a time, reading each answer before
+the next. The figure is the broker process's CPU (utime + stime from ``/proc``) over the timed
+sends, per send, and the client's round trip (median). ``--cpu N`` pins both processes to CPU
+``N`` (the client then runs while the broker waits and back, as on a busy machine; unpinned,
+the figure moves with where the scheduler puts the two: 80-120 us a send here, each process
+paying for its core's wake-ups); on a loaded machine the round trip moves much more than the
+CPU figure.
+
+``--profile`` counts the broker's Python calls per send instead (``sys.setprofile`` over the
+timed sends: Python functions and C functions called from Python) and prints the most called.
+
+``--ab DIR`` also runs the hanet source tree in ``DIR`` (a worktree of another commit with its
+built extensions) in every round, the two alternating; each figure's median and range per tree.
+
+A table for humans, then the last line is one JSON object with every figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURE = ROOT / "tests" / "fixtures" / "remoting" / "clients" / "cpp.hex"
+SIZE = 1024
+WARM = 300
+
+
+def _template() -> tuple[bytes, bytes]:
+    """The C++ client's SEND_MESSAGE header, split around its opaque's value."""
+    for line in FIXTURE.read_text().splitlines():
+        if line.startswith("#") or not line.strip():
+            continue
+        frame = bytes.fromhex(line.strip())
+        header_length = int.from_bytes(frame[4:8], "big")
+        header = frame[8 : 8 + header_length]
+        if b'"code":10,' in header:
+            before, _, rest = header.partition(b'"opaque":')
+            _, _, after = rest.partition(b",")
+            return before + b'"opaque":', b"," + after
+    raise SystemExit(f"no SEND_MESSAGE in {FIXTURE}")
+
+
+def _frames(count: int) -> list[bytes]:
+    before, after = _template()
+    body = b"m" * SIZE
+    frames = []
+    for i in range(count):
+        header = before + str(i + 1).encode() + after
+        head = (4 + len(header) + len(body)).to_bytes(4, "big") + len(header).to_bytes(4, "big")
+        frames.append(head + header + body)
+    return frames
+
+
+def _cpu_ticks(pid: int) -> tuple[int, int]:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return int(fields[11]), int(fields[12])  # utime, stime (fields 14 and 15)
+
+
+def _client(port: int, count: int, broker_pid: int) -> None:
+    """The grandchild: lone sends, one JSON line."""
+    frames = _frames(WARM + count)
+    sock = socket.create_connection(("127.0.0.1", port))
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    buffer = bytearray(1 << 16)
+    view = memoryview(buffer)
+    trips: list[float] = []
+    ticks0 = (0, 0)
+    cpu0 = 0.0
+    for i, frame in enumerate(frames):
+        if i == WARM:
+            time.sleep(0.2)  # the warm-up's answers written, the topic created
+            ticks0, cpu0 = _cpu_ticks(broker_pid), time.process_time()
+        t0 = time.perf_counter()
+        sock.sendall(frame)
+        got = 0
+        need = 4
+        while got < need:
+            n = sock.recv_into(view[got:])
+            if n == 0:
+                raise SystemExit("the broker closed the connection")
+            got += n
+            if need == 4 and got >= 4:
+                need = 4 + int.from_bytes(buffer[:4], "big")
+        if got != need:
+            raise SystemExit("more than one answer")
+        if i >= WARM:
+            trips.append(time.perf_counter() - t0)
+        header_length = int.from_bytes(buffer[4:8], "big") & 0xFFFFFF
+        if b'"code":0' not in buffer[8 : 8 + header_length]:
+            raise SystemExit(f"a send was refused: {bytes(buffer[8 : 8 + header_length])!r}")
+    ticks1 = _cpu_ticks(broker_pid)
+    user, system = ticks1[0] - ticks0[0], ticks1[1] - ticks0[1]
+    tick_us = 1e6 / os.sysconf("SC_CLK_TCK") / count
+    client_cpu = time.process_time() - cpu0
+    sock.close()
+    trips.sort()
+    print(
+        json.dumps(
+            {
+                "broker_cpu_us": (user + system) * tick_us,
+                "broker_user_us": user * tick_us,
+                "broker_system_us": system * tick_us,
+                "client_cpu_us": client_cpu / count * 1e6,
+                "trip_p50_us": trips[len(trips) // 2] * 1e6,
+                "sends_per_sec": count / sum(trips),
+            }
+        )
+    )
+
+
+async def _broker(count: int, profile: bool) -> None:
+    """The child: a broker on 127.0.0.1 and the client as its child; the client's line."""
+    import trio
+
+    from hanet.broker import Broker  # the child's: the tree under test comes first on sys.path
+    from hanet.ha import BrokerConfig
+
+    with tempfile.TemporaryDirectory(prefix="hanet-bench-lone-send-") as tmp:
+        config = BrokerConfig(
+            store_path_root_dir=Path(tmp),
+            listen_host="127.0.0.1",
+            listen_port=0,
+            ha_listen_port=0,
+            mapped_file_size_commit_log=256 * 1024 * 1024,
+        )
+        async with trio.open_nursery() as nursery:
+            broker = Broker(config)
+            addresses = await nursery.start(broker.run)
+            assert addresses.broker is not None
+            port = addresses.broker[1]
+            calls: collections.Counter[str] = collections.Counter()
+            if profile:
+
+                def count_call(frame: Any, event: str, arg: Any) -> None:
+                    if event == "call":
+                        code = frame.f_code
+                        calls[f"{Path(code.co_filename).name}:{code.co_name}"] += 1
+                    elif event == "c_call":
+                        calls[f"C {getattr(arg, '__qualname__', arg)}"] += 1
+
+                sys.setprofile(count_call)
+            result = await trio.run_process(
+                [sys.executable, __file__, "--client", str(port), "--count", str(count)],
+                capture_stdout=True,
+                cwd=ROOT,
+            )
+            sys.setprofile(None)
+            embedded = _embedded(broker, count)
+            nursery.cancel_scope.cancel()
+    line = json.loads(result.stdout.decode().strip().splitlines()[-1])
+    line["embedded_cpu_us"] = embedded
+    if profile:
+        sends = WARM + count
+        line["calls_per_send"] = sum(calls.values()) / sends
+        line["top_calls"] = [(name, round(n / sends, 2)) for name, n in calls.most_common(400)]
+    print(json.dumps(line))
+
+
+def _embedded(broker: Any, count: int) -> float:
+    """The same lone sends without sockets or trio: each frame a read-only view (as a TCP
+    channel hands a read on) into the port's pipeline on an ``EmbeddedChannel``, its answer
+    taken; this process's CPU per send (the Python path alone, caches warm)."""
+    from hanet.testing import EmbeddedChannel
+
+    channel = EmbeddedChannel()
+    broker.port.initialize(channel)
+    reads = [memoryview(frame).toreadonly() for frame in _frames(WARM + count)]
+    for read in reads[:WARM]:
+        channel.write_inbound(read)
+        channel.read_outbound()
+    started = time.process_time()
+    for read in reads[WARM:]:
+        channel.write_inbound(read)
+        channel.read_outbound()
+    return (time.process_time() - started) / count * 1e6
+
+
+def _run_child(
+    tree: Path | None, count: int, profile: bool, cpu: int | None = None
+) -> dict[str, Any]:
+    cwd = tree or ROOT
+    command = [sys.executable, str(Path(__file__).resolve()), "--child", "--count", str(count)]
+    if cpu is not None:
+        command += ["--cpu", str(cpu)]
+    if profile:
+        command.append("--profile")
+    out = subprocess.run(
+        command,
+        check=False,
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=600,
+        env=dict(os.environ, PYTHONPATH=str(cwd)),
+    )
+    if out.returncode != 0:
+        sys.exit(f"the measuring process failed ({cwd}):\n{out.stderr[-3000:]}")
+    result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    return result
+
+
+def main(args: argparse.Namespace) -> None:
+    trees: list[tuple[str, Path | None]] = [("A", None)]
+    if args.ab is not None:
+        trees.append(("B", args.ab))
+    rows: dict[str, list[dict[str, Any]]] = {name: [] for name, _ in trees}
+    keys = ("broker_cpu_us", "broker_user_us", "embedded_cpu_us", "trip_p50_us", "sends_per_sec")
+    for r in range(args.rounds):
+        for name, tree in trees if r % 2 == 0 else trees[::-1]:
+            result = _run_child(tree, args.count, args.profile, args.cpu)
+            result["load"] = os.getloadavg()[0]
+            rows[name].append(result)
+            extra = f", {result['calls_per_send']:.1f} calls" if args.profile else ""
+            print(
+                f"round {r + 1} {name}: broker {result['broker_cpu_us']:6.1f} us CPU a send "
+                f"({result['broker_user_us']:.1f} user), "
+                f"in process {result['embedded_cpu_us']:.1f} us, "
+                f"round trip p50 {result['trip_p50_us']:6.1f} us, "
+                f"{result['sends_per_sec']:7.0f} sends/s{extra} (load {result['load']:.2f})",
+                flush=True,
+            )
+            if args.profile:
+                for call, n in result["top_calls"]:
+                    print(f"    {n:6.2f}  {call}")
+    summary: dict[str, Any] = {}
+    print()
+    for name, tree in trees:
+        figures: dict[str, Any] = {"tree": str(tree) if tree else "this tree"}
+        for key in keys:
+            values = [round(row[key], 1) for row in rows[name]]
+            figures[key] = {
+                "median": statistics.median(values),
+                "range": [min(values), max(values)],
+                "rounds": values,
+            }
+        figures["loads"] = [round(row["load"], 2) for row in rows[name]]
+        summary[name] = figures
+        c, t = figures["broker_cpu_us"], figures["trip_p50_us"]
+        print(
+            f"{name} ({figures['tree']}): broker {c['median']:.1f} us CPU a send "
+            f"({c['range'][0]:.1f}-{c['range'][1]:.1f}), round trip {t['median']:.1f} us "
+            f"({t['range'][0]:.1f}-{t['range'][1]:.1f}); median (range)"
+        )
+    ratios = {}
+    if "B" in summary:
+        for key in keys:
+            ratios[key] = round(summary["A"][key]["median"] / summary["B"][key]["median"], 3)
+        print(
+            f"A / B: {ratios['broker_cpu_us']:.2f} of the broker's CPU a send, "
+            f"{ratios['trip_p50_us']:.2f} of the round trip"
+        )
+    print(
+        json.dumps(
+            {
+                "bench": "lone_send",
+                "count": args.count,
+                "rounds": args.rounds,
+                "size": SIZE,
+                "cpus": os.cpu_count(),
+                "pinned_cpu": args.cpu,
+                "loadavg": os.getloadavg(),
+                "trees": summary,
+                "a_over_b": ratios,
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--count", type=int, default=20_000, help="timed sends a round (20000)")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds (3)")
+    parser.add_argument(
+        "--ab", type=Path, default=None, help="also run this hanet tree (a worktree) each round"
+    )
+    parser.add_argument(
+        "--profile", action="store_true", help="count the broker's Python calls per send"
+    )
+    parser.add_argument(
+        "--cpu", type=int, default=None, help="pin the broker and the client to this CPU"
+    )
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--client", type=int, default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.client is not None:
+        _client(args.client, args.count, os.getppid())
+    elif args.child:
+        import trio
+
+        if args.cpu is not None:
+            os.sched_setaffinity(0, {args.cpu})  # the client, its child, inherits it
+
+        trio.run(_broker, args.count, args.profile)
+    else:
+        main(args)
