@@ -24,6 +24,7 @@ from hanet.dledger import (
     record_place,
     stamp_into,
 )
+from hanet.dledger._codec import append_entries_py
 from hanet.handlers import CorruptedFrameError
 from hanet.store import CorruptRecordError, Message, decode_record, encode_record, lowlevel
 from hanet.store.lowlevel import (
@@ -378,3 +379,101 @@ def test_properties_of_any_mapping_are_packed_as_a_dicts(writer: str) -> None:
         packed = put_records([as_dict, as_proxy], 0, _place, (b"\1\2\3\4", 1), lambda: 1)
     assert decode_record(packed[0]).properties_raw == b"A\x011\x02B\x012\x02"
     assert decode_record(packed[1]).properties_raw == b"A\x011\x02B\x012\x02"
+
+
+needs_native_entries = pytest.mark.skipif(
+    lowlevel.native_append_entries is None, reason="hanet.store._speedups is not built"
+)
+
+
+def _entries_frame(bodies: list[bytes], prev_index: int, noops: int) -> bytes:
+    """An APPEND frame: ``noops`` no-ops, then a client entry per body, terms 2 then 3."""
+    entries = [LogEntry(prev_index + 1 + k, 2, b"", True) for k in range(noops)]
+    entries += [LogEntry(prev_index + 1 + len(entries) + k, 3, b) for k, b in enumerate(bodies)]
+    request = AppendRequest(3, "a", prev_index, 2 if prev_index else 0, tuple(entries), 0)
+    return bytes(encode_envelope(Envelope("a", "b", request)))
+
+
+def _python_loop_unused(*args: object) -> None:
+    raise AssertionError("the native decoder refused what the Python loop takes")
+
+
+def _entries_outcome(native: bool, frame: bytes, *, native_only: bool = False) -> object:
+    with pytest.MonkeyPatch.context() as patch:
+        if not native:
+            patch.setattr("hanet.dledger._codec._NATIVE_ENTRIES", None)
+        if native_only:
+            patch.setattr("hanet.dledger._codec.append_entries_py", _python_loop_unused)
+        try:
+            return decode_envelope(frame)
+        except CorruptedFrameError as exc:
+            return str(exc)
+
+
+@needs_native_entries
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(messages, max_size=4),
+    st.integers(0, 2**62),
+    st.integers(0, 2),
+    st.lists(st.tuples(st.integers(0, 100_000), st.integers(0, 255)), max_size=3),
+    st.integers(-30, 8),
+)
+def test_appended_entries_decode_the_same_natively_and_in_python(
+    batch: list[Message],
+    prev_index: int,
+    noops: int,
+    flips: list[tuple[int, int]],
+    resize: int,
+) -> None:
+    """The store extension's APPEND entries decoder takes what the Python loop takes, with the
+    same entries, and refuses what it refuses (then the Python loop names the reason): good
+    frames, and frames with bytes changed anywhere (entry heads, lengths, flags, records) or
+    cut or padded."""
+    bodies = put_records(batch, 0, _place, (b"\1\2\3\4", 1), lambda: 1) if batch else []
+    frame = bytearray(_entries_frame(bodies, prev_index, noops))
+    for at, value in flips:
+        frame[at % len(frame)] = value
+    frame = frame[: len(frame) + resize] if resize < 0 else frame + bytes(resize)
+    python = _entries_outcome(False, bytes(frame))
+    native = _entries_outcome(True, bytes(frame))
+    assert native == python
+    if isinstance(python, Envelope):  # taken: the native decoder alone takes it
+        assert _entries_outcome(True, bytes(frame), native_only=True) == python
+    if not flips and not resize:
+        assert isinstance(python, Envelope)
+
+
+@needs_native_entries
+def test_the_native_entries_decoder_refuses_what_the_python_loop_refuses() -> None:
+    """Each refusal of the Python loop is a None of the native decoder (which never reads
+    past the frame), and a good frame gives the same entries and end."""
+    native = lowlevel.native_append_entries
+    assert native is not None
+    (raw,) = put_records([Message(topic="T", body=b"x")], 0, _place, (b"\1\2\3\4", 1), lambda: 1)
+    good = struct.pack(">qqBI", 5, 3, 0, len(raw)) + raw + struct.pack(">qqBI", 6, 3, 1, 0)
+    want = (LogEntry(5, 3, raw), LogEntry(6, 3, b"", True))
+    assert native(memoryview(good), 0, 2, 4, 2, 3, LogEntry) == (want, len(good))
+    assert append_entries_py(memoryview(good), 0, 2, 4, 2, 3) == (want, len(good))
+    tail = good[21 + len(raw) :]
+    body = 21 + raw.index(b"\0\0\0\1x") + 4  # the message body's byte
+    bad = {
+        "truncated head": (good[:10], 4, 2, 3, 1),
+        "truncated body": (good[: 21 + len(raw) - 1], 4, 2, 3, 1),
+        "count past the frame": (good, 4, 2, 3, 3),
+        "index out of order": (good, 3, 2, 3, 2),
+        "term above the append's": (good, 4, 2, 2, 2),
+        "term below the previous": (good, 4, 4, 5, 2),
+        "flag 2": (good[:16] + b"\2" + good[17:], 4, 2, 3, 2),
+        "no-op with a body": (good[:16] + b"\1" + good[17:], 4, 2, 3, 2),
+        "client entry without a body": (tail[:16] + b"\0" + tail[17:], 5, 2, 3, 1),
+        "body not a record": (good[:30] + b"\xff" + good[31:], 4, 2, 3, 2),
+        "record CRC": (good[:body] + b"y" + good[body + 1 :], 4, 2, 3, 2),
+        "index overflow": (good, 2**63 - 2, 2, 3, 2),
+    }
+    for name, (frame, prev_index, prev_term, term, count) in bad.items():
+        view = memoryview(frame)
+        assert native(view, 0, count, prev_index, prev_term, term, LogEntry) is None, name
+        with pytest.raises(CorruptedFrameError):
+            append_entries_py(view, 0, count, prev_index, prev_term, term)
+        assert native(view, len(frame) + 1, 1, 4, 2, 3, LogEntry) is None  # pos past the end

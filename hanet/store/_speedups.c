@@ -2476,6 +2476,96 @@ static PyObject *new_message(PyObject *self, PyObject *const *args, Py_ssize_t n
 }
 /* ---- end of new_message() ---- */
 
+/* ---- append_entries(): a DLedger follower's APPEND entries decoded natively (dledger10) ----
+ *
+ *     append_entries(frame, pos, count, prev_index, prev_term, term, entry_cls)
+ *       -> (entries, end) or None
+ *
+ * The count entries of an APPEND frame (hanet/dledger/_codec.py) from frame[pos:], each
+ * i64 index | i64 term | u8 noop | u32 length | body, checked as the Python decoder checks
+ * them: within the frame, the flag 0 or 1, indexes following prev_index, terms not falling
+ * (from prev_term) and at most term, a body exactly for a client entry and then exactly one
+ * valid record (scan_record(), body CRC included). entries: a tuple of entry_cls(index, term,
+ * body, noop) (bodies copied out of the frame); end: the frame position after the last one.
+ * None when any check fails (or memory runs out while checking a record): the caller decodes
+ * the entries again with its Python loop, the reference, which names the reason. Every
+ * length read from the frame is checked against the frame's size before it is used. */
+#define AE_HEAD 21 /* q q B I */
+static PyObject *append_entries(PyObject *Py_UNUSED(self), PyObject *const *args,
+                                Py_ssize_t nargs) {
+    if (nargs != 7) {
+        PyErr_SetString(PyExc_TypeError, "append_entries() takes 7 arguments");
+        return NULL;
+    }
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) return NULL;
+    PyObject *entries = NULL, *result = NULL;
+    Py_ssize_t pos = PyLong_AsSsize_t(args[1]);
+    long long count = PyLong_AsLongLong(args[2]);
+    long long prev_index = PyLong_AsLongLong(args[3]);
+    long long last_term = PyLong_AsLongLong(args[4]);
+    long long term = PyLong_AsLongLong(args[5]);
+    PyObject *cls = args[6];
+    if (PyErr_Occurred()) goto done;
+    const unsigned char *buf = view.buf;
+    int64_t n = view.len;
+    /* every refusal below: None, and the Python loop names it */
+    if (pos < 0 || pos > n || count < 0 || count > (n - pos) / AE_HEAD) goto refuse;
+    if (prev_index < 0 || prev_index > INT64_MAX - count) goto refuse;
+    entries = PyTuple_New((Py_ssize_t)count);
+    if (entries == NULL) goto done;
+    for (long long k = 0; k < count; k++) {
+        if (n - pos < AE_HEAD) goto refuse;
+        const unsigned char *head = buf + pos;
+        int64_t index = rd_i64(head), entry_term = rd_i64(head + 8);
+        unsigned noop = head[16];
+        int64_t length = (int64_t)rd_u32(head + 17);
+        pos += AE_HEAD;
+        if (length > n - pos || noop > 1) goto refuse;
+        if (index != prev_index + 1 + k) goto refuse;
+        if (entry_term < last_term || entry_term > term) goto refuse;
+        if ((noop == 1) == (length > 0)) goto refuse;
+        if (length > 0) {
+            scanned_record f;
+            char detail[DETAIL_SIZE];
+            int64_t blank = 0;
+            int ok = 1;
+            gil_state gil = {NULL};
+            int step = scan_record(buf + pos, 0, length, length, 0, 1, 0, &gil, &ok, &f, detail,
+                                   &blank);
+            if (!ok) {
+                PyErr_Clear(); /* the Python loop meets it again */
+                goto refuse;
+            }
+            if (step >= 0 || f.total != length) goto refuse;
+        }
+        PyObject *argv[4];
+        argv[0] = PyLong_FromLongLong(index);
+        argv[1] = PyLong_FromLongLong(entry_term);
+        argv[2] = PyBytes_FromStringAndSize((const char *)buf + pos, (Py_ssize_t)length);
+        argv[3] = noop ? Py_True : Py_False;
+        PyObject *entry = NULL;
+        if (argv[0] != NULL && argv[1] != NULL && argv[2] != NULL)
+            entry = PyObject_Vectorcall(cls, argv, 4, NULL);
+        Py_XDECREF(argv[0]);
+        Py_XDECREF(argv[1]);
+        Py_XDECREF(argv[2]);
+        if (entry == NULL) goto done;
+        PyTuple_SET_ITEM(entries, (Py_ssize_t)k, entry);
+        pos += length;
+        last_term = entry_term;
+    }
+    result = Py_BuildValue("(On)", entries, pos);
+    goto done;
+refuse:
+    result = Py_NewRef(Py_None);
+done:
+    Py_XDECREF(entries);
+    PyBuffer_Release(&view);
+    return result;
+}
+/* ---- end of append_entries() ---- */
+
 static PyMethodDef methods[] = {
     {"scan", (PyCFunction)(void (*)(void))scan, METH_VARARGS | METH_KEYWORDS,
      "scan(buf, start=0, end=None, base_offset=0, limit=None, check_crc=True, "
@@ -2550,6 +2640,11 @@ static PyMethodDef methods[] = {
      "new_message(cls, topic, body, queue_id, flag, properties, sys_flag, born_timestamp, "
      "born_host, born_port, reconsume_times)\n--\n\n"
      "A Message built without its __init__; see hanet.store._new_message.new_message_py."},
+    /* append_entries(): a DLedger follower's APPEND decoder block above (dledger10) */
+    {"append_entries", (PyCFunction)(void (*)(void))append_entries, METH_FASTCALL,
+     "append_entries(frame, pos, count, prev_index, prev_term, term, entry_cls)\n--\n\n"
+     "The checked entries of a DLedger APPEND frame and where they end, or None (the Python "
+     "loop names the reason); see hanet.dledger._codec.append_entries_py."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -123,6 +123,7 @@ from ._retention import (
 from ._scanner import RecordScanner
 from ._store_files import fsync_directory, read_store_sizes
 from ._writer import (
+    native_append_entries,
     native_put_properties,
     native_record_place,
     native_write_record,
@@ -208,6 +209,7 @@ __all__ = [
     "java_string_hash",
     "judge_stop",
     "list_mapped_files",
+    "native_append_entries",
     "native_columns",
     "native_decode_records",
     "native_index_entries",
