@@ -2566,6 +2566,159 @@ done:
 }
 /* ---- end of append_entries() ---- */
 
+/* ---- pack_entries(): a DLedger log's batch of entries packed natively (dledger10) ----
+ *
+ *     pack_entries(entries, expected, last_term, end, file_size)
+ *       -> (data, index_data, terms, positions, sizes) or None
+ *
+ * entries (a sequence of objects with index, term, body (bytes), noop) appended to a log whose
+ * next index is expected, last term last_term and data end end, in files of file_size bytes:
+ * data is the entries' bytes (hanet/dledger/_entry.py: a 48-byte header MAGIC 1 | SIZE |
+ * INDEX (index - 1) | TERM | POS | 0 | 0 | BODY_CRC (zlib crc32 & 0x7FFFFFFF) | BODY_SIZE,
+ * then the body), written from end; index_data their index entries (MAGIC 1 | POS | SIZE |
+ * INDEX | TERM); terms, positions and sizes native int64 arrays (array("q") bytes). None when
+ * the batch is not the common case this handles: an index out of sequence, a term falling or
+ * out of range, a no-op with a body or a client entry without one, a body too large, or
+ * entries not all fitting in end's file: the caller's Python loop (the reference) then packs
+ * them, or names the error. */
+#define PE_HEADER 48
+#define PE_INDEX 32
+static PyObject *pe_names[4]; /* index, term, body, noop */
+
+static PyObject *pack_entries(PyObject *Py_UNUSED(self), PyObject *const *args,
+                              Py_ssize_t nargs) {
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "pack_entries() takes 5 arguments");
+        return NULL;
+    }
+    if (pe_names[0] == NULL) {
+        static const char *spelled[4] = {"index", "term", "body", "noop"};
+        for (int i = 0; i < 4; i++) {
+            pe_names[i] = PyUnicode_InternFromString(spelled[i]);
+            if (pe_names[i] == NULL) return NULL;
+        }
+    }
+    long long expected = PyLong_AsLongLong(args[1]);
+    long long last_term = PyLong_AsLongLong(args[2]);
+    long long end = PyLong_AsLongLong(args[3]);
+    long long file_size = PyLong_AsLongLong(args[4]);
+    if (PyErr_Occurred()) return NULL;
+    PyObject *seq = PySequence_Fast(args[0], "entries must be a sequence");
+    if (seq == NULL) return NULL;
+    Py_ssize_t count = PySequence_Fast_GET_SIZE(seq);
+    PyObject **items = PySequence_Fast_ITEMS(seq);
+    PyObject *result = NULL, *data = NULL, *index_data = NULL, *terms = NULL, *positions = NULL,
+             *sizes = NULL;
+    PyObject **bodies = NULL;
+    int64_t *fields = NULL; /* index, term per entry */
+    if (count == 0 || end < 0 || file_size <= 0 || expected < 1) goto refuse;
+    bodies = PyMem_Calloc((size_t)count, sizeof(PyObject *));
+    fields = PyMem_Malloc((size_t)count * 2 * sizeof(int64_t));
+    if (bodies == NULL || fields == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    /* every entry checked, and the batch's size summed, before anything is packed */
+    int64_t total = 0;
+    for (Py_ssize_t k = 0; k < count; k++) {
+        PyObject *entry = items[k];
+        PyObject *value = PyObject_GetAttr(entry, pe_names[0]);
+        if (value == NULL) goto done;
+        long long index = PyLong_AsLongLong(value);
+        Py_DECREF(value);
+        if (index == -1 && PyErr_Occurred()) {
+            PyErr_Clear();
+            goto refuse;
+        }
+        value = PyObject_GetAttr(entry, pe_names[1]);
+        if (value == NULL) goto done;
+        long long term = PyLong_AsLongLong(value);
+        Py_DECREF(value);
+        if (term == -1 && PyErr_Occurred()) {
+            PyErr_Clear();
+            goto refuse;
+        }
+        PyObject *body = PyObject_GetAttr(entry, pe_names[2]);
+        if (body == NULL) goto done;
+        bodies[k] = body;
+        if (!PyBytes_CheckExact(body)) goto refuse;
+        value = PyObject_GetAttr(entry, pe_names[3]);
+        if (value == NULL) goto done;
+        int noop = PyObject_IsTrue(value);
+        Py_DECREF(value);
+        if (noop < 0) goto done;
+        Py_ssize_t length = PyBytes_GET_SIZE(body);
+        if (index != expected + k || term < last_term) goto refuse;
+        if (noop == (length > 0)) goto refuse;
+        if (length > (int64_t)INT32_MAX - PE_HEADER) goto refuse;
+        last_term = term;
+        fields[2 * k] = index;
+        fields[2 * k + 1] = term;
+        total += PE_HEADER + length;
+        if (total > file_size) goto refuse;
+    }
+    if (end % file_size + total > file_size) goto refuse; /* crosses into the next file */
+    data = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)total);
+    index_data = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)count * PE_INDEX);
+    terms = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)count * 8);
+    positions = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)count * 8);
+    sizes = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)count * 8);
+    if (data == NULL || index_data == NULL || terms == NULL || positions == NULL ||
+        sizes == NULL)
+        goto done;
+    unsigned char *out = (unsigned char *)PyBytes_AS_STRING(data);
+    unsigned char *idx = (unsigned char *)PyBytes_AS_STRING(index_data);
+    int64_t *term_out = (int64_t *)PyBytes_AS_STRING(terms);
+    int64_t *pos_out = (int64_t *)PyBytes_AS_STRING(positions);
+    int64_t *size_out = (int64_t *)PyBytes_AS_STRING(sizes);
+    int64_t pos = end;
+    for (Py_ssize_t k = 0; k < count; k++) {
+        const unsigned char *body = (const unsigned char *)PyBytes_AS_STRING(bodies[k]);
+        Py_ssize_t length = PyBytes_GET_SIZE(bodies[k]);
+        uint32_t size = (uint32_t)(PE_HEADER + length);
+        int64_t index = fields[2 * k] - 1, term = fields[2 * k + 1];
+        uint32_t crc = length ? (body_crc32(body, (size_t)length) & 0x7FFFFFFFu) : 0;
+        put_be32(out, 1);
+        put_be32(out + 4, size);
+        put_be64(out + 8, (uint64_t)index);
+        put_be64(out + 16, (uint64_t)term);
+        put_be64(out + 24, (uint64_t)pos);
+        put_be32(out + 32, 0);
+        put_be32(out + 36, 0);
+        put_be32(out + 40, crc);
+        put_be32(out + 44, (uint32_t)length);
+        if (length) memcpy(out + PE_HEADER, body, (size_t)length);
+        out += size;
+        put_be32(idx, 1);
+        put_be64(idx + 4, (uint64_t)pos);
+        put_be32(idx + 12, size);
+        put_be64(idx + 16, (uint64_t)index);
+        put_be64(idx + 24, (uint64_t)term);
+        idx += PE_INDEX;
+        term_out[k] = term;
+        pos_out[k] = pos;
+        size_out[k] = size;
+        pos += size;
+    }
+    result = PyTuple_Pack(5, data, index_data, terms, positions, sizes);
+    goto done;
+refuse:
+    result = Py_NewRef(Py_None);
+done:
+    if (bodies != NULL)
+        for (Py_ssize_t k = 0; k < count; k++) Py_XDECREF(bodies[k]);
+    PyMem_Free(bodies);
+    PyMem_Free(fields);
+    Py_XDECREF(data);
+    Py_XDECREF(index_data);
+    Py_XDECREF(terms);
+    Py_XDECREF(positions);
+    Py_XDECREF(sizes);
+    Py_DECREF(seq);
+    return result;
+}
+/* ---- end of pack_entries() ---- */
+
 static PyMethodDef methods[] = {
     {"scan", (PyCFunction)(void (*)(void))scan, METH_VARARGS | METH_KEYWORDS,
      "scan(buf, start=0, end=None, base_offset=0, limit=None, check_crc=True, "
@@ -2645,6 +2798,11 @@ static PyMethodDef methods[] = {
      "append_entries(frame, pos, count, prev_index, prev_term, term, entry_cls)\n--\n\n"
      "The checked entries of a DLedger APPEND frame and where they end, or None (the Python "
      "loop names the reason); see hanet.dledger._codec.append_entries_py."},
+    /* pack_entries(): a DLedger log's batch packing block above (dledger10) */
+    {"pack_entries", (PyCFunction)(void (*)(void))pack_entries, METH_FASTCALL,
+     "pack_entries(entries, expected, last_term, end, file_size)\n--\n\n"
+     "A DLedger log's batch of entries packed (data, index, terms, positions, sizes), or None "
+     "(the Python loop packs it); see hanet.dledger._filelog.FileLog.append."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -48,6 +48,7 @@ from ._native import ENABLED, native
 __all__ = [
     "RecordWriter",
     "native_append_entries",
+    "native_pack_entries",
     "native_put_properties",
     "native_record_place",
     "native_write_record",
@@ -251,6 +252,11 @@ native_append_entries: Callable[..., tuple[tuple[Any, ...], int] | None] | None 
 )
 """The extension's ``append_entries`` (None when not built): a DLedger APPEND frame's entries,
 checked (the reference: ``hanet.dledger``'s ``append_entries_py``)."""
+native_pack_entries: Callable[..., tuple[bytes, bytes, bytes, bytes, bytes] | None] | None = (
+    native("pack_entries")
+)
+"""The extension's ``pack_entries`` (None when not built): a DLedger log's batch of entries
+packed (the reference: ``hanet.dledger``'s ``FileLog.append`` loop)."""
 native_put_properties: Callable[[dict[str, str]], bytes] | None = native("put_properties")
 """The extension's ``put_properties`` (None when not built)."""
 _WRITE_RECORD: Callable[..., None] = (native_write_record if ENABLED else None) or write_record_py

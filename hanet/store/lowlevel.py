@@ -124,6 +124,7 @@ from ._scanner import RecordScanner
 from ._store_files import fsync_directory, read_store_sizes
 from ._writer import (
     native_append_entries,
+    native_pack_entries,
     native_put_properties,
     native_record_place,
     native_write_record,
@@ -217,6 +218,7 @@ __all__ = [
     "native_index_key_batch",
     "native_index_scan_columns",
     "native_new_message",
+    "native_pack_entries",
     "native_pull_gather",
     "native_put_properties",
     "native_record_place",
