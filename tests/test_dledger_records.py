@@ -25,6 +25,7 @@ from hanet.dledger import (
     stamp_into,
 )
 from hanet.dledger._codec import append_entries_py
+from hanet.dledger._view import NotARecordError, view_records_py
 from hanet.handlers import CorruptedFrameError
 from hanet.store import CorruptRecordError, Message, decode_record, encode_record, lowlevel
 from hanet.store.lowlevel import (
@@ -400,8 +401,8 @@ def _python_loop_unused(*args: object) -> None:
 
 def _entries_outcome(native: bool, frame: bytes, *, native_only: bool = False) -> object:
     with pytest.MonkeyPatch.context() as patch:
-        if not native:
-            patch.setattr("hanet.dledger._codec._NATIVE_ENTRIES", None)
+        chosen = lowlevel.native_append_entries if native else None  # HANET_NO_EXTENSIONS too
+        patch.setattr("hanet.dledger._codec._NATIVE_ENTRIES", chosen)
         if native_only:
             patch.setattr("hanet.dledger._codec.append_entries_py", _python_loop_unused)
         try:
@@ -477,3 +478,86 @@ def test_the_native_entries_decoder_refuses_what_the_python_loop_refuses() -> No
         with pytest.raises(CorruptedFrameError):
             append_entries_py(view, 0, count, prev_index, prev_term, term)
         assert native(view, len(frame) + 1, 1, 4, 2, 3, LogEntry) is None  # pos past the end
+
+
+needs_native_view = pytest.mark.skipif(
+    lowlevel.native_view_records is None, reason="hanet.store._speedups is not built"
+)
+
+
+def _view_outcome(function: Any, bodies: list[bytes], offset: int, size: int, want: bool) -> Any:
+    queues: dict[tuple[str, int], int] = {("T", 1): 7}
+    starts: list[tuple[str, int]] = []
+
+    def queue_start(topic: str, queue_id: int) -> int:
+        starts.append((topic, queue_id))
+        return 100 * queue_id
+
+    try:
+        got = function(bodies, offset, size, queues, queue_start, want)
+    except NotARecordError as exc:
+        return ("refused", exc.at)
+    if got is None:
+        return None
+    buf, end, placed = got
+    return bytes(buf), end, placed, queues, starts
+
+
+@needs_native_view
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.one_of(messages, st.just(None)), max_size=6),
+    st.integers(0, 2**40),
+    st.integers(600, 5000),
+    st.booleans(),
+    st.lists(st.tuples(st.integers(0, 10_000), st.integers(0, 255)), max_size=2),
+)
+def test_committed_records_are_placed_the_same_natively_and_in_python(
+    batch: list[Message | None],
+    offset: int,
+    file_size: int,
+    want: bool,
+    flips: list[tuple[int, int]],
+) -> None:
+    """The store extension's view_records makes the view's bytes as the Python loop does (the
+    reference): blanks at file ends, queue offsets per (topic, queue id) from the queues met
+    and the queue starts, both offsets stamped, the same places; it refuses (None) exactly the
+    batches with a body that is not a record, which the reference names."""
+    bodies = [
+        b"" if m is None else put_records([m], 0, _place, (b"\1\2\3\4", 9), lambda: 5)[0]
+        for m in batch
+    ]
+    for at, value in flips:
+        if bodies and bodies[at % len(bodies)]:
+            body = bytearray(bodies[at % len(bodies)])
+            body[at % min(len(body), 120)] = value
+            bodies[at % len(bodies)] = bytes(body)
+    native = lowlevel.native_view_records
+    assert native is not None
+    python = _view_outcome(view_records_py, bodies, offset, file_size, want)
+    got = _view_outcome(native, bodies, offset, file_size, want)
+    if python[0] == "refused":
+        assert got is None
+    else:
+        assert got == python
+    if not flips:
+        assert python[0] != "refused"  # whole records are placed (natively: got == python)
+
+
+@needs_native_view
+def test_a_committed_body_that_is_not_a_record_is_refused_natively_and_named_in_python() -> None:
+    native = lowlevel.native_view_records
+    assert native is not None
+    (raw,) = put_records([Message(topic="T", body=b"x")], 0, _place, (b"\1\2\3\4", 1), lambda: 1)
+    topic_at = raw.index(b"\x01T") + 1  # the 1-byte topic "T" after its length
+    bad = {
+        "short": raw[:39],
+        "size": raw + b"\0",
+        "magic": raw[:4] + b"\0\0\0\0" + raw[8:],
+        "topic length": raw[: topic_at - 1] + b"\xff" + raw[topic_at:],
+        "topic UTF-8": raw[:topic_at] + b"\xff" + raw[topic_at + 1 :],
+    }
+    for name, body in bad.items():
+        bodies = [raw, b"", body]
+        assert _view_outcome(native, bodies, 0, 4096, True) is None, name
+        assert _view_outcome(view_records_py, bodies, 0, 4096, True) == ("refused", 2), name

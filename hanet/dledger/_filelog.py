@@ -436,13 +436,13 @@ class FileLog:
             # the loops below (the reference) pack it or name what is wrong
             packed = _NATIVE_PACK(entries, expected, last_term, self._end, self.data_file_size)
         if packed is not None:
-            run, index_run, terms, positions, sizes = packed
-            self._data.write(self._end, run)
+            data, index_data, terms, positions, sizes = packed
+            self._data.write(self._end, data)
             self._terms.frombytes(terms)
             self._positions.frombytes(positions)
             self._sizes.frombytes(sizes)
-            self._end += len(run)
-            self._index.write_across((expected - 1) * INDEX_ENTRY_SIZE, index_run)
+            self._end += len(data)
+            self._index.write_across((expected - 1) * INDEX_ENTRY_SIZE, index_data)
             if self.flush_mode is FlushDiskType.SYNC_FLUSH and self.sync_on_append:
                 self.flush()
             return

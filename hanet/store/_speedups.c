@@ -2719,6 +2719,198 @@ done:
 }
 /* ---- end of pack_entries() ---- */
 
+/* ---- view_records(): a DLedger view's batch of committed records placed natively (dledger10)
+ *
+ *     view_records(bodies, offset, file_size, queues, queue_start, places)
+ *       -> (buf, end, placed) or None
+ *
+ * The commit log bytes that apply bodies (committed entries' records; an empty body, a
+ * no-op, is skipped) at offset of a commit log of file_size-byte files, as the Python loop of
+ * hanet.dledger._view.CommitLogView.apply (the reference) makes them: a record that does not
+ * fit with a blank after it in the rest of its file is preceded by a blank record filling
+ * it; each record's QUEUEOFFSET is the next of its (topic, queue id) in queues (a dict,
+ * updated: the next offset of each queue met; a queue not in it starts at
+ * queue_start(topic, queue_id)) and its PHYSICALOFFSET its place. buf: a bytearray; end: the
+ * offset after it; placed (when places is true, else None): per body (None for a skipped one)
+ * (offset, size, queue_id, queue_offset, store_timestamp, store_host, store_port). A body is
+ * read as record_place() reads it; None when one is not a record (nothing in queues changed
+ * but the starts read): the reference then names it. */
+static PyObject *view_records(PyObject *Py_UNUSED(self), PyObject *const *args,
+                              Py_ssize_t nargs) {
+    if (nargs != 6) {
+        PyErr_SetString(PyExc_TypeError, "view_records() takes 6 arguments");
+        return NULL;
+    }
+    long long offset = PyLong_AsLongLong(args[1]);
+    long long file_size = PyLong_AsLongLong(args[2]);
+    if (PyErr_Occurred()) return NULL;
+    PyObject *queues = args[3], *queue_start = args[4];
+    int want = PyObject_IsTrue(args[5]);
+    if (want < 0) return NULL;
+    if (!PyDict_Check(queues)) {
+        PyErr_SetString(PyExc_TypeError, "queues must be a dict");
+        return NULL;
+    }
+    if (file_size <= BLANK_RECORD_SIZE || offset < 0) {
+        PyErr_SetString(PyExc_ValueError, "view_records(): a bad offset or file size");
+        return NULL;
+    }
+    PyObject *seq = PySequence_Fast(args[0], "bodies must be a sequence");
+    if (seq == NULL) return NULL;
+    Py_ssize_t count = PySequence_Fast_GET_SIZE(seq);
+    PyObject **items = PySequence_Fast_ITEMS(seq);
+    PyObject *result = NULL, *buf = NULL, *placed = NULL, *updates = NULL;
+    PyObject *last_raw = NULL, *last_topic = NULL; /* consecutive records of one topic */
+    const unsigned char *last_raw_p = NULL;
+    Py_ssize_t last_raw_len = -1;
+    /* first pass: every body read and sized (nothing built until all are records) */
+    int64_t total = 0, at_offset = offset;
+    for (Py_ssize_t k = 0; k < count; k++) {
+        if (!PyBytes_Check(items[k])) goto refuse;
+        Py_ssize_t len = PyBytes_GET_SIZE(items[k]);
+        if (len == 0) continue;
+        const unsigned char *r = (const unsigned char *)PyBytes_AS_STRING(items[k]);
+        if (len < 40 || (Py_ssize_t)rd_i32(r) != len) goto refuse;
+        int64_t space = file_size - at_offset % file_size;
+        if (len + BLANK_RECORD_SIZE > space) {
+            /* the blank record's 8 bytes, then zeros to the file's end (none when less than
+             * 8 bytes are left: as the reference, which the store then refuses) */
+            total += space > BLANK_RECORD_SIZE ? space : BLANK_RECORD_SIZE;
+            at_offset += space;
+        }
+        total += len;
+        at_offset += len;
+    }
+    buf = PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)total);
+    if (buf == NULL) goto done;
+    if (want) {
+        placed = PyList_New(count);
+        if (placed == NULL) goto done;
+    }
+    updates = PyDict_New(); /* key -> next queue offset, copied into queues at the end */
+    if (updates == NULL) goto done;
+    unsigned char *out = (unsigned char *)PyByteArray_AS_STRING(buf);
+    for (Py_ssize_t k = 0; k < count; k++) {
+        Py_ssize_t len = PyBytes_GET_SIZE(items[k]);
+        if (len == 0) {
+            if (want) PyList_SET_ITEM(placed, k, Py_NewRef(Py_None));
+            continue;
+        }
+        const unsigned char *r = (const unsigned char *)PyBytes_AS_STRING(items[k]);
+        /* record_place()'s reading, its checks */
+        uint32_t magic = rd_u32(r + 4);
+        int32_t queue_id = rd_i32(r + 12);
+        int32_t sys_flag = rd_i32(r + 36);
+        if (magic != MAGIC_V1 && magic != MAGIC_V2) goto refuse;
+        Py_ssize_t at = 48 + ((sys_flag & BORN_V6) ? 20 : 8);
+        Py_ssize_t host_len = (sys_flag & STORE_V6) ? 16 : 4;
+        if (at + 8 + host_len + 4 + 4 + 8 + 4 > len) goto refuse;
+        int64_t store_timestamp = rd_i64(r + at);
+        at += 8;
+        const unsigned char *host = r + at;
+        int32_t store_port = rd_i32(r + at + host_len);
+        at += host_len + 4 + 4 + 8;
+        int32_t body_len = rd_i32(r + at);
+        if (body_len < 0) goto refuse;
+        at += 4 + (Py_ssize_t)body_len;
+        Py_ssize_t topic_len;
+        if (magic == MAGIC_V2) {
+            if (at + 2 > len) goto refuse;
+            topic_len = ((Py_ssize_t)r[at] << 8) | r[at + 1];
+            at += 2;
+        } else {
+            if (at + 1 > len) goto refuse;
+            topic_len = r[at];
+            at += 1;
+        }
+        if (at + topic_len > len) goto refuse;
+        if (last_topic == NULL || topic_len != last_raw_len ||
+            memcmp(last_raw_p, r + at, (size_t)topic_len) != 0) {
+            PyObject *topic = PyUnicode_DecodeUTF8((const char *)r + at, topic_len, "strict");
+            if (topic == NULL) {
+                if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) goto done;
+                PyErr_Clear();
+                goto refuse;
+            }
+            Py_XSETREF(last_topic, topic);
+            Py_XSETREF(last_raw, Py_NewRef(items[k]));
+            last_raw_p = r + at;
+            last_raw_len = topic_len;
+        }
+        /* the blank before it */
+        int64_t space = file_size - offset % file_size;
+        if (len + BLANK_RECORD_SIZE > space) {
+            int64_t blank = space > BLANK_RECORD_SIZE ? space : BLANK_RECORD_SIZE;
+            put_be32(out, (uint32_t)space);
+            put_be32(out + 4, BLANK_MAGIC);
+            memset(out + BLANK_RECORD_SIZE, 0, (size_t)(blank - BLANK_RECORD_SIZE));
+            out += blank;
+            offset += space;
+        }
+        /* its queue offset */
+        PyObject *qid = PyLong_FromLong(queue_id);
+        if (qid == NULL) goto done;
+        PyObject *key = PyTuple_Pack(2, last_topic, qid);
+        Py_DECREF(qid);
+        if (key == NULL) goto done;
+        PyObject *next = PyDict_GetItemWithError(updates, key);
+        if (next == NULL && !PyErr_Occurred()) next = PyDict_GetItemWithError(queues, key);
+        long long queue_offset;
+        if (next != NULL) {
+            queue_offset = PyLong_AsLongLong(next);
+        } else if (PyErr_Occurred()) {
+            Py_DECREF(key);
+            goto done;
+        } else {
+            PyObject *start = PyObject_CallFunctionObjArgs(queue_start, last_topic,
+                                                           PyTuple_GET_ITEM(key, 1), NULL);
+            if (start == NULL) {
+                Py_DECREF(key);
+                goto done;
+            }
+            queue_offset = PyLong_AsLongLong(start);
+            Py_DECREF(start);
+        }
+        if (queue_offset == -1 && PyErr_Occurred()) {
+            Py_DECREF(key);
+            goto done;
+        }
+        PyObject *following = PyLong_FromLongLong(queue_offset + 1);
+        int failed = following == NULL || PyDict_SetItem(updates, key, following) < 0;
+        Py_XDECREF(following);
+        Py_DECREF(key);
+        if (failed) goto done;
+        /* the record, its two offsets stamped */
+        memcpy(out, r, (size_t)len);
+        put_be64(out + 20, (uint64_t)queue_offset);
+        put_be64(out + 28, (uint64_t)offset);
+        if (want) {
+            PyObject *place = Py_BuildValue("(LiiLLy#i)", (long long)offset, (int)len,
+                                            (int)queue_id, queue_offset,
+                                            (long long)store_timestamp, (const char *)host,
+                                            host_len, (int)store_port);
+            if (place == NULL) goto done;
+            PyList_SET_ITEM(placed, k, place);
+        }
+        out += len;
+        offset += len;
+    }
+    if (PyDict_Update(queues, updates) < 0) goto done;
+    result = Py_BuildValue("(OLO)", buf, offset, want ? placed : Py_None);
+    goto done;
+refuse:
+    result = Py_NewRef(Py_None);
+done:
+    Py_XDECREF(buf);
+    Py_XDECREF(placed);
+    Py_XDECREF(updates);
+    Py_XDECREF(last_raw);
+    Py_XDECREF(last_topic);
+    Py_DECREF(seq);
+    return result;
+}
+/* ---- end of view_records() ---- */
+
 static PyMethodDef methods[] = {
     {"scan", (PyCFunction)(void (*)(void))scan, METH_VARARGS | METH_KEYWORDS,
      "scan(buf, start=0, end=None, base_offset=0, limit=None, check_crc=True, "
@@ -2803,6 +2995,12 @@ static PyMethodDef methods[] = {
      "pack_entries(entries, expected, last_term, end, file_size)\n--\n\n"
      "A DLedger log's batch of entries packed (data, index, terms, positions, sizes), or None "
      "(the Python loop packs it); see hanet.dledger._filelog.FileLog.append."},
+    /* view_records(): a DLedger view's batch placing block above (dledger10) */
+    {"view_records", (PyCFunction)(void (*)(void))view_records, METH_FASTCALL,
+     "view_records(bodies, offset, file_size, queues, queue_start, places)\n--\n\n"
+     "A DLedger view's committed records placed and stamped in one buffer (buf, end, placed), "
+     "or None (the Python loop names the record it refuses); see "
+     "hanet.dledger._view.view_records_py."},
     {NULL, NULL, 0, NULL},
 };
 
