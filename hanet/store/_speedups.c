@@ -2603,10 +2603,11 @@ static PyObject *pack_entries(PyObject *Py_UNUSED(self), PyObject *const *args,
     long long end = PyLong_AsLongLong(args[3]);
     long long file_size = PyLong_AsLongLong(args[4]);
     if (PyErr_Occurred()) return NULL;
-    PyObject *seq = PySequence_Fast(args[0], "entries must be a sequence");
+    /* a tuple of its own: Python code run by an attribute read cannot change the items */
+    PyObject *seq = PySequence_Tuple(args[0]);
     if (seq == NULL) return NULL;
-    Py_ssize_t count = PySequence_Fast_GET_SIZE(seq);
-    PyObject **items = PySequence_Fast_ITEMS(seq);
+    Py_ssize_t count = PyTuple_GET_SIZE(seq);
+    PyObject **items = &PyTuple_GET_ITEM(seq, 0);
     PyObject *result = NULL, *data = NULL, *index_data = NULL, *terms = NULL, *positions = NULL,
              *sizes = NULL;
     PyObject **bodies = NULL;
@@ -2755,10 +2756,11 @@ static PyObject *view_records(PyObject *Py_UNUSED(self), PyObject *const *args,
         PyErr_SetString(PyExc_ValueError, "view_records(): a bad offset or file size");
         return NULL;
     }
-    PyObject *seq = PySequence_Fast(args[0], "bodies must be a sequence");
+    /* a tuple of its own: queue_start (Python) cannot change the bodies under it */
+    PyObject *seq = PySequence_Tuple(args[0]);
     if (seq == NULL) return NULL;
-    Py_ssize_t count = PySequence_Fast_GET_SIZE(seq);
-    PyObject **items = PySequence_Fast_ITEMS(seq);
+    Py_ssize_t count = PyTuple_GET_SIZE(seq);
+    PyObject **items = &PyTuple_GET_ITEM(seq, 0);
     PyObject *result = NULL, *buf = NULL, *placed = NULL, *updates = NULL;
     PyObject *last_raw = NULL, *last_topic = NULL; /* consecutive records of one topic */
     const unsigned char *last_raw_p = NULL;
