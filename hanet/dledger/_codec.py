@@ -26,6 +26,10 @@ where it is applied). Frames over the maximum length close it with
 :class:`hanet.handlers.TooLongFrameError`. Appends are bounded by ``RaftConfig.max_batch`` entries
 and ``RaftConfig.max_batch_bytes`` (at most half the frame limit: a node caps it there), each
 entry by the broker's message limit; an append of one entry is sent whatever its size.
+
+An APPEND's entries are decoded and checked in one call by the store extension's
+``append_entries`` when it is built; :func:`append_entries_py` is its reference and names the
+reason of every refusal (the native decoder only says no, and the Python loop runs again).
 """
 
 from __future__ import annotations

@@ -13,6 +13,8 @@ so that neither the appends a leader sends (:class:`CachedLog`, the log as the R
 it; the follower one acknowledgement behind the quorum included) nor the view read them back
 from the files. A committed record is applied without being decoded (``_stamp.py``: its
 placing fields read, its two offsets rewritten at fixed places); the store checks it whole.
+A batch of committed records is placed in one call by the store extension's ``view_records``
+when it is built (:func:`view_records_py` is its reference).
 
 Synchronous; the node calls :meth:`CommitLogView.save` off its event loop.
 """
