@@ -186,6 +186,7 @@ def view_records_py(
 
     Raises:
         NotARecordError: a body is not a record (as :func:`record_place` reads one).
+        ValueError: a file's end leaves less room than a blank record (no store does).
     """
     buf = bytearray()
     placed: list[PlacedRecord | None] | None = [] if places else None

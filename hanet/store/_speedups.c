@@ -2734,8 +2734,9 @@ done:
  * queue_start(topic, queue_id)) and its PHYSICALOFFSET its place. buf: a bytearray; end: the
  * offset after it; placed (when places is true, else None): per body (None for a skipped one)
  * (offset, size, queue_id, queue_offset, store_timestamp, store_host, store_port). A body is
- * read as record_place() reads it; None when one is not a record (nothing in queues changed
- * but the starts read): the reference then names it. */
+ * read as record_place() reads it; None when one is not a record or a file's end leaves less
+ * than a blank record's 8 bytes (nothing in queues changed but the starts read): the
+ * reference then raises. */
 static PyObject *view_records(PyObject *Py_UNUSED(self), PyObject *const *args,
                               Py_ssize_t nargs) {
     if (nargs != 6) {
@@ -2775,9 +2776,10 @@ static PyObject *view_records(PyObject *Py_UNUSED(self), PyObject *const *args,
         if (len < 40 || (Py_ssize_t)rd_i32(r) != len) goto refuse;
         int64_t space = file_size - at_offset % file_size;
         if (len + BLANK_RECORD_SIZE > space) {
-            /* the blank record's 8 bytes, then zeros to the file's end (none when less than
-             * 8 bytes are left: as the reference, which the store then refuses) */
-            total += space > BLANK_RECORD_SIZE ? space : BLANK_RECORD_SIZE;
+            /* a blank record filling the rest of the file: less room than its 8 bytes is
+             * a view no store leaves (the reference raises ValueError) */
+            if (space < BLANK_RECORD_SIZE) goto refuse;
+            total += space;
             at_offset += space;
         }
         total += len;
@@ -2842,11 +2844,10 @@ static PyObject *view_records(PyObject *Py_UNUSED(self), PyObject *const *args,
         /* the blank before it */
         int64_t space = file_size - offset % file_size;
         if (len + BLANK_RECORD_SIZE > space) {
-            int64_t blank = space > BLANK_RECORD_SIZE ? space : BLANK_RECORD_SIZE;
             put_be32(out, (uint32_t)space);
             put_be32(out + 4, BLANK_MAGIC);
-            memset(out + BLANK_RECORD_SIZE, 0, (size_t)(blank - BLANK_RECORD_SIZE));
-            out += blank;
+            memset(out + BLANK_RECORD_SIZE, 0, (size_t)(space - BLANK_RECORD_SIZE));
+            out += space;
             offset += space;
         }
         /* its queue offset */
