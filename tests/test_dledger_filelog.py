@@ -7,6 +7,8 @@ import os
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from hanet.dledger import (
     ENTRY_HEADER_SIZE,
@@ -19,7 +21,7 @@ from hanet.dledger import (
     decode_index_entry,
     entry_body_crc,
 )
-from hanet.store import FlushDiskType, MessageRecord, encode_record
+from hanet.store import FlushDiskType, MessageRecord, encode_record, lowlevel
 
 DATA = 4096
 INDEX = 32 * 16
@@ -265,3 +267,92 @@ def test_a_body_damaged_on_disk_fails_a_read_in_a_run_as_one_by_one(tmp_path: Pa
             log.entries_from(1, 10)
         assert type(run.value) is type(one.value)
         assert log.entries_from(1, 4) == entries(1, 4)
+
+
+needs_native_pack = pytest.mark.skipif(
+    lowlevel.native_pack_entries is None, reason="hanet.store._speedups is not built"
+)
+
+
+def _files(path: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(path.rglob("*")) if p.is_file()}
+
+
+def _append_outcome(log: FileLog, batch: list[LogEntry]) -> str:
+    try:
+        log.append(batch)
+    except (ValueError, DLedgerError) as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return "appended"
+
+
+@needs_native_pack
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(
+        st.lists(
+            st.tuples(st.integers(0, 3), st.integers(0, 1500), st.integers(-1, 1)),
+            min_size=1,
+            max_size=6,
+        ),
+        min_size=1,
+        max_size=8,
+    )
+)
+def test_batches_are_packed_the_same_natively_and_in_python(
+    tmp_path_factory: pytest.TempPathFactory, batches: list[list[tuple[int, int, int]]]
+) -> None:
+    """The store extension's pack_entries writes the same data and index files and keeps the
+    same terms and positions as FileLog.append's loops (the reference), batch after batch,
+    across file ends; a batch the reference refuses (an index or term out of order, a no-op
+    with a body, a client entry without one) is refused the same and writes nothing."""
+    roots = {name: tmp_path_factory.mktemp(name) for name in ("python", "native")}
+    outcomes: dict[str, list[str]] = {name: [] for name in roots}
+    for name, root in roots.items():
+        with pytest.MonkeyPatch.context() as patch:
+            chosen = lowlevel.native_pack_entries if name == "native" else None
+            patch.setattr("hanet.dledger._filelog._NATIVE_PACK", chosen)
+            with open_log(root) as log:
+                for batch in batches:
+                    index, term = log.last_index + 1, max(log.last_term, 1)
+                    made = []
+                    for k, (kind, size, skew) in enumerate(batch):
+                        noop = kind == 0
+                        body = b"" if noop else bytes([k % 251]) * (size + 1)
+                        if kind == 3 and skew:  # damaged: out of order, or a body mismatch
+                            made.append(LogEntry(index + k + skew, term, body, noop))
+                        elif kind == 2 and skew < 0:
+                            made.append(LogEntry(index + k, term, body, not noop))
+                        else:
+                            term += max(skew, 0)
+                            made.append(LogEntry(index + k, term, body, noop))
+                    outcomes[name].append(_append_outcome(log, made))
+                outcomes[name].append(repr(log.entries_from(1, 10_000)))
+    assert outcomes["native"] == outcomes["python"]
+    assert _files(roots["native"]) == _files(roots["python"])
+
+
+@needs_native_pack
+def test_the_native_packer_leaves_what_it_does_not_take_to_the_python_loop() -> None:
+    pack = lowlevel.native_pack_entries
+    assert pack is not None
+    good = [LogEntry(3, 2, b"", True), LogEntry(4, 2, b"abc")]
+    packed = pack(good, 3, 1, 100, DATA)
+    assert packed is not None
+    data, index, terms, positions, sizes = packed
+    assert len(data) == 2 * ENTRY_HEADER_SIZE + 3 and len(index) == 2 * INDEX_ENTRY_SIZE
+    assert decode_entry(data, ENTRY_HEADER_SIZE).body == b"abc"
+    assert list(memoryview(positions).cast("q")) == [100, 100 + ENTRY_HEADER_SIZE]
+    assert list(memoryview(terms).cast("q")) == [2, 2]
+    assert list(memoryview(sizes).cast("q")) == [ENTRY_HEADER_SIZE, ENTRY_HEADER_SIZE + 3]
+    for batch, expected, last_term, end in (
+        ([], 3, 1, 100),  # nothing to pack
+        (good, 4, 1, 100),  # index out of sequence
+        (good, 3, 3, 100),  # a term below the last
+        ([LogEntry(3, 2, b"x", True)], 3, 1, 100),  # a no-op with a body
+        ([LogEntry(3, 2, b"")], 3, 1, 100),  # a client entry without one
+        (good, 3, 1, DATA - ENTRY_HEADER_SIZE),  # crosses into the next file
+        ([LogEntry(3, 2, b"x" * DATA)], 3, 1, 0),  # larger than a file
+        ([LogEntry(3, 2, bytearray(b"x"))], 3, 1, 0),  # type: ignore[arg-type]  # not bytes
+    ):
+        assert pack(batch, expected, last_term, end, DATA) is None

@@ -17,12 +17,15 @@ from hanet.dledger import (
     Bodies,
     Envelope,
     LogEntry,
+    NotARecordError,
+    append_entries_py,
     decode_envelope,
     encode_envelope,
     put_record,
     put_records,
     record_place,
     stamp_into,
+    view_records_py,
 )
 from hanet.handlers import CorruptedFrameError
 from hanet.store import CorruptRecordError, Message, decode_record, encode_record, lowlevel
@@ -378,3 +381,189 @@ def test_properties_of_any_mapping_are_packed_as_a_dicts(writer: str) -> None:
         packed = put_records([as_dict, as_proxy], 0, _place, (b"\1\2\3\4", 1), lambda: 1)
     assert decode_record(packed[0]).properties_raw == b"A\x011\x02B\x012\x02"
     assert decode_record(packed[1]).properties_raw == b"A\x011\x02B\x012\x02"
+
+
+needs_native_entries = pytest.mark.skipif(
+    lowlevel.native_append_entries is None, reason="hanet.store._speedups is not built"
+)
+
+
+def _entries_frame(bodies: list[bytes], prev_index: int, noops: int) -> bytes:
+    """An APPEND frame: ``noops`` no-ops, then a client entry per body, terms 2 then 3."""
+    entries = [LogEntry(prev_index + 1 + k, 2, b"", True) for k in range(noops)]
+    entries += [LogEntry(prev_index + 1 + len(entries) + k, 3, b) for k, b in enumerate(bodies)]
+    request = AppendRequest(3, "a", prev_index, 2 if prev_index else 0, tuple(entries), 0)
+    return bytes(encode_envelope(Envelope("a", "b", request)))
+
+
+def _python_loop_unused(*args: object) -> None:
+    raise AssertionError("the native decoder refused what the Python loop takes")
+
+
+def _entries_outcome(native: bool, frame: bytes, *, native_only: bool = False) -> object:
+    with pytest.MonkeyPatch.context() as patch:
+        chosen = lowlevel.native_append_entries if native else None  # HANET_NO_EXTENSIONS too
+        patch.setattr("hanet.dledger._codec._NATIVE_ENTRIES", chosen)
+        if native_only:
+            patch.setattr("hanet.dledger._codec.append_entries_py", _python_loop_unused)
+        try:
+            return decode_envelope(frame)
+        except CorruptedFrameError as exc:
+            return str(exc)
+
+
+@needs_native_entries
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(messages, max_size=4),
+    st.integers(0, 2**62),
+    st.integers(0, 2),
+    st.lists(st.tuples(st.integers(0, 100_000), st.integers(0, 255)), max_size=3),
+    st.integers(-30, 8),
+)
+def test_appended_entries_decode_the_same_natively_and_in_python(
+    batch: list[Message],
+    prev_index: int,
+    noops: int,
+    flips: list[tuple[int, int]],
+    resize: int,
+) -> None:
+    """The store extension's APPEND entries decoder takes what the Python loop takes, with the
+    same entries, and refuses what it refuses (then the Python loop names the reason): good
+    frames, and frames with bytes changed anywhere (entry heads, lengths, flags, records) or
+    cut or padded."""
+    bodies = put_records(batch, 0, _place, (b"\1\2\3\4", 1), lambda: 1) if batch else []
+    frame = bytearray(_entries_frame(bodies, prev_index, noops))
+    for at, value in flips:
+        frame[at % len(frame)] = value
+    frame = frame[: len(frame) + resize] if resize < 0 else frame + bytes(resize)
+    python = _entries_outcome(False, bytes(frame))
+    native = _entries_outcome(True, bytes(frame))
+    assert native == python
+    if isinstance(python, Envelope):  # taken: the native decoder alone takes it
+        assert _entries_outcome(True, bytes(frame), native_only=True) == python
+    if not flips and not resize:
+        assert isinstance(python, Envelope)
+
+
+@needs_native_entries
+def test_the_native_entries_decoder_refuses_what_the_python_loop_refuses() -> None:
+    """Each refusal of the Python loop is a None of the native decoder (which never reads
+    past the frame), and a good frame gives the same entries and end."""
+    native = lowlevel.native_append_entries
+    assert native is not None
+    (raw,) = put_records([Message(topic="T", body=b"x")], 0, _place, (b"\1\2\3\4", 1), lambda: 1)
+    good = struct.pack(">qqBI", 5, 3, 0, len(raw)) + raw + struct.pack(">qqBI", 6, 3, 1, 0)
+    want = (LogEntry(5, 3, raw), LogEntry(6, 3, b"", True))
+    assert native(memoryview(good), 0, 2, 4, 2, 3, LogEntry) == (want, len(good))
+    assert append_entries_py(memoryview(good), 0, 2, 4, 2, 3) == (want, len(good))
+    tail = good[21 + len(raw) :]
+    body = 21 + raw.index(b"\0\0\0\1x") + 4  # the message body's byte
+    bad = {
+        "truncated head": (good[:10], 4, 2, 3, 1),
+        "truncated body": (good[: 21 + len(raw) - 1], 4, 2, 3, 1),
+        "count past the frame": (good, 4, 2, 3, 3),
+        "index out of order": (good, 3, 2, 3, 2),
+        "term above the append's": (good, 4, 2, 2, 2),
+        "term below the previous": (good, 4, 4, 5, 2),
+        "flag 2": (good[:16] + b"\2" + good[17:], 4, 2, 3, 2),
+        "no-op with a body": (good[:16] + b"\1" + good[17:], 4, 2, 3, 2),
+        "client entry without a body": (tail[:16] + b"\0" + tail[17:], 5, 2, 3, 1),
+        "body not a record": (good[:30] + b"\xff" + good[31:], 4, 2, 3, 2),
+        "record CRC": (good[:body] + b"y" + good[body + 1 :], 4, 2, 3, 2),
+        "index overflow": (good, 2**63 - 2, 2, 3, 2),
+    }
+    for name, (frame, prev_index, prev_term, term, count) in bad.items():
+        view = memoryview(frame)
+        assert native(view, 0, count, prev_index, prev_term, term, LogEntry) is None, name
+        with pytest.raises(CorruptedFrameError):
+            append_entries_py(view, 0, count, prev_index, prev_term, term)
+        assert native(view, len(frame) + 1, 1, 4, 2, 3, LogEntry) is None  # pos past the end
+
+
+needs_native_view = pytest.mark.skipif(
+    lowlevel.native_view_records is None, reason="hanet.store._speedups is not built"
+)
+
+
+def _view_outcome(function: Any, bodies: list[bytes], offset: int, size: int, want: bool) -> Any:
+    queues: dict[tuple[str, int], int] = {("T", 1): 7}
+    starts: list[tuple[str, int]] = []
+
+    def queue_start(topic: str, queue_id: int) -> int:
+        starts.append((topic, queue_id))
+        return 100 * queue_id
+
+    try:
+        got = function(bodies, offset, size, queues, queue_start, want)
+    except NotARecordError as exc:
+        return ("refused", exc.at)
+    except ValueError:  # a file's end with less room than a blank record: no store leaves it
+        return ("refused", "blank")
+    if got is None:
+        return None
+    buf, end, placed = got
+    return bytes(buf), end, placed, queues, starts
+
+
+@needs_native_view
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.one_of(messages, st.just(None)), max_size=6),
+    st.integers(0, 2**40),
+    st.integers(600, 5000),
+    st.booleans(),
+    st.lists(st.tuples(st.integers(0, 10_000), st.integers(0, 255)), max_size=2),
+)
+def test_committed_records_are_placed_the_same_natively_and_in_python(
+    batch: list[Message | None],
+    offset: int,
+    file_size: int,
+    want: bool,
+    flips: list[tuple[int, int]],
+) -> None:
+    """The store extension's view_records makes the view's bytes as the Python loop does (the
+    reference): blanks at file ends, queue offsets per (topic, queue id) from the queues met
+    and the queue starts, both offsets stamped, the same places; it refuses (None) exactly the
+    batches with a body that is not a record, which the reference names."""
+    bodies = [
+        b"" if m is None else put_records([m], 0, _place, (b"\1\2\3\4", 9), lambda: 5)[0]
+        for m in batch
+    ]
+    for at, value in flips:
+        if bodies and bodies[at % len(bodies)]:
+            body = bytearray(bodies[at % len(bodies)])
+            body[at % min(len(body), 120)] = value
+            bodies[at % len(bodies)] = bytes(body)
+    native = lowlevel.native_view_records
+    assert native is not None
+    python = _view_outcome(view_records_py, bodies, offset, file_size, want)
+    got = _view_outcome(native, bodies, offset, file_size, want)
+    if python[0] == "refused":
+        assert got is None
+    else:
+        assert got == python
+    if not flips and file_size - offset % file_size >= 8:
+        assert python[0] != "refused"  # whole records are placed (natively: got == python)
+
+
+@needs_native_view
+def test_a_committed_body_that_is_not_a_record_is_refused_natively_and_named_in_python() -> None:
+    native = lowlevel.native_view_records
+    assert native is not None
+    (raw,) = put_records([Message(topic="T", body=b"x")], 0, _place, (b"\1\2\3\4", 1), lambda: 1)
+    topic_at = raw.index(b"\x01T") + 1  # the 1-byte topic "T" after its length
+    bad = {
+        "short": raw[:39],
+        "size": raw + b"\0",
+        "magic": raw[:4] + b"\0\0\0\0" + raw[8:],
+        "topic length": raw[: topic_at - 1] + b"\xff" + raw[topic_at:],
+        "topic UTF-8": raw[:topic_at] + b"\xff" + raw[topic_at + 1 :],
+    }
+    for name, body in bad.items():
+        bodies = [raw, b"", body]
+        assert _view_outcome(native, bodies, 0, 4096, True) is None, name
+        assert _view_outcome(view_records_py, bodies, 0, 4096, True) == ("refused", 2), name
+    # a file's end with less room than a blank record's 8 bytes: no store leaves one
+    assert _view_outcome(native, [raw], 4096 - 5, 4096, False) is None
+    assert _view_outcome(view_records_py, [raw], 4096 - 5, 4096, False) == ("refused", "blank")

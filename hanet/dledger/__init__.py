@@ -100,6 +100,7 @@ if TYPE_CHECKING:
         DEFAULT_MAX_PEER_FRAME,
         Hello,
         PeerCodec,
+        append_entries_py,
         decode_envelope,
         encode_envelope,
         peer_frame_handlers,
@@ -110,7 +111,7 @@ if TYPE_CHECKING:
     from ._persist import Persister
     from ._records import put_record, put_records
     from ._stamp import RecordPlace, record_fields, record_place, stamp_into
-    from ._view import Bodies
+    from ._view import Bodies, CommitLogView, NotARecordError, view_records_py
 
 __all__ = [
     "BLANK_MAGIC",
@@ -127,6 +128,7 @@ __all__ = [
     "AppendStatus",
     "Bodies",
     "BodyCrcError",
+    "CommitLogView",
     "DLedgerEntry",
     "DLedgerError",
     "DLedgerNode",
@@ -144,6 +146,7 @@ __all__ = [
     "NodeConfig",
     "NodeNotRunningError",
     "NodeStatus",
+    "NotARecordError",
     "Output",
     "PeerCodec",
     "PeerStatus",
@@ -160,6 +163,7 @@ __all__ = [
     "TruncatedEntryError",
     "VoteRequest",
     "VoteResponse",
+    "append_entries_py",
     "coalesce_acks",
     "decode_entry",
     "decode_envelope",
@@ -178,6 +182,7 @@ __all__ = [
     "record_fields",
     "record_place",
     "stamp_into",
+    "view_records_py",
 ]
 
 # The file log, the peer codec and the networked node load on first use: ``import
@@ -208,6 +213,10 @@ _LAZY: dict[str, str] = {
     "record_place": "._stamp",
     "stamp_into": "._stamp",
     "Bodies": "._view",
+    "CommitLogView": "._view",
+    "NotARecordError": "._view",
+    "view_records_py": "._view",
+    "append_entries_py": "._codec",
 }
 
 

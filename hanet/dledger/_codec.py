@@ -26,6 +26,10 @@ where it is applied). Frames over the maximum length close it with
 :class:`hanet.handlers.TooLongFrameError`. Appends are bounded by ``RaftConfig.max_batch`` entries
 and ``RaftConfig.max_batch_bytes`` (at most half the frame limit: a node caps it there), each
 entry by the broker's message limit; an append of one entry is sent whatever its size.
+
+An APPEND's entries are decoded and checked in one call by the store extension's
+``append_entries`` when it is built; :func:`append_entries_py` is its reference and names the
+reason of every refusal (the native decoder only says no, and the Python loop runs again).
 """
 
 from __future__ import annotations
@@ -77,6 +81,9 @@ _VOTE_OK = struct.Struct(">qB")
 _APPEND = struct.Struct(">qqq")  # prev_index, prev_term, commit_index
 _ENTRY_HEAD = struct.Struct(">qqBI")  # index, term, noop, body length
 _APPEND_OK = struct.Struct(">qBqqqq")
+_NATIVE_ENTRIES = lowlevel.native_append_entries if lowlevel.NATIVE_SCANNER else None
+"""The store extension's APPEND entries decoder when the extension is in use, else None
+(:func:`append_entries_py` alone)."""
 
 
 @attrs.frozen
@@ -217,6 +224,38 @@ def _check_entry(entry: LogEntry, index: int, last_term: int, term: int) -> None
             )
 
 
+def append_entries_py(
+    buf: memoryview, pos: int, count: int, prev_index: int, prev_term: int, term: int
+) -> tuple[tuple[LogEntry, ...], int]:
+    """The ``count`` entries of an APPEND frame from ``buf[pos:]`` (after ``prev_index`` of
+    ``prev_term``, in ``term``) and where they end: the reference of the store extension's
+    ``append_entries``, which takes the same frames and refuses the same (returning None: this
+    then names the reason).
+
+    Raises:
+        CorruptedFrameError: the entries do not decode or no log can take them.
+    """
+    entries = []
+    last_term = prev_term
+    size = len(buf)
+    head, unpack = _ENTRY_HEAD.size, _ENTRY_HEAD.unpack_from
+    for k in range(count):
+        if pos + head > size:
+            raise CorruptedFrameError(f"peer frame of {size} bytes is truncated")
+        index, entry_term, noop, length = unpack(buf, pos)
+        pos += head
+        if pos + length > size:
+            raise CorruptedFrameError(f"peer frame of {size} bytes is truncated")
+        if noop not in (0, 1):  # r.flag(noop), inlined: once per entry
+            raise CorruptedFrameError(f"a peer frame flag is {noop}")
+        entry = LogEntry(index, entry_term, buf[pos : pos + length].tobytes(), noop == 1)
+        pos += length
+        _check_entry(entry, prev_index + 1 + k, last_term, term)
+        last_term = entry_term
+        entries.append(entry)
+    return tuple(entries), pos
+
+
 def decode_envelope(frame: bytes | bytearray | memoryview) -> Envelope | Hello:
     """Decode a frame (after the length prefix).
 
@@ -249,26 +288,13 @@ def decode_envelope(frame: bytes | bytearray | memoryview) -> Envelope | Hello:
             raise CorruptedFrameError(
                 f"an append after index {prev_index} of term {prev_term} in term {term}"
             )
-        entries = []
-        last_term = prev_term
-        buf, pos, size = r.buf, r.pos, len(r.buf)
-        head, unpack = _ENTRY_HEAD.size, _ENTRY_HEAD.unpack_from
-        for k in range(count):
-            if pos + head > size:
-                raise CorruptedFrameError(f"peer frame of {size} bytes is truncated")
-            index, entry_term, noop, length = unpack(buf, pos)
-            pos += head
-            if pos + length > size:
-                raise CorruptedFrameError(f"peer frame of {size} bytes is truncated")
-            if noop not in (0, 1):  # r.flag(noop), inlined: once per entry
-                raise CorruptedFrameError(f"a peer frame flag is {noop}")
-            entry = LogEntry(index, entry_term, buf[pos : pos + length].tobytes(), noop == 1)
-            pos += length
-            _check_entry(entry, prev_index + 1 + k, last_term, term)
-            last_term = entry_term
-            entries.append(entry)
-        r.pos = pos
-        message = AppendRequest(term, leader, prev_index, prev_term, tuple(entries), commit)
+        got = None
+        if _NATIVE_ENTRIES is not None:
+            got = _NATIVE_ENTRIES(r.buf, r.pos, count, prev_index, prev_term, term, LogEntry)
+        if got is None:  # refused natively (the reference names why) or no extension
+            got = append_entries_py(r.buf, r.pos, count, prev_index, prev_term, term)
+        entries, r.pos = got
+        message = AppendRequest(term, leader, prev_index, prev_term, entries, commit)
     elif kind == 6:
         term, success, prev_index, match, conflict, conflict_index = r.unpack(_APPEND_OK)
         message = AppendResponse(

@@ -52,7 +52,7 @@ from pathlib import Path
 import attrs
 
 from hanet.store import CorruptRecordError, FlushDiskType, decode_record
-from hanet.store.lowlevel import fsync_directory
+from hanet.store.lowlevel import NATIVE_SCANNER, fsync_directory, native_pack_entries
 
 from ._entry import (
     BLANK_MAGIC,
@@ -228,6 +228,11 @@ class _Files:
         for fd in self._fds.values():
             os.close(fd)
         self._fds.clear()
+
+
+_NATIVE_PACK = native_pack_entries if NATIVE_SCANNER else None
+"""The store extension's ``pack_entries`` when the extension is in use (the loops of
+:meth:`FileLog.append` are its reference), else None."""
 
 
 class FileLog:
@@ -425,6 +430,22 @@ class FileLog:
                 body or a no-op with a body.
         """
         expected, last_term = len(self._terms) + 1, self.last_term
+        packed = None
+        if _NATIVE_PACK is not None and entries:
+            # the common batch (checked, all in the current file) in one call; else None and
+            # the loops below (the reference) pack it or name what is wrong
+            packed = _NATIVE_PACK(entries, expected, last_term, self._end, self.data_file_size)
+        if packed is not None:
+            data, index_data, terms, positions, sizes = packed
+            self._data.write(self._end, data)
+            self._terms.frombytes(terms)
+            self._positions.frombytes(positions)
+            self._sizes.frombytes(sizes)
+            self._end += len(data)
+            self._index.write_across((expected - 1) * INDEX_ENTRY_SIZE, index_data)
+            if self.flush_mode is FlushDiskType.SYNC_FLUSH and self.sync_on_append:
+                self.flush()
+            return
         for entry in entries:  # all checked before anything is written
             if entry.index != expected:
                 raise ValueError(f"entry index {entry.index}, expected {expected}")

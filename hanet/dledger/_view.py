@@ -13,6 +13,8 @@ so that neither the appends a leader sends (:class:`CachedLog`, the log as the R
 it; the follower one acknowledgement behind the quorum included) nor the view read them back
 from the files. A committed record is applied without being decoded (``_stamp.py``: its
 placing fields read, its two offsets rewritten at fixed places); the store checks it whole.
+A batch of committed records is placed in one call by the store extension's ``view_records``
+when it is built (:func:`view_records_py` is its reference).
 
 Synchronous; the node calls :meth:`CommitLogView.save` off its event loop.
 """
@@ -22,20 +24,36 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Container, Iterable, Sequence
+from collections.abc import Callable, Container, Iterable, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
 from hanet.store import CommitLogStore, offset_msg_id
-from hanet.store.lowlevel import BLANK_RECORD_SIZE, encode_blank
+from hanet.store.lowlevel import (
+    BLANK_RECORD_SIZE,
+    NATIVE_SCANNER,
+    encode_blank,
+    native_view_records,
+)
 
 from ._filelog import FileLog
 from ._log import LogEntry
 from ._stamp import OFFSETS, OFFSETS_AT, record_fields
 
 _OFFSETS, _OFFSETS_AT = OFFSETS, OFFSETS_AT
+_NATIVE_VIEW = native_view_records if NATIVE_SCANNER else None
+"""The store extension's ``view_records`` when the extension is in use (the reference is
+:func:`view_records_py`), else None."""
 
-__all__ = ["APPLIED", "Bodies", "CachedLog", "CommitLogView", "Placement"]
+__all__ = [
+    "APPLIED",
+    "Bodies",
+    "CachedLog",
+    "CommitLogView",
+    "NotARecordError",
+    "Placement",
+    "view_records_py",
+]
 
 log = logging.getLogger("hanet.dledger")
 
@@ -133,6 +151,77 @@ class Placement(NamedTuple):
     msg_id: str
 
 
+class NotARecordError(ValueError):
+    """A committed body :func:`view_records_py` cannot place: the ``at``-th, and why."""
+
+    def __init__(self, at: int, reason: str) -> None:
+        super().__init__(f"body {at}: {reason}")
+        self.at = at
+        self.reason = reason
+
+
+PlacedRecord = tuple[int, int, int, int, int, bytes, int]
+"""Where a committed record went: offset, size, queue id, queue offset, store timestamp,
+store host and port."""
+
+
+def view_records_py(
+    bodies: Sequence[bytes],
+    offset: int,
+    file_size: int,
+    queues: dict[tuple[str, int], int],
+    queue_start: Callable[[str, int], int],
+    places: bool,
+) -> tuple[bytearray, int, list[PlacedRecord | None] | None]:
+    """The commit log bytes that apply ``bodies`` (committed records; an empty body, a no-op,
+    is skipped) at ``offset`` of a commit log of ``file_size``-byte files, the end they reach
+    and, with ``places``, where each went (None for a skipped one).
+
+    A record that does not fit with a blank after it in the rest of its file comes after a
+    blank record filling it. Each is re-stamped, not decoded (``_stamp.py``): its queue offset
+    the next of its (topic, queue id) in ``queues`` (updated; a queue not in it starts at
+    ``queue_start(topic, queue_id)``), its physical offset its place. The reference of the
+    store extension's ``view_records``, which makes the same bytes and returns None where this
+    raises.
+
+    Raises:
+        NotARecordError: a body is not a record (as :func:`record_place` reads one).
+        ValueError: a file's end leaves less room than a blank record (no store does).
+    """
+    buf = bytearray()
+    placed: list[PlacedRecord | None] | None = [] if places else None
+    place = record_fields
+    pack_offsets = _OFFSETS.pack_into
+    for k, body in enumerate(bodies):
+        if not body:
+            if placed is not None:
+                placed.append(None)
+            continue
+        try:
+            size, topic, queue_id, store_timestamp, store_host, store_port = place(body)
+        except ValueError as exc:
+            raise NotARecordError(k, str(exc)) from None
+        space = file_size - offset % file_size
+        if size + BLANK_RECORD_SIZE > space:
+            buf += encode_blank(space)
+            buf += bytes(space - BLANK_RECORD_SIZE)
+            offset += space
+        key = (topic, queue_id)
+        queue_offset = queues.get(key)
+        if queue_offset is None:
+            queue_offset = queue_start(topic, queue_id)
+        queues[key] = queue_offset + 1
+        at = len(buf)
+        buf += body
+        pack_offsets(buf, at + _OFFSETS_AT, queue_offset, offset)  # stamp_into, inlined
+        if placed is not None:
+            placed.append(
+                (offset, size, queue_id, queue_offset, store_timestamp, store_host, store_port)
+            )
+        offset += size
+    return buf, offset, placed
+
+
 class CommitLogView:
     """Committed entries of ``log`` applied to ``store`` (see the module docstring).
 
@@ -221,57 +310,48 @@ class CommitLogView:
             return placed
         file_size = store.config.mapped_file_size
         start = store.max_offset
-        offset = start
-        buf = bytearray()
-        queues: dict[tuple[str, int], int] = {}
+        first = self.applied + 1
         kept = self.bodies.get
         term_at = log_.term_at
-        place = record_fields
-        pack_offsets = _OFFSETS.pack_into
-        for index in range(self.applied + 1, min(commit_index, log_.last_index) + 1):
+        bodies: list[bytes] = []
+        for index in range(first, min(commit_index, log_.last_index) + 1):
             cached = kept(index)
             if cached is not None and term_at(index) == cached[0]:
                 # the same index and term: the same entry (Raft's log matching)
-                body = cached[1]
+                bodies.append(cached[1])
             else:
-                body = log_.read_entry(index).body  # checks the entry's CRC
-            if not body:
-                continue
-            # read at fixed places, not decoded: checked when it entered the log, and
-            # append_raw checks every record again (body CRC included)
+                bodies.append(log_.read_entry(index).body)  # checks the entry's CRC
+        # placed without being decoded: checked when it entered the log, and append_raw
+        # checks every record again (body CRC included)
+        queues: dict[tuple[str, int], int] = {}
+        want = bool(wanted)
+        got = None
+        if _NATIVE_VIEW is not None:
+            got = _NATIVE_VIEW(bodies, start, file_size, queues, store.max_queue_offset, want)
+        if got is None:  # refused natively (the reference names it) or no extension
+            queues.clear()
             try:
-                size, topic, queue_id, store_timestamp, store_host, store_port = place(body)
-            except ValueError as exc:
+                got = view_records_py(
+                    bodies, start, file_size, queues, store.max_queue_offset, want
+                )
+            except NotARecordError as exc:
+                index = first + exc.at
                 raise RuntimeError(
                     f"{self.node_id}: committed entry {index} (at {log_.position(index)}) is "
-                    f"not a record: {exc}"
+                    f"not a record: {exc.reason}"
                 ) from None
-            space = file_size - offset % file_size
-            if size + BLANK_RECORD_SIZE > space:
-                buf += encode_blank(space)
-                buf += bytes(space - BLANK_RECORD_SIZE)
-                offset += space
-            key = (topic, queue_id)
-            queue_offset = queues.get(key)
-            if queue_offset is None:
-                queue_offset = store.max_queue_offset(*key)
-                if key not in self._keys:
-                    self._keys.add(key)
-                    self.queue_version += 1
-            queues[key] = queue_offset + 1
-            at = len(buf)
-            buf += body
-            pack_offsets(buf, at + _OFFSETS_AT, queue_offset, offset)  # stamp_into, inlined
-            if index in wanted:
-                placed[index] = Placement(
-                    offset,
-                    size,
-                    queue_id,
-                    queue_offset,
-                    store_timestamp,
-                    offset_msg_id(store_host, store_port, offset),
-                )
-            offset += size
+        buf, offset, places = got
+        for key in queues:
+            if key not in self._keys:
+                self._keys.add(key)
+                self.queue_version += 1
+        if places is not None:
+            for k, place in enumerate(places):
+                if place is not None and first + k in wanted:
+                    at, size, queue_id, queue_offset, stamp, host, port = place
+                    placed[first + k] = Placement(
+                        at, size, queue_id, queue_offset, stamp, offset_msg_id(host, port, at)
+                    )
         if buf:
             store.append_raw(start, buf)
             if store.max_offset != offset:

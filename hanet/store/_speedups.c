@@ -2476,6 +2476,444 @@ static PyObject *new_message(PyObject *self, PyObject *const *args, Py_ssize_t n
 }
 /* ---- end of new_message() ---- */
 
+/* ---- append_entries(): a DLedger follower's APPEND entries decoded natively (dledger10) ----
+ *
+ *     append_entries(frame, pos, count, prev_index, prev_term, term, entry_cls)
+ *       -> (entries, end) or None
+ *
+ * The count entries of an APPEND frame (hanet/dledger/_codec.py) from frame[pos:], each
+ * i64 index | i64 term | u8 noop | u32 length | body, checked as the Python decoder checks
+ * them: within the frame, the flag 0 or 1, indexes following prev_index, terms not falling
+ * (from prev_term) and at most term, a body exactly for a client entry and then exactly one
+ * valid record (scan_record(), body CRC included). entries: a tuple of entry_cls(index, term,
+ * body, noop) (bodies copied out of the frame); end: the frame position after the last one.
+ * None when any check fails (or memory runs out while checking a record): the caller decodes
+ * the entries again with its Python loop, the reference, which names the reason. Every
+ * length read from the frame is checked against the frame's size before it is used. */
+#define AE_HEAD 21 /* q q B I */
+static PyObject *append_entries(PyObject *Py_UNUSED(self), PyObject *const *args,
+                                Py_ssize_t nargs) {
+    if (nargs != 7) {
+        PyErr_SetString(PyExc_TypeError, "append_entries() takes 7 arguments");
+        return NULL;
+    }
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) return NULL;
+    PyObject *entries = NULL, *result = NULL;
+    Py_ssize_t pos = PyLong_AsSsize_t(args[1]);
+    long long count = PyLong_AsLongLong(args[2]);
+    long long prev_index = PyLong_AsLongLong(args[3]);
+    long long last_term = PyLong_AsLongLong(args[4]);
+    long long term = PyLong_AsLongLong(args[5]);
+    PyObject *cls = args[6];
+    if (PyErr_Occurred()) goto done;
+    const unsigned char *buf = view.buf;
+    int64_t n = view.len;
+    /* every refusal below: None, and the Python loop names it */
+    if (pos < 0 || pos > n || count < 0 || count > (n - pos) / AE_HEAD) goto refuse;
+    if (prev_index < 0 || prev_index > INT64_MAX - count) goto refuse;
+    entries = PyTuple_New((Py_ssize_t)count);
+    if (entries == NULL) goto done;
+    for (long long k = 0; k < count; k++) {
+        if (n - pos < AE_HEAD) goto refuse;
+        const unsigned char *head = buf + pos;
+        int64_t index = rd_i64(head), entry_term = rd_i64(head + 8);
+        unsigned noop = head[16];
+        int64_t length = (int64_t)rd_u32(head + 17);
+        pos += AE_HEAD;
+        if (length > n - pos || noop > 1) goto refuse;
+        if (index != prev_index + 1 + k) goto refuse;
+        if (entry_term < last_term || entry_term > term) goto refuse;
+        if ((noop == 1) == (length > 0)) goto refuse;
+        if (length > 0) {
+            scanned_record f;
+            char detail[DETAIL_SIZE];
+            int64_t blank = 0;
+            int ok = 1;
+            gil_state gil = {NULL};
+            int step = scan_record(buf + pos, 0, length, length, 0, 1, 0, &gil, &ok, &f, detail,
+                                   &blank);
+            if (!ok) {
+                PyErr_Clear(); /* the Python loop meets it again */
+                goto refuse;
+            }
+            if (step >= 0 || f.total != length) goto refuse;
+        }
+        PyObject *argv[4];
+        argv[0] = PyLong_FromLongLong(index);
+        argv[1] = PyLong_FromLongLong(entry_term);
+        argv[2] = PyBytes_FromStringAndSize((const char *)buf + pos, (Py_ssize_t)length);
+        argv[3] = noop ? Py_True : Py_False;
+        PyObject *entry = NULL;
+        if (argv[0] != NULL && argv[1] != NULL && argv[2] != NULL)
+            entry = PyObject_Vectorcall(cls, argv, 4, NULL);
+        Py_XDECREF(argv[0]);
+        Py_XDECREF(argv[1]);
+        Py_XDECREF(argv[2]);
+        if (entry == NULL) goto done;
+        PyTuple_SET_ITEM(entries, (Py_ssize_t)k, entry);
+        pos += length;
+        last_term = entry_term;
+    }
+    result = Py_BuildValue("(On)", entries, pos);
+    goto done;
+refuse:
+    result = Py_NewRef(Py_None);
+done:
+    Py_XDECREF(entries);
+    PyBuffer_Release(&view);
+    return result;
+}
+/* ---- end of append_entries() ---- */
+
+/* ---- pack_entries(): a DLedger log's batch of entries packed natively (dledger10) ----
+ *
+ *     pack_entries(entries, expected, last_term, end, file_size)
+ *       -> (data, index_data, terms, positions, sizes) or None
+ *
+ * entries (a sequence of objects with index, term, body (bytes), noop) appended to a log whose
+ * next index is expected, last term last_term and data end end, in files of file_size bytes:
+ * data is the entries' bytes (hanet/dledger/_entry.py: a 48-byte header MAGIC 1 | SIZE |
+ * INDEX (index - 1) | TERM | POS | 0 | 0 | BODY_CRC (zlib crc32 & 0x7FFFFFFF) | BODY_SIZE,
+ * then the body), written from end; index_data their index entries (MAGIC 1 | POS | SIZE |
+ * INDEX | TERM); terms, positions and sizes native int64 arrays (array("q") bytes). None when
+ * the batch is not the common case this handles: an index out of sequence, a term falling or
+ * out of range, a no-op with a body or a client entry without one, a body too large, or
+ * entries not all fitting in end's file: the caller's Python loop (the reference) then packs
+ * them, or names the error. */
+#define PE_HEADER 48
+#define PE_INDEX 32
+static PyObject *pe_names[4]; /* index, term, body, noop */
+
+static PyObject *pack_entries(PyObject *Py_UNUSED(self), PyObject *const *args,
+                              Py_ssize_t nargs) {
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "pack_entries() takes 5 arguments");
+        return NULL;
+    }
+    if (pe_names[0] == NULL) {
+        static const char *spelled[4] = {"index", "term", "body", "noop"};
+        for (int i = 0; i < 4; i++) {
+            pe_names[i] = PyUnicode_InternFromString(spelled[i]);
+            if (pe_names[i] == NULL) return NULL;
+        }
+    }
+    long long expected = PyLong_AsLongLong(args[1]);
+    long long last_term = PyLong_AsLongLong(args[2]);
+    long long end = PyLong_AsLongLong(args[3]);
+    long long file_size = PyLong_AsLongLong(args[4]);
+    if (PyErr_Occurred()) return NULL;
+    /* a tuple of its own: Python code run by an attribute read cannot change the items */
+    PyObject *seq = PySequence_Tuple(args[0]);
+    if (seq == NULL) return NULL;
+    Py_ssize_t count = PyTuple_GET_SIZE(seq);
+    PyObject **items = &PyTuple_GET_ITEM(seq, 0);
+    PyObject *result = NULL, *data = NULL, *index_data = NULL, *terms = NULL, *positions = NULL,
+             *sizes = NULL;
+    PyObject **bodies = NULL;
+    int64_t *fields = NULL; /* index, term per entry */
+    if (count == 0 || end < 0 || file_size <= 0 || expected < 1) goto refuse;
+    bodies = PyMem_Calloc((size_t)count, sizeof(PyObject *));
+    fields = PyMem_Malloc((size_t)count * 2 * sizeof(int64_t));
+    if (bodies == NULL || fields == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    /* every entry checked, and the batch's size summed, before anything is packed */
+    int64_t total = 0;
+    for (Py_ssize_t k = 0; k < count; k++) {
+        PyObject *entry = items[k];
+        PyObject *value = PyObject_GetAttr(entry, pe_names[0]);
+        if (value == NULL) goto done;
+        long long index = PyLong_AsLongLong(value);
+        Py_DECREF(value);
+        if (index == -1 && PyErr_Occurred()) {
+            PyErr_Clear();
+            goto refuse;
+        }
+        value = PyObject_GetAttr(entry, pe_names[1]);
+        if (value == NULL) goto done;
+        long long term = PyLong_AsLongLong(value);
+        Py_DECREF(value);
+        if (term == -1 && PyErr_Occurred()) {
+            PyErr_Clear();
+            goto refuse;
+        }
+        PyObject *body = PyObject_GetAttr(entry, pe_names[2]);
+        if (body == NULL) goto done;
+        bodies[k] = body;
+        if (!PyBytes_CheckExact(body)) goto refuse;
+        value = PyObject_GetAttr(entry, pe_names[3]);
+        if (value == NULL) goto done;
+        int noop = PyObject_IsTrue(value);
+        Py_DECREF(value);
+        if (noop < 0) goto done;
+        Py_ssize_t length = PyBytes_GET_SIZE(body);
+        if (index != expected + k || term < last_term) goto refuse;
+        if (noop == (length > 0)) goto refuse;
+        if (length > (int64_t)INT32_MAX - PE_HEADER) goto refuse;
+        last_term = term;
+        fields[2 * k] = index;
+        fields[2 * k + 1] = term;
+        total += PE_HEADER + length;
+        if (total > file_size) goto refuse;
+    }
+    if (end % file_size + total > file_size) goto refuse; /* crosses into the next file */
+    data = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)total);
+    index_data = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)count * PE_INDEX);
+    terms = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)count * 8);
+    positions = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)count * 8);
+    sizes = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)count * 8);
+    if (data == NULL || index_data == NULL || terms == NULL || positions == NULL ||
+        sizes == NULL)
+        goto done;
+    unsigned char *out = (unsigned char *)PyBytes_AS_STRING(data);
+    unsigned char *idx = (unsigned char *)PyBytes_AS_STRING(index_data);
+    int64_t *term_out = (int64_t *)PyBytes_AS_STRING(terms);
+    int64_t *pos_out = (int64_t *)PyBytes_AS_STRING(positions);
+    int64_t *size_out = (int64_t *)PyBytes_AS_STRING(sizes);
+    int64_t pos = end;
+    for (Py_ssize_t k = 0; k < count; k++) {
+        const unsigned char *body = (const unsigned char *)PyBytes_AS_STRING(bodies[k]);
+        Py_ssize_t length = PyBytes_GET_SIZE(bodies[k]);
+        uint32_t size = (uint32_t)(PE_HEADER + length);
+        int64_t index = fields[2 * k] - 1, term = fields[2 * k + 1];
+        uint32_t crc = length ? (body_crc32(body, (size_t)length) & 0x7FFFFFFFu) : 0;
+        put_be32(out, 1);
+        put_be32(out + 4, size);
+        put_be64(out + 8, (uint64_t)index);
+        put_be64(out + 16, (uint64_t)term);
+        put_be64(out + 24, (uint64_t)pos);
+        put_be32(out + 32, 0);
+        put_be32(out + 36, 0);
+        put_be32(out + 40, crc);
+        put_be32(out + 44, (uint32_t)length);
+        if (length) memcpy(out + PE_HEADER, body, (size_t)length);
+        out += size;
+        put_be32(idx, 1);
+        put_be64(idx + 4, (uint64_t)pos);
+        put_be32(idx + 12, size);
+        put_be64(idx + 16, (uint64_t)index);
+        put_be64(idx + 24, (uint64_t)term);
+        idx += PE_INDEX;
+        term_out[k] = term;
+        pos_out[k] = pos;
+        size_out[k] = size;
+        pos += size;
+    }
+    result = PyTuple_Pack(5, data, index_data, terms, positions, sizes);
+    goto done;
+refuse:
+    result = Py_NewRef(Py_None);
+done:
+    if (bodies != NULL)
+        for (Py_ssize_t k = 0; k < count; k++) Py_XDECREF(bodies[k]);
+    PyMem_Free(bodies);
+    PyMem_Free(fields);
+    Py_XDECREF(data);
+    Py_XDECREF(index_data);
+    Py_XDECREF(terms);
+    Py_XDECREF(positions);
+    Py_XDECREF(sizes);
+    Py_DECREF(seq);
+    return result;
+}
+/* ---- end of pack_entries() ---- */
+
+/* ---- view_records(): a DLedger view's batch of committed records placed natively (dledger10)
+ *
+ *     view_records(bodies, offset, file_size, queues, queue_start, places)
+ *       -> (buf, end, placed) or None
+ *
+ * The commit log bytes that apply bodies (committed entries' records; an empty body, a
+ * no-op, is skipped) at offset of a commit log of file_size-byte files, as the Python loop of
+ * hanet.dledger._view.CommitLogView.apply (the reference) makes them: a record that does not
+ * fit with a blank after it in the rest of its file is preceded by a blank record filling
+ * it; each record's QUEUEOFFSET is the next of its (topic, queue id) in queues (a dict,
+ * updated: the next offset of each queue met; a queue not in it starts at
+ * queue_start(topic, queue_id)) and its PHYSICALOFFSET its place. buf: a bytearray; end: the
+ * offset after it; placed (when places is true, else None): per body (None for a skipped one)
+ * (offset, size, queue_id, queue_offset, store_timestamp, store_host, store_port). A body is
+ * read as record_place() reads it; None when one is not a record or a file's end leaves less
+ * than a blank record's 8 bytes (nothing in queues changed but the starts read): the
+ * reference then raises. */
+static PyObject *view_records(PyObject *Py_UNUSED(self), PyObject *const *args,
+                              Py_ssize_t nargs) {
+    if (nargs != 6) {
+        PyErr_SetString(PyExc_TypeError, "view_records() takes 6 arguments");
+        return NULL;
+    }
+    long long offset = PyLong_AsLongLong(args[1]);
+    long long file_size = PyLong_AsLongLong(args[2]);
+    if (PyErr_Occurred()) return NULL;
+    PyObject *queues = args[3], *queue_start = args[4];
+    int want = PyObject_IsTrue(args[5]);
+    if (want < 0) return NULL;
+    if (!PyDict_Check(queues)) {
+        PyErr_SetString(PyExc_TypeError, "queues must be a dict");
+        return NULL;
+    }
+    if (file_size <= BLANK_RECORD_SIZE || offset < 0) {
+        PyErr_SetString(PyExc_ValueError, "view_records(): a bad offset or file size");
+        return NULL;
+    }
+    /* a tuple of its own: queue_start (Python) cannot change the bodies under it */
+    PyObject *seq = PySequence_Tuple(args[0]);
+    if (seq == NULL) return NULL;
+    Py_ssize_t count = PyTuple_GET_SIZE(seq);
+    PyObject **items = &PyTuple_GET_ITEM(seq, 0);
+    PyObject *result = NULL, *buf = NULL, *placed = NULL, *updates = NULL;
+    PyObject *last_raw = NULL, *last_topic = NULL; /* consecutive records of one topic */
+    const unsigned char *last_raw_p = NULL;
+    Py_ssize_t last_raw_len = -1;
+    /* first pass: every body read and sized (nothing built until all are records) */
+    int64_t total = 0, at_offset = offset;
+    for (Py_ssize_t k = 0; k < count; k++) {
+        if (!PyBytes_Check(items[k])) goto refuse;
+        Py_ssize_t len = PyBytes_GET_SIZE(items[k]);
+        if (len == 0) continue;
+        const unsigned char *r = (const unsigned char *)PyBytes_AS_STRING(items[k]);
+        if (len < 40 || (Py_ssize_t)rd_i32(r) != len) goto refuse;
+        int64_t space = file_size - at_offset % file_size;
+        if (len + BLANK_RECORD_SIZE > space) {
+            /* a blank record filling the rest of the file: less room than its 8 bytes is
+             * a view no store leaves (the reference raises ValueError) */
+            if (space < BLANK_RECORD_SIZE) goto refuse;
+            total += space;
+            at_offset += space;
+        }
+        total += len;
+        at_offset += len;
+    }
+    buf = PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)total);
+    if (buf == NULL) goto done;
+    if (want) {
+        placed = PyList_New(count);
+        if (placed == NULL) goto done;
+    }
+    updates = PyDict_New(); /* key -> next queue offset, copied into queues at the end */
+    if (updates == NULL) goto done;
+    unsigned char *out = (unsigned char *)PyByteArray_AS_STRING(buf);
+    for (Py_ssize_t k = 0; k < count; k++) {
+        Py_ssize_t len = PyBytes_GET_SIZE(items[k]);
+        if (len == 0) {
+            if (want) PyList_SET_ITEM(placed, k, Py_NewRef(Py_None));
+            continue;
+        }
+        const unsigned char *r = (const unsigned char *)PyBytes_AS_STRING(items[k]);
+        /* record_place()'s reading, its checks */
+        uint32_t magic = rd_u32(r + 4);
+        int32_t queue_id = rd_i32(r + 12);
+        int32_t sys_flag = rd_i32(r + 36);
+        if (magic != MAGIC_V1 && magic != MAGIC_V2) goto refuse;
+        Py_ssize_t at = 48 + ((sys_flag & BORN_V6) ? 20 : 8);
+        Py_ssize_t host_len = (sys_flag & STORE_V6) ? 16 : 4;
+        if (at + 8 + host_len + 4 + 4 + 8 + 4 > len) goto refuse;
+        int64_t store_timestamp = rd_i64(r + at);
+        at += 8;
+        const unsigned char *host = r + at;
+        int32_t store_port = rd_i32(r + at + host_len);
+        at += host_len + 4 + 4 + 8;
+        int32_t body_len = rd_i32(r + at);
+        if (body_len < 0) goto refuse;
+        at += 4 + (Py_ssize_t)body_len;
+        Py_ssize_t topic_len;
+        if (magic == MAGIC_V2) {
+            if (at + 2 > len) goto refuse;
+            topic_len = ((Py_ssize_t)r[at] << 8) | r[at + 1];
+            at += 2;
+        } else {
+            if (at + 1 > len) goto refuse;
+            topic_len = r[at];
+            at += 1;
+        }
+        if (at + topic_len > len) goto refuse;
+        if (last_topic == NULL || topic_len != last_raw_len ||
+            memcmp(last_raw_p, r + at, (size_t)topic_len) != 0) {
+            PyObject *topic = PyUnicode_DecodeUTF8((const char *)r + at, topic_len, "strict");
+            if (topic == NULL) {
+                if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) goto done;
+                PyErr_Clear();
+                goto refuse;
+            }
+            Py_XSETREF(last_topic, topic);
+            Py_XSETREF(last_raw, Py_NewRef(items[k]));
+            last_raw_p = r + at;
+            last_raw_len = topic_len;
+        }
+        /* the blank before it */
+        int64_t space = file_size - offset % file_size;
+        if (len + BLANK_RECORD_SIZE > space) {
+            put_be32(out, (uint32_t)space);
+            put_be32(out + 4, BLANK_MAGIC);
+            memset(out + BLANK_RECORD_SIZE, 0, (size_t)(space - BLANK_RECORD_SIZE));
+            out += space;
+            offset += space;
+        }
+        /* its queue offset */
+        PyObject *qid = PyLong_FromLong(queue_id);
+        if (qid == NULL) goto done;
+        PyObject *key = PyTuple_Pack(2, last_topic, qid);
+        Py_DECREF(qid);
+        if (key == NULL) goto done;
+        PyObject *next = PyDict_GetItemWithError(updates, key);
+        if (next == NULL && !PyErr_Occurred()) next = PyDict_GetItemWithError(queues, key);
+        long long queue_offset;
+        if (next != NULL) {
+            queue_offset = PyLong_AsLongLong(next);
+        } else if (PyErr_Occurred()) {
+            Py_DECREF(key);
+            goto done;
+        } else {
+            PyObject *start = PyObject_CallFunctionObjArgs(queue_start, last_topic,
+                                                           PyTuple_GET_ITEM(key, 1), NULL);
+            if (start == NULL) {
+                Py_DECREF(key);
+                goto done;
+            }
+            queue_offset = PyLong_AsLongLong(start);
+            Py_DECREF(start);
+        }
+        if (queue_offset == -1 && PyErr_Occurred()) {
+            Py_DECREF(key);
+            goto done;
+        }
+        PyObject *following = PyLong_FromLongLong(queue_offset + 1);
+        int failed = following == NULL || PyDict_SetItem(updates, key, following) < 0;
+        Py_XDECREF(following);
+        Py_DECREF(key);
+        if (failed) goto done;
+        /* the record, its two offsets stamped */
+        memcpy(out, r, (size_t)len);
+        put_be64(out + 20, (uint64_t)queue_offset);
+        put_be64(out + 28, (uint64_t)offset);
+        if (want) {
+            PyObject *place = Py_BuildValue("(LiiLLy#i)", (long long)offset, (int)len,
+                                            (int)queue_id, queue_offset,
+                                            (long long)store_timestamp, (const char *)host,
+                                            host_len, (int)store_port);
+            if (place == NULL) goto done;
+            PyList_SET_ITEM(placed, k, place);
+        }
+        out += len;
+        offset += len;
+    }
+    if (PyDict_Update(queues, updates) < 0) goto done;
+    result = Py_BuildValue("(OLO)", buf, offset, want ? placed : Py_None);
+    goto done;
+refuse:
+    result = Py_NewRef(Py_None);
+done:
+    Py_XDECREF(buf);
+    Py_XDECREF(placed);
+    Py_XDECREF(updates);
+    Py_XDECREF(last_raw);
+    Py_XDECREF(last_topic);
+    Py_DECREF(seq);
+    return result;
+}
+/* ---- end of view_records() ---- */
+
 static PyMethodDef methods[] = {
     {"scan", (PyCFunction)(void (*)(void))scan, METH_VARARGS | METH_KEYWORDS,
      "scan(buf, start=0, end=None, base_offset=0, limit=None, check_crc=True, "
@@ -2550,6 +2988,22 @@ static PyMethodDef methods[] = {
      "new_message(cls, topic, body, queue_id, flag, properties, sys_flag, born_timestamp, "
      "born_host, born_port, reconsume_times)\n--\n\n"
      "A Message built without its __init__; see hanet.store._new_message.new_message_py."},
+    /* append_entries(): a DLedger follower's APPEND decoder block above (dledger10) */
+    {"append_entries", (PyCFunction)(void (*)(void))append_entries, METH_FASTCALL,
+     "append_entries(frame, pos, count, prev_index, prev_term, term, entry_cls)\n--\n\n"
+     "The checked entries of a DLedger APPEND frame and where they end, or None (the Python "
+     "loop names the reason); see hanet.dledger._codec.append_entries_py."},
+    /* pack_entries(): a DLedger log's batch packing block above (dledger10) */
+    {"pack_entries", (PyCFunction)(void (*)(void))pack_entries, METH_FASTCALL,
+     "pack_entries(entries, expected, last_term, end, file_size)\n--\n\n"
+     "A DLedger log's batch of entries packed (data, index, terms, positions, sizes), or None "
+     "(the Python loop packs it); see hanet.dledger._filelog.FileLog.append."},
+    /* view_records(): a DLedger view's batch placing block above (dledger10) */
+    {"view_records", (PyCFunction)(void (*)(void))view_records, METH_FASTCALL,
+     "view_records(bodies, offset, file_size, queues, queue_start, places)\n--\n\n"
+     "A DLedger view's committed records placed and stamped in one buffer (buf, end, placed), "
+     "or None (the Python loop names the record it refuses); see "
+     "hanet.dledger._view.view_records_py."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 from ._codec import (
     _TOPIC_CHARACTERS,
@@ -46,8 +47,11 @@ from ._native import ENABLED, native
 
 __all__ = [
     "RecordWriter",
+    "native_append_entries",
+    "native_pack_entries",
     "native_put_properties",
     "native_record_place",
+    "native_view_records",
     "native_write_record",
     "native_write_record_unsealed",
     "put_properties_py",
@@ -244,6 +248,21 @@ native_record_place: Callable[[bytes], tuple[int, str, int, int, bytes, int]] | 
 )
 """The extension's ``record_place`` (None when not built): the fields that place a DLedger
 entry's record in the commit log view (the reference: ``hanet.dledger``'s ``record_place``)."""
+native_append_entries: Callable[..., tuple[tuple[Any, ...], int] | None] | None = native(
+    "append_entries"
+)
+"""The extension's ``append_entries`` (None when not built): a DLedger APPEND frame's entries,
+checked (the reference: ``hanet.dledger``'s ``append_entries_py``)."""
+native_pack_entries: Callable[..., tuple[bytes, bytes, bytes, bytes, bytes] | None] | None = native(
+    "pack_entries"
+)
+"""The extension's ``pack_entries`` (None when not built): a DLedger log's batch of entries
+packed (the reference: ``hanet.dledger``'s ``FileLog.append`` loop)."""
+native_view_records: Callable[..., tuple[bytearray, int, list[Any] | None] | None] | None = native(
+    "view_records"
+)
+"""The extension's ``view_records`` (None when not built): a DLedger view's committed records
+placed (the reference: ``hanet.dledger``'s ``view_records_py``)."""
 native_put_properties: Callable[[dict[str, str]], bytes] | None = native("put_properties")
 """The extension's ``put_properties`` (None when not built)."""
 _WRITE_RECORD: Callable[..., None] = (native_write_record if ENABLED else None) or write_record_py

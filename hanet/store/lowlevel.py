@@ -123,8 +123,11 @@ from ._retention import (
 from ._scanner import RecordScanner
 from ._store_files import fsync_directory, read_store_sizes
 from ._writer import (
+    native_append_entries,
+    native_pack_entries,
     native_put_properties,
     native_record_place,
+    native_view_records,
     native_write_record,
     native_write_record_unsealed,
     put_properties_py,
@@ -208,6 +211,7 @@ __all__ = [
     "java_string_hash",
     "judge_stop",
     "list_mapped_files",
+    "native_append_entries",
     "native_columns",
     "native_decode_records",
     "native_index_entries",
@@ -215,10 +219,12 @@ __all__ = [
     "native_index_key_batch",
     "native_index_scan_columns",
     "native_new_message",
+    "native_pack_entries",
     "native_pull_gather",
     "native_put_properties",
     "native_record_place",
     "native_scan",
+    "native_view_records",
     "native_write_record",
     "native_write_record_unsealed",
     "new_message",
