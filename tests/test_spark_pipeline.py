@@ -540,11 +540,9 @@ def test_reused_python_workers_are_settled_from_their_second_task(
             import gc
             import os
 
-            from hanet.spark import _worker
+            from hanet.spark import worker_tasks
 
-            tasks = _worker._tasks
-            begun = tasks[1] if tasks is not None and tasks[0] == os.getpid() else 0
-            yield os.getpid(), begun, gc.get_freeze_count()
+            yield os.getpid(), worker_tasks(), gc.get_freeze_count()
 
     class Probe(DataSource):
         @classmethod

@@ -31,6 +31,7 @@ from hanet.spark import (  # noqa: E402  (after the importorskip)
     plan_commit_log,
     plan_consume_queues,
     settle_worker,
+    worker_tasks,
 )
 
 FIXTURE = Path(__file__).parent / "fixtures" / "rocketmq-store-8k"  # a real RocketMQ broker's
@@ -63,15 +64,18 @@ def test_outside_a_reused_worker_nothing_is_frozen(monkeypatch: pytest.MonkeyPat
 def test_a_reused_worker_is_frozen_once_at_its_second_task(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    assert worker_tasks() == 0
     assert settle() is False  # its first task: what it imports lazily is not there yet
-    assert gc.get_freeze_count() == 0
+    assert gc.get_freeze_count() == 0 and worker_tasks() == 1
     assert settle() is True
+    assert worker_tasks() == 2
     frozen = gc.get_freeze_count()
     assert frozen > 1000  # the modules' objects, at least
     assert [settle() for _ in range(3)] == [False, False, False]  # its next tasks
     assert gc.get_freeze_count() == frozen
     # a worker forked from a settled process (another pid) counts its own tasks
     monkeypatch.setattr(TASKS, (os.getpid() + 1, 5))
+    assert worker_tasks() == 0
     assert [settle(), settle()] == [False, True]
 
 

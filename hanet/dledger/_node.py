@@ -95,6 +95,7 @@ from hanet.channel import (
     StreamChannel,
 )
 from hanet.store import (
+    BROKER_INDEX_FLUSH_INTERVAL,
     CommitLogStore,
     FlushDiskType,
     Message,
@@ -147,12 +148,6 @@ log = logging.getLogger("hanet.dledger")
 _INBOX = 10_000
 _BATCH = 1024
 """Inputs the loop takes together: the puts among them are appended in one round."""
-_VIEW_INDEX_FLUSH = 10.0
-"""Seconds between fsyncs of the view's index files (its commit log and consume queues are
-fsynced every ``flush_interval``): each fsync writes back a 4 KiB page for nearly every key
-written since (~10 us a message at every 0.2 s), for derived data that a kill does not touch
-and a machine crash costs at most this much of (RocketMQ fsyncs an index file when it is
-full)."""
 _FOLLOWER_LAG = 16_384
 """Applied entries a leader keeps in memory for a follower behind the quorum; one further
 behind is sent entries read back from the log."""
@@ -474,7 +469,7 @@ class DLedgerNode:
                     role=StoreRole.SLAVE,
                     store_host=host_text,
                     flush_interval=cfg.flush_interval,
-                    index_flush_interval=_VIEW_INDEX_FLUSH,
+                    index_flush_interval=BROKER_INDEX_FLUSH_INTERVAL,  # as a broker's
                 ),
             )
         except BaseException:

@@ -98,7 +98,7 @@ if TYPE_CHECKING:
         register,
     )
     from ._stats import StatsResult, stats
-    from ._worker import settle_worker
+    from ._worker import settle_worker, worker_tasks
 
 __all__ = [
     "AUDIT_COLUMNS",
@@ -164,6 +164,7 @@ __all__ = [
     "stage_lines",
     "start_connect_server",
     "stats",
+    "worker_tasks",
 ]
 
 _HOMES = {
@@ -217,7 +218,7 @@ _HOMES = {
         "register",
     ),
     "_stats": ("StatsResult", "stats"),
-    "_worker": ("settle_worker",),
+    "_worker": ("settle_worker", "worker_tasks"),
 }
 _MODULE_OF = {name: f".{module}" for module, names in _HOMES.items() for name in names}
 

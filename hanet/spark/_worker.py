@@ -17,7 +17,7 @@ from __future__ import annotations
 import gc
 import os
 
-__all__ = ["REUSED_WORKER_ENV", "settle_worker"]
+__all__ = ["REUSED_WORKER_ENV", "settle_worker", "worker_tasks"]
 
 REUSED_WORKER_ENV = "SPARK_REUSE_WORKER"
 """Set by Spark in the environment of the Python workers it reuses (their daemon collects after
@@ -46,3 +46,11 @@ def settle_worker() -> bool:
     gc.collect()
     gc.freeze()
     return True
+
+
+def worker_tasks() -> int:
+    """The tasks :func:`settle_worker` has seen begin in this process (0: none, or not a reused
+    worker): the objects were frozen at the start of the second."""
+    if _tasks is None or _tasks[0] != os.getpid():
+        return 0
+    return _tasks[1]
