@@ -98,15 +98,10 @@ def write_record_py(
     the extension's ``write_record``, which checks the same things first (a number out of
     its field's range is ``struct.error``, a size or host length that does not match is
     ValueError). The bytes are laid out by :func:`~._codec.pack_record_into`."""
-    if len(born_host) != (16 if sys_flag & BORN_HOST_V6_FLAG else 4) or len(store_host) != (
-        16 if sys_flag & STORE_HOST_V6_FLAG else 4
-    ):
-        raise ValueError("write_record: a host's length does not match sys_flag")
-    if not 1 <= len(topic) <= MAX_TOPIC_SIZE_V1:
-        raise ValueError("write_record: the topic is not 1 to 127 bytes")
+    _check_hosts_and_topic(sys_flag, born_host, store_host, topic)  # the extension's order
     if not CRC32_RESERVED_LEN <= len(properties) <= 32767:
         raise ValueError("write_record: the properties are not 20 to 32767 bytes")
-    _write_record(
+    write_record_unsealed_py(
         view,
         pos,
         size,
@@ -154,12 +149,7 @@ def write_record_unsealed_py(
     """:func:`write_record_py` of any ``properties`` (at most 32767 bytes), not sealed (a
     DLedger leader's records, as RocketMQ's, carry no whole-record CRC property): the
     reference of the extension's ``write_record_unsealed``."""
-    if len(born_host) != (16 if sys_flag & BORN_HOST_V6_FLAG else 4) or len(store_host) != (
-        16 if sys_flag & STORE_HOST_V6_FLAG else 4
-    ):
-        raise ValueError("write_record: a host's length does not match sys_flag")
-    if not 1 <= len(topic) <= MAX_TOPIC_SIZE_V1:
-        raise ValueError("write_record: the topic is not 1 to 127 bytes")
+    _check_hosts_and_topic(sys_flag, born_host, store_host, topic)
     if len(properties) > 32767:
         raise ValueError("write_record: the properties are over 32767 bytes")
     _write_record(
@@ -183,6 +173,17 @@ def write_record_unsealed_py(
         topic,
         properties,
     )
+
+
+def _check_hosts_and_topic(
+    sys_flag: int, born_host: bytes, store_host: bytes, topic: bytes
+) -> None:
+    if len(born_host) != (16 if sys_flag & BORN_HOST_V6_FLAG else 4) or len(store_host) != (
+        16 if sys_flag & STORE_HOST_V6_FLAG else 4
+    ):
+        raise ValueError("write_record: a host's length does not match sys_flag")
+    if not 1 <= len(topic) <= MAX_TOPIC_SIZE_V1:
+        raise ValueError("write_record: the topic is not 1 to 127 bytes")
 
 
 def _write_record(
