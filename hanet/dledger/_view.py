@@ -28,6 +28,7 @@ from collections.abc import Callable, Container, Iterable, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
+from hanet.errors import HanetError
 from hanet.store import CommitLogStore, offset_msg_id
 from hanet.store.lowlevel import (
     BLANK_RECORD_SIZE,
@@ -151,7 +152,7 @@ class Placement(NamedTuple):
     msg_id: str
 
 
-class NotARecordError(ValueError):
+class NotARecordError(HanetError, ValueError):
     """A committed body :func:`view_records_py` cannot place: the ``at``-th, and why."""
 
     def __init__(self, at: int, reason: str) -> None:
