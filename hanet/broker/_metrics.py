@@ -266,26 +266,24 @@ class _PutCollector(Collector):
         self.since = time.time()
 
     def observe(self, statuses: list[str], seconds: float) -> None:
-        by_status = self.by_status
         for status in statuses:
-            count = by_status.get(status)
-            if count is None:  # one of the store's few PutStatus values, first seen
-                self.created[status] = time.time()
-                count = 0
-            by_status[status] = count + 1
-        seconds = max(seconds, 0.0)
-        self.buckets[bisect.bisect_left(_LATENCY_BUCKETS, seconds)] += 1
-        self.count += 1
-        self.sum += seconds
+            self._count(status, 1)
+        self._latency(seconds, 1)
 
     def observe_many(self, status: str, requests: int, seconds: float) -> None:
         """``requests`` sends of one message each, all answered ``status`` after ``seconds``:
         as many :meth:`observe` calls, counted at once."""
+        self._count(status, requests)
+        self._latency(seconds, requests)
+
+    def _count(self, status: str, messages: int) -> None:
         count = self.by_status.get(status)
-        if count is None:
+        if count is None:  # one of the store's few PutStatus values, first seen
             self.created[status] = time.time()
             count = 0
-        self.by_status[status] = count + requests
+        self.by_status[status] = count + messages
+
+    def _latency(self, seconds: float, requests: int) -> None:
         seconds = max(seconds, 0.0)
         self.buckets[bisect.bisect_left(_LATENCY_BUCKETS, seconds)] += requests
         self.count += requests
