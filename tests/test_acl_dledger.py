@@ -54,6 +54,11 @@ def free_port() -> int:
         return port
 
 
+# the node's files are reserved whole on the disk: keep them small
+SMALL_FILES = ("--data-file-size", "1048576", "--index-file-size", "65536")
+SMALL_FILES += ("--mapped-file-size", "1048576")
+
+
 async def test_a_dledger_node_checks_requests_against_plain_acl(
     processes: HanetProcesses, tmp_path: Path
 ) -> None:
@@ -62,7 +67,7 @@ async def test_a_dledger_node_checks_requests_against_plain_acl(
     (store / "config" / "plain_acl.yml").write_text(ACL)
     peers = f"n0=127.0.0.1:{free_port()}"
     group = ("--group", "g", "--id", "n0", "--peers", peers, "--election-timeout", "0.3")
-    node = ("--store", str(store), "--listen", "127.0.0.1:0", "--acl-enable")
+    node = ("--store", str(store), "--listen", "127.0.0.1:0", "--acl-enable", *SMALL_FILES)
     info = (await processes.start("n0", "dledger", *group, *node)).ready
     broker = info["broker"]
     keys = ("--access-key", "producerA", "--secret-key", "producer-secret")

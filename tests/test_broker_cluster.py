@@ -82,7 +82,14 @@ async def _dledger_leader(
 ) -> tuple[DLedgerNode, DLedgerBrokerService, int]:
     raft = RaftConfig(election_timeout=0.3, heartbeat_interval=0.05, retransmit_timeout=0.15)
     node_config = NodeConfig(
-        group="g", node_id="solo", peers={"solo": "x:0"}, store_dir=tmp_path, raft=raft
+        group="g",
+        node_id="solo",
+        peers={"solo": "x:0"},
+        store_dir=tmp_path,
+        raft=raft,
+        data_file_size=1 << 20,
+        index_file_size=64 * 1024,
+        mapped_file_size=1 << 20,
     )
     node = DLedgerNode(node_config, connector=MemoryNetwork().connector_for("solo"), listen=False)
     await nursery.start(node.run)
@@ -170,6 +177,9 @@ async def test_a_dledger_follower_refuses_sends_naming_the_leader(tmp_path: Path
                 node_id=n,
                 peers=peers,
                 store_dir=tmp_path / n,
+                data_file_size=1 << 20,
+                index_file_size=64 * 1024,
+                mapped_file_size=1 << 20,
                 raft=raft,
                 broker_addresses={n: f"127.0.0.1:1{i}"},
             ),
@@ -649,7 +659,16 @@ async def test_a_dledger_leader_without_a_quorum_answers_busy_as_rocketmq(tmp_pa
     peers = {"n0": "n0:0", "n1": "n1:0", "n2": "n2:0"}
     nodes = {
         n: DLedgerNode(
-            NodeConfig(group="g", node_id=n, peers=peers, store_dir=tmp_path / n, raft=raft),
+            NodeConfig(
+                group="g",
+                node_id=n,
+                peers=peers,
+                store_dir=tmp_path / n,
+                raft=raft,
+                data_file_size=1 << 20,
+                index_file_size=64 * 1024,
+                mapped_file_size=1 << 20,
+            ),
             connector=network.connector_for(n),
             listen=False,
         )

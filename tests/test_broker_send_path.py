@@ -29,6 +29,7 @@ from hanet.store import PutResult, PutStatus
 from hanet.testing import EmbeddedChannel
 
 _I32 = st.integers(-(2**31), 2**31 - 1)
+FILE = 1 << 20  # each commit log file is reserved whole on the disk
 _HEX = "0123456789ABCDEF"
 
 
@@ -84,7 +85,12 @@ def _answers(data: bytes) -> list[RemotingCommand]:
 
 
 async def test_a_read_of_sends_is_answered_in_order(tmp_path: Path) -> None:
-    config = BrokerConfig(store_path_root_dir=tmp_path, listen_port=0, ha_listen_port=0)
+    config = BrokerConfig(
+        store_path_root_dir=tmp_path,
+        listen_port=0,
+        ha_listen_port=0,
+        mapped_file_size_commit_log=FILE,
+    )
     async with trio.open_nursery() as nursery:
         broker = Broker(config)
         await nursery.start(broker.run)
@@ -126,7 +132,12 @@ async def test_a_read_of_sends_is_answered_in_order(tmp_path: Path) -> None:
 
 async def test_each_send_of_a_read_is_counted_in_the_metrics(tmp_path: Path) -> None:
     # The common answers of a read are counted with one call: the same figures as one each.
-    config = BrokerConfig(store_path_root_dir=tmp_path, listen_port=0, ha_listen_port=0)
+    config = BrokerConfig(
+        store_path_root_dir=tmp_path,
+        listen_port=0,
+        ha_listen_port=0,
+        mapped_file_size_commit_log=FILE,
+    )
     async with trio.open_nursery() as nursery:
         broker = Broker(config)
         await nursery.start(broker.run)
@@ -153,7 +164,12 @@ async def test_each_send_of_a_read_is_counted_in_the_metrics(tmp_path: Path) -> 
 async def test_sends_are_answered_with_a_handler_before_the_dispatcher(tmp_path: Path) -> None:
     # The dispatcher finds its connection through the pipeline when another handler sits
     # between them (the usual place, right before it, is only the quick way).
-    config = BrokerConfig(store_path_root_dir=tmp_path, listen_port=0, ha_listen_port=0)
+    config = BrokerConfig(
+        store_path_root_dir=tmp_path,
+        listen_port=0,
+        ha_listen_port=0,
+        mapped_file_size_commit_log=FILE,
+    )
     seen: list[int] = []
 
     class Between(ChannelInboundHandler):
@@ -187,7 +203,12 @@ def _max_offset_frame(opaque: int, queue_id: int) -> bytes:
 
 
 async def _serve(tmp_path: Path, frames: list[bytes], *, guard: bool = False) -> list[Any]:
-    config = BrokerConfig(store_path_root_dir=tmp_path, listen_port=0, ha_listen_port=0)
+    config = BrokerConfig(
+        store_path_root_dir=tmp_path,
+        listen_port=0,
+        ha_listen_port=0,
+        mapped_file_size_commit_log=FILE,
+    )
     async with trio.open_nursery() as nursery:
         broker = Broker(config)
         await nursery.start(broker.run)
@@ -227,7 +248,12 @@ async def test_with_a_guard_each_send_is_stored_at_once(tmp_path: Path) -> None:
 
 
 async def test_sends_before_a_malformed_frame_are_stored_and_answered(tmp_path: Path) -> None:
-    config = BrokerConfig(store_path_root_dir=tmp_path, listen_port=0, ha_listen_port=0)
+    config = BrokerConfig(
+        store_path_root_dir=tmp_path,
+        listen_port=0,
+        ha_listen_port=0,
+        mapped_file_size_commit_log=FILE,
+    )
     async with trio.open_nursery() as nursery:
         broker = Broker(config)
         await nursery.start(broker.run)
@@ -247,7 +273,12 @@ async def test_sends_before_a_malformed_frame_are_stored_and_answered(tmp_path: 
 
 
 async def test_a_refusal_among_a_reads_sends_keeps_its_place_in_one_put(tmp_path: Path) -> None:
-    config = BrokerConfig(store_path_root_dir=tmp_path, listen_port=0, ha_listen_port=0)
+    config = BrokerConfig(
+        store_path_root_dir=tmp_path,
+        listen_port=0,
+        ha_listen_port=0,
+        mapped_file_size_commit_log=FILE,
+    )
     async with trio.open_nursery() as nursery:
         broker = Broker(config)
         await nursery.start(broker.run)

@@ -340,6 +340,9 @@ async def test_only_a_member_names_its_broker_port_in_a_hello(
         store_dir=tmp_path,
         broker_addresses={"a": "127.0.0.1:1"},
         raft=RAFT,
+        data_file_size=1 << 20,
+        index_file_size=64 * 1024,
+        mapped_file_size=1 << 20,
     )
     node = DLedgerNode(config, connector=MemoryNetwork().connector_for("a"), listen=False)
 
@@ -370,7 +373,14 @@ async def test_a_lone_node_elects_itself_and_commits(
 ) -> None:
     network = MemoryNetwork()
     config = NodeConfig(
-        group="g", node_id="solo", peers={"solo": "x:0"}, store_dir=tmp_path, raft=RAFT
+        group="g",
+        node_id="solo",
+        peers={"solo": "x:0"},
+        store_dir=tmp_path,
+        raft=RAFT,
+        data_file_size=1 << 20,
+        index_file_size=64 * 1024,
+        mapped_file_size=1 << 20,
     )
     node = DLedgerNode(config, connector=network.connector_for("solo"), listen=False)
     async with trio.open_nursery() as nursery:

@@ -67,7 +67,14 @@ async def _exchange(port: int, data: bytes, answers: int) -> list[RemotingComman
 
 def _config(tmp_path: Path, node_id: str, peers: dict[str, str]) -> NodeConfig:
     return NodeConfig(
-        group="g", node_id=node_id, peers=peers, store_dir=tmp_path / node_id, raft=RAFT
+        group="g",
+        node_id=node_id,
+        peers=peers,
+        store_dir=tmp_path / node_id,
+        raft=RAFT,
+        data_file_size=1 << 20,
+        index_file_size=64 * 1024,
+        mapped_file_size=1 << 20,
     )
 
 

@@ -220,7 +220,11 @@ def _free_port() -> int:
 
 async def _answers(root: Path, port: int, reads: list[bytes], kind: Any) -> tuple[bytes, bool]:
     config = BrokerConfig(
-        store_path_root_dir=root, listen_host="127.0.0.1", listen_port=port, ha_listen_port=0
+        store_path_root_dir=root,
+        listen_host="127.0.0.1",
+        listen_port=port,
+        ha_listen_port=0,
+        mapped_file_size_commit_log=1 << 20,  # reserved whole on the disk
     )
     async with trio.open_nursery() as nursery:
         broker = Broker(config)

@@ -50,7 +50,14 @@ async def test_the_leader_is_broker_id_0_and_a_new_leader_takes_it(tmp_path: Pat
 
         async def member(node_id: str, *, task_status: trio.TaskStatus[None]) -> None:
             config = NodeConfig(
-                group="g", node_id=node_id, peers=PEERS, store_dir=tmp_path / node_id, raft=raft
+                group="g",
+                node_id=node_id,
+                peers=PEERS,
+                store_dir=tmp_path / node_id,
+                raft=raft,
+                data_file_size=1 << 20,
+                index_file_size=64 * 1024,
+                mapped_file_size=1 << 20,
             )
             node = nodes[node_id] = DLedgerNode(
                 config, connector=network.connector_for(node_id), listen=False
@@ -122,7 +129,14 @@ async def test_a_followers_topics_follow_what_replication_brings(tmp_path: Path)
         services: dict[str, DLedgerBrokerService] = {}
         for node_id in PEERS:
             config = NodeConfig(
-                group="g", node_id=node_id, peers=PEERS, store_dir=tmp_path / node_id, raft=raft
+                group="g",
+                node_id=node_id,
+                peers=PEERS,
+                store_dir=tmp_path / node_id,
+                raft=raft,
+                data_file_size=1 << 20,
+                index_file_size=64 * 1024,
+                mapped_file_size=1 << 20,
             )
             node = DLedgerNode(config, connector=network.connector_for(node_id), listen=False)
             services[node_id] = DLedgerBrokerService(node)
