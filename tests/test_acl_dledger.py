@@ -55,8 +55,8 @@ def free_port() -> int:
 
 
 # the node's files are reserved whole on the disk: keep them small
-SMALL_FILES = ("--data-file-size", "1048576", "--index-file-size", "65536")
-SMALL_FILES += ("--mapped-file-size", "1048576")
+SMALL_FILES = ["--data-file-size", "1048576", "--index-file-size", "65536"]
+SMALL_FILES += ["--mapped-file-size", "1048576"]
 
 
 async def test_a_dledger_node_checks_requests_against_plain_acl(
