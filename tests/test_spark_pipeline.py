@@ -14,6 +14,7 @@ from collections import Counter
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
+import attrs
 import pytest
 
 from hanet.store import (
@@ -46,8 +47,11 @@ pytestmark = pytest.mark.spark
 
 FIXTURE = Path(__file__).parent / "fixtures" / "rocketmq-store-8k"  # a real RocketMQ broker's
 FILE = 8192
-CONFIG = StoreConfig(mapped_file_size=FILE, consume_queue_file_size=400)
-SLAVE = StoreConfig(mapped_file_size=FILE, consume_queue_file_size=400, role=StoreRole.SLAVE)
+# a small index: the tests copy stores, and a copy writes out every byte of an index file
+CONFIG = StoreConfig(
+    mapped_file_size=FILE, consume_queue_file_size=400, max_hash_slot_num=1024, max_index_num=4096
+)
+SLAVE = attrs.evolve(CONFIG, role=StoreRole.SLAVE)
 TOPICS = ("Orders", "Payments", "Audit")
 
 
