@@ -12,11 +12,18 @@ and a grandchild process sends ``--count`` SEND_MESSAGE requests of 1 KiB, each 
 client's frame (tests/fixtures/remoting/clients/cpp.hex: its JSON header, CPP language, string
 ext fields, trailing newline) with its own opaque, one at a time, reading each answer before
 the next. The figure is the broker process's CPU (utime + stime from ``/proc``) over the timed
-sends, per send, and the client's round trip (median). ``--cpu N`` pins both processes to CPU
+sends, per send (and its threads' run time from ``schedstat``, the scheduler's own clock:
+"ran"), and the client's round trip (median). ``--cpu N`` pins both processes to CPU
 ``N`` (the client then runs while the broker waits and back, as on a busy machine; unpinned,
 the figure moves with where the scheduler puts the two: 80-120 us a send here, each process
 paying for its core's wake-ups); on a loaded machine the round trip moves much more than the
 CPU figure.
+
+``--trace`` counts, per timed send, the broker's scheduler passes (trio's I/O waits), the
+task steps of each of its tasks (by task name: which tasks a lone send wakes), the cyclic
+garbage collector's runs and time, and, with
+``strace`` on the PATH, its system calls by name (``strace -f -c`` attached over the timed
+sends; it slows the broker, so the round's times are not comparable, its counts are).
 
 ``--profile`` counts the broker's Python calls per send instead (``sys.setprofile`` over the
 timed sends: Python functions and C functions called from Python) and prints the most called.
@@ -31,8 +38,11 @@ from __future__ import annotations
 
 import argparse
 import collections
+import gc
 import json
 import os
+import shutil
+import signal
 import socket
 import statistics
 import subprocess
@@ -79,7 +89,46 @@ def _cpu_ticks(pid: int) -> tuple[int, int]:
     return int(fields[11]), int(fields[12])  # utime, stime (fields 14 and 15)
 
 
-def _client(port: int, count: int, broker_pid: int) -> None:
+def _run_ns(pid: int) -> int:
+    """Nanoseconds the process's threads ran on a CPU (``schedstat``: the scheduler's own
+    clock, not sampled by the tick)."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            total += int((task / "schedstat").read_text().split()[0])
+        except (OSError, IndexError, ValueError):
+            continue  # a thread that ended
+    return total
+
+
+def _strace(pid: int) -> tuple[subprocess.Popen[bytes], Path] | None:
+    """``strace -f -c`` attached to ``pid`` (its summary to a file), or None without strace."""
+    if shutil.which("strace") is None:
+        return None
+    fd, name = tempfile.mkstemp(prefix="hanet-bench-lone-send-strace-")
+    os.close(fd)
+    tracer = subprocess.Popen(
+        ["strace", "-f", "-c", "-p", str(pid), "-o", name], stderr=subprocess.PIPE
+    )
+    assert tracer.stderr is not None
+    tracer.stderr.readline()  # "Process N attached": tracing from here
+    return tracer, Path(name)
+
+
+def _strace_counts(tracer: subprocess.Popen[bytes], path: Path) -> dict[str, int]:
+    """The calls per system call name of a stopped ``strace -c``."""
+    tracer.send_signal(signal.SIGINT)
+    tracer.wait(timeout=60)
+    counts: dict[str, int] = {}
+    for line in path.read_text().splitlines():
+        fields = line.split()
+        if len(fields) >= 5 and fields[0][0].isdigit() and fields[-1] != "total":
+            counts[fields[-1]] = int(fields[3])
+    path.unlink()
+    return counts
+
+
+def _client(port: int, count: int, broker_pid: int, trace: bool = False) -> None:
     """The grandchild: lone sends, one JSON line."""
     frames = _frames(WARM + count)
     sock = socket.create_connection(("127.0.0.1", port))
@@ -89,10 +138,17 @@ def _client(port: int, count: int, broker_pid: int) -> None:
     trips: list[float] = []
     ticks0 = (0, 0)
     cpu0 = 0.0
+    ran0 = 0
+    tracer = None
     for i, frame in enumerate(frames):
         if i == WARM:
             time.sleep(0.2)  # the warm-up's answers written, the topic created
+            if trace:
+                os.kill(broker_pid, signal.SIGUSR1)  # the broker's counts start
+                time.sleep(0.1)
+                tracer = _strace(broker_pid)
             ticks0, cpu0 = _cpu_ticks(broker_pid), time.process_time()
+            ran0 = _run_ns(broker_pid)
         t0 = time.perf_counter()
         sock.sendall(frame)
         got = 0
@@ -112,6 +168,10 @@ def _client(port: int, count: int, broker_pid: int) -> None:
         if b'"code":0' not in buffer[8 : 8 + header_length]:
             raise SystemExit(f"a send was refused: {bytes(buffer[8 : 8 + header_length])!r}")
     ticks1 = _cpu_ticks(broker_pid)
+    ran = _run_ns(broker_pid) - ran0
+    syscalls = _strace_counts(*tracer) if tracer is not None else {}
+    if trace:
+        os.kill(broker_pid, signal.SIGUSR2)  # and stop
     user, system = ticks1[0] - ticks0[0], ticks1[1] - ticks0[1]
     tick_us = 1e6 / os.sysconf("SC_CLK_TCK") / count
     client_cpu = time.process_time() - cpu0
@@ -121,17 +181,57 @@ def _client(port: int, count: int, broker_pid: int) -> None:
         json.dumps(
             {
                 "broker_cpu_us": (user + system) * tick_us,
+                "broker_ran_us": ran / count / 1e3,
                 "broker_user_us": user * tick_us,
                 "broker_system_us": system * tick_us,
                 "client_cpu_us": client_cpu / count * 1e6,
                 "trip_p50_us": trips[len(trips) // 2] * 1e6,
                 "sends_per_sec": count / sum(trips),
+                "syscalls_per_send": {
+                    name: round(n / count, 3) for name, n in sorted(syscalls.items())
+                },
             }
         )
     )
 
 
-async def _broker(count: int, profile: bool) -> None:
+class _Passes:
+    """A trio instrument counting scheduler passes and task steps by task name, between the
+    client's SIGUSR1 and SIGUSR2 (the timed sends)."""
+
+    def __init__(self) -> None:
+        self.on = False
+        self.passes = 0
+        self.steps: collections.Counter[str] = collections.Counter()
+        self.collections = [0, 0, 0]  # the cyclic garbage collector's runs, by generation
+        self.gc_seconds = 0.0
+        self._gc_started = 0.0
+
+    def before_io_wait(self, timeout: float) -> None:
+        if self.on:
+            self.passes += 1
+
+    def after_io_wait(self, timeout: float) -> None:
+        pass
+
+    def before_task_step(self, task: Any) -> None:
+        if self.on:
+            self.steps[task.name.rsplit(".", 1)[-1]] += 1
+
+    def on_gc(self, phase: str, info: dict[str, int]) -> None:
+        if not self.on:
+            return
+        if phase == "start":
+            self._gc_started = time.perf_counter()
+        else:
+            self.collections[info["generation"]] += 1
+            self.gc_seconds += time.perf_counter() - self._gc_started
+
+    def toggle(self, signum: int, frame: Any) -> None:
+        self.on = signum == signal.SIGUSR1
+
+
+async def _broker(count: int, profile: bool, trace: bool = False) -> None:
     """The child: a broker on 127.0.0.1 and the client as its child; the client's line."""
     import trio
 
@@ -152,6 +252,12 @@ async def _broker(count: int, profile: bool) -> None:
             assert addresses.broker is not None
             port = addresses.broker[1]
             calls: collections.Counter[str] = collections.Counter()
+            passes = _Passes()
+            if trace:
+                signal.signal(signal.SIGUSR1, passes.toggle)
+                signal.signal(signal.SIGUSR2, passes.toggle)
+                trio.lowlevel.add_instrument(passes)  # type: ignore[arg-type]
+                gc.callbacks.append(passes.on_gc)
             if profile:
 
                 def count_call(frame: Any, event: str, arg: Any) -> None:
@@ -163,7 +269,8 @@ async def _broker(count: int, profile: bool) -> None:
 
                 sys.setprofile(count_call)
             result = await trio.run_process(
-                [sys.executable, __file__, "--client", str(port), "--count", str(count)],
+                [sys.executable, __file__, "--client", str(port), "--count", str(count)]
+                + (["--trace"] if trace else []),
                 capture_stdout=True,
                 cwd=ROOT,
             )
@@ -172,6 +279,13 @@ async def _broker(count: int, profile: bool) -> None:
             nursery.cancel_scope.cancel()
     line = json.loads(result.stdout.decode().strip().splitlines()[-1])
     line["embedded_cpu_us"] = embedded
+    if trace:
+        line["passes_per_send"] = passes.passes / count
+        line["gc_per_send"] = [round(n / count, 4) for n in passes.collections]
+        line["gc_us_per_send"] = passes.gc_seconds / count * 1e6
+        line["steps_per_send"] = {
+            name: round(n / count, 3) for name, n in passes.steps.most_common()
+        }
     if profile:
         sends = WARM + count
         line["calls_per_send"] = sum(calls.values()) / sends
@@ -199,7 +313,7 @@ def _embedded(broker: Any, count: int) -> float:
 
 
 def _run_child(
-    tree: Path | None, count: int, profile: bool, cpu: int | None = None
+    tree: Path | None, count: int, profile: bool, cpu: int | None = None, trace: bool = False
 ) -> dict[str, Any]:
     cwd = tree or ROOT
     command = [sys.executable, str(Path(__file__).resolve()), "--child", "--count", str(count)]
@@ -207,6 +321,8 @@ def _run_child(
         command += ["--cpu", str(cpu)]
     if profile:
         command.append("--profile")
+    if trace:
+        command.append("--trace")
     out = subprocess.run(
         command,
         check=False,
@@ -227,21 +343,38 @@ def main(args: argparse.Namespace) -> None:
     if args.ab is not None:
         trees.append(("B", args.ab))
     rows: dict[str, list[dict[str, Any]]] = {name: [] for name, _ in trees}
-    keys = ("broker_cpu_us", "broker_user_us", "embedded_cpu_us", "trip_p50_us", "sends_per_sec")
+    keys = (
+        "broker_cpu_us",
+        "broker_user_us",
+        "broker_ran_us",
+        "embedded_cpu_us",
+        "trip_p50_us",
+        "sends_per_sec",
+    )
     for r in range(args.rounds):
         for name, tree in trees if r % 2 == 0 else trees[::-1]:
-            result = _run_child(tree, args.count, args.profile, args.cpu)
+            result = _run_child(tree, args.count, args.profile, args.cpu, args.trace)
             result["load"] = os.getloadavg()[0]
             rows[name].append(result)
             extra = f", {result['calls_per_send']:.1f} calls" if args.profile else ""
             print(
                 f"round {r + 1} {name}: broker {result['broker_cpu_us']:6.1f} us CPU a send "
-                f"({result['broker_user_us']:.1f} user), "
+                f"({result['broker_user_us']:.1f} user, {result['broker_ran_us']:.1f} ran), "
                 f"in process {result['embedded_cpu_us']:.1f} us, "
                 f"round trip p50 {result['trip_p50_us']:6.1f} us, "
                 f"{result['sends_per_sec']:7.0f} sends/s{extra} (load {result['load']:.2f})",
                 flush=True,
             )
+            if args.trace:
+                print(f"    {result['passes_per_send']:.3f} scheduler passes a send")
+                print(
+                    f"    garbage collections a send by generation {result['gc_per_send']}, "
+                    f"{result['gc_us_per_send']:.2f} us a send"
+                )
+                for task, n in result["steps_per_send"].items():
+                    print(f"    {n:6.3f} steps a send: task {task}")
+                for call, n in result["syscalls_per_send"].items():
+                    print(f"    {n:6.3f} calls a send: {call}")
             if args.profile:
                 for call, n in result["top_calls"]:
                     print(f"    {n:6.2f}  {call}")
@@ -302,17 +435,22 @@ if __name__ == "__main__":
     parser.add_argument(
         "--cpu", type=int, default=None, help="pin the broker and the client to this CPU"
     )
+    parser.add_argument(
+        "--trace",
+        action="store_true",
+        help="count the broker's scheduler passes, task steps and system calls per send",
+    )
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--client", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.client is not None:
-        _client(args.client, args.count, os.getppid())
+        _client(args.client, args.count, os.getppid(), args.trace)
     elif args.child:
         import trio
 
         if args.cpu is not None:
             os.sched_setaffinity(0, {args.cpu})  # the client, its child, inherits it
 
-        trio.run(_broker, args.count, args.profile)
+        trio.run(_broker, args.count, args.profile, args.trace)
     else:
         main(args)
