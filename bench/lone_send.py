@@ -1,6 +1,7 @@
 """Lone sends over loopback TCP: the broker's CPU per send with one send in flight.
 
-Run: ``.venv/bin/python bench/lone_send.py [--count N] [--rounds R] [--ab DIR] [--profile]``
+Run: ``.venv/bin/python bench/lone_send.py [--count N] [--rounds R] [--cpu N] [--ab DIR]
+[--floor] [--trace] [--profile]``
 
 The C++ client (PyPI ``rocketmq``, one thread) waits for each answer before its next send, so
 every send is a read of one frame, its put and one answer written: the broker's whole
@@ -27,6 +28,10 @@ sends; it slows the broker, so the round's times are not comparable, its counts 
 
 ``--profile`` counts the broker's Python calls per send instead (``sys.setprofile`` over the
 timed sends: Python functions and C functions called from Python) and prints the most called.
+
+``--floor`` also runs, in every round, a bare trio server in place of the broker: it answers
+each frame with a short success answer (trio's wait, one ``readv``, one ``writev``), so its
+figures are what the machine, trio and this client cost with no broker code at all.
 
 ``--ab DIR`` also runs the hanet source tree in ``DIR`` (a worktree of another commit with its
 built extensions) in every round, the two alternating; each figure's median and range per tree.
@@ -293,6 +298,59 @@ async def _broker(count: int, profile: bool, trace: bool = False) -> None:
     print(json.dumps(line))
 
 
+async def _floor(count: int) -> None:
+    """The child with ``--floor``: instead of a broker, a bare trio server answering every frame
+    with the same short success answer (trio's wait, one ``readv``, one ``writev``, the frames
+    cut by their length field): the floor of a broker on trio for this client on this machine,
+    what no broker code is in."""
+    import trio
+
+    header = b'{"code":0,"flag":1,"language":"JAVA","opaque":0,"serializeTypeCurrentRPC":"JSON"}'
+    answer = (4 + len(header)).to_bytes(4, "big") + len(header).to_bytes(4, "big") + header
+    listener = trio.socket.socket()
+    await listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    port = listener.getsockname()[1]
+
+    async def serve() -> None:
+        conn, _ = await listener.accept()
+        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        fd = conn.fileno()
+        buffer = bytearray(1 << 20)
+        view = memoryview(buffer)
+        have = 0
+        while True:
+            await trio.lowlevel.wait_readable(fd)
+            n = os.readv(fd, [view[have:]])
+            if not n:
+                return
+            have += n
+            at = 0
+            answers = []
+            while have - at >= 4:
+                size = 4 + int.from_bytes(buffer[at : at + 4], "big")
+                if have - at < size:
+                    break
+                at += size
+                answers.append(answer)
+            if answers:
+                os.writev(fd, answers)
+            buffer[: have - at] = buffer[at:have]
+            have -= at
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(serve)
+        result = await trio.run_process(
+            [sys.executable, __file__, "--client", str(port), "--count", str(count)],
+            capture_stdout=True,
+            cwd=ROOT,
+        )
+        nursery.cancel_scope.cancel()
+    line = json.loads(result.stdout.decode().strip().splitlines()[-1])
+    line["embedded_cpu_us"] = 0.0
+    print(json.dumps(line))
+
+
 def _embedded(broker: Any, count: int) -> float:
     """The same lone sends without sockets or trio: each frame a read-only view (as a TCP
     channel hands a read on) into the port's pipeline on an ``EmbeddedChannel``, its answer
@@ -313,15 +371,22 @@ def _embedded(broker: Any, count: int) -> float:
 
 
 def _run_child(
-    tree: Path | None, count: int, profile: bool, cpu: int | None = None, trace: bool = False
+    tree: Path | None,
+    count: int,
+    profile: bool,
+    cpu: int | None = None,
+    trace: bool = False,
+    floor: bool = False,
 ) -> dict[str, Any]:
     cwd = tree or ROOT
     command = [sys.executable, str(Path(__file__).resolve()), "--child", "--count", str(count)]
+    if floor:
+        command.append("--floor")
     if cpu is not None:
         command += ["--cpu", str(cpu)]
-    if profile:
+    if profile and not floor:
         command.append("--profile")
-    if trace:
+    if trace and not floor:
         command.append("--trace")
     out = subprocess.run(
         command,
@@ -342,6 +407,8 @@ def main(args: argparse.Namespace) -> None:
     trees: list[tuple[str, Path | None]] = [("A", None)]
     if args.ab is not None:
         trees.append(("B", args.ab))
+    if args.floor:
+        trees.append(("floor", None))
     rows: dict[str, list[dict[str, Any]]] = {name: [] for name, _ in trees}
     keys = (
         "broker_cpu_us",
@@ -353,10 +420,13 @@ def main(args: argparse.Namespace) -> None:
     )
     for r in range(args.rounds):
         for name, tree in trees if r % 2 == 0 else trees[::-1]:
-            result = _run_child(tree, args.count, args.profile, args.cpu, args.trace)
+            floor = name == "floor"
+            result = _run_child(
+                tree, args.count, args.profile, args.cpu, args.trace and not floor, floor
+            )
             result["load"] = os.getloadavg()[0]
             rows[name].append(result)
-            extra = f", {result['calls_per_send']:.1f} calls" if args.profile else ""
+            extra = f", {result['calls_per_send']:.1f} calls" if "calls_per_send" in result else ""
             print(
                 f"round {r + 1} {name}: broker {result['broker_cpu_us']:6.1f} us CPU a send "
                 f"({result['broker_user_us']:.1f} user, {result['broker_ran_us']:.1f} ran), "
@@ -365,7 +435,7 @@ def main(args: argparse.Namespace) -> None:
                 f"{result['sends_per_sec']:7.0f} sends/s{extra} (load {result['load']:.2f})",
                 flush=True,
             )
-            if args.trace:
+            if "passes_per_send" in result:
                 print(f"    {result['passes_per_send']:.3f} scheduler passes a send")
                 print(
                     f"    garbage collections a send by generation {result['gc_per_send']}, "
@@ -375,13 +445,14 @@ def main(args: argparse.Namespace) -> None:
                     print(f"    {n:6.3f} steps a send: task {task}")
                 for call, n in result["syscalls_per_send"].items():
                     print(f"    {n:6.3f} calls a send: {call}")
-            if args.profile:
+            if "top_calls" in result:
                 for call, n in result["top_calls"]:
                     print(f"    {n:6.2f}  {call}")
     summary: dict[str, Any] = {}
     print()
     for name, tree in trees:
-        figures: dict[str, Any] = {"tree": str(tree) if tree else "this tree"}
+        label = "bare trio server" if name == "floor" else str(tree) if tree else "this tree"
+        figures: dict[str, Any] = {"tree": label}
         for key in keys:
             values = [round(row[key], 1) for row in rows[name]]
             figures[key] = {
@@ -440,6 +511,11 @@ if __name__ == "__main__":
         action="store_true",
         help="count the broker's scheduler passes, task steps and system calls per send",
     )
+    parser.add_argument(
+        "--floor",
+        action="store_true",
+        help="also run a bare trio server answering each frame (no broker code) each round",
+    )
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--client", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -450,7 +526,9 @@ if __name__ == "__main__":
 
         if args.cpu is not None:
             os.sched_setaffinity(0, {args.cpu})  # the client, its child, inherits it
-
-        trio.run(_broker, args.count, args.profile, args.trace)
+        if args.floor:
+            trio.run(_floor, args.count)
+        else:
+            trio.run(_broker, args.count, args.profile, args.trace)
     else:
         main(args)
