@@ -1,7 +1,7 @@
 """Lone sends over loopback TCP: the broker's CPU per send with one send in flight.
 
 Run: ``.venv/bin/python bench/lone_send.py [--count N] [--rounds R] [--cpu N] [--ab DIR]
-[--floor] [--trace] [--profile]``
+[--floor] [--trace] [--split] [--profile]``
 
 The C++ client (PyPI ``rocketmq``, one thread) waits for each answer before its next send, so
 every send is a read of one frame, its put and one answer written: the broker's whole
@@ -25,6 +25,12 @@ task steps of each of its tasks (by task name: which tasks a lone send wakes), t
 garbage collector's runs and time, and, with
 ``strace`` on the PATH, its system calls by name (``strace -f -c`` attached over the timed
 sends; it slows the broker, so the round's times are not comparable, its counts are).
+
+``--split`` also times the broker's pipeline per read over TCP (the handlers' part: from the
+reader's ``fire_channel_read`` to the end of its ``fire_channel_read_complete``, the answer's
+write excluded; thread CPU time, two clock reads a send more): against the in-process figure
+(the same handlers with warm caches) it shows what the socket path's cold caches cost them,
+and against the whole figure what trio, the reader and the socket calls cost.
 
 ``--profile`` counts the broker's Python calls per send instead (``sys.setprofile`` over the
 timed sends: Python functions and C functions called from Python) and prints the most called.
@@ -236,7 +242,35 @@ class _Passes:
         self.on = signum == signal.SIGUSR1
 
 
-async def _broker(count: int, profile: bool, trace: bool = False) -> None:
+class _Split:
+    """The broker's pipeline time per read over TCP: from the reader's
+    ``Pipeline.fire_channel_read`` to the end of its ``fire_channel_read_complete`` (the
+    handlers: decode, put, answer encoded and flushed; not the answer's write), in the
+    thread's CPU time, by wrapping the two methods in this process."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self.reads = 0
+        self._started = 0.0
+
+    def install(self, pipeline_class: Any) -> None:
+        read = pipeline_class.fire_channel_read
+        complete = pipeline_class.fire_channel_read_complete
+
+        def fire_channel_read(pipeline: Any, msg: Any) -> None:
+            self._started = time.thread_time()
+            read(pipeline, msg)
+
+        def fire_channel_read_complete(pipeline: Any) -> None:
+            complete(pipeline)
+            self.seconds += time.thread_time() - self._started
+            self.reads += 1
+
+        pipeline_class.fire_channel_read = fire_channel_read
+        pipeline_class.fire_channel_read_complete = fire_channel_read_complete
+
+
+async def _broker(count: int, profile: bool, trace: bool = False, split: bool = False) -> None:
     """The child: a broker on 127.0.0.1 and the client as its child; the client's line."""
     import trio
 
@@ -258,6 +292,11 @@ async def _broker(count: int, profile: bool, trace: bool = False) -> None:
             port = addresses.broker[1]
             calls: collections.Counter[str] = collections.Counter()
             passes = _Passes()
+            timing = _Split()
+            if split:
+                from hanet.channel import Pipeline
+
+                timing.install(Pipeline)
             if trace:
                 signal.signal(signal.SIGUSR1, passes.toggle)
                 signal.signal(signal.SIGUSR2, passes.toggle)
@@ -280,10 +319,13 @@ async def _broker(count: int, profile: bool, trace: bool = False) -> None:
                 cwd=ROOT,
             )
             sys.setprofile(None)
+            split_us = timing.seconds / max(timing.reads, 1) * 1e6
             embedded = _embedded(broker, count)
             nursery.cancel_scope.cancel()
     line = json.loads(result.stdout.decode().strip().splitlines()[-1])
     line["embedded_cpu_us"] = embedded
+    if split:
+        line["pipeline_us"] = split_us
     if trace:
         line["passes_per_send"] = passes.passes / count
         line["gc_per_send"] = [round(n / count, 4) for n in passes.collections]
@@ -377,6 +419,7 @@ def _run_child(
     cpu: int | None = None,
     trace: bool = False,
     floor: bool = False,
+    split: bool = False,
 ) -> dict[str, Any]:
     cwd = tree or ROOT
     command = [sys.executable, str(Path(__file__).resolve()), "--child", "--count", str(count)]
@@ -388,6 +431,8 @@ def _run_child(
         command.append("--profile")
     if trace and not floor:
         command.append("--trace")
+    if split and not floor:
+        command.append("--split")
     out = subprocess.run(
         command,
         check=False,
@@ -422,11 +467,13 @@ def main(args: argparse.Namespace) -> None:
         for name, tree in trees if r % 2 == 0 else trees[::-1]:
             floor = name == "floor"
             result = _run_child(
-                tree, args.count, args.profile, args.cpu, args.trace and not floor, floor
+                tree, args.count, args.profile, args.cpu, args.trace, floor, args.split
             )
             result["load"] = os.getloadavg()[0]
             rows[name].append(result)
             extra = f", {result['calls_per_send']:.1f} calls" if "calls_per_send" in result else ""
+            if "pipeline_us" in result:
+                extra += f", pipeline {result['pipeline_us']:.1f} us over TCP"
             print(
                 f"round {r + 1} {name}: broker {result['broker_cpu_us']:6.1f} us CPU a send "
                 f"({result['broker_user_us']:.1f} user, {result['broker_ran_us']:.1f} ran), "
@@ -516,6 +563,11 @@ if __name__ == "__main__":
         action="store_true",
         help="also run a bare trio server answering each frame (no broker code) each round",
     )
+    parser.add_argument(
+        "--split",
+        action="store_true",
+        help="also time the broker's pipeline per read over TCP (thread CPU time)",
+    )
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--client", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -529,6 +581,6 @@ if __name__ == "__main__":
         if args.floor:
             trio.run(_floor, args.count)
         else:
-            trio.run(_broker, args.count, args.profile, args.trace)
+            trio.run(_broker, args.count, args.profile, args.trace, args.split)
     else:
         main(args)
