@@ -37,7 +37,9 @@ timed sends: Python functions and C functions called from Python) and prints the
 
 ``--floor`` also runs, in every round, a bare trio server in place of the broker: it answers
 each frame with a short success answer (trio's wait, one ``readv``, one ``writev``), so its
-figures are what the machine, trio and this client cost with no broker code at all.
+figures are what the machine, trio and this client cost with no broker code at all; and a bare
+``epoll`` loop doing the same without trio (the socket registered once, where trio re-arms its
+one-shot registration with an ``epoll_ctl`` every wait): what trio's pass costs.
 
 ``--ab DIR`` also runs the hanet source tree in ``DIR`` (a worktree of another commit with its
 built extensions) in every round, the two alternating; each figure's median and range per tree.
@@ -52,6 +54,7 @@ import collections
 import gc
 import json
 import os
+import select
 import shutil
 import signal
 import socket
@@ -340,6 +343,25 @@ async def _broker(count: int, profile: bool, trace: bool = False, split: bool = 
     print(json.dumps(line))
 
 
+def _answers(buffer: bytearray, have: int, answer: bytes) -> tuple[list[bytes], int]:
+    """One ``answer`` per whole frame among the first ``have`` bytes of ``buffer``; the bytes
+    those frames took."""
+    at = 0
+    answers = []
+    while have - at >= 4:
+        size = 4 + int.from_bytes(buffer[at : at + 4], "big")
+        if have - at < size:
+            break
+        at += size
+        answers.append(answer)
+    return answers, at
+
+
+def _floor_answer() -> bytes:
+    header = b'{"code":0,"flag":1,"language":"JAVA","opaque":0,"serializeTypeCurrentRPC":"JSON"}'
+    return (4 + len(header)).to_bytes(4, "big") + len(header).to_bytes(4, "big") + header
+
+
 async def _floor(count: int) -> None:
     """The child with ``--floor``: instead of a broker, a bare trio server answering every frame
     with the same short success answer (trio's wait, one ``readv``, one ``writev``, the frames
@@ -347,8 +369,7 @@ async def _floor(count: int) -> None:
     what no broker code is in."""
     import trio
 
-    header = b'{"code":0,"flag":1,"language":"JAVA","opaque":0,"serializeTypeCurrentRPC":"JSON"}'
-    answer = (4 + len(header)).to_bytes(4, "big") + len(header).to_bytes(4, "big") + header
+    answer = _floor_answer()
     listener = trio.socket.socket()
     await listener.bind(("127.0.0.1", 0))
     listener.listen()
@@ -367,14 +388,7 @@ async def _floor(count: int) -> None:
             if not n:
                 return
             have += n
-            at = 0
-            answers = []
-            while have - at >= 4:
-                size = 4 + int.from_bytes(buffer[at : at + 4], "big")
-                if have - at < size:
-                    break
-                at += size
-                answers.append(answer)
+            answers, at = _answers(buffer, have, answer)
             if answers:
                 os.writev(fd, answers)
             buffer[: have - at] = buffer[at:have]
@@ -389,6 +403,44 @@ async def _floor(count: int) -> None:
         )
         nursery.cancel_scope.cancel()
     line = json.loads(result.stdout.decode().strip().splitlines()[-1])
+    line["embedded_cpu_us"] = 0.0
+    print(json.dumps(line))
+
+
+def _floor_epoll(count: int) -> None:
+    """:func:`_floor` without trio: a plain ``epoll`` loop, the socket registered once
+    (level-triggered, no re-arming), so one ``epoll_wait``, one ``readv`` and one ``writev`` a
+    frame: the floor of any Python server, what trio's pass costs set against :func:`_floor`."""
+    answer = _floor_answer()
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    client = subprocess.Popen(
+        [sys.executable, __file__, "--client", str(port), "--count", str(count)],
+        stdout=subprocess.PIPE,
+        cwd=ROOT,
+    )
+    conn, _ = listener.accept()
+    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    conn.setblocking(False)
+    fd = conn.fileno()
+    poller = select.epoll()
+    poller.register(fd, select.EPOLLIN)
+    buffer = bytearray(1 << 20)
+    view = memoryview(buffer)
+    have = 0
+    while True:
+        poller.poll(-1, 1)
+        n = os.readv(fd, [view[have:]])
+        if not n:
+            break
+        have += n
+        answers, at = _answers(buffer, have, answer)
+        if answers:
+            os.writev(fd, answers)
+        buffer[: have - at] = buffer[at:have]
+        have -= at
+    out, _ = client.communicate()
+    line = json.loads(out.decode().strip().splitlines()[-1])
     line["embedded_cpu_us"] = 0.0
     print(json.dumps(line))
 
@@ -418,20 +470,20 @@ def _run_child(
     profile: bool,
     cpu: int | None = None,
     trace: bool = False,
-    floor: bool = False,
+    floor: str | None = None,
     split: bool = False,
 ) -> dict[str, Any]:
     cwd = tree or ROOT
     command = [sys.executable, str(Path(__file__).resolve()), "--child", "--count", str(count)]
-    if floor:
-        command.append("--floor")
+    if floor is not None:
+        command += ["--floor", floor]
     if cpu is not None:
         command += ["--cpu", str(cpu)]
-    if profile and not floor:
+    if profile and floor is None:
         command.append("--profile")
-    if trace and not floor:
+    if trace and floor is None:
         command.append("--trace")
-    if split and not floor:
+    if split and floor is None:
         command.append("--split")
     out = subprocess.run(
         command,
@@ -453,7 +505,7 @@ def main(args: argparse.Namespace) -> None:
     if args.ab is not None:
         trees.append(("B", args.ab))
     if args.floor:
-        trees.append(("floor", None))
+        trees += [("floor trio", None), ("floor epoll", None)]
     rows: dict[str, list[dict[str, Any]]] = {name: [] for name, _ in trees}
     keys = (
         "broker_cpu_us",
@@ -465,7 +517,7 @@ def main(args: argparse.Namespace) -> None:
     )
     for r in range(args.rounds):
         for name, tree in trees if r % 2 == 0 else trees[::-1]:
-            floor = name == "floor"
+            floor = name.split()[1] if name.startswith("floor") else None
             result = _run_child(
                 tree, args.count, args.profile, args.cpu, args.trace, floor, args.split
             )
@@ -498,7 +550,15 @@ def main(args: argparse.Namespace) -> None:
     summary: dict[str, Any] = {}
     print()
     for name, tree in trees:
-        label = "bare trio server" if name == "floor" else str(tree) if tree else "this tree"
+        label = (
+            "bare trio server"
+            if name == "floor trio"
+            else "bare epoll loop"
+            if name == "floor epoll"
+            else str(tree)
+            if tree
+            else "this tree"
+        )
         figures: dict[str, Any] = {"tree": label}
         for key in keys:
             values = [round(row[key], 1) for row in rows[name]]
@@ -560,8 +620,11 @@ if __name__ == "__main__":
     )
     parser.add_argument(
         "--floor",
-        action="store_true",
-        help="also run a bare trio server answering each frame (no broker code) each round",
+        nargs="?",
+        const="both",
+        default=None,
+        help="also run a bare trio server and a bare epoll loop answering each frame (no broker "
+        "code) each round",
     )
     parser.add_argument(
         "--split",
@@ -578,7 +641,9 @@ if __name__ == "__main__":
 
         if args.cpu is not None:
             os.sched_setaffinity(0, {args.cpu})  # the client, its child, inherits it
-        if args.floor:
+        if args.floor == "epoll":
+            _floor_epoll(args.count)
+        elif args.floor is not None:
             trio.run(_floor, args.count)
         else:
             trio.run(_broker, args.count, args.profile, args.trace, args.split)
