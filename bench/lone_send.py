@@ -1,7 +1,7 @@
 """Lone sends over loopback TCP: the broker's CPU per send with one send in flight.
 
 Run: ``.venv/bin/python bench/lone_send.py [--count N] [--rounds R] [--cpu N] [--ab DIR]
-[--floor] [--trace] [--split] [--profile]``
+[--gap US] [--floor] [--trace] [--split] [--profile]``
 
 The C++ client (PyPI ``rocketmq``, one thread) waits for each answer before its next send, so
 every send is a read of one frame, its put and one answer written: the broker's whole
@@ -40,6 +40,12 @@ each frame with a short success answer (trio's wait, one ``readv``, one ``writev
 figures are what the machine, trio and this client cost with no broker code at all; and a bare
 ``epoll`` loop doing the same without trio (the socket registered once, where trio re-arms its
 one-shot registration with an ``epoll_ctl`` every wait): what trio's pass costs.
+
+``--gap US`` makes the client stay busy (spinning) for ``US`` microseconds between an answer and
+its next send, as a client with work of its own does (the C++ client through its Python driver
+spends ~200 us of CPU a send here): the broker's figures then move towards those
+``bench/clients.py`` shows for that client, though the frames and the broker's work are the
+same; what it has cached decays while it waits.
 
 ``--ab DIR`` also runs the hanet source tree in ``DIR`` (a worktree of another commit with its
 built extensions) in every round, the two alternating; each figure's median and range per tree.
@@ -142,8 +148,11 @@ def _strace_counts(tracer: subprocess.Popen[bytes], path: Path) -> dict[str, int
     return counts
 
 
-def _client(port: int, count: int, broker_pid: int, trace: bool = False) -> None:
-    """The grandchild: lone sends, one JSON line."""
+def _client(
+    port: int, count: int, broker_pid: int, trace: bool = False, gap_us: float = 0.0
+) -> None:
+    """The grandchild: lone sends (each ``gap_us`` after the last answer, the client busy
+    meanwhile), one JSON line."""
     frames = _frames(WARM + count)
     sock = socket.create_connection(("127.0.0.1", port))
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -163,6 +172,10 @@ def _client(port: int, count: int, broker_pid: int, trace: bool = False) -> None
                 tracer = _strace(broker_pid)
             ticks0, cpu0 = _cpu_ticks(broker_pid), time.process_time()
             ran0 = _run_ns(broker_pid)
+        if gap_us:
+            resume = time.perf_counter() + gap_us / 1e6
+            while time.perf_counter() < resume:
+                pass
         t0 = time.perf_counter()
         sock.sendall(frame)
         got = 0
@@ -316,8 +329,7 @@ async def _broker(count: int, profile: bool, trace: bool = False, split: bool = 
 
                 sys.setprofile(count_call)
             result = await trio.run_process(
-                [sys.executable, __file__, "--client", str(port), "--count", str(count)]
-                + (["--trace"] if trace else []),
+                _client_command(port, count, trace),
                 capture_stdout=True,
                 cwd=ROOT,
             )
@@ -341,6 +353,19 @@ async def _broker(count: int, profile: bool, trace: bool = False, split: bool = 
         line["calls_per_send"] = sum(calls.values()) / sends
         line["top_calls"] = [(name, round(n / sends, 2)) for name, n in calls.most_common(400)]
     print(json.dumps(line))
+
+
+_GAP_US = 0.0  # the child's --gap, handed on to its client
+
+
+def _client_command(port: int, count: int, trace: bool = False) -> list[str]:
+    """The client's command line (the child's ``--gap`` handed on)."""
+    command = [sys.executable, __file__, "--client", str(port), "--count", str(count)]
+    if trace:
+        command.append("--trace")
+    if _GAP_US:
+        command += ["--gap", str(_GAP_US)]
+    return command
 
 
 def _answers(buffer: bytearray, have: int, answer: bytes) -> tuple[list[bytes], int]:
@@ -397,7 +422,7 @@ async def _floor(count: int) -> None:
     async with trio.open_nursery() as nursery:
         nursery.start_soon(serve)
         result = await trio.run_process(
-            [sys.executable, __file__, "--client", str(port), "--count", str(count)],
+            _client_command(port, count),
             capture_stdout=True,
             cwd=ROOT,
         )
@@ -415,7 +440,7 @@ def _floor_epoll(count: int) -> None:
     listener = socket.create_server(("127.0.0.1", 0))
     port = listener.getsockname()[1]
     client = subprocess.Popen(
-        [sys.executable, __file__, "--client", str(port), "--count", str(count)],
+        _client_command(port, count),
         stdout=subprocess.PIPE,
         cwd=ROOT,
     )
@@ -472,11 +497,14 @@ def _run_child(
     trace: bool = False,
     floor: str | None = None,
     split: bool = False,
+    gap_us: float = 0.0,
 ) -> dict[str, Any]:
     cwd = tree or ROOT
     command = [sys.executable, str(Path(__file__).resolve()), "--child", "--count", str(count)]
     if floor is not None:
         command += ["--floor", floor]
+    if gap_us:
+        command += ["--gap", str(gap_us)]
     if cpu is not None:
         command += ["--cpu", str(cpu)]
     if profile and floor is None:
@@ -519,7 +547,7 @@ def main(args: argparse.Namespace) -> None:
         for name, tree in trees if r % 2 == 0 else trees[::-1]:
             floor = name.split()[1] if name.startswith("floor") else None
             result = _run_child(
-                tree, args.count, args.profile, args.cpu, args.trace, floor, args.split
+                tree, args.count, args.profile, args.cpu, args.trace, floor, args.split, args.gap
             )
             result["load"] = os.getloadavg()[0]
             rows[name].append(result)
@@ -631,14 +659,21 @@ if __name__ == "__main__":
         action="store_true",
         help="also time the broker's pipeline per read over TCP (thread CPU time)",
     )
+    parser.add_argument(
+        "--gap",
+        type=float,
+        default=0.0,
+        help="microseconds the client stays busy between an answer and its next send (0)",
+    )
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--client", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.client is not None:
-        _client(args.client, args.count, os.getppid(), args.trace)
+        _client(args.client, args.count, os.getppid(), args.trace, args.gap)
     elif args.child:
         import trio
 
+        _GAP_US = args.gap
         if args.cpu is not None:
             os.sched_setaffinity(0, {args.cpu})  # the client, its child, inherits it
         if args.floor == "epoll":
