@@ -1,6 +1,7 @@
 """Lone sends over loopback TCP: the broker's CPU per send with one send in flight.
 
-Run: ``.venv/bin/python bench/lone_send.py [--count N] [--rounds R] [--ab DIR] [--profile]``
+Run: ``.venv/bin/python bench/lone_send.py [--count N] [--rounds R] [--cpu N] [--ab DIR]
+[--gap US] [--floor] [--trace] [--split] [--profile]``
 
 The C++ client (PyPI ``rocketmq``, one thread) waits for each answer before its next send, so
 every send is a read of one frame, its put and one answer written: the broker's whole
@@ -12,14 +13,39 @@ and a grandchild process sends ``--count`` SEND_MESSAGE requests of 1 KiB, each 
 client's frame (tests/fixtures/remoting/clients/cpp.hex: its JSON header, CPP language, string
 ext fields, trailing newline) with its own opaque, one at a time, reading each answer before
 the next. The figure is the broker process's CPU (utime + stime from ``/proc``) over the timed
-sends, per send, and the client's round trip (median). ``--cpu N`` pins both processes to CPU
+sends, per send (and its threads' run time from ``schedstat``, the scheduler's own clock:
+"ran"), and the client's round trip (median). ``--cpu N`` pins both processes to CPU
 ``N`` (the client then runs while the broker waits and back, as on a busy machine; unpinned,
 the figure moves with where the scheduler puts the two: 80-120 us a send here, each process
 paying for its core's wake-ups); on a loaded machine the round trip moves much more than the
 CPU figure.
 
+``--trace`` counts, per timed send, the broker's scheduler passes (trio's I/O waits), the
+task steps of each of its tasks (by task name: which tasks a lone send wakes), the cyclic
+garbage collector's runs and time, and, with
+``strace`` on the PATH, its system calls by name (``strace -f -c`` attached over the timed
+sends; it slows the broker, so the round's times are not comparable, its counts are).
+
+``--split`` also times the broker's pipeline per read over TCP (the handlers' part: from the
+reader's ``fire_channel_read`` to the end of its ``fire_channel_read_complete``, the answer's
+write excluded; thread CPU time, two clock reads a send more): against the in-process figure
+(the same handlers with warm caches) it shows what the socket path's cold caches cost them,
+and against the whole figure what trio, the reader and the socket calls cost.
+
 ``--profile`` counts the broker's Python calls per send instead (``sys.setprofile`` over the
 timed sends: Python functions and C functions called from Python) and prints the most called.
+
+``--floor`` also runs, in every round, a bare trio server in place of the broker: it answers
+each frame with a short success answer (trio's wait, one ``readv``, one ``writev``), so its
+figures are what the machine, trio and this client cost with no broker code at all; and a bare
+``epoll`` loop doing the same without trio (the socket registered once, where trio re-arms its
+one-shot registration with an ``epoll_ctl`` every wait): what trio's pass costs.
+
+``--gap US`` makes the client stay busy (spinning) for ``US`` microseconds between an answer and
+its next send, as a client with work of its own does (the C++ client through its Python driver
+spends ~200 us of CPU a send here): the broker's figures then move towards those
+``bench/clients.py`` shows for that client, though the frames and the broker's work are the
+same; what it has cached decays while it waits.
 
 ``--ab DIR`` also runs the hanet source tree in ``DIR`` (a worktree of another commit with its
 built extensions) in every round, the two alternating; each figure's median and range per tree.
@@ -31,8 +57,12 @@ from __future__ import annotations
 
 import argparse
 import collections
+import gc
 import json
 import os
+import select
+import shutil
+import signal
 import socket
 import statistics
 import subprocess
@@ -79,8 +109,50 @@ def _cpu_ticks(pid: int) -> tuple[int, int]:
     return int(fields[11]), int(fields[12])  # utime, stime (fields 14 and 15)
 
 
-def _client(port: int, count: int, broker_pid: int) -> None:
-    """The grandchild: lone sends, one JSON line."""
+def _run_ns(pid: int) -> int:
+    """Nanoseconds the process's threads ran on a CPU (``schedstat``: the scheduler's own
+    clock, not sampled by the tick)."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            total += int((task / "schedstat").read_text().split()[0])
+        except (OSError, IndexError, ValueError):
+            continue  # a thread that ended
+    return total
+
+
+def _strace(pid: int) -> tuple[subprocess.Popen[bytes], Path] | None:
+    """``strace -f -c`` attached to ``pid`` (its summary to a file), or None without strace."""
+    if shutil.which("strace") is None:
+        return None
+    fd, name = tempfile.mkstemp(prefix="hanet-bench-lone-send-strace-")
+    os.close(fd)
+    tracer = subprocess.Popen(
+        ["strace", "-f", "-c", "-p", str(pid), "-o", name], stderr=subprocess.PIPE
+    )
+    assert tracer.stderr is not None
+    tracer.stderr.readline()  # "Process N attached": tracing from here
+    return tracer, Path(name)
+
+
+def _strace_counts(tracer: subprocess.Popen[bytes], path: Path) -> dict[str, int]:
+    """The calls per system call name of a stopped ``strace -c``."""
+    tracer.send_signal(signal.SIGINT)
+    tracer.wait(timeout=60)
+    counts: dict[str, int] = {}
+    for line in path.read_text().splitlines():
+        fields = line.split()
+        if len(fields) >= 5 and fields[0][0].isdigit() and fields[-1] != "total":
+            counts[fields[-1]] = int(fields[3])
+    path.unlink()
+    return counts
+
+
+def _client(
+    port: int, count: int, broker_pid: int, trace: bool = False, gap_us: float = 0.0
+) -> None:
+    """The grandchild: lone sends (each ``gap_us`` after the last answer, the client busy
+    meanwhile), one JSON line."""
     frames = _frames(WARM + count)
     sock = socket.create_connection(("127.0.0.1", port))
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -89,10 +161,21 @@ def _client(port: int, count: int, broker_pid: int) -> None:
     trips: list[float] = []
     ticks0 = (0, 0)
     cpu0 = 0.0
+    ran0 = 0
+    tracer = None
     for i, frame in enumerate(frames):
         if i == WARM:
             time.sleep(0.2)  # the warm-up's answers written, the topic created
+            if trace:
+                os.kill(broker_pid, signal.SIGUSR1)  # the broker's counts start
+                time.sleep(0.1)
+                tracer = _strace(broker_pid)
             ticks0, cpu0 = _cpu_ticks(broker_pid), time.process_time()
+            ran0 = _run_ns(broker_pid)
+        if gap_us:
+            resume = time.perf_counter() + gap_us / 1e6
+            while time.perf_counter() < resume:
+                pass
         t0 = time.perf_counter()
         sock.sendall(frame)
         got = 0
@@ -112,6 +195,10 @@ def _client(port: int, count: int, broker_pid: int) -> None:
         if b'"code":0' not in buffer[8 : 8 + header_length]:
             raise SystemExit(f"a send was refused: {bytes(buffer[8 : 8 + header_length])!r}")
     ticks1 = _cpu_ticks(broker_pid)
+    ran = _run_ns(broker_pid) - ran0
+    syscalls = _strace_counts(*tracer) if tracer is not None else {}
+    if trace:
+        os.kill(broker_pid, signal.SIGUSR2)  # and stop
     user, system = ticks1[0] - ticks0[0], ticks1[1] - ticks0[1]
     tick_us = 1e6 / os.sysconf("SC_CLK_TCK") / count
     client_cpu = time.process_time() - cpu0
@@ -121,17 +208,85 @@ def _client(port: int, count: int, broker_pid: int) -> None:
         json.dumps(
             {
                 "broker_cpu_us": (user + system) * tick_us,
+                "broker_ran_us": ran / count / 1e3,
                 "broker_user_us": user * tick_us,
                 "broker_system_us": system * tick_us,
                 "client_cpu_us": client_cpu / count * 1e6,
                 "trip_p50_us": trips[len(trips) // 2] * 1e6,
                 "sends_per_sec": count / sum(trips),
+                "syscalls_per_send": {
+                    name: round(n / count, 3) for name, n in sorted(syscalls.items())
+                },
             }
         )
     )
 
 
-async def _broker(count: int, profile: bool) -> None:
+class _Passes:
+    """A trio instrument counting scheduler passes and task steps by task name, between the
+    client's SIGUSR1 and SIGUSR2 (the timed sends)."""
+
+    def __init__(self) -> None:
+        self.on = False
+        self.passes = 0
+        self.steps: collections.Counter[str] = collections.Counter()
+        self.collections = [0, 0, 0]  # the cyclic garbage collector's runs, by generation
+        self.gc_seconds = 0.0
+        self._gc_started = 0.0
+
+    def before_io_wait(self, timeout: float) -> None:
+        if self.on:
+            self.passes += 1
+
+    def after_io_wait(self, timeout: float) -> None:
+        pass
+
+    def before_task_step(self, task: Any) -> None:
+        if self.on:
+            self.steps[task.name.rsplit(".", 1)[-1]] += 1
+
+    def on_gc(self, phase: str, info: dict[str, int]) -> None:
+        if not self.on:
+            return
+        if phase == "start":
+            self._gc_started = time.perf_counter()
+        else:
+            self.collections[info["generation"]] += 1
+            self.gc_seconds += time.perf_counter() - self._gc_started
+
+    def toggle(self, signum: int, frame: Any) -> None:
+        self.on = signum == signal.SIGUSR1
+
+
+class _Split:
+    """The broker's pipeline time per read over TCP: from the reader's
+    ``Pipeline.fire_channel_read`` to the end of its ``fire_channel_read_complete`` (the
+    handlers: decode, put, answer encoded and flushed; not the answer's write), in the
+    thread's CPU time, by wrapping the two methods in this process."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self.reads = 0
+        self._started = 0.0
+
+    def install(self, pipeline_class: Any) -> None:
+        read = pipeline_class.fire_channel_read
+        complete = pipeline_class.fire_channel_read_complete
+
+        def fire_channel_read(pipeline: Any, msg: Any) -> None:
+            self._started = time.thread_time()
+            read(pipeline, msg)
+
+        def fire_channel_read_complete(pipeline: Any) -> None:
+            complete(pipeline)
+            self.seconds += time.thread_time() - self._started
+            self.reads += 1
+
+        pipeline_class.fire_channel_read = fire_channel_read
+        pipeline_class.fire_channel_read_complete = fire_channel_read_complete
+
+
+async def _broker(count: int, profile: bool, trace: bool = False, split: bool = False) -> None:
     """The child: a broker on 127.0.0.1 and the client as its child; the client's line."""
     import trio
 
@@ -152,6 +307,17 @@ async def _broker(count: int, profile: bool) -> None:
             assert addresses.broker is not None
             port = addresses.broker[1]
             calls: collections.Counter[str] = collections.Counter()
+            passes = _Passes()
+            timing = _Split()
+            if split:
+                from hanet.channel import Pipeline
+
+                timing.install(Pipeline)
+            if trace:
+                signal.signal(signal.SIGUSR1, passes.toggle)
+                signal.signal(signal.SIGUSR2, passes.toggle)
+                trio.lowlevel.add_instrument(passes)  # type: ignore[arg-type]
+                gc.callbacks.append(passes.on_gc)
             if profile:
 
                 def count_call(frame: Any, event: str, arg: Any) -> None:
@@ -163,19 +329,144 @@ async def _broker(count: int, profile: bool) -> None:
 
                 sys.setprofile(count_call)
             result = await trio.run_process(
-                [sys.executable, __file__, "--client", str(port), "--count", str(count)],
+                _client_command(port, count, trace),
                 capture_stdout=True,
                 cwd=ROOT,
             )
             sys.setprofile(None)
+            split_us = timing.seconds / max(timing.reads, 1) * 1e6
             embedded = _embedded(broker, count)
             nursery.cancel_scope.cancel()
     line = json.loads(result.stdout.decode().strip().splitlines()[-1])
     line["embedded_cpu_us"] = embedded
+    if split:
+        line["pipeline_us"] = split_us
+    if trace:
+        line["passes_per_send"] = passes.passes / count
+        line["gc_per_send"] = [round(n / count, 4) for n in passes.collections]
+        line["gc_us_per_send"] = passes.gc_seconds / count * 1e6
+        line["steps_per_send"] = {
+            name: round(n / count, 3) for name, n in passes.steps.most_common()
+        }
     if profile:
         sends = WARM + count
         line["calls_per_send"] = sum(calls.values()) / sends
         line["top_calls"] = [(name, round(n / sends, 2)) for name, n in calls.most_common(400)]
+    print(json.dumps(line))
+
+
+_GAP_US = 0.0  # the child's --gap, handed on to its client
+
+
+def _client_command(port: int, count: int, trace: bool = False) -> list[str]:
+    """The client's command line (the child's ``--gap`` handed on)."""
+    command = [sys.executable, __file__, "--client", str(port), "--count", str(count)]
+    if trace:
+        command.append("--trace")
+    if _GAP_US:
+        command += ["--gap", str(_GAP_US)]
+    return command
+
+
+def _answers(buffer: bytearray, have: int, answer: bytes) -> tuple[list[bytes], int]:
+    """One ``answer`` per whole frame among the first ``have`` bytes of ``buffer``; the bytes
+    those frames took."""
+    at = 0
+    answers = []
+    while have - at >= 4:
+        size = 4 + int.from_bytes(buffer[at : at + 4], "big")
+        if have - at < size:
+            break
+        at += size
+        answers.append(answer)
+    return answers, at
+
+
+def _floor_answer() -> bytes:
+    header = b'{"code":0,"flag":1,"language":"JAVA","opaque":0,"serializeTypeCurrentRPC":"JSON"}'
+    return (4 + len(header)).to_bytes(4, "big") + len(header).to_bytes(4, "big") + header
+
+
+async def _floor(count: int) -> None:
+    """The child with ``--floor``: instead of a broker, a bare trio server answering every frame
+    with the same short success answer (trio's wait, one ``readv``, one ``writev``, the frames
+    cut by their length field): the floor of a broker on trio for this client on this machine,
+    what no broker code is in."""
+    import trio
+
+    answer = _floor_answer()
+    listener = trio.socket.socket()
+    await listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    port = listener.getsockname()[1]
+
+    async def serve() -> None:
+        conn, _ = await listener.accept()
+        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        fd = conn.fileno()
+        buffer = bytearray(1 << 20)
+        view = memoryview(buffer)
+        have = 0
+        while True:
+            await trio.lowlevel.wait_readable(fd)
+            n = os.readv(fd, [view[have:]])
+            if not n:
+                return
+            have += n
+            answers, at = _answers(buffer, have, answer)
+            if answers:
+                os.writev(fd, answers)
+            buffer[: have - at] = buffer[at:have]
+            have -= at
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(serve)
+        result = await trio.run_process(
+            _client_command(port, count),
+            capture_stdout=True,
+            cwd=ROOT,
+        )
+        nursery.cancel_scope.cancel()
+    line = json.loads(result.stdout.decode().strip().splitlines()[-1])
+    line["embedded_cpu_us"] = 0.0
+    print(json.dumps(line))
+
+
+def _floor_epoll(count: int) -> None:
+    """:func:`_floor` without trio: a plain ``epoll`` loop, the socket registered once
+    (level-triggered, no re-arming), so one ``epoll_wait``, one ``readv`` and one ``writev`` a
+    frame: the floor of any Python server, what trio's pass costs set against :func:`_floor`."""
+    answer = _floor_answer()
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    client = subprocess.Popen(
+        _client_command(port, count),
+        stdout=subprocess.PIPE,
+        cwd=ROOT,
+    )
+    conn, _ = listener.accept()
+    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    conn.setblocking(False)
+    fd = conn.fileno()
+    poller = select.epoll()
+    poller.register(fd, select.EPOLLIN)
+    buffer = bytearray(1 << 20)
+    view = memoryview(buffer)
+    have = 0
+    while True:
+        poller.poll(-1, 1)
+        n = os.readv(fd, [view[have:]])
+        if not n:
+            break
+        have += n
+        answers, at = _answers(buffer, have, answer)
+        if answers:
+            os.writev(fd, answers)
+        buffer[: have - at] = buffer[at:have]
+        have -= at
+    out, _ = client.communicate()
+    line = json.loads(out.decode().strip().splitlines()[-1])
+    line["embedded_cpu_us"] = 0.0
     print(json.dumps(line))
 
 
@@ -199,14 +490,29 @@ def _embedded(broker: Any, count: int) -> float:
 
 
 def _run_child(
-    tree: Path | None, count: int, profile: bool, cpu: int | None = None
+    tree: Path | None,
+    count: int,
+    profile: bool,
+    cpu: int | None = None,
+    trace: bool = False,
+    floor: str | None = None,
+    split: bool = False,
+    gap_us: float = 0.0,
 ) -> dict[str, Any]:
     cwd = tree or ROOT
     command = [sys.executable, str(Path(__file__).resolve()), "--child", "--count", str(count)]
+    if floor is not None:
+        command += ["--floor", floor]
+    if gap_us:
+        command += ["--gap", str(gap_us)]
     if cpu is not None:
         command += ["--cpu", str(cpu)]
-    if profile:
+    if profile and floor is None:
         command.append("--profile")
+    if trace and floor is None:
+        command.append("--trace")
+    if split and floor is None:
+        command.append("--split")
     out = subprocess.run(
         command,
         check=False,
@@ -226,29 +532,62 @@ def main(args: argparse.Namespace) -> None:
     trees: list[tuple[str, Path | None]] = [("A", None)]
     if args.ab is not None:
         trees.append(("B", args.ab))
+    if args.floor:
+        trees += [("floor trio", None), ("floor epoll", None)]
     rows: dict[str, list[dict[str, Any]]] = {name: [] for name, _ in trees}
-    keys = ("broker_cpu_us", "broker_user_us", "embedded_cpu_us", "trip_p50_us", "sends_per_sec")
+    keys = (
+        "broker_cpu_us",
+        "broker_user_us",
+        "broker_ran_us",
+        "embedded_cpu_us",
+        "trip_p50_us",
+        "sends_per_sec",
+    )
     for r in range(args.rounds):
         for name, tree in trees if r % 2 == 0 else trees[::-1]:
-            result = _run_child(tree, args.count, args.profile, args.cpu)
+            floor = name.split()[1] if name.startswith("floor") else None
+            result = _run_child(
+                tree, args.count, args.profile, args.cpu, args.trace, floor, args.split, args.gap
+            )
             result["load"] = os.getloadavg()[0]
             rows[name].append(result)
-            extra = f", {result['calls_per_send']:.1f} calls" if args.profile else ""
+            extra = f", {result['calls_per_send']:.1f} calls" if "calls_per_send" in result else ""
+            if "pipeline_us" in result:
+                extra += f", pipeline {result['pipeline_us']:.1f} us over TCP"
             print(
                 f"round {r + 1} {name}: broker {result['broker_cpu_us']:6.1f} us CPU a send "
-                f"({result['broker_user_us']:.1f} user), "
+                f"({result['broker_user_us']:.1f} user, {result['broker_ran_us']:.1f} ran), "
                 f"in process {result['embedded_cpu_us']:.1f} us, "
                 f"round trip p50 {result['trip_p50_us']:6.1f} us, "
                 f"{result['sends_per_sec']:7.0f} sends/s{extra} (load {result['load']:.2f})",
                 flush=True,
             )
-            if args.profile:
+            if "passes_per_send" in result:
+                print(f"    {result['passes_per_send']:.3f} scheduler passes a send")
+                print(
+                    f"    garbage collections a send by generation {result['gc_per_send']}, "
+                    f"{result['gc_us_per_send']:.2f} us a send"
+                )
+                for task, n in result["steps_per_send"].items():
+                    print(f"    {n:6.3f} steps a send: task {task}")
+                for call, n in result["syscalls_per_send"].items():
+                    print(f"    {n:6.3f} calls a send: {call}")
+            if "top_calls" in result:
                 for call, n in result["top_calls"]:
                     print(f"    {n:6.2f}  {call}")
     summary: dict[str, Any] = {}
     print()
     for name, tree in trees:
-        figures: dict[str, Any] = {"tree": str(tree) if tree else "this tree"}
+        label = (
+            "bare trio server"
+            if name == "floor trio"
+            else "bare epoll loop"
+            if name == "floor epoll"
+            else str(tree)
+            if tree
+            else "this tree"
+        )
+        figures: dict[str, Any] = {"tree": label}
         for key in keys:
             values = [round(row[key], 1) for row in rows[name]]
             figures[key] = {
@@ -302,17 +641,46 @@ if __name__ == "__main__":
     parser.add_argument(
         "--cpu", type=int, default=None, help="pin the broker and the client to this CPU"
     )
+    parser.add_argument(
+        "--trace",
+        action="store_true",
+        help="count the broker's scheduler passes, task steps and system calls per send",
+    )
+    parser.add_argument(
+        "--floor",
+        nargs="?",
+        const="both",
+        default=None,
+        help="also run a bare trio server and a bare epoll loop answering each frame (no broker "
+        "code) each round",
+    )
+    parser.add_argument(
+        "--split",
+        action="store_true",
+        help="also time the broker's pipeline per read over TCP (thread CPU time)",
+    )
+    parser.add_argument(
+        "--gap",
+        type=float,
+        default=0.0,
+        help="microseconds the client stays busy between an answer and its next send (0)",
+    )
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--client", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.client is not None:
-        _client(args.client, args.count, os.getppid())
+        _client(args.client, args.count, os.getppid(), args.trace, args.gap)
     elif args.child:
         import trio
 
+        _GAP_US = args.gap
         if args.cpu is not None:
             os.sched_setaffinity(0, {args.cpu})  # the client, its child, inherits it
-
-        trio.run(_broker, args.count, args.profile)
+        if args.floor == "epoll":
+            _floor_epoll(args.count)
+        elif args.floor is not None:
+            trio.run(_floor, args.count)
+        else:
+            trio.run(_broker, args.count, args.profile, args.trace, args.split)
     else:
         main(args)

@@ -135,12 +135,11 @@ def _cut(parts: list[Any], sent: int) -> list[Any]:
     return parts
 
 
-def _read_into(
-    sock: trio.socket.SocketType, read_size: int, arena: ReceiveArena
-) -> tuple[memoryview | None, bool]:
-    """Receive up to ``read_size`` bytes into the run's ``arena`` from a socket that was
-    reported readable: a read-only view of them and whether they filled the room (an empty
-    view: the peer closed), or None when the read would wait after all.
+def _read_into(fd: int, read_size: int, arena: ReceiveArena) -> tuple[memoryview | None, bool]:
+    """Receive up to ``read_size`` bytes into the run's ``arena`` from a socket (its number
+    ``fd``, -1 once closed) that was reported readable: a read-only view of them and whether
+    they filled the room (an empty view: the peer closed), or None when the read would wait
+    after all.
 
     The room is reserved, read into and given back with no await in between: another
     channel's read cannot reserve after this one's and leave a hole, and no reservation is
@@ -153,7 +152,7 @@ def _read_into(
     chunk = arena.chunk
     try:
         # The socket is non-blocking (trio made it so): a read that would wait raises.
-        n = os.readv(sock.fileno(), [arena.writable[start:end]])
+        n = os.readv(fd, [arena.writable[start:end]])
     except BlockingIOError:
         arena.give_back(chunk, end, start)
         return None, False
@@ -441,10 +440,18 @@ class StreamChannel(Channel):
         flushed = self._outbound.flushed  # (non-empty: has_flushed, without a call a read)
         checkpoint = trio.lowlevel.checkpoint
         wait_readable = trio.lowlevel.wait_readable
+        # The socket's number, passed to trio's wait, the read and the write as an int (no
+        # fileno() call each); taken again after every await, where another task may have
+        # closed the socket (it is then -1 and the read fails as closed: the number may have
+        # been given to a new descriptor since). A close during trio's wait itself wakes it
+        # with ClosedResourceError.
+        fd = sock.fileno() if sock is not None else -1
         while True:
             if not (self._auto_read or self._read_requested) or self._read_holds:
                 self._reader_wakeup = trio.Event()
                 await self._reader_wakeup.wait()
+                if sock is not None:
+                    fd = sock.fileno()
                 continue
             self._read_requested = False
             data: bytes | bytearray | memoryview
@@ -458,11 +465,13 @@ class StreamChannel(Channel):
                     if ready:
                         await checkpoint()
                     else:
-                        await wait_readable(sock)
-                    view, ready = _read_into(sock, read_size, arena)
+                        await wait_readable(fd)
+                    fd = sock.fileno()
+                    view, ready = _read_into(fd, read_size, arena)
                     while view is None:
-                        await wait_readable(sock)
-                        view, ready = _read_into(sock, read_size, arena)
+                        await wait_readable(fd)
+                        fd = sock.fileno()
+                        view, ready = _read_into(fd, read_size, arena)
                     data = view
             except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
                 self._lost(f"connection lost: {exc.__cause__ or exc!r}")
@@ -485,7 +494,7 @@ class StreamChannel(Channel):
                 pipeline.fire_channel_read(data)
                 pipeline.fire_channel_read_complete()
                 if flushed and self._open:
-                    self._write_from_reader(sock.fileno(), flushed)
+                    self._write_from_reader(fd, flushed)
             finally:
                 self._in_read = False
             if flushed and self._open:  # left to the writer
