@@ -187,7 +187,12 @@ class _PeerHello:
     channel: Channel
 
 
-_InboxItem = _PutArrived | _PeerMessage | _PeerHello
+@attrs.frozen
+class _Stop:
+    """Inbox: a put proposed outside the loop failed (:attr:`DLedgerNode._failure`)."""
+
+
+_InboxItem = _PutArrived | _PeerMessage | _PeerHello | _Stop
 
 
 class _Waiter:
@@ -282,6 +287,12 @@ class DLedgerNode:
         self._send_release, self._releases = trio.open_memory_channel[_Held](math.inf)
         self._queued = 0
         """Batches handed to the releaser and not yet released."""
+        self._inbox_items = 0
+        """Items in the inbox (sent and not yet taken by the loop)."""
+        self._in_batch = False
+        """The loop is acting on a batch (it may wait in the middle: a follower's truncation)."""
+        self._failure: Exception | None = None
+        """What a put proposed outside the loop raised: the loop raises it."""
         self._ready = trio.Event()
         self._role_changed = trio.Event()
         self.peer_address: tuple[str, int] | None = None
@@ -379,12 +390,51 @@ class DLedgerNode:
             return
         self._submit(requests)
 
+    def _alone_and_idle(self) -> bool:
+        """A lone leader (a 1-node group: its own copy is the majority) whose loop is
+        waiting between batches with nothing in its inbox: a put proposed from the caller's
+        task now comes after every put submitted before it, as through the loop."""
+        raft = self._raft
+        return (
+            raft is not None
+            and not raft.peers
+            and raft.role is Role.LEADER
+            and not self._in_batch
+            and self._failure is None
+            and not self._inbox_items
+        )
+
+    def _propose_now(self, ids: range, requests: list[_Put]) -> None:
+        """Append, commit and apply ``requests`` (of one call) on a lone leader in the
+        caller's task, as the loop does with one batch (a 1-node group commits at once, so
+        no timer of the core moves): released at once under ASYNC_FLUSH (answered before
+        this returns), after the log's fsync under SYNC_FLUSH (:meth:`_releaser`). An error
+        stops the node as it would in the loop (its puts end unknown, as at any stop)."""
+        self._puts.update(zip(ids, requests, strict=True))
+        held = _Held()
+        self._in_batch = True
+        try:
+            self._propose(trio.current_time(), list(zip(ids, requests, strict=True)), held)
+            self._hand_over(held)
+        except Exception as exc:
+            # the loop raises it (the inbox was empty: room for this)
+            self._failure = exc
+            self._send_inbox.send_nowait(_Stop())
+            self._inbox_items += 1
+        finally:
+            self._in_batch = False
+
     def _submit(self, requests: list[_Put]) -> range:
         """Hand ``requests`` (of one call) to the loop as one inbox item (they are proposed
-        together); all LEADER_PENDING_FULL at once when the inbox is full. Their ids."""
+        together); all LEADER_PENDING_FULL at once when the inbox is full. On a lone leader
+        with an idle loop they are proposed at once instead (:meth:`_propose_now`). Their
+        ids."""
         first = self._next_id
         self._next_id += len(requests)
         ids = range(first, first + len(requests))
+        if self._alone_and_idle():
+            self._propose_now(ids, requests)
+            return ids
         try:
             self._send_inbox.send_nowait(_PutArrived(first, len(requests)))
         except trio.WouldBlock:
@@ -392,6 +442,7 @@ class DLedgerNode:
                 request.outcome = PutOutcome(AppendStatus.LEADER_PENDING_FULL)
                 request.finish()
         else:
+            self._inbox_items += 1
             self._puts.update(zip(ids, requests, strict=True))
         return ids
 
@@ -602,12 +653,16 @@ class DLedgerNode:
             self._send_inbox.send_nowait(_PeerHello(hello, channel))
         except trio.WouldBlock:
             pass  # overloaded: the member repeats it every keepalive_interval
+        else:
+            self._inbox_items += 1
 
     def _deliver(self, envelope: Envelope, channel: Channel) -> None:
         try:
             self._send_inbox.send_nowait(_PeerMessage(envelope, channel))
         except trio.WouldBlock:
             pass  # overloaded: Raft retransmits
+        else:
+            self._inbox_items += 1
 
     async def _flusher(self) -> None:
         """Every ``flush_interval``: fsync the log (ASYNC_FLUSH) and checkpoint the view, off
@@ -660,8 +715,10 @@ class DLedgerNode:
                     batch.append(self._inbox.receive_nowait())
                 except trio.WouldBlock:
                     break
+            self._inbox_items -= len(batch)
             held = _Held()
             puts: list[tuple[int, _Put]] = []
+            self._in_batch = True
             for each in batch:
                 if isinstance(each, _PutArrived):
                     known = self._puts
@@ -673,6 +730,9 @@ class DLedgerNode:
                 if puts:  # the puts that came together: one append round
                     self._propose(trio.current_time(), puts, held)
                     puts = []
+                if isinstance(each, _Stop):
+                    assert self._failure is not None
+                    raise self._failure
                 if isinstance(each, _PeerMessage):
                     envelope, channel = each.envelope, each.channel
                     message = envelope.message
@@ -692,6 +752,7 @@ class DLedgerNode:
             ticked = raft.tick(trio.current_time())
             self._act(ticked, held)
             self._hand_over(held)
+            self._in_batch = False
 
     def _hand_over(self, held: _Held) -> None:
         """Release ``held`` at once when it has nothing to persist and nothing is queued
