@@ -7,6 +7,7 @@ stops the node and its puts end unknown, as in the loop."""
 
 from __future__ import annotations
 
+import random
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -18,11 +19,15 @@ from hanet.dledger import (
     AppendStatus,
     DLedgerNode,
     FileLog,
+    HardState,
     Hello,
+    InMemoryLog,
     NodeConfig,
     Persister,
     PutOutcome,
     RaftConfig,
+    RaftNode,
+    Role,
 )
 from hanet.store import FlushDiskType, Message
 from hanet.testing import EmbeddedChannel
@@ -160,3 +165,23 @@ async def test_a_failed_append_stops_the_node_and_its_puts_end_unknown(
             await trio.sleep(1)
     assert raised.group_contains(OSError, match="disk gone", depth=None)
     assert [[o.status for o in c] for c in calls] == [[AppendStatus.WAIT_QUORUM_ACK_TIMEOUT] * 2]
+
+
+def test_a_lone_leaders_batch_commits_at_once_in_order_and_past_max_pending_is_refused() -> None:
+    log = InMemoryLog()
+    raft = RaftNode("solo", [], log, HardState(), 0.0, random.Random(1), RaftConfig(max_pending=4))
+    out = raft.tick(10.0)  # the election timeout: a lone node elects itself
+    out.write_to(log)
+    assert raft.role is Role.LEADER
+    noop = log.last_index
+    out = raft.propose_many(10.0, [(i, f"m{i}".encode()) for i in range(6)])
+    assert [e.index for e in out.entries] == [noop + 1 + i for i in range(4)]
+    assert out.commit_index == noop + 4 and out.messages == () and out.hard_state is None
+    assert [(r.request_id, r.status, r.index) for r in out.results] == [
+        *((i, AppendStatus.SUCCESS, noop + 1 + i) for i in range(4)),
+        (4, AppendStatus.LEADER_PENDING_FULL, 0),
+        (5, AppendStatus.LEADER_PENDING_FULL, 0),
+    ]
+    out.write_to(log)
+    out = raft.tick(10.1)  # nothing waits for a quorum: no deadline of an append
+    assert out.results == () and out.commit_index is None
