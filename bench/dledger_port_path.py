@@ -70,7 +70,7 @@ def _reads(count: int, per_read: int, first: int) -> list[tuple[bytes, int]]:
     return [(b"".join(chunk), len(chunk)) for chunk in chunks]
 
 
-async def _child(count: int, per_read: int) -> None:
+async def _child(count: int, per_read: int, file_size: int = FILE_SIZE) -> None:
     """Measure in this process (the tree on sys.path) and print one JSON line."""
     with tempfile.TemporaryDirectory(prefix="hanet-bench-dledger-port-") as tmp:
         async with trio.open_nursery() as nursery:
@@ -80,9 +80,9 @@ async def _child(count: int, per_read: int) -> None:
                     node_id="n0",
                     peers={"n0": "127.0.0.1:0"},
                     store_dir=Path(tmp) / "n0",
-                    data_file_size=FILE_SIZE,
-                    index_file_size=4 * 1024 * 1024,
-                    mapped_file_size=FILE_SIZE,
+                    data_file_size=file_size,
+                    index_file_size=min(4 * 1024 * 1024, file_size),
+                    mapped_file_size=file_size,
                 ),
                 listen=False,
             )
@@ -100,7 +100,7 @@ async def _child(count: int, per_read: int) -> None:
                 store_path_root_dir=Path(tmp) / "classic",
                 listen_port=0,
                 ha_listen_port=0,
-                mapped_file_size_commit_log=FILE_SIZE,
+                mapped_file_size_commit_log=file_size,
             )
             broker = Broker(config)
             await nursery.start(broker.run)
@@ -130,6 +130,8 @@ def _run_child(tree: Path | None, args: argparse.Namespace) -> dict[str, float]:
             str(args.count),
             "--per-read",
             str(args.per_read),
+            "--file-size",
+            str(args.file_size),
         ],
         check=False,
         capture_output=True,
@@ -205,6 +207,9 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--count", type=int, default=20_000, help="sends a round (20000)")
     parser.add_argument("--per-read", type=int, default=16, help="sends a read (16)")
+    parser.add_argument(
+        "--file-size", type=int, default=FILE_SIZE, help="log and commit log file bytes (256 MiB)"
+    )
     parser.add_argument("--rounds", type=int, default=5, help="rounds (5)")
     parser.add_argument(
         "--ab", type=Path, default=None, metavar="DIR", help="also run the hanet tree in DIR"
@@ -212,7 +217,7 @@ if __name__ == "__main__":
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     arguments = parser.parse_args()
     if arguments.child:
-        trio.run(_child, arguments.count, arguments.per_read)
+        trio.run(_child, arguments.count, arguments.per_read, arguments.file_size)
     else:
         if arguments.ab is not None:
             arguments.ab = arguments.ab.resolve()

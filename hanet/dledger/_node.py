@@ -25,6 +25,14 @@ only the highest goes (:func:`coalesce_acks`), and a put's caller is woken once 
 messages. Timers come from trio's clock, so tests run in virtual
 time (``MockClock``).
 
+**A lone leader** (a 1-node group: its own copy is the majority) does not send a put through
+the inbox when its loop is idle (waiting between batches, nothing in its inbox): the put is
+proposed in the caller's task, as the loop would with a batch of one item (appended, committed
+and applied at once; released as above: at once under ASYNC_FLUSH, so a broker port answers a
+read's sends before it reads again, as a classic master does; after the fsync under
+SYNC_FLUSH). A put submitted while anything is queued goes through the loop, so none overtakes
+another; an error stops the node as it would in the loop.
+
 **Peers.** Each node listens on its peer address; towards each peer it keeps one outgoing
 connection (:class:`hanet.boot.ReconnectingClient`, short retry delays) and sends every message
 for that peer on it; answers come back on the peer's own outgoing connection. The pipeline is
