@@ -71,7 +71,10 @@ async def nursery() -> AsyncIterator[trio.Nursery]:
 
 
 async def test_a_lone_leader_answers_within_the_call_in_order_and_applied(
-    autojump_clock: trio.testing.MockClock, nursery: trio.Nursery, tmp_path: Path
+    autojump_clock: trio.testing.MockClock,
+    nursery: trio.Nursery,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     node = await _leader(nursery, _config(tmp_path))
     calls: list[list[PutOutcome]] = []
@@ -98,6 +101,17 @@ async def test_a_lone_leader_answers_within_the_call_in_order_and_applied(
     # put_many too; a checkpoint all the same
     (outcome,) = await node.put_many(_messages("c", 1))
     assert outcome.status is AppendStatus.SUCCESS and outcome.index == first + 8
+
+    # a callback that raises is logged; the node goes on
+    def broken(_: list[PutOutcome]) -> None:
+        raise RuntimeError("the caller's bug")
+
+    node.put_many_nowait(_messages("d", 1), broken)
+    assert "a put's callback failed" in caplog.text
+    node.put_many_nowait(_messages("e", 1), calls.append)
+    assert calls[-1][0].status is AppendStatus.SUCCESS and calls[-1][0].index == first + 10
+    node.put_many_nowait([], calls.append)
+    assert calls[-1] == []
 
 
 async def test_under_sync_flush_the_answer_waits_for_the_fsync(
@@ -161,10 +175,14 @@ async def test_a_failed_append_stops_the_node_and_its_puts_end_unknown(
 
             monkeypatch.setattr(FileLog, "append", broken)
             node.put_many_nowait(_messages("a", 2), calls.append)
-            assert calls == []  # not answered: the node stops
+            node.put_many_nowait(_messages("b", 1), calls.append)  # behind it: in the loop
             await trio.sleep(1)
     assert raised.group_contains(OSError, match="disk gone", depth=None)
-    assert [[o.status for o in c] for c in calls] == [[AppendStatus.WAIT_QUORUM_ACK_TIMEOUT] * 2]
+    # unknown (the first may be in the log), never SUCCESS; the second never reached the log
+    assert [[o.status for o in c] for c in calls] == [
+        [AppendStatus.WAIT_QUORUM_ACK_TIMEOUT] * 2,
+        [AppendStatus.WAIT_QUORUM_ACK_TIMEOUT],
+    ]
 
 
 def test_a_lone_leaders_batch_commits_at_once_in_order_and_past_max_pending_is_refused() -> None:

@@ -376,7 +376,22 @@ class DLedgerNode:
         """:meth:`put_many` without a task waiting: ``done`` gets the outcomes (in order) once
         they are all final, called from the node's own task (at once when the inbox is full;
         with the LEADER_PENDING_FULL or WAIT_QUORUM_ACK_TIMEOUT of the others when the node
-        stops). ``done`` must not block; an exception it raises is logged, not raised."""
+        stops). ``done`` must not block; an exception it raises is logged, not raised.
+
+        On a lone leader with an idle loop under ASYNC_FLUSH, ``done`` is called before this
+        returns (:meth:`_put_alone`)."""
+        if (
+            messages
+            and not self._queued
+            and self.config.flush is FlushDiskType.ASYNC_FLUSH
+            and self._alone_and_idle()
+        ):
+            outcomes = self._put_alone(messages)
+            try:
+                done(outcomes)
+            except Exception:
+                log.exception("dledger %s: a put's callback failed", self.config.node_id)
+            return
         requests: list[_Put] = []
         ids = range(self._next_id, self._next_id + len(messages))
 
@@ -431,6 +446,62 @@ class DLedgerNode:
             self._inbox_items += 1
         finally:
             self._in_batch = False
+
+    def _put_alone(self, messages: Sequence[Message]) -> list[PutOutcome]:
+        """:meth:`_propose_now` without a put's bookkeeping, for a lone leader under
+        ASYNC_FLUSH with nothing held before it: the messages appended, committed and applied
+        now; their outcomes, in order (all WAIT_QUORUM_ACK_TIMEOUT when that failed: the node
+        stops)."""
+        raft, log_, view = self.raft, self.log, self._view
+        assert log_ is not None and view is not None
+        self._in_batch = True
+        try:
+            bodies = self._encode_many(messages)
+            output = raft.propose_many(trio.current_time(), list(enumerate(bodies)))
+            if output.hard_state is not None or output.messages or output.truncate_from:
+                # never from a lone leader's proposal: its term and vote were saved when it
+                # was elected, and it has nobody to send to
+                raise RuntimeError(f"a lone leader's proposal asked for more: {output}")
+            entries = output.entries
+            placements = {}
+            if entries:
+                log_.append(entries)
+                keep = self._bodies.keep
+                for entry in entries:
+                    keep(entry.index, entry.term, entry.body)
+                if output.commit_index is not None:
+                    wanted = range(entries[0].index, entries[-1].index + 1)
+                    placements = view.apply(output.commit_index, wanted)
+                    self._release_bodies(view.applied)
+        except Exception as exc:
+            # the loop raises it (the inbox was empty: room for this); what was appended
+            # may be in the log: the outcome is unknown, as for a put pending at a stop
+            self._failure = exc
+            self._send_inbox.send_nowait(_Stop())
+            self._inbox_items += 1
+            return [PutOutcome(AppendStatus.WAIT_QUORUM_ACK_TIMEOUT)] * len(messages)
+        finally:
+            self._in_batch = False
+        outcomes: list[PutOutcome] = []
+        success = AppendStatus.SUCCESS
+        for result in output.results:  # (in request order: the appended, then the refused)
+            placed = placements.get(result.index) if result.status is success else None
+            if placed is None:
+                outcomes.append(PutOutcome(result.status, index=result.index))
+                continue
+            outcomes.append(
+                PutOutcome(
+                    success,
+                    index=result.index,
+                    wrote_offset=placed.wrote_offset,
+                    wrote_size=placed.wrote_size,
+                    queue_id=placed.queue_id,
+                    queue_offset=placed.queue_offset,
+                    store_timestamp=placed.store_timestamp,
+                    msg_id=placed.msg_id,
+                )
+            )
+        return outcomes
 
     def _submit(self, requests: list[_Put]) -> range:
         """Hand ``requests`` (of one call) to the loop as one inbox item (they are proposed
