@@ -25,6 +25,14 @@ only the highest goes (:func:`coalesce_acks`), and a put's caller is woken once 
 messages. Timers come from trio's clock, so tests run in virtual
 time (``MockClock``).
 
+**A lone leader** (a 1-node group: its own copy is the majority) does not send a put through
+the inbox when its loop is idle (waiting between batches, nothing in its inbox): the put is
+proposed in the caller's task, as the loop would with a batch of one item (appended, committed
+and applied at once; released as above: at once under ASYNC_FLUSH, so a broker port answers a
+read's sends before it reads again, as a classic master does; after the fsync under
+SYNC_FLUSH). A put submitted while anything is queued goes through the loop, so none overtakes
+another; an error stops the node as it would in the loop.
+
 **Peers.** Each node listens on its peer address; towards each peer it keeps one outgoing
 connection (:class:`hanet.boot.ReconnectingClient`, short retry delays) and sends every message
 for that peer on it; answers come back on the peer's own outgoing connection. The pipeline is
@@ -187,7 +195,12 @@ class _PeerHello:
     channel: Channel
 
 
-_InboxItem = _PutArrived | _PeerMessage | _PeerHello
+@attrs.frozen
+class _Stop:
+    """Inbox: a put proposed outside the loop failed (:attr:`DLedgerNode._failure`)."""
+
+
+_InboxItem = _PutArrived | _PeerMessage | _PeerHello | _Stop
 
 
 class _Waiter:
@@ -282,6 +295,12 @@ class DLedgerNode:
         self._send_release, self._releases = trio.open_memory_channel[_Held](math.inf)
         self._queued = 0
         """Batches handed to the releaser and not yet released."""
+        self._inbox_items = 0
+        """Items in the inbox (sent and not yet taken by the loop)."""
+        self._in_batch = False
+        """The loop is acting on a batch (it may wait in the middle: a follower's truncation)."""
+        self._failure: Exception | None = None
+        """What a put proposed outside the loop raised: the loop raises it."""
         self._ready = trio.Event()
         self._role_changed = trio.Event()
         self.peer_address: tuple[str, int] | None = None
@@ -357,7 +376,22 @@ class DLedgerNode:
         """:meth:`put_many` without a task waiting: ``done`` gets the outcomes (in order) once
         they are all final, called from the node's own task (at once when the inbox is full;
         with the LEADER_PENDING_FULL or WAIT_QUORUM_ACK_TIMEOUT of the others when the node
-        stops). ``done`` must not block; an exception it raises is logged, not raised."""
+        stops). ``done`` must not block; an exception it raises is logged, not raised.
+
+        On a lone leader with an idle loop under ASYNC_FLUSH, ``done`` is called before this
+        returns (:meth:`_put_alone`)."""
+        if (
+            messages
+            and not self._queued
+            and self.config.flush is FlushDiskType.ASYNC_FLUSH
+            and self._alone_and_idle()
+        ):
+            outcomes = self._put_alone(messages)
+            try:
+                done(outcomes)
+            except Exception:
+                log.exception("dledger %s: a put's callback failed", self.config.node_id)
+            return
         requests: list[_Put] = []
         ids = range(self._next_id, self._next_id + len(messages))
 
@@ -379,12 +413,107 @@ class DLedgerNode:
             return
         self._submit(requests)
 
+    def _alone_and_idle(self) -> bool:
+        """A lone leader (a 1-node group: its own copy is the majority) whose loop is
+        waiting between batches with nothing in its inbox: a put proposed from the caller's
+        task now comes after every put submitted before it, as through the loop."""
+        raft = self._raft
+        return (
+            raft is not None
+            and not raft.peers
+            and raft.role is Role.LEADER
+            and not self._in_batch
+            and self._failure is None
+            and not self._inbox_items
+        )
+
+    def _propose_now(self, ids: range, requests: list[_Put]) -> None:
+        """Append, commit and apply ``requests`` (of one call) on a lone leader in the
+        caller's task, as the loop does with one batch (a 1-node group commits at once, so
+        no timer of the core moves): released at once under ASYNC_FLUSH (answered before
+        this returns), after the log's fsync under SYNC_FLUSH (:meth:`_releaser`). An error
+        stops the node as it would in the loop (its puts end unknown, as at any stop)."""
+        self._puts.update(zip(ids, requests, strict=True))
+        held = _Held()
+        self._in_batch = True
+        try:
+            self._propose(trio.current_time(), list(zip(ids, requests, strict=True)), held)
+            self._hand_over(held)
+        except Exception as exc:
+            # the loop raises it (the inbox was empty: room for this)
+            self._failure = exc
+            self._send_inbox.send_nowait(_Stop())
+            self._inbox_items += 1
+        finally:
+            self._in_batch = False
+
+    def _put_alone(self, messages: Sequence[Message]) -> list[PutOutcome]:
+        """:meth:`_propose_now` without a put's bookkeeping, for a lone leader under
+        ASYNC_FLUSH with nothing held before it: the messages appended, committed and applied
+        now; their outcomes, in order (all WAIT_QUORUM_ACK_TIMEOUT when that failed: the node
+        stops)."""
+        raft, log_, view = self.raft, self.log, self._view
+        assert log_ is not None and view is not None
+        self._in_batch = True
+        try:
+            bodies = self._encode_many(messages)
+            output = raft.propose_many(trio.current_time(), list(enumerate(bodies)))
+            if output.hard_state is not None or output.messages or output.truncate_from:
+                # never from a lone leader's proposal: its term and vote were saved when it
+                # was elected, and it has nobody to send to
+                raise RuntimeError(f"a lone leader's proposal asked for more: {output}")
+            entries = output.entries
+            placements = {}
+            if entries:
+                log_.append(entries)
+                keep = self._bodies.keep
+                for entry in entries:
+                    keep(entry.index, entry.term, entry.body)
+                if output.commit_index is not None:
+                    wanted = range(entries[0].index, entries[-1].index + 1)
+                    placements = view.apply(output.commit_index, wanted)
+                    self._release_bodies(view.applied)
+        except Exception as exc:
+            # the loop raises it (the inbox was empty: room for this); what was appended
+            # may be in the log: the outcome is unknown, as for a put pending at a stop
+            self._failure = exc
+            self._send_inbox.send_nowait(_Stop())
+            self._inbox_items += 1
+            return [PutOutcome(AppendStatus.WAIT_QUORUM_ACK_TIMEOUT)] * len(messages)
+        finally:
+            self._in_batch = False
+        outcomes: list[PutOutcome] = []
+        success = AppendStatus.SUCCESS
+        for result in output.results:  # (in request order: the appended, then the refused)
+            placed = placements.get(result.index) if result.status is success else None
+            if placed is None:
+                outcomes.append(PutOutcome(result.status, index=result.index))
+                continue
+            outcomes.append(
+                PutOutcome(
+                    success,
+                    index=result.index,
+                    wrote_offset=placed.wrote_offset,
+                    wrote_size=placed.wrote_size,
+                    queue_id=placed.queue_id,
+                    queue_offset=placed.queue_offset,
+                    store_timestamp=placed.store_timestamp,
+                    msg_id=placed.msg_id,
+                )
+            )
+        return outcomes
+
     def _submit(self, requests: list[_Put]) -> range:
         """Hand ``requests`` (of one call) to the loop as one inbox item (they are proposed
-        together); all LEADER_PENDING_FULL at once when the inbox is full. Their ids."""
+        together); all LEADER_PENDING_FULL at once when the inbox is full. On a lone leader
+        with an idle loop they are proposed at once instead (:meth:`_propose_now`). Their
+        ids."""
         first = self._next_id
         self._next_id += len(requests)
         ids = range(first, first + len(requests))
+        if self._alone_and_idle():
+            self._propose_now(ids, requests)
+            return ids
         try:
             self._send_inbox.send_nowait(_PutArrived(first, len(requests)))
         except trio.WouldBlock:
@@ -392,6 +521,7 @@ class DLedgerNode:
                 request.outcome = PutOutcome(AppendStatus.LEADER_PENDING_FULL)
                 request.finish()
         else:
+            self._inbox_items += 1
             self._puts.update(zip(ids, requests, strict=True))
         return ids
 
@@ -602,12 +732,16 @@ class DLedgerNode:
             self._send_inbox.send_nowait(_PeerHello(hello, channel))
         except trio.WouldBlock:
             pass  # overloaded: the member repeats it every keepalive_interval
+        else:
+            self._inbox_items += 1
 
     def _deliver(self, envelope: Envelope, channel: Channel) -> None:
         try:
             self._send_inbox.send_nowait(_PeerMessage(envelope, channel))
         except trio.WouldBlock:
             pass  # overloaded: Raft retransmits
+        else:
+            self._inbox_items += 1
 
     async def _flusher(self) -> None:
         """Every ``flush_interval``: fsync the log (ASYNC_FLUSH) and checkpoint the view, off
@@ -660,8 +794,10 @@ class DLedgerNode:
                     batch.append(self._inbox.receive_nowait())
                 except trio.WouldBlock:
                     break
+            self._inbox_items -= len(batch)
             held = _Held()
             puts: list[tuple[int, _Put]] = []
+            self._in_batch = True
             for each in batch:
                 if isinstance(each, _PutArrived):
                     known = self._puts
@@ -673,6 +809,9 @@ class DLedgerNode:
                 if puts:  # the puts that came together: one append round
                     self._propose(trio.current_time(), puts, held)
                     puts = []
+                if isinstance(each, _Stop):
+                    assert self._failure is not None
+                    raise self._failure
                 if isinstance(each, _PeerMessage):
                     envelope, channel = each.envelope, each.channel
                     message = envelope.message
@@ -692,6 +831,7 @@ class DLedgerNode:
             ticked = raft.tick(trio.current_time())
             self._act(ticked, held)
             self._hand_over(held)
+            self._in_batch = False
 
     def _hand_over(self, held: _Held) -> None:
         """Release ``held`` at once when it has nothing to persist and nothing is queued

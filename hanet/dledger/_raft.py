@@ -251,6 +251,24 @@ class RaftNode:
         entries = [
             LogEntry(first + i, self._term, body) for i, (_, body) in enumerate(requests[:room])
         ]
+        if entries and not self.peers and not self._pending:
+            # a lone leader: its own copy is the majority, so they commit now (what
+            # _advance_commit makes of it, without waiting in _pending)
+            self.log.append(entries)
+            term = self._term
+            self._commit_index = entries[-1].index
+            success = AppendStatus.SUCCESS
+            self._results.extend(
+                AppendResult(request_id, success, entry.index, term)
+                for entry, (request_id, _) in zip(entries, requests, strict=False)
+            )
+            for request_id, _ in requests[room:]:
+                self._results.append(
+                    AppendResult(
+                        request_id, AppendStatus.LEADER_PENDING_FULL, leader_id=self.node_id
+                    )
+                )
+            return self._output()
         if entries:
             self.log.append(entries)
             deadline = now + self.config.append_timeout
