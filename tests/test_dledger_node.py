@@ -168,7 +168,7 @@ class Group:
             self.config(node_id),
             connector=self.network.connector_for(node_id),
             listen=False,
-            rng=random.Random(self.seed * 7919 + hash(node_id) % 1000),
+            rng=random.Random(self.seed * 7919 + IDS.index(node_id)),  # (hash() varies by run)
         )
         scope = trio.CancelScope()
         stopped = trio.Event()
@@ -421,8 +421,7 @@ async def test_put_many_answers_each_and_a_cancelled_wait_leaves_its_entries(
     assert [o.status for o in outcomes] == [AppendStatus.SUCCESS] * 3
     assert [o.index for o in outcomes] == list(range(outcomes[0].index, outcomes[0].index + 3))
     assert await leader.put_many([]) == []
-    # no quorum: the caller gives up waiting; the entries stay appended, and commit once the
-    # followers are back
+    # no quorum: the caller gives up waiting; the entries stay appended
     followers = [i for i in IDS if i != leader.config.node_id]
     stopped = [group.crash(node_id) for node_id in followers]
     with trio.move_on_after(0.05) as waited:
@@ -434,7 +433,14 @@ async def test_put_many_answers_each_and_a_cancelled_wait_leaves_its_entries(
         await event.wait()
         await group.start(node_id)
     await group.converged()
-    assert all(n.applied_index >= appended for n in group.nodes.values())
+    # Their fate is the next election's: they commit when a node holding them leads again; when
+    # the restarted followers elect one of themselves first (their logs end before them), the
+    # new leader's log replaces them everywhere. Either way every node holds the same entries.
+    held = {
+        tuple(b"gave-up" in e.body for e in file_log(n).iter_entries(appended - 1, appended))
+        for n in group.nodes.values()
+    }
+    assert len(held) == 1
 
 
 async def test_put_many_nowait_calls_back_once_with_each_outcome_in_order(
