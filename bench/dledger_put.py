@@ -347,16 +347,36 @@ async def _prepare_topic(namesrv: str, broker: tuple[str, int], topic: str) -> N
             await trio.sleep(0.05)
 
 
-def run_alions(
+def warm_alions(
     namesrv: str, broker: tuple[str, int], size: int, concurrency: int, args: argparse.Namespace
+) -> None:
+    """Topic ``A<size>`` created and routed, then a second of ali-ons sends to it, not
+    measured (a fresh set-up's first second runs slower: its files' first pages, the
+    connections, the first routes)."""
+    trio.run(_prepare_topic, namesrv, broker, f"A{size}")
+    run_alions(namesrv, broker, size, concurrency, args, seconds=1.0)
+
+
+def run_alions(
+    namesrv: str,
+    broker: tuple[str, int],
+    size: int,
+    concurrency: int,
+    args: argparse.Namespace,
+    seconds: float | None = None,
 ) -> dict[str, Any]:
     """ali-ons for ``--seconds``, ``concurrency`` in flight over ``--alions-procs``
-    processes, to topic ``A<size>`` as the name server routes it."""
-    topic = f"A{size}"
-    trio.run(_prepare_topic, namesrv, broker, topic)
-    load = {"seconds": args.seconds, "in_flight": concurrency, "size": size}
+    processes, to topic ``A<size>`` as the name server routes it (see :func:`warm_alions`)."""
     return trio.run(
-        partial(_alions.run_producers, namesrv, topic, processes=args.alions_procs, **load)
+        partial(
+            _alions.run_producers,
+            namesrv,
+            f"A{size}",
+            seconds=seconds or args.seconds,
+            in_flight=concurrency,
+            size=size,
+            processes=args.alions_procs,
+        )
     )
 
 
@@ -401,6 +421,77 @@ def cpp_available() -> str | None:
     if done.returncode == 0:
         return None
     return (done.stderr.strip().splitlines() or ["no output"])[-1]
+
+
+class Target:
+    """One set-up measured in a round: a DLedger group of ``nodes`` nodes, or the classic
+    master (``nodes == MASTER``, ali-ons only), from ``code`` (None: this tree), under
+    ``where``; for ali-ons, with a name server process of its own that it registers with."""
+
+    def __init__(
+        self,
+        where: Path,
+        nodes: int,
+        code: Path | None,
+        clients: list[str],
+        args: argparse.Namespace,
+    ) -> None:
+        self.where = where
+        self.nodes = nodes
+        self.code = code
+        self.wants_namesrv = "alions" in clients
+        self.args = args
+        self.processes = HanetProcesses(where, close_signal=signal.SIGTERM)
+        self.group: Group | None = None
+        self.namesrv = ""
+        self.leader = ""
+        self.pids: dict[str, int] = {}
+        self.broker = ("", 0)
+        self.clients = ["alions"] if nodes == MASTER else clients
+
+    def start(self, sizes: list[int], concurrency: int) -> None:
+        """Starts it; with ali-ons, warms each size's topic up (:func:`warm_alions`)."""
+        self.where.mkdir(parents=True)
+        if self.wants_namesrv:
+            self.namesrv = start_namesrv(self.processes)
+        if self.nodes == MASTER:
+            store = self.where / "master"
+            pid, self.broker = start_master(
+                self.processes, store, self.namesrv, self.code, self.args
+            )
+            self.pids = {"master": pid}
+        else:
+            self._start_group()
+        if "alions" in self.clients:
+            for size in sizes:
+                warm_alions(self.namesrv, self.broker, size, concurrency, self.args)
+
+    def _start_group(self) -> None:
+        extra = ("--namesrv", self.namesrv) if self.namesrv else ()
+        flush = self.args.flush
+        group = Group(
+            self.where, self.nodes, flush=flush, code=self.code, file_size=FILE_SIZE, extra=extra
+        )
+        self.group = group
+        group.start_all()
+        self.leader = trio.run(group.leader)
+        self.pids = {node: proc.pid for node, proc in group.procs.items()}
+        self.broker = group.brokers[self.leader]
+
+    def how(self, client: str, size: int, concurrency: int) -> Callable[[], dict[str, Any]]:
+        """One measurement of ``client`` against this set-up."""
+        if client == "alions":
+            return partial(run_alions, self.namesrv, self.broker, size, concurrency, self.args)
+        assert self.group is not None
+        if client == "cpp":
+            return partial(run_cpp, self.group, self.leader, size, concurrency, self.args)
+        return partial(run_hanet, self.group, size, concurrency, self.args)
+
+    def stop(self) -> None:
+        if self.group is not None:
+            self.group.stop_all()
+        self.processes.close()
+        shutil.rmtree(self.where, ignore_errors=True)
 
 
 def measure(
@@ -498,62 +589,35 @@ def main() -> int:
     )
     try:
         for round_ in range(1, args.rounds + 1):
-            order = list(codes) if round_ % 2 else list(reversed(codes))
-            for count in nodes:
-                for code in order:
+            # every set-up of the round runs at once, measured one after the other for each
+            # case, in an order reversed every other round: the load the machine has moves
+            # between rounds more than within one case's measurements
+            pairs = [(code, count) for count in nodes for code in codes]
+            if round_ % 2 == 0:
+                pairs.reverse()
+            targets: dict[tuple[str, int], Target] = {}
+            try:
+                for code, count in pairs:
                     where = root / f"r{round_}-{code}-{target_name(count)}"
-                    where.mkdir(parents=True)
-                    processes = HanetProcesses(where, close_signal=signal.SIGTERM)
-                    group: Group | None = None
-                    try:
-                        namesrv = ""
-                        if "alions" in clients:
-                            namesrv = start_namesrv(processes)
-                        if count == MASTER:
-                            store = where / "master"
-                            pid, broker = start_master(processes, store, namesrv, codes[code], args)
-                            pids = {"master": pid}
-                            here = ["alions"]
-                        else:
-                            extra = ("--namesrv", namesrv) if namesrv else ()
-                            group = Group(
-                                where,
-                                count,
-                                flush=args.flush,
-                                code=codes[code],
-                                file_size=FILE_SIZE,
-                                extra=extra,
-                            )
-                            group.start_all()
-                            leader = trio.run(group.leader)
-                            pids = {node: proc.pid for node, proc in group.procs.items()}
-                            broker = group.brokers[leader]
-                            here = clients
-                        for size in sizes:
-                            for concurrency in concurrencies:
-                                for client in here:
-                                    how: Callable[[], dict[str, Any]]
-                                    if client == "alions":
-                                        how = partial(
-                                            run_alions, namesrv, broker, size, concurrency, args
-                                        )
-                                    elif client == "cpp":
-                                        assert group is not None
-                                        how = partial(
-                                            run_cpp, group, leader, size, concurrency, args
-                                        )
-                                    else:
-                                        assert group is not None
-                                        how = partial(run_hanet, group, size, concurrency, args)
-                                    result = measure(pids, how, concurrency)
-                                    key = (code, count, size, client, concurrency)
-                                    runs.setdefault(key, []).append(result)
-                                    row(round_, code, count, size, client, result)
-                    finally:
-                        if group is not None:
-                            group.stop_all()
-                        processes.close()
-                        shutil.rmtree(where, ignore_errors=True)
+                    target = Target(where, count, codes[code], clients, args)
+                    targets[(code, count)] = target
+                    target.start(sizes, max(concurrencies))
+                for size in sizes:
+                    for concurrency in concurrencies:
+                        for client in clients:
+                            for code, count in pairs:
+                                target = targets[(code, count)]
+                                if client not in target.clients:
+                                    continue
+                                result = measure(
+                                    target.pids, target.how(client, size, concurrency), concurrency
+                                )
+                                key = (code, count, size, client, concurrency)
+                                runs.setdefault(key, []).append(result)
+                                row(round_, code, count, size, client, result)
+            finally:
+                for target in targets.values():
+                    target.stop()
     finally:
         shutil.rmtree(root, ignore_errors=True)
     figures: dict[str, Any] = {
@@ -581,10 +645,16 @@ def main() -> int:
         vs_base = None
         if base:
             vs_base = median / statistics.median(r["messages_per_second"] for r in base)
-        master = runs.get(("branch", MASTER, size, client, concurrency))
+        master = runs.get((code, MASTER, size, client, concurrency))
         vs_master = None
+        vs_master_rounds: list[float] = []
         if master and count != MASTER:
-            vs_master = median / statistics.median(r["messages_per_second"] for r in master)
+            # per round (the two measured one after the other), then the median
+            vs_master_rounds = [
+                round(r["messages_per_second"] / m["messages_per_second"], 3)
+                for r, m in zip(results, master, strict=False)
+            ]
+            vs_master = statistics.median(vs_master_rounds)
         low, high = ROCKETMQ.get((count, size), (0.0, 0.0))
         vs_rmq = median / ((low + high) / 2) if high else None
         loads = [r["load1"] for r in results]
@@ -634,6 +704,7 @@ def main() -> int:
             case["alions_procs"] = results[0].get("processes")
         if vs_master is not None:
             case["vs_master"] = round(vs_master, 3)
+            case["vs_master_rounds"] = vs_master_rounds
         if base:
             case["base_msg_s_median"] = statistics.median(r["messages_per_second"] for r in base)
             case["vs_base"] = round(vs_base, 3) if vs_base else None
