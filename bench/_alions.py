@@ -118,7 +118,7 @@ async def run_producers(
         "sent": sent,
         "failed": failed,
         "messages_per_second": round(sum(float(line.get("msgsPerSec") or 0) for line in lines), 1),
-        "latency_ms_p50": statistics.median(p50s) if p50s else None,
+        "latency_ms_p50": round(statistics.median(p50s), 3) if p50s else None,
         "latency_ms_p99": max(p99s) if p99s else None,
         "in_flight": in_flight,
         "processes": len(shares),
