@@ -2,8 +2,10 @@
 messages, with hanet's client (``hanet put``), RocketMQ's C++ client (PyPI ``rocketmq``) and
 npm ``ali-ons``.
 
-Each round starts a group per node count (and per code under test), waits for its leader and
-sends ``--count`` messages per size and client with ``--concurrency`` in flight: ``hanet put
+Each round starts a group per node count (and per code under test) at once, waits for their
+leaders, then measures each case (size, sends in flight, client) on every group one after the
+other, in an order reversed every other round. ``--count`` messages per case with
+``--concurrency`` in flight: ``hanet put
 --broker`` (it follows a follower's answer to the leader) and the C++ client through a name
 server in this process where the leader is registered as broker ``0`` of its name, and
 registered again at once when leadership moves (the bench asks the nodes every 0.25 s). The C++
