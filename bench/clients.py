@@ -51,7 +51,6 @@ import resource
 import signal
 import statistics
 import struct
-import subprocess
 import sys
 import tempfile
 import time
@@ -60,17 +59,11 @@ from typing import Any
 
 import trio
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from interop_support import (
-    ALIONS_DRIVER,
-    CPP_DRIVER,
-    ClientUnavailable,
-    cpp_client_unavailable_reason,
-    cpp_home,
-    ensure_alions,
-    parse_lines,
-)
+import _alions
+from interop_support import CPP_DRIVER, cpp_client_unavailable_reason, cpp_home
 
 from hanet.client import BrokerClient
 from hanet.protocol import (
@@ -225,38 +218,23 @@ def _write_topic(store: Path, queues: int) -> None:
 
 def send_command(client: str, namesrv: str, seconds: float) -> list[str]:
     """The driver's bench command: bodies ``<prefix>-<i>`` of about ``SIZE`` bytes."""
+    if client == "alions":
+        return _alions.bench_command(namesrv, TOPIC, seconds, 16, SIZE, f"bench-{client}")
     prefix = "x" * (SIZE - 8)  # "-<i>" adds 2..8 bytes
     common = cli_flags(namesrv=namesrv, topic=TOPIC, seconds=seconds)
     common += cli_flags(prefix=prefix, group=f"bench-{client}")
-    if client == "alions":
-        node, modules = ensure_alions()
-        alions = cli_flags(modules=modules, in_flight=16)
-        return [node, str(ALIONS_DRIVER), "bench", *common, *alions]
     cpp = cli_flags(home=cpp_home(), in_flight=1)
     return [sys.executable, str(CPP_DRIVER), "bench", *common, *cpp]
 
 
 def unavailable(client: str) -> str | None:
     if client == "alions":
-        try:
-            ensure_alions()
-        except ClientUnavailable as exc:
-            return str(exc)
-        return None
+        return _alions.unavailable()
     return cpp_client_unavailable_reason()
 
 
 async def run_sends(cmd: list[str], seconds: float) -> dict[str, Any]:
-    done = await trio.run_process(
-        cmd, capture_stdout=True, capture_stderr=True, check=False, stdin=subprocess.DEVNULL
-    )
-    lines = parse_lines(done.stdout.decode(errors="replace"))
-    if not lines or lines[-1].get("event") != "bench":
-        sys.exit(
-            f"the driver printed no bench line (exit {done.returncode}):\n"
-            f"{done.stderr.decode(errors='replace')[-2000:]}"
-        )
-    return lines[-1]
+    return await _alions.run_bench(cmd)  # either driver prints the same bench line
 
 
 async def drain(address: tuple[str, int], queues: int) -> dict[str, Any]:

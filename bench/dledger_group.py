@@ -30,6 +30,7 @@ class Group:
         flush: str = "ASYNC_FLUSH",
         file_size: str = "64M",
         code: Path | None = None,
+        extra: tuple[str, ...] = (),
     ) -> None:
         self.root = root.absolute()  # the nodes run in another directory
         self.ids = [f"n{i}" for i in range(size)]
@@ -40,6 +41,8 @@ class Group:
         self.flush = flush
         self.file_size = file_size
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.extra = extra
+        """More ``hanet dledger`` flags for every node (``--namesrv HOST:PORT``)."""
         self.env = dict(os.environ)
         """The nodes' environment: with ``code``, hanet is imported from that directory (a
         checkout of another revision, for an A/B run)."""
@@ -87,6 +90,7 @@ class Group:
                     self.file_size,
                     "--log-level",
                     "WARNING",
+                    *self.extra,
                 ],
                 stdout=subprocess.DEVNULL,
                 stderr=log,
