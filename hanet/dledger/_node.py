@@ -47,9 +47,9 @@ another; an error stops the node as it would in the loop.
 
 **Peers.** Each node listens on its peer address; towards each peer it keeps one outgoing
 connection (:class:`hanet.boot.ReconnectingClient`, short retry delays) and sends every message
-for that peer on it; what it sends a member in answer to that member's message goes back on
-the connection that message came on (the peer's outgoing connection), the rest on its own. The pipeline is
-the framework's: ``LengthFieldBasedFrameDecoder`` / ``LengthFieldPrepender`` and
+for that peer on it, but what it sends a member in answer to that member's message goes back
+on the connection that message came on (the peer's outgoing connection). The pipeline is the
+framework's: ``LengthFieldBasedFrameDecoder`` / ``LengthFieldPrepender`` and
 :class:`~hanet.dledger.PeerCodec`. A message for a peer that is not connected, or whose
 connection does not drain (not writable), is dropped: Raft retransmits.
 
