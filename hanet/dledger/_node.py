@@ -25,6 +25,18 @@ only the highest goes (:func:`coalesce_acks`), and a put's caller is woken once 
 messages. Timers come from trio's clock, so tests run in virtual
 time (``MockClock``).
 
+**A peer's append or acknowledgement** is handed to the core in the task that read it when
+the loop is idle (waiting between batches, nothing in its inbox), as the loop would with a
+batch of that one message: no wake-up of the loop per append round. What a read's messages
+produce is released together once its frames are all handled (one acknowledgement per read,
+the highest, and one write per peer); messages for a member go back on the connection its
+message came on (a follower's acknowledgement is written from the task that read the append,
+no writer task woken). An append whose entries conflict with the follower's tail goes through
+the loop (dropping the tail waits on the disk), and so does anything read while the inbox
+holds something, so nothing overtakes what came before it. A timer the core moves earlier
+brings the loop's next tick forward. Release follows the same rules as the loop's (under
+SYNC_FLUSH, after the fsync).
+
 **A lone leader** (a 1-node group: its own copy is the majority) does not send a put through
 the inbox when its loop is idle (waiting between batches, nothing in its inbox): the put is
 proposed in the caller's task, as the loop would with a batch of one item (appended, committed
@@ -35,8 +47,9 @@ another; an error stops the node as it would in the loop.
 
 **Peers.** Each node listens on its peer address; towards each peer it keeps one outgoing
 connection (:class:`hanet.boot.ReconnectingClient`, short retry delays) and sends every message
-for that peer on it; answers come back on the peer's own outgoing connection. The pipeline is
-the framework's: ``LengthFieldBasedFrameDecoder`` / ``LengthFieldPrepender`` and
+for that peer on it, but what it sends a member in answer to that member's message goes back
+on the connection that message came on (the peer's outgoing connection). The pipeline is the
+framework's: ``LengthFieldBasedFrameDecoder`` / ``LengthFieldPrepender`` and
 :class:`~hanet.dledger.PeerCodec`. A message for a peer that is not connected, or whose
 connection does not drain (not writable), is dropped: Raft retransmits.
 
@@ -127,6 +140,7 @@ from ._config import (
 from ._errors import NodeNotRunningError
 from ._filelog import FileLog
 from ._messages import (
+    AppendRequest,
     AppendResponse,
     AppendStatus,
     Envelope,
@@ -168,6 +182,9 @@ class _Held:
     hard_state: HardState | None = None
     messages: list[Envelope] = attrs.field(factory=list)
     done: list[_Put] = attrs.field(factory=list)
+    replies: dict[str, Channel] = attrs.field(factory=dict)
+    """Member -> the connection its last message handled here came on: the messages for that
+    member go back on it (from a reading task: written there, no writer task woken)."""
 
 
 @attrs.frozen
@@ -197,7 +214,8 @@ class _PeerHello:
 
 @attrs.frozen
 class _Stop:
-    """Inbox: a put proposed outside the loop failed (:attr:`DLedgerNode._failure`)."""
+    """Inbox: a put proposed or a message handled outside the loop failed
+    (:attr:`DLedgerNode._failure`)."""
 
 
 _InboxItem = _PutArrived | _PeerMessage | _PeerHello | _Stop
@@ -300,7 +318,15 @@ class DLedgerNode:
         self._in_batch = False
         """The loop is acting on a batch (it may wait in the middle: a follower's truncation)."""
         self._failure: Exception | None = None
-        """What a put proposed outside the loop raised: the loop raises it."""
+        """What a put proposed or a message handled outside the loop raised: the loop raises
+        it."""
+        self._between = False
+        """The loop is waiting between batches (for its inbox or its next tick)."""
+        self._wait_scope: trio.CancelScope | None = None
+        """The loop's wait for its inbox: its deadline is the loop's next tick."""
+        self._read_held: _Held | None = None
+        """What the messages of the current read handled in its task produced, released once
+        the read's frames were all handled (:meth:`_read_done`)."""
         self._ready = trio.Event()
         self._role_changed = trio.Event()
         self.peer_address: tuple[str, int] | None = None
@@ -721,7 +747,12 @@ class DLedgerNode:
             for name, handler in peer_frame_handlers(self.config.max_frame_length):
                 channel.pipeline.add_last(handler, name)
             handler = PeerHandler(
-                self.config.node_id, members, why, self._deliver, self._deliver_hello
+                self.config.node_id,
+                members,
+                why,
+                self._deliver,
+                self._deliver_hello,
+                self._read_done,
             )
             channel.pipeline.add_last(handler, "raft")
 
@@ -736,12 +767,82 @@ class DLedgerNode:
             self._inbox_items += 1
 
     def _deliver(self, envelope: Envelope, channel: Channel) -> None:
+        if self._handles_now(envelope):
+            self._receive_now(envelope, channel)
+            return
         try:
             self._send_inbox.send_nowait(_PeerMessage(envelope, channel))
         except trio.WouldBlock:
             pass  # overloaded: Raft retransmits
         else:
             self._inbox_items += 1
+
+    def _handles_now(self, envelope: Envelope) -> bool:
+        """Whether ``envelope`` is handled in its reading task (:meth:`_receive_now`): the
+        loop is waiting between batches with nothing in its inbox (so nothing received or
+        submitted before it is still to be acted on), and it is an append's acknowledgement or
+        an append that cannot drop a conflicting tail (its entries extend the log, or repeat
+        entries it holds): a truncation waits on the disk, so it is left to the loop."""
+        raft = self._raft
+        if (
+            raft is None
+            or self._in_batch
+            or self._inbox_items
+            or self._failure is not None
+            or not self._between
+        ):
+            return False
+        message = envelope.message
+        if isinstance(message, AppendResponse):
+            return True
+        if not isinstance(message, AppendRequest):
+            return False  # votes, pre-votes: rare, through the loop
+        entries = message.entries
+        log_ = raft.log
+        if not entries or entries[0].index > log_.last_index:
+            return True
+        term_at = log_.term_at
+        return all(term_at(entry.index) in (None, entry.term) for entry in entries)
+
+    def _receive_now(self, envelope: Envelope, channel: Channel) -> None:
+        """Hand ``envelope`` to the core in its reading task, as the loop would in a batch of
+        its own: what it produces is kept with the rest of the read's and released at the
+        read's end (:meth:`_read_done`: one write per peer and one wake-up for the read, the
+        messages for the sender on the connection it came on). An error stops the node as it
+        would in the loop; a timer the core moved earlier than the loop waits for brings its
+        next tick forward."""
+        raft = self.raft
+        held = self._read_held
+        if held is None:
+            held = self._read_held = _Held()
+        held.replies[envelope.source] = channel
+        self._in_batch = True
+        try:
+            output = raft.receive(trio.current_time(), envelope.source, envelope.message)
+            if output.truncate_from is not None:  # _handles_now lets none through
+                raise RuntimeError(f"a message handled in its reading task truncates: {output}")
+            if output.refused is not None:
+                log.error("%s: closing the connection of %s", output.refused, channel)
+                channel.close_nowait(output.refused)
+            self._act(output, held)
+            wait = self._wait_scope
+            if wait is not None and output.next_deadline < wait.deadline:
+                wait.deadline = output.next_deadline  # the loop ticks then
+        except Exception as exc:
+            # the loop raises it (the inbox was empty: room for this); the node stops
+            self._failure = exc
+            self._send_inbox.send_nowait(_Stop())
+            self._inbox_items += 1
+        finally:
+            self._in_batch = False
+
+    def _read_done(self) -> None:
+        """Release what the messages of a read handled in its task produced (at once, or
+        after what is held before it: :meth:`_hand_over`)."""
+        held = self._read_held
+        if held is not None:
+            self._read_held = None
+            self._hand_over(held)
 
     async def _flusher(self) -> None:
         """Every ``flush_interval``: fsync the log (ASYNC_FLUSH) and checkpoint the view, off
@@ -783,11 +884,16 @@ class DLedgerNode:
         while True:
             item: _InboxItem | None = None
             deadline = ticked.next_deadline
+            self._between = True
             if deadline > trio.current_time():
-                with trio.move_on_at(deadline if math.isfinite(deadline) else math.inf):
+                with trio.move_on_at(deadline if math.isfinite(deadline) else math.inf) as wait:
+                    self._wait_scope = wait
                     item = await self._inbox.receive()
+                self._wait_scope = None
             else:
                 await trio.lowlevel.checkpoint()
+            self._between = False
+            self._read_done()  # (a read that ended without saying so)
             batch: list[_InboxItem] = [item] if item is not None else []
             while len(batch) < _BATCH:
                 try:
@@ -816,6 +922,7 @@ class DLedgerNode:
                     envelope, channel = each.envelope, each.channel
                     message = envelope.message
                     output = raft.receive(trio.current_time(), envelope.source, message)
+                    held.replies[envelope.source] = channel
                     if output.truncate_from is not None:  # a follower's conflicting tail
                         assert self._persist is not None
                         await self._persist.truncate_log(output.truncate_from)
@@ -877,15 +984,22 @@ class DLedgerNode:
             self._queued -= len(group)
 
     def _send_held(self, held: _Held) -> None:
-        touched = set()
+        touched: dict[int, Channel] = {}
+        replies = held.replies
         for envelope in coalesce_acks(held.messages):
-            client = self._clients.get(envelope.target)
-            channel = client.channel if client is not None else None
-            if channel is None or not channel.is_open or not channel.is_writable:
-                continue
+            channel = replies.get(envelope.target)  # the connection its message came on
+            if channel is not None and not (channel.is_open and channel.is_writable):
+                channel = None
+            if channel is None:
+                client = self._clients.get(envelope.target)
+                channel = client.channel if client is not None else None
+                if channel is None or not channel.is_open or not channel.is_writable:
+                    continue
             channel.pipeline.write(envelope)
-            touched.add(envelope.target)
-        self._flush(touched)
+            touched[id(channel)] = channel
+        for channel in touched.values():
+            if channel.is_open:
+                channel.pipeline.flush()
         for request in held.done:
             request.finish()
 
@@ -962,13 +1076,6 @@ class DLedgerNode:
                 leader_address=self.broker_addresses.get(leader) if leader else None,
             )
         return PutOutcome(status, index=index)
-
-    def _flush(self, targets: set[str]) -> None:
-        for target in targets:
-            client = self._clients.get(target)
-            channel = client.channel if client is not None else None
-            if channel is not None and channel.is_open:
-                channel.pipeline.flush()
 
     def _on_role_change(self, role: Role, term: int) -> None:
         log.info("dledger %s: %s in term %d", self.config.node_id, role.name, term)

@@ -12,7 +12,8 @@ speaks for no member is closed when it becomes active (WARNING); the first membe
 among those it may speak for binds it; a frame claiming another sender, or addressed to
 another node, closes it (ERROR), and nothing after that frame is delivered. Messages and HELLO
 frames are handed to the node, in order, with the channel they came on (the node closes it
-when the Raft core refuses a message).
+when the Raft core refuses a message), and the node is told when a read's frames were all
+handed over.
 """
 
 from __future__ import annotations
@@ -144,6 +145,8 @@ class PeerHandler(ChannelInboundHandler):
         why: why it may speak for none (logged when ``members`` is empty).
         deliver: hands a message and its channel to the node.
         deliver_hello: hands a HELLO and its channel to the node.
+        read_done: called once the frames of a read were all delivered (the node releases
+            what it handled in the reading task: one write per peer for the whole read).
     """
 
     def __init__(
@@ -153,6 +156,7 @@ class PeerHandler(ChannelInboundHandler):
         why: str,
         deliver: Callable[[Envelope, Channel], None],
         deliver_hello: Callable[[Hello, Channel], None],
+        read_done: Callable[[], None] | None = None,
     ) -> None:
         self.node_id = node_id
         self.members = members
@@ -160,6 +164,7 @@ class PeerHandler(ChannelInboundHandler):
         self.why = why
         self._deliver = deliver
         self._deliver_hello = deliver_hello
+        self._read_done = read_done
         self.closed = False  # by this handler: the rest of the read is dropped
 
     def channel_active(self, ctx: HandlerContext) -> None:
@@ -211,6 +216,13 @@ class PeerHandler(ChannelInboundHandler):
         else:
             ctx.fire_channel_read(msg)
 
+    def channel_read_complete(self, ctx: HandlerContext) -> None:
+        if self._read_done is not None:
+            self._read_done()
+        ctx.fire_channel_read_complete()
+
     def exception_caught(self, ctx: HandlerContext, exc: BaseException) -> None:
+        if self._read_done is not None:
+            self._read_done()  # what the read handled before it failed still goes
         log.warning("%s: peer connection closed: %s", self.node_id, exc)
         ctx.close(f"{type(exc).__name__}: {exc}")
