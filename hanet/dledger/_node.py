@@ -152,7 +152,7 @@ from ._peers import Members, PeerHandler, split_address
 from ._persist import Persister, off_loop
 from ._raft import RaftNode
 from ._records import put_records
-from ._view import Bodies, CachedLog, CommitLogView
+from ._view import Bodies, CachedLog, CommitLogView, Placement
 
 __all__ = [
     "PEER_IDLE_TIMEOUT",
@@ -210,6 +210,20 @@ class _PeerHello:
 
     hello: Hello
     channel: Channel
+
+
+def _placed_outcome(index: int, placed: Placement) -> PutOutcome:
+    """A committed entry's outcome: where the view placed its message."""
+    return PutOutcome(
+        AppendStatus.SUCCESS,
+        index=index,
+        wrote_offset=placed.wrote_offset,
+        wrote_size=placed.wrote_size,
+        queue_id=placed.queue_id,
+        queue_offset=placed.queue_offset,
+        store_timestamp=placed.store_timestamp,
+        msg_id=placed.msg_id,
+    )
 
 
 @attrs.frozen
@@ -467,9 +481,7 @@ class DLedgerNode:
             self._hand_over(held)
         except Exception as exc:
             # the loop raises it (the inbox was empty: room for this)
-            self._failure = exc
-            self._send_inbox.send_nowait(_Stop())
-            self._inbox_items += 1
+            self._stop_from_outside(exc)
         finally:
             self._in_batch = False
 
@@ -502,9 +514,7 @@ class DLedgerNode:
         except Exception as exc:
             # the loop raises it (the inbox was empty: room for this); what was appended
             # may be in the log: the outcome is unknown, as for a put pending at a stop
-            self._failure = exc
-            self._send_inbox.send_nowait(_Stop())
-            self._inbox_items += 1
+            self._stop_from_outside(exc)
             return [PutOutcome(AppendStatus.WAIT_QUORUM_ACK_TIMEOUT)] * len(messages)
         finally:
             self._in_batch = False
@@ -515,19 +525,15 @@ class DLedgerNode:
             if placed is None:
                 outcomes.append(PutOutcome(result.status, index=result.index))
                 continue
-            outcomes.append(
-                PutOutcome(
-                    success,
-                    index=result.index,
-                    wrote_offset=placed.wrote_offset,
-                    wrote_size=placed.wrote_size,
-                    queue_id=placed.queue_id,
-                    queue_offset=placed.queue_offset,
-                    store_timestamp=placed.store_timestamp,
-                    msg_id=placed.msg_id,
-                )
-            )
+            outcomes.append(_placed_outcome(result.index, placed))
         return outcomes
+
+    def _stop_from_outside(self, exc: Exception) -> None:
+        """A put proposed or a message handled outside the loop raised ``exc``: the loop raises
+        it (the callers checked the inbox was empty: there is room for this)."""
+        self._failure = exc
+        self._send_inbox.send_nowait(_Stop())
+        self._inbox_items += 1
 
     def _submit(self, requests: list[_Put]) -> range:
         """Hand ``requests`` (of one call) to the loop as one inbox item (they are proposed
@@ -830,9 +836,7 @@ class DLedgerNode:
                 wait.deadline = output.next_deadline  # the loop ticks then
         except Exception as exc:
             # the loop raises it (the inbox was empty: room for this); the node stops
-            self._failure = exc
-            self._send_inbox.send_nowait(_Stop())
-            self._inbox_items += 1
+            self._stop_from_outside(exc)
         finally:
             self._in_batch = False
 
@@ -1090,16 +1094,7 @@ class DLedgerNode:
         placements = view.apply(commit_index, self._by_index)
         self._release_bodies(view.applied)
         for index, placed in placements.items():
-            self._by_index[index].applied = PutOutcome(
-                AppendStatus.SUCCESS,
-                index=index,
-                wrote_offset=placed.wrote_offset,
-                wrote_size=placed.wrote_size,
-                queue_id=placed.queue_id,
-                queue_offset=placed.queue_offset,
-                store_timestamp=placed.store_timestamp,
-                msg_id=placed.msg_id,
-            )
+            self._by_index[index].applied = _placed_outcome(index, placed)
 
     def _release_bodies(self, applied: int) -> None:
         """Forget the kept bodies of applied entries that every follower keeping up (within
