@@ -4,8 +4,9 @@
 The client is the interop tests' driver (``tests/interop/alions_driver.js bench``), installed
 and found by ``tests/interop_support.py``: it sends for ``seconds`` with ``in_flight`` sends
 outstanding and prints one ``bench`` line (sent, failed, msgs/s, each send's p50/p99). Bodies
-are ``<prefix>-<i>`` of about the size asked for; the driver also sets each message's ``KEYS``
-to its body, so a stored record carries the body twice.
+are ``<prefix>-<i>`` of about the size asked for. Unless ``keys=False`` (the driver's
+``--no-keys``), the driver also sets each message's ``KEYS`` to its body, so a stored record
+carries the body twice.
 
 :func:`run_producers` runs several driver processes at once (the in-flight sends split between
 them) when one node.js process cannot keep a broker busy, and reports the drivers' CPU time
@@ -44,10 +45,18 @@ def unavailable() -> str | None:
 
 
 def bench_command(
-    namesrv: str, topic: str, seconds: float, in_flight: int, size: int, group: str
+    namesrv: str,
+    topic: str,
+    seconds: float,
+    in_flight: int,
+    size: int,
+    group: str,
+    *,
+    keys: bool = True,
 ) -> list[str]:
     """The driver's bench command: bodies ``<prefix>-<i>`` of ``size`` to ``size + 6`` bytes
-    (``-<i>`` adds 2 to 8 bytes to a prefix of ``size - 8``)."""
+    (``-<i>`` adds 2 to 8 bytes to a prefix of ``size - 8``); ``keys``: each body in its
+    message's ``KEYS`` too."""
     node, modules = ensure_alions()
     common = cli_flags(namesrv=namesrv, topic=topic, seconds=seconds)
     common += cli_flags(prefix="x" * max(size - 8, 1), group=group)
@@ -56,7 +65,7 @@ def bench_command(
         str(ALIONS_DRIVER),
         "bench",
         *common,
-        *cli_flags(modules=modules, in_flight=in_flight),
+        *cli_flags(modules=modules, in_flight=in_flight, no_keys=not keys),
     ]
 
 
@@ -89,6 +98,7 @@ async def run_producers(
     in_flight: int,
     size: int,
     processes: int = 1,
+    keys: bool = True,
 ) -> dict[str, Any]:
     """``processes`` drivers at once, ``in_flight`` sends in flight between them (split as
     evenly as it goes), for ``seconds``. The sum of their msgs/s; p50 the median of theirs,
@@ -101,7 +111,7 @@ async def run_producers(
     started = time.perf_counter()
 
     async def one(k: int, share: int) -> None:
-        cmd = bench_command(namesrv, topic, seconds, share, size, f"bench-alions-{k}")
+        cmd = bench_command(namesrv, topic, seconds, share, size, f"bench-alions-{k}", keys=keys)
         lines.append(await run_bench(cmd))
 
     async with trio.open_nursery() as nursery:

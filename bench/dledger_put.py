@@ -32,8 +32,9 @@ topic is created first by one put of hanet's client, and the bench waits until t
 routes it. With ali-ons, each round also runs a classic ``hanet master`` (ASYNC_MASTER, the same
 ``--flush``, registered with its own name server) under the same ali-ons load, as the baseline
 within the run (``master`` rows, ``vs master`` in the summary); ``--no-master`` leaves it out.
-The ali-ons driver puts each body in the message's ``KEYS`` too: a record carries its body
-twice (the C++ client's and hanet's do not).
+The ali-ons messages carry no ``KEYS``, like those of RocketMQ's Java producer behind issue
+26's figures; ``--alions-keys`` sets each one's ``KEYS`` to its body as the interop tests'
+driver does by default (a record then carries its body twice: session 10's figures were so).
 
     .venv/bin/python bench/dledger_put.py --rounds 3 --count 3000 --ab /tmp/main-checkout
     .venv/bin/python bench/dledger_put.py --clients alions --concurrency 16,32 --seconds 5
@@ -381,6 +382,7 @@ def run_alions(
             in_flight=concurrency,
             size=size,
             processes=args.alions_procs,
+            keys=args.alions_keys,
         )
     )
 
@@ -543,6 +545,11 @@ def main() -> int:
         "--alions-procs", type=int, default=1, help="ali-ons processes sharing the sends (1)"
     )
     parser.add_argument(
+        "--alions-keys",
+        action="store_true",
+        help="ali-ons puts each body in its message's KEYS too (a record carries it twice)",
+    )
+    parser.add_argument(
         "--no-master",
         action="store_true",
         help="with ali-ons, do not also run the classic hanet master as the baseline",
@@ -629,6 +636,7 @@ def main() -> int:
         "count": args.count,
         "seconds_alions": args.seconds,
         "alions_procs": args.alions_procs,
+        "alions_keys": args.alions_keys,
         "concurrency": concurrencies,
         "flush": args.flush,
         "rounds": args.rounds,

@@ -141,6 +141,7 @@ class Cluster(NamesrvCluster):
 def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     root = tmp_path_factory.mktemp("interop")
     topics = [topic_of(client, case) for client in BUILDERS for case in CASES]
+    topics.append(topic_of("alions", "no-keys"))
     cluster = Cluster(root, topics).start_all()
     try:
         yield cluster
@@ -239,6 +240,25 @@ async def test_every_send_is_send_ok(client: str, shared: Cluster) -> None:
     assert sum(ends) == 40  # every message stored once, spread over the topic's queues
     if client == "alions":  # the C++ client's send result names no queue
         assert len({line["queueId"] for line in sent}) == QUEUES
+
+
+async def test_the_alions_driver_sets_keys_unless_told_not_to(shared: Cluster) -> None:
+    """The benches compare with RocketMQ's Java producer, which sends no KEYS: the ali-ons
+    driver's ``--no-keys`` leaves them out (by default each body is its message's KEYS)."""
+    clients = Clients("alions", shared)
+    clients.command("produce", "T")  # skips here when ali-ons cannot run
+    topic = topic_of("alions", "no-keys")
+    await clients.produce(topic, 8, "with")
+    await clients.produce(topic, 8, "without", no_keys=True)
+    keys: dict[str, str | None] = {}
+    async with BrokerClient.connect(*shared.broker()) as broker:
+        for queue in range(QUEUES):
+            for message in (await broker.pull(topic, queue, 0, 32)).messages:
+                keys[message.body.decode()] = message.properties.get("KEYS")
+    assert keys == {
+        **{f"with-{i}": f"with-{i}" for i in range(8)},
+        **{f"without-{i}": None for i in range(8)},
+    }
 
 
 async def test_the_cpp_client_sends_to_a_topic_no_name_server_knows_yet(shared: Cluster) -> None:

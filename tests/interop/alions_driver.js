@@ -11,10 +11,10 @@
 
 const USAGE = `usage: node alions_driver.js <produce|consume|bench> --namesrv HOST:PORT --topic T
   [--group G] [--count N] [--in-flight K] [--tag X] [--delay-level L] [--prefix P]
-  [--fail-first] [--from-first] [--seconds S] [--expect N] [--timeout S] [--instance NAME]
+  [--fail-first] [--from-first] [--no-keys] [--seconds S] [--expect N] [--timeout S] [--instance NAME]
   [--poll-ms MS] [--modules NODE_MODULES_DIR] [--access-key AK --secret-key SK] [--verbose]`;
 
-const FLAGS = new Set([ 'fail-first', 'from-first', 'verbose' ]);
+const FLAGS = new Set([ 'fail-first', 'from-first', 'no-keys', 'verbose' ]);
 const VALUES = new Set([
   'namesrv', 'topic', 'group', 'count', 'in-flight', 'tag', 'delay-level', 'prefix', 'seconds',
   'expect', 'timeout', 'instance', 'modules', 'poll-ms', 'access-key', 'secret-key',
@@ -195,7 +195,8 @@ async function produce(opts, bench) {
       const i = next++;
       const body = `${opts.prefix}-${i}`;
       const msg = new Message(opts.topic, opts.tag || '', body);
-      msg.keys = [ body ];
+      // each message's KEYS is its body (so a test can look it up) unless --no-keys
+      if (!opts['no-keys']) msg.keys = [ body ];
       if (opts['delay-level']) msg.delayTimeLevel = opts['delay-level'];
       const t0 = process.hrtime.bigint();
       try {
