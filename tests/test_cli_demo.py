@@ -68,17 +68,28 @@ def _alive(pid: int) -> bool:
         return False
 
 
+def _ignore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 async def interrupt_demo(
-    work: Path, *flags: str, started: str, parts: tuple[str, ...], puts_for: float
+    work: Path,
+    *flags: str,
+    started: str,
+    parts: tuple[str, ...],
+    puts_for: float,
+    sigint_ignored: bool = False,
 ) -> None:
     """An endless ``hanet demo`` in ``work``: once ``started`` exists and its ``parts`` (the
     processes with a ready file) run, ``puts_for`` seconds of puts, then Ctrl-C: it exits 130
-    and none of its parts still runs."""
+    and none of its parts still runs. ``sigint_ignored``: the demo starts with SIGINT ignored,
+    as a background job of a shell script does."""
     demo = await trio.lowlevel.open_process(
         [sys.executable, "-m", "hanet", "demo", *flags, *cli_flags(messages=10**7, dir=work)],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
+        preexec_fn=_ignore_sigint if sigint_ignored else None,
     )
     pids: list[int] = []
     try:
@@ -99,10 +110,15 @@ async def interrupt_demo(
                 os.kill(pid, signal.SIGKILL)
 
 
-async def test_ctrl_c_stops_every_part_of_the_demo(tmp_path: Path) -> None:
+@pytest.mark.parametrize("sigint_ignored", [False, True], ids=["foreground", "sigint-ignored"])
+async def test_ctrl_c_stops_every_part_of_the_demo(tmp_path: Path, sigint_ignored: bool) -> None:
+    """Also when the demo started with SIGINT ignored (a background job of a script, or a CI
+    runner's): a SIGINT sent to it still stops it, as it stops every hanet service."""
     work = tmp_path / "demo"
     stores = ("master", "slave1", "slave2")
-    await interrupt_demo(work, started="producer.log", parts=stores, puts_for=0.5)
+    await interrupt_demo(
+        work, started="producer.log", parts=stores, puts_for=0.5, sigint_ignored=sigint_ignored
+    )
     for store in stores:
         assert not (work / store / "abort").exists()  # stopped cleanly, not killed
 

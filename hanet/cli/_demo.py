@@ -34,10 +34,12 @@ from rich.live import Live
 from rich.progress_bar import ProgressBar
 from rich.table import Table
 
-from hanet.boot import TlsConfig
+from hanet.boot import TlsConfig, run_until_stopped
 from hanet.client import BrokerClient, BrokerStatus, RemotingError
 from hanet.errors import HanetError
 from hanet.store import compare_commit_logs
+
+from ._support import stop_status
 
 __all__ = ["register"]
 
@@ -289,16 +291,28 @@ Runner = Callable[[argparse.Namespace, Path, "_Parts"], Awaitable[bool]]
 async def run_parts(args: argparse.Namespace, run: Runner, *, lost: str) -> int:
     """Run a demo's processes in a work directory, whatever happens stop them all, keep the
     directory when the demo failed: 0 when ``run`` says OK, 1 when not (or too slow), 2 when
-    a process could not start (``lost``: how a vanished process is reported)."""
+    a process could not start (``lost``: how a vanished process is reported), 130 after Ctrl-C
+    (SIGINT; SIGTERM: 0). The signals are taken as the services take them
+    (:func:`hanet.boot.run_until_stopped`), so a demo started with SIGINT ignored (as a
+    background job of a script is) still stops on one sent to it."""
     workdir = args.dir if args.dir is not None else Path(tempfile.mkdtemp(prefix="hanet-demo-"))
     workdir.mkdir(parents=True, exist_ok=True)
     parts = _Parts(workdir)
     ok = False
     status = 1
-    try:
+
+    async def run_in_time() -> None:
+        nonlocal ok
         with trio.fail_after(args.timeout):
             ok = await run(args, workdir, parts)
-        status = 0 if ok else 1
+
+    try:
+        received = await run_until_stopped(run_in_time)
+        if received is not None:
+            print("interrupted, shut down cleanly", file=sys.stderr)
+            status = stop_status(received)
+        else:
+            status = 0 if ok else 1
     except* trio.TooSlowError:
         print(f"hanet: the demo did not finish in {args.timeout:g} s", file=sys.stderr)
     except* DemoError as group:
