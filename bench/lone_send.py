@@ -55,7 +55,10 @@ returning (the wake-up in), that return to its ``readv``, the ``readv``, from th
 return to the answer's ``writev`` (the broker's critical path in Python), the ``writev`` to
 the client's ``recvfrom`` returning (the wake-up out); and off the path: from the ``writev``'s
 return to the broker's next ``epoll_wait`` (its work after the answer, which overlaps the
-client's own) and the client's time from its answer to its next send. ``--critical-pid PID
+client's own) and the client's time from its answer to its next send. The broker's phases
+are also given on a CPU (``perf --switch-events``: the time it was switched out taken away;
+under load the scheduler may run the client or another process in the middle of a phase,
+which its wall time counts). ``--critical-pid PID
 --seconds S`` does the broker's side alone for any broker process (e.g. the ``hanet master`` of
 a ``bench/clients.py --clients cpp`` run): per ``readv`` of its main thread, the same broker
 figures and the time it waited for the next request. Needs ``perf`` and the tracepoints.
@@ -172,6 +175,7 @@ _SYSCALLS = {
     281: "epoll_pwait",
 }
 _WAITS = (232, 281)
+_SWITCH = -1  # a context switch (perf's --switch-events): exit_ for out, result 1 if preempted
 
 
 class _Perf:
@@ -188,6 +192,7 @@ class _Perf:
         os.mkfifo(ack)
         ids = " || ".join(f"id == {n}" for n in _SYSCALLS)
         command = ["perf", "record", "-q", "-k", "mono", "-m", "1024", "-D", "-1"]
+        command.append("--switch-events")
         command += ["--control", f"fifo:{ctl},{ack}", "-o", str(self.data)]
         command += ["-p", ",".join(str(pid) for pid in pids)]
         for event in ("raw_syscalls:sys_enter", "raw_syscalls:sys_exit"):
@@ -212,7 +217,16 @@ class _Perf:
         self.process.send_signal(signal.SIGINT)
         _, err = self.process.communicate(timeout=120)
         script = subprocess.run(
-            ["perf", "script", "-i", str(self.data), "-F", "tid,time,event,trace", "--ns"],
+            [
+                "perf",
+                "script",
+                "-i",
+                str(self.data),
+                "-F",
+                "tid,time,event,trace",
+                "--ns",
+                "--show-switch-events",
+            ],
             capture_output=True,
             text=True,
             check=False,
@@ -221,6 +235,13 @@ class _Perf:
         events = []
         for line in script.stdout.splitlines():
             fields = line.replace(":", " ").split()
+            if len(fields) >= 4 and fields[2] == "PERF_RECORD_SWITCH":
+                # tid time PERF_RECORD_SWITCH IN|OUT [preempt]
+                preempted = int(fields[3] == "OUT" and "preempt" in fields[4:])
+                events.append(
+                    (int(fields[0]), float(fields[1]), fields[3] == "OUT", _SWITCH, preempted)
+                )
+                continue
             # tid time raw_syscalls sys_enter|sys_exit NR n [( args | = result)]
             if len(fields) < 6 or fields[2] != "raw_syscalls" or fields[4] != "NR":
                 continue
@@ -237,83 +258,89 @@ def _critical(
     events: list[tuple[int, float, bool, int, int]], broker: int, client: int | None
 ) -> dict[str, Any]:
     """The phases of each request from ``perf`` events: the broker's main thread ``broker``
-    (its epoll waits, the request's ``readv``, the answer's ``writev``) and, when given, the
-    client's thread ``client`` (its ``sendto``, its ``recvfrom`` returning the answer). Median
-    and mean per request, in us, and the calls counted per request."""
+    (its epoll waits, the request's ``readv``, the answer's ``writev``, its switches off and
+    on a CPU) and, when given, the client's thread ``client`` (its ``sendto``, its
+    ``recvfrom`` returning the answer). Median and mean per request, in us, of each phase's
+    wall time and, for the broker's phases, of the time it was on a CPU in them (what is
+    left once the time it was switched out is taken away: under load the scheduler may run
+    the client or another process in the middle of a phase), and the calls and the broker's
+    involuntary switches counted per request."""
     phases: dict[str, list[float]] = collections.defaultdict(list)
     counts: collections.Counter[str] = collections.Counter()
-    woke = 0.0  # the broker's last epoll wait that returned events
+    off = 0.0  # the broker's time switched out so far (up to its last switch in)
+    out_since: float | None = None
+    woke = (0.0, 0.0)  # the broker's last epoll wait that returned events (time, off then)
     sent = 0.0  # the client's last sendto
-    request: dict[str, float] = {}
+    request: dict[str, tuple[float, float]] = {}
     requests = 0
 
-    def close(request: dict[str, float]) -> None:
+    def phase(name: str, start: str, end: str, on_cpu: bool = True) -> None:
+        if start in request and end in request:
+            (t0, off0), (t1, off1) = request[start], request[end]
+            phases[name].append(t1 - t0)
+            if on_cpu:
+                phases[name + ", on a CPU"].append(t1 - t0 - (off1 - off0))
+
+    def close() -> None:
         if not {"readv", "read", "writev", "wrote"} <= request.keys():
             return
-        phases["epoll return to readv"].append(request["readv"] - request["woke"])
-        phases["readv"].append(request["read"] - request["readv"])
-        phases["readv to writev (critical, Python)"].append(request["writev"] - request["read"])
-        phases["writev"].append(request["wrote"] - request["writev"])
-        if "next_wait" in request:
-            phases["writev to next epoll_wait (off the path)"].append(
-                request["next_wait"] - request["wrote"]
-            )
-        if "next_woke" in request:
-            phases["broker idle in epoll_wait"].append(
-                request["next_woke"] - request.get("next_wait", request["wrote"])
-            )
-        if "sent" in request:
-            phases["sendto to epoll return (wake-up in)"].append(request["woke"] - request["sent"])
-        if "sent" in request and "answered" in request:
-            phases["client round trip (sendto to answer)"].append(
-                request["answered"] - request["sent"]
-            )
-        if "answered" in request:
-            phases["writev to answer read (wake-up out)"].append(
-                request["answered"] - request["writev"]
-            )
-        if "next_sent" in request and "answered" in request:
-            phases["client between answer and next send"].append(
-                request["next_sent"] - request["answered"]
-            )
+        phase("epoll return to readv", "woke", "readv")
+        phase("readv", "readv", "read", on_cpu=False)
+        phase("readv to writev (critical, Python)", "read", "writev")
+        phase("writev", "writev", "wrote", on_cpu=False)
+        phase("writev to next epoll_wait (off the path)", "wrote", "next_wait")
+        phase("broker idle in epoll_wait", "next_wait", "next_woke", on_cpu=False)
+        phase("sendto to epoll return (wake-up in)", "sent", "woke", on_cpu=False)
+        phase("client round trip (sendto to answer)", "sent", "answered", on_cpu=False)
+        phase("writev to answer read (wake-up out)", "writev", "answered", on_cpu=False)
+        phase("client between answer and next send", "answered", "next_sent", on_cpu=False)
 
     for tid, t, exit_, nr, result in events:
         if tid == broker:
+            if nr == _SWITCH:
+                if exit_:  # switched out
+                    out_since = t
+                    counts["involuntary switch" if result else "switch"] += 1
+                elif out_since is not None:
+                    off += t - out_since
+                    out_since = None
+                continue
             if not exit_:
                 counts[_SYSCALLS.get(nr, str(nr))] += 1
+            at = (t, off)
             if nr in _WAITS:
                 if exit_ and result > 0:
-                    woke = t
+                    woke = at
                     if "wrote" in request and "next_woke" not in request:
-                        request["next_woke"] = t
+                        request["next_woke"] = at
                 elif not exit_ and "wrote" in request and "next_wait" not in request:
-                    request["next_wait"] = t
+                    request["next_wait"] = at
             elif nr == 19 and not exit_:
                 if "readv" in request:  # a new request: the last one is done
-                    close(request)
+                    close()
                     requests += 1
                     request = {}
-                request["readv"] = t
+                request["readv"] = at
                 request["woke"] = woke
                 if client is not None and sent:
-                    request["sent"] = sent
+                    request["sent"] = (sent, 0.0)
             elif nr == 19 and "readv" in request and "read" not in request:
-                request["read"] = t
+                request["read"] = at
             elif nr in (20, 46) and not exit_ and "read" in request and "writev" not in request:
-                request["writev"] = t
+                request["writev"] = at
             elif nr in (20, 46) and exit_ and "writev" in request and "wrote" not in request:
-                request["wrote"] = t
-        elif tid == client:
+                request["wrote"] = at
+        elif tid == client and nr != _SWITCH:
             if not exit_:
                 counts[_SYSCALLS.get(nr, str(nr)) + " (client)"] += 1
             if nr == 44 and not exit_:
                 sent = t
                 if "answered" in request:
-                    request["next_sent"] = t
+                    request["next_sent"] = (t, 0.0)
             elif nr == 45 and exit_ and result > 0 and "writev" in request:
-                request["answered"] = t
+                request["answered"] = (t, 0.0)
     if request:
-        close(request)
+        close()
         requests += 1
     figures: dict[str, Any] = {"requests": requests}
     for name, values in phases.items():

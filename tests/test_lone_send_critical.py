@@ -10,6 +10,7 @@ from types import ModuleType
 
 BROKER, CLIENT = 100, 200
 EPOLL, READV, WRITEV, SENDTO, RECVFROM = 232, 19, 20, 44, 45
+SWITCH = -1
 
 
 def _bench() -> ModuleType:
@@ -37,6 +38,21 @@ def _send(t: float) -> list[tuple[int, float, bool, int, int]]:
         (BROKER, (t + 69) * us, True, WRITEV, 200),
         (CLIENT, (t + 90) * us, True, RECVFROM, 200),
         (BROKER, (t + 80) * us, False, EPOLL, 0),
+        (BROKER, (t + 81) * us, True, SWITCH, 0),  # asleep in its wait
+        (BROKER, (t + 299) * us, False, SWITCH, 0),
+    ]
+
+
+def _preempted(t: float) -> list[tuple[int, float, bool, int, int]]:
+    """:func:`_send` with the broker preempted for 15 us in its Python path and for 5 us
+    after its answer."""
+    us = 1e-6
+    return [
+        *_send(t),
+        (BROKER, (t + 30) * us, True, SWITCH, 1),
+        (BROKER, (t + 45) * us, False, SWITCH, 0),
+        (BROKER, (t + 72) * us, True, SWITCH, 1),
+        (BROKER, (t + 77) * us, False, SWITCH, 0),
     ]
 
 
@@ -57,8 +73,23 @@ def test_each_round_trip_is_split_into_its_phases() -> None:
     assert p50["client round trip (sendto to answer)"] == 90.0
     assert p50["client between answer and next send"] == 210.0
     assert p50["broker idle in epoll_wait"] == 232.0  # its next wait's start to the next wake
+    assert p50["readv to writev (critical, Python), on a CPU"] == 40.0
+    assert p50["writev to next epoll_wait (off the path), on a CPU"] == 11.0
     assert figures["calls_per_request"]["readv"] == 1.0
     assert figures["calls_per_request"]["sendto (client)"] == 1.0
+    assert figures["calls_per_request"]["switch"] == 1.0
+
+
+def test_time_switched_out_is_not_counted_on_a_cpu() -> None:
+    bench = _bench()
+    events = sorted([e for i in range(5) for e in _preempted(i * 300.0)], key=lambda e: e[1])
+    figures = bench._critical(events, BROKER, CLIENT)
+    assert figures["readv to writev (critical, Python)"]["p50_us"] == 40.0
+    assert figures["readv to writev (critical, Python), on a CPU"]["p50_us"] == 25.0
+    assert figures["writev to next epoll_wait (off the path)"]["p50_us"] == 11.0
+    assert figures["writev to next epoll_wait (off the path), on a CPU"]["p50_us"] == 6.0
+    assert figures["epoll return to readv, on a CPU"]["p50_us"] == 8.0
+    assert figures["calls_per_request"]["involuntary switch"] == 2.0
 
 
 def test_the_broker_side_alone_needs_no_client() -> None:
