@@ -72,6 +72,7 @@ A table for humans, then the last line is one JSON object with every figure.
 from __future__ import annotations
 
 import argparse
+import atexit
 import collections
 import gc
 import json
@@ -208,30 +209,39 @@ class _Perf:
         if self._ack.readline().strip("\x00\n") != "ack":  # (perf ends each with a NUL)
             raise SystemExit(f"perf did not acknowledge {what!r}")
 
+    def close(self) -> None:
+        """Stop ``perf`` (if it still runs) and remove its files."""
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
     def events(self) -> list[tuple[int, float, bool, int, int]]:
         """Stop recording; its events, in time order: (thread id, seconds on the monotonic
         clock, whether an exit, system call number, the exit's result)."""
-        self.command("disable")
-        self._ctl.close()
-        self._ack.close()
-        self.process.send_signal(signal.SIGINT)
-        _, err = self.process.communicate(timeout=120)
-        script = subprocess.run(
-            [
-                "perf",
-                "script",
-                "-i",
-                str(self.data),
-                "-F",
-                "tid,time,event,trace",
-                "--ns",
-                "--show-switch-events",
-            ],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        shutil.rmtree(self.dir)
+        try:
+            self.command("disable")
+            self._ctl.close()
+            self._ack.close()
+            self.process.send_signal(signal.SIGINT)
+            _, err = self.process.communicate(timeout=120)
+            script = subprocess.run(
+                [
+                    "perf",
+                    "script",
+                    "-i",
+                    str(self.data),
+                    "-F",
+                    "tid,time,event,trace",
+                    "--ns",
+                    "--show-switch-events",
+                ],
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+        finally:
+            self.close()
         events = []
         for line in script.stdout.splitlines():
             fields = line.replace(":", " ").split()
@@ -385,6 +395,7 @@ def _client(
                 tracer = _strace(broker_pid)
             if critical:
                 perf = _Perf([broker_pid, os.getpid()])
+                atexit.register(perf.close)  # (a failed send exits: perf stops with it)
             ticks0, cpu0 = _cpu_ticks(broker_pid), time.process_time()
             ran0 = _run_ns(broker_pid)
         if gap_us:
@@ -765,7 +776,11 @@ def critical_of(pid: int, seconds: float) -> dict[str, Any]:
     """``--critical-pid``: the broker side of :func:`_critical` for any broker process (its
     main thread) over ``seconds``."""
     perf = _Perf([pid])
-    time.sleep(seconds)
+    try:
+        time.sleep(seconds)
+    except BaseException:
+        perf.close()
+        raise
     return _critical(perf.events(), pid, None)
 
 
@@ -847,6 +862,8 @@ def main(args: argparse.Namespace) -> None:
                 "rounds": values,
             }
         figures["loads"] = [round(row["load"], 2) for row in rows[name]]
+        if any(row.get("critical") for row in rows[name]):
+            figures["critical"] = [row.get("critical") for row in rows[name]]  # per round
         summary[name] = figures
         c, t = figures["broker_cpu_us"], figures["trip_p50_us"]
         print(
