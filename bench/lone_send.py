@@ -47,6 +47,22 @@ spends ~200 us of CPU a send here): the broker's figures then move towards those
 ``bench/clients.py`` shows for that client, though the frames and the broker's work are the
 same; what it has cached decays while it waits.
 
+``--critical`` records, over the timed sends, the system calls on a send's path in both
+processes with the kernel's own timestamps (``perf record`` of the ``raw_syscalls``
+tracepoints, on the monotonic clock; no ptrace stop, ~1-2 us a traced call) and splits each
+round trip (medians per send, in us): the client's ``sendto`` to the broker's ``epoll_wait``
+returning (the wake-up in), that return to its ``readv``, the ``readv``, from the ``readv``'s
+return to the answer's ``writev`` (the broker's critical path in Python), the ``writev`` to
+the client's ``recvfrom`` returning (the wake-up out); and off the path: from the ``writev``'s
+return to the broker's next ``epoll_wait`` (its work after the answer, which overlaps the
+client's own) and the client's time from its answer to its next send. The broker's phases
+are also given on a CPU (``perf --switch-events``: the time it was switched out taken away;
+under load the scheduler may run the client or another process in the middle of a phase,
+which its wall time counts). ``--critical-pid PID
+--seconds S`` does the broker's side alone for any broker process (e.g. the ``hanet master`` of
+a ``bench/clients.py --clients cpp`` run): per ``readv`` of its main thread, the same broker
+figures and the time it waited for the next request. Needs ``perf`` and the tracepoints.
+
 ``--ab DIR`` also runs the hanet source tree in ``DIR`` (a worktree of another commit with its
 built extensions) in every round, the two alternating; each figure's median and range per tree.
 
@@ -56,6 +72,7 @@ A table for humans, then the last line is one JSON object with every figure.
 from __future__ import annotations
 
 import argparse
+import atexit
 import collections
 import gc
 import json
@@ -148,8 +165,213 @@ def _strace_counts(tracer: subprocess.Popen[bytes], path: Path) -> dict[str, int
     return counts
 
 
+# x86_64 system call numbers (raw_syscalls' ``id``) of the calls on a lone send's path.
+_SYSCALLS = {
+    19: "readv",
+    20: "writev",
+    44: "sendto",
+    45: "recvfrom",
+    46: "sendmsg",
+    232: "epoll_wait",
+    281: "epoll_pwait",
+}
+_WAITS = (232, 281)
+_SWITCH = -1  # a context switch (perf's --switch-events): exit_ for out, result 1 if preempted
+
+
+class _Perf:
+    """``perf record`` of the ``raw_syscalls`` tracepoints (only the calls of
+    :data:`_SYSCALLS`) in some processes, on the monotonic clock, started disabled and
+    switched on and off through its control fifos (each command acknowledged: the window is
+    exact)."""
+
+    def __init__(self, pids: list[int]) -> None:
+        self.dir = Path(tempfile.mkdtemp(prefix="hanet-bench-lone-send-perf-"))
+        self.data = self.dir / "perf.data"
+        ctl, ack = self.dir / "ctl", self.dir / "ack"
+        os.mkfifo(ctl)
+        os.mkfifo(ack)
+        ids = " || ".join(f"id == {n}" for n in _SYSCALLS)
+        command = ["perf", "record", "-q", "-k", "mono", "-m", "1024", "-D", "-1"]
+        command.append("--switch-events")
+        command += ["--control", f"fifo:{ctl},{ack}", "-o", str(self.data)]
+        command += ["-p", ",".join(str(pid) for pid in pids)]
+        for event in ("raw_syscalls:sys_enter", "raw_syscalls:sys_exit"):
+            command += ["-e", event, "--filter", ids]
+        self.process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        self._ctl = open(ctl, "w")  # noqa: SIM115 - kept open for the run's commands
+        self._ack = open(ack)  # noqa: SIM115
+        self.command("enable")
+
+    def command(self, what: str) -> None:
+        self._ctl.write(what + "\n")
+        self._ctl.flush()
+        if self._ack.readline().strip("\x00\n") != "ack":  # (perf ends each with a NUL)
+            raise SystemExit(f"perf did not acknowledge {what!r}")
+
+    def close(self) -> None:
+        """Stop ``perf`` (if it still runs) and remove its files."""
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def events(self) -> list[tuple[int, float, bool, int, int]]:
+        """Stop recording; its events, in time order: (thread id, seconds on the monotonic
+        clock, whether an exit, system call number, the exit's result)."""
+        try:
+            self.command("disable")
+            self._ctl.close()
+            self._ack.close()
+            self.process.send_signal(signal.SIGINT)
+            _, err = self.process.communicate(timeout=120)
+            script = subprocess.run(
+                [
+                    "perf",
+                    "script",
+                    "-i",
+                    str(self.data),
+                    "-F",
+                    "tid,time,event,trace",
+                    "--ns",
+                    "--show-switch-events",
+                ],
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+        finally:
+            self.close()
+        events = []
+        for line in script.stdout.splitlines():
+            fields = line.replace(":", " ").split()
+            if len(fields) >= 4 and fields[2] == "PERF_RECORD_SWITCH":
+                # tid time PERF_RECORD_SWITCH IN|OUT [preempt]
+                preempted = int(fields[3] == "OUT" and "preempt" in fields[4:])
+                events.append(
+                    (int(fields[0]), float(fields[1]), fields[3] == "OUT", _SWITCH, preempted)
+                )
+                continue
+            # tid time raw_syscalls sys_enter|sys_exit NR n [( args | = result)]
+            if len(fields) < 6 or fields[2] != "raw_syscalls" or fields[4] != "NR":
+                continue
+            exit_ = fields[3] == "sys_exit"
+            result = int(fields[7]) if exit_ and len(fields) > 7 else 0
+            events.append((int(fields[0]), float(fields[1]), exit_, int(fields[5]), result))
+        if not events:
+            raise SystemExit(f"perf recorded nothing: {err.decode()[-500:]}{script.stderr[-500:]}")
+        events.sort(key=lambda e: e[1])
+        return events
+
+
+def _critical(
+    events: list[tuple[int, float, bool, int, int]], broker: int, client: int | None
+) -> dict[str, Any]:
+    """The phases of each request from ``perf`` events: the broker's main thread ``broker``
+    (its epoll waits, the request's ``readv``, the answer's ``writev``, its switches off and
+    on a CPU) and, when given, the client's thread ``client`` (its ``sendto``, its
+    ``recvfrom`` returning the answer). Median and mean per request, in us, of each phase's
+    wall time and, for the broker's phases, of the time it was on a CPU in them (what is
+    left once the time it was switched out is taken away: under load the scheduler may run
+    the client or another process in the middle of a phase), and the calls and the broker's
+    involuntary switches counted per request."""
+    phases: dict[str, list[float]] = collections.defaultdict(list)
+    counts: collections.Counter[str] = collections.Counter()
+    off = 0.0  # the broker's time switched out so far (up to its last switch in)
+    out_since: float | None = None
+    woke = (0.0, 0.0)  # the broker's last epoll wait that returned events (time, off then)
+    sent = 0.0  # the client's last sendto
+    request: dict[str, tuple[float, float]] = {}
+    requests = 0
+
+    def phase(name: str, start: str, end: str, on_cpu: bool = True) -> None:
+        if start in request and end in request:
+            (t0, off0), (t1, off1) = request[start], request[end]
+            phases[name].append(t1 - t0)
+            if on_cpu:
+                phases[name + ", on a CPU"].append(t1 - t0 - (off1 - off0))
+
+    def close() -> None:
+        if not {"readv", "read", "writev", "wrote"} <= request.keys():
+            return
+        phase("epoll return to readv", "woke", "readv")
+        phase("readv", "readv", "read", on_cpu=False)
+        phase("readv to writev (critical, Python)", "read", "writev")
+        phase("writev", "writev", "wrote", on_cpu=False)
+        phase("writev to next epoll_wait (off the path)", "wrote", "next_wait")
+        phase("broker idle in epoll_wait", "next_wait", "next_woke", on_cpu=False)
+        phase("sendto to epoll return (wake-up in)", "sent", "woke", on_cpu=False)
+        phase("client round trip (sendto to answer)", "sent", "answered", on_cpu=False)
+        phase("writev to answer read (wake-up out)", "writev", "answered", on_cpu=False)
+        phase("client between answer and next send", "answered", "next_sent", on_cpu=False)
+
+    for tid, t, exit_, nr, result in events:
+        if tid == broker:
+            if nr == _SWITCH:
+                if exit_:  # switched out
+                    out_since = t
+                    counts["involuntary switch" if result else "switch"] += 1
+                elif out_since is not None:
+                    off += t - out_since
+                    out_since = None
+                continue
+            if not exit_:
+                counts[_SYSCALLS.get(nr, str(nr))] += 1
+            at = (t, off)
+            if nr in _WAITS:
+                if exit_ and result > 0:
+                    woke = at
+                    if "wrote" in request and "next_woke" not in request:
+                        request["next_woke"] = at
+                elif not exit_ and "wrote" in request and "next_wait" not in request:
+                    request["next_wait"] = at
+            elif nr == 19 and not exit_:
+                if "readv" in request:  # a new request: the last one is done
+                    close()
+                    requests += 1
+                    request = {}
+                request["readv"] = at
+                request["woke"] = woke
+                if client is not None and sent:
+                    request["sent"] = (sent, 0.0)
+            elif nr == 19 and "readv" in request and "read" not in request:
+                request["read"] = at
+            elif nr in (20, 46) and not exit_ and "read" in request and "writev" not in request:
+                request["writev"] = at
+            elif nr in (20, 46) and exit_ and "writev" in request and "wrote" not in request:
+                request["wrote"] = at
+        elif tid == client and nr != _SWITCH:
+            if not exit_:
+                counts[_SYSCALLS.get(nr, str(nr)) + " (client)"] += 1
+            if nr == 44 and not exit_:
+                sent = t
+                if "answered" in request:
+                    request["next_sent"] = (t, 0.0)
+            elif nr == 45 and exit_ and result > 0 and "writev" in request:
+                request["answered"] = (t, 0.0)
+    if request:
+        close()
+        requests += 1
+    figures: dict[str, Any] = {"requests": requests}
+    for name, values in phases.items():
+        figures[name] = {
+            "p50_us": round(statistics.median(values) * 1e6, 1),
+            "mean_us": round(statistics.fmean(values) * 1e6, 1),
+            "n": len(values),
+        }
+    figures["calls_per_request"] = {
+        name: round(n / requests, 3) for name, n in sorted(counts.items()) if n
+    }
+    return figures
+
+
 def _client(
-    port: int, count: int, broker_pid: int, trace: bool = False, gap_us: float = 0.0
+    port: int,
+    count: int,
+    broker_pid: int,
+    trace: bool = False,
+    gap_us: float = 0.0,
+    critical: bool = False,
 ) -> None:
     """The grandchild: lone sends (each ``gap_us`` after the last answer, the client busy
     meanwhile), one JSON line."""
@@ -163,6 +385,7 @@ def _client(
     cpu0 = 0.0
     ran0 = 0
     tracer = None
+    perf = None
     for i, frame in enumerate(frames):
         if i == WARM:
             time.sleep(0.2)  # the warm-up's answers written, the topic created
@@ -170,6 +393,9 @@ def _client(
                 os.kill(broker_pid, signal.SIGUSR1)  # the broker's counts start
                 time.sleep(0.1)
                 tracer = _strace(broker_pid)
+            if critical:
+                perf = _Perf([broker_pid, os.getpid()])
+                atexit.register(perf.close)  # (a failed send exits: perf stops with it)
             ticks0, cpu0 = _cpu_ticks(broker_pid), time.process_time()
             ran0 = _run_ns(broker_pid)
         if gap_us:
@@ -197,6 +423,7 @@ def _client(
     ticks1 = _cpu_ticks(broker_pid)
     ran = _run_ns(broker_pid) - ran0
     syscalls = _strace_counts(*tracer) if tracer is not None else {}
+    phases = _critical(perf.events(), broker_pid, os.getpid()) if perf is not None else None
     if trace:
         os.kill(broker_pid, signal.SIGUSR2)  # and stop
     user, system = ticks1[0] - ticks0[0], ticks1[1] - ticks0[1]
@@ -217,6 +444,7 @@ def _client(
                 "syscalls_per_send": {
                     name: round(n / count, 3) for name, n in sorted(syscalls.items())
                 },
+                "critical": phases,
             }
         )
     )
@@ -358,11 +586,16 @@ async def _broker(count: int, profile: bool, trace: bool = False, split: bool = 
 _GAP_US = 0.0  # the child's --gap, handed on to its client
 
 
+_CRITICAL = False  # the child's --critical, handed on to its client
+
+
 def _client_command(port: int, count: int, trace: bool = False) -> list[str]:
-    """The client's command line (the child's ``--gap`` handed on)."""
+    """The client's command line (the child's ``--gap`` and ``--critical`` handed on)."""
     command = [sys.executable, __file__, "--client", str(port), "--count", str(count)]
     if trace:
         command.append("--trace")
+    if _CRITICAL:
+        command.append("--critical")
     if _GAP_US:
         command += ["--gap", str(_GAP_US)]
     return command
@@ -498,6 +731,7 @@ def _run_child(
     floor: str | None = None,
     split: bool = False,
     gap_us: float = 0.0,
+    critical: bool = False,
 ) -> dict[str, Any]:
     cwd = tree or ROOT
     command = [sys.executable, str(Path(__file__).resolve()), "--child", "--count", str(count)]
@@ -505,6 +739,8 @@ def _run_child(
         command += ["--floor", floor]
     if gap_us:
         command += ["--gap", str(gap_us)]
+    if critical:
+        command.append("--critical")
     if cpu is not None:
         command += ["--cpu", str(cpu)]
     if profile and floor is None:
@@ -528,6 +764,26 @@ def _run_child(
     return result
 
 
+def _print_critical(figures: dict[str, Any]) -> None:
+    for name, phase in figures.items():
+        if isinstance(phase, dict) and "p50_us" in phase:
+            print(f"    {phase['p50_us']:7.1f} us p50 ({phase['mean_us']:7.1f} mean): {name}")
+    calls = ", ".join(f"{name} {n}" for name, n in figures["calls_per_request"].items())
+    print(f"    calls a request: {calls}")
+
+
+def critical_of(pid: int, seconds: float) -> dict[str, Any]:
+    """``--critical-pid``: the broker side of :func:`_critical` for any broker process (its
+    main thread) over ``seconds``."""
+    perf = _Perf([pid])
+    try:
+        time.sleep(seconds)
+    except BaseException:
+        perf.close()
+        raise
+    return _critical(perf.events(), pid, None)
+
+
 def main(args: argparse.Namespace) -> None:
     trees: list[tuple[str, Path | None]] = [("A", None)]
     if args.ab is not None:
@@ -547,7 +803,15 @@ def main(args: argparse.Namespace) -> None:
         for name, tree in trees if r % 2 == 0 else trees[::-1]:
             floor = name.split()[1] if name.startswith("floor") else None
             result = _run_child(
-                tree, args.count, args.profile, args.cpu, args.trace, floor, args.split, args.gap
+                tree,
+                args.count,
+                args.profile,
+                args.cpu,
+                args.trace,
+                floor,
+                args.split,
+                args.gap,
+                args.critical,
             )
             result["load"] = os.getloadavg()[0]
             rows[name].append(result)
@@ -572,6 +836,8 @@ def main(args: argparse.Namespace) -> None:
                     print(f"    {n:6.3f} steps a send: task {task}")
                 for call, n in result["syscalls_per_send"].items():
                     print(f"    {n:6.3f} calls a send: {call}")
+            if result.get("critical"):
+                _print_critical(result["critical"])
             if "top_calls" in result:
                 for call, n in result["top_calls"]:
                     print(f"    {n:6.2f}  {call}")
@@ -596,6 +862,8 @@ def main(args: argparse.Namespace) -> None:
                 "rounds": values,
             }
         figures["loads"] = [round(row["load"], 2) for row in rows[name]]
+        if any(row.get("critical") for row in rows[name]):
+            figures["critical"] = [row.get("critical") for row in rows[name]]  # per round
         summary[name] = figures
         c, t = figures["broker_cpu_us"], figures["trip_p50_us"]
         print(
@@ -665,15 +933,35 @@ if __name__ == "__main__":
         default=0.0,
         help="microseconds the client stays busy between an answer and its next send (0)",
     )
+    parser.add_argument(
+        "--critical",
+        action="store_true",
+        help="split each round trip by the system calls on its path (perf record)",
+    )
+    parser.add_argument(
+        "--critical-pid",
+        type=int,
+        default=None,
+        help="only the broker side of --critical, for this broker process, over --seconds",
+    )
+    parser.add_argument(
+        "--seconds", type=float, default=5.0, help="seconds of --critical-pid's record (5)"
+    )
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--client", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.client is not None:
-        _client(args.client, args.count, os.getppid(), args.trace, args.gap)
+        _client(args.client, args.count, os.getppid(), args.trace, args.gap, args.critical)
+    elif args.critical_pid is not None:
+        figures = critical_of(args.critical_pid, args.seconds)
+        print(f"broker {args.critical_pid}, {args.seconds} s (load {os.getloadavg()[0]:.2f}):")
+        _print_critical(figures)
+        print(json.dumps({"bench": "lone_send_critical", "loadavg": os.getloadavg(), **figures}))
     elif args.child:
         import trio
 
         _GAP_US = args.gap
+        _CRITICAL = args.critical
         if args.cpu is not None:
             os.sched_setaffinity(0, {args.cpu})  # the client, its child, inherits it
         if args.floor == "epoll":
