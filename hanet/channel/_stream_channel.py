@@ -369,9 +369,9 @@ class StreamChannel(Channel):
     def _transport_flush(self) -> None:
         if not self._open:
             return  # a flush after the close flushes nothing: unflushed writes fail with it
-        outbound = self._outbound
-        outbound.add_flush()
-        if self._in_read or not outbound.has_flushed:
+        self._outbound.add_flush()
+        flushed = self._outbound.flushed
+        if self._in_read or not flushed:
             return
         sock = self._direct
         if sock is not None and not self._sending and self._nursery is not None:
@@ -379,11 +379,11 @@ class StreamChannel(Channel):
             # that is _sending): write now, in this task, as the reader does at a read's end.
             self._in_read = True
             try:
-                self._write_now(sock.fileno(), outbound.flushed)
+                self._write_now(sock.fileno(), flushed)
             finally:
                 self._in_read = False
-            if not (outbound.has_flushed and self._open):
-                return
+            if not (flushed and self._open):
+                return  # all written, or closed (a draining close woke the writer itself)
         self._wake_writer()
 
     def _wake_writer(self) -> None:
