@@ -190,8 +190,12 @@ class StreamChannel(Channel):
     and a timer task serves handlers' timers, in the channel's own nursery. On plain TCP, what
     the handlers flush while the reader's task runs them (a read and its read-complete) is
     written by that task once the read is complete, in one gathering write, when the writer is
-    idle: no task is woken for the usual answer to a request. Whatever the socket does not take
-    at once is left to the writer task, which sends it before anything flushed later.
+    idle: no task is woken for the usual answer to a request. A flush made outside the
+    channel's read (by another task: a loop's round, another connection's read) is written the
+    same way at once, in the flushing task, when the writer is idle, as Netty writes at once on
+    a flush made on the channel's event loop: its write futures are done (their callbacks have
+    run) when the flush returns. Whatever the socket does not take at once is left to the
+    writer task, which sends it before anything flushed later.
     ``channel_active`` fires when :meth:`run` starts and ``channel_inactive`` exactly once when
     it ends, however it ends (peer EOF, an error, ``close``, cancellation from outside).
     Nothing of the channel outlives :meth:`run`.
@@ -216,10 +220,14 @@ class StreamChannel(Channel):
         # ("draining"); a lost connection has nothing to drain into.
         self._draining = False
         self._sending = False
-        # Flushes while the reader's task runs the pipeline on TCP wait for the read's end
-        # (the reader writes them itself); a partial direct write leaves its rest to the writer:
+        # On TCP, flushes while the reader's task runs the pipeline wait for the read's end
+        # (the reader writes them itself), and flushes made while a direct write completes its
+        # futures (their callbacks) join that write (Netty's flush0 is not re-entered either);
+        # a partial direct write leaves its rest to the writer:
         # (parts left, their bytes, the write's futures, the write's bytes).
         self._in_read = False
+        # The socket a direct write goes to: a plain TCP stream's (as the reader's), else None.
+        self._direct: Any = stream.socket if type(stream) is trio.SocketStream else None
         self._rest: tuple[list[Any], int, list[Any], int] | None = None
         self._reader_scope: trio.CancelScope | None = None
         self._timers.on_earlier = self._wake_timers
@@ -362,8 +370,21 @@ class StreamChannel(Channel):
         if not self._open:
             return  # a flush after the close flushes nothing: unflushed writes fail with it
         self._outbound.add_flush()
-        if not self._in_read and self._outbound.has_flushed:
-            self._wake_writer()
+        flushed = self._outbound.flushed
+        if self._in_read or not flushed:
+            return
+        sock = self._direct
+        if sock is not None and not self._sending and self._nursery is not None:
+            # Outside the read, on plain TCP, the writer idle (no rest of a write left to it:
+            # that is _sending): write now, in this task, as the reader does at a read's end.
+            self._in_read = True
+            try:
+                self._write_now(sock.fileno(), flushed)
+            finally:
+                self._in_read = False
+            if not (flushed and self._open):
+                return  # all written, or closed (a draining close woke the writer itself)
+        self._wake_writer()
 
     def _wake_writer(self) -> None:
         if self._writer_started:
@@ -494,7 +515,7 @@ class StreamChannel(Channel):
                 pipeline.fire_channel_read(data)
                 pipeline.fire_channel_read_complete()
                 if flushed and self._open:
-                    self._write_from_reader(fd, flushed)
+                    self._write_now(fd, flushed)
             finally:
                 self._in_read = False
             if flushed and self._open:  # left to the writer
@@ -549,7 +570,7 @@ class StreamChannel(Channel):
             self._sent(futures, nbytes)
 
     async def _send_rest(self, sock: trio.socket.SocketType | None) -> None:
-        """Send the rest of a write the reader's task began (:meth:`_write_from_reader`)."""
+        """Send the rest of a write begun directly (:meth:`_write_now`)."""
         assert self._rest is not None and sock is not None
         parts, left, futures, nbytes = self._rest
         self._rest = None  # the writer's now, as a write it took itself
@@ -566,12 +587,14 @@ class StreamChannel(Channel):
             self._sending = False
         self._sent(futures, nbytes)
 
-    def _write_from_reader(self, fd: int, flushed: deque[Any]) -> None:
-        """Write what is flushed from the reader's task, at the end of a read: gathering
-        writes (``writev``) while the socket takes everything; a write it takes in part leaves
-        its rest to the writer task (which sends it first). Nothing is written while the writer
-        is sending (it keeps the order) or when a file region is queued (sendfile is the
-        writer's)."""
+    def _write_now(self, fd: int, flushed: deque[Any]) -> None:
+        """Write what is flushed in the calling task (the reader's at the end of a read, or
+        the one that flushed outside it), with ``_in_read`` set by the caller: gathering
+        writes (``writev``) while the socket takes everything, a flush the completed writes'
+        callbacks make included; a write it takes in part leaves its rest to the writer task
+        (which sends it first). Nothing is written while the writer is sending (it keeps the
+        order) or when a file region is queued (sendfile is the writer's). The caller wakes
+        the writer for whatever is left flushed."""
         outbound = self._outbound  # (its flushed deque: the reader's, kept for its life)
         coalesce = self.config.write_coalesce
         while flushed and self._open and not self._sending:
