@@ -5,7 +5,6 @@ queued, a stream other than a plain socket) the writer task sends it, in order."
 
 from __future__ import annotations
 
-import functools
 import socket
 import struct
 from collections.abc import Callable
@@ -15,9 +14,9 @@ from typing import Any
 import pytest
 import trio
 import trio.testing
-from channel_support import tcp_pair
+from channel_support import start, tcp_pair
 
-from hanet import ChannelInboundHandler, HandlerContext, StreamChannel, run_channel
+from hanet import ChannelInboundHandler, HandlerContext, StreamChannel
 from hanet.channel import ChannelClosedError, ChannelConfig, FileRegion, WaterMarks
 from hanet.testing import receive_exactly
 
@@ -35,21 +34,6 @@ class Recorder(ChannelInboundHandler):
     def channel_inactive(self, ctx: HandlerContext) -> None:
         self.inactive += 1
         ctx.fire_channel_inactive()
-
-
-async def start(
-    nursery: trio.Nursery,
-    stream: trio.abc.Stream,
-    handler: Any,
-    config: ChannelConfig | None = None,
-) -> StreamChannel:
-    def init(channel: StreamChannel) -> None:
-        channel.pipeline.add_last(handler)
-
-    channel: StreamChannel = await nursery.start(
-        functools.partial(run_channel, stream, init, config=config)
-    )
-    return channel
 
 
 def count_writer_wakeups(channel: StreamChannel) -> list[int]:

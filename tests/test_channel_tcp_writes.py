@@ -10,15 +10,13 @@ from typing import Any
 
 import trio
 import trio.testing
-from channel_support import tcp_pair
+from channel_support import start, tcp_pair
 
 from hanet import (
     ChannelConfig,
     ChannelInboundHandler,
     HandlerContext,
-    StreamChannel,
     WaterMarks,
-    run_channel,
 )
 from hanet.testing import receive_exactly
 
@@ -50,18 +48,6 @@ class Answerer(ChannelInboundHandler):
 
     def channel_writability_changed(self, ctx: HandlerContext) -> None:
         self.events.append("writable" if ctx.channel.is_writable else "unwritable")
-
-
-async def start(
-    nursery: trio.Nursery, stream: trio.SocketStream, handler: Any, config: ChannelConfig | None
-) -> StreamChannel:
-    def init(channel: StreamChannel) -> None:
-        channel.pipeline.add_last(handler)
-
-    channel: StreamChannel = await nursery.start(
-        functools.partial(run_channel, stream, init, config=config)
-    )
-    return channel
 
 
 async def test_answers_to_reads_leave_from_the_readers_task(
