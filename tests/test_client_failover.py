@@ -141,3 +141,35 @@ async def test_a_refusal_naming_no_leader_asks_the_nodes_status_for_it() -> None
             reply = await client.put("T", b"x")
         assert reply.ok and served == ["follower", "leader"] and client.redirects == 1
         nursery.cancel_scope.cancel()
+
+
+async def test_a_put_whose_connection_is_lost_is_sent_again_and_counted() -> None:
+    """The first node reads the put and closes the connection without answering (a leader
+    killed mid-put: it may have stored it): the client sends it again to the next address,
+    and counts it in ``resent``, which a refusal followed elsewhere does not touch."""
+    served: list[str] = []
+
+    def vanish(ctx: HandlerContext, request: RemotingCommand) -> RemotingCommand | None:
+        served.append("lost")
+        ctx.close("gone mid-put")
+        return None
+
+    def init(channel: StreamChannel) -> None:
+        for handler_name, handler in remoting_pipeline():
+            channel.pipeline.add_last(handler, handler_name)
+        channel.pipeline.add_last(RemotingDispatcher({RequestCode.SEND_MESSAGE_V2: vanish}))
+
+    async with trio.open_nursery() as nursery:
+        server = await nursery.start(partial(serve, init, 0, host="127.0.0.1"))
+        lost = (str(server.addresses[0][0]), int(server.addresses[0][1]))
+        leaders = [[""]]
+        real = await _node(nursery, leaders[0], served, "leader")
+        leaders[0][0] = f"{real[0]}:{real[1]}"
+        async with FailoverClient.connect([lost, real]) as client:
+            reply = await client.put("T", b"x")
+            assert reply.status is PutStatus.PUT_OK
+            assert served == ["lost", "leader"]
+            assert client.resent == 1 and client.redirects == 0
+            await client.put("T", b"y")
+            assert client.resent == 1
+        nursery.cancel_scope.cancel()

@@ -66,6 +66,9 @@ class FailoverClient:
         self._lock = trio.Lock()
         self.redirects = 0
         """Refusals followed to another node (for tests and tools)."""
+        self.resent = 0
+        """Requests sent again after their connection failed (for tests and tools): a put may
+        have reached the broker before that, and may then be stored twice."""
 
     @staticmethod
     @asynccontextmanager
@@ -194,6 +197,7 @@ class FailoverClient:
             except BrokerConnectionError:
                 if len(self.addresses) == 1 or trio.current_time() >= deadline:
                     raise
+                self.resent += 1
                 self._advance(client)
                 await trio.sleep(0.05)
 
