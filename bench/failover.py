@@ -89,6 +89,8 @@ class Put:
 class Ledger:
     """What the putters sent, and the failover being timed."""
 
+    retry_for: float = 30.0
+    """How long a client keeps sending a put again (elsewhere) before it gives up."""
     puts: dict[bytes, Put] = field(default_factory=dict)
     kills: int = 0
     killed: float = 0.0
@@ -105,7 +107,9 @@ class Ledger:
 
 
 async def putter(index: int, addresses: list[tuple[str, int]], ledger: Ledger) -> None:
-    async with FailoverClient.connect(addresses, retry_for=30, request_timeout=2) as client:
+    async with FailoverClient.connect(
+        addresses, retry_for=ledger.retry_for, request_timeout=2
+    ) as client:
         n = 0
         while not ledger.stop:
             body = b"p%d-%d" % (index, n)
@@ -171,11 +175,18 @@ def main() -> int:
     parser.add_argument("--kills", type=int, default=20)
     parser.add_argument("--in-flight", type=int, default=16, help="concurrent putters")
     parser.add_argument("--election-timeout", type=float, default=0.5)
+    parser.add_argument(
+        "--retry-for",
+        type=float,
+        default=30.0,
+        help="seconds a client keeps sending a put again before it answers the error "
+        "(short: more puts unacknowledged across a kill)",
+    )
     args = parser.parse_args()
     if args.kills < 1 or args.in_flight < 1:
         parser.error("--kills and --in-flight take a number from 1")
     root = Path(tempfile.mkdtemp(prefix="hanet-failover-"))
-    ledger = Ledger()
+    ledger = Ledger(retry_for=args.retry_for)
     load = [os.getloadavg()[0]]
     failed = True
     try:
@@ -222,6 +233,7 @@ def main() -> int:
 
     rows = [
         ("puts in flight (putters)", str(args.in_flight)),
+        ("client retries for (s)", f"{args.retry_for:g}"),
         ("puts in flight at each kill", " ".join(map(str, ledger.in_flight_at_kills))),
         ("puts sent", str(len(puts))),
         ("acknowledged (PUT_OK)", str(len(acked))),
@@ -257,6 +269,7 @@ def main() -> int:
                 "kills": n,
                 "election_timeout": args.election_timeout,
                 "in_flight": args.in_flight,
+                "retry_for_s": args.retry_for,
                 "p50_s": round(p50, 3),
                 "p99_s": None if p99 is None else round(p99, 3),
                 "max_s": round(times[-1], 3),

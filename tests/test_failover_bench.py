@@ -36,3 +36,22 @@ def test_two_kills_with_puts_in_flight_lose_nothing_acknowledged() -> None:
     # Puts were in flight when the leader died: the kills were not between puts.
     assert max(result["in_flight_at_kills"]) >= 1
     assert result["max_s"] > 0 and len(result["load1"]) == 2
+
+
+def test_puts_given_up_across_a_kill_are_not_counted_as_acknowledged() -> None:
+    """A client that gives up after 0.3 s (less than an election): puts in flight at the kill
+    end in errors, may or may not be stored, and do not fail the run."""
+    flags = cli_flags(kills=1, in_flight=4, retry_for=0.3)
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "failover.py"), *flags],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["missing"] == 0 and result["retry_for_s"] == 0.3
+    assert result["acknowledged"] + result["unacknowledged"] == result["puts"]
+    assert 0 <= result["stored_unacknowledged"] <= result["unacknowledged"]
