@@ -24,6 +24,7 @@ from hanet.protocol import (
     remoting_pipeline,
 )
 from hanet.store import PutStatus
+from hanet.testing import free_ports
 
 
 @pytest.mark.parametrize(
@@ -172,4 +173,22 @@ async def test_a_put_whose_connection_is_lost_is_sent_again_and_counted() -> Non
             assert client.resent == 1 and client.redirects == 0
             await client.put("T", b"y")
             assert client.resent == 1
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_node_naming_a_leader_that_is_down_is_not_asked_at_full_speed() -> None:
+    """The leader was just killed and the follower still names it (it has not timed out
+    yet): the client cannot connect there, falls back on the follower, is refused again, and
+    pauses between rounds rather than reconnecting at full speed."""
+    served: list[str] = []
+    (down,) = free_ports(1)
+    async with trio.open_nursery() as nursery:
+        follower = await _node(nursery, [f"127.0.0.1:{down}"], served, "follower")
+        async with FailoverClient.connect([follower, ("127.0.0.1", down)], retry_for=0.5) as client:
+            with pytest.raises(BrokerRequestError) as raised:
+                await client.put("T", b"x")
+        assert raised.value.code is ResponseCode.SERVICE_NOT_AVAILABLE
+        # One pause per round: about 10 in 0.5 s, not hundreds.
+        assert 2 <= client.redirects <= 40
+        assert len(served) == client.redirects + 1
         nursery.cancel_scope.cancel()

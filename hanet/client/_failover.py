@@ -35,10 +35,12 @@ class FailoverClient:
     - With more than one address, a put refused with SERVICE_NOT_AVAILABLE (a DLedger
       follower or candidate, a slave: nothing was appended) is sent again to the leader: the
       one the answer's remark names, else the one the refusing node's status names (after a
-      short pause when that node just redirected here), or, while no leader is known (an
-      election), to the next address after a short pause, until ``retry_for`` seconds have
-      passed. SYSTEM_BUSY (a leader with too many puts waiting) is retried the same way. With
-      one address and no leader named, the refusal is returned as the put's status.
+      short pause when that node just redirected here, or when the leader it names did not
+      accept a connection last time: a stale view after a leader died), or, while no leader
+      is known (an election), to the next address after a short pause, until ``retry_for``
+      seconds have passed. SYSTEM_BUSY (a leader with too many puts waiting) is retried the
+      same way. With one address and no leader named, the refusal is returned as the put's
+      status.
     - With more than one address, a lost or refused connection moves on to the next address and
       the request is sent again: a put whose connection was lost may then be stored twice (at
       least once), never silently lost. A put answered FLUSH_SLAVE_TIMEOUT (no quorum in
@@ -161,6 +163,7 @@ class FailoverClient:
         deadline = trio.current_time() + self.retry_for
         prefer: tuple[str, int] | None = None
         redirected_from: tuple[str, int] | None = None  # where the last redirect came from
+        down: tuple[str, int] | None = None  # the last leader named that did not accept
         while True:
             try:
                 client = await self._client(prefer)
@@ -169,6 +172,8 @@ class FailoverClient:
                     raise
                 await trio.sleep(0.1)
                 continue
+            if prefer is not None and client.address != prefer:
+                down = prefer
             prefer = None
             try:
                 return await call(client)
@@ -180,9 +185,10 @@ class FailoverClient:
                     leader = exc.leader_address or await _leader_of(client)
                     target = parse_broker_address(leader) if leader else None
                     if target is not None and target != client.address:
-                        if target == redirected_from:
-                            # Two nodes naming each other (a stale view of the leader, e.g.
-                            # during an election): pause rather than bounce at full speed.
+                        if target in (redirected_from, down):
+                            # Two nodes naming each other, or a node naming a leader that is
+                            # down (a stale view of the leader, e.g. before an election):
+                            # pause rather than bounce at full speed.
                             await trio.sleep(0.05)
                         redirected_from = client.address
                         prefer = target
