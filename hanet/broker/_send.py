@@ -381,7 +381,8 @@ class Sends:
             self._stored(connection, send, mine, must_wait, now, out)
         if counted and observe_ok is not None:
             observe_ok(counted, now - counted_started)
-        _write_out(ctx, out)
+        if out:  # _write_out(ctx, out), written out (once a read of sends)
+            ctx.write(out[0] if len(out) == 1 else b"".join(out))
 
     def _stored(
         self,
