@@ -89,6 +89,7 @@ _REMARKS = {
 }
 
 
+_NO_FIELDS: dict[str, str] = {}
 _MSG_ID, _QUEUE_ID, _QUEUE_OFFSET = SendMessageResponseHeader("", 0, 0).to_fields()
 
 
@@ -276,7 +277,8 @@ class Sends:
         refusal = backend.send_refusal()
         if refusal is not None:
             return request.response(ResponseCode.SERVICE_NOT_AVAILABLE, refusal)
-        header = SendMessageRequestHeader.decode(request.code, request.fields)
+        # (request.fields, without the property's call)
+        header = SendMessageRequestHeader.decode(request.code, request.ext_fields or _NO_FIELDS)
         pending = connection.pending_sends
         # the frames of one read arrived together: the first one's time is theirs
         if pending:
@@ -381,7 +383,8 @@ class Sends:
             self._stored(connection, send, mine, must_wait, now, out)
         if counted and observe_ok is not None:
             observe_ok(counted, now - counted_started)
-        _write_out(ctx, out)
+        if out:  # _write_out(ctx, out), written out (once a read of sends)
+            ctx.write(out[0] if len(out) == 1 else b"".join(out))
 
     def _stored(
         self,

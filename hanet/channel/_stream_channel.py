@@ -229,6 +229,9 @@ class StreamChannel(Channel):
         # The socket a direct write goes to: a plain TCP stream's (as the reader's), else None.
         self._direct: Any = stream.socket if type(stream) is trio.SocketStream else None
         self._rest: tuple[list[Any], int, list[Any], int] | None = None
+        # The outbound buffer's flushed deque (the same for its life): a flush tests it
+        # without the property's call.
+        self._flushed_queue = self._outbound.flushed
         self._reader_scope: trio.CancelScope | None = None
         self._timers.on_earlier = self._wake_timers
         self._writable_event: trio.Event | None = None
@@ -370,7 +373,7 @@ class StreamChannel(Channel):
         if not self._open:
             return  # a flush after the close flushes nothing: unflushed writes fail with it
         self._outbound.add_flush()
-        flushed = self._outbound.flushed
+        flushed = self._flushed_queue
         if self._in_read or not flushed:
             return
         sock = self._direct
@@ -622,7 +625,12 @@ class StreamChannel(Channel):
         self._sends += 1
         self._messages_written += len(futures)
         self._bytes_written += nbytes
-        self._outbound.sent(nbytes, len(futures))
+        outbound = self._outbound
+        if outbound.is_writable:  # OutboundBuffer.sent(nbytes, len(futures)), written out
+            outbound.queued_bytes -= nbytes
+            outbound.pending_bytes -= nbytes + len(futures) * outbound._overhead
+        else:
+            outbound.sent(nbytes, len(futures))
         for future in futures:
             future._finish(None)  # set_result(), one call less a write
 

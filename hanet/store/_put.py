@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from ._config import Message, PutResult, PutStatus, StoreRole
 from ._create_errors import note_create_error
-from ._dispatch import DispatchError, build_index, fail_dispatch
+from ._dispatch import INDEX_LAG, DispatchError, build_index, fail_dispatch
 from ._errors import CreateMappedFileError
 
 if TYPE_CHECKING:
@@ -61,13 +61,16 @@ def write(store: CommitLogStore, messages: Iterable[Message]) -> list[PutResult]
         writer.create_error = None
     after = store.commit_log.max_offset
     if after != before:
-        if after >= store._allocate_mark:
+        if after >= store._flusher.allocate_mark:  # (store._allocate_mark, one call less)
             store._wake_allocator()
         store._validated = after
         store._last_store_timestamp = now
         if in_step:
             store._dispatched = after
-            build_index(store)
+            index = store.index
+            # build_index's own test first: a put leaves up to INDEX_LAG bytes unindexed
+            if index is not None and after - index.indexed_offset >= INDEX_LAG:
+                build_index(store)
         else:
             store.dispatch()
         store._notify(after)
