@@ -5,19 +5,13 @@ the nodes' and the client's CPU per message."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
+from bench_support import run_bench
 from interop_support import ClientUnavailable, ensure_alions
 
 from hanet.testing import cli_flags
 
 pytestmark = pytest.mark.slow
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_alions_sends_to_the_leader_the_name_server_routes_and_to_the_master() -> None:
@@ -26,16 +20,7 @@ def test_alions_sends_to_the_leader_the_name_server_routes_and_to_the_master() -
     except ClientUnavailable as exc:
         pytest.skip(f"ali-ons unavailable: {exc}")
     flags = cli_flags(rounds=1, nodes="1,3", sizes=100, clients="alions", concurrency=8)
-    out = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "dledger_put.py"), *flags, "--seconds", "1"],
-        check=False,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=ROOT,
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
-    result = json.loads(out.stdout.strip().splitlines()[-1])
+    result = run_bench("dledger_put.py", [*flags, "--seconds", "1"])
     cases = result["cases"]
     assert set(cases) == {"1n/100B/alions", "3n/100B/alions", "master/100B/alions"}
     for case in cases.values():

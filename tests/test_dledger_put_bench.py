@@ -3,32 +3,20 @@
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from bench_support import run_bench
 
 from hanet.testing import cli_flags
 
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parents[1]
-
 
 def test_a_short_round_reports_each_case_with_its_load() -> None:
     flags = cli_flags(rounds=1, count=200, sizes=100, clients="hanet")
-    out = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "dledger_put.py"), *flags],
-        check=False,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=ROOT,
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
-    result = json.loads(out.stdout.strip().splitlines()[-1])
+    result = run_bench("dledger_put.py", flags)
     assert set(result["cases"]) == {"1n/100B/hanet", "3n/100B/hanet"}
     for case in result["cases"].values():
         assert case["failed"] == 0
@@ -49,15 +37,6 @@ def test_the_cpp_client_follows_a_leader_change_mid_run() -> None:
     if probe.returncode != 0:
         pytest.skip("the C++ client (PyPI rocketmq) is not installed")
     flags = cli_flags(rounds=1, count=10_000, nodes=3, sizes=100, clients="cpp", pause_leader=1.5)
-    out = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "dledger_put.py"), *flags],
-        check=False,
-        capture_output=True,
-        text=True,
-        timeout=180,
-        cwd=ROOT,
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
-    case = json.loads(out.stdout.strip().splitlines()[-1])["cases"]["3n/100B/cpp"]
+    case = run_bench("dledger_put.py", flags, timeout=180)["cases"]["3n/100B/cpp"]
     assert case["leader_changes"] >= 1
     assert case["failed"] == 0

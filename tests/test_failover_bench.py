@@ -4,39 +4,17 @@ reported."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from pathlib import Path
-from typing import Any
-
 import pytest
+from bench_support import run_bench
 
 from hanet.testing import cli_flags
 
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def run_bench(flags: list[str]) -> dict[str, Any]:
-    """``bench/failover.py`` with ``flags`` to its end: it passed; its last line's figures."""
-    out = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "failover.py"), *flags],
-        check=False,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=ROOT,
-    )
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
-    return result
-
 
 def test_two_kills_with_puts_in_flight_lose_nothing_acknowledged() -> None:
     flags = cli_flags(kills=2, in_flight=8, election_timeout=0.5)
-    result = run_bench(flags)
+    result = run_bench("failover.py", flags)
     assert result["kills"] == 2 and result["in_flight"] == 8
     assert result["acknowledged"] > 0 and result["missing"] == 0
     assert result["duplicates_sent_once"] == 0 and result["stored_never_sent"] == 0
@@ -49,7 +27,7 @@ def test_puts_given_up_across_a_kill_are_not_counted_as_acknowledged() -> None:
     """A client that gives up after 0.3 s (less than an election): puts in flight at the kill
     end in errors, may or may not be stored, and do not fail the run."""
     flags = cli_flags(kills=1, in_flight=4, retry_for=0.3)
-    result = run_bench(flags)
+    result = run_bench("failover.py", flags)
     assert result["missing"] == 0 and result["retry_for_s"] == 0.3
     assert result["acknowledged"] + result["unacknowledged"] == result["puts"]
     assert 0 <= result["stored_unacknowledged"] <= result["unacknowledged"]

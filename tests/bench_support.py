@@ -1,0 +1,27 @@
+"""What the tests that run a ``bench/`` script share."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run_bench(script: str, argv: list[str], *, timeout: float = 120) -> dict[str, Any]:
+    """``bench/<script>`` with ``argv`` run to its end from the repository's root: it exited
+    0; the figures of its last line (one JSON object)."""
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / script), *argv],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=ROOT,
+    )
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    return result
