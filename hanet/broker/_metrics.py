@@ -272,18 +272,9 @@ class _PutCollector(Collector):
 
     def observe_many(self, status: str, requests: int, seconds: float) -> None:
         """``requests`` sends of one message each, all answered ``status`` after ``seconds``:
-        as many :meth:`observe` calls, counted at once (:meth:`_count` and :meth:`_latency`
-        written out: once a read of sends)."""
-        by_status = self.by_status
-        count = by_status.get(status)
-        if count is None:
-            self.created[status] = time.time()
-            count = 0
-        by_status[status] = count + requests
-        seconds = max(seconds, 0.0)
-        self.buckets[bisect.bisect_left(_LATENCY_BUCKETS, seconds)] += requests
-        self.count += requests
-        self.sum += seconds * requests
+        as many :meth:`observe` calls, counted at once."""
+        self._count(status, requests)
+        self._latency(seconds, requests)
 
     def _count(self, status: str, messages: int) -> None:
         count = self.by_status.get(status)

@@ -383,8 +383,7 @@ class Sends:
             self._stored(connection, send, mine, must_wait, now, out)
         if counted and observe_ok is not None:
             observe_ok(counted, now - counted_started)
-        if out:  # _write_out(ctx, out), written out (once a read of sends)
-            ctx.write(out[0] if len(out) == 1 else b"".join(out))
+        _write_out(ctx, out)
 
     def _stored(
         self,

@@ -625,12 +625,7 @@ class StreamChannel(Channel):
         self._sends += 1
         self._messages_written += len(futures)
         self._bytes_written += nbytes
-        outbound = self._outbound
-        if outbound.is_writable:  # OutboundBuffer.sent(nbytes, len(futures)), written out
-            outbound.queued_bytes -= nbytes
-            outbound.pending_bytes -= nbytes + len(futures) * outbound._overhead
-        else:
-            outbound.sent(nbytes, len(futures))
+        self._outbound.sent(nbytes, len(futures))
         for future in futures:
             future._finish(None)  # set_result(), one call less a write
 

@@ -226,6 +226,15 @@ def _placed_outcome(index: int, placed: Placement) -> PutOutcome:
     )
 
 
+def _usable(channel: Channel | None) -> Channel | None:
+    """``channel`` when a message can be written on it (open, draining), else None: a
+    message for a peer that is not connected or whose connection does not drain is dropped
+    (Raft retransmits)."""
+    if channel is None or not (channel.is_open and channel.is_writable):
+        return None
+    return channel
+
+
 @attrs.frozen
 class _Stop:
     """Inbox: a put proposed or a message handled outside the loop failed
@@ -991,13 +1000,12 @@ class DLedgerNode:
         touched: dict[int, Channel] = {}
         replies = held.replies
         for envelope in coalesce_acks(held.messages):
-            channel = replies.get(envelope.target)  # the connection its message came on
-            if channel is not None and not (channel.is_open and channel.is_writable):
-                channel = None
+            # the connection its message came on, else the one towards it
+            channel = _usable(replies.get(envelope.target))
             if channel is None:
                 client = self._clients.get(envelope.target)
-                channel = client.channel if client is not None else None
-                if channel is None or not channel.is_open or not channel.is_writable:
+                channel = _usable(client.channel if client is not None else None)
+                if channel is None:
                     continue
             channel.pipeline.write(envelope)
             touched[id(channel)] = channel

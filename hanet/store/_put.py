@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from ._config import Message, PutResult, PutStatus, StoreRole
 from ._create_errors import note_create_error
-from ._dispatch import INDEX_LAG, DispatchError, build_index, fail_dispatch
+from ._dispatch import DispatchError, build_index, fail_dispatch
 from ._errors import CreateMappedFileError
 
 if TYPE_CHECKING:
@@ -67,10 +67,7 @@ def write(store: CommitLogStore, messages: Iterable[Message]) -> list[PutResult]
         store._last_store_timestamp = now
         if in_step:
             store._dispatched = after
-            index = store.index
-            # build_index's own test first: a put leaves up to INDEX_LAG bytes unindexed
-            if index is not None and after - index.indexed_offset >= INDEX_LAG:
-                build_index(store)
+            build_index(store)
         else:
             store.dispatch()
         store._notify(after)

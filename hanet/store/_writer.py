@@ -430,10 +430,7 @@ class RecordWriter:
                         append(create_failed)
                         continue
                     try:
-                        files = commit_log.files
-                        mapped = files[-1] if files else None
-                        if mapped is None or mapped.wrote >= mapped.size:  # not is_full
-                            mapped = commit_log.last_file_for_write()
+                        mapped = commit_log.last_file_for_write()
                         if size + BLANK_RECORD_SIZE > mapped.size - mapped.wrote:
                             pack_blank_into(mapped.view, mapped.wrote, mapped.size - mapped.wrote)
                             mapped.wrote = mapped.size
