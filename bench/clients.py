@@ -1,7 +1,7 @@
 """Real RocketMQ clients against ``hanet master``: sends of 1 KiB messages, then a pull drain.
 
 Run: ``.venv/bin/python bench/clients.py [--seconds S] [--clients alions,cpp] [--queues N]
-[--rounds R] [--ab DIR]``
+[--rounds R] [--ab DIR] [--floor]``
 
 For each client a fresh ``hanet namesrv`` and ``hanet master`` (ASYNC_MASTER, ASYNC_FLUSH) start
 as processes, with the bench topic in the master's ``config/topics.json``. The client sends
@@ -27,7 +27,8 @@ file (``--file-size``, 1G as RocketMQ; reserved ahead of the first put and mappe
 being faulted in, as RocketMQ's ``warmMapedFileEnable=false``); that put is timed and reported
 apart.
 For each phase the broker's CPU (utime + stime of ``/proc/<pid>/stat`` over the phase, in % of
-one core) and its private memory (``Private_Clean + Private_Dirty`` of
+one core; a message's share of each apart: utime is the broker's own work, Python's, stime the
+kernel's for it) and its private memory (``Private_Clean + Private_Dirty`` of
 ``/proc/<pid>/smaps_rollup``, the largest sample, every 0.25 s, and of it the anonymous part:
 the rest is mapped file pages, mostly the commit log's written pages), the bench process's own CPU
 (the drain's client), the time the broker waited for a CPU while runnable (``schedstat``: other
@@ -38,6 +39,11 @@ private memory no higher. RocketMQ's quoted ~340 MB cannot include its own mappe
 (at its quoted send rate for 20 s it stores well over 400 MB of records, written through a
 mapping as hanet writes them), so both readings are checked against it: all private memory,
 and the anonymous part alone.
+
+``--floor`` also runs, in every round, the C++ client's send phase (the same command) against
+bare responders of ``bench/_floor.py`` (a trio server and a plain ``epoll`` loop, each name
+server and broker in one, answering without storing anything), their CPU measured as the
+broker's: how far the broker is from a server that does no work (JSON ``floor``).
 
 A table for humans, then the last line is one JSON object with every figure.
 """
@@ -51,6 +57,7 @@ import resource
 import signal
 import statistics
 import struct
+import subprocess
 import sys
 import tempfile
 import time
@@ -63,6 +70,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 import _alions
+import _floor
 from interop_support import CPP_DRIVER, cpp_client_unavailable_reason, cpp_home
 
 from hanet.client import BrokerClient
@@ -76,6 +84,7 @@ from hanet.protocol import (
 from hanet.testing import HanetProcesses, cli_flags
 
 SCRIPT = Path(__file__).resolve()
+FLOOR_SCRIPT = Path(_floor.__file__).resolve()
 TOPIC = "BenchClients"
 WARMUP_TOPIC = "BenchWarmup"
 SIZE = 1024
@@ -109,11 +118,12 @@ CLIENTS = {
 # --- the broker process ----------------------------------------------------------------------
 
 
-def cpu_seconds(pid: int) -> float:
-    """utime + stime of a process, in seconds (``/proc/<pid>/stat`` fields 14 and 15)."""
+def cpu_times(pid: int) -> tuple[float, float]:
+    """utime and stime of a process apart, in seconds (``/proc/<pid>/stat`` fields 14 and
+    15): its own code (Python's) and the kernel's work for it (system calls, wake-ups)."""
     text = Path(f"/proc/{pid}/stat").read_text()
     fields = text[text.rindex(")") + 2 :].split()  # after "pid (comm) "
-    return (int(fields[11]) + int(fields[12])) / TICKS
+    return int(fields[11]) / TICKS, int(fields[12]) / TICKS
 
 
 def runqueue_wait(pid: int) -> float:
@@ -150,10 +160,12 @@ def memory_bytes(pid: int) -> tuple[int, int]:
 
 
 class Phase:
-    """Measures the broker (and this process) over a phase: CPU, largest private memory."""
+    """Measures the broker (and this process) over a phase: CPU, largest private memory.
+    ``who`` names the measured process in the figures (``broker``, ``responder``)."""
 
-    def __init__(self, pid: int) -> None:
+    def __init__(self, pid: int, who: str = "broker") -> None:
         self.pid = pid
+        self.who = who
         self.peak = self.peak_anonymous = 0
 
     async def sample(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -169,7 +181,7 @@ class Phase:
 
     def __enter__(self) -> Phase:
         self.started = time.perf_counter()
-        self.cpu = cpu_seconds(self.pid)
+        self.user, self.system = cpu_times(self.pid)
         self.wait = runqueue_wait(self.pid)
         self.own = _own_cpu()
         self.peak = self.peak_anonymous = 0
@@ -179,22 +191,30 @@ class Phase:
     def __exit__(self, *exc: object) -> None:
         self.seconds = time.perf_counter() - self.started
         self._sample()
-        self.broker_cpu = (cpu_seconds(self.pid) - self.cpu) / self.seconds * 100
+        user, system = cpu_times(self.pid)
+        self.user, self.system = user - self.user, system - self.system
+        self.broker_cpu = (self.user + self.system) / self.seconds * 100
         self.broker_wait = (runqueue_wait(self.pid) - self.wait) / self.seconds * 100
         self.own_cpu = (_own_cpu() - self.own) / self.seconds * 100
         self.load = os.getloadavg()
 
     def figures(self, messages: int | None = None) -> dict[str, Any]:
-        """The phase's figures; with ``messages``, the broker's CPU time per message too."""
-        per_message = None
+        """The phase's figures; with ``messages``, the broker's CPU time per message too, and
+        of it the user time (Python's work) and the system time (the kernel's) apart."""
+        per_message = user = system = None
         if messages:
             per_message = round(self.broker_cpu / 100 * self.seconds / messages * 1e6, 1)
+            user = round(self.user / messages * 1e6, 1)
+            system = round(self.system / messages * 1e6, 1)
+        who = self.who
         return {
-            "broker_cpu_percent": round(self.broker_cpu, 1),
-            "broker_cpu_us_per_msg": per_message,
-            "broker_runqueue_wait_percent": round(self.broker_wait, 1),
-            "broker_private_mb": round(self.peak / 2**20, 1),
-            "broker_private_anonymous_mb": round(self.peak_anonymous / 2**20, 1),
+            f"{who}_cpu_percent": round(self.broker_cpu, 1),
+            f"{who}_cpu_us_per_msg": per_message,
+            f"{who}_user_us_per_msg": user,
+            f"{who}_system_us_per_msg": system,
+            f"{who}_runqueue_wait_percent": round(self.broker_wait, 1),
+            f"{who}_private_mb": round(self.peak / 2**20, 1),
+            f"{who}_private_anonymous_mb": round(self.peak_anonymous / 2**20, 1),
             "bench_process_cpu_percent": round(self.own_cpu, 1),
             "loadavg": [round(x, 2) for x in self.load],
         }
@@ -458,6 +478,127 @@ async def one_client(
     }
 
 
+# --- the floor: the C++ client's sends against bare responders ----------------------------------
+
+FLOOR_RESPONDERS = {name: f"bare {name} responder, C++ 1 thread" for name in _floor.RESPONDERS}
+_SEND_FIGURES = ("msgs_per_sec", "p50_ms", "p99_ms")
+_CPU_FIGURES = ("cpu_us_per_msg", "user_us_per_msg", "system_us_per_msg")
+
+
+async def _line(stream: trio.abc.ReceiveStream, pending: bytearray) -> dict[str, Any]:
+    """The next JSON line of ``stream`` (what follows it stays in ``pending``)."""
+    while b"\n" not in pending:
+        data = await stream.receive_some()
+        if not data:
+            raise RuntimeError(f"the responder ended its output early: {bytes(pending)!r}")
+        pending += data
+    line, _, rest = bytes(pending).partition(b"\n")
+    pending[:] = rest
+    result: dict[str, Any] = json.loads(line)
+    return result
+
+
+async def floor_run(responder: str, seconds: float) -> dict[str, Any]:
+    """The C++ client's send phase (the same command as against hanet) against a bare
+    responder of ``bench/_floor.py`` in a child process, acting as its name server and broker;
+    the responder's CPU and memory measured as the broker's are."""
+    process = await trio.lowlevel.open_process(
+        [sys.executable, str(FLOOR_SCRIPT), responder],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        cwd=SCRIPT.parents[1],
+    )
+    assert process.stdin is not None and process.stdout is not None
+    pending = bytearray()
+    try:
+        with trio.fail_after(30):
+            ready = await _line(process.stdout, pending)
+        cmd = send_command("cpp", ready["address"], seconds)
+        async with trio.open_nursery() as nursery:
+            with Phase(process.pid, "responder") as sending:
+                await nursery.start(sending.sample)
+                sent = await run_sends(cmd, seconds)
+            nursery.cancel_scope.cancel()
+        await process.stdin.aclose()  # the responder's signal to stop
+        with trio.fail_after(30):
+            answered = await _line(process.stdout, pending)
+            await process.wait()
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+    return {
+        "responder": responder,
+        "what": FLOOR_RESPONDERS[responder],
+        "msgs_per_sec": sent.get("msgsPerSec"),
+        "sent": sent.get("sent"),
+        "failed": sent.get("failed"),
+        "p50_ms": sent.get("p50Ms"),
+        "p99_ms": sent.get("p99Ms"),
+        "in_flight": sent.get("inFlight"),
+        "seconds": sent.get("elapsedS"),
+        "answered_sends": answered["answered_sends"],
+        "connections": answered["connections"],
+        **sending.figures(sent.get("sent")),
+    }
+
+
+async def floor_round(
+    round_number: int, seconds: float, runs: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """Both responders, their order alternating by round; next to them, the C++ send figures
+    of this tree's broker in the same round (when it ran)."""
+    order = list(FLOOR_RESPONDERS) if round_number % 2 else list(FLOOR_RESPONDERS)[::-1]
+    figures = {name: await floor_run(name, seconds) for name in order}
+    entry: dict[str, Any] = {"round": round_number}
+    entry.update({name: figures[name] for name in FLOOR_RESPONDERS})
+    broker = next(
+        (
+            run["send"]
+            for run in runs
+            if run["round"] == round_number
+            and run["client"] == "cpp"
+            and run["tree"] == "this tree"
+        ),
+        None,
+    )
+    if broker is not None:
+        entry["broker"] = {name: broker[name] for name in _SEND_FIGURES} | {
+            f"broker_{name}": broker[f"broker_{name}"] for name in _CPU_FIGURES
+        }
+        entry["broker_over_floor"] = {
+            name: {
+                "msgs_per_sec": _ratio(broker["msgs_per_sec"], figures[name]["msgs_per_sec"]),
+                "cpu_us_per_msg": _ratio(
+                    broker["broker_cpu_us_per_msg"], figures[name]["responder_cpu_us_per_msg"]
+                ),
+            }
+            for name in FLOOR_RESPONDERS
+        }
+    return entry
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return round(a / b, 2) if a is not None and b else None
+
+
+def _print_floor(entry: dict[str, Any]) -> None:
+    """One line a round: each responder's figures, then the broker's beside them."""
+
+    def figures(f: dict[str, Any], who: str) -> str:
+        return (
+            f"{f['msgs_per_sec']} msgs/s (p50 {f['p50_ms']} ms, p99 {f['p99_ms']} ms), "
+            f"{f[f'{who}_cpu_us_per_msg']} us a send ({f[f'{who}_user_us_per_msg']} user, "
+            f"{f[f'{who}_system_us_per_msg']} sys)"
+        )
+
+    parts = [f"bare {name} {figures(entry[name], 'responder')}" for name in FLOOR_RESPONDERS]
+    if "broker" in entry:
+        parts.append(f"hanet {figures(entry['broker'], 'broker')}")
+    load = entry[next(iter(FLOOR_RESPONDERS))]["loadavg"][0]
+    print(f"round {entry['round']} floor: {'; '.join(parts)}; load {load}", flush=True)
+
+
 async def py_spy(pid: int, out: Path, seconds: float) -> None:
     """``py-spy record`` of the broker for the send phase (collapsed stacks in ``out``)."""
     record = ["-p", str(pid), "-o", str(out), "--format", "raw", "--nonblocking"]
@@ -500,25 +641,35 @@ def top_of_profile(path: Path, count: int = 15) -> dict[str, Any]:
     return {"file": str(path), "samples": samples, "self": top(own), "total": top(total)}
 
 
-def _table(runs: list[dict[str, Any]]) -> None:
+def _table(runs: list[dict[str, Any]], floors: list[dict[str, Any]]) -> None:
+    """Every run's phases (then the floor's, per round): the server's CPU is the broker's, or
+    the bare responder's; ``us/msg`` its CPU a message, ``user`` and ``sys`` that split."""
     print()
     print(
-        f"{'run':<44}{'msgs/s':>9}{'p50 ms':>9}{'p99 ms':>9}{'broker CPU':>12}"
-        f"{'us/msg':>8}{'private MB':>12}{'of it anon':>12}{'load 1m':>9}"
+        f"{'run':<48}{'msgs/s':>9}{'p50 ms':>9}{'p99 ms':>9}{'server CPU':>12}"
+        f"{'us/msg':>8}{'user':>7}{'sys':>7}{'private MB':>12}{'of it anon':>12}{'load 1m':>9}"
     )
+
+    def row(name: str, f: dict[str, Any], who: str) -> None:
+        p50 = f.get("p50_ms", f.get("pull_p50_ms"))
+        p99 = f.get("p99_ms", f.get("pull_p99_ms"))
+        print(
+            f"{name:<48}{f['msgs_per_sec'] or 0:>9,.0f}{p50 or 0:>9.2f}{p99 or 0:>9.2f}"
+            f"{f[f'{who}_cpu_percent']:>11.1f}%{f[f'{who}_cpu_us_per_msg'] or 0:>8.1f}"
+            f"{f[f'{who}_user_us_per_msg'] or 0:>7.1f}{f[f'{who}_system_us_per_msg'] or 0:>7.1f}"
+            f"{f[f'{who}_private_mb']:>12.1f}{f[f'{who}_private_anonymous_mb']:>12.1f}"
+            f"{f['loadavg'][0]:>9.2f}"
+        )
+
     for run in runs:
         tag = f"[{run.get('round', 1)}{'B' if run['tree'] != 'this tree' else 'A'}] "
         for phase in ("send", "drain", "raw_drain"):
-            f = run[phase]
-            p50 = f.get("p50_ms", f.get("pull_p50_ms"))
-            p99 = f.get("p99_ms", f.get("pull_p99_ms"))
             name = tag + (run["what"] if phase == "send" else f"  {phase.replace('_', ' ')}")
-            print(
-                f"{name:<44}{f['msgs_per_sec'] or 0:>9,.0f}{p50 or 0:>9.2f}{p99 or 0:>9.2f}"
-                f"{f['broker_cpu_percent']:>11.1f}%{f['broker_cpu_us_per_msg'] or 0:>8.1f}"
-                f"{f['broker_private_mb']:>12.1f}{f['broker_private_anonymous_mb']:>12.1f}"
-                f"{f['loadavg'][0]:>9.2f}"
-            )
+            row(name, run[phase], "broker")
+    for entry in floors:
+        for responder in FLOOR_RESPONDERS:
+            figures = entry[responder]
+            row(f"[{entry['round']}] floor: {figures['what']}", figures, "responder")
     (a_low, a_high), (c_low, c_high) = ROCKETMQ_SENDS["alions"], ROCKETMQ_SENDS["cpp"]
     print(
         f"RocketMQ 4.9.8 (measured elsewhere, issue 19): ali-ons 16 in flight {a_low:,}-"
@@ -531,6 +682,8 @@ def _table(runs: list[dict[str, Any]]) -> None:
 _COMPARED = {
     "send_msgs_per_sec": ("send", "msgs_per_sec"),
     "send_broker_us_per_msg": ("send", "broker_cpu_us_per_msg"),
+    "send_broker_user_us_per_msg": ("send", "broker_user_us_per_msg"),
+    "send_broker_system_us_per_msg": ("send", "broker_system_us_per_msg"),
     "drain_msgs_per_sec": ("drain", "msgs_per_sec"),
     "drain_client_us_per_msg": ("drain", "client_cpu_us_per_msg"),
     "drain_broker_us_per_msg": ("drain", "broker_cpu_us_per_msg"),
@@ -539,17 +692,26 @@ _COMPARED = {
 }
 
 
-def _compare(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    """Per client and tree: each figure of every round, its median and range."""
+def _compare(runs: list[dict[str, Any]], floors: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per client and tree (and per floor responder): each figure of every round, its median
+    and range."""
     out: dict[str, Any] = {}
     for run in runs:
         key = f"{run['client']} {'B' if run['tree'] != 'this tree' else 'A'}"
         row = out.setdefault(key, {name: [] for name in _COMPARED})
         for name, (phase, figure) in _COMPARED.items():
             row[name].append(run[phase][figure])
+    for entry in floors:
+        for responder in FLOOR_RESPONDERS:
+            figures = entry[responder]
+            names = {f"send_{name}": name for name in _SEND_FIGURES}
+            names |= {f"send_responder_{name}": f"responder_{name}" for name in _CPU_FIGURES}
+            row = out.setdefault(f"floor {responder}", {name: [] for name in names})
+            for name, figure in names.items():
+                row[name].append(figures[figure])
     for key, row in out.items():
-        for name in _COMPARED:
-            values = [v for v in row[name] if v is not None]
+        for name, rounds in row.items():
+            values = [v for v in rounds if v is not None]
             row[name] = {
                 "rounds": values,
                 "median": statistics.median(values) if values else None,
@@ -561,6 +723,7 @@ def _compare(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 async def main(args: argparse.Namespace) -> None:
     runs: list[dict[str, Any]] = []
+    floors: list[dict[str, Any]] = []
     skipped: dict[str, str] = {}
     trees: list[Path | None] = [None] if args.ab is None else [None, args.ab]
     with tempfile.TemporaryDirectory(prefix="hanet-bench-clients-") as tmp:
@@ -594,9 +757,18 @@ async def main(args: argparse.Namespace) -> None:
                         flush=True,
                     )
                     runs.append(run)
-    _table(runs)
-    compared = _compare(runs)
-    if args.ab is not None or args.rounds > 1:
+            if args.floor and "floor" not in skipped:
+                reason = unavailable("cpp")
+                if reason is None:
+                    entry = await floor_round(r + 1, args.seconds, runs)
+                    _print_floor(entry)
+                    floors.append(entry)
+                else:
+                    print(f"floor: skipped ({reason})", flush=True)
+                    skipped["floor"] = reason
+    _table(runs, floors)
+    compared = _compare(runs, floors)
+    if args.ab is not None or args.rounds > 1 or floors:
         print()
         for key, row in compared.items():
             figures = ", ".join(
@@ -634,6 +806,7 @@ async def main(args: argparse.Namespace) -> None:
                 "ab": str(args.ab) if args.ab else None,
                 "runs": runs,
                 "compared": compared,
+                "floor": floors if args.floor else None,
                 "skipped": skipped,
                 "rocketmq_4_9_8": ROCKETMQ_4_9_8,
                 "goals": goals,
@@ -659,6 +832,12 @@ if __name__ == "__main__":
         help="record the broker with py-spy during each send phase into DIR (py-spy on PATH)",
     )
     parser.add_argument("--rounds", type=int, default=1, help="rounds of every run (1)")
+    parser.add_argument(
+        "--floor",
+        action="store_true",
+        help="in every round, also run the C++ client's sends against bare responders (a trio "
+        "server and an epoll loop, name server and broker in one, doing no work)",
+    )
     parser.add_argument(
         "--ab",
         type=Path,
