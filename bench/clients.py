@@ -721,6 +721,11 @@ def _compare(runs: list[dict[str, Any]], floors: list[dict[str, Any]]) -> dict[s
     return out
 
 
+def _figure(value: float) -> str:
+    """A median or bound: milliseconds under 10 to the microsecond, the rest to a tenth."""
+    return f"{value:.3f}" if abs(value) < 10 else f"{value:,.1f}"
+
+
 async def main(args: argparse.Namespace) -> None:
     runs: list[dict[str, Any]] = []
     floors: list[dict[str, Any]] = []
@@ -772,7 +777,7 @@ async def main(args: argparse.Namespace) -> None:
         print()
         for key, row in compared.items():
             figures = ", ".join(
-                f"{name} {v['median']:,.1f} ({v['range'][0]:,.1f}-{v['range'][1]:,.1f})"
+                f"{name} {_figure(v['median'])} ({_figure(v['range'][0])}-{_figure(v['range'][1])})"
                 for name, v in row.items()
                 if v["median"] is not None
             )
