@@ -1,6 +1,8 @@
-"""Bare responders for the C++ client: a name server and a broker in one process that do no work.
+"""Floor responders for the C++ client: a name server and a broker in one process that store
+nothing.
 
-Run: ``.venv/bin/python bench/_floor.py trio|epoll`` (``bench/clients.py --floor`` starts it).
+Run: ``.venv/bin/python bench/_floor.py trio|epoll|hanet`` (``bench/clients.py --floor`` starts
+it).
 
 The process listens on one port of 127.0.0.1, prints one JSON line (``address``, ``pid``), and
 answers whatever connects there, a client's name server connection and its broker connection
@@ -8,20 +10,26 @@ alike: GET_ROUTEINFO_BY_TOPIC (105) with a route naming this same address as the
 every topic's 8 queues, SEND_MESSAGE and SEND_MESSAGE_V2 (10, 310) with a stored send's answer
 (``msgId``, ``queueId``, ``queueOffset``: hanet's broker's template, the offsets counted per
 queue) though nothing is stored, and every other request (HEART_BEAT, UNREGISTER_CLIENT, ...)
-with SUCCESS, the opaque echoed each time. When its stdin closes it prints a second line
-(``answered_sends``, ``connections``) and exits.
+with SUCCESS, the opaque echoed each time; a oneway request is not answered. When its stdin
+closes it prints a second line (``answered_sends``, ``connections``) and exits.
 
-What it costs is the floor of any server for that client on this machine: the wake-up, one read
-and one write a request. A send in a JSON header with the flag 0 is answered from its code,
-opaque and queue id alone, found by their keys in the header's bytes (a regular expression
-each, no decoding); anything else goes through hanet's codec (``decode_command``), which also
-reads ``ROCKETMQ`` headers. Two servers, the same answers:
+What the bare two cost is the floor of any server for that client on this machine: the
+wake-up, one read and one write a request. A send in a JSON header with the flag 0 is answered
+from its code, opaque and queue id alone, found by their keys in the header's bytes (a regular
+expression each, no decoding); anything else goes through hanet's codec (``decode_command``),
+which also reads ``ROCKETMQ`` headers. Three servers, the same answers (one
+:class:`Responder`):
 
 - ``trio``: one task a connection, waiting with ``trio.lowlevel.wait_readable`` (trio's run
   loop and its one-shot ``epoll`` registration re-armed every wait), as a hanet service waits;
 - ``epoll``: a plain ``select.epoll`` loop, each socket registered once (level-triggered), so
   one ``epoll_wait``, one ``recv_into`` and one ``send`` a request: what trio's pass costs set
-  against ``trio``.
+  against ``trio``;
+- ``hanet``: hanet's own framework, as the broker port is served: ``hanet.boot.serve_on``, a
+  channel a connection whose pipeline is ``remoting_pipeline()`` (frame decoder and command
+  decoder, encoder) and one :class:`FloorHandler` that writes each decoded request's answer and
+  flushes when the read completes: what hanet's channel, pipeline and remoting codec cost a
+  send, between ``trio`` and the broker.
 
 A frame that does not decode closes its connection with the reason on stderr.
 """
@@ -34,16 +42,22 @@ import re
 import select
 import socket
 import sys
+from functools import partial
+from typing import Any
 
 import trio
 
+from hanet.boot import serve_on
 from hanet.broker import stored_answer
+from hanet.channel import ChannelInboundHandler, HandlerContext, StreamChannel
+from hanet.handlers import DecoderError
 from hanet.protocol import (
     MASTER_ID,
     MAX_FRAME_LENGTH,
     BrokerData,
     MessageId,
     QueueData,
+    RemotingCommand,
     RemotingCommandError,
     RequestCode,
     ResponseCode,
@@ -52,10 +66,11 @@ from hanet.protocol import (
     TopicRouteData,
     decode_command,
     encode_command,
+    remoting_pipeline,
     route_standard_json,
 )
 
-RESPONDERS = ("trio", "epoll")
+RESPONDERS = ("trio", "epoll", "hanet")
 QUEUES = 8
 CLUSTER = "FloorCluster"
 BROKER_NAME = "floor-broker"
@@ -150,6 +165,17 @@ class Responder:
             request = decode_command(frame)
         except RemotingCommandError as error:
             raise FloorError(str(error)) from None
+        answer = self.answer(request, len(frame))
+        return encode_command(answer) if isinstance(answer, RemotingCommand) else answer
+
+    def answer(self, request: RemotingCommand, size: int) -> RemotingCommand | bytes | None:
+        """The answer to a decoded request that took ``size`` bytes (a message id's offset
+        moves by that much): a send's in a JSON header as :func:`~hanet.broker.stored_answer`'s
+        frame, the broker's; any other as a command; None for a oneway request or an answer.
+
+        Raises:
+            FloorError: a send whose queue id is not a number.
+        """
         if request.is_response or request.is_oneway:
             return None
         queue_key = _QUEUE_KEYS.get(request.code)
@@ -158,13 +184,15 @@ class Responder:
                 queue_id = int(request.fields.get(queue_key, "0"))
             except ValueError:
                 raise FloorError(f"a send's queue id is {request.fields[queue_key]!r}") from None
-            msg_id, queue_offset = self._store(queue_id, len(frame))
+            msg_id, queue_offset = self._store(queue_id, size)
+            if request.serialize_type is SerializeType.JSON:
+                return stored_answer(request.opaque, msg_id, queue_id, queue_offset)
             fields = SendMessageResponseHeader(msg_id, queue_id, queue_offset).to_fields()
-            return encode_command(request.response(ResponseCode.SUCCESS, None, fields))
+            return request.response(ResponseCode.SUCCESS, None, fields)
         body = b""
         if request.code == RequestCode.GET_ROUTEINFO_BY_TOPIC:
             body = self._routes[route_standard_json(request.version)]
-        return encode_command(request.response(ResponseCode.SUCCESS, None, None, body))
+        return request.response(ResponseCode.SUCCESS, None, None, body)
 
 
 class Connection:
@@ -279,6 +307,60 @@ async def serve_trio(listener: socket.socket, responder: Responder, stop_fd: int
     return accepted
 
 
+class FloorHandler(ChannelInboundHandler):
+    """The ``hanet`` responder's one handler, after :func:`~hanet.protocol.remoting_pipeline`'s:
+    each decoded request answered by the :class:`Responder` (written, not flushed), the
+    answers of a read flushed when it completes. Sharable: one serves every connection."""
+
+    sharable = True
+
+    def __init__(self, responder: Responder) -> None:
+        self._responder = responder
+        self.connections = 0
+
+    def channel_active(self, ctx: HandlerContext) -> None:
+        self.connections += 1
+        ctx.fire_channel_active()
+
+    def channel_read(self, ctx: HandlerContext, msg: Any) -> None:
+        answer = self._responder.answer(msg, len(msg.body))
+        if answer is not None:
+            ctx.write(answer)
+
+    def channel_read_complete(self, ctx: HandlerContext) -> None:
+        ctx.flush()
+
+    def exception_caught(self, ctx: HandlerContext, exc: BaseException) -> None:
+        if isinstance(exc, DecoderError | FloorError):
+            print(f"floor: connection closed: {exc}", file=sys.stderr, flush=True)
+            ctx.flush()  # the answers to the requests before it
+            ctx.close(f"malformed frame: {exc}")
+        else:
+            ctx.fire_exception_caught(exc)
+
+
+async def serve_hanet(listener: socket.socket, responder: Responder, stop_fd: int) -> int:
+    """:func:`serve_epoll` on hanet's framework: :func:`~hanet.boot.serve_on`, a channel a
+    connection whose pipeline is :func:`~hanet.protocol.remoting_pipeline` and a
+    :class:`FloorHandler`."""
+    handler = FloorHandler(responder)
+
+    def initialize(channel: StreamChannel) -> None:
+        for name, codec in remoting_pipeline():
+            channel.pipeline.add_last(codec, name)
+        channel.pipeline.add_last(handler, "floor")
+
+    listeners = [trio.SocketListener(trio.socket.from_stdlib_socket(listener))]
+    async with trio.open_nursery() as nursery:
+        await nursery.start(partial(serve_on, initialize, listeners, name="floor"))
+        while True:
+            await trio.lowlevel.wait_readable(stop_fd)
+            if not os.read(stop_fd, 4096):
+                nursery.cancel_scope.cancel()
+                break
+    return handler.connections
+
+
 def main(kind: str) -> None:
     if kind not in RESPONDERS:
         sys.exit(f"unknown responder {kind!r}: want {' or '.join(RESPONDERS)}")
@@ -288,11 +370,12 @@ def main(kind: str) -> None:
     responder = Responder(address)
     print(json.dumps({"responder": kind, "address": address, "pid": os.getpid()}), flush=True)
     stop_fd = sys.stdin.fileno()
+    serving = (listener, responder, stop_fd)
     with listener:
         if kind == "epoll":
             accepted = serve_epoll(listener, responder, stop_fd)
         else:
-            accepted = trio.run(serve_trio, listener, responder, stop_fd)
+            accepted = trio.run(serve_hanet if kind == "hanet" else serve_trio, *serving)
     print(json.dumps({"answered_sends": responder.sends, "connections": accepted}), flush=True)
 
 

@@ -41,9 +41,11 @@ mapping as hanet writes them), so both readings are checked against it: all priv
 and the anonymous part alone.
 
 ``--floor`` also runs, in every round, the C++ client's send phase (the same command) against
-bare responders of ``bench/_floor.py`` (a trio server and a plain ``epoll`` loop, each name
-server and broker in one, answering without storing anything), their CPU measured as the
-broker's: how far the broker is from a server that does no work (JSON ``floor``).
+the responders of ``bench/_floor.py``, each name server and broker in one, answering without
+storing anything: two bare ones (a trio server and a plain ``epoll`` loop) and ``hanet`` (the
+same answers through hanet's channel, pipeline and remoting codec), their CPU measured as the
+broker's: how far the broker is from a server that does no work, and how much of that is
+the framework's (JSON ``floor``).
 
 A table for humans, then the last line is one JSON object with every figure.
 """
@@ -478,9 +480,13 @@ async def one_client(
     }
 
 
-# --- the floor: the C++ client's sends against bare responders ----------------------------------
+# --- the floor: the C++ client's sends against responders that store nothing --------------------
 
-FLOOR_RESPONDERS = {name: f"bare {name} responder, C++ 1 thread" for name in _floor.RESPONDERS}
+FLOOR_LABELS = {name: name if name == "hanet" else f"bare {name}" for name in _floor.RESPONDERS}
+"""Each responder's name in the output: the bare trio and epoll servers, hanet's framework."""
+FLOOR_RESPONDERS = {
+    name: f"{label} responder, C++ 1 thread" for name, label in FLOOR_LABELS.items()
+}
 _SEND_FIGURES = ("msgs_per_sec", "p50_ms", "p99_ms")
 _CPU_FIGURES = ("cpu_us_per_msg", "user_us_per_msg", "system_us_per_msg")
 
@@ -499,8 +505,8 @@ async def _line(stream: trio.abc.ReceiveStream, pending: bytearray) -> dict[str,
 
 
 async def floor_run(responder: str, seconds: float) -> dict[str, Any]:
-    """The C++ client's send phase (the same command as against hanet) against a bare
-    responder of ``bench/_floor.py`` in a child process, acting as its name server and broker;
+    """The C++ client's send phase (the same command as against hanet) against a responder
+    of ``bench/_floor.py`` in a child process, acting as its name server and broker;
     the responder's CPU and memory measured as the broker's are."""
     process = await trio.lowlevel.open_process(
         [sys.executable, str(FLOOR_SCRIPT), responder],
@@ -546,7 +552,7 @@ async def floor_run(responder: str, seconds: float) -> dict[str, Any]:
 async def floor_round(
     round_number: int, seconds: float, runs: list[dict[str, Any]]
 ) -> dict[str, Any]:
-    """Both responders, their order alternating by round; next to them, the C++ send figures
+    """Every responder, their order reversed every other round; next to them, the C++ send figures
     of this tree's broker in the same round (when it ran)."""
     order = list(FLOOR_RESPONDERS) if round_number % 2 else list(FLOOR_RESPONDERS)[::-1]
     figures = {name: await floor_run(name, seconds) for name in order}
@@ -592,9 +598,9 @@ def _print_floor(entry: dict[str, Any]) -> None:
             f"{f[f'{who}_system_us_per_msg']} sys)"
         )
 
-    parts = [f"bare {name} {figures(entry[name], 'responder')}" for name in FLOOR_RESPONDERS]
+    parts = [f"{FLOOR_LABELS[name]} {figures(entry[name], 'responder')}" for name in FLOOR_LABELS]
     if "broker" in entry:
-        parts.append(f"hanet {figures(entry['broker'], 'broker')}")
+        parts.append(f"broker {figures(entry['broker'], 'broker')}")
     load = entry[next(iter(FLOOR_RESPONDERS))]["loadavg"][0]
     print(f"round {entry['round']} floor: {'; '.join(parts)}; load {load}", flush=True)
 
@@ -643,7 +649,7 @@ def top_of_profile(path: Path, count: int = 15) -> dict[str, Any]:
 
 def _table(runs: list[dict[str, Any]], floors: list[dict[str, Any]]) -> None:
     """Every run's phases (then the floor's, per round): the server's CPU is the broker's, or
-    the bare responder's; ``us/msg`` its CPU a message, ``user`` and ``sys`` that split."""
+    the floor responder's; ``us/msg`` its CPU a message, ``user`` and ``sys`` that split."""
     print()
     print(
         f"{'run':<48}{'msgs/s':>9}{'p50 ms':>9}{'p99 ms':>9}{'server CPU':>12}"
@@ -840,8 +846,9 @@ if __name__ == "__main__":
     parser.add_argument(
         "--floor",
         action="store_true",
-        help="in every round, also run the C++ client's sends against bare responders (a trio "
-        "server and an epoll loop, name server and broker in one, doing no work)",
+        help="in every round, also run the C++ client's sends against responders that store "
+        "nothing (a bare trio server, an epoll loop, and hanet's pipeline and codec; name "
+        "server and broker in one)",
     )
     parser.add_argument(
         "--ab",

@@ -1,6 +1,8 @@
-"""``bench/clients.py --floor``: the C++ client's sends against bare responders
-(``bench/_floor.py``), name server and broker in one process, that store nothing. First their
-answers to the C++ client's own captured frames, then a short run of the bench."""
+"""``bench/clients.py --floor``: the C++ client's sends against responders
+(``bench/_floor.py``), name server and broker in one process, that store nothing: the bare
+ones' raw frame path, and the ``hanet`` one's pipeline (``remoting_pipeline()`` and its
+``FloorHandler``, driven in an ``EmbeddedChannel``). First their answers to the C++ client's
+own captured frames, then a short run of the bench."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ import pytest
 from bench_support import run_bench
 from interop_support import cpp_client_unavailable_reason
 
+from hanet.channel import EmbeddedChannel
 from hanet.protocol import (
     FLAG_RESPONSE,
     RemotingCommand,
@@ -23,6 +26,7 @@ from hanet.protocol import (
     TopicRouteData,
     decode_command,
     encode_command,
+    remoting_pipeline,
 )
 from hanet.testing import cli_flags
 
@@ -48,17 +52,45 @@ def _cpp_frames() -> list[bytes]:
     return [bytes.fromhex(line) for line in lines if line.strip() and not line.startswith("#")]
 
 
-def _answer(frames: list[bytes]) -> tuple[list[RemotingCommand], int, Any]:
+PATHS = ("frames", "hanet")
+"""How the responders are fed: whole frames into ``Responder.answers`` (the bare trio and epoll
+servers), or bytes into the ``hanet`` responder's pipeline."""
+
+
+def _hanet_channel(responder: Any) -> Any:
+    handlers = [handler for _, handler in remoting_pipeline()]
+    return EmbeddedChannel(*handlers, floor.FloorHandler(responder))
+
+
+def _split(data: bytes) -> list[RemotingCommand]:
+    commands, at = [], 0
+    while at < len(data):
+        total = int.from_bytes(data[at : at + 4], "big")
+        commands.append(decode_command(data[at + 4 : at + 4 + total]))
+        at += 4 + total
+    return commands
+
+
+def _flushed(channel: Any) -> bytes:
+    return b"".join(bytes(channel.read_outbound()) for _ in range(len(channel.outbound_messages)))
+
+
+def _answer(frames: list[bytes], path: str = "frames") -> tuple[list[RemotingCommand], int, Any]:
     responder = floor.Responder(ADDRESS)
     buffer = bytearray(b"".join(frames))
+    if path == "hanet":
+        channel = _hanet_channel(responder)
+        channel.write_inbound(bytes(buffer))
+        return _split(_flushed(channel)), len(buffer), responder
     answers, used = responder.answers(buffer, len(buffer))
     return [decode_command(a[4:]) for a in answers], used, responder
 
 
-def test_the_cpp_clients_requests_are_each_answered_success_with_their_opaque() -> None:
+@pytest.mark.parametrize("path", PATHS)
+def test_the_cpp_clients_requests_are_each_answered_success_with_their_opaque(path: str) -> None:
     frames = _cpp_frames()
     requests = [decode_command(frame[4:]) for frame in frames]
-    answers, used, responder = _answer(frames)
+    answers, used, responder = _answer(frames, path)
     assert used == sum(map(len, frames)) and len(answers) == len(requests)
     for request, answer in zip(requests, answers, strict=True):
         assert answer.opaque == request.opaque and answer.flag & FLAG_RESPONSE
@@ -73,10 +105,11 @@ def test_the_cpp_clients_requests_are_each_answered_success_with_their_opaque() 
     assert len({a.fields["msgId"] for a in sends}) == 3
 
 
-def test_a_route_names_the_responder_itself_as_every_topics_master() -> None:
+@pytest.mark.parametrize("path", PATHS)
+def test_a_route_names_the_responder_itself_as_every_topics_master(path: str) -> None:
     frames = _cpp_frames()
     requests = [decode_command(frame[4:]) for frame in frames]
-    answers, _, _ = _answer(frames)
+    answers, _, _ = _answer(frames, path)
     routes = [
         a
         for r, a in zip(requests, answers, strict=True)
@@ -89,7 +122,8 @@ def test_a_route_names_the_responder_itself_as_every_topics_master() -> None:
         assert [(q.read_queue_nums, q.write_queue_nums) for q in route.queue_datas] == [(8, 8)]
 
 
-def test_sends_count_their_queue_offsets_whatever_their_header_kind() -> None:
+@pytest.mark.parametrize("path", PATHS)
+def test_sends_count_their_queue_offsets_whatever_their_header_kind(path: str) -> None:
     """V1 and V2 (one-letter fields) in JSON and in RocketMQ's binary header: the same answer
     fields; queue offsets grow per queue."""
     frames = [
@@ -106,7 +140,7 @@ def test_sends_count_their_queue_offsets_whatever_their_header_kind() -> None:
             start=7,
         )
     ]
-    answers, _, responder = _answer(frames)
+    answers, _, responder = _answer(frames, path)
     assert [a.opaque for a in answers] == [7, 8, 9, 10]
     assert [a.fields["queueId"] for a in answers] == ["3"] * 4
     assert [a.fields["queueOffset"] for a in answers] == ["0", "1", "2", "3"]
@@ -132,15 +166,63 @@ def test_a_frame_length_out_of_range_is_refused() -> None:
         responder.answers(buffer, len(buffer))
 
 
+def test_the_hanet_responder_writes_a_reads_answers_and_flushes_them_when_it_completes() -> None:
+    frames = _cpp_frames()
+    responder = floor.Responder(ADDRESS)
+    handler = floor.FloorHandler(responder)
+    channel = EmbeddedChannel(*(h for _, h in remoting_pipeline()), handler)
+    assert handler.connections == 1
+    channel.write_one_inbound(b"".join(frames[:4]))
+    assert not channel.outbound_messages  # written, not flushed yet
+    channel.flush_inbound()
+    assert [a.opaque for a in _split(_flushed(channel))] == [
+        decode_command(f[4:]).opaque for f in frames[:4]
+    ]
+
+
+def test_the_hanet_responder_skips_a_oneway_request_and_waits_for_a_cut_frame() -> None:
+    oneway = encode_command(RemotingCommand.request(RequestCode.HEART_BEAT, oneway=True))
+    send = encode_command(RemotingCommand.request(RequestCode.SEND_MESSAGE, {"queueId": "0"}))
+    responder = floor.Responder(ADDRESS)
+    channel = _hanet_channel(responder)
+    channel.write_inbound(oneway + send[:-1])
+    assert _flushed(channel) == b"" and responder.sends == 0
+    channel.write_inbound(send[-1:])
+    (answer,) = _split(_flushed(channel))
+    assert answer.code == ResponseCode.SUCCESS and answer.fields["queueOffset"] == "0"
+
+
+_BAD_SEND = RemotingCommand.request(RequestCode.SEND_MESSAGE, {"queueId": "x"})
+
+
+@pytest.mark.parametrize(
+    ("bad", "reason"),
+    [
+        ((1 << 30).to_bytes(4, "big") + bytes(8), "exceeds"),
+        (encode_command(_BAD_SEND), "queue id is 'x'"),
+    ],
+)
+def test_the_hanet_responder_closes_a_connection_whose_frame_it_cannot_read(
+    bad: bytes, reason: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    send = encode_command(RemotingCommand.request(RequestCode.SEND_MESSAGE, {"queueId": "0"}))
+    responder = floor.Responder(ADDRESS)
+    channel = _hanet_channel(responder)
+    channel.write_inbound(send + bad)
+    assert len(_split(_flushed(channel))) == 1  # the send before it is answered
+    assert not channel.is_open and reason in (channel.close_reason or "")
+    assert "floor: connection closed" in capsys.readouterr().err
+
+
 @pytest.mark.slow
-def test_the_bench_sends_to_both_responders_beside_the_broker() -> None:
+def test_the_bench_sends_to_every_responder_beside_the_broker() -> None:
     reason = cpp_client_unavailable_reason()
     if reason is not None:
         pytest.skip(f"C++ client unavailable: {reason}")
     flags = cli_flags(clients="cpp", seconds=1, file_size="4M")
     result = run_bench("clients.py", [*flags, "--floor"])
     (entry,) = result["floor"]
-    for name in ("trio", "epoll"):
+    for name in ("trio", "epoll", "hanet"):
         figures = entry[name]
         assert figures["sent"] > 0 and figures["failed"] == 0
         assert figures["answered_sends"] >= figures["sent"]
