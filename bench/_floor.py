@@ -48,7 +48,7 @@ from typing import Any
 import trio
 
 from hanet.boot import serve_on
-from hanet.broker import stored_answer
+from hanet.broker import SERVER_CHANNEL_MAX_IDLE, stored_answer
 from hanet.channel import ChannelInboundHandler, HandlerContext, StreamChannel
 from hanet.handlers import DecoderError
 from hanet.protocol import (
@@ -309,8 +309,9 @@ async def serve_trio(listener: socket.socket, responder: Responder, stop_fd: int
 
 class FloorHandler(ChannelInboundHandler):
     """The ``hanet`` responder's one handler, after :func:`~hanet.protocol.remoting_pipeline`'s:
-    each decoded request answered by the :class:`Responder` (written, not flushed), the
-    answers of a read flushed when it completes. Sharable: one serves every connection."""
+    each decoded request answered by the :class:`Responder` (written, not flushed; a message
+    id's offset moves by a send's body size, the frame's not being known here), the answers of
+    a read flushed when it completes. Sharable: one serves every connection."""
 
     sharable = True
 
@@ -340,9 +341,9 @@ class FloorHandler(ChannelInboundHandler):
 
 
 async def serve_hanet(listener: socket.socket, responder: Responder, stop_fd: int) -> int:
-    """:func:`serve_epoll` on hanet's framework: :func:`~hanet.boot.serve_on`, a channel a
-    connection whose pipeline is :func:`~hanet.protocol.remoting_pipeline` and a
-    :class:`FloorHandler`."""
+    """:func:`serve_epoll` on hanet's framework, as the broker port serves (its idle timeout
+    too): :func:`~hanet.boot.serve_on`, a channel a connection whose pipeline is
+    :func:`~hanet.protocol.remoting_pipeline` and a :class:`FloorHandler`."""
     handler = FloorHandler(responder)
 
     def initialize(channel: StreamChannel) -> None:
@@ -352,7 +353,11 @@ async def serve_hanet(listener: socket.socket, responder: Responder, stop_fd: in
 
     listeners = [trio.SocketListener(trio.socket.from_stdlib_socket(listener))]
     async with trio.open_nursery() as nursery:
-        await nursery.start(partial(serve_on, initialize, listeners, name="floor"))
+        await nursery.start(
+            partial(
+                serve_on, initialize, listeners, name="floor", idle_timeout=SERVER_CHANNEL_MAX_IDLE
+            )
+        )
         while True:
             await trio.lowlevel.wait_readable(stop_fd)
             if not os.read(stop_fd, 4096):
@@ -370,12 +375,12 @@ def main(kind: str) -> None:
     responder = Responder(address)
     print(json.dumps({"responder": kind, "address": address, "pid": os.getpid()}), flush=True)
     stop_fd = sys.stdin.fileno()
-    serving = (listener, responder, stop_fd)
     with listener:
         if kind == "epoll":
             accepted = serve_epoll(listener, responder, stop_fd)
         else:
-            accepted = trio.run(serve_hanet if kind == "hanet" else serve_trio, *serving)
+            serve = serve_hanet if kind == "hanet" else serve_trio
+            accepted = trio.run(serve, listener, responder, stop_fd)
     print(json.dumps({"answered_sends": responder.sends, "connections": accepted}), flush=True)
 
 
