@@ -272,6 +272,39 @@ async def test_sends_before_a_malformed_frame_are_stored_and_answered(tmp_path: 
         nursery.cancel_scope.cancel()
 
 
+async def test_requests_before_a_malformed_frame_are_answered(tmp_path: Path) -> None:
+    """A request answered in the same read as a frame that closes the connection (here a
+    GET_MAX_OFFSET after a send, with no send waiting when the bad frame comes) still gets its
+    answer before the close."""
+    config = BrokerConfig(
+        store_path_root_dir=tmp_path,
+        listen_port=0,
+        ha_listen_port=0,
+        mapped_file_size_commit_log=FILE,
+    )
+    async with trio.open_nursery() as nursery:
+        broker = Broker(config)
+        await nursery.start(broker.run)
+        channel = EmbeddedChannel()
+        broker.port.initialize(cast(Any, channel))
+        max_offset = RemotingCommand(
+            RequestCode.GET_MAX_OFFSET, opaque=7, ext_fields={"topic": "PathTopic", "queueId": "3"}
+        )
+        too_long = struct.pack(">I", 0x7FFFFFFF) + b"\x00" * 8  # over the frame limit
+        channel.write_inbound(_send_frame(1, 3) + encode_command(max_offset) + too_long)
+        out = b""
+        while (chunk := channel.read_outbound()) is not None:
+            out += bytes(chunk)
+        answers = _answers(out)
+        assert [(a.opaque, a.code) for a in answers] == [
+            (1, ResponseCode.SUCCESS),
+            (7, ResponseCode.SUCCESS),
+        ]
+        assert answers[1].fields["offset"] == "1"  # it saw the send before it
+        assert not channel.is_open
+        nursery.cancel_scope.cancel()
+
+
 async def test_a_refusal_among_a_reads_sends_keeps_its_place_in_one_put(tmp_path: Path) -> None:
     config = BrokerConfig(
         store_path_root_dir=tmp_path,
