@@ -1,7 +1,7 @@
 """Real RocketMQ clients against ``hanet master``: sends of 1 KiB messages, then a pull drain.
 
 Run: ``.venv/bin/python bench/clients.py [--seconds S] [--clients alions,cpp] [--queues N]
-[--rounds R] [--ab DIR] [--floor]``
+[--rounds R] [--ab DIR] [--floor] [--busy-cpus]``
 
 For each client a fresh ``hanet namesrv`` and ``hanet master`` (ASYNC_MASTER, ASYNC_FLUSH) start
 as processes, with the bench topic in the master's ``config/topics.json``. The client sends
@@ -46,6 +46,12 @@ storing anything: two bare ones (a trio server and a plain ``epoll`` loop) and `
 same answers through hanet's channel, pipeline and remoting codec), their CPU measured as the
 broker's: how far the broker is from a server that does no work, and how much of that is
 the framework's (JSON ``floor``).
+
+``--busy-cpus`` runs, beside every send phase, one busy loop a CPU at the lowest priority
+(nice 19): the CPUs no longer idle between round trips. With one send in flight a round trip
+is the client's CPU then the server's, one after the other, and on these VMs waking an idle
+CPU costs enough to move the C++ row by 10-20 %: run with and without it to see how much of a
+difference between figures is the machine's state rather than the server's work.
 
 A table for humans, then the last line is one JSON object with every figure.
 """
@@ -255,8 +261,29 @@ def unavailable(client: str) -> str | None:
     return cpp_client_unavailable_reason()
 
 
+BUSY_LOOP = "while True: pass  # bench/clients.py --busy-cpus"
+"""What each of ``--busy-cpus``'s processes runs (with ``nice -n 19``: the lowest priority)."""
+
+_busy_cpus = False  # --busy-cpus (set once by main)
+
+
 async def run_sends(cmd: list[str], seconds: float) -> dict[str, Any]:
-    return await _alions.run_bench(cmd)  # either driver prints the same bench line
+    """Run a driver's bench command; its bench line. With ``--busy-cpus``, one busy loop a
+    CPU at the lowest priority (nice 19) runs beside it."""
+    if not _busy_cpus:
+        return await _alions.run_bench(cmd)  # either driver prints the same bench line
+    loops = []
+    try:
+        for _ in range(os.cpu_count() or 1):
+            command = ["nice", "-n", "19", sys.executable, "-c", BUSY_LOOP]
+            loops.append(await trio.lowlevel.open_process(command))
+        return await _alions.run_bench(cmd)
+    finally:
+        for loop in loops:
+            loop.kill()
+        with trio.CancelScope(shield=True):
+            for loop in loops:
+                await loop.wait()
 
 
 async def drain(address: tuple[str, int], queues: int) -> dict[str, Any]:
@@ -733,6 +760,8 @@ def _figure(value: float) -> str:
 
 
 async def main(args: argparse.Namespace) -> None:
+    global _busy_cpus
+    _busy_cpus = args.busy_cpus
     runs: list[dict[str, Any]] = []
     floors: list[dict[str, Any]] = []
     skipped: dict[str, str] = {}
@@ -815,6 +844,7 @@ async def main(args: argparse.Namespace) -> None:
                 "cpus": os.cpu_count(),
                 "rounds": args.rounds,
                 "ab": str(args.ab) if args.ab else None,
+                "busy_cpus": args.busy_cpus,
                 "runs": runs,
                 "compared": compared,
                 "floor": floors if args.floor else None,
@@ -849,6 +879,12 @@ if __name__ == "__main__":
         help="in every round, also run the C++ client's sends against responders that store "
         "nothing (a bare trio server, an epoll loop, and hanet's pipeline and codec; name "
         "server and broker in one)",
+    )
+    parser.add_argument(
+        "--busy-cpus",
+        action="store_true",
+        help="during every send phase, keep each CPU from idling with a busy loop at nice 19 "
+        "(the row's figures depend on whether the CPUs idle between round trips)",
     )
     parser.add_argument(
         "--ab",
