@@ -11,7 +11,9 @@ status or an error is not (it may or may not be stored: both are allowed).
 
 Once the kills are done and the putters stopped, everything the last leader serves is read
 (pulls of every queue), and the run fails (exit 1), naming them, if any acknowledged body is
-missing, or if a body the client sent only once is stored twice. Also reported: unacknowledged
+missing, if a body the client sent only once is stored twice, or if a body stored twice carries
+two ``UNIQ_KEY`` values (a put sent again keeps its own, so that consumers can tell the copy
+by its message id). Also reported: unacknowledged
 puts stored anyway, and bodies stored twice after the client sent them again (at least once
 is what a client that resends after a lost connection promises). ``--in-flight 1`` is the
 sequential mode: one put in flight at each kill at most.
@@ -48,9 +50,11 @@ from hanet.client import BrokerClient, BrokerRequestError, FailoverClient, PutSt
 QUEUES = 64  # at most: the pulls stop at the first queue the broker refuses as illegal
 
 
-async def served(address: tuple[str, int]) -> Counter[bytes]:
-    """Every body of topic ``T`` the broker at ``address`` serves, with how often."""
+async def served(address: tuple[str, int]) -> tuple[Counter[bytes], dict[bytes, set[str]]]:
+    """Every body of topic ``T`` the broker at ``address`` serves, with how often, and the
+    ``UNIQ_KEY`` values each was stored with."""
     bodies: Counter[bytes] = Counter()
+    ids: dict[bytes, set[str]] = {}
     async with BrokerClient.connect(*address) as client:
         for queue in range(QUEUES):
             offset = 0
@@ -59,13 +63,15 @@ async def served(address: tuple[str, int]) -> Counter[bytes]:
                     result = await client.pull("T", queue, offset, 256)
                 except BrokerRequestError as exc:
                     if queue and "is illegal" in str(exc):
-                        return bodies  # past the topic's read queues
+                        return bodies, ids  # past the topic's read queues
                     raise
-                bodies.update(m.body for m in result.messages)
+                for m in result.messages:
+                    bodies[m.body] += 1
+                    ids.setdefault(m.body, set()).add(m.properties.get("UNIQ_KEY", ""))
                 if not result.messages or result.next_offset >= result.max_offset:
                     break
                 offset = result.next_offset
-    return bodies
+    return bodies, ids
 
 
 @dataclass
@@ -133,7 +139,7 @@ async def putter(index: int, addresses: list[tuple[str, int]], ledger: Ledger) -
 
 async def run(
     args: argparse.Namespace, root: Path, ledger: Ledger
-) -> tuple[list[float], Counter[bytes]]:
+) -> tuple[list[float], tuple[Counter[bytes], dict[bytes, set[str]]]]:
     group = Group(root, 3, election_timeout=args.election_timeout)
     group.start_all()
     times: list[float] = []
@@ -164,10 +170,10 @@ async def run(
                 group.start(old)
                 await trio.sleep(3 * args.election_timeout)
             ledger.stop = True  # the putters end with the put they are in
-        found = await served(group.brokers[await group.leader()])
+        stored = await served(group.brokers[await group.leader()])
     finally:
         group.stop_all()
-    return times, found
+    return times, stored
 
 
 def main() -> int:
@@ -190,7 +196,7 @@ def main() -> int:
     load = [os.getloadavg()[0]]
     failed = True
     try:
-        measured, found = trio.run(run, args, root, ledger)
+        measured, (found, ids) = trio.run(run, args, root, ledger)
         load.append(os.getloadavg()[0])
         times = sorted(measured)
         puts = ledger.puts
@@ -204,7 +210,10 @@ def main() -> int:
             b for b in twice if b in puts and puts[b].resent + puts[b].redirects == 0
         ]
         unknown = [b for b in found if b not in puts]
-        failed = bool(missing or twice_sent_once or unknown)
+        # a put sent again keeps its UNIQ_KEY: its copies are one message id, which a
+        # consumer can drop
+        twice_other_id = [b for b in twice if len(ids[b]) > 1]
+        failed = bool(missing or twice_sent_once or unknown or twice_other_id)
     finally:
         if failed:  # keep the nodes' logs for the evidence; drop the stores
             for node in root.iterdir():
@@ -245,6 +254,7 @@ def main() -> int:
         ("stored twice", str(len(twice))),
         ("stored twice, acknowledged", str(len(twice_acked))),
         ("stored twice, sent once", str(len(twice_sent_once))),
+        ("stored twice, another UNIQ_KEY", str(len(twice_other_id))),
         ("stored, never sent", str(len(unknown))),
         ("load average (1 min), start/end", f"{load[0]:.2f} / {load[-1]:.2f}"),
     ]
@@ -254,6 +264,7 @@ def main() -> int:
     for title, bodies in (
         ("MISSING (acknowledged)", missing),
         ("STORED TWICE, SENT ONCE", twice_sent_once),
+        ("STORED TWICE, ANOTHER UNIQ_KEY", twice_other_id),
         ("STORED, NEVER SENT", unknown),
         ("stored twice", [b for b in twice if b not in twice_sent_once]),
     ):
@@ -285,6 +296,7 @@ def main() -> int:
                 "duplicates": len(twice),
                 "duplicates_acknowledged": len(twice_acked),
                 "duplicates_sent_once": len(twice_sent_once),
+                "duplicates_with_another_id": len(twice_other_id),
                 "stored_never_sent": len(unknown),
                 "in_flight_at_kills": ledger.in_flight_at_kills,
                 "load1": [round(x, 2) for x in load],

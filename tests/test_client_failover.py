@@ -12,7 +12,7 @@ from broker_support import broker_status
 
 from hanet.boot import serve
 from hanet.channel import HandlerContext, StreamChannel
-from hanet.client import BrokerRequestError, FailoverClient, parse_broker_address
+from hanet.client import BrokerRequestError, FailoverClient, PutMessage, parse_broker_address
 from hanet.protocol import (
     DLedgerInfo,
     HanetRequestCode,
@@ -21,7 +21,9 @@ from hanet.protocol import (
     RequestCode,
     RequestProcessor,
     ResponseCode,
+    decode_batch,
     remoting_pipeline,
+    string_to_properties,
 )
 from hanet.store import PutStatus
 from hanet.testing import free_ports
@@ -173,6 +175,62 @@ async def test_a_put_whose_connection_is_lost_is_sent_again_and_counted() -> Non
             assert client.resent == 1 and client.redirects == 0
             await client.put("T", b"y")
             assert client.resent == 1
+        nursery.cancel_scope.cancel()
+
+
+def _unique_keys(request: RemotingCommand) -> list[str]:
+    """The ``UNIQ_KEY`` of each message a send request carries."""
+    if request.code == RequestCode.SEND_BATCH_MESSAGE:
+        return [m.properties["UNIQ_KEY"] for m in decode_batch(request.body)]
+    return [string_to_properties(request.fields["i"])["UNIQ_KEY"]]
+
+
+async def test_a_put_sent_again_keeps_its_unique_key() -> None:
+    """A put (and each message of a batch) sent again after its connection was lost carries
+    the ``UNIQ_KEY`` it carried the first time, as a RocketMQ producer's retries do: stored
+    twice, it is one message id twice. The next put gets a new one; a caller's own is kept."""
+    seen: list[tuple[str, list[str]]] = []
+
+    def vanish(ctx: HandlerContext, request: RemotingCommand) -> RemotingCommand | None:
+        seen.append(("lost", _unique_keys(request)))
+        ctx.close("gone mid-put")
+        return None
+
+    def store(ctx: HandlerContext, request: RemotingCommand) -> RemotingCommand:
+        keys = _unique_keys(request)
+        seen.append(("stored", keys))
+        fields = {"msgId": ",".join(keys), "queueId": 0, "queueOffset": 0}
+        return request.response(ResponseCode.SUCCESS, None, fields)
+
+    def node(processor: RequestProcessor) -> partial[object]:
+        def init(channel: StreamChannel) -> None:
+            for handler_name, handler in remoting_pipeline():
+                channel.pipeline.add_last(handler, handler_name)
+            codes = (RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE)
+            channel.pipeline.add_last(RemotingDispatcher(dict.fromkeys(codes, processor)))
+
+        return partial(serve, init, 0, host="127.0.0.1")
+
+    async with trio.open_nursery() as nursery:
+        addresses = []
+        for processor in (vanish, store):
+            server = await nursery.start(node(processor))
+            addresses.append((str(server.addresses[0][0]), int(server.addresses[0][1])))
+        async with FailoverClient.connect(addresses) as client:
+            assert (await client.put("T", b"x")).ok
+            assert [what for what, _ in seen] == ["lost", "stored"]
+            assert seen[0][1] == seen[1][1]
+            first = seen[1][1]
+            assert (await client.put("T", b"y")).ok  # to the second node now
+            assert seen[2][1] != first
+            own = await client.put("T", b"z", properties={"UNIQ_KEY": "MINE", "a": "b"})
+            assert own.ok and seen[3][1] == ["MINE"]
+        seen.clear()
+        async with FailoverClient.connect(addresses) as client:
+            batch = [PutMessage("T", b"1", queue_id=0), PutMessage("T", b"2", queue_id=0)]
+            assert all(reply.ok for reply in await client.put_batch(batch))
+            assert [what for what, _ in seen] == ["lost", "stored"]
+            assert seen[0][1] == seen[1][1] and len(set(seen[1][1])) == 2
         nursery.cancel_scope.cancel()
 
 

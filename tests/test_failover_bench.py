@@ -18,6 +18,7 @@ def test_two_kills_with_puts_in_flight_lose_nothing_acknowledged() -> None:
     assert result["kills"] == 2 and result["in_flight"] == 8
     assert result["acknowledged"] > 0 and result["missing"] == 0
     assert result["duplicates_sent_once"] == 0 and result["stored_never_sent"] == 0
+    assert result["duplicates_with_another_id"] == 0
     # Puts were in flight when the leader died: the kills were not between puts.
     assert max(result["in_flight_at_kills"]) >= 1
     assert result["max_s"] > 0 and len(result["load1"]) == 2

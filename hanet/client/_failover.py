@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
+import attrs
 import trio
 
 from hanet.channel import parse_address
 from hanet.errors import ConfigError
-from hanet.protocol import BrokerStatus, ResponseCode
+from hanet.protocol import BrokerStatus, MessageProperty, ResponseCode
 from hanet.store import PutStatus
 
 from ._broker import (
@@ -20,6 +21,7 @@ from ._broker import (
     BrokerError,
     BrokerRequestError,
     PullResult,
+    _unique_ids,
 )
 from ._messages import PutMessage, PutReply
 
@@ -43,8 +45,10 @@ class FailoverClient:
       status.
     - With more than one address, a lost or refused connection moves on to the next address and
       the request is sent again: a put whose connection was lost may then be stored twice (at
-      least once), never silently lost. A put answered FLUSH_SLAVE_TIMEOUT (no quorum in
-      time) is returned as it is: the outcome is unknown.
+      least once), never silently lost. Every time a put is sent it carries the same
+      ``UNIQ_KEY`` (the message id RocketMQ's consumers see), as a RocketMQ producer's retries
+      do, so a consumer can tell the second copy. A put answered FLUSH_SLAVE_TIMEOUT (no quorum
+      in time) is returned as it is: the outcome is unknown.
 
     Safe to share between tasks of one trio run.
     """
@@ -208,14 +212,22 @@ class FailoverClient:
                 await trio.sleep(0.05)
 
     async def put(self, topic: str, body: bytes, **kwargs: Any) -> PutReply:
-        """:meth:`BrokerClient.put` on the leader (see the class docstring)."""
+        """:meth:`BrokerClient.put` on the leader (see the class docstring), with one
+        ``UNIQ_KEY`` however often it is sent (the caller's, when ``properties`` has one)."""
+        kwargs["properties"] = _keyed(kwargs.get("properties"))
         replies: list[PutReply] = await self._retrying(
             lambda c: self._refused(c.put(topic, body, **kwargs))
         )
         return replies[0]
 
     async def put_batch(self, messages: Sequence[PutMessage]) -> list[PutReply]:
-        """:meth:`BrokerClient.put_batch` on the leader (see the class docstring)."""
+        """:meth:`BrokerClient.put_batch` on the leader (see the class docstring), each
+        message with one ``UNIQ_KEY`` however often it is sent (its own, when its
+        ``properties`` have one)."""
+        messages = [
+            attrs.evolve(m, properties=((MessageProperty.UNIQ_KEY, _unique_ids()), *m.properties))
+            for m in messages
+        ]
         replies: list[PutReply] = await self._retrying(
             lambda c: self._refused(c.put_batch(messages))
         )
@@ -249,6 +261,15 @@ class FailoverClient:
         """:meth:`BrokerClient.status` of the current broker."""
         status: BrokerStatus = await self._retrying(lambda c: c.status())
         return status
+
+
+def _keyed(properties: Mapping[str, str] | None) -> dict[str, str]:
+    """``properties`` with a new ``UNIQ_KEY`` unless they have one (the put's properties keep
+    their order: the producer's ``UNIQ_KEY`` comes where it always does)."""
+    keyed = {MessageProperty.UNIQ_KEY.value: _unique_ids()}
+    if properties:
+        keyed.update(properties)
+    return keyed
 
 
 _LEADER = re.compile(r"leader\b.*?(\[[0-9a-fA-F:]+\]:\d+|[\w.-]+:\d+)")
