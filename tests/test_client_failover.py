@@ -4,7 +4,9 @@ refusals followed to the leader they name, two nodes naming each other."""
 from __future__ import annotations
 
 import json
+from collections.abc import Coroutine
 from functools import partial
+from typing import Any
 
 import pytest
 import trio
@@ -202,7 +204,7 @@ async def test_a_put_sent_again_keeps_its_unique_key() -> None:
         fields = {"msgId": ",".join(keys), "queueId": 0, "queueOffset": 0}
         return request.response(ResponseCode.SUCCESS, None, fields)
 
-    def node(processor: RequestProcessor) -> partial[object]:
+    def node(processor: RequestProcessor) -> partial[Coroutine[Any, Any, None]]:
         def init(channel: StreamChannel) -> None:
             for handler_name, handler in remoting_pipeline():
                 channel.pipeline.add_last(handler, handler_name)
