@@ -50,8 +50,8 @@ the framework's (JSON ``floor``).
 ``--busy-cpus`` runs, beside every send phase, one busy loop a CPU at the lowest priority
 (nice 19): the CPUs no longer idle between round trips. With one send in flight a round trip
 is the client's CPU then the server's, one after the other, and on these VMs waking an idle
-CPU costs enough to move the C++ row by 10-20 %: run with and without it to see how much of a
-difference between figures is the machine's state rather than the server's work.
+CPU costs enough to move the C++ row by 4-34 % (4 pairs): run with and without it to see how
+much of a difference between figures is the machine's state rather than the server's work.
 
 A table for humans, then the last line is one JSON object with every figure.
 """
