@@ -286,6 +286,19 @@ async def run_sends(cmd: list[str], seconds: float) -> dict[str, Any]:
                 await loop.wait()
 
 
+def send_figures(sent: dict[str, Any]) -> dict[str, Any]:
+    """A driver's bench line as the figures of a send phase."""
+    return {
+        "msgs_per_sec": sent.get("msgsPerSec"),
+        "sent": sent.get("sent"),
+        "failed": sent.get("failed"),
+        "p50_ms": sent.get("p50Ms"),
+        "p99_ms": sent.get("p99Ms"),
+        "in_flight": sent.get("inFlight"),
+        "seconds": sent.get("elapsedS"),
+    }
+
+
 async def drain(address: tuple[str, int], queues: int) -> dict[str, Any]:
     """Pulls every message of the topic's queues; msgs/s and each pull's latency."""
     latencies: list[float] = []
@@ -477,16 +490,7 @@ async def one_client(
     return {
         "client": client,
         "what": CLIENTS[client],
-        "send": {
-            "msgs_per_sec": sent.get("msgsPerSec"),
-            "sent": sent.get("sent"),
-            "failed": sent.get("failed"),
-            "p50_ms": sent.get("p50Ms"),
-            "p99_ms": sent.get("p99Ms"),
-            "in_flight": sent.get("inFlight"),
-            "seconds": sent.get("elapsedS"),
-            **sending.figures(sent.get("sent")),
-        },
+        "send": {**send_figures(sent), **sending.figures(sent.get("sent"))},
         "tree": str(tree) if tree else "this tree",
         "drain": {
             "how": "hanet BrokerClient.pull, 32 a pull (the tree's client, a child process)",
@@ -563,13 +567,7 @@ async def floor_run(responder: str, seconds: float) -> dict[str, Any]:
     return {
         "responder": responder,
         "what": FLOOR_RESPONDERS[responder],
-        "msgs_per_sec": sent.get("msgsPerSec"),
-        "sent": sent.get("sent"),
-        "failed": sent.get("failed"),
-        "p50_ms": sent.get("p50Ms"),
-        "p99_ms": sent.get("p99Ms"),
-        "in_flight": sent.get("inFlight"),
-        "seconds": sent.get("elapsedS"),
+        **send_figures(sent),
         "answered_sends": answered["answered_sends"],
         "connections": answered["connections"],
         **sending.figures(sent.get("sent")),

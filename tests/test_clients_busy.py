@@ -4,14 +4,13 @@ counts the loops it sees running, and their niceness, from ``/proc``."""
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 import trio
+from bench_support import load_bench
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc")
 
@@ -45,17 +44,7 @@ print(json.dumps({"event": "bench", "sent": 1, "failed": 0, "nices": seen}))
 """
 
 
-def _clients() -> ModuleType:
-    path = Path(__file__).resolve().parents[1] / "bench" / "clients.py"
-    spec = importlib.util.spec_from_file_location("clients_bench", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-clients = _clients()
+clients = load_bench("clients.py", "clients_bench")
 
 
 def _loops_running() -> int:

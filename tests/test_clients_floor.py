@@ -6,14 +6,11 @@ own captured frames, then a short run of the bench."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
-from bench_support import run_bench
+from bench_support import load_bench, run_bench
 from interop_support import cpp_client_unavailable_reason
 
 from hanet.channel import EmbeddedChannel
@@ -34,17 +31,7 @@ FIXTURE = Path(__file__).parent / "fixtures" / "remoting" / "clients" / "cpp.hex
 ADDRESS = "127.0.0.1:10911"
 
 
-def _floor() -> ModuleType:
-    path = Path(__file__).resolve().parents[1] / "bench" / "_floor.py"
-    spec = importlib.util.spec_from_file_location("floor_bench", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-floor = _floor()
+floor = load_bench("_floor.py", "floor_bench")
 
 
 def _cpp_frames() -> list[bytes]:

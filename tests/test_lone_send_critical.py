@@ -3,24 +3,11 @@ from ``perf`` events (here made up, so the split is checked exactly)."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-from types import ModuleType
+from bench_support import load_bench
 
 BROKER, CLIENT = 100, 200
 EPOLL, READV, WRITEV, SENDTO, RECVFROM = 232, 19, 20, 44, 45
 SWITCH = -1
-
-
-def _bench() -> ModuleType:
-    path = Path(__file__).resolve().parents[1] / "bench" / "lone_send.py"
-    spec = importlib.util.spec_from_file_location("lone_send_bench", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 def _send(t: float) -> list[tuple[int, float, bool, int, int]]:
@@ -57,7 +44,7 @@ def _preempted(t: float) -> list[tuple[int, float, bool, int, int]]:
 
 
 def test_each_round_trip_is_split_into_its_phases() -> None:
-    bench = _bench()
+    bench = load_bench("lone_send.py", "lone_send_bench")
     events = sorted([e for i in range(5) for e in _send(i * 300.0)], key=lambda e: e[1])
     figures = bench._critical(events, BROKER, CLIENT)
     assert figures["requests"] == 5
@@ -81,7 +68,7 @@ def test_each_round_trip_is_split_into_its_phases() -> None:
 
 
 def test_time_switched_out_is_not_counted_on_a_cpu() -> None:
-    bench = _bench()
+    bench = load_bench("lone_send.py", "lone_send_bench")
     events = sorted([e for i in range(5) for e in _preempted(i * 300.0)], key=lambda e: e[1])
     figures = bench._critical(events, BROKER, CLIENT)
     assert figures["readv to writev (critical, Python)"]["p50_us"] == 40.0
@@ -93,7 +80,7 @@ def test_time_switched_out_is_not_counted_on_a_cpu() -> None:
 
 
 def test_the_broker_side_alone_needs_no_client() -> None:
-    bench = _bench()
+    bench = load_bench("lone_send.py", "lone_send_bench")
     events = [e for i in range(3) for e in _send(i * 300.0) if e[0] == BROKER]
     figures = bench._critical(events, BROKER, None)
     assert figures["requests"] == 3
