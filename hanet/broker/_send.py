@@ -89,7 +89,6 @@ _REMARKS = {
 }
 
 
-_NO_FIELDS: dict[str, str] = {}
 _MSG_ID, _QUEUE_ID, _QUEUE_OFFSET = SendMessageResponseHeader("", 0, 0).to_fields()
 
 
@@ -277,8 +276,7 @@ class Sends:
         refusal = backend.send_refusal()
         if refusal is not None:
             return request.response(ResponseCode.SERVICE_NOT_AVAILABLE, refusal)
-        # (request.fields, without the property's call)
-        header = SendMessageRequestHeader.decode(request.code, request.ext_fields or _NO_FIELDS)
+        header = SendMessageRequestHeader.decode(request.code, request.fields)
         pending = connection.pending_sends
         # the frames of one read arrived together: the first one's time is theirs
         if pending:

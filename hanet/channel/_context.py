@@ -107,11 +107,7 @@ class HandlerContext:
 
     def fire_channel_read_complete(self) -> None:
         """Tell the next inbound handler that the current batch of reads is over."""
-        ctx = self.next  # (_next_inbound, inlined as in fire_channel_read: once a read a hop)
-        while ctx is not None and not ctx._mask & h.READ_COMPLETE:
-            ctx = ctx.next
-        if ctx is None:  # pragma: no cover
-            ctx = self.pipeline._tail
+        ctx = self._next_inbound(h.READ_COMPLETE)
         try:
             ctx.handler.channel_read_complete(ctx)  # type: ignore[attr-defined]
         except Exception as exc:

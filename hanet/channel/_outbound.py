@@ -176,15 +176,11 @@ class OutboundBuffer:
 
     def add(self, msg: Any, future: WriteFuture) -> None:
         """Queue a message (not yet flushed); a :class:`ReadOnlyBuffer` is queued as its view."""
-        kind = type(msg)
-        if kind is bytes:  # the usual answer (message_size without its call)
-            size = len(msg)
-        else:
-            if kind is ReadOnlyBuffer:
-                msg = msg.view
-            elif kind is FileRegion:
-                self._regions_queued += 1
-            size = message_size(msg)
+        if type(msg) is ReadOnlyBuffer:
+            msg = msg.view
+        elif type(msg) is FileRegion:
+            self._regions_queued += 1
+        size = message_size(msg)
         self._unflushed.append((msg, size, future))
         self.queued_bytes += size
         self.pending_bytes += size + self._overhead

@@ -81,18 +81,21 @@ class PullResult:
     suggested_broker_id: int = 0
 
 
-def message_properties(message: PutMessage, unique_id: str) -> dict[str, str]:
-    """The properties a put carries, as a RocketMQ producer sets them: ``KEYS``, ``UNIQ_KEY``,
-    ``WAIT`` (``true``: the broker answers once stored as its flush and replication modes
-    say), ``TAGS``, then the caller's (which may override any of them)."""
+def message_properties(message: PutMessage, unique_id: Callable[[], str]) -> dict[str, str]:
+    """The properties a put carries, as a RocketMQ producer sets them: ``KEYS``, ``UNIQ_KEY``
+    (from ``unique_id`` unless the caller's properties have one), ``WAIT`` (``true``: the
+    broker answers once stored as its flush and replication modes say), ``TAGS``, then the
+    caller's (which may override any of them)."""
+    given = dict(message.properties)
     properties: dict[str, str] = {}
     if message.keys:
         properties[MessageProperty.KEYS] = message.keys
-    properties[MessageProperty.UNIQ_KEY] = unique_id
+    key = given.get(MessageProperty.UNIQ_KEY)
+    properties[MessageProperty.UNIQ_KEY] = unique_id() if key is None else key
     properties[MessageProperty.WAIT] = "true"
     if message.tags:
         properties[MessageProperty.TAGS] = message.tags
-    properties.update(message.properties)
+    properties.update(given)
     return properties
 
 
@@ -306,14 +309,14 @@ def send_command(
     """
     first = messages[0]
     if len(messages) == 1:
-        properties = message_properties(first, unique_id())
+        properties = message_properties(first, unique_id)
         return RemotingCommand.request(
             RequestCode.SEND_MESSAGE_V2,
             send_request(first, properties, group, batch=False),
             first.body,
         )
     body = encode_batch(
-        BatchMessage(m.body, message_properties(m, unique_id()), m.flag) for m in messages
+        BatchMessage(m.body, message_properties(m, unique_id), m.flag) for m in messages
     )
     return RemotingCommand.request(
         RequestCode.SEND_BATCH_MESSAGE, send_request(first, None, group, batch=True), body

@@ -27,6 +27,8 @@ from ._messages import PutMessage, PutReply
 
 __all__ = ["FailoverClient", "parse_broker_address"]
 
+_UNIQ_KEY = MessageProperty.UNIQ_KEY.value
+
 
 class FailoverClient:
     """A client of several broker ports (a DLedger group, or one broker): open it with
@@ -225,7 +227,7 @@ class FailoverClient:
         message with one ``UNIQ_KEY`` however often it is sent (its own, when its
         ``properties`` have one)."""
         messages = [
-            attrs.evolve(m, properties=((MessageProperty.UNIQ_KEY, _unique_ids()), *m.properties))
+            attrs.evolve(m, properties=((_UNIQ_KEY, _unique_ids()), *m.properties))
             for m in messages
         ]
         replies: list[PutReply] = await self._retrying(
@@ -266,7 +268,7 @@ class FailoverClient:
 def _keyed(properties: Mapping[str, str] | None) -> dict[str, str]:
     """``properties`` with a new ``UNIQ_KEY`` unless they have one (the put's properties keep
     their order: the producer's ``UNIQ_KEY`` comes where it always does)."""
-    keyed = {MessageProperty.UNIQ_KEY.value: _unique_ids()}
+    keyed = {_UNIQ_KEY: _unique_ids()}
     if properties:
         keyed.update(properties)
     return keyed

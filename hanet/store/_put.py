@@ -61,7 +61,7 @@ def write(store: CommitLogStore, messages: Iterable[Message]) -> list[PutResult]
         writer.create_error = None
     after = store.commit_log.max_offset
     if after != before:
-        if after >= store._flusher.allocate_mark:  # (store._allocate_mark, one call less)
+        if after >= store._allocate_mark:
             store._wake_allocator()
         store._validated = after
         store._last_store_timestamp = now
