@@ -299,12 +299,17 @@ async def serve_trio(listener: socket.socket, responder: Responder, stop_fd: int
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(accept, nursery)
-        while True:
-            await trio.lowlevel.wait_readable(stop_fd)
-            if not os.read(stop_fd, 4096):
-                nursery.cancel_scope.cancel()
-                break
+        await _until_closed(stop_fd)
+        nursery.cancel_scope.cancel()
     return accepted
+
+
+async def _until_closed(stop_fd: int) -> None:
+    """Wait until ``stop_fd`` reads end of file (what is read before it is dropped)."""
+    while True:
+        await trio.lowlevel.wait_readable(stop_fd)
+        if not os.read(stop_fd, 4096):
+            return
 
 
 class FloorHandler(ChannelInboundHandler):
@@ -358,11 +363,8 @@ async def serve_hanet(listener: socket.socket, responder: Responder, stop_fd: in
                 serve_on, initialize, listeners, name="floor", idle_timeout=SERVER_CHANNEL_MAX_IDLE
             )
         )
-        while True:
-            await trio.lowlevel.wait_readable(stop_fd)
-            if not os.read(stop_fd, 4096):
-                nursery.cancel_scope.cancel()
-                break
+        await _until_closed(stop_fd)
+        nursery.cancel_scope.cancel()
     return handler.connections
 
 

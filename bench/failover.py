@@ -13,10 +13,10 @@ Once the kills are done and the putters stopped, everything the last leader serv
 (pulls of every queue), and the run fails (exit 1), naming them, if any acknowledged body is
 missing, if a body the client sent only once is stored twice, or if a body stored twice carries
 two ``UNIQ_KEY`` values (a put sent again keeps its own, so that consumers can tell the copy
-by its message id). Also reported: unacknowledged
-puts stored anyway, and bodies stored twice after the client sent them again (at least once
-is what a client that resends after a lost connection promises). ``--in-flight 1`` is the
-sequential mode: one put in flight at each kill at most.
+by its message id). Also reported: unacknowledged puts stored anyway, and bodies stored twice
+after the client sent them again (at least once is what a client that resends after a lost
+connection promises). ``--in-flight 1`` is the sequential mode: one put in flight at each kill
+at most.
 
     .venv/bin/python bench/failover.py --kills 10 --in-flight 16 --election-timeout 0.5
 
@@ -50,11 +50,10 @@ from hanet.client import BrokerClient, BrokerRequestError, FailoverClient, PutSt
 QUEUES = 64  # at most: the pulls stop at the first queue the broker refuses as illegal
 
 
-async def served(address: tuple[str, int]) -> tuple[Counter[bytes], dict[bytes, set[str]]]:
-    """Every body of topic ``T`` the broker at ``address`` serves, with how often, and the
-    ``UNIQ_KEY`` values each was stored with."""
-    bodies: Counter[bytes] = Counter()
-    ids: dict[bytes, set[str]] = {}
+async def served(address: tuple[str, int]) -> dict[bytes, list[str]]:
+    """Every body of topic ``T`` the broker at ``address`` serves, with the ``UNIQ_KEY`` of
+    each copy stored (as many as copies)."""
+    bodies: dict[bytes, list[str]] = {}
     async with BrokerClient.connect(*address) as client:
         for queue in range(QUEUES):
             offset = 0
@@ -63,15 +62,14 @@ async def served(address: tuple[str, int]) -> tuple[Counter[bytes], dict[bytes, 
                     result = await client.pull("T", queue, offset, 256)
                 except BrokerRequestError as exc:
                     if queue and "is illegal" in str(exc):
-                        return bodies, ids  # past the topic's read queues
+                        return bodies  # past the topic's read queues
                     raise
                 for m in result.messages:
-                    bodies[m.body] += 1
-                    ids.setdefault(m.body, set()).add(m.properties.get("UNIQ_KEY", ""))
+                    bodies.setdefault(m.body, []).append(m.properties.get("UNIQ_KEY", ""))
                 if not result.messages or result.next_offset >= result.max_offset:
                     break
                 offset = result.next_offset
-    return bodies, ids
+    return bodies
 
 
 @dataclass
@@ -139,7 +137,7 @@ async def putter(index: int, addresses: list[tuple[str, int]], ledger: Ledger) -
 
 async def run(
     args: argparse.Namespace, root: Path, ledger: Ledger
-) -> tuple[list[float], tuple[Counter[bytes], dict[bytes, set[str]]]]:
+) -> tuple[list[float], dict[bytes, list[str]]]:
     group = Group(root, 3, election_timeout=args.election_timeout)
     group.start_all()
     times: list[float] = []
@@ -196,7 +194,7 @@ def main() -> int:
     load = [os.getloadavg()[0]]
     failed = True
     try:
-        measured, (found, ids) = trio.run(run, args, root, ledger)
+        measured, found = trio.run(run, args, root, ledger)
         load.append(os.getloadavg()[0])
         times = sorted(measured)
         puts = ledger.puts
@@ -204,7 +202,7 @@ def main() -> int:
         missing = [b for b in acked if b not in found]
         unacked = [b for b, p in puts.items() if not p.acknowledged]
         stored_unacked = [b for b in unacked if b in found]
-        twice = [b for b, count in found.items() if count > 1]
+        twice = [b for b, copies in found.items() if len(copies) > 1]
         twice_acked = [b for b in twice if b in puts and puts[b].acknowledged]
         twice_sent_once = [
             b for b in twice if b in puts and puts[b].resent + puts[b].redirects == 0
@@ -212,7 +210,7 @@ def main() -> int:
         unknown = [b for b in found if b not in puts]
         # a put sent again keeps its UNIQ_KEY: its copies are one message id, which a
         # consumer can drop
-        twice_other_id = [b for b in twice if len(ids[b]) > 1]
+        twice_other_id = [b for b in twice if len(set(found[b])) > 1]
         failed = bool(missing or twice_sent_once or unknown or twice_other_id)
     finally:
         if failed:  # keep the nodes' logs for the evidence; drop the stores
@@ -237,7 +235,7 @@ def main() -> int:
         return (
             f"{body!r} (sent after kill {put.sent_after}, answered {put.outcome} after kill "
             f"{put.answered_after}, resent {put.resent}, redirected {put.redirects}, "
-            f"stored {found[body]}x)"
+            f"stored {len(found[body])}x)"
         )
 
     rows = [

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import struct
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, cast
 
@@ -75,16 +77,10 @@ def _send_frame(opaque: int, queue_id: int, *, oneway: bool = False) -> bytes:
     return struct.pack(">II", 4 + len(text) + len(body), len(text)) + text + body
 
 
-def _answers(data: bytes) -> list[RemotingCommand]:
-    answers = []
-    while data:
-        (length,) = struct.unpack_from(">I", data)
-        answers.append(decode_command(data[4 : 4 + length]))
-        data = data[4 + length :]
-    return answers
-
-
-async def test_a_read_of_sends_is_answered_in_order(tmp_path: Path) -> None:
+@asynccontextmanager
+async def _running_broker(tmp_path: Path) -> AsyncIterator[tuple[Broker, EmbeddedChannel]]:
+    """A running broker (1 MiB commit log files) and an ``EmbeddedChannel`` with its broker
+    port's pipeline."""
     config = BrokerConfig(
         store_path_root_dir=tmp_path,
         listen_port=0,
@@ -96,12 +92,33 @@ async def test_a_read_of_sends_is_answered_in_order(tmp_path: Path) -> None:
         await nursery.start(broker.run)
         channel = EmbeddedChannel()
         broker.port.initialize(cast(Any, channel))
+        yield broker, channel
+        nursery.cancel_scope.cancel()
+
+
+def _outbound(channel: EmbeddedChannel) -> bytes:
+    """Every byte the channel has written, taken from it."""
+    out = b""
+    while (chunk := channel.read_outbound()) is not None:
+        out += bytes(chunk)
+    return out
+
+
+def _answers(data: bytes) -> list[RemotingCommand]:
+    answers = []
+    while data:
+        (length,) = struct.unpack_from(">I", data)
+        answers.append(decode_command(data[4 : 4 + length]))
+        data = data[4 + length :]
+    return answers
+
+
+async def test_a_read_of_sends_is_answered_in_order(tmp_path: Path) -> None:
+    async with _running_broker(tmp_path) as (broker, channel):
         frames = [_send_frame(n, n % 2, oneway=n == 5) for n in range(1, 11)]
         frames.insert(3, encode_command(RemotingCommand(RequestCode.SEND_MESSAGE_V2, opaque=99)))
         channel.write_inbound(b"".join(frames))
-        out = b""
-        while (chunk := channel.read_outbound()) is not None:
-            out += bytes(chunk)
+        out = _outbound(channel)
         answers = _answers(out)
         # the oneway send is not answered; the one without a header is, with an error
         assert [a.opaque for a in answers] == [1, 2, 3, 99, 4, 6, 7, 8, 9, 10]
@@ -127,28 +144,16 @@ async def test_a_read_of_sends_is_answered_in_order(tmp_path: Path) -> None:
             for key in (f"{answer.opaque:032X}", f"k{answer.opaque}"):
                 found, _, _ = broker.store.query_index("PathTopic", key, 32, 0, 2**62)
                 assert offset in found
-        nursery.cancel_scope.cancel()
 
 
 async def test_each_send_of_a_read_is_counted_in_the_metrics(tmp_path: Path) -> None:
     # The common answers of a read are counted with one call: the same figures as one each.
-    config = BrokerConfig(
-        store_path_root_dir=tmp_path,
-        listen_port=0,
-        ha_listen_port=0,
-        mapped_file_size_commit_log=FILE,
-    )
-    async with trio.open_nursery() as nursery:
-        broker = Broker(config)
-        await nursery.start(broker.run)
-        channel = EmbeddedChannel()
-        broker.port.initialize(cast(Any, channel))
+    async with _running_broker(tmp_path) as (broker, channel):
         frames = [_send_frame(n, n % 2, oneway=n == 5) for n in range(1, 11)]
         frames.insert(3, encode_command(RemotingCommand(RequestCode.SEND_MESSAGE_V2, opaque=99)))
         channel.write_inbound(b"".join(frames))
         channel.write_inbound(_send_frame(11, 0))
         text = broker.metrics.exposition().decode()
-        nursery.cancel_scope.cancel()
     counts = {
         line.split(" ")[0]: float(line.rsplit(" ", 1)[1])
         for line in text.splitlines()
@@ -164,12 +169,6 @@ async def test_each_send_of_a_read_is_counted_in_the_metrics(tmp_path: Path) -> 
 async def test_sends_are_answered_with_a_handler_before_the_dispatcher(tmp_path: Path) -> None:
     # The dispatcher finds its connection through the pipeline when another handler sits
     # between them (the usual place, right before it, is only the quick way).
-    config = BrokerConfig(
-        store_path_root_dir=tmp_path,
-        listen_port=0,
-        ha_listen_port=0,
-        mapped_file_size_commit_log=FILE,
-    )
     seen: list[int] = []
 
     class Between(ChannelInboundHandler):
@@ -177,17 +176,10 @@ async def test_sends_are_answered_with_a_handler_before_the_dispatcher(tmp_path:
             seen.append(msg.opaque)
             ctx.fire_channel_read(msg)
 
-    async with trio.open_nursery() as nursery:
-        broker = Broker(config)
-        await nursery.start(broker.run)
-        channel = EmbeddedChannel()
-        broker.port.initialize(cast(Any, channel))
+    async with _running_broker(tmp_path) as (_broker, channel):
         channel.pipeline.add_before("dispatch", Between(), "between")
         channel.write_inbound(b"".join(_send_frame(n, n % 2) for n in range(1, 4)))
-        out = b""
-        while (chunk := channel.read_outbound()) is not None:
-            out += bytes(chunk)
-        nursery.cancel_scope.cancel()
+        out = _outbound(channel)
     answers = _answers(out)
     assert seen == [1, 2, 3]
     assert [(a.opaque, a.code) for a in answers] == [(n, ResponseCode.SUCCESS) for n in (1, 2, 3)]
@@ -203,25 +195,12 @@ def _max_offset_frame(opaque: int, queue_id: int) -> bytes:
 
 
 async def _serve(tmp_path: Path, frames: list[bytes], *, guard: bool = False) -> list[Any]:
-    config = BrokerConfig(
-        store_path_root_dir=tmp_path,
-        listen_port=0,
-        ha_listen_port=0,
-        mapped_file_size_commit_log=FILE,
-    )
-    async with trio.open_nursery() as nursery:
-        broker = Broker(config)
-        await nursery.start(broker.run)
+    async with _running_broker(tmp_path) as (broker, channel):
         if guard:
             broker.port.set_guard(lambda ctx, request: None)
-        channel = EmbeddedChannel()
-        broker.port.initialize(cast(Any, channel))
         channel.write_inbound(_send_frame(0, 0))  # the topic, created by a first send
         channel.write_inbound(b"".join(frames))
-        out = b""
-        while (chunk := channel.read_outbound()) is not None:
-            out += bytes(chunk)
-        nursery.cancel_scope.cancel()
+        out = _outbound(channel)
     return _answers(out)[1:]
 
 
@@ -248,53 +227,25 @@ async def test_with_a_guard_each_send_is_stored_at_once(tmp_path: Path) -> None:
 
 
 async def test_sends_before_a_malformed_frame_are_stored_and_answered(tmp_path: Path) -> None:
-    config = BrokerConfig(
-        store_path_root_dir=tmp_path,
-        listen_port=0,
-        ha_listen_port=0,
-        mapped_file_size_commit_log=FILE,
-    )
-    async with trio.open_nursery() as nursery:
-        broker = Broker(config)
-        await nursery.start(broker.run)
-        channel = EmbeddedChannel()
-        broker.port.initialize(cast(Any, channel))
+    async with _running_broker(tmp_path) as (broker, channel):
         too_long = struct.pack(">I", 0x7FFFFFFF) + b"\x00" * 8  # over the frame limit
         channel.write_inbound(_send_frame(1, 3) + _send_frame(2, 3) + too_long)
-        out = b""
-        while (chunk := channel.read_outbound()) is not None:
-            out += bytes(chunk)
+        out = _outbound(channel)
         answers = _answers(out)
         ok = ResponseCode.SUCCESS
         assert [(a.opaque, a.code) for a in answers] == [(1, ok), (2, ok)]
         assert not channel.is_open
         assert broker.store.max_queue_offset("PathTopic", 3) == 2
-        nursery.cancel_scope.cancel()
 
 
 async def test_requests_before_a_malformed_frame_are_answered(tmp_path: Path) -> None:
     """A request answered in the same read as a frame that closes the connection (here a
     GET_MAX_OFFSET after a send, with no send waiting when the bad frame comes) still gets its
     answer before the close."""
-    config = BrokerConfig(
-        store_path_root_dir=tmp_path,
-        listen_port=0,
-        ha_listen_port=0,
-        mapped_file_size_commit_log=FILE,
-    )
-    async with trio.open_nursery() as nursery:
-        broker = Broker(config)
-        await nursery.start(broker.run)
-        channel = EmbeddedChannel()
-        broker.port.initialize(cast(Any, channel))
-        max_offset = RemotingCommand(
-            RequestCode.GET_MAX_OFFSET, opaque=7, ext_fields={"topic": "PathTopic", "queueId": "3"}
-        )
+    async with _running_broker(tmp_path) as (_broker, channel):
         too_long = struct.pack(">I", 0x7FFFFFFF) + b"\x00" * 8  # over the frame limit
-        channel.write_inbound(_send_frame(1, 3) + encode_command(max_offset) + too_long)
-        out = b""
-        while (chunk := channel.read_outbound()) is not None:
-            out += bytes(chunk)
+        channel.write_inbound(_send_frame(1, 3) + _max_offset_frame(7, 3) + too_long)
+        out = _outbound(channel)
         answers = _answers(out)
         assert [(a.opaque, a.code) for a in answers] == [
             (1, ResponseCode.SUCCESS),
@@ -302,21 +253,10 @@ async def test_requests_before_a_malformed_frame_are_answered(tmp_path: Path) ->
         ]
         assert answers[1].fields["offset"] == "1"  # it saw the send before it
         assert not channel.is_open
-        nursery.cancel_scope.cancel()
 
 
 async def test_a_refusal_among_a_reads_sends_keeps_its_place_in_one_put(tmp_path: Path) -> None:
-    config = BrokerConfig(
-        store_path_root_dir=tmp_path,
-        listen_port=0,
-        ha_listen_port=0,
-        mapped_file_size_commit_log=FILE,
-    )
-    async with trio.open_nursery() as nursery:
-        broker = Broker(config)
-        await nursery.start(broker.run)
-        channel = EmbeddedChannel()
-        broker.port.initialize(cast(Any, channel))
+    async with _running_broker(tmp_path) as (broker, channel):
         channel.write_inbound(_send_frame(0, 0))  # the topic, created by a first send
         channel.read_outbound()
         batches: list[int] = []
@@ -330,13 +270,10 @@ async def test_a_refusal_among_a_reads_sends_keeps_its_place_in_one_put(tmp_path
         no_header = encode_command(RemotingCommand(RequestCode.SEND_MESSAGE_V2, opaque=98))
         frames = [_send_frame(1, 2), _send_frame(2, 9), no_header, _send_frame(3, 2)]
         channel.write_inbound(b"".join(frames))
-        out = b""
-        while (chunk := channel.read_outbound()) is not None:
-            out += bytes(chunk)
+        out = _outbound(channel)
         answers = _answers(out)
         assert [a.opaque for a in answers] == [1, 2, 98, 3]
         assert [a.code == ResponseCode.SUCCESS for a in answers] == [True, False, False, True]
         assert batches == [2]  # the sends around the refusals: one put
         offsets = [SendMessageResponseHeader.from_fields(answers[i].fields) for i in (0, 3)]
         assert [h.queue_offset for h in offsets] == [0, 1]
-        nursery.cancel_scope.cancel()

@@ -4,9 +4,7 @@ refusals followed to the leader they name, two nodes naming each other."""
 from __future__ import annotations
 
 import json
-from collections.abc import Coroutine
 from functools import partial
-from typing import Any
 
 import pytest
 import trio
@@ -51,6 +49,20 @@ def test_anything_else_is_none(text: str) -> None:
     assert parse_broker_address(text) is None
 
 
+async def _serve(nursery: trio.Nursery, processors: dict[int, RequestProcessor]) -> tuple[str, int]:
+    """A remoting server on a free loopback port answering with ``processors``; its
+    address."""
+
+    def init(channel: StreamChannel) -> None:
+        for handler_name, handler in remoting_pipeline():
+            channel.pipeline.add_last(handler, handler_name)
+        channel.pipeline.add_last(RemotingDispatcher(processors))
+
+    server = await nursery.start(partial(serve, init, 0, host="127.0.0.1"))
+    host, port = server.addresses[0][:2]
+    return str(host), int(port)
+
+
 async def _node(
     nursery: trio.Nursery, leader: list[str], served: list[str], name: str
 ) -> tuple[str, int]:
@@ -66,15 +78,9 @@ async def _node(
         remark = f"not master: this node is FOLLOWER; the leader is n1 at {leader[0]}"
         return request.response(ResponseCode.SERVICE_NOT_AVAILABLE, remark)
 
-    def init(channel: StreamChannel) -> None:
-        for handler_name, handler in remoting_pipeline():
-            channel.pipeline.add_last(handler, handler_name)
-        channel.pipeline.add_last(RemotingDispatcher({RequestCode.SEND_MESSAGE_V2: send}))
-
-    server = await nursery.start(partial(serve, init, 0, host="127.0.0.1"))
-    host, port = server.addresses[0][:2]
+    host, port = await _serve(nursery, {RequestCode.SEND_MESSAGE_V2: send})
     me.append(f"{host}:{port}")
-    return str(host), int(port)
+    return host, port
 
 
 async def test_two_nodes_naming_each_other_are_not_asked_at_full_speed() -> None:
@@ -126,18 +132,12 @@ async def test_a_refusal_naming_no_leader_asks_the_nodes_status_for_it() -> None
         document = broker_status(role="FOLLOWER", dledger=node)
         return request.response(body=json.dumps(document.to_json()).encode())
 
-    def init(channel: StreamChannel) -> None:
-        for handler_name, handler in remoting_pipeline():
-            channel.pipeline.add_last(handler, handler_name)
-        processors: dict[int, RequestProcessor] = {
-            RequestCode.SEND_MESSAGE_V2: refuse,
-            HanetRequestCode.HANET_STATUS: status,
-        }
-        channel.pipeline.add_last(RemotingDispatcher(processors))
-
+    processors: dict[int, RequestProcessor] = {
+        RequestCode.SEND_MESSAGE_V2: refuse,
+        HanetRequestCode.HANET_STATUS: status,
+    }
     async with trio.open_nursery() as nursery:
-        server = await nursery.start(partial(serve, init, 0, host="127.0.0.1"))
-        follower = (str(server.addresses[0][0]), int(server.addresses[0][1]))
+        follower = await _serve(nursery, processors)
         leaders = [[""]]
         real = await _node(nursery, leaders[0], served, "leader")
         leaders[0][0] = f"{real[0]}:{real[1]}"
@@ -159,14 +159,8 @@ async def test_a_put_whose_connection_is_lost_is_sent_again_and_counted() -> Non
         ctx.close("gone mid-put")
         return None
 
-    def init(channel: StreamChannel) -> None:
-        for handler_name, handler in remoting_pipeline():
-            channel.pipeline.add_last(handler, handler_name)
-        channel.pipeline.add_last(RemotingDispatcher({RequestCode.SEND_MESSAGE_V2: vanish}))
-
     async with trio.open_nursery() as nursery:
-        server = await nursery.start(partial(serve, init, 0, host="127.0.0.1"))
-        lost = (str(server.addresses[0][0]), int(server.addresses[0][1]))
+        lost = await _serve(nursery, {RequestCode.SEND_MESSAGE_V2: vanish})
         leaders = [[""]]
         real = await _node(nursery, leaders[0], served, "leader")
         leaders[0][0] = f"{real[0]}:{real[1]}"
@@ -204,20 +198,11 @@ async def test_a_put_sent_again_keeps_its_unique_key() -> None:
         fields = {"msgId": ",".join(keys), "queueId": 0, "queueOffset": 0}
         return request.response(ResponseCode.SUCCESS, None, fields)
 
-    def node(processor: RequestProcessor) -> partial[Coroutine[Any, Any, None]]:
-        def init(channel: StreamChannel) -> None:
-            for handler_name, handler in remoting_pipeline():
-                channel.pipeline.add_last(handler, handler_name)
-            codes = (RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE)
-            channel.pipeline.add_last(RemotingDispatcher(dict.fromkeys(codes, processor)))
-
-        return partial(serve, init, 0, host="127.0.0.1")
-
+    codes = (RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE)
     async with trio.open_nursery() as nursery:
-        addresses = []
-        for processor in (vanish, store):
-            server = await nursery.start(node(processor))
-            addresses.append((str(server.addresses[0][0]), int(server.addresses[0][1])))
+        addresses = [
+            await _serve(nursery, dict.fromkeys(codes, processor)) for processor in (vanish, store)
+        ]
         async with FailoverClient.connect(addresses) as client:
             assert (await client.put("T", b"x")).ok
             assert [what for what, _ in seen] == ["lost", "stored"]
